@@ -1,0 +1,64 @@
+# Lockstep developer entry points. Everything a fresh machine needs is installed
+# from here: the venv (Python deps pinned in requirements.lock), full pyspark,
+# and the Kafka / Spark-Kafka jars resolved from Maven Central into .cache/.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+UV := $(BIN)/uv
+STAMP := $(VENV)/.lockstep-installed
+MAVEN_SETTINGS := include/lockstep/dev/maven/settings.xml
+PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
+
+.PHONY: setup test unit integration demo bench up down status clean lock
+
+setup: $(STAMP) .cache/jars/.resolved
+
+$(VENV)/bin/python:
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
+
+$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml
+	$(UV) pip sync --python $(BIN)/python -q requirements.lock
+	# The spark provider's pyspark-client shares pyspark's Python files; reinstall
+	# full pyspark last so its Python side matches its jars.
+	$(UV) pip install --python $(BIN)/python -q --reinstall --no-deps pyspark==$(PYSPARK_VERSION)
+	$(UV) pip install --python $(BIN)/python -q --no-deps -e .
+	touch $@
+
+.cache/jars/.resolved: include/lockstep/dev/maven/kafka-pom.xml include/lockstep/dev/maven/spark-kafka-pom.xml
+	@command -v java >/dev/null || { echo "Java 17 is required (java not found on PATH)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
+	rm -rf .cache/jars/kafka .cache/jars/spark-kafka
+	mvn -q -B -s $(MAVEN_SETTINGS) -f include/lockstep/dev/maven/kafka-pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/.cache/jars/kafka -DincludeScope=runtime
+	mvn -q -B -s $(MAVEN_SETTINGS) -f include/lockstep/dev/maven/spark-kafka-pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/.cache/jars/spark-kafka -DincludeScope=runtime
+	touch $@
+
+# Regenerate the lock after editing pyproject.toml dependencies.
+lock: $(VENV)/bin/python
+	$(UV) pip compile pyproject.toml --python-version 3.11 -o requirements.lock -q
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit tests/dags -q
+
+integration: setup
+	$(BIN)/python -m pytest tests/integration -q
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+up: setup
+	$(BIN)/lockstep dev up
+
+down:
+	$(BIN)/lockstep dev down
+
+status:
+	$(BIN)/lockstep dev status
+
+clean:
+	-$(BIN)/lockstep dev down --wipe
+	rm -rf $(VENV) .cache var

@@ -1,0 +1,77 @@
+"""The ``lockstep`` command line. Subcommands call the same library functions as
+the Airflow tasks, so what works here works in a DAG."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Sequence
+
+from lockstep.dev.procs import PlatformError
+
+
+def _dev_parser(sub: argparse._SubParsersAction) -> None:
+    dev = sub.add_parser("dev", help="the embedded local platform (Kafka, S3, Airflow) as background processes")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+    up = dev_sub.add_parser("up", help="start Kafka and the S3 server (and Airflow with --with airflow); idempotent")
+    up.add_argument("--with", dest="with_", action="append", default=[], choices=["airflow"],
+                    help="also start this optional service")
+    for name in ("kafka", "controller", "s3", "airflow"):
+        up.add_argument(f"--{name}-port", type=int, default=None, help=f"{name} port (0 = any free port)")
+    down = dev_sub.add_parser("down", help="stop what `up` started; data stays unless --wipe")
+    down.add_argument("--wipe", action="store_true", help="also delete the platform's data and logs")
+    status = dev_sub.add_parser("status", help="what runs, where, and its log file")
+    status.add_argument("--json", action="store_true")
+    dev_sub.add_parser("env", help="shell exports for clients: `eval \"$(lockstep dev env)\"`")
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    from lockstep.dev.platform import Platform
+
+    if args.dev_command == "up":
+        ports = {n: getattr(args, f"{n}_port") for n in ("kafka", "controller", "s3", "airflow")}
+        platform = Platform(ports={k: v for k, v in ports.items() if v is not None})
+        platform.up(with_airflow="airflow" in args.with_)
+        print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')
+        return 0
+    platform = Platform()
+    if args.dev_command == "down":
+        platform.down(wipe=args.wipe)
+        return 0
+    if args.dev_command == "status":
+        status = platform.status()
+        if args.json:
+            print(json.dumps(status, indent=2))
+        else:
+            for name, s in status.items():
+                state = "running" if s["running"] else "stopped"
+                print(f"{name:8} {state:8} {s['address']:28} pid={s['pid'] or '-'}  log={s['log']}")
+        return 0
+    if args.dev_command == "env":
+        for key, value in platform.client_env().items():
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
+    raise AssertionError(args.dev_command)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lockstep", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _dev_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "dev":
+            return _run_dev(args)
+    except PlatformError as exc:
+        print(f"lockstep: {exc}", file=sys.stderr)
+        return 2
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Where the project and its local state live.
+
+The library is installed editable from the repository, so the repository root is
+found from this file; ``LOCKSTEP_HOME`` overrides it (e.g. an installed copy).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root() -> Path:
+    env = os.environ.get("LOCKSTEP_HOME")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """Git-ignored downloads (Kafka and Spark-Kafka jars)."""
+    return project_root() / ".cache"
+
+
+def kafka_jars_dir() -> Path:
+    return cache_dir() / "jars" / "kafka"
+
+
+def spark_kafka_jars() -> list[str]:
+    """The Spark Kafka connector and the few jars it needs beyond Spark's own.
+
+    Maven also copies Hadoop/Scala jars that pyspark already ships; passing them
+    twice invites class conflicts, so only the connector's own closure is used.
+    """
+    folder = cache_dir() / "jars" / "spark-kafka"
+    wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+    jars = sorted(str(p) for p in folder.glob("*.jar") if p.name.startswith(wanted))
+    if len(jars) < len(wanted):
+        raise FileNotFoundError(
+            f"Spark Kafka connector jars missing under {folder}; run `make setup` to resolve them from Maven Central"
+        )
+    return jars
+
+
+def dev_state_dir() -> Path:
+    """Data, logs and pid files of the local platform (``lockstep dev``).
+
+    ``LOCKSTEP_DEV_DIR`` lets tests run an isolated platform next to a user's one.
+    """
+    env = os.environ.get("LOCKSTEP_DEV_DIR")
+    return Path(env).resolve() if env else project_root() / "var" / "dev"

@@ -1,0 +1,67 @@
+"""`lockstep dev up | status | env | down` as a user runs them, in an isolated dev dir."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
+
+
+def _run(args: list[str], env: dict[str, str], timeout: int = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([LOCKSTEP, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                members.append(int(entry.name))
+    return members
+
+
+def test_up_status_env_down_leaves_no_process(tmp_path):
+    env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
+    up = _run(["dev", "up", "--with", "airflow", "--kafka-port", "0", "--controller-port", "0",
+               "--s3-port", "0", "--airflow-port", "0"], env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "login admin / " in up.stdout
+
+        again = _run(["dev", "up", "--with", "airflow"], env)  # idempotent: nothing new started
+        assert again.returncode == 0, again.stderr
+
+        status = json.loads(_run(["dev", "status", "--json"], env).stdout)
+        assert {name for name, s in status.items() if s["running"]} == {"kafka", "s3", "airflow"}
+        pids = {name: s["pid"] for name, s in status.items()}
+
+        exports = _run(["dev", "env"], env).stdout
+        assert f"bootstrap.servers\": \"{status['kafka']['address']}" in exports
+        assert "AIRFLOW_CONN_SPARK_DEFAULT" in exports and "local[*]" in exports
+        assert status["s3"]["address"] in exports
+        # Airflow's children (scheduler, api-server, ...) share its process group.
+        assert len(_group_members(pids["airflow"])) > 1
+    finally:
+        down = _run(["dev", "down"], env)
+    assert down.returncode == 0, down.stderr
+    for name, pid in pids.items():
+        assert _group_members(pid) == [], f"{name} left processes behind"
+    status_after = json.loads(_run(["dev", "status", "--json"], env).stdout)
+    assert not any(s["running"] for s in status_after.values())
+    assert (tmp_path / "dev" / "kafka" / "server.properties").exists(), "down without --wipe keeps data"
+
+
+def test_port_in_use_gives_clear_error_without_hanging(tmp_path, platform):
+    env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
+    taken = platform.state.ports["s3"]
+    result = _run(["dev", "up", "--s3-port", str(taken)], env, timeout=60)
+    assert result.returncode == 2
+    assert f"port {taken} is already in use" in result.stderr
+    _run(["dev", "down", "--wipe"], env)
