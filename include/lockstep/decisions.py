@@ -1,0 +1,265 @@
+"""Pure decisions of the coordinator: transactional ids, commit-or-abort, and recovery.
+
+The committer and the planner observe the world (S3 metadata, DescribeTransactions) and hand plain
+values to these functions, which decide. Keeping the decisions free of I/O is what lets every rule
+of invariants 4, 5 and 7 be tested without a broker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
+
+from lockstep.checkpoint import CheckpointStatus, CheckpointView, PreparedCheckpoint, PreparedTransaction
+from lockstep.offsets import OffsetRange
+
+# --- transactional ids --------------------------------------------------------------------------
+
+
+def transactional_id(prefix: str, checkpoint_id: int, task_index: int) -> str:
+    """The one place ids are made: a retried task reuses its id, which fences the earlier attempt."""
+    return f"{prefix}-{checkpoint_id}-{task_index}"
+
+
+class ParsedTransactionalId(NamedTuple):
+    checkpoint_id: int
+    task_index: int
+
+
+_ID_TAIL = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
+
+
+def parse_transactional_id(prefix: str, tid: str) -> ParsedTransactionalId | None:
+    """(checkpoint, task) of an id made by `transactional_id` with this prefix; None if not ours."""
+    if not tid.startswith(prefix + "-"):
+        return None
+    match = _ID_TAIL.fullmatch(tid[len(prefix) + 1:])
+    if match is None:
+        return None
+    return ParsedTransactionalId(int(match.group(1)), int(match.group(2)))
+
+
+# --- commit or abort ----------------------------------------------------------------------------
+
+ONGOING, PREPARE_COMMIT, PREPARE_ABORT = "Ongoing", "PrepareCommit", "PrepareAbort"
+COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY, DEAD, UNKNOWN = "CompleteCommit", "CompleteAbort", "Empty", "Dead", "Unknown"
+
+
+@dataclass(frozen=True)
+class TransactionObservation:
+    """What the transaction coordinator reports for one id (DescribeTransactions), or state Unknown."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    epoch: int
+    start_time_ms: int
+    timeout_ms: int
+
+
+class DecisionKind(str, Enum):
+    COMMIT = "commit"
+    ALREADY_COMMITTED = "already_committed"
+    NOTHING_TO_COMMIT = "nothing_to_commit"
+    ABORT = "abort"
+    STUCK = "stuck"
+    RETRY_LATER = "retry_later"
+
+
+@dataclass(frozen=True)
+class CommitDecision:
+    """What the committer must do with one prepared checkpoint, and why, in words for the log."""
+
+    kind: DecisionKind
+    checkpoint_id: int
+    #: ids to send EndTxn(commit) for; PrepareCommit ones are included (the broker answers retriably).
+    commit: tuple[str, ...] = ()
+    #: ids to fence/abort (ABORT: every transaction of the checkpoint).
+    abort: tuple[str, ...] = ()
+    already_committed: tuple[str, ...] = ()
+    #: per transactional id, why it cannot be committed.
+    problems: Mapping[str, str] = field(default_factory=dict)
+    message: str = ""
+
+
+def _committed_epoch_matches(t: PreparedTransaction, o: TransactionObservation) -> bool:
+    """With transaction protocol v2 (KIP-890) the coordinator bumps the epoch when it ends a
+    transaction, so a committed transaction may report the recorded epoch + 1."""
+    return o.producer_id == t.producer_id and o.epoch in (t.epoch, t.epoch + 1)
+
+
+def _classify(t: PreparedTransaction, o: TransactionObservation | None, now_ms: int, margin_ms: int) -> tuple[str, str]:
+    """('commit'|'committing'|'committed'|'missing'|'bad', reason) for one transaction."""
+    tid = t.transactional_id
+    if o is None:
+        return "missing", f"transaction {tid} could not be observed"
+    if o.state in (PREPARE_COMMIT, COMPLETE_COMMIT) and _committed_epoch_matches(t, o):
+        return ("committing" if o.state == PREPARE_COMMIT else "committed"), ""
+    ours = o.producer_id == t.producer_id and o.epoch == t.epoch
+    if o.state == ONGOING and ours:
+        left = o.start_time_ms + o.timeout_ms - now_ms
+        if left <= 0:
+            return "bad", f"transaction {tid} timed out after {o.timeout_ms} ms"
+        if left < margin_ms:
+            return "bad", (f"transaction {tid} has {left} ms left before its {o.timeout_ms} ms timeout, "
+                           f"less than the {margin_ms} ms commit margin")
+        return "commit", ""
+    if o.state in (ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT) or (not ours and o.state in (PREPARE_ABORT, COMPLETE_ABORT)):
+        return "bad", (f"transaction {tid} was fenced: the broker has producer id {o.producer_id} epoch {o.epoch} "
+                       f"in state {o.state}, the checkpoint recorded {t.producer_id}/{t.epoch}")
+    reasons = {
+        PREPARE_ABORT: "is being aborted", COMPLETE_ABORT: "was aborted (timeout or fencing)",
+        EMPTY: "has no open transaction (aborted or expired)", DEAD: "has expired on the broker",
+        UNKNOWN: "is unknown to the transaction coordinator",
+    }
+    return "bad", f"transaction {tid} {reasons.get(o.state, f'is in unexpected state {o.state!r}')}"
+
+
+def decide_commit(
+    prepared: PreparedCheckpoint,
+    observed: Mapping[str, TransactionObservation],
+    now_ms: int,
+    margin_ms: int,
+) -> CommitDecision:
+    """All or nothing (invariant 4), with roll-forward once anything was committed.
+
+    Precedence: something committed + something uncommittable = STUCK (never abort a partially
+    committed checkpoint); an unobserved transaction = RETRY_LATER (never abort on missing
+    information); any uncommittable = ABORT all; otherwise COMMIT the rest or ALREADY_COMMITTED.
+    Empty committables (nothing produced) are ignored: the broker never saw a transaction for them.
+    """
+    cid = prepared.checkpoint_id
+    live = [t for t in prepared.transactions if not t.is_empty]
+    if not live:
+        return CommitDecision(DecisionKind.NOTHING_TO_COMMIT, cid, message=f"checkpoint {cid} has no transactions to commit")
+    verdicts = {t.transactional_id: _classify(t, observed.get(t.transactional_id), now_ms, margin_ms) for t in live}
+    by_kind: dict[str, list[str]] = {}
+    for tid, (verdict, _) in verdicts.items():
+        by_kind.setdefault(verdict, []).append(tid)
+    problems = {tid: reason for tid, (verdict, reason) in verdicts.items() if reason}
+    committed = tuple(by_kind.get("committed", ()))
+    started = committed + tuple(by_kind.get("committing", ()))
+    everything = tuple(t.transactional_id for t in prepared.transactions)
+
+    if started and by_kind.get("bad"):
+        detail = "; ".join(problems[t] for t in by_kind["bad"])
+        return CommitDecision(
+            DecisionKind.STUCK, cid, already_committed=committed, problems=problems,
+            message=(f"checkpoint {cid} is partially committed ({', '.join(started)}) but {detail}. "
+                     "It must not be aborted; the output of the other transactions is lost. "
+                     "Manual intervention is needed: replay the missing partitions from a savepoint."),
+        )
+    if by_kind.get("missing"):
+        return CommitDecision(DecisionKind.RETRY_LATER, cid, problems=problems,
+                              message=f"checkpoint {cid}: could not observe {', '.join(by_kind['missing'])}; retry")
+    if by_kind.get("bad"):
+        detail = "; ".join(problems[t] for t in by_kind["bad"])
+        return CommitDecision(DecisionKind.ABORT, cid, abort=everything, problems=problems,
+                              message=f"checkpoint {cid} must be aborted: {detail}")
+    to_commit = tuple(by_kind.get("commit", ())) + tuple(by_kind.get("committing", ()))
+    if not to_commit:
+        return CommitDecision(DecisionKind.ALREADY_COMMITTED, cid, already_committed=committed,
+                              message=f"checkpoint {cid}: all {len(committed)} transactions already committed")
+    note = f" (rolling forward; already committed: {', '.join(committed)})" if committed else ""
+    return CommitDecision(DecisionKind.COMMIT, cid, commit=to_commit, already_committed=committed,
+                          message=f"checkpoint {cid}: commit {', '.join(to_commit)}{note}")
+
+
+# --- recovery -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What plan must do before claiming a new checkpoint (Flink's initializeState, seed 003)."""
+
+    next_checkpoint_id: int
+    #: prepared checkpoints to run the commit step for, oldest first (its decision may still be abort).
+    roll_forward: tuple[int, ...] = ()
+    #: claimed-only checkpoints to mark aborted (their run died before preparing).
+    mark_aborted: tuple[int, ...] = ()
+    #: per checkpoint id, transactional ids to fence (InitProducerId aborts whatever is open).
+    fence: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def is_clean(self) -> bool:
+        return not (self.roll_forward or self.mark_aborted or self.fence)
+
+
+def recovery_plan(
+    views: Sequence[CheckpointView],
+    id_prefix: str,
+    open_transactional_ids: Iterable[str] = (),
+    latest_completed_id: int | None = None,
+) -> RecoveryPlan:
+    """Commit what was decided, abort everything else under our prefix.
+
+    `views` are the checkpoints newer than the latest completed one. Ids of a checkpoint are derived
+    from its claim (one per non-empty range); `open_transactional_ids` (seen on the broker under the
+    prefix) adds ids a higher past parallelism used. Fencing is idempotent, so aborted checkpoints
+    are fenced again rather than trusting that the earlier fencing happened.
+    """
+    fence: dict[int, set[str]] = {}
+    roll_forward: list[int] = []
+    mark_aborted: list[int] = []
+    keep: set[str] = set()
+    for view in sorted(views, key=lambda v: v.checkpoint_id):
+        cid = view.checkpoint_id
+        if view.status is CheckpointStatus.PREPARED:
+            roll_forward.append(cid)
+            keep.update(t.transactional_id for t in view.prepared.transactions)  # type: ignore[union-attr]
+        elif view.status in (CheckpointStatus.CLAIMED, CheckpointStatus.ABORTED):
+            if view.status is CheckpointStatus.CLAIMED:
+                mark_aborted.append(cid)
+            fence.setdefault(cid, set()).update(
+                transactional_id(id_prefix, cid, i) for i in range(view.claim.task_count))
+    for tid in open_transactional_ids:
+        parsed = parse_transactional_id(id_prefix, tid)
+        if parsed is not None and tid not in keep:
+            fence.setdefault(parsed.checkpoint_id, set()).add(tid)
+    seen = [v.checkpoint_id for v in views] + ([latest_completed_id] if latest_completed_id is not None else [])
+    return RecoveryPlan(
+        next_checkpoint_id=max(seen, default=0) + 1,
+        roll_forward=tuple(roll_forward),
+        mark_aborted=tuple(mark_aborted),
+        fence={cid: tuple(sorted(ids, key=_task_order)) for cid, ids in sorted(fence.items()) if ids},
+    )
+
+
+def _task_order(tid: str) -> tuple[int, str]:
+    tail = tid.rsplit("-", 1)[-1]
+    return (int(tail) if tail.isdigit() else -1, tid)
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+
+def compress_partitions(partitions: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 5, 7, 8] -> '0-3,5,7-8', so long partition lists stay readable in logs."""
+    parts: list[str] = []
+    ordered = sorted(set(partitions))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def replay_hint(ranges: Iterable[OffsetRange], replay_from: str) -> str:
+    """'the next run replays orders partitions 0-5,7 from checkpoint 41' for an aborted checkpoint."""
+    by_topic: dict[str, list[int]] = {}
+    for r in ranges:
+        if not r.is_empty:
+            by_topic.setdefault(r.topic, []).append(r.partition)
+    if not by_topic:
+        return "nothing to replay: the checkpoint covered no records"
+    topics = "; ".join(
+        f"{topic} partition{'s' if len(parts) > 1 else ''} {compress_partitions(parts)}"
+        for topic, parts in sorted(by_topic.items())
+    )
+    return f"the next run replays {topics} from {replay_from}"

@@ -1,0 +1,261 @@
+"""Partitions, offset ranges and the two planning decisions: where to start, where to stop.
+
+Offsets are always "next offset to read" (committed offset = last processed + 1), and a range is
+half-open `[start, end)`, so consecutive checkpoints tile a partition when `start(N+1) == end(N)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep.errors import DeletedRangesError, OffsetAheadError, TerminalError
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """One Kafka partition; ordered by topic then partition so plans are deterministic."""
+
+    topic: str
+    partition: int
+
+    @property
+    def key(self) -> str:
+        """`topic:partition`, the JSON object key (topic names cannot contain ':')."""
+        return f"{self.topic}:{self.partition}"
+
+    @classmethod
+    def from_key(cls, key: str) -> TopicPartition:
+        topic, sep, partition = key.rpartition(":")
+        if not sep or not topic or not partition.isdigit():
+            raise ValueError(f"{key!r} is not a 'topic:partition' key")
+        return cls(topic, int(partition))
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Records `[start, end)` of one partition: the slice a checkpoint owns."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.end < self.start:
+            raise ValueError(f"invalid offset range {self.topic}:{self.partition} [{self.start}, {self.end})")
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def count(self) -> int:
+        """Offsets covered; an upper bound on records, since transaction markers take offsets too."""
+        return self.end - self.start
+
+    @property
+    def is_empty(self) -> bool:
+        return self.end == self.start
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "start": self.start, "end": self.end}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> OffsetRange:
+        values = [doc[k] for k in ("topic", "partition", "start", "end")]
+        if not isinstance(values[0], str) or any(isinstance(v, bool) or not isinstance(v, int) for v in values[1:]):
+            raise ValueError(f"offset range needs a string topic and integer partition/start/end, got {dict(doc)!r}")
+        return cls(*values)
+
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.partition}[{self.start},{self.end})"
+
+
+Offsets = Mapping[TopicPartition, int]
+
+
+def offsets_to_json(offsets: Offsets) -> dict[str, int]:
+    return {tp.key: offsets[tp] for tp in sorted(offsets)}
+
+
+def offsets_from_json(doc: Mapping[str, Any]) -> dict[TopicPartition, int]:
+    result: dict[TopicPartition, int] = {}
+    for key, value in doc.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"offset of {key} must be a non-negative integer, got {value!r}")
+        result[TopicPartition.from_key(key)] = value
+    return result
+
+
+def spark_offsets(ranges: Iterable[OffsetRange]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """(startingOffsets, endingOffsets) in the JSON shape of Spark's Kafka source (end is exclusive)."""
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for r in sorted(ranges):
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    return starting, ending
+
+
+# --- where to start -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffsetSource:
+    """A candidate map of start offsets with the label logs and the claim record ("checkpoint:41")."""
+
+    label: str
+    offsets: Offsets
+
+    @classmethod
+    def checkpoint(cls, checkpoint_id: int, offsets: Offsets) -> OffsetSource:
+        return cls(f"checkpoint:{checkpoint_id}", offsets)
+
+    @classmethod
+    def savepoint(cls, name: str, offsets: Offsets) -> OffsetSource:
+        return cls(f"savepoint:{name}", offsets)
+
+    @classmethod
+    def group(cls, offsets: Offsets) -> OffsetSource:
+        return cls("group", offsets)
+
+
+@dataclass(frozen=True)
+class StartOffsets:
+    """Chosen start offsets, the winning source, and per partition where its offset came from."""
+
+    source: str
+    offsets: Mapping[TopicPartition, int]
+    origins: Mapping[TopicPartition, str]
+    #: partitions of the chosen source that are no longer read (topic removed from the spec).
+    dropped: tuple[TopicPartition, ...] = ()
+
+
+def choose_start_offsets(
+    partitions: Iterable[TopicPartition],
+    log_start_offsets: Offsets,
+    stable_end_offsets: Offsets,
+    auto_offset_reset: str,
+    restore: OffsetSource | None = None,
+    last_completed: OffsetSource | None = None,
+    group: OffsetSource | None = None,
+) -> StartOffsets:
+    """Pick start offsets: explicit restore > latest completed checkpoint > group > auto_offset_reset.
+
+    A partition the chosen source does not know is new (or its topic was added) and starts at its log
+    start, so no record is skipped; only an explicit `latest` reset deliberately skips the backlog.
+    An empty group map counts as "no group offsets", as in Kafka.
+    """
+    current = sorted(set(partitions))
+    chosen = next((s for s in (restore, last_completed) if s is not None), None)
+    if chosen is None and group is not None and group.offsets:
+        chosen = group
+    if chosen is None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(f"auto_offset_reset must be earliest or latest, got {auto_offset_reset!r}")
+        table = log_start_offsets if auto_offset_reset == "earliest" else stable_end_offsets
+        return StartOffsets(
+            source=auto_offset_reset,
+            offsets={tp: _lookup(table, tp) for tp in current},
+            origins={tp: auto_offset_reset for tp in current},
+        )
+    offsets: dict[TopicPartition, int] = {}
+    origins: dict[TopicPartition, str] = {}
+    for tp in current:
+        if tp in chosen.offsets:
+            offsets[tp], origins[tp] = chosen.offsets[tp], chosen.label
+        else:
+            offsets[tp], origins[tp] = _lookup(log_start_offsets, tp), "new-partition:earliest"
+    dropped = tuple(sorted(set(chosen.offsets) - set(current)))
+    return StartOffsets(source=chosen.label, offsets=offsets, origins=origins, dropped=dropped)
+
+
+def _lookup(table: Offsets, tp: TopicPartition) -> int:
+    try:
+        return table[tp]
+    except KeyError:
+        raise TerminalError(f"no offsets known for partition {tp.key}; is the partition list current?") from None
+
+
+# --- where to stop ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RangePlan:
+    """The ranges of one checkpoint (every partition, empty ones included, so end offsets carry forward)."""
+
+    ranges: tuple[OffsetRange, ...]
+    skipped: Mapping[TopicPartition, int] = field(default_factory=dict)
+    total_records: int = 0
+    #: offsets left below the LSO because of the record budget; the next checkpoint picks them up.
+    backlog_remaining: int = 0
+
+    @property
+    def non_empty(self) -> tuple[OffsetRange, ...]:
+        """The ranges that need a Spark task (and so a transaction)."""
+        return tuple(r for r in self.ranges if not r.is_empty)
+
+    @property
+    def end_offsets(self) -> dict[TopicPartition, int]:
+        return {r.tp: r.end for r in self.ranges}
+
+
+def plan_ranges(
+    starts: Offsets,
+    log_start_offsets: Offsets,
+    stable_end_offsets: Offsets,
+    max_records: int,
+    skip_deleted: bool = False,
+) -> RangePlan:
+    """Fix `[start, end)` per partition: end is the last stable offset, capped by the record budget.
+
+    The budget is water-filled so a hot partition cannot starve the others, and the sum of all
+    ranges never exceeds `max_records`. Records lost to retention fail the plan unless the spec
+    accepts the loss (`skip_deleted`), in which case the skipped counts are returned for logging.
+    """
+    if max_records <= 0:
+        raise ValueError(f"max_records must be > 0, got {max_records}")
+    tps = sorted(starts)
+    ahead = [(tp.key, starts[tp], _lookup(stable_end_offsets, tp)) for tp in tps
+             if starts[tp] > _lookup(stable_end_offsets, tp)]
+    if ahead:
+        raise OffsetAheadError(ahead)
+    deleted = [(tp.key, starts[tp], _lookup(log_start_offsets, tp)) for tp in tps
+               if starts[tp] < _lookup(log_start_offsets, tp)]
+    if deleted and not skip_deleted:
+        raise DeletedRangesError(deleted)
+    skipped = {TopicPartition.from_key(key): log_start - start for key, start, log_start in deleted}
+    effective = {tp: starts[tp] + skipped.get(tp, 0) for tp in tps}
+    backlog = {tp: stable_end_offsets[tp] - effective[tp] for tp in tps}
+    shares = water_fill(backlog, max_records)
+    ranges = tuple(OffsetRange(tp.topic, tp.partition, effective[tp], effective[tp] + shares[tp]) for tp in tps)
+    total = sum(shares.values())
+    return RangePlan(ranges, skipped, total, sum(backlog.values()) - total)
+
+
+def water_fill(backlog: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+    """Share `budget` across partitions: small backlogs are taken whole, the rest split evenly.
+
+    The remainder of the even split goes one each to the first partitions in sorted order, so the
+    result is deterministic and no two unsatisfied partitions differ by more than one.
+    """
+    shares = {tp: 0 for tp in backlog}
+    remaining = budget
+    pending = sorted(backlog, key=lambda tp: (backlog[tp], tp))
+    while pending:
+        even = remaining // len(pending)
+        if backlog[pending[0]] > even:
+            break
+        tp = pending.pop(0)
+        shares[tp] = backlog[tp]
+        remaining -= backlog[tp]
+    if pending:
+        even, extra = divmod(remaining, len(pending))
+        for i, tp in enumerate(sorted(pending)):
+            shares[tp] = even + (1 if i < extra else 0)
+    return shares

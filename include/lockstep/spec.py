@@ -1,0 +1,395 @@
+"""Pipeline specs: one YAML file per pipeline, validated all at once.
+
+A spec decides where data goes and which transactional ids Lockstep may fence, so a typo must
+never be silently ignored: unknown keys are errors, and every problem is reported together with
+its file and field path (`SpecError`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from lockstep.errors import SpecError, SpecProblem
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+ID_PREFIX_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+TRANSFORM_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*|[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+CRON_FIELD_RE = re.compile(r"[0-9A-Za-z*?/,#-]+")
+SCHEDULE_PRESETS = frozenset(
+    {"@once", "@continuous", "@hourly", "@daily", "@midnight", "@weekly",
+     "@monthly", "@quarterly", "@yearly", "@annually"}
+)
+#: Producer settings Lockstep sets itself; overriding them would break fencing or the commit margin.
+RESERVED_PRODUCER_KEYS = frozenset({"transactional.id", "enable.idempotence", "transaction.timeout.ms"})
+_MISSING: Any = object()
+
+
+class StoreLocation(NamedTuple):
+    """Where a pipeline's checkpoints live: S3 bucket and key prefix (no trailing slash)."""
+
+    bucket: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    topics: tuple[str, ...]
+    kafka_conn_id: str
+    auto_offset_reset: str
+    consumer_group: str
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    topic: str
+    dead_letter_topic: str
+    kafka_conn_id: str
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    store: str
+    bucket: str
+    prefix: str
+    aws_conn_id: str
+    schedule: str | None
+    max_records: int
+    retain: int
+    skip_deleted_ranges: bool
+
+
+@dataclass(frozen=True)
+class TransactionSpec:
+    id_prefix: str
+    timeout_ms: int
+    commit_margin_ms: int
+
+
+@dataclass(frozen=True)
+class SparkSpec:
+    master: str | None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    description: str
+    source: SourceSpec
+    transform: str
+    sink: SinkSpec
+    checkpoints: CheckpointSpec
+    transactions: TransactionSpec
+    spark: SparkSpec
+    producer: Mapping[str, Any]
+    path: str
+
+    @property
+    def dag_id(self) -> str:
+        """Airflow DAG ids in this project all start with `lockstep_`; '-' is avoided for readability."""
+        return "lockstep_" + self.name.replace("-", "_")
+
+    @property
+    def checkpoint_location(self) -> StoreLocation:
+        """Each pipeline owns `<prefix>/<name>` in the store, so pipelines may share one bucket."""
+        prefix = f"{self.checkpoints.prefix}/{self.name}" if self.checkpoints.prefix else self.name
+        return StoreLocation(self.checkpoints.bucket, prefix)
+
+    @property
+    def transform_target(self) -> tuple[str, str]:
+        """(module, function) of the transform, whichever of the two accepted syntaxes was used."""
+        module, _, function = self.transform.partition(":")
+        return module, function
+
+
+class _Checker:
+    """Reads one YAML document field by field, collecting problems instead of stopping at the first."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.problems: list[SpecProblem] = []
+
+    def fail(self, path: str, reason: str) -> None:
+        self.problems.append(SpecProblem(self.file, path, reason))
+
+    def mapping(self, doc: Any, path: str, optional: bool = True) -> dict[Any, Any]:
+        if doc is _MISSING or (doc is None and optional):
+            if not optional:
+                self.fail(path, "is required")
+            return {}
+        if not isinstance(doc, dict):
+            self.fail(path or "<document>", f"must be a mapping, got {_kind(doc)}")
+            return {}
+        return doc
+
+    def section(self, doc: Any, path: str, allowed: set[str], optional: bool = True) -> dict[str, Any]:
+        d = self.mapping(doc, path, optional)
+        for key in sorted(set(d) - allowed, key=str):
+            self.fail(_join(path, str(key)), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return d
+
+    def text(self, doc: dict[str, Any], path: str, key: str, default: Any = _MISSING,
+             pattern: re.Pattern[str] | None = None, rule: str = "") -> Any:
+        value = doc.get(key, default)
+        where = _join(path, key)
+        if value is _MISSING:
+            if not any(p.field == path for p in self.problems):  # a missing section is reported once
+                self.fail(where, "is required")
+        elif value is None and default is None:
+            return None
+        elif not isinstance(value, str) or not value:
+            self.fail(where, f"must be a non-empty string, got {_kind(value)}")
+        elif pattern is not None and not pattern.fullmatch(value):
+            self.fail(where, f"{value!r} is invalid: {rule}")
+        else:
+            return value
+        return None
+
+    def integer(self, doc: dict[str, Any], path: str, key: str, default: int, low: int, high: int | None) -> Any:
+        value = doc.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(_join(path, key), f"must be an integer, got {_kind(value)}")
+        elif value < low or (high is not None and value > high):
+            bounds = f"between {low} and {high}" if high is not None else f">= {low}"
+            self.fail(_join(path, key), f"must be {bounds}, got {value}")
+        else:
+            return value
+        return None
+
+    def boolean(self, doc: dict[str, Any], path: str, key: str, default: bool) -> Any:
+        value = doc.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(_join(path, key), f"must be true or false, got {_kind(value)}")
+            return None
+        return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+
+
+TOPIC_RULE = "Kafka topic names are 1-249 characters of [A-Za-z0-9._-] and not '.' or '..'"
+
+
+def _topic(c: _Checker, doc: dict[str, Any], path: str, key: str) -> Any:
+    value = c.text(doc, path, key, pattern=TOPIC_RE, rule=TOPIC_RULE)
+    if value in (".", ".."):
+        c.fail(_join(path, key), f"{value!r} is invalid: {TOPIC_RULE}")
+        return None
+    return value
+
+
+def _topics(c: _Checker, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        c.fail("source.topics", f"must be a non-empty list of topic names, got {_kind(value)}")
+        return ()
+    checked = [_topic(c, {f"topics[{i}]": t}, "source", f"topics[{i}]") for i, t in enumerate(value)]
+    if len(set(map(str, value))) != len(value):
+        c.fail("source.topics", "lists a topic more than once")
+    return tuple(t for t in checked if t)
+
+
+def _source(c: _Checker, doc: Any, name: str) -> SourceSpec:
+    d = c.section(doc, "source", {"topics", "kafka_conn_id", "auto_offset_reset", "consumer_group"}, optional=False)
+    checked = _topics(c, d.get("topics"))
+    reset = c.text(d, "source", "auto_offset_reset", "earliest", re.compile("earliest|latest"), "must be earliest or latest")
+    return SourceSpec(
+        topics=tuple(checked),
+        kafka_conn_id=c.text(d, "source", "kafka_conn_id", "kafka_default"),
+        auto_offset_reset=reset,
+        consumer_group=c.text(d, "source", "consumer_group", f"lockstep-{name}"),
+    )
+
+
+def _sink(c: _Checker, doc: Any, source: SourceSpec) -> SinkSpec:
+    d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id"}, optional=False)
+    topic, dlq = _topic(c, d, "sink", "topic"), _topic(c, d, "sink", "dead_letter_topic")
+    if topic and topic in source.topics:
+        c.fail("sink.topic", f"{topic!r} is also a source topic; a pipeline must not feed itself")
+    if dlq and dlq == topic:
+        c.fail("sink.dead_letter_topic", "must differ from sink.topic, or bad records would look like output")
+    conn = c.text(d, "sink", "kafka_conn_id", source.kafka_conn_id or "kafka_default")
+    return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn)
+
+
+def parse_store_url(url: str) -> StoreLocation | None:
+    """Split `s3://bucket[/prefix]`; None when it is not such a URL."""
+    if not url.startswith("s3://"):
+        return None
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    prefix = prefix.strip("/")
+    if not BUCKET_RE.fullmatch(bucket) or ".." in bucket or "//" in prefix:
+        return None
+    return StoreLocation(bucket, prefix)
+
+
+def _schedule(c: _Checker, d: dict[str, Any]) -> Any:
+    value = d.get("schedule")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        c.fail("checkpoints.schedule", f"must be a cron string, an Airflow preset or null, got {_kind(value)}")
+    elif value.startswith("@"):
+        if value in SCHEDULE_PRESETS:
+            return value
+        c.fail("checkpoints.schedule", f"unknown preset {value!r} (known: {', '.join(sorted(SCHEDULE_PRESETS))})")
+    elif len(value.split()) in (5, 6) and all(CRON_FIELD_RE.fullmatch(f) for f in value.split()):
+        return value
+    else:
+        c.fail("checkpoints.schedule", f"{value!r} is not a cron expression with 5 fields")
+    return None
+
+
+def _checkpoints(c: _Checker, doc: Any) -> CheckpointSpec:
+    allowed = {"store", "aws_conn_id", "schedule", "max_records", "retain", "skip_deleted_ranges"}
+    d = c.section(doc, "checkpoints", allowed, optional=False)
+    store = c.text(d, "checkpoints", "store")
+    location = parse_store_url(store) if store else None
+    if store and location is None:
+        c.fail("checkpoints.store", f"{store!r} is not s3://bucket[/prefix] with a valid bucket name")
+    return CheckpointSpec(
+        store=store,
+        bucket=location.bucket if location else "",
+        prefix=location.prefix if location else "",
+        aws_conn_id=c.text(d, "checkpoints", "aws_conn_id", "aws_default"),
+        schedule=_schedule(c, d),
+        max_records=c.integer(d, "checkpoints", "max_records", 100_000, 1, None),
+        retain=c.integer(d, "checkpoints", "retain", 20, 1, None),
+        skip_deleted_ranges=c.boolean(d, "checkpoints", "skip_deleted_ranges", False),
+    )
+
+
+def _transactions(c: _Checker, doc: Any, name: str) -> TransactionSpec:
+    d = c.section(doc, "transactions", {"id_prefix", "timeout_ms", "commit_margin_ms"})
+    prefix = c.text(d, "transactions", "id_prefix", name or "x", ID_PREFIX_RE, "allowed are 1-200 of [A-Za-z0-9._-]")
+    timeout = c.integer(d, "transactions", "timeout_ms", 900_000, 1000, 3_600_000)
+    margin = c.integer(d, "transactions", "commit_margin_ms", 60_000, 0, None)
+    if timeout is not None and margin is not None and margin >= timeout:
+        c.fail("transactions.commit_margin_ms", f"must be less than transactions.timeout_ms ({timeout}), got {margin}")
+    return TransactionSpec(id_prefix=prefix, timeout_ms=timeout, commit_margin_ms=margin)
+
+
+def _spark(c: _Checker, doc: Any) -> SparkSpec:
+    d = c.section(doc, "spark", {"master", "conf"})
+    master = c.text(d, "spark", "master", None)
+    conf = c.mapping(d.get("conf"), "spark.conf")
+    rendered: dict[str, str] = {}
+    for key, value in conf.items():
+        where = f"spark.conf[{key}]"
+        if not isinstance(key, str) or not isinstance(value, (str, int, bool)):
+            c.fail(where, f"keys must be strings and values strings, integers or booleans, got {_kind(value)}")
+            continue
+        rendered[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        if key == "spark.speculation" and rendered[key].strip().lower() == "true":
+            c.fail(where, "speculation must stay off: a speculative task attempt would fence the "
+                          "transaction of the attempt that wins")
+    return SparkSpec(master=master, conf=rendered)
+
+
+def _producer(c: _Checker, doc: Any) -> dict[str, Any]:
+    d = c.mapping(doc, "producer")
+    for key in sorted(set(d) & RESERVED_PRODUCER_KEYS):
+        c.fail(f"producer[{key}]", "is set by Lockstep (it owns transactional ids and timeouts); "
+                                   "use transactions.* instead")
+    return dict(d)
+
+
+def parse_spec(doc: Any, file: str) -> PipelineSpec:
+    """Validate one parsed YAML document; raises SpecError listing every problem found."""
+    c = _Checker(file)
+    top = {"name", "description", "source", "transform", "sink", "checkpoints", "transactions", "spark", "producer"}
+    d = c.section(doc, "", top, optional=False)
+    name = c.text(d, "", "name", pattern=NAME_RE, rule="allowed is [a-z0-9][a-z0-9_-]{0,62}")
+    description = d.get("description") or ""
+    if not isinstance(description, str):
+        c.fail("description", f"must be a string, got {_kind(description)}")
+    source = _source(c, d.get("source", _MISSING), name or "")
+    transform = c.text(d, "", "transform", pattern=TRANSFORM_RE,
+                       rule='expected "module.path:function" or "module.path.function"')
+    spec = PipelineSpec(
+        name=name,
+        description=description if isinstance(description, str) else "",
+        source=source,
+        transform=_normalise_transform(transform) if transform else "",
+        sink=_sink(c, d.get("sink", _MISSING), source),
+        checkpoints=_checkpoints(c, d.get("checkpoints", _MISSING)),
+        transactions=_transactions(c, d.get("transactions"), name or ""),
+        spark=_spark(c, d.get("spark")),
+        producer=_producer(c, d.get("producer")),
+        path=file,
+    )
+    if c.problems:
+        raise SpecError(c.problems)
+    return spec
+
+
+def _normalise_transform(value: str) -> str:
+    if ":" in value:
+        return value
+    module, _, function = value.rpartition(".")
+    return f"{module}:{function}"
+
+
+def load_spec(path: str | Path) -> PipelineSpec:
+    """Read and validate one spec file."""
+    file = str(path)
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError([SpecProblem(file, "<document>", f"cannot be read as YAML: {exc}")]) from exc
+    return parse_spec(doc, file)
+
+
+def load_specs(directory: str | Path) -> list[PipelineSpec]:
+    """Load every *.yaml/*.yml in a directory and check the specs do not collide with each other."""
+    files = sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    specs: list[PipelineSpec] = []
+    problems: list[SpecProblem] = []
+    for file in files:
+        try:
+            specs.append(load_spec(file))
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    problems.extend(cross_check(specs))
+    if problems:
+        raise SpecError(problems)
+    return specs
+
+
+def cross_check(specs: list[PipelineSpec]) -> list[SpecProblem]:
+    """Problems between specs: shared names, DAG ids or transactional id prefixes.
+
+    Transactional ids are `<prefix>-<checkpoint>-<task>` and recovery fences every id under a
+    prefix, so `orders` and `orders-enrich` as prefixes would let one pipeline abort the other's
+    transactions.
+    """
+    problems: list[SpecProblem] = []
+    for i, a in enumerate(specs):
+        for b in specs[i + 1:]:
+            if a.name == b.name:
+                problems.append(SpecProblem(b.path, "name", f"{b.name!r} is also used by {a.path}"))
+            elif a.dag_id == b.dag_id:
+                problems.append(SpecProblem(b.path, "name", f"DAG id {b.dag_id} is also the DAG id of {a.path}"))
+            pa, pb = a.transactions.id_prefix, b.transactions.id_prefix
+            if pa == pb:
+                problems.append(SpecProblem(b.path, "transactions.id_prefix", f"{pb!r} is also used by {a.path}"))
+            elif pb.startswith(pa + "-") or pa.startswith(pb + "-"):
+                short, long_ = sorted((pa, pb), key=len)
+                problems.append(SpecProblem(
+                    b.path, "transactions.id_prefix",
+                    f"{pb!r} and {pa!r} ({a.path}) overlap: ids under {long_!r} also start with {short + '-'!r}, "
+                    "so fencing one pipeline would abort the other's transactions",
+                ))
+    return problems

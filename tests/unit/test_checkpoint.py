@@ -1,0 +1,221 @@
+"""Checkpoint metadata: forward-only status, JSON round trips, loud failures on foreign documents."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lockstep.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointStatus,
+    CheckpointView,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+    PreparedTransaction,
+    Savepoint,
+    can_transition,
+    validate_savepoint_name,
+)
+from lockstep.errors import CheckpointError, MetadataError, TerminalError
+from lockstep.offsets import OffsetRange, TopicPartition
+
+S = CheckpointStatus
+KEY = "checkpoints/orders-enrich/42/claim.json"
+
+
+def claim(cid: int = 42, ranges: tuple[OffsetRange, ...] | None = None) -> CheckpointClaim:
+    return CheckpointClaim(
+        pipeline="orders-enrich", checkpoint_id=cid, run_id="scheduled__2025-01-01", claimed_at="2025-01-01T00:00:00Z",
+        ranges=ranges if ranges is not None else (OffsetRange("orders", 0, 10, 20), OffsetRange("orders", 1, 5, 5)),
+        start_source="checkpoint:41", restored_from=None, skipped={"orders:0": 3},
+    )
+
+
+def txn(task: int = 0, cid: int = 42) -> PreparedTransaction:
+    return PreparedTransaction(
+        transactional_id=f"orders-enrich-{cid}-{task}", producer_id=1000 + task, epoch=3,
+        partitions=(TopicPartition("orders-enriched", task), TopicPartition("orders-enriched-dlq", 0)),
+        records=10, dead_letters=1, task_index=task, opened_at_ms=1_700_000_000_000,
+    )
+
+
+def prepared(cid: int = 42) -> PreparedCheckpoint:
+    return PreparedCheckpoint(
+        pipeline="orders-enrich", checkpoint_id=cid, prepared_at="2025-01-01T00:01:00Z",
+        transactions=(txn(0, cid), txn(1, cid)), records_in=20, records_out=18, records_dead_lettered=2,
+        spark_seconds=12.5,
+    )
+
+
+def completed(cid: int = 42) -> CompletedCheckpoint:
+    return CompletedCheckpoint(pipeline="orders-enrich", checkpoint_id=cid, completed_at="2025-01-01T00:02:00Z",
+                               end_offsets={"orders:0": 20, "orders:1": 5}, committed=("orders-enrich-42-0",))
+
+
+def aborted(cid: int = 42) -> AbortedCheckpoint:
+    return AbortedCheckpoint(pipeline="orders-enrich", checkpoint_id=cid, aborted_at="2025-01-01T00:02:00Z",
+                             reason="transaction orders-enrich-42-0 timed out after 900000 ms",
+                             replay_hint="the next run replays orders partition 0 from checkpoint 41")
+
+
+def savepoint(name: str = "nightly") -> Savepoint:
+    return Savepoint(name=name, pipeline="orders-enrich", checkpoint_id=42, created_at="2025-01-02T00:00:00Z",
+                     end_offsets={"orders:0": 20}, ranges=(OffsetRange("orders", 0, 10, 20),))
+
+
+VALUES = [claim(), txn(), prepared(), completed(), aborted(), savepoint()]
+
+
+# --- status ---
+
+
+@pytest.mark.parametrize(("old", "new"), [(S.CLAIMED, S.PREPARED), (S.CLAIMED, S.ABORTED),
+                                          (S.PREPARED, S.COMPLETED), (S.PREPARED, S.ABORTED)])
+def test_forward_transitions_are_allowed(old: S, new: S) -> None:
+    assert can_transition(old, new)
+
+
+def test_nothing_else_is_allowed() -> None:
+    allowed = {(S.CLAIMED, S.PREPARED), (S.CLAIMED, S.ABORTED), (S.PREPARED, S.COMPLETED), (S.PREPARED, S.ABORTED)}
+    for old in S:
+        for new in S:
+            assert can_transition(old, new) == ((old, new) in allowed), (old, new)
+
+
+# --- JSON round trips ---
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_json_round_trip_through_text(value: Any) -> None:
+    doc = json.loads(json.dumps(value.to_json()))
+    assert type(value).from_json(doc, KEY) == value
+    assert doc["schema"].startswith("lockstep.") and doc["schema"].endswith("/1")
+
+
+def test_schemas_differ_per_document_type() -> None:
+    schemas = [v.to_json()["schema"] for v in VALUES]
+    assert len(set(schemas)) == len(schemas)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_foreign_schema_is_rejected_naming_the_key(value: Any) -> None:
+    doc = value.to_json()
+    doc["schema"] = "lockstep.checkpoint/99"
+    with pytest.raises(MetadataError) as info:
+        type(value).from_json(doc, KEY)
+    assert info.value.key == KEY
+    assert KEY in str(info.value) and "lockstep.checkpoint/99" in str(info.value)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_missing_schema_is_rejected(value: Any) -> None:
+    doc = value.to_json()
+    del doc["schema"]
+    with pytest.raises(MetadataError, match="schema is None"):
+        type(value).from_json(doc, KEY)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_every_missing_field_is_named(value: Any) -> None:
+    for name in value.to_json():
+        if name == "schema":
+            continue
+        doc = value.to_json()
+        del doc[name]
+        with pytest.raises(MetadataError) as info:
+            type(value).from_json(doc, KEY)
+        assert f"missing field {name!r}" in str(info.value) and KEY in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [("checkpoint_id", "42"), ("checkpoint_id", True), ("ranges", [{"topic": "t"}]),
+     ("ranges", [{"topic": "t", "partition": 0, "start": 5, "end": 1}]), ("skipped", {"nokey": 1}),
+     ("skipped", {"orders:0": -1}), ("pipeline", None)],
+)
+def test_wrong_field_values_are_metadata_errors(field: str, bad: Any) -> None:
+    doc = claim().to_json()
+    doc[field] = bad
+    with pytest.raises(MetadataError) as info:
+        CheckpointClaim.from_json(doc, KEY)
+    assert field in str(info.value) or "range" in str(info.value)
+
+
+def test_non_object_document_is_rejected() -> None:
+    with pytest.raises(MetadataError, match="expected a JSON object"):
+        PreparedCheckpoint.from_json([1, 2], KEY)
+
+
+def test_broken_nested_committable_names_its_position() -> None:
+    doc = prepared().to_json()
+    del doc["transactions"][1]["epoch"]
+    with pytest.raises(MetadataError) as info:
+        PreparedCheckpoint.from_json(doc, KEY)
+    assert "transactions[1]" in str(info.value) and "'epoch'" in str(info.value)
+
+
+def test_prepared_checkpoint_rejects_duplicate_transactional_ids() -> None:
+    with pytest.raises(CheckpointError):
+        PreparedCheckpoint("p", 1, "t", (txn(0), txn(0)), 0, 0, 0, 0.0)
+    doc = prepared().to_json()
+    doc["transactions"][1] = doc["transactions"][0]
+    with pytest.raises(MetadataError, match="duplicate"):
+        PreparedCheckpoint.from_json(doc, KEY)
+
+
+def test_claim_derived_values() -> None:
+    c = claim()
+    assert c.end_offsets == {"orders:0": 20, "orders:1": 5}
+    assert c.task_count == 1  # the empty range needs no task
+
+
+def test_empty_committable() -> None:
+    assert not txn().is_empty
+    empty = PreparedTransaction("orders-enrich-42-9", 1, 0, (), 0, 0, 9, 0)
+    assert empty.is_empty
+
+
+# --- savepoint names ---
+
+
+@pytest.mark.parametrize("name", ["nightly", "2025-01-01", "before.v2_migration", "a" * 100])
+def test_valid_savepoint_names(name: str) -> None:
+    assert validate_savepoint_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-x", ".hidden", "a/b", "a..b", "a" * 101, "with space", "ü"])
+def test_invalid_savepoint_names_say_what_is_allowed(name: str) -> None:
+    with pytest.raises(TerminalError) as info:
+        validate_savepoint_name(name)
+    assert "letters, digits" in str(info.value)
+    with pytest.raises(TerminalError):
+        savepoint(name)
+
+
+def test_savepoint_with_bad_name_in_store_is_metadata_error() -> None:
+    doc = savepoint().to_json()
+    doc["name"] = "../escape"
+    with pytest.raises(MetadataError, match="invalid savepoint name"):
+        Savepoint.from_json(doc, KEY)
+
+
+# --- the assembled view ---
+
+
+def test_view_status_is_derived_from_parts() -> None:
+    assert CheckpointView(claim()).status is S.CLAIMED
+    assert CheckpointView(claim(), prepared()).status is S.PREPARED
+    assert CheckpointView(claim(), prepared(), completed()).status is S.COMPLETED
+    assert CheckpointView(claim(), prepared(), aborted=aborted()).status is S.ABORTED
+    assert CheckpointView(claim(), aborted=aborted()).status is S.ABORTED
+    assert CheckpointView(claim()).checkpoint_id == 42
+
+
+def test_view_rejects_inconsistent_parts() -> None:
+    with pytest.raises(CheckpointError, match="both completed and aborted"):
+        CheckpointView(claim(), prepared(), completed(), aborted())
+    with pytest.raises(CheckpointError, match="checkpoint 43"):
+        CheckpointView(claim(42), prepared(43))

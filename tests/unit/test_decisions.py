@@ -1,0 +1,285 @@
+"""Decisions: transactional ids, commit-or-abort (all or nothing, roll forward), recovery plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockstep.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointView,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+    PreparedTransaction,
+)
+from lockstep.decisions import (
+    DecisionKind,
+    TransactionObservation,
+    compress_partitions,
+    decide_commit,
+    parse_transactional_id,
+    recovery_plan,
+    replay_hint,
+    transactional_id,
+)
+from lockstep.offsets import OffsetRange, TopicPartition
+
+K = DecisionKind
+PREFIX = "orders-enrich"
+NOW = 1_000_000
+TIMEOUT = 900_000
+MARGIN = 60_000
+
+
+# --- ids ---
+
+
+def test_transactional_id_round_trip() -> None:
+    tid = transactional_id(PREFIX, 42, 3)
+    assert tid == "orders-enrich-42-3"
+    assert parse_transactional_id(PREFIX, tid) == (42, 3)
+    assert parse_transactional_id(PREFIX, tid).checkpoint_id == 42  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("tid", ["orders-42-3", "orders-enrich-x-3", "orders-enrich-42", "orders-enrich-42-3-1",
+                                 "orders-enrich-042-3", "orders-enrich2-42-3", "orders-enrich-42--3"])
+def test_foreign_ids_do_not_parse(tid: str) -> None:
+    assert parse_transactional_id(PREFIX, tid) is None
+
+
+def test_longer_prefix_ids_are_not_ours() -> None:
+    # the reason load_specs forbids prefix "orders" next to "orders-enrich"
+    assert parse_transactional_id("orders", "orders-enrich-42-3") is None
+    assert parse_transactional_id("orders", "orders-42-3") == (42, 3)
+
+
+# --- decide_commit ---
+
+
+def txn(task: int, records: int = 5) -> PreparedTransaction:
+    parts = (TopicPartition("out", task),) if records else ()
+    return PreparedTransaction(f"{PREFIX}-42-{task}", 100 + task, 7, parts, records, 0, task, NOW - 1000)
+
+
+def prepared(*txns: PreparedTransaction) -> PreparedCheckpoint:
+    return PreparedCheckpoint(PREFIX, 42, "t", tuple(txns), 10, 10, 0, 1.0)
+
+
+def obs(task: int, state: str = "Ongoing", *, pid: int | None = None, epoch: int = 7,
+        started: int = NOW - 1000, timeout: int = TIMEOUT) -> TransactionObservation:
+    return TransactionObservation(f"{PREFIX}-42-{task}", state, 100 + task if pid is None else pid, epoch,
+                                  started, timeout)
+
+
+def observed(*observations: TransactionObservation) -> dict[str, TransactionObservation]:
+    return {o.transactional_id: o for o in observations}
+
+
+def decide(p: PreparedCheckpoint, *observations: TransactionObservation):  # type: ignore[no-untyped-def]
+    return decide_commit(p, observed(*observations), NOW, MARGIN)
+
+
+def test_all_ongoing_and_ours_commits_all() -> None:
+    d = decide(prepared(txn(0), txn(1)), obs(0), obs(1))
+    assert d.kind is K.COMMIT
+    assert set(d.commit) == {f"{PREFIX}-42-0", f"{PREFIX}-42-1"}
+    assert d.abort == () and dict(d.problems) == {}
+
+
+def test_no_transactions_is_nothing_to_commit() -> None:
+    assert decide(prepared()).kind is K.NOTHING_TO_COMMIT
+
+
+def test_empty_committables_are_ignored() -> None:
+    # a task that produced nothing never started a broker transaction: it reads as Empty
+    d = decide(prepared(txn(0), txn(1, records=0)), obs(0), obs(1, "Empty", started=-1))
+    assert d.kind is K.COMMIT and d.commit == (f"{PREFIX}-42-0",)
+    assert decide(prepared(txn(0, records=0))).kind is K.NOTHING_TO_COMMIT
+
+
+def test_all_committed_is_already_committed() -> None:
+    d = decide(prepared(txn(0), txn(1)), obs(0, "CompleteCommit"), obs(1, "CompleteCommit"))
+    assert d.kind is K.ALREADY_COMMITTED
+    assert d.commit == () and set(d.already_committed) == {f"{PREFIX}-42-0", f"{PREFIX}-42-1"}
+
+
+def test_committed_epoch_plus_one_counts_as_ours() -> None:
+    # transaction protocol v2 bumps the epoch when the transaction ends
+    d = decide(prepared(txn(0)), obs(0, "CompleteCommit", epoch=8))
+    assert d.kind is K.ALREADY_COMMITTED
+    d = decide(prepared(txn(0)), obs(0, "CompleteCommit", epoch=9))
+    assert d.kind is K.ABORT and "fenced" in d.problems[f"{PREFIX}-42-0"]
+
+
+def test_partial_commit_rolls_forward() -> None:
+    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, "CompleteCommit"), obs(1), obs(2, "PrepareCommit"))
+    assert d.kind is K.COMMIT
+    assert set(d.commit) == {f"{PREFIX}-42-1", f"{PREFIX}-42-2"}  # PrepareCommit is re-sent (retriable)
+    assert d.already_committed == (f"{PREFIX}-42-0",)
+    assert "rolling forward" in d.message
+
+
+def test_prepare_commit_only_is_committed_again() -> None:
+    d = decide(prepared(txn(0)), obs(0, "PrepareCommit"))
+    assert d.kind is K.COMMIT and d.commit == (f"{PREFIX}-42-0",)
+
+
+def test_timed_out_transaction_aborts_all_with_reason() -> None:
+    d = decide(prepared(txn(0), txn(1), txn(2), txn(3)), obs(0), obs(1), obs(2), obs(3, started=NOW - TIMEOUT - 1))
+    assert d.kind is K.ABORT
+    assert set(d.abort) == {f"{PREFIX}-42-{i}" for i in range(4)}
+    assert d.commit == ()
+    assert d.problems == {f"{PREFIX}-42-3": f"transaction {PREFIX}-42-3 timed out after 900000 ms"}
+    assert "checkpoint 42" in d.message and "orders-enrich-42-3 timed out after 900000 ms" in d.message
+
+
+def test_too_little_time_left_aborts() -> None:
+    d = decide(prepared(txn(0)), obs(0, started=NOW - TIMEOUT + MARGIN - 1))
+    assert d.kind is K.ABORT
+    assert "commit margin" in d.problems[f"{PREFIX}-42-0"]
+    # exactly the margin left is still enough
+    assert decide(prepared(txn(0)), obs(0, started=NOW - TIMEOUT + MARGIN)).kind is K.COMMIT
+
+
+@pytest.mark.parametrize(
+    ("observation", "reason"),
+    [
+        (obs(1, pid=999), "fenced"),
+        (obs(1, epoch=8), "fenced"),
+        (obs(1, "CompleteAbort"), "aborted"),
+        (obs(1, "PrepareAbort"), "being aborted"),
+        (obs(1, "Empty", started=-1), "no open transaction"),
+        (obs(1, "Dead"), "expired"),
+        (obs(1, "Unknown"), "unknown to the transaction coordinator"),
+        (obs(1, "Weird"), "unexpected state 'Weird'"),
+    ],
+)
+def test_uncommittable_states_abort_everything(observation: TransactionObservation, reason: str) -> None:
+    d = decide(prepared(txn(0), txn(1)), obs(0), observation)
+    assert d.kind is K.ABORT
+    assert set(d.abort) == {f"{PREFIX}-42-0", f"{PREFIX}-42-1"}
+    assert list(d.problems) == [f"{PREFIX}-42-1"]
+    assert reason in d.problems[f"{PREFIX}-42-1"]
+
+
+def test_fencing_reason_names_both_producers() -> None:
+    d = decide(prepared(txn(0)), obs(0, pid=555, epoch=9))
+    assert "producer id 555 epoch 9" in d.problems[f"{PREFIX}-42-0"]
+    assert "100/7" in d.problems[f"{PREFIX}-42-0"]
+
+
+@pytest.mark.parametrize("bad", [obs(1, "CompleteAbort"), obs(1, started=NOW - TIMEOUT), obs(1, "Unknown")])
+@pytest.mark.parametrize("done", ["CompleteCommit", "PrepareCommit"])
+def test_partially_committed_and_uncommittable_is_stuck_never_abort(bad: TransactionObservation, done: str) -> None:
+    d = decide(prepared(txn(0), txn(1)), obs(0, done), bad)
+    assert d.kind is K.STUCK
+    assert d.abort == () and d.commit == ()
+    assert "must not be aborted" in d.message and "partially committed" in d.message
+
+
+def test_unobserved_transaction_is_retry_later_not_abort() -> None:
+    d = decide(prepared(txn(0), txn(1)), obs(0, "CompleteAbort"))
+    assert d.kind is K.RETRY_LATER
+    assert d.abort == () and f"{PREFIX}-42-1" in d.message
+
+
+def test_stuck_wins_over_missing_observations() -> None:
+    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, "CompleteCommit"), obs(1, "Dead"))
+    assert d.kind is K.STUCK
+
+
+# --- recovery_plan ---
+
+
+def claim(cid: int, tasks: int) -> CheckpointClaim:
+    ranges = tuple(OffsetRange("orders", p, 0, 10 if p < tasks else 0) for p in range(tasks + 1))
+    return CheckpointClaim(PREFIX, cid, f"run{cid}", "t", ranges, f"checkpoint:{cid - 1}")
+
+
+def prepared_view(cid: int, tasks: int) -> CheckpointView:
+    txns = tuple(PreparedTransaction(transactional_id(PREFIX, cid, i), 1, 0, (TopicPartition("out", i),), 1, 0, i, 0)
+                 for i in range(tasks))
+    return CheckpointView(claim(cid, tasks), PreparedCheckpoint(PREFIX, cid, "t", txns, tasks, tasks, 0, 1.0))
+
+
+def aborted_view(cid: int, tasks: int) -> CheckpointView:
+    return CheckpointView(claim(cid, tasks), aborted=AbortedCheckpoint(PREFIX, cid, "t", "r", "h"))
+
+
+def test_clean_state_needs_nothing() -> None:
+    plan = recovery_plan([], PREFIX, latest_completed_id=41)
+    assert plan.is_clean and plan.next_checkpoint_id == 42
+    assert recovery_plan([], PREFIX).next_checkpoint_id == 1
+
+
+def test_prepared_is_rolled_forward_and_not_fenced() -> None:
+    plan = recovery_plan([prepared_view(42, 2)], PREFIX, open_transactional_ids=[f"{PREFIX}-42-0", f"{PREFIX}-42-1"],
+                         latest_completed_id=41)
+    assert plan.roll_forward == (42,)
+    assert plan.mark_aborted == ()
+    assert dict(plan.fence) == {}
+    assert plan.next_checkpoint_id == 43
+
+
+def test_claimed_only_is_marked_aborted_and_fenced() -> None:
+    plan = recovery_plan([CheckpointView(claim(42, 3))], PREFIX, latest_completed_id=41)
+    assert plan.mark_aborted == (42,)
+    assert plan.fence == {42: (f"{PREFIX}-42-0", f"{PREFIX}-42-1", f"{PREFIX}-42-2")}
+    assert plan.roll_forward == ()
+
+
+def test_aborted_is_fenced_again_but_not_re_marked() -> None:
+    plan = recovery_plan([aborted_view(42, 2)], PREFIX)
+    assert plan.mark_aborted == ()
+    assert plan.fence == {42: (f"{PREFIX}-42-0", f"{PREFIX}-42-1")}
+
+
+def test_open_ids_from_a_higher_past_parallelism_are_fenced() -> None:
+    open_ids = [f"{PREFIX}-43-7", f"{PREFIX}-43-10", f"{PREFIX}-42-5", "other-pipeline-43-0", f"{PREFIX}-40-2"]
+    plan = recovery_plan([CheckpointView(claim(43, 2))], PREFIX, open_ids, latest_completed_id=42)
+    assert plan.fence == {
+        40: (f"{PREFIX}-40-2",),
+        42: (f"{PREFIX}-42-5",),
+        43: (f"{PREFIX}-43-0", f"{PREFIX}-43-1", f"{PREFIX}-43-7", f"{PREFIX}-43-10"),
+    }
+
+
+def test_leftover_ids_of_a_prepared_checkpoint_are_fenced_but_its_committables_kept() -> None:
+    plan = recovery_plan([prepared_view(42, 2)], PREFIX, [f"{PREFIX}-42-1", f"{PREFIX}-42-4"])
+    assert plan.fence == {42: (f"{PREFIX}-42-4",)}
+
+
+def test_mixed_views() -> None:
+    views = [CheckpointView(claim(45, 1)), prepared_view(43, 2), aborted_view(44, 1)]
+    plan = recovery_plan(views, PREFIX, latest_completed_id=42)
+    assert plan.roll_forward == (43,)
+    assert plan.mark_aborted == (45,)
+    assert set(plan.fence) == {44, 45}
+    assert plan.next_checkpoint_id == 46
+
+
+def test_completed_views_need_nothing_but_count_for_the_next_id() -> None:
+    done = CheckpointView(claim(50, 1), completed=CompletedCheckpoint(PREFIX, 50, "t", {}, ()))
+    plan = recovery_plan([done], PREFIX, latest_completed_id=49)
+    assert plan.is_clean and plan.next_checkpoint_id == 51
+
+
+# --- messages ---
+
+
+@pytest.mark.parametrize(
+    ("parts", "text"),
+    [([], ""), ([3], "3"), ([0, 1, 2, 3, 4, 5], "0-5"), ([7, 0, 1, 2, 3, 4, 5], "0-5,7"),
+     ([1, 3, 5], "1,3,5"), ([8, 9, 1, 1], "1,8-9")],
+)
+def test_compress_partitions(parts: list[int], text: str) -> None:
+    assert compress_partitions(parts) == text
+
+
+def test_replay_hint() -> None:
+    ranges = [OffsetRange("orders", p, 0, 5) for p in range(6)] + [OffsetRange("orders", 6, 3, 3),
+                                                                   OffsetRange("orders", 7, 0, 1),
+                                                                   OffsetRange("payments", 2, 0, 1)]
+    assert replay_hint(ranges, "checkpoint 41") == (
+        "the next run replays orders partitions 0-5,7; payments partition 2 from checkpoint 41")
+    assert "nothing to replay" in replay_hint([OffsetRange("orders", 0, 3, 3)], "checkpoint 41")

@@ -1,0 +1,237 @@
+"""Offsets: start-offset precedence, range planning, the fair record budget, retention handling."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from lockstep.errors import DeletedRangesError, OffsetAheadError, TerminalError
+from lockstep.offsets import (
+    OffsetRange,
+    OffsetSource,
+    TopicPartition,
+    choose_start_offsets,
+    offsets_from_json,
+    offsets_to_json,
+    plan_ranges,
+    spark_offsets,
+    water_fill,
+)
+
+
+def tp(p: int, topic: str = "orders") -> TopicPartition:
+    return TopicPartition(topic, p)
+
+
+P0, P1, P2 = tp(0), tp(1), tp(2)
+LOG_START = {P0: 10, P1: 0, P2: 5}
+LSO = {P0: 100, P1: 50, P2: 5}
+
+
+# --- value types ---
+
+
+def test_topic_partition_key_round_trip_and_order() -> None:
+    assert tp(3, "a.b-c_d").key == "a.b-c_d:3"
+    assert TopicPartition.from_key("a.b-c_d:3") == tp(3, "a.b-c_d")
+    assert sorted([tp(10), tp(2, "a"), tp(9)]) == [tp(2, "a"), tp(9), tp(10)]
+    for bad in ("orders", "orders:", ":1", "orders:x", "orders:-1"):
+        with pytest.raises(ValueError):
+            TopicPartition.from_key(bad)
+
+
+def test_offset_range_is_half_open() -> None:
+    r = OffsetRange("orders", 1, 5, 8)
+    assert r.count == 3 and not r.is_empty
+    assert OffsetRange("orders", 1, 8, 8).is_empty
+    assert r.tp == tp(1)
+    with pytest.raises(ValueError):
+        OffsetRange("orders", 1, 9, 8)
+    with pytest.raises(ValueError):
+        OffsetRange("orders", 1, -1, 8)
+
+
+def test_offset_range_json_round_trip_through_text() -> None:
+    r = OffsetRange("orders", 1, 5, 8)
+    assert OffsetRange.from_json(json.loads(json.dumps(r.to_json()))) == r
+    with pytest.raises(ValueError):
+        OffsetRange.from_json({"topic": "orders", "partition": "1", "start": 5, "end": 8})
+
+
+def test_offset_maps_round_trip() -> None:
+    offsets = {tp(1): 7, tp(0, "b"): 3}
+    doc = offsets_to_json(offsets)
+    assert list(doc) == ["b:0", "orders:1"]
+    assert offsets_from_json(json.loads(json.dumps(doc))) == offsets
+    with pytest.raises(ValueError):
+        offsets_from_json({"orders:0": -1})
+
+
+def test_spark_offsets_shape() -> None:
+    starting, ending = spark_offsets([OffsetRange("b", 1, 3, 9), OffsetRange("a", 0, 0, 2)])
+    assert starting == {"a": {"0": 0}, "b": {"1": 3}}
+    assert ending == {"a": {"0": 2}, "b": {"1": 9}}
+
+
+# --- choose_start_offsets ---
+
+
+def choose(**kwargs):  # type: ignore[no-untyped-def]
+    args = {"partitions": [P0, P1, P2], "log_start_offsets": LOG_START, "stable_end_offsets": LSO,
+            "auto_offset_reset": "earliest"}
+    args.update(kwargs)
+    return choose_start_offsets(**args)
+
+
+def test_restore_wins_over_everything() -> None:
+    chosen = choose(
+        restore=OffsetSource.savepoint("nightly", {P0: 20, P1: 21, P2: 5}),
+        last_completed=OffsetSource.checkpoint(41, {P0: 90, P1: 40, P2: 5}),
+        group=OffsetSource.group({P0: 1, P1: 1, P2: 1}),
+    )
+    assert chosen.source == "savepoint:nightly"
+    assert dict(chosen.offsets) == {P0: 20, P1: 21, P2: 5}
+    assert set(chosen.origins.values()) == {"savepoint:nightly"}
+
+
+def test_latest_checkpoint_wins_over_group() -> None:
+    chosen = choose(last_completed=OffsetSource.checkpoint(41, {P0: 90, P1: 40, P2: 5}),
+                    group=OffsetSource.group({P0: 11, P1: 11, P2: 5}))
+    assert chosen.source == "checkpoint:41"
+    assert dict(chosen.offsets) == {P0: 90, P1: 40, P2: 5}
+
+
+def test_group_offsets_when_no_checkpoint() -> None:
+    chosen = choose(group=OffsetSource.group({P0: 11, P1: 12, P2: 5}))
+    assert chosen.source == "group"
+    assert dict(chosen.offsets) == {P0: 11, P1: 12, P2: 5}
+
+
+def test_empty_group_falls_back_to_auto_offset_reset() -> None:
+    assert choose(group=OffsetSource.group({})).source == "earliest"
+
+
+def test_auto_offset_reset_earliest_and_latest() -> None:
+    earliest = choose()
+    assert (earliest.source, dict(earliest.offsets)) == ("earliest", LOG_START)
+    latest = choose(auto_offset_reset="latest")
+    assert (latest.source, dict(latest.offsets)) == ("latest", LSO)
+    assert set(latest.origins.values()) == {"latest"}
+    with pytest.raises(ValueError):
+        choose(auto_offset_reset="smallest")
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_new_partitions_start_at_earliest_even_if_reset_is_latest(reset: str) -> None:
+    # the checkpoint knows partitions 0 and 1; partition 2 was added since
+    chosen = choose(auto_offset_reset=reset, last_completed=OffsetSource.checkpoint(7, {P0: 90, P1: 40}))
+    assert chosen.offsets[P2] == LOG_START[P2]
+    assert chosen.origins[P2] == "new-partition:earliest"
+    assert chosen.origins[P0] == "checkpoint:7"
+
+
+def test_partitions_of_a_group_without_commits_start_at_earliest() -> None:
+    chosen = choose(auto_offset_reset="latest", group=OffsetSource.group({P0: 11}))
+    assert dict(chosen.offsets) == {P0: 11, P1: LOG_START[P1], P2: LOG_START[P2]}
+
+
+def test_partitions_no_longer_read_are_reported_as_dropped() -> None:
+    gone = tp(0, "old-topic")
+    chosen = choose(last_completed=OffsetSource.checkpoint(3, {P0: 90, P1: 40, P2: 5, gone: 4}))
+    assert chosen.dropped == (gone,)
+    assert gone not in chosen.offsets
+
+
+def test_missing_watermark_for_a_partition_is_terminal() -> None:
+    with pytest.raises(TerminalError, match="orders:2"):
+        choose(log_start_offsets={P0: 0, P1: 0})
+
+
+# --- plan_ranges ---
+
+
+def test_ranges_end_at_the_last_stable_offset_within_budget() -> None:
+    plan = plan_ranges({P0: 90, P1: 40, P2: 5}, LOG_START, LSO, max_records=1000)
+    assert plan.ranges == (OffsetRange("orders", 0, 90, 100), OffsetRange("orders", 1, 40, 50),
+                           OffsetRange("orders", 2, 5, 5))
+    assert plan.total_records == 20
+    assert plan.backlog_remaining == 0
+    assert plan.non_empty == plan.ranges[:2]
+    assert plan.end_offsets == {P0: 100, P1: 50, P2: 5}
+    assert dict(plan.skipped) == {}
+
+
+def test_budget_is_water_filled() -> None:
+    # backlogs 90, 10, 0 with a budget of 50: the small one takes its 10, the big one the other 40
+    plan = plan_ranges({P0: 10, P1: 40, P2: 5}, LOG_START, LSO, max_records=50)
+    assert [r.count for r in plan.ranges] == [40, 10, 0]
+    assert plan.total_records == 50
+    assert plan.backlog_remaining == 50
+
+
+def test_remainder_goes_to_lowest_partitions_deterministically() -> None:
+    starts = {tp(i): 0 for i in range(4)}
+    big = {tp(i): 1000 for i in range(4)}
+    plan = plan_ranges(starts, {t: 0 for t in starts}, big, max_records=10)
+    assert [r.count for r in plan.ranges] == [3, 3, 2, 2]
+
+
+def test_water_fill_properties_on_random_inputs() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        n = rng.randint(1, 8)
+        backlog = {tp(i): rng.choice([0, 1, 2, 5, 50, 1000, rng.randint(0, 300)]) for i in range(n)}
+        budget = rng.randint(1, 1500)
+        shares = water_fill(backlog, budget)
+        assert sum(shares.values()) == min(budget, sum(backlog.values()))
+        assert all(0 <= shares[t] <= backlog[t] for t in backlog)
+        # fairness: a partition only gets less than its backlog if nobody got more than it + 1
+        for a, b in itertools.permutations(backlog, 2):
+            if shares[a] < backlog[a]:
+                assert shares[b] <= shares[a] + 1, (backlog, budget, shares)
+
+
+def test_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        plan_ranges({P0: 10}, LOG_START, LSO, max_records=0)
+
+
+def test_deleted_ranges_fail_naming_every_partition() -> None:
+    with pytest.raises(DeletedRangesError) as info:
+        plan_ranges({P0: 3, P1: 40, P2: 1}, LOG_START, LSO, max_records=1000)
+    message = str(info.value)
+    assert "orders:0: next offset to read is 3 but the log now starts at 10 (7 records" in message
+    assert "orders:2: next offset to read is 1 but the log now starts at 5 (4 records" in message
+    assert "orders:1" not in message
+    assert "skip_deleted_ranges" in message
+    assert info.value.deleted == (("orders:0", 3, 10), ("orders:2", 1, 5))
+
+
+def test_deleted_ranges_skipped_when_allowed() -> None:
+    plan = plan_ranges({P0: 3, P1: 40, P2: 1}, LOG_START, LSO, max_records=1000, skip_deleted=True)
+    assert dict(plan.skipped) == {P0: 7, P2: 4}
+    assert plan.ranges[0] == OffsetRange("orders", 0, 10, 100)
+    assert plan.ranges[2] == OffsetRange("orders", 2, 5, 5)
+
+
+def test_start_beyond_the_log_fails_naming_the_partition() -> None:
+    with pytest.raises(OffsetAheadError) as info:
+        plan_ranges({P0: 90, P1: 51, P2: 5}, LOG_START, LSO, max_records=1000, skip_deleted=True)
+    assert "orders:1: next offset to read is 51 but the log ends at 50" in str(info.value)
+    assert "orders:0" not in str(info.value)
+
+
+def test_consecutive_plans_tile() -> None:
+    starts = {P0: 10, P1: 0, P2: 5}
+    covered = {t: [] for t in starts}
+    for _ in range(10):
+        plan = plan_ranges(starts, LOG_START, LSO, max_records=17)
+        for r in plan.ranges:
+            assert r.start == starts[r.tp]
+            covered[r.tp].append((r.start, r.end))
+        starts = plan.end_offsets
+    assert starts == LSO
+    assert covered[P1][0][0] == 0 and covered[P1][-1][1] == 50

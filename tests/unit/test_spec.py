@@ -1,0 +1,331 @@
+"""Pipeline spec loading and validation: every problem reported at once, typos never ignored."""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lockstep.errors import SpecError, TerminalError
+from lockstep.spec import PipelineSpec, load_spec, load_specs, parse_spec
+
+FULL_YAML = textwrap.dedent(
+    """
+    name: orders-enrich
+    description: "Enrich orders"
+    source:
+      topics: [orders]
+      kafka_conn_id: kafka_default
+      auto_offset_reset: earliest
+      consumer_group: lockstep-orders-enrich
+    transform: lockstep_examples.orders:enrich
+    sink:
+      topic: orders-enriched
+      dead_letter_topic: orders-enriched-dlq
+      kafka_conn_id: kafka_default
+    checkpoints:
+      store: s3://lockstep/checkpoints
+      aws_conn_id: aws_default
+      schedule: "*/10 * * * *"
+      max_records: 100000
+      retain: 20
+      skip_deleted_ranges: false
+    transactions:
+      id_prefix: orders-enrich
+      timeout_ms: 900000
+      commit_margin_ms: 60000
+    spark:
+      master: null
+      conf: {}
+    producer: {}
+    """
+)
+
+MINIMAL: dict[str, Any] = {
+    "name": "orders-enrich",
+    "source": {"topics": ["orders"]},
+    "transform": "lockstep_examples.orders:enrich",
+    "sink": {"topic": "orders-enriched", "dead_letter_topic": "orders-enriched-dlq"},
+    "checkpoints": {"store": "s3://lockstep/checkpoints"},
+}
+
+
+def minimal(**changes: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(MINIMAL)
+    doc.update(changes)
+    return doc
+
+
+def problems(doc: Any, file: str = "p.yaml") -> dict[str, str]:
+    """field -> reason of every problem, failing the test if the spec was accepted."""
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc, file)
+    assert all(p.file == file for p in info.value.problems)
+    return {p.field: p.reason for p in info.value.problems}
+
+
+def write(directory: Path, name: str, doc: Any) -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+def test_full_example_loads(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, "orders.yaml", FULL_YAML))
+    assert spec.name == "orders-enrich"
+    assert spec.description == "Enrich orders"
+    assert spec.source.topics == ("orders",)
+    assert spec.transform == "lockstep_examples.orders:enrich"
+    assert spec.checkpoints.schedule == "*/10 * * * *"
+    assert spec.transactions.timeout_ms == 900_000
+    assert spec.path == str(tmp_path / "orders.yaml")
+
+
+def test_defaults_are_filled_in() -> None:
+    spec = parse_spec(minimal(), "p.yaml")
+    assert spec.source.kafka_conn_id == "kafka_default"
+    assert spec.source.auto_offset_reset == "earliest"
+    assert spec.source.consumer_group == "lockstep-orders-enrich"
+    assert spec.sink.kafka_conn_id == "kafka_default"
+    assert spec.checkpoints.aws_conn_id == "aws_default"
+    assert spec.checkpoints.schedule is None
+    assert spec.checkpoints.max_records == 100_000
+    assert spec.checkpoints.retain == 20
+    assert spec.checkpoints.skip_deleted_ranges is False
+    assert spec.transactions.id_prefix == "orders-enrich"
+    assert spec.transactions.timeout_ms == 900_000
+    assert spec.transactions.commit_margin_ms == 60_000
+    assert spec.spark.master is None
+    assert dict(spec.spark.conf) == {}
+    assert dict(spec.producer) == {}
+
+
+def test_sink_connection_defaults_to_source_connection() -> None:
+    doc = minimal(source={"topics": ["orders"], "kafka_conn_id": "kafka_prod"})
+    assert parse_spec(doc, "p.yaml").sink.kafka_conn_id == "kafka_prod"
+
+
+def test_dag_id_and_checkpoint_location() -> None:
+    spec = parse_spec(minimal(), "p.yaml")
+    assert spec.dag_id == "lockstep_orders_enrich"
+    assert spec.checkpoint_location == ("lockstep", "checkpoints/orders-enrich")
+    assert spec.checkpoint_location.bucket == "lockstep"
+
+
+@pytest.mark.parametrize(
+    ("store", "bucket", "prefix", "location"),
+    [
+        ("s3://lockstep", "lockstep", "", "orders-enrich"),
+        ("s3://lockstep/", "lockstep", "", "orders-enrich"),
+        ("s3://my.bucket/a/b/", "my.bucket", "a/b", "a/b/orders-enrich"),
+    ],
+)
+def test_store_url_is_split(store: str, bucket: str, prefix: str, location: str) -> None:
+    spec = parse_spec(minimal(checkpoints={"store": store}), "p.yaml")
+    assert (spec.checkpoints.bucket, spec.checkpoints.prefix) == (bucket, prefix)
+    assert spec.checkpoint_location.prefix == location
+
+
+@pytest.mark.parametrize("store", ["lockstep/checkpoints", "s3://", "s3://UPPER/x", "gs://b/x", "s3://b//x"])
+def test_bad_store_url(store: str) -> None:
+    assert "checkpoints.store" in problems(minimal(checkpoints={"store": store}))
+
+
+@pytest.mark.parametrize("transform", ["pkg.mod.func", "pkg.mod:func", "mod:func"])
+def test_transform_syntaxes_normalise_to_colon_form(transform: str) -> None:
+    spec = parse_spec(minimal(transform=transform), "p.yaml")
+    module, function = spec.transform_target
+    assert f"{module}:{function}" == spec.transform
+    assert function == "func"
+
+
+@pytest.mark.parametrize("transform", ["func", "pkg.mod:", ":func", "pkg..mod:f", "pkg.mod:f.g", "1pkg:f", "a b:c"])
+def test_bad_transform(transform: str) -> None:
+    assert "transform" in problems(minimal(transform=transform))
+
+
+def test_every_problem_is_reported_at_once_with_file_and_field() -> None:
+    doc = {
+        "name": "Orders!",
+        "source": {"topics": ["ok", "bad topic"], "auto_offset_reset": "newest"},
+        "transform": "nocolon",
+        "sink": {"topic": "out"},
+        "checkpoints": {"store": "s3://lockstep", "max_records": 0, "retain": 0, "skip_deleted_ranges": "yes"},
+        "transactions": {"timeout_ms": 10, "id_prefix": "bad/prefix"},
+    }
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc, "specs/orders.yaml")
+    fields = [p.field for p in info.value.problems]
+    assert fields == [
+        "name",
+        "source.topics[1]",
+        "source.auto_offset_reset",
+        "transform",
+        "sink.dead_letter_topic",
+        "checkpoints.max_records",
+        "checkpoints.retain",
+        "checkpoints.skip_deleted_ranges",
+        "transactions.id_prefix",
+        "transactions.timeout_ms",
+    ]
+    message = str(info.value)
+    # one line per problem, each "file: field: reason"
+    for problem in info.value.problems:
+        assert f"specs/orders.yaml: {problem.field}: {problem.reason}" in message.splitlines()
+    assert isinstance(info.value, TerminalError)
+
+
+def test_unknown_keys_are_errors_at_every_level() -> None:
+    doc = minimal(schedul="@hourly")
+    doc["checkpoints"] = {"store": "s3://lockstep", "max_record": 5}
+    doc["sink"] = dict(doc["sink"], topc="x")
+    found = problems(doc)
+    assert set(found) == {"schedul", "checkpoints.max_record", "sink.topc"}
+    assert "unknown key" in found["checkpoints.max_record"]
+    assert "max_records" in found["checkpoints.max_record"]  # the allowed keys help spot the typo
+
+
+def test_missing_sections_are_reported_once() -> None:
+    found = problems({"name": "x", "transform": "a:b", "source": {"topics": ["t"]}})
+    assert found == {"sink": "is required", "checkpoints": "is required"}
+
+
+@pytest.mark.parametrize("doc", [None, [], "text"])
+def test_document_must_be_a_mapping(doc: Any) -> None:
+    assert "<document>" in problems(doc)
+
+
+def test_speculation_is_an_error_in_any_spelling() -> None:
+    for value in (True, "true", "TRUE"):
+        found = problems(minimal(spark={"conf": {"spark.speculation": value}}))
+        assert "fence" in found["spark.conf[spark.speculation]"]
+    spec = parse_spec(minimal(spark={"conf": {"spark.speculation": False}}), "p.yaml")
+    assert spec.spark.conf["spark.speculation"] == "false"
+
+
+def test_spark_conf_values_are_rendered_as_strings() -> None:
+    conf = {"spark.executor.cores": 2, "spark.ui.enabled": True, "spark.app.name": "x"}
+    spec = parse_spec(minimal(spark={"master": "local[2]", "conf": conf}), "p.yaml")
+    assert dict(spec.spark.conf) == {"spark.executor.cores": "2", "spark.ui.enabled": "true", "spark.app.name": "x"}
+    assert spec.spark.master == "local[2]"
+    assert "spark.conf[spark.x]" in problems(minimal(spark={"conf": {"spark.x": [1]}}))
+
+
+@pytest.mark.parametrize("key", ["transactional.id", "enable.idempotence", "transaction.timeout.ms"])
+def test_producer_may_not_set_owned_keys(key: str) -> None:
+    found = problems(minimal(producer={key: "x", "linger.ms": 5}))
+    assert list(found) == [f"producer[{key}]"]
+
+
+def test_producer_passes_other_settings_through() -> None:
+    spec = parse_spec(minimal(producer={"linger.ms": 5, "compression.type": "zstd"}), "p.yaml")
+    assert dict(spec.producer) == {"linger.ms": 5, "compression.type": "zstd"}
+
+
+def test_commit_margin_must_be_below_timeout() -> None:
+    found = problems(minimal(transactions={"timeout_ms": 60_000, "commit_margin_ms": 60_000}))
+    assert "less than transactions.timeout_ms" in found["transactions.commit_margin_ms"]
+
+
+@pytest.mark.parametrize("timeout", [999, 3_600_001, "900000", True])
+def test_timeout_bounds_and_type(timeout: Any) -> None:
+    assert "transactions.timeout_ms" in problems(minimal(transactions={"timeout_ms": timeout}))
+
+
+@pytest.mark.parametrize("schedule", ["@hourly", "@daily", "@continuous", "0 * * * *", "*/10 * * * *", "0 6 * * MON-FRI"])
+def test_valid_schedules(schedule: str) -> None:
+    assert parse_spec(minimal(checkpoints={"store": "s3://b1b", "schedule": schedule}), "p.yaml").checkpoints.schedule == schedule
+
+
+@pytest.mark.parametrize("schedule", ["@sometimes", "every ten minutes", "* * *", 10])
+def test_invalid_schedules(schedule: Any) -> None:
+    assert "checkpoints.schedule" in problems(minimal(checkpoints={"store": "s3://b1b", "schedule": schedule}))
+
+
+@pytest.mark.parametrize("topic", [".", "..", "a" * 250, "with space", "ü", ""])
+def test_kafka_topic_name_rules(topic: str) -> None:
+    assert "sink.topic" in problems(minimal(sink={"topic": topic, "dead_letter_topic": "dlq"}))
+
+
+def test_topics_must_be_a_non_empty_unique_list() -> None:
+    assert "source.topics" in problems(minimal(source={"topics": []}))
+    assert "source.topics" in problems(minimal(source={"topics": "orders"}))
+    assert "source.topics" in problems(minimal(source={"topics": ["a", "a"]}))
+
+
+def test_sink_must_not_be_a_source_or_the_dead_letter_topic() -> None:
+    assert "sink.topic" in problems(minimal(sink={"topic": "orders", "dead_letter_topic": "dlq"}))
+    assert "sink.dead_letter_topic" in problems(minimal(sink={"topic": "out", "dead_letter_topic": "out"}))
+
+
+@pytest.mark.parametrize("name", ["Orders", "-orders", "orders.enrich", "a" * 64, ""])
+def test_name_rules(name: str) -> None:
+    assert "name" in problems(minimal(name=name))
+
+
+def test_unreadable_yaml_is_a_spec_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.yaml", "name: [unclosed\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.problems[0].file == str(path)
+
+
+def spec_doc(name: str, prefix: str | None = None) -> dict[str, Any]:
+    doc = minimal(name=name, sink={"topic": f"{name}-out", "dead_letter_topic": f"{name}-dlq"})
+    if prefix is not None:
+        doc["transactions"] = {"id_prefix": prefix}
+    return doc
+
+
+def test_load_specs_reads_yaml_and_yml_only(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", spec_doc("alpha"))
+    write(tmp_path, "b.yml", spec_doc("beta"))
+    write(tmp_path, "notes.txt", "not a spec")
+    specs = load_specs(tmp_path)
+    assert [s.name for s in specs] == ["alpha", "beta"]
+    assert all(isinstance(s, PipelineSpec) for s in specs)
+
+
+def test_load_specs_reports_problems_of_all_files(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", minimal(name="Bad"))
+    write(tmp_path, "b.yaml", minimal(name="good", transform="x"))
+    with pytest.raises(SpecError) as info:
+        load_specs(tmp_path)
+    assert {(Path(p.file).name, p.field) for p in info.value.problems} == {("a.yaml", "name"), ("b.yaml", "transform")}
+
+
+def test_duplicate_names_and_prefixes_across_specs(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", spec_doc("orders"))
+    write(tmp_path, "b.yaml", spec_doc("orders"))
+    with pytest.raises(SpecError) as info:
+        load_specs(tmp_path)
+    assert {p.field for p in info.value.problems} == {"name", "transactions.id_prefix"}
+    assert all(p.file.endswith("b.yaml") for p in info.value.problems)
+
+
+def test_names_mapping_to_the_same_dag_id_collide(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", spec_doc("orders-x", "p1"))
+    write(tmp_path, "b.yaml", spec_doc("orders_x", "p2"))
+    with pytest.raises(SpecError, match="lockstep_orders_x"):
+        load_specs(tmp_path)
+
+
+def test_prefix_that_prefixes_another_prefix_collides(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", spec_doc("orders"))  # id prefix "orders"
+    write(tmp_path, "b.yaml", spec_doc("orders-enrich"))  # ids "orders-enrich-1-0" start with "orders-"
+    with pytest.raises(SpecError) as info:
+        load_specs(tmp_path)
+    [problem] = info.value.problems
+    assert problem.field == "transactions.id_prefix"
+    assert "'orders-'" in problem.reason
+
+
+def test_prefixes_sharing_only_characters_do_not_collide(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", spec_doc("orders"))
+    write(tmp_path, "b.yaml", spec_doc("ordersx"))
+    write(tmp_path, "c.yaml", spec_doc("orders2", "orders.v2"))
+    assert len(load_specs(tmp_path)) == 3
