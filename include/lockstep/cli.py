@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 from lockstep.dev.procs import PlatformError
+from lockstep.errors import LockstepError
 
 
 def _dev_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lockstep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _dev_parser(sub)
+    from lockstep.commands import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
@@ -67,10 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "dev":
             return _run_dev(args)
-    except PlatformError as exc:
+        from lockstep.commands import run_command
+
+        return run_command(args)
+    except (PlatformError, LockstepError) as exc:
         print(f"lockstep: {exc}", file=sys.stderr)
         return 2
-    raise AssertionError(args.command)
 
 
 if __name__ == "__main__":

@@ -36,3 +36,36 @@ def local_session(app_name: str, master: str = "local[2]", extra: Mapping[str, o
     for key, value in spark_conf(extra).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def job_script() -> str:
+    from lockstep.paths import project_root
+
+    return str(project_root() / "jobs" / "lockstep_checkpoint.py")
+
+
+def job_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """Environment for spark-submit: this venv's Python on driver and workers, and
+    ``include/`` importable so transforms living there load in the executors."""
+    import sys
+
+    from lockstep.paths import project_root
+
+    include = str(project_root() / "include")
+    env = dict(base)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = include + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PATH"] = f"{sys.executable.rsplit('/', 1)[0]}:{env.get('PATH', '')}"
+    return env
+
+
+def submit_command(spec_path: str, checkpoint_id: int, master: str, conf: Mapping[str, object] | None) -> list[str]:
+    import shutil
+    import sys
+
+    spark_submit = shutil.which("spark-submit", path=sys.executable.rsplit("/", 1)[0]) or "spark-submit"
+    argv = [spark_submit, "--master", master, "--name", f"lockstep-checkpoint-{checkpoint_id}"]
+    for key, value in spark_conf(conf).items():
+        argv += ["--conf", f"{key}={value}"]
+    return argv + [job_script(), "--spec", spec_path, "--checkpoint-id", str(checkpoint_id)]

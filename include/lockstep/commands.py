@@ -1,0 +1,171 @@
+"""Engine subcommands of the ``lockstep`` CLI: run, checkpoints, savepoint, verify,
+failpoints. They call the coordinator functions the Airflow tasks call."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run checkpoints: plan -> Spark -> commit, like one DAG run each")
+    _spec(run)
+    run.add_argument("--checkpoints", type=int, default=1, help="how many checkpoints to run (default 1)")
+    run.add_argument("--restore-from", help="SAVEPOINT name or checkpoint:ID to start the first checkpoint from")
+    run.add_argument("--max-records", type=int, help="override the spec's per-checkpoint record budget")
+    run.add_argument("--dry-run", action="store_true", help="plan only: show the ranges, claim and commit nothing")
+
+    ckpts = sub.add_parser("checkpoints", help="recent checkpoints of a pipeline, newest first")
+    _spec(ckpts)
+    ckpts.add_argument("--limit", type=int, default=20)
+
+    sp = sub.add_parser("savepoint", help="named, retained copies of completed checkpoints")
+    sp_sub = sp.add_subparsers(dest="savepoint_command", required=True)
+    create = sp_sub.add_parser("create", help="savepoint of the latest (or a given) completed checkpoint")
+    _spec(create)
+    create.add_argument("name")
+    create.add_argument("--checkpoint", type=int, help="completed checkpoint id (default: latest)")
+    for verb in ("list", "describe", "delete"):
+        p = sp_sub.add_parser(verb)
+        _spec(p)
+        if verb != "list":
+            p.add_argument("name")
+
+    verify = sub.add_parser("verify", help="audit the output: lost and duplicated input offsets (exit 1 if any)")
+    _spec(verify)
+    verify.add_argument("--since-checkpoint", type=int, help="only checkpoints from this id on (e.g. after a replay)")
+
+    fp = sub.add_parser("failpoints", help="list the named failpoints (LOCKSTEP_FAILPOINTS=name=crash|raise)")
+    fp.add_argument("--json", action="store_true")
+
+
+def _spec(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec", required=True, help="pipeline spec YAML (include/pipelines/*.yaml)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.command == "failpoints":
+        return _failpoints(args)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    from lockstep.spec import load_spec
+
+    spec = load_spec(args.spec)
+    handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify}[args.command]
+    return handler(spec, args)
+
+
+def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
+    print(json.dumps(doc, indent=2, default=str) if args.json else text)
+
+
+def _run(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep.coordinator import Pipeline, commit, plan
+    from lockstep.launcher import run_spark_job
+
+    results = []
+    for n in range(args.checkpoints):
+        started = time.monotonic()
+        p = Pipeline.open(spec)
+        planned = plan(p, run_id=f"cli-{uuid.uuid4().hex[:8]}", restore=args.restore_from if n == 0 else None,
+                       max_records=args.max_records, dry_run=args.dry_run)
+        cid = planned.claim.checkpoint_id
+        if args.dry_run:
+            results.append({"checkpoint": cid, "dry_run": True, "ranges": [r.to_json() for r in planned.claim.ranges],
+                            "records": planned.range_plan.total_records})
+            if not args.json:
+                print(planned.describe())
+            break
+        run_spark_job(spec, cid)
+        outcome = commit(p, cid)
+        view = p.store.view(cid)
+        row = {"checkpoint": cid, "status": outcome.status.value, "records_in": view.prepared.records_in,
+               "records_out": view.prepared.records_out, "dead_lettered": view.prepared.records_dead_lettered,
+               "transactions": len(outcome.committed), "seconds": round(time.monotonic() - started, 1)}
+        results.append(row)
+        if not args.json:
+            print(f"[{n + 1}/{args.checkpoints}] checkpoint {cid} {row['status']}: {row['records_in']} in, "
+                  f"{row['records_out']} out, {row['dead_lettered']} dead-lettered, {row['transactions']} "
+                  f"transactions, {row['seconds']} s", flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep.runtime import checkpoint_store
+
+    views = checkpoint_store(spec).recent(args.limit)
+    rows = []
+    for v in views:
+        rows.append({
+            "checkpoint": v.checkpoint_id, "status": v.status.value, "claimed_at": v.claim.claimed_at,
+            "start_source": v.claim.start_source, "ranges": [str(r) for r in v.claim.ranges if not r.is_empty],
+            "records_out": v.prepared.records_out if v.prepared else None,
+            "dead_lettered": v.prepared.records_dead_lettered if v.prepared else None,
+            "transactions": len(v.prepared.transactions) if v.prepared else None,
+            "reason": v.aborted.reason if v.aborted else None,
+        })
+    text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
+                     f"dlq={r['dead_lettered']} txns={r['transactions']}  {', '.join(r['ranges']) or '(empty)'}"
+                     + (f"\n       reason: {r['reason']}" if r["reason"] else "") for r in rows)
+    _emit(args, rows, text or "no checkpoints yet")
+    return 0
+
+
+def _savepoint(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep.checkpoint import validate_savepoint_name
+    from lockstep.runtime import checkpoint_store
+
+    store = checkpoint_store(spec)
+    cmd = args.savepoint_command
+    if cmd == "create":
+        sp = store.create_savepoint(validate_savepoint_name(args.name), args.checkpoint,
+                                    datetime.now(timezone.utc).isoformat())
+        _emit(args, sp.to_json(), f"savepoint {sp.name} of checkpoint {sp.checkpoint_id} created")
+    elif cmd == "list":
+        sps = store.list_savepoints()
+        _emit(args, [s.to_json() for s in sps],
+              "\n".join(f"{s.name:24} checkpoint {s.checkpoint_id:<6} {s.created_at[:19]}" for s in sps) or "no savepoints")
+    elif cmd == "describe":
+        sp = store.get_savepoint(args.name)
+        offsets = ", ".join(f"{k}={v}" for k, v in sorted(sp.end_offsets.items()))
+        _emit(args, sp.to_json(), f"savepoint {sp.name}: checkpoint {sp.checkpoint_id}, created {sp.created_at}\n"
+                                  f"restores from offsets: {offsets}")
+    elif cmd == "delete":
+        store.delete_savepoint(args.name)
+        _emit(args, {"deleted": args.name}, f"savepoint {args.name} deleted")
+    return 0
+
+
+def _verify(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep.runtime import checkpoint_store
+    from lockstep.sparkconf import local_session
+    from lockstep.verify import verify
+
+    spark = local_session(f"lockstep-verify-{spec.name}")
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def progress(seen: int) -> None:
+        if not args.json and sys.stderr.isatty():
+            print(f"\rreading output: {seen} records", end="", file=sys.stderr, flush=True)
+
+    try:
+        report = verify(spec, checkpoint_store(spec), spark, args.since_checkpoint, progress)
+    finally:
+        spark.stop()
+    _emit(args, report.to_json(), report.summary())
+    return 0 if report.ok else 1
+
+
+def _failpoints(args: argparse.Namespace) -> int:
+    from lockstep.failpoints import FAILPOINTS
+
+    _emit(args, FAILPOINTS, "\n".join(f"{name:28} {where}" for name, where in FAILPOINTS.items()))
+    return 0

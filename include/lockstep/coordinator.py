@@ -1,0 +1,244 @@
+"""The checkpoint coordinator: recover, plan, commit (Flink's CheckpointCoordinator
+and ``notifyCheckpointComplete``, for scheduled batch runs).
+
+Each public function is one Airflow task and one CLI step. The decisions they act
+on are pure functions in ``lockstep.decisions`` and ``lockstep.offsets``; this
+module only gathers facts, calls them, and carries out the result, logging every
+step with the checkpoint id.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from lockstep import failpoints, topics
+from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
+from lockstep.decisions import DecisionKind, decide_commit, recovery_plan, replay_hint
+from lockstep.errors import CheckpointError, TerminalError, TransientError
+from lockstep.offsets import OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_from_json, plan_ranges
+from lockstep.runtime import checkpoint_store, kafka_admin, transaction_committer
+from lockstep.spec import PipelineSpec
+from lockstep.store import CheckpointStore
+
+log = logging.getLogger("lockstep.coordinator")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass
+class Pipeline:
+    """A spec with the clients its steps use; built once per task."""
+
+    spec: PipelineSpec
+    store: CheckpointStore
+    source_admin: Any
+    committer_factory: Callable[[], Any]
+    wall_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+
+    @classmethod
+    def open(cls, spec: PipelineSpec) -> Pipeline:
+        return cls(spec, checkpoint_store(spec), kafka_admin(spec.source.kafka_conn_id),
+                   lambda: transaction_committer(spec))
+
+
+@dataclass(frozen=True)
+class Plan:
+    claim: CheckpointClaim
+    range_plan: RangePlan
+    dry_run: bool = False
+
+    def describe(self) -> str:
+        ranges = ", ".join(str(r) for r in self.claim.ranges if not r.is_empty) or "no new records"
+        return (f"checkpoint {self.claim.checkpoint_id}: {self.range_plan.total_records} records from "
+                f"{self.claim.start_source}: {ranges}")
+
+
+# ---- recovery ------------------------------------------------------------------------------------
+def recover(p: Pipeline) -> None:
+    """Commit what was decided, abort everything else under our prefix (seed 003's restore rule)."""
+    latest = p.store.latest_completed()
+    views = p.store.views_after(latest.checkpoint_id if latest else None)
+    prefix = p.spec.transactions.id_prefix
+    with p.committer_factory() as committer:
+        open_ids = committer.list_open(f"{prefix}-")
+    plan = recovery_plan(views, prefix, open_ids, latest.checkpoint_id if latest else None)
+    if plan.is_clean:
+        return
+    for cid in plan.roll_forward:
+        log.warning("checkpoint %d: found prepared but not completed; rolling it forward", cid)
+        commit(p, cid)
+    with p.committer_factory() as committer:
+        for cid, tids in plan.fence.items():
+            for tid in tids:
+                committer.fence(tid)
+            log.warning("checkpoint %d: fenced %d transactional ids of failed attempts (%s)", cid, len(tids),
+                        ", ".join(tids))
+    by_id = {v.checkpoint_id: v for v in views}
+    for cid in plan.mark_aborted:
+        view = by_id[cid]
+        _mark_aborted(p, view, "its run ended before the prepared metadata was written (Spark job failed or "
+                               "was killed); its transactions were fenced")
+
+
+def _mark_aborted(p: Pipeline, view: CheckpointView, reason: str) -> AbortedCheckpoint:
+    latest = p.store.latest_completed()
+    replay_from = f"checkpoint {latest.checkpoint_id}" if latest else "the pipeline's start offsets"
+    hint = replay_hint(view.claim.ranges, replay_from)
+    aborted = AbortedCheckpoint(p.spec.name, view.checkpoint_id, _now(), reason, hint)
+    p.store.mark_aborted(aborted)
+    log.error("checkpoint %d aborted: %s; %s", view.checkpoint_id, reason, hint)
+    return aborted
+
+
+# ---- plan ----------------------------------------------------------------------------------------
+def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int | None = None,
+         dry_run: bool = False) -> Plan:
+    """Recover, then fix the ranges of the next checkpoint and claim it (unless ``dry_run``)."""
+    started = time.monotonic()
+    if not dry_run:
+        recover(p)
+        failpoints.hit("plan.after_recovery")
+    latest = p.store.latest_completed()
+    after = p.store.views_after(latest.checkpoint_id if latest else None)
+    next_id = max([v.checkpoint_id for v in after] + [latest.checkpoint_id if latest else 0]) + 1
+    tps = topics.partitions(p.source_admin, p.spec.source.topics)
+    log_start = topics.log_start_offsets(p.source_admin, tps)
+    stable_end = topics.last_stable_offsets(p.source_admin, tps)
+    starts = choose_start_offsets(
+        tps, log_start, stable_end, p.spec.source.auto_offset_reset,
+        restore=_restore_source(p, restore),
+        last_completed=OffsetSource.checkpoint(latest.checkpoint_id, offsets_from_json(latest.completed.end_offsets))
+        if latest else None,
+        group=OffsetSource.group(topics.group_offsets(p.source_admin, p.spec.source.consumer_group, tps))
+        if latest is None and restore is None else None,
+    )
+    budget = max_records or p.spec.checkpoints.max_records
+    ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges)
+    for tp, skipped in ranges.skipped.items():
+        log.warning("checkpoint %d: skipping %d records of %s deleted by retention (skip_deleted_ranges)",
+                    next_id, skipped, tp.key)
+    claim = CheckpointClaim(
+        pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=_now(), ranges=ranges.ranges,
+        start_source=starts.source, restored_from=restore,
+        skipped={tp.key: n for tp, n in ranges.skipped.items()},
+    )
+    result = Plan(claim, ranges, dry_run)
+    if dry_run:
+        log.info("dry run, nothing claimed: %s", result.describe())
+        return result
+    p.store.claim(claim)
+    log.info("%s (claimed in %.1f s; %d records left for later checkpoints)", result.describe(),
+             time.monotonic() - started, ranges.backlog_remaining)
+    failpoints.hit("plan.after_claim")
+    return result
+
+
+def _restore_source(p: Pipeline, restore: str | None) -> OffsetSource | None:
+    """``checkpoint:ID`` restores from a completed checkpoint, anything else names a savepoint."""
+    if restore is None:
+        return None
+    if restore.startswith("checkpoint:"):
+        raw = restore.split(":", 1)[1]
+        if not raw.isdigit():
+            raise TerminalError(f"restore from {restore!r}: expected checkpoint:<id> with a numeric id")
+        view = p.store.view(int(raw))
+        if view is None or view.completed is None:
+            status = view.status.value if view else "not found (deleted by retention?)"
+            raise TerminalError(f"cannot restore from checkpoint {raw}: it is {status}; only completed checkpoints "
+                                "and savepoints can be restored from (`lockstep checkpoints` lists them)")
+        return OffsetSource.checkpoint(int(raw), offsets_from_json(view.completed.end_offsets))
+    savepoint = p.store.get_savepoint(restore)
+    return OffsetSource.savepoint(savepoint.name, offsets_from_json(savepoint.end_offsets))
+
+
+# ---- commit --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommitOutcome:
+    checkpoint_id: int
+    status: CheckpointStatus
+    committed: tuple[str, ...] = ()
+    message: str = ""
+
+
+def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
+    """Verify every transaction, commit all, mark completed, publish offsets. Idempotent."""
+    view = p.store.view(checkpoint_id)
+    if view is None:
+        raise CheckpointError(checkpoint_id, "does not exist; nothing to commit")
+    if view.status is CheckpointStatus.ABORTED:
+        raise CheckpointError(checkpoint_id, f"was aborted earlier ({view.aborted.reason}); {view.aborted.replay_hint}")
+    if view.status is CheckpointStatus.CLAIMED:
+        raise CheckpointError(checkpoint_id, "is not prepared: the Spark run did not finish. The next run's plan "
+                                             "fences its transactions and replays its ranges")
+    if view.status is CheckpointStatus.COMPLETED:
+        log.info("checkpoint %d: already completed; nothing to commit", checkpoint_id)
+        _publish(p, view)
+        return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
+    prepared = view.prepared
+    with p.committer_factory() as committer:
+        observed = committer.describe(t.transactional_id for t in prepared.transactions)
+        decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms)
+        log.info("checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
+        if decision.kind is DecisionKind.RETRY_LATER:
+            raise TransientError(f"checkpoint {checkpoint_id}: {decision.message}; the commit task will retry")
+        if decision.kind is DecisionKind.STUCK:
+            raise CheckpointError(checkpoint_id, decision.message)
+        if decision.kind is DecisionKind.ABORT:
+            _abort_transactions(committer, prepared, decision.abort)
+            aborted = _mark_aborted(p, view, decision.message)
+            raise CheckpointError(checkpoint_id, f"aborted: {decision.message}; {aborted.replay_hint}; "
+                                  "raise transactions.timeout_ms or shorten the schedule interval if transactions "
+                                  "time out")
+        failpoints.hit("commit.after_verify")
+        by_id = {t.transactional_id: t for t in prepared.transactions}
+        for n, tid in enumerate(decision.commit):
+            t = by_id[tid]
+            committer.commit(tid, t.producer_id, t.epoch)
+            log.info("checkpoint %d: committed transaction %s (%d records, %d dead letters)", checkpoint_id, tid,
+                     t.records, t.dead_letters)
+            if n == 0:
+                failpoints.hit("commit.between_commits")
+    failpoints.hit("commit.after_kafka_commit")
+    committed = tuple(t.transactional_id for t in prepared.transactions)
+    completed = CompletedCheckpoint(p.spec.name, checkpoint_id, _now(), view.claim.end_offsets, committed)
+    p.store.mark_completed(completed)
+    log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
+             prepared.records_out, prepared.records_dead_lettered, len(committed))
+    failpoints.hit("commit.after_completed")
+    _publish(p, CheckpointView(view.claim, prepared, completed))
+    failpoints.hit("commit.after_offsets")
+    deleted = p.store.apply_retention(p.spec.checkpoints.retain)
+    if deleted:
+        log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
+    return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message)
+
+
+def _abort_transactions(committer: Any, prepared: Any, tids: tuple[str, ...]) -> None:
+    """Fence rather than EndTxn(abort): it works whatever state and epoch each id is in."""
+    for tid in tids:
+        committer.fence(tid)
+        log.warning("checkpoint %d: transaction %s aborted", prepared.checkpoint_id, tid)
+
+
+def _publish(p: Pipeline, view: CheckpointView) -> None:
+    """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore."""
+    group = p.spec.source.consumer_group
+    ends = offsets_from_json(view.completed.end_offsets)
+    current = topics.group_offsets(p.source_admin, group, list(ends))
+    allow_backwards = view.claim.restored_from is not None
+    target: dict[TopicPartition, int] = {}
+    for tp, end in ends.items():
+        if tp in current and current[tp] > end and not allow_backwards:
+            log.warning("checkpoint %d: group %s is at %d on %s, ahead of %d; not moving it backwards",
+                        view.checkpoint_id, group, current[tp], tp.key, end)
+        elif current.get(tp) != end:
+            target[tp] = end
+    topics.publish_offsets(p.source_admin, group, target)
+    if target:
+        log.info("checkpoint %d: published offsets of %d partitions to consumer group %s", view.checkpoint_id,
+                 len(target), group)

@@ -1,0 +1,61 @@
+"""Named failpoints at every step boundary of a checkpoint, for crash testing.
+
+``LOCKSTEP_FAILPOINTS="commit.between_commits=crash,job.after_flush=raise"`` makes
+the process die (``crash``: ``os._exit``, no cleanup, like a killed worker) or
+raise (``raise``: an ordinary exception, like a bug) when it reaches the point.
+Without the variable ``hit()`` is a dictionary lookup and nothing else.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+CRASH_EXIT_CODE = 86
+
+#: name -> where it sits. Ordered as a checkpoint passes them.
+FAILPOINTS: dict[str, str] = {
+    "plan.after_recovery": "plan: recovery (roll-forward, fencing) done, before claiming the new checkpoint",
+    "plan.after_claim": "plan: checkpoint id claimed in S3, before the Spark run",
+    "job.before_produce": "Spark task: transaction opened, nothing produced yet",
+    "job.mid_produce": "Spark task: half of the task's records produced",
+    "job.after_flush": "Spark task: transaction flushed (pre-committed), committable not yet returned",
+    "job.before_prepared": "Spark driver: all committables collected, prepared metadata not written",
+    "job.after_prepared": "Spark driver: prepared metadata written (decision: commit), job not finished",
+    "commit.after_verify": "commit: every transaction verified open, nothing committed yet",
+    "commit.between_commits": "commit: first transaction committed, the others not yet",
+    "commit.after_kafka_commit": "commit: all transactions committed, checkpoint not marked completed",
+    "commit.after_completed": "commit: checkpoint marked completed, offsets not published",
+    "commit.after_offsets": "commit: offsets published to the consumer group, retention not applied",
+}
+
+_ENV = "LOCKSTEP_FAILPOINTS"
+
+
+class FailpointError(RuntimeError):
+    """Raised by a failpoint in ``raise`` mode."""
+
+
+def _armed() -> dict[str, str]:
+    raw = os.environ.get(_ENV, "")
+    armed: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, _, action = item.partition("=")
+        if name not in FAILPOINTS:
+            raise ValueError(f"{_ENV}: unknown failpoint {name!r}; `lockstep failpoints` lists them")
+        if action not in ("crash", "raise"):
+            raise ValueError(f"{_ENV}: failpoint {name} needs =crash or =raise, got {action!r}")
+        armed[name] = action
+    return armed
+
+
+def hit(name: str) -> None:
+    """Fail here if ``name`` is armed; a no-op otherwise."""
+    if _ENV not in os.environ:
+        return
+    assert name in FAILPOINTS, name
+    action = _armed().get(name)
+    if action == "crash":
+        print(f"lockstep failpoint {name}: crashing the process", file=sys.stderr, flush=True)
+        os._exit(CRASH_EXIT_CODE)
+    if action == "raise":
+        raise FailpointError(f"failpoint {name} raised")

@@ -1,0 +1,186 @@
+"""The bounded Spark run of one checkpoint: read the claimed ranges, transform, pre-commit.
+
+Runs in the spark-submit driver (entry point ``jobs/lockstep_checkpoint.py``). Each
+Spark task writes its rows inside one Kafka transaction that is flushed and left
+open (``TransactionalWriter.prepare``); the driver gathers the committables and
+writes the prepared checkpoint to S3. From that object on, the decision is
+"commit" — the commit task, another process, carries it out.
+
+No Airflow import here: the job runs wherever spark-submit runs it.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+from lockstep import failpoints
+from lockstep.checkpoint import CheckpointStatus, PreparedCheckpoint, PreparedTransaction
+from lockstep.connections import kafka_config
+from lockstep.decisions import transactional_id
+from lockstep.errors import CheckpointError, TerminalError
+from lockstep.offsets import OffsetRange, spark_offsets
+from lockstep.spec import PipelineSpec
+
+log = logging.getLogger("lockstep.job")
+
+#: Provenance headers on every output record: where the input record came from.
+SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "lockstep.source.topic", "lockstep.source.partition", "lockstep.source.offset"
+CHECKPOINT_HEADER, ERROR_HEADER = "lockstep.checkpoint", "lockstep.error"
+REQUIRED_COLUMNS = ("value", "topic", "partition", "offset")
+OPTIONAL_COLUMNS = ("key", "headers", "error")
+RESULT_SCHEMA = "task int, committable string, rows long"
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """What each Spark task needs to write its transaction; pickled to the executors."""
+
+    bootstrap: str
+    producer_config: dict[str, Any]
+    id_prefix: str
+    checkpoint_id: int
+    timeout_ms: int
+    sink_topic: str
+    dead_letter_topic: str
+    columns: tuple[str, ...] = field(default_factory=tuple)
+
+
+def load_transform(spec: PipelineSpec) -> Callable[[Any], Any]:
+    module_name, function_name = spec.transform_target
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TerminalError(f"{spec.path}: transform: cannot import module {module_name!r}: {exc}") from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise TerminalError(f"{spec.path}: transform: {module_name} has no callable {function_name!r}")
+    return function
+
+
+def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...]) -> Any:
+    """Exactly the planned ``[start, end)`` of each partition, committed records only."""
+    starting, ending = spark_offsets(ranges)
+    assign: dict[str, list[int]] = {}
+    for r in ranges:
+        assign.setdefault(r.topic, []).append(r.partition)
+    reader = spark.read.format("kafka")
+    for key, value in kafka.items():
+        reader = reader.option(f"kafka.{key}", str(value))
+    return (
+        reader.option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+
+
+def check_output_columns(spec: PipelineSpec, columns: list[str]) -> tuple[str, ...]:
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise TerminalError(
+            f"{spec.path}: transform {spec.transform} returned columns {columns}, missing {missing}. "
+            "The output needs `value` and must keep the input's `topic`, `partition`, `offset` columns "
+            "(they become provenance headers); withColumn/filter-style transforms keep them."
+        )
+    return REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in columns)
+
+
+def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs in a Spark task: produce this partition's rows in one transaction, pre-commit it."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from lockstep.transactions import TransactionalWriter
+
+    task = TaskContext.get().partitionId()
+    writer = TransactionalWriter(
+        settings.bootstrap, transactional_id(settings.id_prefix, settings.checkpoint_id, task), task_index=task,
+        transaction_timeout_ms=settings.timeout_ms, extra_config=settings.producer_config,
+    )
+    writer.open()  # init_transactions fences any earlier attempt of this task, even an empty one
+    failpoints.hit("job.before_produce")
+    rows = 0
+    for batch in batches:
+        rows += _produce_batch(writer, settings, batch.to_pydict(), batch.num_rows, first=rows == 0)
+    prepared = writer.prepare()
+    failpoints.hit("job.after_flush")
+    committable = json.dumps(prepared.to_json()) if prepared is not None else None
+    yield pa.RecordBatch.from_pydict({"task": [task], "committable": [committable], "rows": [rows]},
+                                     schema=pa.schema([("task", pa.int32()), ("committable", pa.string()),
+                                                       ("rows", pa.int64())]))
+
+
+def _produce_batch(writer: Any, settings: WriterSettings, cols: dict[str, list], n: int, first: bool) -> int:
+    checkpoint = str(settings.checkpoint_id).encode()
+    errors, keys, user_headers = cols.get("error"), cols.get("key"), cols.get("headers")
+    for i in range(n):
+        headers = [(SOURCE_TOPIC, cols["topic"][i].encode()), (SOURCE_PARTITION, str(cols["partition"][i]).encode()),
+                   (SOURCE_OFFSET, str(cols["offset"][i]).encode()), (CHECKPOINT_HEADER, checkpoint)]
+        if user_headers is not None and user_headers[i]:
+            headers.extend((h["key"], h["value"]) for h in user_headers[i])
+        error = errors[i] if errors is not None else None
+        if error is not None:
+            headers.append((ERROR_HEADER, str(error).encode()))
+        writer.produce(
+            settings.dead_letter_topic if error is not None else settings.sink_topic,
+            cols["value"][i], key=keys[i] if keys is not None else None, headers=headers,
+            dead_letter=error is not None,
+        )
+        if first and i == n // 2:
+            failpoints.hit("job.mid_produce")
+    return n
+
+
+def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store: Any) -> PreparedCheckpoint:
+    view = store.view(checkpoint_id)
+    if view is None:
+        raise CheckpointError(checkpoint_id, "has no claim; the plan task must run first")
+    if view.status is CheckpointStatus.PREPARED:
+        log.info("checkpoint %d: already prepared by an earlier attempt; nothing to write", checkpoint_id)
+        return view.prepared
+    if view.status is not CheckpointStatus.CLAIMED:
+        raise CheckpointError(checkpoint_id, f"is {view.status.value}; the Spark run only writes claimed checkpoints")
+    ranges = tuple(r for r in view.claim.ranges if not r.is_empty)
+    started = time.monotonic()
+    committables: list[PreparedTransaction] = []
+    rows_out = 0
+    if ranges:
+        kafka = kafka_config(spec.source.kafka_conn_id)
+        df = read_ranges(spark, kafka, ranges)
+        out = load_transform(spec)(df)
+        columns = check_output_columns(spec, out.columns)
+        sink = kafka_config(spec.sink.kafka_conn_id)
+        settings = WriterSettings(
+            bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **spec.producer},
+            id_prefix=spec.transactions.id_prefix, checkpoint_id=checkpoint_id,
+            timeout_ms=spec.transactions.timeout_ms, sink_topic=spec.sink.topic,
+            dead_letter_topic=spec.sink.dead_letter_topic, columns=columns,
+        )
+        log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s", checkpoint_id,
+                 len(ranges), sum(r.count for r in ranges), spec.sink.topic, spec.sink.dead_letter_topic)
+        results = out.select(*columns).mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()
+        for row in results:
+            rows_out += row["rows"]
+            if row["committable"]:
+                committables.append(PreparedTransaction.from_json(json.loads(row["committable"]), f"task {row['task']}"))
+    failpoints.hit("job.before_prepared")
+    prepared = PreparedCheckpoint(
+        pipeline=spec.name, checkpoint_id=checkpoint_id, prepared_at=datetime.now(timezone.utc).isoformat(),
+        transactions=tuple(sorted(committables, key=lambda t: t.task_index)),
+        records_in=sum(r.count for r in ranges),
+        records_out=sum(t.records for t in committables),
+        records_dead_lettered=sum(t.dead_letters for t in committables),
+        spark_seconds=round(time.monotonic() - started, 3),
+    )
+    store.write_prepared(prepared)
+    log.info("checkpoint %d: prepared with %d transactions (%d records out, %d dead-lettered) in %.1f s",
+             checkpoint_id, len(prepared.transactions), prepared.records_out, prepared.records_dead_lettered,
+             prepared.spark_seconds)
+    failpoints.hit("job.after_prepared")
+    return prepared

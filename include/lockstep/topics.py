@@ -1,0 +1,82 @@
+"""What the plan and commit steps need to know from, and tell, the Kafka cluster:
+partitions, log start offsets, last stable offsets, and consumer group offsets.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Mapping
+
+from lockstep.errors import TerminalError, TransientError
+from lockstep.offsets import TopicPartition
+
+log = logging.getLogger("lockstep.topics")
+TIMEOUT_S = 30
+
+
+def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
+    result: list[TopicPartition] = []
+    for topic in topics:
+        try:
+            metadata = admin.list_topics(topic, timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - KafkaException from librdkafka
+            raise TransientError(f"cannot read metadata of topic {topic}: {exc}") from exc
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise TerminalError(f"source topic {topic!r} does not exist (or has no partitions): "
+                                f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
+        result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
+    return result
+
+
+def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any) -> dict[TopicPartition, int]:
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka import TopicPartition as KTP
+
+    if not tps:
+        return {}
+    request = {KTP(tp.topic, tp.partition): spec for tp in tps}
+    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S)
+    try:
+        return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+    except Exception as exc:  # noqa: BLE001
+        raise TransientError(f"cannot list offsets of {', '.join(tp.key for tp in tps)}: {exc}") from exc
+
+
+def log_start_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    from confluent_kafka.admin import OffsetSpec
+
+    return _list_offsets(admin, tps, OffsetSpec.earliest())
+
+
+def last_stable_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """With read_committed isolation, "latest" is the LSO: nothing past an open transaction."""
+    from confluent_kafka.admin import OffsetSpec
+
+    return _list_offsets(admin, tps, OffsetSpec.latest())
+
+
+def group_offsets(admin: Any, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """Committed offsets of the consumer group; partitions without one are left out."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as KTP
+
+    request = [ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition) for tp in tps])]
+    try:
+        result = admin.list_consumer_group_offsets(request)[group].result()
+    except Exception as exc:  # noqa: BLE001
+        raise TransientError(f"cannot read offsets of consumer group {group}: {exc}") from exc
+    return {TopicPartition(k.topic, k.partition): k.offset for k in result.topic_partitions if k.offset >= 0}
+
+
+def publish_offsets(admin: Any, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as KTP
+
+    if not offsets:
+        return
+    request = [ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition, o) for tp, o in sorted(offsets.items())])]
+    try:
+        admin.alter_consumer_group_offsets(request)[group].result()
+    except Exception as exc:  # noqa: BLE001
+        raise TransientError(f"cannot publish offsets to consumer group {group}: {exc} "
+                             "(a group with active members refuses offset changes)") from exc

@@ -1,0 +1,1 @@
+"""Example transforms used by the demo pipeline and the tests."""
