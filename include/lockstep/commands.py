@@ -67,7 +67,7 @@ def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
 
 def _run(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.launcher import run_spark_job
+    from lockstep.launcher import run_checkpoint
 
     results = []
     for n in range(args.checkpoints):
@@ -82,7 +82,7 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
             if not args.json:
                 print(planned.describe())
             break
-        run_spark_job(spec, cid)
+        run_checkpoint(spec, cid, p.store)
         outcome = commit(p, cid)
         view = p.store.view(cid)
         row = {"checkpoint": cid, "status": outcome.status.value, "records_in": view.prepared.records_in,
