@@ -147,7 +147,13 @@ class CheckpointStore:
             raise CheckpointError(aborted.checkpoint_id, "is completed; status never moves backward to aborted")
         if view.aborted is not None:
             return  # aborting twice is harmless; keep the first reason
-        self._create_or_conflict(aborted.checkpoint_id, "aborted", aborted.to_json())
+        key = self._key(aborted.checkpoint_id, "aborted")
+        try:
+            self._create(key, aborted.to_json())
+        except _Conflict:
+            # Another process aborted it between our read and our create: keep its reason.
+            if self._read(key, AbortedCheckpoint.from_json) is None:
+                self._create_or_conflict(aborted.checkpoint_id, "aborted", aborted.to_json())
 
     def _create_or_conflict(self, checkpoint_id: int, part: str, doc: dict[str, Any]) -> None:
         try:
@@ -204,10 +210,12 @@ class CheckpointStore:
 
         The pointer may lag by a checkpoint if a commit died between marking the
         checkpoint completed and moving the pointer, so what follows it is checked too.
+        A pointer to a missing or unfinished checkpoint is a MetadataError, never a
+        silent fall back to older offsets.
         """
         pointer_url = self.url(self._pointer_key())
         pointer = self._get(self._pointer_key())
-        start = self._pointer_id(pointer[0], pointer_url) if pointer else None
+        start = _pointer_id(pointer[0], pointer_url, self.pipeline) if pointer else None
         # Listing the ids after the pointer is cheap (1000 per page); views cost 4 GETs each, so read
         # them newest first and stop at the first completed one.
         for checkpoint_id in reversed(list(self.checkpoint_ids(after=start))):
@@ -220,8 +228,8 @@ class CheckpointStore:
         if pointed is None or pointed.completed is None:
             # Never fall back to older offsets or to auto.offset.reset silently: that replays or skips data.
             what = "does not exist" if pointed is None else f"is {pointed.status.value}"
-            raise MetadataError(pointer_url, f"points at checkpoint {start}, which {what}; restore from a "
-                                             "savepoint, or delete the pointer if the checkpoints were reset on purpose")
+            raise MetadataError(pointer_url, f"points at checkpoint {start}, which {what}; restore from a savepoint, "
+                                             "or delete the pointer if the checkpoints were reset on purpose")
         return pointed
 
     def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]:
@@ -234,9 +242,6 @@ class CheckpointStore:
         views = [self.view(i) for i in reversed(ids)]
         return [v for v in views if v is not None]
 
-    def _pointer_id(self, doc: Any, url: str) -> int:
-        return _pointer_id(doc, url, self.pipeline)
-
     def _advance_pointer(self, checkpoint_id: int) -> None:
         """Move the pointer forward only; concurrent movers are resolved with If-Match."""
         for _ in range(10):
@@ -246,7 +251,7 @@ class CheckpointStore:
             try:
                 if current is None:
                     self._s3.put_object(Bucket=self.bucket, Key=self._pointer_key(), Body=body, IfNoneMatch="*")
-                elif self._pointer_id(current[0], self.url(self._pointer_key())) >= checkpoint_id:
+                elif _pointer_id(current[0], self.url(self._pointer_key()), self.pipeline) >= checkpoint_id:
                     return
                 else:
                     self._s3.put_object(Bucket=self.bucket, Key=self._pointer_key(), Body=body, IfMatch=current[1])

@@ -4,13 +4,32 @@ partitions, log start offsets, last stable offsets, and consumer group offsets.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping
+import time
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.offsets import TopicPartition
 
 log = logging.getLogger("lockstep.topics")
 TIMEOUT_S = 30
+T = TypeVar("T")
+
+
+def _with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S) -> T:
+    """Retry Kafka's retriable errors (coordinator loading or moving) until a deadline."""
+    deadline = time.monotonic() + deadline_s
+    delay = 0.2
+    while True:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - KafkaException carries the KafkaError
+            error = exc.args[0] if exc.args else None
+            retriable = getattr(error, "retriable", lambda: False)()
+            if not retriable or time.monotonic() + delay > deadline:
+                raise TransientError(f"{what}: {exc}") from exc
+            log.info("%s: %s; retrying", what, getattr(error, "name", lambda: exc)())
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
@@ -35,11 +54,12 @@ def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any) -> dict[Topi
     if not tps:
         return {}
     request = {KTP(tp.topic, tp.partition): spec for tp in tps}
-    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S)
-    try:
+
+    def call() -> dict[TopicPartition, int]:
+        futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S)
         return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
-    except Exception as exc:  # noqa: BLE001
-        raise TransientError(f"cannot list offsets of {', '.join(tp.key for tp in tps)}: {exc}") from exc
+
+    return _with_retries(f"cannot list offsets of {', '.join(tp.key for tp in tps)}", call)
 
 
 def log_start_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -61,10 +81,8 @@ def group_offsets(admin: Any, group: str, tps: list[TopicPartition]) -> dict[Top
     from confluent_kafka import TopicPartition as KTP
 
     request = [ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition) for tp in tps])]
-    try:
-        result = admin.list_consumer_group_offsets(request)[group].result()
-    except Exception as exc:  # noqa: BLE001
-        raise TransientError(f"cannot read offsets of consumer group {group}: {exc}") from exc
+    result = _with_retries(f"cannot read offsets of consumer group {group}",
+                           lambda: admin.list_consumer_group_offsets(request)[group].result())
     return {TopicPartition(k.topic, k.partition): k.offset for k in result.topic_partitions if k.offset >= 0}
 
 
@@ -75,8 +93,5 @@ def publish_offsets(admin: Any, group: str, offsets: Mapping[TopicPartition, int
     if not offsets:
         return
     request = [ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition, o) for tp, o in sorted(offsets.items())])]
-    try:
-        admin.alter_consumer_group_offsets(request)[group].result()
-    except Exception as exc:  # noqa: BLE001
-        raise TransientError(f"cannot publish offsets to consumer group {group}: {exc} "
-                             "(a group with active members refuses offset changes)") from exc
+    _with_retries(f"cannot publish offsets to consumer group {group} (a group with active members refuses "
+                  "offset changes)", lambda: admin.alter_consumer_group_offsets(request)[group].result())

@@ -142,3 +142,19 @@ def is_ready(bootstrap: str) -> bool:
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
     metadata = admin.list_topics(timeout=2)
     return bool(metadata.brokers)
+
+
+def warm_up(bootstrap: str) -> None:
+    """Create the consumer-offsets and transaction-state topics now, not on a pipeline's
+    first call: a fresh broker answers COORDINATOR_LOAD_IN_PROGRESS until they are loaded."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, Producer
+    from confluent_kafka.admin import AdminClient
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "lockstep-dev-warm-up", "log_level": 0})
+    producer.init_transactions(60)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    procs.wait_until(
+        lambda: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("lockstep-dev-warm-up")])
+        ["lockstep-dev-warm-up"].result() is not None,
+        f"Kafka group coordinator on {bootstrap}", 60,
+    )

@@ -114,6 +114,7 @@ class Platform:
             self._start("kafka", kafka_svc.start(config, self.log_file("kafka")))
             procs.wait_until(lambda: kafka_svc.is_ready(config.bootstrap), f"Kafka broker on {config.bootstrap}", 120,
                              alive=lambda: self.running("kafka"), log_file=self.log_file("kafka"))
+            kafka_svc.warm_up(config.bootstrap)
         print(f"kafka    running  {config.bootstrap} (KRaft, data in {config.data_dir})", file=out)
 
     def _up_airflow(self, out) -> None:
