@@ -19,6 +19,7 @@ from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointSt
 from lockstep.decisions import DecisionKind, decide_commit, recovery_plan, replay_hint
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_from_json, plan_ranges
+from lockstep.connections import kafka_config
 from lockstep.runtime import checkpoint_store, kafka_admin, transaction_committer
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
@@ -37,13 +38,14 @@ class Pipeline:
     spec: PipelineSpec
     store: CheckpointStore
     source_admin: Any
+    source_kafka: dict[str, Any]
     committer_factory: Callable[[], Any]
     wall_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
 
     @classmethod
     def open(cls, spec: PipelineSpec) -> Pipeline:
         return cls(spec, checkpoint_store(spec), kafka_admin(spec.source.kafka_conn_id),
-                   lambda: transaction_committer(spec))
+                   kafka_config(spec.source.kafka_conn_id), lambda: transaction_committer(spec))
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         restore=_restore_source(p, restore),
         last_completed=OffsetSource.checkpoint(latest.checkpoint_id, offsets_from_json(latest.completed.end_offsets))
         if latest else None,
-        group=OffsetSource.group(topics.group_offsets(p.source_admin, p.spec.source.consumer_group, tps))
+        group=OffsetSource.group(topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
         if latest is None and restore is None else None,
     )
     budget = max_records or p.spec.checkpoints.max_records
@@ -203,6 +205,7 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
                      t.records, t.dead_letters)
             if n == 0:
                 failpoints.hit("commit.between_commits")
+        _await_markers(committer, checkpoint_id, decision.commit)
     failpoints.hit("commit.after_kafka_commit")
     committed = tuple(t.transactional_id for t in prepared.transactions)
     completed = CompletedCheckpoint(p.spec.name, checkpoint_id, _now(), view.claim.end_offsets, committed)
@@ -218,6 +221,22 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message)
 
 
+def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], timeout_s: float = 60.0) -> None:
+    """EndTxn answers at PrepareCommit; the markers that make records visible follow.
+    Wait for CompleteCommit so "completed" means a read_committed reader sees the output."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(tids)
+    while pending:
+        observed = committer.describe(pending)
+        pending = [tid for tid in pending if observed[tid].state != "CompleteCommit"]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TransientError(f"checkpoint {checkpoint_id}: transactions {', '.join(pending)} were committed but "
+                                 f"their markers were not written within {timeout_s:.0f} s; the commit task will retry")
+        time.sleep(0.1)
+
+
 def _abort_transactions(committer: Any, prepared: Any, tids: tuple[str, ...]) -> None:
     """Fence rather than EndTxn(abort): it works whatever state and epoch each id is in."""
     for tid in tids:
@@ -229,7 +248,7 @@ def _publish(p: Pipeline, view: CheckpointView) -> None:
     """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore."""
     group = p.spec.source.consumer_group
     ends = offsets_from_json(view.completed.end_offsets)
-    current = topics.group_offsets(p.source_admin, group, list(ends))
+    current = topics.group_offsets(p.source_kafka, group, list(ends))
     allow_backwards = view.claim.restored_from is not None
     target: dict[TopicPartition, int] = {}
     for tp, end in ends.items():
@@ -238,7 +257,7 @@ def _publish(p: Pipeline, view: CheckpointView) -> None:
                         view.checkpoint_id, group, current[tp], tp.key, end)
         elif current.get(tp) != end:
             target[tp] = end
-    topics.publish_offsets(p.source_admin, group, target)
+    topics.publish_offsets(p.source_kafka, group, target)
     if target:
         log.info("checkpoint %d: published offsets of %d partitions to consumer group %s", view.checkpoint_id,
                  len(target), group)

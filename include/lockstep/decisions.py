@@ -91,6 +91,13 @@ def _committed_epoch_matches(t: PreparedTransaction, o: TransactionObservation) 
     return o.producer_id == t.producer_id and o.epoch in (t.epoch, t.epoch + 1)
 
 
+def _timed_out_by_broker(t: PreparedTransaction, o: TransactionObservation, now_ms: int) -> bool:
+    """A broker timeout aborts with the epoch bumped by exactly one and keeps the start time
+    and timeout, whose sum has passed; fencing by a new writer re-inits instead (Empty, +2)."""
+    return (o.state in (PREPARE_ABORT, COMPLETE_ABORT) and o.producer_id == t.producer_id
+            and o.epoch == t.epoch + 1 and o.start_time_ms >= 0 and o.start_time_ms + o.timeout_ms <= now_ms)
+
+
 def _classify(t: PreparedTransaction, o: TransactionObservation | None, now_ms: int, margin_ms: int) -> tuple[str, str]:
     """('commit'|'committing'|'committed'|'missing'|'bad', reason) for one transaction."""
     tid = t.transactional_id
@@ -107,6 +114,8 @@ def _classify(t: PreparedTransaction, o: TransactionObservation | None, now_ms: 
             return "bad", (f"transaction {tid} has {left} ms left before its {o.timeout_ms} ms timeout, "
                            f"less than the {margin_ms} ms commit margin")
         return "commit", ""
+    if _timed_out_by_broker(t, o, now_ms):
+        return "bad", f"transaction {tid} timed out after {o.timeout_ms} ms (the broker aborted it)"
     if o.state in (ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT) or (not ours and o.state in (PREPARE_ABORT, COMPLETE_ABORT)):
         return "bad", (f"transaction {tid} was fenced: the broker has producer id {o.producer_id} epoch {o.epoch} "
                        f"in state {o.state}, the checkpoint recorded {t.producer_id}/{t.epoch}")

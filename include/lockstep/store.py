@@ -4,7 +4,7 @@ Layout under ``s3://bucket/<prefix>/<pipeline>/``::
 
     checkpoints/000000000042/claim.json      conditional create = owning id 42
     checkpoints/000000000042/prepared.json   written by the Spark driver: decision "commit"
-    checkpoints/000000000042/completed.json  | aborted.json   (never both)
+    checkpoints/000000000042/outcome.json    completed or aborted: one key, so never both
     latest-completed.json                    pointer, moved forward with If-Match
     savepoints/<name>.json                   retained copies, never touched by retention
 
@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from botocore.exceptions import ClientError
 
 from lockstep.checkpoint import (
+    ABORTED_SCHEMA,
     AbortedCheckpoint,
     CheckpointClaim,
     CheckpointView,
@@ -35,6 +36,9 @@ from lockstep.errors import CheckpointError, MetadataError, TerminalError, Trans
 T = TypeVar("T")
 POINTER_SCHEMA = "lockstep.latest-completed/1"
 ID_WIDTH = 12
+#: completed.json / aborted.json would let a racing commit and abort both succeed;
+#: one outcome object per checkpoint makes the conditional create decide.
+OUTCOME = "outcome"
 
 
 class CheckpointAlreadyClaimed(CheckpointError):
@@ -138,7 +142,7 @@ class CheckpointStore:
             raise CheckpointError(completed.checkpoint_id, f"was aborted ({view.aborted.reason}); it cannot complete")
         if view.prepared is None:
             raise CheckpointError(completed.checkpoint_id, "is not prepared; nothing was decided to commit")
-        self._create_or_conflict(completed.checkpoint_id, "completed", completed.to_json())
+        self._settle(completed.checkpoint_id, completed.to_json())
         self._advance_pointer(completed.checkpoint_id)
 
     def mark_aborted(self, aborted: AbortedCheckpoint) -> None:
@@ -147,13 +151,45 @@ class CheckpointStore:
             raise CheckpointError(aborted.checkpoint_id, "is completed; status never moves backward to aborted")
         if view.aborted is not None:
             return  # aborting twice is harmless; keep the first reason
-        key = self._key(aborted.checkpoint_id, "aborted")
+        self._settle(aborted.checkpoint_id, aborted.to_json())
+
+    def _settle(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
+        """Create the checkpoint's one outcome object: completed or aborted, never both.
+
+        Both outcomes share one key, so a commit and an abort racing on the same
+        checkpoint are decided by S3's conditional create: exactly one wins.
+        """
+        key = self._key(checkpoint_id, OUTCOME)
         try:
-            self._create(key, aborted.to_json())
+            self._create(key, doc)
+            return
         except _Conflict:
-            # Another process aborted it between our read and our create: keep its reason.
-            if self._read(key, AbortedCheckpoint.from_json) is None:
-                self._create_or_conflict(aborted.checkpoint_id, "aborted", aborted.to_json())
+            pass
+        existing = self._outcome(checkpoint_id)
+        if isinstance(existing, AbortedCheckpoint):
+            if doc["schema"] == existing.to_json()["schema"]:
+                return  # another process aborted it first: keep its reason
+            raise CheckpointError(checkpoint_id, f"was aborted ({existing.reason}) while we committed it; "
+                                                 "it cannot complete")
+        if doc["schema"] != existing.to_json()["schema"]:
+            raise CheckpointError(checkpoint_id, "is completed; status never moves backward to aborted")
+        raise CheckpointError(
+            checkpoint_id, f"{self.url(key)} already exists with different content; metadata is immutable "
+            "and is never overwritten (is another run writing this pipeline's checkpoints?)",
+        )
+
+    def _outcome(self, checkpoint_id: int) -> CompletedCheckpoint | AbortedCheckpoint | None:
+        key = self._key(checkpoint_id, OUTCOME)
+        found = self._get(key)
+        if found is None:
+            return None
+        doc, url = found[0], self.url(key)
+        parse = AbortedCheckpoint.from_json if isinstance(doc, dict) and doc.get("schema") == ABORTED_SCHEMA \
+            else CompletedCheckpoint.from_json
+        value = parse(doc, url)
+        if value.pipeline != self.pipeline:
+            raise MetadataError(url, f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
+        return value
 
     def _create_or_conflict(self, checkpoint_id: int, part: str, doc: dict[str, Any]) -> None:
         try:
@@ -182,11 +218,12 @@ class CheckpointStore:
         claim = self._read_claim(checkpoint_id)
         if claim is None:
             return None
+        outcome = self._outcome(checkpoint_id)
         return CheckpointView(
             claim=claim,
             prepared=self._read(self._key(checkpoint_id, "prepared"), PreparedCheckpoint.from_json),
-            completed=self._read(self._key(checkpoint_id, "completed"), CompletedCheckpoint.from_json),
-            aborted=self._read(self._key(checkpoint_id, "aborted"), AbortedCheckpoint.from_json),
+            completed=outcome if isinstance(outcome, CompletedCheckpoint) else None,
+            aborted=outcome if isinstance(outcome, AbortedCheckpoint) else None,
         )
 
     # ---- listing ---------------------------------------------------------------
@@ -273,7 +310,7 @@ class CheckpointStore:
             raise TerminalError(f"checkpoints.retain must be at least 1, got {retain!r}: the newest completed "
                                 "checkpoint is where the next run starts")
         ids = list(self.checkpoint_ids())
-        completed = [i for i in ids if self._exists(self._key(i, "completed"))] if len(ids) > retain else []
+        completed = [i for i in ids if isinstance(self._outcome(i), CompletedCheckpoint)] if len(ids) > retain else []
         if len(completed) <= retain:
             return []
         keep_from = completed[-retain]

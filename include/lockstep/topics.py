@@ -75,23 +75,41 @@ def last_stable_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPart
     return _list_offsets(admin, tps, OffsetSpec.latest())
 
 
-def group_offsets(admin: Any, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+def _group_consumer(admin_config: Mapping[str, Any], group: str) -> Any:
+    """A consumer that only reads and commits the group's offsets; it never joins the group.
+
+    The consumer API is used rather than the admin group-offsets calls: librdkafka's
+    admin path crashed the process on COORDINATOR_LOAD_IN_PROGRESS here, while the
+    consumer's committed()/commit() retry it internally.
+    """
+    from confluent_kafka import Consumer
+
+    config = {k: v for k, v in admin_config.items() if k not in ("log_level",)}
+    return Consumer({**config, "group.id": group, "enable.auto.commit": False, "log_level": 3})
+
+
+def group_offsets(kafka: Mapping[str, Any], group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
     """Committed offsets of the consumer group; partitions without one are left out."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka import TopicPartition as KTP
 
-    request = [ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition) for tp in tps])]
-    result = _with_retries(f"cannot read offsets of consumer group {group}",
-                           lambda: admin.list_consumer_group_offsets(request)[group].result())
-    return {TopicPartition(k.topic, k.partition): k.offset for k in result.topic_partitions if k.offset >= 0}
+    consumer = _group_consumer(kafka, group)
+    try:
+        found = _with_retries(f"cannot read offsets of consumer group {group}",
+                              lambda: consumer.committed([KTP(tp.topic, tp.partition) for tp in tps], timeout=TIMEOUT_S))
+    finally:
+        consumer.close()
+    return {TopicPartition(k.topic, k.partition): k.offset for k in found if k.offset >= 0}
 
 
-def publish_offsets(admin: Any, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-    from confluent_kafka import ConsumerGroupTopicPartitions
+def publish_offsets(kafka: Mapping[str, Any], group: str, offsets: Mapping[TopicPartition, int]) -> None:
     from confluent_kafka import TopicPartition as KTP
 
     if not offsets:
         return
-    request = [ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition, o) for tp, o in sorted(offsets.items())])]
-    _with_retries(f"cannot publish offsets to consumer group {group} (a group with active members refuses "
-                  "offset changes)", lambda: admin.alter_consumer_group_offsets(request)[group].result())
+    consumer = _group_consumer(kafka, group)
+    try:
+        _with_retries(f"cannot publish offsets to consumer group {group}",
+                      lambda: consumer.commit(offsets=[KTP(tp.topic, tp.partition, o) for tp, o in sorted(offsets.items())],
+                                              asynchronous=False))
+    finally:
+        consumer.close()

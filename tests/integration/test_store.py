@@ -103,6 +103,8 @@ class CountingS3:
 
 
 def key_of(store: CheckpointStore, checkpoint_id: int, part: str) -> str:
+    """Completed and aborted share one outcome object (never both)."""
+    part = "outcome" if part in ("completed", "aborted") else part
     return f"{store.root}/checkpoints/{checkpoint_id:012d}/{part}.json"
 
 
@@ -304,17 +306,19 @@ def test_mark_completed_again_with_another_document_is_refused(store: Checkpoint
 
 def test_mark_aborted_after_completed_fails(store: CheckpointStore, s3_client) -> None:
     complete(store, 1)
+    before = raw(s3_client, store, key_of(store, 1, "completed"))
     with pytest.raises(CheckpointError, match="never moves backward"):
         store.mark_aborted(aborted_of(1))
-    assert not exists(s3_client, store, key_of(store, 1, "aborted"))
+    assert raw(s3_client, store, key_of(store, 1, "aborted")) == before
     assert store.view(1).status is CheckpointStatus.COMPLETED
 
 
 def test_mark_completed_after_aborted_fails(store: CheckpointStore, s3_client) -> None:
     abort(store, 1)
+    before = raw(s3_client, store, key_of(store, 1, "aborted"))
     with pytest.raises(CheckpointError, match="was aborted"):
         store.mark_completed(completed_of(1))
-    assert not exists(s3_client, store, key_of(store, 1, "completed"))
+    assert raw(s3_client, store, key_of(store, 1, "completed")) == before
     assert not exists(s3_client, store, f"{store.root}/latest-completed.json")
     assert store.view(1).status is CheckpointStatus.ABORTED
 
@@ -682,3 +686,38 @@ def test_corrupt_savepoint_raises_metadata_error(store: CheckpointStore, s3_clie
     with pytest.raises(MetadataError):
         store.list_savepoints()
     assert raw(s3_client, store, key) == b"\xff\xfe not utf-8"
+
+
+def test_racing_commit_and_abort_settle_on_exactly_one_outcome(store: CheckpointStore) -> None:
+    """Invariant 3: completed and aborted are never both, even when written at once."""
+    import threading
+
+    ids = list(range(1, 11))
+    for i in ids:
+        store.claim(claim_of(i))
+        store.write_prepared(prepared_of(i))
+    results: dict[tuple[int, str], str] = {}
+
+    def attempt(i: int, kind: str, barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            if kind == "complete":
+                store.mark_completed(completed_of(i))
+            else:
+                store.mark_aborted(aborted_of(i))
+            results[(i, kind)] = "ok"
+        except CheckpointError:
+            results[(i, kind)] = "refused"
+
+    for i in ids:
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=attempt, args=(i, k, barrier)) for k in ("complete", "abort")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        status = store.view(i).status  # never raises "both completed and aborted"
+        winner = "complete" if status is CheckpointStatus.COMPLETED else "abort"
+        assert status in (CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)
+        assert results[(i, winner)] == "ok"
+        assert results[(i, "abort" if winner == "complete" else "complete")] == "refused"

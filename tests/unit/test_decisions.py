@@ -283,3 +283,19 @@ def test_replay_hint() -> None:
     assert replay_hint(ranges, "checkpoint 41") == (
         "the next run replays orders partitions 0-5,7; payments partition 2 from checkpoint 41")
     assert "nothing to replay" in replay_hint([OffsetRange("orders", 0, 3, 3)], "checkpoint 41")
+
+
+def test_a_transaction_the_broker_timed_out_is_reported_as_a_timeout_not_a_fence():
+    from lockstep.checkpoint import PreparedCheckpoint, PreparedTransaction
+    from lockstep.decisions import DecisionKind, TransactionObservation, decide_commit
+    from lockstep.offsets import TopicPartition
+
+    t = PreparedTransaction("p-1-0", 7, 0, (TopicPartition("out", 0),), 5, 0, 0, 1_000)
+    prepared = PreparedCheckpoint("p", 1, "now", (t,), 5, 5, 0, 1.0)
+    timed_out = TransactionObservation("p-1-0", "CompleteAbort", 7, 1, 1_000, 4_000)
+    decision = decide_commit(prepared, {"p-1-0": timed_out}, now_ms=10_000, margin_ms=1_000)
+    assert decision.kind is DecisionKind.ABORT
+    assert "p-1-0 timed out after 4000 ms" in decision.message
+    fenced = TransactionObservation("p-1-0", "Empty", 7, 2, -1, 4_000)
+    decision = decide_commit(prepared, {"p-1-0": fenced}, now_ms=10_000, margin_ms=1_000)
+    assert "timed out" not in decision.message

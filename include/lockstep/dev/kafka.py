@@ -145,16 +145,16 @@ def is_ready(bootstrap: str) -> bool:
 
 
 def warm_up(bootstrap: str) -> None:
-    """Create the consumer-offsets and transaction-state topics now, not on a pipeline's
-    first call: a fresh broker answers COORDINATOR_LOAD_IN_PROGRESS until they are loaded."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, Producer
-    from confluent_kafka.admin import AdminClient
+    """Load the transaction and group coordinators now rather than on a pipeline's first
+    call, when a fresh broker would answer COORDINATOR_LOAD_IN_PROGRESS for a while."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as KTP
 
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "lockstep-dev-warm-up", "log_level": 0})
     producer.init_transactions(60)
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    procs.wait_until(
-        lambda: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("lockstep-dev-warm-up")])
-        ["lockstep-dev-warm-up"].result() is not None,
-        f"Kafka group coordinator on {bootstrap}", 60,
-    )
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lockstep-dev-warm-up", "log_level": 0})
+    try:
+        procs.wait_until(lambda: consumer.committed([KTP("__consumer_offsets", 0)], timeout=5) is not None,
+                         f"Kafka group coordinator on {bootstrap}", 60)
+    finally:
+        consumer.close()

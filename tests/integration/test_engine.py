@@ -1,0 +1,168 @@
+"""The exactly-once engine end to end on the real platform: the CLI runs plan ->
+spark-submit -> commit; the auditor checks the read_committed output."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lockstep.checkpoint import CheckpointStatus
+from lockstep.sparkjob import ERROR_HEADER
+
+from .engine_helpers import (
+    MALFORMED_EVERY, make_pipeline, open_transactions, produce_orders, read_committed, run, store, verify,
+)
+
+
+def completed_views(pipeline):
+    s = store(pipeline)
+    views = [s.view(i) for i in s.checkpoint_ids()]
+    return [v for v in views if v is not None and v.status is CheckpointStatus.COMPLETED]
+
+
+def assert_tiled(views) -> None:
+    """start(N+1) == end(N) on every partition of consecutive completed checkpoints."""
+    for before, after in zip(views, views[1:]):
+        ends = {r.tp: r.end for r in before.claim.ranges}
+        starts = {r.tp: r.start for r in after.claim.ranges}
+        assert starts == ends, f"checkpoint {after.checkpoint_id} does not start where {before.checkpoint_id} ended"
+
+
+def test_five_checkpoints_tile_and_verify_exactly_once(tmp_path, bootstrap, unique):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=4, max_records=200)
+    produce_orders(pipeline, 1000)
+
+    result = run(pipeline, "--checkpoints", "5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("completed") == 5
+
+    views = completed_views(pipeline)
+    assert [v.checkpoint_id for v in views] == [1, 2, 3, 4, 5]
+    assert_tiled(views)
+    assert all(r.start == 0 for r in views[0].claim.ranges)
+    assert sum(r.count for v in views for r in v.claim.ranges) == 1000
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["expected_outputs"] == report["actual_outputs"] == 1000
+
+    dead = read_committed(bootstrap, pipeline.dead_letters)
+    assert len(dead) == 1000 // MALFORMED_EVERY  # no silent loss: each malformed order is a dead letter
+    assert all(dict(m.headers())[ERROR_HEADER] == b"not a JSON order with order_id" for m in dead)
+    assert open_transactions(pipeline) == []
+
+
+def test_empty_checkpoint_completes_and_commit_again_changes_nothing(tmp_path, bootstrap, unique):
+    from lockstep.coordinator import Pipeline, commit
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    view = store(pipeline).view(1)
+    assert view.status is CheckpointStatus.COMPLETED
+    assert view.prepared.transactions == ()
+
+    produce_orders(pipeline, 40)
+    assert run(pipeline).returncode == 0
+    s = store(pipeline)
+    before = {k["Key"]: k["ETag"] for k in s._s3.list_objects_v2(Bucket=s.bucket, Prefix=s.root)["Contents"]}
+    outcome = commit(Pipeline.open(pipeline.spec()), 2)  # again, from a new process' point of view
+    after = {k["Key"]: k["ETag"] for k in s._s3.list_objects_v2(Bucket=s.bucket, Prefix=s.root)["Contents"]}
+    assert outcome.status is CheckpointStatus.COMPLETED and outcome.message == "already completed"
+    assert before == after
+    report = verify(pipeline)
+    assert report["ok"] and report["actual_outputs"] == 40, report
+
+
+def test_transaction_timeout_aborts_the_whole_checkpoint_and_the_next_run_replays(tmp_path, bootstrap, unique):
+    from lockstep.committer import TransactionCommitter
+    from lockstep.coordinator import Pipeline, commit, plan
+    from lockstep.errors import CheckpointError
+    from lockstep.launcher import run_checkpoint
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, timeout_ms=4000, margin_ms=1000)
+    produce_orders(pipeline, 100)
+    p = Pipeline.open(pipeline.spec())
+    claim = plan(p, run_id="timeout-test").claim
+    run_checkpoint(p.spec, claim.checkpoint_id, p.store)
+    prepared = p.store.view(claim.checkpoint_id).prepared
+    tids = [t.transactional_id for t in prepared.transactions]
+    deadline = time.monotonic() + 60
+    with TransactionCommitter(bootstrap) as committer:
+        while any(o.state == "Ongoing" for o in committer.describe(tids).values()):
+            assert time.monotonic() < deadline, "the broker never timed the transactions out"
+            time.sleep(0.5)
+
+    with pytest.raises(CheckpointError) as failure:
+        commit(p, claim.checkpoint_id)
+    message = str(failure.value)
+    assert f"checkpoint {claim.checkpoint_id}" in message and "aborted" in message
+    assert "timed out" in message and "the next run replays" in message
+    assert p.store.view(claim.checkpoint_id).status is CheckpointStatus.ABORTED
+    assert read_committed(bootstrap, pipeline.sink) == []  # nothing of the checkpoint was committed
+
+    pipeline.rewrite(transactions={"timeout_ms": 900_000, "commit_margin_ms": 60_000})  # the way out
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    replay = store(pipeline).view(claim.checkpoint_id + 1)
+    assert replay.status is CheckpointStatus.COMPLETED
+    assert replay.claim.ranges == claim.ranges  # the same ranges, replayed
+    report = verify(pipeline)
+    assert report["ok"] and report["actual_outputs"] == 100, report
+    assert open_transactions(pipeline) == []
+
+
+def test_restore_from_savepoint_replays_from_its_offsets(tmp_path, bootstrap, unique):
+    from .engine_helpers import lockstep
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 60)
+    assert run(pipeline).returncode == 0
+    spec = ["--spec", str(pipeline.spec_path)]
+    created = lockstep("savepoint", "create", "before-second", *spec)
+    assert created.returncode == 0, created.stderr
+    produce_orders(pipeline, 40, start=60)
+    assert run(pipeline).returncode == 0
+    sp_ends = store(pipeline).get_savepoint("before-second").end_offsets
+
+    for attempt in range(2):  # restoring twice from the same savepoint neither fails nor duplicates
+        result = run(pipeline, "--restore-from", "before-second")
+        assert result.returncode == 0, result.stderr[-3000:]
+        latest = store(pipeline).latest_completed()
+        assert latest.claim.restored_from == "before-second"
+        assert {r.tp.key: r.start for r in latest.claim.ranges} == dict(sp_ends)
+        report = verify(pipeline, "--since-checkpoint", str(latest.checkpoint_id))
+        assert report["ok"] and report["actual_outputs"] == 40, report
+    # The replays re-emitted the 40 records of the second checkpoint, as documented.
+    assert len(read_committed(bootstrap, pipeline.sink)) + len(read_committed(bootstrap, pipeline.dead_letters)) == 180
+
+    described = lockstep("savepoint", "describe", "before-second", *spec)
+    assert "checkpoint 1" in described.stdout
+    bad = lockstep("savepoint", "create", "../escape", *spec)
+    assert bad.returncode == 2 and "savepoint name" in bad.stderr.lower()
+
+
+def test_lingering_transactions_of_a_higher_past_parallelism_are_fenced(tmp_path, bootstrap, unique):
+    """A dead writer of checkpoint 1 at task 7 (a parallelism since scaled down) must not
+    stall read_committed readers: the next plan finds and fences it (invariant 7)."""
+    import subprocess
+    import sys
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 20)
+    script = (
+        "import os; from confluent_kafka import Producer\n"
+        f"p = Producer({{'bootstrap.servers': '{bootstrap}', 'transactional.id': '{pipeline.prefix}-1-7'}})\n"
+        "p.init_transactions(30); p.begin_transaction()\n"
+        f"p.produce('{pipeline.sink}', b'zombie', partition=0); p.flush(30)\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert open_transactions(pipeline) == [f"{pipeline.prefix}-1-7"]
+
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{pipeline.prefix}-1-7" in result.stderr  # the fencing is logged with the id
+    assert open_transactions(pipeline) == []
+    values = [m.value() for m in read_committed(bootstrap, pipeline.sink)]
+    assert b"zombie" not in values and len(values) == 18
+    assert verify(pipeline)["ok"]

@@ -1,0 +1,51 @@
+"""Crash at every named failpoint, run again, and the output is still exactly once
+with no transaction left open on the broker (issue: failpoints at every step)."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.checkpoint import CheckpointStatus
+from lockstep.failpoints import CRASH_EXIT_CODE, FAILPOINTS
+
+from .engine_helpers import make_pipeline, open_transactions, produce_orders, run, store, verify
+
+
+@pytest.mark.parametrize("name", list(FAILPOINTS))
+def test_crash_at_failpoint_then_recover_exactly_once(name, tmp_path, bootstrap, unique):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=60)
+    produce_orders(pipeline, 100)
+    assert run(pipeline).returncode == 0  # checkpoint 1: a completed one to recover from
+
+    crashed = run(pipeline, failpoints=f"{name}=crash")
+    # The CLI itself dies with the failpoint's code, or reports the Spark job's death.
+    assert crashed.returncode in (CRASH_EXIT_CODE, 2), crashed.stderr[-2000:]
+    if crashed.returncode == 2:
+        assert "checkpoint 2" in crashed.stderr and "Spark run failed" in crashed.stderr
+
+    produce_orders(pipeline, 30, start=100)
+    recovered = run(pipeline, "--checkpoints", "2")
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
+
+    s = store(pipeline)
+    statuses = {i: s.view(i).status for i in s.checkpoint_ids()}
+    assert statuses[max(statuses)] is CheckpointStatus.COMPLETED
+    assert CheckpointStatus.CLAIMED not in statuses.values() and CheckpointStatus.PREPARED not in statuses.values()
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["covered_offsets"] == 130
+    assert open_transactions(pipeline) == []
+
+
+def test_raise_mode_fails_loudly_and_recovers(tmp_path, bootstrap, unique):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 50)
+    failed = run(pipeline, failpoints="commit.between_commits=raise")
+    assert failed.returncode != 0 and "failpoint commit.between_commits raised" in failed.stderr
+    assert run(pipeline).returncode == 0
+    assert verify(pipeline)["ok"]
+
+
+def test_unknown_failpoint_is_refused(tmp_path, bootstrap, unique):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
+    result = run(pipeline, failpoints="no.such.point=crash")
+    assert result.returncode != 0 and "unknown failpoint 'no.such.point'" in result.stderr
