@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    import time
+
+    started = time.monotonic()
     from pyspark.sql import SparkSession
 
     from lockstep.errors import LockstepError
@@ -30,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_spec(args.spec)
     spark = SparkSession.builder.appName(f"lockstep-{spec.name}-{args.checkpoint_id}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    logging.getLogger("lockstep.job").info("checkpoint %d: Spark session ready in %.1f s", args.checkpoint_id,
+                                           time.monotonic() - started)
     try:
         run_checkpoint_job(spec, args.checkpoint_id, spark, checkpoint_store(spec))
     except LockstepError as exc:

@@ -73,16 +73,25 @@ def recover(p: Pipeline) -> None:
         return
     for cid in plan.roll_forward:
         log.warning("checkpoint %d: found prepared but not completed; rolling it forward", cid)
-        commit(p, cid)
+        try:
+            commit(p, cid)
+        except CheckpointError as exc:
+            if p.store.view(cid).status is not CheckpointStatus.ABORTED:
+                raise  # e.g. stuck half-committed: planning on top of it would be wrong
+            # commit() already aborted it and logged why; this run replays its ranges.
+            log.error("checkpoint %d could not be rolled forward and was aborted (%s); this run replays it", cid, exc)
     with p.committer_factory() as committer:
         for cid, tids in plan.fence.items():
             for tid in tids:
                 committer.fence(tid)
             log.warning("checkpoint %d: fenced %d transactional ids of failed attempts (%s)", cid, len(tids),
                         ", ".join(tids))
-    by_id = {v.checkpoint_id: v for v in views}
     for cid in plan.mark_aborted:
-        view = by_id[cid]
+        view = p.store.view(cid)  # re-read: a late driver may have prepared it after all
+        if view.status is CheckpointStatus.PREPARED:
+            log.warning("checkpoint %d was prepared while we recovered; rolling it forward instead", cid)
+            commit(p, cid)
+            continue
         _mark_aborted(p, view, "its run ended before the prepared metadata was written (Spark job failed or "
                                "was killed); its transactions were fenced")
 

@@ -44,7 +44,16 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         run_checkpoint_job(spec, checkpoint_id, spark=None, store=store)
         log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)
         return time.monotonic() - started
-    return run_spark_job(spec, checkpoint_id)
+    try:
+        return run_spark_job(spec, checkpoint_id)
+    except CheckpointError as exc:
+        after = store.view(checkpoint_id)
+        if after is not None and after.status is CheckpointStatus.PREPARED:
+            # The driver died after recording the decision: nothing is lost, the commit
+            # step (this run's, or the next run's plan) commits what was prepared.
+            raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared; "
+                                                 f"the next commit or plan commits them (roll forward). {exc}") from exc
+        raise
 
 
 def run_spark_job(spec: PipelineSpec, checkpoint_id: int) -> float:

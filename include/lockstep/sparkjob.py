@@ -165,6 +165,8 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
         log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s", checkpoint_id,
                  len(ranges), sum(r.count for r in ranges), spec.sink.topic, spec.sink.dead_letter_topic)
         results = out.select(*columns).mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()
+        log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
+                 time.monotonic() - started)
         for row in results:
             rows_out += row["rows"]
             if row["committable"]:

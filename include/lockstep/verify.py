@@ -94,6 +94,10 @@ def actual_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[in
                         continue
                     raise RuntimeError(f"reading {msg.topic()}: {msg.error()}")
                 headers = dict(msg.headers() or [])
+                if SOURCE_OFFSET not in headers:
+                    # Not written by Lockstep: no provenance to audit; counted as unexpected.
+                    actual[(f"(no provenance) {msg.topic()}", msg.partition(), msg.offset())] += 1
+                    continue
                 if since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:
                     continue
                 actual[(headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))] += 1
