@@ -1,0 +1,95 @@
+"""One DAG per pipeline spec: plan -> run (SparkSubmitOperator) -> commit.
+
+One DAG run is one checkpoint. Runs are kept strictly sequential by
+``max_active_runs=1`` for scheduled and manual runs, and for backfills (which
+Airflow does not bound by ``max_active_runs``) by the plan task itself: it waits
+while another run's checkpoint is still in flight, and the atomic claim in S3
+makes a second owner of a checkpoint impossible whatever Airflow does.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param
+
+from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepSparkSubmitOperator
+
+RESTORE_PATTERN = r"^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
+START_DATE = datetime(2024, 1, 1)
+
+
+def pipeline_params() -> dict[str, Param]:
+    return {
+        "restore_from": Param(
+            None, type=["null", "string"], pattern=RESTORE_PATTERN, title="Restore from",
+            description="Start this checkpoint from a savepoint (its name) or a completed checkpoint "
+                        "(checkpoint:ID) instead of the latest completed checkpoint. Records after it are "
+                        "re-emitted. Savepoint names: letters, digits, '.', '_', '-' (no '/').",
+        ),
+        "max_records": Param(
+            None, type=["null", "integer"], minimum=1, title="Record budget",
+            description="Override the spec's per-checkpoint record budget for this run (a positive integer).",
+        ),
+        "dry_run": Param(
+            False, type="boolean", title="Plan only (dry run)",
+            description="Show the offset ranges this checkpoint would take; claims and commits nothing.",
+        ),
+    }
+
+
+def doc_md(spec: Any) -> str:
+    c = spec.checkpoints
+    return "\n".join([
+        f"# Lockstep pipeline `{spec.name}`",
+        spec.description or "",
+        "",
+        f"Reads **{', '.join(spec.source.topics)}** (`{spec.source.kafka_conn_id}`), applies `{spec.transform}`, "
+        f"writes **{spec.sink.topic}** with dead letters in **{spec.sink.dead_letter_topic}**, exactly once.",
+        "",
+        "One run = one checkpoint: `plan` fixes the offset ranges and claims the checkpoint in "
+        f"`{c.store}`; `run` writes them in Kafka transactions without committing; `commit` verifies and "
+        "commits every transaction, then publishes offsets to consumer group "
+        f"`{spec.source.consumer_group}`.",
+        "",
+        f"Budget {c.max_records} records per checkpoint; transactions time out after "
+        f"{spec.transactions.timeout_ms} ms; {c.retain} completed checkpoints retained. Spec: `{spec.path}`.",
+        "",
+        "**Params**: `restore_from` (savepoint or `checkpoint:ID`, replays from there), `max_records`, "
+        "`dry_run`. A failed checkpoint's task log ends with one line naming the checkpoint, the cause "
+        "and the way out; the next run recovers by itself.",
+    ])
+
+
+def build_dag(spec: Any) -> DAG:
+    with DAG(
+        dag_id=spec.dag_id,
+        schedule=spec.checkpoints.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        doc_md=doc_md(spec),
+        tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}"],
+        params=pipeline_params(),
+        default_args={"owner": "lockstep"},
+    ) as dag:
+        plan = LockstepPlanOperator(task_id="plan", spec_path=spec.path, retries=2,
+                                    retry_delay=timedelta(seconds=10), retry_exponential_backoff=True,
+                                    doc_md="Recover, then fix and claim this checkpoint's offset ranges.")
+        # Retrying the run is safe: the same transactional ids re-init and fence the failed attempt.
+        run = LockstepSparkSubmitOperator(task_id="run", spec_path=spec.path, retries=1,
+                                          retry_delay=timedelta(seconds=10),
+                                          doc_md="Bounded Spark run: produce in open transactions, record them.")
+        commit = LockstepCommitOperator(task_id="commit", spec_path=spec.path, retries=3,
+                                        retry_delay=timedelta(seconds=5), retry_exponential_backoff=True,
+                                        doc_md="Verify and commit every transaction; idempotent.")
+        plan >> run >> commit
+    return dag
+
+
+def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
+    from lockstep.pipelines import pipelines_dir as default_dir
+    from lockstep.spec import load_specs
+
+    return {spec.dag_id: build_dag(spec) for spec in load_specs(pipelines_dir or default_dir())}

@@ -1,0 +1,249 @@
+"""Thin Airflow operators over the Lockstep coordinator: one task per checkpoint step.
+
+They validate in ``__init__``, do I/O only in ``execute`` and call the same
+functions as the ``lockstep`` CLI, so a DAG run and ``lockstep run`` behave alike.
+Every failure raises with a message naming the checkpoint, the cause and the way
+out; it is the last line of the task log.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+
+log = logging.getLogger("lockstep.airflow")
+#: How often a plan that waits for another run's in-flight checkpoint looks again.
+IN_FLIGHT_POKE = timedelta(seconds=30)
+
+
+def _arm_failpoints(context: Any) -> None:
+    """Crash tests through Airflow: a run's conf may arm failpoints for that run only
+    (``{"lockstep_failpoints": "commit.between_commits=raise"}``); without it nothing changes."""
+    armed = (context["dag_run"].conf or {}).get("lockstep_failpoints")
+    if armed:
+        os.environ["LOCKSTEP_FAILPOINTS"] = str(armed)
+        log.warning("failpoints armed for this run: %s", armed)
+
+
+def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) -> RuntimeError:
+    """The one line a user reads first: which checkpoint, what failed, what happens next."""
+    what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "the next checkpoint"
+    message = str(exc) if f"checkpoint {checkpoint_id}" in str(exc) else f"{what}: {exc}"
+    if "next run" not in message and "retry" not in message:
+        message += ("; nothing was committed for it, the next run recovers and replays its ranges"
+                    if step != "commit" else "; the commit task retries, and the next run's plan rolls a "
+                    "prepared checkpoint forward")
+    line = f"lockstep {spec_name} {step} failed: {message}"
+    log.error(line)
+    return RuntimeError(line)
+
+
+def _dry_run(context: Any) -> bool:
+    return bool(context["params"].get("dry_run"))
+
+
+def _planned_checkpoint(context: Any) -> int:
+    planned = context["ti"].xcom_pull(task_ids="plan")
+    if not planned or "checkpoint_id" not in planned:
+        raise RuntimeError("the plan task left no checkpoint id in XCom; re-run the whole DAG run")
+    return int(planned["checkpoint_id"])
+
+
+class LockstepPlanOperator(BaseOperator):
+    """Recover, then fix and claim the next checkpoint's offset ranges (XCom: checkpoint id, ranges).
+
+    :param spec_path: the pipeline spec YAML.
+    Params read at run time: ``restore_from`` (savepoint name or ``checkpoint:ID``),
+    ``max_records`` (budget override) and ``dry_run`` (show the ranges, claim nothing).
+    """
+
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec_path = spec_path
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from lockstep.coordinator import Pipeline, plan
+        from lockstep.spec import load_spec
+
+        from lockstep.errors import LockstepError
+        from lockstep.failpoints import FailpointError
+
+        _arm_failpoints(context)
+        spec = load_spec(self.spec_path)
+        p = Pipeline.open(spec)
+        params = context["params"]
+        dry_run = _dry_run(context)
+        if not dry_run:
+            self._wait_for_in_flight(p, context)
+        started = time.monotonic()
+        try:
+            result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
+                          max_records=params.get("max_records") or None, dry_run=dry_run)
+        except (LockstepError, FailpointError) as exc:
+            raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc) from exc
+        claim = result.claim
+        for r in claim.ranges:
+            log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
+        log.info("checkpoint %d: planned %d records from %s in %.1f s%s", claim.checkpoint_id,
+                 result.range_plan.total_records, claim.start_source, time.monotonic() - started,
+                 " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
+        return {"checkpoint_id": claim.checkpoint_id, "records": result.range_plan.total_records,
+                "ranges": [str(r) for r in claim.ranges if not r.is_empty], "dry_run": dry_run}
+
+    def _wait_for_in_flight(self, p: Any, context: Any) -> None:
+        """Another DAG run (e.g. a backfill next to the schedule) may own an unsettled checkpoint.
+        While that run is still going, wait; once it ended, recovery settles its checkpoint."""
+        from airflow.exceptions import AirflowRescheduleException
+
+        latest = p.store.latest_completed()
+        for view in p.store.views_after(latest.checkpoint_id if latest else None):
+            if view.status.value not in ("claimed", "prepared") or view.claim.run_id == context["run_id"]:
+                continue
+            state = context["ti"].get_dagrun_state(dag_id=context["dag"].dag_id, run_id=view.claim.run_id) \
+                if not view.claim.run_id.startswith("cli-") else "unknown"
+            if state in ("queued", "running"):
+                log.info("checkpoint %d is still in flight in run %s; waiting %s before planning",
+                         view.checkpoint_id, view.claim.run_id, IN_FLIGHT_POKE)
+                raise AirflowRescheduleException(datetime.now(timezone.utc) + IN_FLIGHT_POKE)
+
+
+class LockstepSparkSubmitOperator(SparkSubmitOperator):
+    """The bounded Spark run of the planned checkpoint, through the spark provider.
+
+    The Spark settings (Kafka connector jars, speculation off) and the environment
+    are resolved at run time, so DAG files parse without jars or connections. A
+    checkpoint with no records is prepared without starting Spark.
+    """
+
+    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
+        from lockstep.sparkconf import job_script
+
+        kwargs.setdefault("conn_id", "spark_default")
+        kwargs.setdefault("name", "lockstep-checkpoint")
+        super().__init__(application=job_script(), **kwargs)
+        self.spec_path = spec_path
+
+    def execute(self, context: Any) -> None:
+        from airflow.exceptions import AirflowSkipException
+
+        from lockstep.runtime import checkpoint_store
+        from lockstep.sparkconf import job_environment, spark_conf
+        from lockstep.sparkjob import run_checkpoint_job
+        from lockstep.spec import load_spec
+
+        if _dry_run(context):
+            raise AirflowSkipException("dry run: the plan only showed the ranges")
+        _arm_failpoints(context)
+        spec = load_spec(self.spec_path)
+        checkpoint_id = _planned_checkpoint(context)
+        store = checkpoint_store(spec)
+        view = store.view(checkpoint_id)
+        if view is not None and view.status.value == "claimed" and all(r.is_empty for r in view.claim.ranges):
+            run_checkpoint_job(spec, checkpoint_id, spark=None, store=store)
+            log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)
+            return
+        self.application_args = ["--spec", self.spec_path, "--checkpoint-id", str(checkpoint_id)]
+        self.conf = spark_conf(spec.spark.conf)
+        self.env_vars = {**job_environment({}), **_connection_env(spec)}
+        self.name = f"lockstep-{spec.name}-{checkpoint_id}"
+        started = time.monotonic()
+        try:
+            super().execute(context)
+        except Exception as exc:
+            line = (f"lockstep {spec.name} run failed: checkpoint {checkpoint_id}: the Spark run failed ({exc}); "
+                    "nothing was committed. The next run fences its transactions and replays its ranges; the "
+                    "Spark driver output above says why.")
+            log.error(line)
+            raise RuntimeError(line) from exc
+        log.info("checkpoint %d: Spark run finished in %.1f s", checkpoint_id, time.monotonic() - started)
+
+
+def _connection_env(spec: Any) -> dict[str, str]:
+    """Hand the job (which has no Airflow) its connections the way Airflow reads env connections."""
+    from lockstep.connections import get_connection
+
+    env: dict[str, str] = {}
+    for conn_id in {spec.source.kafka_conn_id, spec.sink.kafka_conn_id, spec.checkpoints.aws_conn_id}:
+        c = get_connection(conn_id)
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
+            {"conn_type": c.conn_type, "host": c.host, "login": c.login, "password": c.password, "extra": c.extra})
+    if os.environ.get("LOCKSTEP_FAILPOINTS"):
+        env["LOCKSTEP_FAILPOINTS"] = os.environ["LOCKSTEP_FAILPOINTS"]
+    return env
+
+
+class LockstepCommitOperator(BaseOperator):
+    """Verify every transaction, commit all, mark the checkpoint completed, publish offsets.
+
+    Idempotent, so it is the task that gets retries.
+    """
+
+    ui_color = "#e6f4ea"
+
+    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec_path = spec_path
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.exceptions import AirflowSkipException
+
+        from lockstep.coordinator import Pipeline, commit
+        from lockstep.spec import load_spec
+
+        from lockstep.errors import LockstepError
+        from lockstep.failpoints import FailpointError
+
+        if _dry_run(context):
+            raise AirflowSkipException("dry run: nothing to commit")
+        _arm_failpoints(context)
+        spec = load_spec(self.spec_path)
+        checkpoint_id = _planned_checkpoint(context)
+        p = Pipeline.open(spec)
+        started = time.monotonic()
+        try:
+            outcome = commit(p, checkpoint_id)
+        except (LockstepError, FailpointError) as exc:
+            raise _loud("commit", spec.name, checkpoint_id, exc) from exc
+        view = p.store.view(checkpoint_id)
+        prepared = view.prepared
+        log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
+                 checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
+                 prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
+        return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
+                "dead_lettered": prepared.records_dead_lettered}
+
+
+class LockstepSavepointOperator(BaseOperator):
+    """Create or delete a savepoint of a pipeline, from the DAG run's params."""
+
+    def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipelines_dir = pipelines_dir
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from lockstep.checkpoint import validate_savepoint_name
+        from lockstep.runtime import checkpoint_store
+        from lockstep.spec import load_specs
+
+        params = context["params"]
+        specs = {s.name: s for s in load_specs(self.pipelines_dir)}
+        if params["pipeline"] not in specs:
+            raise ValueError(f"pipeline {params['pipeline']!r} not found; known: {', '.join(sorted(specs))}")
+        store = checkpoint_store(specs[params["pipeline"]])
+        name = validate_savepoint_name(params["name"])
+        if params["action"] == "delete":
+            store.delete_savepoint(name)
+            log.info("savepoint %s of %s deleted", name, params["pipeline"])
+            return {"deleted": name}
+        sp = store.create_savepoint(name, params.get("checkpoint_id"), datetime.now(timezone.utc).isoformat())
+        log.info("savepoint %s of %s created from checkpoint %d: offsets %s", sp.name, sp.pipeline, sp.checkpoint_id,
+                 ", ".join(f"{k}={v}" for k, v in sorted(sp.end_offsets.items())))
+        return sp.to_json()
