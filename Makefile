@@ -50,8 +50,12 @@ integration: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.
+demo: setup
+	$(BIN)/lockstep demo
+
 up: setup
-	$(BIN)/lockstep dev up
+	$(BIN)/lockstep dev up --with airflow
 
 down:
 	$(BIN)/lockstep dev down

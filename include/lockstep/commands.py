@@ -40,6 +40,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _spec(verify)
     verify.add_argument("--since-checkpoint", type=int, help="only checkpoints from this id on (e.g. after a replay)")
 
+    demo = sub.add_parser("demo", help="platform + Airflow + the example pipeline for a few checkpoints, then a summary")
+    demo.add_argument("--checkpoints", type=int, default=3)
+
     fp = sub.add_parser("failpoints", help="list the named failpoints (LOCKSTEP_FAILPOINTS=name=crash|raise)")
     fp.add_argument("--json", action="store_true")
 
@@ -52,6 +55,9 @@ def _spec(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "failpoints":
         return _failpoints(args)
+    if args.command == "demo":
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        return _demo(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     from lockstep.spec import load_spec
@@ -144,7 +150,7 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(spec: Any, args: argparse.Namespace) -> int:
+def _verify_report(spec: Any, since: int | None, show_progress: bool = False) -> Any:
     from lockstep.runtime import checkpoint_store
     from lockstep.sparkconf import local_session
     from lockstep.verify import verify
@@ -153,15 +159,25 @@ def _verify(spec: Any, args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("ERROR")
 
     def progress(seen: int) -> None:
-        if not args.json and sys.stderr.isatty():
+        if show_progress:
             print(f"\rreading output: {seen} records", end="", file=sys.stderr, flush=True)
 
     try:
-        report = verify(spec, checkpoint_store(spec), spark, args.since_checkpoint, progress)
+        return verify(spec, checkpoint_store(spec), spark, since, progress)
     finally:
         spark.stop()
+
+
+def _verify(spec: Any, args: argparse.Namespace) -> int:
+    report = _verify_report(spec, args.since_checkpoint, show_progress=not args.json and sys.stderr.isatty())
     _emit(args, report.to_json(), report.summary())
     return 0 if report.ok else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from lockstep.demo import run_demo
+
+    return run_demo(args.checkpoints)
 
 
 def _failpoints(args: argparse.Namespace) -> int:

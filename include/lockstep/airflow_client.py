@@ -1,0 +1,99 @@
+"""A small client for Airflow 3's REST API: what the demo and the end-to-end tests
+need (token, unpause, trigger, wait, task logs). Standard library only."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+TERMINAL = {"success", "failed"}
+
+
+class AirflowError(RuntimeError):
+    pass
+
+
+class AirflowClient:
+    def __init__(self, base_url: str, username: str, password: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = self._login(username, password)
+
+    def _login(self, username: str, password: str) -> str:
+        body = self._call("POST", "/auth/token", {"username": username, "password": password}, auth=False)
+        return body["access_token"]
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    def _call(self, method: str, path: str, payload: Any = None, auth: bool = True, accept: str = "application/json") -> Any:
+        data = json.dumps(payload).encode() if payload is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Accept", accept)
+        if auth:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise AirflowError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:2000]}") from exc
+        return json.loads(raw) if raw else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        """Wait until the dag-processor has parsed ``dag_id`` (new DAGs appear after a parse)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._call("GET", f"/api/v2/dags/{dag_id}")
+                return
+            except AirflowError as exc:
+                if time.monotonic() > deadline:
+                    errors = self._call("GET", "/api/v2/importErrors")
+                    raise AirflowError(f"DAG {dag_id} did not appear within {timeout:.0f} s; import errors: "
+                                       f"{errors}") from exc
+                time.sleep(2)
+
+    def unpause(self, dag_id: str) -> None:
+        self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.run_state(dag_id, run_id)
+            if state in TERMINAL:
+                return state
+            if time.monotonic() > deadline:
+                raise AirflowError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f} s")
+            time.sleep(2)
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> str:
+        """The task log as text (events joined line by line)."""
+        if try_number is None:
+            try_number = max(1, self.task_instances(dag_id, run_id)[task_id]["try_number"])
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+                                 "?full_content=true")
+        content = body.get("content", [])
+        if isinstance(content, str):
+            return content
+        lines = []
+        for item in content:
+            if isinstance(item, dict):
+                extra = " ".join(f"{k}={v}" for k, v in item.items() if k not in ("event", "timestamp", "level", "logger"))
+                lines.append(f"{item.get('level', '')} {item.get('event', '')} {extra}".strip())
+            else:
+                lines.append(str(item))
+        return "\n".join(lines)
