@@ -10,7 +10,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := include/lockstep/dev/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup test unit integration demo bench up down status clean lock
+.PHONY: setup browser test unit integration demo bench up down status clean lock
 
 setup: $(STAMP) .cache/jars/.resolved
 
@@ -47,7 +47,11 @@ unit: setup
 integration: setup
 	$(BIN)/python -m pytest tests/integration -q
 
-test: setup
+# Debian's Chromium for the Checkpoints page browser test (no-op when present).
+browser:
+	bash scripts/install-chromium.sh
+
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 # The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.

@@ -1,0 +1,25 @@
+"""Registers Lockstep's Checkpoints page with Airflow.
+
+The FastAPI app is mounted by the api-server under ``/lockstep``; the external view
+puts a "Checkpoints" entry in the UI's navigation that renders the page inside the UI
+(an iframe at ``/plugin/lockstep-checkpoints``). Restart the api-server after editing.
+"""
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from lockstep_airflow.checkpoints_page import URL_PREFIX, app
+
+
+class LockstepPlugin(AirflowPlugin):
+    name = "lockstep"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Lockstep checkpoints"}]
+    external_views = [
+        {
+            "name": "Checkpoints",
+            "href": f"{URL_PREFIX}/",
+            "url_route": "lockstep-checkpoints",
+            "destination": "nav",
+            "nav_top_level": True,
+        }
+    ]

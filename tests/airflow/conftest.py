@@ -1,0 +1,148 @@
+"""A real Airflow (``airflow standalone`` over this repo's dags/ and plugins/) for the session.
+
+Started by the platform's own code on the session's Kafka + S3 (the ``platform`` fixture), so
+what these tests exercise is what ``lockstep dev up --with-airflow`` runs. The platform fixture
+stops it at the end of the session.
+
+Pipeline specs: Airflow reads them from ``airflow.pipelines_dir`` (``LOCKSTEP_PIPELINES_DIR`` is
+set before Airflow starts), so a test drops its own spec file there with ``airflow.write_spec``.
+Two connections point at a closed port, for failure paths: ``kafka_unreachable`` and
+``aws_unreachable``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import httpx
+import pytest
+import yaml
+
+T = TypeVar("T")
+USERNAME = "admin"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/airflow/" in str(item.fspath):
+            item.add_marker(pytest.mark.airflow)
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.5) -> T:
+    """Poll until ``predicate`` returns something truthy; on timeout, say what was awaited."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - reported if the deadline expires
+            last_error = exc
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+@dataclass
+class AirflowServer:
+    """Handle on the session's Airflow: base url, admin credentials, REST helpers."""
+
+    url: str
+    username: str
+    password: str
+    home: Path
+    log_file: Path
+    pipelines_dir: Path
+    _token: str | None = field(default=None, repr=False)
+
+    def token(self, refresh: bool = False) -> str:
+        """A JWT for the admin user from ``POST /auth/token`` (valid 24 h; cached)."""
+        if self._token is None or refresh:
+            self._token = self.login(self.username, self.password)
+        return self._token
+
+    def login(self, username: str, password: str) -> str:
+        resp = httpx.post(f"{self.url}/auth/token", json={"username": username, "password": password}, timeout=30)
+        if resp.status_code not in (200, 201):
+            raise AssertionError(f"POST /auth/token as {username!r} -> {resp.status_code}: {resp.text}")
+        return resp.json()["access_token"]
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token()}"}
+
+    def client(self, authenticated: bool = True, timeout: float = 60.0) -> httpx.Client:
+        """An httpx client on the base url; with the admin's bearer token unless ``authenticated=False``."""
+        return httpx.Client(base_url=self.url, headers=self.headers() if authenticated else {}, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with self.client() as client:
+            return client.request(method, path, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("PATCH", path, **kwargs)
+
+    def write_spec(self, doc: dict[str, Any]) -> Path:
+        """Drop a pipeline spec where Airflow (DAG files, the Checkpoints page) reads specs."""
+        path = self.pipelines_dir / f"{doc['name']}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
+        """Wait until the dag-processor has parsed ``dag_id`` (refresh interval is 10 s)."""
+        def found() -> dict[str, Any] | None:
+            resp = self.get(f"/api/v2/dags/{dag_id}")
+            return resp.json() if resp.status_code == 200 else None
+
+        return wait_for(found, f"DAG {dag_id} to be parsed by Airflow ({self.log_file})", timeout, 2.0)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+
+@pytest.fixture(scope="session")
+def airflow(platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    from lockstep.dev import procs
+    from lockstep.pipelines import PIPELINES_DIR_ENV
+
+    pipelines = tmp_path_factory.mktemp("pipelines")
+    dead = f"127.0.0.1:{procs.free_port()}"
+    env = {
+        PIPELINES_DIR_ENV: str(pipelines),
+        "AIRFLOW_CONN_KAFKA_UNREACHABLE": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": dead}}),
+        "AIRFLOW_CONN_AWS_UNREACHABLE": json.dumps({
+            "conn_type": "aws", "login": "x", "password": "x",
+            "extra": {"region_name": "us-east-1", "endpoint_url": f"http://{dead}"},
+        }),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the platform passes os.environ through to Airflow
+    try:
+        platform._up_airflow(sys.stdout)
+        config = platform.airflow
+        password = wait_for(config.admin_password, f"the admin password in {config.home}", 60)
+        server = AirflowServer(url=config.url, username=USERNAME, password=password, home=config.home,
+                               log_file=platform.log_file("airflow"), pipelines_dir=pipelines)
+        wait_for(server.token, f"a token from {config.url}/auth/token", 60)
+        yield server
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

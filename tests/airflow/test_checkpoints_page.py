@@ -1,0 +1,266 @@
+"""The Checkpoints plugin page, served by a real ``airflow standalone`` started by the platform code.
+
+Data is seeded directly: a topic with records and committed group offsets on the session's Kafka,
+checkpoints (completed, aborted, claimed) and a savepoint in the session's S3 store, written with
+the same store the coordinator uses. A second pipeline points at unreachable Kafka and S3 to check
+that its section shows the errors while the page still renders. The browser test logs in through
+Airflow's real login form in headless Chromium and keeps a screenshot under artifacts/.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lockstep.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+    PreparedTransaction,
+)
+from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.paths import project_root
+
+from .browser import Browser, chromium_binary
+
+PAGE = "/lockstep/"
+API = "/lockstep/api/pipelines"
+SAVEPOINT = "before-upgrade"
+ABORT_REASON = "transaction {prefix}-2-0 timed out after 900000 ms"
+
+
+@dataclass(frozen=True)
+class Seeded:
+    name: str
+    broken: str
+    topic: str
+    group: str
+
+
+def _ranges(topic: str, p0: tuple[int, int], p1: tuple[int, int]) -> tuple[OffsetRange, ...]:
+    return OffsetRange(topic, 0, *p0), OffsetRange(topic, 1, *p1)
+
+
+def _prepared(name: str, checkpoint_id: int, out_topic: str, records_in: int, dead: int, tasks: int
+              ) -> PreparedCheckpoint:
+    txns = tuple(PreparedTransaction(transactional_id=f"{name}-{checkpoint_id}-{i}", producer_id=4000 + i, epoch=0,
+                                     partitions=(TopicPartition(out_topic, i),), records=records_in // tasks,
+                                     dead_letters=0, task_index=i, opened_at_ms=1_735_689_600_000)
+                 for i in range(tasks))
+    return PreparedCheckpoint(pipeline=name, checkpoint_id=checkpoint_id, prepared_at="2025-01-01T00:01:00+00:00",
+                              transactions=txns, records_in=records_in, records_out=records_in - dead,
+                              records_dead_lettered=dead, spark_seconds=12.5)
+
+
+def _seed_kafka(bootstrap: str, topic: str, group: str) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from lockstep import topics
+    from lockstep.connections import kafka_config
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, count in ((0, 30), (1, 15)):
+        for i in range(count):
+            producer.produce(topic, f"record {i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    topics.publish_offsets(kafka_config("kafka_default"), group,
+                           {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10})
+
+
+def _seed_store(spec, topic: str) -> None:
+    from lockstep.runtime import checkpoint_store
+
+    store = checkpoint_store(spec)
+    name, out = spec.name, spec.sink.topic
+    first = _ranges(topic, (0, 10), (0, 10))
+    store.claim(CheckpointClaim(name, 1, "manual__1", "2025-01-01T00:00:00+00:00", first, "auto.offset.reset:earliest"))
+    store.write_prepared(_prepared(name, 1, out, 20, 2, 2))
+    store.mark_completed(CompletedCheckpoint(name, 1, "2025-01-01T00:02:05+00:00",
+                                             {r.tp.key: r.end for r in first}, (f"{name}-1-0", f"{name}-1-1")))
+    second = _ranges(topic, (10, 20), (10, 15))
+    store.claim(CheckpointClaim(name, 2, "scheduled__2", "2025-01-01T00:10:00+00:00", second, "checkpoint:1"))
+    store.write_prepared(_prepared(name, 2, out, 15, 0, 1))
+    store.mark_aborted(AbortedCheckpoint(name, 2, "2025-01-01T00:25:00+00:00", ABORT_REASON.format(prefix=name),
+                                         "the next run replays partitions 0-1 from checkpoint 1"))
+    store.claim(CheckpointClaim(name, 3, "scheduled__3", "2025-01-01T00:30:00+00:00", second, "checkpoint:1"))
+    store.create_savepoint(SAVEPOINT, 1, "2025-01-01T00:05:00+00:00")
+
+
+def _spec(name: str, topic: str, kafka: str = "kafka_default", aws: str = "aws_default") -> dict:
+    return {
+        "name": name,
+        "description": "Seeded by the Checkpoints page tests.",
+        "source": {"topics": [topic], "kafka_conn_id": kafka},
+        "transform": "lockstep_examples.orders:enrich",
+        "sink": {"topic": f"{topic}-out", "dead_letter_topic": f"{topic}-dlq", "kafka_conn_id": "kafka_default"},
+        "checkpoints": {"store": "s3://lockstep/page-tests", "aws_conn_id": aws, "schedule": None},
+    }
+
+
+@pytest.fixture(scope="module")
+def seeded(airflow, platform) -> Seeded:
+    from lockstep.spec import load_spec
+
+    unique = uuid.uuid4().hex[:8]
+    name, broken, topic = f"ui-{unique}", f"uidown-{unique}", f"ui-in-{unique}"
+    path = airflow.write_spec(_spec(name, topic))
+    spec = load_spec(path)
+    _seed_kafka(platform.kafka.bootstrap, topic, spec.source.consumer_group)
+    _seed_store(spec, topic)
+    broken_path = airflow.write_spec(_spec(broken, f"uidown-in-{unique}", "kafka_unreachable", "aws_unreachable"))
+    yield Seeded(name, broken, topic, spec.source.consumer_group)
+    for file in (path, broken_path):  # the folder is shared with other Airflow tests of the session
+        file.unlink(missing_ok=True)
+
+
+def _section(html: str, name: str) -> str:
+    match = re.search(rf'<section class="pipeline" id="pipeline-{re.escape(name)}">(.*?)</section>', html, re.S)
+    assert match, f"no section for pipeline {name} in the page"
+    return match.group(1)
+
+
+def _lag_row(partition: str, committed: int, stable: int, lag: int) -> str:
+    return (f'<tr><td><code>{partition}</code></td><td class="n">{committed}</td>'
+            f'<td class="n">{stable}</td><td class="n">{lag}</td></tr>')
+
+
+# ---- registration and auth ----------------------------------------------------------------------------
+def test_plugin_is_listed_by_airflow(airflow):
+    resp = airflow.get("/api/v2/plugins")
+    assert resp.status_code == 200, resp.text
+    plugin = next((p for p in resp.json()["plugins"] if p["name"] == "lockstep"), None)
+    assert plugin is not None, f"lockstep plugin not loaded; Airflow log:\n{airflow.log_tail()}"
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/lockstep"]
+    view = next(v for v in plugin["external_views"] if v["name"] == "Checkpoints")
+    assert view["href"] == PAGE and view["url_route"] == "lockstep-checkpoints" and view["destination"] == "nav"
+
+
+@pytest.mark.parametrize("path", [PAGE, API])
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-jwt"}, {"Cookie": "_token=forged"}],
+                         ids=["anonymous", "bad-bearer", "bad-cookie"])
+def test_unauthenticated_requests_are_refused(airflow, seeded, path, headers):
+    resp = httpx.get(f"{airflow.url}{path}", headers=headers, timeout=60)
+    assert resp.status_code in (401, 403), resp.text
+    assert seeded.name not in resp.text and "ui-in-" not in resp.text
+
+
+def test_browser_without_session_gets_a_sign_in_link(airflow, seeded):
+    resp = httpx.get(f"{airflow.url}{PAGE}", headers={"Accept": "text/html"}, timeout=60)
+    assert resp.status_code == 401
+    assert 'href="/auth/login?next=/lockstep/"' in resp.text and seeded.name not in resp.text
+
+
+def test_ui_session_cookie_is_accepted(airflow, seeded):
+    """The UI renders the page in an iframe, authenticated by the ``_token`` cookie."""
+    resp = httpx.get(f"{airflow.url}{PAGE}", cookies={"_token": airflow.token()}, timeout=60)
+    assert resp.status_code == 200 and seeded.name in resp.text
+
+
+# ---- content -------------------------------------------------------------------------------------------
+def test_page_lists_checkpoints_savepoints_and_lag(airflow, seeded):
+    resp = airflow.get(PAGE)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/html")
+    section = _section(resp.text, seeded.name)
+    for status in ("completed", "aborted", "claimed"):
+        assert f'<span class="badge {status}">{status}</span>' in section
+    for checkpoint_id in (1, 2, 3):
+        assert f'<tr id="checkpoint-{checkpoint_id}"><td class="n">{checkpoint_id}</td>' in section
+    assert f"<code>{seeded.topic}:0[0,10)</code>" in section and f"<code>{seeded.topic}:1[10,15)</code>" in section
+    assert ABORT_REASON.format(prefix=seeded.name) in section
+    assert "2 min 5 s" in section and "15 min 0 s" in section  # claimed -> completed / aborted
+    assert f"<td>{SAVEPOINT}</td>" in section
+    assert _lag_row(f"{seeded.topic}:0", 10, 30, 20) in section
+    assert _lag_row(f"{seeded.topic}:1", 10, 15, 5) in section
+    assert "25 records behind" in section
+    assert '<div class="error">' not in section
+
+
+def test_json_api_returns_the_same_data(airflow, seeded):
+    resp = airflow.get(API)
+    assert resp.status_code == 200, resp.text
+    pipelines = {p["name"]: p for p in resp.json()["pipelines"]}
+    p = pipelines[seeded.name]
+    assert p["dag_id"] == "lockstep_" + seeded.name.replace("-", "_")
+    assert p["consumer_group"] == seeded.group and p["total_lag"] == 25
+    assert [(r["partition"], r["committed"], r["last_stable"], r["lag"]) for r in p["lag"]["rows"]] == [
+        (f"{seeded.topic}:0", 10, 30, 20), (f"{seeded.topic}:1", 10, 15, 5)]
+    rows = {r["checkpoint_id"]: r for r in p["checkpoints"]["rows"]}
+    assert [r["checkpoint_id"] for r in p["checkpoints"]["rows"]] == [3, 2, 1]  # newest first
+    assert (rows[1]["status"], rows[1]["records_in"], rows[1]["records_out"], rows[1]["records_dead_lettered"],
+            rows[1]["transactions"], rows[1]["duration_s"]) == ("completed", 20, 18, 2, 2, 125.0)
+    assert rows[2]["status"] == "aborted" and rows[2]["abort_reason"] == ABORT_REASON.format(prefix=seeded.name)
+    assert rows[3]["status"] == "claimed" and rows[3]["records_in"] is None and rows[3]["duration_s"] is None
+    assert p["savepoints"] == {"rows": [{"name": SAVEPOINT, "checkpoint_id": 1,
+                                         "created_at": "2025-01-01T00:05:00+00:00"}], "error": None}
+    assert resp.json()["spec_errors"] == []
+
+
+def test_unreachable_kafka_and_s3_show_in_their_pipeline_only(airflow, seeded):
+    started = time.monotonic()
+    resp = airflow.get(API)
+    elapsed = time.monotonic() - started
+    assert resp.status_code == 200, resp.text
+    pipelines = {p["name"]: p for p in resp.json()["pipelines"]}
+    down = pipelines[seeded.broken]
+    assert "did not answer" in down["lag"]["error"] and down["lag"]["rows"] == []
+    assert down["checkpoints"]["error"] and down["savepoints"]["error"]
+    assert pipelines[seeded.name]["checkpoints"]["error"] is None
+    assert elapsed < 45, f"the page took {elapsed:.0f} s with one pipeline unreachable"
+
+    html = airflow.get(PAGE).text
+    assert html.count('<div class="error">') >= 3  # lag, checkpoints, savepoints of the broken pipeline
+    assert '<div class="error">' in _section(html, seeded.broken)
+    assert '<div class="error">' not in _section(html, seeded.name)
+
+
+# ---- in a real browser ---------------------------------------------------------------------------------
+@pytest.fixture
+def browser(tmp_path: Path):
+    if chromium_binary() is None:
+        pytest.fail("Chromium is missing: run scripts/install-chromium.sh (make wires it in)")
+    with Browser(tmp_path / "profile", tmp_path / "chromium.log") as b:
+        yield b
+
+
+def test_page_in_headless_chromium(airflow, seeded, browser):
+    artifacts = project_root() / "artifacts"
+
+    browser.navigate(f"{airflow.url}{PAGE}")
+    anonymous = browser.text()
+    assert "Sign in" in anonymous and seeded.name not in anonymous and "Recent checkpoints" not in anonymous
+
+    # Log in the way a user does: Airflow's simple auth manager form, which sets the _token cookie.
+    browser.navigate(f"{airflow.url}/auth/login?next={PAGE}")
+    browser.type_into("input[name=username]", airflow.username)
+    browser.type_into("input[name=password]", airflow.password)
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    browser.wait_for(f"location.pathname === {PAGE!r} && document.readyState === 'complete'",
+                     "the login form to redirect to the Checkpoints page")
+    text = browser.text()
+    for expected in (seeded.name, "Recent checkpoints", "completed", "aborted", "claimed", SAVEPOINT,
+                     ABORT_REASON.format(prefix=seeded.name), f"{seeded.topic}:0", "25 records behind",
+                     "2 min 5 s"):
+        assert expected in text, f"{expected!r} not shown; page text:\n{text[:3000]}"
+    assert "did not answer" in text  # the unreachable pipeline's section
+    shot = browser.screenshot(artifacts / "checkpoints-page.png")
+    assert shot.stat().st_size > 10_000
+
+    # Inside the Airflow UI: the nav entry renders the page in an iframe at /plugin/<url_route>.
+    browser.navigate(f"{airflow.url}/plugin/lockstep-checkpoints")
+    browser.wait_for(
+        "Array.from(document.querySelectorAll('iframe')).some(f => f.contentDocument && "
+        f"f.contentDocument.body && f.contentDocument.body.innerText.includes({seeded.name!r}))",
+        "the Checkpoints page inside the Airflow UI's iframe", timeout=60)
+    browser.wait_for("document.body.innerText.includes('Checkpoints')", "the nav entry 'Checkpoints'")
+    browser.screenshot(artifacts / "checkpoints-in-airflow-ui.png")
