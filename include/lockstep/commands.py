@@ -30,6 +30,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _spec(create)
     create.add_argument("name")
     create.add_argument("--checkpoint", type=int, help="completed checkpoint id (default: latest)")
+    copy = sp_sub.add_parser("copy", help="copy a savepoint to another pipeline (replay into another topic)")
+    _spec(copy)
+    copy.add_argument("name")
+    copy.add_argument("--to-spec", required=True, help="the pipeline that will restore from the copy")
     for verb in ("list", "describe", "delete"):
         p = sp_sub.add_parser(verb)
         _spec(p)
@@ -127,6 +131,7 @@ def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
 
 def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.checkpoint import validate_savepoint_name
+    from lockstep.errors import TerminalError
     from lockstep.runtime import checkpoint_store
 
     store = checkpoint_store(spec)
@@ -144,6 +149,18 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
         offsets = ", ".join(f"{k}={v}" for k, v in sorted(sp.end_offsets.items()))
         _emit(args, sp.to_json(), f"savepoint {sp.name}: checkpoint {sp.checkpoint_id}, created {sp.created_at}\n"
                                   f"restores from offsets: {offsets}")
+    elif cmd == "copy":
+        from lockstep.spec import load_spec
+
+        target = load_spec(args.to_spec)
+        if set(target.source.topics) != set(spec.source.topics):
+            raise TerminalError(f"{args.to_spec}: source.topics {list(target.source.topics)} differ from "
+                                f"{spec.path}'s {list(spec.source.topics)}; a savepoint's offsets only mean "
+                                "something for the same source topics")
+        sp = checkpoint_store(target).adopt_savepoint(store.get_savepoint(args.name),
+                                                      datetime.now(timezone.utc).isoformat())
+        _emit(args, sp.to_json(), f"savepoint {sp.name} copied from {spec.name} to {target.name}; restore with "
+                                  f"lockstep run --spec {args.to_spec} --restore-from {sp.name}")
     elif cmd == "delete":
         store.delete_savepoint(args.name)
         _emit(args, {"deleted": args.name}, f"savepoint {args.name} deleted")

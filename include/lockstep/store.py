@@ -345,10 +345,20 @@ class CheckpointStore:
         savepoint = Savepoint(name=name, pipeline=self.pipeline, checkpoint_id=view.checkpoint_id,
                               created_at=created_at, end_offsets=dict(view.completed.end_offsets),
                               ranges=view.claim.ranges)
+        return self._store_savepoint(savepoint)
+
+    def adopt_savepoint(self, savepoint: Savepoint, created_at: str) -> Savepoint:
+        """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic."""
+        adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
+                            created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges)
+        return self._store_savepoint(adopted)
+
+    def _store_savepoint(self, savepoint: Savepoint) -> Savepoint:
+        key = self._savepoint_key(savepoint.name)
         try:
             self._create(key, savepoint.to_json())
         except _Conflict:
-            raise TerminalError(f"savepoint {name!r} already exists ({self.url(key)}); "
+            raise TerminalError(f"savepoint {savepoint.name!r} already exists ({self.url(key)}); "
                                 "savepoints are never overwritten: delete it first or pick another name") from None
         return savepoint
 
