@@ -29,7 +29,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
                 os.environ[key] = value
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bootstrap(platform) -> str:
     return platform.kafka.bootstrap
 

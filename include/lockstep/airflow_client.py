@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -64,7 +65,7 @@ class AirflowClient:
         return run["dag_run_id"]
 
     def run_state(self, dag_id: str, run_id: str) -> str:
-        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}")["state"]
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
         deadline = time.monotonic() + timeout
@@ -77,14 +78,14 @@ class AirflowClient:
             time.sleep(2)
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances")
         return {ti["task_id"]: ti for ti in body["task_instances"]}
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> str:
         """The task log as text (events joined line by line)."""
         if try_number is None:
             try_number = max(1, self.task_instances(dag_id, run_id)[task_id]["try_number"])
-        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances/{task_id}/logs/{try_number}"
                                  "?full_content=true")
         content = body.get("content", [])
         if isinstance(content, str):
@@ -97,3 +98,8 @@ class AirflowClient:
             else:
                 lines.append(str(item))
         return "\n".join(lines)
+
+
+def _q(run_id: str) -> str:
+    """Run ids hold ':' and '+' (manual__2026-...+00:00): escape them in URL paths."""
+    return urllib.parse.quote(run_id, safe="")

@@ -101,7 +101,7 @@ class LockstepPlanOperator(BaseOperator):
     def _wait_for_in_flight(self, p: Any, context: Any) -> None:
         """Another DAG run (e.g. a backfill next to the schedule) may own an unsettled checkpoint.
         While that run is still going, wait; once it ended, recovery settles its checkpoint."""
-        from airflow.exceptions import AirflowRescheduleException
+        from airflow.sdk.exceptions import AirflowRescheduleException
 
         latest = p.store.latest_completed()
         for view in p.store.views_after(latest.checkpoint_id if latest else None):
@@ -132,7 +132,7 @@ class LockstepSparkSubmitOperator(SparkSubmitOperator):
         self.spec_path = spec_path
 
     def execute(self, context: Any) -> None:
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from lockstep.runtime import checkpoint_store
         from lockstep.sparkconf import job_environment, spark_conf
@@ -152,7 +152,7 @@ class LockstepSparkSubmitOperator(SparkSubmitOperator):
             return
         self.application_args = ["--spec", self.spec_path, "--checkpoint-id", str(checkpoint_id)]
         self.conf = spark_conf(spec.spark.conf)
-        self.env_vars = {**job_environment({}), **_connection_env(spec)}
+        self.env_vars = {**job_environment(os.environ), **_connection_env(spec)}
         self.name = f"lockstep-{spec.name}-{checkpoint_id}"
         started = time.monotonic()
         try:
@@ -193,7 +193,7 @@ class LockstepCommitOperator(BaseOperator):
         self.spec_path = spec_path
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from lockstep.coordinator import Pipeline, commit
         from lockstep.spec import load_spec

@@ -19,7 +19,7 @@ MALFORMED_EVERY = 10  # every 10th input record is not valid JSON
 
 
 @dataclass
-class TestPipeline:
+class PipelineUnderTest:
     name: str
     spec_path: Path
     bootstrap: str
@@ -43,9 +43,9 @@ class TestPipeline:
 
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
                   max_records: int = 100_000, timeout_ms: int = 900_000, transform: str = "lockstep_examples.orders:enrich",
-                  margin_ms: int = 60_000) -> TestPipeline:
+                  margin_ms: int = 60_000) -> PipelineUnderTest:
     name = f"t-{unique}"
-    pipeline = TestPipeline(name, tmp_path / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
+    pipeline = PipelineUnderTest(name, tmp_path / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
                             f"dlq-{unique}", f"tx-{unique}")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [NewTopic(pipeline.source, partitions, 1), NewTopic(pipeline.sink, partitions, 1),
@@ -65,7 +65,7 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
     return pipeline
 
 
-def produce_orders(pipeline: TestPipeline, count: int, start: int = 0) -> None:
+def produce_orders(pipeline: PipelineUnderTest, count: int, start: int = 0) -> None:
     """``count`` orders spread over every partition; every 10th one malformed."""
     producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
     partitions = len(AdminClient({"bootstrap.servers": pipeline.bootstrap}).list_topics(pipeline.source, timeout=10)
@@ -88,11 +88,11 @@ def lockstep(*args: str, failpoints: str | None = None, timeout: int = 600) -> s
     return subprocess.run([LOCKSTEP, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run(pipeline: TestPipeline, *extra: str, failpoints: str | None = None) -> subprocess.CompletedProcess:
+def run(pipeline: PipelineUnderTest, *extra: str, failpoints: str | None = None) -> subprocess.CompletedProcess:
     return lockstep("run", "--spec", str(pipeline.spec_path), *extra, failpoints=failpoints)
 
 
-def verify(pipeline: TestPipeline, *extra: str) -> dict:
+def verify(pipeline: PipelineUnderTest, *extra: str) -> dict:
     result = lockstep("verify", "--spec", str(pipeline.spec_path), "--json", *extra)
     assert result.returncode in (0, 1), result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -100,7 +100,7 @@ def verify(pipeline: TestPipeline, *extra: str) -> dict:
     return report
 
 
-def open_transactions(pipeline: TestPipeline) -> list[str]:
+def open_transactions(pipeline: PipelineUnderTest) -> list[str]:
     from lockstep.committer import TransactionCommitter
 
     with TransactionCommitter(pipeline.bootstrap) as committer:
@@ -128,7 +128,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
         consumer.close()
 
 
-def store(pipeline: TestPipeline):
+def store(pipeline: PipelineUnderTest):
     from lockstep.runtime import checkpoint_store
 
     return checkpoint_store(pipeline.spec())

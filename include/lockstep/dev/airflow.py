@@ -43,6 +43,9 @@ class AirflowConfig:
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
+            # Task processes report to the api-server's Execution API; its default URL
+            # assumes port 8080, which is wrong whenever another port is chosen.
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),

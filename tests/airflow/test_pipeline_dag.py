@@ -1,0 +1,160 @@
+"""Pipelines through the real Airflow scheduler: REST trigger, params, savepoint
+backfill, failure lines in task logs, recovery on the next run."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from lockstep.airflow_client import AirflowClient, AirflowError
+from lockstep.checkpoint import CheckpointStatus
+
+from ..integration.engine_helpers import MALFORMED_EVERY, open_transactions, produce_orders, read_committed
+from ..integration.engine_helpers import PipelineUnderTest, store, verify
+
+
+@pytest.fixture(scope="module")
+def pipeline(airflow, bootstrap):
+    """One manual-only pipeline for this module, in the folder Airflow reads specs from."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    unique = uuid.uuid4().hex[:8]
+    name = f"af-{unique}"
+    p = PipelineUnderTest(name, airflow.pipelines_dir / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
+                     f"dlq-{unique}", f"tx-{unique}")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(p.source, 2, 1), NewTopic(p.sink, 2, 1),
+                                       NewTopic(p.dead_letters, 1, 1)]).values():
+        future.result(timeout=30)
+    airflow.write_spec({
+        "name": name,
+        "source": {"topics": [p.source]},
+        "transform": "lockstep_examples.orders:enrich",
+        "sink": {"topic": p.sink, "dead_letter_topic": p.dead_letters},
+        "checkpoints": {"store": f"s3://lockstep/airflow-tests/{unique}", "schedule": None},
+        "transactions": {"id_prefix": p.prefix},
+        "spark": {"master": "local[2]"},
+    })
+    return p
+
+
+@pytest.fixture(scope="module")
+def client(airflow, pipeline):
+    c = AirflowClient(airflow.url, airflow.username, airflow.password)
+    c.wait_for_dag(pipeline.spec().dag_id)
+    c.wait_for_dag("lockstep_savepoints")
+    c.unpause(pipeline.spec().dag_id)
+    c.unpause("lockstep_savepoints")
+    return c
+
+
+def run_dag(client: AirflowClient, dag_id: str, conf: dict | None = None) -> tuple[str, str]:
+    run_id = client.trigger(dag_id, conf)
+    return run_id, client.wait_for_run(dag_id, run_id, timeout=600)
+
+
+def explain(client: AirflowClient, dag_id: str, run_id: str) -> str:
+    """Task states and the logs of failed tasks, for an assertion message."""
+    parts = []
+    for task_id, ti in client.task_instances(dag_id, run_id).items():
+        parts.append(f"{task_id}: {ti['state']}")
+        if ti["state"] in ("failed", "up_for_retry"):
+            parts.append(client.task_log(dag_id, run_id, task_id)[-3000:])
+    return "\n".join(parts)
+
+
+def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipeline, bootstrap):
+    dag_id = pipeline.spec().dag_id
+    before = store(pipeline).latest_completed()
+    produce_orders(pipeline, 200)
+    run_id, state = run_dag(client, dag_id)
+    assert state == "success", explain(client, dag_id, run_id)
+    latest = store(pipeline).latest_completed()
+    cid = latest.checkpoint_id
+    assert before is None or cid > before.checkpoint_id
+    assert latest.claim.run_id == run_id
+
+    plan_log = client.task_log(dag_id, run_id, "plan")
+    assert f"checkpoint {cid}: planned 200 records" in plan_log
+    run_log = client.task_log(dag_id, run_id, "run")
+    assert f"checkpoint {cid}: prepared with 2 transactions" in run_log  # the Spark driver's own output
+    commit_log = client.task_log(dag_id, run_id, "commit")
+    assert f"checkpoint {cid}: completed" in commit_log and "180 out, 20 dead-lettered" in commit_log
+    assert len(read_committed(bootstrap, pipeline.sink)) >= 180
+    assert len(read_committed(bootstrap, pipeline.dead_letters)) >= 200 // MALFORMED_EVERY
+
+
+@pytest.mark.parametrize("conf, rule", [
+    ({"restore_from": "../../etc"}, "does not match"),
+    ({"restore_from": "a/b"}, "does not match"),
+    ({"max_records": 0}, "minimum"),
+    ({"dry_run": "yes"}, "is not of type"),
+])
+def test_bad_params_are_refused_before_anything_runs(client, pipeline, conf, rule):
+    with pytest.raises(AirflowError) as refused:
+        client.trigger(pipeline.spec().dag_id, conf)
+    assert "HTTP 400" in str(refused.value) and rule in str(refused.value)
+
+
+def test_dry_run_shows_ranges_and_claims_nothing(client, pipeline):
+    dag_id = pipeline.spec().dag_id
+    produce_orders(pipeline, 10, start=1000)
+    ids_before = list(store(pipeline).checkpoint_ids())
+    run_id, state = run_dag(client, dag_id, {"dry_run": True})
+    assert state == "success"
+    states = {t: ti["state"] for t, ti in client.task_instances(dag_id, run_id).items()}
+    assert states == {"plan": "success", "run": "skipped", "commit": "skipped"}
+    assert "dry run: nothing claimed" in client.task_log(dag_id, run_id, "plan")
+    assert list(store(pipeline).checkpoint_ids()) == ids_before
+
+
+def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
+    dag_id = pipeline.spec().dag_id
+    assert run_dag(client, dag_id)[1] == "success"  # settle anything pending
+    sp_name = f"sp-{uuid.uuid4().hex[:6]}"
+    sp_run, state = run_dag(client, "lockstep_savepoints", {"pipeline": pipeline.name, "action": "create",
+                                                            "name": sp_name})
+    assert state == "success"
+    savepoint = store(pipeline).get_savepoint(sp_name)
+    assert f"savepoint {sp_name} of {pipeline.name} created" in client.task_log("lockstep_savepoints", sp_run,
+                                                                                  "savepoint")
+    produce_orders(pipeline, 40, start=2000)
+    assert run_dag(client, dag_id)[1] == "success"
+
+    run_id, state = run_dag(client, dag_id, {"restore_from": sp_name})
+    assert state == "success"
+    restored = store(pipeline).latest_completed()
+    assert restored.claim.run_id == run_id and restored.claim.restored_from == sp_name
+    assert {r.tp.key: r.start for r in restored.claim.ranges} == dict(savepoint.end_offsets)
+    assert f"savepoint:{sp_name}" in client.task_log(dag_id, run_id, "plan")
+    report = verify(pipeline, "--since-checkpoint", str(restored.checkpoint_id))
+    assert report["ok"] and report["actual_outputs"] == 40, report
+
+    # Later runs continue from the restored checkpoint, not from before the replay.
+    produce_orders(pipeline, 10, start=3000)
+    assert run_dag(client, dag_id)[1] == "success"
+    after = store(pipeline).latest_completed()
+    assert {r.tp.key: r.start for r in after.claim.ranges} == dict(restored.completed.end_offsets)
+
+
+def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pipeline):
+    dag_id = pipeline.spec().dag_id
+    produce_orders(pipeline, 60, start=4000)
+    run_id, state = run_dag(client, dag_id, {"lockstep_failpoints": "job.after_flush=raise"})
+    assert state == "failed"
+    failed = store(pipeline).view(max(store(pipeline).checkpoint_ids()))
+    assert failed.claim.run_id == run_id and failed.status is CheckpointStatus.CLAIMED
+    run_log = client.task_log(dag_id, run_id, "run")
+    line = f"lockstep {pipeline.name} run failed: checkpoint {failed.checkpoint_id}: the Spark run failed"
+    assert line in run_log and "The next run fences its transactions and replays its ranges" in run_log
+    assert "failpoint job.after_flush raised" in run_log
+
+    next_id, state = run_dag(client, dag_id)
+    assert state == "success", explain(client, dag_id, next_id)
+    assert store(pipeline).view(failed.checkpoint_id).status is CheckpointStatus.ABORTED
+    assert f"checkpoint {failed.checkpoint_id} aborted" in client.task_log(dag_id, next_id, "plan")
+    replay = store(pipeline).latest_completed()
+    assert replay.claim.ranges == failed.claim.ranges
+    assert open_transactions(pipeline) == []
+    report = verify(pipeline, "--since-checkpoint", str(replay.checkpoint_id))
+    assert report["ok"] and report["actual_outputs"] == 60, report
