@@ -1,8 +1,8 @@
-"""A real Airflow (``airflow standalone`` over this repo's dags/ and plugins/) for the session.
+"""A real Airflow (``airflow standalone`` over this repo's dags/ and plugins/) for tests/airflow.
 
 Started by the platform's own code on the session's Kafka + S3 (the ``platform`` fixture), so
-what these tests exercise is what ``lockstep dev up --with-airflow`` runs. The platform fixture
-stops it at the end of the session.
+what these tests exercise is what ``lockstep dev up --with airflow`` runs. The fixture stops
+Airflow when the tests of this package are done.
 
 Pipeline specs: Airflow reads them from ``airflow.pipelines_dir`` (``LOCKSTEP_PIPELINES_DIR`` is
 set before Airflow starts), so a test drops its own spec file there with ``airflow.write_spec``.
@@ -115,7 +115,7 @@ class AirflowServer:
             return f"(no log: {exc})"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow(platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     from lockstep.dev import procs
     from lockstep.pipelines import PIPELINES_DIR_ENV
@@ -141,6 +141,9 @@ def airflow(platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airf
         wait_for(server.token, f"a token from {config.url}/auth/token", 60)
         yield server
     finally:
+        # Airflow's scheduler and dag-processor would keep a core busy through the rest of
+        # the session's tests; the Kafka and S3 it used stay up for them.
+        platform.stop("airflow")
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -132,3 +132,14 @@ def store(pipeline: PipelineUnderTest):
     from lockstep.runtime import checkpoint_store
 
     return checkpoint_store(pipeline.spec())
+
+
+def group_offsets(pipeline: PipelineUnderTest) -> dict[str, int]:
+    """The pipeline consumer group's committed offsets, keyed like checkpoint end offsets."""
+    from lockstep import topics
+
+    spec = pipeline.spec()
+    admin = AdminClient({"bootstrap.servers": pipeline.bootstrap})
+    tps = topics.partitions(admin, spec.source.topics)
+    found = topics.group_offsets({"bootstrap.servers": pipeline.bootstrap}, spec.source.consumer_group, tps)
+    return {tp.key: offset for tp, offset in found.items()}

@@ -10,7 +10,7 @@ from lockstep.checkpoint import CheckpointStatus
 from lockstep.sparkjob import ERROR_HEADER
 
 from .engine_helpers import (
-    MALFORMED_EVERY, make_pipeline, open_transactions, produce_orders, read_committed, run, store, verify,
+    MALFORMED_EVERY, group_offsets, make_pipeline, open_transactions, produce_orders, read_committed, run, store, verify,
 )
 
 
@@ -45,6 +45,9 @@ def test_five_checkpoints_tile_and_verify_exactly_once(tmp_path, bootstrap, uniq
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["expected_outputs"] == report["actual_outputs"] == 1000
 
+    # Invariant 8: the consumer group holds the last completed checkpoint's end offsets.
+    assert group_offsets(pipeline) == dict(views[-1].completed.end_offsets)
+
     dead = read_committed(bootstrap, pipeline.dead_letters)
     assert len(dead) == 1000 // MALFORMED_EVERY  # no silent loss: each malformed order is a dead letter
     assert all(dict(m.headers())[ERROR_HEADER] == b"not a JSON order with order_id" for m in dead)
@@ -71,6 +74,17 @@ def test_empty_checkpoint_completes_and_commit_again_changes_nothing(tmp_path, b
     assert before == after
     report = verify(pipeline)
     assert report["ok"] and report["actual_outputs"] == 40, report
+
+    # Offsets are never moved backwards without a restore: if the group is ahead, it stays.
+    from lockstep import topics
+    from lockstep.offsets import TopicPartition
+
+    ahead = {TopicPartition.from_key(k): v + 5 for k, v in group_offsets(pipeline).items()}
+    topics.publish_offsets({"bootstrap.servers": bootstrap}, pipeline.spec().source.consumer_group, ahead)
+    third = run(pipeline)  # an empty checkpoint: no Spark, same end offsets
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert group_offsets(pipeline) == {tp.key: o for tp, o in ahead.items()}
+    assert "not moving it backwards" in third.stderr
 
 
 def test_transaction_timeout_aborts_the_whole_checkpoint_and_the_next_run_replays(tmp_path, bootstrap, unique):
@@ -124,16 +138,24 @@ def test_restore_from_savepoint_replays_from_its_offsets(tmp_path, bootstrap, un
     assert run(pipeline).returncode == 0
     sp_ends = store(pipeline).get_savepoint("before-second").end_offsets
 
+    ahead = group_offsets(pipeline)
     for attempt in range(2):  # restoring twice from the same savepoint neither fails nor duplicates
         result = run(pipeline, "--restore-from", "before-second")
         assert result.returncode == 0, result.stderr[-3000:]
         latest = store(pipeline).latest_completed()
+        # A restore is the one case where the group's offsets may move backwards.
+        assert group_offsets(pipeline) == dict(latest.completed.end_offsets) == ahead
         assert latest.claim.restored_from == "before-second"
         assert {r.tp.key: r.start for r in latest.claim.ranges} == dict(sp_ends)
         report = verify(pipeline, "--since-checkpoint", str(latest.checkpoint_id))
         assert report["ok"] and report["actual_outputs"] == 40, report
-    # The replays re-emitted the 40 records of the second checkpoint, as documented.
-    assert len(read_committed(bootstrap, pipeline.sink)) + len(read_committed(bootstrap, pipeline.dead_letters)) == 180
+    # A shorter restore moves the group's offsets backwards, which only a restore may do.
+    short = run(pipeline, "--restore-from", "before-second", "--max-records", "10")
+    assert short.returncode == 0, short.stderr[-3000:]
+    behind = dict(store(pipeline).latest_completed().completed.end_offsets)
+    assert group_offsets(pipeline) == behind and sum(behind.values()) == sum(ahead.values()) - 30
+    # The replays re-emitted the 40 records of the second checkpoint (and 10 more), as documented.
+    assert len(read_committed(bootstrap, pipeline.sink)) + len(read_committed(bootstrap, pipeline.dead_letters)) == 190
 
     described = lockstep("savepoint", "describe", "before-second", *spec)
     assert "checkpoint 1" in described.stdout

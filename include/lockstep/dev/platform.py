@@ -129,14 +129,18 @@ class Platform:
                              alive=lambda: self.running("airflow"), log_file=self.log_file("airflow"))
         print(f"airflow  running  {config.url} (login admin / {config.admin_password() or '?'})", file=out)
 
+    def stop(self, name: str, out=sys.stdout) -> None:
+        """Stop one service (and its whole process group) if ``up`` started it."""
+        pid = self.state.pids.pop(name, None)
+        if pid is None:
+            return
+        procs.stop_group(pid, MARKERS[name])
+        print(f"{name:8} stopped (pid {pid})", file=out)
+        self._save()
+
     def down(self, wipe: bool = False, out=sys.stdout) -> None:
         for name in STOP_ORDER:
-            pid = self.state.pids.pop(name, None)
-            if pid is None:
-                continue
-            procs.stop_group(pid, MARKERS[name])
-            print(f"{name:8} stopped (pid {pid})", file=out)
-            self._save()
+            self.stop(name, out)
         if wipe and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
             print(f"wiped {self.state_dir}", file=out)
