@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 import time
 import uuid
@@ -47,6 +49,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="platform + Airflow + the example pipeline for a few checkpoints, then a summary")
     demo.add_argument("--checkpoints", type=int, default=3)
 
+    bench = sub.add_parser("bench", help="benchmark against Spark's own Kafka pipeline and the raw client; "
+                                         "writes docs/BENCHMARKS.md")
+    from lockstep.bench.runner import add_arguments
+
+    add_arguments(bench)
+
     fp = sub.add_parser("failpoints", help="list the named failpoints (LOCKSTEP_FAILPOINTS=name=crash|raise)")
     fp.add_argument("--json", action="store_true")
 
@@ -59,6 +67,10 @@ def _spec(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "failpoints":
         return _failpoints(args)
+    if args.command == "bench":
+        from lockstep.bench.runner import main as bench_main
+
+        return bench_main(args)
     if args.command == "demo":
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         return _demo(args)
@@ -77,13 +89,14 @@ def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
 
 def _run(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.coordinator import Pipeline, commit, plan
+    from lockstep.decisions import cli_run_id
     from lockstep.launcher import run_checkpoint
 
     results = []
     for n in range(args.checkpoints):
         started = time.monotonic()
         p = Pipeline.open(spec)
-        planned = plan(p, run_id=f"cli-{uuid.uuid4().hex[:8]}", restore=args.restore_from if n == 0 else None,
+        planned = plan(p, run_id=cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]), restore=args.restore_from if n == 0 else None,
                        max_records=args.max_records, dry_run=args.dry_run)
         cid = planned.claim.checkpoint_id
         if args.dry_run:

@@ -9,6 +9,8 @@ step with the checkpoint id.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,7 +18,7 @@ from typing import Any, Callable
 
 from lockstep import failpoints, topics
 from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
-from lockstep.decisions import DecisionKind, decide_commit, recovery_plan, replay_hint
+from lockstep.decisions import DecisionKind, claim_in_flight, decide_commit, recovery_plan, replay_hint
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_from_json, plan_ranges
 from lockstep.connections import kafka_config
@@ -61,6 +63,44 @@ class Plan:
 
 
 # ---- recovery ------------------------------------------------------------------------------------
+class CheckpointInFlight(TransientError):
+    """Another run still owns an unsettled checkpoint; planning now would recover it under that run."""
+
+
+def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None) -> None:
+    """Refuse to plan while another live run owns a claimed or prepared checkpoint.
+
+    ``run_alive`` lets a scheduler that knows its runs answer (Airflow: the DAG run's
+    state); None from it, or no callback, falls back to ``decisions.claim_in_flight``.
+    """
+    latest = p.store.latest_completed()
+    for view in p.store.views_after(latest.checkpoint_id if latest else None):
+        if view.status not in (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED) or view.claim.run_id == run_id:
+            continue
+        owner = view.claim.run_id
+        known = run_alive(owner) if run_alive else None
+        if known is not None:
+            why = f"its run {owner} is still running" if known else None
+        else:
+            claimed_ms = int(datetime.fromisoformat(view.claim.claimed_at).timestamp() * 1000)
+            why = claim_in_flight(owner, claimed_ms, p.wall_ms(), p.spec.transactions.timeout_ms,
+                                  socket.gethostname(), _pid_alive)
+        if why:
+            raise CheckpointInFlight(
+                f"checkpoint {view.checkpoint_id} is still in flight: {why}. Runs of a pipeline must not overlap: "
+                "wait for it (Airflow's plan task waits by itself) or, if that run is gone, try again later")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def recover(p: Pipeline) -> None:
     """Commit what was decided, abort everything else under our prefix (seed 003's restore rule)."""
     latest = p.store.latest_completed()
@@ -108,10 +148,11 @@ def _mark_aborted(p: Pipeline, view: CheckpointView, reason: str) -> AbortedChec
 
 # ---- plan ----------------------------------------------------------------------------------------
 def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int | None = None,
-         dry_run: bool = False) -> Plan:
+         dry_run: bool = False, run_alive: Callable[[str], bool | None] | None = None) -> Plan:
     """Recover, then fix the ranges of the next checkpoint and claim it (unless ``dry_run``)."""
     started = time.monotonic()
     if not dry_run:
+        check_in_flight(p, run_id, run_alive)
         recover(p)
         failpoints.hit("plan.after_recovery")
     latest = p.store.latest_completed()

@@ -17,7 +17,18 @@ REQUIRED_CONF: Mapping[str, str] = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "1g",
+    "spark.ui.showConsoleProgress": "false",
 }
+
+
+def spark_env(env: dict[str, str]) -> dict[str, str]:
+    """Environment every Spark launch gets: Lockstep's quiet log4j2 settings (through
+    SPARK_CONF_DIR, which spark-submit puts on the classpath) and a loopback address."""
+    from lockstep.paths import project_root
+
+    env.setdefault("SPARK_CONF_DIR", str(project_root() / "include" / "lockstep" / "spark-conf"))
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
 
 
 def spark_conf(extra: Mapping[str, object] | None = None) -> dict[str, str]:
@@ -30,8 +41,11 @@ def spark_conf(extra: Mapping[str, object] | None = None) -> dict[str, str]:
 
 def local_session(app_name: str, master: str = "local[2]", extra: Mapping[str, object] | None = None):
     """A SparkSession with the Kafka connector on the classpath (for tests and the CLI)."""
+    import os
+
     from pyspark.sql import SparkSession
 
+    spark_env(os.environ)  # read by the JVM pyspark is about to launch
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in spark_conf(extra).items():
         builder = builder.config(key, value)
@@ -52,7 +66,7 @@ def job_environment(base: Mapping[str, str]) -> dict[str, str]:
     from lockstep.paths import project_root
 
     include = str(project_root() / "include")
-    env = dict(base)
+    env = spark_env(dict(base))
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["PYTHONPATH"] = include + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

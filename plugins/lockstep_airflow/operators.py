@@ -79,14 +79,21 @@ class LockstepPlanOperator(BaseOperator):
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        from lockstep.coordinator import CheckpointInFlight
+
         params = context["params"]
         dry_run = _dry_run(context)
-        if not dry_run:
-            self._wait_for_in_flight(p, context)
         started = time.monotonic()
         try:
             result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
-                          max_records=params.get("max_records") or None, dry_run=dry_run)
+                          max_records=params.get("max_records") or None, dry_run=dry_run,
+                          run_alive=self._run_alive(context))
+        except CheckpointInFlight as exc:
+            # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
+            log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
+            raise AirflowRescheduleException(datetime.now(timezone.utc) + IN_FLIGHT_POKE) from exc
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc) from exc
         claim = result.claim
@@ -98,21 +105,21 @@ class LockstepPlanOperator(BaseOperator):
         return {"checkpoint_id": claim.checkpoint_id, "records": result.range_plan.total_records,
                 "ranges": [str(r) for r in claim.ranges if not r.is_empty], "dry_run": dry_run}
 
-    def _wait_for_in_flight(self, p: Any, context: Any) -> None:
-        """Another DAG run (e.g. a backfill next to the schedule) may own an unsettled checkpoint.
-        While that run is still going, wait; once it ended, recovery settles its checkpoint."""
-        from airflow.sdk.exceptions import AirflowRescheduleException
+    @staticmethod
+    def _run_alive(context: Any) -> Any:
+        """Whether another run of this DAG is still going, from Airflow itself; None if not ours."""
+        from lockstep.decisions import parse_cli_run_id
 
-        latest = p.store.latest_completed()
-        for view in p.store.views_after(latest.checkpoint_id if latest else None):
-            if view.status.value not in ("claimed", "prepared") or view.claim.run_id == context["run_id"]:
-                continue
-            state = context["ti"].get_dagrun_state(dag_id=context["dag"].dag_id, run_id=view.claim.run_id) \
-                if not view.claim.run_id.startswith("cli-") else "unknown"
-            if state in ("queued", "running"):
-                log.info("checkpoint %d is still in flight in run %s; waiting %s before planning",
-                         view.checkpoint_id, view.claim.run_id, IN_FLIGHT_POKE)
-                raise AirflowRescheduleException(datetime.now(timezone.utc) + IN_FLIGHT_POKE)
+        def alive(run_id: str) -> bool | None:
+            if parse_cli_run_id(run_id) is not None:
+                return None  # a CLI run: the coordinator checks its process
+            try:
+                state = context["ti"].get_dagrun_state(dag_id=context["dag"].dag_id, run_id=run_id)
+            except Exception:  # noqa: BLE001 - not a run of this DAG
+                return None
+            return state in ("queued", "running")
+
+        return alive
 
 
 class LockstepSparkSubmitOperator(SparkSubmitOperator):

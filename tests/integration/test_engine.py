@@ -216,3 +216,38 @@ def test_replay_from_a_savepoint_into_another_topic(tmp_path, bootstrap, unique)
     offsets = sorted(int(dict(m.headers())["lockstep.source.offset"]) for m in replayed)
     assert len(replayed) == 20 and offsets == sorted([o for o in range(15, 25)] * 2)
     assert verify(replay)["ok"]
+
+
+def test_a_run_refuses_to_recover_a_checkpoint_whose_run_is_still_alive(tmp_path, bootstrap, unique):
+    """Runs must not overlap: recovering a live run's checkpoint would fence it mid-flight."""
+    import os
+    import socket
+    from datetime import datetime, timezone
+
+    from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim
+    from lockstep.decisions import cli_run_id
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
+    s = store(pipeline)
+    now = datetime.now(timezone.utc).isoformat()
+    live = cli_run_id(socket.gethostname(), os.getpid(), "live")  # this test process: alive
+    s.claim(CheckpointClaim(pipeline.name, 1, live, now, (), "earliest"))
+    refused = run(pipeline)
+    assert refused.returncode == 2
+    assert "checkpoint 1 is still in flight" in refused.stderr and f"pid {os.getpid()}" in refused.stderr
+    assert s.view(1).status is CheckpointStatus.CLAIMED  # untouched
+
+    dead = subprocess_pid_that_exited()
+    s.claim(CheckpointClaim(pipeline.name, 2, cli_run_id(socket.gethostname(), dead, "dead"), now, (), "earliest"))
+    s.mark_aborted(AbortedCheckpoint(pipeline.name, 1, now, "settled for the test", "-"))
+    recovered = run(pipeline)  # checkpoint 2's owner is gone: recovered, then checkpoint 3 runs
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    assert s.view(2).status is CheckpointStatus.ABORTED and s.view(3).status is CheckpointStatus.COMPLETED
+
+
+def subprocess_pid_that_exited() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)

@@ -299,3 +299,34 @@ def test_a_transaction_the_broker_timed_out_is_reported_as_a_timeout_not_a_fence
     fenced = TransactionObservation("p-1-0", "Empty", 7, 2, -1, 4_000)
     decision = decide_commit(prepared, {"p-1-0": fenced}, now_ms=10_000, margin_ms=1_000)
     assert "timed out" not in decision.message
+
+
+# --- runs in flight ---------------------------------------------------------------------------
+
+
+def test_cli_run_ids_round_trip_even_with_dashes_in_the_host():
+    from lockstep.decisions import cli_run_id, parse_cli_run_id
+
+    assert parse_cli_run_id(cli_run_id("build-host-7", 4242, "ab12cd34")) == ("build-host-7", 4242)
+    assert parse_cli_run_id("manual__2026-11-21T22:00:07+00:00") is None
+    assert parse_cli_run_id("cli-nopid") is None
+
+
+def test_a_cli_run_on_this_host_is_in_flight_exactly_while_its_process_lives():
+    from lockstep.decisions import claim_in_flight, cli_run_id
+
+    run = cli_run_id("here", 99, "n")
+    alive = claim_in_flight(run, claimed_at_ms=0, now_ms=10**12, lease_ms=1, my_host="here", pid_alive=lambda p: True)
+    assert alive is not None and "pid 99" in alive  # alive however old the claim is
+    assert claim_in_flight(run, 0, 1, 10**9, "here", pid_alive=lambda p: False) is None  # dead however young
+
+
+def test_other_owners_are_presumed_alive_for_the_transaction_timeout():
+    from lockstep.decisions import claim_in_flight, cli_run_id
+
+    never = lambda pid: (_ for _ in ()).throw(AssertionError("a remote pid must not be probed"))  # noqa: E731
+    for owner in ("manual__2026-11-21T22:00:07+00:00", cli_run_id("elsewhere", 5, "n")):
+        young = claim_in_flight(owner, claimed_at_ms=1_000, now_ms=61_000, lease_ms=900_000, my_host="here",
+                                pid_alive=never)
+        assert young is not None and "840 s more" in young
+        assert claim_in_flight(owner, 1_000, 901_001, 900_000, "here", never) is None
