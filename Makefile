@@ -58,6 +58,11 @@ test: setup browser
 demo: setup
 	$(BIN)/lockstep demo
 
+# Lockstep against Spark's own Kafka pipeline and the raw client ceiling, on its own platform;
+# rewrites docs/BENCHMARKS.md (about 20 minutes; `lockstep bench --help` for smaller runs).
+bench: setup
+	$(BIN)/lockstep bench --results var/bench/results.json
+
 up: setup
 	$(BIN)/lockstep dev up --with airflow
 

@@ -1,0 +1,179 @@
+"""Running one competitor: wall time, peak memory and CPU of its whole process tree, and stats."""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lockstep.bench.pipelines import Command
+
+
+@dataclass
+class Run:
+    """One timed run of one competitor."""
+
+    pipeline: str
+    records: int
+    partitions: int
+    wall_s: float
+    peak_rss_mb: float
+    cpu_s: float
+    inner: dict[str, Any] = field(default_factory=dict)  # what the helper measured itself
+    repeat: int = 0
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "records_per_s": round(self.records_per_s, 1)}
+
+
+class TreeSampler:
+    """Samples the summed RSS (and CPU time) of a process and all its descendants.
+
+    psutil when installed, else ``/proc``. Short-lived children between two samples are missed,
+    so the peak is a lower bound; 100 ms sampling catches the Spark JVM and its Python workers.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_rss = 0
+        self._cpu: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self._cpu.values())
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rss = 0
+                for pid, (mem, cpu) in _tree(self.pid).items():
+                    rss += mem
+                    self._cpu[pid] = max(cpu, self._cpu.get(pid, 0.0))
+                self.peak_rss = max(self.peak_rss, rss)
+            except Exception:  # noqa: BLE001 - the tree changes under us; next sample
+                pass
+            self._stop.wait(self.interval_s)
+
+
+def _tree(pid: int) -> dict[int, tuple[int, float]]:
+    """{pid: (rss bytes, cpu seconds)} of ``pid`` and its descendants."""
+    try:
+        import psutil
+    except ImportError:
+        return _proc_tree(pid)
+    out: dict[int, tuple[int, float]] = {}
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                cpu = proc.cpu_times()
+                out[proc.pid] = (proc.memory_info().rss, cpu.user + cpu.system)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _proc_tree(pid: int) -> dict[int, tuple[int, float]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    out, todo = {}, [pid]
+    tick = os.sysconf("SC_CLK_TCK")
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        try:
+            with open(f"/proc/{current}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{current}/statm") as f:
+                rss_pages = int(f.read().split()[1])
+            out[current] = (rss_pages * page, (int(fields[11]) + int(fields[12])) / tick)
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def execute(name: str, command: Command, records: int, partitions: int, timeout_s: float = 3600,
+            repeat: int = 0) -> Run:
+    """Start the command, sample its tree until it exits, and return the timed run."""
+    started = time.monotonic()
+    proc = subprocess.Popen(command.argv, env=command.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with TreeSampler(proc.pid) as sampler:
+        try:
+            stdout, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, _ = proc.communicate()
+            raise RunFailed(f"{name}: timed out after {timeout_s:.0f} s; last output:\n{stdout[-3000:]}") from None
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RunFailed(f"{name}: exit code {proc.returncode}; last output:\n{stdout[-4000:]}")
+    inner = command.parse(stdout) if command.parse else {}
+    return Run(name, records, partitions, round(wall, 3), round(sampler.peak_rss / 2**20, 1),
+               round(sampler.cpu_s, 2), inner, repeat)
+
+
+def median(values: list[float]) -> float:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+@dataclass
+class Summary:
+    """Medians over the repeats of one competitor."""
+
+    pipeline: str
+    runs: int
+    records_per_s: float
+    wall_s: float
+    peak_rss_mb: float
+    cpu_s: float
+    stage_records_per_s: float | None = None  # Spark stage alone / the tool's own figure
+    spread: float = 0.0  # (max - min) / median of records/s
+
+    @classmethod
+    def of(cls, runs: list[Run], stage_key: str | None = None) -> Summary:
+        rates = [r.records_per_s for r in runs]
+        stage = None
+        if stage_key is not None:
+            stage_rates = [r.records / r.inner[stage_key] if r.inner.get(stage_key) else r.inner.get("tool_records_per_s")
+                           for r in runs]
+            stage_rates = [s for s in stage_rates if s]
+            stage = median(stage_rates) if stage_rates else None
+        mid = median(rates)
+        return cls(runs[0].pipeline, len(runs), mid, median([r.wall_s for r in runs]),
+                   median([r.peak_rss_mb for r in runs]), median([r.cpu_s for r in runs]), stage,
+                   (max(rates) - min(rates)) / mid if mid else 0.0)

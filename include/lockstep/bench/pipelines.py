@@ -1,0 +1,244 @@
+"""The competitors, each one a process tree the runner starts, times and samples.
+
+* ``lockstep``: one checkpoint over the whole input through the library's own steps
+  (``coordinator.plan`` → ``launcher.run_checkpoint`` (spark-submit) → ``coordinator.commit``),
+  run as ``python -m lockstep.bench.pipelines lockstep``;
+* ``spark``: Spark's own at-least-once Kafka → Kafka job (``jobs/bench_spark_at_least_once.py``);
+* ``raw``: one Python process, confluent-kafka consumer → transform → one transaction
+  (``python -m lockstep.bench.pipelines raw``): the single-process client ceiling;
+* ``kafka-producer-perf`` / ``kafka-consumer-perf``: Kafka's own perf tools from the broker jars.
+
+Every helper prints one ``BENCH_RESULT {json}`` line with what it measured inside.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULT = "BENCH_RESULT "
+HEADERS = ("lockstep.source.topic", "lockstep.source.partition", "lockstep.source.offset")
+
+
+@dataclass
+class Command:
+    """What the runner starts: argv, environment, and how to read the helper's own numbers."""
+
+    argv: list[str]
+    env: dict[str, str]
+    parse: Any = None  # callable(stdout) -> dict
+    cleanup_topics: list[str] = field(default_factory=list)
+
+
+def parse_result(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
+    raise RuntimeError("the benchmark helper printed no BENCH_RESULT line; last output:\n" + stdout[-3000:])
+
+
+# ---- lockstep -------------------------------------------------------------------------------------
+def lockstep_command(spec_path: Path) -> Command:
+    from lockstep.sparkconf import job_environment
+
+    return Command([sys.executable, "-m", "lockstep.bench.pipelines", "lockstep", "--spec", str(spec_path)],
+                   job_environment(os.environ), parse_result)
+
+
+class _SessionReady(logging.Handler):
+    """Picks the driver's "Spark session ready in X s" out of the spark-submit output."""
+
+    pattern = re.compile(r"Spark session ready in ([0-9.]+) s")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seconds: float | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.pattern.search(record.getMessage())
+        if found:
+            self.seconds = float(found.group(1))
+
+
+def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
+    """plan → run → commit of one checkpoint, timed step by step (also used for the fixed cost)."""
+    from lockstep.coordinator import Pipeline, commit, plan
+    from lockstep.launcher import run_checkpoint
+    from lockstep.spec import load_spec
+
+    spark_log = logging.getLogger("lockstep.spark")
+    ready = _SessionReady()
+    spark_log.addHandler(ready)
+    spark_log.setLevel(logging.INFO)
+    spark_log.propagate = False
+    spec = load_spec(spec_path)
+    t0 = time.monotonic()
+    p = Pipeline.open(spec)
+    planned = plan(p, run_id=f"bench-{uuid.uuid4().hex[:8]}")
+    cid = planned.claim.checkpoint_id
+    t1 = time.monotonic()
+    run_checkpoint(spec, cid, p.store)
+    t2 = time.monotonic()
+    outcome = commit(p, cid)
+    t3 = time.monotonic()
+    prepared = p.store.view(cid).prepared
+    return {"checkpoint": cid, "status": outcome.status.value, "plan_s": round(t1 - t0, 3),
+            "run_s": round(t2 - t1, 3), "commit_s": round(t3 - t2, 3), "total_s": round(t3 - t0, 3),
+            "spark_seconds": prepared.spark_seconds, "session_seconds": ready.seconds,
+            "records_in": prepared.records_in, "records_out": prepared.records_out,
+            "transactions": len(prepared.transactions)}
+
+
+# ---- Spark at-least-once ---------------------------------------------------------------------------
+def spark_command(bootstrap: str, source: str, sink: str, ends: dict[int, int], master: str = "local[*]") -> Command:
+    import shutil
+
+    from lockstep.paths import project_root
+    from lockstep.sparkconf import job_environment, spark_conf
+
+    spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
+    argv = [spark_submit, "--master", master, "--name", "bench-spark-at-least-once"]
+    for key, value in spark_conf().items():
+        argv += ["--conf", f"{key}={value}"]
+    starting = {source: {str(p): 0 for p in ends}}
+    ending = {source: {str(p): e for p, e in ends.items()}}
+    argv += [str(project_root() / "jobs" / "bench_spark_at_least_once.py"), "--bootstrap", bootstrap,
+             "--source", source, "--sink", sink, "--starting", json.dumps(starting), "--ending", json.dumps(ending)]
+    return Command(argv, job_environment(os.environ), parse_result)
+
+
+# ---- raw client ceiling ---------------------------------------------------------------------------
+def raw_command(bootstrap: str, source: str, sink: str, ends: dict[int, int]) -> Command:
+    from lockstep.sparkconf import job_environment
+
+    return Command([sys.executable, "-m", "lockstep.bench.pipelines", "raw", "--bootstrap", bootstrap,
+                    "--source", source, "--sink", sink, "--ends", json.dumps(ends)],
+                   job_environment(os.environ), parse_result)
+
+
+def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int]) -> dict[str, Any]:
+    """Consume ``[0, end)`` of every partition, transform each record, produce in one transaction."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as KTP
+
+    from lockstep.transactions import DEFAULT_PRODUCER_CONFIG
+    from lockstep_examples.bench import transform_value
+
+    started = time.monotonic()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760, "log_level": 3})
+    config = {k: v for k, v in DEFAULT_PRODUCER_CONFIG.items() if k != "statistics.interval.ms"}
+    producer = Producer({**config, "bootstrap.servers": bootstrap, "transactional.id": f"bench-raw-{uuid.uuid4().hex[:6]}",
+                         "enable.idempotence": True, "log_level": 3})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    remaining = {p: e for p, e in ends.items() if e > 0}
+    consumer.assign([KTP(source, p, 0) for p in remaining])
+    records_in = records_out = 0
+    topic_bytes = source.encode()
+    while remaining:
+        for msg in consumer.consume(10_000, timeout=1.0):
+            if msg.error():
+                continue
+            p, offset = msg.partition(), msg.offset()
+            end = remaining.get(p)
+            if end is None or offset >= end:
+                continue
+            records_in += 1
+            value = transform_value(msg.value())
+            if value is not None:
+                headers = [(HEADERS[0], topic_bytes), (HEADERS[1], str(p).encode()), (HEADERS[2], str(offset).encode())]
+                while True:
+                    try:
+                        producer.produce(sink, value, headers=headers)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                records_out += 1
+                if records_out % 1000 == 0:
+                    producer.poll(0)
+            if offset + 1 >= end:
+                del remaining[p]
+    consumer.close()
+    producer.commit_transaction(120)
+    return {"records_in": records_in, "records_out": records_out, "job_seconds": round(time.monotonic() - started, 3)}
+
+
+# ---- Kafka's perf tools ---------------------------------------------------------------------------
+LOG4J2 = "status = warn\nrootLogger.level = warn\nappender.c.type = Console\nappender.c.name = C\n" \
+         "appender.c.layout.type = PatternLayout\nappender.c.layout.pattern = %m%n\nrootLogger.appenderRef.c.ref = C\n"
+
+
+def _java(tool: str, args: list[str], work_dir: Path) -> list[str]:
+    from lockstep.dev.kafka import classpath, java_binary
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log4j = work_dir / "perf-log4j2.properties"
+    log4j.write_text(LOG4J2)
+    return [java_binary(), "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath(),
+            f"org.apache.kafka.tools.{tool}", *args]
+
+
+def producer_perf_command(bootstrap: str, topic: str, records: int, record_size: int, work_dir: Path) -> Command:
+    args = ["--topic", topic, "--num-records", str(records), "--record-size", str(record_size), "--throughput", "-1",
+            "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=20", "batch.size=1000000",
+            "compression.type=lz4"]
+    return Command(_java("ProducerPerformance", args, work_dir), dict(os.environ), parse_producer_perf)
+
+
+def parse_producer_perf(stdout: str) -> dict[str, Any]:
+    found = re.findall(r"(\d+) records sent, ([0-9.]+) records/sec \(([0-9.]+) MB/sec\)", stdout)
+    if not found:
+        raise RuntimeError("kafka-producer-perf-test printed no summary:\n" + stdout[-2000:])
+    sent, rate, mb = found[-1]
+    return {"records_in": int(sent), "records_out": int(sent), "tool_records_per_s": float(rate), "tool_mb_per_s": float(mb)}
+
+
+def consumer_perf_command(bootstrap: str, topic: str, records: int, work_dir: Path) -> Command:
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records), "--timeout", "60000"]
+    return Command(_java("ConsumerPerformance", args, work_dir), dict(os.environ), parse_consumer_perf)
+
+
+def parse_consumer_perf(stdout: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.count(",") >= 9]
+    header = next((line for line in lines if "nMsg.sec" in line), None)
+    data = [line for line in lines if "nMsg.sec" not in line]
+    if header is None or not data:
+        raise RuntimeError("kafka-consumer-perf-test printed no summary:\n" + stdout[-2000:])
+    row = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in data[-1].split(",")]))
+    return {"records_in": int(row["data.consumed.in.nMsg"]), "records_out": 0,
+            "tool_records_per_s": float(row["nMsg.sec"]), "tool_mb_per_s": float(row["MB.sec"]),
+            "fetch_records_per_s": float(row.get("fetch.nMsg.sec", 0) or 0)}
+
+
+# ---- helper entry point ---------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lockstep.bench.pipelines")
+    sub = parser.add_subparsers(dest="which", required=True)
+    lk = sub.add_parser("lockstep")
+    lk.add_argument("--spec", required=True)
+    raw = sub.add_parser("raw")
+    for name in ("--bootstrap", "--source", "--sink", "--ends"):
+        raw.add_argument(name, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.which == "lockstep":
+        result = run_lockstep_checkpoint(args.spec)
+    else:
+        result = run_raw_client(args.bootstrap, args.source, args.sink,
+                                {int(k): v for k, v in json.loads(args.ends).items()})
+    print(RESULT + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

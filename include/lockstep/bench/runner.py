@@ -1,0 +1,332 @@
+"""``lockstep bench``: start an isolated platform, generate the input, run every measurement.
+
+Competitors are alternated (A B C D A B C D ...) over the same input topic so that the noise of
+a shared machine hits all of them alike; the report quotes medians and ratios measured together.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lockstep.bench import history, workloads
+from lockstep.bench import pipelines as pl
+from lockstep.bench.measure import Run, RunFailed, Summary, execute
+
+LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
+PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
+PIPELINES = (LOCKSTEP, SPARK, RAW)
+STAGE_KEYS = {LOCKSTEP: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
+              PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
+
+
+@dataclass
+class Settings:
+    records: int = 1_000_000
+    partitions: int = 8
+    repeats: int = 3
+    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    partition_counts: tuple[int, ...] = (1, 4, 8, 16)
+    partition_records: int = 200_000
+    history: tuple[int, ...] = (10, 1_000, 10_000)
+    fixed_repeats: int = 3
+    perf_tools: bool = True
+    report: Path = Path("docs/BENCHMARKS.md")
+    results: Path | None = None
+    baseline: Path | None = None
+    state_dir: Path | None = None
+    quick: bool = False
+
+    @classmethod
+    def quick_settings(cls, **overrides: Any) -> Settings:
+        base = dict(records=10_000, partitions=4, repeats=1, sizes=(2_000, 10_000), partition_counts=(1, 4),
+                    partition_records=10_000, history=(10, 100), fixed_repeats=1, quick=True)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass
+class Results:
+    settings: dict[str, Any]
+    environment: dict[str, Any] = field(default_factory=dict)
+    main: list[dict] = field(default_factory=list)
+    fixed: list[dict] = field(default_factory=list)
+    sizes: list[dict] = field(default_factory=list)
+    partitions: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    started_at: str = ""
+    seconds: float = 0.0
+    load: dict[str, Any] = field(default_factory=dict)
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, settings: Settings, platform: Any, work_dir: Path) -> None:
+        self.s = settings
+        self.platform = platform
+        self.bootstrap = platform.kafka.bootstrap
+        self.work_dir = work_dir
+
+    # ---- one run of one competitor -------------------------------------------------------------
+    def run_one(self, name: str, w: workloads.Workload, ends: dict[int, int], repeat: int = 0) -> Run:
+        tag = uuid.uuid4().hex[:6]
+        sink = f"bench-out-{name}-{tag}"
+        if name in (LOCKSTEP, SPARK, RAW, PRODUCER_PERF):
+            workloads.create_topic(self.bootstrap, sink, w.partitions)
+        try:
+            if name == LOCKSTEP:
+                spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records)
+                command = pl.lockstep_command(spec)
+            elif name == SPARK:
+                command = pl.spark_command(self.bootstrap, w.topic, sink, ends)
+            elif name == RAW:
+                command = pl.raw_command(self.bootstrap, w.topic, sink, ends)
+            elif name == PRODUCER_PERF:
+                command = pl.producer_perf_command(self.bootstrap, sink, w.records, round(w.bytes / w.records),
+                                                   self.work_dir)
+            else:
+                command = pl.consumer_perf_command(self.bootstrap, w.topic, w.records, self.work_dir)
+            run = execute(name, command, w.records, w.partitions, repeat=repeat)
+        finally:
+            if name != CONSUMER_PERF:
+                workloads.delete_topic(self.bootstrap, sink)
+        if run.inner.get("records_in", w.records) != w.records:
+            raise RunFailed(f"{name} read {run.inner['records_in']} records, expected {w.records}")
+        log(f"{name:22} {w.label}: {run.wall_s:7.1f} s  {run.records_per_s:10,.0f} rec/s  "
+            f"peak {run.peak_rss_mb:,.0f} MB  cpu {run.cpu_s:.0f} s  {json.dumps(run.inner)}")
+        return run
+
+    def alternate(self, w: workloads.Workload, names: tuple[str, ...], repeats: int) -> list[Run]:
+        ends = workloads.end_offsets(self.bootstrap, w.topic)
+        runs = []
+        for r in range(repeats):
+            for name in names:
+                runs.append(self.run_one(name, w, ends, repeat=r))
+        return runs
+
+    # ---- sections ------------------------------------------------------------------------------
+    def main_comparison(self, res: Results) -> workloads.Workload:
+        log(f"generating {self.s.records:,} records over {self.s.partitions} partitions")
+        w = workloads.make_input(self.bootstrap, self.s.records, self.s.partitions, name="bench-in-main")
+        res.notes.append(f"input generated in {w.generate_seconds:.1f} s ({w.records / w.generate_seconds:,.0f} "
+                         "records/s with the project's generator)")
+        names = PIPELINES + ((PRODUCER_PERF, CONSUMER_PERF) if self.s.perf_tools else ())
+        res.main = [r.to_json() for r in self.alternate(w, names, self.s.repeats)]
+        return w
+
+    def fixed_cost(self, res: Results) -> None:
+        topic = f"bench-fixed-{uuid.uuid4().hex[:6]}"
+        workloads.create_topic(self.bootstrap, topic, self.s.partitions)
+        sink = f"{topic}-out"
+        workloads.create_topic(self.bootstrap, sink, self.s.partitions)
+        spec = workloads.write_spec(self.work_dir / "specs", f"bench-fixed-{uuid.uuid4().hex[:6]}", topic, sink, 1000)
+        from lockstep.datagen import produce_orders
+
+        for n in range(self.s.fixed_repeats):
+            produce_orders(self.bootstrap, topic, 1, start=n, pad=workloads.PAD, partitions=self.s.partitions)
+            for kind in ("one-record", "empty"):
+                run = execute(f"checkpoint ({kind})", pl.lockstep_command(spec), 1 if kind == "one-record" else 0,
+                              self.s.partitions, repeat=n)
+                res.fixed.append({"kind": kind, **run.to_json()})
+                log(f"fixed cost {kind}: {run.wall_s:.1f} s process, steps {json.dumps(run.inner)}")
+        self._history(res, spec, topic)
+        workloads.delete_topic(self.bootstrap, sink)
+
+    def _history(self, res: Results, fixed_spec: Path, topic: str) -> None:
+        from lockstep.spec import load_spec
+
+        name = f"bench-history-{uuid.uuid4().hex[:6]}"
+        spec_path = workloads.write_spec(self.work_dir / "specs", name, topic, f"{topic}-out", 1000)
+        ends = workloads.end_offsets(self.bootstrap, topic)
+        points = history.measure(load_spec(spec_path), list(self.s.history), topic, ends, log=log)
+        res.history = [p.to_json() for p in points]
+
+    def scaling(self, res: Results, main: workloads.Workload, main_runs: list[Run]) -> None:
+        reuse = {(main.records, main.partitions): main_runs}
+        for size in self.s.sizes:
+            runs = reuse.get((size, main.partitions))
+            if runs is None:
+                w = workloads.make_input(self.bootstrap, size, main.partitions)
+                runs = self.alternate(w, PIPELINES, 1)
+                workloads.delete_topic(self.bootstrap, w.topic)
+            res.sizes += [{**r.to_json(), "reused": (size, main.partitions) in reuse} for r in runs
+                          if r.pipeline in PIPELINES]
+        for parts in self.s.partition_counts:
+            runs = reuse.get((self.s.partition_records, parts))
+            if runs is None:
+                w = workloads.make_input(self.bootstrap, self.s.partition_records, parts)
+                runs = self.alternate(w, PIPELINES, 1)
+                workloads.delete_topic(self.bootstrap, w.topic)
+            res.partitions += [{**r.to_json(), "reused": (self.s.partition_records, parts) in reuse} for r in runs
+                               if r.pipeline in PIPELINES]
+
+
+def environment(bootstrap: str) -> dict[str, Any]:
+    import platform as py_platform
+    import subprocess
+
+    import confluent_kafka
+    import pyarrow
+    import pyspark
+
+    from lockstep.paths import kafka_jars_dir
+
+    def read(path: str, key: str) -> str:
+        try:
+            for line in open(path):
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "?"
+
+    kafka = next((p.name[len("kafka_2.13-"):-4] for p in kafka_jars_dir().glob("kafka_2.13-*.jar")), "?")
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr.splitlines()[0]
+    except Exception:  # noqa: BLE001
+        java = "?"
+    try:
+        import psutil
+        sampler = f"psutil {psutil.__version__}"
+    except ImportError:
+        sampler = "/proc"
+    return {
+        "cpus": os.cpu_count(), "cpu_model": read("/proc/cpuinfo", "model name"),
+        "memory": _gib(read("/proc/meminfo", "MemTotal")), "kernel": py_platform.release(),
+        "python": py_platform.python_version(), "kafka": kafka, "spark": pyspark.__version__,
+        "confluent_kafka": f"{_first(confluent_kafka.version())} (librdkafka {_first(confluent_kafka.libversion())})",
+        "pyarrow": pyarrow.__version__, "java": java, "memory_sampler": sampler, "bootstrap": bootstrap,
+    }
+
+
+def _first(version: Any) -> str:
+    return str(version[0] if isinstance(version, tuple) else version)
+
+
+def _gib(meminfo: str) -> str:
+    try:
+        return f"{int(meminfo.split()[0]) / 2**20:.1f} GiB"
+    except (ValueError, IndexError):
+        return meminfo
+
+
+def summarize(runs: list[dict]) -> dict[str, Summary]:
+    by_name: dict[str, list[Run]] = {}
+    for doc in runs:
+        fields = {k: doc[k] for k in ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner",
+                                      "repeat")}
+        by_name.setdefault(doc["pipeline"], []).append(Run(**fields))
+    return {name: Summary.of(rs, STAGE_KEYS.get(name)) for name, rs in by_name.items()}
+
+
+def run_bench(settings: Settings) -> Path:
+    from lockstep.bench import report
+    from lockstep.dev.platform import Platform
+    from lockstep.paths import project_root
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    res = Results(settings={k: (str(v) if isinstance(v, Path) else v) for k, v in settings.__dict__.items()},
+                  started_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    res.load["start"] = os.getloadavg()
+    platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0})
+    log(f"starting an isolated Kafka + S3 platform in {root}")
+    platform.up(out=sys.stderr)
+    saved = {k: os.environ.get(k) for k in platform.client_env()}
+    os.environ.update(platform.client_env())
+    os.environ.pop("LOCKSTEP_FAILPOINTS", None)
+    results_path = settings.results or (root / "results.json")
+    try:
+        res.environment = environment(platform.kafka.bootstrap)
+        bench = Bench(settings, platform, root)
+        main = bench.main_comparison(res)
+        main_runs = [Run(**{k: d[k] for k in ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s",
+                                               "inner", "repeat")}) for d in res.main]
+        bench.fixed_cost(res)
+        bench.scaling(res, main, main_runs)
+        res.load["end"] = os.getloadavg()
+        res.seconds = round(time.monotonic() - started, 1)
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.write_text(json.dumps(res.__dict__, indent=1, default=str))
+        log(f"raw results in {results_path}")
+        baseline = json.loads(settings.baseline.read_text()) if settings.baseline else None
+        report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
+        report.write(res, report_path, baseline)
+        log(f"report written to {report_path} ({res.seconds:.0f} s in all)")
+        return report_path
+    finally:
+        platform.down(wipe=True, out=sys.stderr)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    ints = lambda text: tuple(int(x) for x in text.split(",") if x)  # noqa: E731
+    parser.add_argument("--records", type=int, help="input records of the main comparison (default 1,000,000)")
+    parser.add_argument("--partitions", type=int, help="input partitions of the main comparison (default 8)")
+    parser.add_argument("--repeats", type=int, help="alternated repeats per competitor (default 3)")
+    parser.add_argument("--sizes", type=ints, help="input sizes for the scaling table (default 10000,100000,1000000)")
+    parser.add_argument("--big", action="store_true", help="add 5,000,000 records to the size scaling (slow)")
+    parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,4,8,16)")
+    parser.add_argument("--partition-records", type=int, help="records per partition-scaling point (default 200000)")
+    parser.add_argument("--history", type=ints, help="past-checkpoint counts for plan time (default 10,1000,10000)")
+    parser.add_argument("--no-perf-tools", dest="perf_tools", action="store_false", default=None,
+                        help="skip Kafka's producer/consumer perf tools")
+    parser.add_argument("--quick", action="store_true", help="a small end-to-end run (10k records, 1 repeat)")
+    parser.add_argument("--report", type=Path, help="where to write the Markdown report (default docs/BENCHMARKS.md)")
+    parser.add_argument("--results", type=Path, help="also keep the raw results JSON here")
+    parser.add_argument("--baseline", type=Path, help="results JSON of an earlier run: adds a before/after table")
+    parser.add_argument("--state-dir", type=Path, help="platform data folder (default: a new temporary folder)")
+    parser.add_argument("--from-results", type=Path, help="only rewrite the report from an earlier run's results "
+                                                          "JSON (no platform, nothing measured)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
+                                                 "partition_records", "history", "perf_tools", "report", "results",
+                                                 "baseline", "state_dir")}
+    settings = Settings.quick_settings(**overrides) if args.quick else \
+        Settings(**{k: v for k, v in overrides.items() if v is not None})
+    if args.big:
+        settings.sizes = tuple(sorted(set(settings.sizes) | {5_000_000}))
+    return settings
+
+
+def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
+    """Render the report again from saved results (e.g. after a fix to the writer)."""
+    from lockstep.bench import report
+    from lockstep.paths import project_root
+
+    doc = json.loads(results.read_text())
+    res = Results(**doc)
+    # Static facts of this machine and venv; the run's own figures are left as they were.
+    fresh = environment(res.environment.get("bootstrap", "?"))
+    res.environment.update({k: fresh[k] for k in ("memory", "confluent_kafka")})
+    path = report_path if report_path.is_absolute() else project_root() / report_path
+    report.write(res, path, json.loads(baseline.read_text()) if baseline else None, rerendered=True)
+    log(f"report rewritten to {path} from {results}")
+    return path
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.from_results:
+        rewrite_report(args.from_results, args.report or Path("docs/BENCHMARKS.md"), args.baseline)
+        return 0
+    run_bench(settings_from_args(args))
+    return 0

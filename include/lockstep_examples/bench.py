@@ -1,0 +1,41 @@
+"""The benchmark transform, one definition per engine so every competitor does the same work.
+
+Parse the JSON order, keep orders of at least ``MIN_AMOUNT`` (drops about 10% of the
+generated input), add ``amount_cents``, serialize back to compact JSON. ``transform`` is the
+Spark version (Lockstep's transform contract: ``DataFrame -> DataFrame`` keeping ``topic``,
+``partition``, ``offset``), used by Lockstep and by Spark's own at-least-once job;
+``transform_value`` is the same function on one record's bytes, used by the raw client loop.
+"""
+from __future__ import annotations
+
+import json
+
+MIN_AMOUNT = 30.0
+
+FIELDS = (("order_id", "string"), ("customer", "string"), ("amount", "double"), ("currency", "string"),
+          ("created_at", "long"), ("note", "string"))
+
+
+def transform(df):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    types = {"string": StringType(), "double": DoubleType(), "long": LongType()}
+    schema = StructType([StructField(name, types[kind]) for name, kind in FIELDS])
+    order = F.from_json(F.col("value").cast("string"), schema)
+    out = F.to_json(F.struct(*[F.col(f"o.{name}").alias(name) for name, _ in FIELDS],
+                             F.round(F.col("o.amount") * 100).cast("long").alias("amount_cents")))
+    return (df.withColumn("o", order)
+            .filter(F.col("o.amount") >= MIN_AMOUNT)
+            .withColumn("value", out.cast("binary"))
+            .drop("o"))
+
+
+def transform_value(value: bytes) -> bytes | None:
+    """The same transform for one record; None when the record is filtered out."""
+    doc = json.loads(value)
+    amount = doc.get("amount")
+    if amount is None or amount < MIN_AMOUNT:
+        return None
+    doc["amount_cents"] = round(amount * 100)
+    return json.dumps(doc, separators=(",", ":")).encode()

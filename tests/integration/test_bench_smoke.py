@@ -1,0 +1,32 @@
+"""`lockstep bench --quick` end to end: its own platform, every competitor once on a tiny input,
+a report with every table. No timing assertion: the machine is shared and the figures are noise."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
+
+
+def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
+    report, results = tmp_path / "BENCH.md", tmp_path / "results.json"
+    done = subprocess.run([LOCKSTEP, "bench", "--quick", "--report", str(report), "--results", str(results),
+                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    text = report.read_text()
+    for heading in ("## Machine and versions", "## Throughput", "### Ratios", "## Fixed cost of a checkpoint",
+                    "## Scaling with input size", "## Scaling with partitions", "## Plan time and metadata"):
+        assert heading in text, heading
+    ratios = text.split("### Ratios", 1)[1].split("\n## ", 1)[0]
+    for competitor in ("Spark at-least-once", "raw client, 1 process", "kafka-producer-perf-test",
+                       "kafka-consumer-perf-test"):
+        row = next((line for line in ratios.splitlines() if line.startswith(f"| {competitor} |")), None)
+        assert row is not None and "×" in row.split("|")[2], (competitor, ratios)
+    assert (tmp_path / "bench-throughput.png").read_bytes().startswith(b"\x89PNG")
+    doc = json.loads(results.read_text())
+    lockstep_runs = [r for r in doc["main"] if r["pipeline"] == "lockstep"]
+    assert lockstep_runs and all(r["inner"]["status"] == "completed" for r in lockstep_runs)
+    assert {r["kind"] for r in doc["fixed"]} == {"empty", "one-record"}
+    assert [p["checkpoints"] for p in doc["history"]] == [10, 100]
