@@ -107,7 +107,7 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
     failpoints.hit("job.before_produce")
     rows = 0
     for batch in batches:
-        rows += _produce_batch(writer, settings, batch.to_pydict(), batch.num_rows, first=rows == 0)
+        rows += _produce_batch(writer, settings, batch, first=rows == 0)
     prepared = writer.prepare()
     failpoints.hit("job.after_flush")
     committable = json.dumps(prepared.to_json()) if prepared is not None else None
@@ -116,23 +116,53 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
                                                        ("rows", pa.int64())]))
 
 
-def _produce_batch(writer: Any, settings: WriterSettings, cols: dict[str, list], n: int, first: bool) -> int:
-    checkpoint = str(settings.checkpoint_id).encode()
-    errors, keys, user_headers = cols.get("error"), cols.get("key"), cols.get("headers")
+def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: bool) -> int:
+    """Produce one Arrow batch. Runs once per record, so the work is done per column where it can be:
+    header values are formatted by Arrow (integers cast to their decimal bytes in C), each column is
+    converted to Python once, and the per-record loop only builds the header list and calls produce."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    if n == 0:
+        return 0
+    names = batch.schema.names
+
+    def column(name: str) -> Any:
+        return batch.column(names.index(name)) if name in names else None
+
+    def as_bytes(col: Any) -> list:
+        return pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist()
+
+    values = column("value").to_pylist()
+    topics = column("topic").to_pylist()
+    partitions, offsets = as_bytes(column("partition")), as_bytes(column("offset"))
+    keys = column("key").to_pylist() if "key" in names else None
+    user_headers = column("headers").to_pylist() if "headers" in names else None
+    errors = column("error").to_pylist() if "error" in names else None
+    if errors is not None and column("error").null_count == n:
+        errors = None
+    if user_headers is not None and column("headers").null_count == n:
+        user_headers = None
+    checkpoint = (CHECKPOINT_HEADER, str(settings.checkpoint_id).encode())
+    topic_headers: dict[str, tuple[str, bytes]] = {}
+    produce, sink, middle = writer.produce, settings.sink_topic, n // 2 if first else -1
     for i in range(n):
-        headers = [(SOURCE_TOPIC, cols["topic"][i].encode()), (SOURCE_PARTITION, str(cols["partition"][i]).encode()),
-                   (SOURCE_OFFSET, str(cols["offset"][i]).encode()), (CHECKPOINT_HEADER, checkpoint)]
+        topic = topics[i]
+        topic_header = topic_headers.get(topic)
+        if topic_header is None:
+            topic_header = topic_headers[topic] = (SOURCE_TOPIC, topic.encode())
+        headers = [topic_header, (SOURCE_PARTITION, partitions[i]), (SOURCE_OFFSET, offsets[i]), checkpoint]
         if user_headers is not None and user_headers[i]:
             headers.extend((h["key"], h["value"]) for h in user_headers[i])
         error = errors[i] if errors is not None else None
-        if error is not None:
+        if error is None:
+            produce(sink, values[i], key=keys[i] if keys is not None else None, headers=headers)
+        else:
             headers.append((ERROR_HEADER, str(error).encode()))
-        writer.produce(
-            settings.dead_letter_topic if error is not None else settings.sink_topic,
-            cols["value"][i], key=keys[i] if keys is not None else None, headers=headers,
-            dead_letter=error is not None,
-        )
-        if first and i == n // 2:
+            produce(settings.dead_letter_topic, values[i], key=keys[i] if keys is not None else None, headers=headers,
+                    dead_letter=True)
+        if i == middle:
             failpoints.hit("job.mid_produce")
     return n
 

@@ -44,6 +44,9 @@ DEFAULT_PRODUCER_CONFIG: Mapping[str, Any] = {
     "statistics.interval.ms": 100,
 }
 
+# Delivery reports and statistics are served after this many produced records (see `produce`).
+POLL_EVERY = 1000
+
 # Settings the two-phase commit depends on; overriding them would silently break it.
 _RESERVED_KEYS = frozenset(
     {"bootstrap.servers", "transactional.id", "enable.idempotence", "transaction.timeout.ms", "stats_cb",
@@ -130,6 +133,7 @@ class TransactionalWriter:
         self._fatal: str | None = None
         self._eos: dict[str, Any] = {}
         self._stats_seen = 0
+        self._unpolled = 0
 
     # ---- configuration -----------------------------------------------------------------------
     def _build_config(self, bootstrap: str, timeout_ms: int, extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,7 +171,12 @@ class TransactionalWriter:
         log.warning("transaction %s: producer error %s", self.transactional_id, error)
 
     def _on_record(self, err: Any, msg: Any) -> None:
-        self._on_delivery(err, msg, dead_letter=False)
+        # Called once per record: the common case is inlined (no second Python frame).
+        if err is not None:
+            self._on_delivery(err, msg, dead_letter=False)
+            return
+        self._partitions.add((msg.topic(), msg.partition()))
+        self._delivered += 1
 
     def _on_dead_letter(self, err: Any, msg: Any) -> None:
         self._on_delivery(err, msg, dead_letter=True)
@@ -219,20 +228,38 @@ class TransactionalWriter:
         *,
         dead_letter: bool = False,
     ) -> None:
-        """Queue one record in the transaction; `dead_letter` counts it separately in the committable."""
-        if self.state is WriterState.NEW:
-            self.open()
-        self._require(WriterState.OPEN, "produce")
-        self._raise_if_fatal()
-        kwargs: dict[str, Any] = {"value": value, "key": key, "headers": headers,
-                                  "on_delivery": self._on_dead_letter if dead_letter else self._on_record}
-        if partition is not None:
-            kwargs["partition"] = partition
-        self._produce_with_backpressure(topic, kwargs)
+        """Queue one record in the transaction; `dead_letter` counts it separately in the committable.
+
+        This runs once per output record, so the common path is one librdkafka call: delivery reports
+        and statistics are served every `POLL_EVERY` records (and while waiting for queue space, and
+        by the flush in `prepare`) rather than after each record.
+        """
+        if self.state is not WriterState.OPEN:
+            if self.state is WriterState.NEW:
+                self.open()
+            self._require(WriterState.OPEN, "produce")
+        if self._fatal is not None:
+            self._raise_if_fatal()
+        callback = self._on_dead_letter if dead_letter else self._on_record
+        try:
+            if partition is None:
+                self._producer.produce(topic, value=value, key=key, on_delivery=callback, headers=headers)
+            else:
+                self._producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback,
+                                       headers=headers)
+        except BufferError:
+            kwargs: dict[str, Any] = {"value": value, "key": key, "headers": headers, "on_delivery": callback}
+            if partition is not None:
+                kwargs["partition"] = partition
+            self._produce_with_backpressure(topic, kwargs)
         if dead_letter:
             self._produced_dead_letters += 1
         else:
             self._produced += 1
+        self._unpolled += 1
+        if self._unpolled >= POLL_EVERY:
+            self._unpolled = 0
+            self._producer.poll(0)
 
     def _produce_with_backpressure(self, topic: str, kwargs: dict[str, Any]) -> None:
         """Wait for queue space (serving delivery reports) instead of failing on a full local queue."""
@@ -240,7 +267,6 @@ class TransactionalWriter:
         while True:
             try:
                 self._producer.produce(topic, **kwargs)
-                self._producer.poll(0)
                 return
             except BufferError:
                 if self._monotonic() >= deadline:
