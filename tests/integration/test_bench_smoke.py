@@ -17,7 +17,8 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     text = report.read_text()
     for heading in ("## Machine and versions", "## Throughput", "### Ratios", "## Fixed cost of a checkpoint",
-                    "## Scaling with input size", "## Scaling with partitions", "## Plan time and metadata"):
+                    "## Scaling with input size", "## Scaling with partitions", "## Plan time and metadata",
+                    "## Airflow's scheduling overhead per run"):
         assert heading in text, heading
     ratios = text.split("### Ratios", 1)[1].split("\n## ", 1)[0]
     for competitor in ("Spark at-least-once", "raw client, 1 process", "kafka-producer-perf-test",
@@ -30,3 +31,5 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
     assert lockstep_runs and all(r["inner"]["status"] == "completed" for r in lockstep_runs)
     assert {r["kind"] for r in doc["fixed"]} == {"empty", "one-record"}
     assert [p["checkpoints"] for p in doc["history"]] == [10, 100]
+    assert doc["airflow"] and all(r["state"] == "success" for r in doc["airflow"])
+    assert all(set(r["per_task_s"]) == {"plan", "run", "commit"} for r in doc["airflow"])

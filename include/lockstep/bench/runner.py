@@ -38,6 +38,7 @@ class Settings:
     history: tuple[int, ...] = (10, 1_000, 10_000)
     fixed_repeats: int = 3
     perf_tools: bool = True
+    airflow: bool = True
     report: Path = Path("docs/BENCHMARKS.md")
     results: Path | None = None
     baseline: Path | None = None
@@ -61,6 +62,7 @@ class Results:
     sizes: list[dict] = field(default_factory=list)
     partitions: list[dict] = field(default_factory=list)
     history: list[dict] = field(default_factory=list)
+    airflow: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     started_at: str = ""
     seconds: float = 0.0
@@ -257,6 +259,10 @@ def run_bench(settings: Settings) -> Path:
         bench.fixed_cost(res)
         bench.scaling(res, main, main_runs)
         res.load["end"] = os.getloadavg()
+        if settings.airflow:  # last: Airflow's own load must not touch the figures above
+            from lockstep.bench import airflow_overhead
+
+            res.airflow = airflow_overhead.measure(platform, root, settings.fixed_repeats, log)
         res.seconds = round(time.monotonic() - started, 1)
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(res.__dict__, indent=1, default=str))
@@ -288,6 +294,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", type=ints, help="past-checkpoint counts for plan time (default 10,1000,10000)")
     parser.add_argument("--no-perf-tools", dest="perf_tools", action="store_false", default=None,
                         help="skip Kafka's producer/consumer perf tools")
+    parser.add_argument("--no-airflow", dest="airflow", action="store_false", default=None,
+                        help="skip the Airflow scheduling-overhead measurement (it starts airflow standalone)")
     parser.add_argument("--quick", action="store_true", help="a small end-to-end run (10k records, 1 repeat)")
     parser.add_argument("--report", type=Path, help="where to write the Markdown report (default docs/BENCHMARKS.md)")
     parser.add_argument("--results", type=Path, help="also keep the raw results JSON here")
@@ -299,7 +307,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
-                                                 "partition_records", "history", "perf_tools", "report", "results",
+                                                 "partition_records", "history", "perf_tools", "airflow", "report", "results",
                                                  "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
