@@ -110,7 +110,11 @@ def test_spark_reads_exact_committed_offset_range(bootstrap, unique):
         .option("endingOffsets", json.dumps({topic: {"0": 14, "1": 8}}))
         .load()
     )
-    rows = sorted((r.partition, r.offset, bytes(r.value)) for r in df.select("partition", "offset", "value").collect())
+    try:
+        rows = sorted((r.partition, r.offset, bytes(r.value))
+                      for r in df.select("partition", "offset", "value").collect())
+    finally:
+        spark.stop()  # else py4j logs to a closed stream at interpreter exit
     expected = [(0, o, f"v{2 * o}".encode()) for o in range(3, 10)] + [(0, 13, b"after-abort")]
     expected += [(1, o, f"v{2 * o + 1}".encode()) for o in range(5, 8)]
     assert rows == expected
