@@ -12,18 +12,23 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
 .PHONY: setup browser test unit integration demo bench up down status clean lock
 
-setup: $(STAMP) .cache/jars/.resolved
+WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
+
+setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR)
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
 
-$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml
-	$(UV) pip sync --python $(BIN)/python -q requirements.lock
+# --compile-bytecode: write every package's .pyc now. Where PYTHONDONTWRITEBYTECODE is set
+# (CI machines, some containers) Python never caches them itself and every process, from a
+# plan task to a Spark worker, would compile boto3, pyspark and Airflow from source again.
+$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
+	$(UV) pip sync --python $(BIN)/python -q --compile-bytecode requirements.lock
 	# The spark provider's pyspark-client shares pyspark's Python files; reinstall
 	# full pyspark last so its Python side matches its jars.
-	$(UV) pip install --python $(BIN)/python -q --reinstall --no-deps pyspark==$(PYSPARK_VERSION)
+	$(UV) pip install --python $(BIN)/python -q --compile-bytecode --reinstall --no-deps pyspark==$(PYSPARK_VERSION)
 	$(UV) pip install --python $(BIN)/python -q --no-deps -e .
 	touch $@
 
@@ -36,6 +41,11 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml
 	mvn -q -B -s $(MAVEN_SETTINGS) -f include/lockstep/dev/maven/spark-kafka-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/spark-kafka -DincludeScope=runtime
 	touch $@
+
+# Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients.
+$(WRITER_JAR): $(STAMP) .cache/jars/.resolved scripts/build-jvm-writer.sh $(shell find include/lockstep/jvm -name '*.java')
+	bash scripts/build-jvm-writer.sh $$($(BIN)/python -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))') \
+	    $$(ls .cache/jars/spark-kafka/kafka-clients-*.jar) $@
 
 # Regenerate the lock after editing pyproject.toml dependencies.
 lock: $(VENV)/bin/python
