@@ -18,10 +18,11 @@ RUN mvn -q -B -s /build/maven/settings.xml -f /build/maven/spark-kafka-pom.xml \
 FROM apache/airflow:3.3.2-python3.11
 
 USER root
-# Spark needs a JVM in every container that runs tasks (LocalExecutor: the scheduler).
+# Spark needs a JVM in every container that runs tasks (LocalExecutor: the scheduler);
+# a JDK, because Lockstep's JVM writer is compiled against the image's own Spark jars.
 # JAVA_HOME points at an arch-independent link (amd64 and arm64 hosts alike).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
     && ln -sfn "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/lockstep-java \
     && apt-get autoremove -yqq --purge \
     && apt-get clean \
@@ -59,9 +60,13 @@ COPY --from=jars --chown=airflow:0 /opt/lockstep/.cache/jars/spark-kafka /opt/lo
 
 # The library, editable so that docker-compose.yaml can mount ./include over it.
 # --no-deps: everything it needs is installed above; pip must not touch pyspark again.
+# Then Lockstep's JVM writer (sink.writer: jvm), built by the same script as `make setup`.
 COPY --chown=airflow:0 include/ /opt/lockstep/include/
-RUN pip install --no-cache-dir --no-deps -e /opt/lockstep \
-    && python -c "from lockstep.paths import spark_kafka_jars; print(*spark_kafka_jars(), sep='\\n')" \
+COPY --chown=airflow:0 scripts/build-jvm-writer.sh /opt/lockstep/scripts/
+RUN pip install --no-cache-dir --no-deps -e /opt/lockstep
+RUN bash /opt/lockstep/scripts/build-jvm-writer.sh python /opt/lockstep/.cache/jars/spark-kafka \
+        /opt/lockstep/.cache/jars/lockstep/lockstep-jvm-writer.jar \
+    && python -c "from lockstep.sparkconf import spark_conf; print(spark_conf()['spark.jars'])" \
     && java -version
 
 WORKDIR /opt/airflow

@@ -44,8 +44,7 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 
 # Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients.
 $(WRITER_JAR): $(STAMP) .cache/jars/.resolved scripts/build-jvm-writer.sh $(shell find include/lockstep/jvm -name '*.java')
-	bash scripts/build-jvm-writer.sh $$($(BIN)/python -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))') \
-	    $$(ls .cache/jars/spark-kafka/kafka-clients-*.jar) $@
+	bash scripts/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@
 
 # Regenerate the lock after editing pyproject.toml dependencies.
 lock: $(VENV)/bin/python

@@ -17,7 +17,7 @@ FAILPOINTS: dict[str, str] = {
     "plan.after_recovery": "plan: recovery (roll-forward, fencing) done, before claiming the new checkpoint",
     "plan.after_claim": "plan: checkpoint id claimed in S3, before the Spark run",
     "job.before_produce": "Spark task: transaction opened, nothing produced yet",
-    "job.mid_produce": "Spark task: half of the task's records produced",
+    "job.mid_produce": "Spark task: some of the task's records produced, not all",
     "job.after_flush": "Spark task: transaction flushed (pre-committed), committable not yet returned",
     "job.before_prepared": "Spark driver: all committables collected, prepared metadata not written",
     "job.after_prepared": "Spark driver: prepared metadata written (decision: commit), job not finished",
@@ -46,6 +46,13 @@ def _armed() -> dict[str, str]:
             raise ValueError(f"{_ENV}: failpoint {name} needs =crash or =raise, got {action!r}")
         armed[name] = action
     return armed
+
+
+def armed(prefix: str = "") -> dict[str, str]:
+    """The armed failpoints whose names start with ``prefix`` (handed to the JVM writer)."""
+    if _ENV not in os.environ:
+        return {}
+    return {name: action for name, action in _armed().items() if name.startswith(prefix)}
 
 
 def hit(name: str) -> None:

@@ -41,6 +41,14 @@ def spark_kafka_jars() -> list[str]:
     return jars
 
 
+def jvm_writer_jar() -> str:
+    """Lockstep's JVM writer (``include/lockstep/jvm``), built by ``make setup``."""
+    jar = cache_dir() / "jars" / "lockstep" / "lockstep-jvm-writer.jar"
+    if not jar.is_file():
+        raise FileNotFoundError(f"Lockstep's JVM writer jar is missing ({jar}); run `make setup` to build it")
+    return str(jar)
+
+
 def dev_state_dir() -> Path:
     """Data, logs and pid files of the local platform (``lockstep dev``).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from lockstep.paths import spark_kafka_jars
+from lockstep.paths import jvm_writer_jar, spark_kafka_jars
 
 # A speculative task attempt would init the same transactional id and fence the
 # winner's open transaction, so speculation is always off.
@@ -32,7 +32,7 @@ def spark_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def spark_conf(extra: Mapping[str, object] | None = None) -> dict[str, str]:
-    conf = {"spark.jars": ",".join(spark_kafka_jars()), **REQUIRED_CONF}
+    conf = {"spark.jars": ",".join([*spark_kafka_jars(), jvm_writer_jar()]), **REQUIRED_CONF}
     for key, value in (extra or {}).items():
         conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
     conf["spark.speculation"] = "false"

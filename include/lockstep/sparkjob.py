@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from lockstep import failpoints
-from lockstep.checkpoint import CheckpointStatus, PreparedCheckpoint, PreparedTransaction
+from lockstep.checkpoint import TRANSACTION_SCHEMA, CheckpointStatus, PreparedCheckpoint, PreparedTransaction
 from lockstep.connections import kafka_config
 from lockstep.decisions import transactional_id
 from lockstep.errors import CheckpointError, TerminalError
@@ -167,6 +167,47 @@ def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: boo
     return n
 
 
+TaskResult = tuple[int, int, "dict[str, Any] | None"]  # (task, rows, committable JSON or None)
+
+
+def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[TaskResult]:
+    """Rows cross to a Python worker through Arrow; confluent-kafka produces them there."""
+    rows = out.mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()
+    return [(r["task"], r["rows"], json.loads(r["committable"]) if r["committable"] else None) for r in rows]
+
+
+def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[TaskResult]:
+    """Rows stay in the executor JVM: ``dev.lockstep.spark.TransactionalKafkaWriter`` produces them
+    (built from ``include/lockstep/jvm`` by ``make setup``) with the same transaction contract."""
+    writer = spark._jvm.dev.lockstep.spark.TransactionalKafkaWriter
+    try:
+        tasks = writer.taskCount(out._jdf)
+    except TypeError as exc:  # py4j hands back a JavaPackage when the class is not on the classpath
+        raise TerminalError(
+            "Lockstep's JVM writer is not on Spark's classpath (spark.jars must include "
+            "lockstep-jvm-writer.jar; run `make setup` to build it)") from exc
+    doc = {
+        "bootstrap": settings.bootstrap,
+        "producer_config": {k: str(v).lower() if isinstance(v, bool) else str(v)
+                            for k, v in settings.producer_config.items()},
+        "transactional_ids": [transactional_id(settings.id_prefix, settings.checkpoint_id, t) for t in range(tasks)],
+        "checkpoint_id": settings.checkpoint_id, "timeout_ms": settings.timeout_ms,
+        "sink_topic": settings.sink_topic, "dead_letter_topic": settings.dead_letter_topic,
+        "failpoints": failpoints.armed(prefix="job."),
+    }
+    results = []
+    for line in writer.write(out._jdf, json.dumps(doc)):
+        result = json.loads(line)
+        results.append((result["task"], result["rows"], _with_schema(result["committable"])))
+    return results
+
+
+def _with_schema(committable: dict[str, Any] | None) -> dict[str, Any] | None:
+    if committable is None:
+        return None
+    return {"schema": TRANSACTION_SCHEMA, **committable}
+
+
 def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store: Any) -> PreparedCheckpoint:
     view = store.view(checkpoint_id)
     if view is None:
@@ -192,15 +233,17 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
             timeout_ms=spec.transactions.timeout_ms, sink_topic=spec.sink.topic,
             dead_letter_topic=spec.sink.dead_letter_topic, columns=columns,
         )
-        log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s", checkpoint_id,
-                 len(ranges), sum(r.count for r in ranges), spec.sink.topic, spec.sink.dead_letter_topic)
-        results = out.select(*columns).mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()
+        log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer",
+                 checkpoint_id, len(ranges), sum(r.count for r in ranges), spec.sink.topic,
+                 spec.sink.dead_letter_topic, spec.sink.writer)
+        write = write_with_jvm if spec.sink.writer == "jvm" else write_with_python
+        results = write(spark, out.select(*columns), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)
-        for row in results:
-            rows_out += row["rows"]
-            if row["committable"]:
-                committables.append(PreparedTransaction.from_json(json.loads(row["committable"]), f"task {row['task']}"))
+        for task, rows, committable in results:
+            rows_out += rows
+            if committable is not None:
+                committables.append(PreparedTransaction.from_json(committable, f"task {task}"))
     failpoints.hit("job.before_prepared")
     prepared = PreparedCheckpoint(
         pipeline=spec.name, checkpoint_id=checkpoint_id, prepared_at=datetime.now(timezone.utc).isoformat(),

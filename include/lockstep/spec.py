@@ -47,11 +47,17 @@ class SourceSpec:
     consumer_group: str
 
 
+WRITERS = ("jvm", "python")
+
+
 @dataclass(frozen=True)
 class SinkSpec:
     topic: str
     dead_letter_topic: str
     kafka_conn_id: str
+    #: Which writer produces the output: "jvm" (in the Spark executor's JVM, the default) or
+    #: "python" (confluent-kafka in a Python worker, fed through Arrow). Same transactions, same headers.
+    writer: str = "jvm"
 
 
 @dataclass(frozen=True)
@@ -214,14 +220,17 @@ def _source(c: _Checker, doc: Any, name: str) -> SourceSpec:
 
 
 def _sink(c: _Checker, doc: Any, source: SourceSpec) -> SinkSpec:
-    d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id"}, optional=False)
+    d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id", "writer"}, optional=False)
     topic, dlq = _topic(c, d, "sink", "topic"), _topic(c, d, "sink", "dead_letter_topic")
     if topic and topic in source.topics:
         c.fail("sink.topic", f"{topic!r} is also a source topic; a pipeline must not feed itself")
     if dlq and dlq == topic:
         c.fail("sink.dead_letter_topic", "must differ from sink.topic, or bad records would look like output")
     conn = c.text(d, "sink", "kafka_conn_id", source.kafka_conn_id or "kafka_default")
-    return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn)
+    writer = c.text(d, "sink", "writer", "jvm")
+    if writer not in WRITERS:
+        c.fail("sink.writer", f"must be one of {', '.join(WRITERS)}, got {writer!r}")
+    return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn, writer=writer)
 
 
 def parse_store_url(url: str) -> StoreLocation | None:

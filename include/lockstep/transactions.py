@@ -40,6 +40,9 @@ DEFAULT_PRODUCER_CONFIG: Mapping[str, Any] = {
     "batch.size": 1_000_000,
     "compression.type": "lz4",
     "acks": "all",
+    # The Java client's partitioner (murmur2 of the key), so a key lands in the same sink partition
+    # whichever writer produced it (the JVM writer uses the Java client) and as Java producers put it.
+    "partitioner": "murmur2_random",
     # Stats are how we learn the producer id/epoch; 100 ms keeps prepare() quick.
     "statistics.interval.ms": 100,
 }

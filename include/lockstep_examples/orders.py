@@ -50,3 +50,16 @@ def enrich(df: DataFrame) -> DataFrame:
 def passthrough(df: DataFrame) -> DataFrame:
     """Identity: every input record becomes one output record (used by the benchmarks and tests)."""
     return df
+
+
+def enrich_with_headers(df: DataFrame) -> DataFrame:
+    """``enrich``, plus a ``currency`` header on every record and the value as a string column.
+
+    Shows the rest of the output contract: user ``headers`` (Spark's Kafka header type,
+    ``array<struct<key: string, value: binary>>``) are written after Lockstep's provenance
+    headers, and ``value``/``key`` may be strings as well as bytes.
+    """
+    out = enrich(df)
+    currency = F.coalesce(F.get_json_object(F.col("value").cast("string"), "$.currency"), F.lit("?"))
+    header = F.struct(F.lit("currency").alias("key"), currency.cast("binary").alias("value"))
+    return out.withColumn("headers", F.array(header)).withColumn("value", F.col("value").cast("string"))

@@ -179,6 +179,21 @@ def test_dockerfile_resolves_spark_kafka_jars_where_the_library_looks(dockerfile
     assert re.search(r"pip install .*--no-deps -e /opt/lockstep", dockerfile), "project not installed"
 
 
+def test_dockerfile_builds_the_jvm_writer_where_the_library_looks(dockerfile, monkeypatch):
+    home = re.search(r"^ENV\s.*\bLOCKSTEP_HOME=(\S+)", dockerfile, flags=re.M).group(1)
+    build = re.search(r"bash (\S+/build-jvm-writer\.sh) python (\S+) \\?\s*(\S+\.jar)", dockerfile)
+    assert build, "Dockerfile does not build Lockstep's JVM writer with scripts/build-jvm-writer.sh"
+    assert build.group(1) == f"{home}/scripts/build-jvm-writer.sh"
+    assert re.search(rf"^COPY .*scripts/build-jvm-writer\.sh {home}/scripts/", dockerfile, flags=re.M)
+    from lockstep import paths
+
+    monkeypatch.setenv("LOCKSTEP_HOME", home)
+    expected = paths.cache_dir() / "jars" / "lockstep" / "lockstep-jvm-writer.jar"
+    assert Path(build.group(3)) == expected
+    assert Path(build.group(2)) == paths.cache_dir() / "jars" / "spark-kafka"  # where Maven copied kafka-clients
+    assert re.search(r"^RUN .*openjdk-17-jdk", dockerfile, flags=re.M), "javac is needed to build the writer"
+
+
 def test_dockerignore_keeps_local_state_out_of_the_context():
     patterns = {line.strip().lstrip("/") for line in DOCKERIGNORE.read_text().splitlines()
                 if line.strip() and not line.startswith("#")}

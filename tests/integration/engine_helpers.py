@@ -43,7 +43,7 @@ class PipelineUnderTest:
 
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
                   max_records: int = 100_000, timeout_ms: int = 900_000, transform: str = "lockstep_examples.orders:enrich",
-                  margin_ms: int = 60_000) -> PipelineUnderTest:
+                  margin_ms: int = 60_000, writer: str | None = None) -> PipelineUnderTest:
     name = f"t-{unique}"
     pipeline = PipelineUnderTest(name, tmp_path / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
                             f"dlq-{unique}", f"tx-{unique}")
@@ -56,7 +56,8 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
         "name": name,
         "source": {"topics": [pipeline.source]},
         "transform": transform,
-        "sink": {"topic": pipeline.sink, "dead_letter_topic": pipeline.dead_letters},
+        "sink": {"topic": pipeline.sink, "dead_letter_topic": pipeline.dead_letters,
+                 **({"writer": writer} if writer else {})},
         "checkpoints": {"store": f"s3://lockstep/tests/{unique}", "max_records": max_records, "retain": 100},
         "transactions": {"id_prefix": pipeline.prefix, "timeout_ms": timeout_ms, "commit_margin_ms": margin_ms},
         "spark": {"master": "local[2]"},

@@ -91,6 +91,7 @@ def test_defaults_are_filled_in() -> None:
     assert spec.source.auto_offset_reset == "earliest"
     assert spec.source.consumer_group == "lockstep-orders-enrich"
     assert spec.sink.kafka_conn_id == "kafka_default"
+    assert spec.sink.writer == "jvm"
     assert spec.checkpoints.aws_conn_id == "aws_default"
     assert spec.checkpoints.schedule is None
     assert spec.checkpoints.max_records == 100_000
@@ -260,6 +261,13 @@ def test_topics_must_be_a_non_empty_unique_list() -> None:
 def test_sink_must_not_be_a_source_or_the_dead_letter_topic() -> None:
     assert "sink.topic" in problems(minimal(sink={"topic": "orders", "dead_letter_topic": "dlq"}))
     assert "sink.dead_letter_topic" in problems(minimal(sink={"topic": "out", "dead_letter_topic": "out"}))
+
+
+def test_sink_writer_is_jvm_or_python() -> None:
+    sink = {"topic": "out", "dead_letter_topic": "dlq"}
+    assert parse_spec(minimal(sink={**sink, "writer": "python"}), "p.yaml").sink.writer == "python"
+    reason = problems(minimal(sink={**sink, "writer": "scala"}))["sink.writer"]
+    assert "jvm, python" in reason and "'scala'" in reason
 
 
 @pytest.mark.parametrize("name", ["Orders", "-orders", "orders.enrich", "a" * 64, ""])

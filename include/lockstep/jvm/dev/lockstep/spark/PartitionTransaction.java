@@ -1,0 +1,292 @@
+package dev.lockstep.spark;
+
+import java.lang.reflect.Field;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.producer.Callback;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One Spark task's Kafka transaction: init (fencing earlier attempts of this task), produce the
+ * partition's rows, flush, and leave the transaction open for the committer.
+ *
+ * <p>Two facts the pre-commit rests on (both checked by the engine's integration tests):
+ * <ul>
+ *   <li>A graceful {@code close()} aborts an open transaction (the sender aborts incomplete
+ *       transactions on shutdown); {@code close(Duration.ZERO)} is a forced close that sends
+ *       nothing, so a prepared transaction stays {@code Ongoing} on the broker.
+ *   <li>The producer id and epoch the committer needs are not exposed by the client API; they are
+ *       read from the producer's transaction manager by reflection, after the flush.
+ * </ul>
+ */
+final class PartitionTransaction {
+  static final String SOURCE_TOPIC = "lockstep.source.topic";
+  static final String SOURCE_PARTITION = "lockstep.source.partition";
+  static final String SOURCE_OFFSET = "lockstep.source.offset";
+  static final String CHECKPOINT = "lockstep.checkpoint";
+  static final String ERROR = "lockstep.error";
+  static final int CRASH_EXIT_CODE = 86;
+  private static final Logger LOG = LoggerFactory.getLogger(PartitionTransaction.class);
+
+  private final TransactionalKafkaWriter.WriterSettings settings;
+  private final RowLayout layout;
+  private final int task;
+  private final String transactionalId;
+  private final AtomicLong delivered = new AtomicLong();
+  private final AtomicLong deliveredDeadLetters = new AtomicLong();
+  private final Set<String> partitions = ConcurrentHashMap.newKeySet();
+  private final AtomicReference<String> firstFailure = new AtomicReference<>();
+  private final AtomicLong failures = new AtomicLong();
+
+  PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task) {
+    this.settings = settings;
+    this.layout = layout;
+    this.task = task;
+    this.transactionalId = settings.transactionalId(task);
+  }
+
+  /** Writes the rows; returns the task's result document (see {@link TransactionalKafkaWriter#write}). */
+  String write(Iterator<InternalRow> rows) throws Exception {
+    long started = System.nanoTime();
+    KafkaProducer<byte[], byte[]> producer = open();
+    long openedAtMs = System.currentTimeMillis();
+    long opened = System.nanoTime();
+    long produced = 0;
+    boolean prepared = false;
+    try {
+      failpoint("job.before_produce");
+      produced = produceAll(producer, rows);
+      if (produced == 0) {
+        // The broker never heard of this transaction: nothing to commit, nothing to leave open.
+        producer.abortTransaction();
+        LOG.info("transaction {}: nothing produced; no committable", transactionalId);
+        return result(produced, null);
+      }
+      long sent = System.nanoTime();
+      producer.flush();
+      long flushed = System.nanoTime();
+      if (failures.get() > 0) {
+        throw new WriterException(
+            "transaction " + transactionalId + ": " + failures.get() + " records failed delivery, first "
+                + firstFailure.get() + "; the transaction was aborted");
+      }
+      long[] identity = producerIdAndEpoch(producer);
+      prepared = true;
+      producer.close(Duration.ZERO); // forced: leaves the transaction open (see the class comment)
+      Map<String, Object> committable = committable(identity, openedAtMs);
+      LOG.info(String.format(
+          "transaction %s: prepared (producer id %d, epoch %d, %d records, %d dead letters, %d partitions) "
+              + "in %.2f s: init %.2f s, produce %.2f s, flush %.2f s; left open for the committer",
+          transactionalId, identity[0], identity[1], delivered.get(), deliveredDeadLetters.get(),
+          partitions.size(), seconds(started, System.nanoTime()), seconds(started, opened),
+          seconds(opened, sent), seconds(sent, flushed)));
+      failpoint("job.after_flush");
+      return result(produced, committable);
+    } catch (ProducerFencedException e) {
+      throw new WriterException(
+          "transaction " + transactionalId + ": fenced (" + e.getMessage() + "); a newer attempt "
+              + "re-initialised this transactional id and owns the output now", e);
+    } catch (Exception e) {
+      if (!prepared) {
+        abortQuietly(producer, e);
+      }
+      throw e;
+    } finally {
+      if (!prepared) {
+        producer.close(Duration.ofSeconds(5));
+      }
+    }
+  }
+
+  private KafkaProducer<byte[], byte[]> open() throws WriterException {
+    Properties props = new Properties();
+    props.put(ProducerConfig.LINGER_MS_CONFIG, "20");
+    props.put(ProducerConfig.BATCH_SIZE_CONFIG, "1000000");
+    props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
+    props.put(ProducerConfig.ACKS_CONFIG, "all");
+    props.putAll(settings.producerConfig);
+    // The two-phase commit depends on these; the spec validator refuses them in `producer`.
+    props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, settings.bootstrap);
+    props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+    props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+    props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, Integer.toString(settings.timeoutMs));
+    props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+    props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+    KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props);
+    try {
+      producer.initTransactions(); // fences any earlier attempt of this task, even an empty one
+      producer.beginTransaction();
+    } catch (RuntimeException e) {
+      producer.close(Duration.ofSeconds(5));
+      throw new WriterException(
+          "transaction " + transactionalId + ": could not initialise the transactional id: " + e
+              + ". Is the broker up, and is the id allowed by its ACLs?", e);
+    }
+    return producer;
+  }
+
+  private long produceAll(KafkaProducer<byte[], byte[]> producer, Iterator<InternalRow> rows) {
+    byte[] checkpoint = settings.checkpointHeader();
+    Callback toSink = callback(delivered);
+    Callback toDeadLetters = callback(deliveredDeadLetters);
+    Map<String, byte[]> topicBytes = new LinkedHashMap<>();
+    long lastPartition = Long.MIN_VALUE;
+    byte[] partitionBytes = null;
+    long produced = 0;
+    while (rows.hasNext()) {
+      InternalRow row = rows.next();
+      String topic = row.getUTF8String(layout.topic).toString();
+      byte[] topicHeader = topicBytes.computeIfAbsent(topic, t -> t.getBytes(StandardCharsets.UTF_8));
+      long partition = layout.partition(row);
+      if (partition != lastPartition) {
+        lastPartition = partition;
+        partitionBytes = RowLayout.ascii(partition);
+      }
+      List<Header> headers = new ArrayList<>(5);
+      headers.add(new RecordHeader(SOURCE_TOPIC, topicHeader));
+      headers.add(new RecordHeader(SOURCE_PARTITION, partitionBytes));
+      headers.add(new RecordHeader(SOURCE_OFFSET, RowLayout.ascii(layout.offset(row))));
+      headers.add(new RecordHeader(CHECKPOINT, checkpoint));
+      ArrayData userHeaders = layout.headers(row);
+      if (userHeaders != null) {
+        for (int i = 0; i < userHeaders.numElements(); i++) {
+          InternalRow h = userHeaders.getStruct(i, 2);
+          headers.add(new RecordHeader(h.getUTF8String(0).toString(), h.isNullAt(1) ? null : h.getBinary(1)));
+        }
+      }
+      String error = layout.error(row);
+      String target = settings.sinkTopic;
+      Callback callback = toSink;
+      if (error != null) {
+        headers.add(new RecordHeader(ERROR, error.getBytes(StandardCharsets.UTF_8)));
+        target = settings.deadLetterTopic;
+        callback = toDeadLetters;
+      }
+      producer.send(new ProducerRecord<>(target, null, layout.key(row), layout.value(row), headers), callback);
+      produced++;
+      if (produced == 1 && rows.hasNext()) {
+        failpoint("job.mid_produce");
+      }
+    }
+    return produced;
+  }
+
+  private Callback callback(AtomicLong counter) {
+    return (metadata, exception) -> {
+      if (exception == null) {
+        counter.incrementAndGet();
+        partitions.add(metadata.topic() + ":" + metadata.partition());
+      } else {
+        failures.incrementAndGet();
+        firstFailure.compareAndSet(null, "to " + (metadata == null ? "?" : metadata.topic() + "[" + metadata.partition() + "]")
+            + ": " + exception.getClass().getSimpleName() + ": " + exception.getMessage());
+      }
+    };
+  }
+
+  /** {producer id, epoch} of the open transaction, from the producer's transaction manager. */
+  private long[] producerIdAndEpoch(KafkaProducer<byte[], byte[]> producer) throws WriterException {
+    try {
+      Object manager = field(producer, "transactionManager");
+      Object idAndEpoch = field(manager, "producerIdAndEpoch");
+      long id = idAndEpoch.getClass().getField("producerId").getLong(idAndEpoch);
+      short epoch = idAndEpoch.getClass().getField("epoch").getShort(idAndEpoch);
+      if (id < 0) {
+        throw new WriterException("transaction " + transactionalId + ": the producer has no producer id after the flush");
+      }
+      return new long[] {id, epoch};
+    } catch (ReflectiveOperationException e) {
+      throw new WriterException(
+          "transaction " + transactionalId + ": cannot read the producer id and epoch from this kafka-clients "
+              + "version (" + e + "); Lockstep's JVM writer was built against kafka-clients 3.9", e);
+    }
+  }
+
+  private static Object field(Object target, String name) throws ReflectiveOperationException {
+    Field f = target.getClass().getDeclaredField(name);
+    f.setAccessible(true);
+    return f.get(target);
+  }
+
+  private Map<String, Object> committable(long[] identity, long openedAtMs) {
+    List<String> sorted = new ArrayList<>(partitions);
+    sorted.sort(null);
+    Map<String, Object> c = new LinkedHashMap<>();
+    c.put("transactional_id", transactionalId);
+    c.put("producer_id", identity[0]);
+    c.put("epoch", identity[1]);
+    c.put("partitions", sorted);
+    c.put("records", delivered.get());
+    c.put("dead_letters", deliveredDeadLetters.get());
+    c.put("task_index", task);
+    c.put("opened_at_ms", openedAtMs);
+    return c;
+  }
+
+  private String result(long rows, Map<String, Object> committable) throws Exception {
+    Map<String, Object> r = new LinkedHashMap<>();
+    r.put("task", task);
+    r.put("rows", rows);
+    r.put("committable", committable);
+    return TransactionalKafkaWriter.json().writeValueAsString(r);
+  }
+
+  private static double seconds(long from, long to) {
+    return (to - from) / 1e9;
+  }
+
+  private void abortQuietly(KafkaProducer<byte[], byte[]> producer, Exception cause) {
+    LOG.warn("transaction {}: aborting ({})", transactionalId, cause.toString());
+    try {
+      producer.abortTransaction();
+    } catch (RuntimeException e) {
+      // The broker aborts it at transaction.timeout.ms anyway; keep the original failure.
+      cause.addSuppressed(e);
+    }
+  }
+
+  /** The job.* failpoints of {@code lockstep.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS. */
+  private void failpoint(String name) {
+    String action = settings.failpoints.get(name);
+    if ("crash".equals(action)) {
+      System.err.println("lockstep failpoint " + name + ": crashing the process");
+      System.err.flush();
+      Runtime.getRuntime().halt(CRASH_EXIT_CODE);
+    } else if ("raise".equals(action)) {
+      throw new WriterException("failpoint " + name + " raised");
+    }
+  }
+
+  /** A task failure with a message meant for the task log. */
+  static final class WriterException extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    WriterException(String message) {
+      super(message);
+    }
+
+    WriterException(String message, Throwable cause) {
+      super(message, cause);
+    }
+  }
+}
