@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     started = time.monotonic()
     from pyspark.sql import SparkSession
@@ -31,12 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     from lockstep.spec import load_spec
 
     spec = load_spec(args.spec)
-    spark = SparkSession.builder.appName(f"lockstep-{spec.name}-{args.checkpoint_id}").getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    with ThreadPoolExecutor(1) as pool:
+        # The S3 client (boto3 import, credentials, endpoint) is built while the JVM starts.
+        store = pool.submit(checkpoint_store, spec)
+        spark = SparkSession.builder.appName(f"lockstep-{spec.name}-{args.checkpoint_id}").getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
     logging.getLogger("lockstep.job").info("checkpoint %d: Spark session ready in %.1f s", args.checkpoint_id,
                                            time.monotonic() - started)
     try:
-        run_checkpoint_job(spec, args.checkpoint_id, spark, checkpoint_store(spec))
+        run_checkpoint_job(spec, args.checkpoint_id, spark, store.result())
     except LockstepError as exc:
         print(f"lockstep: checkpoint {args.checkpoint_id} of {spec.name} failed in the Spark run: {exc}", file=sys.stderr)
         return 1
