@@ -21,9 +21,12 @@ from lockstep.bench import pipelines as pl
 from lockstep.bench.measure import Run, RunFailed, Summary, execute
 
 LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
+# Lockstep with its earlier writer (confluent-kafka in a Python worker fed through Arrow): the "before"
+# of the JVM writer, measured in the same run.
+LOCKSTEP_PYTHON = "lockstep-python-writer"
 PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
 PIPELINES = (LOCKSTEP, SPARK, RAW)
-STAGE_KEYS = {LOCKSTEP: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
+STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
               PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
 
 
@@ -32,12 +35,13 @@ class Settings:
     records: int = 1_000_000
     partitions: int = 8
     repeats: int = 3
-    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000, 5_000_000)
     partition_counts: tuple[int, ...] = (1, 4, 8, 16)
     partition_records: int = 200_000
     history: tuple[int, ...] = (10, 1_000, 10_000)
     fixed_repeats: int = 3
     perf_tools: bool = True
+    python_writer: bool = True
     airflow: bool = True
     report: Path = Path("docs/BENCHMARKS.md")
     results: Path | None = None
@@ -84,11 +88,12 @@ class Bench:
     def run_one(self, name: str, w: workloads.Workload, ends: dict[int, int], repeat: int = 0) -> Run:
         tag = uuid.uuid4().hex[:6]
         sink = f"bench-out-{name}-{tag}"
-        if name in (LOCKSTEP, SPARK, RAW, PRODUCER_PERF):
+        if name in (LOCKSTEP, LOCKSTEP_PYTHON, SPARK, RAW, PRODUCER_PERF):
             workloads.create_topic(self.bootstrap, sink, w.partitions)
         try:
-            if name == LOCKSTEP:
-                spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records)
+            if name in (LOCKSTEP, LOCKSTEP_PYTHON):
+                spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records,
+                                            writer="python" if name == LOCKSTEP_PYTHON else "jvm")
                 command = pl.lockstep_command(spec)
             elif name == SPARK:
                 command = pl.spark_command(self.bootstrap, w.topic, sink, ends)
@@ -123,7 +128,8 @@ class Bench:
         w = workloads.make_input(self.bootstrap, self.s.records, self.s.partitions, name="bench-in-main")
         res.notes.append(f"input generated in {w.generate_seconds:.1f} s ({w.records / w.generate_seconds:,.0f} "
                          "records/s with the project's generator)")
-        names = PIPELINES + ((PRODUCER_PERF, CONSUMER_PERF) if self.s.perf_tools else ())
+        names = PIPELINES + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ()) + \
+            ((PRODUCER_PERF, CONSUMER_PERF) if self.s.perf_tools else ())
         res.main = [r.to_json() for r in self.alternate(w, names, self.s.repeats)]
         return w
 
@@ -287,13 +293,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, help="input records of the main comparison (default 1,000,000)")
     parser.add_argument("--partitions", type=int, help="input partitions of the main comparison (default 8)")
     parser.add_argument("--repeats", type=int, help="alternated repeats per competitor (default 3)")
-    parser.add_argument("--sizes", type=ints, help="input sizes for the scaling table (default 10000,100000,1000000)")
-    parser.add_argument("--big", action="store_true", help="add 5,000,000 records to the size scaling (slow)")
+    parser.add_argument("--sizes", type=ints, help="input sizes for the scaling table "
+                                                   "(default 10000,100000,1000000,5000000)")
     parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,4,8,16)")
     parser.add_argument("--partition-records", type=int, help="records per partition-scaling point (default 200000)")
     parser.add_argument("--history", type=ints, help="past-checkpoint counts for plan time (default 10,1000,10000)")
     parser.add_argument("--no-perf-tools", dest="perf_tools", action="store_false", default=None,
                         help="skip Kafka's producer/consumer perf tools")
+    parser.add_argument("--no-python-writer", dest="python_writer", action="store_false", default=None,
+                        help="skip Lockstep with its Python writer (the before of the JVM writer)")
     parser.add_argument("--no-airflow", dest="airflow", action="store_false", default=None,
                         help="skip the Airflow scheduling-overhead measurement (it starts airflow standalone)")
     parser.add_argument("--quick", action="store_true", help="a small end-to-end run (10k records, 1 repeat)")
@@ -307,12 +315,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
-                                                 "partition_records", "history", "perf_tools", "airflow", "report", "results",
+                                                 "partition_records", "history", "perf_tools", "python_writer", "airflow", "report", "results",
                                                  "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
-    if args.big:
-        settings.sizes = tuple(sorted(set(settings.sizes) | {5_000_000}))
     return settings
 
 
