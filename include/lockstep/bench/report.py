@@ -332,9 +332,13 @@ def _sizes(add: Any, res: Results, plot: Path) -> None:
         spark_best = max((rows[large][p]["records_per_s"] for p in (LOCKSTEP, SPARK) if p in rows[large]), default=0)
         raw_large = rows[large].get(RAW, {}).get("records_per_s", 0)
         verdict = "overtake" if spark_best > raw_large else "do not catch up with"
-        add(f"At {small:,} records the wall time is almost all fixed cost ({walls}): JVM, Spark session and Python "
-            f"workers, and for Lockstep also plan and commit. On this {res.environment.get('cpus', '?')}-core machine "
-            f"the Spark-based pipelines {verdict} the single process by {large:,} records.")
+        lk_large = rows[large].get(LOCKSTEP, {}).get("records_per_s")
+        cores = min(res.environment.get("cpus") or 1, parts)
+        add(f"At {small:,} records the wall time is almost all fixed cost ({walls}): JVM and Spark session start, "
+            f"and for Lockstep also plan and commit. On this {res.environment.get('cpus', '?')}-core machine "
+            f"the Spark-based pipelines {verdict} the single process by {large:,} records: there Lockstep runs at "
+            f"{_ratio(lk_large, raw_large)} the raw client end to end, {_per_core(lk_large, cores, raw_large)} per "
+            "core used.")
         add("")
 
 
@@ -392,8 +396,20 @@ def _writers(res: Results) -> str:
         rows.append(f"| {label} | {m.runs} | {_fmt_rate(m.records_per_s)} | {m.wall_s:.1f} | "
                     f"{records / m.stage_records_per_s if m.stage_records_per_s else float('nan'):.1f} | "
                     f"{m.cpu_s:.0f} | {m.peak_rss_mb:,.0f} |")
+    by_size = _rows_by(res.sizes, "records")
+    if any(LOCKSTEP_PYTHON in by for by in by_size.values()):
+        rows += ["", "By input size (the size scaling's runs; "
+                     f"{res.settings['partitions']} partitions):", "",
+                 "| input records | Python writer rec/s (wall s) | JVM writer rec/s (wall s) | JVM ÷ Python |",
+                 "| ---: | ---: | ---: | ---: |"]
+        for size, by in by_size.items():
+            py_, jvm_ = by.get(LOCKSTEP_PYTHON), by.get(LOCKSTEP)
+            if py_ and jvm_:
+                rows.append(f"| {size:,} | {_fmt_rate(py_['records_per_s'])} ({py_['wall_s']:.1f}) | "
+                            f"{_fmt_rate(jvm_['records_per_s'])} ({jvm_['wall_s']:.1f}) | "
+                            f"{_ratio(jvm_['records_per_s'], py_['records_per_s'])} |")
     rows.append("")
-    rows.append(f"JVM writer ÷ Python writer: **{_ratio(jvm.records_per_s, py.records_per_s)} end to end, "
+    rows.append(f"JVM writer ÷ Python writer at {records:,} records: **{_ratio(jvm.records_per_s, py.records_per_s)} end to end, "
                 f"{_ratio(jvm.stage_records_per_s, py.stage_records_per_s)} for the Spark stage**; CPU "
                 f"{py.cpu_s:.0f} → {jvm.cpu_s:.0f} s and peak memory {py.peak_rss_mb:,.0f} → "
                 f"{jvm.peak_rss_mb:,.0f} MB (no Python workers).")

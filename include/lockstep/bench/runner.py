@@ -172,14 +172,16 @@ class Bench:
 
     def scaling(self, res: Results, main: workloads.Workload, main_runs: list[Run]) -> None:
         reuse = {(main.records, main.partitions): main_runs}
+        # The Python writer runs in the size scaling too: the before/after of the JVM writer by input size.
+        size_pipelines = PIPELINES + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ())
         for size in self.s.sizes:
             runs = reuse.get((size, main.partitions))
             if runs is None:
                 w = workloads.make_input(self.bootstrap, size, main.partitions)
-                runs = self.alternate(w, PIPELINES, 1)
+                runs = self.alternate(w, size_pipelines, 1)
                 workloads.delete_topic(self.bootstrap, w.topic)
             res.sizes += [{**r.to_json(), "reused": (size, main.partitions) in reuse} for r in runs
-                          if r.pipeline in PIPELINES]
+                          if r.pipeline in size_pipelines]
         for parts in self.s.partition_counts:
             runs = reuse.get((self.s.partition_records, parts))
             if runs is None:
