@@ -80,15 +80,35 @@ def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ..
     )
 
 
-def check_output_columns(spec: PipelineSpec, columns: list[str]) -> tuple[str, ...]:
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+#: Spark types (``DataType.simpleString()``) each writer can turn into a Kafka record field.
+ACCEPTED_TYPES: dict[str, tuple[str, ...]] = {
+    "value": ("binary", "string"), "key": ("binary", "string"), "topic": ("string",),
+    "partition": ("int", "bigint"), "offset": ("bigint", "int"),
+    "headers": ("array<struct<key:string,value:binary>>",), "error": ("string",),
+}
+
+
+def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str, ...]:
+    """The columns the writer reads from the transform's output, checked before any task starts.
+
+    ``fields`` maps column name -> Spark type (``simpleString``). Returns the columns to select.
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in fields]
     if missing:
         raise TerminalError(
-            f"{spec.path}: transform {spec.transform} returned columns {columns}, missing {missing}. "
+            f"{spec.path}: transform {spec.transform} returned columns {list(fields)}, missing {missing}. "
             "The output needs `value` and must keep the input's `topic`, `partition`, `offset` columns "
             "(they become provenance headers); withColumn/filter-style transforms keep them."
         )
-    return REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in columns)
+    columns = REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in fields)
+    wrong = [f"`{c}` is {fields[c]} (expected {' or '.join(ACCEPTED_TYPES[c])})"
+             for c in columns if fields[c] not in ACCEPTED_TYPES[c]]
+    if wrong:
+        raise TerminalError(
+            f"{spec.path}: transform {spec.transform} returned columns of the wrong type: {'; '.join(wrong)}. "
+            "Cast them (for example `F.col('error').cast('string')`)."
+        )
+    return columns
 
 
 def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterator[Any]:
@@ -225,7 +245,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
         kafka = kafka_config(spec.source.kafka_conn_id)
         df = read_ranges(spark, kafka, ranges)
         out = load_transform(spec)(df)
-        columns = check_output_columns(spec, out.columns)
+        columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
         sink = kafka_config(spec.sink.kafka_conn_id)
         settings = WriterSettings(
             bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **spec.producer},
