@@ -44,6 +44,12 @@ checkpoint, as here), side by side in this run:
 
 {writers}
 
+What the JVM writer saves in a cold run is mostly per run: no Python workers to start and feed,
+hence less peak memory and a few seconds at small inputs. The warm measurements above also show a
+per-record saving, but a cold stage is dominated by the JVM compiling the Kafka read and the
+transform, which no writer changes, so at the largest input the two writers end up close (compare
+the by-size table; one run per size).
+
 ### 2. Fixed cost: Python byte-code and the S3 client
 
 This machine (like many CI machines and containers) sets `PYTHONDONTWRITEBYTECODE`, so Python never
@@ -67,8 +73,12 @@ driver also builds its S3 client on a thread while the JVM starts (not measured 
 A cold Spark stage takes about twice the warm one for the same rows (JIT compilation of the Kafka
 source, `from_json`/`to_json` and the writer on 2 cores), for both Spark pipelines alike. What
 exactly-once adds to Spark's own pipeline is fixed per checkpoint, not per record: plan and commit
-(about 0.6 s together) and one `initTransactions` round trip per task (8 tasks in 4 waves on 2
-cores: ~0.4 s). That is why the ratio to Spark approaches 1 as the input grows (size scaling above).
+(see "Where the time goes") and one `initTransactions` round trip per task (8 tasks in 4 waves on
+2 cores: ~0.4 s). So the ratio to Spark's pipeline grows with the input (size scaling) but stays
+just under 1: Lockstep does the same read, transform and produce, plus those steps. Closing the rest
+would take fewer transactions per checkpoint (one task per core instead of one per partition) or a
+Spark that outlives the checkpoint (Spark Connect; the JVM writer would then need a Spark Connect
+plugin instead of py4j). Neither was attempted.
 
 ### Earlier: the Python writer's loop
 
