@@ -74,3 +74,35 @@ def test_jvm_and_python_writers_write_the_same_records_to_the_same_partitions(ou
     assert jvm_sink.keys() == py_sink.keys() and jvm_dead.keys() == py_dead.keys()
     assert jvm_sink == py_sink
     assert jvm_dead == py_dead
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_a_task_whose_rows_are_all_filtered_out_leaves_no_transaction(tmp_path, bootstrap, unique, writer):
+    """Partition 0 holds only orders the transform filters out, partition 1 only orders it keeps:
+    task 0 produces nothing, so it must return no committable and leave nothing open."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from lockstep_examples.bench import MIN_AMOUNT
+
+    pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}-{writer}", partitions=2,
+                             transform="lockstep_examples.bench:transform", writer=writer)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        amount = MIN_AMOUNT / 2 if i % 2 == 0 else MIN_AMOUNT * 2
+        order = {"order_id": f"o{i}", "customer": "c", "amount": amount, "currency": "EUR", "created_at": i,
+                 "note": ""}
+        producer.produce(pipeline.source, json.dumps(order).encode(), partition=i % 2)
+    producer.flush(30)
+
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    completed = store(pipeline).latest_completed()
+    prepared = store(pipeline).view(completed.checkpoint_id).prepared
+    assert len(prepared.transactions) == 1, prepared.transactions  # the task that kept its rows
+    assert prepared.records_out == 20
+    assert len(read_committed(bootstrap, pipeline.sink)) == 20
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert open_transactions(pipeline) == []
