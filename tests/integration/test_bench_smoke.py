@@ -27,7 +27,7 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
         assert row is not None and "×" in row.split("|")[2], (competitor, ratios)
     writers = text.split("## Making Lockstep faster", 1)[1]
     assert "| Python writer (before) | 1 |" in writers and "| JVM writer (after) | 1 |" in writers
-    assert "JVM writer ÷ Python writer: **" in writers
+    assert "JVM writer ÷ Python writer at 10,000 records: **" in writers
     assert (tmp_path / "bench-throughput.png").read_bytes().startswith(b"\x89PNG")
     doc = json.loads(results.read_text())
     for writer in ("lockstep", "lockstep-python-writer"):
