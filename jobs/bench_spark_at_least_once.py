@@ -15,8 +15,6 @@ import json
 import sys
 import time
 
-#: The producer settings Lockstep's writer uses by default, so the sinks differ only in transactions.
-PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "lz4", "acks": "all"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         writer = (out.select(F.col("key"), F.col("value"), headers.alias("headers")).write.format("kafka")
                   .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.sink))
-        for key, value in PRODUCER.items():
+        # The producer settings Lockstep's writers start from, so the sinks differ only in transactions.
+        from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
+
+        for key, value in THROUGHPUT_PRODUCER_CONFIG.items():
             writer = writer.option(f"kafka.{key}", value)
         writer.save()
         job_seconds = time.monotonic() - job_started

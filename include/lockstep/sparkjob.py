@@ -25,6 +25,7 @@ from lockstep.decisions import transactional_id
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.offsets import OffsetRange, spark_offsets
 from lockstep.spec import PipelineSpec
+from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
 
 log = logging.getLogger("lockstep.job")
 
@@ -209,7 +210,7 @@ def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[TaskR
     doc = {
         "bootstrap": settings.bootstrap,
         "producer_config": {k: str(v).lower() if isinstance(v, bool) else str(v)
-                            for k, v in settings.producer_config.items()},
+                            for k, v in {**THROUGHPUT_PRODUCER_CONFIG, **settings.producer_config}.items()},
         "transactional_ids": [transactional_id(settings.id_prefix, settings.checkpoint_id, t) for t in range(tasks)],
         "checkpoint_id": settings.checkpoint_id, "timeout_ms": settings.timeout_ms,
         "sink_topic": settings.sink_topic, "dead_letter_topic": settings.dead_letter_topic,

@@ -34,12 +34,18 @@ from lockstep.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
-# Throughput-oriented defaults a caller may override through `extra_config`.
-DEFAULT_PRODUCER_CONFIG: Mapping[str, Any] = {
+# Throughput-oriented producer defaults, named alike in librdkafka and the Java client: both writers
+# (this one and the JVM writer, which gets them from `sparkjob.write_with_jvm`) start from these.
+THROUGHPUT_PRODUCER_CONFIG: Mapping[str, Any] = {
     "linger.ms": 20,
     "batch.size": 1_000_000,
     "compression.type": "lz4",
     "acks": "all",
+}
+
+# This writer's defaults (a caller may override them through `extra_config`).
+DEFAULT_PRODUCER_CONFIG: Mapping[str, Any] = {
+    **THROUGHPUT_PRODUCER_CONFIG,
     # The Java client's partitioner (murmur2 of the key), so a key lands in the same sink partition
     # whichever writer produced it (the JVM writer uses the Java client) and as Java producers put it.
     "partitioner": "murmur2_random",
