@@ -14,7 +14,7 @@ import importlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -48,7 +48,6 @@ class WriterSettings:
     timeout_ms: int
     sink_topic: str
     dead_letter_topic: str
-    columns: tuple[str, ...] = field(default_factory=tuple)
 
 
 def load_transform(spec: PipelineSpec) -> Callable[[Any], Any]:
@@ -252,7 +251,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
             bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **spec.producer},
             id_prefix=spec.transactions.id_prefix, checkpoint_id=checkpoint_id,
             timeout_ms=spec.transactions.timeout_ms, sink_topic=spec.sink.topic,
-            dead_letter_topic=spec.sink.dead_letter_topic, columns=columns,
+            dead_letter_topic=spec.sink.dead_letter_topic,
         )
         log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer",
                  checkpoint_id, len(ranges), sum(r.count for r in ranges), spec.sink.topic,
