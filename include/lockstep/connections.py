@@ -23,6 +23,7 @@ class Connection:
     login: str | None = None
     password: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    port: int | None = None
 
 
 def get_connection(conn_id: str) -> Connection:
@@ -36,7 +37,7 @@ def get_connection(conn_id: str) -> Connection:
     if BaseHook is not None:
         try:
             c = BaseHook.get_connection(conn_id)
-            return Connection(conn_id, c.conn_type, c.host, c.login, c.password, dict(c.extra_dejson or {}))
+            return Connection(conn_id, c.conn_type, c.host, c.login, c.password, dict(c.extra_dejson or {}), c.port)
         except Exception as exc:  # noqa: BLE001
             raise TerminalError(f"connection {conn_id!r} is not defined in Airflow: {exc}") from exc
     raise TerminalError(
@@ -55,7 +56,8 @@ def _parse(conn_id: str, raw: str) -> Connection:
     extra = doc.get("extra") or {}
     if isinstance(extra, str):
         extra = json.loads(extra)
-    return Connection(conn_id, doc.get("conn_type"), doc.get("host"), doc.get("login"), doc.get("password"), extra)
+    return Connection(conn_id, doc.get("conn_type"), doc.get("host"), doc.get("login"), doc.get("password"), extra,
+                      doc.get("port"))
 
 
 def kafka_config(conn_id: str) -> dict[str, Any]:

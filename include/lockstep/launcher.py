@@ -1,7 +1,8 @@
-"""Runs the Spark job of a checkpoint with spark-submit, outside Airflow (the CLI).
+"""The run step of a checkpoint: its Spark job through spark-submit, for the CLI and Airflow alike.
 
-In Airflow the same command line comes from ``SparkSubmitOperator``; both use
-``lockstep.sparkconf`` so the Spark side is configured identically.
+The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint`, so the master (the
+spec's ``spark.master``, else the ``spark_default`` connection, else ``local[*]``), the command
+line, the environment and the empty-checkpoint shortcut are the same wherever a run starts.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import os
 import subprocess
 import time
+from typing import Callable, Mapping
 
 from lockstep.checkpoint import CheckpointStatus
 from lockstep.errors import CheckpointError
@@ -20,19 +22,33 @@ from lockstep.spec import PipelineSpec
 log = logging.getLogger("lockstep.spark")
 
 
+SPARK_CONN_ID = "spark_default"
+
+
 def spark_master(spec: PipelineSpec) -> str:
+    """The spec's ``spark.master``; else the ``spark_default`` connection's; else ``local[*]``."""
     if spec.spark.master:
         return spec.spark.master
     from lockstep.connections import get_connection
 
     try:
-        host = get_connection("spark_default").host
+        conn = get_connection(SPARK_CONN_ID)
     except Exception:  # noqa: BLE001 - no spark connection: local mode
-        host = None
-    return host or "local[*]"
+        return "local[*]"
+    return connection_master(conn.host, conn.port)
 
 
-def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore) -> float:
+def connection_master(host: str | None, port: int | None) -> str:
+    """A master URL from a Spark connection, as Airflow's spark provider reads it: the host holds
+    the URL (``spark://h``, ``local[*]``, ``yarn``), the port, if any, is appended."""
+    if not host:
+        return "local[*]"
+    return f"{host}:{port}" if port else host
+
+
+def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore,
+                   env: Mapping[str, str] | None = None,
+                   on_start: Callable[[subprocess.Popen], None] | None = None) -> float:
     """The run step of a checkpoint; a checkpoint with no records needs no Spark at all.
 
     Starting Spark costs ~10 s; an empty checkpoint only has to record that it
@@ -45,7 +61,7 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)
         return time.monotonic() - started
     try:
-        return run_spark_job(spec, checkpoint_id)
+        return run_spark_job(spec, checkpoint_id, env, on_start)
     except CheckpointError as exc:
         after = store.view(checkpoint_id)
         if after is not None and after.status is CheckpointStatus.PREPARED:
@@ -56,13 +72,20 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         raise
 
 
-def run_spark_job(spec: PipelineSpec, checkpoint_id: int) -> float:
-    """Run the job, streaming its output into our log; returns wall seconds."""
+def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str] | None = None,
+                  on_start: Callable[[subprocess.Popen], None] | None = None) -> float:
+    """Run the job, streaming its output into our log; returns wall seconds.
+
+    spark-submit runs in a session of its own so that ``on_start``'s caller (Airflow's
+    ``on_kill``) can stop it with its driver JVM and Python workers as one process group.
+    """
     argv = submit_command(spec.path, checkpoint_id, spark_master(spec), spec.spark.conf)
     started = time.monotonic()
     log.info("checkpoint %d: spark-submit %s", checkpoint_id, " ".join(argv[1:3]))
-    proc = subprocess.Popen(argv, env=job_environment(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
+    proc = subprocess.Popen(argv, env=job_environment(os.environ if env is None else env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+    if on_start is not None:
+        on_start(proc)
     tail: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -1,4 +1,4 @@
-"""One DAG per pipeline spec: plan -> run (SparkSubmitOperator) -> commit.
+"""One DAG per pipeline spec: plan -> run (spark-submit) -> commit.
 
 One DAG run is one checkpoint. Runs are kept strictly sequential by
 ``max_active_runs=1`` for scheduled and manual runs, and for backfills (which
@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepSparkSubmitOperator
+from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 
 RESTORE_PATTERN = r"^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
 START_DATE = datetime(2024, 1, 1)
@@ -78,9 +78,8 @@ def build_dag(spec: Any) -> DAG:
                                     retry_delay=timedelta(seconds=10), retry_exponential_backoff=True,
                                     doc_md="Recover, then fix and claim this checkpoint's offset ranges.")
         # Retrying the run is safe: the same transactional ids re-init and fence the failed attempt.
-        run = LockstepSparkSubmitOperator(task_id="run", spec_path=spec.path, retries=1,
-                                          retry_delay=timedelta(seconds=10),
-                                          doc_md="Bounded Spark run: produce in open transactions, record them.")
+        run = LockstepRunOperator(task_id="run", spec_path=spec.path, retries=1, retry_delay=timedelta(seconds=10),
+                                  doc_md="Bounded Spark run: produce in open transactions, record them.")
         commit = LockstepCommitOperator(task_id="commit", spec_path=spec.path, retries=3,
                                         retry_delay=timedelta(seconds=5), retry_exponential_backoff=True,
                                         doc_md="Verify and commit every transaction; idempotent.")

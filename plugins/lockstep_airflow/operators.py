@@ -14,7 +14,6 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 
 log = logging.getLogger("lockstep.airflow")
@@ -122,28 +121,29 @@ class LockstepPlanOperator(BaseOperator):
         return alive
 
 
-class LockstepSparkSubmitOperator(SparkSubmitOperator):
-    """The bounded Spark run of the planned checkpoint, through the spark provider.
+class LockstepRunOperator(BaseOperator):
+    """The bounded Spark run of the planned checkpoint: the same run step as ``lockstep run``.
 
-    The Spark settings (Kafka connector jars, speculation off) and the environment
-    are resolved at run time, so DAG files parse without jars or connections. A
-    checkpoint with no records is prepared without starting Spark.
+    ``lockstep.launcher.run_checkpoint`` builds the spark-submit command (master from the spec's
+    ``spark.master`` or the ``spark_default`` connection, Kafka connector and writer jars,
+    speculation off), streams the driver's output into this task's log and prepares an empty
+    checkpoint without starting Spark. Connections reach the job through its environment, never
+    its command line. Killing the task stops spark-submit, its driver JVM and Python workers.
     """
 
-    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
-        from lockstep.sparkconf import job_script
+    ui_color = "#fdf3e1"
 
-        kwargs.setdefault("conn_id", "spark_default")
-        kwargs.setdefault("name", "lockstep-checkpoint")
-        super().__init__(application=job_script(), **kwargs)
+    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.spec_path = spec_path
+        self._proc: Any = None
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
 
+        from lockstep.errors import LockstepError
+        from lockstep.launcher import run_checkpoint
         from lockstep.runtime import checkpoint_store
-        from lockstep.sparkconf import job_environment, spark_conf
-        from lockstep.sparkjob import run_checkpoint_job
         from lockstep.spec import load_spec
 
         if _dry_run(context):
@@ -151,26 +151,22 @@ class LockstepSparkSubmitOperator(SparkSubmitOperator):
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         checkpoint_id = _planned_checkpoint(context)
-        store = checkpoint_store(spec)
-        view = store.view(checkpoint_id)
-        if view is not None and view.status.value == "claimed" and all(r.is_empty for r in view.claim.ranges):
-            run_checkpoint_job(spec, checkpoint_id, spark=None, store=store)
-            log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)
-            return
-        self.application_args = ["--spec", self.spec_path, "--checkpoint-id", str(checkpoint_id)]
-        self.conf = spark_conf(spec.spark.conf)
-        self.env_vars = {**job_environment(os.environ), **_connection_env(spec)}
-        self.name = f"lockstep-{spec.name}-{checkpoint_id}"
-        started = time.monotonic()
+        env = {**os.environ, **_connection_env(spec)}
         try:
-            super().execute(context)
-        except Exception as exc:
-            line = (f"lockstep {spec.name} run failed: checkpoint {checkpoint_id}: the Spark run failed ({exc}); "
-                    "nothing was committed. The next run fences its transactions and replays its ranges; the "
-                    "Spark driver output above says why.")
-            log.error(line)
-            raise RuntimeError(line) from exc
-        log.info("checkpoint %d: Spark run finished in %.1f s", checkpoint_id, time.monotonic() - started)
+            seconds = run_checkpoint(spec, checkpoint_id, checkpoint_store(spec), env=env, on_start=self._started)
+        except LockstepError as exc:
+            raise _loud("run", spec.name, checkpoint_id, exc) from exc
+        log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
+
+    def _started(self, proc: Any) -> None:
+        self._proc = proc
+
+    def on_kill(self) -> None:
+        import signal
+
+        if self._proc is not None and self._proc.poll() is None:
+            log.warning("stopping spark-submit (pid %d) and its driver", self._proc.pid)
+            os.killpg(self._proc.pid, signal.SIGKILL)
 
 
 def _connection_env(spec: Any) -> dict[str, str]:

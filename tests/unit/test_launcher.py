@@ -1,0 +1,51 @@
+"""Where a checkpoint's Spark run goes: one rule for the CLI and the Airflow run task."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lockstep.launcher import connection_master, spark_master
+from lockstep.spec import load_spec
+
+SPEC = """
+name: m
+source: {topics: [in]}
+transform: lockstep_examples.orders:enrich
+sink: {topic: out, dead_letter_topic: dlq}
+checkpoints: {store: s3://lockstep/p}
+transactions: {id_prefix: tx}
+"""
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path):
+    def write(master: str | None):
+        text = SPEC + (f"spark: {{master: '{master}'}}\n" if master else "")
+        path = tmp_path / "m.yaml"
+        path.write_text(text)
+        return load_spec(path)
+    return write
+
+
+def test_the_spec_master_wins_over_the_connection(spec_file, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://10.0.0.9:7077"}))
+    assert spark_master(spec_file("local[2]")) == "local[2]"
+
+
+def test_without_a_spec_master_the_spark_default_connection_decides(spec_file, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://h", "port": 7077}))
+    assert spark_master(spec_file(None)) == "spark://h:7077"
+
+
+def test_no_master_anywhere_is_local_mode(spec_file, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    assert spark_master(spec_file(None)) == "local[*]"
+
+
+def test_connection_master_reads_host_and_port_like_the_spark_provider():
+    assert connection_master("spark://127.0.0.1:7077", None) == "spark://127.0.0.1:7077"
+    assert connection_master("spark://h", 7077) == "spark://h:7077"
+    assert connection_master("yarn", None) == "yarn"
+    assert connection_master(None, None) == "local[*]"
