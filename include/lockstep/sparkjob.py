@@ -10,7 +10,6 @@ No Airflow import here: the job runs wherever spark-submit runs it.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import time
@@ -26,6 +25,7 @@ from lockstep.errors import CheckpointError, TerminalError
 from lockstep.offsets import OffsetRange, spark_offsets
 from lockstep.spec import PipelineSpec
 from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
+from lockstep.transform import load_transform, ship_to_executors
 
 log = logging.getLogger("lockstep.job")
 
@@ -48,18 +48,6 @@ class WriterSettings:
     timeout_ms: int
     sink_topic: str
     dead_letter_topic: str
-
-
-def load_transform(spec: PipelineSpec) -> Callable[[Any], Any]:
-    module_name, function_name = spec.transform_target
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TerminalError(f"{spec.path}: transform: cannot import module {module_name!r}: {exc}") from exc
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise TerminalError(f"{spec.path}: transform: {module_name} has no callable {function_name!r}")
-    return function
 
 
 def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...]) -> Any:
@@ -244,7 +232,12 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
     if ranges:
         kafka = kafka_config(spec.source.kafka_conn_id)
         df = read_ranges(spark, kafka, ranges)
-        out = load_transform(spec)(df)
+        transform = load_transform(spec)
+        # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
+        shipped = ship_to_executors(spark, spec, ("lockstep",) if spec.sink.writer == "python" else ())
+        if shipped:
+            log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
+        out = transform(df)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
         sink = kafka_config(spec.sink.kafka_conn_id)
         settings = WriterSettings(

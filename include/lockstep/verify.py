@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from lockstep.connections import kafka_config
 from lockstep.offsets import OffsetRange
-from lockstep.sparkjob import CHECKPOINT_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, load_transform, read_ranges
+from lockstep.sparkjob import CHECKPOINT_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, read_ranges
+from lockstep.transform import load_transform
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 

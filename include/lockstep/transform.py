@@ -1,0 +1,87 @@
+"""The user's transform: import it on the driver, and ship its Python package to the executors.
+
+A transform is ``module:function`` (``DataFrame -> DataFrame``). Its DataFrame code runs on the
+driver, but a Python UDF inside it runs in the executors' Python workers, which import the
+UDF's module by name. On a cluster those workers know nothing of the driver's ``PYTHONPATH``,
+so the transform's top-level package (or single module) is zipped and handed to Spark
+(``SparkContext.addPyFile``, what ``--py-files`` does), which ships it with the job.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+from lockstep.errors import TerminalError
+from lockstep.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+def load_transform(spec: PipelineSpec) -> Callable[[Any], Any]:
+    module_name, function_name = spec.transform_target
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TerminalError(f"{spec.path}: transform: cannot import module {module_name!r}: {exc}") from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise TerminalError(f"{spec.path}: transform: {module_name} has no callable {function_name!r}")
+    return function
+
+
+def package_source(module_name: str) -> Path | None:
+    """The file or folder of ``module_name``'s top-level package, as the driver imported it.
+
+    None for what every Python has anyway (the standard library, site-packages): only the
+    user's own code needs shipping.
+    """
+    top = sys.modules.get(module_name.split(".")[0])
+    origin = getattr(top, "__file__", None)
+    if top is None or origin is None:
+        return None
+    path = Path(origin).resolve()
+    if "site-packages" in path.parts or "dist-packages" in path.parts or _in_stdlib(path):
+        return None
+    return path.parent if path.name == "__init__.py" else path
+
+
+def _in_stdlib(path: Path) -> bool:
+    stdlib = Path(sys.base_prefix).resolve() / "lib"
+    return stdlib in path.parents
+
+
+def build_archive(source: Path, into: Path) -> Path:
+    """A zip that puts ``source`` (a package folder or one module) at the root of ``sys.path``."""
+    archive = into / f"{source.stem if source.is_file() else source.name}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        if source.is_file():
+            zf.write(source, source.name)
+        else:
+            for file in sorted(source.rglob("*")):
+                if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
+                    zf.write(file, str(Path(source.name) / file.relative_to(source)))
+    return archive
+
+
+def ship_to_executors(spark: Any, spec: PipelineSpec, module_names: tuple[str, ...] = ()) -> list[str]:
+    """Hand Spark the transform's package (and ``module_names``' packages) for every executor.
+
+    Returns what was shipped, for the log. Call after ``load_transform``: the modules must be imported.
+    """
+    shipped: list[str] = []
+    seen: set[Path] = set()
+    folder = Path(tempfile.mkdtemp(prefix=f"lockstep-{spec.name}-pyfiles-"))
+    for name in (spec.transform_target[0], *module_names):
+        source = package_source(name)
+        if source is None or source in seen:
+            continue
+        seen.add(source)
+        archive = build_archive(source, folder)
+        spark.sparkContext.addPyFile(str(archive))
+        shipped.append(archive.name)
+    return shipped
