@@ -18,8 +18,17 @@ def _dev_parser(sub: argparse._SubParsersAction) -> None:
     up = dev_sub.add_parser("up", help="start Kafka and the S3 server (and Airflow with --with airflow); idempotent")
     up.add_argument("--with", dest="with_", action="append", default=[], choices=["airflow"],
                     help="also start this optional service")
+    up.add_argument("--cluster", action="store_true",
+                    help="3 Kafka brokers (replication factor 3, min ISR 2) and a Spark standalone master with "
+                         "2 workers instead of one broker and Spark in local mode")
+    up.add_argument("--single", dest="cluster", action="store_false",
+                    help="one Kafka broker and Spark in local mode (the default for a new platform)")
+    up.set_defaults(cluster=None)  # neither flag: keep the topology the platform was last started with
+    up.add_argument("--free-ports", action="store_true", help="pick free ports for every service not yet running")
     for name in ("kafka", "controller", "s3", "airflow"):
-        up.add_argument(f"--{name}-port", type=int, default=None, help=f"{name} port (0 = any free port)")
+        up.add_argument(f"--{name}-port", type=int, default=None,
+                        help=f"{name} port (0 = any free port)"
+                        + ("; single-node topology" if name in ("kafka", "controller") else ""))
     down = dev_sub.add_parser("down", help="stop what `up` started; data stays unless --wipe")
     down.add_argument("--wipe", action="store_true", help="also delete the platform's data and logs")
     status = dev_sub.add_parser("status", help="what runs, where, and its log file")
@@ -32,7 +41,8 @@ def _run_dev(args: argparse.Namespace) -> int:
 
     if args.dev_command == "up":
         ports = {n: getattr(args, f"{n}_port") for n in ("kafka", "controller", "s3", "airflow")}
-        platform = Platform(ports={k: v for k, v in ports.items() if v is not None})
+        platform = Platform(ports={k: v for k, v in ports.items() if v is not None}, cluster=args.cluster,
+                            free_ports=args.free_ports)
         platform.up(with_airflow="airflow" in args.with_)
         print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')
         return 0
@@ -47,7 +57,7 @@ def _run_dev(args: argparse.Namespace) -> int:
         else:
             for name, s in status.items():
                 state = "running" if s["running"] else "stopped"
-                print(f"{name:8} {state:8} {s['address']:28} pid={s['pid'] or '-'}  log={s['log']}")
+                print(f"{name:14} {state:8} {s['address']:28} pid={s['pid'] or '-'}  log={s['log']}")
         return 0
     if args.dev_command == "env":
         for key, value in platform.client_env().items():

@@ -266,9 +266,10 @@ def test_kafka_is_configured_for_transactions_on_one_node(services):
 
 
 def test_kafka_broker_settings_match_the_local_platform(services, tmp_path):
-    from lockstep.dev.kafka import KafkaConfig
+    from lockstep.dev.kafka import KafkaConfig, KafkaNode
 
-    props = dict(line.split("=", 1) for line in KafkaConfig(1, 2, tmp_path).server_properties().splitlines() if line)
+    node = KafkaNode(1, 1, 2, tmp_path)
+    props = dict(line.split("=", 1) for line in KafkaConfig((node,)).server_properties(node).splitlines() if line)
     env = _env(services["kafka"])
     for key, value in props.items():
         if key in KAFKA_ADDRESS_KEYS:

@@ -1,9 +1,10 @@
-"""A single-node Apache Kafka 4.x broker in KRaft mode, run from the official jars.
+"""Apache Kafka 4.x in KRaft mode, run from the official jars: one node, or a cluster of three.
 
-The jars come from Maven Central through ``kafka-pom.xml`` (``make setup``). The
-broker is configured for transactions on one node: replication factor and min
-ISR 1 for the transaction state log, and a transaction max timeout of one hour so
-pipelines can use long checkpoint intervals.
+The jars come from Maven Central through ``kafka-pom.xml`` (``make setup``). Each node is a
+separate JVM acting as broker and controller. One node runs internal topics with replication
+factor 1; a cluster of three runs every topic with replication factor 3 and min ISR 2, like a
+production cluster. The transaction max timeout is one hour so pipelines can use long
+checkpoint intervals.
 """
 from __future__ import annotations
 
@@ -36,33 +37,60 @@ logger.txn.level = info
 
 
 @dataclass(frozen=True)
-class KafkaConfig:
+class KafkaNode:
+    """One broker+controller JVM of the local Kafka: its ports and its data folder."""
+
+    node_id: int
     port: int
     controller_port: int
     data_dir: Path
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """The local Kafka: one node (the default) or a cluster of several combined broker+controller nodes.
+
+    With three or more nodes every internal topic and every new topic is replicated three times
+    with ``min.insync.replicas=2``, as production clusters run, so a pipeline keeps working with
+    one broker down and a transaction coordinator can move to another broker.
+    """
+
+    nodes: tuple[KafkaNode, ...]
     heap: str = "768m"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
-    def server_properties(self) -> str:
+    @property
+    def replication_factor(self) -> int:
+        return 3 if len(self.nodes) >= 3 else 1
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return 2 if self.replication_factor >= 3 else 1
+
+    def server_properties(self, node: KafkaNode) -> str:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        rf, isr = self.replication_factor, self.min_insync_replicas
         return "\n".join(
             [
                 "process.roles=broker,controller",
-                "node.id=1",
-                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                f"node.id={node.node_id}",
+                f"controller.quorum.voters={voters}",
+                f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                f"log.dirs={self.data_dir / 'logs'}",
+                f"log.dirs={node.data_dir / 'logs'}",
                 "num.partitions=1",
-                "offsets.topic.replication.factor=1",
+                f"default.replication.factor={rf}",
+                f"min.insync.replicas={isr}",
+                f"offsets.topic.replication.factor={rf}",
                 "offsets.topic.num.partitions=4",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
+                f"transaction.state.log.replication.factor={rf}",
+                f"transaction.state.log.min.isr={isr}",
                 "transaction.state.log.num.partitions=4",
                 # Long checkpoint intervals need long transactions (DESIGN: commit
                 # must happen before transaction.timeout.ms, capped by this).
@@ -73,6 +101,9 @@ class KafkaConfig:
                 "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=true",
                 "log.retention.check.interval.ms=5000",
+                # A stopped broker's partitions move to the others within seconds, not 18 s.
+                "broker.session.timeout.ms=6000",
+                "broker.heartbeat.interval.ms=1000",
                 "",
             ]
         )
@@ -94,7 +125,7 @@ def java_binary() -> str:
     return java
 
 
-def _cluster_id() -> str:
+def _new_cluster_id() -> str:
     """Kafka's base64url UUID; one starting with '-' would be parsed as an option."""
     while True:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -102,46 +133,66 @@ def _cluster_id() -> str:
             return cluster_id
 
 
-def prepare(config: KafkaConfig) -> Path:
-    """Write the config and format the storage on first start; return the config path."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    props = config.data_dir / "server.properties"
-    props.write_text(config.server_properties())
-    (config.data_dir / "log4j2.properties").write_text(LOG4J2)
-    if not (config.data_dir / "logs" / "meta.properties").exists():
+def _formatted_cluster_id(node: KafkaNode) -> str | None:
+    meta = node.data_dir / "logs" / "meta.properties"
+    if not meta.exists():
+        return None
+    for line in meta.read_text().splitlines():
+        if line.startswith("cluster.id="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def cluster_id(config: KafkaConfig) -> str:
+    """The id every node is formatted with: the one already on disk, or a new one."""
+    for node in config.nodes:
+        found = _formatted_cluster_id(node)
+        if found:
+            return found
+    return _new_cluster_id()
+
+
+def prepare(config: KafkaConfig, node: KafkaNode, cluster: str) -> Path:
+    """Write the node's config and format its storage on first start; return the config path."""
+    node.data_dir.mkdir(parents=True, exist_ok=True)
+    props = node.data_dir / "server.properties"
+    props.write_text(config.server_properties(node))
+    (node.data_dir / "log4j2.properties").write_text(LOG4J2)
+    if _formatted_cluster_id(node) is None:
         result = subprocess.run(
-            [java_binary(), "-cp", classpath(), *_jvm_log_flags(config), "kafka.tools.StorageTool",
-             "format", "-t", _cluster_id(), "-c", str(props)],
+            [java_binary(), "-cp", classpath(), *_jvm_log_flags(node), "kafka.tools.StorageTool",
+             "format", "-t", cluster, "-c", str(props)],
             capture_output=True, text=True, timeout=120,
         )
         if result.returncode != 0:
-            raise procs.PlatformError(f"formatting Kafka storage in {config.data_dir} failed:\n{result.stdout}{result.stderr}")
+            raise procs.PlatformError(f"formatting Kafka storage in {node.data_dir} failed:\n{result.stdout}{result.stderr}")
     return props
 
 
-def _jvm_log_flags(config: KafkaConfig) -> list[str]:
-    return [f"-Dlog4j2.configurationFile={config.data_dir / 'log4j2.properties'}"]
+def _jvm_log_flags(node: KafkaNode) -> list[str]:
+    return [f"-Dlog4j2.configurationFile={node.data_dir / 'log4j2.properties'}"]
 
 
-def start(config: KafkaConfig, log_file: Path) -> int:
-    props = prepare(config)
+def start(config: KafkaConfig, node: KafkaNode, log_file: Path, cluster: str) -> int:
+    props = prepare(config, node, cluster)
     argv = [
         java_binary(), f"-Xmx{config.heap}", f"-Xms{config.heap}", "-XX:+UseG1GC",
-        "-Djava.awt.headless=true", *_jvm_log_flags(config),
+        "-Djava.awt.headless=true", *_jvm_log_flags(node),
         "-cp", classpath(), MARKER, str(props),
     ]
-    return procs.start_detached("kafka", argv, log_file, env=os.environ)
+    return procs.start_detached(f"kafka-{node.node_id}", argv, log_file, env=os.environ)
 
 
-def is_ready(bootstrap: str) -> bool:
+def is_ready(bootstrap: str, brokers: int = 1) -> bool:
+    """True once ``brokers`` brokers are registered (the first address must listen)."""
     from confluent_kafka.admin import AdminClient
 
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     if not procs.port_in_use(int(port), host):
         return False  # not listening yet: skip the client and its connection-refused noise
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
     metadata = admin.list_topics(timeout=2)
-    return bool(metadata.brokers)
+    return len(metadata.brokers) >= brokers
 
 
 def warm_up(bootstrap: str) -> None:

@@ -18,11 +18,32 @@ from lockstep.dev import airflow as airflow_svc
 from lockstep.dev import kafka as kafka_svc
 from lockstep.dev import procs
 from lockstep.dev import s3 as s3_svc
+from lockstep.dev import spark as spark_svc
 from lockstep.paths import dev_state_dir
 
+SINGLE, CLUSTER = "single", "cluster"
+CLUSTER_BROKERS = 3
+CLUSTER_WORKERS = 2
 DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080}
-MARKERS = {"kafka": kafka_svc.MARKER, "s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER}
-STOP_ORDER = ("airflow", "kafka", "s3")
+CLUSTER_PORTS = {
+    "s3": 19000, "airflow": 8080,
+    "kafka-1": 19092, "controller-1": 19093, "kafka-2": 19094, "controller-2": 19095,
+    "kafka-3": 19096, "controller-3": 19097,
+    "spark-master": 17077, "spark-master-ui": 18080, "spark-worker-1-ui": 18081, "spark-worker-2-ui": 18082,
+}
+#: Which service a port belongs to, when it is not the service's own name.
+PORT_OWNER = {"controller": "kafka", **{f"controller-{i}": f"kafka-{i}" for i in range(1, CLUSTER_BROKERS + 1)},
+              "spark-master-ui": "spark-master",
+              **{f"spark-worker-{i}-ui": f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)}}
+
+
+def marker(service: str) -> str:
+    """What the command line of a service we started contains (see ``procs.is_running``)."""
+    if service.startswith("kafka"):
+        return kafka_svc.MARKER
+    if service.startswith("spark-worker"):
+        return spark_svc.WORKER_MARKER
+    return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER}[service]
 
 
 @dataclass
@@ -30,21 +51,41 @@ class PlatformState:
     ports: dict[str, int]
     bucket: str = "lockstep"
     pids: dict[str, int] = field(default_factory=dict)
+    topology: str = SINGLE
 
 
 class Platform:
-    def __init__(self, state_dir: Path | None = None, ports: dict[str, int] | None = None, bucket: str = "lockstep"):
+    """The local platform: S3, Kafka (one node, or three with ``cluster=True``), a Spark standalone
+    master with two workers (cluster only) and optionally Airflow."""
+
+    def __init__(self, state_dir: Path | None = None, ports: dict[str, int] | None = None, bucket: str = "lockstep",
+                 cluster: bool | None = None, free_ports: bool = False):
         self.state_dir = (state_dir or dev_state_dir()).resolve()
         self._state_file = self.state_dir / "platform.json"
-        self.state = self._load(ports or {}, bucket)
+        self.state = self._load(ports or {}, bucket, cluster, free_ports)
 
     # ---- state -------------------------------------------------------------
-    def _load(self, overrides: dict[str, int], bucket: str) -> PlatformState:
+    def _load(self, overrides: dict[str, int], bucket: str, cluster: bool | None, free_ports: bool) -> PlatformState:
         if self._state_file.exists():
             saved = json.loads(self._state_file.read_text())
-            state = PlatformState(ports=saved["ports"], bucket=saved.get("bucket", bucket), pids=saved.get("pids", {}))
+            state = PlatformState(ports=saved["ports"], bucket=saved.get("bucket", bucket), pids=saved.get("pids", {}),
+                                  topology=saved.get("topology", SINGLE))
         else:
-            state = PlatformState(ports=dict(DEFAULT_PORTS), bucket=bucket)
+            state = PlatformState(ports=dict(CLUSTER_PORTS if cluster else DEFAULT_PORTS), bucket=bucket,
+                                  topology=CLUSTER if cluster else SINGLE)
+        wanted = state.topology if cluster is None else (CLUSTER if cluster else SINGLE)
+        if wanted != state.topology:
+            running = [name for name in state.pids if self._running_name(state, name)]
+            if running:
+                raise procs.PlatformError(
+                    f"the platform in {self.state_dir} runs the {state.topology} topology ({', '.join(sorted(running))}); "
+                    f"stop it first (`lockstep dev down`) to start the {wanted} one. Data of both stays unless --wipe."
+                )
+            state.topology = wanted
+            defaults = CLUSTER_PORTS if wanted == CLUSTER else DEFAULT_PORTS
+            state.ports = {**defaults, **{k: v for k, v in state.ports.items() if k in ("s3", "airflow")}}
+        if free_ports:
+            overrides = {**{name: 0 for name in state.ports}, **overrides}
         for name, port in overrides.items():
             if port is not None and not self._running_name(state, name):
                 state.ports[name] = port or procs.free_port()
@@ -56,20 +97,56 @@ class Platform:
 
     @staticmethod
     def _running_name(state: PlatformState, name: str) -> bool:
-        service = "kafka" if name == "controller" else name
-        return procs.is_running(state.pids.get(service), MARKERS[service])
+        service = PORT_OWNER.get(name, name)
+        return procs.is_running(state.pids.get(service), marker(service))
 
     def running(self, name: str) -> bool:
         return self._running_name(self.state, name)
 
+    @property
+    def is_cluster(self) -> bool:
+        return self.state.topology == CLUSTER
+
+    def services(self) -> tuple[str, ...]:
+        """Every service of this topology, in start order (Airflow last)."""
+        if not self.is_cluster:
+            return ("s3", "kafka", "airflow")
+        return ("s3", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
+                *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "airflow")
+
     # ---- configs -----------------------------------------------------------
     @property
     def kafka(self) -> kafka_svc.KafkaConfig:
-        return kafka_svc.KafkaConfig(self.state.ports["kafka"], self.state.ports["controller"], self.state_dir / "kafka")
+        ports = self.state.ports
+        if not self.is_cluster:
+            return kafka_svc.KafkaConfig((kafka_svc.KafkaNode(1, ports["kafka"], ports["controller"],
+                                                              self.state_dir / "kafka"),))
+        nodes = tuple(kafka_svc.KafkaNode(i, ports[f"kafka-{i}"], ports[f"controller-{i}"], self.state_dir / f"kafka-{i}")
+                      for i in range(1, CLUSTER_BROKERS + 1))
+        return kafka_svc.KafkaConfig(nodes, heap="512m")
+
+    def kafka_node(self, service: str) -> kafka_svc.KafkaNode:
+        return next(n for n in self.kafka.nodes if self._kafka_service(n) == service)
+
+    def _kafka_service(self, node: kafka_svc.KafkaNode) -> str:
+        return f"kafka-{node.node_id}" if self.is_cluster else "kafka"
+
+    @property
+    def spark(self) -> spark_svc.SparkClusterConfig | None:
+        if not self.is_cluster:
+            return None
+        ports = self.state.ports
+        return spark_svc.SparkClusterConfig(
+            ports["spark-master"], ports["spark-master-ui"],
+            tuple(ports[f"spark-worker-{i}-ui"] for i in range(1, CLUSTER_WORKERS + 1)), self.state_dir / "spark")
+
+    @property
+    def spark_master(self) -> str:
+        return self.spark.master_url if self.spark is not None else "local[*]"
 
     @property
     def s3(self) -> s3_svc.S3Config:
-        return s3_svc.S3Config(self.state.ports["s3"], self.state.bucket)
+        return s3_svc.S3Config(self.state.ports["s3"], self.state.bucket, self.state_dir / "s3")
 
     @property
     def airflow(self) -> airflow_svc.AirflowConfig:
@@ -82,6 +159,8 @@ class Platform:
     def up(self, with_airflow: bool = False, out=sys.stdout) -> None:
         self._up_s3(out)
         self._up_kafka(out)
+        if self.is_cluster:
+            self._up_spark(out)
         if with_airflow:
             self._up_airflow(out)
 
@@ -109,13 +188,49 @@ class Platform:
 
     def _up_kafka(self, out) -> None:
         config = self.kafka
-        if not self.running("kafka"):
-            self._claim_ports("kafka", config.port, config.controller_port)
-            self._start("kafka", kafka_svc.start(config, self.log_file("kafka")))
-            procs.wait_until(lambda: kafka_svc.is_ready(config.bootstrap), f"Kafka broker on {config.bootstrap}", 120,
-                             alive=lambda: self.running("kafka"), log_file=self.log_file("kafka"))
+        stopped = [n for n in config.nodes if not self.running(self._kafka_service(n))]
+        if stopped:
+            cluster_id = kafka_svc.cluster_id(config)
+            for node in stopped:
+                self.start_kafka_node(node, cluster_id)
+            first = self._kafka_service(stopped[0])
+            procs.wait_until(lambda: kafka_svc.is_ready(config.bootstrap, len(config.nodes)),
+                             f"Kafka on {config.bootstrap} ({len(config.nodes)} brokers)", 120,
+                             alive=lambda: all(self.running(self._kafka_service(n)) for n in stopped),
+                             log_file=self.log_file(first))
             kafka_svc.warm_up(config.bootstrap)
-        print(f"kafka    running  {config.bootstrap} (KRaft, data in {config.data_dir})", file=out)
+        for node in config.nodes:
+            print(f"{self._kafka_service(node):8} running  127.0.0.1:{node.port} (KRaft, data in {node.data_dir})",
+                  file=out)
+        if self.is_cluster:
+            print(f"         {len(config.nodes)} brokers, replication factor {config.replication_factor}, "
+                  f"min.insync.replicas {config.min_insync_replicas}", file=out)
+
+    def start_kafka_node(self, node: kafka_svc.KafkaNode, cluster_id: str | None = None) -> None:
+        """Start one Kafka node (``up``, or a test restarting a broker it stopped) without waiting."""
+        service = self._kafka_service(node)
+        self._claim_ports(service, node.port, node.controller_port)
+        self._start(service, kafka_svc.start(self.kafka, node, self.log_file(service),
+                                             cluster_id or kafka_svc.cluster_id(self.kafka)))
+
+    def _up_spark(self, out) -> None:
+        config = self.spark
+        if not self.running("spark-master"):
+            self._claim_ports("spark-master", config.master_port, config.master_ui_port)
+            self._start("spark-master", spark_svc.start_master(config, self.log_file("spark-master")))
+            procs.wait_until(lambda: spark_svc.master_state(config), f"Spark master on {config.master_url}", 60,
+                             alive=lambda: self.running("spark-master"), log_file=self.log_file("spark-master"))
+        for i in range(1, CLUSTER_WORKERS + 1):
+            name = f"spark-worker-{i}"
+            if not self.running(name):
+                self._claim_ports(name, config.worker_ui_ports[i - 1])
+                self._start(name, spark_svc.start_worker(config, i, self.log_file(name)))
+        procs.wait_until(lambda: spark_svc.alive_workers(config) >= CLUSTER_WORKERS,
+                         f"{CLUSTER_WORKERS} Spark workers registered with {config.master_url}", 90,
+                         alive=lambda: all(self.running(f"spark-worker-{i}") for i in range(1, CLUSTER_WORKERS + 1)),
+                         log_file=self.log_file("spark-worker-1"))
+        print(f"spark    running  {config.master_url} (standalone: master + {CLUSTER_WORKERS} workers, "
+              f"{config.worker_cores} core / {config.worker_memory} each; UI {config.ui_url})", file=out)
 
     def _up_airflow(self, out) -> None:
         config = self.airflow
@@ -129,32 +244,36 @@ class Platform:
                              alive=lambda: self.running("airflow"), log_file=self.log_file("airflow"))
         print(f"airflow  running  {config.url} (login admin / {config.admin_password() or '?'})", file=out)
 
-    def stop(self, name: str, out=sys.stdout) -> None:
-        """Stop one service (and its whole process group) if ``up`` started it."""
+    def stop(self, name: str, out=sys.stdout, kill: bool = False) -> None:
+        """Stop one service (and its whole process group) if ``up`` started it; ``kill``: SIGKILL at once."""
         pid = self.state.pids.pop(name, None)
         if pid is None:
             return
-        procs.stop_group(pid, MARKERS[name])
-        print(f"{name:8} stopped (pid {pid})", file=out)
+        procs.stop_group(pid, marker(name), grace_seconds=0.0 if kill else 20.0)
+        print(f"{name:8} {'killed' if kill else 'stopped'} (pid {pid})", file=out)
         self._save()
 
     def down(self, wipe: bool = False, out=sys.stdout) -> None:
-        for name in STOP_ORDER:
+        for name in reversed(self.services()):
             self.stop(name, out)
         if wipe and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
             print(f"wiped {self.state_dir}", file=out)
 
+    def address(self, service: str) -> str:
+        if service.startswith("kafka"):
+            return f"127.0.0.1:{self.kafka_node(service).port}"
+        if service == "spark-master":
+            return self.spark.master_url
+        if service.startswith("spark-worker"):
+            return f"http://127.0.0.1:{self.state.ports[service + '-ui']}"
+        return {"s3": self.s3.endpoint, "airflow": self.airflow.url}[service]
+
     def status(self) -> dict[str, dict]:
-        where = {
-            "kafka": self.kafka.bootstrap,
-            "s3": self.s3.endpoint,
-            "airflow": self.airflow.url,
-        }
         return {
-            name: {"running": self.running(name), "pid": self.state.pids.get(name), "address": where[name],
+            name: {"running": self.running(name), "pid": self.state.pids.get(name), "address": self.address(name),
                    "log": str(self.log_file(name))}
-            for name in ("kafka", "s3", "airflow")
+            for name in self.services()
         }
 
     # ---- client environment -----------------------------------------------
@@ -167,7 +286,7 @@ class Platform:
             "password": s3_svc.SECRET_KEY,
             "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.s3.endpoint},
         }
-        spark = {"conn_type": "spark", "host": "local[*]"}
+        spark = {"conn_type": "spark", "host": self.spark_master}
         return {
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka),
             "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),

@@ -70,11 +70,12 @@ def is_running(pid: int | None, marker: str) -> bool:
 
 
 def stop_group(pid: int, marker: str, grace_seconds: float = 20.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after the grace period."""
+    """SIGTERM the process group, then SIGKILL whatever is left after the grace period
+    (no grace: SIGKILL at once, like a host that loses power)."""
     if not is_running(pid, marker):
         _kill_group(pid, signal.SIGKILL)  # stragglers of a leader that already died
         return
-    _kill_group(pid, signal.SIGTERM)
+    _kill_group(pid, signal.SIGTERM if grace_seconds > 0 else signal.SIGKILL)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
         if not is_running(pid, marker) and not _group_alive(pid):
