@@ -1,6 +1,7 @@
 # Lockstep developer entry points. Everything a fresh machine needs is installed
 # from here: the venv (Python deps pinned in requirements.lock), full pyspark,
-# and the Kafka / Spark-Kafka jars resolved from Maven Central into .cache/.
+# the Kafka / Spark-Kafka jars resolved from Maven Central and the MinIO S3 server
+# built from its Go module, all into .cache/.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -13,8 +14,12 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 .PHONY: setup browser test unit integration demo bench up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
+# MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
+# pin is the module proxy's pseudo-version of a master commit. Change it here only.
+MINIO_MODULE := github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_BIN := .cache/bin/minio
 
-setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR)
+setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR) $(MINIO_BIN)
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -45,6 +50,19 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 # Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients.
 $(WRITER_JAR): $(STAMP) .cache/jars/.resolved scripts/build-jvm-writer.sh $(shell find include/lockstep/jvm -name '*.java')
 	bash scripts/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@
+
+# The Go toolchain's module and build caches stay in .cache/go (not ~/go), so `make clean`
+# removes them; -modcacherw keeps that folder deletable (only the binary is needed afterwards).
+# A first build takes minutes. The empty stamp is named after the pin, so changing MINIO_MODULE
+# rebuilds the binary.
+MINIO_PIN := .cache/bin/.minio-pin-$(lastword $(subst @, ,$(MINIO_MODULE)))
+$(MINIO_PIN): ;
+$(MINIO_BIN): $(MINIO_PIN)
+	@command -v go >/dev/null || { echo "Go is required to build the local S3 server, MinIO (go not found on PATH; install Go 1.24 or newer from https://go.dev/dl/)"; exit 1; }
+	mkdir -p .cache/bin && touch $(MINIO_PIN)
+	GOPATH=$(CURDIR)/.cache/go GOMODCACHE=$(CURDIR)/.cache/go/mod GOCACHE=$(CURDIR)/.cache/go/build \
+	    GOFLAGS=-modcacherw GOBIN=$(CURDIR)/.cache/bin go install $(MINIO_MODULE)
+	touch $@
 
 # Regenerate the lock after editing pyproject.toml dependencies.
 lock: $(VENV)/bin/python

@@ -17,7 +17,7 @@ def project_root() -> Path:
 
 
 def cache_dir() -> Path:
-    """Git-ignored downloads (Kafka and Spark-Kafka jars)."""
+    """Git-ignored downloads and builds (Kafka and Spark-Kafka jars, the JVM writer, MinIO)."""
     return project_root() / ".cache"
 
 
@@ -47,6 +47,16 @@ def jvm_writer_jar() -> str:
     if not jar.is_file():
         raise FileNotFoundError(f"Lockstep's JVM writer jar is missing ({jar}); run `make setup` to build it")
     return str(jar)
+
+
+def minio_binary() -> Path:
+    """MinIO, the local S3 server of ``lockstep dev``, built from its Go module by ``make setup``."""
+    binary = cache_dir() / "bin" / "minio"
+    if not binary.is_file():
+        raise FileNotFoundError(
+            f"the local S3 server (MinIO) is missing ({binary}); run `make setup` to build it (needs Go)"
+        )
+    return binary
 
 
 def dev_state_dir() -> Path:
