@@ -1,11 +1,14 @@
 """`lockstep dev up | status | env | down` as a user runs them, in an isolated dev dir."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 
@@ -65,3 +68,41 @@ def test_port_in_use_gives_clear_error_without_hanging(tmp_path, platform):
     assert result.returncode == 2
     assert f"port {taken} is already in use" in result.stderr
     _run(["dev", "down", "--wipe"], env)
+
+
+def test_checkpoints_survive_down_and_go_with_wipe(tmp_path):
+    """S3 keeps objects on disk (MinIO under <dev dir>/s3): a claim written before `down` still owns
+    its checkpoint id after `up`; `down --wipe` deletes it."""
+    from lockstep.checkpoint import CheckpointClaim
+    from lockstep.dev import s3
+    from lockstep.dev.platform import Platform
+    from lockstep.offsets import OffsetRange
+    from lockstep.store import CheckpointAlreadyClaimed, CheckpointStore
+
+    env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
+    free_ports = ["--kafka-port", "0", "--controller-port", "0", "--s3-port", "0"]
+    claim = CheckpointClaim(pipeline="orders", checkpoint_id=1, run_id="before-down", claimed_at="2025-01-01T00:00:00Z",
+                            ranges=(OffsetRange("orders-in", 0, 0, 10),), start_source="auto.offset.reset")
+
+    def up_and_store() -> CheckpointStore:
+        up = _run(["dev", "up", *free_ports], env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        config = Platform(state_dir=tmp_path / "dev").s3  # the ports and bucket `up` saved
+        return CheckpointStore(s3.client(config), config.bucket, "lockstep/orders", "orders")
+
+    try:
+        up_and_store().claim(claim)
+        assert _run(["dev", "down"], env).returncode == 0
+        assert (tmp_path / "dev" / "s3" / "data").is_dir()
+
+        store = up_and_store()
+        assert store.view(1).claim == claim
+        with pytest.raises(CheckpointAlreadyClaimed, match="before-down"):  # still decides the conditional create
+            store.claim(dataclasses.replace(claim, run_id="after-up"))
+
+        wipe = _run(["dev", "down", "--wipe"], env)
+        assert wipe.returncode == 0, wipe.stderr
+        assert not (tmp_path / "dev").exists()
+        assert up_and_store().view(1) is None
+    finally:
+        _run(["dev", "down", "--wipe"], env)

@@ -1,4 +1,4 @@
-"""The checkpoint store on a real S3 API server (the session's moto server process).
+"""The checkpoint store on a real S3 API server (the session's MinIO server process).
 
 Invariant 3 (atomic claim, immutable metadata, forward-only status) and invariant 5 (idempotent
 completion) are checked against the server's own conditional writes, including a race between
