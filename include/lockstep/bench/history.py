@@ -80,10 +80,10 @@ def _timed_ms(fn: Any, repeats: int) -> float:
 class RequestCounter:
     """Counts the S3 API calls a client makes and the keys its listings return (boto3 event hooks).
 
-    Elapsed time against the local S3 server is not the whole story: moto scans every key of the
-    bucket on each listing, so its list calls slow down with the bucket's size even when they ask
-    for (and return) a handful of keys. Real S3 serves ``StartAfter`` from its index. The number of
-    calls and of keys returned is what Lockstep controls, and it must not grow with history.
+    Elapsed time against the local S3 server is not the whole story: how long a listing takes as
+    the bucket fills depends on how the server finds the keys after ``StartAfter``, and a list call
+    may slow down with the bucket's size even when it asks for (and returns) a handful of keys. The
+    number of calls and of keys returned is what Lockstep controls, and it must not grow with history.
     """
 
     def __init__(self, s3: Any) -> None:
