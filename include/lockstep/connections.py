@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.errors import TerminalError
+from lockstep.kafka_clients import CONFLUENT, client_configs
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,13 @@ def _parse(conn_id: str, raw: str) -> Connection:
                       doc.get("port"))
 
 
-def kafka_config(conn_id: str) -> dict[str, Any]:
-    """confluent-kafka settings; like Airflow's Kafka provider, only ``extra`` is used."""
+def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> dict[str, Any]:
+    """A Kafka connection's settings for one client library (``lockstep.kafka_clients``):
+    confluent-kafka by default, ``JAVA`` for Spark and the JVM writer, ``KAFKA_PYTHON`` for the
+    committer. Like Airflow's Kafka provider, only ``extra`` is used. Every dialect is checked,
+    so a setting one client cannot express fails the first step that resolves the connection."""
     conn = get_connection(conn_id)
-    config = dict(conn.extra)
-    if "bootstrap.servers" not in config:
-        raise TerminalError(f"Kafka connection {conn_id!r} has no 'bootstrap.servers' in its extra")
-    return config
+    return client_configs(conn_id, conn.extra).for_dialect(dialect)
 
 
 def s3_client_kwargs(conn_id: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockstep.connections import kafka_config, s3_client
+from lockstep.kafka_clients import KAFKA_PYTHON
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 
@@ -27,6 +28,8 @@ def transaction_committer(spec: PipelineSpec) -> Any:
     """The committer talks to the sink cluster, where the transactions live."""
     from lockstep.committer import TransactionCommitter
 
-    config = kafka_config(spec.sink.kafka_conn_id)
-    bootstrap = config.pop("bootstrap.servers")
-    return TransactionCommitter(bootstrap, producer_config=config)
+    client = kafka_config(spec.sink.kafka_conn_id, KAFKA_PYTHON)  # the admin client: EndTxn, DescribeTransactions
+    producer = kafka_config(spec.sink.kafka_conn_id)  # confluent-kafka: fence() re-initialises ids
+    bootstrap = client.pop("bootstrap_servers")
+    producer.pop("bootstrap.servers")
+    return TransactionCommitter(bootstrap, client_config=client, producer_config=producer)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -22,6 +22,7 @@ from lockstep.checkpoint import TRANSACTION_SCHEMA, CheckpointStatus, PreparedCh
 from lockstep.connections import kafka_config
 from lockstep.decisions import transactional_id
 from lockstep.errors import CheckpointError, TerminalError
+from lockstep.kafka_clients import CONFLUENT, JAVA
 from lockstep.offsets import OffsetRange, spark_offsets
 from lockstep.spec import PipelineSpec
 from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
@@ -42,7 +43,7 @@ class WriterSettings:
     """What each Spark task needs to write its transaction; pickled to the executors."""
 
     bootstrap: str
-    producer_config: dict[str, Any]
+    producer_config: dict[str, Any] = field(repr=False)  # may hold credentials
     id_prefix: str
     checkpoint_id: int
     timeout_ms: int
@@ -51,7 +52,10 @@ class WriterSettings:
 
 
 def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...]) -> Any:
-    """Exactly the planned ``[start, end)`` of each partition, committed records only."""
+    """Exactly the planned ``[start, end)`` of each partition, committed records only.
+
+    ``kafka`` is the source connection in the Java dialect (``kafka_config(conn_id, JAVA)``):
+    Spark's Kafka source is a kafka-clients consumer."""
     starting, ending = spark_offsets(ranges)
     assign: dict[str, list[int]] = {}
     for r in ranges:
@@ -230,7 +234,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
     committables: list[PreparedTransaction] = []
     rows_out = 0
     if ranges:
-        kafka = kafka_config(spec.source.kafka_conn_id)
+        kafka = kafka_config(spec.source.kafka_conn_id, JAVA)
         df = read_ranges(spark, kafka, ranges)
         transform = load_transform(spec)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
@@ -239,7 +243,8 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-        sink = kafka_config(spec.sink.kafka_conn_id)
+        # Each writer gets the sink connection in its own client's dialect.
+        sink = kafka_config(spec.sink.kafka_conn_id, JAVA if spec.sink.writer == "jvm" else CONFLUENT)
         settings = WriterSettings(
             bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **spec.producer},
             id_prefix=spec.transactions.id_prefix, checkpoint_id=checkpoint_id,

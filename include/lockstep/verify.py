@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from lockstep.connections import kafka_config
+from lockstep.kafka_clients import JAVA
 from lockstep.offsets import OffsetRange
 from lockstep.sparkjob import CHECKPOINT_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, read_ranges
 from lockstep.transform import load_transform
@@ -61,7 +62,7 @@ def completed_ranges(store: CheckpointStore, since: int | None) -> dict[int, tup
 
 def expected_outputs(spec: PipelineSpec, spark: Any, ranges: dict[int, tuple[OffsetRange, ...]]) -> Counter:
     transform = load_transform(spec)
-    kafka = kafka_config(spec.source.kafka_conn_id)
+    kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Spark's Kafka source
     expected: Counter = Counter()
     for cid, rs in ranges.items():
         if not rs:
