@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster: needs the cluster topology (3 brokers, Spark standalone)")
+
+
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory):
     from lockstep.dev.platform import Platform
@@ -27,6 +31,31 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The cluster topology (``lockstep dev up --cluster``): 3 Kafka brokers, a Spark standalone
+    master with 2 workers, S3. One per test session, started by the first test that asks for it.
+
+    It does not touch ``os.environ`` (the single-node ``platform`` owns it); tests point clients
+    at the cluster with the ``on_cluster`` fixture."""
+    from lockstep.dev.platform import Platform
+
+    plat = Platform(state_dir=tmp_path_factory.mktemp("cluster"), cluster=True, free_ports=True)
+    try:
+        plat.up()
+        yield plat
+    finally:
+        plat.down(wipe=False)
+
+
+@pytest.fixture
+def on_cluster(cluster, monkeypatch):
+    """Clients in this test (the library, the CLI it starts) use the cluster's connections."""
+    for key, value in cluster.client_env().items():
+        monkeypatch.setenv(key, value)
+    return cluster
 
 
 @pytest.fixture(scope="session")

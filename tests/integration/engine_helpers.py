@@ -43,13 +43,15 @@ class PipelineUnderTest:
 
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
                   max_records: int = 100_000, timeout_ms: int = 900_000, transform: str = "lockstep_examples.orders:enrich",
-                  margin_ms: int = 60_000, writer: str | None = None) -> PipelineUnderTest:
+                  margin_ms: int = 60_000, writer: str | None = None, replication: int = 1,
+                  master: str | None = "local[2]") -> PipelineUnderTest:
+    """A pipeline of fresh topics; ``master=None`` leaves the Spark master to the spark_default connection."""
     name = f"t-{unique}"
     pipeline = PipelineUnderTest(name, tmp_path / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
                             f"dlq-{unique}", f"tx-{unique}")
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(pipeline.source, partitions, 1), NewTopic(pipeline.sink, partitions, 1),
-              NewTopic(pipeline.dead_letters, 1, 1)]
+    topics = [NewTopic(pipeline.source, partitions, replication), NewTopic(pipeline.sink, partitions, replication),
+              NewTopic(pipeline.dead_letters, 1, replication)]
     for future in admin.create_topics(topics).values():
         future.result(timeout=30)
     spec = {
@@ -60,7 +62,7 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
                  **({"writer": writer} if writer else {})},
         "checkpoints": {"store": f"s3://lockstep/tests/{unique}", "max_records": max_records, "retain": 100},
         "transactions": {"id_prefix": pipeline.prefix, "timeout_ms": timeout_ms, "commit_margin_ms": margin_ms},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": master} if master else {},
     }
     pipeline.spec_path.write_text(yaml.safe_dump(spec))
     return pipeline
