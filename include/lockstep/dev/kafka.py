@@ -5,6 +5,9 @@ separate JVM acting as broker and controller. One node runs internal topics with
 factor 1; a cluster of three runs every topic with replication factor 3 and min ISR 2, like a
 production cluster. The transaction max timeout is one hour so pipelines can use long
 checkpoint intervals.
+
+The cluster's nodes also have a SASL_SSL listener (SCRAM-SHA-512 over TLS, see
+``lockstep.dev.security``) for clients; brokers and controllers talk PLAINTEXT on loopback.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockstep.dev import procs
+from lockstep.dev.security import SecureListener
 from lockstep.paths import kafka_jars_dir
 
 MARKER = "kafka.Kafka"
@@ -33,6 +37,9 @@ logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = info
 logger.txn.name = kafka.coordinator.transaction
 logger.txn.level = info
+# "Failed authentication with /127.0.0.1 (... invalid credentials with SASL mechanism ...)"
+logger.auth.name = org.apache.kafka.common.network.Selector
+logger.auth.level = info
 """
 
 
@@ -44,6 +51,8 @@ class KafkaNode:
     port: int
     controller_port: int
     data_dir: Path
+    #: The SASL_SSL listener's port (cluster only).
+    secure_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,10 +66,61 @@ class KafkaConfig:
 
     nodes: tuple[KafkaNode, ...]
     heap: str = "768m"
+    #: TLS files and SCRAM user of the nodes' SASL_SSL listeners (cluster only).
+    secure: SecureListener | None = None
 
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
+    def has_secure_listener(self) -> bool:
+        return self.secure is not None and all(n.secure_port for n in self.nodes)
+
+    @property
+    def secure_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.secure_port}" for n in self.nodes)
+
+    def secure_client_config(self, bootstrap: str | None = None) -> dict[str, str]:
+        """The SASL_SSL listener as a connection's extras (librdkafka names; reads the password file)."""
+        assert self.secure is not None
+        return {
+            "bootstrap.servers": bootstrap or self.secure_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.secure.mechanism,
+            "sasl.username": self.secure.user,
+            "sasl.password": self.secure.password(),
+            "ssl.ca.location": str(self.secure.ca_file),
+        }
+
+    def _listener_properties(self, node: KafkaNode) -> list[str]:
+        plain = f"PLAINTEXT://127.0.0.1:{node.port}"
+        if not (self.has_secure_listener and node.secure_port):
+            return [
+                f"listeners={plain},CONTROLLER://127.0.0.1:{node.controller_port}",
+                f"advertised.listeners={plain}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            ]
+        secure, mechanism = f"SASL_SSL://127.0.0.1:{node.secure_port}", self.secure.mechanism
+        prefix = "listener.name.sasl_ssl"
+        return [
+            f"listeners={plain},CONTROLLER://127.0.0.1:{node.controller_port},{secure}",
+            f"advertised.listeners={plain},{secure}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            # Clients only: SCRAM over TLS, credentials in the cluster metadata (no password here).
+            f"sasl.enabled.mechanisms={mechanism}",
+            f"{prefix}.sasl.enabled.mechanisms={mechanism}",
+            f"{prefix}.{mechanism.lower()}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            f"{prefix}.ssl.keystore.type=PEM",
+            f"{prefix}.ssl.keystore.location={self.secure.keystore_file}",
+            f"{prefix}.ssl.truststore.type=PEM",
+            f"{prefix}.ssl.truststore.location={self.secure.ca_file}",
+            f"{prefix}.ssl.client.auth=none",
+        ]
 
     @property
     def replication_factor(self) -> int:
@@ -78,11 +138,7 @@ class KafkaConfig:
                 "process.roles=broker,controller",
                 f"node.id={node.node_id}",
                 f"controller.quorum.voters={voters}",
-                f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
-                "controller.listener.names=CONTROLLER",
-                "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                *self._listener_properties(node),
                 f"log.dirs={node.data_dir / 'logs'}",
                 "num.partitions=1",
                 f"default.replication.factor={rf}",
@@ -209,3 +265,30 @@ def warm_up(bootstrap: str) -> None:
                          f"Kafka group coordinator on {bootstrap}", 60)
     finally:
         consumer.close()
+
+
+def add_scram_user(bootstrap: str, secure: SecureListener) -> None:
+    """Create (or reset) the SCRAM credential of the secure listener's user, over the PLAINTEXT
+    listener: the password goes to the controller in a request, never on a command line."""
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    mechanism = getattr(ScramMechanism, secure.mechanism.replace("-", "_"))
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    upsert = UserScramCredentialUpsertion(secure.user, ScramCredentialInfo(mechanism, 8192),
+                                          secure.password().encode())
+    for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
+        future.result()
+
+
+def is_secure_ready(config: KafkaConfig) -> bool:
+    """True once every node's SASL_SSL listener authenticates the SCRAM user (the credential
+    reaches each broker through the metadata log, so not all at the same moment)."""
+    from confluent_kafka.admin import AdminClient
+
+    for node in config.nodes:
+        extras = config.secure_client_config(f"127.0.0.1:{node.secure_port}")
+        admin = AdminClient({**extras, "socket.timeout.ms": 2000, "log_level": 0})
+        # A fresh client knows only this node: any answer means the node authenticated the user.
+        admin.list_topics(timeout=3)
+    return True

@@ -18,6 +18,7 @@ from lockstep.dev import airflow as airflow_svc
 from lockstep.dev import kafka as kafka_svc
 from lockstep.dev import procs
 from lockstep.dev import s3 as s3_svc
+from lockstep.dev import security as security_svc
 from lockstep.dev import spark as spark_svc
 from lockstep.paths import dev_state_dir
 
@@ -29,10 +30,12 @@ CLUSTER_PORTS = {
     "s3": 19000, "airflow": 8080,
     "kafka-1": 19092, "controller-1": 19093, "kafka-2": 19094, "controller-2": 19095,
     "kafka-3": 19096, "controller-3": 19097,
+    "kafka-secure-1": 19192, "kafka-secure-2": 19194, "kafka-secure-3": 19196,
     "spark-master": 17077, "spark-master-ui": 18080, "spark-worker-1-ui": 18081, "spark-worker-2-ui": 18082,
 }
 #: Which service a port belongs to, when it is not the service's own name.
 PORT_OWNER = {"controller": "kafka", **{f"controller-{i}": f"kafka-{i}" for i in range(1, CLUSTER_BROKERS + 1)},
+              **{f"kafka-secure-{i}": f"kafka-{i}" for i in range(1, CLUSTER_BROKERS + 1)},
               "spark-master-ui": "spark-master",
               **{f"spark-worker-{i}-ui": f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)}}
 
@@ -84,6 +87,8 @@ class Platform:
             state.topology = wanted
             defaults = CLUSTER_PORTS if wanted == CLUSTER else DEFAULT_PORTS
             state.ports = {**defaults, **{k: v for k, v in state.ports.items() if k in ("s3", "airflow")}}
+        for name, port in (CLUSTER_PORTS if state.topology == CLUSTER else DEFAULT_PORTS).items():
+            state.ports.setdefault(name, port)  # a port added since this platform.json was written
         if free_ports:
             overrides = {**{name: 0 for name in state.ports}, **overrides}
         for name, port in overrides.items():
@@ -121,9 +126,17 @@ class Platform:
         if not self.is_cluster:
             return kafka_svc.KafkaConfig((kafka_svc.KafkaNode(1, ports["kafka"], ports["controller"],
                                                               self.state_dir / "kafka"),))
-        nodes = tuple(kafka_svc.KafkaNode(i, ports[f"kafka-{i}"], ports[f"controller-{i}"], self.state_dir / f"kafka-{i}")
+        nodes = tuple(kafka_svc.KafkaNode(i, ports[f"kafka-{i}"], ports[f"controller-{i}"], self.state_dir / f"kafka-{i}",
+                                          secure_port=ports[f"kafka-secure-{i}"])
                       for i in range(1, CLUSTER_BROKERS + 1))
-        return kafka_svc.KafkaConfig(nodes, heap="512m")
+        return kafka_svc.KafkaConfig(nodes, heap="512m", secure=self.security)
+
+    @property
+    def security(self) -> security_svc.SecureListener | None:
+        """The cluster's SASL_SSL material: ``tls/`` (CA, broker key store) and ``secrets/`` (SCRAM password)."""
+        if not self.is_cluster:
+            return None
+        return security_svc.SecureListener(self.state_dir / "tls", self.state_dir / "secrets")
 
     def kafka_node(self, service: str) -> kafka_svc.KafkaNode:
         return next(n for n in self.kafka.nodes if self._kafka_service(n) == service)
@@ -199,17 +212,30 @@ class Platform:
                              alive=lambda: all(self.running(self._kafka_service(n)) for n in stopped),
                              log_file=self.log_file(first))
             kafka_svc.warm_up(config.bootstrap)
+            if config.has_secure_listener:
+                # The SCRAM user, then every node's SASL_SSL listener authenticating it.
+                kafka_svc.add_scram_user(config.bootstrap, config.secure)
+                procs.wait_until(lambda: kafka_svc.is_secure_ready(config),
+                                 f"Kafka SASL_SSL listeners on {config.secure_bootstrap}", 60,
+                                 alive=lambda: all(self.running(self._kafka_service(n)) for n in stopped),
+                                 log_file=self.log_file(first))
         for node in config.nodes:
-            print(f"{self._kafka_service(node):8} running  127.0.0.1:{node.port} (KRaft, data in {node.data_dir})",
+            secure = f", SASL_SSL 127.0.0.1:{node.secure_port}" if config.has_secure_listener else ""
+            print(f"{self._kafka_service(node):8} running  127.0.0.1:{node.port}{secure} (KRaft, data in {node.data_dir})",
                   file=out)
         if self.is_cluster:
             print(f"         {len(config.nodes)} brokers, replication factor {config.replication_factor}, "
                   f"min.insync.replicas {config.min_insync_replicas}", file=out)
+        if config.has_secure_listener:
+            print(f"         SASL_SSL: {config.secure.mechanism} user {config.secure.user} (password in "
+                  f"{config.secure.password_file}), CA {config.secure.ca_file}; connection kafka_secure", file=out)
 
     def start_kafka_node(self, node: kafka_svc.KafkaNode, cluster_id: str | None = None) -> None:
         """Start one Kafka node (``up``, or a test restarting a broker it stopped) without waiting."""
         service = self._kafka_service(node)
-        self._claim_ports(service, node.port, node.controller_port)
+        self._claim_ports(service, node.port, node.controller_port, *([node.secure_port] if node.secure_port else []))
+        if self.security is not None:
+            self.security.ensure()  # TLS files and the SCRAM password, on the first start
         self._start(service, kafka_svc.start(self.kafka, node, self.log_file(service),
                                              cluster_id or kafka_svc.cluster_id(self.kafka)))
 
@@ -287,11 +313,17 @@ class Platform:
             "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.s3.endpoint},
         }
         spark = {"conn_type": "spark", "host": self.spark_master}
-        return {
+        env = {
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka),
             "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
         }
+        config = self.kafka
+        if config.has_secure_listener and config.secure.password_file.exists():
+            # The same cluster through its SASL_SSL listeners (SCRAM-SHA-512 over TLS).
+            secure = {"conn_type": "kafka", "extra": config.secure_client_config()}
+            env["AIRFLOW_CONN_KAFKA_SECURE"] = json.dumps(secure)
+        return env
 
     def client_env(self) -> dict[str, str]:
         env = {
