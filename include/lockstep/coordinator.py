@@ -46,8 +46,11 @@ class Pipeline:
 
     @classmethod
     def open(cls, spec: PipelineSpec) -> Pipeline:
-        return cls(spec, checkpoint_store(spec), kafka_admin(spec.source.kafka_conn_id),
-                   kafka_config(spec.source.kafka_conn_id), lambda: transaction_committer(spec))
+        source_admin = kafka_admin(spec.source.kafka_conn_id)
+        if spec.sink.kafka_conn_id != spec.source.kafka_conn_id:
+            kafka_admin(spec.sink.kafka_conn_id)  # refused credentials fail now, not in the committer 30 s later
+        return cls(spec, checkpoint_store(spec), source_admin, kafka_config(spec.source.kafka_conn_id),
+                   lambda: transaction_committer(spec))
 
 
 @dataclass(frozen=True)
