@@ -115,8 +115,20 @@ class AirflowServer:
             return f"(no log: {exc})"
 
 
+#: Connection ids under which Airflow (and this test process) reach the session's cluster topology.
+CLUSTER_KAFKA, CLUSTER_AWS = "kafka_cluster", "aws_cluster"
+
+
+def cluster_connections(cluster) -> dict[str, str]:
+    conns = cluster.connection_env()
+    return {f"AIRFLOW_CONN_{CLUSTER_KAFKA.upper()}": conns["AIRFLOW_CONN_KAFKA_DEFAULT"],
+            f"AIRFLOW_CONN_{CLUSTER_AWS.upper()}": conns["AIRFLOW_CONN_AWS_DEFAULT"]}
+
+
 @pytest.fixture(scope="package")
-def airflow(platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+def airflow(platform, cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    """Airflow over the single-node platform's connections, plus ``kafka_cluster`` / ``aws_cluster``
+    for pipelines that run on the cluster topology (their specs name the master)."""
     from lockstep.dev import procs
     from lockstep.pipelines import PIPELINES_DIR_ENV
 
@@ -129,6 +141,7 @@ def airflow(platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airf
             "conn_type": "aws", "login": "x", "password": "x",
             "extra": {"region_name": "us-east-1", "endpoint_url": f"http://{dead}"},
         }),
+        **cluster_connections(cluster),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the platform passes os.environ through to Airflow

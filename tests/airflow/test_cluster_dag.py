@@ -1,0 +1,72 @@
+"""A pipeline DAG on the cluster topology: the scheduler's run task submits to the Spark
+standalone master named in the spec, over 3 brokers (RF 3, min ISR 2) and the durable S3
+server; a crash in the Spark run is recovered by the next DAG run, exactly once."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from lockstep.airflow_client import AirflowClient
+from lockstep.checkpoint import CheckpointStatus
+
+from ..integration.engine_helpers import PipelineUnderTest, open_transactions, produce_orders, store, verify
+from .conftest import CLUSTER_AWS, CLUSTER_KAFKA
+from .test_pipeline_dag import explain, run_dag
+
+
+@pytest.fixture(scope="module")
+def cluster_pipeline(airflow, cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    unique = uuid.uuid4().hex[:8]
+    name = f"afc-{unique}"
+    bootstrap = cluster.kafka.bootstrap
+    p = PipelineUnderTest(name, airflow.pipelines_dir / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
+                          f"dlq-{unique}", f"tx-{unique}")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(p.source, 3, 3), NewTopic(p.sink, 3, 3),
+                                       NewTopic(p.dead_letters, 1, 3)]).values():
+        future.result(timeout=30)
+    airflow.write_spec({
+        "name": name,
+        "source": {"topics": [p.source], "kafka_conn_id": CLUSTER_KAFKA},
+        "transform": "lockstep_examples.orders:enrich",
+        "sink": {"topic": p.sink, "dead_letter_topic": p.dead_letters, "kafka_conn_id": CLUSTER_KAFKA},
+        "checkpoints": {"store": f"s3://lockstep/airflow-cluster/{unique}", "aws_conn_id": CLUSTER_AWS,
+                        "schedule": None},
+        "transactions": {"id_prefix": p.prefix},
+        "spark": {"master": cluster.spark_master},
+    })
+    return p
+
+
+def test_dag_runs_on_the_spark_cluster_and_recovers_a_crashed_run(airflow, cluster_pipeline, cluster):
+    client = AirflowClient(airflow.url, airflow.username, airflow.password)
+    dag_id = cluster_pipeline.spec().dag_id
+    client.wait_for_dag(dag_id)
+    client.unpause(dag_id)
+
+    produce_orders(cluster_pipeline, 300)
+    run_id, state = run_dag(client, dag_id)
+    assert state == "success", explain(client, dag_id, run_id)
+    run_log = client.task_log(dag_id, run_id, "run")
+    assert f"spark-submit --master {cluster.spark_master}" in run_log
+
+    # The Spark driver fails after its tasks left their transactions open (both attempts of the
+    # run task): the DAG run fails, and the next one fences them and replays the same ranges.
+    # (Executor JVMs dying mid-produce on the cluster: tests/integration/test_cluster.py.)
+    produce_orders(cluster_pipeline, 90, start=300)
+    crashed_id, state = run_dag(client, dag_id, {"lockstep_failpoints": "job.before_prepared=raise"})
+    assert state == "failed"
+    assert "failpoint job.before_prepared raised" in client.task_log(dag_id, crashed_id, "run")
+    crashed = store(cluster_pipeline).view(max(store(cluster_pipeline).checkpoint_ids()))
+    assert crashed.status is CheckpointStatus.CLAIMED
+
+    next_id, state = run_dag(client, dag_id)
+    assert state == "success", explain(client, dag_id, next_id)
+    assert store(cluster_pipeline).view(crashed.checkpoint_id).status is CheckpointStatus.ABORTED
+    assert open_transactions(cluster_pipeline) == []
+    report = verify(cluster_pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["covered_offsets"] == 390
