@@ -1,0 +1,62 @@
+"""The local platform's topologies as configuration: no process is started here."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lockstep.dev.platform import Platform
+from lockstep.dev.procs import PlatformError
+
+
+def props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def test_single_node_replicates_nothing_and_runs_spark_locally(tmp_path):
+    plat = Platform(state_dir=tmp_path)
+    assert plat.services() == ("s3", "kafka", "airflow")
+    node = plat.kafka.nodes[0]
+    p = props(plat.kafka.server_properties(node))
+    assert p["transaction.state.log.replication.factor"] == p["default.replication.factor"] == "1"
+    assert plat.spark is None
+    assert json.loads(plat.connection_env()["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "local[*]"
+
+
+def test_cluster_is_three_voting_brokers_with_rf3_isr2_and_a_spark_master_with_two_workers(tmp_path):
+    plat = Platform(state_dir=tmp_path, cluster=True)
+    assert plat.services() == ("s3", "kafka-1", "kafka-2", "kafka-3", "spark-master", "spark-worker-1",
+                               "spark-worker-2", "airflow")
+    nodes = plat.kafka.nodes
+    assert len({n.data_dir for n in nodes}) == len({n.port for n in nodes}) == 3
+    for node in nodes:
+        p = props(plat.kafka.server_properties(node))
+        assert p["node.id"] == str(node.node_id)
+        assert p["controller.quorum.voters"] == ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+        assert (p["default.replication.factor"], p["min.insync.replicas"]) == ("3", "2")
+        assert (p["transaction.state.log.replication.factor"], p["transaction.state.log.min.isr"]) == ("3", "2")
+        assert p["offsets.topic.replication.factor"] == "3"
+    env = plat.connection_env()
+    bootstrap = json.loads(env["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]["bootstrap.servers"]
+    assert bootstrap.split(",") == [f"127.0.0.1:{n.port}" for n in nodes]
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == plat.spark.master_url == "spark://127.0.0.1:17077"
+
+
+def test_the_saved_topology_is_kept_until_asked_to_switch(tmp_path):
+    Platform(state_dir=tmp_path, cluster=True, free_ports=True)._save()
+    again = Platform(state_dir=tmp_path)  # `dev up` without a flag
+    assert again.is_cluster
+    s3_port = again.state.ports["s3"]
+    single = Platform(state_dir=tmp_path, cluster=False)  # nothing runs: switching is allowed
+    assert not single.is_cluster and single.services() == ("s3", "kafka", "airflow")
+    assert single.state.ports["s3"] == s3_port and single.state.ports["kafka"] == 19092
+
+
+def test_switching_topology_while_the_other_runs_is_refused(tmp_path, monkeypatch):
+    Platform(state_dir=tmp_path)._save()
+    monkeypatch.setattr("lockstep.dev.procs.is_running", lambda pid, marker: True)
+    saved = json.loads((tmp_path / "platform.json").read_text())
+    saved["pids"] = {"kafka": 4242}
+    (tmp_path / "platform.json").write_text(json.dumps(saved))
+    with pytest.raises(PlatformError, match="stop it first"):
+        Platform(state_dir=tmp_path, cluster=True)
