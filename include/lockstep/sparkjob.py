@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from lockstep import failpoints
 from lockstep.checkpoint import TRANSACTION_SCHEMA, CheckpointStatus, PreparedCheckpoint, PreparedTransaction
