@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from lockstep.errors import CheckpointError, LockstepError, MetadataError, TerminalError
 from lockstep.offsets import OffsetRange, TopicPartition
@@ -62,23 +62,32 @@ def validate_savepoint_name(name: str) -> str:
 class _Reader:
     """Typed field access on a JSON document, failing with the object key in the message."""
 
-    def __init__(self, doc: Any, key: str, schema: str) -> None:
+    def __init__(self, doc: Any, key: str, schema: str | None, path: str = "") -> None:
         self.key = key
+        self.path = path
         if not isinstance(doc, Mapping):
-            raise MetadataError(key, f"expected a JSON object, got {type(doc).__name__}")
+            what = f"field {path!r} must be" if path else "expected"
+            raise MetadataError(key, f"{what} a JSON object, got {type(doc).__name__}")
         found = doc.get("schema")
-        if found != schema:
+        if schema is not None and found != schema:
             raise MetadataError(key, f"schema is {found!r}, expected {schema!r}")
         self.doc = doc
 
+    def nested(self, name: str) -> _Reader:
+        """A JSON object inside this one (no schema of its own); errors name its full path."""
+        return _Reader(self.get(name, dict), self.key, None, self._name(name))
+
+    def _name(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
     def get(self, name: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
         if name not in self.doc:
-            raise MetadataError(self.key, f"missing field {name!r}")
+            raise MetadataError(self.key, f"missing field {self._name(name)!r}")
         value = self.doc[name]
         if value is None and optional:
             return None
         if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            raise MetadataError(self.key, f"field {name!r} has the wrong type: {value!r}")
+            raise MetadataError(self.key, f"field {self._name(name)!r} has the wrong type: {value!r}")
         return value
 
     def convert(self, name: str, fn: Callable[[], T]) -> T:
@@ -112,8 +121,76 @@ def _build(key: str, fn: Callable[[], T]) -> T:
 
 
 @dataclass(frozen=True)
+class PlannedWith:
+    """The spec values a checkpoint depends on, as they were when it was planned.
+
+    Pinned in the claim because every later step of the checkpoint (its Spark run, commit, and the
+    next run's recovery) must use them rather than the spec file as it is by then: a prefix edited
+    while the checkpoint is in flight must neither give its transactions other ids nor make
+    recovery fence them under a prefix they do not have. Stored nested like the spec's YAML, so
+    ``claim.json`` reads as the part of the spec it was planned with.
+    """
+
+    source_topics: tuple[str, ...]
+    source_kafka_conn_id: str
+    sink_topic: str
+    dead_letter_topic: str
+    sink_writer: str
+    sink_kafka_conn_id: str
+    id_prefix: str
+    timeout_ms: int
+
+    #: (spec field, attribute): the names users know these values by, in logs and errors.
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("source.topics", "source_topics"), ("source.kafka_conn_id", "source_kafka_conn_id"),
+        ("sink.topic", "sink_topic"), ("sink.dead_letter_topic", "dead_letter_topic"),
+        ("sink.writer", "sink_writer"), ("sink.kafka_conn_id", "sink_kafka_conn_id"),
+        ("transactions.id_prefix", "id_prefix"), ("transactions.timeout_ms", "timeout_ms"),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.source_topics or not all(isinstance(t, str) and t for t in self.source_topics):
+            raise ValueError(f"source.topics must be a non-empty list of topic names, got {self.source_topics!r}")
+        for spec_field, attr in self.FIELDS:
+            value = getattr(self, attr)
+            if attr not in ("source_topics", "timeout_ms") and (not isinstance(value, str) or not value):
+                raise ValueError(f"{spec_field} must be a non-empty string, got {value!r}")
+        if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
+            raise ValueError(f"transactions.timeout_ms must be a positive integer, got {self.timeout_ms!r}")
+
+    def value(self, spec_field: str) -> Any:
+        return getattr(self, dict(self.FIELDS)[spec_field])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": {"topics": list(self.source_topics), "kafka_conn_id": self.source_kafka_conn_id},
+            "sink": {"topic": self.sink_topic, "dead_letter_topic": self.dead_letter_topic,
+                     "writer": self.sink_writer, "kafka_conn_id": self.sink_kafka_conn_id},
+            "transactions": {"id_prefix": self.id_prefix, "timeout_ms": self.timeout_ms},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<planned_with>", path: str = "planned_with") -> PlannedWith:
+        r = _Reader(doc, key, None, path)
+        source, sink, txn = r.nested("source"), r.nested("sink"), r.nested("transactions")
+        topics = source.get("topics", list)
+        if not all(isinstance(t, str) for t in topics):
+            raise MetadataError(key, f"field '{path}.source.topics' must list topic names, got {topics!r}")
+        return _build(key, lambda: cls(
+            source_topics=tuple(topics), source_kafka_conn_id=source.get("kafka_conn_id", str),
+            sink_topic=sink.get("topic", str), dead_letter_topic=sink.get("dead_letter_topic", str),
+            sink_writer=sink.get("writer", str), sink_kafka_conn_id=sink.get("kafka_conn_id", str),
+            id_prefix=txn.get("id_prefix", str), timeout_ms=txn.get("timeout_ms", int),
+        ))
+
+
+@dataclass(frozen=True)
 class CheckpointClaim:
-    """Written first, with a conditional create: whoever writes it owns the checkpoint id."""
+    """Written first, with a conditional create: whoever writes it owns the checkpoint id.
+
+    ``planned_with`` is None only for claims written before Lockstep recorded it (the same
+    ``claim/1`` schema without the field): their steps fall back to the spec's current values.
+    """
 
     pipeline: str
     checkpoint_id: int
@@ -123,6 +200,7 @@ class CheckpointClaim:
     start_source: str
     restored_from: str | None = None
     skipped: Mapping[str, int] = field(default_factory=dict)
+    planned_with: PlannedWith | None = None
 
     @property
     def end_offsets(self) -> dict[str, int]:
@@ -134,19 +212,27 @@ class CheckpointClaim:
         return sum(1 for r in self.ranges if not r.is_empty)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "schema": CLAIM_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "run_id": self.run_id, "claimed_at": self.claimed_at, "ranges": [r.to_json() for r in self.ranges],
             "start_source": self.start_source, "restored_from": self.restored_from, "skipped": dict(self.skipped),
         }
+        if self.planned_with is not None:  # absent, as in claims of earlier versions, when unknown
+            doc["planned_with"] = self.planned_with.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, key: str = "<claim>") -> CheckpointClaim:
         r = _Reader(doc, key, CLAIM_SCHEMA)
+        # An added field, not a new schema: earlier versions ignore it and keep their old behaviour,
+        # and their claims (without it) stay readable here.
+        raw = r.doc.get("planned_with")
+        planned_with = None if raw is None else PlannedWith.from_json(raw, key)
         return _build(key, lambda: cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int), run_id=r.get("run_id", str),
             claimed_at=r.get("claimed_at", str), ranges=r.ranges("ranges"), start_source=r.get("start_source", str),
             restored_from=r.get("restored_from", str, optional=True), skipped=r.offsets("skipped"),
+            planned_with=planned_with,
         ))
 
 
