@@ -189,12 +189,54 @@ class RecoveryPlan:
     roll_forward: tuple[int, ...] = ()
     #: claimed-only checkpoints to mark aborted (their run died before preparing).
     mark_aborted: tuple[int, ...] = ()
-    #: per checkpoint id, transactional ids to fence (InitProducerId aborts whatever is open).
+    #: per checkpoint id, transactional ids to fence (InitProducerId aborts whatever is open), on the
+    #: spec's sink cluster.
     fence: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    #: the same for checkpoints planned with another sink.kafka_conn_id, per that connection id:
+    #: their transactions live on that cluster.
+    fence_elsewhere: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def is_clean(self) -> bool:
-        return not (self.roll_forward or self.mark_aborted or self.fence)
+        return not (self.roll_forward or self.mark_aborted or self.fence or self.fence_elsewhere)
+
+
+#: Where a checkpoint's transactions live: (sink connection id, or None for the spec's; id prefix).
+Scope = tuple["str | None", str]
+
+_UNSETTLED = (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED, CheckpointStatus.ABORTED)
+
+
+def checkpoint_scope(view: CheckpointView, id_prefix: str, sink_conn_id: str | None = None) -> Scope:
+    """Where recovery looks for a checkpoint's transactions: where its claim says it was planned.
+
+    A claim that does not record it (an earlier version's) is taken to be under the spec's
+    current prefix and cluster. The cluster is None when it is the spec's (``sink_conn_id``),
+    or when the caller does not tell clusters apart.
+    """
+    planned = view.claim.planned_with
+    if planned is None:
+        return (None, id_prefix)
+    here = sink_conn_id is None or planned.sink_kafka_conn_id == sink_conn_id
+    return (None if here else planned.sink_kafka_conn_id, planned.id_prefix)
+
+
+def listing_scopes(views: Sequence[CheckpointView], id_prefix: str,
+                   sink_conn_id: str | None = None) -> dict[str | None, tuple[str, ...]]:
+    """Which prefixes recovery lists open transactions under, per sink cluster (None: the spec's).
+
+    The spec's current prefix always, on the spec's cluster, for anything lingering; and the
+    prefix (and cluster) each unsettled checkpoint was planned with, so that a checkpoint in
+    flight when ``transactions.id_prefix`` or ``sink.kafka_conn_id`` was edited is still fenced
+    where its transactions are.
+    """
+    scopes: dict[str | None, list[str]] = {None: [id_prefix]}
+    for view in sorted(views, key=lambda v: v.checkpoint_id):
+        if view.status in _UNSETTLED:
+            cluster, prefix = checkpoint_scope(view, id_prefix, sink_conn_id)
+            if prefix not in scopes.setdefault(cluster, []):
+                scopes[cluster].append(prefix)
+    return {cluster: tuple(prefixes) for cluster, prefixes in scopes.items()}
 
 
 def recovery_plan(
@@ -202,38 +244,61 @@ def recovery_plan(
     id_prefix: str,
     open_transactional_ids: Iterable[str] = (),
     latest_completed_id: int | None = None,
+    *,
+    sink_conn_id: str | None = None,
+    open_elsewhere: Mapping[str, Iterable[str]] | None = None,
 ) -> RecoveryPlan:
     """Commit what was decided, abort everything else under our prefix.
 
     `views` are the checkpoints newer than the latest completed one. Ids of a checkpoint are derived
-    from its claim (one per non-empty range); `open_transactional_ids` (seen on the broker under the
-    prefix) adds ids a higher past parallelism used. Fencing is idempotent, so aborted checkpoints
-    are fenced again rather than trusting that the earlier fencing happened.
+    from its claim (one per non-empty range), under the prefix its claim was planned with
+    (`checkpoint_scope`); `open_transactional_ids` (seen on the spec's sink cluster under the prefixes of
+    `listing_scopes`) adds ids a higher past parallelism used, and `open_elsewhere` the same seen on
+    other clusters, per sink connection id. Under the spec's current prefix every open id that no
+    prepared checkpoint owns is fenced; under a prefix or cluster the spec has since left, only ids of
+    the unsettled checkpoints planned there, so a prefix given up and reused by another pipeline is not
+    swept. Fencing is idempotent, so aborted checkpoints are fenced again rather than trusting that the
+    earlier fencing happened.
     """
-    fence: dict[int, set[str]] = {}
+    current: Scope = (None, id_prefix)
+    fence: dict[str | None, dict[int, set[str]]] = {}
+    planned_in: dict[Scope, set[int]] = {current: set()}
     roll_forward: list[int] = []
     mark_aborted: list[int] = []
-    keep: set[str] = set()
+    keep: set[tuple[str | None, str]] = set()
     for view in sorted(views, key=lambda v: v.checkpoint_id):
         cid = view.checkpoint_id
+        if view.status not in _UNSETTLED:
+            continue
+        cluster, prefix = scope = checkpoint_scope(view, id_prefix, sink_conn_id)
+        planned_in.setdefault(scope, set()).add(cid)
         if view.status is CheckpointStatus.PREPARED:
             roll_forward.append(cid)
-            keep.update(t.transactional_id for t in view.prepared.transactions)  # type: ignore[union-attr]
-        elif view.status in (CheckpointStatus.CLAIMED, CheckpointStatus.ABORTED):
+            keep.update((cluster, t.transactional_id) for t in view.prepared.transactions)  # type: ignore[union-attr]
+        else:
             if view.status is CheckpointStatus.CLAIMED:
                 mark_aborted.append(cid)
-            fence.setdefault(cid, set()).update(
-                transactional_id(id_prefix, cid, i) for i in range(view.claim.task_count))
-    for tid in open_transactional_ids:
-        parsed = parse_transactional_id(id_prefix, tid)
-        if parsed is not None and tid not in keep:
-            fence.setdefault(parsed.checkpoint_id, set()).add(tid)
+            fence.setdefault(cluster, {}).setdefault(cid, set()).update(
+                transactional_id(prefix, cid, i) for i in range(view.claim.task_count))
+    seen_open = [(None, tid) for tid in open_transactional_ids]
+    seen_open += [(conn, tid) for conn, tids in (open_elsewhere or {}).items() for tid in tids if conn != sink_conn_id]
+    for cluster, tid in seen_open:
+        if (cluster, tid) in keep:
+            continue
+        for (where, prefix), cids in planned_in.items():
+            parsed = parse_transactional_id(prefix, tid) if where == cluster else None
+            if parsed is not None and ((where, prefix) == current or parsed.checkpoint_id in cids):
+                fence.setdefault(cluster, {}).setdefault(parsed.checkpoint_id, set()).add(tid)
+                break
     seen = [v.checkpoint_id for v in views] + ([latest_completed_id] if latest_completed_id is not None else [])
+    by_cluster = {cluster: {cid: tuple(sorted(ids, key=_task_order)) for cid, ids in sorted(per_cid.items()) if ids}
+                  for cluster, per_cid in fence.items()}
     return RecoveryPlan(
         next_checkpoint_id=max(seen, default=0) + 1,
         roll_forward=tuple(roll_forward),
         mark_aborted=tuple(mark_aborted),
-        fence={cid: tuple(sorted(ids, key=_task_order)) for cid, ids in sorted(fence.items()) if ids},
+        fence=by_cluster.pop(None, {}),
+        fence_elsewhere={conn: ids for conn, ids in sorted(by_cluster.items()) if ids},
     )
 
 
