@@ -18,11 +18,14 @@ from typing import Any, Callable
 
 from lockstep import failpoints, topics
 from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
-from lockstep.decisions import DecisionKind, claim_in_flight, decide_commit, recovery_plan, replay_hint
+from lockstep.decisions import (
+    DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
+)
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_from_json, plan_ranges
 from lockstep.connections import kafka_config
-from lockstep.runtime import checkpoint_store, kafka_admin, transaction_committer
+from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
+from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 
@@ -43,6 +46,15 @@ class Pipeline:
     source_kafka: dict[str, Any]
     committer_factory: Callable[[], Any]
     wall_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    #: committers on other sink clusters, by connection id: for checkpoints planned with another
+    #: ``sink.kafka_conn_id`` than the spec's current one.
+    committer_for: Callable[[str], Any] = field(default=committer_for_connection)
+
+    def committer(self, conn_id: str | None = None) -> Any:
+        """A committer on the cluster of ``conn_id``; None (or the spec's own) is the spec's sink cluster."""
+        if conn_id is None or conn_id == self.spec.sink.kafka_conn_id:
+            return self.committer_factory()
+        return self.committer_for(conn_id)
 
     @classmethod
     def open(cls, spec: PipelineSpec) -> Pipeline:
@@ -86,8 +98,8 @@ def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | 
             why = f"its run {owner} is still running" if known else None
         else:
             claimed_ms = int(datetime.fromisoformat(view.claim.claimed_at).timestamp() * 1000)
-            why = claim_in_flight(owner, claimed_ms, p.wall_ms(), p.spec.transactions.timeout_ms,
-                                  socket.gethostname(), _pid_alive)
+            lease_ms = resolve(view.claim, p.spec).values.timeout_ms  # its transactions' timeout, as planned
+            why = claim_in_flight(owner, claimed_ms, p.wall_ms(), lease_ms, socket.gethostname(), _pid_alive)
         if why:
             raise CheckpointInFlight(
                 f"checkpoint {view.checkpoint_id} is still in flight: {why}. Runs of a pipeline must not overlap: "
@@ -105,13 +117,37 @@ def _pid_alive(pid: int) -> bool:
 
 
 def recover(p: Pipeline) -> None:
-    """Commit what was decided, abort everything else under our prefix (seed 003's restore rule)."""
+    """Commit what was decided, abort everything else under our prefix (seed 003's restore rule).
+
+    Each checkpoint is recovered under the prefix and on the sink cluster its claim was planned
+    with; lingering transactions are also fenced under the spec's current prefix.
+    """
     latest = p.store.latest_completed()
-    views = p.store.views_after(latest.checkpoint_id if latest else None)
-    prefix = p.spec.transactions.id_prefix
-    with p.committer_factory() as committer:
-        open_ids = committer.list_open(f"{prefix}-")
-    plan = recovery_plan(views, prefix, open_ids, latest.checkpoint_id if latest else None)
+    latest_id = latest.checkpoint_id if latest else None
+    views = p.store.views_after(latest_id)
+    prefix, sink_conn = p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id
+    for line in prefix_changes(views, prefix).values():
+        log.warning(line)
+    for view in views:
+        notice = resolve(view.claim, p.spec).notice(Step.RECOVERY) if view.status is CheckpointStatus.CLAIMED else None
+        if notice:
+            log.warning(notice)
+    open_here: list[str] = []
+    open_elsewhere: dict[str, list[str]] = {}
+    for cluster, prefixes in listing_scopes(views, prefix, sink_conn).items():
+        try:
+            with p.committer(cluster) as committer:
+                found = [tid for pre in prefixes for tid in committer.list_open(f"{pre}-")]
+        except (TerminalError, TransientError) as exc:
+            if cluster is None:
+                raise
+            views = _without_unreachable(p, views, cluster, exc)
+            continue
+        if cluster is None:
+            open_here = found
+        else:
+            open_elsewhere[cluster] = found
+    plan = recovery_plan(views, prefix, open_here, latest_id, sink_conn_id=sink_conn, open_elsewhere=open_elsewhere)
     if plan.is_clean:
         return
     for cid in plan.roll_forward:
@@ -123,12 +159,16 @@ def recover(p: Pipeline) -> None:
                 raise  # e.g. stuck half-committed: planning on top of it would be wrong
             # commit() already aborted it and logged why; this run replays its ranges.
             log.error("checkpoint %d could not be rolled forward and was aborted (%s); this run replays it", cid, exc)
-    with p.committer_factory() as committer:
-        for cid, tids in plan.fence.items():
-            for tid in tids:
-                committer.fence(tid)
-            log.warning("checkpoint %d: fenced %d transactional ids of failed attempts (%s)", cid, len(tids),
-                        ", ".join(tids))
+    for cluster, fence in [(None, plan.fence), *plan.fence_elsewhere.items()]:
+        if not fence:
+            continue
+        where = "" if cluster is None else f" on the cluster of connection {cluster!r}, where it was planned"
+        with p.committer(cluster) as committer:
+            for cid, tids in fence.items():
+                for tid in tids:
+                    committer.fence(tid)
+                log.warning("checkpoint %d: fenced %d transactional ids of failed attempts%s (%s)", cid, len(tids),
+                            where, ", ".join(tids))
     for cid in plan.mark_aborted:
         view = p.store.view(cid)  # re-read: a late driver may have prepared it after all
         if view.status is CheckpointStatus.PREPARED:
@@ -137,6 +177,49 @@ def recover(p: Pipeline) -> None:
             continue
         _mark_aborted(p, view, "its run ended before the prepared metadata was written (Spark job failed or "
                                "was killed); its transactions were fenced")
+
+
+def _without_unreachable(p: Pipeline, views: list[CheckpointView], cluster: str,
+                         exc: Exception) -> list[CheckpointView]:
+    """Leave out checkpoints planned on a sink cluster that cannot be reached through its connection.
+
+    A claimed or prepared one cannot be settled without it: refuse (a transient failure stays
+    transient). Aborted ones were fenced when they were aborted; fencing them again is only a
+    precaution, so they are left out with a warning.
+    """
+    prefix, sink_conn = p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id
+    there = [v for v in views if v.status is not CheckpointStatus.COMPLETED
+             and checkpoint_scope(v, prefix, sink_conn)[0] == cluster]
+    for view in there:
+        if view.status in (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED):
+            message = _unusable_sink(view.checkpoint_id, cluster, sink_conn, exc)
+            if isinstance(exc, TransientError):
+                raise TransientError(f"checkpoint {view.checkpoint_id}: {message}") from exc
+            raise CheckpointError(view.checkpoint_id, message) from exc
+    log.warning("checkpoint%s %s %s planned with sink.kafka_conn_id %r, which cannot be used now (%s); %s aborted "
+                "already, so %s transactions are not fenced again", "s" if len(there) > 1 else "",
+                ", ".join(str(v.checkpoint_id) for v in there), "were" if len(there) > 1 else "was", cluster, exc,
+                "they are" if len(there) > 1 else "it is", "their" if len(there) > 1 else "its")
+    return [v for v in views if v not in there]
+
+
+def _unusable_sink(checkpoint_id: int, planned_conn: str, spec_conn: str, exc: Exception) -> str:
+    return (f"it was planned with sink.kafka_conn_id {planned_conn!r} (the spec now says {spec_conn!r}) and its "
+            f"transactions live on that cluster, but the connection cannot be used: {exc}. Define connection "
+            f"{planned_conn!r} again (or restore sink.kafka_conn_id: {planned_conn}) until checkpoint {checkpoint_id} "
+            "is settled")
+
+
+def _claim_committer(p: Pipeline, resolved: Any) -> Any:
+    """A committer on the cluster the checkpoint was planned for."""
+    conn = resolved.values.sink_kafka_conn_id
+    try:
+        return p.committer(conn)
+    except TerminalError as exc:
+        if conn == p.spec.sink.kafka_conn_id:
+            raise
+        raise CheckpointError(resolved.checkpoint_id, _unusable_sink(resolved.checkpoint_id, conn,
+                                                                     p.spec.sink.kafka_conn_id, exc)) from exc
 
 
 def _mark_aborted(p: Pipeline, view: CheckpointView, reason: str) -> AbortedCheckpoint:
@@ -180,7 +263,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=_now(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
-        skipped={tp.key: n for tp, n in ranges.skipped.items()},
+        skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
     )
     result = Plan(claim, ranges, dry_run)
     if dry_run:
@@ -235,10 +318,18 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
         _publish(p, view)
         return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
     prepared = view.prepared
-    with p.committer_factory() as committer:
+    resolved = resolve(view.claim, p.spec)  # the ids are the committables'; the cluster is the claim's
+    notice = resolved.notice(Step.COMMIT)
+    if notice:
+        log.warning(notice)
+    with _claim_committer(p, resolved) as committer:
         observed = committer.describe(t.transactional_id for t in prepared.transactions)
         decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms)
         log.info("checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
+        refused = refusal(resolved, Step.COMMIT, decision.kind,
+                          transactions_deadline_ms(prepared, resolved.values.timeout_ms))
+        if refused:
+            raise CheckpointError(checkpoint_id, refused)
         if decision.kind is DecisionKind.RETRY_LATER:
             raise TransientError(f"checkpoint {checkpoint_id}: {decision.message}; the commit task will retry")
         if decision.kind is DecisionKind.STUCK:
@@ -300,6 +391,12 @@ def _abort_transactions(committer: Any, prepared: Any, tids: tuple[str, ...]) ->
 def _publish(p: Pipeline, view: CheckpointView) -> None:
     """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore."""
     group = p.spec.source.consumer_group
+    moved = resolve(view.claim, p.spec).changed("source.kafka_conn_id")
+    if moved is not None:
+        log.warning("checkpoint %d: not publishing its end offsets to consumer group %s: they are offsets on the "
+                    "cluster of %r, and source.kafka_conn_id is now %r", view.checkpoint_id, group, moved.old,
+                    moved.new)
+        return
     ends = offsets_from_json(view.completed.end_offsets)
     current = topics.group_offsets(p.source_kafka, group, list(ends))
     allow_backwards = view.claim.restored_from is not None

@@ -62,10 +62,15 @@ def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> Any:
 
 def transaction_committer(spec: PipelineSpec) -> Any:
     """The committer talks to the sink cluster, where the transactions live."""
+    return committer_for_connection(spec.sink.kafka_conn_id)
+
+
+def committer_for_connection(conn_id: str) -> Any:
+    """A committer on the cluster of ``conn_id`` (a checkpoint planned with another sink connection)."""
     from lockstep.committer import TransactionCommitter
 
-    client = kafka_config(spec.sink.kafka_conn_id, KAFKA_PYTHON)  # the admin client: EndTxn, DescribeTransactions
-    producer = kafka_config(spec.sink.kafka_conn_id)  # confluent-kafka: fence() re-initialises ids
+    client = kafka_config(conn_id, KAFKA_PYTHON)  # the admin client: EndTxn, DescribeTransactions
+    producer = kafka_config(conn_id)  # confluent-kafka: fence() re-initialises ids
     bootstrap = client.pop("bootstrap_servers")
     producer.pop("bootstrap.servers")
     return TransactionCommitter(bootstrap, client_config=client, producer_config=producer)
