@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 
 from lockstep.checkpoint import CheckpointStatus
 from lockstep.errors import CheckpointError
-from lockstep.sparkjob import run_checkpoint_job
+from lockstep.sparkjob import run_checkpoint_job, values_for_run
 from lockstep.store import CheckpointStore
 from lockstep.sparkconf import job_environment, submit_command
 from lockstep.spec import PipelineSpec
@@ -60,6 +60,8 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         run_checkpoint_job(spec, checkpoint_id, spark=None, store=store)
         log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)
         return time.monotonic() - started
+    if view is not None and view.status is CheckpointStatus.CLAIMED:
+        values_for_run(spec, view)  # a refused spec edit fails here, not after Spark's start-up
     try:
         return run_spark_job(spec, checkpoint_id, env, on_start)
     except CheckpointError as exc:

@@ -18,12 +18,15 @@ from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from lockstep import failpoints
-from lockstep.checkpoint import TRANSACTION_SCHEMA, CheckpointStatus, PreparedCheckpoint, PreparedTransaction
+from lockstep.checkpoint import (
+    TRANSACTION_SCHEMA, CheckpointStatus, PlannedWith, PreparedCheckpoint, PreparedTransaction,
+)
 from lockstep.connections import kafka_config
 from lockstep.decisions import transactional_id
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.kafka_clients import CONFLUENT, JAVA
 from lockstep.offsets import OffsetRange, spark_offsets
+from lockstep.pinned import Resolved, Step, refusal, resolve
 from lockstep.spec import PipelineSpec
 from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
 from lockstep.transform import load_transform, ship_to_executors
@@ -220,6 +223,28 @@ def _with_schema(committable: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"schema": TRANSACTION_SCHEMA, **committable}
 
 
+def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any]) -> WriterSettings:
+    """Everything a task writes with comes from what the checkpoint was planned with (its claim),
+    never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect
+    of the planned writer."""
+    sink = kafka_config(planned.sink_kafka_conn_id, JAVA if planned.sink_writer == "jvm" else CONFLUENT)
+    return WriterSettings(
+        bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **producer},
+        id_prefix=planned.id_prefix, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
+        sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
+    )
+
+
+def values_for_run(spec: PipelineSpec, view: Any) -> Resolved:
+    """The claim's values for the Spark run of a claimed checkpoint with records to write, or a
+    CheckpointError when a spec edit since its plan cannot be honoured (another cluster)."""
+    resolved = resolve(view.claim, spec)
+    refused = refusal(resolved, Step.RUN)
+    if refused:
+        raise CheckpointError(view.checkpoint_id, refused)
+    return resolved
+
+
 def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store: Any) -> PreparedCheckpoint:
     view = store.view(checkpoint_id)
     if view is None:
@@ -234,27 +259,25 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
     committables: list[PreparedTransaction] = []
     rows_out = 0
     if ranges:
-        kafka = kafka_config(spec.source.kafka_conn_id, JAVA)
+        resolved = values_for_run(spec, view)
+        notice = resolved.notice(Step.RUN)
+        if notice:
+            log.warning(notice)
+        planned = resolved.values
+        kafka = kafka_config(planned.source_kafka_conn_id, JAVA)
         df = read_ranges(spark, kafka, ranges)
         transform = load_transform(spec)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
-        shipped = ship_to_executors(spark, spec, ("lockstep",) if spec.sink.writer == "python" else ())
+        shipped = ship_to_executors(spark, spec, ("lockstep",) if planned.sink_writer == "python" else ())
         if shipped:
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-        # Each writer gets the sink connection in its own client's dialect.
-        sink = kafka_config(spec.sink.kafka_conn_id, JAVA if spec.sink.writer == "jvm" else CONFLUENT)
-        settings = WriterSettings(
-            bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **spec.producer},
-            id_prefix=spec.transactions.id_prefix, checkpoint_id=checkpoint_id,
-            timeout_ms=spec.transactions.timeout_ms, sink_topic=spec.sink.topic,
-            dead_letter_topic=spec.sink.dead_letter_topic,
-        )
-        log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer",
-                 checkpoint_id, len(ranges), sum(r.count for r in ranges), spec.sink.topic,
-                 spec.sink.dead_letter_topic, spec.sink.writer)
-        write = write_with_jvm if spec.sink.writer == "jvm" else write_with_python
+        settings = writer_settings(planned, checkpoint_id, dict(spec.producer))
+        log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer under "
+                 "transactional ids %s-%d-<task>", checkpoint_id, len(ranges), sum(r.count for r in ranges),
+                 planned.sink_topic, planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
+        write = write_with_jvm if planned.sink_writer == "jvm" else write_with_python
         results = write(spark, out.select(*columns), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)
