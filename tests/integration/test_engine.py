@@ -251,3 +251,43 @@ def subprocess_pid_that_exited() -> int:
 
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     return int(proc.stdout)
+
+
+def test_a_prefix_and_sink_topic_edited_while_a_checkpoint_is_in_flight(tmp_path, bootstrap, unique):
+    """Issue 10: the claim pins what a checkpoint was planned with. A spec edited after its Spark
+    tasks left their transactions open does not strand them: recovery fences them under the prefix
+    they were written with, and the edit takes effect from the next checkpoint, exactly once."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 40)
+    crashed = run(pipeline, failpoints="job.before_prepared=crash")
+    assert crashed.returncode != 0
+    old_prefix, old_sink = pipeline.prefix, pipeline.sink
+    assert open_transactions(pipeline), "the crashed run's Spark tasks should have left transactions open"
+
+    new_prefix, new_sink = f"tx2-{unique}", f"out2-{unique}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept referenced: a destroyed client fails its futures
+    for future in admin.create_topics([NewTopic(new_sink, 2, 1)]).values():
+        future.result(timeout=30)
+    pipeline.rewrite(transactions={"id_prefix": new_prefix}, sink={"topic": new_sink})
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    changed = [line for line in result.stderr.splitlines()
+               if f"transactions.id_prefix changed from '{old_prefix}' to '{new_prefix}'" in line]
+    assert len(changed) == 1 and "checkpoint 1" in changed[0], result.stderr[-3000:]
+    assert f"fenced 2 transactional ids of failed attempts ({old_prefix}-1-0, {old_prefix}-1-1)" in result.stderr
+
+    s = store(pipeline)
+    assert s.view(1).status is CheckpointStatus.ABORTED
+    replay = s.view(2)
+    assert replay.status is CheckpointStatus.COMPLETED and replay.claim.ranges == s.view(1).claim.ranges
+    assert (replay.claim.planned_with.id_prefix, replay.claim.planned_with.sink_topic) == (new_prefix, new_sink)
+    assert all(t.transactional_id.startswith(f"{new_prefix}-2-") for t in replay.prepared.transactions)
+    assert open_transactions(pipeline) == []  # nothing left under the old prefix
+    pipeline.prefix, pipeline.sink = new_prefix, new_sink
+    assert open_transactions(pipeline) == []  # nor under the new one
+    assert read_committed(bootstrap, old_sink) == []  # the aborted attempt stays invisible
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["expected_outputs"] == report["actual_outputs"] == 40
