@@ -36,6 +36,11 @@ log = logging.getLogger("lockstep.job")
 #: Provenance headers on every output record: where the input record came from.
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "lockstep.source.topic", "lockstep.source.partition", "lockstep.source.offset"
 CHECKPOINT_HEADER, ERROR_HEADER = "lockstep.checkpoint", "lockstep.error"
+#: On a dead letter whose key, value and user headers were dropped to fit: the estimated size of the record.
+ORIGINAL_SIZE_HEADER = "lockstep.original.size"
+#: The producer-side limit when the spec's `producer:` sets neither `max.request.size` (Java client) nor
+#: `message.max.bytes` (librdkafka): the smaller of the two clients' defaults, so both writers agree.
+DEFAULT_PRODUCER_LIMIT = 1_000_000
 REQUIRED_COLUMNS = ("value", "topic", "partition", "offset")
 OPTIONAL_COLUMNS = ("key", "headers", "error")
 RESULT_SCHEMA = "task int, committable string, rows long"
@@ -52,8 +57,54 @@ class WriterSettings:
     timeout_ms: int
     sink_topic: str
     dead_letter_topic: str
+    #: The largest record (estimated by `record_size`) each topic takes, and where that limit comes from.
+    sink_max_bytes: int = DEFAULT_PRODUCER_LIMIT
+    sink_limit: str = "the producer's default"
+    dead_letter_max_bytes: int = DEFAULT_PRODUCER_LIMIT
+    dead_letter_limit: str = "the producer's default"
 
 
+# A conservative estimate of what a record weighs on the wire, in a batch of its own (record batch v2):
+# the batch header, the record's framing with every varint at its widest, each header's two length
+# varints, and LZ4's worst-case growth of incompressible bytes. Both writers compute exactly this
+# (`sparkjob.record_size`, `PartitionTransaction.recordSize`), so they dead-letter the same records.
+BATCH_OVERHEAD, RECORD_OVERHEAD, HEADER_OVERHEAD, COMPRESSION_SLACK = 61, 36, 10, 64
+
+
+def record_size(key_bytes: int, value_bytes: int, header_bytes: int, headers: int) -> int:
+    """Estimated bytes of one record: ``header_bytes`` is the sum of the header names' UTF-8 lengths
+    and the header values' lengths, ``headers`` how many there are."""
+    body = key_bytes + value_bytes + header_bytes
+    return BATCH_OVERHEAD + RECORD_OVERHEAD + HEADER_OVERHEAD * headers + body + body // 255 + COMPRESSION_SLACK
+
+
+def too_large(size: int, limit: int, where: str, source: str) -> str:
+    """The `lockstep.error` reason of a record dropped for its size (same text in both writers)."""
+    return (f"record of {size} bytes exceeds the {where}'s limit of {limit} bytes ({source}); "
+            "key, value and headers dropped")
+
+
+def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
+    for name in ("max.request.size", "message.max.bytes"):
+        if name in producer:
+            return int(producer[name]), f"the producer's {name}"
+    return DEFAULT_PRODUCER_LIMIT, "the producer's default"
+
+
+def topic_limits(conn_id: str, topics: tuple[str, ...]) -> dict[str, int]:
+    """Each topic's ``max.message.bytes``, read once on the driver with the admin API."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from lockstep.topics import _with_retries
+
+    admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+    limits = {}
+    for topic in dict.fromkeys(topics):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entries = _with_retries(f"reading the config of topic {topic}",
+                                lambda: admin.describe_configs([resource])[resource].result(timeout=30))
+        limits[topic] = int(entries["max.message.bytes"].value)
+    return limits
 def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...]) -> Any:
     """Exactly the planned ``[start, end)`` of each partition, committed records only.
 
@@ -150,6 +201,8 @@ def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: boo
         return pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist()
 
     values = column("value").to_pylist()
+    value_sizes = pc.binary_length(column("value")).fill_null(0).to_pylist()
+    key_sizes = pc.binary_length(column("key")).fill_null(0).to_pylist() if "key" in names else None
     topics = column("topic").to_pylist()
     partitions, offsets = as_bytes(column("partition")), as_bytes(column("offset"))
     keys = column("key").to_pylist() if "key" in names else None
@@ -162,21 +215,45 @@ def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: boo
     checkpoint = (CHECKPOINT_HEADER, str(settings.checkpoint_id).encode())
     topic_headers: dict[str, tuple[str, bytes]] = {}
     produce, sink, middle = writer.produce, settings.sink_topic, n // 2 if first else -1
+    sink_max, dead_letter_max = settings.sink_max_bytes, settings.dead_letter_max_bytes
+    base_header_bytes = len(SOURCE_TOPIC) + len(SOURCE_PARTITION) + len(SOURCE_OFFSET) + len(CHECKPOINT_HEADER) \
+        + len(checkpoint[1])
+    error_header_bytes = len(ERROR_HEADER)
     for i in range(n):
         topic = topics[i]
         topic_header = topic_headers.get(topic)
         if topic_header is None:
             topic_header = topic_headers[topic] = (SOURCE_TOPIC, topic.encode())
         headers = [topic_header, (SOURCE_PARTITION, partitions[i]), (SOURCE_OFFSET, offsets[i]), checkpoint]
+        header_bytes = base_header_bytes + len(topic_header[1]) + len(partitions[i]) + len(offsets[i])
         if user_headers is not None and user_headers[i]:
-            headers.extend((h["key"], h["value"]) for h in user_headers[i])
+            for h in user_headers[i]:
+                headers.append((h["key"], h["value"]))
+                header_bytes += len(h["key"].encode()) + len(h["value"] or b"")
         error = errors[i] if errors is not None else None
+        key_size = key_sizes[i] if key_sizes is not None else 0
+        reason = None
         if error is None:
-            produce(sink, values[i], key=keys[i] if keys is not None else None, headers=headers)
+            size = record_size(key_size, value_sizes[i], header_bytes, len(headers))
+            if size <= sink_max:
+                produce(sink, values[i], key=keys[i] if keys is not None else None, headers=headers)
+            else:
+                reason = too_large(size, sink_max, "sink", settings.sink_limit)
         else:
-            headers.append((ERROR_HEADER, str(error).encode()))
-            produce(settings.dead_letter_topic, values[i], key=keys[i] if keys is not None else None, headers=headers,
-                    dead_letter=True)
+            error = str(error).encode()
+            size = record_size(key_size, value_sizes[i], header_bytes + error_header_bytes + len(error),
+                               len(headers) + 1)
+            if size <= dead_letter_max:
+                headers.append((ERROR_HEADER, error))
+                produce(settings.dead_letter_topic, values[i], key=keys[i] if keys is not None else None,
+                        headers=headers, dead_letter=True)
+            else:
+                reason = error.decode() + "; " + too_large(size, dead_letter_max, "dead-letter topic",
+                                                           settings.dead_letter_limit)
+        if reason is not None:
+            # Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
+            produce(settings.dead_letter_topic, b"", key=None, dead_letter=True,
+                    headers=headers[:4] + [(ERROR_HEADER, reason.encode()), (ORIGINAL_SIZE_HEADER, str(size).encode())])
         if i == middle:
             failpoints.hit("job.mid_produce")
     return n
@@ -208,6 +285,8 @@ def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[TaskR
         "transactional_ids": [transactional_id(settings.id_prefix, settings.checkpoint_id, t) for t in range(tasks)],
         "checkpoint_id": settings.checkpoint_id, "timeout_ms": settings.timeout_ms,
         "sink_topic": settings.sink_topic, "dead_letter_topic": settings.dead_letter_topic,
+        "sink_max_bytes": settings.sink_max_bytes, "sink_limit": settings.sink_limit,
+        "dead_letter_max_bytes": settings.dead_letter_max_bytes, "dead_letter_limit": settings.dead_letter_limit,
         "failpoints": failpoints.armed(prefix="job."),
     }
     results = []
@@ -223,15 +302,35 @@ def _with_schema(committable: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"schema": TRANSACTION_SCHEMA, **committable}
 
 
-def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any]) -> WriterSettings:
+def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any],
+                    topic_max_bytes: dict[str, int] | None = None) -> WriterSettings:
     """Everything a task writes with comes from what the checkpoint was planned with (its claim),
     never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect
-    of the planned writer."""
+    of the planned writer.
+
+    ``topic_max_bytes`` (each topic's ``max.message.bytes``, from `topic_limits`) bounds the record
+    size per topic together with the producer's own limit; ``batch.size`` is capped at the smaller
+    topic limit so a batch of small records is never refused by the broker as too large either."""
     sink = kafka_config(planned.sink_kafka_conn_id, JAVA if planned.sink_writer == "jvm" else CONFLUENT)
+    produced_limit, produced_source = producer_limit(producer)
+
+    def limit(topic: str) -> tuple[int, str]:
+        topic_limit = (topic_max_bytes or {}).get(topic)
+        if topic_limit is not None and topic_limit < produced_limit:
+            return topic_limit, f"max.message.bytes of topic {topic}"
+        return produced_limit, produced_source
+
+    sink_max, sink_source = limit(planned.sink_topic)
+    dead_max, dead_source = limit(planned.dead_letter_topic)
+    config = {**sink, **producer}
+    batch = int(config.get("batch.size", THROUGHPUT_PRODUCER_CONFIG["batch.size"]))
+    if min(sink_max, dead_max) < batch:
+        config["batch.size"] = min(sink_max, dead_max)
     return WriterSettings(
-        bootstrap=sink.pop("bootstrap.servers"), producer_config={**sink, **producer},
+        bootstrap=config.pop("bootstrap.servers"), producer_config=config,
         id_prefix=planned.id_prefix, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
         sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
+        sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
     )
 
 
@@ -273,7 +372,8 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-        settings = writer_settings(planned, checkpoint_id, dict(spec.producer))
+        settings = writer_settings(planned, checkpoint_id, dict(spec.producer), topic_limits(
+            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic)))
         log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer under "
                  "transactional ids %s-%d-<task>", checkpoint_id, len(ranges), sum(r.count for r in ranges),
                  planned.sink_topic, planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)

@@ -45,6 +45,13 @@ final class PartitionTransaction {
   static final String SOURCE_OFFSET = "lockstep.source.offset";
   static final String CHECKPOINT = "lockstep.checkpoint";
   static final String ERROR = "lockstep.error";
+  static final String ORIGINAL_SIZE = "lockstep.original.size";
+  // The record size estimate of lockstep.sparkjob.record_size (same numbers, same result).
+  static final int BATCH_OVERHEAD = 61;
+  static final int RECORD_OVERHEAD = 36;
+  static final int HEADER_OVERHEAD = 10;
+  static final int COMPRESSION_SLACK = 64;
+  private static final byte[] EMPTY = new byte[0];
   static final int CRASH_EXIT_CODE = 86;
   private static final Logger LOG = LoggerFactory.getLogger(PartitionTransaction.class);
 
@@ -150,6 +157,8 @@ final class PartitionTransaction {
     long lastPartition = Long.MIN_VALUE;
     byte[] partitionBytes = null;
     long produced = 0;
+    long baseHeaderBytes = SOURCE_TOPIC.length() + SOURCE_PARTITION.length() + SOURCE_OFFSET.length()
+        + CHECKPOINT.length() + checkpoint.length;
     while (rows.hasNext()) {
       InternalRow row = rows.next();
       String topic = row.getUTF8String(layout.topic).toString();
@@ -159,33 +168,71 @@ final class PartitionTransaction {
         lastPartition = partition;
         partitionBytes = RowLayout.ascii(partition);
       }
-      List<Header> headers = new ArrayList<>(5);
+      List<Header> headers = new ArrayList<>(6);
+      byte[] offsetBytes = RowLayout.ascii(layout.offset(row));
       headers.add(new RecordHeader(SOURCE_TOPIC, topicHeader));
       headers.add(new RecordHeader(SOURCE_PARTITION, partitionBytes));
-      headers.add(new RecordHeader(SOURCE_OFFSET, RowLayout.ascii(layout.offset(row))));
+      headers.add(new RecordHeader(SOURCE_OFFSET, offsetBytes));
       headers.add(new RecordHeader(CHECKPOINT, checkpoint));
+      long headerBytes = baseHeaderBytes + topicHeader.length + partitionBytes.length + offsetBytes.length;
       ArrayData userHeaders = layout.headers(row);
       if (userHeaders != null) {
         for (int i = 0; i < userHeaders.numElements(); i++) {
           InternalRow h = userHeaders.getStruct(i, 2);
-          headers.add(new RecordHeader(h.getUTF8String(0).toString(), h.isNullAt(1) ? null : h.getBinary(1)));
+          byte[] name = h.getUTF8String(0).getBytes();
+          byte[] headerValue = h.isNullAt(1) ? null : h.getBinary(1);
+          headers.add(new RecordHeader(new String(name, StandardCharsets.UTF_8), headerValue));
+          headerBytes += name.length + (headerValue == null ? 0 : headerValue.length);
         }
       }
+      byte[] key = layout.key(row);
+      byte[] value = layout.value(row);
+      long keyAndValue = (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
       String error = layout.error(row);
-      String target = settings.sinkTopic;
-      Callback callback = toSink;
-      if (error != null) {
-        headers.add(new RecordHeader(ERROR, error.getBytes(StandardCharsets.UTF_8)));
-        target = settings.deadLetterTopic;
-        callback = toDeadLetters;
+      String reason = null;
+      long size;
+      if (error == null) {
+        size = recordSize(keyAndValue, headerBytes, headers.size());
+        if (size <= settings.sinkMaxBytes) {
+          producer.send(new ProducerRecord<>(settings.sinkTopic, null, key, value, headers), toSink);
+        } else {
+          reason = tooLarge(size, settings.sinkMaxBytes, "sink", settings.sinkLimit);
+        }
+      } else {
+        byte[] errorBytes = error.getBytes(StandardCharsets.UTF_8);
+        size = recordSize(keyAndValue, headerBytes + ERROR.length() + errorBytes.length, headers.size() + 1);
+        if (size <= settings.deadLetterMaxBytes) {
+          headers.add(new RecordHeader(ERROR, errorBytes));
+          producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, key, value, headers), toDeadLetters);
+        } else {
+          reason = error + "; " + tooLarge(size, settings.deadLetterMaxBytes, "dead-letter topic", settings.deadLetterLimit);
+        }
       }
-      producer.send(new ProducerRecord<>(target, null, layout.key(row), layout.value(row), headers), callback);
+      if (reason != null) {
+        // Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
+        List<Header> kept = new ArrayList<>(headers.subList(0, 4));
+        kept.add(new RecordHeader(ERROR, reason.getBytes(StandardCharsets.UTF_8)));
+        kept.add(new RecordHeader(ORIGINAL_SIZE, RowLayout.ascii(size)));
+        producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, (byte[]) null, EMPTY, kept), toDeadLetters);
+      }
       produced++;
       if (produced == 1 && rows.hasNext()) {
         failpoint("job.mid_produce");
       }
     }
     return produced;
+  }
+
+  /** Estimated bytes of one record on the wire; see lockstep.sparkjob.record_size. */
+  static long recordSize(long keyAndValueBytes, long headerBytes, int headers) {
+    long body = keyAndValueBytes + headerBytes;
+    return BATCH_OVERHEAD + RECORD_OVERHEAD + (long) HEADER_OVERHEAD * headers + body + body / 255 + COMPRESSION_SLACK;
+  }
+
+  /** The lockstep.error reason of a record dropped for its size; see lockstep.sparkjob.too_large. */
+  static String tooLarge(long size, int limit, String where, String source) {
+    return "record of " + size + " bytes exceeds the " + where + "'s limit of " + limit + " bytes (" + source
+        + "); key, value and headers dropped";
   }
 
   private Callback callback(AtomicLong counter) {

@@ -67,6 +67,10 @@ public final class TransactionalKafkaWriter {
     final int timeoutMs;
     final String sinkTopic;
     final String deadLetterTopic;
+    final int sinkMaxBytes;
+    final String sinkLimit;
+    final int deadLetterMaxBytes;
+    final String deadLetterLimit;
     final java.util.Map<String, String> failpoints;
 
     private WriterSettings(JsonNode doc) {
@@ -78,6 +82,11 @@ public final class TransactionalKafkaWriter {
       timeoutMs = doc.get("timeout_ms").asInt();
       sinkTopic = doc.get("sink_topic").asText();
       deadLetterTopic = doc.get("dead_letter_topic").asText();
+      // The record size limits (lockstep.sparkjob.writer_settings); the driver always sends them.
+      sinkMaxBytes = doc.path("sink_max_bytes").asInt(1_000_000);
+      sinkLimit = doc.path("sink_limit").asText("the producer's default");
+      deadLetterMaxBytes = doc.path("dead_letter_max_bytes").asInt(1_000_000);
+      deadLetterLimit = doc.path("dead_letter_limit").asText("the producer's default");
       failpoints = strings(doc.get("failpoints"));
     }
 

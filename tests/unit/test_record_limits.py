@@ -1,0 +1,65 @@
+"""Pure rules for bad input: the record size estimate both writers use, the limit each topic gets,
+and ``lockstep.rows.guarded`` turning a row function's exception into its error."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lockstep.checkpoint import PlannedWith
+from lockstep.sparkjob import DEFAULT_PRODUCER_LIMIT, record_size, too_large, writer_settings
+
+
+def test_the_size_estimate_covers_batch_record_and_header_framing_and_lz4_growth() -> None:
+    assert record_size(0, 0, 0, 0) == 61 + 36 + 64
+    assert record_size(10, 1000, 90, 5) == 61 + 36 + 5 * 10 + 1100 + 1100 // 255 + 64
+
+
+def test_the_reason_names_the_size_the_limit_and_where_it_comes_from() -> None:
+    assert too_large(2345, 2000, "sink", "max.message.bytes of topic out") == (
+        "record of 2345 bytes exceeds the sink's limit of 2000 bytes (max.message.bytes of topic out); "
+        "key, value and headers dropped")
+
+
+def planned() -> PlannedWith:
+    return PlannedWith(source_topics=("in",), source_kafka_conn_id="kafka_a", sink_topic="out",
+                       dead_letter_topic="dlq", sink_writer="jvm", sink_kafka_conn_id="kafka_a", id_prefix="p",
+                       timeout_ms=900_000)
+
+
+@pytest.fixture(autouse=True)
+def connection(monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_A", json.dumps({"conn_type": "kafka",
+                                                            "extra": {"bootstrap.servers": "a:9092"}}))
+
+
+def test_each_topic_gets_the_smaller_of_its_max_message_bytes_and_the_producers_limit() -> None:
+    settings = writer_settings(planned(), 1, {}, {"out": 2000, "dlq": 5_000_000})
+    assert (settings.sink_max_bytes, settings.sink_limit) == (2000, "max.message.bytes of topic out")
+    assert (settings.dead_letter_max_bytes, settings.dead_letter_limit) == (DEFAULT_PRODUCER_LIMIT,
+                                                                            "the producer's default")
+    # A batch of small records must not outgrow the smaller topic limit either.
+    assert settings.producer_config["batch.size"] == 2000
+
+    settings = writer_settings(planned(), 1, {"max.request.size": 500_000}, {"out": 1_048_588, "dlq": 1_048_588})
+    assert (settings.sink_max_bytes, settings.sink_limit) == (500_000, "the producer's max.request.size")
+    assert settings.producer_config["batch.size"] == 500_000
+
+
+def test_without_topic_limits_the_producer_default_applies_and_batch_size_is_left_alone() -> None:
+    settings = writer_settings(planned(), 1, {"batch.size": 16384})
+    assert settings.sink_max_bytes == settings.dead_letter_max_bytes == DEFAULT_PRODUCER_LIMIT
+    assert settings.producer_config["batch.size"] == 16384
+
+
+def test_a_guarded_row_function_returns_its_exception_as_the_error() -> None:
+    pytest.importorskip("pyspark")
+    from lockstep.rows import guarded
+
+    @guarded(returns="string")
+    def half(value: str) -> str:
+        return str(int(value) // 2)
+
+    assert half.safe("10") == ("5", None)
+    assert half.safe("ten") == (None, "half raised ValueError: invalid literal for int() with base 10: 'ten'")
+    assert half.returns == "string" and guarded(int).returns == "binary"
