@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -367,7 +368,9 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
         df = read_ranges(spark, kafka, ranges)
         transform = load_transform(spec)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
-        shipped = ship_to_executors(spark, spec, ("lockstep",) if planned.sink_writer == "python" else ())
+        # So does a transform that uses `lockstep.rows` (its UDFs run `lockstep.rows.guarded` there).
+        uses_lockstep = planned.sink_writer == "python" or "lockstep.rows" in sys.modules
+        shipped = ship_to_executors(spark, spec, ("lockstep",) if uses_lockstep else ())
         if shipped:
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
