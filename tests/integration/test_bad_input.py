@@ -189,3 +189,23 @@ def test_a_row_function_that_raises_dead_letters_that_record_with_the_exception(
     assert dead[0].value() == order(99, amount="twelve")
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+
+
+@WRITERS
+def test_a_null_value_a_transform_keeps_is_written_as_a_tombstone(tmp_path, bootstrap, unique, writer):
+    """Lockstep itself never drops or rewrites a null value: ``passthrough`` keeps it, so the sink gets
+    a tombstone (same key, null value) with its provenance, next to the other records."""
+    pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}-{writer[:3]}", partitions=1,
+                             transform="lockstep_examples.orders:passthrough", writer=writer)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        producer.produce(pipeline.source, order(i), key=f"k{i}".encode())
+    producer.produce(pipeline.source, None, key=b"k1")
+    producer.flush(30)
+
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sink = by_source(read_committed(bootstrap, pipeline.sink))
+    assert read_committed(bootstrap, pipeline.dead_letters) == []
+    assert sorted(sink) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert (sink[(0, 3)].key(), sink[(0, 3)].value()) == (b"k1", None)
