@@ -92,20 +92,32 @@ def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
     return DEFAULT_PRODUCER_LIMIT, "the producer's default"
 
 
-def topic_limits(conn_id: str, topics: tuple[str, ...]) -> dict[str, int]:
-    """Each topic's ``max.message.bytes``, read once on the driver with the admin API."""
-    from confluent_kafka.admin import AdminClient, ConfigResource
+def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> dict[str, int]:
+    """Each topic's ``max.message.bytes``, read once on the driver with the admin API.
 
+    A topic whose config cannot be read (no DescribeConfigs permission, say) is left out with a
+    warning: its records are then checked against the producer's limit only."""
     from lockstep.topics import _with_retries
 
-    admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+    if admin is None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+    from confluent_kafka.admin import ConfigResource
+
     limits = {}
     for topic in dict.fromkeys(topics):
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        entries = _with_retries(f"reading the config of topic {topic}",
-                                lambda: admin.describe_configs([resource])[resource].result(timeout=30))
-        limits[topic] = int(entries["max.message.bytes"].value)
+        try:
+            entries = _with_retries(f"reading the config of topic {topic}",
+                                    lambda: admin.describe_configs([resource])[resource].result(timeout=30))
+            limits[topic] = int(entries["max.message.bytes"].value)
+        except Exception as exc:  # noqa: BLE001 - the run can go on with the producer's limit
+            log.warning("could not read max.message.bytes of topic %s (%s); its records are checked against the "
+                        "producer's limit only, so one larger than the topic takes would fail the task", topic, exc)
     return limits
+
+
 def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...]) -> Any:
     """Exactly the planned ``[start, end)`` of each partition, committed records only.
 

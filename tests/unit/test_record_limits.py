@@ -63,3 +63,32 @@ def test_a_guarded_row_function_returns_its_exception_as_the_error() -> None:
     assert half.safe("10") == ("5", None)
     assert half.safe("ten") == (None, "half raised ValueError: invalid literal for int() with base 10: 'ten'")
     assert half.returns == "string" and guarded(int).returns == "binary"
+
+
+def test_a_topic_whose_config_cannot_be_read_falls_back_to_the_producers_limit(caplog) -> None:
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka import KafkaError, KafkaException
+
+    from lockstep.sparkjob import topic_limits
+
+    class Entry:
+        value = "2000"
+
+    class Done:
+        def __init__(self, result):
+            self._result = result
+
+        def result(self, timeout=None):
+            if isinstance(self._result, Exception):
+                raise self._result
+            return self._result
+
+    class Admin:
+        def describe_configs(self, resources):
+            (resource,) = resources
+            if resource.name == "dlq":
+                return {resource: Done(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))}
+            return {resource: Done({"max.message.bytes": Entry()})}
+
+    assert topic_limits("kafka_a", ("out", "dlq", "out"), admin=Admin()) == {"out": 2000}
+    assert "could not read max.message.bytes of topic dlq" in caplog.text
