@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
@@ -99,6 +100,35 @@ class AirflowServer:
         path = self.pipelines_dir / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
+
+    def new_pipeline(self, bootstrap: str, kind: str, partitions: int = 2, replication: int = 1,
+                     kafka_conn_id: str = "kafka_default", aws_conn_id: str = "aws_default",
+                     master: str = "local[2]") -> Any:
+        """A manual-only pipeline of fresh topics, its spec where Airflow reads specs from."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        from ..integration.engine_helpers import PipelineUnderTest
+
+        unique = uuid.uuid4().hex[:8]
+        name = f"{kind}-{unique}"
+        p = PipelineUnderTest(name, self.pipelines_dir / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
+                              f"dlq-{unique}", f"tx-{unique}")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(p.source, partitions, replication),
+                                           NewTopic(p.sink, partitions, replication),
+                                           NewTopic(p.dead_letters, 1, replication)]).values():
+            future.result(timeout=30)
+        self.write_spec({
+            "name": name,
+            "source": {"topics": [p.source], "kafka_conn_id": kafka_conn_id},
+            "transform": "lockstep_examples.orders:enrich",
+            "sink": {"topic": p.sink, "dead_letter_topic": p.dead_letters, "kafka_conn_id": kafka_conn_id},
+            "checkpoints": {"store": f"s3://lockstep/airflow-tests/{unique}", "aws_conn_id": aws_conn_id,
+                            "schedule": None},
+            "transactions": {"id_prefix": p.prefix},
+            "spark": {"master": master},
+        })
+        return p
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
         """Wait until the dag-processor has parsed ``dag_id`` (refresh interval is 10 s)."""

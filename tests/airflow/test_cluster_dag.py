@@ -3,42 +3,20 @@ standalone master named in the spec, over 3 brokers (RF 3, min ISR 2) and the du
 server; a crash in the Spark run is recovered by the next DAG run, exactly once."""
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from lockstep.airflow_client import AirflowClient
 from lockstep.checkpoint import CheckpointStatus
 
-from ..integration.engine_helpers import PipelineUnderTest, open_transactions, produce_orders, store, verify
+from ..integration.engine_helpers import open_transactions, produce_orders, store, verify
 from .conftest import CLUSTER_AWS, CLUSTER_KAFKA
 from .test_pipeline_dag import explain, run_dag
 
 
 @pytest.fixture(scope="module")
 def cluster_pipeline(airflow, cluster):
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    unique = uuid.uuid4().hex[:8]
-    name = f"afc-{unique}"
-    bootstrap = cluster.kafka.bootstrap
-    p = PipelineUnderTest(name, airflow.pipelines_dir / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
-                          f"dlq-{unique}", f"tx-{unique}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(p.source, 3, 3), NewTopic(p.sink, 3, 3),
-                                       NewTopic(p.dead_letters, 1, 3)]).values():
-        future.result(timeout=30)
-    airflow.write_spec({
-        "name": name,
-        "source": {"topics": [p.source], "kafka_conn_id": CLUSTER_KAFKA},
-        "transform": "lockstep_examples.orders:enrich",
-        "sink": {"topic": p.sink, "dead_letter_topic": p.dead_letters, "kafka_conn_id": CLUSTER_KAFKA},
-        "checkpoints": {"store": f"s3://lockstep/airflow-cluster/{unique}", "aws_conn_id": CLUSTER_AWS,
-                        "schedule": None},
-        "transactions": {"id_prefix": p.prefix},
-        "spark": {"master": cluster.spark_master},
-    })
-    return p
+    return airflow.new_pipeline(cluster.kafka.bootstrap, "afc", partitions=3, replication=3,
+                                kafka_conn_id=CLUSTER_KAFKA, aws_conn_id=CLUSTER_AWS, master=cluster.spark_master)
 
 
 def test_dag_runs_on_the_spark_cluster_and_recovers_a_crashed_run(airflow, cluster_pipeline, cluster):

@@ -10,32 +10,13 @@ from lockstep.airflow_client import AirflowClient, AirflowError
 from lockstep.checkpoint import CheckpointStatus
 
 from ..integration.engine_helpers import MALFORMED_EVERY, open_transactions, produce_orders, read_committed
-from ..integration.engine_helpers import PipelineUnderTest, store, verify
+from ..integration.engine_helpers import store, verify
 
 
 @pytest.fixture(scope="module")
 def pipeline(airflow, bootstrap):
     """One manual-only pipeline for this module, in the folder Airflow reads specs from."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    unique = uuid.uuid4().hex[:8]
-    name = f"af-{unique}"
-    p = PipelineUnderTest(name, airflow.pipelines_dir / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
-                     f"dlq-{unique}", f"tx-{unique}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(p.source, 2, 1), NewTopic(p.sink, 2, 1),
-                                       NewTopic(p.dead_letters, 1, 1)]).values():
-        future.result(timeout=30)
-    airflow.write_spec({
-        "name": name,
-        "source": {"topics": [p.source]},
-        "transform": "lockstep_examples.orders:enrich",
-        "sink": {"topic": p.sink, "dead_letter_topic": p.dead_letters},
-        "checkpoints": {"store": f"s3://lockstep/airflow-tests/{unique}", "schedule": None},
-        "transactions": {"id_prefix": p.prefix},
-        "spark": {"master": "local[2]"},
-    })
-    return p
+    return airflow.new_pipeline(bootstrap, "af")
 
 
 @pytest.fixture(scope="module")
