@@ -79,22 +79,28 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
     """Run the job, streaming its output into our log; returns wall seconds.
 
     spark-submit runs in a session of its own so that ``on_start``'s caller (Airflow's
-    ``on_kill``) can stop it with its driver JVM and Python workers as one process group.
+    ``on_kill``) can stop it with its driver JVM and Python workers as one process group; for the
+    same reason a Ctrl-C no longer reaches it from the terminal, so leaving here any other way
+    than its exit stops that group.
     """
     argv = submit_command(spec.path, checkpoint_id, spark_master(spec), spec.spark.conf)
     started = time.monotonic()
     log.info("checkpoint %d: spark-submit %s", checkpoint_id, " ".join(argv[1:3]))
     proc = subprocess.Popen(argv, env=job_environment(os.environ if env is None else env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
-    if on_start is not None:
-        on_start(proc)
     tail: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        line = line.rstrip()
-        tail = (tail + [line])[-15:]
-        log.info("spark: %s", line)
-    code = proc.wait()
+    try:
+        if on_start is not None:
+            on_start(proc)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail = (tail + [line])[-15:]
+            log.info("spark: %s", line)
+        code = proc.wait()
+    except BaseException:  # KeyboardInterrupt included: never leave a driver running behind us
+        stop_group(proc)
+        raise
     seconds = time.monotonic() - started
     if code != 0:
         raise CheckpointError(
@@ -103,3 +109,19 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
             f"fences its transactions and replays its ranges. Last output:\n" + "\n".join(tail),
         )
     return seconds
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM spark-submit's process group (driver JVM, Python workers), SIGKILL after ``grace_s``."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

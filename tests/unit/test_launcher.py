@@ -49,3 +49,26 @@ def test_connection_master_reads_host_and_port_like_the_spark_provider():
     assert connection_master("spark://h", 7077) == "spark://h:7077"
     assert connection_master("yarn", None) == "yarn"
     assert connection_master(None, None) == "local[*]"
+
+
+def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_file, monkeypatch):
+    """spark-submit runs in its own session (for Airflow's on_kill), so a Ctrl-C would not reach it:
+    an interrupted run step must stop the whole group itself."""
+    import os
+    import subprocess
+
+    from lockstep import launcher
+
+    monkeypatch.setattr(launcher, "submit_command", lambda *a: ["bash", "-c", "sleep 60 & sleep 60; wait"])
+    started: list[subprocess.Popen] = []
+
+    def interrupted(proc):
+        started.append(proc)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launcher.run_spark_job(spec_file("local[1]"), 7, env=dict(os.environ), on_start=interrupted)
+    proc = started[0]
+    assert proc.poll() is not None
+    with pytest.raises(ProcessLookupError):  # nothing of its group is left
+        os.killpg(proc.pid, 0)
