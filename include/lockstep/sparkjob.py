@@ -97,7 +97,7 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> di
 
     A topic whose config cannot be read (no DescribeConfigs permission, say) is left out with a
     warning: its records are then checked against the producer's limit only."""
-    from lockstep.topics import _with_retries
+    from lockstep.topics import with_retries
 
     if admin is None:
         from confluent_kafka.admin import AdminClient
@@ -109,7 +109,7 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> di
     for topic in dict.fromkeys(topics):
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
-            entries = _with_retries(f"reading the config of topic {topic}",
+            entries = with_retries(f"reading the config of topic {topic}",
                                     lambda: admin.describe_configs([resource])[resource].result(timeout=30))
             limits[topic] = int(entries["max.message.bytes"].value)
         except Exception as exc:  # noqa: BLE001 - the run can go on with the producer's limit

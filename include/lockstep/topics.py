@@ -15,7 +15,7 @@ TIMEOUT_S = 30
 T = TypeVar("T")
 
 
-def _with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S) -> T:
+def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S) -> T:
     """Retry Kafka's retriable errors (coordinator loading or moving) until a deadline."""
     deadline = time.monotonic() + deadline_s
     delay = 0.2
@@ -59,7 +59,7 @@ def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any) -> dict[Topi
         futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S)
         return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
 
-    return _with_retries(f"cannot list offsets of {', '.join(tp.key for tp in tps)}", call)
+    return with_retries(f"cannot list offsets of {', '.join(tp.key for tp in tps)}", call)
 
 
 def log_start_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -94,7 +94,7 @@ def group_offsets(kafka: Mapping[str, Any], group: str, tps: list[TopicPartition
 
     consumer = _group_consumer(kafka, group)
     try:
-        found = _with_retries(f"cannot read offsets of consumer group {group}",
+        found = with_retries(f"cannot read offsets of consumer group {group}",
                               lambda: consumer.committed([KTP(tp.topic, tp.partition) for tp in tps], timeout=TIMEOUT_S))
     finally:
         consumer.close()
@@ -108,7 +108,7 @@ def publish_offsets(kafka: Mapping[str, Any], group: str, offsets: Mapping[Topic
         return
     consumer = _group_consumer(kafka, group)
     try:
-        _with_retries(f"cannot publish offsets to consumer group {group}",
+        with_retries(f"cannot publish offsets to consumer group {group}",
                       lambda: consumer.commit(offsets=[KTP(tp.topic, tp.partition, o) for tp, o in sorted(offsets.items())],
                                               asynchronous=False))
     finally:
