@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterator, TypeVar
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lockstep.checkpoint import (
     ABORTED_SCHEMA,
@@ -72,11 +72,13 @@ class CheckpointStore:
     def _get(self, key: str) -> tuple[dict[str, Any], str] | None:
         try:
             obj = self._s3.get_object(Bucket=self.bucket, Key=key)
+            body = obj["Body"].read()
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
                 return None
             raise _classify(exc, key) from exc
-        body = obj["Body"].read()
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
         try:
             doc = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -106,6 +108,8 @@ class CheckpointStore:
         except ClientError as exc:
             if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise _classify(exc, key) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
         existing = self._get(key)
         if existing is not None and existing[0] == json.loads(body):
             return False
@@ -242,6 +246,8 @@ class CheckpointStore:
         except ClientError as exc:
             raise _classify(exc, self._ckpt_prefix()) from exc
 
+        except BotoCoreError as exc:
+            raise _unreachable(exc, self._ckpt_prefix()) from exc
     def latest_completed(self) -> CheckpointView | None:
         """The newest completed checkpoint, without listing the whole history.
 
@@ -296,6 +302,8 @@ class CheckpointStore:
             except ClientError as exc:
                 if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
                     raise _classify(exc, self._pointer_key()) from exc
+            except BotoCoreError as exc:
+                raise _unreachable(exc, self._pointer_key()) from exc
         raise TransientError(f"could not move {self.url(self._pointer_key())} to checkpoint {checkpoint_id}: "
                              "it kept changing under us")
 
@@ -334,6 +342,8 @@ class CheckpointStore:
                 return False
             raise _classify(exc, key) from exc
 
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
     # ---- savepoints ------------------------------------------------------------
     def create_savepoint(self, name: str, checkpoint_id: int | None, created_at: str) -> Savepoint:
         key = self._savepoint_key(name)  # validates the name before any S3 call
@@ -376,12 +386,19 @@ class CheckpointStore:
                 Bucket=self.bucket, Prefix=prefix) for o in page.get("Contents", [])]
         except ClientError as exc:
             raise _classify(exc, prefix) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, prefix) from exc
         found = [self._read(k, Savepoint.from_json) for k in keys if k.endswith(".json")]
         return sorted((s for s in found if s is not None), key=lambda s: s.created_at)
 
     def delete_savepoint(self, name: str) -> None:
         self.get_savepoint(name)
-        self._s3.delete_object(Bucket=self.bucket, Key=self._savepoint_key(name))
+        try:
+            self._s3.delete_object(Bucket=self.bucket, Key=self._savepoint_key(name))
+        except ClientError as exc:
+            raise _classify(exc, self._savepoint_key(name)) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, self._savepoint_key(name)) from exc
 
 
 class _Conflict(Exception):
@@ -405,3 +422,9 @@ def _classify(exc: ClientError, key: str) -> Exception:
     if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
         return TransientError(f"S3 is unavailable for {key}: {code}; the task can be retried")
     return TerminalError(f"S3 refused access to {key}: {code} ({exc.response['Error'].get('Message', '')})")
+
+
+def _unreachable(exc: BotoCoreError, key: str) -> Exception:
+    """No answer from S3 at all (refused, reset, timed out): transient, whatever was being done."""
+    return TransientError(f"S3 is unreachable for {key}: {exc}; the task can be retried (checkpoint metadata is "
+                          "only ever created whole, so nothing half-written is left)")
