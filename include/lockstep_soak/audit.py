@@ -1,0 +1,245 @@
+"""The soak's auditor, independent of the writer: what the soak itself produced (its delivery
+reports) against what a ``read_committed`` consumer finds in the sink and dead-letter topics, over
+the input offsets the pipeline says it covered (its consumer group's committed offsets).
+
+It trusts no checkpoint metadata. A record is matched to its input by Lockstep's provenance
+headers, and a sink record's payload is checked against the input it claims to come from, so a
+header pointing at the wrong record is caught too. ``LsoWatch`` samples the last stable offset of
+the output partitions for the whole soak: a transaction left open by a fault pins it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep.sparkjob import ERROR_HEADER, ORIGINAL_SIZE_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+
+Offset = tuple[int, int]  # (source partition, offset)
+VALID = "valid"
+
+
+@dataclass
+class Produced:
+    """One input record as the soak produced it."""
+    case: str              # VALID or a schedule.BadCase value
+    order_id: str | None   # what a sink record made from it must carry
+    size: int
+
+
+@dataclass
+class CaseOutcome:
+    records: int = 0
+    to_sink: int = 0
+    dead_lettered: int = 0
+    reasons: Counter = field(default_factory=Counter)
+
+    def to_json(self) -> dict:
+        return {"records": self.records, "to_sink": self.to_sink, "dead_lettered": self.dead_lettered,
+                "reasons": dict(self.reasons.most_common(3))}
+
+
+@dataclass
+class AuditResult:
+    produced: int
+    covered: int
+    outputs: int
+    lost: list[Offset] = field(default_factory=list)
+    duplicated: list[Offset] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[Offset] = field(default_factory=list)
+    cases: dict[str, CaseOutcome] = field(default_factory=dict)
+
+    @property
+    def uncovered(self) -> int:
+        return self.produced - self.covered
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected or self.mismatched)
+
+    def to_json(self) -> dict:
+        return {"produced": self.produced, "covered": self.covered, "uncovered": self.uncovered,
+                "outputs": self.outputs, "lost": len(self.lost), "duplicated": len(self.duplicated),
+                "unexpected": len(self.unexpected), "mismatched": len(self.mismatched),
+                "lost_sample": [f"{p}@{o}" for p, o in self.lost[:10]],
+                "duplicated_sample": [f"{p}@{o}" for p, o in self.duplicated[:10]],
+                "unexpected_sample": self.unexpected[:10],
+                "cases": {k: v.to_json() for k, v in self.cases.items()}}
+
+
+def audit(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter_topic: str, group: str,
+          produced: dict[Offset, Produced]) -> AuditResult:
+    covered_to = committed_offsets(kafka, source_topic, group)
+    covered = {key for key in produced if key[1] < covered_to.get(key[0], 0)}
+    result = AuditResult(produced=len(produced), covered=len(covered), outputs=0)
+    seen: Counter = Counter()
+    for case in sorted({p.case for p in produced.values()}):
+        result.cases[case] = CaseOutcome()
+    for key, rec in produced.items():
+        if key in covered:
+            result.cases[rec.case].records += 1
+    for topic, msg in read_committed(kafka, (sink_topic, dead_letter_topic)):
+        result.outputs += 1
+        headers = dict(msg.headers() or [])
+        where = f"{topic}:{msg.partition()}@{msg.offset()}"
+        try:
+            if headers[SOURCE_TOPIC].decode() != source_topic:
+                raise KeyError(SOURCE_TOPIC)
+            key = (int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))
+        except (KeyError, ValueError):
+            result.unexpected.append(f"{where} (no provenance of {source_topic})")
+            continue
+        rec = produced.get(key)
+        if key not in covered or rec is None:
+            result.unexpected.append(f"{where} (input {key[0]}@{key[1]} not covered by the group's offsets)")
+            continue
+        seen[key] += 1
+        outcome = result.cases[rec.case]
+        if topic == sink_topic:
+            outcome.to_sink += 1
+            if rec.order_id is not None and _order_id(msg.value()) != rec.order_id:
+                result.mismatched.append(key)
+        else:
+            outcome.dead_lettered += 1
+            reason = (headers.get(ERROR_HEADER) or b"").decode(errors="replace")
+            if ORIGINAL_SIZE_HEADER in headers:
+                reason += f" [original size {int(headers[ORIGINAL_SIZE_HEADER])} bytes kept in a header]"
+            outcome.reasons[_shorten(reason)] += 1
+    for key in sorted(covered):
+        if seen[key] == 0:
+            result.lost.append(key)
+        elif seen[key] > 1:
+            result.duplicated.append(key)
+    return result
+
+
+def _order_id(value: bytes | None) -> str | None:
+    try:
+        return json.loads(value)["order_id"]
+    except Exception:  # noqa: BLE001 - anything that is not an order is a mismatch
+        return None
+
+
+def _shorten(reason: str, limit: int = 160) -> str:
+    import re
+
+    reason = re.sub(r"\b\d+\b", "N", reason)  # sizes and offsets differ per record; the kind of reason matters
+    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+
+
+def committed_offsets(kafka: dict[str, Any], topic: str, group: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka, "group.id": group, "enable.auto.commit": False, "log_level": 0})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        return {tp.partition: max(tp.offset, 0) for tp in committed}
+    finally:
+        consumer.close()
+
+
+def read_committed(kafka: dict[str, Any], topics: tuple[str, ...]):
+    """Every record of ``topics`` up to their last stable offsets, as a read_committed consumer sees them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka, "group.id": "lockstep-soak-auditor", "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        assignment = []
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=30).topics[topic]
+            assignment += [TopicPartition(topic, p, 0) for p in meta.partitions]
+        consumer.assign(assignment)
+        remaining = {(tp.topic, tp.partition) for tp in assignment}
+        deadline = time.monotonic() + 300
+        while remaining:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"auditor: could not read to the end of {sorted(remaining)} in 300 s")
+            for msg in consumer.consume(1000, timeout=2):
+                if msg.error():
+                    if msg.error().code() == -191:  # _PARTITION_EOF
+                        remaining.discard((msg.topic(), msg.partition()))
+                        continue
+                    raise RuntimeError(f"auditor: reading {msg.topic()}: {msg.error()}")
+                yield msg.topic(), msg
+    finally:
+        consumer.close()
+
+
+@dataclass
+class Pinned:
+    partition: str
+    lso: int
+    since: float
+    until: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.until or time.monotonic()) - self.since
+
+
+class LsoWatch:
+    """Samples every output partition's last stable offset against its high watermark once a second.
+    An interval in which a partition's LSO stays at one offset below the high watermark is a pin."""
+
+    def __init__(self, kafka: dict[str, Any], topics: tuple[str, ...], interval_s: float = 1.0) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self._admin = AdminClient({**kafka, "log_level": 0})  # a broker down is expected: no log spam
+        self._topics = topics
+        self._interval = interval_s
+        self.pins: list[Pinned] = []
+        self._open: dict[str, Pinned] = {}
+        self.samples = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lso-watch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a broker is down: the next sample tells
+                self.errors += 1
+
+    def sample(self) -> None:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        meta = self._admin.list_topics(timeout=5)
+        tps = [TopicPartition(t, p) for t in self._topics for p in meta.topics[t].partitions]
+        latest = {tp: OffsetSpec.latest() for tp in tps}
+        lso = {f"{k.topic}:{k.partition}": f.result().offset for k, f in self._admin.list_offsets(
+            latest, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5).items()}
+        hw = {f"{k.topic}:{k.partition}": f.result().offset for k, f in self._admin.list_offsets(
+            latest, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=5).items()}
+        now = time.monotonic()
+        self.samples += 1
+        for name in lso:
+            pin = self._open.get(name)
+            if pin is not None and lso[name] != pin.lso:
+                pin.until = now
+                del self._open[name]
+                pin = None
+            if pin is None and lso[name] < hw.get(name, lso[name]):
+                pin = Pinned(name, lso[name], now)
+                self._open[name] = pin
+                self.pins.append(pin)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def longest(self, since: float = 0.0) -> float:
+        """The longest pin that was open at or after ``since`` (monotonic seconds)."""
+        spans = [p.seconds for p in self.pins if (p.until or time.monotonic()) >= since]
+        return max(spans, default=0.0)
+
+    def open_pins(self) -> list[Pinned]:
+        return list(self._open.values())

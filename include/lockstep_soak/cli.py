@@ -1,0 +1,82 @@
+"""``lockstep soak``: start a platform of its own (free ports, data under var/soak), run the soak,
+print the figures, write docs/RELIABILITY.md when asked, stop the platform. Exit 1 if anything was
+lost, duplicated, left uncovered or pinned, or the pipeline got stuck."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from lockstep_soak.schedule import FaultKind
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cycles", type=int, default=10, help="checkpoint cycles with new input and faults (default 10)")
+    parser.add_argument("--seed", type=int, help="replay the faults of an earlier soak (default: a new random seed)")
+    parser.add_argument("--records", type=int, default=200, help="input records per cycle (default 200)")
+    parser.add_argument("--bad", type=int, default=4, help="bad input records per cycle (default 4)")
+    parser.add_argument("--faults", default=",".join(k.value for k in FaultKind),
+                        help="fault kinds to inject, comma-separated (default: all)")
+    parser.add_argument("--min-faults", type=int, default=0,
+                        help="go on past --cycles (up to three times as many) until this many faults were injected")
+    parser.add_argument("--faults-per-cycle", type=int, default=2, choices=[1, 2, 3],
+                        help="at most this many faults in one cycle, each of another family (default 2)")
+    parser.add_argument("--topology", choices=["cluster", "single"], default="cluster",
+                        help="cluster: 3 brokers + Spark standalone (default); single: 1 broker + local Spark")
+    parser.add_argument("--spark-master", help="run the checkpoints' Spark here instead of the platform's master")
+    parser.add_argument("--writer", choices=["jvm", "python"], default="jvm")
+    parser.add_argument("--timeout-ms", type=int, default=60_000, help="transactions.timeout_ms of the soak pipeline")
+    parser.add_argument("--report", help="write the report (Markdown) here, e.g. docs/RELIABILITY.md")
+    parser.add_argument("--keep", action="store_true", help="leave the soak's platform running afterwards")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from lockstep.dev.platform import Platform
+    from lockstep.paths import project_root
+    from lockstep_soak.driver import Soak, SoakConfig
+    from lockstep_soak.report import render
+
+    try:
+        kinds = tuple(FaultKind(k.strip()) for k in args.faults.split(",") if k.strip())
+    except ValueError as exc:
+        raise SystemExit(f"lockstep soak --faults: {exc}; kinds: {', '.join(k.value for k in FaultKind)}") from exc
+    work = project_root() / "var" / "soak"
+    platform = Platform(state_dir=work / f"platform-{args.topology}", cluster=args.topology == "cluster",
+                        free_ports=True)
+    config = SoakConfig(work_dir=work, cycles=args.cycles, seed=args.seed, records_per_cycle=args.records,
+                        bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
+                        min_faults=args.min_faults, timeout_ms=args.timeout_ms, writer=args.writer,
+                        spark_master=args.spark_master)
+    platform.up(out=sys.stderr)
+    try:
+        result = Soak(platform, config, out=sys.stderr).run()
+    finally:
+        if not args.keep:
+            platform.down(out=sys.stderr)
+    doc = result.to_json()
+    (work / f"{result.seed}.json").write_text(json.dumps(doc, indent=2))
+    command = (f"lockstep soak --seed {result.seed} --cycles {args.cycles} --records {args.records} --bad {args.bad} "
+               f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --topology {args.topology} --writer {args.writer} --timeout-ms {args.timeout_ms}"
+               + (f" --faults {shlex.quote(args.faults)}" if kinds != tuple(FaultKind) else "")
+               + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))
+    if args.report:
+        Path(args.report).write_text(render(doc, command))
+        print(f"report written to {args.report}", file=sys.stderr)
+    print(json.dumps(doc, indent=2) if args.json else summary(doc))
+    return 0 if result.ok else 1
+
+
+def summary(doc: dict) -> str:
+    audit = doc["audit"] or {}
+    injected = [f for f in doc["faults"] if f["injected"]]
+    recoveries = [f["recovery_s"] for f in injected if f["recovery_s"] is not None]
+    return (f"soak {'PASSED' if doc['ok'] else 'FAILED'} (seed {doc['seed']}): {len(doc['cycles'])} cycles, "
+            f"{len(injected)} faults injected, longest recovery {max(recoveries, default=0):.1f} s; "
+            f"{audit.get('produced', 0)} records produced, {audit.get('outputs', 0)} audited: "
+            f"{audit.get('lost', '-')} lost, {audit.get('duplicated', '-')} duplicated, "
+            f"{audit.get('unexpected', '-')} unexpected, {audit.get('uncovered', '-')} not covered; "
+            f"LSO pinned {doc['lso_after_last_fault_s']:.1f} s after the last fault"
+            + (f"; STUCK: {doc['stuck']}" if doc["stuck"] else ""))

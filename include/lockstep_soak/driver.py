@@ -1,0 +1,525 @@
+"""The soak: new input every cycle, one checkpoint per cycle (plan, run and commit as three processes,
+like the DAG's three tasks), faults from ``schedule`` injected at their moments, then clean cycles
+until everything produced is covered, then the auditor.
+
+Nothing here helps the pipeline recover: after a fault the next cycle simply runs, as the next
+scheduled DAG run would. A pipeline that makes no progress for ``stuck_after`` fault-free cycles in
+a row is reported stuck and the soak stops.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from lockstep_soak import kill, proxy
+from lockstep_soak.audit import VALID, AuditResult, LsoWatch, Produced, audit
+from lockstep_soak.schedule import BadCase, Fault, FaultKind, family, plan_bad_input, plan_faults
+
+ALL_KINDS = tuple(FaultKind)
+SOURCE_PARTITIONS = 3
+SINK_MAX_MESSAGE_BYTES = 16_384
+OVERSIZE_PAD = 20_000
+STEPS = ("plan", "run", "commit")
+
+
+@dataclass
+class SoakConfig:
+    work_dir: Path
+    cycles: int = 10
+    seed: int | None = None
+    records_per_cycle: int = 200
+    bad_per_cycle: int = 4
+    kinds: tuple[FaultKind, ...] = ALL_KINDS
+    timeout_ms: int = 60_000
+    commit_margin_ms: int = 10_000
+    writer: str = "jvm"
+    spark_master: str | None = None  # None: the platform's (spark_default)
+    faults_per_cycle: int = 2
+    min_faults: int = 0  # go on past ``cycles`` (up to 3x) until this many faults were injected
+    drain_cycles: int = 6
+    stuck_after: int = 6
+    first_cycle_s: float = 30.0  # what a cycle is expected to take before one has been measured
+
+    def resolved_seed(self) -> int:
+        if self.seed is None:
+            self.seed = random.SystemRandom().randrange(1, 2**31)
+        return self.seed
+
+
+@dataclass
+class Injected:
+    fault: Fault
+    target: str = ""
+    injected_at: float | None = None   # monotonic
+    healed_at: float | None = None     # service back / S3 normal again
+    recovered_at: float | None = None  # the first completed checkpoint after healing
+    note: str = ""
+
+    @property
+    def recovery_s(self) -> float | None:
+        if self.injected_at is None or self.recovered_at is None:
+            return None
+        return self.recovered_at - self.injected_at
+
+    def to_json(self) -> dict:
+        return {**self.fault.to_json(), "target": self.target, "injected": self.injected_at is not None,
+                "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1), "note": self.note}
+
+
+@dataclass
+class CycleResult:
+    cycle: int
+    checkpoint_id: int | None
+    ok: bool
+    seconds: float
+    failed_step: str | None = None
+    reason: str = ""
+    faults: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"cycle": self.cycle, "checkpoint": self.checkpoint_id, "ok": self.ok, "seconds": round(self.seconds, 1),
+                "failed_step": self.failed_step, "reason": self.reason, "faults": self.faults}
+
+
+@dataclass
+class SoakResult:
+    seed: int
+    topology: str
+    config: dict
+    cycles: list[CycleResult]
+    injected: list[Injected]
+    audit: AuditResult | None
+    lso_longest_s: float
+    lso_after_last_fault_s: float
+    lso_open_at_end: list[str]
+    stuck: str | None
+    started: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return (self.stuck is None and self.audit is not None and self.audit.ok and self.audit.uncovered == 0
+                and not self.lso_open_at_end
+                and self.lso_after_last_fault_s <= self.config["timeout_ms"] / 1000)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "seed": self.seed, "topology": self.topology, "config": self.config,
+                "started": self.started, "seconds": round(self.seconds, 1), "stuck": self.stuck,
+                "lso_longest_s": round(self.lso_longest_s, 1),
+                "lso_after_last_fault_s": round(self.lso_after_last_fault_s, 1),
+                "lso_open_at_end": self.lso_open_at_end,
+                "audit": self.audit.to_json() if self.audit else None,
+                "cycles": [c.to_json() for c in self.cycles], "faults": [i.to_json() for i in self.injected]}
+
+
+class Soak:
+    def __init__(self, platform: Any, config: SoakConfig, out: TextIO = sys.stdout) -> None:
+        self.platform = platform
+        self.config = config
+        self.seed = config.resolved_seed()
+        self.out = out
+        self.nonce = uuid.uuid4().hex[:6]
+        self.name = f"soak-{self.nonce}"
+        self.source, self.sink, self.dead_letters = f"{self.name}-in", f"{self.name}-out", f"{self.name}-dlq"
+        self.work = config.work_dir / self.name
+        self.logs = self.work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.kafka = {"bootstrap.servers": platform.kafka.bootstrap}
+        self.produced: dict[tuple[int, int], Produced] = {}
+        self._next_record = 0
+        self._platform_lock = threading.Lock()
+        self._family_locks = {"kafka": threading.Lock(), "s3": threading.Lock()}
+        self._threads: list[threading.Thread] = []
+        self.injections: list[Injected] = []
+        self._current: subprocess.Popen | None = None
+        self._current_step: str | None = None
+        self._checkpoint: int | None = None
+        self.proxy: proxy.FaultProxy | None = None
+        self.spec_path = self.work / "pipeline.yaml"
+
+    # ---- set-up ----------------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _create_topics(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        brokers = len(self.platform.kafka.nodes)
+        rf = min(3, brokers)
+        isr = {"min.insync.replicas": "2"} if rf >= 3 else {}
+        admin = AdminClient(self.kafka)
+        topics = [NewTopic(self.source, SOURCE_PARTITIONS, rf, config=isr),
+                  NewTopic(self.sink, SOURCE_PARTITIONS, rf,
+                           config={**isr, "max.message.bytes": str(SINK_MAX_MESSAGE_BYTES)}),
+                  NewTopic(self.dead_letters, 1, rf, config=isr)]
+        for future in admin.create_topics(topics).values():
+            future.result(timeout=60)
+
+    def _write_spec(self) -> None:
+        c = self.config
+        master = f"\n  master: \"{c.spark_master}\"" if c.spark_master else ""
+        self.spec_path.write_text(f"""# Written by lockstep soak (seed {self.seed}).
+name: {self.name}
+source:
+  topics: [{self.source}]
+  kafka_conn_id: kafka_default
+  auto_offset_reset: earliest
+transform: lockstep_examples.python_rows:enrich
+sink:
+  topic: {self.sink}
+  dead_letter_topic: {self.dead_letters}
+  writer: {c.writer}
+checkpoints:
+  store: s3://{self.platform.s3.bucket}/soak
+  aws_conn_id: aws_soak
+  max_records: {max(c.records_per_cycle * 4, 1000)}
+  retain: 20
+transactions:
+  id_prefix: {self.name}
+  timeout_ms: {c.timeout_ms}
+  commit_margin_ms: {c.commit_margin_ms}
+spark:{master}
+  conf:
+    spark.sql.shuffle.partitions: 2
+""")
+
+    def _env(self) -> dict[str, str]:
+        from lockstep.dev import s3 as s3_svc
+
+        env = {**os.environ, **self.platform.client_env()}
+        assert self.proxy is not None
+        env["AIRFLOW_CONN_AWS_SOAK"] = json.dumps({
+            "conn_type": "aws", "login": s3_svc.ACCESS_KEY, "password": s3_svc.SECRET_KEY,
+            "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.proxy.endpoint}})
+        env.pop("LOCKSTEP_FAILPOINTS", None)
+        return env
+
+    # ---- input -----------------------------------------------------------------------------------
+    def _produce(self, cycle: int, count: int) -> None:
+        from confluent_kafka import Producer
+
+        from lockstep.datagen import order
+
+        bad = plan_bad_input(self.seed, cycle, count, self.config.bad_per_cycle)
+        producer = Producer({**self.kafka, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                             "message.max.bytes": 1_000_000})
+        pending: dict[int, Produced] = {}
+        failures: list[str] = []
+
+        def delivered(err: Any, msg: Any, rec: Produced) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                self.produced[(msg.partition(), msg.offset())] = rec
+
+        for n in range(count):
+            i = self._next_record
+            self._next_record += 1
+            case = bad.get(n)
+            value: bytes | None
+            if case is None:
+                value, rec = order(i), Produced(VALID, f"o{i}", 0)
+            elif case is BadCase.OVERSIZE:
+                value = order(i, pad=OVERSIZE_PAD)
+                rec = Produced(case.value, f"o{i}", 0)
+            elif case is BadCase.NOT_UTF8:
+                value, rec = b"\xff\xfe\xfa order " + str(i).encode(), Produced(case.value, None, 0)
+            elif case is BadCase.NULL_VALUE:
+                value, rec = None, Produced(case.value, None, 0)
+            else:  # POISON: an order whose amount the row function cannot turn into cents
+                value = json.dumps({"order_id": f"o{i}", "amount": "twelve", "currency": "EUR"}).encode()
+                rec = Produced(case.value, f"o{i}", 0)
+            rec.size = len(value or b"")
+            pending[i] = rec
+            producer.produce(self.source, value, key=f"k{i}".encode(), partition=i % SOURCE_PARTITIONS,
+                             on_delivery=lambda err, msg, rec=rec: delivered(err, msg, rec))
+            producer.poll(0)
+        left = producer.flush(120)
+        if left or failures:
+            raise RuntimeError(f"soak input of cycle {cycle}: {left} records undelivered, errors {failures[:3]}")
+
+    # ---- one cycle -------------------------------------------------------------------------------
+    def _step(self, cycle: int, step: str, env: dict[str, str]) -> tuple[int, str]:
+        args = [sys.executable, "-m", "lockstep_soak.step", step, str(self.spec_path)]
+        if step != "plan":
+            args.append(str(self._checkpoint))
+        log_path = self.logs / f"cycle-{cycle:04d}-{step}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                                    text=True)
+            self._current, self._current_step = proc, step
+            try:
+                stdout, _ = proc.communicate(timeout=900)
+            except subprocess.TimeoutExpired:
+                kill.kill_tree(proc.pid)
+                stdout, _ = proc.communicate()
+                return -9, "the step ran for 900 s and was killed by the soak"
+            finally:
+                self._current, self._current_step = None, None
+        if proc.returncode == 0:
+            doc = json.loads(stdout.strip().splitlines()[-1])
+            if step == "plan":
+                self._checkpoint = doc["checkpoint_id"]
+            return 0, ""
+        if proc.returncode == -9:
+            return -9, "killed with SIGKILL (the kill_run fault)"
+        return proc.returncode, _last_line(log_path)
+
+    def run_cycle(self, cycle: int, faults: list[Fault], expected_s: float, env: dict[str, str]) -> CycleResult:
+        """One checkpoint. Its faults fire at their moments even if the cycle ended first (a fault
+        the next cycle meets is still mid-checkpoint); only ``commit_late`` belongs to this cycle."""
+        started = time.monotonic()
+        injections = [Injected(f) for f in faults]
+        self.injections.extend(injections)
+        self._checkpoint = None
+        for inj in injections:
+            if inj.fault.kind is not FaultKind.COMMIT_LATE:
+                thread = threading.Thread(target=self._inject, args=(inj, started + inj.fault.at * expected_s),
+                                          daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        result = CycleResult(cycle, None, ok=False, seconds=0.0)
+        for step in STEPS:
+            if step == "commit":
+                late = next((i for i in injections if i.fault.kind is FaultKind.COMMIT_LATE), None)
+                if late is not None:
+                    wait_s = self.config.timeout_ms / 1000 + 5
+                    late.injected_at, late.target = time.monotonic(), f"checkpoint {self._checkpoint}"
+                    late.note = f"commit started {wait_s:.0f} s after the run"
+                    time.sleep(wait_s)
+                    late.healed_at = time.monotonic()
+            rc, reason = self._step(cycle, step, env)
+            if rc != 0:
+                result.failed_step = step
+                result.reason = reason or f"exit code {rc}"
+                break
+        else:
+            result.ok = True
+        result.checkpoint_id = self._checkpoint
+        for inj in injections:
+            if inj.fault.kind is FaultKind.COMMIT_LATE and inj.injected_at is None:
+                inj.note = f"missed: the cycle ended in {result.failed_step} before its commit"
+        result.seconds = time.monotonic() - started
+        result.faults = [i.fault.kind.value for i in injections]
+        self._threads = [t for t in self._threads if t.is_alive()]
+        return result
+
+    _stop_faults = False
+
+    def _stop_all_faults(self) -> None:
+        """Faults still waiting for their moment are missed; faults holding a service down finish."""
+        self._stop_faults = True
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+
+    def _inject(self, inj: Injected, at: float) -> None:
+        while time.monotonic() < at:
+            if self._stop_faults:
+                inj.note = "missed: the soak's fault cycles ended first"
+                return
+            time.sleep(0.05)
+        kind = inj.fault.kind
+        fam = self._family_locks.get(family(kind))
+        if fam is not None and not fam.acquire(blocking=False):
+            inj.note = f"missed: another {family(kind)} fault was still in progress"
+            return
+        try:
+            if kind is FaultKind.KILL_RUN:
+                self._kill_run(inj)
+            elif kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER):
+                self._kill_broker(inj)
+            elif kind is FaultKind.S3_RESTART:
+                self._bounce("s3", inj)
+            elif kind in (FaultKind.S3_SLOW, FaultKind.S3_ERRORS):
+                assert self.proxy is not None
+                inj.injected_at, inj.target = time.monotonic(), "s3 proxy"
+                self.proxy.set_mode(proxy.SLOW if kind is FaultKind.S3_SLOW else proxy.ERRORS)
+                time.sleep(inj.fault.hold_s)
+                self.proxy.set_mode(proxy.PASS)
+                inj.healed_at = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is reported, not fatal
+            inj.note = f"injection failed: {type(exc).__name__}: {exc}"
+        finally:
+            if fam is not None:
+                fam.release()
+
+    def _kill_run(self, inj: Injected) -> None:
+        proc, step = self._current, self._current_step
+        if proc is None or proc.poll() is not None:
+            inj.note = "missed: no step was running"
+            return
+        roots = [proc.pid]
+        if step == "run" and self.platform.is_cluster:
+            # A standalone cluster's executors are children of the workers, not of the run.
+            workers = [self.platform.state.pids.get(f"spark-worker-{i}") for i in (1, 2)]
+            roots += [pid for pid in kill.descendants(*[w for w in workers if w])
+                      if "CoarseGrainedExecutorBackend" in kill.cmdline(pid)]
+        killed = kill.kill_tree(*roots)
+        inj.injected_at = inj.healed_at = time.monotonic()
+        inj.target = f"{step} ({len(killed)} processes)"
+
+    def _kill_broker(self, inj: Injected) -> None:
+        service = self._coordinator_service() if inj.fault.kind is FaultKind.BROKER_COORDINATOR \
+            else self._sink_leader_service(inj.fault.cycle)
+        self._bounce(service, inj)
+
+    def _bounce(self, service: str, inj: Injected) -> None:
+        with self._platform_lock:
+            if not self.platform.running(service):
+                inj.note = f"missed: {service} was already down"
+                return
+            self.platform.stop(service, out=io.StringIO(), kill=True)
+        inj.injected_at, inj.target = time.monotonic(), service
+        time.sleep(inj.fault.hold_s)
+        with self._platform_lock:
+            self.platform.start(service, out=io.StringIO())
+        inj.healed_at = time.monotonic()
+
+    def _broker_service(self, broker_id: int) -> str:
+        return f"kafka-{broker_id}" if self.platform.is_cluster else "kafka"
+
+    def _coordinator_service(self) -> str:
+        from confluent_kafka.admin import AdminClient
+
+        from lockstep.decisions import transactional_id
+
+        checkpoint = self._checkpoint or 1
+        tid = transactional_id(self.name, checkpoint, 0)
+        meta = AdminClient({**self.kafka, "log_level": 0}).list_topics("__transaction_state", timeout=10).topics["__transaction_state"]
+        partition = _java_abs(_java_hash(tid)) % len(meta.partitions)
+        return self._broker_service(meta.partitions[partition].leader)
+
+    def _sink_leader_service(self, cycle: int) -> str:
+        from confluent_kafka.admin import AdminClient
+
+        meta = AdminClient({**self.kafka, "log_level": 0}).list_topics(self.sink, timeout=10).topics[self.sink]
+        return self._broker_service(meta.partitions[cycle % len(meta.partitions)].leader)
+
+    # ---- the whole soak --------------------------------------------------------------------------
+    def run(self) -> SoakResult:
+        c = self.config
+        began, started_at = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        max_cycles = c.cycles * 3 if c.min_faults else c.cycles
+        faults = plan_faults(self.seed, max_cycles, c.kinds, per_cycle=c.faults_per_cycle)
+        self._say(f"lockstep soak: seed {self.seed}, {c.cycles} cycles of {c.records_per_cycle} records "
+                  f"({c.bad_per_cycle} bad), {len(faults)} faults planned, topology "
+                  f"{'cluster' if self.platform.is_cluster else 'single'}; pipeline {self.name}, logs in {self.logs}")
+        self._create_topics()
+        self.proxy = proxy.FaultProxy(self.platform.s3.port)
+        self._write_spec()
+        env = self._env()
+        watch = LsoWatch(self.kafka, (self.sink, self.dead_letters))
+        cycles: list[CycleResult] = []
+        clean: list[float] = []
+        stuck: str | None = None
+        fault_free_failures = 0
+        try:
+            fault_cycles, cycle = c.cycles, -1
+            while True:
+                cycle += 1
+                if cycle == fault_cycles and fault_cycles < max_cycles and self._injected() < c.min_faults:
+                    fault_cycles += 1  # not enough faults landed yet: one more cycle with faults
+                if cycle >= fault_cycles + c.drain_cycles:
+                    break
+                draining = cycle >= fault_cycles
+                if draining:
+                    self._stop_all_faults()
+                    if self._covered_all():
+                        break
+                else:
+                    self._produce(cycle, c.records_per_cycle)
+                mine = [] if draining else [f for f in faults if f.cycle == cycle]
+                expected = sum(clean[-5:]) / len(clean[-5:]) if clean else c.first_cycle_s
+                result = self.run_cycle(cycle, mine, expected, env)
+                cycles.append(result)
+                if result.ok:
+                    now = time.monotonic()
+                    for inj in self.injections:
+                        if inj.healed_at is not None and inj.recovered_at is None:
+                            inj.recovered_at = now
+                    if not mine:
+                        clean.append(result.seconds)
+                    fault_free_failures = 0
+                elif not self._faulted_since(time.monotonic() - result.seconds):
+                    fault_free_failures += 1
+                self._say(f"cycle {cycle + 1:>4}{' (drain)' if draining else ''}: checkpoint {result.checkpoint_id} "
+                          f"{'completed' if result.ok else 'failed in ' + str(result.failed_step)} in "
+                          f"{result.seconds:.1f} s; faults: {', '.join(result.faults) or 'none'}"
+                          + (f"\n           {result.reason}" if not result.ok else ""))
+                if fault_free_failures >= c.stuck_after:
+                    stuck = (f"{fault_free_failures} cycles in a row failed without a fault; last: "
+                             f"{result.failed_step}: {result.reason}")
+                    break
+            if stuck is None and not self._covered_all():
+                stuck = f"input not covered after {c.drain_cycles} drain cycles"
+            time.sleep(2.0)
+            try:
+                watch.sample()
+            except Exception:  # noqa: BLE001
+                pass
+        finally:
+            self._stop_all_faults()
+            watch.stop()
+            self.proxy.close()
+        last_fault = max((i.healed_at or i.injected_at or 0.0 for i in self.injections if i.injected_at), default=0.0)
+        after = [((p.until or time.monotonic()) - max(p.since, last_fault))
+                 for p in watch.pins if (p.until or time.monotonic()) >= last_fault] if last_fault else []
+        self._say("auditing: reading the sink and dead-letter topics read_committed ...")
+        result_audit = audit(self.kafka, self.source, self.sink, self.dead_letters, f"lockstep-{self.name}",
+                             self.produced)
+        return SoakResult(
+            seed=self.seed, topology="cluster" if self.platform.is_cluster else "single",
+            config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,
+                    "bad_per_cycle": c.bad_per_cycle,
+                    "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle, "kinds": [k.value for k in c.kinds],
+                    "spark_master": c.spark_master or self.platform.spark_master},
+            cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),
+            lso_after_last_fault_s=max(after, default=0.0),
+            lso_open_at_end=[f"{p.partition} at {p.lso} for {p.seconds:.0f} s" for p in watch.open_pins()],
+            stuck=stuck, started=started_at, seconds=time.monotonic() - began)
+
+    def _injected(self) -> int:
+        return sum(1 for i in self.injections if i.injected_at is not None)
+
+    def _faulted_since(self, moment: float) -> bool:
+        """Whether a fault was active at some point after ``moment``."""
+        return any(i.injected_at is not None and (i.healed_at is None or i.healed_at >= moment)
+                   for i in self.injections)
+
+    def _covered_all(self) -> bool:
+        from lockstep_soak.audit import committed_offsets
+
+        ends: dict[int, int] = {}
+        for p, o in self.produced:
+            ends[p] = max(ends.get(p, 0), o + 1)
+        covered = committed_offsets(self.kafka, self.source, f"lockstep-{self.name}")
+        return all(covered.get(p, 0) >= end for p, end in ends.items())
+
+
+def _last_line(path: Path) -> str:
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:400] if lines else "(no output: the process was killed)"
+
+
+def _java_hash(text: str) -> int:
+    """Java's String.hashCode, which Kafka uses to place a transactional id on a coordinator."""
+    h = 0
+    for ch in text.encode("utf-16-be").decode("utf-16-be"):
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+def _java_abs(n: int) -> int:
+    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0."""
+    return 0 if n == -(1 << 31) else abs(n)

@@ -1,0 +1,129 @@
+"""Which fault hits which cycle, when and for how long: pure, from a seed, so a failure replays.
+
+A cycle is one checkpoint: plan -> Spark run -> commit, each a process of its own like the DAG's
+three tasks. A fault's ``at`` is a fraction of the cycle's expected duration (the driver scales it
+by what clean cycles took); ``hold_s`` is how long a stopped service stays down or a slow / failing
+S3 lasts. Bad input is placed the same way: which records of a cycle's input are which bad case.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import Enum
+
+
+class FaultKind(str, Enum):
+    KILL_RUN = "kill_run"                      # kill -9 of the whole process tree of the running step
+    BROKER_COORDINATOR = "broker_coordinator"  # SIGKILL + restart of the broker leading the txn coordinator
+    BROKER_SINK_LEADER = "broker_sink_leader"  # SIGKILL + restart of the leader of a sink partition
+    S3_RESTART = "s3_restart"                  # SIGKILL + restart of the S3 server
+    S3_SLOW = "s3_slow"                        # S3 answers every request late for a while
+    S3_ERRORS = "s3_errors"                    # S3 answers 503 (and drops open connections) for a while
+    COMMIT_LATE = "commit_late"                # the commit step starts after transactions.timeout_ms
+
+    @property
+    def describe(self) -> str:
+        return DESCRIPTIONS[self]
+
+
+DESCRIPTIONS = {
+    FaultKind.KILL_RUN: "kill -9 of the process tree of the step that is running (plan, spark-submit, driver JVM, "
+                        "Python workers, executor JVMs, commit) at a uniformly random moment of the cycle",
+    FaultKind.BROKER_COORDINATOR: "SIGKILL of the broker leading the transaction coordinator of the checkpoint's "
+                                  "transactional ids, restarted after the hold time",
+    FaultKind.BROKER_SINK_LEADER: "SIGKILL of the broker leading a sink partition, restarted after the hold time",
+    FaultKind.S3_RESTART: "SIGKILL of the S3 server (MinIO, data on disk), restarted after the hold time",
+    FaultKind.S3_SLOW: "every S3 request delayed by the fault proxy for the hold time",
+    FaultKind.S3_ERRORS: "S3 answers 503 Slow Down to every request, open connections dropped, for the hold time",
+    FaultKind.COMMIT_LATE: "the commit step starts only after transactions.timeout_ms, so the broker aborts first",
+}
+
+#: Faults that stop a service need a topology where the service can come back by itself.
+SERVICE_FAULTS = (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER, FaultKind.S3_RESTART)
+
+
+@dataclass(frozen=True)
+class Fault:
+    cycle: int
+    kind: FaultKind
+    at: float       # fraction of the expected cycle duration, in [0, 1)
+    hold_s: float   # how long the service stays down / S3 stays slow or failing (0: not applicable)
+
+    def to_json(self) -> dict:
+        return {"cycle": self.cycle, "kind": self.kind.value, "at": round(self.at, 3), "hold_s": round(self.hold_s, 1)}
+
+
+class BadCase(str, Enum):
+    OVERSIZE = "oversize"      # larger than the sink topic's max.message.bytes once transformed
+    NOT_UTF8 = "not_utf8"      # bytes that are not UTF-8
+    NULL_VALUE = "null_value"  # a tombstone: null value
+    POISON = "poison"          # a JSON order the row function raises for
+
+
+BAD_CASE_DESCRIPTIONS = {
+    BadCase.OVERSIZE: "a valid order padded past the sink topic's max.message.bytes",
+    BadCase.NOT_UTF8: "a value of bytes that are not UTF-8",
+    BadCase.NULL_VALUE: "a null value (tombstone)",
+    BadCase.POISON: "a JSON order whose amount makes the transform's row function raise",
+}
+
+
+#: Relative frequency of each kind: a late commit costs a whole transaction timeout, so it is rarer.
+WEIGHTS = {FaultKind.COMMIT_LATE: 0.4}
+
+
+def family(kind: FaultKind) -> str:
+    """Faults of one family are never paired in a cycle (two broker kills could take the quorum)."""
+    if kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER):
+        return "kafka"
+    if kind in (FaultKind.S3_RESTART, FaultKind.S3_SLOW, FaultKind.S3_ERRORS):
+        return "s3"
+    return kind.value
+
+
+def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_every: int = 4,
+                per_cycle: int = 2, more: float = 0.5, hold_s: tuple[float, float] = (2.0, 12.0)) -> list[Fault]:
+    """Faults for ``cycles`` cycles: every ``clean_every``-th cycle has none (the pipeline must make
+    progress between faults), the others one (each kind once before any repeats), and with
+    probability ``more`` each, up to ``per_cycle`` in all, of other families at other moments.
+    ``commit_late`` is never paired: it decides the whole cycle."""
+    if not kinds:
+        return []
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    first_round = list(kinds)  # every kind once (in seeded order) before any repeats
+    rng.shuffle(first_round)
+    for cycle in range(cycles):
+        if clean_every and cycle % clean_every == clean_every - 1:
+            continue
+        first = first_round.pop() if first_round else _pick(rng, kinds)
+        chosen = [first]
+        while first is not FaultKind.COMMIT_LATE and len(chosen) < per_cycle:
+            taken = {family(k) for k in chosen}
+            others = tuple(k for k in kinds if family(k) not in taken and k is not FaultKind.COMMIT_LATE)
+            if not others or rng.random() >= more:
+                break
+            chosen.append(_pick(rng, others))
+        faults.extend(Fault(cycle, kind, rng.random(), _hold(rng, kind, hold_s)) for kind in chosen)
+    return faults
+
+
+def _pick(rng: random.Random, kinds: tuple[FaultKind, ...]) -> FaultKind:
+    return rng.choices(kinds, weights=[WEIGHTS.get(k, 1.0) for k in kinds])[0]
+
+
+def _hold(rng: random.Random, kind: FaultKind, bounds: tuple[float, float]) -> float:
+    if kind in (FaultKind.KILL_RUN, FaultKind.COMMIT_LATE):
+        return 0.0
+    return rng.uniform(*bounds)
+
+
+def plan_bad_input(seed: int, cycle: int, records: int, per_cycle: int) -> dict[int, BadCase]:
+    """Which of a cycle's ``records`` input records (by index) are bad, and which case each is:
+    ``per_cycle`` of them, the cases in turn, at seeded positions."""
+    if records <= 0 or per_cycle <= 0:
+        return {}
+    rng = random.Random(f"{seed}/{cycle}/bad")
+    positions = rng.sample(range(records), min(per_cycle, records))
+    cases = list(BadCase)
+    return {pos: cases[(cycle * per_cycle + n) % len(cases)] for n, pos in enumerate(sorted(positions))}

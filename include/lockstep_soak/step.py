@@ -1,0 +1,48 @@
+"""One step of a soak cycle in a process of its own, as each is an Airflow task process of its own:
+``python -m lockstep_soak.step plan|run|commit SPEC [CHECKPOINT]``. They call what the DAG's
+operators call (``coordinator.plan``, ``launcher.run_checkpoint``, ``coordinator.commit``).
+The last line of stdout is JSON for the driver; failures end with the error's message, exit 2."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import uuid
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    from lockstep.coordinator import Pipeline, commit, plan
+    from lockstep.decisions import cli_run_id
+    from lockstep.errors import LockstepError
+    from lockstep.launcher import run_checkpoint
+    from lockstep.spec import load_spec
+
+    step, spec_path, *rest = argv
+    spec = load_spec(spec_path)
+    try:
+        p = Pipeline.open(spec)
+        if step == "plan":
+            # The run id names this process: once it is gone, the next plan may recover its claim.
+            result = plan(p, run_id=cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]))
+            doc = {"checkpoint_id": result.claim.checkpoint_id, "records": result.range_plan.total_records}
+        elif step == "run":
+            run_checkpoint(spec, int(rest[0]), p.store)
+            doc = {"checkpoint_id": int(rest[0])}
+        elif step == "commit":
+            outcome = commit(p, int(rest[0]))
+            doc = {"checkpoint_id": int(rest[0]), "status": outcome.status.value}
+        else:
+            raise SystemExit(f"unknown step {step!r}: plan, run or commit")
+    except LockstepError as exc:
+        print(f"lockstep soak step {step}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(json.dumps(doc), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,38 @@
+"""The short soak of `make test`: the soak driver on the session's cluster (3 brokers, Spark
+standalone, MinIO behind the fault proxy), every fault kind, then the independent audit.
+The long one (>= 200 faults) is `make soak`, which writes docs/RELIABILITY.md."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from lockstep_soak.driver import Soak, SoakConfig
+from lockstep_soak.schedule import FaultKind
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+def test_short_soak_with_every_fault_kind_loses_and_duplicates_nothing(cluster, tmp_path):
+    config = SoakConfig(work_dir=tmp_path, cycles=9, records_per_cycle=60, bad_per_cycle=4,
+                        timeout_ms=40_000, commit_margin_ms=8_000)
+    result = Soak(cluster, config, out=sys.stderr).run()
+    doc = result.to_json()
+    replay = f"replay: lockstep soak --seed {result.seed} --cycles 9 --records 60 --timeout-ms 40000"
+    audit = result.audit
+    assert result.stuck is None, f"{result.stuck} ({replay})"
+    assert audit.lost == [] and audit.duplicated == [], f"{doc['audit']} ({replay})"
+    assert audit.unexpected == [] and audit.mismatched == [], f"{doc['audit']} ({replay})"
+    assert audit.uncovered == 0 and audit.produced == 9 * 60
+    assert not result.lso_open_at_end and result.lso_after_last_fault_s <= 40, doc
+    # The faults really happened: the schedule plans every kind once in the first cycles.
+    injected = {i.fault.kind for i in result.injected if i.injected_at is not None}
+    assert len(injected) >= len(FaultKind) - 2, doc["faults"]
+    assert sum(1 for c in result.cycles if not c.ok) >= 1, "no fault made a checkpoint fail"
+    # Every bad record is accounted for in the dead-letter topic, with its reason.
+    for case in ("oversize", "not_utf8", "null_value", "poison"):
+        outcome = audit.cases[case]
+        assert outcome.records > 0 and outcome.dead_lettered == outcome.records and outcome.to_sink == 0, (case, doc)
+        assert outcome.reasons, case
+    # The faults healed: every service of the shared cluster runs again for the tests after this one.
+    assert all(cluster.running(s) for s in cluster.services() if s != "airflow")

@@ -1,0 +1,55 @@
+"""docs/RELIABILITY.md is rendered from a soak result; the figures in it are the result's."""
+from __future__ import annotations
+
+from lockstep_soak.report import render
+
+
+def result(ok: bool = True, lost: int = 0) -> dict:
+    return {
+        "ok": ok, "seed": 1234, "topology": "cluster", "started": "2026-11-23 08:00:00 UTC", "seconds": 600.0,
+        "stuck": None, "lso_longest_s": 21.4, "lso_after_last_fault_s": 3.0, "lso_open_at_end": [],
+        "config": {"cycles": 3, "records_per_cycle": 10, "bad_per_cycle": 4, "timeout_ms": 40000, "writer": "jvm",
+                   "kinds": ["kill_run", "s3_errors"], "spark_master": "spark://127.0.0.1:7077"},
+        "audit": {"produced": 30, "covered": 30, "uncovered": 0, "outputs": 30, "lost": lost, "duplicated": 0,
+                  "unexpected": 0, "mismatched": 0,
+                  "cases": {"valid": {"records": 26, "to_sink": 26, "dead_lettered": 0, "reasons": {}},
+                            "poison": {"records": 4, "to_sink": 0, "dead_lettered": 4,
+                                       "reasons": {"order_in_cents raised ValueError": 4}}}},
+        "cycles": [{"cycle": 0, "checkpoint": 1, "ok": False, "seconds": 9.0, "failed_step": "run",
+                    "reason": "TransientError: S3 is unreachable for key 000000000001", "faults": ["kill_run"]},
+                   {"cycle": 1, "checkpoint": 2, "ok": True, "seconds": 20.0, "failed_step": None, "reason": "",
+                    "faults": ["s3_errors"]},
+                   {"cycle": 2, "checkpoint": 3, "ok": True, "seconds": 15.0, "failed_step": None, "reason": "",
+                    "faults": []}],
+        "faults": [{"cycle": 0, "kind": "kill_run", "at": 0.5, "hold_s": 0.0, "target": "run (7 processes)",
+                    "injected": True, "recovery_s": 31.0, "note": ""},
+                   {"cycle": 1, "kind": "s3_errors", "at": 0.9, "hold_s": 4.0, "target": "", "injected": False,
+                    "recovery_s": None, "note": "missed: the cycle ended first"}],
+    }
+
+
+def test_the_report_carries_the_seed_the_command_and_the_figures():
+    text = render(result(), "lockstep soak --seed 1234 --cycles 3")
+    assert "lockstep soak --seed 1234 --cycles 3" in text
+    assert "## Result: PASSED" in text
+    assert "| **lost** | **0** |" in text and "| **duplicated** | **0** |" in text
+    assert "| faults injected | 1 (1 planned but missed" in text
+    assert "| longest recovery | 31.0 s" in text
+    assert "limit: one transaction timeout, 40 s" in text
+    assert "| `kill_run` |" in text and "| 1 | 0 | 31.0 s |" in text
+
+
+def test_bad_input_rows_show_where_each_case_went_and_why():
+    text = render(result(), "x")
+    assert "| poison | a JSON order whose amount makes the transform's row function raise | 4 | 0 | 4 | " \
+           "`order_in_cents raised ValueError` (4) |" in text
+
+
+def test_failed_cycles_are_grouped_by_their_last_line_with_numbers_generalised():
+    text = render(result(), "x")
+    assert "| 1 | `run: TransientError: S3 is unreachable for key N` |" in text
+
+
+def test_a_failed_soak_says_so():
+    assert "## Result: FAILED" in render(result(ok=False, lost=2), "x")
+    assert "| **lost** | **2** |" in render(result(ok=False, lost=2), "x")

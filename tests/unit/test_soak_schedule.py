@@ -1,0 +1,72 @@
+"""The soak's fault schedule and bad-input placement: pure, seeded, replayable."""
+from __future__ import annotations
+
+from collections import Counter
+
+from lockstep_soak.schedule import BadCase, FaultKind, family, plan_bad_input, plan_faults
+
+ALL = tuple(FaultKind)
+
+
+def test_the_same_seed_plans_the_same_faults_and_another_seed_others():
+    assert plan_faults(42, 50, ALL) == plan_faults(42, 50, ALL)
+    assert plan_faults(42, 50, ALL) != plan_faults(43, 50, ALL)
+
+
+def test_every_kind_is_planned_once_before_any_repeats():
+    faults = plan_faults(7, 12, ALL)
+    first_of_each_cycle = [next(f for f in faults if f.cycle == c) for c in sorted({f.cycle for f in faults})]
+    assert {f.kind for f in first_of_each_cycle[: len(ALL)]} == set(ALL)
+
+
+def test_every_fourth_cycle_is_clean_so_the_pipeline_makes_progress():
+    faults = plan_faults(1, 40, ALL)
+    assert not [f for f in faults if f.cycle % 4 == 3]
+    assert {f.cycle for f in faults} == {c for c in range(40) if c % 4 != 3}
+
+
+def test_a_cycle_never_holds_two_faults_of_one_family_nor_a_paired_late_commit():
+    by_cycle: dict[int, list] = {}
+    for f in plan_faults(3, 400, ALL, per_cycle=3, more=0.8):
+        by_cycle.setdefault(f.cycle, []).append(f)
+    sizes = Counter(len(fs) for fs in by_cycle.values())
+    assert sizes[2] and sizes[3] and not set(sizes) - {1, 2, 3}
+    for fs in by_cycle.values():
+        assert len({family(f.kind) for f in fs}) == len(fs)
+        if len(fs) > 1:
+            assert FaultKind.COMMIT_LATE not in {f.kind for f in fs}
+
+
+def test_one_fault_per_cycle_when_asked():
+    faults = plan_faults(3, 100, ALL, per_cycle=1)
+    assert len({f.cycle for f in faults}) == len(faults)
+
+
+def test_moments_and_hold_times_stay_in_their_bounds():
+    for f in plan_faults(5, 200, ALL, hold_s=(2.0, 12.0)):
+        assert 0.0 <= f.at < 1.0
+        if f.kind in (FaultKind.KILL_RUN, FaultKind.COMMIT_LATE):
+            assert f.hold_s == 0.0
+        else:
+            assert 2.0 <= f.hold_s <= 12.0
+
+
+def test_a_late_commit_is_rarer_than_the_other_kinds():
+    counts = Counter(f.kind for f in plan_faults(9, 2000, ALL))
+    assert counts[FaultKind.COMMIT_LATE] < min(n for k, n in counts.items() if k is not FaultKind.COMMIT_LATE)
+
+
+def test_only_the_kinds_asked_for_are_planned():
+    kinds = (FaultKind.S3_SLOW, FaultKind.KILL_RUN)
+    assert {f.kind for f in plan_faults(2, 100, kinds)} == set(kinds)
+    assert plan_faults(2, 100, ()) == []
+
+
+def test_bad_input_is_placed_per_cycle_by_seed_and_uses_every_case():
+    placed = plan_bad_input(11, 3, 200, 4)
+    assert len(placed) == 4 and all(0 <= i < 200 for i in placed)
+    assert placed == plan_bad_input(11, 3, 200, 4)
+    assert placed != plan_bad_input(11, 4, 200, 4)
+    assert set(plan_bad_input(11, 0, 200, 4).values()) == set(BadCase)
+    assert plan_bad_input(11, 0, 3, 10).keys() == {0, 1, 2}
+    assert plan_bad_input(11, 0, 0, 4) == {}

@@ -1,0 +1,98 @@
+"""The soak's fault tools on real sockets and processes: the S3 fault proxy and kill -9 of a tree."""
+from __future__ import annotations
+
+import http.client
+import os
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lockstep_soak import kill, proxy
+
+
+class _Ok(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):  # noqa: N802
+        body = b"hello"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fault_proxy():
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    p = proxy.FaultProxy(upstream.server_address[1], delay_s=0.3)
+    yield p
+    p.close()
+    upstream.shutdown()
+
+
+def get(p: proxy.FaultProxy, conn: http.client.HTTPConnection | None = None) -> tuple[int, bytes]:
+    conn = conn or http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    conn.request("GET", "/bucket/key")
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def test_the_proxy_passes_requests_through(fault_proxy):
+    assert get(fault_proxy) == (200, b"hello")
+
+
+def test_in_error_mode_every_request_gets_s3s_503_slow_down(fault_proxy):
+    fault_proxy.set_mode(proxy.ERRORS)
+    status, body = get(fault_proxy)
+    assert status == 503 and b"<Code>SlowDown</Code>" in body
+    fault_proxy.set_mode(proxy.PASS)
+    assert get(fault_proxy) == (200, b"hello")
+
+
+def test_switching_to_errors_drops_connections_kept_alive(fault_proxy):
+    conn = http.client.HTTPConnection("127.0.0.1", fault_proxy.port, timeout=10)
+    assert get(fault_proxy, conn) == (200, b"hello")
+    fault_proxy.set_mode(proxy.ERRORS)
+    with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
+        get(fault_proxy, conn)
+
+
+def test_in_slow_mode_each_request_is_held(fault_proxy):
+    fault_proxy.set_mode(proxy.SLOW)
+    started = time.monotonic()
+    assert get(fault_proxy) == (200, b"hello")
+    assert time.monotonic() - started >= 0.3
+    assert fault_proxy.requests[proxy.SLOW] >= 1
+
+
+def test_kill_tree_kills_children_that_left_the_process_group():
+    # A parent, a child in its group and a grandchild in a session of its own (as spark-submit is).
+    parent = subprocess.Popen(["bash", "-c", "sleep 300 & setsid sleep 301 & wait"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(kill.descendants(parent.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tree = kill.descendants(parent.pid)
+    assert len(tree) == 3
+    assert len({os.getsid(pid) for pid in tree}) == 2  # one of them is outside the parent's session
+    killed = kill.kill_tree(parent.pid)
+    assert set(killed) == tree
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in tree if pid != parent.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in tree if pid != parent.pid and _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie waits for init to reap it; it is dead
+    except OSError:
+        return False
