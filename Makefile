@@ -11,7 +11,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := include/lockstep/dev/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser test unit integration demo bench up down status clean lock
+.PHONY: setup browser test unit integration demo bench soak up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -73,6 +73,13 @@ unit: setup
 
 integration: setup
 	$(BIN)/python -m pytest tests/integration -q
+
+# The long soak: at least 200 faults of every kind on the cluster topology (a platform of its own on
+# free ports, under var/soak), then the audit; writes docs/RELIABILITY.md. About an hour on 2 cores.
+# The short soak (9 cycles) is part of `make test`.
+SOAK_ARGS ?= --cycles 100 --min-faults 200 --faults-per-cycle 3 --records 200
+soak: setup
+	$(BIN)/lockstep soak $(SOAK_ARGS) --report docs/RELIABILITY.md
 
 # Debian's Chromium for the Checkpoints page browser test (no-op when present).
 browser:

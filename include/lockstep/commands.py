@@ -55,6 +55,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     add_arguments(bench)
 
+    soak = sub.add_parser("soak", help="run a pipeline for many checkpoints while faults are injected at random, "
+                                       "then audit: lost / duplicated records (writes docs/RELIABILITY.md with --report)")
+    from lockstep_soak.cli import add_arguments as soak_arguments
+
+    soak_arguments(soak)
+
     fp = sub.add_parser("failpoints", help="list the named failpoints (LOCKSTEP_FAILPOINTS=name=crash|raise)")
     fp.add_argument("--json", action="store_true")
 
@@ -67,6 +73,10 @@ def _spec(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "failpoints":
         return _failpoints(args)
+    if args.command == "soak":
+        from lockstep_soak.cli import main as soak_main
+
+        return soak_main(args)
     if args.command == "bench":
         from lockstep.bench.runner import main as bench_main
 

@@ -239,6 +239,22 @@ class Platform:
         self._start(service, kafka_svc.start(self.kafka, node, self.log_file(service),
                                              cluster_id or kafka_svc.cluster_id(self.kafka)))
 
+    def start(self, name: str, out=sys.stdout) -> None:
+        """Start one stopped S3 or Kafka service again and wait until it serves (a test or the soak
+        bringing back what it killed), leaving every other stopped service down."""
+        if name == "s3":
+            self._up_s3(out)
+            return
+        if not name.startswith("kafka"):
+            raise ValueError(f"start({name!r}): only s3 and the Kafka nodes are restarted one by one")
+        if not self.running(name):
+            self.start_kafka_node(self.kafka_node(name))
+        config = self.kafka
+        procs.wait_until(lambda: kafka_svc.is_ready(config.bootstrap, len(config.nodes)),
+                         f"{name} back in {config.bootstrap}", 120, alive=lambda: self.running(name),
+                         log_file=self.log_file(name))
+        print(f"{name:8} running again (pid {self.state.pids[name]})", file=out)
+
     def _up_spark(self, out) -> None:
         config = self.spark
         if not self.running("spark-master"):
