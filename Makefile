@@ -77,7 +77,7 @@ integration: setup
 # The long soak: at least 200 faults of every kind on the cluster topology (a platform of its own on
 # free ports, under var/soak), then the audit; writes docs/RELIABILITY.md. About an hour on 2 cores.
 # The short soak (9 cycles) is part of `make test`.
-SOAK_ARGS ?= --cycles 100 --min-faults 200 --faults-per-cycle 3 --records 200
+SOAK_ARGS ?= --cycles 80 --min-faults 200 --faults-per-cycle 3 --more 0.9 --records 200
 soak: setup
 	$(BIN)/lockstep soak $(SOAK_ARGS) --report docs/RELIABILITY.md
 

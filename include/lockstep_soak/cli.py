@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="go on past --cycles (up to three times as many) until this many faults were injected")
     parser.add_argument("--faults-per-cycle", type=int, default=2, choices=[1, 2, 3],
                         help="at most this many faults in one cycle, each of another family (default 2)")
+    parser.add_argument("--more", type=float, default=0.5,
+                        help="the chance of each further fault in a cycle, up to --faults-per-cycle (default 0.5)")
     parser.add_argument("--topology", choices=["cluster", "single"], default="cluster",
                         help="cluster: 3 brokers + Spark standalone (default); single: 1 broker + local Spark")
     parser.add_argument("--spark-master", help="run the checkpoints' Spark here instead of the platform's master")
@@ -48,8 +51,12 @@ def main(args: argparse.Namespace) -> int:
                         free_ports=True)
     config = SoakConfig(work_dir=work, cycles=args.cycles, seed=args.seed, records_per_cycle=args.records,
                         bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
-                        min_faults=args.min_faults, timeout_ms=args.timeout_ms, writer=args.writer,
+                        more_faults=args.more, min_faults=args.min_faults, timeout_ms=args.timeout_ms,
+                        writer=args.writer,
                         spark_master=args.spark_master)
+    # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
+    # platform stopped, instead of leaving them behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     platform.up(out=sys.stderr)
     try:
         result = Soak(platform, config, out=sys.stderr).run()
@@ -59,7 +66,8 @@ def main(args: argparse.Namespace) -> int:
     doc = result.to_json()
     (work / f"{result.seed}.json").write_text(json.dumps(doc, indent=2))
     command = (f"lockstep soak --seed {result.seed} --cycles {args.cycles} --records {args.records} --bad {args.bad} "
-               f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --topology {args.topology} --writer {args.writer} --timeout-ms {args.timeout_ms}"
+               f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --more {args.more} "
+               f"--topology {args.topology} --writer {args.writer} --timeout-ms {args.timeout_ms}"
                + (f" --faults {shlex.quote(args.faults)}" if kinds != tuple(FaultKind) else "")
                + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))
     if args.report:

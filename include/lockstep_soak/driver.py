@@ -45,6 +45,7 @@ class SoakConfig:
     writer: str = "jvm"
     spark_master: str | None = None  # None: the platform's (spark_default)
     faults_per_cycle: int = 2
+    more_faults: float = 0.5  # the chance of each further fault in a cycle, up to faults_per_cycle
     min_faults: int = 0  # go on past ``cycles`` (up to 3x) until this many faults were injected
     drain_cycles: int = 6
     stuck_after: int = 6
@@ -264,6 +265,9 @@ spark:{master}
                 kill.kill_tree(proc.pid)
                 stdout, _ = proc.communicate()
                 return -9, "the step ran for 900 s and was killed by the soak"
+            except BaseException:
+                kill.kill_tree(proc.pid)  # the soak itself is stopped (Ctrl-C, SIGTERM): leave no step behind
+                raise
             finally:
                 self._current, self._current_step = None, None
         if proc.returncode == 0:
@@ -411,9 +415,10 @@ spark:{master}
         c = self.config
         began, started_at = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         max_cycles = c.cycles * 3 if c.min_faults else c.cycles
-        faults = plan_faults(self.seed, max_cycles, c.kinds, per_cycle=c.faults_per_cycle)
+        faults = plan_faults(self.seed, max_cycles, c.kinds, per_cycle=c.faults_per_cycle, more=c.more_faults)
         self._say(f"lockstep soak: seed {self.seed}, {c.cycles} cycles of {c.records_per_cycle} records "
-                  f"({c.bad_per_cycle} bad), {len(faults)} faults planned, topology "
+                  f"({c.bad_per_cycle} bad), {sum(1 for f in faults if f.cycle < c.cycles)} faults planned"
+                  + (f" (more cycles until {c.min_faults} landed)" if c.min_faults else "") + ", topology "
                   f"{'cluster' if self.platform.is_cluster else 'single'}; pipeline {self.name}, logs in {self.logs}")
         self._create_topics()
         self.proxy = proxy.FaultProxy(self.platform.s3.port)
@@ -482,7 +487,8 @@ spark:{master}
             seed=self.seed, topology="cluster" if self.platform.is_cluster else "single",
             config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,
                     "bad_per_cycle": c.bad_per_cycle,
-                    "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle, "kinds": [k.value for k in c.kinds],
+                    "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle,
+                    "more_faults": c.more_faults, "kinds": [k.value for k in c.kinds],
                     "spark_master": c.spark_master or self.platform.spark_master},
             cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),
             lso_after_last_fault_s=max(after, default=0.0),
