@@ -17,6 +17,8 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 log = logging.getLogger("lockstep.airflow")
+# kafka-python logs every connection at INFO: task logs start with Lockstep's lines, not its chatter.
+logging.getLogger("kafka").setLevel(os.environ.get("LOCKSTEP_KAFKA_CLIENT_LOG_LEVEL", "WARNING"))
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
 
@@ -30,17 +32,25 @@ def _arm_failpoints(context: Any) -> None:
         log.warning("failpoints armed for this run: %s", armed)
 
 
-def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) -> RuntimeError:
-    """The one line a user reads first: which checkpoint, what failed, what happens next."""
-    what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "the next checkpoint"
-    message = str(exc) if f"checkpoint {checkpoint_id}" in str(exc) else f"{what}: {exc}"
-    if "next run" not in message and "retry" not in message:
+def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) -> Exception:
+    """The one line a user reads first: which checkpoint, what failed, what happens next.
+
+    The error's class decides retries: a ``TerminalError`` fails the task at once
+    (``AirflowFailException``: a retry would fail the same way), anything else is retried.
+    """
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from lockstep.errors import TerminalError
+
+    what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "no checkpoint claimed"
+    message = " ".join(str(exc).split()) if f"checkpoint {checkpoint_id}" in str(exc) else f"{what}: {exc}"
+    if not any(hint in message for hint in ("next run", "retry", "trigger", "fix ")):
         message += ("; nothing was committed for it, the next run recovers and replays its ranges"
                     if step != "commit" else "; the commit task retries, and the next run's plan rolls a "
                     "prepared checkpoint forward")
     line = f"lockstep {spec_name} {step} failed: {message}"
     log.error(line)
-    return RuntimeError(line)
+    return AirflowFailException(line) if isinstance(exc, TerminalError) else AirflowException(line)
 
 
 def _dry_run(context: Any) -> bool:
