@@ -126,9 +126,11 @@ def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pip
     failed = store(pipeline).view(max(store(pipeline).checkpoint_ids()))
     assert failed.claim.run_id == run_id and failed.status is CheckpointStatus.CLAIMED
     run_log = client.task_log(dag_id, run_id, "run")
-    line = f"lockstep {pipeline.name} run failed: checkpoint {failed.checkpoint_id}: the Spark run failed"
-    assert line in run_log and "The next run fences its transactions and replays its ranges" in run_log
-    assert "failpoint job.after_flush raised" in run_log
+    line = next(x for x in run_log.splitlines() if f"lockstep {pipeline.name} run failed:" in x)
+    # One line: the checkpoint, the cause the job reported (not the spark-submit command), the way on.
+    assert f"run failed: checkpoint {failed.checkpoint_id}: the Spark run failed after" in line, line
+    assert "failpoint job.after_flush raised" in line and "spark-submit" not in line, line
+    assert "a retry or the next run fences its transactions and replays its ranges" in line, line
 
     next_id, state = run_dag(client, dag_id)
     assert state == "success", explain(client, dag_id, next_id)
