@@ -54,3 +54,15 @@ def test_a_failed_spark_run_ends_with_its_cause_on_one_line(tmp_path, bootstrap,
         assert "a retry fails the same way: fix the cause" in last, last
     else:
         assert "a retry or the next run fences its transactions" in last, last
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_a_task_that_failed_in_the_writer_is_named_by_its_own_exception(tmp_path, bootstrap, unique, writer):
+    pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}-{writer[:3]}", partitions=2, writer=writer)
+    produce_orders(pipeline, 20)
+
+    result = run(pipeline, failpoints="job.after_flush=raise")
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "failpoint job.after_flush raised" in last and "\tat " not in last, last
+    assert "a retry or the next run fences its transactions" in last, last
