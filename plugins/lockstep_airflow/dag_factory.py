@@ -69,6 +69,7 @@ def build_dag(spec: Any) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
+        description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
         tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}"],
         params=pipeline_params(),

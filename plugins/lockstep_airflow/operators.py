@@ -106,13 +106,16 @@ class LockstepPlanOperator(BaseOperator):
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc) from exc
         claim = result.claim
-        for r in claim.ranges:
+        ranges = [r for r in claim.ranges if not r.is_empty]
+        for r in ranges:
             log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
+        if not ranges:
+            log.info("checkpoint %d: no new records in %d partitions", claim.checkpoint_id, len(claim.ranges))
         log.info("checkpoint %d: planned %d records from %s in %.1f s%s", claim.checkpoint_id,
                  result.range_plan.total_records, claim.start_source, time.monotonic() - started,
                  " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
         return {"checkpoint_id": claim.checkpoint_id, "records": result.range_plan.total_records,
-                "ranges": [str(r) for r in claim.ranges if not r.is_empty], "dry_run": dry_run}
+                "ranges": [str(r) for r in ranges], "dry_run": dry_run}
 
     @staticmethod
     def _run_alive(context: Any) -> Any:
