@@ -175,8 +175,10 @@ def recover(p: Pipeline) -> None:
             log.warning("checkpoint %d was prepared while we recovered; rolling it forward instead", cid)
             commit(p, cid)
             continue
-        _mark_aborted(p, view, "its run ended before the prepared metadata was written (Spark job failed or "
-                               "was killed); its transactions were fenced")
+        failure = p.store.run_failure(cid)
+        _mark_aborted(p, view, f"its Spark run failed: {failure.cause}; its transactions were fenced" if failure else
+                      "its run ended before the prepared metadata was written (the Spark job was killed, or its "
+                      "driver or the run task died); its transactions were fenced")
 
 
 def _without_unreachable(p: Pipeline, views: list[CheckpointView], cluster: str,

@@ -12,8 +12,9 @@ import subprocess
 import time
 from typing import Callable, Mapping
 
-from lockstep.checkpoint import CheckpointStatus
-from lockstep.errors import JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, CheckpointError, TransientCheckpointError
+from lockstep.checkpoint import CheckpointStatus, RunFailure
+from lockstep.errors import (JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, CheckpointError, LockstepError,
+                             TransientCheckpointError)
 from lockstep.sparkjob import run_checkpoint_job, values_for_run
 from lockstep.store import CheckpointStore
 from lockstep.sparkconf import job_environment, submit_command
@@ -66,12 +67,23 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         return run_spark_job(spec, checkpoint_id, env, on_start)
     except (CheckpointError, TransientCheckpointError) as exc:
         after = store.view(checkpoint_id)
+        if after is not None and after.status is CheckpointStatus.CLAIMED and getattr(exc, "cause", None):
+            _note_failure(store, spec.name, checkpoint_id, exc.cause)
         if after is not None and after.status is CheckpointStatus.PREPARED:
             # The driver died after recording the decision: nothing is lost, the commit
             # step (this run's, or the next run's plan) commits what was prepared.
             raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared; "
                                                  f"the next commit or plan commits them (roll forward). {exc}") from exc
         raise
+
+
+def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
+    from datetime import datetime, timezone
+
+    try:
+        store.record_run_failure(RunFailure(pipeline, checkpoint_id, datetime.now(timezone.utc).isoformat(), cause))
+    except LockstepError as exc:  # the failure itself is what the task reports; the note is a courtesy
+        log.warning("checkpoint %d: could not note the run's failure in S3 (%s)", checkpoint_id, exc)
 
 
 def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str] | None = None,
@@ -116,13 +128,17 @@ def job_failure(checkpoint_id: int, code: int, cause: str | None, last_line: str
     if cause is None:
         cause = f"it ended with exit code {code} without a cause (killed, or spark-submit could not start it); " \
                 f"its last line: {last_line[:300] or '(none)'}"
+    exc: CheckpointError | TransientCheckpointError
     if code == JOB_EXIT_TERMINAL:
-        return CheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; a retry fails "
-                                              "the same way: fix the cause, then trigger a new run (the next run "
-                                              "fences this checkpoint's transactions and replays its ranges)")
-    return TransientCheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; nothing "
-                                                   "was committed: a retry or the next run fences its transactions "
-                                                   "and replays its ranges")
+        exc = CheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; a retry fails "
+                                             "the same way: fix the cause, then trigger a new run (the next run "
+                                             "fences this checkpoint's transactions and replays its ranges)")
+    else:
+        exc = TransientCheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; nothing "
+                                                      "was committed: a retry or the next run fences its "
+                                                      "transactions and replays its ranges")
+    exc.cause = cause  # type: ignore[union-attr] - the bare cause, for the abort reason
+    return exc
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.engine_helpers import make_pipeline, produce_orders, run
+from tests.integration.engine_helpers import make_pipeline, produce_orders, run, store
 
 pytestmark = pytest.mark.integration
 
@@ -66,3 +66,18 @@ def test_a_task_that_failed_in_the_writer_is_named_by_its_own_exception(tmp_path
     last = result.stderr.strip().splitlines()[-1]
     assert "failpoint job.after_flush raised" in last and "\tat " not in last, last
     assert "a retry or the next run fences its transactions" in last, last
+
+
+def test_the_abort_of_a_failed_run_records_the_runs_own_cause(tmp_path, bootstrap, unique, monkeypatch):
+    code_dir = broken_package(tmp_path, unique)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(code_dir), os.environ.get("PYTHONPATH")])))
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1, transform=f"broken_{unique}.transforms:raises")
+    produce_orders(pipeline, 5)
+    assert run(pipeline).returncode == 2
+    failure = store(pipeline).run_failure(1)
+    assert failure is not None and failure.cause.startswith("ValueError: cannot enrich order"), failure
+
+    # The next run's plan aborts checkpoint 1 (and fails the same way itself, as 2).
+    assert run(pipeline).returncode == 2
+    aborted = store(pipeline).view(1).aborted
+    assert aborted.reason == f"its Spark run failed: {failure.cause}; its transactions were fenced", aborted
