@@ -44,7 +44,7 @@ def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) 
 
     what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "no checkpoint claimed"
     message = " ".join(str(exc).split()) if f"checkpoint {checkpoint_id}" in str(exc) else f"{what}: {exc}"
-    if not any(hint in message for hint in ("next run", "retry", "trigger", "fix ")):
+    if not any(hint in message.lower() for hint in ("next run", "retry", "trigger", "fix ")):
         message += ("; nothing was committed for it, the next run recovers and replays its ranges"
                     if step != "commit" else "; the commit task retries, and the next run's plan rolls a "
                     "prepared checkpoint forward")

@@ -141,3 +141,25 @@ def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pip
     assert open_transactions(pipeline) == []
     report = verify(pipeline, "--since-checkpoint", str(replay.checkpoint_id))
     assert report["ok"] and report["actual_outputs"] == 60, report
+
+
+def test_a_missing_savepoint_fails_the_plan_once_with_the_right_way_out(client, pipeline):
+    """A terminal error is not retried: the plan task fails on its first try, and its summary says
+    to trigger again with an existing savepoint (a scheduled run would restore nothing)."""
+    dag_id = pipeline.spec().dag_id
+    run_id, state = run_dag(client, dag_id, {"restore_from": "does-not-exist"})
+    assert state == "failed"
+    plan = client.task_instances(dag_id, run_id)["plan"]
+    assert plan["state"] == "failed" and plan["try_number"] == 1, plan
+    log = client.task_log(dag_id, run_id, "plan")
+    summary = f"lockstep {pipeline.name} plan failed: no checkpoint claimed: cannot restore: savepoint " \
+              "'does-not-exist' not found"
+    assert summary in log, log[-3000:]
+    line = next(x for x in log.splitlines() if summary in x)
+    assert "Trigger a new run with restore_from naming an existing savepoint" in line
+    assert "the next run recovers" not in line, line  # a scheduled run would not restore: no false promise
+    # The summary is the last thing the task says: after it only Airflow's own failure record (whose
+    # exception value is the summary again) and its folded post-execute group.
+    after = log.splitlines()[log.splitlines().index(line) + 1:]
+    assert [x for x in after if "::group::" not in x and "::endgroup::" not in x
+            and not x.startswith("error Task failed with exception")] == [], after
