@@ -233,6 +233,16 @@ class LockstepCommitOperator(BaseOperator):
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
                  prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
+        if prepared.records_out + prepared.records_dead_lettered == 0:
+            # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
+            raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "
+                                       "the sink and dead-letter assets are not updated")
+        extra = {"pipeline": spec.name, "checkpoint_id": checkpoint_id,
+                 "end_offsets": dict(view.completed.end_offsets) if view.completed else {}}
+        for asset in self.outlets:
+            role = asset.extra.get("role")
+            records = prepared.records_out if role == "sink" else prepared.records_dead_lettered
+            context["outlet_events"][asset].extra = {**extra, "records": records}
         return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
                 "dead_lettered": prepared.records_dead_lettered}
 

@@ -163,3 +163,43 @@ def test_a_missing_savepoint_fails_the_plan_once_with_the_right_way_out(client, 
     after = log.splitlines()[log.splitlines().index(line) + 1:]
     assert [x for x in after if "::group::" not in x and "::endgroup::" not in x
             and not x.startswith("error Task failed with exception")] == [], after
+
+
+def asset_events(client: AirflowClient, uri: str) -> list[dict]:
+    from urllib.parse import quote
+
+    assets = client._call("GET", f"/api/v2/assets?uri_pattern={quote(uri, safe='')}")["assets"]
+    asset = next(a for a in assets if a["uri"] == uri)
+    events = client._call("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")
+    return events["asset_events"]
+
+
+def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with_records(client, pipeline,
+                                                                                        bootstrap):
+    """Downstream DAGs can be scheduled on the sink topic: its Asset gets an event (checkpoint id,
+    records, offsets) from a completed checkpoint, none from an aborted or an empty one."""
+    dag_id = pipeline.spec().dag_id
+    sink = f"kafka://{bootstrap.split(',')[0]}/{pipeline.sink}"
+    before = len(asset_events(client, sink))
+
+    produce_orders(pipeline, 30, start=6000)
+    run_id, state = run_dag(client, dag_id, {"lockstep_failpoints": "job.before_prepared=raise"})
+    assert state == "failed"
+    assert len(asset_events(client, sink)) == before  # the checkpoint did not complete: no event
+
+    run_id, state = run_dag(client, dag_id)  # aborts the failed checkpoint, replays its ranges, commits
+    assert state == "success", explain(client, dag_id, run_id)
+    events = asset_events(client, sink)
+    assert len(events) >= before + 1
+    latest = store(pipeline).latest_completed()
+    newest = events[-1]
+    assert newest["extra"]["pipeline"] == pipeline.name
+    assert newest["extra"]["checkpoint_id"] == latest.checkpoint_id
+    assert newest["extra"]["end_offsets"] == dict(latest.completed.end_offsets)
+    assert newest["extra"]["records"] == latest.prepared.records_out > 0
+
+    count = len(events)
+    run_id, state = run_dag(client, dag_id)  # nothing new: completed empty, commit skipped, no event
+    assert state == "success", explain(client, dag_id, run_id)
+    assert client.task_instances(dag_id, run_id)["commit"]["state"] == "skipped"
+    assert len(asset_events(client, sink)) == count
