@@ -57,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
     # platform stopped, instead of leaving them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    commit = _commit()  # the code this soak runs, for the report
     platform.up(out=sys.stderr)
     try:
         result = Soak(platform, config, out=sys.stderr).run()
@@ -71,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
                + (f" --faults {shlex.quote(args.faults)}" if kinds != tuple(FaultKind) else "")
                + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))
     if args.report:
-        Path(args.report).write_text(render(doc, command))
+        Path(args.report).write_text(render(doc, command, commit))
         print(f"report written to {args.report}", file=sys.stderr)
     print(json.dumps(doc, indent=2) if args.json else summary(doc))
     return 0 if result.ok else 1
@@ -88,3 +89,16 @@ def summary(doc: dict) -> str:
             f"{audit.get('unexpected', '-')} unexpected, {audit.get('uncovered', '-')} not covered; "
             f"LSO pinned {doc['lso_after_last_fault_s']:.1f} s after the last fault"
             + (f"; STUCK: {doc['stuck']}" if doc["stuck"] else ""))
+
+
+def _commit() -> str | None:
+    import subprocess
+
+    from lockstep.paths import project_root
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project_root(), capture_output=True,
+                             text=True, timeout=10)
+    except OSError:
+        return None
+    return out.stdout.strip() or None

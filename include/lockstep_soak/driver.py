@@ -280,8 +280,7 @@ spark:{master}
         return proc.returncode, _last_line(log_path)
 
     def run_cycle(self, cycle: int, faults: list[Fault], expected_s: float, env: dict[str, str]) -> CycleResult:
-        """One checkpoint. Its faults fire at their moments even if the cycle ended first (a fault
-        the next cycle meets is still mid-checkpoint); only ``commit_late`` belongs to this cycle."""
+        """One checkpoint, with its faults at their moments (fractions of ``expected_s``)."""
         started = time.monotonic()
         injections = [Injected(f) for f in faults]
         self.injections.extend(injections)
@@ -309,13 +308,19 @@ spark:{master}
                 break
         else:
             result.ok = True
+        result.seconds = time.monotonic() - started
         result.checkpoint_id = self._checkpoint
+        # Paced like scheduled runs: the next cycle starts no sooner than a clean one takes, so every
+        # fault of this cycle lands within it; and it starts with every service back.
+        while time.monotonic() < started + expected_s:
+            time.sleep(0.1)
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
         for inj in injections:
             if inj.fault.kind is FaultKind.COMMIT_LATE and inj.injected_at is None:
                 inj.note = f"missed: the cycle ended in {result.failed_step} before its commit"
-        result.seconds = time.monotonic() - started
         result.faults = [i.fault.kind.value for i in injections]
-        self._threads = [t for t in self._threads if t.is_alive()]
         return result
 
     _stop_faults = False
@@ -330,7 +335,7 @@ spark:{master}
     def _inject(self, inj: Injected, at: float) -> None:
         while time.monotonic() < at:
             if self._stop_faults:
-                inj.note = "missed: the soak's fault cycles ended first"
+                inj.note = "missed: the soak was stopped first"
                 return
             time.sleep(0.05)
         kind = inj.fault.kind
@@ -446,6 +451,7 @@ spark:{master}
                     self._produce(cycle, c.records_per_cycle)
                 mine = [] if draining else [f for f in faults if f.cycle == cycle]
                 expected = sum(clean[-5:]) / len(clean[-5:]) if clean else c.first_cycle_s
+                cycle_started = time.monotonic()
                 result = self.run_cycle(cycle, mine, expected, env)
                 cycles.append(result)
                 if result.ok:
@@ -456,7 +462,7 @@ spark:{master}
                     if not mine:
                         clean.append(result.seconds)
                     fault_free_failures = 0
-                elif not self._faulted_since(time.monotonic() - result.seconds):
+                elif not self._faulted_since(cycle_started):
                     fault_free_failures += 1
                 self._say(f"cycle {cycle + 1:>4}{' (drain)' if draining else ''}: checkpoint {result.checkpoint_id} "
                           f"{'completed' if result.ok else 'failed in ' + str(result.failed_step)} in "

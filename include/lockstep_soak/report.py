@@ -12,8 +12,9 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def render(doc: dict[str, Any], command: str) -> str:
-    """Markdown for a soak's ``SoakResult.to_json()``; ``command`` is how to run it again."""
+def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
+    """Markdown for a soak's ``SoakResult.to_json()``; ``command`` is how to run it again, ``commit``
+    the code it ran."""
     audit = doc["audit"] or {}
     faults = doc["faults"]
     injected = [f for f in faults if f["injected"]]
@@ -26,7 +27,8 @@ def render(doc: dict[str, Any], command: str) -> str:
     lines = [
         "# Reliability: what exactly-once survived",
         "",
-        f"Written by `lockstep soak` on {doc['started']}; do not edit by hand. Run it again with",
+        f"Written by `lockstep soak` on {doc['started']}"
+        + (f" at commit `{commit}`" if commit else "") + "; do not edit by hand. Run it again with",
         "",
         f"    {command}",
         "",

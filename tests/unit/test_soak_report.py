@@ -29,8 +29,8 @@ def result(ok: bool = True, lost: int = 0) -> dict:
 
 
 def test_the_report_carries_the_seed_the_command_and_the_figures():
-    text = render(result(), "lockstep soak --seed 1234 --cycles 3")
-    assert "lockstep soak --seed 1234 --cycles 3" in text
+    text = render(result(), "lockstep soak --seed 1234 --cycles 3", commit="abc1234")
+    assert "lockstep soak --seed 1234 --cycles 3" in text and "at commit `abc1234`" in text
     assert "## Result: PASSED" in text
     assert "| **lost** | **0** |" in text and "| **duplicated** | **0** |" in text
     assert "| faults injected | 1 (1 planned but missed" in text
