@@ -26,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     from pyspark.sql import SparkSession
 
-    from lockstep.errors import LockstepError
     from lockstep.runtime import checkpoint_store
     from lockstep.sparkjob import run_checkpoint_job
     from lockstep.spec import load_spec
@@ -41,12 +40,32 @@ def main(argv: list[str] | None = None) -> int:
                                            time.monotonic() - started)
     try:
         run_checkpoint_job(spec, args.checkpoint_id, spark, store.result())
-    except LockstepError as exc:
-        print(f"lockstep: checkpoint {args.checkpoint_id} of {spec.name} failed in the Spark run: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:  # noqa: BLE001 - every failure is reported to the run step, then the exit code
+        return report_failure(exc)
     finally:
         spark.stop()
     return 0
+
+
+def report_failure(exc: Exception) -> int:
+    """The traceback for the log, then one cause line and the exit code for the run step to classify."""
+    import traceback
+
+    from pyspark.errors import AnalysisException
+
+    from lockstep.errors import (JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, JOB_EXIT_TRANSIENT, LockstepError,
+                                 TerminalError, root_cause)
+
+    traceback.print_exc(file=sys.stdout)
+    if isinstance(exc, LockstepError):
+        cause, terminal = str(exc).splitlines()[0], isinstance(exc, TerminalError)
+    else:
+        # The transform does not fit its input (a missing column, a type error in SQL): the same
+        # input fails the same way on every retry. Anything else (a task that raised, a lost
+        # executor, a broker away) may pass on a retry.
+        cause, terminal = root_cause(exc), isinstance(exc, AnalysisException)
+    print(f"{JOB_CAUSE_PREFIX}{cause}", flush=True)
+    return JOB_EXIT_TERMINAL if terminal else JOB_EXIT_TRANSIENT
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ CLAIM_SCHEMA = "lockstep.checkpoint.claim/1"
 PREPARED_SCHEMA = "lockstep.checkpoint.prepared/1"
 COMPLETED_SCHEMA = "lockstep.checkpoint.completed/1"
 ABORTED_SCHEMA = "lockstep.checkpoint.aborted/1"
+RUN_FAILURE_SCHEMA = "lockstep.checkpoint.run-failure/1"
 TRANSACTION_SCHEMA = "lockstep.committable/1"
 SAVEPOINT_SCHEMA = "lockstep.savepoint/1"
 
@@ -364,6 +365,27 @@ class AbortedCheckpoint:
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             aborted_at=r.get("aborted_at", str), reason=r.get("reason", str), replay_hint=r.get("replay_hint", str),
         )
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """Why the last attempt of a checkpoint's Spark run failed, in the job's own words; the abort
+    that follows records this cause as its reason."""
+
+    pipeline: str
+    checkpoint_id: int
+    failed_at: str
+    cause: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": RUN_FAILURE_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
+                "failed_at": self.failed_at, "cause": self.cause}
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<run-failure>") -> RunFailure:
+        r = _Reader(doc, key, RUN_FAILURE_SCHEMA)
+        return cls(pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
+                   failed_at=r.get("failed_at", str), cause=r.get("cause", str))
 
 
 @dataclass(frozen=True)

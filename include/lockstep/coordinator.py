@@ -175,8 +175,10 @@ def recover(p: Pipeline) -> None:
             log.warning("checkpoint %d was prepared while we recovered; rolling it forward instead", cid)
             commit(p, cid)
             continue
-        _mark_aborted(p, view, "its run ended before the prepared metadata was written (Spark job failed or "
-                               "was killed); its transactions were fenced")
+        failure = p.store.run_failure(cid)
+        _mark_aborted(p, view, f"its Spark run failed: {failure.cause}; its transactions were fenced" if failure else
+                      "its run ended before the prepared metadata was written (the Spark job was killed, or its "
+                      "driver or the run task died); its transactions were fenced")
 
 
 def _without_unreachable(p: Pipeline, views: list[CheckpointView], cluster: str,
@@ -283,14 +285,21 @@ def _restore_source(p: Pipeline, restore: str | None) -> OffsetSource | None:
     if restore.startswith("checkpoint:"):
         raw = restore.split(":", 1)[1]
         if not raw.isdigit():
-            raise TerminalError(f"restore from {restore!r}: expected checkpoint:<id> with a numeric id")
+            raise TerminalError(f"restore from {restore!r}: expected checkpoint:<id> with a numeric id; trigger a "
+                                "new run with a valid restore_from")
         view = p.store.view(int(raw))
         if view is None or view.completed is None:
             status = view.status.value if view else "not found (deleted by retention?)"
             raise TerminalError(f"cannot restore from checkpoint {raw}: it is {status}; only completed checkpoints "
-                                "and savepoints can be restored from (`lockstep checkpoints` lists them)")
+                                "and savepoints can be restored from: trigger a new run with restore_from naming "
+                                "one (`lockstep checkpoints` lists them)")
         return OffsetSource.checkpoint(int(raw), offsets_from_json(view.completed.end_offsets))
-    savepoint = p.store.get_savepoint(restore)
+    try:
+        savepoint = p.store.get_savepoint(restore)
+    except TerminalError as exc:
+        raise TerminalError(f"cannot restore: {exc}; nothing was claimed. Trigger a new run with restore_from "
+                            "naming an existing savepoint or checkpoint:<id> (`lockstep savepoint list` lists "
+                            "them); a scheduled run restores nothing") from exc
     return OffsetSource.savepoint(savepoint.name, offsets_from_json(savepoint.end_offsets))
 
 

@@ -7,6 +7,7 @@ not, so its message must tell the user what happened and what to do.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -54,6 +55,51 @@ class CheckpointError(TerminalError):
     def __init__(self, checkpoint_id: int, message: str) -> None:
         self.checkpoint_id = checkpoint_id
         super().__init__(f"checkpoint {checkpoint_id}: {message}")
+
+
+class TransientCheckpointError(TransientError):
+    """A checkpoint step failed in a way a retry may fix (a lost executor, a broker or S3 away)."""
+
+    def __init__(self, checkpoint_id: int, message: str) -> None:
+        self.checkpoint_id = checkpoint_id
+        super().__init__(f"checkpoint {checkpoint_id}: {message}")
+
+
+# ---- the Spark job's report to the run step ------------------------------------------------------
+#: Exit codes of ``jobs/lockstep_checkpoint.py``: the run step retries on ``JOB_EXIT_TRANSIENT`` (and on
+#: anything unknown: a killed JVM, a spark-submit that could not start) and fails at once on terminal.
+JOB_EXIT_TERMINAL = 3
+JOB_EXIT_TRANSIENT = 4
+#: The job prints the failure's cause on one line after this prefix; the run step quotes it.
+JOB_CAUSE_PREFIX = "lockstep-cause: "
+
+_LOST_TASK = re.compile(r"most recent failure: Lost task [^:]*?\)(?: \([^)]*\))?: (.+)")
+
+
+def root_cause(exc: BaseException, limit: int = 400) -> str:
+    """One line that says why ``exc`` happened, for a summary a user reads first.
+
+    A Python exception raised in a Spark task reaches the driver wrapped in Java text with the
+    Python traceback inside: its last line (``ValueError: ...``) is the cause. A Java failure of a
+    task is named after "most recent failure: Lost task ...:", else the last "Caused by:".
+    """
+    text = str(exc).strip()
+    cause = None
+    if "Traceback (most recent call last):" in text:
+        after = text.split("Traceback (most recent call last):", 1)[1].splitlines()
+        cause = next((line for line in after[1:] if line and not line[0].isspace()), None)
+    if cause is None:
+        lost = _LOST_TASK.search(text)
+        if lost:
+            cause = lost.group(1)
+    if cause is None:
+        caused = [line.split("Caused by: ", 1)[1] for line in text.splitlines() if "Caused by: " in line]
+        cause = caused[-1] if caused else None
+    if cause is None:
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    cause = " ".join(cause.split())
+    return cause if len(cause) <= limit else cause[: limit - 1] + "…"
 
 
 class MetadataError(TerminalError):

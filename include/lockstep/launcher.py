@@ -12,8 +12,9 @@ import subprocess
 import time
 from typing import Callable, Mapping
 
-from lockstep.checkpoint import CheckpointStatus
-from lockstep.errors import CheckpointError
+from lockstep.checkpoint import CheckpointStatus, RunFailure
+from lockstep.errors import (JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, CheckpointError, LockstepError,
+                             TransientCheckpointError)
 from lockstep.sparkjob import run_checkpoint_job, values_for_run
 from lockstep.store import CheckpointStore
 from lockstep.sparkconf import job_environment, submit_command
@@ -64,14 +65,25 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         values_for_run(spec, view)  # a refused spec edit fails here, not after Spark's start-up
     try:
         return run_spark_job(spec, checkpoint_id, env, on_start)
-    except CheckpointError as exc:
+    except (CheckpointError, TransientCheckpointError) as exc:
         after = store.view(checkpoint_id)
+        if after is not None and after.status is CheckpointStatus.CLAIMED and getattr(exc, "cause", None):
+            _note_failure(store, spec.name, checkpoint_id, exc.cause)
         if after is not None and after.status is CheckpointStatus.PREPARED:
             # The driver died after recording the decision: nothing is lost, the commit
             # step (this run's, or the next run's plan) commits what was prepared.
             raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared; "
                                                  f"the next commit or plan commits them (roll forward). {exc}") from exc
         raise
+
+
+def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
+    from datetime import datetime, timezone
+
+    try:
+        store.record_run_failure(RunFailure(pipeline, checkpoint_id, datetime.now(timezone.utc).isoformat(), cause))
+    except LockstepError as exc:  # the failure itself is what the task reports; the note is a courtesy
+        log.warning("checkpoint %d: could not note the run's failure in S3 (%s)", checkpoint_id, exc)
 
 
 def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str] | None = None,
@@ -88,14 +100,17 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
     log.info("checkpoint %d: spark-submit %s", checkpoint_id, " ".join(argv[1:3]))
     proc = subprocess.Popen(argv, env=job_environment(os.environ if env is None else env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
-    tail: list[str] = []
+    last, cause = "", None
     try:
         if on_start is not None:
             on_start(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip()
-            tail = (tail + [line])[-15:]
+            if line.startswith(JOB_CAUSE_PREFIX):
+                cause = line[len(JOB_CAUSE_PREFIX):]
+            elif line.strip():
+                last = line.strip()
             log.info("spark: %s", line)
         code = proc.wait()
     except BaseException:  # KeyboardInterrupt included: never leave a driver running behind us
@@ -103,12 +118,27 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
         raise
     seconds = time.monotonic() - started
     if code != 0:
-        raise CheckpointError(
-            checkpoint_id,
-            f"the Spark run failed (exit code {code}) after {seconds:.0f} s; nothing was committed. The next run "
-            f"fences its transactions and replays its ranges. Last output:\n" + "\n".join(tail),
-        )
+        raise job_failure(checkpoint_id, code, cause, last, seconds)
     return seconds
+
+
+def job_failure(checkpoint_id: int, code: int, cause: str | None, last_line: str, seconds: float) -> Exception:
+    """What a failed Spark run means for the run task: the job's own cause and classification
+    (its exit code), or for a job that could not say (killed, never started) its last line, retried."""
+    if cause is None:
+        cause = f"it ended with exit code {code} without a cause (killed, or spark-submit could not start it); " \
+                f"its last line: {last_line[:300] or '(none)'}"
+    exc: CheckpointError | TransientCheckpointError
+    if code == JOB_EXIT_TERMINAL:
+        exc = CheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; a retry fails "
+                                             "the same way: fix the cause, then trigger a new run (the next run "
+                                             "fences this checkpoint's transactions and replays its ranges)")
+    else:
+        exc = TransientCheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; nothing "
+                                                      "was committed: a retry or the next run fences its "
+                                                      "transactions and replays its ranges")
+    exc.cause = cause  # type: ignore[union-attr] - the bare cause, for the abort reason
+    return exc
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lockstep.checkpoint import (
     ABORTED_SCHEMA,
     AbortedCheckpoint,
+    RunFailure,
     CheckpointClaim,
     CheckpointView,
     CompletedCheckpoint,
@@ -156,6 +157,22 @@ class CheckpointStore:
         if view.aborted is not None:
             return  # aborting twice is harmless; keep the first reason
         self._settle(aborted.checkpoint_id, aborted.to_json())
+
+    def record_run_failure(self, failure: RunFailure) -> None:
+        """Note why a run attempt failed. Informational and overwritten by a later attempt's failure
+        (the only object besides the latest-completed pointer that is not create-once): it decides
+        nothing, it only becomes the reason of the abort that follows."""
+        key = self._key(failure.checkpoint_id, "run-failure")
+        body = json.dumps(failure.to_json(), sort_keys=True, indent=1).encode()
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
+        except ClientError as exc:
+            raise _classify(exc, key) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
+
+    def run_failure(self, checkpoint_id: int) -> RunFailure | None:
+        return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
 
     def _settle(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
         """Create the checkpoint's one outcome object: completed or aborted, never both.

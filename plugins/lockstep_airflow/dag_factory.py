@@ -12,10 +12,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param
+import logging
+
+from airflow.sdk import DAG, Asset, Param
 
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 
+log = logging.getLogger("lockstep_airflow.dag_factory")
 RESTORE_PATTERN = r"^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
 START_DATE = datetime(2024, 1, 1)
 
@@ -62,6 +65,24 @@ def doc_md(spec: Any) -> str:
     ])
 
 
+def topic_assets(spec: Any) -> list[Asset]:
+    """The sink and dead-letter topics as Kafka Assets (``kafka://<first bootstrap server>/<topic>``,
+    the Kafka provider's form), so downstream DAGs can be scheduled on committed output. A connection
+    that cannot be read while the DAG file is parsed falls back to its id as the server part."""
+    try:
+        from lockstep.connections import get_connection
+
+        extra = get_connection(spec.sink.kafka_conn_id).extra or {}
+        server = str(extra.get("bootstrap.servers", "")).split(",")[0].strip() or spec.sink.kafka_conn_id
+    except Exception as exc:  # noqa: BLE001 - parsing a DAG file must not fail on a connection
+        log.warning("%s: connection %s not readable at parse time (%s); assets are named after the connection id",
+                    spec.name, spec.sink.kafka_conn_id, exc)
+        server = spec.sink.kafka_conn_id
+    return [Asset(uri=f"kafka://{server}/{topic}", name=f"{spec.name}: {role}", group="lockstep",
+                  extra={"pipeline": spec.name, "role": role})
+            for role, topic in (("sink", spec.sink.topic), ("dead letters", spec.sink.dead_letter_topic))]
+
+
 def build_dag(spec: Any) -> DAG:
     with DAG(
         dag_id=spec.dag_id,
@@ -69,6 +90,7 @@ def build_dag(spec: Any) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
+        description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
         tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}"],
         params=pipeline_params(),
@@ -82,7 +104,10 @@ def build_dag(spec: Any) -> DAG:
                                   doc_md="Bounded Spark run: produce in open transactions, record them.")
         commit = LockstepCommitOperator(task_id="commit", spec_path=spec.path, retries=3,
                                         retry_delay=timedelta(seconds=5), retry_exponential_backoff=True,
-                                        doc_md="Verify and commit every transaction; idempotent.")
+                                        outlets=topic_assets(spec),
+                                        doc_md="Verify and commit every transaction; idempotent. Updates the "
+                                               "sink and dead-letter Assets once the checkpoint completed with "
+                                               "records (a checkpoint with none is skipped: no asset event).")
         plan >> run >> commit
     return dag
 

@@ -17,6 +17,8 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 log = logging.getLogger("lockstep.airflow")
+# kafka-python logs every connection at INFO: task logs start with Lockstep's lines, not its chatter.
+logging.getLogger("kafka").setLevel(os.environ.get("LOCKSTEP_KAFKA_CLIENT_LOG_LEVEL", "WARNING"))
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
 
@@ -30,17 +32,25 @@ def _arm_failpoints(context: Any) -> None:
         log.warning("failpoints armed for this run: %s", armed)
 
 
-def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) -> RuntimeError:
-    """The one line a user reads first: which checkpoint, what failed, what happens next."""
-    what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "the next checkpoint"
-    message = str(exc) if f"checkpoint {checkpoint_id}" in str(exc) else f"{what}: {exc}"
-    if "next run" not in message and "retry" not in message:
+def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) -> Exception:
+    """The one line a user reads first: which checkpoint, what failed, what happens next.
+
+    The error's class decides retries: a ``TerminalError`` fails the task at once
+    (``AirflowFailException``: a retry would fail the same way), anything else is retried.
+    """
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from lockstep.errors import TerminalError
+
+    what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "no checkpoint claimed"
+    message = " ".join(str(exc).split()) if f"checkpoint {checkpoint_id}" in str(exc) else f"{what}: {exc}"
+    if not any(hint in message.lower() for hint in ("next run", "retry", "trigger", "fix ")):
         message += ("; nothing was committed for it, the next run recovers and replays its ranges"
                     if step != "commit" else "; the commit task retries, and the next run's plan rolls a "
                     "prepared checkpoint forward")
     line = f"lockstep {spec_name} {step} failed: {message}"
     log.error(line)
-    return RuntimeError(line)
+    return AirflowFailException(line) if isinstance(exc, TerminalError) else AirflowException(line)
 
 
 def _dry_run(context: Any) -> bool:
@@ -96,13 +106,16 @@ class LockstepPlanOperator(BaseOperator):
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc) from exc
         claim = result.claim
-        for r in claim.ranges:
+        ranges = [r for r in claim.ranges if not r.is_empty]
+        for r in ranges:
             log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
+        if not ranges:
+            log.info("checkpoint %d: no new records in %d partitions", claim.checkpoint_id, len(claim.ranges))
         log.info("checkpoint %d: planned %d records from %s in %.1f s%s", claim.checkpoint_id,
                  result.range_plan.total_records, claim.start_source, time.monotonic() - started,
                  " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
         return {"checkpoint_id": claim.checkpoint_id, "records": result.range_plan.total_records,
-                "ranges": [str(r) for r in claim.ranges if not r.is_empty], "dry_run": dry_run}
+                "ranges": [str(r) for r in ranges], "dry_run": dry_run}
 
     @staticmethod
     def _run_alive(context: Any) -> Any:
@@ -220,6 +233,16 @@ class LockstepCommitOperator(BaseOperator):
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
                  prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
+        if prepared.records_out + prepared.records_dead_lettered == 0:
+            # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
+            raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "
+                                       "the sink and dead-letter assets are not updated")
+        extra = {"pipeline": spec.name, "checkpoint_id": checkpoint_id,
+                 "end_offsets": dict(view.completed.end_offsets) if view.completed else {}}
+        for asset in self.outlets:
+            role = asset.extra.get("role")
+            records = prepared.records_out if role == "sink" else prepared.records_dead_lettered
+            context["outlet_events"][asset].extra = {**extra, "records": records}
         return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
                 "dead_lettered": prepared.records_dead_lettered}
 

@@ -126,9 +126,11 @@ def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pip
     failed = store(pipeline).view(max(store(pipeline).checkpoint_ids()))
     assert failed.claim.run_id == run_id and failed.status is CheckpointStatus.CLAIMED
     run_log = client.task_log(dag_id, run_id, "run")
-    line = f"lockstep {pipeline.name} run failed: checkpoint {failed.checkpoint_id}: the Spark run failed"
-    assert line in run_log and "The next run fences its transactions and replays its ranges" in run_log
-    assert "failpoint job.after_flush raised" in run_log
+    line = next(x for x in run_log.splitlines() if f"lockstep {pipeline.name} run failed:" in x)
+    # One line: the checkpoint, the cause the job reported (not the spark-submit command), the way on.
+    assert f"run failed: checkpoint {failed.checkpoint_id}: the Spark run failed after" in line, line
+    assert "failpoint job.after_flush raised" in line and "spark-submit" not in line, line
+    assert "a retry or the next run fences its transactions and replays its ranges" in line, line
 
     next_id, state = run_dag(client, dag_id)
     assert state == "success", explain(client, dag_id, next_id)
@@ -139,3 +141,65 @@ def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pip
     assert open_transactions(pipeline) == []
     report = verify(pipeline, "--since-checkpoint", str(replay.checkpoint_id))
     assert report["ok"] and report["actual_outputs"] == 60, report
+
+
+def test_a_missing_savepoint_fails_the_plan_once_with_the_right_way_out(client, pipeline):
+    """A terminal error is not retried: the plan task fails on its first try, and its summary says
+    to trigger again with an existing savepoint (a scheduled run would restore nothing)."""
+    dag_id = pipeline.spec().dag_id
+    run_id, state = run_dag(client, dag_id, {"restore_from": "does-not-exist"})
+    assert state == "failed"
+    plan = client.task_instances(dag_id, run_id)["plan"]
+    assert plan["state"] == "failed" and plan["try_number"] == 1, plan
+    log = client.task_log(dag_id, run_id, "plan")
+    summary = f"lockstep {pipeline.name} plan failed: no checkpoint claimed: cannot restore: savepoint " \
+              "'does-not-exist' not found"
+    assert summary in log, log[-3000:]
+    line = next(x for x in log.splitlines() if summary in x)
+    assert "Trigger a new run with restore_from naming an existing savepoint" in line
+    assert "the next run recovers" not in line, line  # a scheduled run would not restore: no false promise
+    # The summary is the last thing the task says: after it only Airflow's own failure record (whose
+    # exception value is the summary again) and its folded post-execute group.
+    after = log.splitlines()[log.splitlines().index(line) + 1:]
+    assert [x for x in after if "::group::" not in x and "::endgroup::" not in x
+            and not x.startswith("error Task failed with exception")] == [], after
+
+
+def asset_events(client: AirflowClient, uri: str) -> list[dict]:
+    from urllib.parse import quote
+
+    assets = client._call("GET", f"/api/v2/assets?uri_pattern={quote(uri, safe='')}")["assets"]
+    asset = next(a for a in assets if a["uri"] == uri)
+    events = client._call("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")
+    return events["asset_events"]
+
+
+def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with_records(client, pipeline,
+                                                                                        bootstrap):
+    """Downstream DAGs can be scheduled on the sink topic: its Asset gets an event (checkpoint id,
+    records, offsets) from a completed checkpoint, none from an aborted or an empty one."""
+    dag_id = pipeline.spec().dag_id
+    sink = f"kafka://{bootstrap.split(',')[0]}/{pipeline.sink}"
+    before = len(asset_events(client, sink))
+
+    produce_orders(pipeline, 30, start=6000)
+    run_id, state = run_dag(client, dag_id, {"lockstep_failpoints": "job.before_prepared=raise"})
+    assert state == "failed"
+    assert len(asset_events(client, sink)) == before  # the checkpoint did not complete: no event
+
+    run_id, state = run_dag(client, dag_id)  # aborts the failed checkpoint, replays its ranges, commits
+    assert state == "success", explain(client, dag_id, run_id)
+    events = asset_events(client, sink)
+    assert len(events) >= before + 1
+    latest = store(pipeline).latest_completed()
+    newest = events[-1]
+    assert newest["extra"]["pipeline"] == pipeline.name
+    assert newest["extra"]["checkpoint_id"] == latest.checkpoint_id
+    assert newest["extra"]["end_offsets"] == dict(latest.completed.end_offsets)
+    assert newest["extra"]["records"] == latest.prepared.records_out > 0
+
+    count = len(events)
+    run_id, state = run_dag(client, dag_id)  # nothing new: completed empty, commit skipped, no event
+    assert state == "success", explain(client, dag_id, run_id)
+    assert client.task_instances(dag_id, run_id)["commit"]["state"] == "skipped"
+    assert len(asset_events(client, sink)) == count

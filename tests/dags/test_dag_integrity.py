@@ -41,6 +41,9 @@ def test_one_dag_per_pipeline_spec_with_plan_run_commit(dagbag):
         assert dag.get_task("run").upstream_task_ids == {"plan"}
         assert dag.get_task("commit").upstream_task_ids == {"run"}
         assert dag.max_active_runs == 1 and "lockstep" in dag.tags and dag.doc_md
+        # What the DAG list shows under the DAG's name: the spec's description, else what it does.
+        assert dag.description == (spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> "
+                                                        f"{spec.sink.topic}, exactly once")
         # The run task is the CLI's run step (lockstep.launcher), so both resolve the master alike.
         assert type(dag.get_task("run")).__name__ == "LockstepRunOperator"
         assert set(dag.params) == {"restore_from", "max_records", "dry_run"}

@@ -219,3 +219,11 @@ def test_view_rejects_inconsistent_parts() -> None:
         CheckpointView(claim(), prepared(), completed(), aborted())
     with pytest.raises(CheckpointError, match="checkpoint 43"):
         CheckpointView(claim(42), prepared(43))
+
+
+def test_a_run_failure_round_trips_and_names_its_schema():
+    from lockstep.checkpoint import RUN_FAILURE_SCHEMA, RunFailure
+
+    failure = RunFailure("orders", 42, "2026-11-23T08:00:00+00:00", "ValueError: cannot parse amount")
+    assert failure.to_json()["schema"] == RUN_FAILURE_SCHEMA
+    assert RunFailure.from_json(failure.to_json()) == failure

@@ -257,6 +257,9 @@ class FakeStore:
     def mark_aborted(self, aborted: AbortedCheckpoint) -> None:
         self.views[aborted.checkpoint_id] = replace(self.views[aborted.checkpoint_id], aborted=aborted)
 
+    def run_failure(self, cid: int) -> None:
+        return None  # no run noted a cause: the abort keeps the generic reason
+
     def mark_completed(self, completed: CompletedCheckpoint) -> None:
         self.views[completed.checkpoint_id] = replace(self.views[completed.checkpoint_id], completed=completed)
 
