@@ -124,7 +124,11 @@ def wait_until(
         except Exception:  # noqa: BLE001 - not ready yet is any error
             pass
         if alive is not None and not alive():
-            raise PlatformError(f"{what}: the process exited.{_tail(log_file)}")
+            # Confirm once more a moment later: on a loaded machine a process starting up (a JVM, a
+            # Python program re-reading its command line) has been seen as gone for one check.
+            time.sleep(1.0)
+            if not alive():
+                raise PlatformError(f"{what}: the process exited.{_tail(log_file)}")
         if time.monotonic() > deadline:
             raise PlatformError(f"{what}: not ready after {timeout:.0f} s.{_tail(log_file)}")
         time.sleep(0.25)
