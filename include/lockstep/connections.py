@@ -27,7 +27,44 @@ class Connection:
     port: int | None = None
 
 
+#: Extra fields that hold secrets (Kafka's SASL password, a TLS key's password, an AWS secret).
+SECRET_EXTRAS = ("sasl.password", "ssl.key.password", "aws_secret_access_key", "aws_session_token")
+#: Shorter values are not redacted: replacing every "x" in a message would hide the message.
+MIN_REDACTED = 4
+_seen_secrets: set[str] = set()
+
+
+def _remember(conn: Connection) -> Connection:
+    for value in (conn.password, *(conn.extra.get(k) for k in SECRET_EXTRAS)):
+        if isinstance(value, str) and len(value) >= MIN_REDACTED:
+            _seen_secrets.add(value)
+    return conn
+
+
+def known_secrets() -> list[str]:
+    """The secrets of every connection this process has resolved or could resolve from its
+    ``AIRFLOW_CONN_*`` environment, longest first (for redaction)."""
+    for name, raw in os.environ.items():
+        if name.startswith("AIRFLOW_CONN_"):
+            try:
+                _remember(_parse(name[len("AIRFLOW_CONN_"):].lower(), raw))
+            except Exception:  # noqa: BLE001 - a malformed variable is reported where it is used
+                pass
+    return sorted(_seen_secrets, key=len, reverse=True)
+
+
+def redact(text: str) -> str:
+    """``text`` with every known connection secret replaced by ``***``."""
+    for secret in known_secrets():
+        text = text.replace(secret, "***")
+    return text
+
+
 def get_connection(conn_id: str) -> Connection:
+    return _remember(_lookup(conn_id))
+
+
+def _lookup(conn_id: str) -> Connection:
     raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
     if raw is not None:
         return _parse(conn_id, raw)
@@ -86,11 +123,17 @@ def s3_client_kwargs(conn_id: str) -> dict[str, Any]:
     return kwargs
 
 
-def s3_client(conn_id: str):
+def s3_client(conn_id: str, timeout_s: float | None = None):
+    """A boto3 S3 client of the connection: patient by default (DAG tasks), or one that gives up
+    after about ``timeout_s`` seconds per call (a page view, a DAG file being parsed)."""
     import boto3
     from botocore.config import Config
 
     kwargs = s3_client_kwargs(conn_id)
     # Path-style addressing works against MinIO, moto and AWS alike.
-    config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"})
+    if timeout_s is None:
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"})
+    else:
+        config = Config(s3={"addressing_style": "path"}, connect_timeout=timeout_s, read_timeout=timeout_s,
+                        retries={"max_attempts": 2, "mode": "standard"})
     return boto3.client("s3", config=config, **kwargs)

@@ -13,6 +13,7 @@ import time
 from typing import Callable, Mapping
 
 from lockstep.checkpoint import CheckpointStatus, RunFailure
+from lockstep.connections import redact
 from lockstep.errors import (JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, CheckpointError, LockstepError,
                              TransientCheckpointError)
 from lockstep.sparkjob import run_checkpoint_job, values_for_run
@@ -128,6 +129,7 @@ def job_failure(checkpoint_id: int, code: int, cause: str | None, last_line: str
     if cause is None:
         cause = f"it ended with exit code {code} without a cause (killed, or spark-submit could not start it); " \
                 f"its last line: {last_line[:300] or '(none)'}"
+    cause = redact(cause)  # it lands in the task log's summary, XCom, S3 and the run note
     exc: CheckpointError | TransientCheckpointError
     if code == JOB_EXIT_TERMINAL:
         exc = CheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; a retry fails "

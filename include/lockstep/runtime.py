@@ -15,9 +15,10 @@ from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 
 
-def checkpoint_store(spec: PipelineSpec) -> CheckpointStore:
+def checkpoint_store(spec: PipelineSpec, timeout_s: float | None = None) -> CheckpointStore:
+    """The pipeline's checkpoint store; with ``timeout_s`` on a client that fails fast (see ``s3_client``)."""
     bucket, root = spec.checkpoint_location
-    return CheckpointStore(s3_client(spec.checkpoints.aws_conn_id), bucket, root, spec.name)
+    return CheckpointStore(s3_client(spec.checkpoints.aws_conn_id, timeout_s), bucket, root, spec.name)
 
 
 #: How long opening an admin client waits to tell refused credentials from a slow cluster.
