@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from lockstep import failpoints, topics
-from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
+from lockstep.checkpoint import (AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint,
+                               DryRun)
 from lockstep.decisions import (
     DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
 )
@@ -238,6 +239,9 @@ def _mark_aborted(p: Pipeline, view: CheckpointView, reason: str) -> AbortedChec
 def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int | None = None,
          dry_run: bool = False, run_alive: Callable[[str], bool | None] | None = None) -> Plan:
     """Recover, then fix the ranges of the next checkpoint and claim it (unless ``dry_run``)."""
+    if max_records is not None and max_records < 1:
+        raise TerminalError(f"a record budget of {max_records} takes nothing: give 1 or more, or none for the "
+                            f"spec's {p.spec.checkpoints.max_records}")
     started = time.monotonic()
     if not dry_run:
         check_in_flight(p, run_id, run_alive)
@@ -257,7 +261,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         group=OffsetSource.group(topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
         if latest is None and restore is None else None,
     )
-    budget = max_records or p.spec.checkpoints.max_records
+    budget = p.spec.checkpoints.max_records if max_records is None else max_records
     ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges)
     for tp, skipped in ranges.skipped.items():
         log.warning("checkpoint %d: skipping %d records of %s deleted by retention (skip_deleted_ranges)",
@@ -270,6 +274,8 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     result = Plan(claim, ranges, dry_run)
     if dry_run:
         log.info("dry run, nothing claimed: %s", result.describe())
+        p.store.record_dry_run(DryRun(p.spec.name, next_id, run_id, claim.claimed_at, claim.ranges, claim.start_source,
+                                      restore))
         return result
     p.store.claim(claim)
     log.info("%s (claimed in %.1f s; %d records left for later checkpoints)", result.describe(),

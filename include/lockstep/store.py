@@ -28,6 +28,7 @@ from lockstep.checkpoint import (
     CheckpointClaim,
     CheckpointView,
     CompletedCheckpoint,
+    DryRun,
     PreparedCheckpoint,
     Savepoint,
     validate_savepoint_name,
@@ -62,6 +63,9 @@ class CheckpointStore:
 
     def _pointer_key(self) -> str:
         return f"{self.root}/latest-completed.json"
+
+    def _dry_run_key(self) -> str:
+        return f"{self.root}/last-dry-run.json"
 
     def _savepoint_key(self, name: str) -> str:
         return f"{self.root}/savepoints/{validate_savepoint_name(name)}.json"
@@ -162,17 +166,26 @@ class CheckpointStore:
         """Note why a run attempt failed. Informational and overwritten by a later attempt's failure
         (the only object besides the latest-completed pointer that is not create-once): it decides
         nothing, it only becomes the reason of the abort that follows."""
-        key = self._key(failure.checkpoint_id, "run-failure")
-        body = json.dumps(failure.to_json(), sort_keys=True, indent=1).encode()
+        self._overwrite(self._key(failure.checkpoint_id, "run-failure"), failure.to_json())
+
+    def run_failure(self, checkpoint_id: int) -> RunFailure | None:
+        return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
+
+    def record_dry_run(self, dry_run: DryRun) -> None:
+        """Keep the latest dry run's plan for the Checkpoints page (informational, overwritten)."""
+        self._overwrite(self._dry_run_key(), dry_run.to_json())
+
+    def last_dry_run(self) -> DryRun | None:
+        return self._read(self._dry_run_key(), DryRun.from_json)
+
+    def _overwrite(self, key: str, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc, sort_keys=True, indent=1).encode()
         try:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
         except ClientError as exc:
             raise _classify(exc, key) from exc
         except BotoCoreError as exc:
             raise _unreachable(exc, key) from exc
-
-    def run_failure(self, checkpoint_id: int) -> RunFailure | None:
-        return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
 
     def _settle(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
         """Create the checkpoint's one outcome object: completed or aborted, never both.

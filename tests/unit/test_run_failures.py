@@ -97,3 +97,14 @@ def test_a_transient_error_is_retried_by_airflow():
     exc = _operators()._loud("run", "orders", 5, TransientCheckpointError(5, "the Spark run failed: boom"))
     assert isinstance(exc, AirflowException) and not isinstance(exc, AirflowFailException)
     assert str(exc).startswith("lockstep orders run failed: checkpoint 5: the Spark run failed: boom")
+
+
+def test_a_record_budget_below_one_is_refused_not_changed():
+    from types import SimpleNamespace
+
+    from lockstep.coordinator import plan
+
+    pipeline = SimpleNamespace(spec=SimpleNamespace(checkpoints=SimpleNamespace(max_records=5000)))
+    with pytest.raises(TerminalError, match="a record budget of 0 takes nothing: give 1 or more, or none for the "
+                                            "spec's 5000"):
+        plan(pipeline, run_id="manual__1", max_records=0)
