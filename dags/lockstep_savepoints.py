@@ -10,7 +10,7 @@ from airflow.sdk import DAG, Param
 
 from lockstep.pipelines import pipelines_dir
 from lockstep.spec import load_specs
-from lockstep_airflow.dag_factory import RESTORE_PATTERN
+from lockstep_airflow.params import RESTORE_PATTERN
 from lockstep_airflow.operators import LockstepSavepointOperator
 
 names = sorted(spec.name for spec in load_specs(pipelines_dir())) or ["(no pipelines)"]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
+
+# Airflow puts the plugins folder on sys.path; tests importing lockstep_airflow see it the same way.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 
 def pytest_configure(config):

@@ -65,7 +65,7 @@ class AirflowClient:
         return run["dag_run_id"]
 
     def run_state(self, dag_id: str, run_id: str) -> str:
-        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}")["state"]
+        return self.dag_run(dag_id, run_id)["state"]
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
         deadline = time.monotonic() + timeout
@@ -76,6 +76,21 @@ class AirflowClient:
             if time.monotonic() > deadline:
                 raise AirflowError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f} s")
             time.sleep(2)
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}")
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=100")["dag_runs"]
+
+    def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances/{task_id}/links")
+        return body["extra_links"]
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances/{task_id}/xcomEntries/"
+                                 f"{key}?deserialize=true")
+        return body["value"]
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances")

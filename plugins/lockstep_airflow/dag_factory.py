@@ -14,32 +14,13 @@ from typing import Any
 
 import logging
 
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Asset
 
+from lockstep_airflow.params import pipeline_params, read_restore_points
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 
 log = logging.getLogger("lockstep_airflow.dag_factory")
-RESTORE_PATTERN = r"^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
 START_DATE = datetime(2024, 1, 1)
-
-
-def pipeline_params() -> dict[str, Param]:
-    return {
-        "restore_from": Param(
-            None, type=["null", "string"], pattern=RESTORE_PATTERN, title="Restore from",
-            description="Start this checkpoint from a savepoint (its name) or a completed checkpoint "
-                        "(checkpoint:ID) instead of the latest completed checkpoint. Records after it are "
-                        "re-emitted. Savepoint names: letters, digits, '.', '_', '-' (no '/').",
-        ),
-        "max_records": Param(
-            None, type=["null", "integer"], minimum=1, title="Record budget",
-            description="Override the spec's per-checkpoint record budget for this run (a positive integer).",
-        ),
-        "dry_run": Param(
-            False, type="boolean", title="Plan only (dry run)",
-            description="Show the offset ranges this checkpoint would take; claims and commits nothing.",
-        ),
-    }
 
 
 def doc_md(spec: Any) -> str:
@@ -83,6 +64,30 @@ def topic_assets(spec: Any) -> list[Asset]:
             for role, topic in (("sink", spec.sink.topic), ("dead letters", spec.sink.dead_letter_topic))]
 
 
+def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
+    """The sink topic's Asset of ``pipeline``: schedule a DAG on it to run after each commit with records."""
+    from lockstep.pipelines import pipelines_dir as default_dir
+    from lockstep.spec import load_specs
+
+    for spec in load_specs(pipelines_dir or default_dir()):
+        if spec.name == pipeline:
+            return topic_assets(spec)[0]
+    raise ValueError(f"no pipeline named {pipeline!r} in {pipelines_dir or default_dir()}")
+
+
+def sink_assets(pipelines_dir: Path | None = None) -> list[Asset]:
+    """The sink topics' Assets of every pipeline (an unreadable spec folder: none)."""
+    from lockstep.errors import SpecError
+    from lockstep.pipelines import pipelines_dir as default_dir
+    from lockstep.spec import load_specs
+
+    try:
+        return [topic_assets(spec)[0] for spec in load_specs(pipelines_dir or default_dir())]
+    except (SpecError, OSError) as exc:
+        log.warning("no pipeline assets: %s", exc)
+        return []
+
+
 def build_dag(spec: Any) -> DAG:
     with DAG(
         dag_id=spec.dag_id,
@@ -93,7 +98,7 @@ def build_dag(spec: Any) -> DAG:
         description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
         tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}"],
-        params=pipeline_params(),
+        params=pipeline_params(read_restore_points(spec)),
         default_args={"owner": "lockstep"},
     ) as dag:
         plan = LockstepPlanOperator(task_id="plan", spec_path=spec.path, retries=2,

@@ -14,7 +14,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
+
+from lockstep_airflow.links import checkpoint_url
+from lockstep_airflow.run_notes import FAILURE_KEY
 
 log = logging.getLogger("lockstep.airflow")
 # kafka-python logs every connection at INFO: task logs start with Lockstep's lines, not its chatter.
@@ -32,11 +35,12 @@ def _arm_failpoints(context: Any) -> None:
         log.warning("failpoints armed for this run: %s", armed)
 
 
-def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) -> Exception:
+def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception, context: Any = None) -> Exception:
     """The one line a user reads first: which checkpoint, what failed, what happens next.
 
     The error's class decides retries: a ``TerminalError`` fails the task at once
     (``AirflowFailException``: a retry would fail the same way), anything else is retried.
+    The line is also left in XCom (``FAILURE_KEY``) for the run's note.
     """
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -48,9 +52,39 @@ def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception) 
         message += ("; nothing was committed for it, the next run recovers and replays its ranges"
                     if step != "commit" else "; the commit task retries, and the next run's plan rolls a "
                     "prepared checkpoint forward")
-    line = f"lockstep {spec_name} {step} failed: {message}"
+    from lockstep.connections import redact
+
+    # Causes quote clients and the Spark job (a URL, a JAAS line); the summary goes to the log, XCom,
+    # S3 and the run note, so it carries no connection secret.
+    line = redact(f"lockstep {spec_name} {step} failed: {message}")
+    if context is not None:
+        try:
+            context["ti"].xcom_push(key=FAILURE_KEY, value={"pipeline": spec_name, "summary": line})
+        except Exception as push_error:  # noqa: BLE001 - the summary matters more than the note
+            log.warning("could not leave the failure summary for the run note: %s", push_error)
     log.error(line)
     return AirflowFailException(line) if isinstance(exc, TerminalError) else AirflowException(line)
+
+
+class CheckpointLink(BaseOperatorLink):
+    """"Checkpoint" on a Lockstep task: its checkpoint on the Checkpoints page, inside Airflow."""
+
+    name = "Checkpoint"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        return getattr(operator, "checkpoint_link", "") or ""
+
+
+class _LockstepOperator(BaseOperator):
+    operator_extra_links = (CheckpointLink(),)
+
+    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec_path = spec_path
+        self.checkpoint_link = ""
+
+    def _link(self, pipeline: str, checkpoint_id: int) -> None:
+        self.checkpoint_link = checkpoint_url(pipeline, checkpoint_id)
 
 
 def _dry_run(context: Any) -> bool:
@@ -64,7 +98,7 @@ def _planned_checkpoint(context: Any) -> int:
     return int(planned["checkpoint_id"])
 
 
-class LockstepPlanOperator(BaseOperator):
+class LockstepPlanOperator(_LockstepOperator):
     """Recover, then fix and claim the next checkpoint's offset ranges (XCom: checkpoint id, ranges).
 
     :param spec_path: the pipeline spec YAML.
@@ -73,10 +107,6 @@ class LockstepPlanOperator(BaseOperator):
     """
 
     ui_color = "#e8f1fb"
-
-    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.spec_path = spec_path
 
     def execute(self, context: Any) -> dict[str, Any]:
         from lockstep.coordinator import Pipeline, plan
@@ -97,15 +127,17 @@ class LockstepPlanOperator(BaseOperator):
         started = time.monotonic()
         try:
             result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
-                          max_records=params.get("max_records") or None, dry_run=dry_run,
+                          max_records=params.get("max_records"), dry_run=dry_run,
                           run_alive=self._run_alive(context))
         except CheckpointInFlight as exc:
             # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
             log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
             raise AirflowRescheduleException(datetime.now(timezone.utc) + IN_FLIGHT_POKE) from exc
         except (LockstepError, FailpointError) as exc:
-            raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc) from exc
+            raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
         claim = result.claim
+        if not dry_run:
+            self._link(spec.name, claim.checkpoint_id)
         ranges = [r for r in claim.ranges if not r.is_empty]
         for r in ranges:
             log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
@@ -114,8 +146,9 @@ class LockstepPlanOperator(BaseOperator):
         log.info("checkpoint %d: planned %d records from %s in %.1f s%s", claim.checkpoint_id,
                  result.range_plan.total_records, claim.start_source, time.monotonic() - started,
                  " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
-        return {"checkpoint_id": claim.checkpoint_id, "records": result.range_plan.total_records,
-                "ranges": [str(r) for r in ranges], "dry_run": dry_run}
+        return {"pipeline": spec.name, "checkpoint_id": claim.checkpoint_id,
+                "records": result.range_plan.total_records, "ranges": [str(r) for r in ranges],
+                "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run}
 
     @staticmethod
     def _run_alive(context: Any) -> Any:
@@ -134,7 +167,7 @@ class LockstepPlanOperator(BaseOperator):
         return alive
 
 
-class LockstepRunOperator(BaseOperator):
+class LockstepRunOperator(_LockstepOperator):
     """The bounded Spark run of the planned checkpoint: the same run step as ``lockstep run``.
 
     ``lockstep.launcher.run_checkpoint`` builds the spark-submit command (master from the spec's
@@ -147,8 +180,7 @@ class LockstepRunOperator(BaseOperator):
     ui_color = "#fdf3e1"
 
     def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.spec_path = spec_path
+        super().__init__(spec_path=spec_path, **kwargs)
         self._proc: Any = None
 
     def execute(self, context: Any) -> None:
@@ -164,11 +196,12 @@ class LockstepRunOperator(BaseOperator):
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         checkpoint_id = _planned_checkpoint(context)
+        self._link(spec.name, checkpoint_id)
         env = {**os.environ, **_connection_env(spec)}
         try:
             seconds = run_checkpoint(spec, checkpoint_id, checkpoint_store(spec), env=env, on_start=self._started)
         except LockstepError as exc:
-            raise _loud("run", spec.name, checkpoint_id, exc) from exc
+            raise _loud("run", spec.name, checkpoint_id, exc, context) from exc
         log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
 
     def _started(self, proc: Any) -> None:
@@ -196,17 +229,13 @@ def _connection_env(spec: Any) -> dict[str, str]:
     return env
 
 
-class LockstepCommitOperator(BaseOperator):
+class LockstepCommitOperator(_LockstepOperator):
     """Verify every transaction, commit all, mark the checkpoint completed, publish offsets.
 
     Idempotent, so it is the task that gets retries.
     """
 
     ui_color = "#e6f4ea"
-
-    def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.spec_path = spec_path
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
@@ -222,12 +251,13 @@ class LockstepCommitOperator(BaseOperator):
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         checkpoint_id = _planned_checkpoint(context)
+        self._link(spec.name, checkpoint_id)
         p = Pipeline.open(spec)
         started = time.monotonic()
         try:
             outcome = commit(p, checkpoint_id)
         except (LockstepError, FailpointError) as exc:
-            raise _loud("commit", spec.name, checkpoint_id, exc) from exc
+            raise _loud("commit", spec.name, checkpoint_id, exc, context) from exc
         view = p.store.view(checkpoint_id)
         prepared = view.prepared
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",

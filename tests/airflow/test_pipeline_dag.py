@@ -9,8 +9,11 @@ import pytest
 from lockstep.airflow_client import AirflowClient, AirflowError
 from lockstep.checkpoint import CheckpointStatus
 
+from lockstep_airflow.run_notes import origin
+
 from ..integration.engine_helpers import MALFORMED_EVERY, open_transactions, produce_orders, read_committed
 from ..integration.engine_helpers import store, verify
+from .conftest import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,15 @@ def run_dag(client: AirflowClient, dag_id: str, conf: dict | None = None) -> tup
     return run_id, client.wait_for_run(dag_id, run_id, timeout=600)
 
 
+def note(client: AirflowClient, dag_id: str, run_id: str) -> str:
+    """The run's note, which the Lockstep listener writes in the scheduler as the run ends."""
+    return wait_for(lambda: client.dag_run(dag_id, run_id).get("note"), f"the note of {run_id}", timeout=30)
+
+
+def checkpoint_link(client: AirflowClient, dag_id: str, run_id: str, task_id: str) -> str:
+    return client.extra_links(dag_id, run_id, task_id).get("Checkpoint") or ""
+
+
 def explain(client: AirflowClient, dag_id: str, run_id: str) -> str:
     """Task states and the logs of failed tasks, for an assertion message."""
     parts = []
@@ -54,6 +66,13 @@ def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipel
     cid = latest.checkpoint_id
     assert before is None or cid > before.checkpoint_id
     assert latest.claim.run_id == run_id
+    # The run and its checkpoint point at each other: the note and each task's "Checkpoint" link.
+    page = f"/plugin/lockstep-checkpoints/lockstep/?pipeline={pipeline.name}&checkpoint={cid}#checkpoint-{cid}"
+    assert note(client, dag_id, run_id) == (
+        f"lockstep · [checkpoint {cid}]({page}): 200 records {origin({'start_source': latest.claim.start_source})} · completed: "
+        f"{latest.prepared.records_out:,} written, {latest.prepared.records_dead_lettered:,} dead-lettered")
+    assert {t: checkpoint_link(client, dag_id, run_id, t) for t in ("plan", "run", "commit")} == \
+        {"plan": page, "run": page, "commit": page}
 
     plan_log = client.task_log(dag_id, run_id, "plan")
     assert f"checkpoint {cid}: planned 200 records" in plan_log
@@ -87,6 +106,14 @@ def test_dry_run_shows_ranges_and_claims_nothing(client, pipeline):
     assert states == {"plan": "success", "run": "skipped", "commit": "skipped"}
     assert "dry run: nothing claimed" in client.task_log(dag_id, run_id, "plan")
     assert list(store(pipeline).checkpoint_ids()) == ids_before
+    planned = client.xcom(dag_id, run_id, "plan")
+    assert planned["dry_run"] is True and planned["records"] >= 10 and planned["ranges"], planned
+    text = note(client, dag_id, run_id)
+    assert text.startswith(f"lockstep · dry run: checkpoint {planned['checkpoint_id']} would take "
+                           f"{planned['records']} records from checkpoint "), text
+    assert f"`{planned['ranges'][0]}`" in text and text.endswith("; nothing was claimed"), text
+    kept = store(pipeline).last_dry_run()  # for the Checkpoints page
+    assert (kept.run_id, kept.checkpoint_id, kept.records) == (run_id, planned["checkpoint_id"], planned["records"])
 
 
 def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
@@ -106,6 +133,7 @@ def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
     assert state == "success"
     restored = store(pipeline).latest_completed()
     assert restored.claim.run_id == run_id and restored.claim.restored_from == sp_name
+    assert f"): 40 records restored from savepoint {sp_name} · completed" in note(client, dag_id, run_id)
     assert {r.tp.key: r.start for r in restored.claim.ranges} == dict(savepoint.end_offsets)
     assert f"savepoint:{sp_name}" in client.task_log(dag_id, run_id, "plan")
     report = verify(pipeline, "--since-checkpoint", str(restored.checkpoint_id))
@@ -131,6 +159,10 @@ def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pip
     assert f"run failed: checkpoint {failed.checkpoint_id}: the Spark run failed after" in line, line
     assert "failpoint job.after_flush raised" in line and "spark-submit" not in line, line
     assert "a retry or the next run fences its transactions and replays its ranges" in line, line
+    text = note(client, dag_id, run_id)  # the same summary, without the pipeline and checkpoint it says already
+    assert f"): 60 records from checkpoint {failed.checkpoint_id - 1} · run failed: the Spark run failed after" \
+        in text, text
+    assert "failpoint job.after_flush raised" in text and text.endswith("replays its ranges"), text
 
     next_id, state = run_dag(client, dag_id)
     assert state == "success", explain(client, dag_id, next_id)
@@ -160,6 +192,8 @@ def test_a_missing_savepoint_fails_the_plan_once_with_the_right_way_out(client, 
     assert "the next run recovers" not in line, line  # a scheduled run would not restore: no false promise
     # The summary is the last thing the task says: after it only Airflow's own failure record (whose
     # exception value is the summary again) and its folded post-execute group.
+    assert note(client, dag_id, run_id).startswith("lockstep · no checkpoint claimed · plan failed: ")
+    assert checkpoint_link(client, dag_id, run_id, "plan") == ""  # nothing claimed: no link
     after = log.splitlines()[log.splitlines().index(line) + 1:]
     assert [x for x in after if "::group::" not in x and "::endgroup::" not in x
             and not x.startswith("error Task failed with exception")] == [], after
@@ -174,6 +208,19 @@ def asset_events(client: AirflowClient, uri: str) -> list[dict]:
     return events["asset_events"]
 
 
+DOWNSTREAM = "lockstep_downstream_example"
+
+
+def downstream_on(client: AirflowClient, uri: str) -> str:
+    """The example downstream DAG, unpaused, once its schedule includes the asset ``uri`` (the DAG
+    file is re-parsed after the module's pipeline spec appeared)."""
+    client.wait_for_dag(DOWNSTREAM)
+    wait_for(lambda: uri in str(client._call("GET", f"/api/v2/dags/{DOWNSTREAM}/details").get("asset_expression")),
+             f"{DOWNSTREAM} scheduled on {uri}", timeout=120)
+    client.unpause(DOWNSTREAM)
+    return DOWNSTREAM
+
+
 def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with_records(client, pipeline,
                                                                                         bootstrap):
     """Downstream DAGs can be scheduled on the sink topic: its Asset gets an event (checkpoint id,
@@ -181,6 +228,8 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
     dag_id = pipeline.spec().dag_id
     sink = f"kafka://{bootstrap.split(',')[0]}/{pipeline.sink}"
     before = len(asset_events(client, sink))
+    downstream = downstream_on(client, sink)
+    runs_before = len(client.dag_runs(downstream))
 
     produce_orders(pipeline, 30, start=6000)
     run_id, state = run_dag(client, dag_id, {"lockstep_failpoints": "job.before_prepared=raise"})
@@ -189,6 +238,16 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
 
     run_id, state = run_dag(client, dag_id)  # aborts the failed checkpoint, replays its ranges, commits
     assert state == "success", explain(client, dag_id, run_id)
+    # The downstream DAG runs once, for the committed checkpoint; the failed one started nothing.
+    try:
+        reacted = wait_for(lambda: [r for r in client.dag_runs(downstream) if r["state"] in ("success", "failed")]
+                           if len(client.dag_runs(downstream)) > runs_before else None,
+                           "the downstream DAG to run after the commit", timeout=120)
+    finally:  # later modules' commits need not run it
+        client._call("PATCH", f"/api/v2/dags/{downstream}", {"is_paused": True})
+    assert len(client.dag_runs(downstream)) == runs_before + 1
+    assert reacted[0]["state"] == "success", explain(client, downstream, reacted[0]["dag_run_id"])
+    received = client.xcom(downstream, reacted[0]["dag_run_id"], "committed_output")
     events = asset_events(client, sink)
     assert len(events) >= before + 1
     latest = store(pipeline).latest_completed()
@@ -197,6 +256,7 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
     assert newest["extra"]["checkpoint_id"] == latest.checkpoint_id
     assert newest["extra"]["end_offsets"] == dict(latest.completed.end_offsets)
     assert newest["extra"]["records"] == latest.prepared.records_out > 0
+    assert [r for r in received if r["uri"] == sink] == [{"uri": sink, **newest["extra"]}], received
 
     count = len(events)
     run_id, state = run_dag(client, dag_id)  # nothing new: completed empty, commit skipped, no event

@@ -1,0 +1,103 @@
+"""The trigger form of a pipeline DAG: its params, and the restore points it proposes.
+
+``restore_from`` proposes the pipeline's savepoints and its latest completed checkpoints, read
+from the checkpoint store when the DAG file is parsed (free text is still accepted: a savepoint
+made since the last parse works). Reading them must never make parsing fail or hang: the store
+is read with a client that gives up in seconds, and any failure leaves the proposals empty.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+from airflow.sdk import Param
+
+log = logging.getLogger("lockstep_airflow.params")
+RESTORE_PATTERN = r"^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
+#: Completed checkpoints proposed as restore points, newest first.
+PROPOSED_CHECKPOINTS = 3
+#: How many recent checkpoints are read to find them (empty and aborted ones are skipped); every parse
+#: of the DAG file reads them, so few.
+SCANNED_CHECKPOINTS = 6
+#: What each param takes, in words: the refusal of a bad value quotes it (``param_errors``).
+EXPECTED = {
+    "restore_from": "a savepoint name (letters, digits, '.', '_', '-', no '/', at most 100 characters) "
+                    "or checkpoint:ID, or nothing to continue from the latest completed checkpoint",
+    "max_records": "a whole number of records, 1 or more, or nothing for the spec's budget",
+    "dry_run": "true or false",
+    "pipeline": "the name of a pipeline spec",
+    "action": "create or delete",
+    "name": "a savepoint name: letters, digits, '.', '_', '-', no '/', at most 100 characters",
+    "checkpoint_id": "the id of a completed checkpoint, or nothing for the latest",
+}
+#: Seconds an S3 call may take while a DAG file is parsed.
+PARSE_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    value: str    # what restore_from takes: a savepoint name or checkpoint:ID
+    label: str    # what the form shows
+
+
+def _when(iso: str | None) -> str:
+    try:
+        return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M %Z").strip() if iso else ""
+    except ValueError:
+        return iso or ""
+
+
+def restore_points(savepoints: Iterable[Any], views: Iterable[Any], limit: int = PROPOSED_CHECKPOINTS
+                   ) -> list[RestorePoint]:
+    """Savepoints (by name) then the newest completed checkpoints with records, as form choices."""
+    points = [RestorePoint(s.name, f"savepoint {s.name} (checkpoint {s.checkpoint_id}, {_when(s.created_at)})")
+              for s in sorted(savepoints, key=lambda s: s.created_at, reverse=True)]
+    completed = [v for v in views if v.completed is not None and v.prepared is not None and v.prepared.records_in]
+    for v in sorted(completed, key=lambda v: v.checkpoint_id, reverse=True)[:limit]:
+        points.append(RestorePoint(f"checkpoint:{v.checkpoint_id}",
+                                   f"checkpoint {v.checkpoint_id} (completed {_when(v.completed.completed_at)}, "
+                                   f"{v.prepared.records_in:,} records)"))
+    return points
+
+
+def read_restore_points(spec: Any) -> list[RestorePoint]:
+    """The restore points of ``spec``'s store, or none when the store cannot be read right now."""
+    from lockstep.runtime import checkpoint_store
+
+    try:
+        store = checkpoint_store(spec, timeout_s=PARSE_TIMEOUT_S)
+        return restore_points(store.list_savepoints(), store.recent(SCANNED_CHECKPOINTS))
+    except Exception as exc:  # noqa: BLE001 - parsing a DAG file must not fail on the store
+        log.warning("%s: restore points not readable while parsing (%s); restore_from proposes none",
+                    spec.name, " ".join(str(exc).split())[:300])
+        return []
+
+
+def pipeline_params(points: list[RestorePoint] | None = None) -> dict[str, Param]:
+    points = points or []
+    restore_extra: dict[str, Any] = {}
+    if points:
+        restore_extra = {"examples": [p.value for p in points],
+                         "values_display": {p.value: p.label for p in points}}
+    return {
+        "restore_from": Param(
+            None, type=["null", "string"], pattern=RESTORE_PATTERN, title="Restore from",
+            description="Start this checkpoint from a savepoint (its name) or a completed checkpoint "
+                        "(checkpoint:ID) instead of the latest completed checkpoint; records after it are "
+                        "re-emitted. Pick one of the proposals or type a name: letters, digits, '.', '_', "
+                        "'-' (no '/'), at most 100 characters.",
+            **restore_extra,
+        ),
+        "max_records": Param(
+            None, type=["null", "integer"], minimum=1, title="Record budget",
+            description="Override the spec's per-checkpoint record budget for this run: a whole number, "
+                        "1 or more (0 is refused, not changed). Empty: the spec's budget.",
+        ),
+        "dry_run": Param(
+            False, type=["boolean", "null"], title="Plan only (dry run)",
+            description="Show the offset ranges this checkpoint would take, in the plan's log, XCom and "
+                        "the run's note; claims and commits nothing.",
+        ),
+    }
