@@ -301,7 +301,7 @@ tr.highlight td{background:#fff8c5}tr.collapsed td{color:#666;background:#fafbfc
 .paging{display:flex;gap:16px;justify-content:space-between;margin:6px 0;font-size:13px}
 details.legend{font-size:12px;color:#444;margin:8px 0;border:1px solid #eaeef2;border-radius:6px;padding:4px 10px}
 details.legend dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:6px 0}details.legend dt{font-weight:600}
-.links a{margin-right:8px;white-space:nowrap}
+.links a{margin-right:8px;white-space:nowrap}td.ranges code{white-space:nowrap}.scroll{overflow-x:auto}
 """
 
 #: Routes links into the Airflow UI when this page is inside the UI's (same-origin) iframe.
@@ -349,7 +349,8 @@ def _table(section: Section, headers: list[str], row, empty: str) -> str:
         return f'<div class="error">{_e(section.error)}</div>'
     if not section.rows:
         return f'<p class="empty">{_e(empty)}</p>'
-    return f"<table><thead><tr>{_head(headers)}</tr></thead><tbody>{''.join(row(r) for r in section.rows)}</tbody></table>"
+    rows = "".join(row(r) for r in section.rows)
+    return f"<table><thead><tr>{_head(headers)}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 def _run_cell(r: CheckpointRow, dag_id: str, ctx: Ctx) -> str:
@@ -369,7 +370,7 @@ def _checkpoint(r: CheckpointRow, dag_id: str, ctx: Ctx, highlight: int | None =
     return (
         f'<tr id="checkpoint-{r.checkpoint_id}"{cls}><td class="n">{r.checkpoint_id}</td>'
         f'<td><span class="badge {_e(r.status)}">{_e(r.status)}</span></td>'
-        f"<td>{'<br>'.join(f'<code>{_e(x)}</code>' for x in r.ranges) or '–'}"
+        f"<td class=\"ranges\">{'<br>'.join(f'<code>{_e(x)}</code>' for x in r.ranges) or '–'}"
         f'<br><span class="meta">from {source}</span></td>'
         f"{_num(r.records_in)}{_num(r.records_out)}{_num(r.records_dead_lettered)}{_num(r.transactions)}"
         f'<td class="n">{_duration(r.duration_s)}</td><td class="t">{_time(r.claimed_at, ctx)}</td>'
@@ -407,7 +408,8 @@ def _checkpoints(p: PipelineOverview, ctx: Ctx) -> str:
     if c.missing is not None:
         notice = (f'<p class="notice">Checkpoint {c.missing} is not in the store (retention deletes old '
                   "checkpoints; savepoints keep their offsets): showing the newest.</p>")
-    items = list(c.rows) if ctx.params.show_empty else collapse_empty(c.rows, keep=[] if c.highlight is None else [c.highlight])
+    keep = [] if c.highlight is None else [c.highlight]
+    items = list(c.rows) if ctx.params.show_empty else collapse_empty(c.rows, keep=keep)
     hidden = sum(i.count for i in items if isinstance(i, EmptyRun))
     empties = sum(1 for r in c.rows if r.empty)
     ids = [r.checkpoint_id for r in c.rows]
@@ -421,7 +423,8 @@ def _checkpoints(p: PipelineOverview, ctx: Ctx) -> str:
     body = "".join(_empty_run(i, p.name, ctx) if isinstance(i, EmptyRun)
                    else _checkpoint(i, p.dag_id, ctx, c.highlight) for i in items)
     return (f'{notice}<div class="meta">{summary}{toggle}</div>{_paging(p, ctx)}'
-            f"<table><thead><tr>{_head(CHECKPOINT_HEADERS)}</tr></thead><tbody>{body}</tbody></table>{_paging(p, ctx)}")
+            f'<div class="scroll"><table><thead><tr>{_head(CHECKPOINT_HEADERS)}</tr></thead><tbody>{body}</tbody>'
+            f"</table></div>{_paging(p, ctx)}")
 
 
 def _lag(r: LagRow, ctx: Ctx) -> str:
@@ -512,7 +515,8 @@ def render_page(overview: Overview, ctx: Ctx | None = None) -> str:
                 "all pipelines</a>)") if only else ""
     return _document("Lockstep checkpoints", meta_refresh, (
         f'<h1>Lockstep checkpoints</h1><div class="meta">{len(overview.pipelines)} pipeline(s) from '
-        f"<code>{_e(overview.pipelines_dir)}</code>{filtered} · generated {_time(overview.generated_at, ctx, age=False)}"
+        f"<code>{_e(overview.pipelines_dir)}</code>{filtered} · "
+        f"generated {_time(overview.generated_at, ctx, age=False)}"
         f" · times in {_e(overview.timezone)} · {refresh_line} · "
         f'<a href="{URL_PREFIX}/api/pipelines">JSON</a></div>{LEGEND}{errors}{body}'))
 
@@ -535,7 +539,8 @@ def render_run_page(dag_id: str, run_id: str, pipeline: str | None, pipelines_di
         table = "".join(_checkpoint(r, dag_id, ctx) for r in rows)
         links = " · ".join(_ui_link(checkpoints_page_ui_url(pipeline, r.checkpoint_id, ctx.ui_base),
                                     f"checkpoint {r.checkpoint_id} in the Checkpoints page") for r in rows)
-        body = (f"<table><thead><tr>{_head(CHECKPOINT_HEADERS)}</tr></thead><tbody>{table}</tbody></table>"
+        body = (f'<div class="scroll"><table><thead><tr>{_head(CHECKPOINT_HEADERS)}</tr></thead><tbody>{table}'
+                "</tbody></table></div>"
                 f'<p class="meta">{links}</p>')
     head = (f'<h1>{_e(title)}</h1><div class="meta">DAG <code>{_e(dag_id)}</code>'
             + (f" · pipeline <code>{_e(pipeline)}</code>" if pipeline else "")
