@@ -27,5 +27,11 @@ class LockstepPlugin(AirflowPlugin):
             "url_route": "lockstep-checkpoints",
             "destination": "nav",
             "nav_top_level": True,
-        }
+        },
+        {
+            "name": "Checkpoint",
+            "href": f"{URL_PREFIX}/runs/{{DAG_ID}}/{{RUN_ID}}",
+            "destination": "dag_run",
+            "url_route": "lockstep-run-checkpoint",
+        },
     ]

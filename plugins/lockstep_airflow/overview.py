@@ -5,16 +5,23 @@ even when part of the platform is down: every external call is made per pipeline
 and per source (store, savepoints, Kafka), and a failure becomes that section's
 error message instead of an exception. Pipelines are gathered concurrently with
 short Kafka timeouts so one unreachable cluster does not stall the whole page.
+
+Cost of a page view, per pipeline, whatever the length of the history: the checkpoint ids
+are listed (one S3 LIST per 1,000 ids, no object read) and only the ``limit`` checkpoints
+shown are read (3 GETs each: claim, outcome, prepared), plus ``latest_completed()`` (the
+pointer, one LIST after it, and one view) and the savepoints.
 """
 from __future__ import annotations
 
+import uuid
+from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone, tzinfo
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
-from lockstep.checkpoint import CheckpointView, Savepoint
+from lockstep.checkpoint import CheckpointStatus, CheckpointView, Savepoint
 from lockstep.errors import SpecError, TerminalError, TransientError
 from lockstep.offsets import TopicPartition
 from lockstep.spec import PipelineSpec, load_spec, load_specs
@@ -24,6 +31,10 @@ T = TypeVar("T")
 KAFKA_TIMEOUT_S = 5.0
 S3_TIMEOUT_S = 5.0
 MAX_WORKERS = 8
+#: Checkpoints read in parallel within one pipeline (the views of one page, the run search).
+VIEW_WORKERS = 4
+#: How far back the per-run view looks for the checkpoint a DAG run claimed.
+RUN_SEARCH_WINDOW = 200
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,21 @@ class CheckpointRow:
     duration_s: float | None
     abort_reason: str | None
     replay_hint: str | None
+    #: Completed with no records: every range empty (an idle source), nothing worth a row of its own.
+    empty: bool = False
+
+
+@dataclass(frozen=True)
+class EmptyRun:
+    """Consecutive empty completed checkpoints, shown as one row (ids newest first like the table)."""
+
+    first: int
+    last: int
+    ids: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
 
 
 @dataclass(frozen=True)
@@ -54,12 +80,25 @@ class SavepointRow:
 
 @dataclass(frozen=True)
 class LagRow:
-    """Lag of one partition: records up to the last stable offset the group has not committed yet."""
+    """Lag of one partition: records up to the last stable offset the group has not committed yet.
+
+    ``oldest_unprocessed_at`` is the timestamp of the record at the committed offset (the next one
+    the pipeline will read), only for partitions with lag; None when there is no lag or it could
+    not be read in time."""
 
     partition: str
     committed: int | None
     last_stable: int | None
     lag: int | None
+    oldest_unprocessed_at: str | None = None
+    oldest_unprocessed_age_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LastCompletedRow:
+    checkpoint_id: int
+    completed_at: str
+    age_s: float | None
 
 
 @dataclass
@@ -68,6 +107,30 @@ class Section:
 
     rows: list[Any] = field(default_factory=list)
     error: str | None = None
+
+
+@dataclass
+class CheckpointsSection(Section):
+    """One page of a pipeline's checkpoints, newest first, and where the neighbouring pages start.
+
+    ``older_before``: the ``before`` of the next older page (None: this page holds the oldest).
+    ``newer``: whether newer checkpoints exist; ``newer_before`` is the next newer page's
+    ``before``, None when that page is the newest (no ``before`` at all)."""
+
+    total: int = 0
+    older_before: int | None = None
+    newer: bool = False
+    newer_before: int | None = None
+    highlight: int | None = None
+    missing: int | None = None
+
+
+@dataclass(frozen=True)
+class PageQuery:
+    limit: int = 20
+    before: int | None = None
+    checkpoint: int | None = None
+    pipeline: str | None = None
 
 
 @dataclass
@@ -80,9 +143,10 @@ class PipelineOverview:
     dead_letter_topic: str
     consumer_group: str
     store: str
-    checkpoints: Section
+    checkpoints: CheckpointsSection
     savepoints: Section
     lag: Section
+    last_completed: Section = field(default_factory=Section)
 
     @property
     def total_lag(self) -> int | None:
@@ -100,11 +164,14 @@ class Overview:
     pipelines: list[PipelineOverview]
     spec_errors: list[str]
     generated_at: str
+    timezone: str = "UTC"
+    query: PageQuery = field(default_factory=PageQuery)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "pipelines_dir": self.pipelines_dir, "generated_at": self.generated_at,
-            "spec_errors": self.spec_errors, "pipelines": [p.to_json() for p in self.pipelines],
+            "pipelines_dir": self.pipelines_dir, "generated_at": self.generated_at, "timezone": self.timezone,
+            "query": asdict(self.query), "spec_errors": self.spec_errors,
+            "pipelines": [p.to_json() for p in self.pipelines],
         }
 
 
@@ -127,6 +194,12 @@ def duration_seconds(start: str | None, end: str | None) -> float | None:
         return None
 
 
+def is_empty_view(view: CheckpointView) -> bool:
+    prepared = view.prepared
+    return (view.status is CheckpointStatus.COMPLETED and all(r.is_empty for r in view.claim.ranges)
+            and (prepared is None or prepared.records_in == 0))
+
+
 def checkpoint_row(view: CheckpointView) -> CheckpointRow:
     prepared, completed, aborted = view.prepared, view.completed, view.aborted
     finished = completed.completed_at if completed else aborted.aborted_at if aborted else None
@@ -140,7 +213,63 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
         transactions=len(prepared.transactions) if prepared else None,
         finished_at=finished, duration_s=duration_seconds(view.claim.claimed_at, finished),
         abort_reason=aborted.reason if aborted else None, replay_hint=aborted.replay_hint if aborted else None,
+        empty=is_empty_view(view),
     )
+
+
+def collapse_empty(rows: list[CheckpointRow], keep: Iterable[int] = ()) -> list[CheckpointRow | EmptyRun]:
+    """Runs of two or more consecutive empty checkpoints (in the order given) become one EmptyRun.
+
+    Ids in ``keep`` (the highlighted checkpoint) are never folded away."""
+    kept = set(keep)
+    out: list[CheckpointRow | EmptyRun] = []
+    run: list[CheckpointRow] = []
+
+    def flush() -> None:
+        if len(run) >= 2:
+            ids = tuple(r.checkpoint_id for r in run)
+            out.append(EmptyRun(first=min(ids), last=max(ids), ids=ids))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for row in rows:
+        if row.empty and row.checkpoint_id not in kept:
+            run.append(row)
+        else:
+            flush()
+            out.append(row)
+    flush()
+    return out
+
+
+def select_window(ids: list[int], limit: int, before: int | None = None, checkpoint: int | None = None
+                  ) -> tuple[list[int], CheckpointsSection]:
+    """Which of ``ids`` (ascending) one page shows, newest first, and the paging around it.
+
+    ``checkpoint`` wins over ``before``: the page holding that id, with it roughly in the middle.
+    A ``checkpoint`` that is not stored (deleted by retention, a typo) gives the newest page and
+    ``missing`` set, so the page can say so."""
+    page = CheckpointsSection(total=len(ids))
+    n = len(ids)
+    if checkpoint is not None and checkpoint in ids:
+        i = bisect_left(ids, checkpoint)
+        hi = min(n, i + 1 + (limit - 1) // 2)
+        lo = max(0, hi - limit)
+        hi = min(n, lo + limit)
+        page.highlight = checkpoint
+    else:
+        if checkpoint is not None:
+            page.missing = checkpoint
+        hi = bisect_left(ids, before) if before is not None and checkpoint is None else n
+        lo = max(0, hi - limit)
+    if lo > 0:
+        page.older_before = ids[lo]
+    if hi < n:
+        page.newer = True
+        newer_hi = hi + limit
+        page.newer_before = ids[newer_hi] if newer_hi < n else None
+    return list(reversed(ids[lo:hi])), page
 
 
 def savepoint_row(savepoint: Savepoint) -> SavepointRow:
@@ -157,6 +286,31 @@ def lag_rows(tps: list[TopicPartition], committed: dict[TopicPartition, int],
     return rows
 
 
+def with_record_ages(rows: list[LagRow], timestamps_ms: dict[str, int], now: datetime) -> list[LagRow]:
+    """Lag rows with the age of their oldest unprocessed record, where its timestamp is known."""
+    out = []
+    for row in rows:
+        ms = timestamps_ms.get(row.partition) if row.lag else None
+        if ms is None:
+            out.append(row)
+            continue
+        at = datetime.fromtimestamp(ms / 1000, timezone.utc)
+        out.append(replace(row, oldest_unprocessed_at=at.isoformat(timespec="milliseconds"),
+                           oldest_unprocessed_age_s=round(max((now - at).total_seconds(), 0.0), 3)))
+    return out
+
+
+def last_completed_row(view: CheckpointView | None, now: datetime) -> list[LastCompletedRow]:
+    if view is None or view.completed is None:
+        return []
+    at = _parse_time(view.completed.completed_at)
+    try:
+        age = round((now - at).total_seconds(), 3) if at is not None else None
+    except TypeError:  # a naive timestamp
+        age = None
+    return [LastCompletedRow(view.checkpoint_id, view.completed.completed_at, age)]
+
+
 def describe_error(exc: BaseException) -> str:
     """Lockstep's own errors already say what to do; anything else is named by its type."""
     if isinstance(exc, (TerminalError, TransientError)):
@@ -170,6 +324,40 @@ def _guarded(section: Section, read: Callable[[], list[Any]]) -> Section:
     except Exception as exc:  # noqa: BLE001 - the page must render whatever one source does
         section.error = describe_error(exc)
     return section
+
+
+# ---- store reads (over CheckpointStore's public API) -------------------------------------------------
+def _views(store: Any, ids: list[int]) -> list[CheckpointView]:
+    if len(ids) <= 1:
+        found = [store.view(i) for i in ids]
+    else:
+        with ThreadPoolExecutor(max_workers=VIEW_WORKERS, thread_name_prefix="lockstep-view") as pool:
+            found = list(pool.map(store.view, ids))
+    return [v for v in found if v is not None]
+
+
+def checkpoint_page(store: Any, query: PageQuery) -> CheckpointsSection:
+    """One page of checkpoints: every id is listed (cheap), only the shown ones are read."""
+    try:
+        ids = list(store.checkpoint_ids())
+        shown, page = select_window(ids, query.limit, query.before, query.checkpoint)
+        page.rows = [checkpoint_row(v) for v in _views(store, shown)]
+    except Exception as exc:  # noqa: BLE001 - as _guarded
+        return CheckpointsSection(error=describe_error(exc))
+    return page
+
+
+def find_run_checkpoints(store: Any, run_id: str, window: int = RUN_SEARCH_WINDOW) -> tuple[list[CheckpointRow], int]:
+    """The checkpoints claimed by ``run_id`` among the newest ``window`` ids, newest first, and how
+    many ids were searched. Reads newest first, a few at a time, and stops after the first batch
+    with a match: a run claims one checkpoint, and the one asked about is usually recent."""
+    ids = list(store.checkpoint_ids())[-window:][::-1]
+    for start in range(0, len(ids), VIEW_WORKERS * 2):
+        batch = _views(store, ids[start:start + VIEW_WORKERS * 2])
+        found = [checkpoint_row(v) for v in batch if v.claim.run_id == run_id]
+        if found:
+            return found, len(ids)
+    return [], len(ids)
 
 
 # ---- I/O at the edges ------------------------------------------------------------------------------
@@ -189,7 +377,49 @@ def _partitions(admin: Any, topics: list[str], bootstrap: str) -> list[TopicPart
     return result
 
 
-def read_lag(spec: PipelineSpec) -> list[LagRow]:
+def oldest_unprocessed_timestamps(config: dict[str, Any], rows: list[LagRow],
+                                  timeout_s: float = KAFKA_TIMEOUT_S) -> dict[str, int]:
+    """Timestamp (ms) of the first readable record at or after each lagging partition's committed
+    offset: one consumer assigned to those offsets (it joins no group and commits nothing), given
+    ``timeout_s`` in all. Partitions that yield nothing in time are left out."""
+    import time
+
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
+    from confluent_kafka import TopicPartition as KTP
+
+    wanted = {r.partition: r.committed for r in rows if r.lag and r.committed is not None}
+    if not wanted:
+        return {}
+    settings = {k: v for k, v in config.items() if k != "log_level"}
+    consumer = Consumer({**settings, "group.id": f"lockstep-page-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": False, "log_level": 3})
+    found: dict[str, int] = {}
+    try:
+        assignment = []
+        for key, offset in wanted.items():
+            tp = TopicPartition.from_key(key)
+            assignment.append(KTP(tp.topic, tp.partition, offset))
+        consumer.assign(assignment)
+        deadline = time.monotonic() + timeout_s
+        while len(found) < len(wanted):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for msg in consumer.consume(num_messages=len(wanted), timeout=min(remaining, 1.0)):
+                key = f"{msg.topic()}:{msg.partition()}"
+                if msg.error() is not None or key in found:
+                    continue
+                kind, ms = msg.timestamp()
+                if kind != TIMESTAMP_NOT_AVAILABLE:
+                    found[key] = ms
+                consumer.pause([KTP(msg.topic(), msg.partition())])
+    finally:
+        consumer.close()
+    return found
+
+
+def read_lag(spec: PipelineSpec, now: datetime | None = None) -> list[LagRow]:
     from lockstep import topics
     from lockstep.connections import kafka_config
     from lockstep.runtime import kafka_admin
@@ -199,7 +429,12 @@ def read_lag(spec: PipelineSpec) -> list[LagRow]:
     tps = _partitions(admin, list(spec.source.topics), str(config.get("bootstrap.servers")))
     stable = topics.last_stable_offsets(admin, tps)
     committed = topics.group_offsets(config, spec.source.consumer_group, tps)
-    return lag_rows(tps, committed, stable)
+    rows = lag_rows(tps, committed, stable)
+    try:
+        stamps = oldest_unprocessed_timestamps(config, rows)
+    except Exception:  # noqa: BLE001 - the ages are extra: without them the lag still shows, ages as "–"
+        stamps = {}
+    return with_record_ages(rows, stamps, now or datetime.now(timezone.utc))
 
 
 def page_store(spec: PipelineSpec) -> Any:
@@ -214,14 +449,10 @@ def page_store(spec: PipelineSpec) -> Any:
     from lockstep.store import CheckpointStore
 
     config = Config(s3={"addressing_style": "path"}, connect_timeout=S3_TIMEOUT_S, read_timeout=S3_TIMEOUT_S,
-                    retries={"max_attempts": 2, "mode": "standard"})
+                    retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=VIEW_WORKERS * 2)
     client = boto3.client("s3", config=config, **s3_client_kwargs(spec.checkpoints.aws_conn_id))
     bucket, root = spec.checkpoint_location
     return CheckpointStore(client, bucket, root, spec.name)
-
-
-def read_checkpoints(spec: PipelineSpec, limit: int) -> list[CheckpointRow]:
-    return [checkpoint_row(v) for v in page_store(spec).recent(limit)]
 
 
 def read_savepoints(spec: PipelineSpec) -> list[SavepointRow]:
@@ -245,24 +476,70 @@ def load_pipeline_specs(directory: Path) -> tuple[list[PipelineSpec], list[str]]
     return specs, errors
 
 
-def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None = None) -> Overview:
-    specs, errors = load_pipeline_specs(directory)
-    with ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="lockstep-page") as pool:
-        def section(read: Callable[[], list[Any]]) -> Any:
-            return pool.submit(_guarded, Section(), read)
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
 
-        futures = [(spec, section(lambda s=spec: read_checkpoints(s, limit)),
-                    section(lambda s=spec: read_savepoints(s)), section(lambda s=spec: read_lag(s)))
+
+def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savepoints: Section, lag: Section,
+                      last_completed: Section) -> PipelineOverview:
+    return PipelineOverview(
+        name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
+        sink_topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
+        consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
+        checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
+    )
+
+
+def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None = None, *,
+           query: PageQuery | None = None, tz: tzinfo | None = None,
+           store_for: Callable[[PipelineSpec], Any] = page_store,
+           lag_for: Callable[[PipelineSpec, datetime], list[LagRow]] = read_lag) -> Overview:
+    """Everything the page shows; ``query.pipeline`` limits it (and its S3/Kafka calls) to one pipeline."""
+    query = query or PageQuery(limit=limit)
+    moment = (now or _utcnow)()
+    specs, errors = load_pipeline_specs(directory)
+    if query.pipeline is not None:
+        specs = [s for s in specs if s.name == query.pipeline]
+    # One store (one boto3 client) per pipeline, made here: creating clients is not thread-safe.
+    stores: dict[str, Any] = {}
+    store_errors: dict[str, str] = {}
+    for spec in specs:
+        try:
+            stores[spec.name] = store_for(spec)
+        except Exception as exc:  # noqa: BLE001 - e.g. a missing connection: that pipeline's sections say so
+            store_errors[spec.name] = describe_error(exc)
+
+    with ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="lockstep-page") as pool:
+        def section(spec: PipelineSpec, read: Callable[[Any], list[Any]], needs_store: bool = True) -> Any:
+            if needs_store and spec.name in store_errors:
+                return pool.submit(Section, [], store_errors[spec.name])
+            return pool.submit(_guarded, Section(), lambda: read(stores.get(spec.name)))
+
+        def checkpoints(spec: PipelineSpec) -> Any:
+            if spec.name in store_errors:
+                return pool.submit(CheckpointsSection, [], store_errors[spec.name])
+            return pool.submit(checkpoint_page, stores[spec.name], query)
+
+        futures = [(spec, checkpoints(spec),
+                    section(spec, lambda st: [savepoint_row(x) for x in st.list_savepoints()]),
+                    section(spec, lambda _st, s=spec: lag_for(s, moment), needs_store=False),
+                    section(spec, lambda st: last_completed_row(st.latest_completed(), moment)))
                    for spec in specs]
-        pipelines = [
-            PipelineOverview(
-                name=spec.name, dag_id=spec.dag_id, description=spec.description,
-                topics=list(spec.source.topics), sink_topic=spec.sink.topic,
-                dead_letter_topic=spec.sink.dead_letter_topic, consumer_group=spec.source.consumer_group,
-                store=f"s3://{'/'.join(spec.checkpoint_location)}", checkpoints=checkpoints.result(),
-                savepoints=savepoints.result(), lag=lag.result(),
-            )
-            for spec, checkpoints, savepoints, lag in futures
-        ]
-    stamp = (now or (lambda: datetime.now(timezone.utc)))().isoformat(timespec="seconds")
-    return Overview(str(directory), pipelines, errors, stamp)
+        pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result())
+                     for spec, c, s, lag, last in futures]
+    stamp = moment.isoformat(timespec="seconds")
+    return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or timezone.utc), query=query)
+
+
+def zone_name(tz: tzinfo) -> str:
+    """An IANA name where the zone has one (``Europe/Amsterdam``), else its abbreviation."""
+    for attr in ("key", "name", "zone"):
+        value = getattr(tz, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return datetime.now(tz).tzname() or "UTC"
+
+
+def find_spec_for_dag(directory: Path, dag_id: str) -> PipelineSpec | None:
+    specs, _ = load_pipeline_specs(directory)
+    return next((s for s in specs if s.dag_id == dag_id), None)

@@ -1,8 +1,10 @@
 """The Checkpoints plugin page, served by a real ``airflow standalone`` started by the platform code.
 
 Data is seeded directly: a topic with records and committed group offsets on the session's Kafka,
-checkpoints (completed, aborted, claimed) and a savepoint in the session's S3 store, written with
-the same store the coordinator uses. A second pipeline points at unreachable Kafka and S3 to check
+checkpoints (completed, aborted, claimed, then four empty completed ones) and a savepoint in the
+session's S3 store, written with the same store the coordinator uses. Checkpoint 1 is owned by an
+Airflow-style run id; that DAG run is created (on the paused DAG, so it never runs) for the links
+into the Airflow UI. A second pipeline points at unreachable Kafka and S3 to check
 that its section shows the errors while the page still renders. The browser test logs in through
 Airflow's real login form in headless Chromium and keeps a screenshot under artifacts/.
 """
@@ -13,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -33,6 +36,8 @@ PAGE = "/lockstep/"
 API = "/lockstep/api/pipelines"
 SAVEPOINT = "before-upgrade"
 ABORT_REASON = "transaction {prefix}-2-0 timed out after 900000 ms"
+RUN_ID = "manual__2025-01-01T00:00:00+00:00"
+EMPTY_IDS = (4, 5, 6, 7)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class Seeded:
     broken: str
     topic: str
     group: str
+    dag_id: str
 
 
 def _ranges(topic: str, p0: tuple[int, int], p1: tuple[int, int]) -> tuple[OffsetRange, ...]:
@@ -83,7 +89,7 @@ def _seed_store(spec, topic: str) -> None:
     store = checkpoint_store(spec)
     name, out = spec.name, spec.sink.topic
     first = _ranges(topic, (0, 10), (0, 10))
-    store.claim(CheckpointClaim(name, 1, "manual__1", "2025-01-01T00:00:00+00:00", first, "auto.offset.reset:earliest"))
+    store.claim(CheckpointClaim(name, 1, RUN_ID, "2025-01-01T00:00:00+00:00", first, "auto.offset.reset:earliest"))
     store.write_prepared(_prepared(name, 1, out, 20, 2, 2))
     store.mark_completed(CompletedCheckpoint(name, 1, "2025-01-01T00:02:05+00:00",
                                              {r.tp.key: r.end for r in first}, (f"{name}-1-0", f"{name}-1-1")))
@@ -94,6 +100,13 @@ def _seed_store(spec, topic: str) -> None:
                                          "the next run replays partitions 0-1 from checkpoint 1"))
     store.claim(CheckpointClaim(name, 3, "scheduled__3", "2025-01-01T00:30:00+00:00", second, "checkpoint:1"))
     store.create_savepoint(SAVEPOINT, 1, "2025-01-01T00:05:00+00:00")
+    idle = _ranges(topic, (20, 20), (15, 15))  # an idle source: completed checkpoints with nothing in them
+    for cid in EMPTY_IDS:
+        store.claim(CheckpointClaim(name, cid, f"scheduled__{cid}", f"2025-01-01T00:{30 + cid}:00+00:00", idle,
+                                    f"checkpoint:{cid - 1}"))
+        store.write_prepared(_prepared(name, cid, out, 0, 0, 0))
+        store.mark_completed(CompletedCheckpoint(name, cid, f"2025-01-01T00:{30 + cid}:01+00:00",
+                                                 {r.tp.key: r.end for r in idle}, ()))
 
 
 def _spec(name: str, topic: str, kafka: str = "kafka_default", aws: str = "aws_default") -> dict:
@@ -118,9 +131,20 @@ def seeded(airflow, platform) -> Seeded:
     _seed_kafka(platform.kafka.bootstrap, topic, spec.source.consumer_group)
     _seed_store(spec, topic)
     broken_path = airflow.write_spec(_spec(broken, f"uidown-in-{unique}", "kafka_unreachable", "aws_unreachable"))
-    yield Seeded(name, broken, topic, spec.source.consumer_group)
+    yield Seeded(name, broken, topic, spec.source.consumer_group, spec.dag_id)
     for file in (path, broken_path):  # the folder is shared with other Airflow tests of the session
         file.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def seeded_run(airflow, seeded) -> str:
+    """The DAG run that owns checkpoint 1, created on the paused DAG (queued, never executed)."""
+    airflow.wait_for_dag(seeded.dag_id)
+    resp = airflow.patch(f"/api/v2/dags/{seeded.dag_id}", json={"is_paused": True})
+    assert resp.status_code == 200, resp.text
+    resp = airflow.post(f"/api/v2/dags/{seeded.dag_id}/dagRuns", json={"dag_run_id": RUN_ID, "logical_date": None})
+    assert resp.status_code in (200, 409), resp.text
+    return RUN_ID
 
 
 def _section(html: str, name: str) -> str:
@@ -131,7 +155,7 @@ def _section(html: str, name: str) -> str:
 
 def _lag_row(partition: str, committed: int, stable: int, lag: int) -> str:
     return (f'<tr><td><code>{partition}</code></td><td class="n">{committed}</td>'
-            f'<td class="n">{stable}</td><td class="n">{lag}</td></tr>')
+            f'<td class="n">{stable}</td><td class="n">{lag}</td><td class="t"><time datetime="')
 
 
 # ---- registration and auth ----------------------------------------------------------------------------
@@ -143,9 +167,12 @@ def test_plugin_is_listed_by_airflow(airflow):
     assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/lockstep"]
     view = next(v for v in plugin["external_views"] if v["name"] == "Checkpoints")
     assert view["href"] == PAGE and view["url_route"] == "lockstep-checkpoints" and view["destination"] == "nav"
+    tab = next(v for v in plugin["external_views"] if v["name"] == "Checkpoint")
+    assert (tab["href"], tab["destination"], tab["url_route"]) == (
+        "/lockstep/runs/{DAG_ID}/{RUN_ID}", "dag_run", "lockstep-run-checkpoint")
 
 
-@pytest.mark.parametrize("path", [PAGE, API])
+@pytest.mark.parametrize("path", [PAGE, API, "/lockstep/runs/d/r"])
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-jwt"}, {"Cookie": "_token=forged"}],
                          ids=["anonymous", "bad-bearer", "bad-cookie"])
 def test_unauthenticated_requests_are_refused(airflow, seeded, path, headers):
@@ -176,9 +203,16 @@ def test_page_lists_checkpoints_savepoints_and_lag(airflow, seeded):
         assert f'<span class="badge {status}">{status}</span>' in section
     for checkpoint_id in (1, 2, 3):
         assert f'<tr id="checkpoint-{checkpoint_id}"><td class="n">{checkpoint_id}</td>' in section
+    assert "Legend" in resp.text
     assert f"<code>{seeded.topic}:0[0,10)</code>" in section and f"<code>{seeded.topic}:1[10,15)</code>" in section
     assert ABORT_REASON.format(prefix=seeded.name) in section
     assert "2 min 5 s" in section and "15 min 0 s" in section  # claimed -> completed / aborted
+    assert '<time datetime="2025-01-01T00:00:00+00:00" title="2025-01-01T00:00:00+00:00">2025-01-01 00:00 UTC' \
+        in section  # Airflow's default_timezone (utc here), named
+    assert "checkpoints 4–7: 4 empty, completed" in section and "4 empty folded" in section
+    assert f'href="/dags/{seeded.dag_id}/runs/{quote(RUN_ID, safe="")}" target="_top" data-airflow' in section
+    assert "Last completed checkpoint: <a " in section and ">7</a>" in section
+    assert '<meta http-equiv="refresh" content="30">' in resp.text and resp.headers["cache-control"] == "no-store"
     assert f"<td>{SAVEPOINT}</td>" in section
     assert _lag_row(f"{seeded.topic}:0", 10, 30, 20) in section
     assert _lag_row(f"{seeded.topic}:1", 10, 15, 5) in section
@@ -196,7 +230,12 @@ def test_json_api_returns_the_same_data(airflow, seeded):
     assert [(r["partition"], r["committed"], r["last_stable"], r["lag"]) for r in p["lag"]["rows"]] == [
         (f"{seeded.topic}:0", 10, 30, 20), (f"{seeded.topic}:1", 10, 15, 5)]
     rows = {r["checkpoint_id"]: r for r in p["checkpoints"]["rows"]}
-    assert [r["checkpoint_id"] for r in p["checkpoints"]["rows"]] == [3, 2, 1]  # newest first
+    assert [r["checkpoint_id"] for r in p["checkpoints"]["rows"]] == [7, 6, 5, 4, 3, 2, 1]  # newest first
+    assert [r["empty"] for r in p["checkpoints"]["rows"]] == [True] * 4 + [False] * 3
+    assert p["checkpoints"]["total"] == 7 and p["checkpoints"]["older_before"] is None
+    assert p["last_completed"]["rows"][0]["checkpoint_id"] == 7 and p["last_completed"]["rows"][0]["age_s"] > 0
+    lag0 = p["lag"]["rows"][0]
+    assert lag0["oldest_unprocessed_at"] and lag0["oldest_unprocessed_age_s"] >= 0  # the record at offset 10
     assert (rows[1]["status"], rows[1]["records_in"], rows[1]["records_out"], rows[1]["records_dead_lettered"],
             rows[1]["transactions"], rows[1]["duration_s"]) == ("completed", 20, 18, 2, 2, 125.0)
     assert rows[2]["status"] == "aborted" and rows[2]["abort_reason"] == ABORT_REASON.format(prefix=seeded.name)
@@ -204,6 +243,30 @@ def test_json_api_returns_the_same_data(airflow, seeded):
     assert p["savepoints"] == {"rows": [{"name": SAVEPOINT, "checkpoint_id": 1,
                                          "created_at": "2025-01-01T00:05:00+00:00"}], "error": None}
     assert resp.json()["spec_errors"] == []
+
+
+def test_query_selects_pipeline_highlights_pages_and_pauses(airflow, seeded):
+    html = airflow.get(PAGE, params={"pipeline": seeded.name, "checkpoint": 5, "limit": 3, "refresh": 0}).text
+    assert f'id="pipeline-{seeded.broken}"' not in html  # only the asked pipeline
+    section = _section(html, seeded.name)
+    assert '<tr id="checkpoint-5" class="highlight">' in section and 'id="checkpoint-1"' not in section
+    assert "older →" in section and "← newer" in section
+    assert "http-equiv" not in html and "auto-refresh paused" in html
+    shown = _section(airflow.get(PAGE, params={"pipeline": seeded.name, "empty": "show"}).text, seeded.name)
+    assert "empty, completed" not in shown and '<tr id="checkpoint-6">' in shown
+    older = _section(airflow.get(PAGE, params={"pipeline": seeded.name, "before": 3}).text, seeded.name)
+    assert '<tr id="checkpoint-2">' in older and 'id="checkpoint-3"' not in older
+
+
+def test_run_view_shows_the_checkpoint_its_run_claimed(airflow, seeded):
+    resp = airflow.get(f"/lockstep/runs/{seeded.dag_id}/{quote(RUN_ID, safe='')}")
+    assert resp.status_code == 200, resp.text
+    assert f"Checkpoint of run {RUN_ID}" in resp.text and '<tr id="checkpoint-1">' in resp.text
+    assert (f"/plugin/lockstep-checkpoints/lockstep/?pipeline={seeded.name}&amp;checkpoint=1#checkpoint-1"
+            in resp.text)
+    missing = airflow.get(f"/lockstep/runs/{seeded.dag_id}/manual__never").text
+    assert "No checkpoint of pipeline" in missing and "newest 7 checkpoint(s)" in missing
+    assert "is not a Lockstep pipeline" in airflow.get("/lockstep/runs/some_other_dag/manual__x").text
 
 
 def test_unreachable_kafka_and_s3_show_in_their_pipeline_only(airflow, seeded):
@@ -233,28 +296,44 @@ def browser(tmp_path: Path):
         yield b
 
 
+def _login(browser: Browser, airflow, next_path: str = PAGE) -> None:
+    """Log in the way a user does: Airflow's simple auth manager form, which sets the _token cookie."""
+    browser.navigate(f"{airflow.url}/auth/login?next={next_path}")
+    browser.type_into("input[name=username]", airflow.username)
+    browser.type_into("input[name=password]", airflow.password)
+    browser.evaluate("document.querySelector('button[type=submit]').click()")
+    browser.wait_for(f"location.pathname === {next_path!r} && document.readyState === 'complete'",
+                     "the login form to redirect to the Checkpoints page")
+
+
+#: The document of the UI's iframe showing one of this plugin's pages (same origin, so readable).
+FRAME = ("(Array.from(document.querySelectorAll('iframe')).map(f => { try { return f.contentDocument; } "
+         "catch (e) { return null; } }).find(d => d && d.body && d.body.innerText.includes('Lockstep') "
+         "|| d && d.body && d.body.innerText.includes('Checkpoint of run')))")
+
+
+#: Checkpoint 1's link to the DAG run that claimed it.
+RUN_LINK = '#checkpoint-1 a[data-airflow][title^="DAG run"]'
+
+
 def test_page_in_headless_chromium(airflow, seeded, browser):
     artifacts = project_root() / "artifacts"
 
     browser.navigate(f"{airflow.url}{PAGE}")
     anonymous = browser.text()
-    assert "Sign in" in anonymous and seeded.name not in anonymous and "Recent checkpoints" not in anonymous
+    assert "Sign in" in anonymous and seeded.name not in anonymous and "Legend" not in anonymous
 
-    # Log in the way a user does: Airflow's simple auth manager form, which sets the _token cookie.
-    browser.navigate(f"{airflow.url}/auth/login?next={PAGE}")
-    browser.type_into("input[name=username]", airflow.username)
-    browser.type_into("input[name=password]", airflow.password)
-    browser.evaluate("document.querySelector('button[type=submit]').click()")
-    browser.wait_for(f"location.pathname === {PAGE!r} && document.readyState === 'complete'",
-                     "the login form to redirect to the Checkpoints page")
+    _login(browser, airflow)
     text = browser.text()
-    for expected in (seeded.name, "Recent checkpoints", "completed", "aborted", "claimed", SAVEPOINT,
+    for expected in (seeded.name, "Legend", "completed", "aborted", "claimed", SAVEPOINT,
                      ABORT_REASON.format(prefix=seeded.name), f"{seeded.topic}:0", "25 records behind",
-                     "2 min 5 s"):
+                     "2 min 5 s", "checkpoints 4–7: 4 empty, completed", "refreshes every 30 s",
+                     "2025-01-01 00:00 UTC"):
         assert expected in text, f"{expected!r} not shown; page text:\n{text[:3000]}"
     assert "did not answer" in text  # the unreachable pipeline's section
     shot = browser.screenshot(artifacts / "checkpoints-page.png")
     assert shot.stat().st_size > 10_000
+    browser.screenshot(artifacts / "page-legend.png")
 
     # Inside the Airflow UI: the nav entry renders the page in an iframe at /plugin/<url_route>.
     browser.navigate(f"{airflow.url}/plugin/lockstep-checkpoints")
@@ -264,3 +343,33 @@ def test_page_in_headless_chromium(airflow, seeded, browser):
         "the Checkpoints page inside the Airflow UI's iframe", timeout=60)
     browser.wait_for("document.body.innerText.includes('Checkpoints')", "the nav entry 'Checkpoints'")
     browser.screenshot(artifacts / "checkpoints-in-airflow-ui.png")
+
+
+def test_run_links_work_inside_the_airflow_ui_and_on_the_page_alone(airflow, seeded, seeded_run, browser):
+    artifacts = project_root() / "artifacts"
+    run_path = f"/dags/{seeded.dag_id}/runs/{RUN_ID}"
+    _login(browser, airflow)
+
+    # On its own (no frame), the links are plain target=_top links, as with JavaScript off.
+    browser.navigate(f"{airflow.url}{PAGE}?pipeline={seeded.name}")
+    browser.screenshot(artifacts / "page-collapsed.png")
+    browser.evaluate(f"document.querySelector({RUN_LINK!r}).click()")
+    browser.wait_for(f"decodeURIComponent(location.pathname) === {run_path!r}", "the DAG run page (page alone)")
+
+    # Inside the UI's sandboxed frame, opened the way task extra links and savepoints link to a checkpoint.
+    browser.navigate(f"{airflow.url}/plugin/lockstep-checkpoints{PAGE}?pipeline={seeded.name}&checkpoint=1"
+                     "#checkpoint-1")
+    browser.wait_for(f"!!({FRAME} && {FRAME}.querySelector('tr.highlight#checkpoint-1'))",
+                     "checkpoint 1 highlighted in the UI's iframe", timeout=60)
+    browser.evaluate(f"{FRAME}.querySelector({RUN_LINK!r}).click()")
+    browser.wait_for(f"decodeURIComponent(location.pathname) === {run_path!r}",
+                     "the top window to route to the DAG run")
+    browser.wait_for(f"document.body.innerText.includes({RUN_ID!r})", "the UI to render the DAG run", timeout=60)
+    browser.screenshot(artifacts / "page-run-link.png")
+
+    # The run's "Checkpoint" tab (dag_run external view) shows the checkpoint that run claimed.
+    browser.navigate(f"{airflow.url}/dags/{seeded.dag_id}/runs/{quote(RUN_ID, safe='')}/plugin/lockstep-run-checkpoint")
+    browser.wait_for(f"!!({FRAME} && {FRAME}.querySelector('tr#checkpoint-1'))",
+                     "the run's checkpoint in the Checkpoint tab", timeout=60)
+    assert "Checkpoint" in browser.text()  # the tab
+    browser.screenshot(artifacts / "page-run-tab.png")

@@ -1,0 +1,332 @@
+"""The Checkpoints page without services: overview gathering over an in-memory S3 (the real
+CheckpointStore on a fake client that counts its calls), and the pure rendering."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+import yaml
+from botocore.exceptions import ClientError
+
+from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
+from lockstep.offsets import OffsetRange
+from lockstep.store import CheckpointStore
+from lockstep_airflow.checkpoints_page import (
+    Ctx,
+    PageParams,
+    airflow_links,
+    local_time,
+    relative_age,
+    render_page,
+    render_run_page,
+)
+from lockstep_airflow.overview import (
+    CheckpointRow,
+    EmptyRun,
+    LagRow,
+    PageQuery,
+    collapse_empty,
+    find_run_checkpoints,
+    gather,
+    select_window,
+    with_record_ages,
+)
+
+NOW = datetime(2025, 1, 1, 1, 0, tzinfo=timezone.utc)
+AMSTERDAM = ZoneInfo("Europe/Amsterdam")
+
+
+# ---- an in-memory S3 ---------------------------------------------------------------------------------
+def _error(code: str, status: int) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "op")
+
+
+class FakeS3:
+    """The calls CheckpointStore makes, on a dict; ``calls`` counts them by operation."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.calls: dict[str, int] = {}
+
+    def _count(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's names
+        self._count("get_object")
+        if Key not in self.objects:
+            raise _error("NoSuchKey", 404)
+        body = self.objects[Key]
+        return {"Body": io.BytesIO(body), "ETag": str(hash(body))}
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str | None = None,  # noqa: N803
+                   IfMatch: str | None = None, ContentType: str | None = None) -> dict[str, Any]:  # noqa: N803
+        self._count("put_object")
+        if IfNoneMatch == "*" and Key in self.objects:
+            raise _error("PreconditionFailed", 412)
+        if IfMatch is not None and str(hash(self.objects.get(Key))) != IfMatch:
+            raise _error("PreconditionFailed", 412)
+        self.objects[Key] = Body
+        return {}
+
+    def get_paginator(self, name: str) -> FakeS3:
+        assert name == "list_objects_v2"
+        return self
+
+    def paginate(self, Bucket: str, Prefix: str, Delimiter: str | None = None,  # noqa: N803
+                 StartAfter: str | None = None):  # noqa: N803
+        keys = sorted(k for k in self.objects if k.startswith(Prefix) and (StartAfter is None or k > StartAfter))
+        entries: list[tuple[str, bool]] = []
+        for key in keys:
+            rest = key[len(Prefix):]
+            if Delimiter and Delimiter in rest:
+                common = Prefix + rest.split(Delimiter)[0] + Delimiter
+                if not entries or entries[-1] != (common, True):
+                    entries.append((common, True))
+            else:
+                entries.append((key, False))
+        for start in range(0, max(len(entries), 1), 1000):  # S3 pages hold 1,000 keys or prefixes
+            self._count("list_objects_v2")
+            chunk = entries[start:start + 1000]
+            yield {"CommonPrefixes": [{"Prefix": k} for k, common in chunk if common],
+                   "Contents": [{"Key": k} for k, common in chunk if not common]}
+
+
+# ---- seeding -----------------------------------------------------------------------------------------
+SPEC = {
+    "name": "orders",
+    "description": "Orders enriched.",
+    "source": {"topics": ["orders"], "kafka_conn_id": "kafka_default"},
+    "transform": "lockstep_examples.orders:enrich",
+    "sink": {"topic": "orders-out", "dead_letter_topic": "orders-dlq", "kafka_conn_id": "kafka_default"},
+    "checkpoints": {"store": "s3://lockstep/unit", "aws_conn_id": "aws_default", "schedule": None},
+}
+
+
+def _at(minutes: int) -> str:
+    return (datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)).isoformat()
+
+
+def seed(store: CheckpointStore, count: int, empty: range = range(0), run_ids: dict[int, str] | None = None) -> None:
+    """``count`` completed checkpoints of 10 records each on orders:0, ids in ``empty`` with none."""
+    offset = 0
+    for cid in range(1, count + 1):
+        records = 0 if cid in empty else 10
+        rng = (OffsetRange("orders", 0, offset, offset + records),)
+        offset += records
+        run_id = (run_ids or {}).get(cid, f"scheduled__{_at(cid)}")
+        store.claim(CheckpointClaim("orders", cid, run_id, _at(cid), rng, "checkpoint:%d" % (cid - 1)))
+        txns = () if not records else (PreparedTransaction(f"orders-{cid}-0", 1, 0, (), records, 0, 0, 0),)
+        store.write_prepared(PreparedCheckpoint("orders", cid, _at(cid), txns, records, records, 0, 1.0))
+        store.mark_completed(CompletedCheckpoint("orders", cid, _at(cid),
+                                                 {"orders:0": offset}, tuple(t.transactional_id for t in txns)))
+
+
+@pytest.fixture
+def specs_dir(tmp_path: Path) -> Path:
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(SPEC))
+    return tmp_path
+
+
+def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[LagRow] | None = None):
+    return gather(specs_dir, query=query, now=lambda: NOW, tz=AMSTERDAM,
+                  store_for=lambda spec: CheckpointStore(s3, "lockstep", "unit/orders", spec.name),
+                  lag_for=lambda spec, now: lag or [])
+
+
+# ---- windows and collapsing ------------------------------------------------------------------------------
+def test_select_window_newest_page_and_paging():
+    ids = list(range(1, 51))
+    shown, page = select_window(ids, 20)
+    assert shown == list(range(50, 30, -1)) and page.older_before == 31 and not page.newer
+    shown, page = select_window(ids, 20, before=31)
+    assert shown == list(range(30, 10, -1)) and page.older_before == 11 and page.newer and page.newer_before is None
+    shown, page = select_window(ids, 20, before=11)
+    assert shown == list(range(10, 0, -1)) and page.older_before is None and page.newer_before == 31
+
+
+def test_select_window_holds_the_asked_checkpoint_and_reports_a_missing_one():
+    ids = list(range(1, 501))
+    shown, page = select_window(ids, 20, checkpoint=100)
+    assert 100 in shown and len(shown) == 20 and page.highlight == 100 and page.older_before and page.newer
+    shown, page = select_window(ids, 20, checkpoint=2)  # near the oldest: still a full page
+    assert shown == list(range(20, 0, -1)) and page.older_before is None
+    shown, page = select_window(ids, 20, checkpoint=500)
+    assert shown[0] == 500 and not page.newer
+    shown, page = select_window(list(range(300, 501)), 20, checkpoint=7)  # deleted by retention
+    assert page.missing == 7 and page.highlight is None and shown[0] == 500
+
+
+def _row(cid: int, empty: bool, status: str = "completed") -> CheckpointRow:
+    return CheckpointRow(cid, status, f"scheduled__{cid}", _at(cid), "checkpoint", None, ["orders:0[5,5)"],
+                         0, 0, 0, 0, _at(cid), 1.0, None, None, empty)
+
+
+def test_consecutive_empty_checkpoints_collapse_into_one_row():
+    rows = [_row(20, False)] + [_row(i, True) for i in range(19, 4, -1)] + [_row(4, False), _row(3, True)]
+    items = collapse_empty(rows)
+    assert [type(i).__name__ for i in items] == ["CheckpointRow", "EmptyRun", "CheckpointRow", "CheckpointRow"]
+    run = items[1]
+    assert isinstance(run, EmptyRun) and (run.first, run.last, run.count) == (5, 19, 15)
+    kept = collapse_empty(rows, keep=[10])  # the highlighted checkpoint stays visible
+    assert [(i.first, i.last) for i in kept if isinstance(i, EmptyRun)] == [(11, 19), (5, 9)]
+    assert any(isinstance(i, CheckpointRow) and i.checkpoint_id == 10 for i in kept)
+
+
+# ---- the store side, with 500 checkpoints -------------------------------------------------------------------
+def test_a_page_of_500_checkpoints_reads_only_what_it_shows(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 500, empty=range(470, 490))
+    s3.calls.clear()
+    started = time.perf_counter()
+    overview = _gather(specs_dir, s3, PageQuery(limit=20))
+    html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
+    elapsed = time.perf_counter() - started
+    page = overview.pipelines[0].checkpoints
+    assert [r.checkpoint_id for r in page.rows] == list(range(500, 480, -1)) and page.total == 500
+    # ids: 1 LIST; page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed: pointer GET + LIST + 1 view.
+    assert s3.calls["get_object"] <= 20 * 3 + 1 + 3, s3.calls
+    assert s3.calls["list_objects_v2"] <= 3, s3.calls
+    assert "checkpoints 481–489: 9 empty, completed" in html
+    assert elapsed < 2.0, f"a page of 500 checkpoints took {elapsed:.2f} s"
+    print(f"500 checkpoints: {s3.calls}, gather+render {elapsed * 1000:.0f} ms")  # shown with -s
+
+
+def test_checkpoint_query_finds_an_old_checkpoint_and_before_pages(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 500)
+    page = _gather(specs_dir, s3, PageQuery(limit=20, checkpoint=42)).pipelines[0].checkpoints
+    assert 42 in [r.checkpoint_id for r in page.rows] and page.highlight == 42
+    page = _gather(specs_dir, s3, PageQuery(limit=10, before=100)).pipelines[0].checkpoints
+    assert [r.checkpoint_id for r in page.rows] == list(range(99, 89, -1))
+
+
+def test_run_search_is_bounded_and_finds_the_run():
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 300, run_ids={290: "manual__2025-01-01T00:00:00+00:00", 50: "manual__old"})
+    s3.calls.clear()
+    rows, searched = find_run_checkpoints(store, "manual__2025-01-01T00:00:00+00:00")
+    assert [r.checkpoint_id for r in rows] == [290] and searched == 200
+    assert s3.calls["get_object"] <= 3 * 16, s3.calls  # two batches of 8 from the newest
+    rows, searched = find_run_checkpoints(store, "manual__old")  # id 50 is past the newest 200
+    assert rows == [] and searched == 200
+
+
+# ---- rendering ---------------------------------------------------------------------------------------------
+def test_times_are_in_airflows_zone_with_its_name_and_the_iso_value_kept():
+    assert local_time("2025-01-01T00:02:00+00:00", AMSTERDAM) == "2025-01-01 01:02 CET"
+    assert local_time("2025-07-01T00:02:00+00:00", AMSTERDAM) == "2025-07-01 02:02 CEST"
+    assert local_time("2025-01-01T00:02:00+00:00", timezone.utc) == "2025-01-01 00:02 UTC"
+    assert local_time("not a time", AMSTERDAM) is None
+    assert [relative_age(s) for s in (None, 1, 42, 180, 3 * 3600 + 300, 7200, 5 * 86400)] == [
+        "", "just now", "42 s ago", "3 min ago", "3 h 5 min ago", "2 h ago", "5 d ago"]
+
+
+def test_page_shows_legend_zone_collapsed_rows_paging_and_refresh(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 40, empty=range(25, 38))
+    overview = _gather(specs_dir, s3, PageQuery(limit=20))
+    html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
+    assert "<dt><code>orders:0[3750,3750)</code></dt>" in html and "Last stable offset" in html
+    assert '<time datetime="2025-01-01T00:40:00+00:00" title="2025-01-01T00:40:00+00:00">2025-01-01 01:40 CET</time>' \
+        in html and "20 min ago" in html and "times in Europe/Amsterdam" in html
+    assert "checkpoints 25–37: 13 empty, completed" in html and "13 empty folded" in html
+    assert 'href="?pipeline=orders&amp;empty=show">show all</a>' in html
+    assert 'href="?pipeline=orders&amp;before=21" rel="next">older →</a>' in html and "← newer" not in html
+    assert '<meta http-equiv="refresh" content="30">' in html
+    assert 'refreshes every 30 s · <a href="?refresh=0">pause</a>' in html
+    assert '<span id="checkpoint-30"></span>' in html  # deep links into a folded row still land on it
+    assert "Last completed checkpoint: <a href=\"?pipeline=orders&amp;checkpoint=40#checkpoint-40\">40</a>" in html
+
+    shown = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams(show_empty=True, refresh=0)))
+    assert "empty, completed" not in shown and '<tr id="checkpoint-30">' in shown and "13 empty shown" in shown
+    assert "http-equiv" not in shown and "auto-refresh paused" in shown
+
+
+def test_highlighted_checkpoint_and_newer_link(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 100)
+    params = PageParams(PageQuery(limit=20, checkpoint=30, pipeline="orders"))
+    html = render_page(_gather(specs_dir, s3, params.query), Ctx(tz=AMSTERDAM, params=params))
+    assert '<tr id="checkpoint-30" class="highlight">' in html
+    assert 'href="?pipeline=orders&amp;before=60" rel="prev">← newer</a>' in html
+    missing = PageParams(PageQuery(limit=20, checkpoint=1000, pipeline="orders"))
+    html = render_page(_gather(specs_dir, s3, missing.query), Ctx(tz=AMSTERDAM, params=missing))
+    assert "Checkpoint 1000 is not in the store" in html
+
+
+def test_savepoint_links_name_the_checkpoint_in_the_query(specs_dir):
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 3)
+    store.create_savepoint("before-upgrade", 2, _at(10))
+    html = render_page(_gather(specs_dir, s3, PageQuery()), Ctx(tz=AMSTERDAM))
+    assert '<a href="?pipeline=orders&amp;checkpoint=2#checkpoint-2">2</a>' in html
+
+
+def test_airflow_links_for_dag_runs_and_none_for_cli_runs():
+    links = airflow_links("lockstep_orders", "manual__2025-01-01T00:00:00+00:00")
+    assert links == {
+        "run": "/dags/lockstep_orders/runs/manual__2025-01-01T00%3A00%3A00%2B00%3A00",
+        "run_logs": "/dags/lockstep_orders/runs/manual__2025-01-01T00%3A00%3A00%2B00%3A00/tasks/run",
+        "commit_logs": "/dags/lockstep_orders/runs/manual__2025-01-01T00%3A00%3A00%2B00%3A00/tasks/commit"}
+    assert airflow_links("d", "scheduled__x", ui_base="/airflow")["run"] == "/airflow/dags/d/runs/scheduled__x"
+    assert airflow_links("lockstep_orders", "cli-worker-1.example-4242-9f8e7d") is None
+    assert airflow_links("d", "") is None
+
+
+def test_rows_link_to_their_run_inside_and_outside_the_frame(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 2,
+         run_ids={1: "cli-host-77-abc", 2: "manual__2025-01-01T00:00:00+00:00"})
+    html = render_page(_gather(specs_dir, s3, PageQuery()), Ctx(tz=AMSTERDAM))
+    assert ('<a href="/dags/lockstep_orders/runs/manual__2025-01-01T00%3A00%3A00%2B00%3A00" target="_top" '
+            'data-airflow title="DAG run manual__2025-01-01T00:00:00+00:00">DAG run</a>') in html
+    row1 = re.search(r'<tr id="checkpoint-1">.*?</tr>', html).group(0)
+    assert "CLI run: no DAG run" in row1 and "/dags/" not in row1
+    assert "top.history.pushState" in html and 'new PopStateEvent("popstate"' in html
+
+
+def test_hostile_names_are_escaped(tmp_path):
+    s3 = FakeS3()
+    hostile = '<script>alert(1)</script>"'
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump({**SPEC, "description": hostile}))
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    store.claim(CheckpointClaim("orders", 1, f"manual__{hostile}", _at(1),
+                                (OffsetRange("orders", 0, 0, 1),), f"auto.offset.reset:{hostile}"))
+    overview = _gather(tmp_path, s3, PageQuery(pipeline="orders"),
+                       lag=[LagRow(f"{hostile}:0", 1, 2, 1)])
+    overview.spec_errors.append(hostile)
+    html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams(PageQuery(pipeline=hostile))))
+    run_html = render_run_page(hostile, hostile, hostile, hostile, overview.pipelines[0].checkpoints.rows, 1, None,
+                               Ctx(tz=AMSTERDAM))
+    for doc in (html, run_html):
+        assert "<script>alert" not in doc and 'alert(1)</script>"' not in doc
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in doc
+    assert "manual__%3Cscript%3Ealert(1)%3C%2Fscript%3E%22" in html  # in the link, encoded
+    json.dumps(overview.to_json())  # the API serialises the same data
+
+
+def test_oldest_unprocessed_age_only_where_there_is_lag():
+    rows = [LagRow("orders:0", 10, 30, 20), LagRow("orders:1", 5, 5, 0), LagRow("orders:2", 1, 9, 8)]
+    ms = int((NOW - timedelta(minutes=3)).timestamp() * 1000)
+    aged = with_record_ages(rows, {"orders:0": ms, "orders:1": ms}, NOW)
+    assert aged[0].oldest_unprocessed_age_s == 180.0 and aged[0].oldest_unprocessed_at.startswith("2025-01-01T00:57")
+    assert aged[1].oldest_unprocessed_at is None  # no lag: nothing unprocessed
+    assert aged[2].oldest_unprocessed_at is None  # not read in time: shown as "–"
+
+
+def test_run_page_says_when_nothing_was_found():
+    html = render_run_page("lockstep_orders", "manual__x", "orders", "/specs", [], 200, None, Ctx())
+    assert "among its newest 200 checkpoint(s)" in html
+    assert 'href="/plugin/lockstep-checkpoints/lockstep/?pipeline=orders"' in html
+    html = render_run_page("other_dag", "manual__x", None, "/specs", [], 0, None, Ctx())
+    assert "is not a Lockstep pipeline" in html
