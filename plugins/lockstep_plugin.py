@@ -10,7 +10,8 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from lockstep_airflow import listener
-from lockstep_airflow.checkpoints_page import URL_PREFIX, app
+from lockstep_airflow.checkpoints_page import app
+from lockstep_airflow.links import URL_PREFIX, URL_ROUTE
 from lockstep_airflow.param_errors import ReadableParamErrors
 
 
@@ -24,7 +25,7 @@ class LockstepPlugin(AirflowPlugin):
         {
             "name": "Checkpoints",
             "href": f"{URL_PREFIX}/",
-            "url_route": "lockstep-checkpoints",
+            "url_route": URL_ROUTE,
             "destination": "nav",
             "nav_top_level": True,
         },

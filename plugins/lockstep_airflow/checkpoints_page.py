@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone, tzinfo
 from html import escape
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -35,10 +35,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from lockstep.decisions import parse_cli_run_id
 from lockstep.pipelines import pipelines_dir
+from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
 from lockstep_airflow.overview import (
     RUN_SEARCH_WINDOW,
     CheckpointRow,
     CheckpointsSection,
+    DryRunRow,
     EmptyRun,
     LagRow,
     LastCompletedRow,
@@ -49,6 +51,7 @@ from lockstep_airflow.overview import (
     _parse_time,
     collapse_empty,
     describe_error,
+    dry_run_row,
     find_run_checkpoints,
     find_spec_for_dag,
     gather,
@@ -56,10 +59,6 @@ from lockstep_airflow.overview import (
     zone_name,
 )
 
-#: Where this app is mounted; the login link sends the user back here.
-URL_PREFIX = "/lockstep"
-#: The Airflow UI route of the "Checkpoints" nav entry (``url_route`` in lockstep_plugin).
-NAV_ROUTE = "lockstep-checkpoints"
 DEFAULT_LIMIT = 20
 DEFAULT_REFRESH_S = 30
 #: Task ids of the pipeline DAGs (dag_factory) whose logs a checkpoint row links to.
@@ -176,14 +175,18 @@ def run_checkpoint_page(dag_id: str, run_id: str) -> HTMLResponse:
     directory = pipelines_dir()
     spec = find_spec_for_dag(directory, dag_id)
     rows: list[CheckpointRow] = []
-    searched, error = 0, None
+    searched, error, dry = 0, None, None
     if spec is not None:
         try:
-            rows, searched = find_run_checkpoints(page_store(spec), run_id, RUN_SEARCH_WINDOW)
+            store = page_store(spec)
+            rows, searched = find_run_checkpoints(store, run_id, RUN_SEARCH_WINDOW)
+            if not rows:  # a dry run claims nothing; the latest one is kept for this view
+                dry = next((d for d in dry_run_row(store.last_dry_run()) if d.run_id == run_id), None)
         except Exception as exc:  # noqa: BLE001 - render the error, like the main page
             error = describe_error(exc)
     ctx = Ctx(tz=airflow_timezone(), now=datetime.now(timezone.utc), ui_base=airflow_ui_base())
-    html = render_run_page(dag_id, run_id, spec.name if spec else None, str(directory), rows, searched, error, ctx)
+    html = render_run_page(dag_id, run_id, spec.name if spec else None, str(directory), rows, searched, error, ctx,
+                           dry_run=dry)
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
 
@@ -253,29 +256,13 @@ def _time(value: str | None, ctx: Ctx, age: bool = True) -> str:
 
 
 # ---- links into the Airflow UI ---------------------------------------------------------------------
-def _q(value: str) -> str:
-    """One path segment, encoded as the UI's encodeURIComponent does."""
-    return quote(value, safe="!'()*~")
-
-
 def airflow_links(dag_id: str, run_id: str, ui_base: str = "") -> dict[str, str] | None:
     """UI routes of the run that owns a checkpoint: the run, and the logs of its run and commit
-    tasks (the task route opens on its Logs tab; 3.3.2 has no ``/logs`` route). None for a CLI
-    run (``lockstep run``), which has no DAG run."""
+    tasks. None for a CLI run (``lockstep run``), which has no DAG run."""
     if not run_id or parse_cli_run_id(run_id) is not None:
         return None
-    run = f"{ui_base}/dags/{_q(dag_id)}/runs/{_q(run_id)}"
-    return {"run": run, "run_logs": f"{run}/tasks/{RUN_TASK}", "commit_logs": f"{run}/tasks/{COMMIT_TASK}"}
-
-
-def checkpoints_page_ui_url(pipeline: str, checkpoint_id: int, ui_base: str = "") -> str:
-    """The Checkpoints page inside the Airflow UI, on the page holding one checkpoint."""
-    query = urlencode({"pipeline": pipeline, "checkpoint": checkpoint_id})
-    return f"{ui_base}/plugin/{NAV_ROUTE}{URL_PREFIX}/?{query}#checkpoint-{checkpoint_id}"
-
-
-def pipeline_page_ui_url(pipeline: str, ui_base: str = "") -> str:
-    return f"{ui_base}/plugin/{NAV_ROUTE}{URL_PREFIX}/?{urlencode({'pipeline': pipeline})}"
+    return {"run": dag_run_url(dag_id, run_id, ui_base), "run_logs": task_url(dag_id, run_id, RUN_TASK, ui_base),
+            "commit_logs": task_url(dag_id, run_id, COMMIT_TASK, ui_base)}
 
 
 def _ui_link(href: str, text: str, title: str = "") -> str:
@@ -452,6 +439,23 @@ def _last_completed(p: PipelineOverview, ctx: Ctx) -> str:
             f'<strong class="since">{_e(age or "–")}</strong> ({_time(r.completed_at, ctx, age=False)})</div>')
 
 
+def _dry_run(p: PipelineOverview, ctx: Ctx) -> str:
+    """The latest dry run, under the checkpoints: what it would have taken; nothing was claimed."""
+    s = p.last_dry_run
+    if s.error is not None:
+        return f'<div class="meta">Last dry run: – <span class="error">{_e(s.error)}</span></div>'
+    if not s.rows:
+        return ""
+    r: DryRunRow = s.rows[0]
+    links = airflow_links(p.dag_id, r.run_id, ctx.ui_base)
+    run = _ui_link(links["run"], r.run_id) if links else f"<code>{_e(r.run_id)}</code>"
+    source = _e(r.start_source) + (f" (restored from {_e(r.restored_from)})" if r.restored_from else "")
+    ranges = ", ".join(f"<code>{_e(x)}</code>" for x in r.ranges) or "no new records"
+    return (f'<div class="meta dry-run">Last dry run ({run}, {_time(r.planned_at, ctx)}): would take '
+            f"{r.records:,} records as checkpoint {r.checkpoint_id} from {source}: {ranges}; "
+            "nothing was claimed.</div>")
+
+
 def _savepoint(r: Any, pipeline: str, ctx: Ctx) -> str:
     # ?checkpoint= rather than a bare #checkpoint-N: the link keeps working once N is off the first page.
     href = PageParams(refresh=ctx.params.refresh).url(fragment=f"checkpoint-{r.checkpoint_id}", pipeline=pipeline,
@@ -466,7 +470,7 @@ def render_pipeline(p: PipelineOverview, ctx: Ctx | None = None) -> str:
     lag_title = "Consumer lag" + (f" — {total:,} records behind" if total is not None else "")
     return (
         f'<section class="pipeline" id="pipeline-{_e(p.name)}"><h2>{_e(p.name)}</h2>'
-        f'<div class="meta">{_ui_link(f"{ctx.ui_base}/dags/{_q(p.dag_id)}", p.dag_id)} · '
+        f'<div class="meta">{_ui_link(dag_url(p.dag_id, ctx.ui_base), p.dag_id)} · '
         f"{_e(', '.join(p.topics))} → {_e(p.sink_topic)} (dead letters: {_e(p.dead_letter_topic)}) · "
         f"group <code>{_e(p.consumer_group)}</code> · store <code>{_e(p.store)}</code> · "
         f'<a href="{_e(ctx.params.url(pipeline=p.name, before=None, checkpoint=None))}">only this pipeline</a></div>'
@@ -477,6 +481,7 @@ def render_pipeline(p: PipelineOverview, ctx: Ctx | None = None) -> str:
                  lambda r: _lag(r, ctx), "No partitions.")
         + "<h3>Checkpoints</h3>"
         + _checkpoints(p, ctx)
+        + _dry_run(p, ctx)
         + "<h3>Savepoints</h3>"
         + _table(p.savepoints, ["Name", "#Checkpoint", "Created at"], lambda r: _savepoint(r, p.name, ctx),
                  "No savepoints.")
@@ -522,7 +527,7 @@ def render_page(overview: Overview, ctx: Ctx | None = None) -> str:
 
 
 def render_run_page(dag_id: str, run_id: str, pipeline: str | None, pipelines_dir: str, rows: list[CheckpointRow],
-                    searched: int, error: str | None, ctx: Ctx) -> str:
+                    searched: int, error: str | None, ctx: Ctx, dry_run: DryRunRow | None = None) -> str:
     """The per-run view (the DAG run's "Checkpoint" tab)."""
     title = f"Checkpoint of run {run_id}"
     if pipeline is None:
@@ -530,14 +535,20 @@ def render_run_page(dag_id: str, run_id: str, pipeline: str | None, pipelines_di
                 f"<code>{_e(pipelines_dir)}</code> has this DAG id.</p>")
     elif error is not None:
         body = f'<div class="error">{_e(error)}</div>'
+    elif dry_run is not None:
+        source = _e(dry_run.start_source) + (f" (restored from {_e(dry_run.restored_from)})"
+                                             if dry_run.restored_from else "")
+        ranges = "".join(f"<li><code>{_e(x)}</code></li>" for x in dry_run.ranges) or "<li>no new records</li>"
+        body = (f"<p>A dry run ({_time(dry_run.planned_at, ctx)}): it would take {dry_run.records:,} records as "
+                f"checkpoint {dry_run.checkpoint_id} from {source}; nothing was claimed.</p><ul>{ranges}</ul>")
     elif not rows:
         body = (f'<p class="empty">No checkpoint of pipeline <code>{_e(pipeline)}</code> was claimed by this run '
                 f"among its newest {searched} checkpoint(s) (the search looks at the newest {RUN_SEARCH_WINDOW}). "
                 "The run may not have got as far as claiming one, or its checkpoint is older: see "
-                f"{_ui_link(pipeline_page_ui_url(pipeline, ctx.ui_base), 'the Checkpoints page')}.</p>")
+                f"{_ui_link(pipeline_url(pipeline, ctx.ui_base), 'the Checkpoints page')}.</p>")
     else:
         table = "".join(_checkpoint(r, dag_id, ctx) for r in rows)
-        links = " · ".join(_ui_link(checkpoints_page_ui_url(pipeline, r.checkpoint_id, ctx.ui_base),
+        links = " · ".join(_ui_link(checkpoint_url(pipeline, r.checkpoint_id, ctx.ui_base),
                                     f"checkpoint {r.checkpoint_id} in the Checkpoints page") for r in rows)
         body = (f'<div class="scroll"><table><thead><tr>{_head(CHECKPOINT_HEADERS)}</tr></thead><tbody>{table}'
                 "</tbody></table></div>"
