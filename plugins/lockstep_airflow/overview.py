@@ -101,6 +101,26 @@ class LastCompletedRow:
     age_s: float | None
 
 
+@dataclass(frozen=True)
+class DryRunRow:
+    """The latest dry run: what it would have taken as checkpoint ``checkpoint_id``; nothing was claimed."""
+
+    checkpoint_id: int
+    run_id: str
+    planned_at: str
+    start_source: str
+    restored_from: str | None
+    ranges: list[str]
+    records: int
+
+
+def dry_run_row(dry: Any) -> list[DryRunRow]:
+    if dry is None:
+        return []
+    return [DryRunRow(dry.checkpoint_id, dry.run_id, dry.planned_at, dry.start_source, dry.restored_from,
+                      [str(r) for r in dry.ranges if not r.is_empty], dry.records)]
+
+
 @dataclass
 class Section:
     """One part of a pipeline's overview: its rows, or why they could not be read."""
@@ -147,6 +167,7 @@ class PipelineOverview:
     savepoints: Section
     lag: Section
     last_completed: Section = field(default_factory=Section)
+    last_dry_run: Section = field(default_factory=Section)
 
     @property
     def total_lag(self) -> int | None:
@@ -481,12 +502,13 @@ def _utcnow() -> datetime:
 
 
 def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savepoints: Section, lag: Section,
-                      last_completed: Section) -> PipelineOverview:
+                      last_completed: Section, last_dry_run: Section | None = None) -> PipelineOverview:
     return PipelineOverview(
         name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
         sink_topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
         consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
+        last_dry_run=last_dry_run or Section(),
     )
 
 
@@ -523,10 +545,11 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
         futures = [(spec, checkpoints(spec),
                     section(spec, lambda st: [savepoint_row(x) for x in st.list_savepoints()]),
                     section(spec, lambda _st, s=spec: lag_for(s, moment), needs_store=False),
-                    section(spec, lambda st: last_completed_row(st.latest_completed(), moment)))
+                    section(spec, lambda st: last_completed_row(st.latest_completed(), moment)),
+                    section(spec, lambda st: dry_run_row(st.last_dry_run())))
                    for spec in specs]
-        pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result())
-                     for spec, c, s, lag, last in futures]
+        pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result(), dry.result())
+                     for spec, c, s, lag, last, dry in futures]
     stamp = moment.isoformat(timespec="seconds")
     return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or timezone.utc), query=query)
 
