@@ -75,12 +75,26 @@ def test_in_slow_mode_each_request_is_held(fault_proxy):
 def test_kill_tree_kills_children_that_left_the_process_group():
     # A parent, a child in its group and a grandchild in a session of its own (as spark-submit is).
     parent = subprocess.Popen(["bash", "-c", "sleep 300 & setsid sleep 301 & wait"], start_new_session=True)
+    def sessions(pids: set[int]) -> set[int]:
+        found = set()
+        for pid in pids:
+            try:
+                found.add(os.getsid(pid))
+            except ProcessLookupError:
+                pass
+        return found
+
+    # Wait for the tree to be complete: three processes, and setsid(2) done in the grandchild
+    # (between its fork and setsid() it is still in the parent's session).
     deadline = time.monotonic() + 10
-    while len(kill.descendants(parent.pid)) < 3 and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        tree = kill.descendants(parent.pid)
+        if len(tree) == 3 and len(sessions(tree)) == 2:
+            break
         time.sleep(0.05)
     tree = kill.descendants(parent.pid)
     assert len(tree) == 3
-    assert len({os.getsid(pid) for pid in tree}) == 2  # one of them is outside the parent's session
+    assert len(sessions(tree)) == 2  # one of them is outside the parent's session
     killed = kill.kill_tree(parent.pid)
     assert set(killed) == tree
     parent.wait(timeout=10)
