@@ -24,7 +24,6 @@ PREPARED_SCHEMA = "lockstep.checkpoint.prepared/1"
 COMPLETED_SCHEMA = "lockstep.checkpoint.completed/1"
 ABORTED_SCHEMA = "lockstep.checkpoint.aborted/1"
 RUN_FAILURE_SCHEMA = "lockstep.checkpoint.run-failure/1"
-DRY_RUN_SCHEMA = "lockstep.checkpoint.dry-run/1"
 TRANSACTION_SCHEMA = "lockstep.committable/1"
 SAVEPOINT_SCHEMA = "lockstep.savepoint/1"
 
@@ -387,38 +386,6 @@ class RunFailure:
         r = _Reader(doc, key, RUN_FAILURE_SCHEMA)
         return cls(pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
                    failed_at=r.get("failed_at", str), cause=r.get("cause", str))
-
-
-@dataclass(frozen=True)
-class DryRun:
-    """What the latest dry run would have taken as checkpoint ``checkpoint_id``; it claimed nothing.
-
-    Kept so the Checkpoints page can show it; it decides nothing and is overwritten by the next one."""
-
-    pipeline: str
-    checkpoint_id: int
-    run_id: str
-    planned_at: str
-    ranges: tuple[OffsetRange, ...]
-    start_source: str
-    restored_from: str | None = None
-
-    @property
-    def records(self) -> int:
-        return sum(r.count for r in self.ranges)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema": DRY_RUN_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
-                "run_id": self.run_id, "planned_at": self.planned_at, "ranges": [r.to_json() for r in self.ranges],
-                "start_source": self.start_source, "restored_from": self.restored_from}
-
-    @classmethod
-    def from_json(cls, doc: Any, key: str = "<dry-run>") -> DryRun:
-        r = _Reader(doc, key, DRY_RUN_SCHEMA)
-        return cls(pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
-                   run_id=r.get("run_id", str), planned_at=r.get("planned_at", str), ranges=r.ranges("ranges"),
-                   start_source=r.get("start_source", str),
-                   restored_from=r.get("restored_from", str, optional=True))
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from lockstep import failpoints, topics
-from lockstep.checkpoint import (AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint,
-                               DryRun)
+from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
 from lockstep.decisions import (
     DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
 )
@@ -274,8 +273,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     result = Plan(claim, ranges, dry_run)
     if dry_run:
         log.info("dry run, nothing claimed: %s", result.describe())
-        p.store.record_dry_run(DryRun(p.spec.name, next_id, run_id, claim.claimed_at, claim.ranges, claim.start_source,
-                                      restore))
+        p.store.record_dry_run(claim)
         return result
     p.store.claim(claim)
     log.info("%s (claimed in %.1f s; %d records left for later checkpoints)", result.describe(),

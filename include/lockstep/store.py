@@ -28,7 +28,6 @@ from lockstep.checkpoint import (
     CheckpointClaim,
     CheckpointView,
     CompletedCheckpoint,
-    DryRun,
     PreparedCheckpoint,
     Savepoint,
     validate_savepoint_name,
@@ -171,12 +170,13 @@ class CheckpointStore:
     def run_failure(self, checkpoint_id: int) -> RunFailure | None:
         return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
 
-    def record_dry_run(self, dry_run: DryRun) -> None:
-        """Keep the latest dry run's plan for the Checkpoints page (informational, overwritten)."""
-        self._overwrite(self._dry_run_key(), dry_run.to_json())
+    def record_dry_run(self, plan: CheckpointClaim) -> None:
+        """Keep the latest dry run's plan, the claim it did not make, for the Checkpoints page
+        (informational and overwritten by the next one; it is not under checkpoints/)."""
+        self._overwrite(self._dry_run_key(), plan.to_json())
 
-    def last_dry_run(self) -> DryRun | None:
-        return self._read(self._dry_run_key(), DryRun.from_json)
+    def last_dry_run(self) -> CheckpointClaim | None:
+        return self._read(self._dry_run_key(), CheckpointClaim.from_json)
 
     def _overwrite(self, key: str, doc: dict[str, Any]) -> None:
         body = json.dumps(doc, sort_keys=True, indent=1).encode()

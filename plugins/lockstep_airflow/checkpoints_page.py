@@ -425,13 +425,18 @@ def _lag(r: LagRow, ctx: Ctx) -> str:
             f"{oldest}</tr>")
 
 
-def _last_completed(p: PipelineOverview, ctx: Ctx) -> str:
-    s = p.last_completed
+def _unread(s: Section, label: str, none: str) -> str | None:
+    """The line of a one-row section that has no row to show: why it could not be read, or ``none``."""
     if s.error is not None:
-        return f'<div class="meta">Last completed checkpoint: – <span class="error">{_e(s.error)}</span></div>'
-    if not s.rows:
-        return '<div class="meta">Last completed checkpoint: none yet.</div>'
-    r: LastCompletedRow = s.rows[0]
+        return f'<div class="meta">{_e(label)}: – <span class="error">{_e(s.error)}</span></div>'
+    return None if s.rows else none
+
+
+def _last_completed(p: PipelineOverview, ctx: Ctx) -> str:
+    if (line := _unread(p.last_completed, "Last completed checkpoint",
+                        '<div class="meta">Last completed checkpoint: none yet.</div>')) is not None:
+        return line
+    r: LastCompletedRow = p.last_completed.rows[0]
     href = ctx.params.url(fragment=f"checkpoint-{r.checkpoint_id}", pipeline=p.name, checkpoint=r.checkpoint_id,
                           before=None)
     age = relative_age(r.age_s)
@@ -441,12 +446,9 @@ def _last_completed(p: PipelineOverview, ctx: Ctx) -> str:
 
 def _dry_run(p: PipelineOverview, ctx: Ctx) -> str:
     """The latest dry run, under the checkpoints: what it would have taken; nothing was claimed."""
-    s = p.last_dry_run
-    if s.error is not None:
-        return f'<div class="meta">Last dry run: – <span class="error">{_e(s.error)}</span></div>'
-    if not s.rows:
-        return ""
-    r: DryRunRow = s.rows[0]
+    if (line := _unread(p.last_dry_run, "Last dry run", "")) is not None:
+        return line
+    r: DryRunRow = p.last_dry_run.rows[0]
     links = airflow_links(p.dag_id, r.run_id, ctx.ui_base)
     run = _ui_link(links["run"], r.run_id) if links else f"<code>{_e(r.run_id)}</code>"
     source = _e(r.start_source) + (f" (restored from {_e(r.restored_from)})" if r.restored_from else "")

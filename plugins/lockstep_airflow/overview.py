@@ -21,7 +21,7 @@ from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from lockstep.checkpoint import CheckpointStatus, CheckpointView, Savepoint
+from lockstep.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
 from lockstep.errors import SpecError, TerminalError, TransientError
 from lockstep.offsets import TopicPartition
 from lockstep.spec import PipelineSpec, load_spec, load_specs
@@ -114,11 +114,12 @@ class DryRunRow:
     records: int
 
 
-def dry_run_row(dry: Any) -> list[DryRunRow]:
-    if dry is None:
+def dry_run_row(plan: CheckpointClaim | None) -> list[DryRunRow]:
+    """The latest dry run's plan (the claim it did not make) as a row."""
+    if plan is None:
         return []
-    return [DryRunRow(dry.checkpoint_id, dry.run_id, dry.planned_at, dry.start_source, dry.restored_from,
-                      [str(r) for r in dry.ranges if not r.is_empty], dry.records)]
+    return [DryRunRow(plan.checkpoint_id, plan.run_id, plan.claimed_at, plan.start_source, plan.restored_from,
+                      [str(r) for r in plan.ranges if not r.is_empty], sum(r.count for r in plan.ranges))]
 
 
 @dataclass

@@ -228,14 +228,3 @@ def test_a_run_failure_round_trips_and_names_its_schema():
     assert failure.to_json()["schema"] == RUN_FAILURE_SCHEMA
     assert RunFailure.from_json(failure.to_json()) == failure
 
-
-def test_a_dry_run_round_trips_and_counts_its_records():
-    from lockstep.checkpoint import DRY_RUN_SCHEMA, DryRun
-
-    dry = DryRun("orders", 43, "manual__1", "2026-11-23T08:00:00+00:00",
-                 (OffsetRange("orders", 0, 10, 25), OffsetRange("orders", 1, 7, 7)), "checkpoint:42", None)
-    assert dry.records == 15
-    assert dry.to_json()["schema"] == DRY_RUN_SCHEMA
-    assert DryRun.from_json(dry.to_json()) == dry
-    with pytest.raises(MetadataError):
-        DryRun.from_json({**dry.to_json(), "ranges": "orders:0"})

@@ -329,15 +329,16 @@ def test_run_page_says_when_nothing_was_found():
 
 
 def test_the_latest_dry_run_is_shown_under_the_checkpoints_and_in_its_runs_tab(specs_dir):
-    from lockstep.checkpoint import DryRun
     from lockstep_airflow.overview import dry_run_row
 
     s3 = FakeS3()
     store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
     seed(store, 3)
     run_id = "manual__2025-01-01T01:00:00+00:00"
-    store.record_dry_run(DryRun("orders", 4, run_id, _at(60), (OffsetRange("orders", 0, 30, 45),
-                                                                OffsetRange("orders", 1, 5, 5)), "checkpoint:3"))
+    # A dry run keeps the claim it did not make; nothing is written under checkpoints/.
+    store.record_dry_run(CheckpointClaim("orders", 4, run_id, _at(60), (OffsetRange("orders", 0, 30, 45),
+                                                                       OffsetRange("orders", 1, 5, 5)), "checkpoint:3"))
+    assert list(store.checkpoint_ids()) == [1, 2, 3]
     html = render_page(_gather(specs_dir, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
     line = re.search(r'<div class="meta dry-run">(.*?)</div>', html).group(1)
     assert "would take 15 records as checkpoint 4 from checkpoint:3: <code>orders:0[30,45)</code>; nothing was " \
