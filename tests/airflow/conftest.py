@@ -130,6 +130,16 @@ class AirflowServer:
         })
         return p
 
+    def client_for(self, *dag_ids: str) -> Any:
+        """A REST client, once these DAGs are parsed, with them unpaused."""
+        from lockstep.airflow_client import AirflowClient
+
+        client = AirflowClient(self.url, self.username, self.password)
+        for dag_id in dag_ids:
+            client.wait_for_dag(dag_id)
+            client.unpause(dag_id)
+        return client
+
     def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
         """Wait until the dag-processor has parsed ``dag_id`` (refresh interval is 10 s)."""
         def found() -> dict[str, Any] | None:

@@ -24,12 +24,7 @@ def pipeline(airflow, bootstrap):
 
 @pytest.fixture(scope="module")
 def client(airflow, pipeline):
-    c = AirflowClient(airflow.url, airflow.username, airflow.password)
-    c.wait_for_dag(pipeline.spec().dag_id)
-    c.wait_for_dag("lockstep_savepoints")
-    c.unpause(pipeline.spec().dag_id)
-    c.unpause("lockstep_savepoints")
-    return c
+    return airflow.client_for(pipeline.spec().dag_id, "lockstep_savepoints")
 
 
 def run_dag(client: AirflowClient, dag_id: str, conf: dict | None = None) -> tuple[str, str]:

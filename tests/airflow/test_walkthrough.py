@@ -12,7 +12,6 @@ from urllib.parse import quote
 
 import pytest
 
-from lockstep.airflow_client import AirflowClient
 from lockstep.paths import project_root
 from lockstep_airflow.links import checkpoint_url, dag_run_url, task_url
 
@@ -31,10 +30,7 @@ def pipeline(airflow, bootstrap):
 
 @pytest.fixture(scope="module")
 def client(airflow, pipeline):
-    c = AirflowClient(airflow.url, airflow.username, airflow.password)
-    c.wait_for_dag(pipeline.spec().dag_id)
-    c.unpause(pipeline.spec().dag_id)
-    return c
+    return airflow.client_for(pipeline.spec().dag_id)
 
 
 @pytest.fixture(scope="module")
