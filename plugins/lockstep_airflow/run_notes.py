@@ -36,8 +36,8 @@ def origin(plan: Mapping[str, Any]) -> str:
         return f"from savepoint {value}"
     if kind == "group":
         return "from the consumer group's offsets"
-    if kind == "auto.offset.reset":
-        return f"from the {value} offsets (auto.offset.reset, no earlier checkpoint)"
+    if source in ("earliest", "latest"):
+        return f"from the {source} offsets (auto.offset.reset: no checkpoint or group offsets yet)"
     return f"from {source}" if source else ""
 
 

@@ -100,8 +100,11 @@ def test_a_runs_note_links_to_its_checkpoint_and_back_and_downstream_runs(airflo
         selector = json.dumps(f'a[href="{page}"]')
         ui.wait_for(f"document.querySelector({selector}) !== null", "the note's link to the checkpoint", 60)
         ui.screenshot(ARTIFACTS / "walk-4-run-note.png")
-        ui.evaluate(f"document.querySelector({selector}).click()")
-        ui.wait_for(f"location.pathname.startsWith('/plugin/lockstep-checkpoints')", "the Checkpoints page")
+        if ui.evaluate(f"document.querySelector({selector}).target") == "_blank":
+            ui.navigate(f"{airflow.url}{page}")  # Airflow opens note links in a new tab: follow it there
+        else:
+            ui.evaluate(f"document.querySelector({selector}).click()")
+        ui.wait_for("location.pathname.startsWith('/plugin/lockstep-checkpoints')", "the Checkpoints page")
         frame = "document.querySelector('iframe') && document.querySelector('iframe').contentDocument"
         ui.wait_for(f"{frame} && {frame}.getElementById('checkpoint-{checkpoint_id}') !== null",
                     f"checkpoint {checkpoint_id} inside the page's frame", 60)
@@ -119,5 +122,17 @@ def test_a_runs_note_links_to_its_checkpoint_and_back_and_downstream_runs(airflo
         ui.navigate(f"{airflow.url}{dag_run_url(downstream, runs[0]['dag_run_id'])}")
         shows(ui, downstream, "the downstream run's page")
         ui.screenshot(ARTIFACTS / "walk-6-downstream-run.png")
+
+        # The next trigger form proposes the completed checkpoint as a restore point (read at parse time).
+        proposal = f"checkpoint:{checkpoint_id}"
+        wait_for(lambda: proposal in client._call("GET", f"/api/v2/dags/{dag_id}/details")["params"]
+                 ["restore_from"]["schema"].get("examples", []), f"{proposal} proposed by restore_from", timeout=90)
+        ui.navigate(f"{airflow.url}/dags/{dag_id}")
+        ui.wait_for("Array.from(document.querySelectorAll('button')).some(b => b.innerText.trim() === 'Trigger')",
+                    "the Trigger button")
+        ui.evaluate("Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Trigger')"
+                    ".click()")
+        shows(ui, "Restore from", "the trigger form with the pipeline's params")
+        ui.screenshot(ARTIFACTS / "walk-7-trigger-form.png")
     finally:
         client._call("PATCH", f"/api/v2/dags/{quote(DOWNSTREAM)}", {"is_paused": True})

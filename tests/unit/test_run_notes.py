@@ -34,7 +34,8 @@ def test_an_empty_checkpoint_says_so():
      "restored from savepoint before-upgrade"),
     ({"start_source": "checkpoint:7", "restored_from": "checkpoint:7"}, "restored from checkpoint 7"),
     ({"start_source": "group"}, "from the consumer group's offsets"),
-    ({"start_source": "auto.offset.reset:earliest"}, "from the earliest offsets (auto.offset.reset, no earlier checkpoint)"),
+    ({"start_source": "earliest"}, "from the earliest offsets (auto.offset.reset: no checkpoint or group offsets yet)"),
+    ({"start_source": "latest"}, "from the latest offsets (auto.offset.reset: no checkpoint or group offsets yet)"),
 ])
 def test_the_origin_in_words(plan, expected):
     assert origin(plan) == expected
