@@ -18,7 +18,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run checkpoints: plan -> Spark -> commit, like one DAG run each")
     _spec(run)
     run.add_argument("--checkpoints", type=int, default=1, help="how many checkpoints to run (default 1)")
-    run.add_argument("--restore-from", help="SAVEPOINT name or checkpoint:ID to start the first checkpoint from")
+    run.add_argument("--restore-from", help="start the first checkpoint from a SAVEPOINT name, checkpoint:ID or "
+                     "time:ISO (each partition's first record at or after that time, e.g. time:2026-11-20T10:00:00Z)")
     run.add_argument("--max-records", type=int, help="override the spec's per-checkpoint record budget")
     run.add_argument("--dry-run", action="store_true", help="plan only: show the ranges, claim and commit nothing")
 

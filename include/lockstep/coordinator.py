@@ -22,7 +22,8 @@ from lockstep.decisions import (
     DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
 )
 from lockstep.errors import CheckpointError, TerminalError, TransientError
-from lockstep.offsets import OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_from_json, plan_ranges
+from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_at_time,
+                              offsets_from_json, parse_restore_time, plan_ranges)
 from lockstep.connections import kafka_config
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
 from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
@@ -254,7 +255,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     stable_end = topics.last_stable_offsets(p.source_admin, tps)
     starts = choose_start_offsets(
         tps, log_start, stable_end, p.spec.source.auto_offset_reset,
-        restore=_restore_source(p, restore),
+        restore=_restore_source(p, restore, tps, stable_end, next_id),
         last_completed=OffsetSource.checkpoint(latest.checkpoint_id, offsets_from_json(latest.completed.end_offsets))
         if latest else None,
         group=OffsetSource.group(topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
@@ -282,10 +283,24 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     return result
 
 
-def _restore_source(p: Pipeline, restore: str | None) -> OffsetSource | None:
-    """``checkpoint:ID`` restores from a completed checkpoint, anything else names a savepoint."""
+def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] | None = None,
+                    stable_end: dict[TopicPartition, int] | None = None, checkpoint_id: int | None = None
+                    ) -> OffsetSource | None:
+    """``checkpoint:ID`` restores from a completed checkpoint, ``time:<ISO>`` from the first record at
+    or after that time in each partition, anything else names a savepoint."""
     if restore is None:
         return None
+    if restore.startswith(TIME_PREFIX):
+        try:
+            moment = parse_restore_time(restore)
+        except ValueError as exc:
+            raise TerminalError(f"{exc}; trigger a new run with a valid restore_from") from exc
+        found = topics.offsets_for_time(p.source_admin, list(tps or []), int(moment.timestamp() * 1000))
+        source, at_end = offsets_at_time(restore, found, dict(stable_end or {}))
+        if at_end:
+            log.warning("checkpoint %s: restore from %s: %s have no record at or after that time; they start at "
+                        "their end", checkpoint_id, restore, ", ".join(tp.key for tp in at_end))
+        return source
     if restore.startswith("checkpoint:"):
         raw = restore.split(":", 1)[1]
         if not raw.isdigit():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from lockstep.errors import DeletedRangesError, OffsetAheadError, TerminalError
@@ -123,6 +124,33 @@ class OffsetSource:
     @classmethod
     def group(cls, offsets: Offsets) -> OffsetSource:
         return cls("group", offsets)
+
+
+TIME_PREFIX = "time:"
+
+
+def parse_restore_time(restore: str) -> datetime:
+    """The moment of ``time:<ISO 8601 with a zone>`` (``Z`` or ``+01:00``); a naive time is refused,
+    since Kafka's timestamps are UTC and a guess would replay the wrong hour."""
+    text = restore[len(TIME_PREFIX):] if restore.startswith(TIME_PREFIX) else restore
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"restore from {restore!r}: {text!r} is not an ISO 8601 time "
+                         "(like 2026-11-20T10:00:00Z)") from exc
+    if moment.tzinfo is None:
+        raise ValueError(f"restore from {restore!r}: the time has no zone; add Z for UTC or an offset like +01:00")
+    return moment
+
+
+def offsets_at_time(label: str, found: Mapping[TopicPartition, int | None], end: Offsets
+                    ) -> tuple[OffsetSource, list[TopicPartition]]:
+    """Start offsets of a restore by time: per partition the first record at or after the time
+    (Kafka's offsets-for-times), or the partition's end where no record is that recent. Returns the
+    source and the partitions that start at their end, which the caller must say."""
+    at_end = sorted(tp for tp in end if found.get(tp) is None)
+    offsets = {tp: (end[tp] if found.get(tp) is None else min(int(found[tp]), end[tp])) for tp in end}
+    return OffsetSource(label, offsets), at_end
 
 
 @dataclass(frozen=True)

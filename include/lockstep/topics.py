@@ -75,6 +75,15 @@ def last_stable_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPart
     return _list_offsets(admin, tps, OffsetSpec.latest())
 
 
+def offsets_for_time(admin: Any, tps: list[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
+    """Per partition the offset of the first record with a timestamp at or after ``timestamp_ms``;
+    None where there is none (Kafka answers -1)."""
+    from confluent_kafka.admin import OffsetSpec
+
+    found = _list_offsets(admin, tps, OffsetSpec.for_timestamp(timestamp_ms))
+    return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
+
+
 def _group_consumer(admin_config: Mapping[str, Any], group: str) -> Any:
     """A consumer that only reads and commits the group's offsets; it never joins the group.
 

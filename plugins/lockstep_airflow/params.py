@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from airflow.sdk import Param
 
 log = logging.getLogger("lockstep_airflow.params")
-RESTORE_PATTERN = r"^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
+RESTORE_PATTERN = r"^(checkpoint:[0-9]+|time:[0-9][0-9T:.+Z-]{9,40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
 #: Completed checkpoints proposed as restore points, newest first.
 PROPOSED_CHECKPOINTS = 3
 #: How many recent checkpoints are read to find them (empty and aborted ones are skipped); every parse
@@ -23,8 +23,9 @@ PROPOSED_CHECKPOINTS = 3
 SCANNED_CHECKPOINTS = 6
 #: What each param takes, in words: the refusal of a bad value quotes it (``param_errors``).
 EXPECTED = {
-    "restore_from": "a savepoint name (letters, digits, '.', '_', '-', no '/', at most 100 characters) "
-                    "or checkpoint:ID, or nothing to continue from the latest completed checkpoint",
+    "restore_from": "a savepoint name (letters, digits, '.', '_', '-', no '/', at most 100 characters), "
+                    "checkpoint:ID or time:<ISO time with a zone, like 2026-11-20T10:00:00Z>, or nothing to "
+                    "continue from the latest completed checkpoint",
     "max_records": "a whole number of records, 1 or more, or nothing for the spec's budget",
     "dry_run": "true or false",
     "pipeline": "the name of a pipeline spec",
@@ -84,8 +85,9 @@ def pipeline_params(points: list[RestorePoint] | None = None) -> dict[str, Param
     return {
         "restore_from": Param(
             None, type=["null", "string"], pattern=RESTORE_PATTERN, title="Restore from",
-            description="Start this checkpoint from a savepoint (its name) or a completed checkpoint "
-                        "(checkpoint:ID) instead of the latest completed checkpoint; records after it are "
+            description="Start this checkpoint from a savepoint (its name), a completed checkpoint "
+                        "(checkpoint:ID) or a time (time:2026-11-20T10:00:00Z: each partition's first record "
+                        "at or after it) instead of the latest completed checkpoint; records after it are "
                         "re-emitted. Pick one of the proposals or type a name: letters, digits, '.', '_', "
                         "'-' (no '/'), at most 100 characters.",
             **restore_extra,

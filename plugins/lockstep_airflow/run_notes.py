@@ -26,8 +26,8 @@ def origin(plan: Mapping[str, Any]) -> str:
     source = str(plan.get("start_source") or "")
     restored = plan.get("restored_from")
     if restored:
-        target = (f"checkpoint {restored.split(':', 1)[1]}" if restored.startswith("checkpoint:")
-                  else f"savepoint {restored}")
+        kind, _, value = restored.partition(":")
+        target = {"checkpoint": f"checkpoint {value}", "time": f"time {value}"}.get(kind, f"savepoint {restored}")
         return f"restored from {target}"
     kind, _, value = source.partition(":")
     if kind == "checkpoint":

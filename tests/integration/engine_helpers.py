@@ -68,8 +68,9 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
     return pipeline
 
 
-def produce_orders(pipeline: PipelineUnderTest, count: int, start: int = 0) -> None:
-    """``count`` orders spread over every partition; every 10th one malformed."""
+def produce_orders(pipeline: PipelineUnderTest, count: int, start: int = 0, timestamp_ms: int | None = None) -> None:
+    """``count`` orders spread over every partition; every 10th one malformed; with ``timestamp_ms``
+    every record carries that timestamp instead of the time it was produced."""
     producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
     partitions = len(AdminClient({"bootstrap.servers": pipeline.bootstrap}).list_topics(pipeline.source, timeout=10)
                      .topics[pipeline.source].partitions)
@@ -79,7 +80,8 @@ def produce_orders(pipeline: PipelineUnderTest, count: int, start: int = 0) -> N
         else:
             value = json.dumps({"order_id": f"o{i}", "customer": f"c{i % 7}", "amount": (i % 300) + 0.5,
                                 "currency": "EUR"})
-        producer.produce(pipeline.source, value.encode(), partition=i % partitions)
+        producer.produce(pipeline.source, value.encode(), partition=i % partitions,
+                         **({"timestamp": timestamp_ms} if timestamp_ms is not None else {}))
     producer.flush(30)
 
 

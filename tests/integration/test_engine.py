@@ -163,6 +163,46 @@ def test_restore_from_savepoint_replays_from_its_offsets(tmp_path, bootstrap, un
     assert bad.returncode == 2 and "savepoint name" in bad.stderr.lower()
 
 
+def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, bootstrap, unique):
+    """time:<ISO> starts each partition at its first record at or after the time (offsets-for-times);
+    a partition with none that recent starts at its end, and the plan log says so."""
+    import json
+    from datetime import datetime, timezone
+
+    from lockstep.sparkjob import CHECKPOINT_HEADER
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    produce_orders(pipeline, 40, timestamp_ms=hour_ago)
+    produce_orders(pipeline, 20, start=40, timestamp_ms=hour_ago + 600_000)  # ten minutes later
+    assert run(pipeline).returncode == 0
+    cut = datetime.fromtimestamp((hour_ago + 600_000) / 1000, timezone.utc).isoformat().replace("+00:00", "Z")
+
+    result = run(pipeline, "--restore-from", f"time:{cut}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    restored = store(pipeline).latest_completed()
+    assert restored.claim.restored_from == f"time:{cut}" and restored.claim.start_source == f"time:{cut}"
+    tagged = str(restored.checkpoint_id).encode()
+
+    def of_restore(topic: str) -> list:
+        return [m for m in read_committed(bootstrap, topic) if (CHECKPOINT_HEADER, tagged) in (m.headers() or [])]
+
+    ids = sorted(json.loads(m.value())["order_id"] for m in of_restore(pipeline.sink))
+    dead = sorted(m.value().decode() for m in of_restore(pipeline.dead_letters))
+    assert ids == sorted(f"o{i}" for i in range(40, 60) if i % MALFORMED_EVERY), ids
+    assert dead == sorted(f"not json {i}" for i in range(40, 60) if i % MALFORMED_EVERY == 0), dead
+    report = verify(pipeline, "--since-checkpoint", str(restored.checkpoint_id))
+    assert report["ok"], report
+
+    # Later than every record: each partition starts at its end (nothing to replay), and says so.
+    future = run(pipeline, "--restore-from", "time:2099-01-01T00:00:00Z")
+    assert future.returncode == 0, future.stderr[-3000:]
+    assert "have no record at or after that time; they start at their end" in future.stderr + future.stdout
+    assert sum(r.count for r in store(pipeline).latest_completed().claim.ranges) == 0
+    naive = run(pipeline, "--restore-from", "time:2026-11-20T10:00:00")
+    assert naive.returncode != 0 and "the time has no zone" in naive.stderr + naive.stdout
+
+
 def test_lingering_transactions_of_a_higher_past_parallelism_are_fenced(tmp_path, bootstrap, unique):
     """A dead writer of checkpoint 1 at task 7 (a parallelism since scaled down) must not
     stall read_committed readers: the next plan finds and fences it (invariant 7)."""

@@ -235,3 +235,28 @@ def test_consecutive_plans_tile() -> None:
         starts = plan.end_offsets
     assert starts == LSO
     assert covered[P1][0][0] == 0 and covered[P1][-1][1] == 50
+
+
+# ---- restore by time ---------------------------------------------------------------------------------
+def test_a_restore_time_needs_a_zone_and_iso_8601():
+    from datetime import timezone
+
+    from lockstep.offsets import parse_restore_time
+
+    assert parse_restore_time("time:2026-11-20T10:00:00Z").astimezone(timezone.utc).hour == 10
+    assert parse_restore_time("time:2026-11-20T11:00:00+01:00").astimezone(timezone.utc).hour == 10
+    with pytest.raises(ValueError, match="has no zone; add Z for UTC"):
+        parse_restore_time("time:2026-11-20T10:00:00")
+    with pytest.raises(ValueError, match="is not an ISO 8601 time"):
+        parse_restore_time("time:yesterday")
+
+
+def test_a_time_restore_starts_each_partition_at_its_first_record_at_or_after_the_time_or_its_end():
+    from lockstep.offsets import offsets_at_time
+
+    a, b, c = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
+    source, at_end = offsets_at_time("time:2026-11-20T10:00:00Z", {a: 40, b: None, c: 90}, {a: 100, b: 70, c: 80})
+    assert source.label == "time:2026-11-20T10:00:00Z"
+    # c's first such record is past the last stable offset (an open transaction): start at the LSO.
+    assert dict(source.offsets) == {a: 40, b: 70, c: 80}
+    assert at_end == [b]

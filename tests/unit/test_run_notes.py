@@ -33,6 +33,8 @@ def test_an_empty_checkpoint_says_so():
     ({"start_source": "savepoint:before-upgrade", "restored_from": "before-upgrade"},
      "restored from savepoint before-upgrade"),
     ({"start_source": "checkpoint:7", "restored_from": "checkpoint:7"}, "restored from checkpoint 7"),
+    ({"start_source": "time:2026-11-20T10:00:00Z", "restored_from": "time:2026-11-20T10:00:00Z"},
+     "restored from time 2026-11-20T10:00:00Z"),
     ({"start_source": "group"}, "from the consumer group's offsets"),
     ({"start_source": "earliest"}, "from the earliest offsets (auto.offset.reset: no checkpoint or group offsets yet)"),
     ({"start_source": "latest"}, "from the latest offsets (auto.offset.reset: no checkpoint or group offsets yet)"),
@@ -176,7 +178,8 @@ def _refusal(conf: dict) -> str:
 
 @pytest.mark.parametrize("conf, expected", [
     ({"restore_from": "a/b"}, "Invalid input for param restore_from (Restore from): 'a/b' does not match "
-                              "'^(checkpoint:[0-9]+|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$'; expected a savepoint name"),
+                              "'^(checkpoint:[0-9]+|time:[0-9][0-9T:.+Z-]{9,40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$'; "
+                              "expected a savepoint name"),
     ({"max_records": 0}, "Invalid input for param max_records (Record budget): 0 is less than the minimum of 1; "
                          "expected a whole number of records, 1 or more, or nothing for the spec's budget."),
     ({"dry_run": "yes"}, "Invalid input for param dry_run (Plan only (dry run)): 'yes' is not of type 'boolean', "
