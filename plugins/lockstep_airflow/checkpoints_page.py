@@ -525,7 +525,9 @@ def render_page(overview: Overview, ctx: Ctx | None = None) -> str:
         f"<code>{_e(overview.pipelines_dir)}</code>{filtered} · "
         f"generated {_time(overview.generated_at, ctx, age=False)}"
         f" · times in {_e(overview.timezone)} · {refresh_line} · "
-        f'<a href="{URL_PREFIX}/api/pipelines">JSON</a></div>{LEGEND}{errors}{body}'))
+        # A download, not a navigation: inside Airflow's frame a plain link would replace the page.
+        f'<a href="{URL_PREFIX}/api/pipelines" download="lockstep-checkpoints.json">JSON</a></div>'
+        f"{LEGEND}{errors}{body}"))
 
 
 def render_run_page(dag_id: str, run_id: str, pipeline: str | None, pipelines_dir: str, rows: list[CheckpointRow],

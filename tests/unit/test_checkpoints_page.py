@@ -349,3 +349,8 @@ def test_the_latest_dry_run_is_shown_under_the_checkpoints_and_in_its_runs_tab(s
                           dry_run=dry_run_row(store.last_dry_run())[0])
     assert "A dry run" in tab and "would take 15 records as checkpoint 4" in tab and "nothing was claimed" in tab
     assert "<li><code>orders:0[30,45)</code></li>" in tab and "orders:1[5,5)" not in tab
+
+
+def test_the_json_link_downloads_instead_of_replacing_the_page_in_airflows_frame(specs_dir):
+    html = render_page(_gather(specs_dir, FakeS3(), PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
+    assert '<a href="/lockstep/api/pipelines" download="lockstep-checkpoints.json">JSON</a>' in html
