@@ -22,8 +22,8 @@ from lockstep.decisions import (
     DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
 )
 from lockstep.errors import CheckpointError, TerminalError, TransientError
-from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, TopicPartition, choose_start_offsets, offsets_at_time,
-                              offsets_from_json, parse_restore_time, plan_ranges)
+from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, TopicPartition, choose_start_offsets, describe_dropped,
+                              offsets_at_time, offsets_from_json, parse_restore_time, plan_ranges)
 from lockstep.connections import kafka_config
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
 from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
@@ -261,6 +261,8 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         group=OffsetSource.group(topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
         if latest is None and restore is None else None,
     )
+    if (dropped := describe_dropped(starts)) is not None:
+        log.warning("checkpoint %d: %s", next_id, dropped)
     budget = p.spec.checkpoints.max_records if max_records is None else max_records
     ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges)
     for tp, skipped in ranges.skipped.items():

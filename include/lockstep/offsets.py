@@ -203,6 +203,19 @@ def choose_start_offsets(
     return StartOffsets(source=chosen.label, offsets=offsets, origins=origins, dropped=dropped)
 
 
+def describe_dropped(starts: StartOffsets) -> str | None:
+    """What a plan must say when its start source holds partitions the spec no longer reads (a topic
+    removed from ``source.topics`` since that checkpoint or savepoint): they are not read."""
+    if not starts.dropped:
+        return None
+    by_topic: dict[str, list[int]] = {}
+    for tp in starts.dropped:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    topics = "; ".join(f"{t} (partitions {', '.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+    return (f"{starts.source} holds offsets of {topics}, no longer in source.topics: not read from here on; "
+            "add the topic back to the spec to read it")
+
+
 def _lookup(table: Offsets, tp: TopicPartition) -> int:
     try:
         return table[tp]

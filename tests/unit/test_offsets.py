@@ -145,6 +145,17 @@ def test_partitions_no_longer_read_are_reported_as_dropped() -> None:
     assert gone not in chosen.offsets
 
 
+def test_a_restore_that_names_topics_no_longer_read_says_so() -> None:
+    from lockstep.offsets import describe_dropped
+
+    gone = (tp(0, "old-topic"), tp(2, "old-topic"), tp(1, "older"))
+    chosen = choose(restore=OffsetSource.savepoint("before", {P0: 90, P1: 40, P2: 5, **{g: 4 for g in gone}}))
+    assert describe_dropped(chosen) == (
+        "savepoint:before holds offsets of old-topic (partitions 0, 2); older (partitions 1), no longer in "
+        "source.topics: not read from here on; add the topic back to the spec to read it")
+    assert describe_dropped(choose()) is None
+
+
 def test_missing_watermark_for_a_partition_is_terminal() -> None:
     with pytest.raises(TerminalError, match="orders:2"):
         choose(log_start_offsets={P0: 0, P1: 0})
