@@ -23,6 +23,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--max-records", type=int, help="override the spec's per-checkpoint record budget")
     run.add_argument("--dry-run", action="store_true", help="plan only: show the ranges, claim and commit nothing")
 
+    rp = sub.add_parser("restore-plan", help="what a restore would do, per partition: current position, restore "
+                                             "position, records written again; claims nothing")
+    _spec(rp)
+    rp.add_argument("--from", dest="restore_from", required=True, metavar="SAVEPOINT|checkpoint:ID|time:ISO",
+                    help="the restore_from value to plan")
+
     ckpts = sub.add_parser("checkpoints", help="recent checkpoints of a pipeline, newest first")
     _spec(ckpts)
     ckpts.add_argument("--limit", type=int, default=20)
@@ -90,7 +96,8 @@ def run_command(args: argparse.Namespace) -> int:
     from lockstep.spec import load_spec
 
     spec = load_spec(args.spec)
-    handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify}[args.command]
+    handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify,
+               "restore-plan": _restore_plan}[args.command]
     return handler(spec, args)
 
 
@@ -129,6 +136,23 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
                   f"transactions, {row['seconds']} s", flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
+    return 0
+
+
+def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep.coordinator import Pipeline, restore_plan
+
+    planned = restore_plan(Pipeline.open(spec), args.restore_from)
+    doc = planned.to_json()
+    latest = f"checkpoint {planned.latest_completed}" if planned.latest_completed else "none (the group's offsets)"
+    lines = [f"restore of {spec.name} from {planned.source} (latest completed: {latest}); nothing is claimed",
+             f"{'partition':32} {'current':>10} {'restore':>10} {'end':>10} {'again':>8} {'new':>8}"]
+    for r in planned.rows:
+        current = "–" if r.current is None else str(r.current)
+        lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}")
+    lines.append(f"{doc['re_emitted']:,} records would be written again, {doc['new']:,} read for the first time"
+                 + (f"; {planned.dropped}" if planned.dropped else ""))
+    _emit(args, doc, "\n".join(lines))
     return 0
 
 

@@ -22,8 +22,9 @@ from lockstep.decisions import (
     DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
 )
 from lockstep.errors import CheckpointError, TerminalError, TransientError
-from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, TopicPartition, choose_start_offsets, describe_dropped,
-                              offsets_at_time, offsets_from_json, parse_restore_time, plan_ranges)
+from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, TopicPartition, choose_start_offsets,
+                              describe_dropped, offsets_at_time, offsets_from_json, parse_restore_time, plan_ranges,
+                              restore_diff)
 from lockstep.connections import kafka_config
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
 from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
@@ -283,6 +284,38 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
              time.monotonic() - started, ranges.backlog_remaining)
     failpoints.hit("plan.after_claim")
     return result
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """What ``restore_from`` would do now, without claiming anything (``lockstep restore-plan``)."""
+
+    restore: str
+    source: str
+    latest_completed: int | None
+    rows: list[RestoreRow]
+    dropped: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"restore": self.restore, "source": self.source, "latest_completed": self.latest_completed,
+                "partitions": [r.to_json() for r in self.rows], "dropped": self.dropped,
+                "re_emitted": sum(r.re_emitted for r in self.rows), "new": sum(r.new for r in self.rows)}
+
+
+def restore_plan(p: Pipeline, restore: str) -> RestorePlan:
+    """Per partition: the current position (the latest completed checkpoint's ends, or the group's
+    offsets before the first one), where the restore would start, and the records it would write
+    again and read new. Reads only; the same source resolution as ``plan``."""
+    latest = p.store.latest_completed()
+    tps = topics.partitions(p.source_admin, p.spec.source.topics)
+    log_start = topics.log_start_offsets(p.source_admin, tps)
+    stable_end = topics.last_stable_offsets(p.source_admin, tps)
+    source = _restore_source(p, restore, tps, stable_end)
+    starts = choose_start_offsets(tps, log_start, stable_end, p.spec.source.auto_offset_reset, restore=source)
+    current = (offsets_from_json(latest.completed.end_offsets) if latest is not None
+               else topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
+    return RestorePlan(restore, starts.source, latest.checkpoint_id if latest else None,
+                       restore_diff(starts, current, stable_end), describe_dropped(starts))
 
 
 def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] | None = None,

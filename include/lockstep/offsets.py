@@ -216,6 +216,36 @@ def describe_dropped(starts: StartOffsets) -> str | None:
             "add the topic back to the spec to read it")
 
 
+@dataclass(frozen=True)
+class RestoreRow:
+    """One partition of a restore plan: where the pipeline is, where the restore would start, and
+    how many records it would write again (already processed once) and read for the first time."""
+
+    partition: str
+    current: int | None      # the latest completed checkpoint's end (None: never read)
+    restore: int             # where the restored checkpoint starts
+    end: int                 # the last stable offset now
+    re_emitted: int          # records in [restore, current): written a second time
+    new: int                 # records in [max(restore, current), end): not yet processed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partition": self.partition, "current": self.current, "restore": self.restore, "end": self.end,
+                "re_emitted": self.re_emitted, "new": self.new}
+
+
+def restore_diff(starts: StartOffsets, current: Offsets, end: Offsets) -> list[RestoreRow]:
+    """What restoring from ``starts`` would do, per partition the spec reads, against the latest
+    completed checkpoint's ends (``current``). A restore ahead of the current position skips
+    records (``re_emitted`` 0, ``new`` from the restore on); a partition never read has no current."""
+    rows = []
+    for tp in sorted(starts.offsets):
+        restore, now, stable = starts.offsets[tp], current.get(tp), end.get(tp, starts.offsets[tp])
+        re_emitted = max((now if now is not None else restore) - restore, 0)
+        rows.append(RestoreRow(tp.key, now, restore, stable, re_emitted,
+                               max(stable - max(restore, now if now is not None else restore), 0)))
+    return rows
+
+
 def _lookup(table: Offsets, tp: TopicPartition) -> int:
     try:
         return table[tp]

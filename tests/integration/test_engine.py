@@ -178,6 +178,20 @@ def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, b
     assert run(pipeline).returncode == 0
     cut = datetime.fromtimestamp((hour_ago + 600_000) / 1000, timezone.utc).isoformat().replace("+00:00", "Z")
 
+    # First the plan of the restore: the 20 later records would be written again, nothing is new.
+    from .engine_helpers import lockstep
+
+    before = store(pipeline).latest_completed()
+    planned = lockstep("restore-plan", "--spec", str(pipeline.spec_path), "--from", f"time:{cut}", "--json")
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    diff = json.loads(planned.stdout)
+    assert (diff["re_emitted"], diff["new"], diff["latest_completed"]) == (20, 0, before.checkpoint_id), diff
+    assert {r["partition"]: r["current"] for r in diff["partitions"]} == dict(before.completed.end_offsets)
+    assert list(store(pipeline).checkpoint_ids()) == [before.checkpoint_id]  # it claimed nothing
+    text = lockstep("restore-plan", "--spec", str(pipeline.spec_path), "--from", f"time:{cut}").stdout
+    assert "20 records would be written again, 0 read for the first time" in text, text
+    print(text)  # the runbook's example (docs/operations.md), shown with -s
+
     result = run(pipeline, "--restore-from", f"time:{cut}")
     assert result.returncode == 0, result.stderr[-3000:]
     restored = store(pipeline).latest_completed()

@@ -271,3 +271,18 @@ def test_a_time_restore_starts_each_partition_at_its_first_record_at_or_after_th
     # c's first such record is past the last stable offset (an open transaction): start at the LSO.
     assert dict(source.offsets) == {a: 40, b: 70, c: 80}
     assert at_end == [b]
+
+
+def test_a_restore_plan_counts_records_written_again_and_records_new_per_partition() -> None:
+    from lockstep.offsets import StartOffsets, restore_diff
+
+    a, b, c = tp(0), tp(1), tp(2)
+    starts = StartOffsets("savepoint:before", {a: 40, b: 70, c: 0}, {a: "savepoint", b: "savepoint", c: "earliest"})
+    rows = restore_diff(starts, current={a: 100, b: 60}, end={a: 120, b: 80, c: 15})
+    assert [r.to_json() for r in rows] == [
+        {"partition": a.key, "current": 100, "restore": 40, "end": 120, "re_emitted": 60, "new": 20},
+        # a restore ahead of the current position writes nothing again and skips [60, 70)
+        {"partition": b.key, "current": 60, "restore": 70, "end": 80, "re_emitted": 0, "new": 10},
+        # a partition the pipeline never read (its topic was added since)
+        {"partition": c.key, "current": None, "restore": 0, "end": 15, "re_emitted": 0, "new": 15},
+    ]
