@@ -64,9 +64,17 @@ def restore_points(savepoints: Iterable[Any], views: Iterable[Any], limit: int =
 
 
 def read_restore_points(spec: Any) -> list[RestorePoint]:
-    """The restore points of ``spec``'s store, or none when the store cannot be read right now."""
+    """The restore points of ``spec``'s store, or none when the store cannot be read right now.
+
+    Only the DAG processor's parse feeds the trigger form: a worker parsing the file to run one
+    task (Airflow's parsing context names the DAG) skips the S3 reads, so a task's start-up does
+    not pay them for every pipeline in the file."""
+    from airflow.sdk import get_parsing_context
+
     from lockstep.runtime import checkpoint_store
 
+    if get_parsing_context().dag_id is not None:
+        return []
     try:
         store = checkpoint_store(spec, timeout_s=PARSE_TIMEOUT_S)
         return restore_points(store.list_savepoints(), store.recent(SCANNED_CHECKPOINTS))

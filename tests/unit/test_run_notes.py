@@ -129,6 +129,19 @@ def test_the_form_proposes_restore_points_accepts_free_text_and_marks_nothing_re
     assert params["dry_run"].value is False
 
 
+def test_a_worker_parsing_the_file_to_run_a_task_reads_no_restore_points(monkeypatch):
+    from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+
+    from lockstep_airflow import params as params_module
+
+    def must_not_be_called(spec, timeout_s=None):
+        raise AssertionError("a worker's parse read the checkpoint store")
+
+    monkeypatch.setattr("lockstep.runtime.checkpoint_store", must_not_be_called)
+    with _airflow_parsing_context_manager(dag_id="lockstep_orders", task_id="plan"):
+        assert params_module.read_restore_points(SimpleNamespace(name="orders")) == []
+
+
 def test_a_store_that_cannot_be_read_at_parse_time_proposes_nothing(monkeypatch):
     from lockstep_airflow import params as params_module
 
