@@ -19,7 +19,8 @@ from typing import Any, Callable
 from lockstep import failpoints, topics
 from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
 from lockstep.decisions import (
-    DecisionKind, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan, replay_hint,
+    DecisionKind, RecoveryPlan, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan,
+    replay_hint,
 )
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, TopicPartition, choose_start_offsets,
@@ -118,12 +119,37 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class RecoveryFacts:
+    """What recovery decides on: the checkpoints after the latest completed one, and the open
+    transactions listed under the prefixes of ``listing_scopes`` on each reachable sink cluster."""
+
+    latest_id: int | None
+    views: list[CheckpointView]
+    open_here: list[str]
+    open_elsewhere: dict[str, list[str]]
+    scopes: dict[str | None, tuple[str, ...]]
+
+    def plan(self, spec: PipelineSpec) -> RecoveryPlan:
+        return recovery_plan(self.views, spec.transactions.id_prefix, self.open_here, self.latest_id,
+                             sink_conn_id=spec.sink.kafka_conn_id, open_elsewhere=self.open_elsewhere)
+
+
 def recover(p: Pipeline) -> None:
     """Commit what was decided, abort everything else under our prefix (seed 003's restore rule).
 
     Each checkpoint is recovered under the prefix and on the sink cluster its claim was planned
-    with; lingering transactions are also fenced under the spec's current prefix.
+    with; lingering transactions are also fenced under the spec's current prefix. Gather the
+    facts, decide (``decisions.recovery_plan``, pure), carry it out: ``lockstep transactions
+    resolve`` runs the same three steps.
     """
+    plan = recovery_facts(p).plan(p.spec)
+    if not plan.is_clean:
+        carry_out(p, plan)
+
+
+def recovery_facts(p: Pipeline) -> RecoveryFacts:
+    """Read the store and list open transactions; changes nothing."""
     latest = p.store.latest_completed()
     latest_id = latest.checkpoint_id if latest else None
     views = p.store.views_after(latest_id)
@@ -136,7 +162,8 @@ def recover(p: Pipeline) -> None:
             log.warning(notice)
     open_here: list[str] = []
     open_elsewhere: dict[str, list[str]] = {}
-    for cluster, prefixes in listing_scopes(views, prefix, sink_conn).items():
+    scopes = listing_scopes(views, prefix, sink_conn)
+    for cluster, prefixes in scopes.items():
         try:
             with p.committer(cluster) as committer:
                 found = [tid for pre in prefixes for tid in committer.list_open(f"{pre}-")]
@@ -149,9 +176,11 @@ def recover(p: Pipeline) -> None:
             open_here = found
         else:
             open_elsewhere[cluster] = found
-    plan = recovery_plan(views, prefix, open_here, latest_id, sink_conn_id=sink_conn, open_elsewhere=open_elsewhere)
-    if plan.is_clean:
-        return
+    return RecoveryFacts(latest_id, views, open_here, open_elsewhere, scopes)
+
+
+def carry_out(p: Pipeline, plan: RecoveryPlan) -> None:
+    """Roll prepared checkpoints forward, fence what nothing owns, mark claimed checkpoints aborted."""
     for cid in plan.roll_forward:
         log.warning("checkpoint %d: found prepared but not completed; rolling it forward", cid)
         try:
