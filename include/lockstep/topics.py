@@ -47,16 +47,17 @@ def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
     return result
 
 
-def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any) -> dict[TopicPartition, int]:
+def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any, committed: bool = True) -> dict[TopicPartition, int]:
     from confluent_kafka import IsolationLevel
     from confluent_kafka import TopicPartition as KTP
 
     if not tps:
         return {}
     request = {KTP(tp.topic, tp.partition): spec for tp in tps}
+    isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
 
     def call() -> dict[TopicPartition, int]:
-        futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S)
+        futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=TIMEOUT_S)
         return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
 
     return with_retries(f"cannot list offsets of {', '.join(tp.key for tp in tps)}", call)
@@ -73,6 +74,14 @@ def last_stable_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPart
     from confluent_kafka.admin import OffsetSpec
 
     return _list_offsets(admin, tps, OffsetSpec.latest())
+
+
+def high_watermarks(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """With read_uncommitted isolation, "latest" is the high watermark: open transactions included.
+    High watermark - last stable offset is how many records read_committed readers are held back."""
+    from confluent_kafka.admin import OffsetSpec
+
+    return _list_offsets(admin, tps, OffsetSpec.latest(), committed=False)
 
 
 def offsets_for_time(admin: Any, tps: list[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
