@@ -1,5 +1,5 @@
-"""Engine subcommands of the ``lockstep`` CLI: run, checkpoints, savepoint, verify,
-failpoints. They call the coordinator functions the Airflow tasks call."""
+"""Engine subcommands of the ``lockstep`` CLI: run, checkpoints, transactions, savepoint,
+verify, failpoints. They call the coordinator functions the Airflow tasks call."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +28,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _spec(rp)
     rp.add_argument("--from", dest="restore_from", required=True, metavar="SAVEPOINT|checkpoint:ID|time:ISO",
                     help="the restore_from value to plan")
+
+    txns = sub.add_parser("transactions", help="open transactions of a pipeline mapped to its checkpoints, and foreign "
+                                               "ones holding back its partitions; `resolve` settles them as recovery does")
+    txns.add_argument("action", nargs="?", choices=["list", "resolve"], default="list",
+                      help="list (the default): show them; resolve: roll prepared checkpoints forward, fence what "
+                           "nothing owns, mark claimed checkpoints aborted (refused while a run is in flight)")
+    _spec(txns)
+    txns.add_argument("--dry-run", action="store_true", help="with resolve: say what it would do, change nothing")
 
     ckpts = sub.add_parser("checkpoints", help="recent checkpoints of a pipeline, newest first")
     _spec(ckpts)
@@ -97,7 +105,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify,
-               "restore-plan": _restore_plan}[args.command]
+               "restore-plan": _restore_plan, "transactions": _transactions}[args.command]
     return handler(spec, args)
 
 
@@ -136,6 +144,30 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
                   f"transactions, {row['seconds']} s", flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
+    return 0
+
+
+def _transactions(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep.coordinator import Pipeline
+    from lockstep.decisions import cli_run_id
+    from lockstep.errors import TerminalError
+    from lockstep.open_transactions import table
+    from lockstep.transaction_console import look, resolve
+
+    p = Pipeline.open(spec)
+    if args.action == "list":
+        if args.dry_run:
+            raise TerminalError("--dry-run goes with resolve: lockstep transactions resolve --spec ... --dry-run")
+        console = look(p)
+        lines = table(console.rows) + [f"cluster of connection {c!r} not listed: {why}"
+                                       for c, why in console.unreachable.items()]
+        _emit(args, console.to_json(), "\n".join(lines))
+        return 0
+    run_id = cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
+    console, lines = resolve(p, run_id, dry_run=args.dry_run)
+    head = "dry run, nothing changed; resolve would:" if args.dry_run else "resolved:"
+    doc = {"dry_run": args.dry_run, "before": [r.to_json() for r in console.rows], "actions": lines}
+    _emit(args, doc, "\n".join([head, *(f"  {line}" for line in lines)]))
     return 0
 
 
