@@ -148,7 +148,7 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
 
 
 def _transactions(spec: Any, args: argparse.Namespace) -> int:
-    from lockstep.coordinator import Pipeline
+    from lockstep.coordinator import CheckpointInFlight, Pipeline
     from lockstep.decisions import cli_run_id
     from lockstep.errors import TerminalError
     from lockstep.open_transactions import table
@@ -164,7 +164,12 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
         _emit(args, console.to_json(), "\n".join(lines))
         return 0
     run_id = cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
-    console, lines = resolve(p, run_id, dry_run=args.dry_run)
+    try:
+        console, lines = resolve(p, run_id, dry_run=args.dry_run)
+    except CheckpointInFlight as exc:
+        raise CheckpointInFlight(f"{exc}; nothing was resolved: settling a checkpoint under a live run would fence "
+                                 "its transactions. Run `lockstep transactions resolve` again once that run "
+                                 "has ended") from exc
     head = "dry run, nothing changed; resolve would:" if args.dry_run else "resolved:"
     doc = {"dry_run": args.dry_run, "before": [r.to_json() for r in console.rows], "actions": lines}
     _emit(args, doc, "\n".join([head, *(f"  {line}" for line in lines)]))
