@@ -466,6 +466,29 @@ def _savepoint(r: Any, pipeline: str, ctx: Ctx) -> str:
             f'<td class="t">{_time(r.created_at, ctx)}</td></tr>')
 
 
+TRANSACTION_HEADERS = ["Transaction", "Checkpoint", "Status", "#Task", "State", "#Age", "#Time left",
+                       "Pinned partitions", "#Held back", "Resolve would"]
+
+
+def _transaction(r: Any, pipeline: str, ctx: Ctx) -> str:
+    """One open transaction: the pipeline's (linked to its checkpoint) or a foreign one pinning its partitions."""
+    from lockstep.open_transactions import duration
+
+    if r.foreign:
+        checkpoint = '<td class="n">foreign</td>'
+    else:
+        href = ctx.params.url(fragment=f"checkpoint-{r.checkpoint_id}", pipeline=pipeline,
+                              checkpoint=r.checkpoint_id, before=None)
+        checkpoint = f'<td class="n"><a href="{_e(href)}">{r.checkpoint_id}</a></td>'
+    where = "" if r.cluster is None else f" (connection {r.cluster})"
+    pinned = ", ".join(f"<code>{_e(h.partition)}</code> LSO {h.last_stable:,}" for h in r.pinned) or "–"
+    task = "–" if r.task_index is None else str(r.task_index)
+    return (f"<tr><td><code>{_e(r.transactional_id)}</code>{_e(where)}</td>{checkpoint}"
+            f"<td>{_e(r.checkpoint_status or '–')}</td><td class=\"n\">{task}</td><td>{_e(r.state)}</td>"
+            f'<td class="n">{_e(duration(r.age_ms))}</td><td class="n">{_e(duration(r.time_left_ms))}</td>'
+            f"<td>{pinned}</td>{_num(r.held_back)}<td>{_e(r.action)}</td></tr>")
+
+
 def render_pipeline(p: PipelineOverview, ctx: Ctx | None = None) -> str:
     ctx = ctx or Ctx()
     total = p.total_lag
@@ -484,6 +507,9 @@ def render_pipeline(p: PipelineOverview, ctx: Ctx | None = None) -> str:
         + "<h3>Checkpoints</h3>"
         + _checkpoints(p, ctx)
         + _dry_run(p, ctx)
+        + "<h3>Open transactions</h3>"
+        + _table(p.transactions, TRANSACTION_HEADERS, lambda r: _transaction(r, p.name, ctx),
+                 "No open transactions, and none holding back this pipeline's partitions.")
         + "<h3>Savepoints</h3>"
         + _table(p.savepoints, ["Name", "#Checkpoint", "Created at"], lambda r: _savepoint(r, p.name, ctx),
                  "No savepoints.")

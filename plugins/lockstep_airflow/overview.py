@@ -169,6 +169,8 @@ class PipelineOverview:
     lag: Section
     last_completed: Section = field(default_factory=Section)
     last_dry_run: Section = field(default_factory=Section)
+    #: open transactions of the pipeline, and foreign ones holding back its partitions (``OpenTransaction``).
+    transactions: Section = field(default_factory=Section)
 
     @property
     def total_lag(self) -> int | None:
@@ -177,7 +179,10 @@ class PipelineOverview:
         return sum(r.lag for r in self.lag.rows)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "total_lag": self.total_lag}
+        doc = {**asdict(self), "total_lag": self.total_lag}
+        doc["transactions"] = {"rows": [r.to_json() for r in self.transactions.rows],
+                               "error": self.transactions.error}
+        return doc
 
 
 @dataclass
@@ -459,6 +464,18 @@ def read_lag(spec: PipelineSpec, now: datetime | None = None) -> list[LagRow]:
     return with_record_ages(rows, stamps, now or datetime.now(timezone.utc))
 
 
+def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> list[Any]:
+    """``lockstep transactions`` for the page: the same rows, read with the page's store."""
+    from lockstep.connections import kafka_config
+    from lockstep.coordinator import Pipeline
+    from lockstep.runtime import kafka_admin, transaction_committer
+    from lockstep.transaction_console import look
+
+    p = Pipeline(spec, store, kafka_admin(spec.source.kafka_conn_id), kafka_config(spec.source.kafka_conn_id),
+                 lambda: transaction_committer(spec), wall_ms=lambda: int(now.timestamp() * 1000))
+    return look(p).rows
+
+
 def page_store(spec: PipelineSpec) -> Any:
     """The pipeline's checkpoint store, on an S3 client that gives up in seconds rather than minutes.
 
@@ -503,20 +520,22 @@ def _utcnow() -> datetime:
 
 
 def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savepoints: Section, lag: Section,
-                      last_completed: Section, last_dry_run: Section | None = None) -> PipelineOverview:
+                      last_completed: Section, last_dry_run: Section | None = None,
+                      transactions: Section | None = None) -> PipelineOverview:
     return PipelineOverview(
         name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
         sink_topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
         consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
-        last_dry_run=last_dry_run or Section(),
+        last_dry_run=last_dry_run or Section(), transactions=transactions or Section(),
     )
 
 
 def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None = None, *,
            query: PageQuery | None = None, tz: tzinfo | None = None,
            store_for: Callable[[PipelineSpec], Any] = page_store,
-           lag_for: Callable[[PipelineSpec, datetime], list[LagRow]] = read_lag) -> Overview:
+           lag_for: Callable[[PipelineSpec, datetime], list[LagRow]] = read_lag,
+           transactions_for: Callable[[PipelineSpec, Any, datetime], list[Any]] = read_open_transactions) -> Overview:
     """Everything the page shows; ``query.pipeline`` limits it (and its S3/Kafka calls) to one pipeline."""
     query = query or PageQuery(limit=limit)
     moment = (now or _utcnow)()
@@ -547,10 +566,12 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                     section(spec, lambda st: [savepoint_row(x) for x in st.list_savepoints()]),
                     section(spec, lambda _st, s=spec: lag_for(s, moment), needs_store=False),
                     section(spec, lambda st: last_completed_row(st.latest_completed(), moment)),
-                    section(spec, lambda st: dry_run_row(st.last_dry_run())))
+                    section(spec, lambda st: dry_run_row(st.last_dry_run())),
+                    section(spec, lambda st, s=spec: transactions_for(s, st, moment)))
                    for spec in specs]
-        pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result(), dry.result())
-                     for spec, c, s, lag, last, dry in futures]
+        pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result(), dry.result(),
+                                       txns.result())
+                     for spec, c, s, lag, last, dry, txns in futures]
     stamp = moment.isoformat(timespec="seconds")
     return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or timezone.utc), query=query)
 

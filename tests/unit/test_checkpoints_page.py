@@ -15,7 +15,9 @@ import yaml
 from botocore.exceptions import ClientError
 
 from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
+from lockstep.errors import TransientError
 from lockstep.offsets import OffsetRange
+from lockstep.open_transactions import OpenTransaction, PartitionHold
 from lockstep.store import CheckpointStore
 from lockstep_airflow.checkpoints_page import (
     Ctx,
@@ -134,10 +136,11 @@ def specs_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[LagRow] | None = None):
+def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[LagRow] | None = None,
+            transactions_for=lambda spec, store, now: []):
     return gather(specs_dir, query=query, now=lambda: NOW, tz=AMSTERDAM,
                   store_for=lambda spec: CheckpointStore(s3, "lockstep", "unit/orders", spec.name),
-                  lag_for=lambda spec, now: lag or [])
+                  lag_for=lambda spec, now: lag or [], transactions_for=transactions_for)
 
 
 # ---- windows and collapsing ------------------------------------------------------------------------------
@@ -354,3 +357,47 @@ def test_the_latest_dry_run_is_shown_under_the_checkpoints_and_in_its_runs_tab(s
 def test_the_json_link_downloads_instead_of_replacing_the_page_in_airflows_frame(specs_dir):
     html = render_page(_gather(specs_dir, FakeS3(), PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
     assert '<a href="/lockstep/api/pipelines" download="lockstep-checkpoints.json">JSON</a>' in html
+
+
+# ---- open transactions panel ---------------------------------------------------------------------------------
+def _open(tid: str, foreign: bool = False, held: tuple[int, int] = (40, 70)) -> OpenTransaction:
+    return OpenTransaction(tid, None, foreign, None if foreign else 3, None if foreign else 1,
+                           None if foreign else "prepared", None if foreign else "cli-h-1-x", "Ongoing", 7, 0,
+                           125_000, 775_000, (PartitionHold("orders-out:0", *held),),
+                           "none (foreign)" if foreign else "commit")
+
+
+def test_open_transactions_panel_shows_checkpoint_time_left_and_held_back_records(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 3)
+    seen = []
+
+    def transactions(spec, store, now):
+        seen.append((spec.name, now))
+        return [_open("orders-3-1"), _open("loader-7", foreign=True, held=(40, 41))]
+
+    overview = _gather(specs_dir, s3, PageQuery(), transactions_for=transactions)
+    assert seen == [("orders", NOW)]
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    panel = html.split("<h3>Open transactions</h3>", 1)[1].split("<h3>Savepoints</h3>", 1)[0]
+    mine, foreign = re.findall(r"<tr><td><code>.*?</tr>", panel)
+    assert "orders-3-1" in mine and 'checkpoint=3' in mine and "prepared" in mine and "12 min 55 s" in mine
+    assert "<code>orders-out:0</code> LSO 40" in mine and '<td class="n">30</td>' in mine and "commit" in mine
+    assert "loader-7" in foreign and '<td class="n">foreign</td>' in foreign and '<td class="n">1</td>' in foreign
+    doc = overview.to_json()["pipelines"][0]["transactions"]
+    assert doc["error"] is None and [r["held_back"] for r in doc["rows"]] == [30, 1]
+    json.dumps(overview.to_json())
+
+
+def test_a_kafka_failure_shows_in_the_open_transactions_panel_not_a_broken_page(specs_dir):
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 2)
+
+    def unreachable(spec, store, now):
+        raise TransientError("gave up trying to list transactions with prefix '' after 60 s; retry the task")
+
+    overview = _gather(specs_dir, s3, PageQuery(), transactions_for=unreachable)
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    panel = html.split("<h3>Open transactions</h3>", 1)[1].split("<h3>Savepoints</h3>", 1)[0]
+    assert '<div class="error">gave up trying to list transactions' in panel
+    assert '<tr id="checkpoint-2">' in html  # the rest of the page is there
