@@ -85,6 +85,34 @@ def test_console_lists_maps_and_resolves_a_crashed_checkpoint(tmp_path, bootstra
     assert (report["lost"], report["duplicated"], report["covered_offsets"]) == (0, 0, 130), report
 
 
+def test_resolve_fences_a_claimed_checkpoint_and_marks_it_aborted(tmp_path, bootstrap, unique):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 100)
+    crashed = run(pipeline, failpoints="job.after_flush=crash")  # flushed, the committable never returned
+    assert crashed.returncode in (CRASH_EXIT_CODE, 2), crashed.stderr[-2000:]
+    assert _statuses(pipeline) == {1: CheckpointStatus.CLAIMED}
+    ours = open_transactions(pipeline)
+    assert ours, "the crashed run left no transaction open"
+
+    listed = _console(pipeline)["transactions"]
+    assert sorted(r["transactional_id"] for r in listed) == ours
+    assert {(r["checkpoint_id"], r["checkpoint_status"], r["action"], r["foreign"]) for r in listed} == {
+        (1, "claimed", "fence", False)}
+    assert all(r["held_back"] > 0 for r in listed)
+
+    dry = lockstep("transactions", "resolve", "--dry-run", "--spec", str(pipeline.spec_path))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "checkpoint 1 (claimed, run cli-" in dry.stdout and f"fence {pipeline.prefix}-1-0, {pipeline.prefix}-1-1" \
+        in dry.stdout and "mark it aborted" in dry.stdout
+    assert open_transactions(pipeline) == ours and _statuses(pipeline) == {1: CheckpointStatus.CLAIMED}
+
+    resolved = lockstep("transactions", "resolve", "--spec", str(pipeline.spec_path))
+    assert resolved.returncode == 0, resolved.stderr[-3000:]
+    assert "checkpoint 1: fenced 2 transactional ids; now aborted" in resolved.stdout
+    assert open_transactions(pipeline) == [] and _statuses(pipeline) == {1: CheckpointStatus.ABORTED}
+    # The next run replays checkpoint 1's ranges: test_failpoints checks that after job.after_flush.
+
+
 def test_resolve_refuses_while_a_run_is_in_flight(tmp_path, bootstrap, unique):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
     alive = cli_run_id(socket.gethostname(), os.getpid(), "inflight")  # this test's own process: alive
