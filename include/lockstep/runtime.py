@@ -66,12 +66,14 @@ def transaction_committer(spec: PipelineSpec) -> Any:
     return committer_for_connection(spec.sink.kafka_conn_id)
 
 
-def committer_for_connection(conn_id: str) -> Any:
-    """A committer on the cluster of ``conn_id`` (a checkpoint planned with another sink connection)."""
+def committer_for_connection(conn_id: str, retry_deadline_s: float = 60.0) -> Any:
+    """A committer on the cluster of ``conn_id`` (a checkpoint planned with another sink connection);
+    ``retry_deadline_s`` bounds its retries (the Checkpoints page gives up sooner than a task)."""
     from lockstep.committer import TransactionCommitter
 
     client = kafka_config(conn_id, KAFKA_PYTHON)  # the admin client: EndTxn, DescribeTransactions
     producer = kafka_config(conn_id)  # confluent-kafka: fence() re-initialises ids
     bootstrap = client.pop("bootstrap_servers")
     producer.pop("bootstrap.servers")
-    return TransactionCommitter(bootstrap, client_config=client, producer_config=producer)
+    return TransactionCommitter(bootstrap, client_config=client, producer_config=producer,
+                                retry_deadline_s=retry_deadline_s)

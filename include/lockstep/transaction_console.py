@@ -85,8 +85,8 @@ def look(p: Pipeline) -> Console:
             admins[cluster] = p.source_admin if conn == spec.source.kafka_conn_id else kafka_admin(conn)
         return admins[cluster]
 
-    watched = [(source_cluster, tp) for tp in topics.partitions(admin(source_cluster), spec.source.topics)]
-    watched += [(None, tp) for tp in topics.partitions(admin(None), [spec.sink.topic, spec.sink.dead_letter_topic])]
+    watched = [(source_cluster, tp) for tp in _partitions(admin(source_cluster), spec.source.topics)]
+    watched += [(None, tp) for tp in _partitions(admin(None), [spec.sink.topic, spec.sink.dead_letter_topic])]
     offsets: dict[tuple[str | None, TopicPartition], tuple[int, int]] = {}
     watch = set(watched)
     for cluster, found in observed.items():
@@ -98,6 +98,17 @@ def look(p: Pipeline) -> Console:
             offsets.update({(cluster, tp): (stable[tp], high[tp]) for tp in tps})
     rows = open_transactions.rows(observed, facts.scopes, views, offsets, watched, plan, now_ms)
     return Console(facts, plan, views, rows, _commit_decisions(p, plan, views, now_ms), unreachable)
+
+
+def _partitions(admin: Any, names: Any) -> list[TopicPartition]:
+    """The partitions of the topics that exist: a missing topic has no reader to hold back."""
+    found: list[TopicPartition] = []
+    for name in names:
+        try:
+            found += topics.partitions(admin, [name])
+        except TerminalError as exc:
+            log.warning("not watching topic %s for foreign transactions: %s", name, exc)
+    return found
 
 
 def _commit_decisions(p: Pipeline, plan: RecoveryPlan, views: dict[int, CheckpointView],

@@ -465,14 +465,19 @@ def read_lag(spec: PipelineSpec, now: datetime | None = None) -> list[LagRow]:
 
 
 def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> list[Any]:
-    """``lockstep transactions`` for the page: the same rows, read with the page's store."""
+    """``lockstep transactions`` for the page: the same rows, read with the page's store and committers
+    that give up after ``KAFKA_TIMEOUT_S`` rather than a task's minute."""
     from lockstep.connections import kafka_config
     from lockstep.coordinator import Pipeline
-    from lockstep.runtime import kafka_admin, transaction_committer
+    from lockstep.runtime import committer_for_connection, kafka_admin
     from lockstep.transaction_console import look
 
-    p = Pipeline(spec, store, kafka_admin(spec.source.kafka_conn_id), kafka_config(spec.source.kafka_conn_id),
-                 lambda: transaction_committer(spec), wall_ms=lambda: int(now.timestamp() * 1000))
+    def committer(conn_id: str) -> Any:
+        return committer_for_connection(conn_id, retry_deadline_s=KAFKA_TIMEOUT_S)
+
+    p = Pipeline(spec, store, kafka_admin(spec.source.kafka_conn_id, check_s=KAFKA_TIMEOUT_S),
+                 kafka_config(spec.source.kafka_conn_id), lambda: committer(spec.sink.kafka_conn_id),
+                 wall_ms=lambda: int(now.timestamp() * 1000), committer_for=committer)
     return look(p).rows
 
 

@@ -61,6 +61,12 @@ def test_console_lists_maps_and_resolves_a_crashed_checkpoint(tmp_path, bootstra
         assert (other["transactional_id"], other["state"], other["checkpoint_id"]) == (foreign_id, "Ongoing", None)
         assert [h["partition"] for h in other["partitions"]] == [f"{pipeline.sink}:0"]
         assert other["partitions"][0]["pinned"]
+        # The Checkpoints page's panel reads the same rows (with its own store and short timeouts).
+        from lockstep_airflow.overview import page_store, read_open_transactions
+
+        spec = pipeline.spec()
+        page = read_open_transactions(spec, page_store(spec), datetime.now(timezone.utc))
+        assert sorted(r.transactional_id for r in page) == sorted([*ours, foreign_id])
 
         text = lockstep("transactions", "resolve", "--dry-run", "--spec", str(pipeline.spec_path))
         assert text.returncode == 0, text.stderr[-3000:]
