@@ -161,6 +161,8 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
         console = look(p)
         lines = table(console.rows) + [f"cluster of connection {c!r} not listed: {why}"
                                        for c, why in console.unreachable.items()]
+        if console.refused:
+            lines.append(f"resolve is refused now: {console.refused}")
         _emit(args, console.to_json(), "\n".join(lines))
         return 0
     run_id = cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])

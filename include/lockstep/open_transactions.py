@@ -10,7 +10,7 @@ only when it holds back readers of the pipeline's partitions, and never touched.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from lockstep.checkpoint import CheckpointView
@@ -19,6 +19,7 @@ from lockstep.decisions import CommitDecision, DecisionKind, RecoveryPlan, parse
 from lockstep.offsets import TopicPartition
 
 COMMIT, FENCE, LEAVE, FOREIGN = "commit", "fence", "leave", "none (foreign)"
+IN_FLIGHT = "none now (a run is in flight)"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,13 @@ def rows(observed: Mapping[str | None, Sequence[TransactionObservation]], scopes
     ours.sort(key=lambda r: (r.checkpoint_id, r.task_index, r.transactional_id))
     foreign.sort(key=lambda r: r.transactional_id)
     return ours + foreign
+
+
+def while_in_flight(found: Sequence[OpenTransaction], refused: str | None) -> list[OpenTransaction]:
+    """Resolve is refused while a run is in flight (``coordinator.check_in_flight``): it would do nothing."""
+    if refused is None:
+        return list(found)
+    return [r if r.foreign else replace(r, action=IN_FLIGHT) for r in found]
 
 
 # ---- words -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 from lockstep import open_transactions, topics
 from lockstep.checkpoint import CheckpointView
-from lockstep.coordinator import Pipeline, RecoveryFacts, carry_out, check_in_flight, recovery_facts
+from lockstep.coordinator import CheckpointInFlight, Pipeline, RecoveryFacts, carry_out, check_in_flight, recovery_facts
 from lockstep.decisions import CommitDecision, RecoveryPlan, checkpoint_scope, decide_commit
 from lockstep.errors import TerminalError, TransientError
 from lockstep.offsets import TopicPartition
@@ -37,6 +37,8 @@ class Console:
     decisions: dict[int, CommitDecision] = field(default_factory=dict)
     #: clusters that could not be listed, with why (a checkpoint's old sink connection, the source cluster).
     unreachable: dict[str, str] = field(default_factory=dict)
+    #: why resolve would be refused now (a run is in flight), or None.
+    refused: str | None = None
 
     @property
     def foreign(self) -> list[OpenTransaction]:
@@ -44,11 +46,21 @@ class Console:
 
     def to_json(self) -> dict[str, Any]:
         return {"transactions": [r.to_json() for r in self.rows], "unreachable": self.unreachable,
-                "resolve": open_transactions.resolution(self.plan, self.views, self.decisions, self.foreign)}
+                "resolve": open_transactions.resolution(self.plan, self.views, self.decisions, self.foreign),
+                "resolve_refused": self.refused}
 
 
-def look(p: Pipeline) -> Console:
+#: The run id of someone looking: it owns no checkpoint, so every live run's claim counts as in flight.
+VIEWER = "lockstep-transactions-view"
+
+
+def look(p: Pipeline, run_id: str = VIEWER) -> Console:
     """Read everything; changes nothing."""
+    try:
+        check_in_flight(p, run_id)
+        refused = None
+    except CheckpointInFlight as exc:
+        refused = str(exc)
     facts = recovery_facts(p)
     plan = facts.plan(p.spec)
     now_ms = p.wall_ms()
@@ -97,7 +109,8 @@ def look(p: Pipeline) -> Console:
             high = topics.high_watermarks(admin(cluster), tps)
             offsets.update({(cluster, tp): (stable[tp], high[tp]) for tp in tps})
     rows = open_transactions.rows(observed, facts.scopes, views, offsets, watched, plan, now_ms)
-    return Console(facts, plan, views, rows, _commit_decisions(p, plan, views, now_ms), unreachable)
+    rows = open_transactions.while_in_flight(rows, refused)
+    return Console(facts, plan, views, rows, _commit_decisions(p, plan, views, now_ms), unreachable, refused)
 
 
 def _partitions(admin: Any, names: Any) -> list[TopicPartition]:
@@ -132,7 +145,7 @@ def resolve(p: Pipeline, run_id: str, dry_run: bool = False) -> tuple[Console, l
     checkpoint what it did (or would do).
     """
     check_in_flight(p, run_id)
-    console = look(p)
+    console = look(p, run_id)
     planned = open_transactions.resolution(console.plan, console.views, console.decisions, console.foreign)
     if dry_run or console.plan.is_clean:
         return console, planned

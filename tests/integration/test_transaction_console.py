@@ -129,3 +129,6 @@ def test_resolve_refuses_while_a_run_is_in_flight(tmp_path, bootstrap, unique):
     last = refused.stderr.strip().splitlines()[-1]
     assert "checkpoint 1 is still in flight" in last and "nothing was resolved" in last
     assert _statuses(pipeline) == {1: CheckpointStatus.CLAIMED}
+    listed = lockstep("transactions", "--spec", str(pipeline.spec_path))
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "resolve is refused now: checkpoint 1 is still in flight" in listed.stdout

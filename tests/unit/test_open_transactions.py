@@ -6,7 +6,8 @@ from lockstep.checkpoint import CheckpointClaim, CheckpointView, CompletedCheckp
 from lockstep.committer import TransactionObservation
 from lockstep.decisions import decide_commit, recovery_plan
 from lockstep.offsets import OffsetRange, TopicPartition
-from lockstep.open_transactions import COMMIT, FENCE, FOREIGN, LEAVE, duration, owner, resolution, rows, table
+from lockstep.open_transactions import (COMMIT, FENCE, FOREIGN, IN_FLIGHT, LEAVE, duration, owner, resolution, rows,
+                                        table, while_in_flight)
 
 PREFIX = "tx-orders"
 NOW = 10_000_000
@@ -133,3 +134,12 @@ def test_table_shows_checkpoint_task_time_left_and_held_back_records():
     assert "out:0: pins LSO 40, holds back 30 records (high watermark 70)" in text
     assert text.endswith("1 open transaction of this pipeline, 1 foreign one holding back its partitions "
                          "(reported only: resolve never touches them)")
+
+
+def test_while_a_run_is_in_flight_resolve_would_do_nothing_to_any_of_ours():
+    views = {4: CheckpointView(claim(4, run_id="cli-h-1-ab"))}
+    plan = recovery_plan(list(views.values()), PREFIX, [f"{PREFIX}-4-0"])
+    found = rows({None: [obs(f"{PREFIX}-4-0", OUT0), obs("loader-1", OUT0)]}, {None: (PREFIX,)}, views, {},
+                 [(None, OUT0)], plan, NOW)
+    assert [r.action for r in while_in_flight(found, None)] == [FENCE, FOREIGN]
+    assert [r.action for r in while_in_flight(found, "checkpoint 4 is still in flight")] == [IN_FLIGHT, FOREIGN]
