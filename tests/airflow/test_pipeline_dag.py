@@ -51,7 +51,7 @@ def explain(client: AirflowClient, dag_id: str, run_id: str) -> str:
     return "\n".join(parts)
 
 
-def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipeline, bootstrap):
+def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipeline, bootstrap, statsd):
     dag_id = pipeline.spec().dag_id
     before = store(pipeline).latest_completed()
     produce_orders(pipeline, 200)
@@ -77,6 +77,15 @@ def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipel
     assert f"checkpoint {cid}: completed" in commit_log and "180 out, 20 dead-lettered" in commit_log
     assert len(read_committed(bootstrap, pipeline.sink)) >= 180
     assert len(read_committed(bootstrap, pipeline.dead_letters)) >= 200 // MALFORMED_EVERY
+    # The plan and commit tasks sent the pipeline's lag as StatsD gauges: after the commit nothing
+    # is in flight or unread (nothing was produced since), and the last checkpoint completed just now.
+    gauges = wait_for(lambda: (g := statsd.gauges(f"airflow.lockstep.{pipeline.name}."))
+                      and g.get("checkpoints_in_flight") == 0 and g, "lag gauges after the commit", timeout=30)
+    assert gauges["records_in_flight"] == 0 and gauges["records_unread"] == 0, gauges
+    assert 0 <= gauges["last_completed_age_s"] < 600, gauges
+    assert any(line.startswith(f"airflow.lockstep.{pipeline.name}.records_in_flight:") and not line.startswith(
+        f"airflow.lockstep.{pipeline.name}.records_in_flight:0|") for line in statsd.lines), \
+        "the plan task's gauges showed the claimed records in flight"
 
 
 @pytest.mark.parametrize("conf, rule", [

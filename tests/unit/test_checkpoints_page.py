@@ -15,6 +15,7 @@ import yaml
 from botocore.exceptions import ClientError
 
 from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
+from lockstep.lag import PartitionLag
 from lockstep.offsets import OffsetRange
 from lockstep.store import CheckpointStore
 from lockstep_airflow.checkpoints_page import (
@@ -29,13 +30,11 @@ from lockstep_airflow.checkpoints_page import (
 from lockstep_airflow.overview import (
     CheckpointRow,
     EmptyRun,
-    LagRow,
     PageQuery,
     collapse_empty,
     find_run_checkpoints,
     gather,
     select_window,
-    with_record_ages,
 )
 
 NOW = datetime(2025, 1, 1, 1, 0, tzinfo=timezone.utc)
@@ -134,10 +133,10 @@ def specs_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[LagRow] | None = None):
+def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[PartitionLag] | None = None):
     return gather(specs_dir, query=query, now=lambda: NOW, tz=AMSTERDAM,
                   store_for=lambda spec: CheckpointStore(s3, "lockstep", "unit/orders", spec.name),
-                  lag_for=lambda spec, now: lag or [])
+                  lag_for=lambda spec, store, now: lag or [])
 
 
 # ---- windows and collapsing ------------------------------------------------------------------------------
@@ -299,7 +298,7 @@ def test_hostile_names_are_escaped(tmp_path):
     store.claim(CheckpointClaim("orders", 1, f"manual__{hostile}", _at(1),
                                 (OffsetRange("orders", 0, 0, 1),), f"auto.offset.reset:{hostile}"))
     overview = _gather(tmp_path, s3, PageQuery(pipeline="orders"),
-                       lag=[LagRow(f"{hostile}:0", 1, 2, 1)])
+                       lag=[PartitionLag(f"{hostile}:0", 1, 1, 0, 1, 2)])
     overview.spec_errors.append(hostile)
     html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams(PageQuery(pipeline=hostile))))
     run_html = render_run_page(hostile, hostile, hostile, hostile, overview.pipelines[0].checkpoints.rows, 1, None,
@@ -309,15 +308,6 @@ def test_hostile_names_are_escaped(tmp_path):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in doc
     assert "manual__%3Cscript%3Ealert(1)%3C%2Fscript%3E%22" in html  # in the link, encoded
     json.dumps(overview.to_json())  # the API serialises the same data
-
-
-def test_oldest_unprocessed_age_only_where_there_is_lag():
-    rows = [LagRow("orders:0", 10, 30, 20), LagRow("orders:1", 5, 5, 0), LagRow("orders:2", 1, 9, 8)]
-    ms = int((NOW - timedelta(minutes=3)).timestamp() * 1000)
-    aged = with_record_ages(rows, {"orders:0": ms, "orders:1": ms}, NOW)
-    assert aged[0].oldest_unprocessed_age_s == 180.0 and aged[0].oldest_unprocessed_at.startswith("2025-01-01T00:57")
-    assert aged[1].oldest_unprocessed_at is None  # no lag: nothing unprocessed
-    assert aged[2].oldest_unprocessed_at is None  # not read in time: shown as "–"
 
 
 def test_run_page_says_when_nothing_was_found():
