@@ -447,7 +447,7 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
     store_errors: dict[str, str] = {}
     for spec in specs:
         try:
-            stores[spec.name] = store_for(spec)
+            stores[spec.name] = _LatestOnce(store_for(spec))
         except Exception as exc:  # noqa: BLE001 - e.g. a missing connection: that pipeline's sections say so
             store_errors[spec.name] = describe_error(exc)
 
@@ -472,6 +472,27 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                      for spec, c, s, lag, last, dry in futures]
     stamp = moment.isoformat(timespec="seconds")
     return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or timezone.utc), query=query)
+
+
+class _LatestOnce:
+    """A store whose ``latest_completed()`` is read once per page view: the lag and the "last
+    completed" line both need it (a pointer GET, a LIST and a view each time)."""
+
+    def __init__(self, store: Any) -> None:
+        import threading
+
+        self._store = store
+        self._lock = threading.Lock()
+        self._latest: tuple[Any] | None = None
+
+    def latest_completed(self) -> Any:
+        with self._lock:
+            if self._latest is None:
+                self._latest = (self._store.latest_completed(),)
+            return self._latest[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 def zone_name(tz: tzinfo) -> str:

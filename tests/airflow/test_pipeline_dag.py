@@ -229,7 +229,8 @@ def downstream_on(client: AirflowClient, uri: str) -> str:
 
 
 def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with_records(client, pipeline,
-                                                                                        bootstrap):
+                                                                                        bootstrap, airflow,
+                                                                                        monkeypatch):
     """Downstream DAGs can be scheduled on the sink topic: its Asset gets an event (checkpoint id,
     records, offsets) from a completed checkpoint, none from an aborted or an empty one."""
     dag_id = pipeline.spec().dag_id
@@ -267,6 +268,20 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
     # last, and none for the failed checkpoint, whose ranges the newest one replayed.
     ours = sorted((r for r in received if r["uri"] == sink), key=lambda r: r["checkpoint_id"])
     assert ours[-1] == {"uri": sink, **newest["extra"]}, received
+
+    # verify's drift audit reads the same events by the Asset's name and finds each one a completed
+    # checkpoint with its records and offsets.
+    from lockstep import drift
+
+    monkeypatch.setenv(drift.AIRFLOW_USER_ENV, airflow.username)
+    monkeypatch.setenv(drift.AIRFLOW_PASSWORD_ENV, airflow.password)
+    extras = drift.read_asset_events(airflow.url, pipeline.name)
+    assert extras == [e["extra"] for e in events]
+    s = store(pipeline)
+    views = {i: s.view(i) for i in s.checkpoint_ids()}
+    assert [f for f in drift.asset_drift(extras, views) if not f.explained] == []
+    forged = [*extras, {**newest["extra"], "checkpoint_id": latest.checkpoint_id - 1}]  # the failed checkpoint
+    assert any("never committed" in f.message for f in drift.asset_drift(forged, views))
     assert all(store(pipeline).view(r["checkpoint_id"]).status is CheckpointStatus.COMPLETED for r in ours), ours
 
     count = len(events)

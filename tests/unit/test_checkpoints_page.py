@@ -133,10 +133,17 @@ def specs_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[PartitionLag] | None = None):
+def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[PartitionLag] | None = None, lag_for=None):
     return gather(specs_dir, query=query, now=lambda: NOW, tz=AMSTERDAM,
                   store_for=lambda spec: CheckpointStore(s3, "lockstep", "unit/orders", spec.name),
-                  lag_for=lambda spec, store, now: lag or [])
+                  lag_for=lag_for or (lambda spec, store, now: lag or []))
+
+
+def _lag_store_reads(spec, store, now) -> list[PartitionLag]:
+    """What ``lag.read_lag`` asks of the store (its Kafka side is not the store's cost)."""
+    latest = store.latest_completed()
+    store.views_after(latest.checkpoint_id if latest else None)
+    return []
 
 
 # ---- windows and collapsing ------------------------------------------------------------------------------
@@ -183,14 +190,15 @@ def test_a_page_of_500_checkpoints_reads_only_what_it_shows(specs_dir):
     s3 = FakeS3()
     seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 500, empty=range(470, 490))
     s3.calls.clear()
-    overview = _gather(specs_dir, s3, PageQuery(limit=20))
+    overview = _gather(specs_dir, s3, PageQuery(limit=20), lag_for=_lag_store_reads)
     html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
     page = overview.pipelines[0].checkpoints
     assert [r.checkpoint_id for r in page.rows] == list(range(500, 480, -1)) and page.total == 500
-    # ids: 1 LIST; page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed: pointer GET + LIST + 1 view;
+    # ids: 1 LIST; page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed, once for the lag and
+    # the "last completed" line: pointer GET + LIST + 1 view; the lag's checkpoints after it: 1 LIST;
     # the last dry run: 1 GET. The count of calls, not a time, shows the page does not grow with history.
     assert s3.calls["get_object"] <= 20 * 3 + 1 + 3 + 1, s3.calls
-    assert s3.calls["list_objects_v2"] <= 3, s3.calls
+    assert s3.calls["list_objects_v2"] <= 4, s3.calls
     assert "checkpoints 481–489: 9 empty, completed" in html
 
 
@@ -344,3 +352,15 @@ def test_the_latest_dry_run_is_shown_under_the_checkpoints_and_in_its_runs_tab(s
 def test_the_json_link_downloads_instead_of_replacing_the_page_in_airflows_frame(specs_dir):
     html = render_page(_gather(specs_dir, FakeS3(), PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
     assert '<a href="/lockstep/api/pipelines" download="lockstep-checkpoints.json">JSON</a>' in html
+
+
+def test_lag_shows_records_in_flight_apart_from_unread_ones(specs_dir):
+    s3 = FakeS3()
+    rows = [PartitionLag("orders:0", 100, 140, 40, 20, 160, (5, 6)), PartitionLag("orders:1", 50, 50, 0, 0, 50)]
+    overview = _gather(specs_dir, s3, PageQuery(pipeline="orders"), lag=rows)
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    assert "Lag — 60 records not committed, 40 of them in flight" in html
+    assert ('<tr><td><code>orders:0</code></td><td class="n">100</td>'
+            '<td class="n" title="claimed by checkpoint 5, 6">40</td><td class="n">20</td>'
+            '<td class="n">160</td>') in html
+    assert overview.to_json()["pipelines"][0]["lag"]["rows"][0]["not_committed"] == 60
