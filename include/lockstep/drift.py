@@ -80,7 +80,8 @@ def group_drift(latest: CheckpointView | None, group_name: str, group: Mapping[T
                                     f"checkpoint {cid}'s end {end}: moved by hand or committed by another consumer "
                                     "using the group. Lockstep plans from its checkpoints, so nothing is skipped, but "
                                     "lag tools under-report and commits never move a group backwards: set it back "
-                                    f"with kafka-consumer-groups --reset-offsets --to-offset {end} (or stop the other "
+                                    f"with kafka-consumer-groups.sh --group {group_name} --topic {tp.topic}:"
+                                    f"{tp.partition} --reset-offsets --to-offset {end} --execute (or stop the other "
                                     "consumer)"))
     return findings
 

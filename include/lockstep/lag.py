@@ -198,8 +198,9 @@ def describe(lag: PipelineLag) -> str:
         lines.append(f"{p.partition:32} {_n(p.committed):>10} {_n(p.in_flight):>10} {_n(p.read_to):>10} "
                      f"{_n(p.unread):>10} {_n(p.last_stable):>10}  {_age(p.oldest_unread_age_s)}")
     totals = lag.totals
-    lines.append(f"total: {_n(totals['in_flight'])} in flight, {_n(totals['unread'])} unread; oldest unread record "
-                 f"{_age(lag.oldest_unread_age_s)} old")
+    oldest = lag.oldest_unread_age_s
+    lines.append(f"total: {_n(totals['in_flight'])} in flight, {_n(totals['unread'])} unread"
+                 + (f"; oldest unread record {_age(oldest)} old" if oldest is not None else ""))
     return "\n".join(lines)
 
 
