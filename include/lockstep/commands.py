@@ -149,17 +149,15 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
 
 def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.coordinator import Pipeline, restore_plan
+    from lockstep.offsets import describe_restore
 
     planned = restore_plan(Pipeline.open(spec), args.restore_from)
     doc = planned.to_json()
     latest = f"checkpoint {planned.latest_completed}" if planned.latest_completed else "none (the group's offsets)"
     lines = [f"restore of {spec.name} from {planned.source} (latest completed: {latest}); nothing is claimed",
-             f"{'partition':32} {'current':>10} {'restore':>10} {'end':>10} {'again':>8} {'new':>8}"]
-    for r in planned.rows:
-        current = "–" if r.current is None else str(r.current)
-        lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}")
-    lines.append(f"{doc['re_emitted']:,} records would be written again, {doc['new']:,} read for the first time"
-                 + (f"; {planned.dropped}" if planned.dropped else ""))
+             *describe_restore(planned.rows)]
+    if planned.dropped:
+        lines[-1] += f"; {planned.dropped}"
     _emit(args, doc, "\n".join(lines))
     return 0
 

@@ -162,7 +162,8 @@ class LockstepPlanOperator(_LockstepOperator):
                  " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
         return {"pipeline": spec.name, "checkpoint_id": claim.checkpoint_id,
                 "records": result.range_plan.total_records, "ranges": [str(r) for r in ranges],
-                "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run}
+                "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run,
+                "restore": result.restore_summary}
 
     @staticmethod
     def _run_alive(context: Any) -> Any:

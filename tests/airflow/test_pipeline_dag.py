@@ -142,7 +142,11 @@ def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
     assert restored.claim.run_id == run_id and restored.claim.restored_from == sp_name
     assert f"): 40 records restored from savepoint {sp_name} · completed" in note(client, dag_id, run_id)
     assert {r.tp.key: r.start for r in restored.claim.ranges} == dict(savepoint.end_offsets)
-    assert f"savepoint:{sp_name}" in client.task_log(dag_id, run_id, "plan")
+    plan_log = client.task_log(dag_id, run_id, "plan")
+    assert f"savepoint:{sp_name}" in plan_log
+    # The plan shows the restore's diff first, as `lockstep restore-plan` and a dry run do.
+    assert client.xcom(dag_id, run_id, "plan")["restore"] == {"re_emitted": 40, "new": 0}
+    assert "40 records would be written again, 0 read for the first time" in plan_log
     report = verify(pipeline, "--since-checkpoint", str(restored.checkpoint_id))
     assert report["ok"] and report["actual_outputs"] == 40, report
 
