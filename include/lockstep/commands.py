@@ -36,6 +36,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                            "nothing owns, mark claimed checkpoints aborted (refused while a run is in flight)")
     _spec(txns)
     txns.add_argument("--dry-run", action="store_true", help="with resolve: say what it would do, change nothing")
+    status = sub.add_parser("status", help="where each source record stands: committed, in flight in open "
+                                          "transactions, not read yet; age of the oldest unread record")
+    _spec(status)
+    status.add_argument("--statsd", metavar="HOST:PORT", help="also send the figures as StatsD gauges (default: "
+                        "$LOCKSTEP_STATSD if set; nothing otherwise)")
 
     ckpts = sub.add_parser("checkpoints", help="recent checkpoints of a pipeline, newest first")
     _spec(ckpts)
@@ -60,6 +65,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     verify = sub.add_parser("verify", help="audit the output: lost and duplicated input offsets (exit 1 if any)")
     _spec(verify)
     verify.add_argument("--since-checkpoint", type=int, help="only checkpoints from this id on (e.g. after a replay)")
+    verify.add_argument("--airflow-url", help="also check the sink Asset's events in this Airflow against the "
+                        "checkpoints (user from $LOCKSTEP_AIRFLOW_USERNAME / $LOCKSTEP_AIRFLOW_PASSWORD)")
 
     demo = sub.add_parser("demo", help="platform + Airflow + the example pipeline for a few checkpoints, then a summary")
     demo.add_argument("--checkpoints", type=int, default=3)
@@ -105,7 +112,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify,
-               "restore-plan": _restore_plan, "transactions": _transactions}[args.command]
+               "restore-plan": _restore_plan, "status": _status, "transactions": _transactions}[args.command]
     return handler(spec, args)
 
 
@@ -180,18 +187,28 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
 
 def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.coordinator import Pipeline, restore_plan
+    from lockstep.offsets import describe_restore
 
     planned = restore_plan(Pipeline.open(spec), args.restore_from)
     doc = planned.to_json()
     latest = f"checkpoint {planned.latest_completed}" if planned.latest_completed else "none (the group's offsets)"
     lines = [f"restore of {spec.name} from {planned.source} (latest completed: {latest}); nothing is claimed",
-             f"{'partition':32} {'current':>10} {'restore':>10} {'end':>10} {'again':>8} {'new':>8}"]
-    for r in planned.rows:
-        current = "–" if r.current is None else str(r.current)
-        lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}")
-    lines.append(f"{doc['re_emitted']:,} records would be written again, {doc['new']:,} read for the first time"
-                 + (f"; {planned.dropped}" if planned.dropped else ""))
+             *describe_restore(planned.rows)]
+    if planned.dropped:
+        lines[-1] += f"; {planned.dropped}"
     _emit(args, doc, "\n".join(lines))
+    return 0
+
+
+def _status(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep import lag, metrics
+    from lockstep.runtime import checkpoint_store
+
+    target = metrics.resolve_target(args.statsd)  # a bad --statsd is refused before any read
+    result = lag.read_lag(spec, checkpoint_store(spec))
+    sent = metrics.send_gauges(spec.name, result.gauges(), target)
+    _emit(args, result.to_json(), lag.describe(result) + (f"\n{sent} gauges sent to StatsD at {target.host}:"
+                                                           f"{target.port}" if sent else ""))
     return 0
 
 
@@ -272,10 +289,40 @@ def _verify_report(spec: Any, since: int | None, show_progress: bool = False) ->
         spark.stop()
 
 
+def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
+    """The drift audit's findings: the group's offsets (and the Asset events) against the checkpoints."""
+    from lockstep import drift, topics
+    from lockstep.connections import kafka_config
+    from lockstep.pinned import resolve
+    from lockstep.runtime import checkpoint_store, kafka_admin
+
+    store = checkpoint_store(spec)
+    latest = store.latest_completed()
+    findings = []
+    if latest is not None:
+        moved = resolve(latest.claim, spec).changed("source.kafka_conn_id")
+        tps = topics.partitions(kafka_admin(spec.source.kafka_conn_id), spec.source.topics)
+        group = topics.group_offsets(kafka_config(spec.source.kafka_conn_id), spec.source.consumer_group, tps)
+        findings += drift.group_drift(latest, spec.source.consumer_group, group, moved.old if moved else None)
+    if airflow_url:
+        events = drift.read_asset_events(airflow_url, spec.name)
+        ids = [e["checkpoint_id"] for e in events if isinstance(e.get("checkpoint_id"), int)]
+        retained = list(store.checkpoint_ids())
+        views = {v.checkpoint_id: v for v in (store.view(i) for i in retained if ids and i >= min(ids))
+                 if v is not None}
+        findings += drift.asset_drift(events, views, retained[0] if retained else None)
+    return findings
+
+
 def _verify(spec: Any, args: argparse.Namespace) -> int:
+    from lockstep import drift
+
     report = _verify_report(spec, args.since_checkpoint, show_progress=not args.json and sys.stderr.isatty())
-    _emit(args, report.to_json(), report.summary())
-    return 0 if report.ok else 1
+    findings = _drift(spec, args.airflow_url)
+    flagged = [f for f in findings if not f.explained]
+    doc = {**report.to_json(), "drift": [f.to_json() for f in findings], "drift_ok": not flagged}
+    _emit(args, doc, report.summary() + "\n" + drift.summary(findings))
+    return 0 if report.ok and not flagged else 1
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -24,8 +24,8 @@ from lockstep.decisions import (
 )
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, TopicPartition, choose_start_offsets,
-                              describe_dropped, offsets_at_time, offsets_from_json, parse_restore_time, plan_ranges,
-                              restore_diff)
+                              describe_dropped, describe_restore, offsets_at_time, offsets_from_json,
+                              parse_restore_time, plan_ranges, restore_diff)
 from lockstep.connections import kafka_config
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
 from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
@@ -73,6 +73,15 @@ class Plan:
     claim: CheckpointClaim
     range_plan: RangePlan
     dry_run: bool = False
+    #: with ``restore_from``: per partition, what the restore writes again (as ``lockstep restore-plan``)
+    restore_rows: tuple[RestoreRow, ...] = ()
+
+    @property
+    def restore_summary(self) -> dict[str, int] | None:
+        if not self.restore_rows:
+            return None
+        return {"re_emitted": sum(r.re_emitted for r in self.restore_rows),
+                "new": sum(r.new for r in self.restore_rows)}
 
     def describe(self) -> str:
         ranges = ", ".join(str(r) for r in self.claim.ranges if not r.is_empty) or "no new records"
@@ -293,6 +302,14 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     )
     if (dropped := describe_dropped(starts)) is not None:
         log.warning("checkpoint %d: %s", next_id, dropped)
+    restore_rows: tuple[RestoreRow, ...] = ()
+    if restore is not None:
+        current = (offsets_from_json(latest.completed.end_offsets) if latest is not None
+                   else topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
+        restore_rows = tuple(restore_diff(starts, current, stable_end))
+        log.info("checkpoint %d: restore from %s, against %s:\n%s", next_id, restore,
+                 f"checkpoint {latest.checkpoint_id}" if latest else "the consumer group",
+                 "\n".join(describe_restore(restore_rows)))
     budget = p.spec.checkpoints.max_records if max_records is None else max_records
     ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges)
     for tp, skipped in ranges.skipped.items():
@@ -303,7 +320,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
     )
-    result = Plan(claim, ranges, dry_run)
+    result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
         log.info("dry run, nothing claimed: %s", result.describe())
         p.store.record_dry_run(claim)

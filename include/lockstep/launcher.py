@@ -73,8 +73,11 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         if after is not None and after.status is CheckpointStatus.PREPARED:
             # The driver died after recording the decision: nothing is lost, the commit
             # step (this run's, or the next run's plan) commits what was prepared.
-            raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared; "
-                                                 f"the next commit or plan commits them (roll forward). {exc}") from exc
+            # Say only that: the job failure's own way out (fence and replay) is for an unprepared one.
+            cause = getattr(exc, "cause", None) or str(exc)
+            raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared "
+                                                 f"({cause}); nothing is lost: the commit step, or the next run's "
+                                                 "plan, commits them (roll forward)") from exc
         raise
 
 

@@ -246,6 +246,18 @@ def restore_diff(starts: StartOffsets, current: Offsets, end: Offsets) -> list[R
     return rows
 
 
+def describe_restore(rows: Iterable[RestoreRow]) -> list[str]:
+    """The per-partition table of a restore diff and its total line (``restore-plan``, a plan's log)."""
+    rows = list(rows)
+    lines = [f"{'partition':32} {'current':>10} {'restore':>10} {'end':>10} {'again':>8} {'new':>8}"]
+    for r in rows:
+        current = "–" if r.current is None else str(r.current)
+        lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}")
+    lines.append(f"{sum(r.re_emitted for r in rows):,} records would be written again, "
+                 f"{sum(r.new for r in rows):,} read for the first time")
+    return lines
+
+
 def _lookup(table: Offsets, tp: TopicPartition) -> int:
     try:
         return table[tp]

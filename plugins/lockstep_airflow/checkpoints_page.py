@@ -34,6 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from lockstep.decisions import parse_cli_run_id
+from lockstep.lag import PartitionLag
 from lockstep.pipelines import pipelines_dir
 from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
 from lockstep_airflow.overview import (
@@ -42,7 +43,6 @@ from lockstep_airflow.overview import (
     CheckpointsSection,
     DryRunRow,
     EmptyRun,
-    LagRow,
     LastCompletedRow,
     Overview,
     PageQuery,
@@ -313,8 +313,11 @@ LEGEND = (
     "(included) to 3750 (excluded): <code>[start,end)</code>, so equal ends mean no records.</dd>"
     "<dt>Last stable offset</dt><dd>the end of a partition that a <code>read_committed</code> consumer may read: "
     "past it are records of transactions still open.</dd>"
-    "<dt>Lag</dt><dd>last stable offset minus the consumer group's committed offset: records the pipeline "
-    "has not processed yet. The oldest unprocessed record is the one at the committed offset.</dd>"
+    "<dt>Lag</dt><dd><em>committed offset</em>: the end of the latest completed checkpoint (before the first "
+    "one, the consumer group's offset); output of every record before it is visible. <em>In flight</em>: "
+    "records claimed by checkpoints not completed yet, written in open transactions and invisible to "
+    "<code>read_committed</code> readers until the commit. <em>Unread</em>: records up to the last stable "
+    "offset no checkpoint has claimed; the oldest unread record is the first of them.</dd>"
     '<dt>Status</dt><dd><span class="badge claimed">claimed</span> offsets reserved, Spark not finished · '
     '<span class="badge prepared">prepared</span> output written in open transactions, decision is commit · '
     '<span class="badge completed">completed</span> committed, offsets moved on · '
@@ -414,15 +417,18 @@ def _checkpoints(p: PipelineOverview, ctx: Ctx) -> str:
             f"</table></div>{_paging(p, ctx)}")
 
 
-def _lag(r: LagRow, ctx: Ctx) -> str:
-    if r.oldest_unprocessed_at is None:
+def _lag(r: PartitionLag, ctx: Ctx) -> str:
+    if r.oldest_unread_at is None:
         oldest = '<td class="t">–</td>'
     else:
-        shown = relative_age(r.oldest_unprocessed_age_s).replace(" ago", " old") or "–"
-        oldest = (f'<td class="t"><time datetime="{_e(r.oldest_unprocessed_at)}" '
-                  f'title="{_e(local_time(r.oldest_unprocessed_at, ctx.tz))}">{_e(shown)}</time></td>')
-    return (f"<tr><td><code>{_e(r.partition)}</code></td>{_num(r.committed)}{_num(r.last_stable)}{_num(r.lag)}"
-            f"{oldest}</tr>")
+        shown = relative_age(r.oldest_unread_age_s).replace(" ago", " old") or "–"
+        oldest = (f'<td class="t"><time datetime="{_e(r.oldest_unread_at)}" '
+                  f'title="{_e(local_time(r.oldest_unread_at, ctx.tz))}">{_e(shown)}</time></td>')
+    holders = ", ".join(str(c) for c in r.in_flight_checkpoints)
+    in_flight = (f'<td class="n" title="claimed by checkpoint {_e(holders)}">{r.in_flight:,}</td>'
+                 if r.in_flight else _num(r.in_flight))
+    return (f"<tr><td><code>{_e(r.partition)}</code></td>{_num(r.committed)}{in_flight}{_num(r.unread)}"
+            f"{_num(r.last_stable)}{oldest}</tr>")
 
 
 def _unread(s: Section, label: str, none: str) -> str | None:
@@ -492,7 +498,8 @@ def _transaction(r: Any, pipeline: str, ctx: Ctx) -> str:
 def render_pipeline(p: PipelineOverview, ctx: Ctx | None = None) -> str:
     ctx = ctx or Ctx()
     total = p.total_lag
-    lag_title = "Consumer lag" + (f" — {total:,} records behind" if total is not None else "")
+    lag_title = "Lag" + (f" — {total:,} records not committed, {p.in_flight:,} of them in flight"
+                         if total is not None else "")
     return (
         f'<section class="pipeline" id="pipeline-{_e(p.name)}"><h2>{_e(p.name)}</h2>'
         f'<div class="meta">{_ui_link(dag_url(p.dag_id, ctx.ui_base), p.dag_id)} · '
@@ -502,7 +509,8 @@ def render_pipeline(p: PipelineOverview, ctx: Ctx | None = None) -> str:
         + (f"<p>{_e(p.description)}</p>" if p.description else "")
         + f"<h3>{_e(lag_title)}</h3>"
         + _last_completed(p, ctx)
-        + _table(p.lag, ["Partition", "#Committed offset", "#Last stable offset", "#Lag", "Oldest unprocessed"],
+        + _table(p.lag, ["Partition", "#Committed offset", "#In flight", "#Unread", "#Last stable offset",
+                         "Oldest unread"],
                  lambda r: _lag(r, ctx), "No partitions.")
         + "<h3>Checkpoints</h3>"
         + _checkpoints(p, ctx)

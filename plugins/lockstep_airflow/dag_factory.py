@@ -16,6 +16,7 @@ import logging
 
 from airflow.sdk import DAG, Asset
 
+from lockstep.drift import asset_name
 from lockstep_airflow.params import pipeline_params, read_restore_points
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 
@@ -59,7 +60,7 @@ def topic_assets(spec: Any) -> list[Asset]:
         log.warning("%s: connection %s not readable at parse time (%s); assets are named after the connection id",
                     spec.name, spec.sink.kafka_conn_id, exc)
         server = spec.sink.kafka_conn_id
-    return [Asset(uri=f"kafka://{server}/{topic}", name=f"{spec.name}: {role}", group="lockstep",
+    return [Asset(uri=f"kafka://{server}/{topic}", name=asset_name(spec.name, role), group="lockstep",
                   extra={"pipeline": spec.name, "role": role})
             for role, topic in (("sink", spec.sink.topic), ("dead letters", spec.sink.dead_letter_topic))]
 

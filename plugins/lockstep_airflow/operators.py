@@ -87,6 +87,19 @@ class _LockstepOperator(BaseOperator):
         self.checkpoint_link = checkpoint_url(pipeline, checkpoint_id)
 
 
+def _send_lag(p: Any) -> None:
+    """The pipeline's lag as StatsD gauges where Airflow sends its metrics (``[metrics] statsd_on``);
+    nothing is read when metrics are off. Metrics never fail a task."""
+    from lockstep import lag, metrics
+
+    try:
+        target = metrics.resolve_target()
+        if target is not None:
+            metrics.send_gauges(p.spec.name, lag.read_lag(p.spec, p.store, p.source_admin).gauges(), target)
+    except Exception as exc:  # noqa: BLE001 - e.g. Kafka slow to answer: the checkpoint is what matters
+        log.warning("lag metrics of %s not sent: %s", p.spec.name, exc)
+
+
 def _dry_run(context: Any) -> bool:
     return bool(context["params"].get("dry_run"))
 
@@ -138,6 +151,7 @@ class LockstepPlanOperator(_LockstepOperator):
         claim = result.claim
         if not dry_run:
             self._link(spec.name, claim.checkpoint_id)
+            _send_lag(p)  # the claimed records are in flight now
         ranges = [r for r in claim.ranges if not r.is_empty]
         for r in ranges:
             log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
@@ -148,7 +162,8 @@ class LockstepPlanOperator(_LockstepOperator):
                  " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
         return {"pipeline": spec.name, "checkpoint_id": claim.checkpoint_id,
                 "records": result.range_plan.total_records, "ranges": [str(r) for r in ranges],
-                "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run}
+                "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run,
+                "restore": result.restore_summary}
 
     @staticmethod
     def _run_alive(context: Any) -> Any:
@@ -263,6 +278,7 @@ class LockstepCommitOperator(_LockstepOperator):
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
                  prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
+        _send_lag(p)
         if prepared.records_out + prepared.records_dead_lettered == 0:
             # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
             raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "

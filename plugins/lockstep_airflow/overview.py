@@ -13,16 +13,17 @@ pointer, one LIST after it, and one view) and the savepoints.
 """
 from __future__ import annotations
 
-import uuid
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
+from lockstep import lag
 from lockstep.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
 from lockstep.errors import SpecError, TerminalError, TransientError
+from lockstep.lag import PartitionLag
 from lockstep.offsets import TopicPartition
 from lockstep.spec import PipelineSpec, load_spec, load_specs
 
@@ -76,22 +77,6 @@ class SavepointRow:
     name: str
     checkpoint_id: int
     created_at: str
-
-
-@dataclass(frozen=True)
-class LagRow:
-    """Lag of one partition: records up to the last stable offset the group has not committed yet.
-
-    ``oldest_unprocessed_at`` is the timestamp of the record at the committed offset (the next one
-    the pipeline will read), only for partitions with lag; None when there is no lag or it could
-    not be read in time."""
-
-    partition: str
-    committed: int | None
-    last_stable: int | None
-    lag: int | None
-    oldest_unprocessed_at: str | None = None
-    oldest_unprocessed_age_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -174,12 +159,19 @@ class PipelineOverview:
 
     @property
     def total_lag(self) -> int | None:
-        if self.lag.error is not None or any(r.lag is None for r in self.lag.rows):
+        """Records past the committed offsets: in flight plus unread."""
+        if self.lag.error is not None or any(r.not_committed is None for r in self.lag.rows):
             return None
-        return sum(r.lag for r in self.lag.rows)
+        return sum(r.not_committed for r in self.lag.rows)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.lag.rows) if self.lag.error is None else 0
 
     def to_json(self) -> dict[str, Any]:
-        doc = {**asdict(self), "total_lag": self.total_lag}
+        doc = {**asdict(self), "total_lag": self.total_lag, "in_flight": self.in_flight}
+        for row, obj in zip(doc["lag"]["rows"], self.lag.rows):
+            row["not_committed"] = obj.not_committed
         doc["transactions"] = {"rows": [r.to_json() for r in self.transactions.rows],
                                "error": self.transactions.error}
         return doc
@@ -303,30 +295,6 @@ def savepoint_row(savepoint: Savepoint) -> SavepointRow:
     return SavepointRow(savepoint.name, savepoint.checkpoint_id, savepoint.created_at)
 
 
-def lag_rows(tps: list[TopicPartition], committed: dict[TopicPartition, int],
-             stable: dict[TopicPartition, int]) -> list[LagRow]:
-    """A partition the group never committed has no lag figure; it is shown, not guessed."""
-    rows = []
-    for tp in sorted(tps):
-        c, s = committed.get(tp), stable.get(tp)
-        rows.append(LagRow(tp.key, c, s, max(s - c, 0) if c is not None and s is not None else None))
-    return rows
-
-
-def with_record_ages(rows: list[LagRow], timestamps_ms: dict[str, int], now: datetime) -> list[LagRow]:
-    """Lag rows with the age of their oldest unprocessed record, where its timestamp is known."""
-    out = []
-    for row in rows:
-        ms = timestamps_ms.get(row.partition) if row.lag else None
-        if ms is None:
-            out.append(row)
-            continue
-        at = datetime.fromtimestamp(ms / 1000, timezone.utc)
-        out.append(replace(row, oldest_unprocessed_at=at.isoformat(timespec="milliseconds"),
-                           oldest_unprocessed_age_s=round(max((now - at).total_seconds(), 0.0), 3)))
-    return out
-
-
 def last_completed_row(view: CheckpointView | None, now: datetime) -> list[LastCompletedRow]:
     if view is None or view.completed is None:
         return []
@@ -404,64 +372,14 @@ def _partitions(admin: Any, topics: list[str], bootstrap: str) -> list[TopicPart
     return result
 
 
-def oldest_unprocessed_timestamps(config: dict[str, Any], rows: list[LagRow],
-                                  timeout_s: float = KAFKA_TIMEOUT_S) -> dict[str, int]:
-    """Timestamp (ms) of the first readable record at or after each lagging partition's committed
-    offset: one consumer assigned to those offsets (it joins no group and commits nothing), given
-    ``timeout_s`` in all. Partitions that yield nothing in time are left out."""
-    import time
-
-    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
-    from confluent_kafka import TopicPartition as KTP
-
-    wanted = {r.partition: r.committed for r in rows if r.lag and r.committed is not None}
-    if not wanted:
-        return {}
-    settings = {k: v for k, v in config.items() if k != "log_level"}
-    consumer = Consumer({**settings, "group.id": f"lockstep-page-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": False, "log_level": 3})
-    found: dict[str, int] = {}
-    try:
-        assignment = []
-        for key, offset in wanted.items():
-            tp = TopicPartition.from_key(key)
-            assignment.append(KTP(tp.topic, tp.partition, offset))
-        consumer.assign(assignment)
-        deadline = time.monotonic() + timeout_s
-        while len(found) < len(wanted):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            for msg in consumer.consume(num_messages=len(wanted), timeout=min(remaining, 1.0)):
-                key = f"{msg.topic()}:{msg.partition()}"
-                if msg.error() is not None or key in found:
-                    continue
-                kind, ms = msg.timestamp()
-                if kind != TIMESTAMP_NOT_AVAILABLE:
-                    found[key] = ms
-                consumer.pause([KTP(msg.topic(), msg.partition())])
-    finally:
-        consumer.close()
-    return found
-
-
-def read_lag(spec: PipelineSpec, now: datetime | None = None) -> list[LagRow]:
-    from lockstep import topics
+def read_lag(spec: PipelineSpec, store: Any, now: datetime) -> list[PartitionLag]:
+    """Transaction-aware lag (``lockstep.lag``), with the page's short Kafka timeouts. Without a
+    store (S3 unreachable) it falls back to the consumer group's offsets, so the lag still shows."""
     from lockstep.connections import kafka_config
-    from lockstep.runtime import kafka_admin
 
-    config = kafka_config(spec.source.kafka_conn_id)
-    admin = kafka_admin(spec.source.kafka_conn_id)
-    tps = _partitions(admin, list(spec.source.topics), str(config.get("bootstrap.servers")))
-    stable = topics.last_stable_offsets(admin, tps)
-    committed = topics.group_offsets(config, spec.source.consumer_group, tps)
-    rows = lag_rows(tps, committed, stable)
-    try:
-        stamps = oldest_unprocessed_timestamps(config, rows)
-    except Exception:  # noqa: BLE001 - the ages are extra: without them the lag still shows, ages as "–"
-        stamps = {}
-    return with_record_ages(rows, stamps, now or datetime.now(timezone.utc))
+    bootstrap = str(kafka_config(spec.source.kafka_conn_id).get("bootstrap.servers"))
+    return lag.read_lag(spec, store, now=now, timestamp_timeout_s=KAFKA_TIMEOUT_S,
+                        list_partitions=lambda admin, topics: _partitions(admin, list(topics), bootstrap)).partitions
 
 
 def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> list[Any]:
@@ -539,7 +457,7 @@ def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savep
 def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None = None, *,
            query: PageQuery | None = None, tz: tzinfo | None = None,
            store_for: Callable[[PipelineSpec], Any] = page_store,
-           lag_for: Callable[[PipelineSpec, datetime], list[LagRow]] = read_lag,
+           lag_for: Callable[[PipelineSpec, Any, datetime], list[PartitionLag]] = read_lag,
            transactions_for: Callable[[PipelineSpec, Any, datetime], list[Any]] = read_open_transactions) -> Overview:
     """Everything the page shows; ``query.pipeline`` limits it (and its S3/Kafka calls) to one pipeline."""
     query = query or PageQuery(limit=limit)
@@ -552,7 +470,7 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
     store_errors: dict[str, str] = {}
     for spec in specs:
         try:
-            stores[spec.name] = store_for(spec)
+            stores[spec.name] = _LatestOnce(store_for(spec))
         except Exception as exc:  # noqa: BLE001 - e.g. a missing connection: that pipeline's sections say so
             store_errors[spec.name] = describe_error(exc)
 
@@ -569,7 +487,7 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
 
         futures = [(spec, checkpoints(spec),
                     section(spec, lambda st: [savepoint_row(x) for x in st.list_savepoints()]),
-                    section(spec, lambda _st, s=spec: lag_for(s, moment), needs_store=False),
+                    section(spec, lambda st, s=spec: lag_for(s, st, moment), needs_store=False),
                     section(spec, lambda st: last_completed_row(st.latest_completed(), moment)),
                     section(spec, lambda st: dry_run_row(st.last_dry_run())),
                     section(spec, lambda st, s=spec: transactions_for(s, st, moment)))
@@ -579,6 +497,27 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                      for spec, c, s, lag, last, dry, txns in futures]
     stamp = moment.isoformat(timespec="seconds")
     return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or timezone.utc), query=query)
+
+
+class _LatestOnce:
+    """A store whose ``latest_completed()`` is read once per page view: the lag and the "last
+    completed" line both need it (a pointer GET, a LIST and a view each time)."""
+
+    def __init__(self, store: Any) -> None:
+        import threading
+
+        self._store = store
+        self._lock = threading.Lock()
+        self._latest: tuple[Any] | None = None
+
+    def latest_completed(self) -> Any:
+        with self._lock:
+            if self._latest is None:
+                self._latest = (self._store.latest_completed(),)
+            return self._latest[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 def zone_name(tz: tzinfo) -> str:

@@ -70,7 +70,10 @@ def run_note(pipeline: str, state: str, plan: Mapping[str, Any] | None, commit: 
         shown = ", ".join(f"`{r}`" for r in ranges[:MAX_RANGES_SHOWN])
         more = f" and {len(ranges) - MAX_RANGES_SHOWN} more" if len(ranges) > MAX_RANGES_SHOWN else ""
         taken = f": {shown}{more}" if ranges else " (no new records)"
-        return _clip(f"{MARK}dry run: checkpoint {checkpoint_id} would take {records} {where}{taken}; "
+        restore = plan.get("restore") or {}
+        again = (f"; the restore writes {int(restore.get('re_emitted') or 0):,} records a second time in all"
+                 if plan.get("restored_from") and restore else "")
+        return _clip(f"{MARK}dry run: checkpoint {checkpoint_id} would take {records} {where}{taken}{again}; "
                      "nothing was claimed")
     head = f"{MARK}[checkpoint {checkpoint_id}]({checkpoint_url(pipeline, checkpoint_id)}): {records} {where}"
     if failure:

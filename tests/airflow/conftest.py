@@ -165,8 +165,61 @@ def cluster_connections(cluster) -> dict[str, str]:
             f"AIRFLOW_CONN_{CLUSTER_AWS.upper()}": conns["AIRFLOW_CONN_AWS_DEFAULT"]}
 
 
+class StatsdListener:
+    """A UDP socket the Airflow tasks send their StatsD gauges to (``LOCKSTEP_STATSD``): the
+    receiving end of the protocol, keeping every line it got."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="statsd-listener", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        import socket
+
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def gauges(self, prefix: str) -> dict[str, float]:
+        """The latest value of each gauge whose name starts with ``prefix``."""
+        found: dict[str, float] = {}
+        for line in list(self.lines):
+            name, _, rest = line.partition(":")
+            if name.startswith(prefix) and rest.endswith("|g"):
+                found[name[len(prefix):]] = float(rest[:-2])
+        return found
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+        self._thread.join(timeout=5)
+
+
 @pytest.fixture(scope="package")
-def airflow(platform, cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+def statsd() -> Iterator[StatsdListener]:
+    listener = StatsdListener()
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+@pytest.fixture(scope="package")
+def airflow(platform, cluster, statsd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     """Airflow over the single-node platform's connections, plus ``kafka_cluster`` / ``aws_cluster``
     for pipelines that run on the cluster topology (their specs name the master)."""
     from lockstep.dev import procs
@@ -176,6 +229,7 @@ def airflow(platform, cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     dead = f"127.0.0.1:{procs.free_port()}"
     env = {
         PIPELINES_DIR_ENV: str(pipelines),
+        "LOCKSTEP_STATSD": statsd.address,
         "AIRFLOW_CONN_KAFKA_UNREACHABLE": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": dead}}),
         "AIRFLOW_CONN_AWS_UNREACHABLE": json.dumps({
             "conn_type": "aws", "login": "x", "password": "x",

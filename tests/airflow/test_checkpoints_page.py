@@ -153,9 +153,10 @@ def _section(html: str, name: str) -> str:
     return match.group(1)
 
 
-def _lag_row(partition: str, committed: int, stable: int, lag: int) -> str:
-    return (f'<tr><td><code>{partition}</code></td><td class="n">{committed}</td>'
-            f'<td class="n">{stable}</td><td class="n">{lag}</td><td class="t"><time datetime="')
+def _lag_row(partition: str, committed: int, in_flight: int, unread: int, stable: int) -> str:
+    return (f'<tr><td><code>{partition}</code></td><td class="n">{committed}</td><td class="n">{in_flight}</td>'
+            f'<td class="n">{unread}</td><td class="n">{stable}</td><td class="t">'
+            + ('<time datetime="' if unread else "–</td></tr>"))
 
 
 # ---- registration and auth ----------------------------------------------------------------------------
@@ -214,9 +215,11 @@ def test_page_lists_checkpoints_savepoints_and_lag(airflow, seeded):
     assert "Last completed checkpoint: <a " in section and ">7</a>" in section
     assert '<meta http-equiv="refresh" content="30">' in resp.text and resp.headers["cache-control"] == "no-store"
     assert f"<td>{SAVEPOINT}</td>" in section
-    assert _lag_row(f"{seeded.topic}:0", 10, 30, 20) in section
-    assert _lag_row(f"{seeded.topic}:1", 10, 15, 5) in section
-    assert "25 records behind" in section
+    # Lag counts from the latest completed checkpoint (7: ends 20 and 15), not from the consumer
+    # group's stale offsets (10 and 10, seeded by hand).
+    assert _lag_row(f"{seeded.topic}:0", 20, 0, 10, 30) in section
+    assert _lag_row(f"{seeded.topic}:1", 15, 0, 0, 15) in section
+    assert "10 records not committed, 0 of them in flight" in section
     assert '<div class="error">' not in section
 
 
@@ -226,16 +229,16 @@ def test_json_api_returns_the_same_data(airflow, seeded):
     pipelines = {p["name"]: p for p in resp.json()["pipelines"]}
     p = pipelines[seeded.name]
     assert p["dag_id"] == "lockstep_" + seeded.name.replace("-", "_")
-    assert p["consumer_group"] == seeded.group and p["total_lag"] == 25
-    assert [(r["partition"], r["committed"], r["last_stable"], r["lag"]) for r in p["lag"]["rows"]] == [
-        (f"{seeded.topic}:0", 10, 30, 20), (f"{seeded.topic}:1", 10, 15, 5)]
+    assert p["consumer_group"] == seeded.group and p["total_lag"] == 10 and p["in_flight"] == 0
+    assert [(r["partition"], r["committed"], r["in_flight"], r["unread"], r["last_stable"], r["not_committed"])
+            for r in p["lag"]["rows"]] == [(f"{seeded.topic}:0", 20, 0, 10, 30, 10), (f"{seeded.topic}:1", 15, 0, 0, 15, 0)]
     rows = {r["checkpoint_id"]: r for r in p["checkpoints"]["rows"]}
     assert [r["checkpoint_id"] for r in p["checkpoints"]["rows"]] == [7, 6, 5, 4, 3, 2, 1]  # newest first
     assert [r["empty"] for r in p["checkpoints"]["rows"]] == [True] * 4 + [False] * 3
     assert p["checkpoints"]["total"] == 7 and p["checkpoints"]["older_before"] is None
     assert p["last_completed"]["rows"][0]["checkpoint_id"] == 7 and p["last_completed"]["rows"][0]["age_s"] > 0
     lag0 = p["lag"]["rows"][0]
-    assert lag0["oldest_unprocessed_at"] and lag0["oldest_unprocessed_age_s"] >= 0  # the record at offset 10
+    assert lag0["oldest_unread_at"] and lag0["oldest_unread_age_s"] >= 0  # the record at offset 20
     assert (rows[1]["status"], rows[1]["records_in"], rows[1]["records_out"], rows[1]["records_dead_lettered"],
             rows[1]["transactions"], rows[1]["duration_s"]) == ("completed", 20, 18, 2, 2, 125.0)
     assert rows[2]["status"] == "aborted" and rows[2]["abort_reason"] == ABORT_REASON.format(prefix=seeded.name)
@@ -326,7 +329,7 @@ def test_page_in_headless_chromium(airflow, seeded, browser):
     _login(browser, airflow)
     text = browser.text()
     for expected in (seeded.name, "Legend", "completed", "aborted", "claimed", SAVEPOINT,
-                     ABORT_REASON.format(prefix=seeded.name), f"{seeded.topic}:0", "25 records behind",
+                     ABORT_REASON.format(prefix=seeded.name), f"{seeded.topic}:0", "10 records not committed",
                      "2 min 5 s", "checkpoints 4–7: 4 empty, completed", "refreshes every 30 s",
                      "2025-01-01 00:00 UTC"):
         assert expected in text, f"{expected!r} not shown; page text:\n{text[:3000]}"

@@ -51,7 +51,7 @@ def explain(client: AirflowClient, dag_id: str, run_id: str) -> str:
     return "\n".join(parts)
 
 
-def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipeline, bootstrap):
+def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipeline, bootstrap, statsd):
     dag_id = pipeline.spec().dag_id
     before = store(pipeline).latest_completed()
     produce_orders(pipeline, 200)
@@ -77,6 +77,15 @@ def test_triggered_run_commits_a_checkpoint_and_logs_its_lifecycle(client, pipel
     assert f"checkpoint {cid}: completed" in commit_log and "180 out, 20 dead-lettered" in commit_log
     assert len(read_committed(bootstrap, pipeline.sink)) >= 180
     assert len(read_committed(bootstrap, pipeline.dead_letters)) >= 200 // MALFORMED_EVERY
+    # The plan and commit tasks sent the pipeline's lag as StatsD gauges: after the commit nothing
+    # is in flight or unread (nothing was produced since), and the last checkpoint completed just now.
+    gauges = wait_for(lambda: (g := statsd.gauges(f"airflow.lockstep.{pipeline.name}."))
+                      and g.get("checkpoints_in_flight") == 0 and g, "lag gauges after the commit", timeout=30)
+    assert gauges["records_in_flight"] == 0 and gauges["records_unread"] == 0, gauges
+    assert 0 <= gauges["last_completed_age_s"] < 600, gauges
+    assert any(line.startswith(f"airflow.lockstep.{pipeline.name}.records_in_flight:") and not line.startswith(
+        f"airflow.lockstep.{pipeline.name}.records_in_flight:0|") for line in statsd.lines), \
+        "the plan task's gauges showed the claimed records in flight"
 
 
 @pytest.mark.parametrize("conf, rule", [
@@ -133,7 +142,11 @@ def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
     assert restored.claim.run_id == run_id and restored.claim.restored_from == sp_name
     assert f"): 40 records restored from savepoint {sp_name} · completed" in note(client, dag_id, run_id)
     assert {r.tp.key: r.start for r in restored.claim.ranges} == dict(savepoint.end_offsets)
-    assert f"savepoint:{sp_name}" in client.task_log(dag_id, run_id, "plan")
+    plan_log = client.task_log(dag_id, run_id, "plan")
+    assert f"savepoint:{sp_name}" in plan_log
+    # The plan shows the restore's diff first, as `lockstep restore-plan` and a dry run do.
+    assert client.xcom(dag_id, run_id, "plan")["restore"] == {"re_emitted": 40, "new": 0}
+    assert "40 records would be written again, 0 read for the first time" in plan_log
     report = verify(pipeline, "--since-checkpoint", str(restored.checkpoint_id))
     assert report["ok"] and report["actual_outputs"] == 40, report
 
@@ -220,7 +233,8 @@ def downstream_on(client: AirflowClient, uri: str) -> str:
 
 
 def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with_records(client, pipeline,
-                                                                                        bootstrap):
+                                                                                        bootstrap, airflow,
+                                                                                        monkeypatch):
     """Downstream DAGs can be scheduled on the sink topic: its Asset gets an event (checkpoint id,
     records, offsets) from a completed checkpoint, none from an aborted or an empty one."""
     dag_id = pipeline.spec().dag_id
@@ -258,6 +272,20 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
     # last, and none for the failed checkpoint, whose ranges the newest one replayed.
     ours = sorted((r for r in received if r["uri"] == sink), key=lambda r: r["checkpoint_id"])
     assert ours[-1] == {"uri": sink, **newest["extra"]}, received
+
+    # verify's drift audit reads the same events by the Asset's name and finds each one a completed
+    # checkpoint with its records and offsets.
+    from lockstep import drift
+
+    monkeypatch.setenv(drift.AIRFLOW_USER_ENV, airflow.username)
+    monkeypatch.setenv(drift.AIRFLOW_PASSWORD_ENV, airflow.password)
+    extras = drift.read_asset_events(airflow.url, pipeline.name)
+    assert extras == [e["extra"] for e in events]
+    s = store(pipeline)
+    views = {i: s.view(i) for i in s.checkpoint_ids()}
+    assert [f for f in drift.asset_drift(extras, views) if not f.explained] == []
+    forged = [*extras, {**newest["extra"], "checkpoint_id": latest.checkpoint_id - 1}]  # the failed checkpoint
+    assert any("never committed" in f.message for f in drift.asset_drift(forged, views))
     assert all(store(pipeline).view(r["checkpoint_id"]).status is CheckpointStatus.COMPLETED for r in ours), ours
 
     count = len(events)

@@ -101,7 +101,7 @@ def verify(pipeline: PipelineUnderTest, *extra: str) -> dict:
     result = lockstep("verify", "--spec", str(pipeline.spec_path), "--json", *extra)
     assert result.returncode in (0, 1), result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert (result.returncode == 0) == report["ok"]
+    assert (result.returncode == 0) == (report["ok"] and report["drift_ok"]), report
     return report
 
 

@@ -47,6 +47,7 @@ def test_five_checkpoints_tile_and_verify_exactly_once(tmp_path, bootstrap, uniq
 
     # Invariant 8: the consumer group holds the last completed checkpoint's end offsets.
     assert group_offsets(pipeline) == dict(views[-1].completed.end_offsets)
+    assert report["drift"] == [] and report["drift_ok"]
 
     dead = read_committed(bootstrap, pipeline.dead_letters)
     assert len(dead) == 1000 // MALFORMED_EVERY  # no silent loss: each malformed order is a dead letter
@@ -345,3 +346,55 @@ def test_a_prefix_and_sink_topic_edited_while_a_checkpoint_is_in_flight(tmp_path
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["expected_outputs"] == report["actual_outputs"] == 40
+
+
+def test_status_counts_records_in_flight_and_verify_flags_a_hand_moved_group(tmp_path, bootstrap, unique):
+    """``lockstep status`` tells claimed-but-uncommitted records from unread ones; ``verify``'s drift
+    audit flags a consumer group moved away from the latest completed checkpoint."""
+    import json
+    import socket
+
+    from lockstep import topics
+    from lockstep.offsets import TopicPartition
+
+    from .engine_helpers import lockstep
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=40)
+    spec = ["--spec", str(pipeline.spec_path)]
+    produce_orders(pipeline, 100)
+    assert run(pipeline).returncode == 0  # checkpoint 1: 40 records
+    crashed = run(pipeline, failpoints="job.after_prepared=crash")  # checkpoint 2: prepared, never committed
+    assert crashed.returncode != 0 and store(pipeline).view(2).status is CheckpointStatus.PREPARED
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as statsd:
+        statsd.bind(("127.0.0.1", 0))
+        statsd.settimeout(10)
+        status = lockstep("status", *spec, "--json", "--statsd", f"127.0.0.1:{statsd.getsockname()[1]}")
+        assert status.returncode == 0, status.stderr[-3000:]
+        doc = json.loads(status.stdout)
+        assert doc["last_completed"] == 1 and doc["committed_from"] == "checkpoint 1"
+        assert [(f["checkpoint_id"], f["status"], f["records"]) for f in doc["in_flight"]] == [(2, "prepared", 40)]
+        assert doc["totals"] == {"in_flight": 40, "unread": 20}
+        assert all(p["in_flight_checkpoints"] in ([2], []) for p in doc["partitions"])
+        assert doc["oldest_unread_age_s"] is not None and doc["oldest_unread_age_s"] >= 0
+        received = statsd.recv(65535).decode().splitlines()
+    base = f"airflow.lockstep.{pipeline.name}"
+    assert f"{base}.records_in_flight:40|g" in received and f"{base}.records_unread:20|g" in received
+    text = lockstep("status", *spec).stdout
+    assert "in flight: checkpoint 2 prepared (40 records" in text and "total: 40 in flight, 20 unread" in text
+
+    assert run(pipeline).returncode == 0  # rolls checkpoint 2 forward, then checkpoint 3 takes the last 20
+    doc = json.loads(lockstep("status", *spec, "--json").stdout)
+    assert doc["last_completed"] == 3 and doc["in_flight"] == [] and doc["totals"] == {"in_flight": 0, "unread": 0}
+
+    latest = store(pipeline).latest_completed()
+    ends = dict(latest.completed.end_offsets)
+    moved = next(k for k, v in ends.items() if v > 0)
+    topics.publish_offsets({"bootstrap.servers": bootstrap}, pipeline.spec().source.consumer_group,
+                           {TopicPartition.from_key(moved): ends[moved] + 5})  # "by hand", ahead of the checkpoint
+    report = verify(pipeline)
+    assert report["ok"] and not report["drift_ok"], report  # the output is exactly once; the group drifted
+    (finding,) = report["drift"]
+    assert finding["subject"] == moved and not finding["explained"]
+    assert f"5 ahead of checkpoint {latest.checkpoint_id}'s end {ends[moved]}" in finding["message"]
+    assert f"--to-offset {ends[moved]}" in finding["message"]

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.errors import TransientError
+from lockstep.lag import PartitionLag
 from lockstep.offsets import OffsetRange
 from lockstep.open_transactions import OpenTransaction, PartitionHold
 from lockstep.store import CheckpointStore
@@ -31,13 +32,11 @@ from lockstep_airflow.checkpoints_page import (
 from lockstep_airflow.overview import (
     CheckpointRow,
     EmptyRun,
-    LagRow,
     PageQuery,
     collapse_empty,
     find_run_checkpoints,
     gather,
     select_window,
-    with_record_ages,
 )
 
 NOW = datetime(2025, 1, 1, 1, 0, tzinfo=timezone.utc)
@@ -136,11 +135,18 @@ def specs_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[LagRow] | None = None,
+def _gather(specs_dir: Path, s3: FakeS3, query: PageQuery, lag: list[PartitionLag] | None = None, lag_for=None,
             transactions_for=lambda spec, store, now: []):
     return gather(specs_dir, query=query, now=lambda: NOW, tz=AMSTERDAM,
                   store_for=lambda spec: CheckpointStore(s3, "lockstep", "unit/orders", spec.name),
-                  lag_for=lambda spec, now: lag or [], transactions_for=transactions_for)
+                  lag_for=lag_for or (lambda spec, store, now: lag or []), transactions_for=transactions_for)
+
+
+def _lag_store_reads(spec, store, now) -> list[PartitionLag]:
+    """What ``lag.read_lag`` asks of the store (its Kafka side is not the store's cost)."""
+    latest = store.latest_completed()
+    store.views_after(latest.checkpoint_id if latest else None)
+    return []
 
 
 # ---- windows and collapsing ------------------------------------------------------------------------------
@@ -187,14 +193,15 @@ def test_a_page_of_500_checkpoints_reads_only_what_it_shows(specs_dir):
     s3 = FakeS3()
     seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 500, empty=range(470, 490))
     s3.calls.clear()
-    overview = _gather(specs_dir, s3, PageQuery(limit=20))
+    overview = _gather(specs_dir, s3, PageQuery(limit=20), lag_for=_lag_store_reads)
     html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
     page = overview.pipelines[0].checkpoints
     assert [r.checkpoint_id for r in page.rows] == list(range(500, 480, -1)) and page.total == 500
-    # ids: 1 LIST; page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed: pointer GET + LIST + 1 view;
+    # ids: 1 LIST; page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed, once for the lag and
+    # the "last completed" line: pointer GET + LIST + 1 view; the lag's checkpoints after it: 1 LIST;
     # the last dry run: 1 GET. The count of calls, not a time, shows the page does not grow with history.
     assert s3.calls["get_object"] <= 20 * 3 + 1 + 3 + 1, s3.calls
-    assert s3.calls["list_objects_v2"] <= 3, s3.calls
+    assert s3.calls["list_objects_v2"] <= 4, s3.calls
     assert "checkpoints 481–489: 9 empty, completed" in html
 
 
@@ -302,7 +309,7 @@ def test_hostile_names_are_escaped(tmp_path):
     store.claim(CheckpointClaim("orders", 1, f"manual__{hostile}", _at(1),
                                 (OffsetRange("orders", 0, 0, 1),), f"auto.offset.reset:{hostile}"))
     overview = _gather(tmp_path, s3, PageQuery(pipeline="orders"),
-                       lag=[LagRow(f"{hostile}:0", 1, 2, 1)])
+                       lag=[PartitionLag(f"{hostile}:0", 1, 1, 0, 1, 2)])
     overview.spec_errors.append(hostile)
     html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams(PageQuery(pipeline=hostile))))
     run_html = render_run_page(hostile, hostile, hostile, hostile, overview.pipelines[0].checkpoints.rows, 1, None,
@@ -312,15 +319,6 @@ def test_hostile_names_are_escaped(tmp_path):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in doc
     assert "manual__%3Cscript%3Ealert(1)%3C%2Fscript%3E%22" in html  # in the link, encoded
     json.dumps(overview.to_json())  # the API serialises the same data
-
-
-def test_oldest_unprocessed_age_only_where_there_is_lag():
-    rows = [LagRow("orders:0", 10, 30, 20), LagRow("orders:1", 5, 5, 0), LagRow("orders:2", 1, 9, 8)]
-    ms = int((NOW - timedelta(minutes=3)).timestamp() * 1000)
-    aged = with_record_ages(rows, {"orders:0": ms, "orders:1": ms}, NOW)
-    assert aged[0].oldest_unprocessed_age_s == 180.0 and aged[0].oldest_unprocessed_at.startswith("2025-01-01T00:57")
-    assert aged[1].oldest_unprocessed_at is None  # no lag: nothing unprocessed
-    assert aged[2].oldest_unprocessed_at is None  # not read in time: shown as "–"
 
 
 def test_run_page_says_when_nothing_was_found():
@@ -357,6 +355,18 @@ def test_the_latest_dry_run_is_shown_under_the_checkpoints_and_in_its_runs_tab(s
 def test_the_json_link_downloads_instead_of_replacing_the_page_in_airflows_frame(specs_dir):
     html = render_page(_gather(specs_dir, FakeS3(), PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
     assert '<a href="/lockstep/api/pipelines" download="lockstep-checkpoints.json">JSON</a>' in html
+
+
+def test_lag_shows_records_in_flight_apart_from_unread_ones(specs_dir):
+    s3 = FakeS3()
+    rows = [PartitionLag("orders:0", 100, 140, 40, 20, 160, (5, 6)), PartitionLag("orders:1", 50, 50, 0, 0, 50)]
+    overview = _gather(specs_dir, s3, PageQuery(pipeline="orders"), lag=rows)
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    assert "Lag — 60 records not committed, 40 of them in flight" in html
+    assert ('<tr><td><code>orders:0</code></td><td class="n">100</td>'
+            '<td class="n" title="claimed by checkpoint 5, 6">40</td><td class="n">20</td>'
+            '<td class="n">160</td>') in html
+    assert overview.to_json()["pipelines"][0]["lag"]["rows"][0]["not_committed"] == 60
 
 
 # ---- open transactions panel ---------------------------------------------------------------------------------

@@ -72,3 +72,31 @@ def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_fil
     assert proc.poll() is not None
     with pytest.raises(ProcessLookupError):  # nothing of its group is left
         os.killpg(proc.pid, 0)
+
+
+def test_a_run_that_dies_after_prepare_says_roll_forward_not_replay(spec_file, monkeypatch):
+    """The job failure's way out (fence, replay) is wrong once the transactions are prepared: the
+    run step's last word must be the roll forward, with the job's own cause."""
+    from lockstep import launcher
+    from lockstep.checkpoint import CheckpointClaim, CheckpointView, PreparedCheckpoint
+    from lockstep.errors import CheckpointError
+    from lockstep.offsets import OffsetRange
+
+    claim = CheckpointClaim("m", 3, "run", "2026-11-23T00:00:00+00:00", (OffsetRange("in", 0, 0, 5),), "checkpoint")
+    views = iter([CheckpointView(claim), CheckpointView(claim, PreparedCheckpoint("m", 3, "t", (), 5, 5, 0, 1.0))])
+
+    class Store:
+        def view(self, checkpoint_id):
+            return next(views)
+
+    def died(*_a, **_k):
+        raise launcher.job_failure(3, 86, None, "lockstep failpoint job.after_prepared: crashing the process", 31.0)
+
+    monkeypatch.setattr(launcher, "run_spark_job", died)
+    with pytest.raises(CheckpointError) as failed:
+        launcher.run_checkpoint(spec_file(None), 3, Store())
+    message = str(failed.value)
+    assert message.startswith("checkpoint 3: the Spark run failed after its transactions were prepared (it ended "
+                              "with exit code 86")
+    assert message.endswith("nothing is lost: the commit step, or the next run's plan, commits them (roll forward)")
+    assert "replays its ranges" not in message

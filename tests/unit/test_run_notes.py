@@ -68,6 +68,13 @@ def test_a_dry_run_shows_what_it_would_take_and_that_nothing_was_claimed():
     assert "](" not in note  # no link: there is no such checkpoint on the page
 
 
+def test_a_dry_run_of_a_restore_says_how_much_it_writes_again():
+    restore = {**PLAN, "dry_run": True, "ranges": ["orders:0[0,10)"], "records": 10, "restored_from": "nightly",
+               "start_source": "savepoint:nightly", "restore": {"re_emitted": 1200, "new": 30}}
+    note = run_note("orders", "success", restore, None, None)
+    assert note.endswith("`orders:0[0,10)`; the restore writes 1,200 records a second time in all; nothing was claimed")
+
+
 def test_runs_that_are_not_lockstep_runs_get_no_note_and_long_notes_fit_airflow():
     assert run_note("orders", "success", None, None, None) is None
     long = run_note("orders", "failed", PLAN, None, "lockstep orders run failed: " + "x" * 5000)
