@@ -333,7 +333,7 @@ def _deadletters_replay(spec: Any, selection: Any, args: argparse.Namespace) -> 
         doc = p.store.sidecar(cid, REPLAYED_PART)
         done = Replayed.from_json(doc) if doc else Replayed()
         row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": outcome.status.value,
-               "selection": selection.to_json(), "dead_letters_read": view.prepared.records_in,
+               "selection": selection.to_json(), "offsets": view.prepared.records_in, "dead_letters_read": done.read,
                "replayed": len(done.fed), "to_sink": len(done.to_sink),
                "dead_lettered_again": len(done.fed) - len(done.to_sink),
                "skipped_duplicates": done.skipped_duplicates, "skipped_too_large": done.skipped_too_large,

@@ -41,6 +41,10 @@ SELECTION_PART = "replay-selection"
 REPLAYED_PART = "replayed"
 #: A restore from before any record: the first replay reads the dead-letter topic from its start.
 FROM_START = "time:1970-01-01T00:00:00+00:00"
+#: Replay checkpoints are never deleted by retention: their `REPLAYED_PART`s are the dedup set, and
+#: dropping one would let its original offsets reach the sink again. (Replays are few: one per
+#: `lockstep deadletters replay`, or a few when the dead letters exceed the record budget.)
+KEEP_ALL = 2**62
 
 Original = tuple[str, int, int]  # (topic, partition, offset) of the original input record
 
@@ -60,6 +64,7 @@ def replay_spec(spec: PipelineSpec) -> PipelineSpec:
         source=SourceSpec(topics=(spec.sink.dead_letter_topic,), kafka_conn_id=spec.sink.kafka_conn_id,
                           auto_offset_reset="earliest", consumer_group=spec.source.consumer_group + SUFFIX),
         transactions=dataclasses.replace(spec.transactions, id_prefix=spec.transactions.id_prefix + SUFFIX),
+        checkpoints=dataclasses.replace(spec.checkpoints, retain=KEEP_ALL),
         replay_of=spec.name,
     )
 
@@ -170,19 +175,20 @@ class Replayed:
     skipped_too_large: int = 0  #: dead letters without key and value: nothing to replay
     not_selected: int = 0
     warnings: tuple[str, ...] = field(default=())
+    read: int = 0  #: dead letters in the checkpoint's range (its offsets also count transaction markers)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
                 "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
                 "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "read": self.read}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Replayed:
         as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)  # noqa: E731
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
-                   int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())))
+                   int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)))
 
 
 def completed_replays(store: Any) -> dict[int, Replayed]:
@@ -377,7 +383,7 @@ class ReplayRun:
                         "(lockstep.original.size): nothing to replay, skipped",)
             log.warning("checkpoint %d: %s", self.checkpoint_id, warnings[0])
         replayed = Replayed(self.fed, to_sink, self.counts["duplicates"], self.counts["too_large"],
-                            self.counts["read"] - self.counts["selected"], warnings)
+                            self.counts["read"] - self.counts["selected"], warnings, self.counts["read"])
         self.store.write_sidecar(self.checkpoint_id, REPLAYED_PART, replayed.to_json(), once=False)
         log.info("checkpoint %d: replaying %d dead letters (%d to the sink, %d rejected again); skipped %d "
                  "duplicates, %d too large, %d not selected", self.checkpoint_id, len(self.fed), len(to_sink),

@@ -40,6 +40,7 @@ def test_replay_spec_reads_the_dead_letters_and_writes_where_the_pipeline_writes
     assert r.sink == original.sink and r.transform == original.transform
     assert r.checkpoint_location == ("lockstep", "p/orders-replay")
     assert r.transactions.id_prefix == "tx-replay" and r.checkpoints.max_records == 500
+    assert r.checkpoints.retain > 10**12  # retention would drop the dedup set of old replays
     # Neither recovery takes the other's transactions for its own.
     assert parse_transactional_id("tx", transactional_id("tx-replay", 3, 0)) is None
     with pytest.raises(TerminalError, match="already the replay pipeline"):
@@ -148,7 +149,7 @@ def test_only_completed_replays_count_for_dedup():
 
 def test_replayed_round_trips():
     r = Replayed(fed=(A, B), to_sink=(A,), skipped_duplicates=2, skipped_too_large=1, not_selected=3,
-                 warnings=("w",))
+                 warnings=("w",), read=9)
     assert Replayed.from_json(r.to_json()) == r
 
 
