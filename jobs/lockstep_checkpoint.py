@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spec", required=True, help="pipeline spec YAML")
     parser.add_argument("--checkpoint-id", required=True, type=int)
+    parser.add_argument("--replay", action="store_true",
+                        help="a checkpoint of the spec's dead-letter replay pipeline (lockstep deadletters replay)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -31,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     from lockstep.spec import load_spec
 
     spec = load_spec(args.spec)
+    if args.replay:
+        from lockstep.replay import replay_spec
+
+        spec = replay_spec(spec)
     with ThreadPoolExecutor(1) as pool:
         # The S3 client (boto3 import, credentials, endpoint) is built while the JVM starts.
         store = pool.submit(checkpoint_store, spec)

@@ -99,7 +99,7 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
     same reason a Ctrl-C no longer reaches it from the terminal, so leaving here any other way
     than its exit stops that group.
     """
-    argv = submit_command(spec.path, checkpoint_id, spark_master(spec), spec.spark.conf)
+    argv = submit_command(spec.path, checkpoint_id, spark_master(spec), spec.spark.conf, spec.replay_of is not None)
     started = time.monotonic()
     log.info("checkpoint %d: spark-submit %s", checkpoint_id, " ".join(argv[1:3]))
     proc = subprocess.Popen(argv, env=job_environment(os.environ if env is None else env), stdout=subprocess.PIPE,

@@ -74,7 +74,9 @@ def job_environment(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def submit_command(spec_path: str, checkpoint_id: int, master: str, conf: Mapping[str, object] | None) -> list[str]:
+def submit_command(spec_path: str, checkpoint_id: int, master: str, conf: Mapping[str, object] | None,
+                   replay: bool = False) -> list[str]:
+    """``replay``: the checkpoint is one of the spec's dead-letter replay pipeline (`lockstep.replay`)."""
     import shutil
     import sys
 
@@ -82,4 +84,5 @@ def submit_command(spec_path: str, checkpoint_id: int, master: str, conf: Mappin
     argv = [spark_submit, "--master", master, "--name", f"lockstep-checkpoint-{checkpoint_id}"]
     for key, value in spark_conf(conf).items():
         argv += ["--conf", f"{key}={value}"]
-    return argv + [job_script(), "--spec", spec_path, "--checkpoint-id", str(checkpoint_id)]
+    return argv + [job_script(), "--spec", spec_path, "--checkpoint-id", str(checkpoint_id)] + (
+        ["--replay"] if replay else [])

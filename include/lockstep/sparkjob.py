@@ -39,6 +39,9 @@ SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "lockstep.source.topic", "lockst
 CHECKPOINT_HEADER, ERROR_HEADER = "lockstep.checkpoint", "lockstep.error"
 #: On a dead letter whose key, value and user headers were dropped to fit: the estimated size of the record.
 ORIGINAL_SIZE_HEADER = "lockstep.original.size"
+#: On an output of a dead-letter replay (`lockstep.replay`): the replay checkpoint that wrote it. Its
+#: provenance headers name the ORIGINAL input record, its `lockstep.checkpoint` the replay checkpoint.
+REPLAY_HEADER = "lockstep.replay"
 #: The producer-side limit when the spec's `producer:` sets neither `max.request.size` (Java client) nor
 #: `message.max.bytes` (librdkafka): the smaller of the two clients' defaults, so both writers agree.
 DEFAULT_PRODUCER_LIMIT = 1_000_000
@@ -118,7 +121,7 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> di
     return limits
 
 
-def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...]) -> Any:
+def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...], headers: bool = False) -> Any:
     """Exactly the planned ``[start, end)`` of each partition, committed records only.
 
     ``kafka`` is the source connection in the Java dialect (``kafka_config(conn_id, JAVA)``):
@@ -135,6 +138,7 @@ def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ..
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("kafka.isolation.level", "read_committed")
+        .option("includeHeaders", str(headers).lower())
         .load()
     )
 
@@ -377,8 +381,13 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
             log.warning(notice)
         planned = resolved.values
         kafka = kafka_config(planned.source_kafka_conn_id, JAVA)
-        df = read_ranges(spark, kafka, ranges)
+        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None)
         transform = load_transform(spec)
+        replay = None
+        if spec.replay_of is not None:
+            from lockstep.replay import start_replay
+
+            df, transform, replay = start_replay(spec, checkpoint_id, df, transform, store)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
         # So does a transform that uses `lockstep.rows` (its UDFs run `lockstep.rows.guarded` there).
         uses_lockstep = planned.sink_writer == "python" or "lockstep.rows" in sys.modules
@@ -393,6 +402,8 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
                  "transactional ids %s-%d-<task>", checkpoint_id, len(ranges), sum(r.count for r in ranges),
                  planned.sink_topic, planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
         write = write_with_jvm if planned.sink_writer == "jvm" else write_with_python
+        if replay is not None:
+            replay.record(out.select(*columns))  # before the decision: only read once it is completed
         results = write(spark, out.select(*columns), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)

@@ -97,6 +97,9 @@ class PipelineSpec:
     spark: SparkSpec
     producer: Mapping[str, Any]
     path: str
+    #: Set on the derived pipeline that replays dead letters (``lockstep.replay.replay_spec``): the
+    #: name of the pipeline whose dead letters it replays. Never read from YAML.
+    replay_of: str | None = None
 
     @property
     def dag_id(self) -> str:

@@ -170,6 +170,22 @@ class CheckpointStore:
     def run_failure(self, checkpoint_id: int) -> RunFailure | None:
         return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
 
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None:
+        """A document of a checkpoint besides its claim/prepared/completed ones (a replay's selection,
+        its replayed offsets). ``once``: create-only, an identical one is fine, a different one a conflict."""
+        if not once:
+            self._overwrite(self._key(checkpoint_id, part), doc)
+            return
+        try:
+            self._create(self._key(checkpoint_id, part), doc)
+        except _Conflict as exc:
+            raise CheckpointError(checkpoint_id, f"{self.url(exc.key)} exists with other content; it is "
+                                                 "written once per checkpoint") from exc
+
+    def sidecar(self, checkpoint_id: int, part: str) -> dict[str, Any] | None:
+        found = self._get(self._key(checkpoint_id, part))
+        return found[0] if found is not None else None
+
     def record_dry_run(self, plan: CheckpointClaim) -> None:
         """Keep the latest dry run's plan, the claim it did not make, for the Checkpoints page
         (informational and overwritten by the next one; it is not under checkpoints/)."""

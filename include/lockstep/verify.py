@@ -5,6 +5,10 @@ Expected: the transform re-applied (in a local Spark session, nothing written) t
 the input ranges of the completed checkpoints, one expected output per covering
 checkpoint. Actual: the provenance headers of every record in the sink and
 dead-letter topics, read with ``read_committed`` - what a downstream consumer sees.
+
+Replayed dead letters (records with ``REPLAY_HEADER``) are accounted apart: one output per original
+offset each completed replay checkpoint fed to the transform (its ``replayed.json``), and no
+original offset may be in the sink more than once across the pipeline and its replays.
 """
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from typing import Any, Callable
 from lockstep.connections import kafka_config
 from lockstep.kafka_clients import JAVA
 from lockstep.offsets import OffsetRange
-from lockstep.sparkjob import CHECKPOINT_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, read_ranges
+from lockstep.replay import ReplayAccount, account, completed_replays, fed_counter
+from lockstep.sparkjob import (CHECKPOINT_HEADER, REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC,
+                               read_ranges)
 from lockstep.transform import load_transform
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
@@ -32,10 +38,15 @@ class VerifyReport:
     lost: list[Offset] = field(default_factory=list)
     duplicated: list[Offset] = field(default_factory=list)
     unexpected: list[Offset] = field(default_factory=list)
+    #: Outputs of dead-letter replays (`lockstep deadletters replay`), checked apart.
+    replay: ReplayAccount = field(default_factory=ReplayAccount)
+    replay_checkpoints: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected)
+        r = self.replay
+        return not (self.lost or self.duplicated or self.unexpected or r.lost or r.duplicated or r.unexpected
+                    or r.sink_twice)
 
     def to_json(self) -> dict[str, Any]:
         sample = lambda xs: [f"{t}:{p}@{o}" for t, p, o in xs[:20]]  # noqa: E731
@@ -43,12 +54,29 @@ class VerifyReport:
                 "expected_outputs": self.expected_outputs, "actual_outputs": self.actual_outputs,
                 "lost": len(self.lost), "duplicated": len(self.duplicated), "unexpected": len(self.unexpected),
                 "lost_sample": sample(self.lost), "duplicated_sample": sample(self.duplicated),
-                "unexpected_sample": sample(self.unexpected)}
+                "unexpected_sample": sample(self.unexpected),
+                "replayed": {"checkpoints": self.replay_checkpoints, "expected_outputs": self.replay.expected,
+                             "checked": self.replay.checked, "lost": len(self.replay.lost),
+                             "duplicated": len(self.replay.duplicated), "unexpected": len(self.replay.unexpected),
+                             "in_sink_twice": len(self.replay.sink_twice),
+                             "lost_sample": sample(self.replay.lost),
+                             "duplicated_sample": sample(self.replay.duplicated),
+                             "unexpected_sample": sample(self.replay.unexpected),
+                             "in_sink_twice_sample": sample(self.replay.sink_twice)}}
 
     def summary(self) -> str:
         return (f"verified {len(self.checkpoints)} completed checkpoints covering {self.covered_offsets} input offsets: "
                 f"{self.expected_outputs} outputs expected, {self.actual_outputs} found; {len(self.lost)} lost, "
-                f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected")
+                f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected" + self._replay_summary())
+
+    def _replay_summary(self) -> str:
+        r = self.replay
+        if not (self.replay_checkpoints or r.checked or r.sink_twice):
+            return ""
+        return (f"\nreplayed dead letters: {len(self.replay_checkpoints)} completed replay checkpoints, "
+                f"{r.expected} outputs expected, {r.checked} replayed records checked; {len(r.lost)} lost, "
+                f"{len(r.duplicated)} duplicated, {len(r.unexpected)} unexpected, {len(r.sink_twice)} original "
+                "offsets in the sink more than once")
 
 
 def completed_ranges(store: CheckpointStore, since: int | None) -> dict[int, tuple[OffsetRange, ...]]:
@@ -73,12 +101,21 @@ def expected_outputs(spec: PipelineSpec, spark: Any, ranges: dict[int, tuple[Off
 
 
 def actual_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None) -> Counter:
+    return read_outputs(spec, since, progress)[0]
+
+
+def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None
+                 ) -> tuple[Counter, Counter, Counter]:
+    """Per original input offset: the pipeline's own outputs (from checkpoint ``since`` on), the
+    replayed ones (every replay), and the sink records of both (those of the pipeline from ``since`` on)."""
     from confluent_kafka import Consumer, TopicPartition
 
     config = kafka_config(spec.sink.kafka_conn_id)
     consumer = Consumer({**config, "group.id": f"lockstep-verify-{spec.name}", "isolation.level": "read_committed",
                          "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     actual: Counter = Counter()
+    replayed: Counter = Counter()
+    in_sink: Counter = Counter()
     try:
         assignment = []
         for topic in (spec.sink.topic, spec.sink.dead_letter_topic):
@@ -100,24 +137,39 @@ def actual_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[in
                     # Not written by Lockstep: no provenance to audit; counted as unexpected.
                     actual[(f"(no provenance) {msg.topic()}", msg.partition(), msg.offset())] += 1
                     continue
-                if since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:
+                original = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]),
+                            int(headers[SOURCE_OFFSET]))
+                if REPLAY_HEADER in headers:
+                    replayed[original] += 1
+                elif since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:
                     continue
-                actual[(headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))] += 1
+                else:
+                    actual[original] += 1
+                if msg.topic() == spec.sink.topic:
+                    in_sink[original] += 1
                 seen += 1
             if progress:
                 progress(seen)
     finally:
         consumer.close()
-    return actual
+    return actual, replayed, in_sink
 
 
 def verify(spec: PipelineSpec, store: CheckpointStore, spark: Any, since: int | None = None,
-           progress: Callable[[int], None] | None = None) -> VerifyReport:
+           progress: Callable[[int], None] | None = None, replay_store: CheckpointStore | None = None) -> VerifyReport:
+    """``replay_store``: the store of the spec's replay pipeline (opened from the spec when None)."""
+    if replay_store is None:
+        from lockstep.replay import replay_spec
+        from lockstep.runtime import checkpoint_store
+
+        replay_store = checkpoint_store(replay_spec(spec))
     ranges = completed_ranges(store, since)
     expected = expected_outputs(spec, spark, ranges)
-    actual = actual_outputs(spec, since, progress)
+    replays = completed_replays(replay_store)
+    actual, replayed, in_sink = read_outputs(spec, since, progress)
     report = VerifyReport(sorted(ranges), sum(r.count for rs in ranges.values() for r in rs),
-                          sum(expected.values()), sum(actual.values()))
+                          sum(expected.values()), sum(actual.values()),
+                          replay=account(fed_counter(replays), replayed, in_sink), replay_checkpoints=sorted(replays))
     for key in sorted(set(expected) | set(actual)):
         want, got = expected.get(key, 0), actual.get(key, 0)
         if want and got < want:
