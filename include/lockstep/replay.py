@@ -258,35 +258,6 @@ def read_dead_letters(spec: PipelineSpec) -> Iterable[tuple[str, DeadLetter]]:
         consumer.close()
 
 
-# ---- verify's accounting ---------------------------------------------------------------------------
-@dataclass
-class ReplayAccount:
-    checked: int = 0  #: replayed outputs found (records with `REPLAY_HEADER`)
-    expected: int = 0
-    lost: list[Original] = field(default_factory=list)
-    duplicated: list[Original] = field(default_factory=list)
-    unexpected: list[Original] = field(default_factory=list)
-    sink_twice: list[Original] = field(default_factory=list)  #: original offsets in the sink more than once
-
-
-def account(expected: Counter, actual: Counter, sink_by_original: Counter) -> ReplayAccount:
-    """Replayed outputs: ``expected`` counts, per original offset, the completed replay checkpoints
-    that fed it to the transform (one output each, sink or dead letter); ``actual`` counts the
-    records with the replay header per original offset; ``sink_by_original`` counts every sink
-    record (pipeline and replays) per original offset: more than one is a duplicate downstream."""
-    result = ReplayAccount(checked=sum(actual.values()), expected=sum(expected.values()))
-    for key in sorted(set(expected) | set(actual)):
-        want, got = expected.get(key, 0), actual.get(key, 0)
-        if want and got < want:
-            result.lost.append(key)
-        elif want and got > want:
-            result.duplicated.append(key)
-        elif not want and got:
-            result.unexpected.append(key)
-    result.sink_twice = sorted(k for k, n in sink_by_original.items() if n > 1)
-    return result
-
-
 def fed_counter(replays: Mapping[int, Replayed]) -> Counter:
     return Counter(o for r in replays.values() for o in r.fed)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from lockstep.connections import kafka_config
 from lockstep.kafka_clients import JAVA
 from lockstep.offsets import OffsetRange
-from lockstep.replay import ReplayAccount, account, completed_replays, fed_counter
+from lockstep.replay import Original, completed_replays, fed_counter
 from lockstep.sparkjob import (CHECKPOINT_HEADER, REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC,
                                read_ranges)
 from lockstep.transform import load_transform
@@ -27,6 +27,41 @@ from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 
 Offset = tuple[str, int, int]
+
+
+def compare_counts(expected: Counter, actual: Counter) -> tuple[list[Any], list[Any], list[Any]]:
+    """Keys found fewer times than expected (lost), more (duplicated), and never expected (unexpected)."""
+    lost, duplicated, unexpected = [], [], []
+    for key in sorted(set(expected) | set(actual)):
+        want, got = expected.get(key, 0), actual.get(key, 0)
+        if want and got < want:
+            lost.append(key)
+        elif want and got > want:
+            duplicated.append(key)
+        elif not want and got:
+            unexpected.append(key)
+    return lost, duplicated, unexpected
+
+
+@dataclass
+class ReplayAccount:
+    checked: int = 0  #: replayed outputs found (records with `REPLAY_HEADER`)
+    expected: int = 0
+    lost: list[Original] = field(default_factory=list)
+    duplicated: list[Original] = field(default_factory=list)
+    unexpected: list[Original] = field(default_factory=list)
+    sink_twice: list[Original] = field(default_factory=list)  #: original offsets in the sink more than once
+
+
+def account(expected: Counter, actual: Counter, sink_by_original: Counter) -> ReplayAccount:
+    """Replayed outputs: ``expected`` counts, per original offset, the completed replay checkpoints
+    that fed it to the transform (one output each, sink or dead letter); ``actual`` counts the
+    records with the replay header per original offset; ``sink_by_original`` counts every sink
+    record (pipeline and replays) per original offset: more than one is a duplicate downstream."""
+    result = ReplayAccount(checked=sum(actual.values()), expected=sum(expected.values()))
+    result.lost, result.duplicated, result.unexpected = compare_counts(expected, actual)
+    result.sink_twice = sorted(k for k, n in sink_by_original.items() if n > 1)
+    return result
 
 
 @dataclass
@@ -170,12 +205,5 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: Any, since: int | 
     report = VerifyReport(sorted(ranges), sum(r.count for rs in ranges.values() for r in rs),
                           sum(expected.values()), sum(actual.values()),
                           replay=account(fed_counter(replays), replayed, in_sink), replay_checkpoints=sorted(replays))
-    for key in sorted(set(expected) | set(actual)):
-        want, got = expected.get(key, 0), actual.get(key, 0)
-        if want and got < want:
-            report.lost.append(key)
-        elif want and got > want:
-            report.duplicated.append(key)
-        elif not want and got:
-            report.unexpected.append(key)
+    report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     return report

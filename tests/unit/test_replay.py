@@ -11,10 +11,11 @@ import pytest
 from lockstep.decisions import parse_transactional_id, transactional_id
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.offsets import OffsetRange
-from lockstep.replay import (FROM_START, REPLAYED_PART, SELECTION_PART, Replayed, Selection, account,
+from lockstep.replay import (FROM_START, REPLAYED_PART, SELECTION_PART, Replayed, Selection,
                              already_in_sink, completed_replays, fed_counter, last_unselective, parse_dead_letter,
                              replay_spec)
 from lockstep.sparkconf import submit_command
+from lockstep.verify import account
 from lockstep.sparkjob import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_SIZE_HEADER, REPLAY_HEADER, SOURCE_OFFSET,
                                SOURCE_PARTITION, SOURCE_TOPIC)
 from lockstep.spec import parse_spec
