@@ -164,6 +164,10 @@ class StartOffsets:
     dropped: tuple[TopicPartition, ...] = ()
 
 
+#: The origin of a partition the chosen start source does not hold: it is read from its log start.
+NEW_PARTITION = "new-partition:earliest"
+
+
 def choose_start_offsets(
     partitions: Iterable[TopicPartition],
     log_start_offsets: Offsets,
@@ -198,7 +202,7 @@ def choose_start_offsets(
         if tp in chosen.offsets:
             offsets[tp], origins[tp] = chosen.offsets[tp], chosen.label
         else:
-            offsets[tp], origins[tp] = _lookup(log_start_offsets, tp), "new-partition:earliest"
+            offsets[tp], origins[tp] = _lookup(log_start_offsets, tp), NEW_PARTITION
     dropped = tuple(sorted(set(chosen.offsets) - set(current)))
     return StartOffsets(source=chosen.label, offsets=offsets, origins=origins, dropped=dropped)
 
@@ -227,10 +231,13 @@ class RestoreRow:
     end: int                 # the last stable offset now
     re_emitted: int          # records in [restore, current): written a second time
     new: int                 # records in [max(restore, current), end): not yet processed
+    #: the restore point does not hold this partition: its topic (or the partition) was added since,
+    #: so the restore reads it from its log start
+    added: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"partition": self.partition, "current": self.current, "restore": self.restore, "end": self.end,
-                "re_emitted": self.re_emitted, "new": self.new}
+                "re_emitted": self.re_emitted, "new": self.new, "added": self.added}
 
 
 def restore_diff(starts: StartOffsets, current: Offsets, end: Offsets) -> list[RestoreRow]:
@@ -242,7 +249,8 @@ def restore_diff(starts: StartOffsets, current: Offsets, end: Offsets) -> list[R
         restore, now, stable = starts.offsets[tp], current.get(tp), end.get(tp, starts.offsets[tp])
         re_emitted = max((now if now is not None else restore) - restore, 0)
         rows.append(RestoreRow(tp.key, now, restore, stable, re_emitted,
-                               max(stable - max(restore, now if now is not None else restore), 0)))
+                               max(stable - max(restore, now if now is not None else restore), 0),
+                               added=starts.origins.get(tp) == NEW_PARTITION))
     return rows
 
 
@@ -252,9 +260,13 @@ def describe_restore(rows: Iterable[RestoreRow]) -> list[str]:
     lines = [f"{'partition':32} {'current':>10} {'restore':>10} {'end':>10} {'again':>8} {'new':>8}"]
     for r in rows:
         current = "–" if r.current is None else str(r.current)
-        lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}")
+        lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}"
+                     + ("  added since the restore point: read from its start" if r.added else ""))
+    added = sum(1 for r in rows if r.added)
     lines.append(f"{sum(r.re_emitted for r in rows):,} records would be written again, "
-                 f"{sum(r.new for r in rows):,} read for the first time")
+                 f"{sum(r.new for r in rows):,} read for the first time"
+                 + (f"; {added} partition{'s' if added > 1 else ''} added to source.topics since the restore point"
+                    if added else ""))
     return lines
 
 

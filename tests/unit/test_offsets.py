@@ -280,9 +280,24 @@ def test_a_restore_plan_counts_records_written_again_and_records_new_per_partiti
     starts = StartOffsets("savepoint:before", {a: 40, b: 70, c: 0}, {a: "savepoint", b: "savepoint", c: "earliest"})
     rows = restore_diff(starts, current={a: 100, b: 60}, end={a: 120, b: 80, c: 15})
     assert [r.to_json() for r in rows] == [
-        {"partition": a.key, "current": 100, "restore": 40, "end": 120, "re_emitted": 60, "new": 20},
+        {"partition": a.key, "current": 100, "restore": 40, "end": 120, "re_emitted": 60, "new": 20, "added": False},
         # a restore ahead of the current position writes nothing again and skips [60, 70)
-        {"partition": b.key, "current": 60, "restore": 70, "end": 80, "re_emitted": 0, "new": 10},
-        # a partition the pipeline never read (its topic was added since)
-        {"partition": c.key, "current": None, "restore": 0, "end": 15, "re_emitted": 0, "new": 15},
+        {"partition": b.key, "current": 60, "restore": 70, "end": 80, "re_emitted": 0, "new": 10, "added": False},
+        # a partition the pipeline never read
+        {"partition": c.key, "current": None, "restore": 0, "end": 15, "re_emitted": 0, "new": 15, "added": False},
     ]
+
+
+def test_a_restore_plan_names_topics_added_to_the_spec_since_the_restore_point() -> None:
+    from lockstep.offsets import OffsetSource, choose_start_offsets, describe_restore, restore_diff
+
+    a, added = tp(0), TopicPartition("payments", 0)
+    starts = choose_start_offsets([a, added], {a: 0, added: 5}, {a: 50, added: 30}, "earliest",
+                                  restore=OffsetSource.savepoint("before", {a: 20}))
+    rows = restore_diff(starts, current={a: 50, added: 30}, end={a: 50, added: 30})
+    assert [(r.partition, r.restore, r.re_emitted, r.added) for r in rows] == [
+        (a.key, 20, 30, False), ("payments:0", 5, 25, True)]  # read again from its log start
+    text = describe_restore(rows)
+    assert text[2].endswith("added since the restore point: read from its start")
+    assert text[-1] == ("55 records would be written again, 0 read for the first time; 1 partition added to "
+                        "source.topics since the restore point")
