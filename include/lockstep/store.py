@@ -392,7 +392,7 @@ class CheckpointStore:
             raise _unreachable(exc, key) from exc
     # ---- savepoints ------------------------------------------------------------
     def create_savepoint(self, name: str, checkpoint_id: int | None, created_at: str) -> Savepoint:
-        key = self._savepoint_key(name)  # validates the name before any S3 call
+        self._savepoint_key(name)  # validates the name before any S3 call
         view = self.latest_completed() if checkpoint_id is None else self.view(checkpoint_id)
         if view is None or view.completed is None:
             what = "no checkpoint has completed yet" if checkpoint_id is None else \

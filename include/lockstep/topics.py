@@ -27,7 +27,7 @@ def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S
             retriable = getattr(error, "retriable", lambda: False)()
             if not retriable or time.monotonic() + delay > deadline:
                 raise TransientError(f"{what}: {exc}") from exc
-            log.info("%s: %s; retrying", what, getattr(error, "name", lambda: exc)())
+            log.info("%s: %s; retrying", what, error.name() if hasattr(error, "name") else exc)
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
