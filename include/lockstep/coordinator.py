@@ -25,7 +25,7 @@ from lockstep.decisions import (
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, TopicPartition, choose_start_offsets,
                               describe_dropped, describe_restore, offsets_at_time, offsets_from_json,
-                              parse_restore_time, plan_ranges, restore_diff)
+                              parse_restore_time, plan_ranges, restore_diff, restore_totals)
 from lockstep.connections import kafka_config
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
 from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
@@ -80,8 +80,7 @@ class Plan:
     def restore_summary(self) -> dict[str, int] | None:
         if not self.restore_rows:
             return None
-        return {"re_emitted": sum(r.re_emitted for r in self.restore_rows),
-                "new": sum(r.new for r in self.restore_rows)}
+        return restore_totals(self.restore_rows)
 
     def describe(self) -> str:
         ranges = ", ".join(str(r) for r in self.claim.ranges if not r.is_empty) or "no new records"
@@ -304,9 +303,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         log.warning("checkpoint %d: %s", next_id, dropped)
     restore_rows: tuple[RestoreRow, ...] = ()
     if restore is not None:
-        current = (offsets_from_json(latest.completed.end_offsets) if latest is not None
-                   else topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
-        restore_rows = tuple(restore_diff(starts, current, stable_end))
+        restore_rows = tuple(restore_diff(starts, _current_position(p, latest, tps), stable_end))
         log.info("checkpoint %d: restore from %s, against %s:\n%s", next_id, restore,
                  f"checkpoint {latest.checkpoint_id}" if latest else "the consumer group",
                  "\n".join(describe_restore(restore_rows)))
@@ -345,7 +342,7 @@ class RestorePlan:
     def to_json(self) -> dict[str, Any]:
         return {"restore": self.restore, "source": self.source, "latest_completed": self.latest_completed,
                 "partitions": [r.to_json() for r in self.rows], "dropped": self.dropped,
-                "re_emitted": sum(r.re_emitted for r in self.rows), "new": sum(r.new for r in self.rows)}
+                **restore_totals(self.rows)}
 
 
 def restore_plan(p: Pipeline, restore: str) -> RestorePlan:
@@ -358,10 +355,17 @@ def restore_plan(p: Pipeline, restore: str) -> RestorePlan:
     stable_end = topics.last_stable_offsets(p.source_admin, tps)
     source = _restore_source(p, restore, tps, stable_end)
     starts = choose_start_offsets(tps, log_start, stable_end, p.spec.source.auto_offset_reset, restore=source)
-    current = (offsets_from_json(latest.completed.end_offsets) if latest is not None
-               else topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
     return RestorePlan(restore, starts.source, latest.checkpoint_id if latest else None,
-                       restore_diff(starts, current, stable_end), describe_dropped(starts))
+                       restore_diff(starts, _current_position(p, latest, tps), stable_end), describe_dropped(starts))
+
+
+def _current_position(p: Pipeline, latest: CheckpointView | None,
+                      tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """What a restore is measured against: the latest completed checkpoint's ends, or before the
+    first one, the consumer group's offsets."""
+    if latest is not None:
+        return dict(offsets_from_json(latest.completed.end_offsets))
+    return topics.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps)
 
 
 def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] | None = None,

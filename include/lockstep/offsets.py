@@ -254,6 +254,12 @@ def restore_diff(starts: StartOffsets, current: Offsets, end: Offsets) -> list[R
     return rows
 
 
+def restore_totals(rows: Iterable[RestoreRow]) -> dict[str, int]:
+    """Records a restore writes again and reads for the first time, over all partitions."""
+    rows = list(rows)
+    return {"re_emitted": sum(r.re_emitted for r in rows), "new": sum(r.new for r in rows)}
+
+
 def describe_restore(rows: Iterable[RestoreRow]) -> list[str]:
     """The per-partition table of a restore diff and its total line (``restore-plan``, a plan's log)."""
     rows = list(rows)
@@ -263,8 +269,9 @@ def describe_restore(rows: Iterable[RestoreRow]) -> list[str]:
         lines.append(f"{r.partition:32} {current:>10} {r.restore:>10} {r.end:>10} {r.re_emitted:>8} {r.new:>8}"
                      + ("  added since the restore point: read from its start" if r.added else ""))
     added = sum(1 for r in rows if r.added)
-    lines.append(f"{sum(r.re_emitted for r in rows):,} records would be written again, "
-                 f"{sum(r.new for r in rows):,} read for the first time"
+    totals = restore_totals(rows)
+    lines.append(f"{totals['re_emitted']:,} records would be written again, "
+                 f"{totals['new']:,} read for the first time"
                  + (f"; {added} partition{'s' if added > 1 else ''} added to source.topics since the restore point"
                     if added else ""))
     return lines
