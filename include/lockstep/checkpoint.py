@@ -449,3 +449,21 @@ class CheckpointView:
         if self.prepared is not None:
             return CheckpointStatus.PREPARED
         return CheckpointStatus.CLAIMED
+
+
+@dataclass(frozen=True)
+class History:
+    """The newest completed checkpoint and every checkpoint after it, oldest first: what a plan,
+    its in-flight check and its recovery decide on. Read once (``CheckpointStore.history``)."""
+
+    latest: CheckpointView | None
+    after: tuple[CheckpointView, ...]
+
+    @property
+    def latest_id(self) -> int | None:
+        return self.latest.checkpoint_id if self.latest else None
+
+    @property
+    def next_id(self) -> int:
+        """The id the next claim takes: one past every id in use."""
+        return max([v.checkpoint_id for v in self.after] + [self.latest_id or 0]) + 1

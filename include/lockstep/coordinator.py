@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from lockstep import failpoints, topics
-from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint
+from lockstep.checkpoint import (AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView,
+                                 CompletedCheckpoint, History)
 from lockstep.decisions import (
     DecisionKind, RecoveryPlan, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan,
     replay_hint,
@@ -93,14 +94,15 @@ class CheckpointInFlight(TransientError):
     """Another run still owns an unsettled checkpoint; planning now would recover it under that run."""
 
 
-def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None) -> None:
+def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None,
+                    history: History | None = None) -> None:
     """Refuse to plan while another live run owns a claimed or prepared checkpoint.
 
     ``run_alive`` lets a scheduler that knows its runs answer (Airflow: the DAG run's
     state); None from it, or no callback, falls back to ``decisions.claim_in_flight``.
+    ``history`` is the plan's own read of the store, if it has one.
     """
-    latest = p.store.latest_completed()
-    for view in p.store.views_after(latest.checkpoint_id if latest else None):
+    for view in (history or p.store.history()).after:
         if view.status not in (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED) or view.claim.run_id == run_id:
             continue
         owner = view.claim.run_id
@@ -143,24 +145,24 @@ class RecoveryFacts:
                              sink_conn_id=spec.sink.kafka_conn_id, open_elsewhere=self.open_elsewhere)
 
 
-def recover(p: Pipeline) -> None:
+def recover(p: Pipeline, history: History | None = None) -> bool:
     """Commit what was decided, abort everything else under our prefix (seed 003's restore rule).
 
     Each checkpoint is recovered under the prefix and on the sink cluster its claim was planned
     with; lingering transactions are also fenced under the spec's current prefix. Gather the
     facts, decide (``decisions.recovery_plan``, pure), carry it out: ``lockstep transactions
-    resolve`` runs the same three steps.
+    resolve`` runs the same three steps. True if it changed anything (the history is then stale).
     """
-    plan = recovery_facts(p).plan(p.spec)
+    plan = recovery_facts(p, history).plan(p.spec)
     if not plan.is_clean:
         carry_out(p, plan)
+    return not plan.is_clean
 
 
-def recovery_facts(p: Pipeline) -> RecoveryFacts:
-    """Read the store and list open transactions; changes nothing."""
-    latest = p.store.latest_completed()
-    latest_id = latest.checkpoint_id if latest else None
-    views = p.store.views_after(latest_id)
+def recovery_facts(p: Pipeline, history: History | None = None) -> RecoveryFacts:
+    """Read the store (unless ``history`` is a fresh read of it) and list open transactions; changes nothing."""
+    history = history or p.store.history()
+    latest_id, views = history.latest_id, list(history.after)
     prefix, sink_conn = p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id
     for line in prefix_changes(views, prefix).values():
         log.warning(line)
@@ -281,13 +283,13 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         raise TerminalError(f"a record budget of {max_records} takes nothing: give 1 or more, or none for the "
                             f"spec's {p.spec.checkpoints.max_records}")
     started = time.monotonic()
+    history = p.store.history()  # the one read of the store, unless recovery changes it
     if not dry_run:
-        check_in_flight(p, run_id, run_alive)
-        recover(p)
+        check_in_flight(p, run_id, run_alive, history)
+        if recover(p, history):
+            history = p.store.history()
         failpoints.hit("plan.after_recovery")
-    latest = p.store.latest_completed()
-    after = p.store.views_after(latest.checkpoint_id if latest else None)
-    next_id = max([v.checkpoint_id for v in after] + [latest.checkpoint_id if latest else 0]) + 1
+    latest, next_id = history.latest, history.next_id
     tps = topics.partitions(p.source_admin, p.spec.source.topics)
     log_start = topics.log_start_offsets(p.source_admin, tps)
     stable_end = topics.last_stable_offsets(p.source_admin, tps)

@@ -28,6 +28,7 @@ from lockstep.checkpoint import (
     CheckpointClaim,
     CheckpointView,
     CompletedCheckpoint,
+    History,
     PreparedCheckpoint,
     Savepoint,
     validate_savepoint_name,
@@ -295,7 +296,11 @@ class CheckpointStore:
         except BotoCoreError as exc:
             raise _unreachable(exc, self._ckpt_prefix()) from exc
     def latest_completed(self) -> CheckpointView | None:
-        """The newest completed checkpoint, without listing the whole history.
+        """The newest completed checkpoint, without listing the whole history."""
+        return self.history().latest
+
+    def history(self) -> History:
+        """The newest completed checkpoint and the checkpoints after it, in one listing.
 
         The pointer may lag by a checkpoint if a commit died between marking the
         checkpoint completed and moving the pointer, so what follows it is checked too.
@@ -306,20 +311,24 @@ class CheckpointStore:
         pointer = self._get(self._pointer_key())
         start = _pointer_id(pointer[0], pointer_url, self.pipeline) if pointer else None
         # Listing the ids after the pointer is cheap (1000 per page); views cost 4 GETs each, so read
-        # them newest first and stop at the first completed one.
+        # them newest first and stop at the first completed one: the ones read before it are the
+        # checkpoints after it.
+        newer: list[CheckpointView] = []
         for checkpoint_id in reversed(list(self.checkpoint_ids(after=start))):
             view = self.view(checkpoint_id)
             if view is not None and view.completed is not None:
-                return view
+                return History(view, tuple(reversed(newer)))
+            if view is not None:
+                newer.append(view)
         if start is None:
-            return None
+            return History(None, tuple(reversed(newer)))
         pointed = self.view(start)
         if pointed is None or pointed.completed is None:
             # Never fall back to older offsets or to auto.offset.reset silently: that replays or skips data.
             what = "does not exist" if pointed is None else f"is {pointed.status.value}"
             raise MetadataError(pointer_url, f"points at checkpoint {start}, which {what}; restore from a savepoint, "
                                              "or delete the pointer if the checkpoints were reset on purpose")
-        return pointed
+        return History(pointed, tuple(reversed(newer)))
 
     def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]:
         views = [self.view(i) for i in self.checkpoint_ids(after=checkpoint_id)]

@@ -56,12 +56,13 @@ VIEWER = "lockstep-transactions-view"
 
 def look(p: Pipeline, run_id: str = VIEWER) -> Console:
     """Read everything; changes nothing."""
+    history = p.store.history()
     try:
-        check_in_flight(p, run_id)
+        check_in_flight(p, run_id, history=history)
         refused = None
     except CheckpointInFlight as exc:
         refused = str(exc)
-    facts = recovery_facts(p)
+    facts = recovery_facts(p, history)
     plan = facts.plan(p.spec)
     now_ms = p.wall_ms()
     spec = p.spec
@@ -144,8 +145,9 @@ def resolve(p: Pipeline, run_id: str, dry_run: bool = False) -> tuple[Console, l
     ``dry_run`` it only says what it would do. Returns the console it decided on, and per
     checkpoint what it did (or would do).
     """
-    check_in_flight(p, run_id)
     console = look(p, run_id)
+    if console.refused:
+        raise CheckpointInFlight(console.refused)
     planned = open_transactions.resolution(console.plan, console.views, console.decisions, console.foreign)
     if dry_run or console.plan.is_clean:
         return console, planned

@@ -11,6 +11,7 @@ import pytest
 
 from lockstep import coordinator, topics
 from lockstep.checkpoint import (
+    History,
     CLAIM_SCHEMA, AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint,
     PlannedWith, PreparedCheckpoint, PreparedTransaction,
 )
@@ -250,6 +251,10 @@ class FakeStore:
 
     def views_after(self, cid: int | None) -> list[CheckpointView]:
         return [v for k, v in sorted(self.views.items()) if cid is None or k > cid]
+
+    def history(self) -> History:
+        latest = self.latest_completed()
+        return History(latest, tuple(self.views_after(latest.checkpoint_id if latest else None)))
 
     def view(self, cid: int) -> CheckpointView | None:
         return self.views.get(cid)
