@@ -8,7 +8,6 @@ import logging
 import os
 import socket
 import sys
-import time
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -138,29 +137,24 @@ def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
 
 
 def _run(spec: Any, args: argparse.Namespace) -> int:
-    from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.decisions import cli_run_id
-    from lockstep.launcher import run_checkpoint
+    from lockstep.launcher import checkpoint_cycle
 
     results = []
     for n in range(args.checkpoints):
-        started = time.monotonic()
-        p = Pipeline.open(spec)
-        planned = plan(p, run_id=cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]), restore=args.restore_from if n == 0 else None,
-                       max_records=args.max_records, dry_run=args.dry_run)
+        cycle = checkpoint_cycle(spec, restore=args.restore_from if n == 0 else None, max_records=args.max_records,
+                                 dry_run=args.dry_run)
+        planned = cycle.planned
         cid = planned.claim.checkpoint_id
-        if args.dry_run:
+        if cycle.outcome is None:
             results.append({"checkpoint": cid, "dry_run": True, "ranges": [r.to_json() for r in planned.claim.ranges],
                             "records": planned.range_plan.total_records})
             if not args.json:
                 print(planned.describe())
             break
-        run_checkpoint(spec, cid, p.store)
-        outcome = commit(p, cid)
-        view = p.store.view(cid)
-        row = {"checkpoint": cid, "status": outcome.status.value, "records_in": view.prepared.records_in,
-               "records_out": view.prepared.records_out, "dead_lettered": view.prepared.records_dead_lettered,
-               "transactions": len(outcome.committed), "seconds": round(time.monotonic() - started, 1)}
+        prepared = cycle.view.prepared
+        row = {"checkpoint": cid, "status": cycle.outcome.status.value, "records_in": prepared.records_in,
+               "records_out": prepared.records_out, "dead_lettered": prepared.records_dead_lettered,
+               "transactions": len(cycle.outcome.committed), "seconds": round(cycle.seconds, 1)}
         results.append(row)
         if not args.json:
             print(f"[{n + 1}/{args.checkpoints}] checkpoint {cid} {row['status']}: {row['records_in']} in, "
@@ -395,37 +389,35 @@ def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> in
 
 
 def _deadletters_replay(spec: Any, selection: Any, args: argparse.Namespace) -> int:
-    from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.decisions import cli_run_id
-    from lockstep.launcher import run_checkpoint
+    from lockstep.launcher import checkpoint_cycle
     from lockstep.replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
 
     rspec = replay_spec(spec)
     results: list[dict[str, Any]] = []
     target, covered, n = None, 0, 0
+
+    def first_restore(store: Any) -> str | None:
+        latest = store.latest_completed()
+        return selection.restore(last_unselective(store), latest.checkpoint_id if latest else None)
+
+    def pin_selection(store: Any, cid: int) -> None:  # a retried run applies the same selection
+        store.write_sidecar(cid, SELECTION_PART, selection.to_json())
+
     while True:
-        started = time.monotonic()
-        p = Pipeline.open(rspec)
-        restore = None
-        if n == 0:  # later rounds continue after the previous one, whatever the selection
-            latest = p.store.latest_completed()
-            restore = selection.restore(last_unselective(p.store), latest.checkpoint_id if latest else None)
-        planned = plan(p, run_id=cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]),
-                       restore=restore, max_records=args.max_records)
+        # later rounds continue after the previous one, whatever the selection
+        cycle = checkpoint_cycle(rspec, restore=first_restore if n == 0 else None, max_records=args.max_records,
+                                 before_run=pin_selection)
+        planned, view = cycle.planned, cycle.view
         cid = planned.claim.checkpoint_id
-        p.store.write_sidecar(cid, SELECTION_PART, selection.to_json())  # pinned: a retried run applies the same
-        run_checkpoint(rspec, cid, p.store)
-        outcome = commit(p, cid)
-        view = p.store.view(cid)
-        doc = p.store.sidecar(cid, REPLAYED_PART)
+        doc = cycle.store.sidecar(cid, REPLAYED_PART)
         done = Replayed.from_json(doc) if doc else Replayed()
-        row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": outcome.status.value,
+        row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": cycle.outcome.status.value,
                "selection": selection.to_json(), "offsets": view.prepared.records_in, "dead_letters_read": done.read,
                "replayed": len(done.fed), "to_sink": len(done.to_sink),
                "dead_lettered_again": len(done.fed) - len(done.to_sink),
                "skipped_duplicates": done.skipped_duplicates, "skipped_too_large": done.skipped_too_large,
                "not_selected": done.not_selected, "warnings": list(done.warnings),
-               "seconds": round(time.monotonic() - started, 1)}
+               "seconds": round(cycle.seconds, 1)}
         results.append(row)
         if not args.json:
             print(f"replay checkpoint {cid} of {rspec.name} {row['status']} ({selection.describe()}): "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from lockstep.errors import TerminalError
 from lockstep.kafka_clients import CONFLUENT, client_configs
@@ -96,6 +96,18 @@ def _parse(conn_id: str, raw: str) -> Connection:
         extra = json.loads(extra)
     return Connection(conn_id, doc.get("conn_type"), doc.get("host"), doc.get("login"), doc.get("password"), extra,
                       doc.get("port"))
+
+
+def connection_env(conn_ids: Iterable[str]) -> dict[str, str]:
+    """The connections as ``AIRFLOW_CONN_<ID>`` JSON variables, the form :func:`get_connection`
+    reads first: how a process without Airflow (the Spark job) is handed its connections."""
+    env: dict[str, str] = {}
+    for conn_id in dict.fromkeys(conn_ids):
+        c = get_connection(conn_id)
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
+            {"conn_type": c.conn_type, "host": c.host, "login": c.login, "password": c.password, "port": c.port,
+             "extra": c.extra})
+    return env
 
 
 def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> dict[str, Any]:

@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import time
-from typing import Callable, Mapping
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from lockstep.checkpoint import CheckpointStatus, RunFailure
-from lockstep.connections import redact
+from lockstep.checkpoint import CheckpointStatus, CheckpointView, RunFailure
+from lockstep.connections import connection_env, redact
 from lockstep.errors import (JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, CheckpointError, LockstepError,
                              TransientCheckpointError)
 from lockstep.sparkjob import run_checkpoint_job, values_for_run
 from lockstep.store import CheckpointStore
 from lockstep.sparkconf import job_environment, submit_command
 from lockstep.spec import PipelineSpec
+from lockstep.decisions import cli_run_id
+
+if TYPE_CHECKING:
+    from lockstep.coordinator import CommitOutcome, Plan
 
 log = logging.getLogger("lockstep.spark")
 
@@ -81,6 +88,44 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         raise
 
 
+@dataclass(frozen=True)
+class Cycle:
+    """One checkpoint planned, run and committed in this process: what ``lockstep run`` and
+    ``lockstep deadletters replay`` do per checkpoint (Airflow does the same as three tasks)."""
+
+    planned: Plan
+    store: CheckpointStore
+    seconds: float
+    outcome: CommitOutcome | None = None  # None after a dry run
+    view: CheckpointView | None = None  # the checkpoint as committed
+
+
+def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStore], str | None] | None = None,
+                     max_records: int | None = None, dry_run: bool = False,
+                     before_run: Callable[[CheckpointStore, int], None] | None = None) -> Cycle:
+    """Plan (recovering first), run and commit one checkpoint under a run id of this process.
+
+    ``restore`` may be decided from the store once it is open; ``before_run`` records what the
+    run depends on next to the claim.
+    """
+    from lockstep.coordinator import Pipeline, commit, plan
+
+    started = time.monotonic()
+    p = Pipeline.open(spec)
+    if callable(restore):
+        restore = restore(p.store)
+    run_id = cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
+    planned = plan(p, run_id=run_id, restore=restore, max_records=max_records, dry_run=dry_run)
+    if dry_run:
+        return Cycle(planned, p.store, time.monotonic() - started)
+    cid = planned.claim.checkpoint_id
+    if before_run is not None:
+        before_run(p.store, cid)
+    run_checkpoint(spec, cid, p.store)
+    outcome = commit(p, cid)
+    return Cycle(planned, p.store, time.monotonic() - started, outcome, p.store.view(cid))
+
+
 def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
     from datetime import datetime, timezone
 
@@ -94,15 +139,20 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
                   on_start: Callable[[subprocess.Popen], None] | None = None) -> float:
     """Run the job, streaming its output into our log; returns wall seconds.
 
+    The job has no Airflow: the spec's connections, resolved here (from Airflow inside a task,
+    from ``AIRFLOW_CONN_*`` in the CLI), reach it through its environment, never its command line.
+
     spark-submit runs in a session of its own so that ``on_start``'s caller (Airflow's
     ``on_kill``) can stop it with its driver JVM and Python workers as one process group; for the
     same reason a Ctrl-C no longer reaches it from the terminal, so leaving here any other way
     than its exit stops that group.
     """
     argv = submit_command(spec.path, checkpoint_id, spark_master(spec), spec.spark.conf, spec.replay_of is not None)
+    job_env = {**(os.environ if env is None else env), **connection_env(
+        [spec.source.kafka_conn_id, spec.sink.kafka_conn_id, spec.checkpoints.aws_conn_id])}
     started = time.monotonic()
     log.info("checkpoint %d: spark-submit %s", checkpoint_id, " ".join(argv[1:3]))
-    proc = subprocess.Popen(argv, env=job_environment(os.environ if env is None else env), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, env=job_environment(job_env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
     last, cause = "", None
     try:

@@ -7,7 +7,6 @@ out; it is the last line of the task log.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -212,9 +211,8 @@ class LockstepRunOperator(_LockstepOperator):
         spec = load_spec(self.spec_path)
         checkpoint_id = _planned_checkpoint(context)
         self._link(spec.name, checkpoint_id)
-        env = {**os.environ, **_connection_env(spec)}
         try:
-            seconds = run_checkpoint(spec, checkpoint_id, checkpoint_store(spec), env=env, on_start=self._started)
+            seconds = run_checkpoint(spec, checkpoint_id, checkpoint_store(spec), on_start=self._started)
         except LockstepError as exc:
             raise _loud("run", spec.name, checkpoint_id, exc, context) from exc
         log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
@@ -228,20 +226,6 @@ class LockstepRunOperator(_LockstepOperator):
         if self._proc is not None and self._proc.poll() is None:
             log.warning("stopping spark-submit (pid %d) and its driver", self._proc.pid)
             os.killpg(self._proc.pid, signal.SIGKILL)
-
-
-def _connection_env(spec: Any) -> dict[str, str]:
-    """Hand the job (which has no Airflow) its connections the way Airflow reads env connections."""
-    from lockstep.connections import get_connection
-
-    env: dict[str, str] = {}
-    for conn_id in {spec.source.kafka_conn_id, spec.sink.kafka_conn_id, spec.checkpoints.aws_conn_id}:
-        c = get_connection(conn_id)
-        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
-            {"conn_type": c.conn_type, "host": c.host, "login": c.login, "password": c.password, "extra": c.extra})
-    if os.environ.get("LOCKSTEP_FAILPOINTS"):
-        env["LOCKSTEP_FAILPOINTS"] = os.environ["LOCKSTEP_FAILPOINTS"]
-    return env
 
 
 class LockstepCommitOperator(_LockstepOperator):

@@ -19,6 +19,19 @@ transactions: {id_prefix: tx}
 """
 
 
+KAFKA = {"conn_type": "kafka", "host": None, "login": None, "password": None, "port": None,
+         "extra": {"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                   "sasl.username": "u", "sasl.password": "kafka-secret-1"}}
+S3 = {"conn_type": "aws", "host": None, "login": "key", "password": "s3-secret-1", "port": None,
+      "extra": {"endpoint_url": "http://s3:9000"}}
+
+
+@pytest.fixture
+def connections(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(KAFKA))
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(S3))
+
+
 @pytest.fixture
 def spec_file(tmp_path: Path):
     def write(master: str | None):
@@ -51,7 +64,27 @@ def test_connection_master_reads_host_and_port_like_the_spark_provider():
     assert connection_master(None, None) == "local[*]"
 
 
-def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_file, monkeypatch):
+def test_the_job_gets_the_specs_connections_in_its_environment_not_its_command_line(spec_file, connections,
+                                                                                      monkeypatch, tmp_path):
+    """The CLI and the Airflow run task hand the job (which has no Airflow) the connections they
+    resolved, in the form the job's connection lookup reads first."""
+    from lockstep import launcher
+
+    out = tmp_path / "env.json"
+    argv: list[list[str]] = []
+
+    def command(*args):
+        argv.append(["bash", "-c", f"printenv AIRFLOW_CONN_KAFKA_DEFAULT AIRFLOW_CONN_AWS_DEFAULT > {out}"])
+        return argv[-1]
+
+    monkeypatch.setattr(launcher, "submit_command", command)
+    launcher.run_spark_job(spec_file("local[1]"), 7, env={"PATH": "/usr/bin:/bin"})
+    kafka, s3 = (json.loads(line) for line in out.read_text().splitlines())
+    assert (kafka, s3) == (KAFKA, S3)
+    assert not any("secret" in a for a in argv[0])
+
+
+def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_file, connections, monkeypatch):
     """spark-submit runs in its own session (for Airflow's on_kill), so a Ctrl-C would not reach it:
     an interrupted run step must stop the whole group itself."""
     import os
