@@ -86,7 +86,7 @@ browser:
 	bash scripts/install-chromium.sh
 
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.
 demo: setup
