@@ -115,11 +115,6 @@ def test_prepared_then_completed_reads_back_and_moves_the_pointer(store: Checkpo
     assert json.loads(s3.body(BUCKET, f"{ROOT}/latest-completed.json"))["checkpoint_id"] == 1
 
 
-def test_prepared_metadata_needs_a_claim(store: CheckpointStore):
-    with pytest.raises(CheckpointError, match="has no claim"):
-        store.write_prepared(prepared_of(1))
-
-
 def test_prepared_metadata_is_written_once_an_identical_rewrite_is_harmless_a_different_one_refused(
         store: CheckpointStore):
     store.claim(claim_of(1))
@@ -130,39 +125,37 @@ def test_prepared_metadata_is_written_once_an_identical_rewrite_is_harmless_a_di
     assert store.view(1).prepared.records_out == 20
 
 
-def test_a_claimed_checkpoint_cannot_complete(store: CheckpointStore):
-    store.claim(claim_of(1))
-    with pytest.raises(CheckpointError, match="is not prepared"):
-        store.mark_completed(completed_of(1))
-    assert store.view(1).status is CheckpointStatus.CLAIMED
-    assert store.latest_completed() is None
+STEPS = {
+    "claim": lambda store: store.claim(claim_of(1)),
+    "prepare": lambda store: store.write_prepared(prepared_of(1)),
+    "complete": lambda store: store.mark_completed(completed_of(1)),
+    "abort": lambda store: store.mark_aborted(aborted_of(1, "its run died")),
+}
+#: (steps taken, the step refused, what the refusal says, the status that stays)
+REFUSED = {
+    "prepare without a claim": ((), "prepare", "has no claim", None),
+    "complete a claimed one": (("claim",), "complete", "is not prepared", CheckpointStatus.CLAIMED),
+    "prepare an aborted one": (("claim", "abort"), "prepare", "was aborted", CheckpointStatus.ABORTED),
+    "complete an aborted one": (("claim", "abort"), "complete", "was aborted", CheckpointStatus.ABORTED),
+    "complete one aborted after it was prepared": (("claim", "prepare", "abort"), "complete",
+                                                   r"was aborted \(its run died\)", CheckpointStatus.ABORTED),
+    "abort a completed one": (("claim", "prepare", "complete"), "abort", "never moves backward",
+                              CheckpointStatus.COMPLETED),
+}
 
 
-def test_an_aborted_checkpoint_can_neither_be_prepared_nor_complete(store: CheckpointStore):
-    store.claim(claim_of(1))
-    store.mark_aborted(aborted_of(1))
-    with pytest.raises(CheckpointError, match="was aborted"):
-        store.write_prepared(prepared_of(1))
-    with pytest.raises(CheckpointError, match="was aborted"):
-        store.mark_completed(completed_of(1))
-    assert store.view(1).status is CheckpointStatus.ABORTED
-    assert store.latest_completed() is None
-
-
-def test_a_prepared_checkpoint_aborted_first_cannot_complete_afterwards(store: CheckpointStore):
-    store.claim(claim_of(1))
-    store.write_prepared(prepared_of(1))
-    store.mark_aborted(aborted_of(1, "transaction tx-1-0 timed out"))
-    with pytest.raises(CheckpointError, match=r"was aborted \(transaction tx-1-0 timed out\)"):
-        store.mark_completed(completed_of(1))
-    assert store.view(1).aborted.reason == "transaction tx-1-0 timed out"
-
-
-def test_a_completed_checkpoint_never_moves_back_to_aborted(store: CheckpointStore, s3: FakeS3):
-    completed(store, 1)
-    with pytest.raises(CheckpointError, match="never moves backward"):
-        store.mark_aborted(aborted_of(1))
-    assert stored(s3, 1, "outcome")["schema"] == completed_of(1).to_json()["schema"]
+@pytest.mark.parametrize("steps, refused, message, stays", REFUSED.values(), ids=REFUSED.keys())
+def test_status_only_moves_forward(store: CheckpointStore, steps, refused, message, stays):
+    for step in steps:
+        STEPS[step](store)
+    before = store.view(1)
+    with pytest.raises(CheckpointError, match=message):
+        STEPS[refused](store)
+    after = store.view(1)
+    assert after == before
+    assert (after.status if after else None) is stays
+    latest = store.latest_completed()
+    assert (latest.checkpoint_id if latest else None) == (1 if stays is CheckpointStatus.COMPLETED else None)
 
 
 def test_aborting_twice_keeps_the_first_reason(store: CheckpointStore):
