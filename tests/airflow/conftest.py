@@ -24,6 +24,8 @@ import httpx
 import pytest
 import yaml
 
+from ..support.pipelines import PipelineUnderTest
+
 T = TypeVar("T")
 USERNAME = "admin"
 
@@ -63,23 +65,24 @@ class AirflowServer:
     pipelines_dir: Path
     _token: str | None = field(default=None, repr=False)
 
+    def rest(self) -> Any:
+        """Lockstep's own REST client (``lockstep.airflow_client``), logged in as the admin."""
+        from lockstep.airflow_client import AirflowClient
+
+        return AirflowClient(self.url, self.username, self.password)
+
     def token(self, refresh: bool = False) -> str:
         """A JWT for the admin user from ``POST /auth/token`` (valid 24 h; cached)."""
         if self._token is None or refresh:
-            self._token = self.login(self.username, self.password)
+            self._token = self.rest().token
         return self._token
-
-    def login(self, username: str, password: str) -> str:
-        resp = httpx.post(f"{self.url}/auth/token", json={"username": username, "password": password}, timeout=30)
-        if resp.status_code not in (200, 201):
-            raise AssertionError(f"POST /auth/token as {username!r} -> {resp.status_code}: {resp.text}")
-        return resp.json()["access_token"]
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token()}"}
 
     def client(self, authenticated: bool = True, timeout: float = 60.0) -> httpx.Client:
-        """An httpx client on the base url; with the admin's bearer token unless ``authenticated=False``."""
+        """An httpx client on the base url; with the admin's bearer token unless ``authenticated=False``.
+        For tests that assert on raw responses (status codes, pages); API calls go through ``rest()``."""
         return httpx.Client(base_url=self.url, headers=self.headers() if authenticated else {}, timeout=timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -105,19 +108,9 @@ class AirflowServer:
                      kafka_conn_id: str = "kafka_default", aws_conn_id: str = "aws_default",
                      master: str = "local[2]") -> Any:
         """A manual-only pipeline of fresh topics, its spec where Airflow reads specs from."""
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        from ..integration.engine_helpers import PipelineUnderTest
-
         unique = uuid.uuid4().hex[:8]
         name = f"{kind}-{unique}"
-        p = PipelineUnderTest(name, self.pipelines_dir / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
-                              f"dlq-{unique}", f"tx-{unique}")
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for future in admin.create_topics([NewTopic(p.source, partitions, replication),
-                                           NewTopic(p.sink, partitions, replication),
-                                           NewTopic(p.dead_letters, 1, replication)]).values():
-            future.result(timeout=30)
+        p = PipelineUnderTest.create(self.pipelines_dir, bootstrap, name, unique, partitions, replication)
         self.write_spec({
             "name": name,
             "source": {"topics": [p.source], "kafka_conn_id": kafka_conn_id},
@@ -132,21 +125,15 @@ class AirflowServer:
 
     def client_for(self, *dag_ids: str) -> Any:
         """A REST client, once these DAGs are parsed, with them unpaused."""
-        from lockstep.airflow_client import AirflowClient
-
-        client = AirflowClient(self.url, self.username, self.password)
+        client = self.rest()
         for dag_id in dag_ids:
             client.wait_for_dag(dag_id)
             client.unpause(dag_id)
         return client
 
-    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> None:
         """Wait until the dag-processor has parsed ``dag_id`` (refresh interval is 10 s)."""
-        def found() -> dict[str, Any] | None:
-            resp = self.get(f"/api/v2/dags/{dag_id}")
-            return resp.json() if resp.status_code == 200 else None
-
-        return wait_for(found, f"DAG {dag_id} to be parsed by Airflow ({self.log_file})", timeout, 2.0)
+        self.rest().wait_for_dag(dag_id, timeout)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -30,6 +30,7 @@ from lockstep.checkpoint import (
 from lockstep.offsets import OffsetRange, TopicPartition
 from lockstep.paths import project_root
 
+from ..support.topics import create_topics
 from .browser import Browser, chromium_binary
 
 PAGE = "/lockstep/"
@@ -66,14 +67,11 @@ def _prepared(name: str, checkpoint_id: int, out_topic: str, records_in: int, de
 
 def _seed_kafka(bootstrap: str, topic: str, group: str) -> None:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from lockstep import topics
     from lockstep.connections import kafka_config
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-        future.result(timeout=30)
+    create_topics(bootstrap, {topic: 2})
     producer = Producer({"bootstrap.servers": bootstrap})
     for partition, count in ((0, 30), (1, 15)):
         for i in range(count):

@@ -8,7 +8,8 @@ import pytest
 from lockstep.airflow_client import AirflowClient
 from lockstep.checkpoint import CheckpointStatus
 
-from ..integration.engine_helpers import open_transactions, produce_orders, store, verify
+from ..integration.engine_helpers import open_transactions, store, verify
+from ..support.data import produce_orders
 from .conftest import CLUSTER_AWS, CLUSTER_KAFKA
 from .test_pipeline_dag import explain, run_dag
 

@@ -11,8 +11,8 @@ from lockstep.checkpoint import CheckpointStatus
 
 from lockstep_airflow.run_notes import origin
 
-from ..integration.engine_helpers import MALFORMED_EVERY, open_transactions, produce_orders, read_committed
-from ..integration.engine_helpers import store, verify
+from ..integration.engine_helpers import open_transactions, store, verify
+from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
 from .conftest import wait_for
 
 

@@ -15,7 +15,8 @@ import pytest
 from lockstep.paths import project_root
 from lockstep_airflow.links import checkpoint_url, dag_run_url, task_url
 
-from ..integration.engine_helpers import produce_orders, store
+from ..integration.engine_helpers import store
+from ..support.data import produce_orders
 from .browser import Browser, chromium_binary
 from .conftest import wait_for
 from .test_pipeline_dag import DOWNSTREAM, downstream_on, explain, note, run_dag

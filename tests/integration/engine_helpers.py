@@ -1,44 +1,20 @@
-"""Shared helpers for engine tests: a throwaway pipeline on the session platform,
-input data, the real CLI as a subprocess, and broker-side checks."""
+"""Shared helpers for engine tests: a throwaway pipeline on the session platform, the real CLI
+as a subprocess, and broker-side checks. Topics, input data and the read_committed reader are in
+tests/support, shared with the Airflow tests."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+
+from tests.support.pipelines import PipelineUnderTest
 
 LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
-MALFORMED_EVERY = 10  # every 10th input record is not valid JSON
-
-
-@dataclass
-class PipelineUnderTest:
-    name: str
-    spec_path: Path
-    bootstrap: str
-    source: str
-    sink: str
-    dead_letters: str
-    prefix: str
-
-    def spec(self):
-        from lockstep.spec import load_spec
-
-        return load_spec(self.spec_path)
-
-    def rewrite(self, **changes: dict) -> None:
-        """Edit sections of the spec file (e.g. raise the transaction timeout)."""
-        doc = yaml.safe_load(self.spec_path.read_text())
-        for section, values in changes.items():
-            doc[section].update(values)
-        self.spec_path.write_text(yaml.safe_dump(doc))
 
 
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
@@ -47,13 +23,7 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
                   master: str | None = "local[2]") -> PipelineUnderTest:
     """A pipeline of fresh topics; ``master=None`` leaves the Spark master to the spark_default connection."""
     name = f"t-{unique}"
-    pipeline = PipelineUnderTest(name, tmp_path / f"{name}.yaml", bootstrap, f"in-{unique}", f"out-{unique}",
-                            f"dlq-{unique}", f"tx-{unique}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(pipeline.source, partitions, replication), NewTopic(pipeline.sink, partitions, replication),
-              NewTopic(pipeline.dead_letters, 1, replication)]
-    for future in admin.create_topics(topics).values():
-        future.result(timeout=30)
+    pipeline = PipelineUnderTest.create(tmp_path, bootstrap, name, unique, partitions, replication)
     spec = {
         "name": name,
         "source": {"topics": [pipeline.source]},
@@ -66,23 +36,6 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
     }
     pipeline.spec_path.write_text(yaml.safe_dump(spec))
     return pipeline
-
-
-def produce_orders(pipeline: PipelineUnderTest, count: int, start: int = 0, timestamp_ms: int | None = None) -> None:
-    """``count`` orders spread over every partition; every 10th one malformed; with ``timestamp_ms``
-    every record carries that timestamp instead of the time it was produced."""
-    producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
-    partitions = len(AdminClient({"bootstrap.servers": pipeline.bootstrap}).list_topics(pipeline.source, timeout=10)
-                     .topics[pipeline.source].partitions)
-    for i in range(start, start + count):
-        if i % MALFORMED_EVERY == 0:
-            value = f"not json {i}"
-        else:
-            value = json.dumps({"order_id": f"o{i}", "customer": f"c{i % 7}", "amount": (i % 300) + 0.5,
-                                "currency": "EUR"})
-        producer.produce(pipeline.source, value.encode(), partition=i % partitions,
-                         **({"timestamp": timestamp_ms} if timestamp_ms is not None else {}))
-    producer.flush(30)
 
 
 def lockstep(*args: str, failpoints: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -110,27 +63,6 @@ def open_transactions(pipeline: PipelineUnderTest) -> list[str]:
 
     with TransactionCommitter(pipeline.bootstrap) as committer:
         return committer.list_open(f"{pipeline.prefix}-")
-
-
-def read_committed(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
-    """Every record of ``topic`` a read_committed consumer sees, up to the last stable offset."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        remaining, records = set(parts), []
-        deadline = time.monotonic() + timeout
-        while remaining:
-            assert time.monotonic() < deadline, f"reading {topic}: partitions {remaining} never reached their end"
-            for msg in consumer.consume(500, timeout=1):
-                if msg.error():
-                    remaining.discard(msg.partition())
-                else:
-                    records.append(msg)
-        return records
-    finally:
-        consumer.close()
 
 
 def store(pipeline: PipelineUnderTest):

@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from lockstep.sparkjob import ERROR_HEADER, ORIGINAL_SIZE_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
-from .engine_helpers import make_pipeline, open_transactions, read_committed, run, verify
+from ..support.data import read_committed
+from .engine_helpers import make_pipeline, open_transactions, run, verify
 
 SINK_LIMIT, DEAD_LETTER_LIMIT = 2000, 3000
 NORMAL = 20

@@ -17,10 +17,9 @@ import pytest
 from lockstep.checkpoint import CheckpointStatus
 from lockstep.failpoints import CRASH_EXIT_CODE
 
-from .engine_helpers import (
-    LOCKSTEP, PipelineUnderTest, lockstep, make_pipeline, open_transactions, produce_orders, read_committed, run,
-    store, verify,
-)
+from ..support.data import produce_orders, read_committed
+from ..support.pipelines import PipelineUnderTest
+from .engine_helpers import LOCKSTEP, lockstep, make_pipeline, open_transactions, run, store, verify
 
 pytestmark = pytest.mark.cluster
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ..support.data import order
+from ..support.topics import create_topics
 from .engine_helpers import LOCKSTEP
 
 pytestmark = pytest.mark.cluster
@@ -28,14 +30,8 @@ RECORDS, PARTITIONS = 300, 3
 
 def secure_topics(extras: dict, unique: str) -> tuple[str, str, str]:
     """Source, sink and dead-letter topics, replication factor 3, created through the SASL_SSL listener."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     names = (f"sec-in-{unique}", f"sec-out-{unique}", f"sec-dlq-{unique}")
-    admin = AdminClient(extras)
-    futures = admin.create_topics([NewTopic(names[0], PARTITIONS, 3), NewTopic(names[1], PARTITIONS, 3),
-                                   NewTopic(names[2], 1, 3)])
-    for future in futures.values():
-        future.result(timeout=30)
+    create_topics(extras, {names[0]: PARTITIONS, names[1]: PARTITIONS, names[2]: 1}, replication=3)
     return names
 
 
@@ -44,9 +40,7 @@ def produce(extras: dict, topic: str, count: int) -> None:
 
     producer = Producer({**extras, "linger.ms": 5})
     for i in range(count):
-        value = f"not json {i}" if i % 10 == 0 else json.dumps(
-            {"order_id": f"o{i}", "customer": f"c{i % 7}", "amount": i + 0.5, "currency": "EUR"})
-        producer.produce(topic, value.encode(), partition=i % PARTITIONS)
+        producer.produce(topic, order(i), partition=i % PARTITIONS)
     assert producer.flush(30) == 0
 
 

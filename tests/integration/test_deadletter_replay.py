@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 
 from lockstep.sparkjob import REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
-from .engine_helpers import MALFORMED_EVERY, lockstep, make_pipeline, produce_orders, read_committed, run
+from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
+from .engine_helpers import lockstep, make_pipeline, run
 
 ORDERS, NEGATIVE = 40, 2  # 40 orders (every 10th malformed) and 2 orders with a negative amount
 FIXED = "lockstep_examples.orders:enrich_accepting_text"

@@ -9,9 +9,9 @@ import pytest
 from lockstep.checkpoint import CheckpointStatus
 from lockstep.sparkjob import ERROR_HEADER
 
-from .engine_helpers import (
-    MALFORMED_EVERY, group_offsets, make_pipeline, open_transactions, produce_orders, read_committed, run, store, verify,
-)
+from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
+from ..support.topics import create_topics
+from .engine_helpers import group_offsets, make_pipeline, open_transactions, run, store, verify
 
 
 def completed_views(pipeline):
@@ -312,8 +312,6 @@ def test_a_prefix_and_sink_topic_edited_while_a_checkpoint_is_in_flight(tmp_path
     """Issue 10: the claim pins what a checkpoint was planned with. A spec edited after its Spark
     tasks left their transactions open does not strand them: recovery fences them under the prefix
     they were written with, and the edit takes effect from the next checkpoint, exactly once."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
     produce_orders(pipeline, 40)
     crashed = run(pipeline, failpoints="job.before_prepared=crash")
@@ -322,9 +320,7 @@ def test_a_prefix_and_sink_topic_edited_while_a_checkpoint_is_in_flight(tmp_path
     assert open_transactions(pipeline), "the crashed run's Spark tasks should have left transactions open"
 
     new_prefix, new_sink = f"tx2-{unique}", f"out2-{unique}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept referenced: a destroyed client fails its futures
-    for future in admin.create_topics([NewTopic(new_sink, 2, 1)]).values():
-        future.result(timeout=30)
+    create_topics(bootstrap, {new_sink: 2})
     pipeline.rewrite(transactions={"id_prefix": new_prefix}, sink={"topic": new_sink})
     result = run(pipeline)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -7,7 +7,8 @@ import pytest
 from lockstep.checkpoint import CheckpointStatus
 from lockstep.failpoints import CRASH_EXIT_CODE, FAILPOINTS
 
-from .engine_helpers import make_pipeline, open_transactions, produce_orders, run, store, verify
+from ..support.data import produce_orders
+from .engine_helpers import make_pipeline, open_transactions, run, store, verify
 
 
 @pytest.mark.parametrize("name", list(FAILPOINTS))

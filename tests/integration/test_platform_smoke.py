@@ -4,13 +4,12 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from ..support.topics import create_topics
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(timeout=30)
+    create_topics(bootstrap, {name: partitions})
 
 
 def read_all(bootstrap: str, topic: str, isolation: str, expected_end_wait: float = 10.0) -> list[bytes]:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.engine_helpers import make_pipeline, produce_orders, run, store
+from tests.integration.engine_helpers import make_pipeline, run, store
+from tests.support.data import produce_orders
 
 pytestmark = pytest.mark.integration
 

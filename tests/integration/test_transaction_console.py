@@ -16,7 +16,8 @@ from lockstep.committer import TransactionCommitter
 from lockstep.decisions import cli_run_id
 from lockstep.failpoints import CRASH_EXIT_CODE
 
-from .engine_helpers import lockstep, make_pipeline, open_transactions, produce_orders, run, store, verify
+from ..support.data import produce_orders
+from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify
 
 
 def _console(pipeline, *args: str) -> dict:

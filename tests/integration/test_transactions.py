@@ -16,7 +16,6 @@ from typing import TypeVar
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from lockstep.checkpoint import PreparedTransaction
 from lockstep.committer import (
@@ -25,6 +24,8 @@ from lockstep.committer import (
     TransactionStateError,
 )
 from lockstep.transactions import RecordRejectedError, TransactionalWriter
+
+from ..support.topics import create_topics
 
 T = TypeVar("T")
 
@@ -44,10 +45,7 @@ print(json.dumps(prepared.to_json() if prepared else None))
 
 # ---- helpers -------------------------------------------------------------------------------------
 def create_topic(bootstrap: str, name: str, partitions: int = 2, config: dict[str, str] | None = None) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1, config=config or {})]).values():
-        future.result(timeout=30)
-    return name
+    return create_topics(bootstrap, {name: partitions}, config=config)[0]
 
 
 def prepare_in_subprocess(bootstrap: str, tid: str, topic: str, count: int,

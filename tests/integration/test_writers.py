@@ -10,9 +10,8 @@ import pytest
 
 from lockstep.sparkjob import CHECKPOINT_HEADER, ERROR_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
-from .engine_helpers import (
-    MALFORMED_EVERY, make_pipeline, open_transactions, produce_orders, read_committed, run, store, verify,
-)
+from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
+from .engine_helpers import make_pipeline, open_transactions, run, store, verify
 
 RECORDS = 120
 

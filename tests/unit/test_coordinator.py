@@ -1,0 +1,296 @@
+"""The coordinator's plan, recover and commit against in-memory fakes: the checkpoint store over a
+fake S3 client, a fake source cluster (partitions, offsets, consumer groups) and a fake transaction
+coordinator (tests/support). Each test asserts on what ends up in the store, in the consumer group
+and in the transaction table, never on the order of calls."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep import coordinator
+from lockstep.checkpoint import CheckpointStatus, RunFailure
+from lockstep.errors import CheckpointError, TerminalError
+
+from tests.support.fake_kafka import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING
+from tests.support.fake_pipeline import PREFIX, SOURCE, FakeWorld, fake_world, spec
+
+
+def dead(run_id: str) -> bool:
+    return False
+
+
+def alive(run_id: str) -> bool:
+    return True
+
+
+@pytest.fixture
+def world(monkeypatch) -> FakeWorld:
+    w = fake_world(monkeypatch, partitions=2)
+    w.source.produce(SOURCE, 0, 30)
+    w.source.produce(SOURCE, 1, 20)
+    return w
+
+
+def starts(plan: coordinator.Plan) -> dict[str, int]:
+    return {r.tp.key: r.start for r in plan.claim.ranges}
+
+
+def ends(plan: coordinator.Plan) -> dict[str, int]:
+    return {r.tp.key: r.end for r in plan.claim.ranges}
+
+
+def status(w: FakeWorld, checkpoint_id: int) -> CheckpointStatus:
+    return w.store.view(checkpoint_id).status
+
+
+def complete(w: FakeWorld, run_id: str) -> coordinator.Plan:
+    plan = coordinator.plan(w.pipeline, run_id, run_alive=dead)
+    w.prepare(plan)
+    coordinator.commit(w.pipeline, plan.claim.checkpoint_id)
+    return plan
+
+
+# ---- plan ------------------------------------------------------------------------------------------
+def test_the_first_checkpoint_starts_at_the_log_start_without_group_offsets(world: FakeWorld):
+    world.source.delete_records(SOURCE, 0, 5)
+    plan = coordinator.plan(world.pipeline, "run-1")
+    assert plan.claim.checkpoint_id == 1
+    assert plan.claim.start_source == "earliest"
+    assert starts(plan) == {f"{SOURCE}:0": 5, f"{SOURCE}:1": 0}
+    assert ends(plan) == {f"{SOURCE}:0": 30, f"{SOURCE}:1": 20}
+    assert world.store.view(1).claim == plan.claim
+
+
+def test_the_first_checkpoint_starts_at_the_consumer_groups_offsets(world: FakeWorld):
+    world.source.groups["lockstep-orders"] = {(SOURCE, 0): 12, (SOURCE, 1): 20}
+    plan = coordinator.plan(world.pipeline, "run-1")
+    assert plan.claim.start_source == "group"
+    assert starts(plan) == {f"{SOURCE}:0": 12, f"{SOURCE}:1": 20}
+    assert plan.range_plan.total_records == 18
+
+
+def test_the_record_budget_caps_a_checkpoint_and_leaves_the_rest_for_the_next(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1", max_records=10)
+    assert plan.range_plan.total_records == 10
+    assert world.store.view(1).claim.ranges == plan.claim.ranges
+
+
+def test_the_next_checkpoint_starts_where_the_previous_completed_one_ended(world: FakeWorld):
+    first = complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 7)
+    second = coordinator.plan(world.pipeline, "run-2")
+    assert second.claim.checkpoint_id == 2
+    assert second.claim.start_source == "checkpoint:1"
+    assert starts(second) == ends(first)
+    assert ends(second) == {f"{SOURCE}:0": 37, f"{SOURCE}:1": 20}
+
+
+def test_a_claimed_checkpoint_whose_run_died_is_fenced_aborted_and_replayed(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    tids = world.start(first)  # the Spark run opened its transactions, then died
+    second = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    assert status(world, 1) is CheckpointStatus.ABORTED
+    assert "its transactions were fenced" in world.store.view(1).aborted.reason
+    assert {tid: world.committer.state(tid) for tid in tids} == {tid: EMPTY for tid in tids}
+    assert world.committer.committed == []
+    assert second.claim.checkpoint_id == 2
+    assert second.claim.ranges == first.claim.ranges  # nothing was committed: read again
+
+
+def test_planning_is_refused_while_the_run_owning_a_checkpoint_is_alive(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    tids = world.start(first)
+    with pytest.raises(coordinator.CheckpointInFlight, match="its run run-1 is still running"):
+        coordinator.plan(world.pipeline, "run-2", run_alive=alive)
+    assert status(world, 1) is CheckpointStatus.CLAIMED
+    assert [world.committer.state(t) for t in tids] == [ONGOING] * len(tids)
+    assert list(world.store.checkpoint_ids()) == [1]
+
+
+def test_a_prepared_checkpoint_is_rolled_forward_before_the_next_is_planned(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    prepared = world.prepare(first)  # the commit task never ran
+    second = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    assert status(world, 1) is CheckpointStatus.COMPLETED
+    assert sorted(world.committer.committed) == sorted(t.transactional_id for t in prepared.transactions)
+    assert second.claim.start_source == "checkpoint:1"
+    assert starts(second) == ends(first)
+
+
+def test_restore_from_a_savepoint_starts_at_its_offsets_and_says_what_is_written_again(world: FakeWorld):
+    first = complete(world, "run-1")
+    world.store.create_savepoint("nightly", 1, "2026-01-01T00:00:00+00:00")
+    world.source.produce(SOURCE, 0, 10)
+    complete(world, "run-2")
+    world.source.produce(SOURCE, 1, 5)
+    restored = coordinator.plan(world.pipeline, "run-3", restore="nightly")
+    assert restored.claim.restored_from == "nightly"
+    assert restored.claim.start_source == "savepoint:nightly"
+    assert starts(restored) == ends(first)
+    assert restored.restore_summary == {"re_emitted": 10, "new": 5}  # checkpoint 2's records again, then new ones
+
+
+def test_a_restore_from_a_missing_savepoint_claims_nothing(world: FakeWorld):
+    complete(world, "run-1")
+    with pytest.raises(TerminalError, match="savepoint 'nope' not found"):
+        coordinator.plan(world.pipeline, "run-2", restore="nope")
+    assert list(world.store.checkpoint_ids()) == [1]
+
+
+def test_an_empty_checkpoint_claims_empty_ranges_and_completes_without_transactions(world: FakeWorld):
+    first = complete(world, "run-1")
+    empty = coordinator.plan(world.pipeline, "run-2")
+    assert empty.range_plan.total_records == 0
+    assert empty.claim.task_count == 0
+    assert starts(empty) == ends(empty) == ends(first)
+    world.prepare(empty)
+    outcome = coordinator.commit(world.pipeline, 2)
+    assert outcome.committed == ()
+    assert status(world, 2) is CheckpointStatus.COMPLETED
+    assert world.store.latest_completed().checkpoint_id == 2
+
+
+def test_a_dry_run_claims_nothing_and_keeps_its_plan(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1", dry_run=True)
+    assert list(world.store.checkpoint_ids()) == []
+    assert world.store.last_dry_run() == plan.claim
+
+
+# ---- recover ---------------------------------------------------------------------------------------
+def test_recovery_of_a_clean_history_changes_nothing(world: FakeWorld):
+    complete(world, "run-1")
+    before = dict(world.s3.objects)
+    coordinator.recover(world.pipeline)
+    assert world.s3.objects == before
+    assert world.committer.fenced == []
+
+
+def test_recovery_fences_open_ids_under_our_prefix_that_no_prepared_checkpoint_owns(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    world.start(first)
+    stray = f"{PREFIX}-1-7"  # an id of a task index above this claim's (an earlier, wider attempt)
+    foreign = "tx-payments-1-0"  # another pipeline's, not under our prefix
+    world.committer.begin(stray)
+    world.committer.begin(foreign)
+    facts = coordinator.recovery_facts(world.pipeline)
+    assert stray in facts.open_here and foreign not in facts.open_here
+    coordinator.carry_out(world.pipeline, facts.plan(world.pipeline.spec))
+    assert world.committer.state(stray) == EMPTY
+    assert world.committer.state(foreign) == ONGOING
+    assert status(world, 1) is CheckpointStatus.ABORTED
+
+
+def test_recovery_keeps_the_transactions_of_a_prepared_checkpoint_and_commits_them(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    prepared = world.prepare(first)
+    coordinator.recover(world.pipeline)
+    assert world.committer.fenced == []
+    assert {world.committer.state(t.transactional_id) for t in prepared.transactions} == {COMPLETE_COMMIT}
+    assert status(world, 1) is CheckpointStatus.COMPLETED
+
+
+def test_an_aborted_checkpoint_records_its_runs_failure_as_the_reason(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    world.start(first)
+    world.store.record_run_failure(RunFailure("orders", 1, "2026-01-01T00:00:00+00:00", "ZeroDivisionError in enrich"))
+    coordinator.recover(world.pipeline)
+    assert world.store.view(1).aborted.reason.startswith("its Spark run failed: ZeroDivisionError in enrich")
+
+
+def test_a_prepared_checkpoint_that_cannot_be_rolled_forward_is_aborted_and_replayed(world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    world.prepare(first)
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)  # the broker times them out
+    second = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    assert status(world, 1) is CheckpointStatus.ABORTED
+    assert "timed out" in world.store.view(1).aborted.reason
+    assert world.committer.committed == []
+    assert second.claim.ranges == first.claim.ranges
+
+
+# ---- commit ----------------------------------------------------------------------------------------
+def test_commit_commits_every_transaction_marks_completed_and_publishes_offsets(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    prepared = world.prepare(plan)
+    outcome = coordinator.commit(world.pipeline, 1)
+    tids = [t.transactional_id for t in prepared.transactions]
+    assert len(tids) == 2
+    assert sorted(world.committer.committed) == sorted(tids)
+    assert {world.committer.state(t) for t in tids} == {COMPLETE_COMMIT}
+    assert outcome.status is CheckpointStatus.COMPLETED and sorted(outcome.committed) == sorted(tids)
+    view = world.store.view(1)
+    assert view.status is CheckpointStatus.COMPLETED
+    assert dict(view.completed.end_offsets) == ends(plan)
+    assert world.source.group_offsets("lockstep-orders") == ends(plan)
+
+
+def test_commit_is_idempotent(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    world.prepare(plan)
+    first = coordinator.commit(world.pipeline, 1)
+    stored = dict(world.s3.objects)
+    again = coordinator.commit(world.pipeline, 1)
+    assert again.status is CheckpointStatus.COMPLETED and again.committed == first.committed
+    assert len(world.committer.committed) == 2
+    assert world.s3.objects == stored
+    assert world.source.group_offsets("lockstep-orders") == ends(plan)
+
+
+def test_commit_after_a_lost_group_commit_publishes_the_offsets_again(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    world.prepare(plan)
+    coordinator.commit(world.pipeline, 1)
+    world.source.groups.clear()
+    coordinator.commit(world.pipeline, 1)
+    assert world.source.group_offsets("lockstep-orders") == ends(plan)
+
+
+def test_a_fenced_transaction_aborts_the_whole_checkpoint(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    prepared = world.prepare(plan)
+    fenced, other = (t.transactional_id for t in prepared.transactions)
+    world.committer.begin(fenced)  # a later attempt of the task re-initialised the id
+    with pytest.raises(CheckpointError, match=f"aborted: .*transaction {fenced} was fenced"):
+        coordinator.commit(world.pipeline, 1)
+    assert world.committer.committed == []
+    assert world.committer.state(other) == EMPTY  # fenced too: all or nothing
+    assert status(world, 1) is CheckpointStatus.ABORTED
+    assert world.source.group_offsets("lockstep-orders") == {}
+
+
+def test_a_transaction_the_broker_timed_out_aborts_the_checkpoint(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    prepared = world.prepare(plan)
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)
+    with pytest.raises(CheckpointError, match="the broker aborted it"):
+        coordinator.commit(world.pipeline, 1)
+    assert world.committer.committed == []
+    assert {world.committer.state(t.transactional_id) for t in prepared.transactions} <= {EMPTY, COMPLETE_ABORT}
+    assert status(world, 1) is CheckpointStatus.ABORTED
+
+
+def test_commit_refuses_a_checkpoint_that_was_not_prepared(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    tids = world.start(plan)
+    with pytest.raises(CheckpointError, match="is not prepared"):
+        coordinator.commit(world.pipeline, 1)
+    assert world.committer.committed == []
+    assert [world.committer.state(t) for t in tids] == [ONGOING] * len(tids)
+    assert status(world, 1) is CheckpointStatus.CLAIMED
+
+
+def test_commit_of_an_aborted_checkpoint_says_how_it_is_replayed(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    world.start(plan)
+    coordinator.recover(world.pipeline)
+    with pytest.raises(CheckpointError, match="was aborted earlier"):
+        coordinator.commit(world.pipeline, 1)
+    assert status(world, 1) is CheckpointStatus.ABORTED
+
+
+def test_commit_applies_retention(monkeypatch):
+    w = fake_world(monkeypatch, spec(checkpoints={"retain": 1}), partitions=1)
+    for n in range(3):
+        w.source.produce(SOURCE, 0, 5)
+        complete(w, f"run-{n}")
+    assert list(w.store.checkpoint_ids()) == [3]
+    assert w.store.latest_completed().checkpoint_id == 3
