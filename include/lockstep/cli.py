@@ -8,7 +8,7 @@ import shlex
 import sys
 from typing import Sequence
 
-from lockstep.dev.procs import PlatformError
+from lockstep_dev.procs import PlatformError
 from lockstep.errors import LockstepError
 
 
@@ -37,7 +37,7 @@ def _dev_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_dev(args: argparse.Namespace) -> int:
-    from lockstep.dev.platform import Platform
+    from lockstep_dev.platform import Platform
 
     if args.dev_command == "up":
         ports = {n: getattr(args, f"{n}_port") for n in ("kafka", "controller", "s3", "airflow")}

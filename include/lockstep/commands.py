@@ -89,7 +89,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     bench = sub.add_parser("bench", help="benchmark against Spark's own Kafka pipeline and the raw client; "
                                          "writes docs/BENCHMARKS.md")
-    from lockstep.bench.runner import add_arguments
+    from lockstep_bench.runner import add_arguments
 
     add_arguments(bench)
 
@@ -116,7 +116,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         return soak_main(args)
     if args.command == "bench":
-        from lockstep.bench.runner import main as bench_main
+        from lockstep_bench.runner import main as bench_main
 
         return bench_main(args)
     if args.command == "demo":
@@ -343,7 +343,7 @@ def _verify(spec: Any, args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from lockstep.demo import run_demo
+    from lockstep_dev.demo import run_demo
 
     return run_demo(args.checkpoints)
 

@@ -5,9 +5,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lockstep.bench.measure import median
-from lockstep.bench.png import line_plot
-from lockstep.bench.runner import (CONSUMER_PERF, LOCKSTEP, LOCKSTEP_PYTHON, PIPELINES, PRODUCER_PERF, RAW, SPARK,
+from lockstep_bench.measure import median
+from lockstep_bench.png import line_plot
+from lockstep_bench.runner import (CONSUMER_PERF, LOCKSTEP, LOCKSTEP_PYTHON, PIPELINES, PRODUCER_PERF, RAW, SPARK,
                                    Results, summarize)
 
 LABELS = {LOCKSTEP: "Lockstep (exactly-once)", LOCKSTEP_PYTHON: "Lockstep, Python writer (before)",
@@ -33,7 +33,7 @@ Again for this change (load average ~2): read + transform alone (rows counted, n
 JVM → Python boundary, whatever the Python loop did.
 
 So the rows no longer cross it: `dev.lockstep.spark.TransactionalKafkaWriter`
-(`include/lockstep/jvm`, ~530 lines of Java compiled by `make setup`) runs each task's
+(`buildsrc/jvm-writer`, ~530 lines of Java compiled by `make setup`) runs each task's
 transaction in the executor JVM over Spark's internal rows, with the contract of the Python writer
 (one transaction per task, flushed and left open, producer id and epoch in the committable, the same
 headers, dead letters and failpoints; `tests/integration/test_writers.py` checks that both write the
@@ -135,7 +135,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, changes: str |
     add("## Settings")
     add("")
     add(f"- Input: {s['records']:,} generated JSON orders of about 200 bytes over {s['partitions']} partitions "
-        f"(`lockstep.datagen.order` with padding), produced once and read by every competitor.")
+        f"(`lockstep_dev.datagen.order` with padding), produced once and read by every competitor.")
     add("- Transform (`include/lockstep_examples/bench.py`, the same for all): parse the JSON, keep orders with "
         "`amount >= 30` (drops ~10%), add `amount_cents`, serialize to compact JSON; every output record carries "
         "the source topic/partition/offset as headers (Lockstep always writes them, so the others do too).")
@@ -281,7 +281,7 @@ def _fixed(add: Any, res: Results) -> None:
     add("## Fixed cost of a checkpoint")
     add("")
     add("Medians over the repeats; one pipeline whose input receives one new record before each pair of runs. "
-        "Steps are timed inside the process that runs them (`python -m lockstep.bench.pipelines lockstep`); "
+        "Steps are timed inside the process that runs them (`python -m lockstep_bench.pipelines lockstep`); "
         "_process_ adds Python start and imports, as an Airflow task would.")
     add("")
     add("| checkpoint | runs | process s | plan s | run s | commit s | Spark session start s | Spark stage s |")

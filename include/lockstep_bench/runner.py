@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockstep.bench import history, workloads
-from lockstep.bench import pipelines as pl
-from lockstep.bench.measure import Run, RunFailed, Summary, execute
+from lockstep_bench import history, workloads
+from lockstep_bench import pipelines as pl
+from lockstep_bench.measure import Run, RunFailed, Summary, execute
 
 LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
 # Lockstep with its earlier writer (confluent-kafka in a Python worker fed through Arrow): the "before"
@@ -149,7 +149,7 @@ class Bench:
         sink = f"{topic}-out"
         workloads.create_topic(self.bootstrap, sink, self.s.partitions)
         spec = workloads.write_spec(self.work_dir / "specs", f"bench-fixed-{uuid.uuid4().hex[:6]}", topic, sink, 1000)
-        from lockstep.datagen import produce_orders
+        from lockstep_dev.datagen import produce_orders
 
         for n in range(self.s.fixed_repeats):
             produce_orders(self.bootstrap, topic, 1, start=n, pad=workloads.PAD, partitions=self.s.partitions)
@@ -251,8 +251,8 @@ def summarize(runs: list[dict]) -> dict[str, Summary]:
 
 
 def run_bench(settings: Settings) -> Path:
-    from lockstep.bench import report
-    from lockstep.dev.platform import Platform
+    from lockstep_bench import report
+    from lockstep_dev.platform import Platform
     from lockstep.paths import project_root
 
     started = time.monotonic()
@@ -278,7 +278,7 @@ def run_bench(settings: Settings) -> Path:
         bench.scaling(res, main, main_runs)
         res.load["end"] = os.getloadavg()
         if settings.airflow:  # last: Airflow's own load must not touch the figures above
-            from lockstep.bench import airflow_overhead
+            from lockstep_bench import airflow_overhead
 
             res.airflow = airflow_overhead.measure(platform, root, settings.fixed_repeats, log)
         res.seconds = round(time.monotonic() - started, 1)
@@ -336,7 +336,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
     """Render the report again from saved results (e.g. after a fix to the writer)."""
-    from lockstep.bench import report
+    from lockstep_bench import report
     from lockstep.paths import project_root
 
     doc = json.loads(results.read_text())

@@ -7,8 +7,8 @@ import sys
 import time
 
 from lockstep.airflow_client import AirflowClient
-from lockstep.datagen import ensure_topics, produce_orders
-from lockstep.dev.platform import Platform
+from lockstep_dev.datagen import ensure_topics, produce_orders
+from lockstep_dev.platform import Platform
 from lockstep.pipelines import pipelines_dir
 from lockstep.spec import load_spec
 
