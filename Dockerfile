@@ -9,7 +9,7 @@
 # ---- stage 1: Spark Kafka connector jars, resolved from Maven Central -------------
 # The same pom and settings as `make setup`, so the image and a laptop get the same jars.
 FROM maven:3.9.9-eclipse-temurin-17 AS jars
-COPY include/lockstep/dev/maven/ /build/maven/
+COPY buildsrc/maven/ /build/maven/
 RUN mvn -q -B -s /build/maven/settings.xml -f /build/maven/spark-kafka-pom.xml \
         dependency:copy-dependencies \
         -DoutputDirectory=/opt/lockstep/.cache/jars/spark-kafka -DincludeScope=runtime
@@ -62,9 +62,9 @@ COPY --from=jars --chown=airflow:0 /opt/lockstep/.cache/jars/spark-kafka /opt/lo
 # --no-deps: everything it needs is installed above; pip must not touch pyspark again.
 # Then Lockstep's JVM writer (sink.writer: jvm), built by the same script as `make setup`.
 COPY --chown=airflow:0 include/ /opt/lockstep/include/
-COPY --chown=airflow:0 scripts/build-jvm-writer.sh /opt/lockstep/scripts/
+COPY --chown=airflow:0 buildsrc/ /opt/lockstep/buildsrc/
 RUN pip install --no-cache-dir --no-deps -e /opt/lockstep
-RUN bash /opt/lockstep/scripts/build-jvm-writer.sh python /opt/lockstep/.cache/jars/spark-kafka \
+RUN bash /opt/lockstep/buildsrc/build-jvm-writer.sh python /opt/lockstep/.cache/jars/spark-kafka \
         /opt/lockstep/.cache/jars/lockstep/lockstep-jvm-writer.jar \
     && python -c "from lockstep.sparkconf import spark_conf; print(spark_conf()['spark.jars'])" \
     && java -version

@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 UV := $(BIN)/uv
 STAMP := $(VENV)/.lockstep-installed
-MAVEN_SETTINGS := include/lockstep/dev/maven/settings.xml
+MAVEN_SETTINGS := buildsrc/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
 .PHONY: setup browser test unit integration demo bench soak up down status clean lock
@@ -37,19 +37,19 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(UV) pip install --python $(BIN)/python -q --no-deps -e .
 	touch $@
 
-.cache/jars/.resolved: include/lockstep/dev/maven/kafka-pom.xml include/lockstep/dev/maven/spark-kafka-pom.xml
+.cache/jars/.resolved: buildsrc/maven/kafka-pom.xml buildsrc/maven/spark-kafka-pom.xml
 	@command -v java >/dev/null || { echo "Java 17 is required (java not found on PATH)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
 	rm -rf .cache/jars/kafka .cache/jars/spark-kafka
-	mvn -q -B -s $(MAVEN_SETTINGS) -f include/lockstep/dev/maven/kafka-pom.xml dependency:copy-dependencies \
+	mvn -q -B -s $(MAVEN_SETTINGS) -f buildsrc/maven/kafka-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/kafka -DincludeScope=runtime
-	mvn -q -B -s $(MAVEN_SETTINGS) -f include/lockstep/dev/maven/spark-kafka-pom.xml dependency:copy-dependencies \
+	mvn -q -B -s $(MAVEN_SETTINGS) -f buildsrc/maven/spark-kafka-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/spark-kafka -DincludeScope=runtime
 	touch $@
 
 # Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients.
-$(WRITER_JAR): $(STAMP) .cache/jars/.resolved scripts/build-jvm-writer.sh $(shell find include/lockstep/jvm -name '*.java')
-	bash scripts/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@
+$(WRITER_JAR): $(STAMP) .cache/jars/.resolved buildsrc/build-jvm-writer.sh $(shell find buildsrc/jvm-writer -name '*.java')
+	bash buildsrc/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@
 
 # The Go toolchain's module and build caches stay in .cache/go (not ~/go), so `make clean`
 # removes them; -modcacherw keeps that folder deletable (only the binary is needed afterwards).

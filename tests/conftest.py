@@ -19,7 +19,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory):
-    from lockstep.dev.platform import Platform
+    from lockstep_dev.platform import Platform
 
     state_dir = tmp_path_factory.mktemp("platform")
     plat = Platform(state_dir=state_dir, ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0})
@@ -44,7 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
     It does not touch ``os.environ`` (the single-node ``platform`` owns it); tests point clients
     at the cluster with the ``on_cluster`` fixture."""
-    from lockstep.dev.platform import Platform
+    from lockstep_dev.platform import Platform
 
     plat = Platform(state_dir=tmp_path_factory.mktemp("cluster"), cluster=True, free_ports=True)
     try:
@@ -75,6 +75,6 @@ def unique() -> str:
 
 @pytest.fixture
 def s3_client(platform):
-    from lockstep.dev import s3
+    from lockstep_dev import s3
 
     return s3.client(platform.s3)

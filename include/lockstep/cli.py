@@ -3,88 +3,66 @@ the Airflow tasks, so what works here works in a DAG."""
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
+import importlib
 import sys
 from typing import Sequence
 
-from lockstep.dev.procs import PlatformError
 from lockstep.errors import LockstepError
 
-
-def _dev_parser(sub: argparse._SubParsersAction) -> None:
-    dev = sub.add_parser("dev", help="the embedded local platform (Kafka, S3, Airflow) as background processes")
-    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_sub.add_parser("up", help="start Kafka and the S3 server (and Airflow with --with airflow); idempotent")
-    up.add_argument("--with", dest="with_", action="append", default=[], choices=["airflow"],
-                    help="also start this optional service")
-    up.add_argument("--cluster", action="store_true",
-                    help="3 Kafka brokers (replication factor 3, min ISR 2) and a Spark standalone master with "
-                         "2 workers instead of one broker and Spark in local mode")
-    up.add_argument("--single", dest="cluster", action="store_false",
-                    help="one Kafka broker and Spark in local mode (the default for a new platform)")
-    up.set_defaults(cluster=None)  # neither flag: keep the topology the platform was last started with
-    up.add_argument("--free-ports", action="store_true", help="pick free ports for every service not yet running")
-    for name in ("kafka", "controller", "s3", "airflow"):
-        up.add_argument(f"--{name}-port", type=int, default=None,
-                        help=f"{name} port (0 = any free port)"
-                        + ("; single-node topology" if name in ("kafka", "controller") else ""))
-    down = dev_sub.add_parser("down", help="stop what `up` started; data stays unless --wipe")
-    down.add_argument("--wipe", action="store_true", help="also delete the platform's data and logs")
-    status = dev_sub.add_parser("status", help="what runs, where, and its log file")
-    status.add_argument("--json", action="store_true")
-    dev_sub.add_parser("env", help="shell exports for clients: `eval \"$(lockstep dev env)\"`")
-
-
-def _run_dev(args: argparse.Namespace) -> int:
-    from lockstep.dev.platform import Platform
-
-    if args.dev_command == "up":
-        ports = {n: getattr(args, f"{n}_port") for n in ("kafka", "controller", "s3", "airflow")}
-        platform = Platform(ports={k: v for k, v in ports.items() if v is not None}, cluster=args.cluster,
-                            free_ports=args.free_ports)
-        platform.up(with_airflow="airflow" in args.with_)
-        print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')
-        return 0
-    platform = Platform()
-    if args.dev_command == "down":
-        platform.down(wipe=args.wipe)
-        return 0
-    if args.dev_command == "status":
-        status = platform.status()
-        if args.json:
-            print(json.dumps(status, indent=2))
-        else:
-            for name, s in status.items():
-                state = "running" if s["running"] else "stopped"
-                print(f"{name:14} {state:8} {s['address']:28} pid={s['pid'] or '-'}  log={s['log']}")
-        return 0
-    if args.dev_command == "env":
-        for key, value in platform.client_env().items():
-            print(f"export {key}={shlex.quote(value)}")
-        return 0
-    raise AssertionError(args.dev_command)
+#: Subcommands served by the tools beside the engine (the local platform, the demo, the benchmark,
+#: the soak): the module that parses and runs each (``add_arguments(parser)``, ``main(args)``) and
+#: its one-line help. Named here, imported only when that subcommand runs: building the parser, or
+#: running an engine subcommand, loads no tool. The only place the engine names a tool
+#: (tests/unit/test_layout.py checks both).
+TOOLS: dict[str, tuple[str, str]] = {
+    "dev": ("lockstep_dev.cli", "the embedded local platform (Kafka, S3, Airflow) as background processes"),
+    "demo": ("lockstep_dev.demo", "platform + Airflow + the example pipeline for a few checkpoints, then a summary"),
+    "bench": ("lockstep_bench.runner", "benchmark against Spark's own Kafka pipeline and the raw client; "
+                                       "writes docs/BENCHMARKS.md"),
+    "soak": ("lockstep_soak.cli", "run a pipeline for many checkpoints while faults are injected at random, "
+                                  "then audit: lost / duplicated records (writes docs/RELIABILITY.md with --report)"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lockstep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _dev_parser(sub)
+    for name, (_, text) in TOOLS.items():
+        # Listed for `lockstep --help`; the tool's own parser reads the rest of the line (its --help too).
+        sub.add_parser(name, help=text, add_help=False)
     from lockstep.commands import add_parsers
 
     add_parsers(sub)
     return parser
 
 
+def _run_tool(name: str, argv: list[str]) -> int:
+    module_name, text = TOOLS[name]
+    parser = argparse.ArgumentParser(prog=f"lockstep {name}", description=text)
+    tool = importlib.import_module(module_name)
+    tool.add_arguments(parser)
+    return tool.main(parser.parse_args(argv))
+
+
+def _platform_errors() -> tuple[type[BaseException], ...]:
+    """The local platform's ``PlatformError`` once a subcommand has loaded the platform: evaluated
+    when an exception is being matched, so the CLI never imports the platform only to catch it."""
+    procs = sys.modules.get("lockstep_dev.procs")
+    return (procs.PlatformError,) if procs is not None else ()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command not in TOOLS:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        if args.command == "dev":
-            return _run_dev(args)
+        if args.command in TOOLS:
+            return _run_tool(args.command, rest)
         from lockstep.commands import run_command
 
         return run_command(args)
-    except (PlatformError, LockstepError) as exc:
+    except (LockstepError, *_platform_errors()) as exc:
         print(f"lockstep: {exc}", file=sys.stderr)
         return 2
 

@@ -1,5 +1,6 @@
-"""Engine subcommands of the ``lockstep`` CLI: run, checkpoints, transactions, savepoint,
-verify, failpoints. They call the coordinator functions the Airflow tasks call."""
+"""Engine subcommands of the ``lockstep`` CLI: run, restore-plan, transactions, status, checkpoints,
+savepoint, verify, deadletters, failpoints. They call the coordinator functions the Airflow tasks
+call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
 from __future__ import annotations
 
 import argparse
@@ -83,21 +84,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--max-records", type=int, help="dead letters read per replay checkpoint (default: the "
                                                            "spec's checkpoints.max_records)")
 
-    demo = sub.add_parser("demo", help="platform + Airflow + the example pipeline for a few checkpoints, then a summary")
-    demo.add_argument("--checkpoints", type=int, default=3)
-
-    bench = sub.add_parser("bench", help="benchmark against Spark's own Kafka pipeline and the raw client; "
-                                         "writes docs/BENCHMARKS.md")
-    from lockstep.bench.runner import add_arguments
-
-    add_arguments(bench)
-
-    soak = sub.add_parser("soak", help="run a pipeline for many checkpoints while faults are injected at random, "
-                                       "then audit: lost / duplicated records (writes docs/RELIABILITY.md with --report)")
-    from lockstep_soak.cli import add_arguments as soak_arguments
-
-    soak_arguments(soak)
-
     fp = sub.add_parser("failpoints", help="list the named failpoints (LOCKSTEP_FAILPOINTS=name=crash|raise)")
     fp.add_argument("--json", action="store_true")
 
@@ -110,17 +96,6 @@ def _spec(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "failpoints":
         return _failpoints(args)
-    if args.command == "soak":
-        from lockstep_soak.cli import main as soak_main
-
-        return soak_main(args)
-    if args.command == "bench":
-        from lockstep.bench.runner import main as bench_main
-
-        return bench_main(args)
-    if args.command == "demo":
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-        return _demo(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     from lockstep.spec import load_spec
@@ -282,24 +257,6 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify_report(spec: Any, since: int | None, show_progress: bool = False) -> Any:
-    from lockstep.runtime import checkpoint_store
-    from lockstep.sparkconf import local_session
-    from lockstep.verify import verify
-
-    spark = local_session(f"lockstep-verify-{spec.name}")
-    spark.sparkContext.setLogLevel("ERROR")
-
-    def progress(seen: int) -> None:
-        if show_progress:
-            print(f"\rreading output: {seen} records", end="", file=sys.stderr, flush=True)
-
-    try:
-        return verify(spec, checkpoint_store(spec), spark, since, progress)
-    finally:
-        spark.stop()
-
-
 def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
     """The drift audit's findings: the group's offsets (and the Asset events) against the checkpoints."""
     from lockstep import drift, topics
@@ -327,19 +284,17 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
 
 def _verify(spec: Any, args: argparse.Namespace) -> int:
     from lockstep import drift
+    from lockstep.verify import verify_pipeline
 
-    report = _verify_report(spec, args.since_checkpoint, show_progress=not args.json and sys.stderr.isatty())
+    def progress(seen: int) -> None:
+        print(f"\rreading output: {seen} records", end="", file=sys.stderr, flush=True)
+
+    report = verify_pipeline(spec, args.since_checkpoint, progress if not args.json and sys.stderr.isatty() else None)
     findings = _drift(spec, args.airflow_url)
     flagged = [f for f in findings if not f.explained]
     doc = {**report.to_json(), "drift": [f.to_json() for f in findings], "drift_ok": not flagged}
     _emit(args, doc, report.summary() + "\n" + drift.summary(findings))
     return 0 if report.ok and not flagged else 1
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from lockstep.demo import run_demo
-
-    return run_demo(args.checkpoints)
 
 
 def _failpoints(args: argparse.Namespace) -> int:

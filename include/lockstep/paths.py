@@ -42,7 +42,7 @@ def spark_kafka_jars() -> list[str]:
 
 
 def jvm_writer_jar() -> str:
-    """Lockstep's JVM writer (``include/lockstep/jvm``), built by ``make setup``."""
+    """Lockstep's JVM writer (``buildsrc/jvm-writer``), built by ``make setup``."""
     jar = cache_dir() / "jars" / "lockstep" / "lockstep-jvm-writer.jar"
     if not jar.is_file():
         raise FileNotFoundError(f"Lockstep's JVM writer jar is missing ({jar}); run `make setup` to build it")

@@ -287,7 +287,7 @@ def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[Ta
 
 def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[TaskResult]:
     """Rows stay in the executor JVM: ``dev.lockstep.spark.TransactionalKafkaWriter`` produces them
-    (built from ``include/lockstep/jvm`` by ``make setup``) with the same transaction contract."""
+    (built from ``buildsrc/jvm-writer`` by ``make setup``) with the same transaction contract."""
     writer = spark._jvm.dev.lockstep.spark.TransactionalKafkaWriter
     try:
         tasks = writer.taskCount(out._jdf)

@@ -207,3 +207,18 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: Any, since: int | 
                           replay=account(fed_counter(replays), replayed, in_sink), replay_checkpoints=sorted(replays))
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     return report
+
+
+def verify_pipeline(spec: PipelineSpec, since: int | None = None,
+                    progress: Callable[[int], None] | None = None) -> VerifyReport:
+    """The audit as ``lockstep verify`` and the demo run it: the spec's own checkpoint store and a
+    local Spark session of its own for the expected outputs, stopped afterwards."""
+    from lockstep.runtime import checkpoint_store
+    from lockstep.sparkconf import local_session
+
+    spark = local_session(f"lockstep-verify-{spec.name}")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        return verify(spec, checkpoint_store(spec), spark, since, progress)
+    finally:
+        spark.stop()

@@ -195,7 +195,7 @@ spark:{master}
 """)
 
     def _env(self) -> dict[str, str]:
-        from lockstep.dev import s3 as s3_svc
+        from lockstep_dev import s3 as s3_svc
 
         env = {**os.environ, **self.platform.client_env()}
         assert self.proxy is not None
@@ -209,7 +209,7 @@ spark:{master}
     def _produce(self, cycle: int, count: int) -> None:
         from confluent_kafka import Producer
 
-        from lockstep.datagen import order
+        from lockstep_dev.datagen import order
 
         bad = plan_bad_input(self.seed, cycle, count, self.config.bad_per_cycle)
         producer = Producer({**self.kafka, "acks": "all", "enable.idempotence": True, "linger.ms": 5,

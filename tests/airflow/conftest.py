@@ -209,7 +209,7 @@ def statsd() -> Iterator[StatsdListener]:
 def airflow(platform, cluster, statsd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     """Airflow over the single-node platform's connections, plus ``kafka_cluster`` / ``aws_cluster``
     for pipelines that run on the cluster topology (their specs name the master)."""
-    from lockstep.dev import procs
+    from lockstep_dev import procs
     from lockstep.pipelines import PIPELINES_DIR_ENV
 
     pipelines = tmp_path_factory.mktemp("pipelines")

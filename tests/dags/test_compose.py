@@ -3,7 +3,7 @@
 There is no Docker engine where the tests run, so the compose stack is checked as
 data: images pinned, health checks and start order, the broker configured like
 ``lockstep dev up``'s, and Airflow given the same connection ids, types and keys
-as ``lockstep dev env`` (lockstep.dev.platform.Platform.connection_env).
+as ``lockstep dev env`` (lockstep_dev.platform.Platform.connection_env).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ COMPOSE = ROOT / "docker-compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements.lock"
-MAVEN = ROOT / "include" / "lockstep" / "dev" / "maven"
+MAVEN = ROOT / "buildsrc" / "maven"
 
 INFRA = ("kafka", "minio", "postgres")
 AIRFLOW_COMMANDS = {"db migrate", "api-server", "scheduler", "dag-processor", "triggerer"}
@@ -59,7 +59,7 @@ def dockerfile() -> str:
 
 @pytest.fixture
 def platform(tmp_path):
-    from lockstep.dev.platform import Platform
+    from lockstep_dev.platform import Platform
 
     return Platform(state_dir=tmp_path / "dev")  # reads/writes nothing until up()
 
@@ -182,9 +182,10 @@ def test_dockerfile_resolves_spark_kafka_jars_where_the_library_looks(dockerfile
 def test_dockerfile_builds_the_jvm_writer_where_the_library_looks(dockerfile, monkeypatch):
     home = re.search(r"^ENV\s.*\bLOCKSTEP_HOME=(\S+)", dockerfile, flags=re.M).group(1)
     build = re.search(r"bash (\S+/build-jvm-writer\.sh) python (\S+) \\?\s*(\S+\.jar)", dockerfile)
-    assert build, "Dockerfile does not build Lockstep's JVM writer with scripts/build-jvm-writer.sh"
-    assert build.group(1) == f"{home}/scripts/build-jvm-writer.sh"
-    assert re.search(rf"^COPY .*scripts/build-jvm-writer\.sh {home}/scripts/", dockerfile, flags=re.M)
+    assert build, "Dockerfile does not build Lockstep's JVM writer with buildsrc/build-jvm-writer.sh"
+    assert build.group(1) == f"{home}/buildsrc/build-jvm-writer.sh"
+    # The script finds the Java sources beside it (buildsrc/jvm-writer): the whole folder is copied.
+    assert re.search(rf"^COPY .*\bbuildsrc/ {home}/buildsrc/", dockerfile, flags=re.M)
     from lockstep import paths
 
     monkeypatch.setenv("LOCKSTEP_HOME", home)
@@ -266,7 +267,7 @@ def test_kafka_is_configured_for_transactions_on_one_node(services):
 
 
 def test_kafka_broker_settings_match_the_local_platform(services, tmp_path):
-    from lockstep.dev.kafka import KafkaConfig, KafkaNode
+    from lockstep_dev.kafka import KafkaConfig, KafkaNode
 
     node = KafkaNode(1, 1, 2, tmp_path)
     props = dict(line.split("=", 1) for line in KafkaConfig((node,)).server_properties(node).splitlines() if line)

@@ -74,8 +74,8 @@ def test_checkpoints_survive_down_and_go_with_wipe(tmp_path):
     """S3 keeps objects on disk (MinIO under <dev dir>/s3): a claim written before `down` still owns
     its checkpoint id after `up`; `down --wipe` deletes it."""
     from lockstep.checkpoint import CheckpointClaim
-    from lockstep.dev import s3
-    from lockstep.dev.platform import Platform
+    from lockstep_dev import s3
+    from lockstep_dev.platform import Platform
     from lockstep.offsets import OffsetRange
     from lockstep.store import CheckpointAlreadyClaimed, CheckpointStore
 

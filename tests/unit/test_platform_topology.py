@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from lockstep.dev.platform import Platform
-from lockstep.dev.procs import PlatformError
+from lockstep_dev.platform import Platform
+from lockstep_dev.procs import PlatformError
 
 
 def props(text: str) -> dict[str, str]:
@@ -54,7 +54,7 @@ def test_the_saved_topology_is_kept_until_asked_to_switch(tmp_path):
 
 def test_switching_topology_while_the_other_runs_is_refused(tmp_path, monkeypatch):
     Platform(state_dir=tmp_path)._save()
-    monkeypatch.setattr("lockstep.dev.procs.is_running", lambda pid, marker: True)
+    monkeypatch.setattr("lockstep_dev.procs.is_running", lambda pid, marker: True)
     saved = json.loads((tmp_path / "platform.json").read_text())
     saved["pids"] = {"kafka": 4242}
     (tmp_path / "platform.json").write_text(json.dumps(saved))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.dev.procs import PlatformError, wait_until
+from lockstep_dev.procs import PlatformError, wait_until
 
 
 def test_one_false_liveness_reading_does_not_fail_a_start():

@@ -7,7 +7,7 @@ production cluster. The transaction max timeout is one hour so pipelines can use
 checkpoint intervals.
 
 The cluster's nodes also have a SASL_SSL listener (SCRAM-SHA-512 over TLS, see
-``lockstep.dev.security``) for clients; brokers and controllers talk PLAINTEXT on loopback.
+``lockstep_dev.security``) for clients; brokers and controllers talk PLAINTEXT on loopback.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockstep.dev import procs
-from lockstep.dev.security import SecureListener
+from lockstep_dev import procs
+from lockstep_dev.security import SecureListener
 from lockstep.paths import kafka_jars_dir
 
 MARKER = "kafka.Kafka"

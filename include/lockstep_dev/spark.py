@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockstep.dev import procs
+from lockstep_dev import procs
 
 MASTER_MARKER = "org.apache.spark.deploy.master.Master"
 WORKER_MARKER = "org.apache.spark.deploy.worker.Worker"

@@ -2,10 +2,10 @@
 
 * ``lockstep``: one checkpoint over the whole input through the library's own steps
   (``coordinator.plan`` → ``launcher.run_checkpoint`` (spark-submit) → ``coordinator.commit``),
-  run as ``python -m lockstep.bench.pipelines lockstep``;
+  run as ``python -m lockstep_bench.pipelines lockstep``;
 * ``spark``: Spark's own at-least-once Kafka → Kafka job (``jobs/bench_spark_at_least_once.py``);
 * ``raw``: one Python process, confluent-kafka consumer → transform → one transaction
-  (``python -m lockstep.bench.pipelines raw``): the single-process client ceiling;
+  (``python -m lockstep_bench.pipelines raw``): the single-process client ceiling;
 * ``kafka-producer-perf`` / ``kafka-consumer-perf``: Kafka's own perf tools from the broker jars.
 
 Every helper prints one ``BENCH_RESULT {json}`` line with what it measured inside.
@@ -49,7 +49,7 @@ def parse_result(stdout: str) -> dict[str, Any]:
 def lockstep_command(spec_path: Path) -> Command:
     from lockstep.sparkconf import job_environment
 
-    return Command([sys.executable, "-m", "lockstep.bench.pipelines", "lockstep", "--spec", str(spec_path)],
+    return Command([sys.executable, "-m", "lockstep_bench.pipelines", "lockstep", "--spec", str(spec_path)],
                    job_environment(os.environ), parse_result)
 
 
@@ -119,7 +119,7 @@ def spark_command(bootstrap: str, source: str, sink: str, ends: dict[int, int], 
 def raw_command(bootstrap: str, source: str, sink: str, ends: dict[int, int]) -> Command:
     from lockstep.sparkconf import job_environment
 
-    return Command([sys.executable, "-m", "lockstep.bench.pipelines", "raw", "--bootstrap", bootstrap,
+    return Command([sys.executable, "-m", "lockstep_bench.pipelines", "raw", "--bootstrap", bootstrap,
                     "--source", source, "--sink", sink, "--ends", json.dumps(ends)],
                    job_environment(os.environ), parse_result)
 
@@ -179,7 +179,7 @@ LOG4J2 = "status = warn\nrootLogger.level = warn\nappender.c.type = Console\napp
 
 
 def _java(tool: str, args: list[str], work_dir: Path) -> list[str]:
-    from lockstep.dev.kafka import classpath, java_binary
+    from lockstep_dev.kafka import classpath, java_binary
 
     work_dir.mkdir(parents=True, exist_ok=True)
     log4j = work_dir / "perf-log4j2.properties"
@@ -222,7 +222,7 @@ def parse_consumer_perf(stdout: str) -> dict[str, Any]:
 
 # ---- helper entry point ---------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lockstep.bench.pipelines")
+    parser = argparse.ArgumentParser(prog="python -m lockstep_bench.pipelines")
     sub = parser.add_subparsers(dest="which", required=True)
     lk = sub.add_parser("lockstep")
     lk.add_argument("--spec", required=True)

@@ -12,23 +12,15 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockstep.bench import history, workloads
-from lockstep.bench import pipelines as pl
-from lockstep.bench.measure import Run, RunFailed, Summary, execute
-
-LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
-# Lockstep with its earlier writer (confluent-kafka in a Python worker fed through Arrow): the "before"
-# of the JVM writer, measured in the same run.
-LOCKSTEP_PYTHON = "lockstep-python-writer"
-PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
-PIPELINES = (LOCKSTEP, SPARK, RAW)
-STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
-              PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
-
+from lockstep_bench import history, workloads
+from lockstep_bench import pipelines as pl
+from lockstep_bench.measure import Run, RunFailed, execute
+from lockstep_bench.results import (CONSUMER_PERF, LOCKSTEP, LOCKSTEP_PYTHON, PIPELINES, PRODUCER_PERF, RAW, SPARK,
+                                    Results, run_of)
 
 @dataclass
 class Settings:
@@ -55,22 +47,6 @@ class Settings:
                     partition_records=10_000, history=(10, 100), fixed_repeats=1, quick=True)
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
-
-
-@dataclass
-class Results:
-    settings: dict[str, Any]
-    environment: dict[str, Any] = field(default_factory=dict)
-    main: list[dict] = field(default_factory=list)
-    fixed: list[dict] = field(default_factory=list)
-    sizes: list[dict] = field(default_factory=list)
-    partitions: list[dict] = field(default_factory=list)
-    history: list[dict] = field(default_factory=list)
-    airflow: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    started_at: str = ""
-    seconds: float = 0.0
-    load: dict[str, Any] = field(default_factory=dict)
 
 
 def log(message: str) -> None:
@@ -149,7 +125,7 @@ class Bench:
         sink = f"{topic}-out"
         workloads.create_topic(self.bootstrap, sink, self.s.partitions)
         spec = workloads.write_spec(self.work_dir / "specs", f"bench-fixed-{uuid.uuid4().hex[:6]}", topic, sink, 1000)
-        from lockstep.datagen import produce_orders
+        from lockstep_dev.datagen import produce_orders
 
         for n in range(self.s.fixed_repeats):
             produce_orders(self.bootstrap, topic, 1, start=n, pad=workloads.PAD, partitions=self.s.partitions)
@@ -241,18 +217,9 @@ def _gib(meminfo: str) -> str:
         return meminfo
 
 
-def summarize(runs: list[dict]) -> dict[str, Summary]:
-    by_name: dict[str, list[Run]] = {}
-    for doc in runs:
-        fields = {k: doc[k] for k in ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner",
-                                      "repeat")}
-        by_name.setdefault(doc["pipeline"], []).append(Run(**fields))
-    return {name: Summary.of(rs, STAGE_KEYS.get(name)) for name, rs in by_name.items()}
-
-
 def run_bench(settings: Settings) -> Path:
-    from lockstep.bench import report
-    from lockstep.dev.platform import Platform
+    from lockstep_bench import report
+    from lockstep_dev.platform import Platform
     from lockstep.paths import project_root
 
     started = time.monotonic()
@@ -272,13 +239,12 @@ def run_bench(settings: Settings) -> Path:
         res.environment = environment(platform.kafka.bootstrap)
         bench = Bench(settings, platform, root)
         main = bench.main_comparison(res)
-        main_runs = [Run(**{k: d[k] for k in ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s",
-                                               "inner", "repeat")}) for d in res.main]
+        main_runs = [run_of(d) for d in res.main]
         bench.fixed_cost(res)
         bench.scaling(res, main, main_runs)
         res.load["end"] = os.getloadavg()
         if settings.airflow:  # last: Airflow's own load must not touch the figures above
-            from lockstep.bench import airflow_overhead
+            from lockstep_bench import airflow_overhead
 
             res.airflow = airflow_overhead.measure(platform, root, settings.fixed_repeats, log)
         res.seconds = round(time.monotonic() - started, 1)
@@ -336,7 +302,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
     """Render the report again from saved results (e.g. after a fix to the writer)."""
-    from lockstep.bench import report
+    from lockstep_bench import report
     from lockstep.paths import project_root
 
     doc = json.loads(results.read_text())

@@ -3,17 +3,28 @@ pipeline fed with generated data, three checkpoints run by the real scheduler, a
 summary, and everything left running to explore."""
 from __future__ import annotations
 
+import argparse
+import logging
 import sys
 import time
 
 from lockstep.airflow_client import AirflowClient
-from lockstep.datagen import ensure_topics, produce_orders
-from lockstep.dev.platform import Platform
+from lockstep_dev.datagen import ensure_topics, produce_orders
+from lockstep_dev.platform import Platform
 from lockstep.pipelines import pipelines_dir
 from lockstep.spec import load_spec
 
 BATCH = 5_000
 MALFORMED_EVERY = 50
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoints", type=int, default=3, help="checkpoint runs through the scheduler (default 3)")
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    return run_demo(args.checkpoints)
 
 
 def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
@@ -53,9 +64,9 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
             return 1
 
     say("4/5 auditing the output with `lockstep verify` ...")
-    from lockstep.commands import _verify_report
+    from lockstep.verify import verify_pipeline
 
-    report = _verify_report(spec, since=None)
+    report = verify_pipeline(spec)
     views = [store.view(i) for i in store.checkpoint_ids(after=first_new - 1)]
     done = [v for v in views if v is not None and v.prepared is not None and v.completed is not None]
     say("5/5 summary")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from lockstep.dev import procs
+from lockstep_dev import procs
 from lockstep.paths import project_root
 
 MARKER = "airflow standalone"

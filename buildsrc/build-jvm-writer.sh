@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds Lockstep's JVM writer (include/lockstep/jvm) into one small jar.
+# Builds Lockstep's JVM writer (buildsrc/jvm-writer) into one small jar.
 #
-#   scripts/build-jvm-writer.sh PYTHON SPARK_KAFKA_JARS_DIR OUT_JAR
+#   buildsrc/build-jvm-writer.sh PYTHON SPARK_KAFKA_JARS_DIR OUT_JAR
 #
 # Compiled with javac against the jars the job runs with (the jars/ of PYTHON's pyspark and
 # the kafka-clients jar of the Spark Kafka connector), so nothing is downloaded and the
 # classes match what spark-submit loads. Used by `make setup` and the Dockerfile.
 set -euo pipefail
 python=$1 connector=$2 out=$3
-src=$(cd "$(dirname "$0")/../include/lockstep/jvm" && pwd)
+src=$(cd "$(dirname "$0")/jvm-writer" && pwd)
 command -v javac >/dev/null || { echo "javac (a JDK 17) is required to build $out" >&2; exit 1; }
 spark_jars=$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
 kafka_clients=$(ls "$connector"/kafka-clients-*.jar 2>/dev/null | head -1)

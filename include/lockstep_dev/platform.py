@@ -14,12 +14,12 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lockstep.dev import airflow as airflow_svc
-from lockstep.dev import kafka as kafka_svc
-from lockstep.dev import procs
-from lockstep.dev import s3 as s3_svc
-from lockstep.dev import security as security_svc
-from lockstep.dev import spark as spark_svc
+from lockstep_dev import airflow as airflow_svc
+from lockstep_dev import kafka as kafka_svc
+from lockstep_dev import procs
+from lockstep_dev import s3 as s3_svc
+from lockstep_dev import security as security_svc
+from lockstep_dev import spark as spark_svc
 from lockstep.paths import dev_state_dir
 
 SINGLE, CLUSTER = "single", "cluster"

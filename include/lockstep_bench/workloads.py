@@ -50,7 +50,7 @@ def delete_topic(bootstrap: str, topic: str) -> None:
 
 def make_input(bootstrap: str, records: int, partitions: int, name: str | None = None) -> Workload:
     """Create a topic and fill it with ``records`` orders of about 200 bytes, none malformed."""
-    from lockstep.datagen import order, produce_orders
+    from lockstep_dev.datagen import order, produce_orders
 
     topic = name or f"bench-in-{partitions}p-{records}-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, partitions)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lockstep.airflow_client import TERMINAL, AirflowClient
-from lockstep.bench import workloads
+from lockstep_bench import workloads
 
 
 def _seconds(start: str | None, end: str | None) -> float:

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lockstep.bench.pipelines import Command
+from lockstep_bench.pipelines import Command
 
 
 @dataclass

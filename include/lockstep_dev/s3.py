@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockstep.dev import procs
+from lockstep_dev import procs
 from lockstep.paths import minio_binary
 
 #: In MinIO's command line (``<repo>/.cache/bin/minio server <data> ...``).

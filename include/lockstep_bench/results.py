@@ -1,0 +1,48 @@
+"""The results model of ``lockstep bench``: the competitors' names, what one run's results hold,
+and their per-competitor summary. The runner fills it, the report reads it; neither imports the
+other for it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep_bench.measure import Run, Summary
+
+LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
+# Lockstep with its earlier writer (confluent-kafka in a Python worker fed through Arrow): the "before"
+# of the JVM writer, measured in the same run.
+LOCKSTEP_PYTHON = "lockstep-python-writer"
+PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
+PIPELINES = (LOCKSTEP, SPARK, RAW)
+STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
+              PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
+#: The fields of a saved run (``Run.to_json()``) that make a ``Run`` again.
+RUN_FIELDS = ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner", "repeat")
+
+
+@dataclass
+class Results:
+    settings: dict[str, Any]
+    environment: dict[str, Any] = field(default_factory=dict)
+    main: list[dict] = field(default_factory=list)
+    fixed: list[dict] = field(default_factory=list)
+    sizes: list[dict] = field(default_factory=list)
+    partitions: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    airflow: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    started_at: str = ""
+    seconds: float = 0.0
+    load: dict[str, Any] = field(default_factory=dict)
+
+
+def run_of(doc: dict) -> Run:
+    """A saved run read back."""
+    return Run(**{k: doc[k] for k in RUN_FIELDS})
+
+
+def summarize(runs: list[dict]) -> dict[str, Summary]:
+    by_name: dict[str, list[Run]] = {}
+    for doc in runs:
+        by_name.setdefault(doc["pipeline"], []).append(run_of(doc))
+    return {name: Summary.of(rs, STAGE_KEYS.get(name)) for name, rs in by_name.items()}
