@@ -1,6 +1,6 @@
 """Test input and reading output on a real broker: generated orders and a read_committed reader.
 
-The orders are the tests' own, not ``lockstep.datagen``'s: every ``MALFORMED_EVERY``-th one is
+The orders are the tests' own, not ``lockstep_dev.datagen``'s: every ``MALFORMED_EVERY``-th one is
 "not json <i>" (one kind of bad record, so tests count dead letters as ``count // MALFORMED_EVERY``)
 and a test can stamp every record with one timestamp (restores by time). ``datagen`` feeds the
 demo and the benchmark with two kinds of bad records and no timestamps.

@@ -155,6 +155,45 @@ def test_a_dry_run_claims_nothing_and_keeps_its_plan(world: FakeWorld):
     assert world.store.last_dry_run() == plan.claim
 
 
+def _count_store_reads(w: FakeWorld, monkeypatch) -> dict[str, int]:
+    """Counts, from now on, the store's listings and its reads of the latest-completed pointer."""
+    counts = {"list": 0, "pointer": 0}
+    listing, getting = w.s3.list_objects_v2, w.s3.get_object
+
+    def list_objects_v2(**kwargs):
+        counts["list"] += 1
+        return listing(**kwargs)
+
+    def get_object(**kwargs):
+        counts["pointer"] += kwargs["Key"].endswith("/latest-completed.json")
+        return getting(**kwargs)
+
+    monkeypatch.setattr(w.s3, "list_objects_v2", list_objects_v2)
+    monkeypatch.setattr(w.s3, "get_object", get_object)
+    return counts
+
+
+def test_a_plan_reads_the_history_once_when_recovery_has_nothing_to_do(world: FakeWorld, monkeypatch):
+    for n in range(3):
+        complete(world, f"run-{n}")
+        world.source.produce(SOURCE, 0, 5)
+    counts = _count_store_reads(world, monkeypatch)
+    plan = coordinator.plan(world.pipeline, "run-4", run_alive=dead)
+    assert plan.claim.checkpoint_id == 4
+    # in-flight check, recovery and the plan share one pointer read and one listing
+    assert counts == {"list": 1, "pointer": 1}
+
+
+def test_a_plan_reads_the_history_again_after_recovery_changed_it(world: FakeWorld):
+    complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 5)
+    world.prepare(coordinator.plan(world.pipeline, "run-2", run_alive=dead))  # died before its commit
+    plan = coordinator.plan(world.pipeline, "run-3", run_alive=dead)
+    assert status(world, 2) is CheckpointStatus.COMPLETED  # rolled forward by recovery
+    # planned on the history as recovery left it, not as the plan first read it
+    assert plan.claim.checkpoint_id == 3 and plan.claim.start_source == "checkpoint:2"
+
+
 # ---- recover ---------------------------------------------------------------------------------------
 def test_recovery_of_a_clean_history_changes_nothing(world: FakeWorld):
     complete(world, "run-1")
