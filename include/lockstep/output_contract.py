@@ -9,13 +9,15 @@ settings (`jvm_contract`, sent by `sparkjob.write_with_jvm`) and hard-codes none
 cannot drift apart without a test noticing (tests/unit/test_output_contract.py,
 tests/integration/test_writers.py).
 
-No import of the rest of Lockstep here: everything may import this module.
+Nothing of the rest of Lockstep is imported here but its errors: everything may import this module.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from lockstep.errors import TerminalError
 
 # ---- headers -------------------------------------------------------------------------------------
 #: Provenance headers on every output record: where the input record came from (UTF-8 text).
@@ -80,8 +82,12 @@ COMMITTABLE_FIELDS = ("transactional_id", "producer_id", "epoch", "partitions", 
                       "task_index", "opened_at_ms")
 
 
-class CommittableError(ValueError):
-    """A writer emitted a committable that is not the contract's: a bug in that writer, never retried."""
+_STALE_WRITER = "; was the JVM writer jar built from these sources (`make setup` rebuilds it)?"
+
+
+class CommittableError(TerminalError):
+    """A writer emitted a committable that is not the contract's: a bug in that writer (or a JVM writer
+    jar built from other sources than the driver's: `make setup` rebuilds it), never worth a retry."""
 
 
 def committable_doc(**fields: Any) -> dict[str, Any]:
@@ -101,8 +107,9 @@ def parse_task_result(line: str) -> tuple[int, int, dict[str, Any] | None]:
     if committable is not None:
         if committable.get("schema") != COMMITTABLE_SCHEMA:
             raise CommittableError(f"task {result['task']}: committable schema is {committable.get('schema')!r}, "
-                                   f"expected {COMMITTABLE_SCHEMA!r}")
-        _check_fields({k: v for k, v in committable.items() if k != "schema"}, f"task {result['task']}")
+                                   f"expected {COMMITTABLE_SCHEMA!r}{_STALE_WRITER}")
+        _check_fields({k: v for k, v in committable.items() if k != "schema"}, f"task {result['task']}",
+                      _STALE_WRITER)
     return int(result["task"]), int(result["rows"]), committable
 
 
@@ -111,12 +118,12 @@ def task_result(task: int, rows: int, committable: Mapping[str, Any] | None) -> 
     return json.dumps({"task": task, "rows": rows, "committable": committable})
 
 
-def _check_fields(fields: Mapping[str, Any], where: str) -> None:
+def _check_fields(fields: Mapping[str, Any], where: str, hint: str = "") -> None:
     missing = [f for f in COMMITTABLE_FIELDS if f not in fields]
     extra = sorted(set(fields) - set(COMMITTABLE_FIELDS))
     if missing or extra:
         raise CommittableError(f"{where}: committable fields differ from the contract's {list(COMMITTABLE_FIELDS)}: "
-                               f"missing {missing}, unexpected {extra}")
+                               f"missing {missing}, unexpected {extra}{hint}")
 
 
 # ---- failpoints ------------------------------------------------------------------------------------
