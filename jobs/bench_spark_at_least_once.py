@@ -47,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
               .load())
         out = transform(df)
         # The same provenance headers Lockstep writes, so every competitor produces the same records.
+        from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+
         headers = F.array(
-            F.struct(F.lit("lockstep.source.topic").alias("key"), F.col("topic").cast("binary").alias("value")),
-            F.struct(F.lit("lockstep.source.partition").alias("key"),
+            F.struct(F.lit(SOURCE_TOPIC).alias("key"), F.col("topic").cast("binary").alias("value")),
+            F.struct(F.lit(SOURCE_PARTITION).alias("key"),
                      F.col("partition").cast("string").cast("binary").alias("value")),
-            F.struct(F.lit("lockstep.source.offset").alias("key"),
+            F.struct(F.lit(SOURCE_OFFSET).alias("key"),
                      F.col("offset").cast("string").cast("binary").alias("value")),
         )
         writer = (out.select(F.col("key"), F.col("value"), headers.alias("headers")).write.format("kafka")

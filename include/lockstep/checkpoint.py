@@ -16,6 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 from lockstep.errors import CheckpointError, LockstepError, MetadataError, TerminalError
 from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.output_contract import COMMITTABLE_SCHEMA, committable_doc
 
 T = TypeVar("T")
 
@@ -24,7 +25,7 @@ PREPARED_SCHEMA = "lockstep.checkpoint.prepared/1"
 COMPLETED_SCHEMA = "lockstep.checkpoint.completed/1"
 ABORTED_SCHEMA = "lockstep.checkpoint.aborted/1"
 RUN_FAILURE_SCHEMA = "lockstep.checkpoint.run-failure/1"
-TRANSACTION_SCHEMA = "lockstep.committable/1"
+TRANSACTION_SCHEMA = COMMITTABLE_SCHEMA  # the writers' output contract defines it
 SAVEPOINT_SCHEMA = "lockstep.savepoint/1"
 
 SAVEPOINT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -256,12 +257,11 @@ class PreparedTransaction:
         return self.records == 0 and self.dead_letters == 0 and not self.partitions
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": TRANSACTION_SCHEMA, "transactional_id": self.transactional_id,
-            "producer_id": self.producer_id, "epoch": self.epoch, "partitions": [p.key for p in self.partitions],
-            "records": self.records, "dead_letters": self.dead_letters, "task_index": self.task_index,
-            "opened_at_ms": self.opened_at_ms,
-        }
+        return committable_doc(
+            transactional_id=self.transactional_id, producer_id=self.producer_id, epoch=self.epoch,
+            partitions=[p.key for p in self.partitions], records=self.records, dead_letters=self.dead_letters,
+            task_index=self.task_index, opened_at_ms=self.opened_at_ms,
+        )
 
     @classmethod
     def from_json(cls, doc: Any, key: str = "<committable>") -> PreparedTransaction:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import sys
 
+from lockstep.output_contract import WRITER_FAILPOINTS
+
 CRASH_EXIT_CODE = 86
 
 #: name -> where it sits. Ordered as a checkpoint passes them.
 FAILPOINTS: dict[str, str] = {
     "plan.after_recovery": "plan: recovery (roll-forward, fencing) done, before claiming the new checkpoint",
     "plan.after_claim": "plan: checkpoint id claimed in S3, before the Spark run",
-    "job.before_produce": "Spark task: transaction opened, nothing produced yet",
-    "job.mid_produce": "Spark task: some of the task's records produced, not all",
-    "job.after_flush": "Spark task: transaction flushed (pre-committed), committable not yet returned",
+    # Hit by both writers, in each Spark task; where exactly is part of the output contract.
+    **WRITER_FAILPOINTS,
     "job.before_prepared": "Spark driver: all committables collected, prepared metadata not written",
     "job.after_prepared": "Spark driver: prepared metadata written (decision: commit), job not finished",
     "commit.after_verify": "commit: every transaction verified open, nothing committed yet",
@@ -55,14 +56,14 @@ def armed(prefix: str = "") -> dict[str, str]:
     return {name: action for name, action in _armed().items() if name.startswith(prefix)}
 
 
-def hit(name: str) -> None:
-    """Fail here if ``name`` is armed; a no-op otherwise."""
+def hit(name: str, where: str = "") -> None:
+    """Fail here if ``name`` is armed; a no-op otherwise. ``where`` is appended to the message."""
     if _ENV not in os.environ:
         return
     assert name in FAILPOINTS, name
     action = _armed().get(name)
     if action == "crash":
-        print(f"lockstep failpoint {name}: crashing the process", file=sys.stderr, flush=True)
+        print(f"lockstep failpoint {name}{where}: crashing the process", file=sys.stderr, flush=True)
         os._exit(CRASH_EXIT_CODE)
     if action == "raise":
-        raise FailpointError(f"failpoint {name} raised")
+        raise FailpointError(f"failpoint {name} raised{where}")

@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import parse_restore_time
-from lockstep.sparkjob import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_SIZE_HEADER, REPLAY_HEADER, SOURCE_OFFSET,
-                               SOURCE_PARTITION, SOURCE_TOPIC)
+from lockstep.output_contract import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_SIZE_HEADER, REPLAY_HEADER,
+                                      SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC)
 from lockstep.spec import PipelineSpec, SourceSpec
 
 log = logging.getLogger("lockstep.replay")

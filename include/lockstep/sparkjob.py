@@ -19,14 +19,17 @@ from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from lockstep import failpoints
-from lockstep.checkpoint import (
-    TRANSACTION_SCHEMA, CheckpointStatus, PlannedWith, PreparedCheckpoint, PreparedTransaction,
-)
+from lockstep.checkpoint import CheckpointStatus, PlannedWith, PreparedCheckpoint, PreparedTransaction
 from lockstep.connections import kafka_config
 from lockstep.decisions import transactional_id
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.kafka_clients import CONFLUENT, JAVA
 from lockstep.offsets import OffsetRange, spark_offsets
+from lockstep.output_contract import (
+    ACCEPTED_TYPES, CHECKPOINT_HEADER, DEFAULT_PRODUCER_LIMIT, ERROR_HEADER, MID_PRODUCE_AFTER_RECORDS,
+    OPTIONAL_COLUMNS, ORIGINAL_SIZE_HEADER, REQUIRED_COLUMNS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC,
+    jvm_contract, mid_produce_message, parse_task_result, record_size, task_result, too_large,
+)
 from lockstep.pinned import Resolved, Step, refusal, resolve
 from lockstep.spec import PipelineSpec
 from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
@@ -34,20 +37,8 @@ from lockstep.transform import load_transform, ship_to_executors
 
 log = logging.getLogger("lockstep.job")
 
-#: Provenance headers on every output record: where the input record came from.
-SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "lockstep.source.topic", "lockstep.source.partition", "lockstep.source.offset"
-CHECKPOINT_HEADER, ERROR_HEADER = "lockstep.checkpoint", "lockstep.error"
-#: On a dead letter whose key, value and user headers were dropped to fit: the estimated size of the record.
-ORIGINAL_SIZE_HEADER = "lockstep.original.size"
-#: On an output of a dead-letter replay (`lockstep.replay`): the replay checkpoint that wrote it. Its
-#: provenance headers name the ORIGINAL input record, its `lockstep.checkpoint` the replay checkpoint.
-REPLAY_HEADER = "lockstep.replay"
-#: The producer-side limit when the spec's `producer:` sets neither `max.request.size` (Java client) nor
-#: `message.max.bytes` (librdkafka): the smaller of the two clients' defaults, so both writers agree.
-DEFAULT_PRODUCER_LIMIT = 1_000_000
-REQUIRED_COLUMNS = ("value", "topic", "partition", "offset")
-OPTIONAL_COLUMNS = ("key", "headers", "error")
-RESULT_SCHEMA = "task int, committable string, rows long"
+#: What each Python writer task returns: its result document (`output_contract.task_result`).
+RESULT_SCHEMA = "result string"
 
 
 @dataclass(frozen=True)
@@ -66,26 +57,6 @@ class WriterSettings:
     sink_limit: str = "the producer's default"
     dead_letter_max_bytes: int = DEFAULT_PRODUCER_LIMIT
     dead_letter_limit: str = "the producer's default"
-
-
-# A conservative estimate of what a record weighs on the wire, in a batch of its own (record batch v2):
-# the batch header, the record's framing with every varint at its widest, each header's two length
-# varints, and LZ4's worst-case growth of incompressible bytes. Both writers compute exactly this
-# (`sparkjob.record_size`, `PartitionTransaction.recordSize`), so they dead-letter the same records.
-BATCH_OVERHEAD, RECORD_OVERHEAD, HEADER_OVERHEAD, COMPRESSION_SLACK = 61, 36, 10, 64
-
-
-def record_size(key_bytes: int, value_bytes: int, header_bytes: int, headers: int) -> int:
-    """Estimated bytes of one record: ``header_bytes`` is the sum of the header names' UTF-8 lengths
-    and the header values' lengths, ``headers`` how many there are."""
-    body = key_bytes + value_bytes + header_bytes
-    return BATCH_OVERHEAD + RECORD_OVERHEAD + HEADER_OVERHEAD * headers + body + body // 255 + COMPRESSION_SLACK
-
-
-def too_large(size: int, limit: int, where: str, source: str) -> str:
-    """The `lockstep.error` reason of a record dropped for its size (same text in both writers)."""
-    return (f"record of {size} bytes exceeds the {where}'s limit of {limit} bytes ({source}); "
-            "key, value and headers dropped")
 
 
 def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
@@ -143,14 +114,6 @@ def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ..
     )
 
 
-#: Spark types (``DataType.simpleString()``) each writer can turn into a Kafka record field.
-ACCEPTED_TYPES: dict[str, tuple[str, ...]] = {
-    "value": ("binary", "string"), "key": ("binary", "string"), "topic": ("string",),
-    "partition": ("int", "bigint"), "offset": ("bigint", "int"),
-    "headers": ("array<struct<key:string,value:binary>>",), "error": ("string",),
-}
-
-
 def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str, ...]:
     """The columns the writer reads from the transform's output, checked before any task starts.
 
@@ -190,19 +153,18 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
     failpoints.hit("job.before_produce")
     rows = 0
     for batch in batches:
-        rows += _produce_batch(writer, settings, batch, first=rows == 0)
+        rows += _produce_batch(writer, settings, batch, produced=rows, task=task)
     prepared = writer.prepare()
     failpoints.hit("job.after_flush")
-    committable = json.dumps(prepared.to_json()) if prepared is not None else None
-    yield pa.RecordBatch.from_pydict({"task": [task], "committable": [committable], "rows": [rows]},
-                                     schema=pa.schema([("task", pa.int32()), ("committable", pa.string()),
-                                                       ("rows", pa.int64())]))
+    result = task_result(task, rows, prepared.to_json() if prepared is not None else None)
+    yield pa.RecordBatch.from_pydict({"result": [result]}, schema=pa.schema([("result", pa.string())]))
 
 
-def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: bool) -> int:
+def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: int, task: int) -> int:
     """Produce one Arrow batch. Runs once per record, so the work is done per column where it can be:
     header values are formatted by Arrow (integers cast to their decimal bytes in C), each column is
-    converted to Python once, and the per-record loop only builds the header list and calls produce."""
+    converted to Python once, and the per-record loop only builds the header list and calls produce.
+    ``produced`` is how many records the task produced before this batch (for `job.mid_produce`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -231,12 +193,16 @@ def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: boo
         user_headers = None
     checkpoint = (CHECKPOINT_HEADER, str(settings.checkpoint_id).encode())
     topic_headers: dict[str, tuple[str, bytes]] = {}
-    produce, sink, middle = writer.produce, settings.sink_topic, n // 2 if first else -1
+    produce, sink = writer.produce, settings.sink_topic
+    # job.mid_produce: before the record that follows the task's first MID_PRODUCE_AFTER_RECORDS ones.
+    mid = MID_PRODUCE_AFTER_RECORDS - produced
     sink_max, dead_letter_max = settings.sink_max_bytes, settings.dead_letter_max_bytes
     base_header_bytes = len(SOURCE_TOPIC) + len(SOURCE_PARTITION) + len(SOURCE_OFFSET) + len(CHECKPOINT_HEADER) \
         + len(checkpoint[1])
     error_header_bytes = len(ERROR_HEADER)
     for i in range(n):
+        if i == mid:
+            failpoints.hit("job.mid_produce", mid_produce_message(task, produced + i))
         topic = topics[i]
         topic_header = topic_headers.get(topic)
         if topic_header is None:
@@ -271,23 +237,19 @@ def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, first: boo
             # Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
             produce(settings.dead_letter_topic, b"", key=None, dead_letter=True,
                     headers=headers[:4] + [(ERROR_HEADER, reason.encode()), (ORIGINAL_SIZE_HEADER, str(size).encode())])
-        if i == middle:
-            failpoints.hit("job.mid_produce")
     return n
 
 
-TaskResult = tuple[int, int, "dict[str, Any] | None"]  # (task, rows, committable JSON or None)
+def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
+    """Rows cross to a Python worker through Arrow; confluent-kafka produces them there. Returns each
+    task's result document (`output_contract.parse_task_result` reads it)."""
+    return [r["result"] for r in out.mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()]
 
 
-def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[TaskResult]:
-    """Rows cross to a Python worker through Arrow; confluent-kafka produces them there."""
-    rows = out.mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()
-    return [(r["task"], r["rows"], json.loads(r["committable"]) if r["committable"] else None) for r in rows]
-
-
-def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[TaskResult]:
+def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
     """Rows stay in the executor JVM: ``dev.lockstep.spark.TransactionalKafkaWriter`` produces them
-    (built from ``buildsrc/jvm-writer`` by ``make setup``) with the same transaction contract."""
+    (built from ``buildsrc/jvm-writer`` by ``make setup``) with the same transaction contract and the
+    same output contract, which it receives in its settings. Returns each task's result document."""
     writer = spark._jvm.dev.lockstep.spark.TransactionalKafkaWriter
     try:
         tasks = writer.taskCount(out._jdf)
@@ -305,18 +267,9 @@ def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[TaskR
         "sink_max_bytes": settings.sink_max_bytes, "sink_limit": settings.sink_limit,
         "dead_letter_max_bytes": settings.dead_letter_max_bytes, "dead_letter_limit": settings.dead_letter_limit,
         "failpoints": failpoints.armed(prefix="job."),
+        "contract": jvm_contract(),
     }
-    results = []
-    for line in writer.write(out._jdf, json.dumps(doc)):
-        result = json.loads(line)
-        results.append((result["task"], result["rows"], _with_schema(result["committable"])))
-    return results
-
-
-def _with_schema(committable: dict[str, Any] | None) -> dict[str, Any] | None:
-    if committable is None:
-        return None
-    return {"schema": TRANSACTION_SCHEMA, **committable}
+    return list(writer.write(out._jdf, json.dumps(doc)))
 
 
 def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any],
@@ -407,7 +360,9 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
         results = write(spark, out.select(*columns), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)
-        for task, rows, committable in results:
+        for line in results:
+            log.info("checkpoint %d: task result %s", checkpoint_id, line)
+            task, rows, committable = parse_task_result(line)
             rows_out += rows
             if committable is not None:
                 committables.append(PreparedTransaction.from_json(committable, f"task {task}"))

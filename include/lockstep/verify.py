@@ -19,9 +19,9 @@ from typing import Any, Callable
 from lockstep.connections import kafka_config
 from lockstep.kafka_clients import JAVA
 from lockstep.offsets import OffsetRange
+from lockstep.output_contract import CHECKPOINT_HEADER, REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from lockstep.replay import Original, completed_replays, fed_counter
-from lockstep.sparkjob import (CHECKPOINT_HEADER, REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC,
-                               read_ranges)
+from lockstep.sparkjob import read_ranges
 from lockstep.transform import load_transform
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore

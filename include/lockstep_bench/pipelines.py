@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+
 RESULT = "BENCH_RESULT "
-HEADERS = ("lockstep.source.topic", "lockstep.source.partition", "lockstep.source.offset")
 
 
 @dataclass
@@ -156,7 +157,8 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
             records_in += 1
             value = transform_value(msg.value())
             if value is not None:
-                headers = [(HEADERS[0], topic_bytes), (HEADERS[1], str(p).encode()), (HEADERS[2], str(offset).encode())]
+                headers = [(SOURCE_TOPIC, topic_bytes), (SOURCE_PARTITION, str(p).encode()),
+                           (SOURCE_OFFSET, str(offset).encode())]
                 while True:
                     try:
                         producer.produce(sink, value, headers=headers)

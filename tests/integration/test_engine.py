@@ -7,7 +7,7 @@ import time
 import pytest
 
 from lockstep.checkpoint import CheckpointStatus
-from lockstep.sparkjob import ERROR_HEADER
+from lockstep.output_contract import ERROR_HEADER
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
 from ..support.topics import create_topics
@@ -170,7 +170,7 @@ def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, b
     import json
     from datetime import datetime, timezone
 
-    from lockstep.sparkjob import CHECKPOINT_HEADER
+    from lockstep.output_contract import CHECKPOINT_HEADER
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3)
     hour_ago = int(time.time() * 1000) - 3_600_000

@@ -2,13 +2,21 @@
 contract: the same records, keys, provenance and user headers, dead letters, exactly once.
 
 Each writer runs a pipeline of its own over the same input; the test compares what a
-read_committed consumer sees, record by record (keyed by source partition and offset).
+read_committed consumer sees, record by record (keyed by source partition and offset), and checks
+both against the one definition of the contract (`lockstep.output_contract`): the headers, the
+committable each writer hands back, the record `job.mid_produce` fires at.
 """
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
-from lockstep.sparkjob import CHECKPOINT_HEADER, ERROR_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.output_contract import (
+    CHECKPOINT_HEADER, COMMITTABLE_FIELDS, COMMITTABLE_SCHEMA, ERROR_HEADER, LEADING_HEADERS,
+    MID_PRODUCE_AFTER_RECORDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, mid_produce_message,
+)
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
 from .engine_helpers import make_pipeline, open_transactions, run, store, verify
@@ -21,6 +29,8 @@ def written(bootstrap, topic) -> dict[tuple[int, int], tuple[bytes | None, bytes
     sink partition when the record has a key: the partitioner spreads null keys at random)."""
     out = {}
     for m in read_committed(bootstrap, topic):
+        names = [k for k, _ in m.headers()]
+        assert tuple(names[:len(LEADING_HEADERS)]) == LEADING_HEADERS, f"{topic}: headers {names}"
         headers = dict(m.headers())
         where = (int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))
         assert where not in out, f"{topic}: source record {where} written twice"
@@ -41,13 +51,25 @@ def outputs(tmp_path_factory, bootstrap):
         result = run(pipeline)
         assert result.returncode == 0, f"{writer} writer: {result.stderr[-3000:]}"
         assert f"with the {writer} writer" in result.stdout + result.stderr
-        results[writer] = (pipeline, written(bootstrap, pipeline.sink), written(bootstrap, pipeline.dead_letters))
+        results[writer] = (pipeline, written(bootstrap, pipeline.sink), written(bootstrap, pipeline.dead_letters),
+                           committables(result.stdout + result.stderr))
     return results
+
+
+def committables(output: str) -> list[str]:
+    """The committables exactly as the writer's tasks handed them back (the driver logs each task's
+    result document before parsing it), as JSON text."""
+    found = []
+    for line in re.findall(r"task result (\{.*\})\s*$", output, flags=re.M):
+        committable = json.loads(line)["committable"]
+        if committable is not None:
+            found.append(json.dumps(committable))
+    return found
 
 
 @pytest.mark.parametrize("writer", ["jvm", "python"])
 def test_writer_is_exactly_once_with_provenance_and_user_headers(outputs, writer):
-    pipeline, sink, dead = outputs[writer]
+    pipeline, sink, dead, _ = outputs[writer]
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert len(sink) + len(dead) == RECORDS and len(dead) == RECORDS // MALFORMED_EVERY
@@ -61,15 +83,32 @@ def test_writer_is_exactly_once_with_provenance_and_user_headers(outputs, writer
         assert dict(headers)["currency"] in (b"EUR", b"USD", b"GBP")
         assert key is not None and value.startswith(b'{"order_id":')
     for _, (key, value, headers, _) in dead.items():
+        names = [k for k, _ in headers]
+        assert names == [SOURCE_PARTITION, SOURCE_OFFSET, CHECKPOINT_HEADER, "currency", ERROR_HEADER], names
         assert dict(headers)[ERROR_HEADER] == b"not a JSON order with order_id"
         assert value.startswith(b"not json")
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_writer_hands_back_the_contracts_committable(outputs, writer):
+    """The committable as the writer emitted it (not as the driver re-serialised it): the contract's
+    schema id, then exactly the contract's fields in its order; one per task that wrote records."""
+    pipeline, _, _, emitted = outputs[writer]
+    prepared = store(pipeline).view(store(pipeline).latest_completed().checkpoint_id).prepared
+    assert len(emitted) == len(prepared.transactions) > 0
+    for text in emitted:
+        doc = json.loads(text)
+        assert list(doc) == ["schema", *COMMITTABLE_FIELDS], list(doc)
+        assert doc["schema"] == COMMITTABLE_SCHEMA
+    assert sorted(json.loads(t)["transactional_id"] for t in emitted) == \
+        sorted(t.transactional_id for t in prepared.transactions)
 
 
 def test_jvm_and_python_writers_write_the_same_records_to_the_same_partitions(outputs):
     """Same values, keys and headers; and a key lands in the same sink partition with either writer
     (both use murmur2, the Java client's partitioner)."""
-    _, jvm_sink, jvm_dead = outputs["jvm"]
-    _, py_sink, py_dead = outputs["python"]
+    _, jvm_sink, jvm_dead, _ = outputs["jvm"]
+    _, py_sink, py_dead, _ = outputs["python"]
     assert jvm_sink.keys() == py_sink.keys() and jvm_dead.keys() == py_dead.keys()
     assert jvm_sink == py_sink
     assert jvm_dead == py_dead
@@ -105,3 +144,15 @@ def test_a_task_whose_rows_are_all_filtered_out_leaves_no_transaction(tmp_path, 
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert open_transactions(pipeline) == []
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_mid_produce_fires_at_the_contracts_record_in_either_writer(tmp_path, bootstrap, unique, writer):
+    """Each writer says where `job.mid_produce` stopped it: after the contract's number of records
+    of the task, counted by the writer itself, before the next one."""
+    pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}-{writer}", partitions=1, writer=writer)
+    produce_orders(pipeline, 20)
+    failed = run(pipeline, failpoints="job.mid_produce=raise")
+    assert failed.returncode != 0
+    expected = "failpoint job.mid_produce raised" + mid_produce_message(0, MID_PRODUCE_AFTER_RECORDS)
+    assert expected in failed.stdout + failed.stderr, (failed.stdout + failed.stderr)[-3000:]

@@ -35,13 +35,6 @@ PACKAGES = {
 }
 ENGINE = "lockstep"
 TOOLS = ("lockstep_bench", "lockstep_dev", "lockstep_soak")
-#: Cycles known and owned elsewhere, each with who removes it. Exact: a cycle that is gone must be
-#: taken off this list (the test says so), so the list cannot hide its return.
-KNOWN_CYCLES = {
-    # replay reads the output headers from sparkjob, sparkjob starts a replay run through replay:
-    # issue 11 item 1 moves the headers to lockstep.output_contract, which ends it.
-    ("lockstep.replay", "lockstep.sparkjob"),
-}
 
 
 def module_files() -> dict[str, Path]:
@@ -145,12 +138,9 @@ def test_cycles_finds_a_cycle_and_only_cycles():
 
 
 def test_no_import_cycle_among_the_projects_modules():
-    found = {tuple(c) for c in cycles(import_graph())}
-    new = sorted(found - KNOWN_CYCLES)
-    assert not new, "import cycles (each line: modules that import each other, directly or not):\n" + \
-        "\n".join(" <-> ".join(c) for c in new)
-    gone = sorted(KNOWN_CYCLES - found)
-    assert not gone, f"these cycles are gone: take them off KNOWN_CYCLES: {gone}"
+    found = sorted(tuple(c) for c in cycles(import_graph()))
+    assert not found, "import cycles (each line: modules that import each other, directly or not):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_no_import_cycle_among_the_packages():

@@ -16,8 +16,8 @@ from lockstep.replay import (FROM_START, REPLAYED_PART, SELECTION_PART, Replayed
                              replay_spec)
 from lockstep.sparkconf import submit_command
 from lockstep.verify import account
-from lockstep.sparkjob import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_SIZE_HEADER, REPLAY_HEADER, SOURCE_OFFSET,
-                               SOURCE_PARTITION, SOURCE_TOPIC)
+from lockstep.output_contract import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_SIZE_HEADER, REPLAY_HEADER,
+                                      SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC)
 from lockstep.spec import parse_spec
 
 

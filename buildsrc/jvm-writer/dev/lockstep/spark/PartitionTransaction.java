@@ -40,22 +40,12 @@ import org.slf4j.LoggerFactory;
  * </ul>
  */
 final class PartitionTransaction {
-  static final String SOURCE_TOPIC = "lockstep.source.topic";
-  static final String SOURCE_PARTITION = "lockstep.source.partition";
-  static final String SOURCE_OFFSET = "lockstep.source.offset";
-  static final String CHECKPOINT = "lockstep.checkpoint";
-  static final String ERROR = "lockstep.error";
-  static final String ORIGINAL_SIZE = "lockstep.original.size";
-  // The record size estimate of lockstep.sparkjob.record_size (same numbers, same result).
-  static final int BATCH_OVERHEAD = 61;
-  static final int RECORD_OVERHEAD = 36;
-  static final int HEADER_OVERHEAD = 10;
-  static final int COMPRESSION_SLACK = 64;
   private static final byte[] EMPTY = new byte[0];
   static final int CRASH_EXIT_CODE = 86;
   private static final Logger LOG = LoggerFactory.getLogger(PartitionTransaction.class);
 
   private final TransactionalKafkaWriter.WriterSettings settings;
+  private final TransactionalKafkaWriter.OutputContract contract;
   private final RowLayout layout;
   private final int task;
   private final String transactionalId;
@@ -67,6 +57,7 @@ final class PartitionTransaction {
 
   PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task) {
     this.settings = settings;
+    this.contract = settings.contract;
     this.layout = layout;
     this.task = task;
     this.transactionalId = settings.transactionalId(task);
@@ -81,7 +72,7 @@ final class PartitionTransaction {
     long produced = 0;
     boolean prepared = false;
     try {
-      failpoint("job.before_produce");
+      failpoint("job.before_produce", "");
       produced = produceAll(producer, rows);
       if (produced == 0) {
         // The broker never heard of this transaction: nothing to commit, nothing to leave open.
@@ -107,7 +98,7 @@ final class PartitionTransaction {
           transactionalId, identity[0], identity[1], delivered.get(), deliveredDeadLetters.get(),
           partitions.size(), seconds(started, System.nanoTime()), seconds(started, opened),
           seconds(opened, sent), seconds(sent, flushed)));
-      failpoint("job.after_flush");
+      failpoint("job.after_flush", "");
       return result(produced, committable);
     } catch (ProducerFencedException e) {
       throw new WriterException(
@@ -157,10 +148,20 @@ final class PartitionTransaction {
     long lastPartition = Long.MIN_VALUE;
     byte[] partitionBytes = null;
     long produced = 0;
-    long baseHeaderBytes = SOURCE_TOPIC.length() + SOURCE_PARTITION.length() + SOURCE_OFFSET.length()
-        + CHECKPOINT.length() + checkpoint.length;
+    String sourceTopic = contract.sourceTopic;
+    String sourcePartition = contract.sourcePartition;
+    String sourceOffset = contract.sourceOffset;
+    String checkpointName = contract.checkpoint;
+    String errorName = contract.error;
+    long baseHeaderBytes = utf8Length(sourceTopic) + utf8Length(sourcePartition) + utf8Length(sourceOffset)
+        + utf8Length(checkpointName) + checkpoint.length;
+    long errorHeaderBytes = utf8Length(errorName);
     while (rows.hasNext()) {
       InternalRow row = rows.next();
+      if (produced == contract.midProduceAfterRecords) {
+        // After exactly that many records, before the next (lockstep.output_contract.MID_PRODUCE_AFTER_RECORDS).
+        failpoint("job.mid_produce", " (task " + task + ", after " + produced + " records)");
+      }
       String topic = row.getUTF8String(layout.topic).toString();
       byte[] topicHeader = topicBytes.computeIfAbsent(topic, t -> t.getBytes(StandardCharsets.UTF_8));
       long partition = layout.partition(row);
@@ -170,10 +171,10 @@ final class PartitionTransaction {
       }
       List<Header> headers = new ArrayList<>(6);
       byte[] offsetBytes = RowLayout.ascii(layout.offset(row));
-      headers.add(new RecordHeader(SOURCE_TOPIC, topicHeader));
-      headers.add(new RecordHeader(SOURCE_PARTITION, partitionBytes));
-      headers.add(new RecordHeader(SOURCE_OFFSET, offsetBytes));
-      headers.add(new RecordHeader(CHECKPOINT, checkpoint));
+      headers.add(new RecordHeader(sourceTopic, topicHeader));
+      headers.add(new RecordHeader(sourcePartition, partitionBytes));
+      headers.add(new RecordHeader(sourceOffset, offsetBytes));
+      headers.add(new RecordHeader(checkpointName, checkpoint));
       long headerBytes = baseHeaderBytes + topicHeader.length + partitionBytes.length + offsetBytes.length;
       ArrayData userHeaders = layout.headers(row);
       if (userHeaders != null) {
@@ -192,47 +193,37 @@ final class PartitionTransaction {
       String reason = null;
       long size;
       if (error == null) {
-        size = recordSize(keyAndValue, headerBytes, headers.size());
+        size = contract.recordSize(keyAndValue, headerBytes, headers.size());
         if (size <= settings.sinkMaxBytes) {
           producer.send(new ProducerRecord<>(settings.sinkTopic, null, key, value, headers), toSink);
         } else {
-          reason = tooLarge(size, settings.sinkMaxBytes, "sink", settings.sinkLimit);
+          reason = contract.tooLarge(size, settings.sinkMaxBytes, "sink", settings.sinkLimit);
         }
       } else {
         byte[] errorBytes = error.getBytes(StandardCharsets.UTF_8);
-        size = recordSize(keyAndValue, headerBytes + ERROR.length() + errorBytes.length, headers.size() + 1);
+        size = contract.recordSize(keyAndValue, headerBytes + errorHeaderBytes + errorBytes.length, headers.size() + 1);
         if (size <= settings.deadLetterMaxBytes) {
-          headers.add(new RecordHeader(ERROR, errorBytes));
+          headers.add(new RecordHeader(errorName, errorBytes));
           producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, key, value, headers), toDeadLetters);
         } else {
-          reason = error + "; " + tooLarge(size, settings.deadLetterMaxBytes, "dead-letter topic", settings.deadLetterLimit);
+          reason = error + "; " + contract.tooLarge(size, settings.deadLetterMaxBytes, "dead-letter topic",
+              settings.deadLetterLimit);
         }
       }
       if (reason != null) {
         // Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
         List<Header> kept = new ArrayList<>(headers.subList(0, 4));
-        kept.add(new RecordHeader(ERROR, reason.getBytes(StandardCharsets.UTF_8)));
-        kept.add(new RecordHeader(ORIGINAL_SIZE, RowLayout.ascii(size)));
+        kept.add(new RecordHeader(errorName, reason.getBytes(StandardCharsets.UTF_8)));
+        kept.add(new RecordHeader(contract.originalSize, RowLayout.ascii(size)));
         producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, (byte[]) null, EMPTY, kept), toDeadLetters);
       }
       produced++;
-      if (produced == 1 && rows.hasNext()) {
-        failpoint("job.mid_produce");
-      }
     }
     return produced;
   }
 
-  /** Estimated bytes of one record on the wire; see lockstep.sparkjob.record_size. */
-  static long recordSize(long keyAndValueBytes, long headerBytes, int headers) {
-    long body = keyAndValueBytes + headerBytes;
-    return BATCH_OVERHEAD + RECORD_OVERHEAD + (long) HEADER_OVERHEAD * headers + body + body / 255 + COMPRESSION_SLACK;
-  }
-
-  /** The lockstep.error reason of a record dropped for its size; see lockstep.sparkjob.too_large. */
-  static String tooLarge(long size, int limit, String where, String source) {
-    return "record of " + size + " bytes exceeds the " + where + "'s limit of " + limit + " bytes (" + source
-        + "); key, value and headers dropped";
+  private static long utf8Length(String s) {
+    return s.getBytes(StandardCharsets.UTF_8).length;
   }
 
   private Callback callback(AtomicLong counter) {
@@ -275,7 +266,9 @@ final class PartitionTransaction {
   private Map<String, Object> committable(long[] identity, long openedAtMs) {
     List<String> sorted = new ArrayList<>(partitions);
     sorted.sort(null);
+    // The fields of lockstep.output_contract.COMMITTABLE_FIELDS, in its order, after its schema id.
     Map<String, Object> c = new LinkedHashMap<>();
+    c.put("schema", contract.committableSchema);
     c.put("transactional_id", transactionalId);
     c.put("producer_id", identity[0]);
     c.put("epoch", identity[1]);
@@ -309,15 +302,18 @@ final class PartitionTransaction {
     }
   }
 
-  /** The job.* failpoints of {@code lockstep.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS. */
-  private void failpoint(String name) {
+  /**
+   * The job.* failpoints of {@code lockstep.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS;
+   * {@code where} is appended to the message, as {@code lockstep.failpoints.hit} does.
+   */
+  private void failpoint(String name, String where) {
     String action = settings.failpoints.get(name);
     if ("crash".equals(action)) {
-      System.err.println("lockstep failpoint " + name + ": crashing the process");
+      System.err.println("lockstep failpoint " + name + where + ": crashing the process");
       System.err.flush();
       Runtime.getRuntime().halt(CRASH_EXIT_CODE);
     } else if ("raise".equals(action)) {
-      throw new WriterException("failpoint " + name + " raised");
+      throw new WriterException("failpoint " + name + " raised" + where);
     }
   }
 

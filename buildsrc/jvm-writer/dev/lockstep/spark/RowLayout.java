@@ -2,17 +2,19 @@ package dev.lockstep.spark;
 
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
-import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
 /**
  * Where each column the writer reads sits in the transform's output rows, and how to turn it
- * into bytes. {@code value} and {@code key} may be binary or string (both reach Kafka as bytes);
- * {@code headers} is Spark's Kafka header type, {@code array<struct<key: string, value: binary>>};
- * a non-null {@code error} sends the record to the dead-letter topic.
+ * into bytes. Which columns are required and which types each may have come from the output
+ * contract ({@code lockstep.output_contract.ACCEPTED_TYPES}): {@code value} and {@code key} binary
+ * or string (both reach Kafka as bytes), {@code partition} and {@code offset} int or bigint,
+ * {@code headers} Spark's Kafka header type; a non-null {@code error} sends the record to the
+ * dead-letter topic.
  */
 final class RowLayout implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -29,22 +31,28 @@ final class RowLayout implements Serializable {
   final int headers; // -1 when absent
   final int error; // -1 when absent
 
-  private RowLayout(StructType schema) {
-    value = required(schema, "value");
-    valueIsString = isWide(schema, value, "value", DataTypes.StringType, DataTypes.BinaryType);
+  private RowLayout(StructType schema, TransactionalKafkaWriter.OutputContract contract) {
+    check(schema, contract);
+    value = optional(schema, "value");
+    valueIsString = isType(schema, value, "string");
     key = optional(schema, "key");
-    keyIsString = key >= 0 && isWide(schema, key, "key", DataTypes.StringType, DataTypes.BinaryType);
-    topic = required(schema, "topic");
-    partition = required(schema, "partition");
-    partitionIsLong = isWide(schema, partition, "partition", DataTypes.LongType, DataTypes.IntegerType);
-    offset = required(schema, "offset");
-    offsetIsLong = isWide(schema, offset, "offset", DataTypes.LongType, DataTypes.IntegerType);
+    keyIsString = isType(schema, key, "string");
+    topic = optional(schema, "topic");
+    partition = optional(schema, "partition");
+    partitionIsLong = isType(schema, partition, "bigint");
+    offset = optional(schema, "offset");
+    offsetIsLong = isType(schema, offset, "bigint");
     headers = optional(schema, "headers");
     error = optional(schema, "error");
+    if (value < 0 || topic < 0 || partition < 0 || offset < 0) {
+      throw new IllegalArgumentException(
+          "the output contract does not require the columns this writer reads (value, topic, partition, offset): "
+              + contract.requiredColumns);
+    }
   }
 
-  static RowLayout of(StructType schema) {
-    return new RowLayout(schema);
+  static RowLayout of(StructType schema, TransactionalKafkaWriter.OutputContract contract) {
+    return new RowLayout(schema, contract);
   }
 
   byte[] value(InternalRow row) {
@@ -78,13 +86,33 @@ final class RowLayout implements Serializable {
     return isString ? row.getUTF8String(index).getBytes() : row.getBinary(index);
   }
 
-  private static int required(StructType schema, String name) {
-    int index = optional(schema, name);
-    if (index < 0) {
-      throw new IllegalArgumentException(
-          "the transform's output has no `" + name + "` column (columns: " + schema.simpleString() + ")");
+  /**
+   * Every required column present, every column the contract names of an accepted type; any other
+   * type is refused. ({@code lockstep.sparkjob.check_output_schema} already refused it on the driver
+   * with the spec's name; this guards direct callers.)
+   */
+  private static void check(StructType schema, TransactionalKafkaWriter.OutputContract contract) {
+    for (String name : contract.requiredColumns) {
+      if (optional(schema, name) < 0) {
+        throw new IllegalArgumentException(
+            "the transform's output has no `" + name + "` column (columns: " + schema.simpleString() + ")");
+      }
     }
-    return index;
+    List<String> columns = new ArrayList<>(contract.requiredColumns);
+    columns.addAll(contract.optionalColumns);
+    for (String name : columns) {
+      int index = optional(schema, name);
+      if (index < 0) {
+        continue;
+      }
+      String type = schema.fields()[index].dataType().simpleString();
+      List<String> accepted = contract.acceptedTypes.get(name);
+      if (accepted == null || !accepted.contains(type)) {
+        throw new IllegalArgumentException(
+            "the transform's `" + name + "` column is " + type + "; it must be "
+                + String.join(" or ", accepted == null ? List.of() : accepted));
+      }
+    }
   }
 
   private static int optional(StructType schema, String name) {
@@ -97,19 +125,9 @@ final class RowLayout implements Serializable {
     return -1;
   }
 
-  /**
-   * Whether the column has the {@code wide} type (string, long) rather than the {@code narrow} one
-   * (binary, int); any other type is refused. ({@code lockstep.sparkjob.check_output_schema} already
-   * refused it on the driver with the spec's name; this guards direct callers.)
-   */
-  private static boolean isWide(StructType schema, int index, String name, DataType wide, DataType narrow) {
-    DataType type = schema.fields()[index].dataType();
-    if (type.equals(wide) || type.equals(narrow)) {
-      return type.equals(wide);
-    }
-    throw new IllegalArgumentException(
-        "the transform's `" + name + "` column is " + type.simpleString() + "; it must be "
-            + narrow.simpleString() + " or " + wide.simpleString());
+  /** Whether the column (index -1: absent) has the type {@code simpleString}. */
+  private static boolean isType(StructType schema, int index, String simpleString) {
+    return index >= 0 && schema.fields()[index].dataType().simpleString().equals(simpleString);
   }
 
   static byte[] ascii(long number) {

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.sql.Dataset;
@@ -19,7 +20,10 @@ import org.apache.spark.sql.catalyst.InternalRow;
  *
  * <p>Same contract as the Python writer ({@code lockstep.transactions.TransactionalWriter}), but
  * the rows never leave the JVM: no Arrow hand-off to a Python worker, which is where the Python
- * writer spent most of its time.
+ * writer spent most of its time. What the output looks like (header names, accepted columns, the
+ * record size estimate, the committable's schema id, where {@code job.mid_produce} fires) is not
+ * written here: it arrives in the settings ({@link OutputContract}, from {@code
+ * lockstep.output_contract.jvm_contract}), so both writers follow one definition.
  */
 public final class TransactionalKafkaWriter {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -38,7 +42,7 @@ public final class TransactionalKafkaWriter {
    */
   public static String[] write(Dataset<Row> df, String settingsJson) throws Exception {
     WriterSettings settings = WriterSettings.parse(JSON.readTree(settingsJson));
-    RowLayout layout = RowLayout.of(df.schema());
+    RowLayout layout = RowLayout.of(df.schema(), settings.contract);
     JavaRDD<InternalRow> rows = df.queryExecution().toRdd().toJavaRDD();
     List<String> results =
         rows.mapPartitions(
@@ -72,6 +76,7 @@ public final class TransactionalKafkaWriter {
     final int deadLetterMaxBytes;
     final String deadLetterLimit;
     final java.util.Map<String, String> failpoints;
+    final OutputContract contract;
 
     private WriterSettings(JsonNode doc) {
       bootstrap = doc.get("bootstrap").asText();
@@ -83,18 +88,19 @@ public final class TransactionalKafkaWriter {
       sinkTopic = doc.get("sink_topic").asText();
       deadLetterTopic = doc.get("dead_letter_topic").asText();
       // The record size limits (lockstep.sparkjob.writer_settings); the driver always sends them.
-      sinkMaxBytes = doc.path("sink_max_bytes").asInt(1_000_000);
-      sinkLimit = doc.path("sink_limit").asText("the producer's default");
-      deadLetterMaxBytes = doc.path("dead_letter_max_bytes").asInt(1_000_000);
-      deadLetterLimit = doc.path("dead_letter_limit").asText("the producer's default");
+      sinkMaxBytes = doc.get("sink_max_bytes").asInt();
+      sinkLimit = doc.get("sink_limit").asText();
+      deadLetterMaxBytes = doc.get("dead_letter_max_bytes").asInt();
+      deadLetterLimit = doc.get("dead_letter_limit").asText();
       failpoints = strings(doc.get("failpoints"));
+      contract = new OutputContract(doc.get("contract"));
     }
 
     static WriterSettings parse(JsonNode doc) {
       return new WriterSettings(doc);
     }
 
-    private static java.util.Map<String, String> strings(JsonNode node) {
+    static java.util.Map<String, String> strings(JsonNode node) {
       java.util.Map<String, String> out = new java.util.HashMap<>();
       if (node != null) {
         node.fields().forEachRemaining(e -> out.put(e.getKey(), e.getValue().asText()));
@@ -113,6 +119,80 @@ public final class TransactionalKafkaWriter {
                 + transactionalIds.size() + " tasks");
       }
       return transactionalIds.get(task);
+    }
+  }
+
+  /**
+   * The output contract of {@code lockstep.output_contract} ({@code jvm_contract()}): the same values
+   * the Python writer uses, so the two writers cannot disagree on them.
+   */
+  static final class OutputContract implements java.io.Serializable {
+    private static final long serialVersionUID = 1L;
+    final String sourceTopic;
+    final String sourcePartition;
+    final String sourceOffset;
+    final String checkpoint;
+    final String error;
+    final String originalSize;
+    final List<String> requiredColumns = new ArrayList<>();
+    final List<String> optionalColumns = new ArrayList<>();
+    final Map<String, List<String>> acceptedTypes = new java.util.HashMap<>();
+    final int batchOverhead;
+    final int recordOverhead;
+    final int headerOverhead;
+    final int compressionSlack;
+    final String tooLargeReason;
+    final String committableSchema;
+    final long midProduceAfterRecords;
+
+    OutputContract(JsonNode doc) {
+      if (doc == null) {
+        throw new IllegalArgumentException(
+            "the writer settings carry no \"contract\" (lockstep.output_contract.jvm_contract): "
+                + "this jar is newer than the Python driver that calls it");
+      }
+      Map<String, String> headers = WriterSettings.strings(doc.get("headers"));
+      sourceTopic = require(headers, "source_topic");
+      sourcePartition = require(headers, "source_partition");
+      sourceOffset = require(headers, "source_offset");
+      checkpoint = require(headers, "checkpoint");
+      error = require(headers, "error");
+      originalSize = require(headers, "original_size");
+      doc.get("required_columns").forEach(c -> requiredColumns.add(c.asText()));
+      doc.get("optional_columns").forEach(c -> optionalColumns.add(c.asText()));
+      doc.get("accepted_types").fields().forEachRemaining(e -> {
+        List<String> types = new ArrayList<>();
+        e.getValue().forEach(t -> types.add(t.asText()));
+        acceptedTypes.put(e.getKey(), types);
+      });
+      JsonNode size = doc.get("record_size");
+      batchOverhead = size.get("batch_overhead").asInt();
+      recordOverhead = size.get("record_overhead").asInt();
+      headerOverhead = size.get("header_overhead").asInt();
+      compressionSlack = size.get("compression_slack").asInt();
+      tooLargeReason = doc.get("too_large_reason").asText();
+      committableSchema = doc.get("committable_schema").asText();
+      midProduceAfterRecords = doc.get("mid_produce_after_records").asLong();
+    }
+
+    private static String require(Map<String, String> values, String name) {
+      String value = values.get(name);
+      if (value == null) {
+        throw new IllegalArgumentException("the output contract names no header for " + name);
+      }
+      return value;
+    }
+
+    /** Estimated bytes of one record on the wire; see lockstep.output_contract.record_size. */
+    long recordSize(long keyAndValueBytes, long headerBytes, int headers) {
+      long body = keyAndValueBytes + headerBytes;
+      return batchOverhead + recordOverhead + (long) headerOverhead * headers + body + body / 255 + compressionSlack;
+    }
+
+    /** The error header's reason for a record dropped for its size; see lockstep.output_contract.too_large. */
+    String tooLarge(long size, int limit, String where, String source) {
+      return tooLargeReason.replace("{size}", Long.toString(size)).replace("{where}", where)
+          .replace("{limit}", Integer.toString(limit)).replace("{source}", source);
     }
   }
 }

@@ -1,0 +1,168 @@
+"""The output contract is defined once (`lockstep.output_contract`): the Python writer reads it, the
+JVM writer receives it in its settings and hard-codes none of it, and a committable that is not the
+contract's is refused. (tests/integration/test_writers.py checks what both writers really emit.)"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lockstep import output_contract as contract
+from lockstep.checkpoint import PreparedTransaction
+from lockstep.failpoints import FAILPOINTS, FailpointError
+from lockstep.offsets import TopicPartition
+
+JAVA_SOURCES = Path(__file__).resolve().parents[2] / "buildsrc" / "jvm-writer"
+
+PREPARED = PreparedTransaction(transactional_id="p-1-0", producer_id=7, epoch=2,
+                               partitions=(TopicPartition("out", 0), TopicPartition("dlq", 1)), records=3,
+                               dead_letters=1, task_index=0, opened_at_ms=1_700_000_000_000)
+
+
+def java_text() -> str:
+    sources = sorted(JAVA_SOURCES.rglob("*.java"))
+    assert sources, f"no Java sources under {JAVA_SOURCES}"
+    return "\n".join(p.read_text() for p in sources)
+
+
+def test_the_java_writer_hard_codes_no_header_name_or_schema_id():
+    """Header names and the committable's schema id reach the JVM writer in its settings only."""
+    literals = re.findall(r'"(lockstep\.[^"]*)"', java_text())
+    assert literals == [], f"the JVM writer hard-codes contract values: {literals}"
+    assert contract.COMMITTABLE_SCHEMA not in java_text()
+
+
+def test_the_java_writer_hard_codes_no_record_size_constant():
+    text = java_text()
+    for name in ("BATCH_OVERHEAD", "RECORD_OVERHEAD", "HEADER_OVERHEAD", "COMPRESSION_SLACK"):
+        assert not re.search(rf"\b{name}\s*=", text), name
+    assert "key, value and headers dropped" not in text  # the too-large reason is the contract's template
+
+
+def test_the_jvm_settings_carry_every_contract_value():
+    doc = json.loads(json.dumps(contract.jvm_contract()))  # what crosses py4j
+    assert doc["headers"] == {
+        "source_topic": contract.SOURCE_TOPIC, "source_partition": contract.SOURCE_PARTITION,
+        "source_offset": contract.SOURCE_OFFSET, "checkpoint": contract.CHECKPOINT_HEADER,
+        "error": contract.ERROR_HEADER, "original_size": contract.ORIGINAL_SIZE_HEADER,
+    }
+    assert tuple(doc["required_columns"]) == contract.REQUIRED_COLUMNS
+    assert tuple(doc["optional_columns"]) == contract.OPTIONAL_COLUMNS
+    assert {k: tuple(v) for k, v in doc["accepted_types"].items()} == dict(contract.ACCEPTED_TYPES)
+    assert set(contract.ACCEPTED_TYPES) == set(contract.REQUIRED_COLUMNS + contract.OPTIONAL_COLUMNS)
+    assert doc["record_size"] == {"batch_overhead": contract.BATCH_OVERHEAD, "record_overhead": contract.RECORD_OVERHEAD,
+                                  "header_overhead": contract.HEADER_OVERHEAD,
+                                  "compression_slack": contract.COMPRESSION_SLACK}
+    assert doc["too_large_reason"] == contract.TOO_LARGE_REASON
+    assert doc["committable_schema"] == contract.COMMITTABLE_SCHEMA
+    assert doc["mid_produce_after_records"] == contract.MID_PRODUCE_AFTER_RECORDS
+
+
+def test_the_too_large_reason_fills_the_template_the_jvm_writer_fills():
+    assert contract.too_large(1200, 1000, "sink", "the producer's default") == (
+        "record of 1200 bytes exceeds the sink's limit of 1000 bytes (the producer's default); "
+        "key, value and headers dropped")
+    assert set(re.findall(r"{(\w+)}", contract.TOO_LARGE_REASON)) == {"size", "where", "limit", "source"}
+
+
+def test_a_committable_is_the_schema_id_then_the_contract_fields_in_order():
+    doc = PREPARED.to_json()
+    assert list(doc) == ["schema", *contract.COMMITTABLE_FIELDS]
+    assert doc["schema"] == contract.COMMITTABLE_SCHEMA
+    assert PreparedTransaction.from_json(doc) == PREPARED
+
+
+def test_a_task_result_is_parsed_once_into_the_committable():
+    line = contract.task_result(3, 4, PREPARED.to_json())
+    assert contract.parse_task_result(line) == (3, 4, PREPARED.to_json())
+    assert contract.parse_task_result(contract.task_result(1, 0, None)) == (1, 0, None)
+
+
+@pytest.mark.parametrize("drift, message", [
+    (lambda d: d.pop("schema"), "schema is None"),
+    (lambda d: d.update(schema="lockstep.committable/2"), "schema is 'lockstep.committable/2'"),
+    (lambda d: d.pop("epoch"), r"missing \['epoch'\]"),
+    (lambda d: d.update(producerId=7), r"unexpected \['producerId'\]"),
+])
+def test_a_writer_whose_committable_drifts_fails_the_run(drift, message):
+    doc = PREPARED.to_json()
+    drift(doc)
+    with pytest.raises(contract.CommittableError, match=message):
+        contract.parse_task_result(json.dumps({"task": 0, "rows": 4, "committable": doc}))
+
+
+def test_committable_doc_refuses_fields_outside_the_contract():
+    fields = {k: v for k, v in PREPARED.to_json().items() if k != "schema"}
+    with pytest.raises(contract.CommittableError, match="unexpected"):
+        contract.committable_doc(**fields, extra=1)
+
+
+def test_the_writers_failpoints_are_the_contracts():
+    for name, where in contract.WRITER_FAILPOINTS.items():
+        assert FAILPOINTS[name] == where
+    names = list(FAILPOINTS)
+    assert names.index("job.before_produce") < names.index("job.mid_produce") < names.index("job.after_flush")
+
+
+# ---- job.mid_produce in the Python writer: the contract's record, whatever the Arrow batches ----------
+class FakeWriter:
+    """Records what `sparkjob._produce_batch` hands the producer (no Kafka: pure counting)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, list]] = []
+
+    def produce(self, topic, value, key=None, headers=None, dead_letter=False):
+        self.records.append((topic, headers))
+
+
+def batches(*sizes: int) -> list:
+    import pyarrow as pa
+
+    out, offset = [], 0
+    for n in sizes:
+        out.append(pa.RecordBatch.from_pydict({
+            "value": [b"v"] * n, "topic": ["in"] * n, "partition": [0] * n,
+            "offset": list(range(offset, offset + n)),
+        }))
+        offset += n
+    return out
+
+
+def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5) -> FakeWriter:
+    """One Spark task's rows, in Arrow batches of ``sizes``, through the Python writer's produce loop."""
+    from lockstep.sparkjob import WriterSettings, _produce_batch
+
+    settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", checkpoint_id=9,
+                              timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
+    produced = 0
+    for batch in batches(*sizes):
+        produced += _produce_batch(writer, settings, batch, produced=produced, task=task)
+    return writer
+
+
+@pytest.mark.parametrize("sizes", [(5,), (1, 4), (0, 1, 1, 3), (1, 1), (0, 0, 2)])
+def test_mid_produce_fires_after_the_contracts_record_whatever_the_batches(monkeypatch, sizes):
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.mid_produce=raise")
+    writer = FakeWriter()
+    with pytest.raises(FailpointError) as info:
+        produce_task(sizes, writer)
+    assert len(writer.records) == contract.MID_PRODUCE_AFTER_RECORDS
+    assert str(info.value) == "failpoint job.mid_produce raised" + contract.mid_produce_message(
+        5, contract.MID_PRODUCE_AFTER_RECORDS)
+
+
+@pytest.mark.parametrize("sizes", [(1,), (0, 1), ()])
+def test_mid_produce_is_never_reached_by_a_task_with_no_more_records(monkeypatch, sizes):
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.mid_produce=raise")
+    writer = produce_task(sizes, FakeWriter())
+    assert len(writer.records) == sum(sizes) <= contract.MID_PRODUCE_AFTER_RECORDS
+
+
+def test_every_record_leads_with_the_contracts_headers():
+    writer = produce_task((3,), FakeWriter())
+    for topic, headers in writer.records:
+        assert topic == "out"
+        assert tuple(name for name, _ in headers) == contract.LEADING_HEADERS
+
