@@ -24,6 +24,7 @@ from lockstep.committer import (
     TransactionFencedError,
     TransactionStateError,
 )
+from lockstep.kafka_protocol import TransactionState
 from lockstep.transactions import RecordRejectedError, TransactionalWriter
 
 T = TypeVar("T")
@@ -172,7 +173,7 @@ def test_recommit_is_a_no_op(bootstrap, unique, committer):
     committer.commit(tid, prepared.producer_id, prepared.epoch)  # e.g. the commit task retried
 
     assert await_visible(bootstrap, topic, 10) == sorted(expected(tid, 10))
-    assert committer.describe([tid])[tid].state == "CompleteCommit"
+    assert committer.describe([tid])[tid].state == TransactionState.COMPLETE_COMMIT
 
 
 def test_abort_hides_records(bootstrap, unique, committer):
@@ -215,7 +216,7 @@ def test_fence_aborts_a_dead_writers_transaction_and_unblocks_readers(bootstrap,
 
     seen = committer.fence(dead_tid)
 
-    assert seen.state == "Empty" and seen.epoch > dead.epoch
+    assert seen.state == TransactionState.EMPTY and seen.epoch > dead.epoch
     await_markers(bootstrap, topic)
     assert sorted(read_visible(bootstrap, topic)) == sorted(expected(live_tid, 3))
     with pytest.raises(TransactionFencedError, match=f"{dead_tid}.*re-initialised"):
@@ -244,8 +245,8 @@ def test_empty_writer_yields_no_committable(bootstrap, unique, committer):
     assert prepare_in_subprocess(bootstrap, tid, topic, 0) is None
 
     seen = committer.describe([tid, f"lockstep-never-{unique}"])
-    assert seen[tid].state == "Empty" and not seen[tid].is_open  # initialised, never began on the broker
-    assert seen[f"lockstep-never-{unique}"].state == "Unknown"
+    assert seen[tid].state == TransactionState.EMPTY and not seen[tid].is_open  # initialised, never began on the broker
+    assert seen[f"lockstep-never-{unique}"].state == TransactionState.UNKNOWN
     assert committer.list_open(f"lockstep-test-{unique}") == []
 
 
@@ -259,7 +260,7 @@ def test_rejected_records_fail_prepare_and_abort(bootstrap, unique, committer):
         writer.prepare()
 
     # Aborted right away (EndTxn sent), not left open to stall readers until it times out.
-    assert committer.describe([tid])[tid].state in ("PrepareAbort", "CompleteAbort")
+    assert committer.describe([tid])[tid].state in (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT)
 
 
 def test_librdkafka_destroy_keeps_the_transaction_open_but_close_aborts(bootstrap, unique, committer):
@@ -278,6 +279,6 @@ def test_librdkafka_destroy_keeps_the_transaction_open_but_close_aborts(bootstra
         gc.collect()
 
     seen = committer.describe([destroyed, closed])
-    assert seen[destroyed].state == "Ongoing"
-    assert seen[closed].state == "CompleteAbort"
+    assert seen[destroyed].state == TransactionState.ONGOING
+    assert seen[closed].state == TransactionState.COMPLETE_ABORT
     committer.fence(destroyed)  # do not leave it open for other tests' readers
