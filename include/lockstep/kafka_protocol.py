@@ -191,7 +191,9 @@ class KafkaTransactionAdmin:
         """The transactions in one of ``states`` on every broker (each leads a slice of the coordinators)."""
         with _translated_errors():
             listings = self._admin.list_transactions(state_filters=[str(s) for s in states])
-        return [TransactionListing(row.transactional_id, row.producer_id, TransactionState(str(row.state)))
+        # kafka-python's own state enum prints as "TransactionState.ONGOING": take its wire value
+        return [TransactionListing(row.transactional_id, row.producer_id,
+                                   TransactionState(getattr(row.state, "value", row.state)))
                 for rows in listings.values() for row in rows]
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> EndTxnResult:

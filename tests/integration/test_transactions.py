@@ -24,7 +24,7 @@ from lockstep.committer import (
     TransactionFencedError,
     TransactionStateError,
 )
-from lockstep.kafka_protocol import TransactionState
+from lockstep.kafka_protocol import KafkaTransactionAdmin, TransactionState
 from lockstep.transactions import RecordRejectedError, TransactionalWriter
 
 T = TypeVar("T")
@@ -231,6 +231,17 @@ def test_list_open_finds_open_ids_by_prefix(bootstrap, unique, committer):
     other = prepare_here(bootstrap, f"lockstep-other-{unique}-0", topic, 1)
 
     assert committer.list_open(prefix) == open_ids
+    # The adapter's own rows: the protocol's states (not kafka-python's enum) and the producer ids.
+    admin = KafkaTransactionAdmin(bootstrap)
+    try:
+        rows = {r.transactional_id: r for r in admin.list_transactions([TransactionState.ONGOING])}
+        coordinator = admin.find_coordinator(open_ids[0])
+    finally:
+        admin.close()
+    assert [(rows[t].state, rows[t].producer_id) for t in open_ids] == [(TransactionState.ONGOING, p.producer_id)
+                                                                        for p in prepared]
+    assert all(rows[t].state is TransactionState.ONGOING for t in open_ids)
+    assert coordinator.error == "NoError" and coordinator.node_id >= 0
 
     committer.commit(open_ids[0], prepared[0].producer_id, prepared[0].epoch)
     committer.abort(open_ids[1], prepared[1].producer_id, prepared[1].epoch)
