@@ -1,49 +1,50 @@
 """The committer side of Lockstep's two-phase commit: end transactions that other processes prepared.
 
 A Spark task pre-commits (`lockstep.transactions`) and exits; the transaction stays open on the
-broker. Later, the *commit* task — another process — sends EndTxn itself with the recorded
-producer id and epoch, as Flink's `resumeTransaction` does. librdkafka cannot do that (it only ends
-its own transactions), so this module speaks the protocol with kafka-python (pinned to 3.0.12; we
-use its private connection manager to send raw requests).
+broker. Later, the *commit* task — another process — commits it by transactional id with the
+recorded producer id and epoch. How that is said to Kafka is `lockstep.kafka_protocol`'s business;
+this module holds the policy, as Flink's `KafkaCommitter` does:
 
-Facts this relies on, verified on Kafka 4.2 (transaction protocol v1 rules, which the broker applies
-to EndTxn up to v4 — v5+ would switch it to v2 rules, hence `max_version=4`):
+* **retry later** — the coordinator is moving, loading or busy (`_RETRIABLE`), or the client lost
+  its connection: retried with back-off until the deadline, then `CommitterUnavailableError`
+  (transient: the task is retried);
+* **known failure** — fenced (`TransactionFencedError`, with why: a broker timeout or another
+  writer), not open (`TransactionStateError`), unknown id (`UnknownTransactionError`);
+* **unknown failure** — any other broker error, a `TransactionCommitError` naming it.
 
-* EndTxn(commit) from another process with the recorded id/epoch commits; repeating it returns no
-  error (CompleteCommit is idempotent while the epoch is unchanged).
-* A transaction the broker timed out is aborted with the epoch bumped by one: a late commit gets
-  PRODUCER_FENCED, never a silent success. Re-initialising the id (fencing) bumps the epoch too.
-* EndTxn on a transaction that is not open (Empty, CompleteAbort) gets INVALID_TXN_STATE; an id
-  the coordinator never saw gets INVALID_PRODUCER_ID_MAPPING.
+Repeating a commit that succeeded succeeds again (EndTxn is idempotent while the epoch is unchanged).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from lockstep import decisions
 from lockstep.errors import TerminalError, TransientError
+from lockstep.kafka_protocol import (
+    FIND_COORDINATOR, NO_ERROR, FenceError, KafkaTransactionAdmin, RetriableKafkaError, TransactionAdmin,
+    TransactionState,
+)
 from lockstep.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-UNKNOWN = decisions.UNKNOWN
-# States in which a transaction holds back read_committed readers (ListTransactions wire values).
-OPEN_STATES: tuple[str, ...] = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
-END_TXN_MAX_VERSION = 4
-_TRANSACTION_KEY_TYPE = 1  # FindCoordinator key type for transactional ids
+# States in which a transaction holds back read_committed readers (the ListTransactions filter).
+OPEN_STATES: tuple[TransactionState, ...] = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
+                                             TransactionState.PREPARE_ABORT, TransactionState.PREPARE_EPOCH_FENCE)
 
 # Broker errors that go away by themselves: coordinator moving or loading, or an EndTxn in flight.
 _RETRIABLE = frozenset({"ConcurrentTransactionsError", "CoordinatorLoadInProgressError", "NotCoordinatorError",
                         "CoordinatorNotAvailableError", "RequestTimedOutError"})
 _FENCED = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
+_UNKNOWN_ID = frozenset({"InvalidProducerIdMappingError", "TransactionalIdNotFoundError"})
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class TransactionObservation(decisions.TransactionObservation):
 
     def holds(self, producer_id: int, epoch: int) -> bool:
         """True if this is still the transaction a writer prepared with (producer_id, epoch)."""
-        return self.state == "Ongoing" and self.producer_id == producer_id and self.epoch == epoch
+        return self.state == TransactionState.ONGOING and self.producer_id == producer_id and self.epoch == epoch
 
 
 def explain_fenced(producer_id: int, epoch: int, seen: TransactionObservation | None) -> str:
@@ -107,10 +108,10 @@ def explain_fenced(producer_id: int, epoch: int, seen: TransactionObservation | 
     A broker timeout aborts with exactly one epoch bump and keeps the old start time and timeout;
     a re-initialisation (fencing, a retried task) bumps further and resets the transaction.
     """
-    if seen is None or seen.state == UNKNOWN:
+    if seen is None or seen.state == TransactionState.UNKNOWN:
         return "fenced, and the coordinator no longer knows the id"
-    if seen.producer_id == producer_id and seen.epoch == epoch + 1 and seen.state in ("CompleteAbort", "PrepareAbort") \
-            and seen.deadline_ms is not None:
+    aborted = seen.state in (TransactionState.COMPLETE_ABORT, TransactionState.PREPARE_ABORT)
+    if seen.producer_id == producer_id and seen.epoch == epoch + 1 and aborted and seen.deadline_ms is not None:
         return (f"the broker aborted it because it timed out: transaction.timeout.ms={seen.timeout_ms} ms "
                 f"elapsed (started {_utc(seen.start_time_ms)}, deadline {_utc(seen.deadline_ms)}) before the commit; "
                 "its records are discarded. Raise transaction.timeout.ms or commit sooner")
@@ -122,25 +123,19 @@ def explain_fenced(producer_id: int, epoch: int, seen: TransactionObservation | 
 class TransactionCommitter:
     """Describes, commits, aborts and fences transactions by transactional id, from any process.
 
-    `client_config` holds kafka-python `KafkaAdminClient` settings (security, client_id, ...);
-    `producer_config` holds confluent-kafka settings used only by `fence`.
+    ``admin`` speaks the protocol (`lockstep.kafka_protocol.KafkaTransactionAdmin`, or a fake in
+    tests); a bootstrap string is a PLAINTEXT cluster without further settings (tests, tools).
     """
 
     def __init__(
         self,
-        bootstrap: str,
-        client_config: Mapping[str, Any] | None = None,
+        admin: TransactionAdmin | str,
         *,
-        producer_config: Mapping[str, Any] | None = None,
         retry_deadline_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        from kafka import KafkaAdminClient  # heavy; imported only when a committer is built
-
-        self.bootstrap = bootstrap
-        self._admin = KafkaAdminClient(bootstrap_servers=bootstrap, **dict(client_config or {}))
-        self._producer_config = dict(producer_config or {})
+        self._admin: TransactionAdmin = KafkaTransactionAdmin(admin) if isinstance(admin, str) else admin
         self._deadline_s = retry_deadline_s
         self._monotonic = monotonic
         self._sleep = sleep
@@ -151,12 +146,12 @@ class TransactionCommitter:
     def __enter__(self) -> TransactionCommitter:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- public API ----------------------------------------------------------------------------
     def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionObservation]:
-        """Observe each id; an id the coordinator does not know is reported with state "Unknown"."""
+        """Observe each id; an id the coordinator does not know is reported with state Unknown."""
         result: dict[str, TransactionObservation] = {}
         for tid in dict.fromkeys(transactional_ids):  # dedupe, keep order
             result[tid] = self._retrying(f"describe transaction {tid}", lambda tid=tid: self._describe_once(tid))
@@ -170,14 +165,11 @@ class TransactionCommitter:
         """Abort a transaction prepared elsewhere; succeeds again if it is already aborted."""
         self._end(transactional_id, producer_id, epoch, commit=False)
 
-    def list_open(self, prefix: str, states: Sequence[str] = OPEN_STATES) -> list[str]:
+    def list_open(self, prefix: str, states: Sequence[TransactionState] = OPEN_STATES) -> list[str]:
         """Transactional ids starting with `prefix` that have a transaction in one of `states`."""
-        listings = self._retrying(
-            f"list transactions with prefix {prefix!r}",
-            lambda: self._admin.list_transactions(state_filters=list(states)),
-        )
-        return sorted({row.transactional_id for rows in listings.values() for row in rows
-                       if row.transactional_id.startswith(prefix)})
+        listings = self._retrying(f"list transactions with prefix {prefix!r}",
+                                  lambda: self._admin.list_transactions(states))
+        return sorted({row.transactional_id for row in listings if row.transactional_id.startswith(prefix)})
 
     def fence(self, transactional_id: str, timeout_s: float | None = None) -> TransactionObservation:
         """Abort whatever `transactional_id` has open by re-initialising it (the broker bumps the epoch).
@@ -185,19 +177,13 @@ class TransactionCommitter:
         This is how a dead writer's transaction is ended without knowing its producer id or epoch,
         and how earlier attempts are kept from ever committing.
         """
-        from confluent_kafka import Producer
-
         timeout = self._deadline_s if timeout_s is None else timeout_s
-        producer = Producer({**self._producer_config, "bootstrap.servers": self.bootstrap,
-                             "transactional.id": transactional_id, "logger": log})
         try:
-            producer.init_transactions(timeout)
-        except Exception as exc:
+            self._admin.fence(transactional_id, timeout)
+        except FenceError as exc:
             raise CommitterUnavailableError(
                 f"could not fence transaction {transactional_id} within {timeout:.0f} s: {exc}"
             ) from exc
-        finally:
-            producer.close()  # nothing is open on this producer, so close() aborts nothing
         seen = self.describe([transactional_id])[transactional_id]
         log.info("transaction %s: fenced; now producer id %d, epoch %d, state %s",
                  transactional_id, seen.producer_id, seen.epoch, seen.state)
@@ -208,25 +194,17 @@ class TransactionCommitter:
         action = "commit" if commit else "abort"
         error = self._retrying(f"{action} transaction {tid}",
                                lambda: self._end_once(tid, producer_id, epoch, commit))
-        if error == "NoError":
+        if error == NO_ERROR:
             log.info("transaction %s: %s done (producer id %d, epoch %d)", tid, action, producer_id, epoch)
             return
         raise self._classify(tid, producer_id, epoch, action, error)
 
     def _end_once(self, tid: str, producer_id: int, epoch: int, commit: bool) -> str:
-        from kafka.protocol.producer.transaction import EndTxnRequest
-
-        async def attempt() -> str:
-            node = await self._coordinator(tid)
-            request = EndTxnRequest(transactional_id=tid, producer_id=producer_id, producer_epoch=epoch,
-                                    committed=commit, max_version=END_TXN_MAX_VERSION)
-            response = await self._admin._manager.send(request, node_id=node)
-            return _error_name(response.error_code)
-
-        error = self._admin._manager.run(attempt)
-        if error in _RETRIABLE:
-            raise _Retry(error)
-        return error
+        answer = self._admin.end_txn(tid, producer_id, epoch, commit)
+        _raise_if_retriable(answer.error)
+        if answer.request == FIND_COORDINATOR:
+            raise _no_coordinator(tid, answer.error)
+        return answer.error
 
     def _classify(self, tid: str, producer_id: int, epoch: int, action: str, error: str) -> TransactionCommitError:
         """Turn a refusal into an error that says what happened, using the coordinator's current view."""
@@ -242,58 +220,30 @@ class TransactionCommitter:
             return TransactionStateError(tid, producer_id, epoch, action,
                                          f"{error}: the transaction is not open (nothing produced, or already "
                                          f"ended the other way){now}")
-        if error in ("InvalidProducerIdMappingError", "TransactionalIdNotFoundError"):
+        if error in _UNKNOWN_ID:
             return UnknownTransactionError(tid, producer_id, epoch, action,
                                            f"{error}: the coordinator has no producer for this id{now}")
         return TransactionCommitError(tid, producer_id, epoch, action, f"unexpected broker error {error}{now}")
 
     # ---- DescribeTransactions ------------------------------------------------------------------
     def _describe_once(self, tid: str) -> TransactionObservation:
-        from kafka.protocol.admin.transactions import DescribeTransactionsRequest
-
-        async def attempt() -> Any:
-            node = await self._coordinator(tid)
-            response = await self._admin._manager.send(DescribeTransactionsRequest(transactional_ids=[tid]),
-                                                       node_id=node)
-            return response.transaction_states[0]
-
-        row = self._admin._manager.run(attempt)
-        error = _error_name(row.error_code)
-        if error in _RETRIABLE:
-            raise _Retry(error)
-        if error == "TransactionalIdNotFoundError":
-            return TransactionObservation(tid, UNKNOWN, producer_id=-1, epoch=-1, start_time_ms=-1, timeout_ms=-1)
-        if error != "NoError":
-            raise TransactionCommitError(tid, -1, -1, "describe", f"broker error {error}")
+        row = self._admin.describe_transaction(tid)
+        _raise_if_retriable(row.error)
+        if row.request == FIND_COORDINATOR:
+            raise _no_coordinator(tid, row.error)
+        if row.error == "TransactionalIdNotFoundError":
+            return TransactionObservation(tid, TransactionState.UNKNOWN, producer_id=-1, epoch=-1, start_time_ms=-1,
+                                          timeout_ms=-1)
+        if row.error != NO_ERROR:
+            raise TransactionCommitError(tid, -1, -1, "describe", f"broker error {row.error}")
         return TransactionObservation(
-            transactional_id=tid, state=row.transaction_state, producer_id=row.producer_id,
-            epoch=row.producer_epoch, start_time_ms=row.transaction_start_time_ms,
-            timeout_ms=row.transaction_timeout_ms,
-            partitions=tuple(sorted(TopicPartition(t.topic, p) for t in row.topics for p in t.partitions)),
+            transactional_id=tid, state=row.state, producer_id=row.producer_id, epoch=row.epoch,
+            start_time_ms=row.start_time_ms, timeout_ms=row.timeout_ms, partitions=row.partitions,
         )
-
-    # ---- FindCoordinator -----------------------------------------------------------------------
-    async def _coordinator(self, tid: str) -> int:
-        """Ask for the id's coordinator on every call: after NOT_COORDINATOR a cached answer would be stale."""
-        from kafka.protocol.metadata import FindCoordinatorRequest
-
-        request = FindCoordinatorRequest(key_type=_TRANSACTION_KEY_TYPE, coordinator_keys=[tid], min_version=4)
-        response = await self._admin._manager.send(request)
-        found = response.coordinators[0]
-        error = _error_name(found.error_code)
-        if error != "NoError":
-            raise _Retry(error) if error in _RETRIABLE else TransactionCommitError(
-                tid, -1, -1, "find the coordinator of", f"broker error {error}")
-        cluster = self._admin._manager.cluster
-        if cluster.broker_metadata(found.node_id) is None:  # a broker the client has not met yet
-            cluster.add_coordinator(found, _TRANSACTION_KEY_TYPE, tid, synthesize_node_id=False)
-        return found.node_id
 
     # ---- retries -------------------------------------------------------------------------------
     def _retrying(self, what: str, attempt: Callable[[], T]) -> T:
         """Run `attempt` until it stops raising retriable errors, backing off, up to the deadline."""
-        import kafka.errors as kafka_errors
-
         deadline = self._monotonic() + self._deadline_s
         delay = 0.05
         while True:
@@ -301,10 +251,8 @@ class TransactionCommitter:
                 return attempt()
             except _Retry as exc:
                 last = exc.error
-            except kafka_errors.KafkaError as exc:
-                if not getattr(exc, "retriable", False):
-                    raise
-                last = f"{type(exc).__name__}: {exc}"
+            except RetriableKafkaError as exc:
+                last = str(exc)
             if self._monotonic() + delay >= deadline:
                 raise CommitterUnavailableError(
                     f"gave up trying to {what} after {self._deadline_s:.0f} s; last error {last}. "
@@ -323,11 +271,14 @@ class _Retry(Exception):
         self.error = error
 
 
+def _raise_if_retriable(error: str) -> None:
+    if error in _RETRIABLE:
+        raise _Retry(error)
+
+
+def _no_coordinator(tid: str, error: str) -> TransactionCommitError:
+    return TransactionCommitError(tid, -1, -1, "find the coordinator of", f"broker error {error}")
+
+
 def _utc(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _error_name(code: int) -> str:
-    import kafka.errors as kafka_errors
-
-    return kafka_errors.for_code(code).__name__

@@ -28,6 +28,7 @@ from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, 
                               describe_dropped, describe_restore, offsets_at_time, offsets_from_json,
                               parse_restore_time, plan_ranges, restore_diff, restore_totals)
 from lockstep.connections import kafka_config
+from lockstep.kafka_protocol import TransactionState
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
 from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
 from lockstep.spec import PipelineSpec
@@ -487,7 +488,7 @@ def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], ti
     pending = list(tids)
     while pending:
         observed = committer.describe(pending)
-        pending = [tid for tid in pending if observed[tid].state != "CompleteCommit"]
+        pending = [tid for tid in pending if observed[tid].state != TransactionState.COMPLETE_COMMIT]
         if not pending:
             return
         if time.monotonic() > deadline:

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from lockstep.checkpoint import CheckpointStatus, CheckpointView, PreparedCheckpoint, PreparedTransaction
+from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import OffsetRange
 
 # --- transactional ids --------------------------------------------------------------------------
@@ -44,8 +45,8 @@ def parse_transactional_id(prefix: str, tid: str) -> ParsedTransactionalId | Non
 
 # --- commit or abort ----------------------------------------------------------------------------
 
-ONGOING, PREPARE_COMMIT, PREPARE_ABORT = "Ongoing", "PrepareCommit", "PrepareAbort"
-COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY, DEAD, UNKNOWN = "CompleteCommit", "CompleteAbort", "Empty", "Dead", "Unknown"
+_COMMITTING = (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT)
+_ABORTING = (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT)
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,14 @@ class TransactionObservation:
     """What the transaction coordinator reports for one id (DescribeTransactions), or state Unknown."""
 
     transactional_id: str
-    state: str
+    state: TransactionState
     producer_id: int
     epoch: int
     start_time_ms: int
     timeout_ms: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", TransactionState(self.state))  # a wire string becomes the enum
 
 
 class DecisionKind(str, Enum):
@@ -94,7 +98,7 @@ def _committed_epoch_matches(t: PreparedTransaction, o: TransactionObservation) 
 def _timed_out_by_broker(t: PreparedTransaction, o: TransactionObservation, now_ms: int) -> bool:
     """A broker timeout aborts with the epoch bumped by exactly one and keeps the start time
     and timeout, whose sum has passed; fencing by a new writer re-inits instead (Empty, +2)."""
-    return (o.state in (PREPARE_ABORT, COMPLETE_ABORT) and o.producer_id == t.producer_id
+    return (o.state in _ABORTING and o.producer_id == t.producer_id
             and o.epoch == t.epoch + 1 and o.start_time_ms >= 0 and o.start_time_ms + o.timeout_ms <= now_ms)
 
 
@@ -103,10 +107,10 @@ def _classify(t: PreparedTransaction, o: TransactionObservation | None, now_ms: 
     tid = t.transactional_id
     if o is None:
         return "missing", f"transaction {tid} could not be observed"
-    if o.state in (PREPARE_COMMIT, COMPLETE_COMMIT) and _committed_epoch_matches(t, o):
-        return ("committing" if o.state == PREPARE_COMMIT else "committed"), ""
+    if o.state in _COMMITTING and _committed_epoch_matches(t, o):
+        return ("committing" if o.state == TransactionState.PREPARE_COMMIT else "committed"), ""
     ours = o.producer_id == t.producer_id and o.epoch == t.epoch
-    if o.state == ONGOING and ours:
+    if o.state == TransactionState.ONGOING and ours:
         left = o.start_time_ms + o.timeout_ms - now_ms
         if left <= 0:
             return "bad", f"transaction {tid} timed out after {o.timeout_ms} ms"
@@ -116,15 +120,17 @@ def _classify(t: PreparedTransaction, o: TransactionObservation | None, now_ms: 
         return "commit", ""
     if _timed_out_by_broker(t, o, now_ms):
         return "bad", f"transaction {tid} timed out after {o.timeout_ms} ms (the broker aborted it)"
-    if o.state in (ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT) or (not ours and o.state in (PREPARE_ABORT, COMPLETE_ABORT)):
+    if o.state in (TransactionState.ONGOING, *_COMMITTING) or (not ours and o.state in _ABORTING):
         return "bad", (f"transaction {tid} was fenced: the broker has producer id {o.producer_id} epoch {o.epoch} "
                        f"in state {o.state}, the checkpoint recorded {t.producer_id}/{t.epoch}")
     reasons = {
-        PREPARE_ABORT: "is being aborted", COMPLETE_ABORT: "was aborted (timeout or fencing)",
-        EMPTY: "has no open transaction (aborted or expired)", DEAD: "has expired on the broker",
-        UNKNOWN: "is unknown to the transaction coordinator",
+        TransactionState.PREPARE_ABORT: "is being aborted",
+        TransactionState.COMPLETE_ABORT: "was aborted (timeout or fencing)",
+        TransactionState.EMPTY: "has no open transaction (aborted or expired)",
+        TransactionState.DEAD: "has expired on the broker",
+        TransactionState.UNKNOWN: "is unknown to the transaction coordinator",
     }
-    return "bad", f"transaction {tid} {reasons.get(o.state, f'is in unexpected state {o.state!r}')}"
+    return "bad", f"transaction {tid} {reasons.get(o.state, f'is in unexpected state {str(o.state)!r}')}"
 
 
 def decide_commit(

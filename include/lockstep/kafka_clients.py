@@ -10,7 +10,7 @@ Lockstep talks to Kafka through three client libraries that spell the same setti
   the JVM writer's producer. SASL credentials become ``sasl.jaas.config``, a PEM CA file a PEM
   trust store, a PEM client certificate a PEM key store.
 * **kafka-python**: the committer's admin client (``KafkaAdminClient`` keyword arguments), which
-  sends EndTxn and DescribeTransactions itself.
+  sends EndTxn and DescribeTransactions itself (``lockstep.kafka_protocol``).
 
 This module is the only place that translates; everything else asks ``lockstep.connections`` for
 the dialect it needs. Security settings are never dropped: one that a dialect cannot express is a

@@ -16,6 +16,7 @@ from typing import Any
 from lockstep.checkpoint import CheckpointView
 from lockstep.committer import TransactionObservation
 from lockstep.decisions import CommitDecision, DecisionKind, RecoveryPlan, parse_transactional_id
+from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import TopicPartition
 
 COMMIT, FENCE, LEAVE, FOREIGN = "commit", "fence", "leave", "none (foreign)"
@@ -57,7 +58,7 @@ class OpenTransaction:
     #: claimed / prepared / aborted / completed, "unknown" when the store has no such checkpoint; None if foreign.
     checkpoint_status: str | None
     run_id: str | None
-    state: str
+    state: TransactionState
     producer_id: int
     epoch: int
     age_ms: int | None

@@ -10,7 +10,6 @@ from typing import Any
 
 from lockstep.connections import kafka_config, s3_client
 from lockstep.errors import TerminalError
-from lockstep.kafka_clients import KAFKA_PYTHON
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 
@@ -70,10 +69,6 @@ def committer_for_connection(conn_id: str, retry_deadline_s: float = 60.0) -> An
     """A committer on the cluster of ``conn_id`` (a checkpoint planned with another sink connection);
     ``retry_deadline_s`` bounds its retries (the Checkpoints page gives up sooner than a task)."""
     from lockstep.committer import TransactionCommitter
+    from lockstep.kafka_protocol import KafkaTransactionAdmin
 
-    client = kafka_config(conn_id, KAFKA_PYTHON)  # the admin client: EndTxn, DescribeTransactions
-    producer = kafka_config(conn_id)  # confluent-kafka: fence() re-initialises ids
-    bootstrap = client.pop("bootstrap_servers")
-    producer.pop("bootstrap.servers")
-    return TransactionCommitter(bootstrap, client_config=client, producer_config=producer,
-                                retry_deadline_s=retry_deadline_s)
+    return TransactionCommitter(KafkaTransactionAdmin.for_connection(conn_id), retry_deadline_s=retry_deadline_s)

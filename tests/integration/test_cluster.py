@@ -96,9 +96,10 @@ def executor_pids(cluster) -> list[int]:
 
 def ongoing(pipeline: PipelineUnderTest) -> list[str]:
     from lockstep.committer import TransactionCommitter
+    from lockstep.kafka_protocol import TransactionState
 
     with TransactionCommitter(pipeline.bootstrap) as committer:
-        return committer.list_open(f"{pipeline.prefix}-", states=("Ongoing",))
+        return committer.list_open(f"{pipeline.prefix}-", states=(TransactionState.ONGOING,))
 
 
 def test_an_executor_killed_while_producing_is_retried_on_the_other_worker(tmp_path, on_cluster, unique, monkeypatch):

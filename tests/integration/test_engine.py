@@ -92,6 +92,7 @@ def test_transaction_timeout_aborts_the_whole_checkpoint_and_the_next_run_replay
     from lockstep.committer import TransactionCommitter
     from lockstep.coordinator import Pipeline, commit, plan
     from lockstep.errors import CheckpointError
+    from lockstep.kafka_protocol import TransactionState
     from lockstep.launcher import run_checkpoint
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, timeout_ms=4000, margin_ms=1000)
@@ -103,7 +104,7 @@ def test_transaction_timeout_aborts_the_whole_checkpoint_and_the_next_run_replay
     tids = [t.transactional_id for t in prepared.transactions]
     deadline = time.monotonic() + 60
     with TransactionCommitter(bootstrap) as committer:
-        while any(o.state == "Ongoing" for o in committer.describe(tids).values()):
+        while any(o.state == TransactionState.ONGOING for o in committer.describe(tids).values()):
             assert time.monotonic() < deadline, "the broker never timed the transactions out"
             time.sleep(0.5)
 

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 
 from lockstep.checkpoint import CheckpointClaim, CheckpointStatus
 from lockstep.committer import TransactionCommitter
+from lockstep.kafka_protocol import TransactionState
 from lockstep.decisions import cli_run_id
 from lockstep.failpoints import CRASH_EXIT_CODE
 
@@ -81,7 +82,7 @@ def test_console_lists_maps_and_resolves_a_crashed_checkpoint(tmp_path, bootstra
         assert "checkpoint 1: now completed" in resolved.stdout
         assert open_transactions(pipeline) == [] and _statuses(pipeline) == {1: CheckpointStatus.COMPLETED}
         with TransactionCommitter(bootstrap) as committer:
-            assert committer.describe([foreign_id])[foreign_id].state == "Ongoing"
+            assert committer.describe([foreign_id])[foreign_id].state == TransactionState.ONGOING
         assert [r["transactional_id"] for r in _console(pipeline)["transactions"]] == [foreign_id]
     finally:
         foreign.abort_transaction(30)

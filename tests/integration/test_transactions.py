@@ -23,6 +23,7 @@ from lockstep.committer import (
     TransactionFencedError,
     TransactionStateError,
 )
+from lockstep.kafka_protocol import KafkaTransactionAdmin, TransactionState
 from lockstep.transactions import RecordRejectedError, TransactionalWriter
 
 from ..support.topics import create_topics
@@ -170,7 +171,7 @@ def test_recommit_is_a_no_op(bootstrap, unique, committer):
     committer.commit(tid, prepared.producer_id, prepared.epoch)  # e.g. the commit task retried
 
     assert await_visible(bootstrap, topic, 10) == sorted(expected(tid, 10))
-    assert committer.describe([tid])[tid].state == "CompleteCommit"
+    assert committer.describe([tid])[tid].state == TransactionState.COMPLETE_COMMIT
 
 
 def test_abort_hides_records(bootstrap, unique, committer):
@@ -213,7 +214,7 @@ def test_fence_aborts_a_dead_writers_transaction_and_unblocks_readers(bootstrap,
 
     seen = committer.fence(dead_tid)
 
-    assert seen.state == "Empty" and seen.epoch > dead.epoch
+    assert seen.state == TransactionState.EMPTY and seen.epoch > dead.epoch
     await_markers(bootstrap, topic)
     assert sorted(read_visible(bootstrap, topic)) == sorted(expected(live_tid, 3))
     with pytest.raises(TransactionFencedError, match=f"{dead_tid}.*re-initialised"):
@@ -228,6 +229,17 @@ def test_list_open_finds_open_ids_by_prefix(bootstrap, unique, committer):
     other = prepare_here(bootstrap, f"lockstep-other-{unique}-0", topic, 1)
 
     assert committer.list_open(prefix) == open_ids
+    # The adapter's own rows: the protocol's states (not kafka-python's enum) and the producer ids.
+    admin = KafkaTransactionAdmin(bootstrap)
+    try:
+        rows = {r.transactional_id: r for r in admin.list_transactions([TransactionState.ONGOING])}
+        coordinator = admin.find_coordinator(open_ids[0])
+    finally:
+        admin.close()
+    assert [(rows[t].state, rows[t].producer_id) for t in open_ids] == [(TransactionState.ONGOING, p.producer_id)
+                                                                        for p in prepared]
+    assert all(rows[t].state is TransactionState.ONGOING for t in open_ids)
+    assert coordinator.error == "NoError" and coordinator.node_id >= 0
 
     committer.commit(open_ids[0], prepared[0].producer_id, prepared[0].epoch)
     committer.abort(open_ids[1], prepared[1].producer_id, prepared[1].epoch)
@@ -242,8 +254,8 @@ def test_empty_writer_yields_no_committable(bootstrap, unique, committer):
     assert prepare_in_subprocess(bootstrap, tid, topic, 0) is None
 
     seen = committer.describe([tid, f"lockstep-never-{unique}"])
-    assert seen[tid].state == "Empty" and not seen[tid].is_open  # initialised, never began on the broker
-    assert seen[f"lockstep-never-{unique}"].state == "Unknown"
+    assert seen[tid].state == TransactionState.EMPTY and not seen[tid].is_open  # initialised, never began on the broker
+    assert seen[f"lockstep-never-{unique}"].state == TransactionState.UNKNOWN
     assert committer.list_open(f"lockstep-test-{unique}") == []
 
 
@@ -257,7 +269,7 @@ def test_rejected_records_fail_prepare_and_abort(bootstrap, unique, committer):
         writer.prepare()
 
     # Aborted right away (EndTxn sent), not left open to stall readers until it times out.
-    assert committer.describe([tid])[tid].state in ("PrepareAbort", "CompleteAbort")
+    assert committer.describe([tid])[tid].state in (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT)
 
 
 def test_librdkafka_destroy_keeps_the_transaction_open_but_close_aborts(bootstrap, unique, committer):
@@ -276,6 +288,6 @@ def test_librdkafka_destroy_keeps_the_transaction_open_but_close_aborts(bootstra
         gc.collect()
 
     seen = committer.describe([destroyed, closed])
-    assert seen[destroyed].state == "Ongoing"
-    assert seen[closed].state == "CompleteAbort"
+    assert seen[destroyed].state == TransactionState.ONGOING
+    assert seen[closed].state == TransactionState.COMPLETE_ABORT
     committer.fence(destroyed)  # do not leave it open for other tests' readers

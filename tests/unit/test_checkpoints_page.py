@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.errors import TransientError
+from lockstep.kafka_protocol import TransactionState
 from lockstep.lag import PartitionLag
 from lockstep.offsets import OffsetRange
 from lockstep.open_transactions import OpenTransaction, PartitionHold
@@ -372,7 +373,7 @@ def test_lag_shows_records_in_flight_apart_from_unread_ones(specs_dir):
 # ---- open transactions panel ---------------------------------------------------------------------------------
 def _open(tid: str, foreign: bool = False, held: tuple[int, int] = (40, 70)) -> OpenTransaction:
     return OpenTransaction(tid, None, foreign, None if foreign else 3, None if foreign else 1,
-                           None if foreign else "prepared", None if foreign else "cli-h-1-x", "Ongoing", 7, 0,
+                           None if foreign else "prepared", None if foreign else "cli-h-1-x", TransactionState.ONGOING, 7, 0,
                            125_000, 775_000, (PartitionHold("orders-out:0", *held),),
                            "none (foreign)" if foreign else "commit")
 

@@ -22,9 +22,11 @@ from lockstep.decisions import (
     replay_hint,
     transactional_id,
 )
+from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import OffsetRange, TopicPartition
 
 K = DecisionKind
+S = TransactionState
 PREFIX = "orders-enrich"
 NOW = 1_000_000
 TIMEOUT = 900_000
@@ -65,7 +67,7 @@ def prepared(*txns: PreparedTransaction) -> PreparedCheckpoint:
     return PreparedCheckpoint(PREFIX, 42, "t", tuple(txns), 10, 10, 0, 1.0)
 
 
-def obs(task: int, state: str = "Ongoing", *, pid: int | None = None, epoch: int = 7,
+def obs(task: int, state: TransactionState = S.ONGOING, *, pid: int | None = None, epoch: int = 7,
         started: int = NOW - 1000, timeout: int = TIMEOUT) -> TransactionObservation:
     return TransactionObservation(f"{PREFIX}-42-{task}", state, 100 + task if pid is None else pid, epoch,
                                   started, timeout)
@@ -92,27 +94,27 @@ def test_no_transactions_is_nothing_to_commit() -> None:
 
 def test_empty_committables_are_ignored() -> None:
     # a task that produced nothing never started a broker transaction: it reads as Empty
-    d = decide(prepared(txn(0), txn(1, records=0)), obs(0), obs(1, "Empty", started=-1))
+    d = decide(prepared(txn(0), txn(1, records=0)), obs(0), obs(1, S.EMPTY, started=-1))
     assert d.kind is K.COMMIT and d.commit == (f"{PREFIX}-42-0",)
     assert decide(prepared(txn(0, records=0))).kind is K.NOTHING_TO_COMMIT
 
 
 def test_all_committed_is_already_committed() -> None:
-    d = decide(prepared(txn(0), txn(1)), obs(0, "CompleteCommit"), obs(1, "CompleteCommit"))
+    d = decide(prepared(txn(0), txn(1)), obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_COMMIT))
     assert d.kind is K.ALREADY_COMMITTED
     assert d.commit == () and set(d.already_committed) == {f"{PREFIX}-42-0", f"{PREFIX}-42-1"}
 
 
 def test_committed_epoch_plus_one_counts_as_ours() -> None:
     # transaction protocol v2 bumps the epoch when the transaction ends
-    d = decide(prepared(txn(0)), obs(0, "CompleteCommit", epoch=8))
+    d = decide(prepared(txn(0)), obs(0, S.COMPLETE_COMMIT, epoch=8))
     assert d.kind is K.ALREADY_COMMITTED
-    d = decide(prepared(txn(0)), obs(0, "CompleteCommit", epoch=9))
+    d = decide(prepared(txn(0)), obs(0, S.COMPLETE_COMMIT, epoch=9))
     assert d.kind is K.ABORT and "fenced" in d.problems[f"{PREFIX}-42-0"]
 
 
 def test_partial_commit_rolls_forward() -> None:
-    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, "CompleteCommit"), obs(1), obs(2, "PrepareCommit"))
+    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, S.COMPLETE_COMMIT), obs(1), obs(2, S.PREPARE_COMMIT))
     assert d.kind is K.COMMIT
     assert set(d.commit) == {f"{PREFIX}-42-1", f"{PREFIX}-42-2"}  # PrepareCommit is re-sent (retriable)
     assert d.already_committed == (f"{PREFIX}-42-0",)
@@ -120,7 +122,7 @@ def test_partial_commit_rolls_forward() -> None:
 
 
 def test_prepare_commit_only_is_committed_again() -> None:
-    d = decide(prepared(txn(0)), obs(0, "PrepareCommit"))
+    d = decide(prepared(txn(0)), obs(0, S.PREPARE_COMMIT))
     assert d.kind is K.COMMIT and d.commit == (f"{PREFIX}-42-0",)
 
 
@@ -146,12 +148,13 @@ def test_too_little_time_left_aborts() -> None:
     [
         (obs(1, pid=999), "fenced"),
         (obs(1, epoch=8), "fenced"),
-        (obs(1, "CompleteAbort"), "aborted"),
-        (obs(1, "PrepareAbort"), "being aborted"),
-        (obs(1, "Empty", started=-1), "no open transaction"),
-        (obs(1, "Dead"), "expired"),
-        (obs(1, "Unknown"), "unknown to the transaction coordinator"),
+        (obs(1, S.COMPLETE_ABORT), "aborted"),
+        (obs(1, S.PREPARE_ABORT), "being aborted"),
+        (obs(1, S.EMPTY, started=-1), "no open transaction"),
+        (obs(1, S.DEAD), "expired"),
+        (obs(1, S.UNKNOWN), "unknown to the transaction coordinator"),
         (obs(1, "Weird"), "unexpected state 'Weird'"),
+        (obs(1, S.PREPARE_EPOCH_FENCE), "unexpected state 'PrepareEpochFence'"),
     ],
 )
 def test_uncommittable_states_abort_everything(observation: TransactionObservation, reason: str) -> None:
@@ -168,8 +171,8 @@ def test_fencing_reason_names_both_producers() -> None:
     assert "100/7" in d.problems[f"{PREFIX}-42-0"]
 
 
-@pytest.mark.parametrize("bad", [obs(1, "CompleteAbort"), obs(1, started=NOW - TIMEOUT), obs(1, "Unknown")])
-@pytest.mark.parametrize("done", ["CompleteCommit", "PrepareCommit"])
+@pytest.mark.parametrize("bad", [obs(1, S.COMPLETE_ABORT), obs(1, started=NOW - TIMEOUT), obs(1, S.UNKNOWN)])
+@pytest.mark.parametrize("done", [S.COMPLETE_COMMIT, S.PREPARE_COMMIT])
 def test_partially_committed_and_uncommittable_is_stuck_never_abort(bad: TransactionObservation, done: str) -> None:
     d = decide(prepared(txn(0), txn(1)), obs(0, done), bad)
     assert d.kind is K.STUCK
@@ -178,13 +181,13 @@ def test_partially_committed_and_uncommittable_is_stuck_never_abort(bad: Transac
 
 
 def test_unobserved_transaction_is_retry_later_not_abort() -> None:
-    d = decide(prepared(txn(0), txn(1)), obs(0, "CompleteAbort"))
+    d = decide(prepared(txn(0), txn(1)), obs(0, S.COMPLETE_ABORT))
     assert d.kind is K.RETRY_LATER
     assert d.abort == () and f"{PREFIX}-42-1" in d.message
 
 
 def test_stuck_wins_over_missing_observations() -> None:
-    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, "CompleteCommit"), obs(1, "Dead"))
+    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, S.COMPLETE_COMMIT), obs(1, S.DEAD))
     assert d.kind is K.STUCK
 
 
@@ -292,11 +295,11 @@ def test_a_transaction_the_broker_timed_out_is_reported_as_a_timeout_not_a_fence
 
     t = PreparedTransaction("p-1-0", 7, 0, (TopicPartition("out", 0),), 5, 0, 0, 1_000)
     prepared = PreparedCheckpoint("p", 1, "now", (t,), 5, 5, 0, 1.0)
-    timed_out = TransactionObservation("p-1-0", "CompleteAbort", 7, 1, 1_000, 4_000)
+    timed_out = TransactionObservation("p-1-0", S.COMPLETE_ABORT, 7, 1, 1_000, 4_000)
     decision = decide_commit(prepared, {"p-1-0": timed_out}, now_ms=10_000, margin_ms=1_000)
     assert decision.kind is DecisionKind.ABORT
     assert "p-1-0 timed out after 4000 ms" in decision.message
-    fenced = TransactionObservation("p-1-0", "Empty", 7, 2, -1, 4_000)
+    fenced = TransactionObservation("p-1-0", S.EMPTY, 7, 2, -1, 4_000)
     decision = decide_commit(prepared, {"p-1-0": fenced}, now_ms=10_000, margin_ms=1_000)
     assert "timed out" not in decision.message
 

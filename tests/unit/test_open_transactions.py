@@ -5,6 +5,7 @@ from __future__ import annotations
 from lockstep.checkpoint import CheckpointClaim, CheckpointView, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.committer import TransactionObservation
 from lockstep.decisions import decide_commit, recovery_plan
+from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import OffsetRange, TopicPartition
 from lockstep.open_transactions import (COMMIT, FENCE, FOREIGN, IN_FLIGHT, LEAVE, duration, owner, resolution, rows,
                                         table, while_in_flight)
@@ -27,7 +28,7 @@ def prepared(cid: int, tasks: int = 2) -> CheckpointView:
                           PreparedCheckpoint("orders", cid, "2026-11-23T10:01:00+00:00", txns, 20, 20, 0, 1.0))
 
 
-def obs(tid: str, *parts: TopicPartition, started: int = NOW - 60_000, pid: int = 100, state: str = "Ongoing"):
+def obs(tid: str, *parts: TopicPartition, started: int = NOW - 60_000, pid: int = 100, state: TransactionState = TransactionState.ONGOING):
     return TransactionObservation(tid, state, pid, 0, started, TIMEOUT, partitions=parts)
 
 
@@ -86,7 +87,7 @@ def test_foreign_transactions_are_listed_only_where_they_touch_watched_partition
 def test_time_left_is_overdue_when_past_and_unknown_before_start():
     plan = recovery_plan([], PREFIX, [])
     late = obs(f"{PREFIX}-1-0", started=NOW - TIMEOUT - 3_000)
-    unstarted = TransactionObservation(f"{PREFIX}-1-1", "Ongoing", 1, 0, -1, TIMEOUT)
+    unstarted = TransactionObservation(f"{PREFIX}-1-1", TransactionState.ONGOING, 1, 0, -1, TIMEOUT)
     found = rows({None: [late, unstarted]}, {None: (PREFIX,)}, {}, {}, [], plan, NOW)
     assert [r.time_left_ms for r in found] == [-3_000, None]
     assert duration(-3_000) == "overdue 3 s" and duration(None) == "–" and duration(754_000) == "12 min 34 s"

@@ -17,6 +17,7 @@ from lockstep.checkpoint import (
 )
 from lockstep.decisions import DecisionKind, TransactionObservation, listing_scopes, recovery_plan
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
+from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import OffsetRange, TopicPartition
 from lockstep.pinned import (
     Step, planned_with, prefix_changes, refusal, resolve, spec_changes, transactions_deadline_ms,
@@ -298,11 +299,11 @@ class FakeCluster:
 
     def commit(self, tid: str, producer_id: int, epoch: int) -> None:
         self.committed.append(tid)
-        self.observed[tid] = replace(self.observed[tid], state="CompleteCommit")
+        self.observed[tid] = replace(self.observed[tid], state=TransactionState.COMPLETE_COMMIT)
 
 
 def ongoing(p: PreparedCheckpoint, started_ms: int = NOW - 1000) -> dict[str, TransactionObservation]:
-    return {t.transactional_id: TransactionObservation(t.transactional_id, "Ongoing", t.producer_id, t.epoch,
+    return {t.transactional_id: TransactionObservation(t.transactional_id, TransactionState.ONGOING, t.producer_id, t.epoch,
                                                        started_ms, PLANNED.timeout_ms) for t in p.transactions}
 
 
