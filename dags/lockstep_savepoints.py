@@ -8,7 +8,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param
 
-from lockstep.pipelines import pipelines_dir
+from lockstep.paths import pipelines_dir
 from lockstep.spec import load_specs
 from lockstep_airflow.params import RESTORE_PATTERN
 from lockstep_airflow.operators import LockstepSavepointOperator

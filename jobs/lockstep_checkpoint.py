@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     from pyspark.sql import SparkSession
 
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
     from lockstep.sparkjob import run_checkpoint_job
     from lockstep.spec import load_spec
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         store = pool.submit(checkpoint_store, spec)
         spark = SparkSession.builder.appName(f"lockstep-{spec.name}-{args.checkpoint_id}").getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
-    logging.getLogger("lockstep.job").info("checkpoint %d: Spark session ready in %.1f s", args.checkpoint_id,
+    logging.getLogger("lockstep.sparkjob").info("checkpoint %d: Spark session ready in %.1f s", args.checkpoint_id,
                                            time.monotonic() - started)
     try:
         run_checkpoint_job(spec, args.checkpoint_id, spark, store.result())

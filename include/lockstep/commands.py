@@ -142,7 +142,7 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
 
 def _transactions(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.coordinator import CheckpointInFlight, Pipeline
-    from lockstep.decisions import cli_run_id
+    from lockstep.run_ownership import cli_run_id
     from lockstep.errors import TerminalError
     from lockstep.open_transactions import table
     from lockstep.transaction_console import look, resolve
@@ -188,7 +188,7 @@ def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
 
 def _status(spec: Any, args: argparse.Namespace) -> int:
     from lockstep import lag, metrics
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     target = metrics.resolve_target(args.statsd)  # a bad --statsd is refused before any read
     result = lag.read_lag(spec, checkpoint_store(spec))
@@ -199,7 +199,7 @@ def _status(spec: Any, args: argparse.Namespace) -> int:
 
 
 def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     views = checkpoint_store(spec).recent(args.limit)
     rows = []
@@ -222,7 +222,7 @@ def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
 def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.checkpoint import validate_savepoint_name
     from lockstep.errors import TerminalError
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
     cmd = args.savepoint_command
@@ -262,7 +262,7 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
     from lockstep import drift, topics
     from lockstep.connections import kafka_config
     from lockstep.pinned import resolve
-    from lockstep.runtime import checkpoint_store, kafka_admin
+    from lockstep.client_factory import checkpoint_store, kafka_admin
 
     store = checkpoint_store(spec)
     latest = store.latest_completed()
@@ -315,7 +315,7 @@ def _deadletters(spec: Any, args: argparse.Namespace) -> int:
 
 def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> int:
     from lockstep.replay import already_in_sink, completed_replays, read_dead_letters, replay_spec
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     in_sink = already_in_sink(completed_replays(checkpoint_store(replay_spec(spec))))
     rows = []

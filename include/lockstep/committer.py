@@ -1,6 +1,6 @@
 """The committer side of Lockstep's two-phase commit: end transactions that other processes prepared.
 
-A Spark task pre-commits (`lockstep.transactions`) and exits; the transaction stays open on the
+A Spark task pre-commits (`lockstep.python_writer`) and exits; the transaction stays open on the
 broker. Later, the *commit* task — another process — commits it by transactional id with the
 recorded producer id and epoch. How that is said to Kafka is `lockstep.kafka_protocol`'s business;
 this module holds the policy, as Flink's `KafkaCommitter` does:
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TypeVar
 
-from lockstep import decisions
+from lockstep import commit_decision
 from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka_protocol import (
     FIND_COORDINATOR, NO_ERROR, FenceError, KafkaTransactionAdmin, RetriableKafkaError, TransactionAdmin,
@@ -80,7 +80,7 @@ class UnknownTransactionError(TransactionCommitError):
 
 # ---- observations ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class TransactionObservation(decisions.TransactionObservation):
+class TransactionObservation(commit_decision.TransactionObservation):
     """What the coordinator reports for one transactional id (DescribeTransactions).
 
     Extends the value the commit decision reads with the partitions, for logs and tests.

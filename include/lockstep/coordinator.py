@@ -2,7 +2,8 @@
 and ``notifyCheckpointComplete``, for scheduled batch runs).
 
 Each public function is one Airflow task and one CLI step. The decisions they act
-on are pure functions in ``lockstep.decisions`` and ``lockstep.offsets``; this
+on are pure functions in ``lockstep.recovery``, ``lockstep.commit_decision``,
+``lockstep.run_ownership`` and ``lockstep.offsets``; this
 module only gathers facts, calls them, and carries out the result, logging every
 step with the checkpoint id.
 """
@@ -19,10 +20,9 @@ from typing import Any, Callable
 from lockstep import failpoints, topics
 from lockstep.checkpoint import (AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView,
                                  CompletedCheckpoint, History)
-from lockstep.decisions import (
-    DecisionKind, RecoveryPlan, checkpoint_scope, claim_in_flight, decide_commit, listing_scopes, recovery_plan,
-    replay_hint,
-)
+from lockstep.commit_decision import DecisionKind, decide_commit
+from lockstep.recovery import RecoveryPlan, checkpoint_scope, listing_scopes, recovery_plan, replay_hint
+from lockstep.run_ownership import claim_in_flight
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, TopicPartition, choose_start_offsets,
                               describe_dropped, describe_restore, offsets_at_time, offsets_from_json,
@@ -30,11 +30,11 @@ from lockstep.offsets import (TIME_PREFIX, OffsetSource, RangePlan, RestoreRow, 
 from lockstep.connections import kafka_config
 from lockstep.kafka_protocol import TransactionState
 from lockstep.pinned import Step, planned_with, prefix_changes, refusal, resolve, transactions_deadline_ms
-from lockstep.runtime import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
+from lockstep.client_factory import checkpoint_store, committer_for_connection, kafka_admin, transaction_committer
 from lockstep.spec import PipelineSpec
 from lockstep.store import CheckpointStore
 
-log = logging.getLogger("lockstep.coordinator")
+log = logging.getLogger(__name__)
 
 
 def _now() -> str:
@@ -100,7 +100,7 @@ def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | 
     """Refuse to plan while another live run owns a claimed or prepared checkpoint.
 
     ``run_alive`` lets a scheduler that knows its runs answer (Airflow: the DAG run's
-    state); None from it, or no callback, falls back to ``decisions.claim_in_flight``.
+    state); None from it, or no callback, falls back to ``run_ownership.claim_in_flight``.
     ``history`` is the plan's own read of the store, if it has one.
     """
     for view in (history or p.store.history()).after:
@@ -151,7 +151,7 @@ def recover(p: Pipeline, history: History | None = None) -> bool:
 
     Each checkpoint is recovered under the prefix and on the sink cluster its claim was planned
     with; lingering transactions are also fenced under the spec's current prefix. Gather the
-    facts, decide (``decisions.recovery_plan``, pure), carry it out: ``lockstep transactions
+    facts, decide (``recovery.recovery_plan``, pure), carry it out: ``lockstep transactions
     resolve`` runs the same three steps. True if it changed anything (the history is then stale).
     """
     plan = recovery_facts(p, history).plan(p.spec)

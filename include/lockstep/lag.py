@@ -250,7 +250,7 @@ def read_lag(spec: Any, store: Any, admin: Any = None, now: datetime | None = No
     one (None), the committed offsets are the consumer group's."""
     from lockstep import topics
     from lockstep.connections import kafka_config
-    from lockstep.runtime import kafka_admin
+    from lockstep.client_factory import kafka_admin
 
     now = now or datetime.now(timezone.utc)
     config = kafka_config(spec.source.kafka_conn_id)

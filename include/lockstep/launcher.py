@@ -23,12 +23,12 @@ from lockstep.sparkjob import run_checkpoint_job, values_for_run
 from lockstep.store import CheckpointStore
 from lockstep.sparkconf import job_environment, submit_command
 from lockstep.spec import PipelineSpec
-from lockstep.decisions import cli_run_id
+from lockstep.run_ownership import cli_run_id
 
 if TYPE_CHECKING:
     from lockstep.coordinator import CommitOutcome, Plan
 
-log = logging.getLogger("lockstep.spark")
+log = logging.getLogger(__name__)
 
 
 SPARK_CONN_ID = "spark_default"

@@ -3,8 +3,8 @@
 Pure: the console gathers observations (ListTransactions + DescribeTransactions), the checkpoint
 views of the store and the partitions' offsets, and these functions turn them into rows, and a
 recovery plan into the words of what ``resolve`` would do. Which transactions are the pipeline's
-is decided as recovery decides it: an id made by ``decisions.transactional_id`` under one of the
-prefixes ``decisions.listing_scopes`` lists. Every other open transaction is *foreign*; it is shown
+is decided as recovery decides it: an id made by ``transactional_ids.transactional_id`` under one of the
+prefixes ``recovery.listing_scopes`` lists. Every other open transaction is *foreign*; it is shown
 only when it holds back readers of the pipeline's partitions, and never touched.
 """
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 
 from lockstep.checkpoint import CheckpointView
 from lockstep.committer import TransactionObservation
-from lockstep.decisions import CommitDecision, DecisionKind, RecoveryPlan, parse_transactional_id
+from lockstep.commit_decision import CommitDecision, DecisionKind
+from lockstep.recovery import RecoveryPlan
+from lockstep.transactional_ids import parse_transactional_id
 from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import TopicPartition
 
@@ -207,7 +209,7 @@ def resolution(plan: RecoveryPlan, views: Mapping[int, CheckpointView], decision
                foreign: Sequence[OpenTransaction] = ()) -> list[str]:
     """What ``resolve`` would do, per checkpoint, in the order recovery does it (``--dry-run``).
 
-    ``decisions``: the commit decision each prepared checkpoint gets now (``decisions.decide_commit``);
+    ``decisions``: the commit decision each prepared checkpoint gets now (``commit_decision.decide_commit``);
     commit takes it again when it runs, so a transaction that times out meanwhile still aborts it.
     """
     lines: list[str] = []

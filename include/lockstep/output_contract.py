@@ -1,6 +1,6 @@
 """What a checkpoint's output looks like, defined once for both writers.
 
-Lockstep has two writers — the Python one (`lockstep.transactions`, driven by `lockstep.sparkjob`)
+Lockstep has two writers — the Python one (`lockstep.python_writer`, driven by `lockstep.sparkjob`)
 and the JVM one (`buildsrc/jvm-writer`) — and they must be indistinguishable downstream: the same
 headers in the same order, the same columns accepted from the transform, the same records
 dead-lettered for their size, the same committable, the same failpoint behaviour. Everything they

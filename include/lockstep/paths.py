@@ -1,4 +1,4 @@
-"""Where the project and its local state live.
+"""Where the project, its pipeline specs and its local state live.
 
 The library is installed editable from the repository, so the repository root is
 found from this file; ``LOCKSTEP_HOME`` overrides it (e.g. an installed copy).
@@ -14,6 +14,18 @@ def project_root() -> Path:
     if env:
         return Path(env).resolve()
     return Path(__file__).resolve().parents[2]
+
+
+#: Points an Airflow deployment (or a test session) at another folder of specs.
+PIPELINES_DIR_ENV = "LOCKSTEP_PIPELINES_DIR"
+
+
+def pipelines_dir() -> Path:
+    """The folder of pipeline spec files: ``$LOCKSTEP_PIPELINES_DIR`` or ``include/pipelines``.
+
+    The DAG files, the CLI and the Airflow plugin page must all see the same set of specs, so the
+    folder is decided here only."""
+    return Path(os.environ.get(PIPELINES_DIR_ENV) or project_root() / "include" / "pipelines")
 
 
 def cache_dir() -> Path:

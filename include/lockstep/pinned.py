@@ -16,7 +16,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from lockstep.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, PlannedWith, PreparedCheckpoint
-from lockstep.decisions import DecisionKind
+from lockstep.commit_decision import DecisionKind
 from lockstep.spec import PipelineSpec
 
 

@@ -31,7 +31,7 @@ from lockstep.output_contract import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_
                                       SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC)
 from lockstep.spec import PipelineSpec, SourceSpec
 
-log = logging.getLogger("lockstep.replay")
+log = logging.getLogger(__name__)
 
 SUFFIX = "-replay"
 #: Per replay checkpoint: the selection it applies (written with its claim, before its run).

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from lockstep import failpoints
 from lockstep.checkpoint import CheckpointStatus, PlannedWith, PreparedCheckpoint, PreparedTransaction
 from lockstep.connections import kafka_config
-from lockstep.decisions import transactional_id
+from lockstep.transactional_ids import transactional_id
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.kafka_clients import CONFLUENT, JAVA
 from lockstep.offsets import OffsetRange, spark_offsets
@@ -32,10 +32,10 @@ from lockstep.output_contract import (
 )
 from lockstep.pinned import Resolved, Step, refusal, resolve
 from lockstep.spec import PipelineSpec
-from lockstep.transactions import THROUGHPUT_PRODUCER_CONFIG
+from lockstep.python_writer import THROUGHPUT_PRODUCER_CONFIG
 from lockstep.transform import load_transform, ship_to_executors
 
-log = logging.getLogger("lockstep.job")
+log = logging.getLogger(__name__)
 
 #: What each Python writer task returns: its result document (`output_contract.task_result`).
 RESULT_SCHEMA = "result string"
@@ -142,7 +142,7 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from lockstep.transactions import TransactionalWriter
+    from lockstep.python_writer import TransactionalWriter
 
     task = TaskContext.get().partitionId()
     writer = TransactionalWriter(

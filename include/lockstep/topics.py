@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from lockstep.errors import TerminalError, TransientError
 from lockstep.offsets import TopicPartition
 
-log = logging.getLogger("lockstep.topics")
+log = logging.getLogger(__name__)
 TIMEOUT_S = 30
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@
 The I/O edge of ``lockstep.open_transactions``: it lists and describes open transactions on the
 clusters recovery lists (``coordinator.recovery_facts``) plus the source cluster, reads the last
 stable offsets and high watermarks of their partitions, and hands plain values to the pure rows.
-``resolve`` is ``coordinator.recover``'s three steps (facts, ``decisions.recovery_plan``,
+``resolve`` is ``coordinator.recover``'s three steps (facts, ``recovery.recovery_plan``,
 ``coordinator.carry_out``) behind ``coordinator.check_in_flight``; foreign transactions are only
 reported.
 """
@@ -17,13 +17,14 @@ from typing import Any
 from lockstep import open_transactions, topics
 from lockstep.checkpoint import CheckpointView
 from lockstep.coordinator import CheckpointInFlight, Pipeline, RecoveryFacts, carry_out, check_in_flight, recovery_facts
-from lockstep.decisions import CommitDecision, RecoveryPlan, checkpoint_scope, decide_commit
+from lockstep.commit_decision import CommitDecision, decide_commit
+from lockstep.recovery import RecoveryPlan, checkpoint_scope
 from lockstep.errors import TerminalError, TransientError
 from lockstep.offsets import TopicPartition
 from lockstep.open_transactions import OpenTransaction
-from lockstep.runtime import kafka_admin
+from lockstep.client_factory import kafka_admin
 
-log = logging.getLogger("lockstep.transactions")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -195,7 +195,7 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: Any, since: int | 
     """``replay_store``: the store of the spec's replay pipeline (opened from the spec when None)."""
     if replay_store is None:
         from lockstep.replay import replay_spec
-        from lockstep.runtime import checkpoint_store
+        from lockstep.client_factory import checkpoint_store
 
         replay_store = checkpoint_store(replay_spec(spec))
     ranges = completed_ranges(store, since)
@@ -213,7 +213,7 @@ def verify_pipeline(spec: PipelineSpec, since: int | None = None,
                     progress: Callable[[int], None] | None = None) -> VerifyReport:
     """The audit as ``lockstep verify`` and the demo run it: the spec's own checkpoint store and a
     local Spark session of its own for the expected outputs, stopped afterwards."""
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
     from lockstep.sparkconf import local_session
 
     spark = local_session(f"lockstep-verify-{spec.name}")

@@ -75,7 +75,7 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     from lockstep.launcher import run_checkpoint
     from lockstep.spec import load_spec
 
-    spark_log = logging.getLogger("lockstep.spark")
+    spark_log = logging.getLogger("lockstep.launcher")
     ready = _SessionReady()
     spark_log.addHandler(ready)
     spark_log.setLevel(logging.INFO)
@@ -130,7 +130,7 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as KTP
 
-    from lockstep.transactions import DEFAULT_PRODUCER_CONFIG
+    from lockstep.python_writer import DEFAULT_PRODUCER_CONFIG
     from lockstep_examples.bench import transform_value
 
     started = time.monotonic()

@@ -11,7 +11,7 @@ import time
 from lockstep.airflow_client import AirflowClient
 from lockstep_dev.datagen import ensure_topics, produce_orders
 from lockstep_dev.platform import Platform
-from lockstep.pipelines import pipelines_dir
+from lockstep.paths import pipelines_dir
 from lockstep.spec import load_spec
 
 BATCH = 5_000
@@ -44,7 +44,7 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     client.wait_for_dag(spec.dag_id)
     client.unpause(spec.dag_id)
 
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
     latest = store.latest_completed()

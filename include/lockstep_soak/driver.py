@@ -401,7 +401,7 @@ spark:{master}
     def _coordinator_service(self) -> str:
         from confluent_kafka.admin import AdminClient
 
-        from lockstep.decisions import transactional_id
+        from lockstep.transactional_ids import transactional_id
 
         checkpoint = self._checkpoint or 1
         tid = transactional_id(self.name, checkpoint, 0)

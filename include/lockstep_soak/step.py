@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.decisions import cli_run_id
+    from lockstep.run_ownership import cli_run_id
     from lockstep.errors import LockstepError
     from lockstep.launcher import run_checkpoint
     from lockstep.spec import load_spec

@@ -33,9 +33,9 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
-from lockstep.decisions import parse_cli_run_id
+from lockstep.run_ownership import parse_cli_run_id
 from lockstep.lag import PartitionLag
-from lockstep.pipelines import pipelines_dir
+from lockstep.paths import pipelines_dir
 from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
 from lockstep_airflow.overview import (
     RUN_SEARCH_WINDOW,

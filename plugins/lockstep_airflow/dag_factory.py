@@ -20,7 +20,7 @@ from lockstep.drift import asset_name
 from lockstep_airflow.params import pipeline_params, read_restore_points
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 
-log = logging.getLogger("lockstep_airflow.dag_factory")
+log = logging.getLogger(__name__)
 START_DATE = datetime(2024, 1, 1)
 
 
@@ -67,7 +67,7 @@ def topic_assets(spec: Any) -> list[Asset]:
 
 def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
     """The sink topic's Asset of ``pipeline``: schedule a DAG on it to run after each commit with records."""
-    from lockstep.pipelines import pipelines_dir as default_dir
+    from lockstep.paths import pipelines_dir as default_dir
     from lockstep.spec import load_specs
 
     for spec in load_specs(pipelines_dir or default_dir()):
@@ -79,7 +79,7 @@ def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
 def sink_assets(pipelines_dir: Path | None = None) -> list[Asset]:
     """The sink topics' Assets of every pipeline (an unreadable spec folder: none)."""
     from lockstep.errors import SpecError
-    from lockstep.pipelines import pipelines_dir as default_dir
+    from lockstep.paths import pipelines_dir as default_dir
     from lockstep.spec import load_specs
 
     try:
@@ -119,7 +119,7 @@ def build_dag(spec: Any) -> DAG:
 
 
 def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
-    from lockstep.pipelines import pipelines_dir as default_dir
+    from lockstep.paths import pipelines_dir as default_dir
     from lockstep.spec import load_specs
 
     return {spec.dag_id: build_dag(spec) for spec in load_specs(pipelines_dir or default_dir())}

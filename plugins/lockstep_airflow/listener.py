@@ -15,7 +15,7 @@ from airflow.listeners import hookimpl
 
 from lockstep_airflow.run_notes import FAILURE_KEY, may_replace, run_note
 
-log = logging.getLogger("lockstep_airflow.listener")
+log = logging.getLogger(__name__)
 TASKS = ("plan", "run", "commit")
 
 

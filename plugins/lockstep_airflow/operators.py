@@ -18,7 +18,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from lockstep_airflow.links import checkpoint_url
 from lockstep_airflow.run_notes import FAILURE_KEY
 
-log = logging.getLogger("lockstep.airflow")
+log = logging.getLogger(__name__)
 # kafka-python logs every connection at INFO: task logs start with Lockstep's lines, not its chatter.
 logging.getLogger("kafka").setLevel(os.environ.get("LOCKSTEP_KAFKA_CLIENT_LOG_LEVEL", "WARNING"))
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
@@ -167,7 +167,7 @@ class LockstepPlanOperator(_LockstepOperator):
     @staticmethod
     def _run_alive(context: Any) -> Any:
         """Whether another run of this DAG is still going, from Airflow itself; None if not ours."""
-        from lockstep.decisions import parse_cli_run_id
+        from lockstep.run_ownership import parse_cli_run_id
 
         def alive(run_id: str) -> bool | None:
             if parse_cli_run_id(run_id) is not None:
@@ -202,7 +202,7 @@ class LockstepRunOperator(_LockstepOperator):
 
         from lockstep.errors import LockstepError
         from lockstep.launcher import run_checkpoint
-        from lockstep.runtime import checkpoint_store
+        from lockstep.client_factory import checkpoint_store
         from lockstep.spec import load_spec
 
         if _dry_run(context):
@@ -286,7 +286,7 @@ class LockstepSavepointOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from lockstep.checkpoint import validate_savepoint_name
-        from lockstep.runtime import checkpoint_store
+        from lockstep.client_factory import checkpoint_store
         from lockstep.spec import load_specs
 
         params = context["params"]

@@ -387,7 +387,7 @@ def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> lis
     that give up after ``KAFKA_TIMEOUT_S`` rather than a task's minute."""
     from lockstep.connections import kafka_config
     from lockstep.coordinator import Pipeline
-    from lockstep.runtime import committer_for_connection, kafka_admin
+    from lockstep.client_factory import committer_for_connection, kafka_admin
     from lockstep.transaction_console import look
 
     def committer(conn_id: str) -> Any:
@@ -402,7 +402,7 @@ def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> lis
 def page_store(spec: PipelineSpec) -> Any:
     """The pipeline's checkpoint store, on an S3 client that gives up in seconds rather than minutes.
 
-    ``runtime.checkpoint_store`` retries patiently, as a DAG task should; a page view should not.
+    ``client_factory.checkpoint_store`` retries patiently, as a DAG task should; a page view should not.
     """
     import boto3
     from botocore.config import Config

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from airflow.sdk import Param
 
-log = logging.getLogger("lockstep_airflow.params")
+log = logging.getLogger(__name__)
 RESTORE_PATTERN = r"^(checkpoint:[0-9]+|time:[0-9][0-9T:.+Z-]{9,40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
 #: Completed checkpoints proposed as restore points, newest first.
 PROPOSED_CHECKPOINTS = 3
@@ -71,7 +71,7 @@ def read_restore_points(spec: Any) -> list[RestorePoint]:
     not pay them for every pipeline in the file."""
     from airflow.sdk import get_parsing_context
 
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     if get_parsing_context().dag_id is not None:
         return []

@@ -210,7 +210,7 @@ def airflow(platform, cluster, statsd, tmp_path_factory: pytest.TempPathFactory)
     """Airflow over the single-node platform's connections, plus ``kafka_cluster`` / ``aws_cluster``
     for pipelines that run on the cluster topology (their specs name the master)."""
     from lockstep_dev import procs
-    from lockstep.pipelines import PIPELINES_DIR_ENV
+    from lockstep.paths import PIPELINES_DIR_ENV
 
     pipelines = tmp_path_factory.mktemp("pipelines")
     dead = f"127.0.0.1:{procs.free_port()}"

@@ -82,7 +82,7 @@ def _seed_kafka(bootstrap: str, topic: str, group: str) -> None:
 
 
 def _seed_store(spec, topic: str) -> None:
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
     name, out = spec.name, spec.sink.topic

@@ -66,7 +66,7 @@ def open_transactions(pipeline: PipelineUnderTest) -> list[str]:
 
 
 def store(pipeline: PipelineUnderTest):
-    from lockstep.runtime import checkpoint_store
+    from lockstep.client_factory import checkpoint_store
 
     return checkpoint_store(pipeline.spec())
 

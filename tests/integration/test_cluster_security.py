@@ -128,7 +128,7 @@ def test_a_pipeline_runs_over_sasl_ssl_and_its_password_is_written_nowhere(tmp_p
     assert report["covered_offsets"] == RECORDS and report["actual_outputs"] == RECORDS, report
 
     from lockstep.connections import s3_client
-    from lockstep.runtime import transaction_committer
+    from lockstep.client_factory import transaction_committer
     from lockstep.spec import load_spec
 
     loaded = load_spec(spec)

@@ -281,7 +281,7 @@ def test_a_run_refuses_to_recover_a_checkpoint_whose_run_is_still_alive(tmp_path
     from datetime import datetime, timezone
 
     from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim
-    from lockstep.decisions import cli_run_id
+    from lockstep.run_ownership import cli_run_id
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
     s = store(pipeline)

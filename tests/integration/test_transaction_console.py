@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from lockstep.checkpoint import CheckpointClaim, CheckpointStatus
 from lockstep.committer import TransactionCommitter
 from lockstep.kafka_protocol import TransactionState
-from lockstep.decisions import cli_run_id
+from lockstep.run_ownership import cli_run_id
 from lockstep.failpoints import CRASH_EXIT_CODE
 
 from ..support.data import produce_orders

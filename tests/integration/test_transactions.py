@@ -24,7 +24,7 @@ from lockstep.committer import (
     TransactionStateError,
 )
 from lockstep.kafka_protocol import KafkaTransactionAdmin, TransactionState
-from lockstep.transactions import RecordRejectedError, TransactionalWriter
+from lockstep.python_writer import RecordRejectedError, TransactionalWriter
 
 from ..support.topics import create_topics
 
@@ -34,7 +34,7 @@ T = TypeVar("T")
 # committing (the Spark task's life, minus Spark).
 WRITER_SCRIPT = """
 import json, sys
-from lockstep.transactions import TransactionalWriter
+from lockstep.python_writer import TransactionalWriter
 bootstrap, tid, topic, count, timeout_ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 with TransactionalWriter(bootstrap, tid, task_index=7, transaction_timeout_ms=timeout_ms) as writer:
     for i in range(count):

@@ -9,7 +9,7 @@ from typing import Any
 
 from lockstep.checkpoint import PreparedCheckpoint, PreparedTransaction
 from lockstep.coordinator import Pipeline, Plan
-from lockstep.decisions import transactional_id
+from lockstep.transactional_ids import transactional_id
 from lockstep.offsets import TopicPartition
 from lockstep.spec import PipelineSpec, parse_spec
 from lockstep.store import CheckpointStore

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from lockstep import decisions
+from lockstep import commit_decision
 from lockstep.committer import (
     OPEN_STATES,
     CommitterUnavailableError,
@@ -277,7 +277,7 @@ def test_describe_returns_the_observation_with_its_partitions():
     admin = FakeAdmin(describe={TID: [described(S.ONGOING, EPOCH, PID, STARTED_MS, TIMEOUT_MS, out0, out1)]})
     seen = TransactionCommitter(admin).describe([TID])[TID]
     assert seen == TransactionObservation(TID, S.ONGOING, PID, EPOCH, STARTED_MS, TIMEOUT_MS, (out0, out1))
-    assert isinstance(seen, decisions.TransactionObservation) and seen.state is S.ONGOING
+    assert isinstance(seen, commit_decision.TransactionObservation) and seen.state is S.ONGOING
 
 
 def test_describe_reports_an_unknown_id_as_state_unknown():

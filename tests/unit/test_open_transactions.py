@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from lockstep.checkpoint import CheckpointClaim, CheckpointView, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.committer import TransactionObservation
-from lockstep.decisions import decide_commit, recovery_plan
+from lockstep.commit_decision import decide_commit
+from lockstep.recovery import recovery_plan
 from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import OffsetRange, TopicPartition
 from lockstep.open_transactions import (COMMIT, FENCE, FOREIGN, IN_FLIGHT, LEAVE, duration, owner, resolution, rows,

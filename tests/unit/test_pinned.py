@@ -15,7 +15,8 @@ from lockstep.checkpoint import (
     CLAIM_SCHEMA, AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint,
     PlannedWith, PreparedCheckpoint, PreparedTransaction,
 )
-from lockstep.decisions import DecisionKind, TransactionObservation, listing_scopes, recovery_plan
+from lockstep.commit_decision import DecisionKind, TransactionObservation
+from lockstep.recovery import listing_scopes, recovery_plan
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
 from lockstep.kafka_protocol import TransactionState
 from lockstep.offsets import OffsetRange, TopicPartition

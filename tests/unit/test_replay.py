@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lockstep.decisions import parse_transactional_id, transactional_id
+from lockstep.transactional_ids import parse_transactional_id, transactional_id
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.offsets import OffsetRange
 from lockstep.replay import (FROM_START, REPLAYED_PART, SELECTION_PART, Replayed, Selection,

@@ -144,7 +144,7 @@ def test_a_worker_parsing_the_file_to_run_a_task_reads_no_restore_points(monkeyp
     def must_not_be_called(spec, timeout_s=None):
         raise AssertionError("a worker's parse read the checkpoint store")
 
-    monkeypatch.setattr("lockstep.runtime.checkpoint_store", must_not_be_called)
+    monkeypatch.setattr("lockstep.client_factory.checkpoint_store", must_not_be_called)
     with _airflow_parsing_context_manager(dag_id="lockstep_orders", task_id="plan"):
         assert params_module.read_restore_points(SimpleNamespace(name="orders")) == []
 
@@ -155,7 +155,7 @@ def test_a_store_that_cannot_be_read_at_parse_time_proposes_nothing(monkeypatch)
     def down(spec, timeout_s=None):
         raise RuntimeError("S3 endpoint http://127.0.0.1:9 refused the connection")
 
-    monkeypatch.setattr("lockstep.runtime.checkpoint_store", down)
+    monkeypatch.setattr("lockstep.client_factory.checkpoint_store", down)
     assert params_module.read_restore_points(SimpleNamespace(name="orders")) == []
 
 

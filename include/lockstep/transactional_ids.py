@@ -1,0 +1,31 @@
+"""Transactional ids: made in one place, parsed back for recovery (pure).
+
+A retried Spark task reuses its id, so its producer's InitProducerId fences the earlier attempt
+(invariant 7); recovery reads checkpoint and task back out of ids it finds open.
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+def transactional_id(prefix: str, checkpoint_id: int, task_index: int) -> str:
+    """The one place ids are made: a retried task reuses its id, which fences the earlier attempt."""
+    return f"{prefix}-{checkpoint_id}-{task_index}"
+
+
+class ParsedTransactionalId(NamedTuple):
+    checkpoint_id: int
+    task_index: int
+
+
+_ID_TAIL = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
+
+
+def parse_transactional_id(prefix: str, tid: str) -> ParsedTransactionalId | None:
+    """(checkpoint, task) of an id made by `transactional_id` with this prefix; None if not ours."""
+    if not tid.startswith(prefix + "-"):
+        return None
+    match = _ID_TAIL.fullmatch(tid[len(prefix) + 1:])
+    if match is None:
+        return None
+    return ParsedTransactionalId(int(match.group(1)), int(match.group(2)))
