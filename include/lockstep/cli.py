@@ -44,13 +44,6 @@ def _run_tool(name: str, argv: list[str]) -> int:
     return tool.main(parser.parse_args(argv))
 
 
-def _platform_errors() -> tuple[type[BaseException], ...]:
-    """The local platform's ``PlatformError`` once a subcommand has loaded the platform: evaluated
-    when an exception is being matched, so the CLI never imports the platform only to catch it."""
-    procs = sys.modules.get("lockstep_dev.procs")
-    return (procs.PlatformError,) if procs is not None else ()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -62,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lockstep.commands import run_command
 
         return run_command(args)
-    except (LockstepError, *_platform_errors()) as exc:
+    except LockstepError as exc:  # the tools' errors too (lockstep_dev.procs.PlatformError)
         print(f"lockstep: {exc}", file=sys.stderr)
         return 2
 

@@ -15,9 +15,12 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from lockstep.errors import LockstepError
 
-class PlatformError(RuntimeError):
-    """A service could not be started or reached; the message says what to do."""
+
+class PlatformError(LockstepError, RuntimeError):
+    """A service could not be started or reached; the message says what to do. A LockstepError,
+    so the CLI reports it as it reports the engine's errors (exit 2, message only)."""
 
 
 def free_port() -> int:
