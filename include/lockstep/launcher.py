@@ -2,7 +2,9 @@
 
 The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint`, so the master (the
 spec's ``spark.master``, else the ``spark_default`` connection, else ``local[*]``), the command
-line, the environment and the empty-checkpoint shortcut are the same wherever a run starts.
+line, the environment (with the spec's connections) and the empty-checkpoint shortcut are the same
+wherever a run starts. :func:`checkpoint_cycle` is the CLI's whole checkpoint (plan, run, commit),
+shared by ``lockstep run`` and ``lockstep deadletters replay``.
 """
 from __future__ import annotations
 
