@@ -57,19 +57,11 @@ def report_failure(exc: Exception) -> int:
     """The traceback for the log, then one cause line and the exit code for the run step to classify."""
     import traceback
 
-    from pyspark.errors import AnalysisException
-
-    from lockstep.errors import (JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, JOB_EXIT_TRANSIENT, LockstepError,
-                                 TerminalError, root_cause)
+    from lockstep.errors import JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, JOB_EXIT_TRANSIENT
+    from lockstep.sparkjob import job_outcome
 
     traceback.print_exc(file=sys.stdout)
-    if isinstance(exc, LockstepError):
-        cause, terminal = str(exc).splitlines()[0], isinstance(exc, TerminalError)
-    else:
-        # The transform does not fit its input (a missing column, a type error in SQL): the same
-        # input fails the same way on every retry. Anything else (a task that raised, a lost
-        # executor, a broker away) may pass on a retry.
-        cause, terminal = root_cause(exc), isinstance(exc, AnalysisException)
+    cause, terminal = job_outcome(exc)
     print(f"{JOB_CAUSE_PREFIX}{cause}", flush=True)
     return JOB_EXIT_TERMINAL if terminal else JOB_EXIT_TRANSIENT
 

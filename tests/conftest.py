@@ -22,7 +22,8 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     from lockstep_dev.platform import Platform
 
     state_dir = tmp_path_factory.mktemp("platform")
-    plat = Platform(state_dir=state_dir, ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0})
+    plat = Platform(state_dir=state_dir, ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
+                                                "spark-connect": 0})
     plat.up()
     saved = {k: os.environ.get(k) for k in plat.client_env()}
     os.environ.update(plat.client_env())  # the library resolves connections like Airflow does
@@ -60,6 +61,14 @@ def on_cluster(cluster, monkeypatch):
     for key, value in cluster.client_env().items():
         monkeypatch.setenv(key, value)
     return cluster
+
+
+@pytest.fixture(scope="session")
+def spark_connect(platform) -> str:
+    """The platform's Spark Connect server (``lockstep dev up`` starts it), started by the first
+    test that asks for it and shared by the session; its ``sc://`` URL."""
+    platform.start("spark-connect")
+    return platform.spark_connect.url
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
-"""The run step of a checkpoint: its Spark job through spark-submit, for the CLI and Airflow alike.
+"""The run step of a checkpoint, for the CLI and Airflow alike: its Spark job through spark-submit,
+or in a session of a long-lived Spark Connect server (`lockstep.spark_target` decides).
 
-The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint`, so the master (the
-spec's ``spark.master``, else the ``spark_default`` connection, else ``local[*]``), the command
-line, the environment (with the spec's connections) and the empty-checkpoint shortcut are the same
-wherever a run starts. :func:`checkpoint_cycle` is the CLI's whole checkpoint (plan, run, commit),
+The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint`, so the target (mode,
+master or Connect endpoint), the command line, the environment (with the spec's connections),
+the failure classification and the empty-checkpoint shortcut are the same wherever a run starts. :func:`checkpoint_cycle` is the CLI's whole checkpoint (plan, run, commit),
 shared by ``lockstep run`` and ``lockstep deadletters replay``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from lockstep.checkpoint import CheckpointStatus, CheckpointView, RunFailure
 from lockstep.connections import connection_env, redact
@@ -26,6 +26,7 @@ from lockstep.store import CheckpointStore
 from lockstep.sparkconf import job_environment, submit_command
 from lockstep.spec import PipelineSpec
 from lockstep.run_ownership import cli_run_id
+from lockstep.spark_target import CONNECT, SparkEndpoint, SparkTarget, resolve_target
 
 if TYPE_CHECKING:
     from lockstep.coordinator import CommitOutcome, Plan
@@ -33,28 +34,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-SPARK_CONN_ID = "spark_default"
-
-
-def spark_master(spec: PipelineSpec) -> str:
-    """The spec's ``spark.master``; else the ``spark_default`` connection's; else ``local[*]``."""
-    if spec.spark.master:
-        return spec.spark.master
+def spark_target(spec: PipelineSpec) -> SparkTarget:
+    """Where this checkpoint's run goes (`lockstep.spark_target`), with the connections looked up
+    here: from Airflow inside a task, from ``AIRFLOW_CONN_*`` in the CLI."""
     from lockstep.connections import get_connection
 
-    try:
-        conn = get_connection(SPARK_CONN_ID)
-    except Exception:  # noqa: BLE001 - no spark connection: local mode
-        return "local[*]"
-    return connection_master(conn.host, conn.port)
+    def lookup(conn_id: str) -> SparkEndpoint | None:
+        try:
+            conn = get_connection(conn_id)
+        except LockstepError:  # not defined
+            return None
+        return SparkEndpoint(conn.conn_type, conn.host, conn.port)
 
-
-def connection_master(host: str | None, port: int | None) -> str:
-    """A master URL from a Spark connection, as Airflow's spark provider reads it: the host holds
-    the URL (``spark://h``, ``local[*]``, ``yarn``), the port, if any, is appended."""
-    if not host:
-        return "local[*]"
-    return f"{host}:{port}" if port else host
+    return resolve_target(spec.spark, lookup)
 
 
 def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore,
@@ -73,8 +65,11 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         return time.monotonic() - started
     if view is not None and view.status is CheckpointStatus.CLAIMED:
         values_for_run(spec, view)  # a refused spec edit fails here, not after Spark's start-up
+    target = spark_target(spec)
     try:
-        return run_spark_job(spec, checkpoint_id, env, on_start)
+        if target.mode == CONNECT:
+            return run_connect_job(spec, checkpoint_id, store, target, on_start)
+        return run_spark_job(spec, checkpoint_id, env, on_start, master=target.address)
     except (CheckpointError, TransientCheckpointError) as exc:
         after = store.view(checkpoint_id)
         if after is not None and after.status is CheckpointStatus.CLAIMED and getattr(exc, "cause", None):
@@ -137,8 +132,55 @@ def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cau
         log.warning("checkpoint %d: could not note the run's failure in S3 (%s)", checkpoint_id, exc)
 
 
+class Stoppable(Protocol):
+    """What ``on_start`` receives: the running job, which the task's ``on_kill`` stops."""
+
+    def stop(self) -> None: ...
+
+
+class SubmitRun:
+    """A spark-submit run: its process group (driver JVM, Python workers)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            log.warning("stopping spark-submit (pid %d) and its driver", self.proc.pid)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore, target: SparkTarget,
+                    on_start: Callable[[Stoppable], None] | None = None) -> float:
+    """The run in a session of the Spark Connect server at ``target``, driven from this process.
+
+    The job code is the spark-submit driver's (`run_checkpoint_job`), and its failures are sorted
+    the same way (`sparkjob.job_outcome`): terminal, or retried. The connections are this process's.
+    """
+    from lockstep.spark_connect import checkpoint_session
+    from lockstep.sparkjob import job_outcome
+
+    started = time.monotonic()
+    log.info("checkpoint %d: Spark Connect %s (%s)", checkpoint_id, target.address, target.source)
+    try:
+        with checkpoint_session(target.address, spec.name, checkpoint_id) as run:
+            if on_start is not None:
+                on_start(run)
+            run_checkpoint_job(spec, checkpoint_id, run.spark, store)
+    except Exception as exc:  # noqa: BLE001 - sorted into terminal or retried, as a spark-submit exit is
+        log.exception("checkpoint %d: the Spark Connect run failed", checkpoint_id)
+        cause, terminal = job_outcome(exc)
+        raise run_failure(checkpoint_id, cause, terminal, time.monotonic() - started) from exc
+    return time.monotonic() - started
+
+
 def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str] | None = None,
-                  on_start: Callable[[subprocess.Popen], None] | None = None) -> float:
+                  on_start: Callable[[Stoppable], None] | None = None, master: str | None = None) -> float:
     """Run the job, streaming its output into our log; returns wall seconds.
 
     The job has no Airflow: the spec's connections, resolved here (from Airflow inside a task,
@@ -149,7 +191,8 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
     same reason a Ctrl-C no longer reaches it from the terminal, so leaving here any other way
     than its exit stops that group.
     """
-    argv = submit_command(spec.path, checkpoint_id, spark_master(spec), spec.spark.conf, spec.replay_of is not None)
+    argv = submit_command(spec.path, checkpoint_id, master or spark_target(spec).address, spec.spark.conf,
+                          spec.replay_of is not None)
     job_env = {**(os.environ if env is None else env), **connection_env(
         [spec.source.kafka_conn_id, spec.sink.kafka_conn_id, spec.checkpoints.aws_conn_id])}
     started = time.monotonic()
@@ -159,7 +202,7 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
     last, cause = "", None
     try:
         if on_start is not None:
-            on_start(proc)
+            on_start(SubmitRun(proc))
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip()
@@ -184,9 +227,15 @@ def job_failure(checkpoint_id: int, code: int, cause: str | None, last_line: str
     if cause is None:
         cause = f"it ended with exit code {code} without a cause (killed, or spark-submit could not start it); " \
                 f"its last line: {last_line[:300] or '(none)'}"
+    return run_failure(checkpoint_id, cause, code == JOB_EXIT_TERMINAL, seconds)
+
+
+def run_failure(checkpoint_id: int, cause: str, terminal: bool, seconds: float) -> Exception:
+    """The run step's error for a failed Spark run: terminal (the same input fails the same way)
+    or retried, with the way out either way."""
     cause = redact(cause)  # it lands in the task log's summary, XCom, S3 and the run note
     exc: CheckpointError | TransientCheckpointError
-    if code == JOB_EXIT_TERMINAL:
+    if terminal:
         exc = CheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; a retry fails "
                                              "the same way: fix the cause, then trigger a new run (the next run "
                                              "fences this checkpoint's transactions and replays its ranges)")

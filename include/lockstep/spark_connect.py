@@ -53,11 +53,43 @@ class ConnectRun:
             log.warning("could not interrupt Spark Connect session %s: %s", self.session_id, exc)
 
 
-def _session(url: str, session_id: str | None) -> Any:
+#: Set in ``os.environ`` by pyspark when a Connect session is created, and read by pyspark to
+#: send ``pyspark.sql.functions`` to Connect's implementation. Inherited by a child process (a
+#: spark-submit driver, ``lockstep verify``) it turns every classic session there into a demand
+#: for a Connect URL, so `connect_mode` puts the environment back when the session is done.
+_PYSPARK_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@contextmanager
+def connect_mode() -> Iterator[None]:
+    """Around the use of Connect sessions: this process's environment as it was afterwards."""
+    import os
+
+    before = {name: os.environ.get(name) for name in _PYSPARK_MARKS}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def new_session(url: str, session_id: str | None = None) -> Any:
+    """A Connect session on ``url`` (with this id, if given); use it inside `connect_mode`."""
     from pyspark.sql import SparkSession
 
     address = url.rstrip("/") + (f"/;session_id={session_id}" if session_id else "")
     return SparkSession.builder.remote(address).create()
+
+
+def _forget(spark: Any) -> None:
+    """Drop a session the server refused, so pyspark does not keep it as this thread's active one."""
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - it is closed on the server already
+        pass
 
 
 def _closed(exc: BaseException) -> bool:
@@ -68,10 +100,17 @@ def _closed(exc: BaseException) -> bool:
 @contextmanager
 def checkpoint_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[ConnectRun]:
     """A Connect session for one attempt of the checkpoint's run, released on the way out."""
+    with connect_mode():
+        with _attempt_session(url, pipeline, checkpoint_id) as run:
+            yield run
+
+
+@contextmanager
+def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[ConnectRun]:
     started = time.monotonic()
     spark, interrupted = None, []
     for attempt in range(MAX_ATTEMPTS):
-        spark = _session(url, checkpoint_session_id(pipeline, checkpoint_id, attempt))
+        spark = new_session(url, checkpoint_session_id(pipeline, checkpoint_id, attempt))
         try:
             # New, or the session of an earlier attempt that was killed: stop whatever it still runs.
             interrupted = spark.interruptAll()
@@ -79,9 +118,10 @@ def checkpoint_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[
         except Exception as exc:  # noqa: BLE001 - a released session is refused: try the next id
             if not _closed(exc):
                 raise
+            _forget(spark)
             spark = None
     if spark is None:
-        spark = _session(url, None)
+        spark = new_session(url, None)
     if interrupted:
         log.warning("checkpoint %d: interrupted %d operation(s) an earlier attempt left running in Spark Connect "
                     "session %s", checkpoint_id, len(interrupted), spark.session_id)

@@ -304,6 +304,21 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str
     )
 
 
+def job_outcome(exc: BaseException) -> tuple[str, bool]:
+    """A failed run's one-line cause, and whether a retry fails the same way (terminal).
+
+    Lockstep's own errors say which they are. The transform not fitting its input (a missing
+    column, a type error in SQL) fails the same way on every retry; anything else (a task that
+    raised, a lost executor, a broker or the Connect server away) may pass on a retry."""
+    from pyspark.errors import AnalysisException
+
+    from lockstep.errors import LockstepError, TerminalError, root_cause
+
+    if isinstance(exc, LockstepError):
+        return str(exc).splitlines()[0], isinstance(exc, TerminalError)
+    return root_cause(exc), isinstance(exc, AnalysisException)
+
+
 def values_for_run(spec: PipelineSpec, view: Any) -> Resolved:
     """The claim's values for the Spark run of a claimed checkpoint with records to write, or a
     CheckpointError when a spec edit since its plan cannot be honoured (another cluster)."""

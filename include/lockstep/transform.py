@@ -68,6 +68,11 @@ def build_archive(source: Path, into: Path) -> Path:
     return archive
 
 
+def is_connect_session(spark: Any) -> bool:
+    """A Spark Connect session (no JVM in this process) rather than a classic one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def ship_to_executors(spark: Any, spec: PipelineSpec, module_names: tuple[str, ...] = ()) -> list[str]:
     """Hand Spark the transform's package (and ``module_names``' packages) for every executor.
 
@@ -82,6 +87,9 @@ def ship_to_executors(spark: Any, spec: PipelineSpec, module_names: tuple[str, .
             continue
         seen.add(source)
         archive = build_archive(source, folder)
-        spark.sparkContext.addPyFile(str(archive))
+        if is_connect_session(spark):
+            spark.addArtifacts(str(archive), pyfile=True)  # to this session's Python workers only
+        else:
+            spark.sparkContext.addPyFile(str(archive))
         shipped.append(archive.name)
     return shipped

@@ -70,10 +70,11 @@ def is_ready(config: ConnectConfig) -> bool:
 def warm_up(config: ConnectConfig) -> None:
     """One small query through a session of its own, so the first checkpoint does not pay the
     server's first-query cost (class loading, code generation)."""
-    from pyspark.sql import SparkSession
+    from lockstep.spark_connect import connect_mode, new_session
 
-    spark = SparkSession.builder.remote(config.url).create()
-    try:
-        spark.range(1000).selectExpr("sum(id)").collect()
-    finally:
-        spark.stop()
+    with connect_mode():
+        spark = new_session(config.url)
+        try:
+            spark.range(1000).selectExpr("sum(id)").collect()
+        finally:
+            spark.stop()

@@ -184,18 +184,18 @@ class LockstepPlanOperator(_LockstepOperator):
 class LockstepRunOperator(_LockstepOperator):
     """The bounded Spark run of the planned checkpoint: the same run step as ``lockstep run``.
 
-    ``lockstep.launcher.run_checkpoint`` builds the spark-submit command (master from the spec's
-    ``spark.master`` or the ``spark_default`` connection, Kafka connector and writer jars,
-    speculation off), streams the driver's output into this task's log and prepares an empty
-    checkpoint without starting Spark. Connections reach the job through its environment, never
-    its command line. Killing the task stops spark-submit, its driver JVM and Python workers.
+    ``lockstep.launcher.run_checkpoint`` decides where the run goes (``spark.mode``: a spark-submit
+    whose driver output streams into this task's log, or a session on a Spark Connect server
+    driven from this task) and prepares an empty checkpoint without starting Spark. Connections
+    reach a spark-submit job through its environment, never its command line. Killing the task
+    stops spark-submit with its driver JVM and Python workers, or interrupts the Connect session.
     """
 
     ui_color = "#fdf3e1"
 
     def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
         super().__init__(spec_path=spec_path, **kwargs)
-        self._proc: Any = None
+        self._run: Any = None  # lockstep.launcher.Stoppable
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
@@ -217,15 +217,12 @@ class LockstepRunOperator(_LockstepOperator):
             raise _loud("run", spec.name, checkpoint_id, exc, context) from exc
         log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
 
-    def _started(self, proc: Any) -> None:
-        self._proc = proc
+    def _started(self, run: Any) -> None:
+        self._run = run
 
     def on_kill(self) -> None:
-        import signal
-
-        if self._proc is not None and self._proc.poll() is None:
-            log.warning("stopping spark-submit (pid %d) and its driver", self._proc.pid)
-            os.killpg(self._proc.pid, signal.SIGKILL)
+        if self._run is not None:
+            self._run.stop()
 
 
 class LockstepCommitOperator(_LockstepOperator):

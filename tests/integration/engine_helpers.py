@@ -20,8 +20,9 @@ LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
                   max_records: int = 100_000, timeout_ms: int = 900_000, transform: str = "lockstep_examples.orders:enrich",
                   margin_ms: int = 60_000, writer: str | None = None, replication: int = 1,
-                  master: str | None = "local[2]") -> PipelineUnderTest:
-    """A pipeline of fresh topics; ``master=None`` leaves the Spark master to the spark_default connection."""
+                  master: str | None = "local[2]", remote: str | None = None) -> PipelineUnderTest:
+    """A pipeline of fresh topics; ``master=None`` leaves the Spark master to the spark_default connection;
+    ``remote`` (an ``sc://`` URL) runs its checkpoints in sessions of that Spark Connect server."""
     name = f"t-{unique}"
     pipeline = PipelineUnderTest.create(tmp_path, bootstrap, name, unique, partitions, replication)
     spec = {
@@ -32,7 +33,7 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
                  **({"writer": writer} if writer else {})},
         "checkpoints": {"store": f"s3://lockstep/tests/{unique}", "max_records": max_records, "retain": 100},
         "transactions": {"id_prefix": pipeline.prefix, "timeout_ms": timeout_ms, "commit_margin_ms": margin_ms},
-        "spark": {"master": master} if master else {},
+        "spark": {"mode": "connect", "remote": remote} if remote else {"master": master} if master else {},
     }
     pipeline.spec_path.write_text(yaml.safe_dump(spec))
     return pipeline
@@ -53,6 +54,7 @@ def run(pipeline: PipelineUnderTest, *extra: str, failpoints: str | None = None)
 def verify(pipeline: PipelineUnderTest, *extra: str) -> dict:
     result = lockstep("verify", "--spec", str(pipeline.spec_path), "--json", *extra)
     assert result.returncode in (0, 1), result.stderr[-3000:]
+    assert result.stdout.strip(), result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert (result.returncode == 0) == (report["ok"] and report["drift_ok"]), report
     return report

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.launcher import connection_master, spark_master
+from lockstep.launcher import spark_target
+from lockstep.spark_target import connection_master
 from lockstep.spec import load_spec
 
 SPEC = """
@@ -44,17 +45,17 @@ def spec_file(tmp_path: Path):
 
 def test_the_spec_master_wins_over_the_connection(spec_file, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://10.0.0.9:7077"}))
-    assert spark_master(spec_file("local[2]")) == "local[2]"
+    assert spark_target(spec_file("local[2]")).address == "local[2]"
 
 
 def test_without_a_spec_master_the_spark_default_connection_decides(spec_file, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://h", "port": 7077}))
-    assert spark_master(spec_file(None)) == "spark://h:7077"
+    assert spark_target(spec_file(None)).address == "spark://h:7077"
 
 
 def test_no_master_anywhere_is_local_mode(spec_file, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
-    assert spark_master(spec_file(None)) == "local[*]"
+    assert spark_target(spec_file(None)).address == "local[*]"
 
 
 def test_connection_master_reads_host_and_port_like_the_spark_provider():
@@ -95,8 +96,8 @@ def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_fil
     monkeypatch.setattr(launcher, "submit_command", lambda *a: ["bash", "-c", "sleep 60 & sleep 60; wait"])
     started: list[subprocess.Popen] = []
 
-    def interrupted(proc):
-        started.append(proc)
+    def interrupted(run):
+        started.append(run.proc)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -144,3 +145,41 @@ def test_a_run_that_dies_after_prepare_says_roll_forward_not_replay(spec_file, m
                               "with exit code 86")
     assert message.endswith("nothing is lost: the commit step, or the next run's plan, commits them (roll forward)")
     assert "replays its ranges" not in message
+
+
+def test_a_connect_spark_default_connection_puts_the_run_on_that_server(spec_file, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "sc://10.0.0.5",
+                                                                 "port": 15003}))
+    target = spark_target(spec_file(None))
+    assert (target.mode, target.address, target.source) == ("connect", "sc://10.0.0.5:15003", "connection spark_default")
+
+
+def test_a_connect_run_failure_is_sorted_like_a_spark_submit_exit(spec_file, monkeypatch):
+    """Connect mode runs the driver code in this process: a refused plan (AnalysisException) is
+    terminal, anything else retried, and the cause is the error's, as the job's exit code says."""
+    from pyspark.errors import AnalysisException
+
+    from lockstep import launcher, spark_connect
+    from lockstep.errors import CheckpointError, TransientCheckpointError
+    from lockstep.spark_target import SparkTarget
+
+    class Run:
+        spark = object()
+
+    class Session:
+        def __enter__(self):
+            return Run()
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(spark_connect, "checkpoint_session", lambda *a: Session())
+    target = SparkTarget("connect", "sc://h:1", "spark.remote")
+    for raised, expected in ((AnalysisException("[UNRESOLVED_COLUMN] `amount` cannot be resolved"), CheckpointError),
+                             (RuntimeError("broker away"), TransientCheckpointError)):
+        def job(*_a, raised=raised):
+            raise raised
+        monkeypatch.setattr(launcher, "run_checkpoint_job", job)
+        with pytest.raises(expected) as caught:
+            launcher.run_connect_job(spec_file(None), 4, store=None, target=target)
+        assert "checkpoint 4" in str(caught.value) and str(raised).split("]")[-1].strip() in str(caught.value)

@@ -1,0 +1,155 @@
+"""Checkpoints in connect mode: each run is a session on the platform's long-lived Spark Connect
+server, with the same claim, transactions, prepared metadata and failure semantics as a
+spark-submit run — a killed client and a killed server included."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from lockstep.checkpoint import CheckpointStatus
+from lockstep.errors import TransientCheckpointError
+
+from ..support.data import produce_orders
+from .engine_helpers import make_pipeline, open_transactions, run, store, verify
+
+SLOW = "lockstep_examples.slow:enrich_slowly"
+
+
+def exactly_once(pipeline, records: int) -> dict:
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["expected_outputs"] == report["actual_outputs"] == records
+    return report
+
+
+@pytest.mark.parametrize("writer", ["python"])
+def test_checkpoints_run_in_connect_sessions_exactly_once(tmp_path, bootstrap, unique, spark_connect, writer):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=200, remote=spark_connect,
+                             writer=writer)
+    produce_orders(pipeline, 500)
+
+    result = run(pipeline, "--checkpoints", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert output.count("Spark Connect session") >= 3, output[-3000:]
+    assert "spark-submit" not in output
+    views = [store(pipeline).view(i) for i in (1, 2, 3)]
+    assert [v.status for v in views] == [CheckpointStatus.COMPLETED] * 3
+    assert sum(t.records + t.dead_letters for v in views for t in v.prepared.transactions) == 500
+    exactly_once(pipeline, 500)
+    assert open_transactions(pipeline) == []
+
+
+def _planned(pipeline) -> int:
+    """Plan one checkpoint under the run id of a CLI process that has exited, so that a later
+    `lockstep run` may recover it (a live owner's checkpoint is left alone)."""
+    import socket
+
+    from lockstep.coordinator import Pipeline, plan
+    from lockstep.run_ownership import cli_run_id
+
+    owner = cli_run_id(socket.gethostname(), _exited_pid(), "test")
+    return plan(Pipeline.open(pipeline.spec()), run_id=owner).claim.checkpoint_id
+
+
+def _exited_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _run_step_in_a_process(pipeline, checkpoint_id: int) -> subprocess.Popen:
+    """The run step of one checkpoint as the Airflow run task does it, in a process of its own."""
+    code = ("import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout); "
+            "from lockstep.client_factory import checkpoint_store; from lockstep.launcher import run_checkpoint; "
+            "from lockstep.spec import load_spec; spec = load_spec(sys.argv[1]); "
+            "run_checkpoint(spec, int(sys.argv[2]), checkpoint_store(spec))")
+    return subprocess.Popen([sys.executable, "-c", code, str(pipeline.spec_path), str(checkpoint_id)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+
+
+def _wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float = 120) -> list[str]:
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return seen
+    raise AssertionError(f"no line with {needle!r}; output:\n{''.join(seen)[-3000:]}")
+
+
+def test_a_killed_client_is_interrupted_and_fenced_by_the_next_attempt(tmp_path, bootstrap, unique, spark_connect,
+                                                                         caplog):
+    """The run task's process is SIGKILLed while its Spark job writes. The server keeps running the
+    job; the retry of the run step joins the killed attempt's session, interrupts it, writes the
+    checkpoint again under the same transactional ids (fencing the killed attempt's), and the
+    commit leaves exactly once."""
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, remote=spark_connect, transform=SLOW,
+                             writer="python")
+    produce_orders(pipeline, 400)
+    cid = _planned(pipeline)
+
+    killed = _run_step_in_a_process(pipeline, cid)
+    seen = _wait_for_line(killed, "reading 2 ranges")
+    time.sleep(2)  # its tasks are producing now (about 20 ms per record)
+    assert killed.poll() is None, "".join(seen) + killed.stdout.read()
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(30)
+    assert store(pipeline).view(cid).status is CheckpointStatus.CLAIMED
+
+    from lockstep.coordinator import Pipeline, commit
+    from lockstep.launcher import run_checkpoint
+
+    with caplog.at_level(logging.INFO, logger="lockstep.spark_connect"):
+        run_checkpoint(pipeline.spec(), cid, store(pipeline))
+    assert "interrupted 1 operation(s) an earlier attempt left running" in caplog.text
+    assert store(pipeline).view(cid).status is CheckpointStatus.PREPARED
+    commit(Pipeline.open(pipeline.spec()), cid)
+    assert store(pipeline).view(cid).status is CheckpointStatus.COMPLETED
+    exactly_once(pipeline, 400)
+    assert open_transactions(pipeline) == []
+
+
+def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tmp_path, bootstrap, unique,
+                                                                              spark_connect, platform):
+    """The Connect server dies while the tasks write: the run step fails as retryable, naming the
+    checkpoint; with the server back, the next run fences what the dead tasks left open and
+    replays the ranges: exactly once."""
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, remote=spark_connect, transform=SLOW,
+                             writer="python")
+    produce_orders(pipeline, 400)
+    cid = _planned(pipeline)
+
+    from lockstep.launcher import run_checkpoint
+
+    def kill_when_writing() -> None:
+        time.sleep(6)  # session, plan and the first records of the slow transform
+        platform.stop("spark-connect", kill=True)
+
+    killer = threading.Thread(target=kill_when_writing)
+    killer.start()
+    try:
+        with pytest.raises(TransientCheckpointError) as failed:
+            run_checkpoint(pipeline.spec(), cid, store(pipeline))
+    finally:
+        killer.join()
+        platform.start("spark-connect")
+    assert f"checkpoint {cid}" in str(failed.value) and "retry" in str(failed.value)
+    assert store(pipeline).view(cid).status is CheckpointStatus.CLAIMED
+
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert store(pipeline).view(cid).status is CheckpointStatus.ABORTED
+    exactly_once(pipeline, 400)
+    assert open_transactions(pipeline) == []

@@ -1,0 +1,56 @@
+"""Where a checkpoint's run goes: spark-submit or a Spark Connect session (pure rules)."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.errors import TerminalError
+from lockstep.spark_target import SparkEndpoint, connect_url, resolve_target
+from lockstep.spec import SparkSpec
+
+
+def lookup(**connections):
+    return lambda conn_id: connections.get(conn_id)
+
+
+SUBMIT_CONN = SparkEndpoint("spark", "spark://m", 7077)
+CONNECT_CONN = SparkEndpoint("spark", "sc://c", 15003)
+AIRFLOW_CONNECT = SparkEndpoint("spark_connect", "sc://10.1.1.1", None)
+
+
+@pytest.mark.parametrize("spark, connections, expected", [
+    (SparkSpec(None), {}, ("submit", "local[*]")),
+    (SparkSpec(None), {"spark_default": SUBMIT_CONN}, ("submit", "spark://m:7077")),
+    (SparkSpec("local[2]"), {"spark_default": CONNECT_CONN}, ("submit", "local[2]")),
+    (SparkSpec(None), {"spark_default": CONNECT_CONN}, ("connect", "sc://c:15003")),
+    (SparkSpec(None, mode="submit"), {"spark_default": CONNECT_CONN}, ("submit", "local[*]")),
+    (SparkSpec(None, mode="connect"), {"spark_default": SUBMIT_CONN, "spark_connect_default": AIRFLOW_CONNECT},
+     ("connect", "sc://10.1.1.1:15002")),
+    (SparkSpec(None, remote="sc://r:1"), {"spark_default": SUBMIT_CONN}, ("connect", "sc://r:1")),
+    (SparkSpec("spark://x:7077", mode="connect", remote="sc://r:1"), {}, ("connect", "sc://r:1")),
+])
+def test_mode_and_address(spark, connections, expected):
+    target = resolve_target(spark, lookup(**connections))
+    assert (target.mode, target.address) == expected
+
+
+def test_connect_mode_without_an_endpoint_says_where_to_set_one():
+    with pytest.raises(TerminalError, match="spark.remote.*spark_default.*spark_connect_default"):
+        resolve_target(SparkSpec(None, mode="connect"), lookup(spark_default=SUBMIT_CONN))
+
+
+@pytest.mark.parametrize("host, port, url", [
+    ("sc://h", None, "sc://h:15002"), ("sc://h:1", None, "sc://h:1"), ("h", 7, "sc://h:7"), ("sc://h:1/", 9, "sc://h:9"),
+])
+def test_connect_url(host, port, url):
+    assert connect_url(host, port) == url
+
+
+def test_spec_refuses_an_unknown_mode_and_a_remote_that_is_not_connect(tmp_path):
+    from lockstep.spec import SpecError, parse_spec
+
+    doc = {"name": "m", "source": {"topics": ["in"]}, "transform": "lockstep_examples.orders:enrich",
+           "sink": {"topic": "out", "dead_letter_topic": "dlq"}, "checkpoints": {"store": "s3://b/p"},
+           "transactions": {"id_prefix": "tx"}, "spark": {"mode": "yarn", "remote": "spark://h:7077"}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(doc, "m.yaml")
+    assert "spark.mode" in str(caught.value) and "spark.remote" in str(caught.value)
