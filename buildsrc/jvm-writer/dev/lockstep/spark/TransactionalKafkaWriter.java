@@ -48,7 +48,20 @@ public final class TransactionalKafkaWriter {
         rows.mapPartitions(
                 (Iterator<InternalRow> it) -> {
                   int task = TaskContext.getPartitionId();
-                  String result = new PartitionTransaction(settings, layout, task).write(it);
+                  PartitionTransaction txn = new PartitionTransaction(settings, layout, task);
+                  String result;
+                  try {
+                    txn.begin();
+                    while (it.hasNext()) {
+                      txn.add(it.next());
+                    }
+                    result = txn.prepare();
+                  } catch (Exception e) {
+                    txn.abort(e);
+                    throw e;
+                  } finally {
+                    txn.close();
+                  }
                   List<String> one = new ArrayList<>(1);
                   one.add(result);
                   return one.iterator();
@@ -64,9 +77,10 @@ public final class TransactionalKafkaWriter {
   /** Parsed once on the driver, serialized to every task. */
   static final class WriterSettings implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
+    static final String TASK_PLACEHOLDER = "{task}";
     final String bootstrap;
     final java.util.Map<String, String> producerConfig;
-    final List<String> transactionalIds;
+    final String transactionalIdPattern;
     final long checkpointId;
     final int timeoutMs;
     final String sinkTopic;
@@ -81,8 +95,12 @@ public final class TransactionalKafkaWriter {
     private WriterSettings(JsonNode doc) {
       bootstrap = doc.get("bootstrap").asText();
       producerConfig = strings(doc.get("producer_config"));
-      transactionalIds = new ArrayList<>();
-      doc.get("transactional_ids").forEach(id -> transactionalIds.add(id.asText()));
+      // lockstep.transactional_ids.transactional_id_pattern: the task index replaces TASK_PLACEHOLDER.
+      transactionalIdPattern = doc.get("transactional_id_pattern").asText();
+      if (!transactionalIdPattern.contains(TASK_PLACEHOLDER)) {
+        throw new IllegalArgumentException(
+            "the transactional id pattern " + transactionalIdPattern + " has no " + TASK_PLACEHOLDER);
+      }
       checkpointId = doc.get("checkpoint_id").asLong();
       timeoutMs = doc.get("timeout_ms").asInt();
       sinkTopic = doc.get("sink_topic").asText();
@@ -112,13 +130,9 @@ public final class TransactionalKafkaWriter {
       return RowLayout.ascii(checkpointId);
     }
 
+    /** The task's id: a retried task gets the same one, so its init fences the earlier attempt. */
     String transactionalId(int task) {
-      if (task >= transactionalIds.size()) {
-        throw new IllegalStateException(
-            "task " + task + " has no transactional id: the driver planned "
-                + transactionalIds.size() + " tasks");
-      }
-      return transactionalIds.get(task);
+      return transactionalIdPattern.replace(TASK_PLACEHOLDER, Integer.toString(task));
     }
   }
 
