@@ -249,9 +249,12 @@ def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[st
 
 #: The data source of Lockstep's JVM writer (``dev.lockstep.spark.LockstepKafkaSource``) and its options.
 JVM_SINK_FORMAT = "lockstep-kafka"
-#: Its name matches Spark's default ``spark.redaction.regex`` (``secret``): the settings carry the
-#: producer config, SASL credentials included, and Spark redacts the value wherever it prints options.
-JVM_SETTINGS_OPTION = "secret_settings"
+#: The settings carry the producer config, SASL credentials included, so they are not an option of the
+#: write: under Spark Connect the request's text, options included, becomes the jobs' description and
+#: the operation's statement text, unredacted, in the event log. They go in the session's conf for the
+#: write instead, under a key that is redacted where Spark lists session confs (it says ``secret``) and
+#: is not ``spark.*`` (those are copied into every job's properties, which the event log does not redact).
+JVM_SETTINGS_CONF_PREFIX = "dev.lockstep.spark.secret_settings."
 JVM_WRITE_ID_OPTION = "write_id"
 
 
@@ -277,19 +280,22 @@ def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
     transaction contract and the output contract it receives in its settings. Only the DataFrame API
     is used, so a classic session and a Spark Connect session take this same path.
 
-    The driver keeps the tasks' result documents under a fresh write id; reading the source with that
+    The settings go in the session's conf for the write (see `JVM_SETTINGS_CONF_PREFIX`). The driver
+    keeps the tasks' result documents under a fresh write id; reading the source with that
     id returns them (one row per task) and releases them. Returns each task's result document."""
     write_id = str(uuid.uuid4())
+    settings_key = JVM_SETTINGS_CONF_PREFIX + write_id
+    spark.conf.set(settings_key, json.dumps(jvm_settings(settings)))
     try:
-        (out.write.format(JVM_SINK_FORMAT).mode("append")
-         .option(JVM_SETTINGS_OPTION, json.dumps(jvm_settings(settings)))
-         .option(JVM_WRITE_ID_OPTION, write_id).save())
+        out.write.format(JVM_SINK_FORMAT).mode("append").option(JVM_WRITE_ID_OPTION, write_id).save()
     except Exception as exc:
         if _data_source_missing(exc):
             raise TerminalError(
                 f"Lockstep's JVM writer (data source {JVM_SINK_FORMAT}) is not on Spark's classpath (spark.jars "
                 "must include lockstep-jvm-writer.jar; run `make setup` to build it)") from exc
         raise
+    finally:
+        spark.conf.unset(settings_key)  # the session may live on (Spark Connect): keep no credentials in it
     rows = spark.read.format(JVM_SINK_FORMAT).option(JVM_WRITE_ID_OPTION, write_id).load().collect()
     return [r["result"] for r in rows]
 

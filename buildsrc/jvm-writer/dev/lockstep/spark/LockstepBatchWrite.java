@@ -33,14 +33,14 @@ final class LockstepBatchWrite implements Write, BatchWrite {
   private final String writeId;
 
   LockstepBatchWrite(StructType schema, CaseInsensitiveStringMap options) {
-    String json = LockstepKafkaSource.required(options, LockstepKafkaSource.SETTINGS_OPTION);
+    writeId = LockstepKafkaSource.required(options, LockstepKafkaSource.WRITE_ID_OPTION);
+    String json = LockstepKafkaSource.settingsJson(writeId);
     try {
       settings = TransactionalKafkaWriter.WriterSettings.parse(TransactionalKafkaWriter.json().readTree(json));
     } catch (java.io.IOException e) {
       throw new IllegalArgumentException("the writer settings are not JSON: " + e.getMessage(), e);
     }
     layout = RowLayout.of(schema, settings.contract);
-    writeId = LockstepKafkaSource.required(options, LockstepKafkaSource.WRITE_ID_OPTION);
   }
 
   @Override
