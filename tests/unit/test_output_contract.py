@@ -42,7 +42,7 @@ def test_the_java_writer_hard_codes_no_record_size_constant():
 
 
 def test_the_jvm_settings_carry_every_contract_value():
-    doc = json.loads(json.dumps(contract.jvm_contract()))  # what crosses py4j
+    doc = json.loads(json.dumps(contract.jvm_contract()))  # what the JVM writer receives in its settings
     assert doc["headers"] == {
         "source_topic": contract.SOURCE_TOPIC, "source_partition": contract.SOURCE_PARTITION,
         "source_offset": contract.SOURCE_OFFSET, "checkpoint": contract.CHECKPOINT_HEADER,

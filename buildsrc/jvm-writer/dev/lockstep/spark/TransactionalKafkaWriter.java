@@ -3,20 +3,14 @@ package dev.lockstep.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.JavaRDD;
-import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.catalyst.InternalRow;
 
 /**
- * Lockstep's JVM writer: each Spark task produces its partition inside one Kafka transaction,
- * flushes it and leaves it open (pre-commit), and returns a committable as JSON. The Python
- * driver ({@code lockstep.sparkjob}) calls {@link #write} through py4j and turns the JSON into
- * {@code PreparedTransaction}s; committing happens later, in another process.
+ * What Lockstep's JVM writer writes with: its settings ({@link WriterSettings}, built by {@code
+ * lockstep.sparkjob.jvm_settings}) and the output contract they carry ({@link OutputContract}). The
+ * writer itself is the data source {@code lockstep-kafka} ({@link LockstepKafkaSource}, {@link
+ * LockstepBatchWrite}); each task's transaction is a {@link PartitionTransaction}.
  *
  * <p>Same contract as the Python writer ({@code lockstep.transactions.TransactionalWriter}), but
  * the rows never leave the JVM: no Arrow hand-off to a Python worker, which is where the Python
@@ -29,46 +23,6 @@ public final class TransactionalKafkaWriter {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private TransactionalKafkaWriter() {}
-
-  /** How many Spark tasks (hence transactions) writing {@code df} will take. */
-  public static int taskCount(Dataset<Row> df) {
-    return df.queryExecution().toRdd().getNumPartitions();
-  }
-
-  /**
-   * Writes every partition of {@code df} in its own transaction and returns one JSON document per
-   * task: {@code {"task", "rows", "committable"}} where committable is null when the task wrote
-   * nothing. {@code settingsJson} is built by {@code lockstep.sparkjob.jvm_settings}.
-   */
-  public static String[] write(Dataset<Row> df, String settingsJson) throws Exception {
-    WriterSettings settings = WriterSettings.parse(JSON.readTree(settingsJson));
-    RowLayout layout = RowLayout.of(df.schema(), settings.contract);
-    JavaRDD<InternalRow> rows = df.queryExecution().toRdd().toJavaRDD();
-    List<String> results =
-        rows.mapPartitions(
-                (Iterator<InternalRow> it) -> {
-                  int task = TaskContext.getPartitionId();
-                  PartitionTransaction txn = new PartitionTransaction(settings, layout, task);
-                  String result;
-                  try {
-                    txn.begin();
-                    while (it.hasNext()) {
-                      txn.add(it.next());
-                    }
-                    result = txn.prepare();
-                  } catch (Exception e) {
-                    txn.abort(e);
-                    throw e;
-                  } finally {
-                    txn.close();
-                  }
-                  List<String> one = new ArrayList<>(1);
-                  one.add(result);
-                  return one.iterator();
-                })
-            .collect();
-    return results.toArray(new String[0]);
-  }
 
   static ObjectMapper json() {
     return JSON;
