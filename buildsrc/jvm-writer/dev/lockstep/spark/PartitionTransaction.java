@@ -91,7 +91,14 @@ final class PartitionTransaction {
     producer = open();
     openedAtMs = System.currentTimeMillis();
     opened = System.nanoTime();
-    failpoint("job.before_produce", "");
+    try {
+      failpoint("job.before_produce", "");
+    } catch (RuntimeException e) {
+      // Spark calls neither abort nor close on a writer its factory failed to create: do both here.
+      abort(e);
+      close();
+      throw e;
+    }
   }
 
   /**
