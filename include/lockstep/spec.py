@@ -48,6 +48,7 @@ class SourceSpec:
 
 
 WRITERS = ("jvm", "python")
+SPARK_MODES = ("submit", "connect")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,11 @@ class TransactionSpec:
 class SparkSpec:
     master: str | None
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: "submit" (a spark-submit per checkpoint), "connect" (a session on a long-lived Spark
+    #: Connect server), or None: the ``spark_default`` connection decides (`lockstep.spark_target`).
+    mode: str | None = None
+    #: The Spark Connect endpoint (``sc://host:port``) for connect mode; else from the connections.
+    remote: str | None = None
 
 
 @dataclass(frozen=True)
@@ -294,8 +300,16 @@ def _transactions(c: _Checker, doc: Any, name: str) -> TransactionSpec:
 
 
 def _spark(c: _Checker, doc: Any) -> SparkSpec:
-    d = c.section(doc, "spark", {"master", "conf"})
+    d = c.section(doc, "spark", {"master", "conf", "mode", "remote"})
     master = c.text(d, "spark", "master", None)
+    mode = c.text(d, "spark", "mode", None)
+    if mode is not None and mode not in SPARK_MODES:
+        c.fail("spark.mode", f"must be one of {', '.join(SPARK_MODES)}, got {mode!r}")
+    remote = c.text(d, "spark", "remote", None)
+    if remote is not None and not remote.startswith("sc://"):
+        c.fail("spark.remote", f"must be a Spark Connect URL (sc://HOST:PORT), got {remote!r}")
+    if remote is not None and mode == "submit":
+        c.fail("spark.remote", "is the endpoint of connect mode; spark.mode says submit")
     conf = c.mapping(d.get("conf"), "spark.conf")
     rendered: dict[str, str] = {}
     for key, value in conf.items():
@@ -307,7 +321,7 @@ def _spark(c: _Checker, doc: Any) -> SparkSpec:
         if key == "spark.speculation" and rendered[key].strip().lower() == "true":
             c.fail(where, "speculation must stay off: a speculative task attempt would fence the "
                           "transaction of the attempt that wins")
-    return SparkSpec(master=master, conf=rendered)
+    return SparkSpec(master=master, conf=rendered, mode=mode, remote=remote)
 
 
 def _producer(c: _Checker, doc: Any) -> dict[str, Any]:

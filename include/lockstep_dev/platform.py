@@ -20,14 +20,15 @@ from lockstep_dev import procs
 from lockstep_dev import s3 as s3_svc
 from lockstep_dev import security as security_svc
 from lockstep_dev import spark as spark_svc
+from lockstep_dev import spark_connect as connect_svc
 from lockstep.paths import dev_state_dir
 
 SINGLE, CLUSTER = "single", "cluster"
 CLUSTER_BROKERS = 3
 CLUSTER_WORKERS = 2
-DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080}
+DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080, "spark-connect": 15002}
 CLUSTER_PORTS = {
-    "s3": 19000, "airflow": 8080,
+    "s3": 19000, "airflow": 8080, "spark-connect": 15002,
     "kafka-1": 19092, "controller-1": 19093, "kafka-2": 19094, "controller-2": 19095,
     "kafka-3": 19096, "controller-3": 19097,
     "kafka-secure-1": 19192, "kafka-secure-2": 19194, "kafka-secure-3": 19196,
@@ -46,7 +47,8 @@ def marker(service: str) -> str:
         return kafka_svc.MARKER
     if service.startswith("spark-worker"):
         return spark_svc.WORKER_MARKER
-    return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER}[service]
+    return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER,
+            "spark-connect": connect_svc.MARKER}[service]
 
 
 @dataclass
@@ -59,7 +61,8 @@ class PlatformState:
 
 class Platform:
     """The local platform: S3, Kafka (one node, or three with ``cluster=True``), a Spark standalone
-    master with two workers (cluster only) and optionally Airflow."""
+    master with two workers (cluster only), and optionally a Spark Connect server (on the cluster's
+    master, else ``local[*]``) and Airflow."""
 
     def __init__(self, state_dir: Path | None = None, ports: dict[str, int] | None = None, bucket: str = "lockstep",
                  cluster: bool | None = None, free_ports: bool = False):
@@ -115,9 +118,9 @@ class Platform:
     def services(self) -> tuple[str, ...]:
         """Every service of this topology, in start order (Airflow last)."""
         if not self.is_cluster:
-            return ("s3", "kafka", "airflow")
+            return ("s3", "kafka", "spark-connect", "airflow")
         return ("s3", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
-                *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "airflow")
+                *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "spark-connect", "airflow")
 
     # ---- configs -----------------------------------------------------------
     @property
@@ -162,6 +165,11 @@ class Platform:
         return s3_svc.S3Config(self.state.ports["s3"], self.state.bucket, self.state_dir / "s3")
 
     @property
+    def spark_connect(self) -> connect_svc.ConnectConfig:
+        return connect_svc.ConnectConfig(self.state.ports["spark-connect"], self.state_dir / "spark-connect",
+                                         self.spark_master)
+
+    @property
     def airflow(self) -> airflow_svc.AirflowConfig:
         return airflow_svc.AirflowConfig(self.state.ports["airflow"], self.state_dir / "airflow")
 
@@ -169,11 +177,13 @@ class Platform:
         return self.state_dir / "logs" / f"{name}.log"
 
     # ---- up / down ---------------------------------------------------------
-    def up(self, with_airflow: bool = False, out=sys.stdout) -> None:
+    def up(self, with_airflow: bool = False, with_connect: bool = False, out=sys.stdout) -> None:
         self._up_s3(out)
         self._up_kafka(out)
         if self.is_cluster:
             self._up_spark(out)
+        if with_connect:
+            self._up_connect(out)
         if with_airflow:
             self._up_airflow(out)
 
@@ -240,13 +250,16 @@ class Platform:
                                              cluster_id or kafka_svc.cluster_id(self.kafka)))
 
     def start(self, name: str, out=sys.stdout) -> None:
-        """Start one stopped S3 or Kafka service again and wait until it serves (a test or the soak
+        """Start one stopped S3, Spark Connect or Kafka service again and wait until it serves (a test or the soak
         bringing back what it killed), leaving every other stopped service down."""
         if name == "s3":
             self._up_s3(out)
             return
+        if name == "spark-connect":
+            self._up_connect(out)
+            return
         if not name.startswith("kafka"):
-            raise ValueError(f"start({name!r}): only s3 and the Kafka nodes are restarted one by one")
+            raise ValueError(f"start({name!r}): only s3, spark-connect and the Kafka nodes are restarted one by one")
         if not self.running(name):
             self.start_kafka_node(self.kafka_node(name))
         config = self.kafka
@@ -273,6 +286,17 @@ class Platform:
                          log_file=self.log_file("spark-worker-1"))
         print(f"spark    running  {config.master_url} (standalone: master + {CLUSTER_WORKERS} workers, "
               f"{config.worker_cores} core / {config.worker_memory} each; UI {config.ui_url})", file=out)
+
+    def _up_connect(self, out) -> None:
+        config = self.spark_connect
+        if not self.running("spark-connect"):
+            self._claim_ports("spark-connect", config.port)
+            self._start("spark-connect", connect_svc.start(config, self.log_file("spark-connect"), os.environ))
+            procs.wait_until(lambda: connect_svc.is_ready(config), f"Spark Connect server on {config.url}", 120,
+                             alive=lambda: self.running("spark-connect"), log_file=self.log_file("spark-connect"))
+            connect_svc.warm_up(config)
+        print(f"spark-connect running  {config.url} (master {config.master}; checkpoints with spark.mode: connect "
+              f"use it through the spark_connect_default connection)", file=out)
 
     def _up_airflow(self, out) -> None:
         config = self.airflow
@@ -307,6 +331,8 @@ class Platform:
             return f"127.0.0.1:{self.kafka_node(service).port}"
         if service == "spark-master":
             return self.spark.master_url
+        if service == "spark-connect":
+            return self.spark_connect.url
         if service.startswith("spark-worker"):
             return f"http://127.0.0.1:{self.state.ports[service + '-ui']}"
         return {"s3": self.s3.endpoint, "airflow": self.airflow.url}[service]
@@ -339,6 +365,9 @@ class Platform:
             # The same cluster through its SASL_SSL listeners (SCRAM-SHA-512 over TLS).
             secure = {"conn_type": "kafka", "extra": config.secure_client_config()}
             env["AIRFLOW_CONN_KAFKA_SECURE"] = json.dumps(secure)
+        if self.running("spark-connect"):
+            connect = {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect.port}
+            env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(connect)
         return env
 
     def client_env(self) -> dict[str, str]:

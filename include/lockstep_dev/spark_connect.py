@@ -1,0 +1,79 @@
+"""A Spark Connect server: one long-lived Spark driver that every checkpoint's run connects to.
+
+Started with pyspark's own ``spark-submit`` and the Connect server class that ships in its jars,
+with the settings every Lockstep run needs (``lockstep.sparkconf``: the Kafka connector and
+Lockstep's writer jar on the classpath, speculation off) and the environment a job gets
+(``sparkconf.job_environment``: this venv's Python for the Python workers, ``include/``
+importable). The master is ``local[*]``, or the standalone master of a cluster platform.
+"""
+from __future__ import annotations
+
+import socket
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from lockstep_dev import procs
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+MARKER = SERVER_CLASS
+#: A client that went away (a killed task) leaves its running query detached; the server
+#: interrupts it after this long instead of the default 5 minutes. The next attempt of the
+#: checkpoint interrupts it at once anyway (`lockstep.spark_connect`).
+DETACHED_TIMEOUT = "30s"
+
+
+@dataclass(frozen=True)
+class ConnectConfig:
+    port: int
+    data_dir: Path
+    master: str = "local[*]"
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+
+def server_command(config: ConnectConfig, conf: Mapping[str, object] | None = None) -> list[str]:
+    """spark-submit of the Connect server with every setting a Lockstep run needs."""
+    from lockstep.sparkconf import spark_conf
+
+    spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
+    settings = {**spark_conf(conf), "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(config.port),
+                "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT}
+    argv = [spark_submit, "--master", config.master, "--name", "lockstep-spark-connect", "--class", SERVER_CLASS]
+    for key, value in settings.items():
+        argv += ["--conf", f"{key}={value}"]
+    return argv + ["spark-internal"]
+
+
+def start(config: ConnectConfig, log_file: Path, base_env: Mapping[str, str]) -> int:
+    from lockstep.sparkconf import job_environment
+
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    return procs.start_detached("spark-connect", server_command(config), log_file, env=job_environment(base_env),
+                                cwd=config.data_dir)
+
+
+def is_ready(config: ConnectConfig) -> bool:
+    """The gRPC port accepts connections once the server's SparkContext is up."""
+    try:
+        with socket.create_connection(("127.0.0.1", config.port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def warm_up(config: ConnectConfig) -> None:
+    """One small query through a session of its own, so the first checkpoint does not pay the
+    server's first-query cost (class loading, code generation)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(config.url).create()
+    try:
+        spark.range(1000).selectExpr("sum(id)").collect()
+    finally:
+        spark.stop()
