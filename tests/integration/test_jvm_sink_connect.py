@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -30,44 +28,22 @@ CHECKPOINT = 7
 WRITE_SCRIPT = Path(__file__).with_name("jvm_sink_write.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory):
-    """A Spark Connect server (local[2]) with Lockstep's spark.jars, on a free port.
+    """A Spark Connect server (local[2]) as the dev platform starts one (`lockstep_dev.spark_connect`):
+    Lockstep's spark.jars and safety settings, on a free port."""
+    from lockstep_dev import procs, spark_connect
 
-    A minimal fixture of this test's own: ``lockstep_dev.spark_connect`` (the dev platform's
-    Connect server) had not reached this branch when the test was written."""
-    from lockstep.sparkconf import job_environment, spark_conf
-
-    port = _free_port()
-    conf = {**spark_conf(), "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(port)}
-    argv = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
-            "--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
-    for key, value in conf.items():
-        argv += ["--conf", f"{key}={value}"]
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=job_environment(os.environ),
-                                  start_new_session=True)
+    config = spark_connect.ConnectConfig(port=procs.free_port(), data_dir=tmp_path_factory.mktemp("connect"),
+                                         master="local[2]")
+    log = config.data_dir / "server.log"
+    pid = spark_connect.start(config, log, os.environ)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, f"the Connect server exited: {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"the Connect server never listened on {port}: {log.read_text()[-3000:]}"
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
+        procs.wait_until(lambda: spark_connect.is_ready(config), "the Spark Connect server", timeout=180,
+                         alive=lambda: procs.is_running(pid, spark_connect.MARKER), log_file=log)
+        yield config.url
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=60)
+        procs.stop_group(pid, spark_connect.MARKER)
 
 
 def write(kind: str, bootstrap: str, prefix: str, sink: str, dead: str) -> list[str]:
