@@ -28,7 +28,7 @@ import org.slf4j.LoggerFactory;
 /**
  * One Spark task's Kafka transaction: init (fencing earlier attempts of this task), produce the
  * partition's rows, flush, and leave the transaction open for the committer. {@link
- * LockstepDataWriter} drives it: {@link #begin} when Spark creates the task's writer, {@link #add}
+ * LockstepBatchWrite.TaskWriter} drives it: {@link #begin} when Spark creates the task's writer, {@link #add}
  * per row, {@link #prepare} on the task's commit, {@link #abort} when the task fails.
  *
  * <p>Two facts the pre-commit rests on (both checked by the engine's integration tests):
