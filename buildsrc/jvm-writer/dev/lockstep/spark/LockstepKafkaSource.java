@@ -25,9 +25,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <ul>
  *   <li>Write: {@code spark.conf.set(SETTINGS_CONF_PREFIX + id, json)}, then {@code
  *       df.write.format("lockstep-kafka").option(WRITE_ID_OPTION, id).mode("append").save()}. Each
- *       Spark task runs one Kafka
- *       transaction ({@link LockstepBatchWrite}); on the driver, the tasks' result documents are
- *       kept under the write id ({@link TaskResults}).
+ *       Spark task runs one Kafka transaction ({@link LockstepBatchWrite}); on the driver, the
+ *       tasks' result documents are kept under the write id ({@link TaskResults}).
  *   <li>Read: {@code spark.read.format("lockstep-kafka").option(WRITE_ID_OPTION, id).load()} is those
  *       documents, one row per task in a string column {@code result}, served from the driver once.
  * </ul>
