@@ -2,7 +2,7 @@
 script by test_jvm_sink_connect.py, so the classic session (its own driver JVM) and the Spark
 Connect client never share a Python process.
 
-    python jvm_sink_write.py (classic | sc://HOST:PORT) SETTINGS_JSON ROWS
+    python jvm_sink_write.py (classic | classic-without-jar | sc://HOST:PORT) SETTINGS_JSON ROWS
 
 Writes ROWS generated rows in 2 Spark partitions with `lockstep.sparkjob.write_with_jvm` and prints
 the task result documents, one per line.
@@ -38,6 +38,10 @@ def rows(spark, count: int):
 def main(kind: str, settings_json: str, count: int) -> None:
     if kind == "classic":
         spark = local_session("jvm-sink-classic")
+    elif kind == "classic-without-jar":  # spark.jars without lockstep-jvm-writer.jar
+        from lockstep.paths import spark_kafka_jars
+
+        spark = local_session("jvm-sink-no-jar", extra={"spark.jars": ",".join(spark_kafka_jars())})
     else:
         from pyspark.sql import SparkSession
 

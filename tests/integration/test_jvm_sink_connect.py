@@ -105,3 +105,15 @@ def test_a_connect_session_writes_what_a_classic_session_writes(connect_url, boo
     assert len(classic[1]) == ROWS - ROWS // 10 and len(classic[2]) == ROWS // 10
     assert connect[1] == classic[1]
     assert connect[2] == classic[2]
+
+
+def test_a_session_without_the_writer_jar_is_told_to_run_make_setup(bootstrap, unique):
+    settings = {"bootstrap": bootstrap, "producer_config": {}, "id_prefix": f"dsv2-nojar-{unique}",
+                "checkpoint_id": CHECKPOINT, "timeout_ms": 60_000, "sink_topic": "unused", "dead_letter_topic": "unused"}
+    result = subprocess.run([sys.executable, str(WRITE_SCRIPT), "classic-without-jar", json.dumps(settings), "10"],
+                            capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("lockstep.errors.TerminalError: Lockstep's JVM writer (data source lockstep-kafka) is not on "
+                           "Spark's classpath"), last
+    assert "make setup" in last and "spark.jars" in last, last
