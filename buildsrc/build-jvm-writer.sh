@@ -18,6 +18,9 @@ classes=$(mktemp -d)
 trap 'rm -rf "$classes"' EXIT
 javac --release 17 -nowarn -encoding UTF-8 -cp "$spark_jars/*:$kafka_clients" -d "$classes" \
     $(find "$src" -name '*.java' | sort)
+# Registers the data source's short name (lockstep-kafka) with Spark's DataSourceRegister lookup.
+mkdir -p "$classes/META-INF/services"
+echo dev.lockstep.spark.LockstepKafkaSource > "$classes/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 mkdir -p "$(dirname "$out")"
 jar --create --file "$out.tmp" -C "$classes" .
 mv "$out.tmp" "$out"

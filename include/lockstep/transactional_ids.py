@@ -8,9 +8,20 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+#: What stands for the task index in `transactional_id_pattern`; the JVM writer substitutes it.
+TASK_PLACEHOLDER = "{task}"
+
+
+def transactional_id_pattern(prefix: str, checkpoint_id: int) -> str:
+    """The one place ids are made: ``<prefix>-<checkpoint>-{task}``. The JVM writer gets the pattern
+    and puts the Spark partition in (a retried task reuses its id, which fences the earlier attempt),
+    so no task count is needed up front."""
+    return f"{prefix}-{checkpoint_id}-{TASK_PLACEHOLDER}"
+
+
 def transactional_id(prefix: str, checkpoint_id: int, task_index: int) -> str:
-    """The one place ids are made: a retried task reuses its id, which fences the earlier attempt."""
-    return f"{prefix}-{checkpoint_id}-{task_index}"
+    """The id of one task: `transactional_id_pattern` with the task index put in."""
+    return transactional_id_pattern(prefix, checkpoint_id).replace(TASK_PLACEHOLDER, str(task_index))
 
 
 class ParsedTransactionalId(NamedTuple):

@@ -42,7 +42,7 @@ def test_the_java_writer_hard_codes_no_record_size_constant():
 
 
 def test_the_jvm_settings_carry_every_contract_value():
-    doc = json.loads(json.dumps(contract.jvm_contract()))  # what crosses py4j
+    doc = json.loads(json.dumps(contract.jvm_contract()))  # what the JVM writer receives in its settings
     assert doc["headers"] == {
         "source_topic": contract.SOURCE_TOPIC, "source_partition": contract.SOURCE_PARTITION,
         "source_offset": contract.SOURCE_OFFSET, "checkpoint": contract.CHECKPOINT_HEADER,
@@ -166,3 +166,16 @@ def test_every_record_leads_with_the_contracts_headers():
         assert topic == "out"
         assert tuple(name for name, _ in headers) == contract.LEADING_HEADERS
 
+
+
+def test_the_jvm_sink_names_are_the_ones_the_driver_uses():
+    """The data source's short name, its write id option and the session conf key of its settings are
+    spelled in Java and in `lockstep.sparkjob`; a mismatch would only show when a run starts."""
+    from lockstep import sparkjob
+
+    text = java_text()
+    assert f'SHORT_NAME = "{sparkjob.JVM_SINK_FORMAT}"' in text
+    assert f'WRITE_ID_OPTION = "{sparkjob.JVM_WRITE_ID_OPTION}"' in text
+    assert f'SETTINGS_CONF_PREFIX = "{sparkjob.JVM_SETTINGS_CONF_PREFIX}"' in text
+    # Not propagated to the jobs' properties (only spark.* keys are), and redacted where Spark lists it.
+    assert not sparkjob.JVM_SETTINGS_CONF_PREFIX.startswith("spark.") and "secret" in sparkjob.JVM_SETTINGS_CONF_PREFIX

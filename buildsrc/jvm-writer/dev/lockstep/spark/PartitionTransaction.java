@@ -4,7 +4,6 @@ import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -28,7 +27,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * One Spark task's Kafka transaction: init (fencing earlier attempts of this task), produce the
- * partition's rows, flush, and leave the transaction open for the committer.
+ * partition's rows, flush, and leave the transaction open for the committer. {@link
+ * LockstepBatchWrite.TaskWriter} drives it: {@link #begin} when Spark creates the task's writer, {@link #add}
+ * per row, {@link #prepare} on the task's commit, {@link #abort} when the task fails.
  *
  * <p>Two facts the pre-commit rests on (both checked by the engine's integration tests):
  * <ul>
@@ -54,6 +55,20 @@ final class PartitionTransaction {
   private final Set<String> partitions = ConcurrentHashMap.newKeySet();
   private final AtomicReference<String> firstFailure = new AtomicReference<>();
   private final AtomicLong failures = new AtomicLong();
+  private final Callback toSink = callback(delivered);
+  private final Callback toDeadLetters = callback(deliveredDeadLetters);
+  private final Map<String, byte[]> topicBytes = new LinkedHashMap<>();
+  private final byte[] checkpoint;
+  private final long baseHeaderBytes;
+  private final long errorHeaderBytes;
+  private KafkaProducer<byte[], byte[]> producer;
+  private long lastPartition = Long.MIN_VALUE;
+  private byte[] partitionBytes;
+  private long produced;
+  private boolean prepared;
+  private long started;
+  private long opened;
+  private long openedAtMs;
 
   PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task) {
     this.settings = settings;
@@ -61,22 +76,42 @@ final class PartitionTransaction {
     this.layout = layout;
     this.task = task;
     this.transactionalId = settings.transactionalId(task);
+    this.checkpoint = settings.checkpointHeader();
+    this.baseHeaderBytes = utf8Length(contract.sourceTopic) + utf8Length(contract.sourcePartition)
+        + utf8Length(contract.sourceOffset) + utf8Length(contract.checkpoint) + checkpoint.length;
+    this.errorHeaderBytes = utf8Length(contract.error);
   }
 
-  /** Writes the rows; returns the task's result document (see {@link TransactionalKafkaWriter#write}). */
-  String write(Iterator<InternalRow> rows) throws Exception {
-    long started = System.nanoTime();
-    KafkaProducer<byte[], byte[]> producer = open();
-    long openedAtMs = System.currentTimeMillis();
-    long opened = System.nanoTime();
-    long produced = 0;
-    boolean prepared = false;
+  /**
+   * Opens the producer: {@code initTransactions} fences any earlier attempt of this task (a retried
+   * task reuses its transactional id), then begins the transaction. Fires {@code job.before_produce}.
+   */
+  void begin() throws WriterException {
+    started = System.nanoTime();
+    producer = open();
+    openedAtMs = System.currentTimeMillis();
+    opened = System.nanoTime();
     try {
       failpoint("job.before_produce", "");
-      produced = produceAll(producer, rows);
+    } catch (RuntimeException e) {
+      // Spark calls neither abort nor close on a writer its factory failed to create: do both here.
+      abort(e);
+      close();
+      throw e;
+    }
+  }
+
+  /**
+   * Flushes and leaves the transaction open for the committer (a forced close); returns the task's
+   * result document: {@code {"task", "rows", "committable"}}, committable null when the task wrote
+   * nothing (its transaction is then aborted: the broker never heard of it). Fires {@code
+   * job.after_flush} after the flush.
+   */
+  String prepare() throws Exception {
+    try {
       if (produced == 0) {
-        // The broker never heard of this transaction: nothing to commit, nothing to leave open.
         producer.abortTransaction();
+        closeProducer(Duration.ofSeconds(5));
         LOG.info("transaction {}: nothing produced; no committable", transactionalId);
         return result(produced, null);
       }
@@ -90,7 +125,7 @@ final class PartitionTransaction {
       }
       long[] identity = producerIdAndEpoch(producer);
       prepared = true;
-      producer.close(Duration.ZERO); // forced: leaves the transaction open (see the class comment)
+      closeProducer(Duration.ZERO); // forced: leaves the transaction open (see the class comment)
       Map<String, Object> committable = committable(identity, openedAtMs);
       LOG.info(String.format(
           "transaction %s: prepared (producer id %d, epoch %d, %d records, %d dead letters, %d partitions) "
@@ -101,22 +136,70 @@ final class PartitionTransaction {
       failpoint("job.after_flush", "");
       return result(produced, committable);
     } catch (ProducerFencedException e) {
-      throw new WriterException(
-          "transaction " + transactionalId + ": fenced (" + e.getMessage() + "); a newer attempt "
-              + "re-initialised this transactional id and owns the output now", e);
-    } catch (Exception e) {
-      if (!prepared) {
-        abortQuietly(producer, e);
-      }
-      throw e;
-    } finally {
-      if (!prepared) {
-        producer.close(Duration.ofSeconds(5));
-      }
+      throw fenced(e);
     }
   }
 
-  private KafkaProducer<byte[], byte[]> open() throws WriterException {
+  /**
+   * The task failed or Spark denied its commit: abort a transaction that was not prepared yet. A
+   * prepared one (its producer is gone) is fenced by a new producer of the same id, which aborts it.
+   */
+  void abort(Throwable cause) {
+    if (!prepared) {
+      if (producer != null) {
+        LOG.warn("transaction {}: aborting ({})", transactionalId, String.valueOf(cause));
+        try {
+          producer.abortTransaction();
+        } catch (RuntimeException e) {
+          // The broker aborts it at transaction.timeout.ms anyway; the task fails either way.
+          LOG.warn("transaction {}: abort failed ({}); the broker times it out", transactionalId, e.toString());
+        }
+      }
+      return;
+    }
+    fence(settings, transactionalId, "task " + task + " failed after its flush"
+        + (cause == null ? "" : " (" + cause + ")"));
+  }
+
+  boolean isPrepared() {
+    return prepared;
+  }
+
+  /** Releases the producer if the transaction was not prepared (Spark calls it after commit or abort). */
+  void close() {
+    closeProducer(Duration.ofSeconds(5));
+  }
+
+  /**
+   * Aborts whatever transaction {@code transactionalId} has open, by initialising a producer with
+   * that id (InitProducerId bumps the epoch and aborts the ongoing transaction), then closing it.
+   */
+  static void fence(TransactionalKafkaWriter.WriterSettings settings, String transactionalId, String why) {
+    LOG.warn("transaction {}: fencing it: {}", transactionalId, why);
+    Properties props = producerProperties(settings, transactionalId);
+    try (KafkaProducer<byte[], byte[]> fencer = new KafkaProducer<>(props)) {
+      fencer.initTransactions();
+    } catch (RuntimeException e) {
+      // The next plan's recovery fences every open id under the prefix anyway.
+      LOG.warn("transaction {}: could not fence it ({}); recovery will", transactionalId, e.toString());
+    }
+  }
+
+  private void closeProducer(Duration timeout) {
+    if (producer != null) {
+      KafkaProducer<byte[], byte[]> p = producer;
+      producer = null;
+      p.close(timeout);
+    }
+  }
+
+  private WriterException fenced(ProducerFencedException e) {
+    return new WriterException(
+        "transaction " + transactionalId + ": fenced (" + e.getMessage() + "); a newer attempt "
+            + "re-initialised this transactional id and owns the output now", e);
+  }
+
+  private static Properties producerProperties(TransactionalKafkaWriter.WriterSettings settings, String transactionalId) {
     Properties props = new Properties();
     // Throughput defaults + connection + the spec's `producer:` (lockstep.sparkjob.write_with_jvm).
     props.putAll(settings.producerConfig);
@@ -127,7 +210,11 @@ final class PartitionTransaction {
     props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, Integer.toString(settings.timeoutMs));
     props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
     props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-    KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props);
+    return props;
+  }
+
+  private KafkaProducer<byte[], byte[]> open() throws WriterException {
+    KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProperties(settings, transactionalId));
     try {
       producer.initTransactions(); // fences any earlier attempt of this task, even an empty one
       producer.beginTransaction();
@@ -140,86 +227,76 @@ final class PartitionTransaction {
     return producer;
   }
 
-  private long produceAll(KafkaProducer<byte[], byte[]> producer, Iterator<InternalRow> rows) {
-    byte[] checkpoint = settings.checkpointHeader();
-    Callback toSink = callback(delivered);
-    Callback toDeadLetters = callback(deliveredDeadLetters);
-    Map<String, byte[]> topicBytes = new LinkedHashMap<>();
-    long lastPartition = Long.MIN_VALUE;
-    byte[] partitionBytes = null;
-    long produced = 0;
-    String sourceTopic = contract.sourceTopic;
-    String sourcePartition = contract.sourcePartition;
-    String sourceOffset = contract.sourceOffset;
-    String checkpointName = contract.checkpoint;
-    String errorName = contract.error;
-    long baseHeaderBytes = utf8Length(sourceTopic) + utf8Length(sourcePartition) + utf8Length(sourceOffset)
-        + utf8Length(checkpointName) + checkpoint.length;
-    long errorHeaderBytes = utf8Length(errorName);
-    while (rows.hasNext()) {
-      InternalRow row = rows.next();
-      if (produced == contract.midProduceAfterRecords) {
-        // After exactly that many records, before the next (lockstep.output_contract.MID_PRODUCE_AFTER_RECORDS).
-        failpoint("job.mid_produce", " (task " + task + ", after " + produced + " records)");
-      }
-      String topic = row.getUTF8String(layout.topic).toString();
-      byte[] topicHeader = topicBytes.computeIfAbsent(topic, t -> t.getBytes(StandardCharsets.UTF_8));
-      long partition = layout.partition(row);
-      if (partition != lastPartition) {
-        lastPartition = partition;
-        partitionBytes = RowLayout.ascii(partition);
-      }
-      List<Header> headers = new ArrayList<>(6);
-      byte[] offsetBytes = RowLayout.ascii(layout.offset(row));
-      headers.add(new RecordHeader(sourceTopic, topicHeader));
-      headers.add(new RecordHeader(sourcePartition, partitionBytes));
-      headers.add(new RecordHeader(sourceOffset, offsetBytes));
-      headers.add(new RecordHeader(checkpointName, checkpoint));
-      long headerBytes = baseHeaderBytes + topicHeader.length + partitionBytes.length + offsetBytes.length;
-      ArrayData userHeaders = layout.headers(row);
-      if (userHeaders != null) {
-        for (int i = 0; i < userHeaders.numElements(); i++) {
-          InternalRow h = userHeaders.getStruct(i, 2);
-          byte[] name = h.getUTF8String(0).getBytes();
-          byte[] headerValue = h.isNullAt(1) ? null : h.getBinary(1);
-          headers.add(new RecordHeader(new String(name, StandardCharsets.UTF_8), headerValue));
-          headerBytes += name.length + (headerValue == null ? 0 : headerValue.length);
-        }
-      }
-      byte[] key = layout.key(row);
-      byte[] value = layout.value(row);
-      long keyAndValue = (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
-      String error = layout.error(row);
-      String reason = null;
-      long size;
-      if (error == null) {
-        size = contract.recordSize(keyAndValue, headerBytes, headers.size());
-        if (size <= settings.sinkMaxBytes) {
-          producer.send(new ProducerRecord<>(settings.sinkTopic, null, key, value, headers), toSink);
-        } else {
-          reason = contract.tooLarge(size, settings.sinkMaxBytes, "sink", settings.sinkLimit);
-        }
-      } else {
-        byte[] errorBytes = error.getBytes(StandardCharsets.UTF_8);
-        size = contract.recordSize(keyAndValue, headerBytes + errorHeaderBytes + errorBytes.length, headers.size() + 1);
-        if (size <= settings.deadLetterMaxBytes) {
-          headers.add(new RecordHeader(errorName, errorBytes));
-          producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, key, value, headers), toDeadLetters);
-        } else {
-          reason = error + "; " + contract.tooLarge(size, settings.deadLetterMaxBytes, "dead-letter topic",
-              settings.deadLetterLimit);
-        }
-      }
-      if (reason != null) {
-        // Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
-        List<Header> kept = new ArrayList<>(headers.subList(0, 4));
-        kept.add(new RecordHeader(errorName, reason.getBytes(StandardCharsets.UTF_8)));
-        kept.add(new RecordHeader(contract.originalSize, RowLayout.ascii(size)));
-        producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, (byte[]) null, EMPTY, kept), toDeadLetters);
-      }
-      produced++;
+  /** Produces one row: to the sink, or to the dead-letter topic (an error, or too large). */
+  void add(InternalRow row) {
+    if (produced == contract.midProduceAfterRecords) {
+      // After exactly that many records, before the next (lockstep.output_contract.MID_PRODUCE_AFTER_RECORDS).
+      failpoint("job.mid_produce", " (task " + task + ", after " + produced + " records)");
     }
-    return produced;
+    try {
+      send(row);
+    } catch (ProducerFencedException e) {
+      throw fenced(e);
+    }
+    produced++;
+  }
+
+  private void send(InternalRow row) {
+    String topic = row.getUTF8String(layout.topic).toString();
+    byte[] topicHeader = topicBytes.computeIfAbsent(topic, t -> t.getBytes(StandardCharsets.UTF_8));
+    long partition = layout.partition(row);
+    if (partition != lastPartition) {
+      lastPartition = partition;
+      partitionBytes = RowLayout.ascii(partition);
+    }
+    List<Header> headers = new ArrayList<>(6);
+    byte[] offsetBytes = RowLayout.ascii(layout.offset(row));
+    headers.add(new RecordHeader(contract.sourceTopic, topicHeader));
+    headers.add(new RecordHeader(contract.sourcePartition, partitionBytes));
+    headers.add(new RecordHeader(contract.sourceOffset, offsetBytes));
+    headers.add(new RecordHeader(contract.checkpoint, checkpoint));
+    long headerBytes = baseHeaderBytes + topicHeader.length + partitionBytes.length + offsetBytes.length;
+    ArrayData userHeaders = layout.headers(row);
+    if (userHeaders != null) {
+      for (int i = 0; i < userHeaders.numElements(); i++) {
+        InternalRow h = userHeaders.getStruct(i, 2);
+        byte[] name = h.getUTF8String(0).getBytes();
+        byte[] headerValue = h.isNullAt(1) ? null : h.getBinary(1);
+        headers.add(new RecordHeader(new String(name, StandardCharsets.UTF_8), headerValue));
+        headerBytes += name.length + (headerValue == null ? 0 : headerValue.length);
+      }
+    }
+    byte[] key = layout.key(row);
+    byte[] value = layout.value(row);
+    long keyAndValue = (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
+    String error = layout.error(row);
+    String reason = null;
+    long size;
+    if (error == null) {
+      size = contract.recordSize(keyAndValue, headerBytes, headers.size());
+      if (size <= settings.sinkMaxBytes) {
+        producer.send(new ProducerRecord<>(settings.sinkTopic, null, key, value, headers), toSink);
+      } else {
+        reason = contract.tooLarge(size, settings.sinkMaxBytes, "sink", settings.sinkLimit);
+      }
+    } else {
+      byte[] errorBytes = error.getBytes(StandardCharsets.UTF_8);
+      size = contract.recordSize(keyAndValue, headerBytes + errorHeaderBytes + errorBytes.length, headers.size() + 1);
+      if (size <= settings.deadLetterMaxBytes) {
+        headers.add(new RecordHeader(contract.error, errorBytes));
+        producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, key, value, headers), toDeadLetters);
+      } else {
+        reason = error + "; " + contract.tooLarge(size, settings.deadLetterMaxBytes, "dead-letter topic",
+            settings.deadLetterLimit);
+      }
+    }
+    if (reason != null) {
+      // Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
+      List<Header> kept = new ArrayList<>(headers.subList(0, 4));
+      kept.add(new RecordHeader(contract.error, reason.getBytes(StandardCharsets.UTF_8)));
+      kept.add(new RecordHeader(contract.originalSize, RowLayout.ascii(size)));
+      producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, (byte[]) null, EMPTY, kept), toDeadLetters);
+    }
   }
 
   private static long utf8Length(String s) {
@@ -290,16 +367,6 @@ final class PartitionTransaction {
 
   private static double seconds(long from, long to) {
     return (to - from) / 1e9;
-  }
-
-  private void abortQuietly(KafkaProducer<byte[], byte[]> producer, Exception cause) {
-    LOG.warn("transaction {}: aborting ({})", transactionalId, cause.toString());
-    try {
-      producer.abortTransaction();
-    } catch (RuntimeException e) {
-      // The broker aborts it at transaction.timeout.ms anyway; keep the original failure.
-      cause.addSuppressed(e);
-    }
   }
 
   /**

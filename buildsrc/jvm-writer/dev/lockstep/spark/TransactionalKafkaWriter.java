@@ -3,20 +3,14 @@ package dev.lockstep.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.JavaRDD;
-import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.catalyst.InternalRow;
 
 /**
- * Lockstep's JVM writer: each Spark task produces its partition inside one Kafka transaction,
- * flushes it and leaves it open (pre-commit), and returns a committable as JSON. The Python
- * driver ({@code lockstep.sparkjob}) calls {@link #write} through py4j and turns the JSON into
- * {@code PreparedTransaction}s; committing happens later, in another process.
+ * What Lockstep's JVM writer writes with: its settings ({@link WriterSettings}, built by {@code
+ * lockstep.sparkjob.jvm_settings}) and the output contract they carry ({@link OutputContract}). The
+ * writer itself is the data source {@code lockstep-kafka} ({@link LockstepKafkaSource}, {@link
+ * LockstepBatchWrite}); each task's transaction is a {@link PartitionTransaction}.
  *
  * <p>Same contract as the Python writer ({@code lockstep.transactions.TransactionalWriter}), but
  * the rows never leave the JVM: no Arrow hand-off to a Python worker, which is where the Python
@@ -30,33 +24,6 @@ public final class TransactionalKafkaWriter {
 
   private TransactionalKafkaWriter() {}
 
-  /** How many Spark tasks (hence transactions) writing {@code df} will take. */
-  public static int taskCount(Dataset<Row> df) {
-    return df.queryExecution().toRdd().getNumPartitions();
-  }
-
-  /**
-   * Writes every partition of {@code df} in its own transaction and returns one JSON document per
-   * task: {@code {"task", "rows", "committable"}} where committable is null when the task wrote
-   * nothing. {@code settingsJson} is built by {@code lockstep.sparkjob.jvm_settings}.
-   */
-  public static String[] write(Dataset<Row> df, String settingsJson) throws Exception {
-    WriterSettings settings = WriterSettings.parse(JSON.readTree(settingsJson));
-    RowLayout layout = RowLayout.of(df.schema(), settings.contract);
-    JavaRDD<InternalRow> rows = df.queryExecution().toRdd().toJavaRDD();
-    List<String> results =
-        rows.mapPartitions(
-                (Iterator<InternalRow> it) -> {
-                  int task = TaskContext.getPartitionId();
-                  String result = new PartitionTransaction(settings, layout, task).write(it);
-                  List<String> one = new ArrayList<>(1);
-                  one.add(result);
-                  return one.iterator();
-                })
-            .collect();
-    return results.toArray(new String[0]);
-  }
-
   static ObjectMapper json() {
     return JSON;
   }
@@ -64,9 +31,10 @@ public final class TransactionalKafkaWriter {
   /** Parsed once on the driver, serialized to every task. */
   static final class WriterSettings implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
+    static final String TASK_PLACEHOLDER = "{task}";
     final String bootstrap;
     final java.util.Map<String, String> producerConfig;
-    final List<String> transactionalIds;
+    final String transactionalIdPattern;
     final long checkpointId;
     final int timeoutMs;
     final String sinkTopic;
@@ -81,8 +49,12 @@ public final class TransactionalKafkaWriter {
     private WriterSettings(JsonNode doc) {
       bootstrap = doc.get("bootstrap").asText();
       producerConfig = strings(doc.get("producer_config"));
-      transactionalIds = new ArrayList<>();
-      doc.get("transactional_ids").forEach(id -> transactionalIds.add(id.asText()));
+      // lockstep.transactional_ids.transactional_id_pattern: the task index replaces TASK_PLACEHOLDER.
+      transactionalIdPattern = doc.get("transactional_id_pattern").asText();
+      if (!transactionalIdPattern.contains(TASK_PLACEHOLDER)) {
+        throw new IllegalArgumentException(
+            "the transactional id pattern " + transactionalIdPattern + " has no " + TASK_PLACEHOLDER);
+      }
       checkpointId = doc.get("checkpoint_id").asLong();
       timeoutMs = doc.get("timeout_ms").asInt();
       sinkTopic = doc.get("sink_topic").asText();
@@ -112,13 +84,9 @@ public final class TransactionalKafkaWriter {
       return RowLayout.ascii(checkpointId);
     }
 
+    /** The task's id: a retried task gets the same one, so its init fences the earlier attempt. */
     String transactionalId(int task) {
-      if (task >= transactionalIds.size()) {
-        throw new IllegalStateException(
-            "task " + task + " has no transactional id: the driver planned "
-                + transactionalIds.size() + " tasks");
-      }
-      return transactionalIds.get(task);
+      return transactionalIdPattern.replace(TASK_PLACEHOLDER, Integer.toString(task));
     }
   }
 
