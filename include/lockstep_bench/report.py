@@ -107,7 +107,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
         add(_PEERS_SETTINGS.format(flink=env.get("pyflink", "?"), connector=env.get("flink_kafka_connector", "?"),
                                    quix=env.get("quixstreams", "?"), cores=env.get("cpus", "?")))
     add("")
-    peers_ran = " and the exactly-once peers" if any(name in main for name in PEERS) else ""
+    peers_ran = ", the exactly-once peers" if any(name in main for name in PEERS) else ""
     add(f"## Throughput: Lockstep against Spark's own pipeline{peers_ran} and the client ceiling")
     add("")
     add("| competitor | runs | median records/s | median wall s | stage alone records/s | stage | peak memory MB "
