@@ -182,3 +182,28 @@ def test_report_compares_lockstep_with_each_peer(tmp_path: Path) -> None:
 def test_report_without_peers_has_no_peer_rows_or_columns(tmp_path: Path) -> None:
     text = _report(tmp_path, PIPELINES)
     assert "Flink SQL" not in text and "Quix" not in text
+
+
+def test_every_competitor_has_a_command_and_the_peers_join_only_when_on(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from lockstep_bench import results
+
+    platform = SimpleNamespace(kafka=SimpleNamespace(bootstrap="h:1"))
+    on = runner.Bench(runner.Settings(), platform, tmp_path)
+    names = {getattr(results, n) for n in ("LOCKSTEP", "LOCKSTEP_PYTHON", "SPARK", "RAW", "FLINK_SQL", "QUIX",
+                                           "PRODUCER_PERF", "CONSUMER_PERF")}
+    assert set(on.commands) == names
+    assert on.competitors() == (LOCKSTEP, SPARK, RAW, FLINK_SQL, QUIX)
+    assert runner.Bench(runner.Settings(peers=False), platform, tmp_path).competitors() == PIPELINES
+
+
+def test_peer_commands_run_the_jobs_with_their_own_venvs(tmp_path: Path) -> None:
+    ends = {0: 10, 1: 20}
+    flink = peers.flink_command(tmp_path, Path("/repo"), "h:1", "in", "out", ends)
+    assert flink.argv[:2] == [str(tmp_path / "bench/flink/venv/bin/python"), "/repo/jobs/bench_flink_sql.py"]
+    assert flink.argv[flink.argv.index("--ends") + 1] == '{"0": 10, "1": 20}'
+    assert flink.argv[flink.argv.index("--connector-jar") + 1].endswith(f"-{peers.FLINK_KAFKA_CONNECTOR}.jar")
+    quix = peers.quix_command(tmp_path, Path("/repo"), "h:1", "in", "out", ends)
+    assert quix.argv[:2] == [str(tmp_path / "bench/quix/venv/bin/python"), "/repo/jobs/bench_quix.py"]
+    assert flink.env["PYTHONPATH"] == quix.env["PYTHONPATH"] == "/repo/include"
