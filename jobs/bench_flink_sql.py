@@ -46,16 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     from lockstep_bench.flink_sql import statements
 
     started = time.monotonic()
+    from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
-    t_env = TableEnvironment.create(EnvironmentSettings.in_batch_mode())
-    config = t_env.get_config()
-    config.set("pipeline.jars", Path(args.connector_jar).resolve().as_uri())
-    config.set("parallelism.default", str(args.parallelism))
-    session_seconds = time.monotonic() - started
-    with tempfile.TemporaryDirectory(prefix="bench-flink-counts-") as counts:
+    with tempfile.TemporaryDirectory(prefix="bench-flink-") as scratch:
+        conf = Configuration()
+        conf.set_string("pipeline.jars", Path(args.connector_jar).resolve().as_uri())
+        conf.set_string("parallelism.default", str(args.parallelism))
+        # The mini-cluster's spill and upload folders, gone with the run (defaults: /tmp, fixed names).
+        conf.set_string("io.tmp.dirs", scratch)
+        conf.set_string("web.upload.dir", scratch)
+        t_env = TableEnvironment.create(EnvironmentSettings.new_instance().in_batch_mode()
+                                        .with_configuration(conf).build())
+        session_seconds = time.monotonic() - started
         ddl, inserts = statements(args.bootstrap, args.source, args.sink, ends, args.transactional_id_prefix,
-                                  Path(counts, "out").as_uri(), group=f"bench-flink-{uuid.uuid4().hex[:6]}")
+                                  Path(scratch, "counts").as_uri(), group=f"bench-flink-{uuid.uuid4().hex[:6]}")
         for statement in ddl:
             t_env.execute_sql(statement)
         job = t_env.create_statement_set()
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         job_started = time.monotonic()
         job.execute().wait()
         job_seconds = time.monotonic() - job_started
-        records_in, records_out = read_counts(Path(counts, "out"))
+        records_in, records_out = read_counts(Path(scratch, "counts"))
     print("BENCH_RESULT " + json.dumps({"records_in": records_in, "records_out": records_out,
                                          "job_seconds": round(job_seconds, 3),
                                          "session_seconds": round(session_seconds, 3),

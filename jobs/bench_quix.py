@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 
@@ -36,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     from lockstep_examples.bench import MIN_AMOUNT
 
     started = time.monotonic()
+    state_dir = tempfile.mkdtemp(prefix="bench-quix-state-")  # Quix's default is ./state in the cwd
     app = Application(
-        broker_address=args.bootstrap, consumer_group=f"bench-quix-{uuid.uuid4().hex[:8]}",
+        broker_address=args.bootstrap, consumer_group=f"bench-quix-{uuid.uuid4().hex[:8]}", state_dir=state_dir,
         auto_offset_reset="earliest", processing_guarantee="exactly-once", auto_create_topics=False,
         use_changelog_topics=False, loglevel="WARNING",
         producer_extra_config={"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4", "acks": "all"})
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if remaining:
         app.run()
     job_seconds = time.monotonic() - run_started
+    shutil.rmtree(state_dir, ignore_errors=True)
     if remaining:
         raise RuntimeError(f"Quix stopped before the end offsets of partitions {sorted(remaining)}")
     print("BENCH_RESULT " + json.dumps({"records_in": counts["in"], "records_out": counts["out"],
