@@ -17,7 +17,7 @@ LABELS = {LOCKSTEP: "Lockstep (exactly-once)", LOCKSTEP_PYTHON: "Lockstep, Pytho
           PRODUCER_PERF: "kafka-producer-perf-test", CONSUMER_PERF: "kafka-consumer-perf-test"}
 STAGE_LABELS = {LOCKSTEP: "Spark stage (read, transform, produce, flush)",
                 LOCKSTEP_PYTHON: "Spark stage (read, transform, produce, flush)", SPARK: "Spark job after session start",
-                RAW: "consume → produce → commit loop", FLINK_SQL: "Flink job (submit to last commit)",
+                RAW: "consume → produce → commit loop", FLINK_SQL: "Flink `execute()`: mini-cluster start, job, commit",
                 QUIX: "Quix `run()` (first poll to last commit)", PRODUCER_PERF: "tool's own figure",
                 CONSUMER_PERF: "tool's own figure"}
 #: The end-to-end pipelines in the order the tables list them (the scaling tables show those present).
