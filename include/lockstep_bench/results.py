@@ -14,8 +14,12 @@ LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
 LOCKSTEP_PYTHON = "lockstep-python-writer"
 PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
 PIPELINES = (LOCKSTEP, SPARK, RAW)
+# The exactly-once peers, each in a venv of its own (``lockstep_bench.peers``): Flink SQL with Flink's
+# exactly-once Kafka sink, and a Quix Streams application with processing_guarantee="exactly-once".
+FLINK_SQL, QUIX = "flink-sql-exactly-once", "quix-exactly-once"
+PEERS = (FLINK_SQL, QUIX)
 STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
-              PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
+              FLINK_SQL: "job_seconds", QUIX: "job_seconds", PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
 #: The fields of a saved run (``Run.to_json()``) that make a ``Run`` again.
 RUN_FIELDS = ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner", "repeat")
 

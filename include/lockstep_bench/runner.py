@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockstep_bench import history, workloads
+from lockstep.paths import cache_dir, project_root
+from lockstep_bench import history, peers, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
-from lockstep_bench.results import (CONSUMER_PERF, LOCKSTEP, LOCKSTEP_PYTHON, PIPELINES, PRODUCER_PERF, RAW, SPARK,
-                                    Results, run_of)
+from lockstep_bench.results import (CONSUMER_PERF, FLINK_SQL, LOCKSTEP, LOCKSTEP_PYTHON, PEERS, PIPELINES,
+                                    PRODUCER_PERF, QUIX, RAW, SPARK, Results, run_of)
 
 @dataclass
 class Settings:
@@ -35,6 +36,7 @@ class Settings:
     perf_tools: bool = True
     python_writer: bool = True
     airflow: bool = True
+    peers: bool = True  # Flink SQL and Quix Streams, exactly-once (set up on first use)
     report: Path = Path("docs/BENCHMARKS.md")
     results: Path | None = None
     baseline: Path | None = None
@@ -44,7 +46,8 @@ class Settings:
     @classmethod
     def quick_settings(cls, **overrides: Any) -> Settings:
         base = dict(records=10_000, partitions=4, repeats=1, sizes=(2_000, 10_000), partition_counts=(1, 4),
-                    partition_records=10_000, history=(10, 100), fixed_repeats=1, quick=True)
+                    partition_records=10_000, history=(10, 100), fixed_repeats=1, quick=True,
+                    peers=False)  # the smoke test stays offline of PyFlink; --peers forces them on
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -59,28 +62,39 @@ class Bench:
         self.platform = platform
         self.bootstrap = platform.kafka.bootstrap
         self.work_dir = work_dir
+        # How each competitor's process is made: name -> (workload, ends, sink topic, tag) -> Command.
+        # A new competitor is one entry here, one name in ``results`` and its label in ``report``.
+        self.commands: dict[str, Any] = {
+            LOCKSTEP: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "jvm"),
+            LOCKSTEP_PYTHON: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "python"),
+            SPARK: lambda w, ends, sink, tag: pl.spark_command(self.bootstrap, w.topic, sink, ends),
+            RAW: lambda w, ends, sink, tag: pl.raw_command(self.bootstrap, w.topic, sink, ends),
+            FLINK_SQL: lambda w, ends, sink, tag: peers.flink_command(cache_dir(), project_root(), self.bootstrap,
+                                                                      w.topic, sink, ends),
+            QUIX: lambda w, ends, sink, tag: peers.quix_command(cache_dir(), project_root(), self.bootstrap, w.topic,
+                                                                sink, ends),
+            PRODUCER_PERF: lambda w, ends, sink, tag: pl.producer_perf_command(
+                self.bootstrap, sink, w.records, round(w.bytes / w.records), self.work_dir),
+            CONSUMER_PERF: lambda w, ends, sink, tag: pl.consumer_perf_command(self.bootstrap, w.topic, w.records,
+                                                                               self.work_dir),
+        }
+
+    def _lockstep(self, w: workloads.Workload, sink: str, tag: str, writer: str) -> pl.Command:
+        spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records, writer=writer)
+        return pl.lockstep_command(spec)
+
+    def competitors(self) -> tuple[str, ...]:
+        """The end-to-end pipelines of the main comparison and the size scaling, in alternation order."""
+        return PIPELINES + (PEERS if self.s.peers else ())
 
     # ---- one run of one competitor -------------------------------------------------------------
     def run_one(self, name: str, w: workloads.Workload, ends: dict[int, int], repeat: int = 0) -> Run:
         tag = uuid.uuid4().hex[:6]
         sink = f"bench-out-{name}-{tag}"
-        if name in (LOCKSTEP, LOCKSTEP_PYTHON, SPARK, RAW, PRODUCER_PERF):
+        if name != CONSUMER_PERF:
             workloads.create_topic(self.bootstrap, sink, w.partitions)
         try:
-            if name in (LOCKSTEP, LOCKSTEP_PYTHON):
-                spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records,
-                                            writer="python" if name == LOCKSTEP_PYTHON else "jvm")
-                command = pl.lockstep_command(spec)
-            elif name == SPARK:
-                command = pl.spark_command(self.bootstrap, w.topic, sink, ends)
-            elif name == RAW:
-                command = pl.raw_command(self.bootstrap, w.topic, sink, ends)
-            elif name == PRODUCER_PERF:
-                command = pl.producer_perf_command(self.bootstrap, sink, w.records, round(w.bytes / w.records),
-                                                   self.work_dir)
-            else:
-                command = pl.consumer_perf_command(self.bootstrap, w.topic, w.records, self.work_dir)
-            run = execute(name, command, w.records, w.partitions, repeat=repeat)
+            run = execute(name, self.commands[name](w, ends, sink, tag), w.records, w.partitions, repeat=repeat)
         finally:
             if name != CONSUMER_PERF:
                 workloads.delete_topic(self.bootstrap, sink)
@@ -101,10 +115,12 @@ class Bench:
         return runs
 
     def warm_up(self, w: workloads.Workload, res: Results) -> None:
-        """One Lockstep and one Spark run over the main input, not counted: the broker's JIT, its
-        transaction coordinator and the page cache are warm before the first measured run."""
+        """One run of Lockstep, Spark and each peer over the main input, not counted: the broker's JIT,
+        its transaction coordinator and the page cache (the peers' venvs too) are warm before the first
+        measured run."""
         ends = workloads.end_offsets(self.bootstrap, w.topic)
-        took = [f"{name} {self.run_one(name, w, ends, repeat=-1).wall_s:.1f} s" for name in (LOCKSTEP, SPARK)]
+        names = (LOCKSTEP, SPARK) + (PEERS if self.s.peers else ())
+        took = [f"{name} {self.run_one(name, w, ends, repeat=-1).wall_s:.1f} s" for name in names]
         res.notes.append(f"warm-up before the main comparison, not counted: {', '.join(took)}")
 
     # ---- sections ------------------------------------------------------------------------------
@@ -113,7 +129,7 @@ class Bench:
         w = workloads.make_input(self.bootstrap, self.s.records, self.s.partitions, name="bench-in-main")
         res.notes.append(f"input generated in {w.generate_seconds:.1f} s ({w.records / w.generate_seconds:,.0f} "
                          "records/s with the project's generator)")
-        names = PIPELINES + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ()) + \
+        names = self.competitors() + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ()) + \
             ((PRODUCER_PERF, CONSUMER_PERF) if self.s.perf_tools else ())
         self.warm_up(w, res)
         res.main = [r.to_json() for r in self.alternate(w, names, self.s.repeats)]
@@ -149,7 +165,7 @@ class Bench:
     def scaling(self, res: Results, main: workloads.Workload, main_runs: list[Run]) -> None:
         reuse = {(main.records, main.partitions): main_runs}
         # The Python writer runs in the size scaling too: the before/after of the JVM writer by input size.
-        size_pipelines = PIPELINES + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ())
+        size_pipelines = self.competitors() + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ())
         for size in self.s.sizes:
             runs = reuse.get((size, main.partitions))
             if runs is None:
@@ -220,11 +236,11 @@ def _gib(meminfo: str) -> str:
 def run_bench(settings: Settings) -> Path:
     from lockstep_bench import report
     from lockstep_dev.platform import Platform
-    from lockstep.paths import project_root
 
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
     root.mkdir(parents=True, exist_ok=True)
+    peer_versions = peers.setup_all(log) if settings.peers else {}  # before any measurement: may download
     res = Results(settings={k: (str(v) if isinstance(v, Path) else v) for k, v in settings.__dict__.items()},
                   started_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     res.load["start"] = os.getloadavg()
@@ -236,7 +252,7 @@ def run_bench(settings: Settings) -> Path:
     os.environ.pop("LOCKSTEP_FAILPOINTS", None)
     results_path = settings.results or (root / "results.json")
     try:
-        res.environment = environment(platform.kafka.bootstrap)
+        res.environment = {**environment(platform.kafka.bootstrap), **peer_versions}
         bench = Bench(settings, platform, root)
         main = bench.main_comparison(res)
         main_runs = [run_of(d) for d in res.main]
@@ -282,6 +298,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip Lockstep with its Python writer (the before of the JVM writer)")
     parser.add_argument("--no-airflow", dest="airflow", action="store_false", default=None,
                         help="skip the Airflow scheduling-overhead measurement (it starts airflow standalone)")
+    parser.add_argument("--no-peers", dest="peers", action="store_false", default=None,
+                        help="skip the exactly-once peers, Flink SQL and Quix Streams (and their set-up)")
+    parser.add_argument("--peers", dest="peers", action="store_true",
+                        help="run the peers even with --quick (set up in .cache/bench/ on first use)")
     parser.add_argument("--quick", action="store_true", help="a small end-to-end run (10k records, 1 repeat)")
     parser.add_argument("--report", type=Path, help="where to write the Markdown report (default docs/BENCHMARKS.md)")
     parser.add_argument("--results", type=Path, help="also keep the raw results JSON here")
@@ -293,7 +313,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
-                                                 "partition_records", "history", "perf_tools", "python_writer", "airflow", "report", "results",
+                                                 "partition_records", "history", "perf_tools", "python_writer", "airflow", "peers", "report",
+                                                 "results",
                                                  "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -303,7 +324,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
     """Render the report again from saved results (e.g. after a fix to the writer)."""
     from lockstep_bench import report
-    from lockstep.paths import project_root
 
     doc = json.loads(results.read_text())
     res = Results(**doc)

@@ -1,0 +1,90 @@
+"""The Flink SQL peer's statements, built from the runner's end offsets: pure strings, no PyFlink.
+
+The job (``jobs/bench_flink_sql.py``) runs them in Flink's own Python venv; they live here so the
+unit tests check them without Flink. The same work as every competitor (``lockstep_examples.bench``):
+parse the JSON order, keep ``amount >= 30``, add ``amount_cents``, compact JSON out, the source
+topic/partition/offset as headers. Flink parses with its ``json`` format (one parse per record,
+its fastest path; ``JSON_VALUE`` per field would parse the text once per field) and filters and
+computes in SQL. Two sinks share one scan: the exactly-once Kafka sink and a one-row count file
+(records in, records out), which is how the job reports what it read without a second pass.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep_examples.bench import FIELDS, MIN_AMOUNT
+
+#: Flink SQL types of the order's fields (``lockstep_examples.bench.FIELDS``).
+SQL_TYPES = {"string": "STRING", "double": "DOUBLE", "long": "BIGINT"}
+#: The producer settings every competitor uses (``lockstep.python_writer.THROUGHPUT_PRODUCER_CONFIG``).
+PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "lz4", "acks": "all"}
+
+
+def specific_offsets(offsets: Mapping[int, int]) -> str:
+    """Flink's ``partition:0,offset:0;partition:1,offset:0`` form, partitions in order."""
+    return ";".join(f"partition:{p},offset:{o}" for p, o in sorted(offsets.items()))
+
+
+def _with(options: Mapping[str, str]) -> str:
+    return ",\n  ".join(f"'{k}' = '{v}'" for k, v in options.items())
+
+
+def source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str) -> str:
+    """A bounded Kafka source over ``[0, end)`` of every partition, read_committed like the others."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    options = {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
+        "properties.group.id": group, "properties.isolation.level": "read_committed",
+        "scan.startup.mode": "specific-offsets", "scan.startup.specific-offsets": specific_offsets({p: 0 for p in ends}),
+        "scan.bounded.mode": "specific-offsets", "scan.bounded.specific-offsets": specific_offsets(ends),
+        "format": "json", "json.fail-on-missing-field": "false",
+    }
+    return (f"CREATE TEMPORARY TABLE src (\n  {columns},\n"
+            "  `src_topic` STRING METADATA FROM 'topic' VIRTUAL,\n"
+            "  `src_partition` INT METADATA FROM 'partition' VIRTUAL,\n"
+            "  `src_offset` BIGINT METADATA FROM 'offset' VIRTUAL\n"
+            f") WITH (\n  {_with(options)}\n)")
+
+
+def sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
+    """Flink's Kafka sink with its two-phase commit: one transaction per writer, committed at the end."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    options = {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
+        "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": transactional_id_prefix,
+        # Under the broker's transaction.max.timeout.ms whatever it is set to (Flink's default is 1 h).
+        "properties.transaction.timeout.ms": "600000",
+        **{f"properties.{k}": v for k, v in PRODUCER.items()},
+        "format": "json",
+    }
+    return (f"CREATE TEMPORARY TABLE sink (\n  {columns},\n  `amount_cents` BIGINT,\n"
+            "  `headers` MAP<STRING, BYTES> METADATA\n"
+            f") WITH (\n  {_with(options)}\n)")
+
+
+def counts_table(path: str) -> str:
+    """One CSV row: records read, records kept."""
+    return ("CREATE TEMPORARY TABLE counts (records_in BIGINT, records_out BIGINT) WITH (\n"
+            f"  {_with({'connector': 'filesystem', 'path': path, 'format': 'csv'})}\n)")
+
+
+def insert_sink() -> str:
+    fields = ", ".join(f"`{name}`" for name, _ in FIELDS)
+    headers = (f"MAP['{SOURCE_TOPIC}', CAST(`src_topic` AS BYTES), "
+               f"'{SOURCE_PARTITION}', CAST(CAST(`src_partition` AS STRING) AS BYTES), "
+               f"'{SOURCE_OFFSET}', CAST(CAST(`src_offset` AS STRING) AS BYTES)]")
+    return (f"INSERT INTO sink SELECT {fields}, CAST(ROUND(`amount` * 100, 0) AS BIGINT) AS `amount_cents`, "
+            f"{headers} AS `headers` FROM src WHERE `amount` >= {MIN_AMOUNT}")
+
+
+def insert_counts() -> str:
+    return (f"INSERT INTO counts SELECT COUNT(*), COALESCE(SUM(CASE WHEN `amount` >= {MIN_AMOUNT} THEN 1 ELSE 0 END), 0) "
+            "FROM src")
+
+
+def statements(bootstrap: str, source: str, sink: str, ends: Mapping[int, int], transactional_id_prefix: str,
+               counts_path: str, group: str) -> tuple[list[str], list[str]]:
+    """(DDL, the inserts run together as one job)."""
+    return ([source_table(bootstrap, source, ends, group), sink_table(bootstrap, sink, transactional_id_prefix),
+             counts_table(counts_path)], [insert_sink(), insert_counts()])

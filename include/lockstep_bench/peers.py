@@ -1,0 +1,140 @@
+"""The benchmark's exactly-once peers, Flink SQL and Quix Streams: their set-up and their commands.
+
+Each peer runs in a venv of its own under ``.cache/bench/<peer>/`` (PyFlink pins pandas and pyarrow
+versions the project's venv does not have), created by the benchmark the first time it needs the
+peer, never by ``make setup``: ``python3.11 -m venv``, ``pip install`` of the pinned packages from
+PyPI and, for Flink, the Kafka SQL connector jar from Maven Central. A marker file records what was
+installed; a later run whose wanted versions equal the marker's reuses the folder as it is.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockstep_bench.pipelines import Command, parse_result
+
+FLINK_VERSION = "2.3.0"  # newest apache-flink on PyPI
+#: The newest flink-sql-connector-kafka built for Flink 2.x (5.0.0 is built for Flink 2.2; it runs on 2.3).
+FLINK_KAFKA_CONNECTOR = "5.0.0-2.2"
+QUIX_VERSION = "3.28.1"
+MAVEN = "https://repo1.maven.org/maven2"
+MARKER = "installed.json"
+
+
+@dataclass(frozen=True)
+class PeerEnv:
+    """What one peer's folder must hold: a venv with ``packages``, and ``jars`` (file name → URL)."""
+
+    name: str
+    packages: tuple[str, ...]
+    jars: tuple[tuple[str, str], ...] = ()
+    python: str = "python3.11"
+
+    def wanted(self) -> dict[str, Any]:
+        """The marker's content for this set-up: what a reusable folder must have been made with."""
+        return {"packages": list(self.packages), "jars": [name for name, _ in self.jars], "python": self.python}
+
+    def folder(self, cache: Path) -> Path:
+        return cache / "bench" / self.name
+
+    def venv_python(self, cache: Path) -> Path:
+        return self.folder(cache) / "venv" / "bin" / "python"
+
+    def jar(self, cache: Path, index: int = 0) -> Path:
+        return self.folder(cache) / self.jars[index][0]
+
+
+FLINK = PeerEnv("flink", (f"apache-flink=={FLINK_VERSION}",),
+                ((f"flink-sql-connector-kafka-{FLINK_KAFKA_CONNECTOR}.jar",
+                  f"{MAVEN}/org/apache/flink/flink-sql-connector-kafka/{FLINK_KAFKA_CONNECTOR}/"
+                  f"flink-sql-connector-kafka-{FLINK_KAFKA_CONNECTOR}.jar"),))
+QUIX = PeerEnv("quix", (f"quixstreams=={QUIX_VERSION}",))
+
+
+def is_installed(env: PeerEnv, cache: Path) -> bool:
+    """True when the folder was set up for exactly these versions and its files are still there."""
+    marker = env.folder(cache) / MARKER
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded == env.wanted() and env.venv_python(cache).exists() and \
+        all(env.jar(cache, i).exists() for i in range(len(env.jars)))
+
+
+def ensure(env: PeerEnv, cache: Path, log: Callable[[str], None] = lambda _m: None,
+           run: Callable[..., Any] = subprocess.run) -> Path:
+    """Set up the peer's folder unless the marker says it already is; returns the venv's Python.
+
+    The marker is written last and removed first, so an interrupted set-up is redone, not reused."""
+    if is_installed(env, cache):
+        return env.venv_python(cache)
+    folder = env.folder(cache)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).unlink(missing_ok=True)
+    log(f"setting up the {env.name} peer in {folder} ({', '.join(env.packages)}); once, reused afterwards")
+    python = shutil.which(env.python) or env.python
+    if not env.venv_python(cache).exists():
+        run([python, "-m", "venv", str(folder / "venv")], check=True)
+    run([str(env.venv_python(cache)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         *env.packages], check=True)
+    for name, url in env.jars:
+        target = folder / name
+        if not target.exists():
+            partial = target.with_name(target.name + ".part")
+            with urllib.request.urlopen(url, timeout=300) as response, open(partial, "wb") as out:
+                shutil.copyfileobj(response, out)
+            partial.rename(target)
+    (folder / MARKER).write_text(json.dumps(env.wanted(), indent=1) + "\n")
+    return env.venv_python(cache)
+
+
+def versions() -> dict[str, str]:
+    """The peers' versions for the report's Machine and versions table."""
+    return {"pyflink": FLINK_VERSION, "flink_kafka_connector": FLINK_KAFKA_CONNECTOR, "quixstreams": QUIX_VERSION}
+
+
+def parallelism(partitions: int) -> int:
+    """Flink's parallelism: the machine's cores, as Spark's ``local[*]`` uses them, capped by the
+    partitions (a reader without a partition has nothing to do)."""
+    return max(1, min(os.cpu_count() or 1, partitions))
+
+
+def _env(extra_path: Path) -> dict[str, str]:
+    """The job's environment: ``include/`` on PYTHONPATH (header names, the threshold, the SQL)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+    env["PYTHONPATH"] = str(extra_path)
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def flink_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int]) -> Command:
+    argv = [str(FLINK.venv_python(cache)), str(root / "jobs" / "bench_flink_sql.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--ends", json.dumps({str(p): e for p, e in ends.items()}),
+            "--connector-jar", str(FLINK.jar(cache)), "--parallelism", str(parallelism(len(ends))),
+            "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
+    return Command(argv, _env(root / "include"), parse_result)
+
+
+def quix_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int]) -> Command:
+    argv = [str(QUIX.venv_python(cache)), str(root / "jobs" / "bench_quix.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--ends", json.dumps({str(p): e for p, e in ends.items()})]
+    return Command(argv, _env(root / "include"), parse_result)
+
+
+def setup_all(log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, str]:
+    """Both peers' set-up (before the platform starts, so no download overlaps a measurement)."""
+    from lockstep.paths import cache_dir
+
+    for env in (FLINK, QUIX):
+        ensure(env, cache_dir(), log)
+    return versions()

@@ -1,0 +1,209 @@
+"""The benchmark's exactly-once peers, their pure parts: the Flink SQL built from the runner's end
+offsets, the set-up's marker (install once, reuse while the versions match), the options that turn
+the peers on and off, and the report's rows for them. No Flink, no Quix, no Kafka here."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep_bench import flink_sql, peers, report, runner
+from lockstep_bench.results import FLINK_SQL, LOCKSTEP, PIPELINES, QUIX, RAW, SPARK, Results
+
+ENDS = {2: 700, 0: 1000, 1: 0}
+
+
+# ---- Flink SQL -------------------------------------------------------------------------------------
+def test_specific_offsets_lists_partitions_in_order() -> None:
+    assert flink_sql.specific_offsets(ENDS) == "partition:0,offset:1000;partition:1,offset:0;partition:2,offset:700"
+
+
+def test_source_reads_from_zero_to_the_runners_end_offsets_committed_only() -> None:
+    ddl = flink_sql.source_table("h:1", "in", ENDS, "g")
+    assert "'scan.startup.mode' = 'specific-offsets'" in ddl
+    assert "'scan.startup.specific-offsets' = 'partition:0,offset:0;partition:1,offset:0;partition:2,offset:0'" in ddl
+    assert "'scan.bounded.mode' = 'specific-offsets'" in ddl
+    assert "'scan.bounded.specific-offsets' = 'partition:0,offset:1000;partition:1,offset:0;" \
+           "partition:2,offset:700'" in ddl
+    assert "'properties.isolation.level' = 'read_committed'" in ddl
+    for metadata in ("'topic'", "'partition'", "'offset'"):
+        assert f"METADATA FROM {metadata} VIRTUAL" in ddl
+    assert "`amount` DOUBLE" in ddl and "`created_at` BIGINT" in ddl and "'topic' = 'in'" in ddl
+
+
+def test_sink_is_exactly_once_with_the_shared_producer_settings() -> None:
+    ddl = flink_sql.sink_table("h:1", "out", "bench-flink-abc")
+    for option in ("'sink.delivery-guarantee' = 'exactly-once'", "'sink.transactional-id-prefix' = 'bench-flink-abc'",
+                   "'properties.linger.ms' = '20'", "'properties.batch.size' = '1000000'",
+                   "'properties.compression.type' = 'lz4'", "'properties.acks' = 'all'", "'topic' = 'out'"):
+        assert option in ddl, option
+    assert "`headers` MAP<STRING, BYTES> METADATA" in ddl and "`amount_cents` BIGINT" in ddl
+
+
+def test_shared_producer_settings_are_the_writers() -> None:
+    from lockstep.python_writer import THROUGHPUT_PRODUCER_CONFIG
+
+    assert flink_sql.PRODUCER == {k: str(v) for k, v in THROUGHPUT_PRODUCER_CONFIG.items()}
+
+
+def test_insert_filters_computes_cents_and_writes_the_contracts_headers() -> None:
+    sql = flink_sql.insert_sink()
+    assert "WHERE `amount` >= 30.0" in sql and "CAST(ROUND(`amount` * 100, 0) AS BIGINT) AS `amount_cents`" in sql
+    for name in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET):
+        assert f"'{name}'" in sql
+
+
+def test_one_job_writes_the_sink_and_the_counts_from_one_source() -> None:
+    ddl, inserts = flink_sql.statements("h:1", "in", "out", ENDS, "p", "file:///tmp/c", "g")
+    assert [d.split("(")[0] for d in ddl] == ["CREATE TEMPORARY TABLE src ", "CREATE TEMPORARY TABLE sink ",
+                                              "CREATE TEMPORARY TABLE counts "]
+    assert inserts[0].startswith("INSERT INTO sink") and inserts[1].startswith("INSERT INTO counts")
+    assert all(i.endswith("FROM src") or "FROM src WHERE" in i for i in inserts)
+
+
+# ---- set-up marker ---------------------------------------------------------------------------------
+class FakeInstaller:
+    """Stands in for ``subprocess.run``: records the commands, makes the venv's python appear."""
+
+    def __init__(self, env: peers.PeerEnv, cache: Path) -> None:
+        self.calls: list[list[str]] = []
+        self.python = env.venv_python(cache)
+
+    def __call__(self, argv: list[str], check: bool) -> None:
+        assert check
+        self.calls.append(argv)
+        if "venv" in argv:
+            self.python.parent.mkdir(parents=True)
+            self.python.write_text("")
+
+
+def _env(tmp_path: Path, version: str = "1.0") -> peers.PeerEnv:
+    jar = tmp_path / "remote" / "c.jar"
+    jar.parent.mkdir(exist_ok=True)
+    jar.write_bytes(b"jar")
+    return peers.PeerEnv("flink", (f"apache-flink=={version}",), (("c.jar", jar.as_uri()),), python=sys.executable)
+
+
+def test_first_use_installs_and_writes_the_marker_last(tmp_path: Path) -> None:
+    env, cache = _env(tmp_path), tmp_path / "cache"
+    fake = FakeInstaller(env, cache)
+    assert not peers.is_installed(env, cache)
+    assert peers.ensure(env, cache, run=fake) == env.venv_python(cache)
+    assert [c[1:3] for c in fake.calls] == [["-m", "venv"], ["-m", "pip"]] and "apache-flink==1.0" in fake.calls[1]
+    assert env.jar(cache).read_bytes() == b"jar"
+    assert json.loads((cache / "bench" / "flink" / peers.MARKER).read_text()) == env.wanted()
+    assert peers.is_installed(env, cache)
+
+
+def test_second_use_reuses_the_folder(tmp_path: Path) -> None:
+    env, cache = _env(tmp_path), tmp_path / "cache"
+    peers.ensure(env, cache, run=FakeInstaller(env, cache))
+    again = FakeInstaller(env, cache)
+    peers.ensure(env, cache, run=again)
+    assert again.calls == []
+
+
+def test_other_versions_or_a_missing_marker_install_again(tmp_path: Path) -> None:
+    env, cache = _env(tmp_path), tmp_path / "cache"
+    peers.ensure(env, cache, run=FakeInstaller(env, cache))
+    newer = _env(tmp_path, "2.0")
+    assert not peers.is_installed(newer, cache)
+    upgrade = FakeInstaller(newer, cache)
+    peers.ensure(newer, cache, run=upgrade)
+    assert [c[1:3] for c in upgrade.calls] == [["-m", "pip"]]  # the venv is kept, pip brings the new pins
+    (cache / "bench" / "flink" / peers.MARKER).unlink()  # an interrupted set-up leaves no marker
+    redo = FakeInstaller(newer, cache)
+    peers.ensure(newer, cache, run=redo)
+    assert len(redo.calls) == 1 and peers.is_installed(newer, cache)
+
+
+def test_a_deleted_jar_is_not_reused(tmp_path: Path) -> None:
+    env, cache = _env(tmp_path), tmp_path / "cache"
+    peers.ensure(env, cache, run=FakeInstaller(env, cache))
+    env.jar(cache).unlink()
+    assert not peers.is_installed(env, cache)
+
+
+def test_flink_parallelism_is_the_cores_capped_by_the_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peers.os, "cpu_count", lambda: 2)
+    assert [peers.parallelism(n) for n in (1, 2, 8)] == [1, 2, 2]
+
+
+# ---- options ---------------------------------------------------------------------------------------
+def _settings(*argv: str) -> runner.Settings:
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    return runner.settings_from_args(parser.parse_args(list(argv)))
+
+
+def test_peers_run_by_default_not_with_quick_unless_forced() -> None:
+    assert _settings().peers and not _settings("--no-peers").peers
+    assert not _settings("--quick").peers and _settings("--quick", "--peers").peers
+
+
+# ---- report ----------------------------------------------------------------------------------------
+def _run(name: str, wall: float, records: int = 1000, partitions: int = 4) -> dict:
+    return {"pipeline": name, "records": records, "partitions": partitions, "wall_s": wall, "peak_rss_mb": 100.0,
+            "cpu_s": 5.0, "repeat": 0,
+            "inner": {"job_seconds": wall / 2, "spark_seconds": wall / 2, "plan_s": 0.5, "run_s": wall - 1,
+                      "commit_s": 0.5, "session_seconds": 1.0},
+            "records_per_s": records / wall}
+
+
+def _report(tmp_path: Path, names: tuple[str, ...]) -> str:
+    walls = {LOCKSTEP: 10.0, SPARK: 12.0, RAW: 20.0, FLINK_SQL: 8.0, QUIX: 40.0}
+    runs = [_run(n, walls[n]) for n in names]
+    res = Results(settings={"records": 1000, "partitions": 4, "repeats": 1, "partition_records": 1000},
+                  environment={"cpus": 2, "pyflink": "2.3.0", "flink_kafka_connector": "5.0.0-2.2",
+                               "quixstreams": "3.28.1"},
+                  main=runs, sizes=[{**r, "reused": True} for r in runs], seconds=60.0)
+    path = tmp_path / "BENCH.md"
+    report.write(res, path)
+    return path.read_text()
+
+
+def test_report_compares_lockstep_with_each_peer(tmp_path: Path) -> None:
+    text = _report(tmp_path, PIPELINES + (FLINK_SQL, QUIX))
+    ratios = text.split("### Ratios", 1)[1].split("\n## ", 1)[0]
+    flink = next(line for line in ratios.splitlines() if line.startswith("| Flink SQL exactly-once |"))
+    quix = next(line for line in ratios.splitlines() if line.startswith("| Quix Streams exactly-once |"))
+    assert "0.80×" in flink and "NOT met: ≥ 1.0×" in flink
+    assert "4.00×" in quix and "met: ≥ 1.0×" in quix and "NOT met" not in quix
+    sizes = text.split("## Scaling with input size", 1)[1].split("\n## ", 1)[0]
+    assert "Flink SQL exactly-once rec/s (wall s)" in sizes and "Quix Streams exactly-once rec/s (wall s)" in sizes
+    assert "| PyFlink (peer) | 2.3.0 |" in text and "| quixstreams (peer) | 3.28.1 |" in text
+    assert "Exactly-once peers" in text and "flink-sql-connector-kafka` 5.0.0-2.2" in text
+
+
+def test_report_without_peers_has_no_peer_rows_or_columns(tmp_path: Path) -> None:
+    text = _report(tmp_path, PIPELINES)
+    assert "Flink SQL" not in text and "Quix" not in text
+
+
+def test_every_competitor_has_a_command_and_the_peers_join_only_when_on(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from lockstep_bench import results
+
+    platform = SimpleNamespace(kafka=SimpleNamespace(bootstrap="h:1"))
+    on = runner.Bench(runner.Settings(), platform, tmp_path)
+    names = {getattr(results, n) for n in ("LOCKSTEP", "LOCKSTEP_PYTHON", "SPARK", "RAW", "FLINK_SQL", "QUIX",
+                                           "PRODUCER_PERF", "CONSUMER_PERF")}
+    assert set(on.commands) == names
+    assert on.competitors() == (LOCKSTEP, SPARK, RAW, FLINK_SQL, QUIX)
+    assert runner.Bench(runner.Settings(peers=False), platform, tmp_path).competitors() == PIPELINES
+
+
+def test_peer_commands_run_the_jobs_with_their_own_venvs(tmp_path: Path) -> None:
+    ends = {0: 10, 1: 20}
+    flink = peers.flink_command(tmp_path, Path("/repo"), "h:1", "in", "out", ends)
+    assert flink.argv[:2] == [str(tmp_path / "bench/flink/venv/bin/python"), "/repo/jobs/bench_flink_sql.py"]
+    assert flink.argv[flink.argv.index("--ends") + 1] == '{"0": 10, "1": 20}'
+    assert flink.argv[flink.argv.index("--connector-jar") + 1].endswith(f"-{peers.FLINK_KAFKA_CONNECTOR}.jar")
+    quix = peers.quix_command(tmp_path, Path("/repo"), "h:1", "in", "out", ends)
+    assert quix.argv[:2] == [str(tmp_path / "bench/quix/venv/bin/python"), "/repo/jobs/bench_quix.py"]
+    assert flink.env["PYTHONPATH"] == quix.env["PYTHONPATH"] == "/repo/include"
