@@ -76,12 +76,21 @@ def connect_mode() -> Iterator[None]:
                 os.environ[name] = value
 
 
+#: How long a request waits for a Connect server that does not answer: pyspark's default retries
+#: for at least 10 minutes; a run retries a few times over about 10 s, then fails as retryable,
+#: and the run task's retry (or the next run) takes it from there, as after a lost spark-submit.
+RETRIES = {"max_retries": 6, "initial_backoff": 100, "backoff_multiplier": 3.0, "max_backoff": 4000}
+
+
 def new_session(url: str, session_id: str | None = None) -> Any:
     """A Connect session on ``url`` (with this id, if given); use it inside `connect_mode`."""
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
 
     address = url.rstrip("/") + (f"/;session_id={session_id}" if session_id else "")
-    return SparkSession.builder.remote(address).create()
+    spark = SparkSession.builder.remote(address).create()
+    spark.client.set_retry_policies([DefaultPolicy(**RETRIES)])
+    return spark
 
 
 def _forget(spark: Any) -> None:

@@ -40,11 +40,20 @@ class TreeSampler:
     so the peak is a lower bound; 100 ms sampling catches the Spark JVM and its Python workers.
     """
 
-    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+    def __init__(self, pid: int, interval_s: float = 0.1, shared: tuple[int, ...] = ()) -> None:
+        """``shared``: long-lived processes the run uses (a Spark Connect server) and whose trees
+        count as the run's too: their CPU from the start of sampling, their RSS in the peak."""
         self.pid = pid
         self.interval_s = interval_s
         self.peak_rss = 0
         self._cpu: dict[int, float] = {}
+        self._shared = shared
+        self._baseline: dict[int, float] = {}
+        for root in shared:
+            try:
+                self._baseline.update({p: cpu for p, (_mem, cpu) in _tree(root).items()})
+            except Exception:  # noqa: BLE001 - gone: nothing to subtract
+                pass
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -58,13 +67,16 @@ class TreeSampler:
 
     @property
     def cpu_s(self) -> float:
-        return sum(self._cpu.values())
+        return sum(cpu - self._baseline.get(pid, 0.0) for pid, cpu in self._cpu.items())
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
                 rss = 0
-                for pid, (mem, cpu) in _tree(self.pid).items():
+                trees = {}
+                for root in (self.pid, *self._shared):
+                    trees.update(_tree(root))
+                for pid, (mem, cpu) in trees.items():
                     rss += mem
                     self._cpu[pid] = max(cpu, self._cpu.get(pid, 0.0))
                 self.peak_rss = max(self.peak_rss, rss)
@@ -131,7 +143,7 @@ def execute(name: str, command: Command, records: int, partitions: int, timeout_
     """Start the command, sample its tree until it exits, and return the timed run."""
     started = time.monotonic()
     proc = subprocess.Popen(command.argv, env=command.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with TreeSampler(proc.pid) as sampler:
+    with TreeSampler(proc.pid, shared=command.shared_pids) as sampler:
         try:
             stdout, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:

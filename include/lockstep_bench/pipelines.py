@@ -37,6 +37,8 @@ class Command:
     env: dict[str, str]
     parse: Any = None  # callable(stdout) -> dict
     cleanup_topics: list[str] = field(default_factory=list)
+    #: Long-lived processes the run uses (the Spark Connect server), measured with its own tree.
+    shared_pids: tuple[int, ...] = ()
 
 
 def parse_result(stdout: str) -> dict[str, Any]:
@@ -47,17 +49,20 @@ def parse_result(stdout: str) -> dict[str, Any]:
 
 
 # ---- lockstep -------------------------------------------------------------------------------------
-def lockstep_command(spec_path: Path) -> Command:
+def lockstep_command(spec_path: Path, connect_server_pid: int | None = None) -> Command:
+    """``connect_server_pid``: the spec runs in connect mode on this server, whose CPU and memory
+    count as the run's (the server outlives the run; only its share during the run is counted)."""
     from lockstep.sparkconf import job_environment
 
     return Command([sys.executable, "-m", "lockstep_bench.pipelines", "lockstep", "--spec", str(spec_path)],
-                   job_environment(os.environ), parse_result)
+                   job_environment(os.environ), parse_result,
+                   shared_pids=(connect_server_pid,) if connect_server_pid else ())
 
 
 class _SessionReady(logging.Handler):
     """Picks the driver's "Spark session ready in X s" out of the spark-submit output."""
 
-    pattern = re.compile(r"Spark session ready in ([0-9.]+) s")
+    pattern = re.compile(r"Spark (?:Connect )?session (?:\S+ on \S+ )?ready in ([0-9.]+) s")
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -75,11 +80,12 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     from lockstep.launcher import run_checkpoint
     from lockstep.spec import load_spec
 
-    spark_log = logging.getLogger("lockstep.launcher")
     ready = _SessionReady()
-    spark_log.addHandler(ready)
-    spark_log.setLevel(logging.INFO)
-    spark_log.propagate = False
+    for name in ("lockstep.launcher", "lockstep.spark_connect"):  # spark-submit's driver, or the Connect session
+        spark_log = logging.getLogger(name)
+        spark_log.addHandler(ready)
+        spark_log.setLevel(logging.INFO)
+        spark_log.propagate = False
     spec = load_spec(spec_path)
     t0 = time.monotonic()
     p = Pipeline.open(spec)

@@ -9,16 +9,20 @@ from typing import Any
 from lockstep_bench.measure import Run, Summary
 
 LOCKSTEP, SPARK, RAW = "lockstep", "spark-at-least-once", "raw-client"
+# Lockstep in connect mode: each checkpoint a session on a long-lived Spark Connect server.
+LOCKSTEP_CONNECT = "lockstep-connect"
+#: Lockstep's run modes, the new one first: the ratio table has a block per mode.
+LOCKSTEP_MODES = (LOCKSTEP_CONNECT, LOCKSTEP)
 # Lockstep with its earlier writer (confluent-kafka in a Python worker fed through Arrow): the "before"
 # of the JVM writer, measured in the same run.
 LOCKSTEP_PYTHON = "lockstep-python-writer"
 PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
-PIPELINES = (LOCKSTEP, SPARK, RAW)
+PIPELINES = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, RAW)
 # The exactly-once peers, each in a venv of its own (``lockstep_bench.peers``): Flink SQL with Flink's
 # exactly-once Kafka sink, and a Quix Streams application with processing_guarantee="exactly-once".
 FLINK_SQL, QUIX = "flink-sql-exactly-once", "quix-exactly-once"
 PEERS = (FLINK_SQL, QUIX)
-STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
+STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_CONNECT: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
               FLINK_SQL: "job_seconds", QUIX: "job_seconds", PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
 #: The fields of a saved run (``Run.to_json()``) that make a ``Run`` again.
 RUN_FIELDS = ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner", "repeat")

@@ -20,7 +20,7 @@ from lockstep.paths import cache_dir, project_root
 from lockstep_bench import history, peers, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
-from lockstep_bench.results import (CONSUMER_PERF, FLINK_SQL, LOCKSTEP, LOCKSTEP_PYTHON, PEERS, PIPELINES,
+from lockstep_bench.results import (CONSUMER_PERF, LOCKSTEP_CONNECT, FLINK_SQL, LOCKSTEP, LOCKSTEP_PYTHON, PEERS, PIPELINES,
                                     PRODUCER_PERF, QUIX, RAW, SPARK, Results, run_of)
 
 @dataclass
@@ -66,6 +66,7 @@ class Bench:
         # A new competitor is one entry here, one name in ``results`` and its label in ``report``.
         self.commands: dict[str, Any] = {
             LOCKSTEP: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "jvm"),
+            LOCKSTEP_CONNECT: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "jvm", connect=True),
             LOCKSTEP_PYTHON: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "python"),
             SPARK: lambda w, ends, sink, tag: pl.spark_command(self.bootstrap, w.topic, sink, ends),
             RAW: lambda w, ends, sink, tag: pl.raw_command(self.bootstrap, w.topic, sink, ends),
@@ -79,9 +80,15 @@ class Bench:
                                                                                self.work_dir),
         }
 
-    def _lockstep(self, w: workloads.Workload, sink: str, tag: str, writer: str) -> pl.Command:
-        spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records, writer=writer)
-        return pl.lockstep_command(spec)
+    def _lockstep(self, w: workloads.Workload, sink: str, tag: str, writer: str, connect: bool = False) -> pl.Command:
+        spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records, writer=writer,
+                                    remote=self.platform.spark_connect.url if connect else None)
+        return pl.lockstep_command(spec, self.connect_server_pid if connect else None)
+
+    @property
+    def connect_server_pid(self) -> int:
+        """The platform's Spark Connect server: connect mode's runs count its CPU and memory as theirs."""
+        return self.platform.state.pids["spark-connect"]
 
     def competitors(self) -> tuple[str, ...]:
         """The end-to-end pipelines of the main comparison and the size scaling, in alternation order."""
@@ -119,7 +126,7 @@ class Bench:
         its transaction coordinator and the page cache (the peers' venvs too) are warm before the first
         measured run."""
         ends = workloads.end_offsets(self.bootstrap, w.topic)
-        names = (LOCKSTEP, SPARK) + (PEERS if self.s.peers else ())
+        names = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK) + (PEERS if self.s.peers else ())
         took = [f"{name} {self.run_one(name, w, ends, repeat=-1).wall_s:.1f} s" for name in names]
         res.notes.append(f"warm-up before the main comparison, not counted: {', '.join(took)}")
 
@@ -140,18 +147,27 @@ class Bench:
         workloads.create_topic(self.bootstrap, topic, self.s.partitions)
         sink = f"{topic}-out"
         workloads.create_topic(self.bootstrap, sink, self.s.partitions)
-        spec = workloads.write_spec(self.work_dir / "specs", f"bench-fixed-{uuid.uuid4().hex[:6]}", topic, sink, 1000)
         from lockstep_dev.datagen import produce_orders
 
+        # One pipeline per run mode over the same input; each gets the new record in turn.
+        specs = {mode: workloads.write_spec(self.work_dir / "specs", f"bench-fixed-{mode}-{uuid.uuid4().hex[:6]}",
+                                            topic, f"{sink}" if mode == "submit" else f"{sink}-{mode}", 1000,
+                                            remote=self.platform.spark_connect.url if mode == "connect" else None)
+                 for mode in ("connect", "submit")}
+        workloads.create_topic(self.bootstrap, f"{sink}-connect", self.s.partitions)
         for n in range(self.s.fixed_repeats):
             produce_orders(self.bootstrap, topic, 1, start=n, pad=workloads.PAD, partitions=self.s.partitions)
-            for kind in ("one-record", "empty"):
-                run = execute(f"checkpoint ({kind})", pl.lockstep_command(spec), 1 if kind == "one-record" else 0,
-                              self.s.partitions, repeat=n)
-                res.fixed.append({"kind": kind, **run.to_json()})
-                log(f"fixed cost {kind}: {run.wall_s:.1f} s process, steps {json.dumps(run.inner)}")
+            for mode, spec in specs.items():
+                for kind in ("one-record", "empty"):
+                    command = pl.lockstep_command(spec, self.connect_server_pid if mode == "connect" else None)
+                    run = execute(f"checkpoint ({kind}, {mode})", command, 1 if kind == "one-record" else 0,
+                                  self.s.partitions, repeat=n)
+                    res.fixed.append({"kind": kind, "mode": mode, **run.to_json()})
+                    log(f"fixed cost {kind} ({mode}): {run.wall_s:.1f} s process, steps {json.dumps(run.inner)}")
+        spec = specs["submit"]
         self._history(res, spec, topic)
         workloads.delete_topic(self.bootstrap, sink)
+        workloads.delete_topic(self.bootstrap, f"{sink}-connect")
 
     def _history(self, res: Results, fixed_spec: Path, topic: str) -> None:
         from lockstep.spec import load_spec
@@ -244,9 +260,10 @@ def run_bench(settings: Settings) -> Path:
     res = Results(settings={k: (str(v) if isinstance(v, Path) else v) for k, v in settings.__dict__.items()},
                   started_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     res.load["start"] = os.getloadavg()
-    platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0})
-    log(f"starting an isolated Kafka + S3 platform in {root}")
-    platform.up(out=sys.stderr)
+    platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
+                                                            "spark-connect": 0})
+    log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
+    platform.up(with_connect=True, out=sys.stderr)
     saved = {k: os.environ.get(k) for k in platform.client_env()}
     os.environ.update(platform.client_env())
     os.environ.pop("LOCKSTEP_FAILPOINTS", None)

@@ -290,6 +290,9 @@ class Platform:
     def _up_connect(self, out) -> None:
         config = self.spark_connect
         if not self.running("spark-connect"):
+            # A server just killed (a test, the soak) may hold its port for a moment longer.
+            procs.wait_until(lambda: not procs.port_in_use(config.port), f"port {config.port} released", 20,
+                             alive=lambda: True)
             self._claim_ports("spark-connect", config.port)
             self._start("spark-connect", connect_svc.start(config, self.log_file("spark-connect"), os.environ))
             procs.wait_until(lambda: connect_svc.is_ready(config), f"Spark Connect server on {config.url}", 120,

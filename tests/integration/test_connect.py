@@ -29,7 +29,7 @@ def exactly_once(pipeline, records: int) -> dict:
     return report
 
 
-@pytest.mark.parametrize("writer", ["python"])
+@pytest.mark.parametrize("writer", ["jvm", "python"])
 def test_checkpoints_run_in_connect_sessions_exactly_once(tmp_path, bootstrap, unique, spark_connect, writer):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=200, remote=spark_connect,
                              writer=writer)
@@ -95,8 +95,7 @@ def test_a_killed_client_is_interrupted_and_fenced_by_the_next_attempt(tmp_path,
     job; the retry of the run step joins the killed attempt's session, interrupts it, writes the
     checkpoint again under the same transactional ids (fencing the killed attempt's), and the
     commit leaves exactly once."""
-    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, remote=spark_connect, transform=SLOW,
-                             writer="python")
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, remote=spark_connect, transform=SLOW)
     produce_orders(pipeline, 400)
     cid = _planned(pipeline)
 
@@ -126,16 +125,27 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
     """The Connect server dies while the tasks write: the run step fails as retryable, naming the
     checkpoint; with the server back, the next run fences what the dead tasks left open and
     replays the ranges: exactly once."""
-    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, remote=spark_connect, transform=SLOW,
-                             writer="python")
-    produce_orders(pipeline, 400)
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, remote=spark_connect, transform=SLOW)
+    produce_orders(pipeline, 500)
     cid = _planned(pipeline)
 
     from lockstep.launcher import run_checkpoint
 
+    writing = threading.Event()
+
+    class Writing(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "reading 2 ranges" in record.getMessage():
+                writing.set()
+
     def kill_when_writing() -> None:
-        time.sleep(6)  # session, plan and the first records of the slow transform
+        writing.wait(120)
+        time.sleep(1.5)  # the tasks are producing now (about 20 ms per record, 5 s in all)
         platform.stop("spark-connect", kill=True)
+
+    handler = Writing()
+    logging.getLogger("lockstep.sparkjob").addHandler(handler)
+    logging.getLogger("lockstep.sparkjob").setLevel(logging.INFO)
 
     killer = threading.Thread(target=kill_when_writing)
     killer.start()
@@ -143,7 +153,9 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
         with pytest.raises(TransientCheckpointError) as failed:
             run_checkpoint(pipeline.spec(), cid, store(pipeline))
     finally:
+        writing.set()
         killer.join()
+        logging.getLogger("lockstep.sparkjob").removeHandler(handler)
         platform.start("spark-connect")
     assert f"checkpoint {cid}" in str(failed.value) and "retry" in str(failed.value)
     assert store(pipeline).view(cid).status is CheckpointStatus.CLAIMED
@@ -151,5 +163,5 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
     result = run(pipeline)
     assert result.returncode == 0, result.stderr[-3000:]
     assert store(pipeline).view(cid).status is CheckpointStatus.ABORTED
-    exactly_once(pipeline, 400)
+    exactly_once(pipeline, 500)
     assert open_transactions(pipeline) == []
