@@ -5,6 +5,9 @@ with the settings every Lockstep run needs (``lockstep.sparkconf``: the Kafka co
 Lockstep's writer jar on the classpath, speculation off) and the environment a job gets
 (``sparkconf.job_environment``: this venv's Python for the Python workers, ``include/``
 importable). The master is ``local[*]``, or the standalone master of a cluster platform.
+
+``python -m lockstep_dev.spark_connect --host 0.0.0.0 --port 15002`` runs the same server in the
+foreground (docker-compose.yaml's ``spark-connect`` service).
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ class ConnectConfig:
     port: int
     data_dir: Path
     master: str = "local[*]"
+    #: The address the server listens on (loopback locally; all interfaces in a container).
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
@@ -41,7 +46,7 @@ def server_command(config: ConnectConfig, conf: Mapping[str, object] | None = No
     from lockstep.sparkconf import spark_conf
 
     spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
-    settings = {**spark_conf(conf), "spark.connect.grpc.binding.address": "127.0.0.1",
+    settings = {**spark_conf(conf), "spark.connect.grpc.binding.address": config.host,
                 "spark.connect.grpc.binding.port": str(config.port),
                 "spark.connect.execute.manager.detachedTimeout": DETACHED_TIMEOUT}
     argv = [spark_submit, "--master", config.master, "--name", "lockstep-spark-connect", "--class", SERVER_CLASS]
@@ -78,3 +83,24 @@ def warm_up(config: ConnectConfig) -> None:
             spark.range(1000).selectExpr("sum(id)").collect()
         finally:
             spark.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The server in the foreground (a container's main process)."""
+    import argparse
+    import os
+
+    from lockstep.sparkconf import job_environment
+
+    parser = argparse.ArgumentParser(description="Lockstep's Spark Connect server, in the foreground")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=15002)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--data-dir", type=Path, default=Path.cwd())
+    args = parser.parse_args(argv)
+    argv = server_command(ConnectConfig(args.port, args.data_dir, args.master, args.host))
+    os.execvpe(argv[0], argv, job_environment(os.environ))
+
+
+if __name__ == "__main__":
+    main()

@@ -54,3 +54,29 @@ def test_spec_refuses_an_unknown_mode_and_a_remote_that_is_not_connect(tmp_path)
     with pytest.raises(SpecError) as caught:
         parse_spec(doc, "m.yaml")
     assert "spark.mode" in str(caught.value) and "spark.remote" in str(caught.value)
+
+
+def test_the_connect_server_gets_every_setting_a_run_needs(tmp_path):
+    """`lockstep dev up` and the compose service start the server with Lockstep's jars and safety
+    settings, on the address asked for, and with a short detached timeout for killed clients."""
+    from lockstep.sparkconf import spark_conf
+    from lockstep_dev.spark_connect import SERVER_CLASS, ConnectConfig, server_command
+
+    argv = server_command(ConnectConfig(15123, tmp_path, "spark://m:7077", host="0.0.0.0"))
+    conf = dict(a.split("=", 1) for a in argv[argv.index("--class") + 2:-1] if "=" in a)
+    assert argv[argv.index("--class") + 1] == SERVER_CLASS and argv[-1] == "spark-internal"
+    assert argv[argv.index("--master") + 1] == "spark://m:7077"
+    assert conf["spark.connect.grpc.binding.port"] == "15123" and conf["spark.connect.grpc.binding.address"] == "0.0.0.0"
+    assert conf["spark.speculation"] == "false" and conf["spark.jars"] == spark_conf()["spark.jars"]
+    assert conf["spark.connect.execute.manager.detachedTimeout"] == "30s"
+
+
+def test_each_attempt_of_a_checkpoint_has_its_own_session_id_and_ids_are_stable():
+    import uuid
+
+    from lockstep.spark_connect import checkpoint_session_id
+
+    ids = [checkpoint_session_id("p", 7, attempt) for attempt in range(3)]
+    assert len(set(ids)) == 3 and ids == [checkpoint_session_id("p", 7, a) for a in range(3)]
+    assert checkpoint_session_id("q", 7, 0) != ids[0] and checkpoint_session_id("p", 8, 0) != ids[0]
+    assert all(uuid.UUID(i).version == 4 for i in ids)  # Connect takes UUIDs only
