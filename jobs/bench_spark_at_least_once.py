@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from lockstep.sparkconf import KAFKA_READ_OPTIONS
+
     spark = SparkSession.builder.appName("bench-spark-at-least-once").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     session_seconds = time.monotonic() - started
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
               .option("startingOffsets", args.starting)
               .option("endingOffsets", args.ending)
               .option("kafka.isolation.level", "read_committed")
+              .options(**KAFKA_READ_OPTIONS)
               .load())
         out = transform(df)
         # The same provenance headers Lockstep writes, so every competitor produces the same records.

@@ -102,9 +102,11 @@ def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ..
     assign: dict[str, list[int]] = {}
     for r in ranges:
         assign.setdefault(r.topic, []).append(r.partition)
+    from lockstep.sparkconf import KAFKA_READ_OPTIONS
+
     reader = spark.read.format("kafka")
-    for key, value in kafka.items():
-        reader = reader.option(f"kafka.{key}", str(value))
+    for key, value in {**KAFKA_READ_OPTIONS, **{f"kafka.{k}": str(v) for k, v in kafka.items()}}.items():
+        reader = reader.option(key, value)
     return (
         reader.option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(starting))
