@@ -94,7 +94,9 @@ def _one_shot(services: dict) -> set[str]:
 
 
 def _airflow_services(services: dict) -> dict[str, dict]:
-    return {name: svc for name, svc in services.items() if "build" in svc}
+    """The services of the Airflow image that run Airflow (the spark-connect service runs the
+    same image with an entrypoint of its own)."""
+    return {name: svc for name, svc in services.items() if "build" in svc and "entrypoint" not in svc}
 
 
 def _image_tag(image: str) -> tuple[str, str | None]:
@@ -356,3 +358,19 @@ def test_client_env_is_complete_and_uses_the_platform_bucket(services, platform)
     assert env["LOCKSTEP_S3_BUCKET"] == platform.s3.bucket
     init = _command(services["minio-init"])
     assert f"mb --ignore-existing lockstep/{platform.s3.bucket}" in init
+
+
+def test_the_spark_connect_service_runs_locksteps_server_and_airflow_is_pointed_at_it(services):
+    """The same server as `lockstep dev up` (lockstep_dev.spark_connect), reachable in the network,
+    and the connection connect-mode pipelines read (spark_target.SPARK_CONNECT_CONN_ID)."""
+    import json
+
+    from lockstep.spark_target import SPARK_CONNECT_CONN_ID, connect_url
+
+    connect = services["spark-connect"]
+    entry = connect["entrypoint"]
+    assert entry[:3] == ["python", "-m", "lockstep_dev.spark_connect"]
+    port = entry[entry.index("--port") + 1]
+    assert entry[entry.index("--host") + 1] == "0.0.0.0"
+    conn = json.loads(_env(next(iter(_airflow_services(services).values())))[f"AIRFLOW_CONN_{SPARK_CONNECT_CONN_ID.upper()}"])
+    assert connect_url(conn["host"], conn["port"]) == f"sc://spark-connect:{port}"
