@@ -162,7 +162,7 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
     The job code is the spark-submit driver's (`run_checkpoint_job`), and its failures are sorted
     the same way (`sparkjob.job_outcome`): terminal, or retried. The connections are this process's.
     """
-    from lockstep.spark_connect import checkpoint_session
+    from lockstep.spark_connect import checkpoint_session, server_away
     from lockstep.sparkjob import job_outcome
 
     started = time.monotonic()
@@ -175,6 +175,7 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
     except Exception as exc:  # noqa: BLE001 - sorted into terminal or retried, as a spark-submit exit is
         log.exception("checkpoint %d: the Spark Connect run failed", checkpoint_id)
         cause, terminal = job_outcome(exc)
+        cause = server_away(exc, target.address) or cause
         raise run_failure(checkpoint_id, cause, terminal, time.monotonic() - started) from exc
     return time.monotonic() - started
 

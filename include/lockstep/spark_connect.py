@@ -93,6 +93,24 @@ def new_session(url: str, session_id: str | None = None) -> Any:
     return spark
 
 
+def server_away(exc: BaseException, url: str) -> str | None:
+    """The cause to report when ``exc`` says the server at ``url`` stopped answering (killed,
+    restarting, unreachable), else None: pyspark's own words there ("The maximum number of retries
+    has been exceeded") name neither the server nor what to do."""
+    from pyspark.errors.exceptions.base import RetriesExceeded
+
+    if not isinstance(exc, RetriesExceeded):
+        return None
+    cause = exc.__cause__
+    try:  # a grpc.RpcError: its status and details say why (refused, unavailable, deadline)
+        detail = f"{cause.code().name}: {cause.details()}"[:300]  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - not a gRPC error: its first line
+        detail = str(cause or exc).strip().splitlines()[0][:300]
+    return (f"the Spark Connect server at {url} did not answer through {RETRIES['max_retries']} retries "
+            f"(about 10 s): {detail}. Check that it runs (`lockstep dev status`, or the server's own "
+            "supervisor)")
+
+
 def _forget(spark: Any) -> None:
     """Drop a session the server refused, so pyspark does not keep it as this thread's active one."""
     try:

@@ -1,12 +1,14 @@
 """The bounded Spark run of one checkpoint: read the claimed ranges, transform, pre-commit.
 
-Runs in the spark-submit driver (entry point ``jobs/lockstep_checkpoint.py``). Each
+Runs in the spark-submit driver (entry point ``jobs/lockstep_checkpoint.py``) or, in connect
+mode, in the run step's own process with a session on a Spark Connect server
+(`lockstep.launcher.run_connect_job`): the same code either way. Each
 Spark task writes its rows inside one Kafka transaction that is flushed and left
 open (``TransactionalWriter.prepare``); the driver gathers the committables and
 writes the prepared checkpoint to S3. From that object on, the decision is
 "commit" — the commit task, another process, carries it out.
 
-No Airflow import here: the job runs wherever spark-submit runs it.
+No Airflow import here: the job runs wherever spark-submit or the run step runs it.
 """
 from __future__ import annotations
 

@@ -80,3 +80,34 @@ def test_each_attempt_of_a_checkpoint_has_its_own_session_id_and_ids_are_stable(
     assert len(set(ids)) == 3 and ids == [checkpoint_session_id("p", 7, a) for a in range(3)]
     assert checkpoint_session_id("q", 7, 0) != ids[0] and checkpoint_session_id("p", 8, 0) != ids[0]
     assert all(uuid.UUID(i).version == 4 for i in ids)  # Connect takes UUIDs only
+
+
+def test_a_server_that_stopped_answering_is_named_with_grpcs_reason():
+    """pyspark says only "The maximum number of retries has been exceeded"; the run's cause names
+    the server, gRPC's status and details, and where to look."""
+    from enum import Enum
+
+    from pyspark.errors.exceptions.base import RetriesExceeded
+
+    from lockstep.spark_connect import server_away
+
+    class Code(Enum):
+        UNAVAILABLE = 14
+
+    class RpcError(Exception):
+        def code(self):
+            return Code.UNAVAILABLE
+
+        def details(self):
+            return "failed to connect to all addresses"
+
+    try:
+        try:
+            raise RpcError()
+        except RpcError as grpc_error:
+            raise RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}) from grpc_error
+    except RetriesExceeded as exc:
+        cause = server_away(exc, "sc://h:15002")
+    assert cause is not None and "sc://h:15002" in cause and "UNAVAILABLE: failed to connect" in cause
+    assert "lockstep dev status" in cause
+    assert server_away(RuntimeError("a task failed"), "sc://h:15002") is None
