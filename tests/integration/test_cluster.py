@@ -211,3 +211,50 @@ def test_commit_survives_the_coordinator_broker_being_killed_after_prepare(tmp_p
 
         wait_until(lambda: kafka_svc.is_ready(on_cluster.kafka.bootstrap, 3), "the killed broker back", 120)
     assert_exactly_once(pipeline, 300)
+
+
+@pytest.fixture
+def cluster_connect(on_cluster):
+    """The cluster's Spark Connect server (its executors on the standalone workers), for one test:
+    while it runs it holds the workers' cores, which the spark-submit tests need."""
+    on_cluster.start("spark-connect")
+    try:
+        yield on_cluster.spark_connect.url
+    finally:
+        on_cluster.stop("spark-connect")
+
+
+def test_connect_mode_an_executor_killed_while_producing_is_retried_on_the_other_worker(
+        tmp_path, on_cluster, cluster_connect, unique, monkeypatch):
+    """Connect mode on the cluster: the server's executors run on the workers. One dies mid-produce;
+    Spark retries its task on the other worker under the same transactional id, which fences the
+    killed attempt's transaction; the user's package reached the workers as a session artifact."""
+    transform, code_dir = user_package(tmp_path, unique, delay_s=0.005)
+    pipeline = make_pipeline(tmp_path, on_cluster.kafka.bootstrap, unique, replication=3, partitions=2,
+                             transform=transform, remote=cluster_connect)
+    monkeypatch.setenv("PYTHONPATH", str(code_dir))
+    produce_orders(pipeline, 3000)
+
+    proc = subprocess.Popen([LOCKSTEP, "run", "--spec", str(pipeline.spec_path)], env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ongoing(pipeline):
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "no transaction was ever open"
+            time.sleep(0.2)
+        victims = executor_pids(on_cluster)
+        assert victims, "no executor JVM found"
+        os.kill(victims[0], signal.SIGKILL)
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-4000:]
+    assert "Spark Connect session" in output and "spark-submit" not in output, output[-4000:]
+    assert f"shipped user_udf_{unique}.zip" in output
+
+    view = store(pipeline).latest_completed()
+    assert view.checkpoint_id == 1
+    assert max(t.epoch for t in view.prepared.transactions) >= 1, view.prepared.transactions
+    assert_exactly_once(pipeline, 3000)
