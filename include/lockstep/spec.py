@@ -308,6 +308,10 @@ def _spark(c: _Checker, doc: Any) -> SparkSpec:
     remote = c.text(d, "spark", "remote", None)
     if remote is not None and not remote.startswith("sc://"):
         c.fail("spark.remote", f"must be a Spark Connect URL (sc://HOST:PORT), got {remote!r}")
+    elif remote is not None and ";" in remote:
+        # Parameters would land in logs with the URL; a token belongs in the environment.
+        c.fail("spark.remote", "takes sc://HOST:PORT only, no ;parameters: give a token in the run's "
+                               "environment as SPARK_CONNECT_AUTHENTICATE_TOKEN, never in the spec")
     if remote is not None and mode == "submit":
         c.fail("spark.remote", "is the endpoint of connect mode; spark.mode says submit")
     conf = c.mapping(d.get("conf"), "spark.conf")

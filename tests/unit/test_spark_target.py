@@ -111,3 +111,14 @@ def test_a_server_that_stopped_answering_is_named_with_grpcs_reason():
     assert cause is not None and "sc://h:15002" in cause and "UNAVAILABLE: failed to connect" in cause
     assert "lockstep dev status" in cause
     assert server_away(RuntimeError("a task failed"), "sc://h:15002") is None
+
+
+def test_spec_refuses_connect_url_parameters_so_no_token_reaches_a_log():
+    from lockstep.spec import SpecError, parse_spec
+
+    doc = {"name": "m", "source": {"topics": ["in"]}, "transform": "lockstep_examples.orders:enrich",
+           "sink": {"topic": "out", "dead_letter_topic": "dlq"}, "checkpoints": {"store": "s3://b/p"},
+           "transactions": {"id_prefix": "tx"}, "spark": {"remote": "sc://h:15002/;token=s3cr3t"}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(doc, "m.yaml")
+    assert "SPARK_CONNECT_AUTHENTICATE_TOKEN" in str(caught.value) and "s3cr3t" not in str(caught.value)
