@@ -96,7 +96,8 @@ class Canvas:
         return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
 
 
-COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
+COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75),
+          (23, 190, 207), (127, 127, 127)]
 
 
 def _human(v: float) -> str:
@@ -108,10 +109,10 @@ def _human(v: float) -> str:
 
 
 def line_plot(series: dict[str, list[tuple[float, float]]], title: str, x_label: str, y_label: str,
-              width: int = 1000, height: int = 540) -> bytes:
+              width: int = 1300, height: int = 540) -> bytes:
     """Log-x, linear-y line plot of ``{name: [(x, y), ...]}``; returns PNG bytes."""
     c = Canvas(width, height)
-    left, right, top, bottom = 110, width - 330, 50, height - 70
+    left, right, top, bottom = 110, width - 540, 50, height - 70
     points = [pt for pts in series.values() for pt in pts if pt[0] > 0]
     xs = [math.log10(x) for x, _ in points] or [0, 1]
     x_lo, x_hi = math.floor(min(xs)), math.ceil(max(xs))

@@ -68,7 +68,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
         "default settings, as `make bench` runs it"
     add(f"Written by `lockstep bench` ({how}) "
         f"on {res.started_at}, in {res.seconds / 60:.1f} minutes. Every figure below comes from that one run on an "
-        "isolated local platform (Kafka broker + S3 server started by the benchmark). The machine is shared and noisy: "
+        "isolated local platform (Kafka broker, S3 server and Spark Connect server started by the benchmark). The machine is shared and noisy: "
         "absolute figures drift between runs, **ratios measured side by side hold** — competitors are alternated "
         "(A B C D E F, B C D E F A, C D E F A B, …: each round starts one place further, so no competitor "
         "always goes first) over the same input topic, after one uncounted warm-up run of Lockstep (both modes), Spark "
@@ -103,7 +103,8 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
         "`lockstep.sparkconf` (driver memory 1g, speculation off) for both Spark-based competitors.")
     add(f"- Repeats: {s['repeats']} per competitor, alternated. records/s = input records / wall time of the whole "
         "process (JVM and Python start included). Peak memory = highest sampled sum of RSS over the competitor's "
-        "process tree (spark-submit → driver JVM → Python workers; the broker and S3 server are not included). "
+        "process tree (spark-submit → driver JVM → Python workers; in connect mode the client process plus the Connect "
+        "server's tree; the broker and S3 server are not included). "
         "CPU = user+system seconds of that tree.")
     add("- Lockstep = one checkpoint covering the whole input: `coordinator.plan` (recover, claim in S3) → "
         "`launcher.run_checkpoint` (read ranges, transform, produce into one transaction per task through the "
@@ -157,7 +158,9 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
                           f"{cores} cores; Spark stage alone {_per_core(lk.stage_records_per_s, cores, m.stage_records_per_s)})")
             else:
                 target = {LOCKSTEP_PYTHON: "the JVM writer's speed-up (see below)",
-                          LOCKSTEP: "what the warm Spark saves"}.get(name, "broker limit, for scale")
+                          LOCKSTEP: "what the warm Spark saves",
+                          FLINK_SQL: "for comparison (the targets are connect mode's)",
+                          QUIX: "for comparison (the targets are connect mode's)"}.get(name, "broker limit, for scale")
             add(f"| {LABELS[mode]} | {LABELS[name]} | {_ratio(lk.records_per_s, m.records_per_s)} | "
                 f"{_ratio(lk.stage_records_per_s, m.stage_records_per_s)} | {per_cpu} | {target} |")
     add("")
