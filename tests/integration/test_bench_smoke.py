@@ -21,19 +21,26 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
                     "## Airflow's scheduling overhead per run"):
         assert heading in text, heading
     ratios = text.split("### Ratios", 1)[1].split("\n## ", 1)[0]
-    for competitor in ("Spark at-least-once", "raw client, 1 process", "kafka-producer-perf-test",
-                       "kafka-consumer-perf-test", "Lockstep, Python writer (before)"):
-        row = next((line for line in ratios.splitlines() if line.startswith(f"| {competitor} |")), None)
-        assert row is not None and "×" in row.split("|")[2], (competitor, ratios)
+    # One block per Lockstep run mode: "| <mode> | <competitor> | <end-to-end ratio> | ..."
+    for mode, competitors in (
+            ("Lockstep, Spark Connect (exactly-once)", ("Spark at-least-once", "raw client, 1 process",
+                                                        "Lockstep, spark-submit (exactly-once)")),
+            ("Lockstep, spark-submit (exactly-once)", ("Spark at-least-once", "raw client, 1 process",
+                                                       "kafka-producer-perf-test", "kafka-consumer-perf-test",
+                                                       "Lockstep, Python writer (before)"))):
+        for competitor in competitors:
+            row = next((line for line in ratios.splitlines() if line.startswith(f"| {mode} | {competitor} |")), None)
+            assert row is not None and "×" in row.split("|")[3], (mode, competitor, ratios)
     writers = text.split("## Making Lockstep faster", 1)[1]
     assert "| Python writer (before) | 1 |" in writers and "| JVM writer (after) | 1 |" in writers
     assert "JVM writer ÷ Python writer at 10,000 records: **" in writers
     assert (tmp_path / "bench-throughput.png").read_bytes().startswith(b"\x89PNG")
     doc = json.loads(results.read_text())
-    for writer in ("lockstep", "lockstep-python-writer"):
+    for writer in ("lockstep-connect", "lockstep", "lockstep-python-writer"):
         runs = [r for r in doc["main"] if r["pipeline"] == writer]
         assert runs and all(r["inner"]["status"] == "completed" for r in runs), writer
-    assert {r["kind"] for r in doc["fixed"]} == {"empty", "one-record"}
+    assert {(r["kind"], r["mode"]) for r in doc["fixed"]} == {(kind, mode) for kind in ("empty", "one-record")
+                                                               for mode in ("connect", "submit")}
     assert [p["checkpoints"] for p in doc["history"]] == [10, 100]
     assert doc["airflow"] and all(r["state"] == "success" for r in doc["airflow"])
     assert all(set(r["per_task_s"]) == {"plan", "run", "commit"} for r in doc["airflow"])
