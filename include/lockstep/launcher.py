@@ -60,7 +60,7 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
     view = store.view(checkpoint_id)
     if view is not None and view.status is CheckpointStatus.CLAIMED and all(r.is_empty for r in view.claim.ranges):
         started = time.monotonic()
-        run_checkpoint_job(spec, checkpoint_id, spark=None, store=store)
+        run_checkpoint_job(spec, checkpoint_id, spark=None, store=store, view=view)
         log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)
         return time.monotonic() - started
     if view is not None and view.status is CheckpointStatus.CLAIMED:
@@ -68,7 +68,7 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
     target = spark_target(spec)
     try:
         if target.mode == CONNECT:
-            return run_connect_job(spec, checkpoint_id, store, target, on_start)
+            return run_connect_job(spec, checkpoint_id, store, target, on_start, view=view)
         return run_spark_job(spec, checkpoint_id, env, on_start, master=target.address)
     except (CheckpointError, TransientCheckpointError) as exc:
         after = store.view(checkpoint_id)
@@ -156,7 +156,7 @@ class SubmitRun:
 
 
 def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore, target: SparkTarget,
-                    on_start: Callable[[Stoppable], None] | None = None) -> float:
+                    on_start: Callable[[Stoppable], None] | None = None, view: CheckpointView | None = None) -> float:
     """The run in a session of the Spark Connect server at ``target``, driven from this process.
 
     The job code is the spark-submit driver's (`run_checkpoint_job`), and its failures are sorted
@@ -171,7 +171,7 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
         with checkpoint_session(target.address, spec.name, checkpoint_id) as run:
             if on_start is not None:
                 on_start(run)
-            run_checkpoint_job(spec, checkpoint_id, run.spark, store)
+            run_checkpoint_job(spec, checkpoint_id, run.spark, store, view=view)
     except Exception as exc:  # noqa: BLE001 - sorted into terminal or retried, as a spark-submit exit is
         log.exception("checkpoint %d: the Spark Connect run failed", checkpoint_id)
         cause, terminal = job_outcome(exc)

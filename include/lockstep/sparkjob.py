@@ -367,8 +367,11 @@ def values_for_run(spec: PipelineSpec, view: Any) -> Resolved:
     return resolved
 
 
-def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store: Any) -> PreparedCheckpoint:
-    view = store.view(checkpoint_id)
+def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store: Any,
+                       view: Any = None) -> PreparedCheckpoint:
+    """``view``: the checkpoint as the caller just read it (the run step, in its own process), else
+    read here (the spark-submit driver)."""
+    view = view if view is not None else store.view(checkpoint_id)
     if view is None:
         raise CheckpointError(checkpoint_id, "has no claim; the plan task must run first")
     if view.status is CheckpointStatus.PREPARED:

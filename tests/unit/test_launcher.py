@@ -177,7 +177,7 @@ def test_a_connect_run_failure_is_sorted_like_a_spark_submit_exit(spec_file, mon
     target = SparkTarget("connect", "sc://h:1", "spark.remote")
     for raised, expected in ((AnalysisException("[UNRESOLVED_COLUMN] `amount` cannot be resolved"), CheckpointError),
                              (RuntimeError("broker away"), TransientCheckpointError)):
-        def job(*_a, raised=raised):
+        def job(*_a, raised=raised, **_k):
             raise raised
         monkeypatch.setattr(launcher, "run_checkpoint_job", job)
         with pytest.raises(expected) as caught:
