@@ -102,6 +102,27 @@ def ongoing(pipeline: PipelineUnderTest) -> list[str]:
         return committer.list_open(f"{pipeline.prefix}-", states=(TransactionState.ONGOING,))
 
 
+def run_killing_an_executor(pipeline: PipelineUnderTest, cluster) -> tuple[int, str]:
+    """`lockstep run` of one checkpoint; once a task's transaction holds records on the broker, one
+    executor JVM is SIGKILLed. Returns the CLI's exit code and output."""
+    proc = subprocess.Popen([LOCKSTEP, "run", "--spec", str(pipeline.spec_path)], env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ongoing(pipeline):
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "no transaction was ever open"
+            time.sleep(0.2)
+        victims = executor_pids(cluster)
+        assert victims, "no executor JVM found"
+        os.kill(victims[0], signal.SIGKILL)
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output
+
+
 def test_an_executor_killed_while_producing_is_retried_on_the_other_worker(tmp_path, on_cluster, unique, monkeypatch):
     # A transform slow enough (5 ms a record) that the tasks are still producing when one dies.
     transform, code_dir = user_package(tmp_path, unique, delay_s=0.005)
@@ -109,22 +130,8 @@ def test_an_executor_killed_while_producing_is_retried_on_the_other_worker(tmp_p
     monkeypatch.setenv("PYTHONPATH", str(code_dir))
     produce_orders(pipeline, 3000)
 
-    proc = subprocess.Popen([LOCKSTEP, "run", "--spec", str(pipeline.spec_path)], env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not ongoing(pipeline):  # a task's transaction holds records on the broker
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "no transaction was ever open"
-            time.sleep(0.2)
-        victims = executor_pids(on_cluster)
-        assert victims, "no executor JVM found"
-        os.kill(victims[0], signal.SIGKILL)
-        output, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-4000:]
+    returncode, output = run_killing_an_executor(pipeline, on_cluster)
+    assert returncode == 0, output[-4000:]
     assert "Lost executor" in output or "ExecutorLostFailure" in output, output[-4000:]
 
     view = store(pipeline).latest_completed()
@@ -235,22 +242,8 @@ def test_connect_mode_an_executor_killed_while_producing_is_retried_on_the_other
     monkeypatch.setenv("PYTHONPATH", str(code_dir))
     produce_orders(pipeline, 3000)
 
-    proc = subprocess.Popen([LOCKSTEP, "run", "--spec", str(pipeline.spec_path)], env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not ongoing(pipeline):
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "no transaction was ever open"
-            time.sleep(0.2)
-        victims = executor_pids(on_cluster)
-        assert victims, "no executor JVM found"
-        os.kill(victims[0], signal.SIGKILL)
-        output, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-4000:]
+    returncode, output = run_killing_an_executor(pipeline, on_cluster)
+    assert returncode == 0, output[-4000:]
     assert "Spark Connect session" in output and "spark-submit" not in output, output[-4000:]
     assert f"shipped user_udf_{unique}.zip" in output
 
