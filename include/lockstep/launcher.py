@@ -173,7 +173,12 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
                 on_start(run)
             run_checkpoint_job(spec, checkpoint_id, run.spark, store, view=view)
     except Exception as exc:  # noqa: BLE001 - sorted into terminal or retried, as a spark-submit exit is
-        log.exception("checkpoint %d: the Spark Connect run failed", checkpoint_id)
+        import traceback
+
+        # The traceback carries the server's error text; known connection secrets are masked in it,
+        # as in the cause below.
+        log.error("checkpoint %d: the Spark Connect run failed:\n%s", checkpoint_id,
+                  redact("".join(traceback.format_exception(exc)).rstrip()))
         cause, terminal = job_outcome(exc)
         cause = server_away(exc, target.address) or cause
         raise run_failure(checkpoint_id, cause, terminal, time.monotonic() - started) from exc

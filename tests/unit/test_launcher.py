@@ -183,3 +183,33 @@ def test_a_connect_run_failure_is_sorted_like_a_spark_submit_exit(spec_file, mon
         with pytest.raises(expected) as caught:
             launcher.run_connect_job(spec_file(None), 4, store=None, target=target)
         assert "checkpoint 4" in str(caught.value) and str(raised).split("]")[-1].strip() in str(caught.value)
+
+
+def test_a_connect_run_failure_masks_connection_secrets_in_its_traceback(spec_file, connections, monkeypatch, caplog):
+    """The Connect run logs the job's traceback in this process; a password of a known connection
+    that reaches an error message is masked there as in the cause."""
+    import logging
+
+    from lockstep import launcher, spark_connect
+    from lockstep.connections import get_connection
+    from lockstep.errors import TransientCheckpointError
+    from lockstep.spark_target import SparkTarget
+
+    get_connection("kafka_default")  # known, as the run's kafka_config would make it
+
+    class Session:
+        def __enter__(self):
+            return type("Run", (), {"spark": object()})()
+
+        def __exit__(self, *exc):
+            return False
+
+    def job(*_a, **_k):
+        raise RuntimeError("SASL authentication failed for password kafka-secret-1")
+
+    monkeypatch.setattr(spark_connect, "checkpoint_session", lambda *a: Session())
+    monkeypatch.setattr(launcher, "run_checkpoint_job", job)
+    with caplog.at_level(logging.ERROR, logger="lockstep.launcher"), pytest.raises(TransientCheckpointError) as caught:
+        launcher.run_connect_job(spec_file(None), 4, store=None, target=SparkTarget("connect", "sc://h:1", "spark.remote"))
+    assert "SASL authentication failed" in caplog.text and "kafka-secret-1" not in caplog.text
+    assert "kafka-secret-1" not in str(caught.value)
