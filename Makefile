@@ -93,7 +93,7 @@ demo: setup
 	$(BIN)/lockstep demo
 
 # Lockstep against Spark's own Kafka pipeline and the raw client ceiling, on its own platform;
-# rewrites docs/BENCHMARKS.md (about 40 minutes; `lockstep bench --help` for smaller runs). The first
+# rewrites docs/BENCHMARKS.md (about 30 minutes; `lockstep bench --help` for smaller runs). The first
 # run sets up the Flink SQL and Quix Streams peers in .cache/bench/ (PyPI, Maven Central); --no-peers skips them.
 bench: setup
 	$(BIN)/lockstep bench --results var/bench/results.json
