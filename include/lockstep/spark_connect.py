@@ -78,7 +78,8 @@ def connect_mode() -> Iterator[None]:
 
 #: How long a request waits for a Connect server that does not answer: pyspark's default retries
 #: for at least 10 minutes; a run retries a few times over about 10 s (measured: 14 s to fail
-#: against a refused port), then fails as retryable, and the run task's retry (or the next run) takes it from there, as after a lost spark-submit.
+#: against a refused port), then fails as retryable, and the run task's retry (or the next run)
+#: takes it from there, as after a lost spark-submit.
 RETRIES = {"max_retries": 6, "initial_backoff": 100, "backoff_multiplier": 3.0, "max_backoff": 4000}
 
 
