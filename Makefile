@@ -1,7 +1,8 @@
 # Lockstep developer entry points. Everything a fresh machine needs is installed
 # from here: the venv (Python deps pinned in requirements.lock), full pyspark,
 # the Kafka / Spark-Kafka jars resolved from Maven Central and the MinIO S3 server
-# built from its Go module, all into .cache/.
+# built from its Go module. Build outputs go to .cache/; downloads stay in the tools'
+# own per-user caches (uv's, Maven's ~/.m2, Go's), shared by every clone on the machine.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -51,28 +52,30 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 $(WRITER_JAR): $(STAMP) .cache/jars/.resolved buildsrc/build-jvm-writer.sh $(shell find buildsrc/jvm-writer -name '*.java')
 	bash buildsrc/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@
 
-# The Go toolchain's module and build caches stay in .cache/go (not ~/go), so `make clean`
-# removes them; -modcacherw keeps that folder deletable (only the binary is needed afterwards).
-# A first build takes minutes. The empty stamp is named after the pin, so changing MINIO_MODULE
-# rebuilds the binary.
+# Go's module and build caches stay where Go keeps them for every project of this user (`go env
+# GOMODCACHE GOCACHE`, ~/go/pkg/mod and ~/.cache/go-build), as Maven's ~/.m2 and uv's ~/.cache/uv
+# do: a second clone on the same machine links MinIO from cache in seconds instead of compiling it
+# for minutes. Only the binary lands in .cache/bin; -modcacherw keeps the module cache deletable.
+# The empty stamp is named after the pin, so changing MINIO_MODULE rebuilds the binary.
 MINIO_PIN := .cache/bin/.minio-pin-$(lastword $(subst @, ,$(MINIO_MODULE)))
 $(MINIO_PIN): ;
 $(MINIO_BIN): $(MINIO_PIN)
 	@command -v go >/dev/null || { echo "Go is required to build the local S3 server, MinIO (go not found on PATH; install Go 1.24 or newer from https://go.dev/dl/)"; exit 1; }
 	mkdir -p .cache/bin && touch $(MINIO_PIN)
-	GOPATH=$(CURDIR)/.cache/go GOMODCACHE=$(CURDIR)/.cache/go/mod GOCACHE=$(CURDIR)/.cache/go/build \
-	    GOFLAGS=-modcacherw GOBIN=$(CURDIR)/.cache/bin go install $(MINIO_MODULE)
+	GOFLAGS=-modcacherw GOBIN=$(CURDIR)/.cache/bin go install $(MINIO_MODULE)
 	touch $@
 
 # Regenerate the lock after editing pyproject.toml dependencies.
 lock: $(VENV)/bin/python
 	$(UV) pip compile pyproject.toml --python-version 3.11 -o requirements.lock -q
 
-unit: setup
+# Tiers (docs/testing.md): `unit` needs the venv only (no Java, Maven, Go or service) and runs
+# in well under two minutes; `integration` adds the real services; `test` runs every tier.
+unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dags -q
 
-integration: setup
-	$(BIN)/python -m pytest tests/integration -q
+integration: setup browser
+	$(BIN)/python -m pytest tests/integration tests/airflow -q --durations=20
 
 # The long soak: at least 200 faults of every kind on the cluster topology (a platform of its own on
 # free ports, under var/soak), then the audit; writes docs/RELIABILITY.md. About an hour on 2 cores.

@@ -168,20 +168,23 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
     started = time.monotonic()
     log.info("checkpoint %d: Spark Connect %s (%s)", checkpoint_id, target.address, target.source)
     try:
-        with checkpoint_session(target.address, spec.name, checkpoint_id) as run:
+        with checkpoint_session(target.address, spec.name, checkpoint_id, spec.spark.conf) as run:
             if on_start is not None:
                 on_start(run)
             run_checkpoint_job(spec, checkpoint_id, run.spark, store, view=view)
     except Exception as exc:  # noqa: BLE001 - sorted into terminal or retried, as a spark-submit exit is
         import traceback
 
-        # The traceback carries the server's error text; known connection secrets are masked in it,
-        # as in the cause below.
-        log.error("checkpoint %d: the Spark Connect run failed:\n%s", checkpoint_id,
-                  redact("".join(traceback.format_exception(exc)).rstrip()))
         cause, terminal = job_outcome(exc)
-        cause = server_away(exc, target.address) or cause
-        raise run_failure(checkpoint_id, cause, terminal, time.monotonic() - started) from exc
+        away = server_away(exc, target.address, target.source)
+        if away is None:
+            # The traceback carries the server's error text; known connection secrets are masked in
+            # it, as in the cause below.
+            log.error("checkpoint %d: the Spark Connect run failed:\n%s", checkpoint_id,
+                      redact("".join(traceback.format_exception(exc)).rstrip()))
+        else:  # gRPC's stack says nothing the cause does not; the cause names the server
+            log.debug("the Spark Connect client's error:\n%s", redact("".join(traceback.format_exception(exc))))
+        raise run_failure(checkpoint_id, away or cause, terminal, time.monotonic() - started) from exc
     return time.monotonic() - started
 
 

@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,11 @@ def new_session(url: str, session_id: str | None = None) -> Any:
     return spark
 
 
-def server_away(exc: BaseException, url: str) -> str | None:
+def server_away(exc: BaseException, url: str, source: str | None = None) -> str | None:
     """The cause to report when ``exc`` says the server at ``url`` stopped answering (killed,
     restarting, unreachable), else None: pyspark's own words there ("The maximum number of retries
-    has been exceeded") name neither the server nor what to do."""
+    has been exceeded") name neither the server nor what to do. ``source`` says where the address
+    came from (``connection spark_connect_default``, ``spark.remote``)."""
     from pyspark.errors.exceptions.base import RetriesExceeded
 
     if not isinstance(exc, RetriesExceeded):
@@ -107,9 +108,12 @@ def server_away(exc: BaseException, url: str) -> str | None:
         detail = f"{cause.code().name}: {cause.details()}"[:300]  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - not a gRPC error: its first line
         detail = str(cause or exc).strip().splitlines()[0][:300]
-    return (f"the Spark Connect server at {url} did not answer through {RETRIES['max_retries']} retries "
-            f"(10-15 s): {detail}. Check that it runs (`lockstep dev status`, or the server's own "
-            "supervisor)")
+    where = f" (from {source})" if source else ""
+    way_out = "Check that it runs (`lockstep dev status`, or the server's own supervisor)"
+    if source and source.startswith("connection "):
+        way_out += f", or point the {source.split()[1]} connection at one that does"
+    return (f"the Spark Connect server at {url}{where} did not answer through {RETRIES['max_retries']} "
+            f"retries (10-15 s): {detail}. {way_out}")
 
 
 def _forget(spark: Any) -> None:
@@ -126,11 +130,37 @@ def _closed(exc: BaseException) -> bool:
 
 
 @contextmanager
-def checkpoint_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[ConnectRun]:
-    """A Connect session for one attempt of the checkpoint's run, released on the way out."""
+def checkpoint_session(url: str, pipeline: str, checkpoint_id: int,
+                       conf: Mapping[str, str] | None = None) -> Iterator[ConnectRun]:
+    """A Connect session for one attempt of the checkpoint's run, released on the way out;
+    ``conf`` (the spec's ``spark.conf``) is set on the session where Spark lets a session set it."""
     with connect_mode():
         with _attempt_session(url, pipeline, checkpoint_id) as run:
+            set_session_conf(run.spark, conf or {}, checkpoint_id)
             yield run
+
+
+def set_session_conf(spark: Any, conf: Mapping[str, str], checkpoint_id: int) -> list[str]:
+    """Set the spec's ``spark.conf`` on a Connect session: runtime settings (``spark.sql.*`` and the
+    like) apply per session; the others (executor memory, jars) belong to the server's own start and
+    are named in a warning, not dropped in silence. Returns the keys that were not set."""
+    ignored = []
+    for key, value in conf.items():
+        if key == "spark.speculation":
+            continue  # always off (spec validation), and the server starts with it off
+        try:
+            modifiable = spark.conf.isModifiable(key)
+        except Exception:  # noqa: BLE001 - an unknown key: Spark decides on set
+            modifiable = True
+        if modifiable:
+            spark.conf.set(key, value)
+        else:
+            ignored.append(key)
+    if ignored:
+        log.warning("checkpoint %d: spark.conf %s cannot be set on a Spark Connect session (they are the "
+                    "server's start-up settings) and do not apply to this run; set them where the server "
+                    "starts, or use spark.mode: submit", checkpoint_id, ", ".join(sorted(ignored)))
+    return ignored
 
 
 @contextmanager

@@ -7,8 +7,8 @@ Connect server that outlives the checkpoints (pure: connections are looked up by
 * ``spark.mode: connect`` — a Connect session on ``sc://host:port``: the spec's ``spark.remote``,
   else the ``spark_default`` connection when it is a Connect endpoint (host ``sc://…`` or type
   ``spark_connect``), else the ``spark_connect_default`` connection (Airflow's id for Connect).
-* no ``spark.mode`` — ``spark.remote`` means connect and ``spark.master`` submit; else the
-  ``spark_default`` connection decides (a Connect endpoint: connect), else submit on ``local[*]``.
+* no ``spark.mode`` — connect, the default; a spec that names only ``spark.master`` means submit
+  (a master has no use in connect mode).
 """
 from __future__ import annotations
 
@@ -77,12 +77,7 @@ def resolve_target(spark: SparkSpec, lookup: Lookup) -> SparkTarget:
     connection that is not defined."""
     mode = spark.mode
     if mode is None:
-        if spark.remote:
-            mode = CONNECT
-        elif spark.master:
-            mode = SUBMIT
-        else:
-            mode = CONNECT if is_connect_endpoint(lookup(SPARK_CONN_ID)) else SUBMIT
+        mode = SUBMIT if spark.master and not spark.remote else CONNECT
     if mode == SUBMIT:
         if spark.master:
             return SparkTarget(SUBMIT, spark.master, "spark.master")
@@ -98,7 +93,8 @@ def resolve_target(spark: SparkSpec, lookup: Lookup) -> SparkTarget:
                 and endpoint.host:
             return SparkTarget(CONNECT, connect_url(endpoint.host, endpoint.port), f"connection {conn_id}")
     raise TerminalError(
-        f"spark.mode is connect but no Spark Connect endpoint is set: give the spec spark.remote "
+        f"spark.mode is connect (the default) but no Spark Connect endpoint is set: give the spec spark.remote "
         f"(sc://HOST:PORT), or define the {SPARK_CONN_ID} connection with host sc://HOST, or the "
         f"{SPARK_CONNECT_CONN_ID} connection (for the local platform: `lockstep dev up` starts a Connect "
-        "server and `lockstep dev env` exports it)")
+        "server and `lockstep dev env` exports it); or set spark.mode: submit to run a spark-submit per "
+        "checkpoint")

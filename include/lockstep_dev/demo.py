@@ -30,8 +30,8 @@ def main(args: argparse.Namespace) -> int:
 def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     say = lambda text: print(text, file=out, flush=True)  # noqa: E731
     platform = Platform()
-    say("1/5 starting the local platform (Kafka, S3, Airflow) ...")
-    platform.up(with_airflow=True, out=out)
+    say("1/5 starting the local platform (Kafka, S3, Spark Connect, Airflow) ...")
+    platform.up(with_airflow=True, with_connect=True, out=out)
     import os
 
     os.environ.update(platform.client_env())
@@ -67,19 +67,43 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     from lockstep.verify import verify_pipeline
 
     report = verify_pipeline(spec)
-    views = [store.view(i) for i in store.checkpoint_ids(after=first_new - 1)]
-    done = [v for v in views if v is not None and v.prepared is not None and v.completed is not None]
+    # One set of checkpoints for every line below: the ones verify audited. The DAG is unpaused,
+    # so its schedule may complete checkpoints of its own (often empty) beside the triggered runs.
+    views = [v for v in (store.view(i) for i in report.checkpoints) if v is not None and v.prepared is not None]
     say("5/5 summary")
-    say(f"    checkpoints completed: {', '.join(str(v.checkpoint_id) for v in done)}")
-    say(f"    records in: {sum(v.prepared.records_in for v in done)}  out: "
-        f"{sum(v.prepared.records_out for v in done)}  dead-lettered: "
-        f"{sum(v.prepared.records_dead_lettered for v in done)}")
+    for line in summary_lines(views, first_new, checkpoints):
+        say(f"    {line}")
     say(f"    verify: {report.summary()}")
     say(f"    Airflow UI: {platform.airflow.url}  (login admin / {platform.airflow.admin_password()})")
     say(f"    Checkpoints page: {platform.airflow.url}/lockstep/   DAG: {spec.dag_id} (unpaused, every 2 minutes)")
     say('    CLI: eval "$(.venv/bin/lockstep dev env)"; .venv/bin/lockstep checkpoints --spec include/pipelines/orders.yaml')
     say("    Stop everything: make down   (add --wipe to `lockstep dev down` to delete the data)")
     return 0 if report.ok else 1
+
+
+def summary_lines(views: list, first_new: int, triggered: int) -> list[str]:
+    """The summary's checkpoint lines, from the completed checkpoints that verify audited:
+    ``first_new`` is the first one this demo could have made, ``triggered`` how many runs it made."""
+    new = [v for v in views if v.checkpoint_id >= first_new]
+    older = len(views) - len(new)
+    empty = sum(1 for v in new if v.prepared.records_in == 0)
+    lines = [f"checkpoints completed by this demo: {_id_list([v.checkpoint_id for v in new])} ({triggered} "
+             f"triggered runs; {max(0, len(new) - triggered)} more by the DAG's schedule; "
+             f"{empty} without new records)"]
+    if older:
+        lines.append(f"checkpoints completed before this demo: {older}")
+    lines.append(f"records in: {sum(v.prepared.records_in for v in new)}  out: "
+                 f"{sum(v.prepared.records_out for v in new)}  dead-lettered: "
+                 f"{sum(v.prepared.records_dead_lettered for v in new)}")
+    return lines
+
+
+def _id_list(ids: list[int]) -> str:
+    if not ids:
+        return "none"
+    if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+        return f"{ids[0]}..{ids[-1]}"
+    return ", ".join(map(str, ids))
 
 
 def _next_index(bootstrap: str, topic: str) -> int:

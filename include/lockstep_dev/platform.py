@@ -368,9 +368,10 @@ class Platform:
             # The same cluster through its SASL_SSL listeners (SCRAM-SHA-512 over TLS).
             secure = {"conn_type": "kafka", "extra": config.secure_client_config()}
             env["AIRFLOW_CONN_KAFKA_SECURE"] = json.dumps(secure)
-        if self.running("spark-connect"):
-            connect = {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect.port}
-            env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(connect)
+        # Always named, running or not: connect is the default run mode, and a run against a server
+        # that is down says which address and connection it tried (`lockstep dev up` starts it).
+        connect = {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect.port}
+        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(connect)
         return env
 
     def client_env(self) -> dict[str, str]:

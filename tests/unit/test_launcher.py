@@ -35,8 +35,9 @@ def connections(monkeypatch):
 
 @pytest.fixture
 def spec_file(tmp_path: Path):
-    def write(master: str | None):
-        text = SPEC + (f"spark: {{master: '{master}'}}\n" if master else "")
+    def write(master: str | None, mode: str | None = None):
+        spark = {**({"master": master} if master else {}), **({"mode": mode} if mode else {})}
+        text = SPEC + (f"spark: {json.dumps(spark)}\n" if spark else "")
         path = tmp_path / "m.yaml"
         path.write_text(text)
         return load_spec(path)
@@ -48,14 +49,23 @@ def test_the_spec_master_wins_over_the_connection(spec_file, monkeypatch):
     assert spark_target(spec_file("local[2]")).address == "local[2]"
 
 
-def test_without_a_spec_master_the_spark_default_connection_decides(spec_file, monkeypatch):
+def test_submit_mode_without_a_spec_master_takes_the_spark_default_connections(spec_file, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://h", "port": 7077}))
-    assert spark_target(spec_file(None)).address == "spark://h:7077"
+    assert spark_target(spec_file(None, mode="submit")).address == "spark://h:7077"
 
 
-def test_no_master_anywhere_is_local_mode(spec_file, monkeypatch):
+def test_submit_mode_with_no_master_anywhere_is_local_mode(spec_file, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
-    assert spark_target(spec_file(None)).address == "local[*]"
+    assert spark_target(spec_file(None, mode="submit")).address == "local[*]"
+
+
+def test_a_spec_without_a_spark_section_runs_on_the_spark_connect_default_connection(spec_file, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[*]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+                       json.dumps({"conn_type": "spark_connect", "host": "sc://10.0.0.7", "port": 15002}))
+    target = spark_target(spec_file(None))
+    assert (target.mode, target.address, target.source) == ("connect", "sc://10.0.0.7:15002",
+                                                            "connection spark_connect_default")
 
 
 def test_connection_master_reads_host_and_port_like_the_spark_provider():
@@ -139,7 +149,7 @@ def test_a_run_that_dies_after_prepare_says_roll_forward_not_replay(spec_file, m
 
     monkeypatch.setattr(launcher, "run_spark_job", died)
     with pytest.raises(CheckpointError) as failed:
-        launcher.run_checkpoint(spec_file(None), 3, Store())
+        launcher.run_checkpoint(spec_file(None, mode="submit"), 3, Store())
     message = str(failed.value)
     assert message.startswith("checkpoint 3: the Spark run failed after its transactions were prepared (it ended "
                               "with exit code 86")

@@ -48,7 +48,7 @@ def test_replay_spec_reads_the_dead_letters_and_writes_where_the_pipeline_writes
         replay_spec(r)
 
 
-def test_a_replay_checkpoint_is_submitted_as_one():
+def test_a_replay_checkpoint_is_submitted_as_one(built_jars):
     assert submit_command("o.yaml", 4, "local[2]", {}, True)[-3:] == ["--checkpoint-id", "4", "--replay"]
     assert "--replay" not in submit_command("o.yaml", 4, "local[2]", {})
 

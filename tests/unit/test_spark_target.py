@@ -18,8 +18,11 @@ AIRFLOW_CONNECT = SparkEndpoint("spark_connect", "sc://10.1.1.1", None)
 
 
 @pytest.mark.parametrize("spark, connections, expected", [
-    (SparkSpec(None), {}, ("submit", "local[*]")),
-    (SparkSpec(None), {"spark_default": SUBMIT_CONN}, ("submit", "spark://m:7077")),
+    (SparkSpec(None), {"spark_connect_default": AIRFLOW_CONNECT}, ("connect", "sc://10.1.1.1:15002")),
+    (SparkSpec(None), {"spark_default": SUBMIT_CONN, "spark_connect_default": AIRFLOW_CONNECT},
+     ("connect", "sc://10.1.1.1:15002")),
+    (SparkSpec(None, mode="submit"), {"spark_default": SUBMIT_CONN}, ("submit", "spark://m:7077")),
+    (SparkSpec(None, mode="submit"), {}, ("submit", "local[*]")),
     (SparkSpec("local[2]"), {"spark_default": CONNECT_CONN}, ("submit", "local[2]")),
     (SparkSpec(None), {"spark_default": CONNECT_CONN}, ("connect", "sc://c:15003")),
     (SparkSpec(None, mode="submit"), {"spark_default": CONNECT_CONN}, ("submit", "local[*]")),
@@ -33,9 +36,12 @@ def test_mode_and_address(spark, connections, expected):
     assert (target.mode, target.address) == expected
 
 
-def test_connect_mode_without_an_endpoint_says_where_to_set_one():
-    with pytest.raises(TerminalError, match="spark.remote.*spark_default.*spark_connect_default"):
-        resolve_target(SparkSpec(None, mode="connect"), lookup(spark_default=SUBMIT_CONN))
+@pytest.mark.parametrize("spark", [SparkSpec(None, mode="connect"), SparkSpec(None)])
+def test_connect_mode_without_an_endpoint_says_where_to_set_one_or_how_to_submit(spark):
+    """Connect is the default mode: a spec that says nothing, on a deployment with no Connect
+    endpoint, is told where to set one, or to choose submit mode."""
+    with pytest.raises(TerminalError, match="spark.remote.*spark_default.*spark_connect_default.*spark.mode: submit"):
+        resolve_target(spark, lookup(spark_default=SUBMIT_CONN))
 
 
 @pytest.mark.parametrize("host, port, url", [
@@ -56,7 +62,7 @@ def test_spec_refuses_an_unknown_mode_and_a_remote_that_is_not_connect(tmp_path)
     assert "spark.mode" in str(caught.value) and "spark.remote" in str(caught.value)
 
 
-def test_the_connect_server_gets_every_setting_a_run_needs(tmp_path):
+def test_the_connect_server_gets_every_setting_a_run_needs(tmp_path, built_jars):
     """`lockstep dev up` and the compose service start the server with Lockstep's jars and safety
     settings, on the address asked for, and with a short detached timeout for killed clients."""
     from lockstep.sparkconf import spark_conf
@@ -107,9 +113,10 @@ def test_a_server_that_stopped_answering_is_named_with_grpcs_reason():
         except RpcError as grpc_error:
             raise RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}) from grpc_error
     except RetriesExceeded as exc:
-        cause = server_away(exc, "sc://h:15002")
-    assert cause is not None and "sc://h:15002" in cause and "UNAVAILABLE: failed to connect" in cause
-    assert "lockstep dev status" in cause
+        cause = server_away(exc, "sc://h:15002", "connection spark_connect_default")
+    assert cause is not None and "UNAVAILABLE: failed to connect" in cause
+    assert "sc://h:15002 (from connection spark_connect_default)" in cause
+    assert "lockstep dev status" in cause and "point the spark_connect_default connection" in cause
     assert server_away(RuntimeError("a task failed"), "sc://h:15002") is None
 
 
@@ -122,3 +129,29 @@ def test_spec_refuses_connect_url_parameters_so_no_token_reaches_a_log():
     with pytest.raises(SpecError) as caught:
         parse_spec(doc, "m.yaml")
     assert "SPARK_CONNECT_AUTHENTICATE_TOKEN" in str(caught.value) and "s3cr3t" not in str(caught.value)
+
+
+def test_a_connect_session_takes_the_specs_runtime_settings_and_names_the_ones_it_cannot(caplog):
+    """Connect is the default mode: a spec's spark.conf must not be dropped in silence there."""
+    from lockstep.spark_connect import set_session_conf
+
+    class Conf:
+        def __init__(self):
+            self.values = {}
+
+        def isModifiable(self, key):
+            return key.startswith("spark.sql.")
+
+        def set(self, key, value):
+            self.values[key] = value
+
+    class Session:
+        conf = Conf()
+
+    session = Session()
+    conf = {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g", "spark.speculation": "false"}
+    with caplog.at_level("WARNING", logger="lockstep.spark_connect"):
+        ignored = set_session_conf(session, conf, 7)
+    assert session.conf.values == {"spark.sql.shuffle.partitions": "4"}
+    assert ignored == ["spark.executor.memory"]
+    assert "checkpoint 7: spark.conf spark.executor.memory cannot be set on a Spark Connect session" in caplog.text

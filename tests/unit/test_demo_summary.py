@@ -1,0 +1,26 @@
+"""The demo's summary: its checkpoint lines and verify's line count the same checkpoints."""
+from __future__ import annotations
+
+from lockstep.checkpoint import CheckpointClaim, CheckpointView, PreparedCheckpoint
+from lockstep_dev.demo import summary_lines
+
+
+def view(cid: int, records_in: int) -> CheckpointView:
+    claim = CheckpointClaim("orders", cid, "run", "2026-11-25T00:00:00+00:00", (), "checkpoint")
+    return CheckpointView(claim, PreparedCheckpoint("orders", cid, "t", (), records_in, records_in - records_in // 50,
+                                                    records_in // 50, 1.0))
+
+
+def test_checkpoints_made_by_the_schedule_are_named_not_left_to_disagree_with_verify():
+    views = [view(1, 5000), view(2, 5000), view(3, 0), view(4, 5000), view(5, 0)]
+    lines = summary_lines(views, first_new=1, triggered=3)
+    assert lines[0] == ("checkpoints completed by this demo: 1..5 (3 triggered runs; 2 more by the DAG's schedule; "
+                        "2 without new records)")
+    assert lines[1] == "records in: 15000  out: 14700  dead-lettered: 300"
+
+
+def test_a_second_demo_counts_its_own_checkpoints_and_says_how_many_came_before():
+    lines = summary_lines([view(1, 5000), view(2, 5000), view(3, 5000)], first_new=3, triggered=1)
+    assert lines[0].startswith("checkpoints completed by this demo: 3 (1 triggered runs; 0 more")
+    assert lines[1] == "checkpoints completed before this demo: 2"
+    assert lines[2] == "records in: 5000  out: 4900  dead-lettered: 100"
