@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a checkpoint of the spec's dead-letter replay pipeline (lockstep deadletters replay)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from lockstep.logs import quiet_clients
+
+    quiet_clients()
 
     import time
     from concurrent.futures import ThreadPoolExecutor

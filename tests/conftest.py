@@ -24,7 +24,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     state_dir = tmp_path_factory.mktemp("platform")
     plat = Platform(state_dir=state_dir, ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
                                                 "spark-connect": 0})
-    plat.up()
+    plat.up(with_connect=True)  # connect is the default run mode: most pipelines run there
     saved = {k: os.environ.get(k) for k in plat.client_env()}
     os.environ.update(plat.client_env())  # the library resolves connections like Airflow does
     try:
@@ -65,8 +65,8 @@ def on_cluster(cluster, monkeypatch):
 
 @pytest.fixture(scope="session")
 def spark_connect(platform) -> str:
-    """The platform's Spark Connect server (``lockstep dev up`` starts it), started by the first
-    test that asks for it and shared by the session; its ``sc://`` URL."""
+    """The platform's Spark Connect server (``lockstep dev up`` starts it), shared by the session;
+    its ``sc://`` URL. Started again if a test stopped it."""
     platform.start("spark-connect")
     return platform.spark_connect.url
 

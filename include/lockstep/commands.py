@@ -97,7 +97,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.command == "failpoints":
         return _failpoints(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    from lockstep.logs import quiet_clients
+
+    quiet_clients()
     from lockstep.spec import load_spec
 
     spec = load_spec(args.spec)

@@ -33,6 +33,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Lines of a spark-submit's output that say nothing about the checkpoint: the JVM's notice of the
+#: vector incubator module Spark 4 loads, and a progress bar should one be switched on again. They
+#: go to the debug log, so a task log shows Lockstep's own lines and the warnings that matter.
+SPARK_NOISE = ("WARNING: Using incubator modules:", "[Stage ")
+
+
+def is_noise(line: str) -> bool:
+    return line.lstrip("\r").startswith(SPARK_NOISE)
+
 
 def spark_target(spec: PipelineSpec) -> SparkTarget:
     """Where this checkpoint's run goes (`lockstep.spark_target`), with the connections looked up
@@ -215,6 +224,9 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip()
+            if is_noise(line):
+                log.debug("spark: %s", line)
+                continue
             if line.startswith(JOB_CAUSE_PREFIX):
                 cause = line[len(JOB_CAUSE_PREFIX):]
             elif line.strip():

@@ -211,14 +211,30 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: Any, since: int | 
 
 def verify_pipeline(spec: PipelineSpec, since: int | None = None,
                     progress: Callable[[int], None] | None = None) -> VerifyReport:
-    """The audit as ``lockstep verify`` and the demo run it: the spec's own checkpoint store and a
-    local Spark session of its own for the expected outputs, stopped afterwards."""
+    """The audit as ``lockstep verify`` and the demo run it: the spec's own checkpoint store, and
+    for the expected outputs the Spark its checkpoints run on: a session of the pipeline's Spark
+    Connect server in connect mode (no JVM to start here), else a local Spark session of its own.
+    Either is stopped afterwards."""
     from lockstep.client_factory import checkpoint_store
+    from lockstep.launcher import spark_target
+    from lockstep.spark_target import CONNECT
+
+    store = checkpoint_store(spec)
+    target = spark_target(spec)
+    if target.mode == CONNECT:
+        from lockstep.spark_connect import connect_mode, new_session
+
+        with connect_mode():
+            spark = new_session(target.address)
+            try:
+                return verify(spec, store, spark, since, progress)
+            finally:
+                spark.stop()
     from lockstep.sparkconf import local_session
 
     spark = local_session(f"lockstep-verify-{spec.name}")
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        return verify(spec, checkpoint_store(spec), spark, since, progress)
+        return verify(spec, store, spark, since, progress)
     finally:
         spark.stop()

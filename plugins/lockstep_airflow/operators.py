@@ -15,12 +15,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
+from lockstep.logs import quiet_clients
 from lockstep_airflow.links import checkpoint_url
 from lockstep_airflow.run_notes import FAILURE_KEY
 
 log = logging.getLogger(__name__)
-# kafka-python logs every connection at INFO: task logs start with Lockstep's lines, not its chatter.
-logging.getLogger("kafka").setLevel(os.environ.get("LOCKSTEP_KAFKA_CLIENT_LOG_LEVEL", "WARNING"))
+quiet_clients()  # task logs start with Lockstep's lines, not the clients' connection chatter
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
 

@@ -106,9 +106,11 @@ class AirflowServer:
 
     def new_pipeline(self, bootstrap: str, kind: str, partitions: int = 2, replication: int = 1,
                      kafka_conn_id: str = "kafka_default", aws_conn_id: str = "aws_default",
-                     master: str = "local[2]", spark: dict | None = None) -> Any:
-        """A manual-only pipeline of fresh topics, its spec where Airflow reads specs from;
-        ``spark`` replaces the spec's spark section (``{"mode": "connect"}``)."""
+                     master: str | None = None, spark: dict | None = None) -> Any:
+        """A manual-only pipeline of fresh topics, its spec where Airflow reads specs from. Its
+        checkpoints run in connect mode (the default) on the session's server, the
+        spark_connect_default connection; ``master`` makes them spark-submits on that master;
+        ``spark`` replaces the spec's spark section."""
         unique = uuid.uuid4().hex[:8]
         name = f"{kind}-{unique}"
         p = PipelineUnderTest.create(self.pipelines_dir, bootstrap, name, unique, partitions, replication)
@@ -120,7 +122,7 @@ class AirflowServer:
             "checkpoints": {"store": f"s3://lockstep/airflow-tests/{unique}", "aws_conn_id": aws_conn_id,
                             "schedule": None},
             "transactions": {"id_prefix": p.prefix},
-            "spark": spark if spark is not None else {"master": master},
+            "spark": spark if spark is not None else {"master": master} if master else {},
         })
         return p
 

@@ -20,9 +20,11 @@ LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
                   max_records: int = 100_000, timeout_ms: int = 900_000, transform: str = "lockstep_examples.orders:enrich",
                   margin_ms: int = 60_000, writer: str | None = None, replication: int = 1,
-                  master: str | None = "local[2]", remote: str | None = None) -> PipelineUnderTest:
-    """A pipeline of fresh topics; ``master=None`` leaves the Spark master to the spark_default connection;
-    ``remote`` (an ``sc://`` URL) runs its checkpoints in sessions of that Spark Connect server."""
+                  master: str | None = None, remote: str | None = None, mode: str | None = None) -> PipelineUnderTest:
+    """A pipeline of fresh topics. Its checkpoints run as a user's do by default: in connect mode, on
+    the server of the spark_connect_default connection (the session's). ``master`` runs them as
+    spark-submits on that master; ``mode="submit"`` alone as spark-submits on the spark_default
+    connection's master; ``remote`` (an ``sc://`` URL) in sessions of that Spark Connect server."""
     name = f"t-{unique}"
     pipeline = PipelineUnderTest.create(tmp_path, bootstrap, name, unique, partitions, replication)
     spec = {
@@ -33,7 +35,8 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
                  **({"writer": writer} if writer else {})},
         "checkpoints": {"store": f"s3://lockstep/tests/{unique}", "max_records": max_records, "retain": 100},
         "transactions": {"id_prefix": pipeline.prefix, "timeout_ms": timeout_ms, "commit_margin_ms": margin_ms},
-        "spark": {"mode": "connect", "remote": remote} if remote else {"master": master} if master else {},
+        "spark": {k: v for k, v in (("mode", "connect" if remote else mode), ("master", master),
+                                    ("remote", remote)) if v},
     }
     pipeline.spec_path.write_text(yaml.safe_dump(spec))
     return pipeline

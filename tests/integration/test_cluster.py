@@ -25,7 +25,7 @@ pytestmark = pytest.mark.cluster
 
 
 def cluster_pipeline(tmp_path: Path, cluster, unique: str, **kwargs) -> PipelineUnderTest:
-    return make_pipeline(tmp_path, cluster.kafka.bootstrap, unique, replication=3, master=None, **kwargs)
+    return make_pipeline(tmp_path, cluster.kafka.bootstrap, unique, replication=3, mode="submit", **kwargs)
 
 
 def assert_exactly_once(pipeline: PipelineUnderTest, covered: int) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from lockstep.checkpoint import CheckpointStatus
 from lockstep.failpoints import CRASH_EXIT_CODE, FAILPOINTS
+from lockstep.output_contract import WRITER_FAILPOINTS
 
 from ..support.data import produce_orders
 from .engine_helpers import make_pipeline, open_transactions, run, store, verify
@@ -13,7 +14,11 @@ from .engine_helpers import make_pipeline, open_transactions, run, store, verify
 
 @pytest.mark.parametrize("name", list(FAILPOINTS))
 def test_crash_at_failpoint_then_recover_exactly_once(name, tmp_path, bootstrap, unique):
-    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    # A writer's crash halts the JVM its task runs in, as a killed executor does: in submit mode
+    # that is the checkpoint's own; in connect mode it would be the shared server. The others crash
+    # the process that plans, drives or commits: connect mode, the default, runs them.
+    mode = "submit" if name in WRITER_FAILPOINTS else None
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, mode=mode)
     produce_orders(pipeline, 100)
 
     crashed = run(pipeline, failpoints=f"{name}=crash")

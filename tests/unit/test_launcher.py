@@ -223,3 +223,15 @@ def test_a_connect_run_failure_masks_connection_secrets_in_its_traceback(spec_fi
         launcher.run_connect_job(spec_file(None), 4, store=None, target=SparkTarget("connect", "sc://h:1", "spark.remote"))
     assert "SASL authentication failed" in caplog.text and "kafka-secret-1" not in caplog.text
     assert "kafka-secret-1" not in str(caught.value)
+
+
+@pytest.mark.parametrize("line, noise", [
+    ("WARNING: Using incubator modules: jdk.incubator.vector", True),
+    ("\r[Stage 0:>                                                          (0 + 2) / 2]", True),
+    ("checkpoint 3: prepared with 2 transactions", False),
+    ("26/11/25 10:00:00 WARN TaskSetManager: Lost task 0.0", False),
+])
+def test_the_jvms_notices_and_progress_bars_stay_out_of_the_task_log(line, noise):
+    from lockstep.launcher import is_noise
+
+    assert is_noise(line) is noise
