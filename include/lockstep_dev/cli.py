@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--with", dest="with_", action="append", default=[], choices=["airflow"],
                     help="also start this optional service")
     up.add_argument("--no-spark-connect", dest="spark_connect", action="store_false",
-                    help="do not start the Spark Connect server (checkpoints with spark.mode: connect need it)")
+                    help="do not start the Spark Connect server (checkpoints in connect mode, the default, need it)")
     up.add_argument("--cluster", action="store_true",
                     help="3 Kafka brokers (replication factor 3, min ISR 2) and a Spark standalone master with "
                          "2 workers instead of one broker and Spark in local mode")

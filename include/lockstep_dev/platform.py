@@ -298,8 +298,8 @@ class Platform:
             procs.wait_until(lambda: connect_svc.is_ready(config), f"Spark Connect server on {config.url}", 120,
                              alive=lambda: self.running("spark-connect"), log_file=self.log_file("spark-connect"))
             connect_svc.warm_up(config)
-        print(f"spark-connect running  {config.url} (master {config.master}; checkpoints with spark.mode: connect "
-              f"use it through the spark_connect_default connection)", file=out)
+        print(f"spark-connect running  {config.url} (master {config.master}; checkpoints in connect mode, the "
+              f"default, use it through the spark_connect_default connection)", file=out)
 
     def _up_airflow(self, out) -> None:
         config = self.airflow

@@ -3,6 +3,7 @@ server, with the same claim, transactions, prepared metadata and failure semanti
 spark-submit run — a killed client and a killed server included."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -165,3 +166,26 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
     assert store(pipeline).view(cid).status is CheckpointStatus.ABORTED
     exactly_once(pipeline, 500)
     assert open_transactions(pipeline) == []
+
+
+def test_an_unreachable_server_fails_the_run_naming_its_address_and_connection(tmp_path, bootstrap, unique,
+                                                                              monkeypatch):
+    """Connect is the default mode: a run whose spark_connect_default points at no server ends, after
+    the client's bounded retries, with one line naming the address, the connection and the way
+    out, not with gRPC's stack; nothing was committed and the next run can take over."""
+    from lockstep_dev import procs
+
+    port = procs.free_port()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+                       json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port}))
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
+    produce_orders(pipeline, 10)
+
+    result = run(pipeline)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"the Spark Connect server at sc://127.0.0.1:{port} (from connection spark_connect_default) did not " \
+           "answer" in last, result.stderr[-3000:]
+    assert "checkpoint 1" in last and "point the spark_connect_default connection at one that does" in last
+    assert "Traceback" not in result.stderr and "grpc._channel" not in result.stderr, result.stderr[-3000:]
+    assert store(pipeline).view(1).status is CheckpointStatus.CLAIMED
