@@ -74,8 +74,12 @@ lock: $(VENV)/bin/python
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dags -q
 
+# Two workers (pytest-xdist): the tests on the cluster topology and Airflow on one, the rest on the
+# other, each worker with its own platform (tests/conftest.py says how they are grouped).
+XDIST := -n 2 --dist loadgroup
+
 integration: setup browser
-	$(BIN)/python -m pytest tests/integration tests/airflow -q --durations=20
+	$(BIN)/python -m pytest tests/integration tests/airflow -q $(XDIST) --durations=20
 
 # The long soak: at least 200 faults of every kind on the cluster topology (a platform of its own on
 # free ports, under var/soak), then the audit; writes docs/RELIABILITY.md. About an hour on 2 cores.
@@ -89,7 +93,7 @@ browser:
 	bash scripts/install-chromium.sh
 
 test: setup browser
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q $(XDIST) --durations=40
 
 # The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.
 demo: setup

@@ -17,6 +17,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the cluster topology (3 brokers, Spark standalone)")
 
 
+#: `make test` runs on two pytest-xdist workers (`--dist loadgroup`), each with its own session
+#: services. The cluster topology and Airflow are the heaviest of them, and Airflow's cluster DAG needs
+#: both, so every test that uses either runs on one worker and they start once. Every other module
+#: is a group of its own, so its module-scoped fixtures are set up once too.
+HEAVY_GROUP = "cluster-and-airflow"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        heavy = {"cluster", "on_cluster", "airflow"} & set(getattr(item, "fixturenames", ()))
+        group = HEAVY_GROUP if heavy else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory):
     from lockstep_dev.platform import Platform

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Mapping
 
 from lockstep.output_contract import WRITER_FAILPOINTS
 
@@ -56,12 +57,14 @@ def armed(prefix: str = "") -> dict[str, str]:
     return {name: action for name, action in _armed().items() if name.startswith(prefix)}
 
 
-def hit(name: str, where: str = "") -> None:
-    """Fail here if ``name`` is armed; a no-op otherwise. ``where`` is appended to the message."""
-    if _ENV not in os.environ:
+def hit(name: str, where: str = "", armed_here: Mapping[str, str] | None = None) -> None:
+    """Fail here if ``name`` is armed; a no-op otherwise. ``where`` is appended to the message.
+    ``armed_here``: failpoints armed by the process that drives a Spark task (`armed`), for a task
+    whose process does not share that one's environment (a Spark Connect server's workers)."""
+    if not armed_here and _ENV not in os.environ:
         return
     assert name in FAILPOINTS, name
-    action = _armed().get(name)
+    action = (armed_here or {}).get(name) or (_armed().get(name) if _ENV in os.environ else None)
     if action == "crash":
         print(f"lockstep failpoint {name}{where}: crashing the process", file=sys.stderr, flush=True)
         os._exit(CRASH_EXIT_CODE)

@@ -60,6 +60,9 @@ class WriterSettings:
     sink_limit: str = "the producer's default"
     dead_letter_max_bytes: int = DEFAULT_PRODUCER_LIMIT
     dead_letter_limit: str = "the producer's default"
+    #: The writer failpoints (``job.*``) armed where the job is driven, handed to both writers' tasks:
+    #: a Spark Connect server's workers do not share the driving process's environment.
+    failpoints: dict[str, str] = field(default_factory=dict)
 
 
 def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
@@ -155,12 +158,12 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
         transaction_timeout_ms=settings.timeout_ms, extra_config=settings.producer_config,
     )
     writer.open()  # init_transactions fences any earlier attempt of this task, even an empty one
-    failpoints.hit("job.before_produce")
+    failpoints.hit("job.before_produce", armed_here=settings.failpoints)
     rows = 0
     for batch in batches:
         rows += _produce_batch(writer, settings, batch, produced=rows, task=task)
     prepared = writer.prepare()
-    failpoints.hit("job.after_flush")
+    failpoints.hit("job.after_flush", armed_here=settings.failpoints)
     result = task_result(task, rows, prepared.to_json() if prepared is not None else None)
     yield pa.RecordBatch.from_pydict({"result": [result]}, schema=pa.schema([("result", pa.string())]))
 
@@ -207,7 +210,7 @@ def _produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: 
     error_header_bytes = len(ERROR_HEADER)
     for i in range(n):
         if i == mid:
-            failpoints.hit("job.mid_produce", mid_produce_message(task, produced + i))
+            failpoints.hit("job.mid_produce", mid_produce_message(task, produced + i), armed_here=settings.failpoints)
         topic = topics[i]
         topic_header = topic_headers.get(topic)
         if topic_header is None:
@@ -273,7 +276,7 @@ def jvm_settings(settings: WriterSettings) -> dict[str, Any]:
         "sink_topic": settings.sink_topic, "dead_letter_topic": settings.dead_letter_topic,
         "sink_max_bytes": settings.sink_max_bytes, "sink_limit": settings.sink_limit,
         "dead_letter_max_bytes": settings.dead_letter_max_bytes, "dead_letter_limit": settings.dead_letter_limit,
-        "failpoints": failpoints.armed(prefix="job."),
+        "failpoints": settings.failpoints,
         "contract": jvm_contract(),
     }
 
@@ -339,6 +342,7 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str
         id_prefix=planned.id_prefix, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
         sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
         sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
+        failpoints=failpoints.armed(prefix="job."),
     )
 
 

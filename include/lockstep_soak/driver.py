@@ -189,7 +189,10 @@ transactions:
   id_prefix: {self.name}
   timeout_ms: {c.timeout_ms}
   commit_margin_ms: {c.commit_margin_ms}
-spark:{master}
+spark:
+  # The faults kill the run's own process tree (spark-submit, driver JVM, executors): a Connect
+  # server would be one more shared process, outside the tree each cycle kills.
+  mode: submit{master}
   conf:
     spark.sql.shuffle.partitions: 2
 """)

@@ -31,3 +31,30 @@ def test_bad_arming_is_refused_with_the_reason(monkeypatch, value, message):
     monkeypatch.setenv("LOCKSTEP_FAILPOINTS", value)
     with pytest.raises(ValueError, match=message):
         failpoints.armed()
+
+
+def test_a_task_fires_the_failpoints_its_driver_handed_it_without_the_variable(monkeypatch):
+    """A Spark Connect server's Python workers do not see the driving process's environment: the
+    writer failpoints reach them in the writer settings, armed where the job is driven."""
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.mid_produce=raise,commit.after_verify=crash")
+    handed = failpoints.armed(prefix="job.")
+    monkeypatch.delenv("LOCKSTEP_FAILPOINTS")  # the task's own environment
+    with pytest.raises(failpoints.FailpointError, match="failpoint job.mid_produce raised at record 5"):
+        failpoints.hit("job.mid_produce", " at record 5", armed_here=handed)
+    failpoints.hit("job.after_flush", armed_here=handed)  # not armed
+    failpoints.hit("job.after_flush", armed_here={})
+
+
+def test_writer_settings_carry_the_armed_writer_failpoints_only(monkeypatch):
+    from lockstep import sparkjob
+
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.after_flush=raise,commit.after_verify=crash")
+    monkeypatch.setattr(sparkjob, "kafka_config", lambda conn_id, dialect: {"bootstrap.servers": "b:9092"})
+
+    class Planned:
+        sink_kafka_conn_id, sink_writer, id_prefix, timeout_ms = "kafka_default", "python", "tx", 60_000
+        sink_topic, dead_letter_topic = "out", "dlq"
+
+    settings = sparkjob.writer_settings(Planned(), 3, {})
+    assert settings.failpoints == {"job.after_flush": "raise"}
+    assert sparkjob.jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}
