@@ -74,9 +74,9 @@ lock: $(VENV)/bin/python
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dags -q
 
-# Two workers (pytest-xdist): the tests on the cluster topology and Airflow on one, the rest on the
-# other, each worker with its own platform (tests/conftest.py says how they are grouped).
-XDIST := -n 2 --dist loadgroup
+# Two workers (pytest-xdist), each with its own platform: the modules on the cluster topology and
+# Airflow as one unit on one worker, every other module on whichever is free (tests/conftest.py).
+XDIST := -n 2 --dist loadscope
 
 integration: setup browser
 	$(BIN)/python -m pytest tests/integration tests/airflow -q $(XDIST) --durations=20

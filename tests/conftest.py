@@ -17,18 +17,46 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the cluster topology (3 brokers, Spark standalone)")
 
 
-#: `make test` runs on two pytest-xdist workers (`--dist loadgroup`), each with its own session
-#: services. The cluster topology and Airflow are the heaviest of them, and Airflow's cluster DAG needs
-#: both, so every test that uses either runs on one worker and they start once. Every other module
-#: is a group of its own, so its module-scoped fixtures are set up once too.
+#: `make test` runs on two pytest-xdist workers, each with its own session services. The cluster
+#: topology and Airflow are the heaviest of them, and Airflow's cluster DAG needs both, so every test
+#: module that uses either runs on one worker and they start once there; every other module is a
+#: unit of its own (its module-scoped fixtures are set up once), handed to whichever worker is free.
 HEAVY_GROUP = "cluster-and-airflow"
+HEAVY_SERVICES = {"cluster", "on_cluster", "airflow"}
+
+
+def heavy_module(path: str) -> bool:
+    """Whether a test module (its path from the root) is in the cluster-and-Airflow group: decided
+    from its path alone, as the scheduler sees only node ids."""
+    name = path.rsplit("/", 1)[-1]
+    return path.startswith("tests/airflow/") or name.startswith("test_cluster") or name == "test_soak.py"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Scopes by module, with the heavy modules as one scope, in collection order (tests/airflow first,
+    so that scope starts at once). xdist's own loadgroup cannot do this under pytest 9: it marks a
+    group by rewriting the item's node id, which pytest 9 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return HEAVY_GROUP if heavy_module(path) else path
+
+    config.option.loadscopereorder = False
+    return ModuleScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        heavy = {"cluster", "on_cluster", "airflow"} & set(getattr(item, "fixturenames", ()))
-        group = HEAVY_GROUP if heavy else item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))
+    """A test that uses the cluster or Airflow must live in a module of the heavy group, else a
+    second worker would start them again."""
+    stray = sorted({item.nodeid.split("::", 1)[0] for item in items
+                    if HEAVY_SERVICES & set(getattr(item, "fixturenames", ()))
+                    and not heavy_module(item.nodeid.split("::", 1)[0])})
+    if stray:
+        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow: name the module test_cluster_*.py, "
+                                "or extend heavy_module in tests/conftest.py")
 
 
 @pytest.fixture(scope="session")
