@@ -18,45 +18,58 @@ def pytest_configure(config):
 
 
 #: `make test` runs on two pytest-xdist workers, each with its own session services. The cluster
-#: topology and Airflow are the heaviest of them, and Airflow's cluster DAG needs both, so every test
-#: module that uses either runs on one worker and they start once there; every other module is a
-#: unit of its own (its module-scoped fixtures are set up once), handed to whichever worker is free.
-HEAVY_GROUP = "cluster-and-airflow"
-HEAVY_SERVICES = {"cluster", "on_cluster", "airflow"}
+#: topology and Airflow are the heaviest of them: the modules that use the cluster are one unit of
+#: work and the Airflow modules another, so each starts on one worker only (the Airflow unit's cluster
+#: DAG starts a cluster of its own there). Every other module is a unit of its own (its
+#: module-scoped fixtures are set up once), handed to whichever worker is free.
+CLUSTER_GROUP, AIRFLOW_GROUP = "cluster", "airflow"
 
 
-def heavy_module(path: str) -> bool:
-    """Whether a test module (its path from the root) is in the cluster-and-Airflow group: decided
-    from its path alone, as the scheduler sees only node ids."""
+def group_of(path: str) -> str:
+    """The unit of work of a test module (its path from the root), from its path alone: the
+    scheduler sees only node ids."""
     name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/airflow/") or name.startswith("test_cluster") or name == "test_soak.py"
+    if path.startswith("tests/airflow/"):
+        return AIRFLOW_GROUP
+    if name.startswith("test_cluster") or name == "test_soak.py":
+        return CLUSTER_GROUP
+    return path
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Scopes by module, with the heavy modules as one scope, in collection order (tests/airflow first,
-    so that scope starts at once). xdist's own loadgroup cannot do this under pytest 9: it marks a
+    """Units by module, with the cluster and Airflow groups, in collection order (they come first:
+    `pytest_collection_modifyitems`). xdist's own loadgroup cannot do this under pytest 9: it marks a
     group by rewriting the item's node id, which pytest 9 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return HEAVY_GROUP if heavy_module(path) else path
+            return group_of(nodeid.split("::", 1)[0])
 
     config.option.loadscopereorder = False
     return ModuleScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that uses the cluster or Airflow must live in a module of the heavy group, else a
-    second worker would start them again."""
-    stray = sorted({item.nodeid.split("::", 1)[0] for item in items
-                    if HEAVY_SERVICES & set(getattr(item, "fixturenames", ()))
-                    and not heavy_module(item.nodeid.split("::", 1)[0])})
+    """The longest units first (the cluster group, then Airflow's), so neither starts last; and a
+    test that uses the cluster or Airflow outside those groups is refused: a second worker would
+    start them again."""
+    def path(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    def uses(item, *fixtures: str) -> bool:
+        return bool(set(fixtures) & set(getattr(item, "fixturenames", ())))
+
+    stray = sorted({path(i) for i in items if uses(i, "airflow") and group_of(path(i)) != AIRFLOW_GROUP}
+                   | {path(i) for i in items if uses(i, "cluster", "on_cluster")
+                      and group_of(path(i)) not in (CLUSTER_GROUP, AIRFLOW_GROUP)})
     if stray:
-        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow: name the module test_cluster_*.py, "
-                                "or extend heavy_module in tests/conftest.py")
+        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow outside their groups: put the "
+                                "test in tests/airflow/ or a test_cluster_*.py module, or extend group_of in "
+                                "tests/conftest.py")
+    first = {CLUSTER_GROUP: 0, AIRFLOW_GROUP: 1}
+    items.sort(key=lambda item: first.get(group_of(path(item)), 2))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")

@@ -155,6 +155,18 @@ def cluster_connections(cluster) -> dict[str, str]:
             f"AIRFLOW_CONN_{CLUSTER_AWS.upper()}": conns["AIRFLOW_CONN_AWS_DEFAULT"]}
 
 
+def add_connections(server: "AirflowServer", env: dict[str, str]) -> None:
+    """Create connections in a running Airflow through its REST API, as a user adds them in the UI
+    (``env``: ``AIRFLOW_CONN_<ID>`` names and their JSON, as `cluster_connections` gives them)."""
+    for name, raw in env.items():
+        conn = json.loads(raw)
+        body = {"connection_id": name[len("AIRFLOW_CONN_"):].lower(), "conn_type": conn["conn_type"],
+                **{k: conn[k] for k in ("host", "port", "login", "password") if conn.get(k) is not None},
+                **({"extra": json.dumps(conn["extra"])} if conn.get("extra") else {})}
+        response = server.post("/api/v2/connections", json=body)
+        assert response.status_code in (200, 201), response.text
+
+
 class StatsdListener:
     """A UDP socket the Airflow tasks send their StatsD gauges to (``LOCKSTEP_STATSD``): the
     receiving end of the protocol, keeping every line it got."""
@@ -209,9 +221,9 @@ def statsd() -> Iterator[StatsdListener]:
 
 
 @pytest.fixture(scope="package")
-def airflow(platform, cluster, statsd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    """Airflow over the single-node platform's connections, plus ``kafka_cluster`` / ``aws_cluster``
-    for pipelines that run on the cluster topology (their specs name the master)."""
+def airflow(platform, statsd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    """Airflow over the single-node platform's connections. The cluster topology is not started for
+    it: the test that runs a DAG there adds ``kafka_cluster`` / ``aws_cluster`` itself."""
     from lockstep_dev import procs
     from lockstep.paths import PIPELINES_DIR_ENV
 
@@ -225,7 +237,6 @@ def airflow(platform, cluster, statsd, tmp_path_factory: pytest.TempPathFactory)
             "conn_type": "aws", "login": "x", "password": "x",
             "extra": {"region_name": "us-east-1", "endpoint_url": f"http://{dead}"},
         }),
-        **cluster_connections(cluster),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the platform passes os.environ through to Airflow

@@ -3,6 +3,8 @@ standalone master named in the spec, over 3 brokers (RF 3, min ISR 2) and the du
 server; a crash in the Spark run is recovered by the next DAG run, exactly once."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from lockstep.airflow_client import AirflowClient
@@ -10,14 +12,27 @@ from lockstep.checkpoint import CheckpointStatus
 
 from ..integration.engine_helpers import open_transactions, store, verify
 from ..support.data import produce_orders
-from .conftest import CLUSTER_AWS, CLUSTER_KAFKA
+from .conftest import CLUSTER_AWS, CLUSTER_KAFKA, add_connections, cluster_connections
 from .test_pipeline_dag import explain, run_dag
 
 
 @pytest.fixture(scope="module")
 def cluster_pipeline(airflow, cluster):
-    return airflow.new_pipeline(cluster.kafka.bootstrap, "afc", partitions=3, replication=3,
-                                kafka_conn_id=CLUSTER_KAFKA, aws_conn_id=CLUSTER_AWS, master=cluster.spark_master)
+    """A pipeline on the cluster topology, through connections added to the running Airflow (as a
+    user adds them) and to this process's environment (the checks below read the cluster too)."""
+    connections = cluster_connections(cluster)
+    add_connections(airflow, connections)
+    saved = {k: os.environ.get(k) for k in connections}
+    os.environ.update(connections)
+    try:
+        yield airflow.new_pipeline(cluster.kafka.bootstrap, "afc", partitions=3, replication=3,
+                                   kafka_conn_id=CLUSTER_KAFKA, aws_conn_id=CLUSTER_AWS, master=cluster.spark_master)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def test_dag_runs_on_the_spark_cluster_and_recovers_a_crashed_run(airflow, cluster_pipeline, cluster):
