@@ -3,8 +3,6 @@ standalone master named in the spec, over 3 brokers (RF 3, min ISR 2) and the du
 server; a crash in the Spark run is recovered by the next DAG run, exactly once."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from lockstep.airflow_client import AirflowClient
@@ -22,17 +20,11 @@ def cluster_pipeline(airflow, cluster):
     user adds them) and to this process's environment (the checks below read the cluster too)."""
     connections = cluster_connections(cluster)
     add_connections(airflow, connections)
-    saved = {k: os.environ.get(k) for k in connections}
-    os.environ.update(connections)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in connections.items():
+            env.setenv(name, value)
         yield airflow.new_pipeline(cluster.kafka.bootstrap, "afc", partitions=3, replication=3,
                                    kafka_conn_id=CLUSTER_KAFKA, aws_conn_id=CLUSTER_AWS, master=cluster.spark_master)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def test_dag_runs_on_the_spark_cluster_and_recovers_a_crashed_run(airflow, cluster_pipeline, cluster):
