@@ -74,8 +74,9 @@ lock: $(VENV)/bin/python
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dags -q
 
-# Two workers (pytest-xdist), each with its own platform: the modules on the cluster topology and
-# Airflow as one unit on one worker, every other module on whichever is free (tests/conftest.py).
+# Two workers (pytest-xdist), each with its own platform: the cluster modules as one unit of work,
+# Airflow's as another, every other module as its own, each on whichever worker is free
+# (tests/conftest.py, docs/testing.md).
 XDIST := -n 2 --dist loadscope
 
 integration: setup browser
