@@ -66,7 +66,7 @@ COPY --chown=airflow:0 buildsrc/ /opt/lockstep/buildsrc/
 RUN pip install --no-cache-dir --no-deps -e /opt/lockstep
 RUN bash /opt/lockstep/buildsrc/build-jvm-writer.sh python /opt/lockstep/.cache/jars/spark-kafka \
         /opt/lockstep/.cache/jars/lockstep/lockstep-jvm-writer.jar \
-    && python -c "from lockstep.sparkconf import spark_conf; print(spark_conf()['spark.jars'])" \
+    && python -c "from lockstep.spark.conf import spark_conf; print(spark_conf()['spark.jars'])" \
     && java -version
 
 WORKDIR /opt/airflow

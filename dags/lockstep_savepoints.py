@@ -7,11 +7,10 @@ a savepoint by triggering the pipeline's DAG with `restore_from` set to its name
 from datetime import datetime
 
 from airflow.sdk import DAG, Param
-
 from lockstep.paths import pipelines_dir
 from lockstep.spec import load_specs
-from lockstep_airflow.params import RESTORE_PATTERN
 from lockstep_airflow.operators import LockstepSavepointOperator
+from lockstep_airflow.params import RESTORE_PATTERN
 
 names = sorted(spec.name for spec in load_specs(pipelines_dir())) or ["(no pipelines)"]
 

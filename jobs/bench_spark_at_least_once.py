@@ -16,7 +16,6 @@ import sys
 import time
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bootstrap", required=True)
@@ -28,10 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.monotonic()
+    from lockstep.spark.conf import KAFKA_READ_OPTIONS
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-
-    from lockstep.sparkconf import KAFKA_READ_OPTIONS
 
     spark = SparkSession.builder.appName("bench-spark-at-least-once").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -50,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
               .load())
         out = transform(df)
         # The same provenance headers Lockstep writes, so every competitor produces the same records.
-        from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+        from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
         headers = F.array(
             F.struct(F.lit(SOURCE_TOPIC).alias("key"), F.col("topic").cast("binary").alias("value")),
@@ -62,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = (out.select(F.col("key"), F.col("value"), headers.alias("headers")).write.format("kafka")
                   .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.sink))
         # The producer settings Lockstep's writers start from, so the sinks differ only in transactions.
-        from lockstep.python_writer import THROUGHPUT_PRODUCER_CONFIG
+        from lockstep.spark.python_writer import THROUGHPUT_PRODUCER_CONFIG
 
         for key, value in THROUGHPUT_PRODUCER_CONFIG.items():
             writer = writer.option(f"kafka.{key}", value)

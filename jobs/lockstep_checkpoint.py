@@ -29,15 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     started = time.monotonic()
-    from pyspark.sql import SparkSession
-
-    from lockstep.client_factory import checkpoint_store
-    from lockstep.sparkjob import run_checkpoint_job
+    from lockstep.spark.job import run_checkpoint_job
     from lockstep.spec import load_spec
+    from lockstep.steps.client_factory import checkpoint_store
+    from pyspark.sql import SparkSession
 
     spec = load_spec(args.spec)
     if args.replay:
-        from lockstep.replay import replay_spec
+        from lockstep.spark.replay import replay_spec
 
         spec = replay_spec(spec)
     with ThreadPoolExecutor(1) as pool:
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         store = pool.submit(checkpoint_store, spec)
         spark = SparkSession.builder.appName(f"lockstep-{spec.name}-{args.checkpoint_id}").getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
-    logging.getLogger("lockstep.sparkjob").info("checkpoint %d: Spark session ready in %.1f s", args.checkpoint_id,
+    logging.getLogger("lockstep.spark.job").info("checkpoint %d: Spark session ready in %.1f s", args.checkpoint_id,
                                            time.monotonic() - started)
     try:
         run_checkpoint_job(spec, args.checkpoint_id, spark, store.result())
@@ -61,7 +60,7 @@ def report_failure(exc: Exception) -> int:
     import traceback
 
     from lockstep.errors import JOB_CAUSE_PREFIX, JOB_EXIT_TERMINAL, JOB_EXIT_TRANSIENT
-    from lockstep.sparkjob import job_outcome
+    from lockstep.spark.job import job_outcome
 
     traceback.print_exc(file=sys.stdout)
     cause, terminal = job_outcome(exc)

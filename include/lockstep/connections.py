@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from lockstep.errors import TerminalError
-from lockstep.kafka_clients import CONFLUENT, client_configs
+from lockstep.kafka.client_configs import CONFLUENT, client_configs
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def connection_env(conn_ids: Iterable[str]) -> dict[str, str]:
 
 
 def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> dict[str, Any]:
-    """A Kafka connection's settings for one client library (``lockstep.kafka_clients``):
+    """A Kafka connection's settings for one client library (``lockstep.kafka.client_configs``):
     confluent-kafka by default, ``JAVA`` for Spark and the JVM writer, ``KAFKA_PYTHON`` for the
     committer. Like Airflow's Kafka provider, only ``extra`` is used. Every dialect is checked,
     so a setting one client cannot express fails the first step that resolves the connection."""

@@ -85,7 +85,7 @@ class SparkSpec:
     master: str | None
     conf: Mapping[str, str] = field(default_factory=dict)
     #: "submit" (a spark-submit per checkpoint), "connect" (a session on a long-lived Spark
-    #: Connect server), or None: the ``spark_default`` connection decides (`lockstep.spark_target`).
+    #: Connect server), or None: the ``spark_default`` connection decides (`lockstep.spark.target`).
     mode: str | None = None
     #: The Spark Connect endpoint (``sc://host:port``) for connect mode; else from the connections.
     remote: str | None = None
@@ -103,7 +103,7 @@ class PipelineSpec:
     spark: SparkSpec
     producer: Mapping[str, Any]
     path: str
-    #: Set on the derived pipeline that replays dead letters (``lockstep.replay.replay_spec``): the
+    #: Set on the derived pipeline that replays dead letters (``lockstep.spark.replay.replay_spec``): the
     #: name of the pipeline whose dead letters it replays. Never read from YAML.
     replay_of: str | None = None
 

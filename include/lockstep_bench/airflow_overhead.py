@@ -17,7 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from lockstep.airflow_client import TERMINAL, AirflowClient
+from lockstep.ops.airflow_client import TERMINAL, AirflowClient
+
 from lockstep_bench import workloads
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from lockstep_examples.bench import FIELDS, MIN_AMOUNT
 
 #: Flink SQL types of the order's fields (``lockstep_examples.bench.FIELDS``).
 SQL_TYPES = {"string": "STRING", "double": "DOUBLE", "long": "BIGINT"}
-#: The producer settings every competitor uses (``lockstep.python_writer.THROUGHPUT_PRODUCER_CONFIG``).
+#: The producer settings every competitor uses (``lockstep.spark.python_writer.THROUGHPUT_PRODUCER_CONFIG``).
 PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "lz4", "acks": "all"}
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
-from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
+from lockstep.model.offsets import OffsetRange, TopicPartition
 
 
 @dataclass
@@ -107,7 +107,7 @@ class RequestCounter:
 
 def measure(spec: Any, tiers: list[int], topic: str, ends: dict[int, int], repeats: int = 5,
             log: Any = print) -> list[HistoryPoint]:
-    from lockstep.coordinator import Pipeline, plan
+    from lockstep.steps.coordinator import Pipeline, plan
 
     p = Pipeline.open(spec)
     store, s3 = p.store, p.store._s3

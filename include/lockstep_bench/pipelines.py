@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 RESULT = "BENCH_RESULT "
 
@@ -52,7 +52,7 @@ def parse_result(stdout: str) -> dict[str, Any]:
 def lockstep_command(spec_path: Path, connect_server_pid: int | None = None) -> Command:
     """``connect_server_pid``: the spec runs in connect mode on this server, whose CPU and memory
     count as the run's (the server outlives the run; only its share during the run is counted)."""
-    from lockstep.sparkconf import job_environment
+    from lockstep.spark.conf import job_environment
 
     return Command([sys.executable, "-m", "lockstep_bench.pipelines", "lockstep", "--spec", str(spec_path)],
                    job_environment(os.environ), parse_result,
@@ -76,12 +76,12 @@ class _SessionReady(logging.Handler):
 
 def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     """plan → run → commit of one checkpoint, timed step by step (also used for the fixed cost)."""
-    from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.launcher import run_checkpoint
     from lockstep.spec import load_spec
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
 
     ready = _SessionReady()
-    for name in ("lockstep.launcher", "lockstep.spark_connect"):  # spark-submit's driver, or the Connect session
+    for name in ("lockstep.steps.run", "lockstep.spark.connect"):  # spark-submit's driver, or the Connect session
         spark_log = logging.getLogger(name)
         spark_log.addHandler(ready)
         spark_log.setLevel(logging.INFO)
@@ -109,7 +109,7 @@ def spark_command(bootstrap: str, source: str, sink: str, ends: dict[int, int], 
     import shutil
 
     from lockstep.paths import project_root
-    from lockstep.sparkconf import job_environment, spark_conf
+    from lockstep.spark.conf import job_environment, spark_conf
 
     spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
     argv = [spark_submit, "--master", master, "--name", "bench-spark-at-least-once"]
@@ -124,7 +124,7 @@ def spark_command(bootstrap: str, source: str, sink: str, ends: dict[int, int], 
 
 # ---- raw client ceiling ---------------------------------------------------------------------------
 def raw_command(bootstrap: str, source: str, sink: str, ends: dict[int, int]) -> Command:
-    from lockstep.sparkconf import job_environment
+    from lockstep.spark.conf import job_environment
 
     return Command([sys.executable, "-m", "lockstep_bench.pipelines", "raw", "--bootstrap", bootstrap,
                     "--source", source, "--sink", sink, "--ends", json.dumps(ends)],
@@ -135,8 +135,7 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
     """Consume ``[0, end)`` of every partition, transform each record, produce in one transaction."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as KTP
-
-    from lockstep.python_writer import DEFAULT_PRODUCER_CONFIG
+    from lockstep.spark.python_writer import DEFAULT_PRODUCER_CONFIG
     from lockstep_examples.bench import transform_value
 
     started = time.monotonic()

@@ -6,11 +6,25 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import project_root
+
 from lockstep_bench.measure import median
 from lockstep_bench.png import line_plot
-from lockstep_bench.results import (CONSUMER_PERF, FLINK_SQL, LOCKSTEP, LOCKSTEP_CONNECT, LOCKSTEP_MODES,
-                                    LOCKSTEP_PYTHON, PEERS, PIPELINES,
-                                    PRODUCER_PERF, QUIX, RAW, SPARK, Results, summarize)
+from lockstep_bench.results import (
+    CONSUMER_PERF,
+    FLINK_SQL,
+    LOCKSTEP,
+    LOCKSTEP_CONNECT,
+    LOCKSTEP_MODES,
+    LOCKSTEP_PYTHON,
+    PEERS,
+    PIPELINES,
+    PRODUCER_PERF,
+    QUIX,
+    RAW,
+    SPARK,
+    Results,
+    summarize,
+)
 
 LABELS = {LOCKSTEP_CONNECT: "Lockstep, Spark Connect (exactly-once)",
           LOCKSTEP: "Lockstep, spark-submit (exactly-once)", LOCKSTEP_PYTHON: "Lockstep, Python writer (before)",
@@ -100,7 +114,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
     add("- Producers: `linger.ms=20`, `batch.size=1000000`, `compression.type=lz4`, `acks=all` for all competitors "
         "(Lockstep's writer defaults; passed to Spark's Kafka sink and to the raw client).")
     add(f"- Spark: `spark-submit --master local[*]` ({env.get('cpus', '?')} cores) with the settings of "
-        "`lockstep.sparkconf` (driver memory 1g, speculation off) for both Spark-based competitors.")
+        "`lockstep.spark.conf` (driver memory 1g, speculation off) for both Spark-based competitors.")
     add(f"- Repeats: {s['repeats']} per competitor, alternated. records/s = input records / wall time of the whole "
         "process (JVM and Python start included). Peak memory = highest sampled sum of RSS over the competitor's "
         "process tree (spark-submit → driver JVM → Python workers; in connect mode the client process plus the Connect "

@@ -17,11 +17,26 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import cache_dir, project_root
+
 from lockstep_bench import history, peers, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
-from lockstep_bench.results import (CONSUMER_PERF, LOCKSTEP_CONNECT, FLINK_SQL, LOCKSTEP, LOCKSTEP_PYTHON, PEERS, PIPELINES,
-                                    PRODUCER_PERF, QUIX, RAW, SPARK, Results, run_of)
+from lockstep_bench.results import (
+    CONSUMER_PERF,
+    FLINK_SQL,
+    LOCKSTEP,
+    LOCKSTEP_CONNECT,
+    LOCKSTEP_PYTHON,
+    PEERS,
+    PIPELINES,
+    PRODUCER_PERF,
+    QUIX,
+    RAW,
+    SPARK,
+    Results,
+    run_of,
+)
+
 
 @dataclass
 class Settings:
@@ -207,7 +222,6 @@ def environment(bootstrap: str) -> dict[str, Any]:
     import confluent_kafka
     import pyarrow
     import pyspark
-
     from lockstep.paths import kafka_jars_dir
 
     def read(path: str, key: str) -> str:
@@ -250,8 +264,9 @@ def _gib(meminfo: str) -> str:
 
 
 def run_bench(settings: Settings) -> Path:
-    from lockstep_bench import report
     from lockstep_dev.platform import Platform
+
+    from lockstep_bench import report
 
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-"))

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from lockstep_dev import procs
 from lockstep.paths import project_root
+
+from lockstep_dev import procs
 
 MARKER = "airflow standalone"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"

@@ -8,11 +8,12 @@ import logging
 import sys
 import time
 
-from lockstep.airflow_client import AirflowClient
-from lockstep_dev.datagen import ensure_topics, produce_orders
-from lockstep_dev.platform import Platform
+from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
 from lockstep.spec import load_spec
+
+from lockstep_dev.datagen import ensure_topics, produce_orders
+from lockstep_dev.platform import Platform
 
 BATCH = 5_000
 MALFORMED_EVERY = 50
@@ -44,7 +45,7 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     client.wait_for_dag(spec.dag_id)
     client.unpause(spec.dag_id)
 
-    from lockstep.client_factory import checkpoint_store
+    from lockstep.steps.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
     latest = store.latest_completed()
@@ -64,7 +65,7 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
             return 1
 
     say("4/5 auditing the output with `lockstep verify` ...")
-    from lockstep.verify import verify_pipeline
+    from lockstep.ops.verify import verify_pipeline
 
     report = verify_pipeline(spec)
     # One set of checkpoints for every line below: the ones verify audited. The DAG is unpaused,

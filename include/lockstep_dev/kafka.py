@@ -19,9 +19,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockstep.paths import kafka_jars_dir
+
 from lockstep_dev import procs
 from lockstep_dev.security import SecureListener
-from lockstep.paths import kafka_jars_dir
 
 MARKER = "kafka.Kafka"
 
@@ -270,8 +271,7 @@ def warm_up(bootstrap: str) -> None:
 def add_scram_user(bootstrap: str, secure: SecureListener) -> None:
     """Create (or reset) the SCRAM credential of the secure listener's user, over the PLAINTEXT
     listener: the password goes to the controller in a request, never on a command line."""
-    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                       UserScramCredentialUpsertion)
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     mechanism = getattr(ScramMechanism, secure.mechanism.replace("-", "_"))
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})

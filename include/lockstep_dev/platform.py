@@ -14,6 +14,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lockstep.paths import dev_state_dir
+
 from lockstep_dev import airflow as airflow_svc
 from lockstep_dev import kafka as kafka_svc
 from lockstep_dev import procs
@@ -21,7 +23,6 @@ from lockstep_dev import s3 as s3_svc
 from lockstep_dev import security as security_svc
 from lockstep_dev import spark as spark_svc
 from lockstep_dev import spark_connect as connect_svc
-from lockstep.paths import dev_state_dir
 
 SINGLE, CLUSTER = "single", "cluster"
 CLUSTER_BROKERS = 3

@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockstep_dev import procs
 from lockstep.paths import minio_binary
+
+from lockstep_dev import procs
 
 #: In MinIO's command line (``<repo>/.cache/bin/minio server <data> ...``).
 MARKER = "/bin/minio server"

@@ -49,7 +49,7 @@ def spark_class() -> str:
 def _daemon_env(config: SparkClusterConfig) -> dict[str, str]:
     from importlib.util import find_spec
 
-    from lockstep.sparkconf import spark_env
+    from lockstep.spark.conf import spark_env
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env = spark_env(env)

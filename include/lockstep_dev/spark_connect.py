@@ -1,7 +1,7 @@
 """A Spark Connect server: one long-lived Spark driver that every checkpoint's run connects to.
 
 Started with pyspark's own ``spark-submit`` and the Connect server class that ships in its jars,
-with the settings every Lockstep run needs (``lockstep.sparkconf``: the Kafka connector and
+with the settings every Lockstep run needs (``lockstep.spark.conf``: the Kafka connector and
 Lockstep's writer jar on the classpath, speculation off) and the environment a job gets
 (``sparkconf.job_environment``: this venv's Python for the Python workers, ``include/``
 importable). The master is ``local[*]``, or the standalone master of a cluster platform.
@@ -11,8 +11,8 @@ foreground (docker-compose.yaml's ``spark-connect`` service).
 """
 from __future__ import annotations
 
-import socket
 import shutil
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MARKER = SERVER_CLASS
 #: A client that went away (a killed task) leaves its running query detached; the server
 #: interrupts it after this long instead of the default 5 minutes. The next attempt of the
-#: checkpoint interrupts it at once anyway (`lockstep.spark_connect`).
+#: checkpoint interrupts it at once anyway (`lockstep.spark.connect`).
 DETACHED_TIMEOUT = "30s"
 
 
@@ -43,7 +43,7 @@ class ConnectConfig:
 
 def server_command(config: ConnectConfig, conf: Mapping[str, object] | None = None) -> list[str]:
     """spark-submit of the Connect server with every setting a Lockstep run needs."""
-    from lockstep.sparkconf import spark_conf
+    from lockstep.spark.conf import spark_conf
 
     spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
     settings = {**spark_conf(conf), "spark.connect.grpc.binding.address": config.host,
@@ -56,7 +56,7 @@ def server_command(config: ConnectConfig, conf: Mapping[str, object] | None = No
 
 
 def start(config: ConnectConfig, log_file: Path, base_env: Mapping[str, str]) -> int:
-    from lockstep.sparkconf import job_environment
+    from lockstep.spark.conf import job_environment
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     return procs.start_detached("spark-connect", server_command(config), log_file, env=job_environment(base_env),
@@ -75,7 +75,7 @@ def is_ready(config: ConnectConfig) -> bool:
 def warm_up(config: ConnectConfig) -> None:
     """One small query through a session of its own, so the first checkpoint does not pay the
     server's first-query cost (class loading, code generation)."""
-    from lockstep.spark_connect import connect_mode, new_session
+    from lockstep.spark.connect import connect_mode, new_session
 
     with connect_mode():
         spark = new_session(config.url)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
 
-    from lockstep.sparkconf import job_environment
+    from lockstep.spark.conf import job_environment
 
     parser = argparse.ArgumentParser(description="Lockstep's Spark Connect server, in the foreground")
     parser.add_argument("--host", default="127.0.0.1")

@@ -16,7 +16,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.output_contract import ERROR_HEADER, ORIGINAL_SIZE_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.model.output_contract import (
+    ERROR_HEADER,
+    ORIGINAL_SIZE_HEADER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
 
 Offset = tuple[int, int]  # (source partition, offset)
 VALID = "valid"

@@ -211,7 +211,6 @@ spark:
     # ---- input -----------------------------------------------------------------------------------
     def _produce(self, cycle: int, count: int) -> None:
         from confluent_kafka import Producer
-
         from lockstep_dev.datagen import order
 
         bad = plan_bad_input(self.seed, cycle, count, self.config.bad_per_cycle)
@@ -403,8 +402,7 @@ spark:
 
     def _coordinator_service(self) -> str:
         from confluent_kafka.admin import AdminClient
-
-        from lockstep.transactional_ids import transactional_id
+        from lockstep.model.transactional_ids import transactional_id
 
         checkpoint = self._checkpoint or 1
         tid = transactional_id(self.name, checkpoint, 0)

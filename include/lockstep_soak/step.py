@@ -15,11 +15,11 @@ import uuid
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
-    from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.run_ownership import cli_run_id
     from lockstep.errors import LockstepError
-    from lockstep.launcher import run_checkpoint
+    from lockstep.rules.run_ownership import cli_run_id
     from lockstep.spec import load_spec
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
 
     step, spec_path, *rest = argv
     spec = load_spec(spec_path)

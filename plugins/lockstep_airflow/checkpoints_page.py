@@ -28,14 +28,14 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-
-from airflow.api_fastapi.core_api.security import requires_authenticated
-from lockstep.run_ownership import parse_cli_run_id
-from lockstep.lag import PartitionLag
+from lockstep.ops.lag import PartitionLag
 from lockstep.paths import pipelines_dir
+from lockstep.rules.run_ownership import parse_cli_run_id
+
 from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
 from lockstep_airflow.overview import (
     RUN_SEARCH_WINDOW,
@@ -478,7 +478,7 @@ TRANSACTION_HEADERS = ["Transaction", "Checkpoint", "Status", "#Task", "State", 
 
 def _transaction(r: Any, pipeline: str, ctx: Ctx) -> str:
     """One open transaction: the pipeline's (linked to its checkpoint) or a foreign one pinning its partitions."""
-    from lockstep.open_transactions import duration
+    from lockstep.ops.open_transactions import duration
 
     if r.foreign:
         checkpoint = '<td class="n">foreign</td>'

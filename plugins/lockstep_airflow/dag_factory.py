@@ -8,17 +8,16 @@ makes a second owner of a checkpoint impossible whatever Airflow does.
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import logging
-
 from airflow.sdk import DAG, Asset
+from lockstep.ops.drift import asset_name
 
-from lockstep.drift import asset_name
-from lockstep_airflow.params import pipeline_params, read_restore_points
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
+from lockstep_airflow.params import pipeline_params, read_restore_points
 
 log = logging.getLogger(__name__)
 START_DATE = datetime(2024, 1, 1)

@@ -20,9 +20,8 @@ TASKS = ("plan", "run", "commit")
 
 
 def _xcoms(dag_run: Any, session: Any) -> dict[tuple[str, str], Any]:
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
+    from sqlalchemy import select
 
     rows = session.scalars(
         select(XComModel).where(XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id,

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-
 from lockstep.logs import quiet_clients
+
 from lockstep_airflow.links import checkpoint_url
 from lockstep_airflow.run_notes import FAILURE_KEY
 
@@ -42,7 +42,6 @@ def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception, 
     The line is also left in XCom (``FAILURE_KEY``) for the run's note.
     """
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
     from lockstep.errors import TerminalError
 
     what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "no checkpoint claimed"
@@ -89,7 +88,7 @@ class _LockstepOperator(BaseOperator):
 def _send_lag(p: Any) -> None:
     """The pipeline's lag as StatsD gauges where Airflow sends its metrics (``[metrics] statsd_on``);
     nothing is read when metrics are off. Metrics never fail a task."""
-    from lockstep import lag, metrics
+    from lockstep.ops import lag, metrics
 
     try:
         target = metrics.resolve_target()
@@ -121,18 +120,16 @@ class LockstepPlanOperator(_LockstepOperator):
     ui_color = "#e8f1fb"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from lockstep.coordinator import Pipeline, plan
-        from lockstep.spec import load_spec
-
         from lockstep.errors import LockstepError
-        from lockstep.failpoints import FailpointError
+        from lockstep.model.failpoints import FailpointError
+        from lockstep.spec import load_spec
+        from lockstep.steps.coordinator import Pipeline, plan
 
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
         from airflow.sdk.exceptions import AirflowRescheduleException
-
-        from lockstep.coordinator import CheckpointInFlight
+        from lockstep.steps.coordinator import CheckpointInFlight
 
         params = context["params"]
         dry_run = _dry_run(context)
@@ -167,7 +164,7 @@ class LockstepPlanOperator(_LockstepOperator):
     @staticmethod
     def _run_alive(context: Any) -> Any:
         """Whether another run of this DAG is still going, from Airflow itself; None if not ours."""
-        from lockstep.run_ownership import parse_cli_run_id
+        from lockstep.rules.run_ownership import parse_cli_run_id
 
         def alive(run_id: str) -> bool | None:
             if parse_cli_run_id(run_id) is not None:
@@ -184,7 +181,7 @@ class LockstepPlanOperator(_LockstepOperator):
 class LockstepRunOperator(_LockstepOperator):
     """The bounded Spark run of the planned checkpoint: the same run step as ``lockstep run``.
 
-    ``lockstep.launcher.run_checkpoint`` decides where the run goes (``spark.mode``: a spark-submit
+    ``lockstep.steps.run.run_checkpoint`` decides where the run goes (``spark.mode``: a spark-submit
     whose driver output streams into this task's log, or a session on a Spark Connect server
     driven from this task) and prepares an empty checkpoint without starting Spark. Connections
     reach a spark-submit job through its environment, never its command line. Killing the task
@@ -195,15 +192,14 @@ class LockstepRunOperator(_LockstepOperator):
 
     def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
         super().__init__(spec_path=spec_path, **kwargs)
-        self._run: Any = None  # lockstep.launcher.Stoppable
+        self._run: Any = None  # lockstep.steps.run.Stoppable
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
-
         from lockstep.errors import LockstepError
-        from lockstep.launcher import run_checkpoint
-        from lockstep.client_factory import checkpoint_store
         from lockstep.spec import load_spec
+        from lockstep.steps.client_factory import checkpoint_store
+        from lockstep.steps.run import run_checkpoint
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: the plan only showed the ranges")
@@ -235,12 +231,10 @@ class LockstepCommitOperator(_LockstepOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
-
-        from lockstep.coordinator import Pipeline, commit
-        from lockstep.spec import load_spec
-
         from lockstep.errors import LockstepError
-        from lockstep.failpoints import FailpointError
+        from lockstep.model.failpoints import FailpointError
+        from lockstep.spec import load_spec
+        from lockstep.steps.coordinator import Pipeline, commit
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: nothing to commit")
@@ -282,9 +276,9 @@ class LockstepSavepointOperator(BaseOperator):
         self.pipelines_dir = pipelines_dir
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from lockstep.checkpoint import validate_savepoint_name
-        from lockstep.client_factory import checkpoint_store
+        from lockstep.model.checkpoint import validate_savepoint_name
         from lockstep.spec import load_specs
+        from lockstep.steps.client_factory import checkpoint_store
 
         params = context["params"]
         specs = {s.name: s for s in load_specs(self.pipelines_dir)}

@@ -20,11 +20,11 @@ from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from lockstep import lag
-from lockstep.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
 from lockstep.errors import SpecError, TerminalError, TransientError
-from lockstep.lag import PartitionLag
-from lockstep.offsets import TopicPartition
+from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
+from lockstep.model.offsets import TopicPartition
+from lockstep.ops import lag
+from lockstep.ops.lag import PartitionLag
 from lockstep.spec import PipelineSpec, load_spec, load_specs
 
 T = TypeVar("T")
@@ -373,7 +373,7 @@ def _partitions(admin: Any, topics: list[str], bootstrap: str) -> list[TopicPart
 
 
 def read_lag(spec: PipelineSpec, store: Any, now: datetime) -> list[PartitionLag]:
-    """Transaction-aware lag (``lockstep.lag``), with the page's short Kafka timeouts. Without a
+    """Transaction-aware lag (``lockstep.ops.lag``), with the page's short Kafka timeouts. Without a
     store (S3 unreachable) it falls back to the consumer group's offsets, so the lag still shows."""
     from lockstep.connections import kafka_config
 
@@ -386,9 +386,9 @@ def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> lis
     """``lockstep transactions`` for the page: the same rows, read with the page's store and committers
     that give up after ``KAFKA_TIMEOUT_S`` rather than a task's minute."""
     from lockstep.connections import kafka_config
-    from lockstep.coordinator import Pipeline
-    from lockstep.client_factory import committer_for_connection, kafka_admin
-    from lockstep.transaction_console import look
+    from lockstep.ops.transaction_console import look
+    from lockstep.steps.client_factory import committer_for_connection, kafka_admin
+    from lockstep.steps.coordinator import Pipeline
 
     def committer(conn_id: str) -> Any:
         return committer_for_connection(conn_id, retry_deadline_s=KAFKA_TIMEOUT_S)
@@ -406,9 +406,8 @@ def page_store(spec: PipelineSpec) -> Any:
     """
     import boto3
     from botocore.config import Config
-
     from lockstep.connections import s3_client_kwargs
-    from lockstep.store import CheckpointStore
+    from lockstep.store.checkpoint_store import CheckpointStore
 
     config = Config(s3={"addressing_style": "path"}, connect_timeout=S3_TIMEOUT_S, read_timeout=S3_TIMEOUT_S,
                     retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=VIEW_WORKERS * 2)

@@ -70,8 +70,7 @@ def read_restore_points(spec: Any) -> list[RestorePoint]:
     task (Airflow's parsing context names the DAG) skips the S3 reads, so a task's start-up does
     not pay them for every pipeline in the file."""
     from airflow.sdk import get_parsing_context
-
-    from lockstep.client_factory import checkpoint_store
+    from lockstep.steps.client_factory import checkpoint_store
 
     if get_parsing_context().dag_id is not None:
         return []

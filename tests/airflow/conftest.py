@@ -66,8 +66,8 @@ class AirflowServer:
     _token: str | None = field(default=None, repr=False)
 
     def rest(self) -> Any:
-        """Lockstep's own REST client (``lockstep.airflow_client``), logged in as the admin."""
-        from lockstep.airflow_client import AirflowClient
+        """Lockstep's own REST client (``lockstep.ops.airflow_client``), logged in as the admin."""
+        from lockstep.ops.airflow_client import AirflowClient
 
         return AirflowClient(self.url, self.username, self.password)
 
@@ -224,8 +224,8 @@ def statsd() -> Iterator[StatsdListener]:
 def airflow(platform, statsd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     """Airflow over the single-node platform's connections. The cluster topology is not started for
     it: the test that runs a DAG there adds ``kafka_cluster`` / ``aws_cluster`` itself."""
-    from lockstep_dev import procs
     from lockstep.paths import PIPELINES_DIR_ENV
+    from lockstep_dev import procs
 
     pipelines = tmp_path_factory.mktemp("pipelines")
     dead = f"127.0.0.1:{procs.free_port()}"

@@ -19,15 +19,14 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-
-from lockstep.checkpoint import (
+from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
     CompletedCheckpoint,
     PreparedCheckpoint,
     PreparedTransaction,
 )
-from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.paths import project_root
 
 from ..support.topics import create_topics
@@ -67,9 +66,8 @@ def _prepared(name: str, checkpoint_id: int, out_topic: str, records_in: int, de
 
 def _seed_kafka(bootstrap: str, topic: str, group: str) -> None:
     from confluent_kafka import Producer
-
-    from lockstep import topics
     from lockstep.connections import kafka_config
+    from lockstep.kafka import broker_offsets
 
     create_topics(bootstrap, {topic: 2})
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -77,12 +75,12 @@ def _seed_kafka(bootstrap: str, topic: str, group: str) -> None:
         for i in range(count):
             producer.produce(topic, f"record {i}".encode(), partition=partition)
     assert producer.flush(30) == 0
-    topics.publish_offsets(kafka_config("kafka_default"), group,
+    broker_offsets.publish_offsets(kafka_config("kafka_default"), group,
                            {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10})
 
 
 def _seed_store(spec, topic: str) -> None:
-    from lockstep.client_factory import checkpoint_store
+    from lockstep.steps.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
     name, out = spec.name, spec.sink.topic

@@ -4,9 +4,8 @@ server; a crash in the Spark run is recovered by the next DAG run, exactly once.
 from __future__ import annotations
 
 import pytest
-
-from lockstep.airflow_client import AirflowClient
-from lockstep.checkpoint import CheckpointStatus
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.ops.airflow_client import AirflowClient
 
 from ..integration.engine_helpers import open_transactions, store, verify
 from ..support.data import produce_orders

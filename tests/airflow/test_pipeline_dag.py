@@ -5,10 +5,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from lockstep.airflow_client import AirflowClient, AirflowError
-from lockstep.checkpoint import CheckpointStatus
-
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.ops.airflow_client import AirflowClient, AirflowError
 from lockstep_airflow.run_notes import origin
 
 from ..integration.engine_helpers import open_transactions, store, verify
@@ -275,7 +273,7 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
 
     # verify's drift audit reads the same events by the Asset's name and finds each one a completed
     # checkpoint with its records and offsets.
-    from lockstep import drift
+    from lockstep.ops import drift
 
     monkeypatch.setenv(drift.AIRFLOW_USER_ENV, airflow.username)
     monkeypatch.setenv(drift.AIRFLOW_PASSWORD_ENV, airflow.password)

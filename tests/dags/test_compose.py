@@ -366,7 +366,7 @@ def test_the_spark_connect_service_runs_locksteps_server_and_airflow_is_pointed_
     and the connection connect-mode pipelines read (spark_target.SPARK_CONNECT_CONN_ID)."""
     import json
 
-    from lockstep.spark_target import SPARK_CONNECT_CONN_ID, connect_url
+    from lockstep.spark.target import SPARK_CONNECT_CONN_ID, connect_url
 
     connect = services["spark-connect"]
     entry = connect["entrypoint"]

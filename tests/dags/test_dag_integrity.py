@@ -44,7 +44,7 @@ def test_one_dag_per_pipeline_spec_with_plan_run_commit(dagbag):
         # What the DAG list shows under the DAG's name: the spec's description, else what it does.
         assert dag.description == (spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> "
                                                         f"{spec.sink.topic}, exactly once")
-        # The run task is the CLI's run step (lockstep.launcher), so both resolve the master alike.
+        # The run task is the CLI's run step (lockstep.steps.run), so both resolve the master alike.
         assert type(dag.get_task("run")).__name__ == "LockstepRunOperator"
         assert set(dag.params) == {"restore_from", "max_records", "dry_run"}
         assert dag.get_task("commit").retries >= 1

@@ -64,24 +64,24 @@ def verify(pipeline: PipelineUnderTest, *extra: str) -> dict:
 
 
 def open_transactions(pipeline: PipelineUnderTest) -> list[str]:
-    from lockstep.committer import TransactionCommitter
+    from lockstep.kafka.committer import TransactionCommitter
 
     with TransactionCommitter(pipeline.bootstrap) as committer:
         return committer.list_open(f"{pipeline.prefix}-")
 
 
 def store(pipeline: PipelineUnderTest):
-    from lockstep.client_factory import checkpoint_store
+    from lockstep.steps.client_factory import checkpoint_store
 
     return checkpoint_store(pipeline.spec())
 
 
 def group_offsets(pipeline: PipelineUnderTest) -> dict[str, int]:
     """The pipeline consumer group's committed offsets, keyed like checkpoint end offsets."""
-    from lockstep import topics
+    from lockstep.kafka import broker_offsets, topics
 
     spec = pipeline.spec()
     admin = AdminClient({"bootstrap.servers": pipeline.bootstrap})
     tps = topics.partitions(admin, spec.source.topics)
-    found = topics.group_offsets({"bootstrap.servers": pipeline.bootstrap}, spec.source.consumer_group, tps)
+    found = broker_offsets.group_offsets({"bootstrap.servers": pipeline.bootstrap}, spec.source.consumer_group, tps)
     return {tp.key: offset for tp, offset in found.items()}

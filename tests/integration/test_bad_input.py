@@ -13,8 +13,13 @@ import json
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-
-from lockstep.output_contract import ERROR_HEADER, ORIGINAL_SIZE_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.model.output_contract import (
+    ERROR_HEADER,
+    ORIGINAL_SIZE_HEADER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
 
 from ..support.data import read_committed
 from .engine_helpers import make_pipeline, open_transactions, run, verify

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from lockstep.checkpoint import CheckpointStatus
-from lockstep.failpoints import CRASH_EXIT_CODE
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.failpoints import CRASH_EXIT_CODE
 
 from ..support.data import produce_orders, read_committed
 from ..support.pipelines import PipelineUnderTest
@@ -95,8 +94,8 @@ def executor_pids(cluster) -> list[int]:
 
 
 def ongoing(pipeline: PipelineUnderTest) -> list[str]:
-    from lockstep.committer import TransactionCommitter
-    from lockstep.kafka_protocol import TransactionState
+    from lockstep.kafka.committer import TransactionCommitter
+    from lockstep.model.transactions import TransactionState
 
     with TransactionCommitter(pipeline.bootstrap) as committer:
         return committer.list_open(f"{pipeline.prefix}-", states=(TransactionState.ONGOING,))
@@ -193,8 +192,8 @@ def coordinator_of(bootstrap: str, transactional_id: str) -> int:
 
 
 def test_commit_survives_the_coordinator_broker_being_killed_after_prepare(tmp_path, on_cluster, unique):
-    from lockstep.coordinator import Pipeline, commit, plan
-    from lockstep.launcher import run_checkpoint
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
 
     pipeline = cluster_pipeline(tmp_path, on_cluster, unique, partitions=3)
     produce_orders(pipeline, 300)

@@ -3,7 +3,7 @@
 
 Plan (confluent-kafka), the Spark source and the JVM writer on the standalone workers (Java
 kafka-clients) and the commit (kafka-python, plus confluent-kafka for fencing) each get the
-connection in their own dialect from ``lockstep.kafka_clients``. The connection names only the
+connection in their own dialect from ``lockstep.kafka.client_configs``. The connection names only the
 secure ports, so a client given the wrong dialect could not have talked to the brokers at all.
 Afterwards the SCRAM password must appear nowhere the run leaves text behind.
 """
@@ -128,8 +128,8 @@ def test_a_pipeline_runs_over_sasl_ssl_and_its_password_is_written_nowhere(tmp_p
     assert report["covered_offsets"] == RECORDS and report["actual_outputs"] == RECORDS, report
 
     from lockstep.connections import s3_client
-    from lockstep.client_factory import transaction_committer
     from lockstep.spec import load_spec
+    from lockstep.steps.client_factory import transaction_committer
 
     loaded = load_spec(spec)
     with transaction_committer(loaded) as committer:  # kafka-python over SASL_SSL

@@ -13,9 +13,8 @@ import threading
 import time
 
 import pytest
-
-from lockstep.checkpoint import CheckpointStatus
 from lockstep.errors import TransientCheckpointError
+from lockstep.model.checkpoint import CheckpointStatus
 
 from ..support.data import produce_orders
 from .engine_helpers import make_pipeline, open_transactions, run, store, verify
@@ -53,8 +52,8 @@ def _planned(pipeline) -> int:
     `lockstep run` may recover it (a live owner's checkpoint is left alone)."""
     import socket
 
-    from lockstep.coordinator import Pipeline, plan
-    from lockstep.run_ownership import cli_run_id
+    from lockstep.rules.run_ownership import cli_run_id
+    from lockstep.steps.coordinator import Pipeline, plan
 
     owner = cli_run_id(socket.gethostname(), _exited_pid(), "test")
     return plan(Pipeline.open(pipeline.spec()), run_id=owner).claim.checkpoint_id
@@ -69,7 +68,7 @@ def _exited_pid() -> int:
 def _run_step_in_a_process(pipeline, checkpoint_id: int) -> subprocess.Popen:
     """The run step of one checkpoint as the Airflow run task does it, in a process of its own."""
     code = ("import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout); "
-            "from lockstep.client_factory import checkpoint_store; from lockstep.launcher import run_checkpoint; "
+            "from lockstep.steps.client_factory import checkpoint_store; from lockstep.steps.run import run_checkpoint; "
             "from lockstep.spec import load_spec; spec = load_spec(sys.argv[1]); "
             "run_checkpoint(spec, int(sys.argv[2]), checkpoint_store(spec))")
     return subprocess.Popen([sys.executable, "-c", code, str(pipeline.spec_path), str(checkpoint_id)],
@@ -108,10 +107,10 @@ def test_a_killed_client_is_interrupted_and_fenced_by_the_next_attempt(tmp_path,
     killed.wait(30)
     assert store(pipeline).view(cid).status is CheckpointStatus.CLAIMED
 
-    from lockstep.coordinator import Pipeline, commit
-    from lockstep.launcher import run_checkpoint
+    from lockstep.steps.coordinator import Pipeline, commit
+    from lockstep.steps.run import run_checkpoint
 
-    with caplog.at_level(logging.INFO, logger="lockstep.spark_connect"):
+    with caplog.at_level(logging.INFO, logger="lockstep.spark.connect"):
         run_checkpoint(pipeline.spec(), cid, store(pipeline))
     assert "interrupted 1 operation(s) an earlier attempt left running" in caplog.text
     assert store(pipeline).view(cid).status is CheckpointStatus.PREPARED
@@ -130,7 +129,7 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
     produce_orders(pipeline, 500)
     cid = _planned(pipeline)
 
-    from lockstep.launcher import run_checkpoint
+    from lockstep.steps.run import run_checkpoint
 
     writing = threading.Event()
 
@@ -145,8 +144,8 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
         platform.stop("spark-connect", kill=True)
 
     handler = Writing()
-    logging.getLogger("lockstep.sparkjob").addHandler(handler)
-    logging.getLogger("lockstep.sparkjob").setLevel(logging.INFO)
+    logging.getLogger("lockstep.spark.job").addHandler(handler)
+    logging.getLogger("lockstep.spark.job").setLevel(logging.INFO)
 
     killer = threading.Thread(target=kill_when_writing)
     killer.start()
@@ -156,7 +155,7 @@ def test_a_killed_server_fails_the_run_as_retryable_and_the_next_run_recovers(tm
     finally:
         writing.set()
         killer.join()
-        logging.getLogger("lockstep.sparkjob").removeHandler(handler)
+        logging.getLogger("lockstep.spark.job").removeHandler(handler)
         platform.start("spark-connect")
     assert f"checkpoint {cid}" in str(failed.value) and "retry" in str(failed.value)
     assert store(pipeline).view(cid).status is CheckpointStatus.CLAIMED

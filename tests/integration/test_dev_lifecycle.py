@@ -75,11 +75,11 @@ def test_port_in_use_gives_clear_error_without_hanging(tmp_path, platform):
 def test_checkpoints_survive_down_and_go_with_wipe(tmp_path):
     """S3 keeps objects on disk (MinIO under <dev dir>/s3): a claim written before `down` still owns
     its checkpoint id after `up`; `down --wipe` deletes it."""
-    from lockstep.checkpoint import CheckpointClaim
+    from lockstep.model.checkpoint import CheckpointClaim
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed, CheckpointStore
     from lockstep_dev import s3
     from lockstep_dev.platform import Platform
-    from lockstep.offsets import OffsetRange
-    from lockstep.store import CheckpointAlreadyClaimed, CheckpointStore
 
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
     free_ports = ["--kafka-port", "0", "--controller-port", "0", "--s3-port", "0", "--no-spark-connect"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from lockstep.checkpoint import CheckpointStatus
-from lockstep.output_contract import ERROR_HEADER
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.output_contract import ERROR_HEADER
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
 from ..support.topics import create_topics
@@ -56,7 +55,7 @@ def test_five_checkpoints_tile_and_verify_exactly_once(tmp_path, bootstrap, uniq
 
 
 def test_empty_checkpoint_completes_and_commit_again_changes_nothing(tmp_path, bootstrap, unique):
-    from lockstep.coordinator import Pipeline, commit
+    from lockstep.steps.coordinator import Pipeline, commit
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
     result = run(pipeline)
@@ -77,11 +76,11 @@ def test_empty_checkpoint_completes_and_commit_again_changes_nothing(tmp_path, b
     assert report["ok"] and report["actual_outputs"] == 40, report
 
     # Offsets are never moved backwards without a restore: if the group is ahead, it stays.
-    from lockstep import topics
-    from lockstep.offsets import TopicPartition
+    from lockstep.kafka import broker_offsets
+    from lockstep.model.offsets import TopicPartition
 
     ahead = {TopicPartition.from_key(k): v + 5 for k, v in group_offsets(pipeline).items()}
-    topics.publish_offsets({"bootstrap.servers": bootstrap}, pipeline.spec().source.consumer_group, ahead)
+    broker_offsets.publish_offsets({"bootstrap.servers": bootstrap}, pipeline.spec().source.consumer_group, ahead)
     third = run(pipeline)  # an empty checkpoint: no Spark, same end offsets
     assert third.returncode == 0, third.stderr[-3000:]
     assert group_offsets(pipeline) == {tp.key: o for tp, o in ahead.items()}
@@ -89,11 +88,11 @@ def test_empty_checkpoint_completes_and_commit_again_changes_nothing(tmp_path, b
 
 
 def test_transaction_timeout_aborts_the_whole_checkpoint_and_the_next_run_replays(tmp_path, bootstrap, unique):
-    from lockstep.committer import TransactionCommitter
-    from lockstep.coordinator import Pipeline, commit, plan
     from lockstep.errors import CheckpointError
-    from lockstep.kafka_protocol import TransactionState
-    from lockstep.launcher import run_checkpoint
+    from lockstep.kafka.committer import TransactionCommitter
+    from lockstep.model.transactions import TransactionState
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, timeout_ms=4000, margin_ms=1000)
     produce_orders(pipeline, 100)
@@ -171,7 +170,7 @@ def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, b
     import json
     from datetime import datetime, timezone
 
-    from lockstep.output_contract import CHECKPOINT_HEADER
+    from lockstep.model.output_contract import CHECKPOINT_HEADER
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3)
     hour_ago = int(time.time() * 1000) - 3_600_000
@@ -280,8 +279,8 @@ def test_a_run_refuses_to_recover_a_checkpoint_whose_run_is_still_alive(tmp_path
     import socket
     from datetime import datetime, timezone
 
-    from lockstep.checkpoint import AbortedCheckpoint, CheckpointClaim
-    from lockstep.run_ownership import cli_run_id
+    from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim
+    from lockstep.rules.run_ownership import cli_run_id
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
     s = store(pipeline)
@@ -351,8 +350,8 @@ def test_status_counts_records_in_flight_and_verify_flags_a_hand_moved_group(tmp
     import json
     import socket
 
-    from lockstep import topics
-    from lockstep.offsets import TopicPartition
+    from lockstep.kafka import broker_offsets
+    from lockstep.model.offsets import TopicPartition
 
     from .engine_helpers import lockstep
 
@@ -387,7 +386,7 @@ def test_status_counts_records_in_flight_and_verify_flags_a_hand_moved_group(tmp
     latest = store(pipeline).latest_completed()
     ends = dict(latest.completed.end_offsets)
     moved = next(k for k, v in ends.items() if v > 0)
-    topics.publish_offsets({"bootstrap.servers": bootstrap}, pipeline.spec().source.consumer_group,
+    broker_offsets.publish_offsets({"bootstrap.servers": bootstrap}, pipeline.spec().source.consumer_group,
                            {TopicPartition.from_key(moved): ends[moved] + 5})  # "by hand", ahead of the checkpoint
     report = verify(pipeline)
     assert report["ok"] and not report["drift_ok"], report  # the output is exactly once; the group drifted

@@ -3,10 +3,9 @@ with no transaction left open on the broker (issue: failpoints at every step).""
 from __future__ import annotations
 
 import pytest
-
-from lockstep.checkpoint import CheckpointStatus
-from lockstep.failpoints import CRASH_EXIT_CODE, FAILPOINTS
-from lockstep.output_contract import WRITER_FAILPOINTS
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
+from lockstep.model.output_contract import WRITER_FAILPOINTS
 
 from ..support.data import produce_orders
 from .engine_helpers import make_pipeline, open_transactions, run, store, verify

@@ -76,7 +76,7 @@ def test_s3_conditional_create_and_stale_if_match_are_rejected(s3_client, platfo
 
 
 def test_spark_reads_exact_committed_offset_range(bootstrap, unique):
-    from lockstep.sparkconf import local_session
+    from lockstep.spark.conf import local_session
 
     topic = f"smoke-spark-{unique}"
     create_topic(bootstrap, topic, partitions=2)

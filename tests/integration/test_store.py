@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-
-from lockstep.checkpoint import (
+from lockstep.errors import CheckpointError, MetadataError, TerminalError
+from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
     CheckpointStatus,
@@ -24,9 +24,8 @@ from lockstep.checkpoint import (
     PreparedCheckpoint,
     PreparedTransaction,
 )
-from lockstep.errors import CheckpointError, MetadataError, TerminalError
-from lockstep.offsets import OffsetRange, TopicPartition
-from lockstep.store import CheckpointAlreadyClaimed, CheckpointStore
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed, CheckpointStore
 
 PIPELINE = "orders"
 TOPIC = "orders-in"
@@ -176,9 +175,9 @@ def test_an_identical_second_claim_still_loses(store: CheckpointStore) -> None:
 CLAIM_RACER = """
 import json, sys
 import boto3
-from lockstep.checkpoint import CheckpointClaim
-from lockstep.offsets import OffsetRange
-from lockstep.store import CheckpointAlreadyClaimed, CheckpointStore
+from lockstep.model.checkpoint import CheckpointClaim
+from lockstep.model.offsets import OffsetRange
+from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed, CheckpointStore
 endpoint, bucket, root, run_id, count = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="lockstep",
                   aws_secret_access_key="lockstep-secret", region_name="us-east-1")

@@ -10,12 +10,11 @@ import socket
 from datetime import datetime, timezone
 
 from confluent_kafka import Producer
-
-from lockstep.checkpoint import CheckpointClaim, CheckpointStatus
-from lockstep.committer import TransactionCommitter
-from lockstep.kafka_protocol import TransactionState
-from lockstep.run_ownership import cli_run_id
-from lockstep.failpoints import CRASH_EXIT_CODE
+from lockstep.kafka.committer import TransactionCommitter
+from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus
+from lockstep.model.failpoints import CRASH_EXIT_CODE
+from lockstep.model.transactions import TransactionState
+from lockstep.rules.run_ownership import cli_run_id
 
 from ..support.data import produce_orders
 from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify

@@ -16,15 +16,11 @@ from typing import TypeVar
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-
-from lockstep.checkpoint import PreparedTransaction
-from lockstep.committer import (
-    TransactionCommitter,
-    TransactionFencedError,
-    TransactionStateError,
-)
-from lockstep.kafka_protocol import KafkaTransactionAdmin, TransactionState
-from lockstep.python_writer import RecordRejectedError, TransactionalWriter
+from lockstep.kafka.committer import TransactionCommitter, TransactionFencedError, TransactionStateError
+from lockstep.kafka.internals import KafkaTransactionAdmin
+from lockstep.model.checkpoint import PreparedTransaction
+from lockstep.model.transactions import TransactionState
+from lockstep.spark.python_writer import RecordRejectedError, TransactionalWriter
 
 from ..support.topics import create_topics
 
@@ -34,7 +30,7 @@ T = TypeVar("T")
 # committing (the Spark task's life, minus Spark).
 WRITER_SCRIPT = """
 import json, sys
-from lockstep.python_writer import TransactionalWriter
+from lockstep.spark.python_writer import TransactionalWriter
 bootstrap, tid, topic, count, timeout_ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 with TransactionalWriter(bootstrap, tid, task_index=7, transaction_timeout_ms=timeout_ms) as writer:
     for i in range(count):

@@ -3,7 +3,7 @@ contract: the same records, keys, provenance and user headers, dead letters, exa
 
 Each writer runs a pipeline of its own over the same input; the test compares what a
 read_committed consumer sees, record by record (keyed by source partition and offset), and checks
-both against the one definition of the contract (`lockstep.output_contract`): the headers, the
+both against the one definition of the contract (`lockstep.model.output_contract`): the headers, the
 committable each writer hands back, the record `job.mid_produce` fires at.
 """
 from __future__ import annotations
@@ -12,10 +12,17 @@ import json
 import re
 
 import pytest
-
-from lockstep.output_contract import (
-    CHECKPOINT_HEADER, COMMITTABLE_FIELDS, COMMITTABLE_SCHEMA, ERROR_HEADER, LEADING_HEADERS,
-    MID_PRODUCE_AFTER_RECORDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, mid_produce_message,
+from lockstep.model.output_contract import (
+    CHECKPOINT_HEADER,
+    COMMITTABLE_FIELDS,
+    COMMITTABLE_SCHEMA,
+    ERROR_HEADER,
+    LEADING_HEADERS,
+    MID_PRODUCE_AFTER_RECORDS,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+    mid_produce_message,
 )
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
@@ -121,7 +128,6 @@ def test_a_task_whose_rows_are_all_filtered_out_leaves_no_transaction(tmp_path, 
     import json
 
     from confluent_kafka import Producer
-
     from lockstep_examples.bench import MIN_AMOUNT
 
     pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}-{writer}", partitions=2,

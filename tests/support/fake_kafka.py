@@ -6,9 +6,9 @@
   and epoch of the open transaction, fencing re-initialises the id (the epoch moves on, what was open
   is aborted), and an id it never saw is ``Unknown``. What it committed, aborted and fenced is kept
   so tests assert on results.
-- ``FakeSource``: the source cluster as ``lockstep.topics`` reads it: an admin client's
+- ``FakeSource``: the source cluster as ``lockstep.kafka.broker_offsets`` reads it: an admin client's
   ``list_topics`` / ``list_offsets`` (earliest, latest stable, by timestamp) and consumer group
-  offsets read and committed through ``topics._group_consumer``.
+  offsets read and committed through ``broker_offsets._group_consumer``.
 
 States are the coordinator's own strings (DescribeTransactions' names), so whatever type the
 committer hands out for them compares equal.
@@ -142,7 +142,7 @@ class FakePartition:
 class FakeSource:
     """A source cluster: topics of partitions with records (only offsets and timestamps), and consumer
     groups' committed offsets. Use ``admin`` as ``Pipeline.source_admin`` and ``install(monkeypatch)``
-    so ``lockstep.topics`` reads and commits group offsets here."""
+    so ``lockstep.kafka.broker_offsets`` reads and commits group offsets here."""
 
     def __init__(self) -> None:
         self.topics: dict[str, list[FakePartition]] = {}
@@ -166,11 +166,11 @@ class FakeSource:
         return {f"{t}:{p}": o for (t, p), o in sorted(self.groups.get(group, {}).items())}
 
     def install(self, monkeypatch: Any) -> FakeSource:
-        """Group offsets are read and written through a consumer ``lockstep.topics`` builds from a
+        """Group offsets are read and written through a consumer ``lockstep.kafka.broker_offsets`` builds from a
         config dict, not an injected client: patch its one constructor."""
-        from lockstep import topics
+        from lockstep.kafka import broker_offsets
 
-        monkeypatch.setattr(topics, "_group_consumer", lambda config, group: _FakeGroupConsumer(self, group))
+        monkeypatch.setattr(broker_offsets, "_group_consumer", lambda config, group: _FakeGroupConsumer(self, group))
         return self
 
 

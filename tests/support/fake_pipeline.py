@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.checkpoint import PreparedCheckpoint, PreparedTransaction
-from lockstep.coordinator import Pipeline, Plan
-from lockstep.transactional_ids import transactional_id
-from lockstep.offsets import TopicPartition
+from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
+from lockstep.model.offsets import TopicPartition
+from lockstep.model.transactional_ids import transactional_id
 from lockstep.spec import PipelineSpec, parse_spec
-from lockstep.store import CheckpointStore
+from lockstep.steps.coordinator import Pipeline, Plan
+from lockstep.store.checkpoint_store import CheckpointStore
 
 from tests.support.fake_kafka import FakeCommitter, FakeSource
 from tests.support.fake_s3 import FakeS3

@@ -11,7 +11,7 @@ import pytest
 def built_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Stand-in jar files where `make setup` puts the Spark Kafka connector and Lockstep's writer,
     for tests of the command lines and settings that name them (no JVM reads them)."""
-    from lockstep import sparkconf
+    from lockstep.spark import conf as sparkconf
 
     folder = tmp_path / "jars"
     folder.mkdir()

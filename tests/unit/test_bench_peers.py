@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from lockstep.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from lockstep_bench import flink_sql, peers, report, runner
 from lockstep_bench.results import FLINK_SQL, LOCKSTEP, LOCKSTEP_CONNECT, PIPELINES, QUIX, RAW, SPARK, Results
 
@@ -45,7 +44,7 @@ def test_sink_is_exactly_once_with_the_shared_producer_settings() -> None:
 
 
 def test_shared_producer_settings_are_the_writers() -> None:
-    from lockstep.python_writer import THROUGHPUT_PRODUCER_CONFIG
+    from lockstep.spark.python_writer import THROUGHPUT_PRODUCER_CONFIG
 
     assert flink_sql.PRODUCER == {k: str(v) for k, v in THROUGHPUT_PRODUCER_CONFIG.items()}
 

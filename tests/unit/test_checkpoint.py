@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-
-from lockstep.checkpoint import (
+from lockstep.errors import CheckpointError, MetadataError, TerminalError
+from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
     CheckpointStatus,
@@ -19,8 +19,7 @@ from lockstep.checkpoint import (
     can_transition,
     validate_savepoint_name,
 )
-from lockstep.errors import CheckpointError, MetadataError, TerminalError
-from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.model.offsets import OffsetRange, TopicPartition
 
 S = CheckpointStatus
 KEY = "checkpoints/orders-enrich/42/claim.json"
@@ -222,7 +221,7 @@ def test_view_rejects_inconsistent_parts() -> None:
 
 
 def test_a_run_failure_round_trips_and_names_its_schema():
-    from lockstep.checkpoint import RUN_FAILURE_SCHEMA, RunFailure
+    from lockstep.model.checkpoint import RUN_FAILURE_SCHEMA, RunFailure
 
     failure = RunFailure("orders", 42, "2026-11-23T08:00:00+00:00", "ValueError: cannot parse amount")
     assert failure.to_json()["schema"] == RUN_FAILURE_SCHEMA

@@ -13,14 +13,13 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-
-from lockstep.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.errors import TransientError
-from lockstep.kafka_protocol import TransactionState
-from lockstep.lag import PartitionLag
-from lockstep.offsets import OffsetRange
-from lockstep.open_transactions import OpenTransaction, PartitionHold
-from lockstep.store import CheckpointStore
+from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
+from lockstep.model.offsets import OffsetRange
+from lockstep.model.transactions import TransactionState
+from lockstep.ops.lag import PartitionLag
+from lockstep.ops.open_transactions import OpenTransaction, PartitionHold
+from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep_airflow.checkpoints_page import (
     Ctx,
     PageParams,

@@ -1,6 +1,6 @@
 """The committer's policy against an in-memory protocol: what it retries, what it refuses and why.
 
-`FakeAdmin` stands in for `lockstep.kafka_protocol.KafkaTransactionAdmin`: it answers with the Kafka
+`FakeAdmin` stands in for `lockstep.kafka.internals.KafkaTransactionAdmin`: it answers with the Kafka
 error names the broker would send and records what was asked. The clock is fake too, so the retry
 deadline is reached without waiting.
 """
@@ -9,20 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-
-from lockstep import commit_decision
-from lockstep.committer import (
-    OPEN_STATES,
+from lockstep.errors import TerminalError, TransientError
+from lockstep.kafka.committer import (
     CommitterUnavailableError,
     TransactionCommitError,
     TransactionCommitter,
     TransactionFencedError,
-    TransactionObservation,
     TransactionStateError,
     UnknownTransactionError,
 )
-from lockstep.errors import TerminalError, TransientError
-from lockstep.kafka_protocol import (
+from lockstep.kafka.internals import (
     DESCRIBE_TRANSACTIONS,
     FIND_COORDINATOR,
     NO_ERROR,
@@ -31,9 +27,10 @@ from lockstep.kafka_protocol import (
     RetriableKafkaError,
     TransactionDescription,
     TransactionListing,
-    TransactionState,
 )
-from lockstep.offsets import TopicPartition
+from lockstep.model.offsets import TopicPartition
+from lockstep.model.transactions import OPEN_STATES, TransactionObservation, TransactionState
+from lockstep.rules import commit_decision
 
 S = TransactionState
 TID = "orders-enrich-42-0"
@@ -202,7 +199,7 @@ def test_fenced_by_a_broker_timeout_says_so_with_the_deadline(clock):
     message = str(err)
     assert message.startswith(f"cannot commit transaction {TID} (producer id {PID}, epoch {EPOCH}): ProducerFencedError: ")
     assert "the broker aborted it because it timed out: transaction.timeout.ms=60000 ms elapsed" in message
-    assert "started 2023-11-14T22:13:20.000+00:00, deadline 2023-11-14T22:14:20.000+00:00" in message
+    assert "started 2023-11-14 22:13:20 UTC, deadline 2023-11-14 22:14:20 UTC" in message
     assert "Raise transaction.timeout.ms or commit sooner" in message
     assert admin.ops() == ["end_txn", "describe"]
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from lockstep.checkpoint import (
+from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
     CheckpointView,
@@ -12,11 +11,11 @@ from lockstep.checkpoint import (
     PreparedCheckpoint,
     PreparedTransaction,
 )
-from lockstep.commit_decision import DecisionKind, TransactionObservation, decide_commit
-from lockstep.recovery import compress_partitions, recovery_plan, replay_hint
-from lockstep.transactional_ids import parse_transactional_id, transactional_id
-from lockstep.kafka_protocol import TransactionState
-from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.transactional_ids import parse_transactional_id, transactional_id
+from lockstep.model.transactions import TransactionObservation, TransactionState
+from lockstep.rules.commit_decision import DecisionKind, decide_commit
+from lockstep.rules.recovery import compress_partitions, recovery_plan, replay_hint
 
 K = DecisionKind
 S = TransactionState
@@ -282,9 +281,10 @@ def test_replay_hint() -> None:
 
 
 def test_a_transaction_the_broker_timed_out_is_reported_as_a_timeout_not_a_fence():
-    from lockstep.checkpoint import PreparedCheckpoint, PreparedTransaction
-    from lockstep.commit_decision import DecisionKind, TransactionObservation, decide_commit
-    from lockstep.offsets import TopicPartition
+    from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
+    from lockstep.model.offsets import TopicPartition
+    from lockstep.model.transactions import TransactionObservation
+    from lockstep.rules.commit_decision import DecisionKind, decide_commit
 
     t = PreparedTransaction("p-1-0", 7, 0, (TopicPartition("out", 0),), 5, 0, 0, 1_000)
     prepared = PreparedCheckpoint("p", 1, "now", (t,), 5, 5, 0, 1.0)
@@ -301,7 +301,7 @@ def test_a_transaction_the_broker_timed_out_is_reported_as_a_timeout_not_a_fence
 
 
 def test_cli_run_ids_round_trip_even_with_dashes_in_the_host():
-    from lockstep.run_ownership import cli_run_id, parse_cli_run_id
+    from lockstep.rules.run_ownership import cli_run_id, parse_cli_run_id
 
     assert parse_cli_run_id(cli_run_id("build-host-7", 4242, "ab12cd34")) == ("build-host-7", 4242)
     assert parse_cli_run_id("manual__2026-11-21T22:00:07+00:00") is None
@@ -309,7 +309,7 @@ def test_cli_run_ids_round_trip_even_with_dashes_in_the_host():
 
 
 def test_a_cli_run_on_this_host_is_in_flight_exactly_while_its_process_lives():
-    from lockstep.run_ownership import claim_in_flight, cli_run_id
+    from lockstep.rules.run_ownership import claim_in_flight, cli_run_id
 
     run = cli_run_id("here", 99, "n")
     alive = claim_in_flight(run, claimed_at_ms=0, now_ms=10**12, lease_ms=1, my_host="here", pid_alive=lambda p: True)
@@ -318,7 +318,7 @@ def test_a_cli_run_on_this_host_is_in_flight_exactly_while_its_process_lives():
 
 
 def test_other_owners_are_presumed_alive_for_the_transaction_timeout():
-    from lockstep.run_ownership import claim_in_flight, cli_run_id
+    from lockstep.rules.run_ownership import claim_in_flight, cli_run_id
 
     never = lambda pid: (_ for _ in ()).throw(AssertionError("a remote pid must not be probed"))  # noqa: E731
     for owner in ("manual__2026-11-21T22:00:07+00:00", cli_run_id("elsewhere", 5, "n")):

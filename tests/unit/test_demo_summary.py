@@ -1,7 +1,7 @@
 """The demo's summary: its checkpoint lines and verify's line count the same checkpoints."""
 from __future__ import annotations
 
-from lockstep.checkpoint import CheckpointClaim, CheckpointView, PreparedCheckpoint
+from lockstep.model.checkpoint import CheckpointClaim, CheckpointView, PreparedCheckpoint
 from lockstep_dev.demo import summary_lines
 
 

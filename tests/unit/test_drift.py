@@ -1,10 +1,15 @@
-"""The drift audit's decisions (``lockstep.drift``) on in-memory checkpoints."""
+"""The drift audit's decisions (``lockstep.ops.drift``) on in-memory checkpoints."""
 from __future__ import annotations
 
-from lockstep.checkpoint import (AbortedCheckpoint, CheckpointClaim, CheckpointView, CompletedCheckpoint,
-                                 PreparedCheckpoint)
-from lockstep.drift import asset_drift, group_drift, summary
-from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.model.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointView,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+)
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.ops.drift import asset_drift, group_drift, summary
 
 AT = "2026-11-23T12:00:00+00:00"
 P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import pytest
-
-from lockstep import failpoints
+from lockstep.model import failpoints
 
 
 def test_armed_is_empty_without_the_variable(monkeypatch):
@@ -46,7 +45,7 @@ def test_a_task_fires_the_failpoints_its_driver_handed_it_without_the_variable(m
 
 
 def test_writer_settings_carry_the_armed_writer_failpoints_only(monkeypatch):
-    from lockstep import sparkjob
+    from lockstep.spark import job as sparkjob
 
     monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.after_flush=raise,commit.after_verify=crash")
     monkeypatch.setattr(sparkjob, "kafka_config", lambda conn_id, dialect: {"bootstrap.servers": "b:9092"})

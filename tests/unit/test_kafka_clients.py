@@ -3,10 +3,15 @@ Java kafka-clients (Spark's source, the JVM writer), kafka-python (the committer
 from __future__ import annotations
 
 import pytest
-
 from lockstep.errors import TerminalError
-from lockstep.kafka_clients import (
-    CONFLUENT, JAVA, KAFKA_PYTHON, KafkaConnectionError, client_configs, confluent_config, java_config,
+from lockstep.kafka.client_configs import (
+    CONFLUENT,
+    JAVA,
+    KAFKA_PYTHON,
+    KafkaConnectionError,
+    client_configs,
+    confluent_config,
+    java_config,
     kafka_python_config,
 )
 

@@ -1,16 +1,20 @@
-"""Transaction-aware lag (``lockstep.lag``) and its StatsD form (``lockstep.metrics``), without services."""
+"""Transaction-aware lag (``lockstep.ops.lag``) and its StatsD form (``lockstep.ops.metrics``), without services."""
 from __future__ import annotations
 
 import socket
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
-from lockstep import lag, metrics
-from lockstep.checkpoint import (AbortedCheckpoint, CheckpointClaim, CheckpointView, CompletedCheckpoint,
-                                 PreparedCheckpoint)
 from lockstep.errors import TerminalError
-from lockstep.offsets import OffsetRange, TopicPartition
+from lockstep.model.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointView,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+)
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.ops import lag, metrics
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)

@@ -5,10 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from lockstep.launcher import spark_target
-from lockstep.spark_target import connection_master
+from lockstep.spark.target import connection_master
 from lockstep.spec import load_spec
+from lockstep.steps.run import spark_target
 
 SPEC = """
 name: m
@@ -79,7 +78,7 @@ def test_the_job_gets_the_specs_connections_in_its_environment_not_its_command_l
                                                                                       monkeypatch, tmp_path):
     """The CLI and the Airflow run task hand the job (which has no Airflow) the connections they
     resolved, in the form the job's connection lookup reads first."""
-    from lockstep import launcher
+    from lockstep.steps import run as launcher
 
     out = tmp_path / "env.json"
     argv: list[list[str]] = []
@@ -101,7 +100,7 @@ def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_fil
     import os
     import subprocess
 
-    from lockstep import launcher
+    from lockstep.steps import run as launcher
 
     monkeypatch.setattr(launcher, "submit_command", lambda *a: ["bash", "-c", "sleep 60 & sleep 60; wait"])
     started: list[subprocess.Popen] = []
@@ -132,10 +131,10 @@ def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_fil
 def test_a_run_that_dies_after_prepare_says_roll_forward_not_replay(spec_file, monkeypatch):
     """The job failure's way out (fence, replay) is wrong once the transactions are prepared: the
     run step's last word must be the roll forward, with the job's own cause."""
-    from lockstep import launcher
-    from lockstep.checkpoint import CheckpointClaim, CheckpointView, PreparedCheckpoint
     from lockstep.errors import CheckpointError
-    from lockstep.offsets import OffsetRange
+    from lockstep.model.checkpoint import CheckpointClaim, CheckpointView, PreparedCheckpoint
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.steps import run as launcher
 
     claim = CheckpointClaim("m", 3, "run", "2026-11-23T00:00:00+00:00", (OffsetRange("in", 0, 0, 5),), "checkpoint")
     views = iter([CheckpointView(claim), CheckpointView(claim, PreparedCheckpoint("m", 3, "t", (), 5, 5, 0, 1.0))])
@@ -167,11 +166,11 @@ def test_a_connect_spark_default_connection_puts_the_run_on_that_server(spec_fil
 def test_a_connect_run_failure_is_sorted_like_a_spark_submit_exit(spec_file, monkeypatch):
     """Connect mode runs the driver code in this process: a refused plan (AnalysisException) is
     terminal, anything else retried, and the cause is the error's, as the job's exit code says."""
-    from pyspark.errors import AnalysisException
-
-    from lockstep import launcher, spark_connect
     from lockstep.errors import CheckpointError, TransientCheckpointError
-    from lockstep.spark_target import SparkTarget
+    from lockstep.spark import connect as spark_connect
+    from lockstep.spark.target import SparkTarget
+    from lockstep.steps import run as launcher
+    from pyspark.errors import AnalysisException
 
     class Run:
         spark = object()
@@ -200,10 +199,11 @@ def test_a_connect_run_failure_masks_connection_secrets_in_its_traceback(spec_fi
     that reaches an error message is masked there as in the cause."""
     import logging
 
-    from lockstep import launcher, spark_connect
     from lockstep.connections import get_connection
     from lockstep.errors import TransientCheckpointError
-    from lockstep.spark_target import SparkTarget
+    from lockstep.spark import connect as spark_connect
+    from lockstep.spark.target import SparkTarget
+    from lockstep.steps import run as launcher
 
     get_connection("kafka_default")  # known, as the run's kafka_config would make it
 
@@ -219,7 +219,7 @@ def test_a_connect_run_failure_masks_connection_secrets_in_its_traceback(spec_fi
 
     monkeypatch.setattr(spark_connect, "checkpoint_session", lambda *a: Session())
     monkeypatch.setattr(launcher, "run_checkpoint_job", job)
-    with caplog.at_level(logging.ERROR, logger="lockstep.launcher"), pytest.raises(TransientCheckpointError) as caught:
+    with caplog.at_level(logging.ERROR, logger="lockstep.steps.run"), pytest.raises(TransientCheckpointError) as caught:
         launcher.run_connect_job(spec_file(None), 4, store=None, target=SparkTarget("connect", "sc://h:1", "spark.remote"))
     assert "SASL authentication failed" in caplog.text and "kafka-secret-1" not in caplog.text
     assert "kafka-secret-1" not in str(caught.value)
@@ -232,6 +232,6 @@ def test_a_connect_run_failure_masks_connection_secrets_in_its_traceback(spec_fi
     ("26/11/25 10:00:00 WARN TaskSetManager: Lost task 0.0", False),
 ])
 def test_the_jvms_notices_and_progress_bars_stay_out_of_the_task_log(line, noise):
-    from lockstep.launcher import is_noise
+    from lockstep.steps.run import is_noise
 
     assert is_noise(line) is noise

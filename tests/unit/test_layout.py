@@ -217,3 +217,72 @@ def test_a_platform_error_of_a_tool_is_reported_like_an_engine_error(monkeypatch
     monkeypatch.setitem(cli.TOOLS, "dev", ("fake_platform_tool", "a tool that fails"))
     assert cli.main(["dev", "--port", "9000"]) == 2
     assert capsys.readouterr().err == "lockstep: port 9000 is taken\n"
+
+
+# ---- the core's layers ---------------------------------------------------------------------------
+#: The engine's sub-packages from the bottom up (docs/DESIGN.md, "The map"): a module may import its
+#: own layer and the layers below it, never one above. The top-level modules are the public surface
+#: and sit at the bottom, except ``connections`` (it reads connections, so it is I/O) and ``cli``.
+LAYERS = (
+    {"lockstep", "lockstep.errors", "lockstep.spec", "lockstep.paths", "lockstep.logs", "lockstep.rows",
+     "lockstep.transform"},
+    {"lockstep.model"},
+    {"lockstep.rules"},
+    {"lockstep.store", "lockstep.kafka", "lockstep.connections"},
+    {"lockstep.spark"},
+    {"lockstep.steps"},
+    {"lockstep.ops"},
+    {"lockstep.cli"},
+)
+#: What a pure module may import from outside the project: the standard library, nothing that does I/O.
+PURE = ("lockstep.model", "lockstep.rules")
+IO_LIBRARIES = {"boto3", "botocore", "confluent_kafka", "kafka", "pyspark", "requests", "urllib3", "httpx", "socket",
+                "subprocess", "airflow", "pyarrow", "pandas", "yaml"}
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    for depth in (2, 1):
+        name = ".".join(parts[:depth])
+        for index, members in enumerate(LAYERS):
+            if name in members:
+                return index
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it to one (and to docs/DESIGN.md's map)")
+
+
+def engine_modules() -> dict[str, Path]:
+    return {m: p for m, p in module_files().items() if package_of(m) == ENGINE}
+
+
+def test_the_core_has_at_most_eight_top_level_modules():
+    top = sorted(p.name for p in (ROOT / "include" / "lockstep").glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_every_module_of_the_core_imports_only_its_own_layer_or_lower():
+    graph = import_graph()
+    bad = sorted(f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})" for m in engine_modules()
+                 for t in graph[m] if package_of(t) == ENGINE and layer_of(t) > layer_of(m))
+    assert not bad, "\n".join(bad)
+
+
+def test_a_layer_check_catches_a_rule_that_imports_io():
+    assert layer_of("lockstep.rules.commit_decision") < layer_of("lockstep.kafka.internals")
+    assert layer_of("lockstep.model.checkpoint") < layer_of("lockstep.store.checkpoint_store")
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", PURE)
+def test_the_pure_packages_import_no_io_library(package):
+    bad = sorted(f"{m} imports {lib}" for m, path in engine_modules().items() if m.startswith(package + ".")
+                 for lib in _third_party_imports(path) & IO_LIBRARIES)
+    assert not bad, "\n".join(bad)

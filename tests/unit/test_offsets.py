@@ -7,19 +7,10 @@ import json
 import random
 
 import pytest
-
 from lockstep.errors import DeletedRangesError, OffsetAheadError, TerminalError
-from lockstep.offsets import (
-    OffsetRange,
-    OffsetSource,
-    TopicPartition,
-    choose_start_offsets,
-    offsets_from_json,
-    offsets_to_json,
-    plan_ranges,
-    spark_offsets,
-    water_fill,
-)
+from lockstep.model.offsets import OffsetRange, TopicPartition, offsets_from_json, offsets_to_json, spark_offsets
+from lockstep.rules.ranges import plan_ranges, water_fill
+from lockstep.rules.start_offsets import OffsetSource, choose_start_offsets
 
 
 def tp(p: int, topic: str = "orders") -> TopicPartition:
@@ -146,7 +137,7 @@ def test_partitions_no_longer_read_are_reported_as_dropped() -> None:
 
 
 def test_a_restore_that_names_topics_no_longer_read_says_so() -> None:
-    from lockstep.offsets import describe_dropped
+    from lockstep.rules.start_offsets import describe_dropped
 
     gone = (tp(0, "old-topic"), tp(2, "old-topic"), tp(1, "older"))
     chosen = choose(restore=OffsetSource.savepoint("before", {P0: 90, P1: 40, P2: 5, **{g: 4 for g in gone}}))
@@ -252,7 +243,7 @@ def test_consecutive_plans_tile() -> None:
 def test_a_restore_time_needs_a_zone_and_iso_8601():
     from datetime import timezone
 
-    from lockstep.offsets import parse_restore_time
+    from lockstep.rules.start_offsets import parse_restore_time
 
     assert parse_restore_time("time:2026-11-20T10:00:00Z").astimezone(timezone.utc).hour == 10
     assert parse_restore_time("time:2026-11-20T11:00:00+01:00").astimezone(timezone.utc).hour == 10
@@ -263,7 +254,7 @@ def test_a_restore_time_needs_a_zone_and_iso_8601():
 
 
 def test_a_time_restore_starts_each_partition_at_its_first_record_at_or_after_the_time_or_its_end():
-    from lockstep.offsets import offsets_at_time
+    from lockstep.rules.start_offsets import offsets_at_time
 
     a, b, c = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
     source, at_end = offsets_at_time("time:2026-11-20T10:00:00Z", {a: 40, b: None, c: 90}, {a: 100, b: 70, c: 80})
@@ -274,7 +265,7 @@ def test_a_time_restore_starts_each_partition_at_its_first_record_at_or_after_th
 
 
 def test_a_restore_plan_counts_records_written_again_and_records_new_per_partition() -> None:
-    from lockstep.offsets import StartOffsets, restore_diff
+    from lockstep.rules.start_offsets import StartOffsets, restore_diff
 
     a, b, c = tp(0), tp(1), tp(2)
     starts = StartOffsets("savepoint:before", {a: 40, b: 70, c: 0}, {a: "savepoint", b: "savepoint", c: "earliest"})
@@ -289,7 +280,7 @@ def test_a_restore_plan_counts_records_written_again_and_records_new_per_partiti
 
 
 def test_a_restore_plan_names_topics_added_to_the_spec_since_the_restore_point() -> None:
-    from lockstep.offsets import OffsetSource, choose_start_offsets, describe_restore, restore_diff
+    from lockstep.rules.start_offsets import OffsetSource, choose_start_offsets, describe_restore, restore_diff
 
     a, added = tp(0), TopicPartition("payments", 0)
     starts = choose_start_offsets([a, added], {a: 0, added: 5}, {a: 50, added: 30}, "earliest",

@@ -2,14 +2,30 @@
 checkpoint and task, time left, what they pin, and the words of what resolve would do."""
 from __future__ import annotations
 
-from lockstep.checkpoint import CheckpointClaim, CheckpointView, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
-from lockstep.committer import TransactionObservation
-from lockstep.commit_decision import decide_commit
-from lockstep.recovery import recovery_plan
-from lockstep.kafka_protocol import TransactionState
-from lockstep.offsets import OffsetRange, TopicPartition
-from lockstep.open_transactions import (COMMIT, FENCE, FOREIGN, IN_FLIGHT, LEAVE, duration, owner, resolution, rows,
-                                        table, while_in_flight)
+from lockstep.model.checkpoint import (
+    CheckpointClaim,
+    CheckpointView,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+    PreparedTransaction,
+)
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.transactions import TransactionObservation, TransactionState
+from lockstep.ops.open_transactions import (
+    COMMIT,
+    FENCE,
+    FOREIGN,
+    IN_FLIGHT,
+    LEAVE,
+    duration,
+    owner,
+    resolution,
+    rows,
+    table,
+    while_in_flight,
+)
+from lockstep.rules.commit_decision import decide_commit
+from lockstep.rules.recovery import recovery_plan
 
 PREFIX = "tx-orders"
 NOW = 10_000_000

@@ -1,4 +1,4 @@
-"""The output contract is defined once (`lockstep.output_contract`): the Python writer reads it, the
+"""The output contract is defined once (`lockstep.model.output_contract`): the Python writer reads it, the
 JVM writer receives it in its settings and hard-codes none of it, and a committable that is not the
 contract's is refused. (tests/integration/test_writers.py checks what both writers really emit.)"""
 from __future__ import annotations
@@ -8,11 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from lockstep import output_contract as contract
-from lockstep.checkpoint import PreparedTransaction
-from lockstep.failpoints import FAILPOINTS, FailpointError
-from lockstep.offsets import TopicPartition
+from lockstep.model import output_contract as contract
+from lockstep.model.checkpoint import PreparedTransaction
+from lockstep.model.failpoints import FAILPOINTS, FailpointError
+from lockstep.model.offsets import TopicPartition
 
 JAVA_SOURCES = Path(__file__).resolve().parents[2] / "buildsrc" / "jvm-writer"
 
@@ -132,7 +131,7 @@ def batches(*sizes: int) -> list:
 
 def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5) -> FakeWriter:
     """One Spark task's rows, in Arrow batches of ``sizes``, through the Python writer's produce loop."""
-    from lockstep.sparkjob import WriterSettings, _produce_batch
+    from lockstep.spark.job import WriterSettings, _produce_batch
 
     settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", checkpoint_id=9,
                               timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
@@ -170,8 +169,8 @@ def test_every_record_leads_with_the_contracts_headers():
 
 def test_the_jvm_sink_names_are_the_ones_the_driver_uses():
     """The data source's short name, its write id option and the session conf key of its settings are
-    spelled in Java and in `lockstep.sparkjob`; a mismatch would only show when a run starts."""
-    from lockstep import sparkjob
+    spelled in Java and in `lockstep.spark.job`; a mismatch would only show when a run starts."""
+    from lockstep.spark import job as sparkjob
 
     text = java_text()
     assert f'SHORT_NAME = "{sparkjob.JVM_SINK_FORMAT}"' in text

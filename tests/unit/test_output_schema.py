@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from lockstep.errors import TerminalError
-from lockstep.sparkjob import check_output_schema
+from lockstep.spark.job import check_output_schema
 from lockstep.spec import parse_spec
 
 SPEC = parse_spec({

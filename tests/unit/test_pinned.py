@@ -8,22 +8,35 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
-from lockstep import coordinator, topics
-from lockstep.checkpoint import (
-    History,
-    CLAIM_SCHEMA, AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CheckpointView, CompletedCheckpoint,
-    PlannedWith, PreparedCheckpoint, PreparedTransaction,
-)
-from lockstep.commit_decision import DecisionKind, TransactionObservation
-from lockstep.recovery import listing_scopes, recovery_plan
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
-from lockstep.kafka_protocol import TransactionState
-from lockstep.offsets import OffsetRange, TopicPartition
-from lockstep.pinned import (
-    Step, planned_with, prefix_changes, refusal, resolve, spec_changes, transactions_deadline_ms,
+from lockstep.kafka import broker_offsets
+from lockstep.model.checkpoint import (
+    CLAIM_SCHEMA,
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointStatus,
+    CheckpointView,
+    CompletedCheckpoint,
+    History,
+    PlannedWith,
+    PreparedCheckpoint,
+    PreparedTransaction,
 )
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.transactions import TransactionObservation, TransactionState
+from lockstep.rules.commit_decision import DecisionKind
+from lockstep.rules.pinned import (
+    Step,
+    planned_with,
+    prefix_changes,
+    refusal,
+    resolve_pinned,
+    spec_changes,
+    transactions_deadline_ms,
+)
+from lockstep.rules.recovery import listing_scopes, recovery_plan
 from lockstep.spec import parse_spec
+from lockstep.steps import coordinator
 
 KEY = "s3://lockstep/p/checkpoints/000000000007/claim.json"
 NOW = 1_700_000_000_000
@@ -116,17 +129,17 @@ def test_every_pinned_field_is_compared_by_its_spec_name() -> None:
 
 
 def test_a_later_step_uses_the_claims_values_and_says_what_changed() -> None:
-    resolved = resolve(claim(), spec(transactions={"id_prefix": "new"}, sink={"topic": "out2"}))
+    resolved = resolve_pinned(claim(), spec(transactions={"id_prefix": "new"}, sink={"topic": "out2"}))
     assert resolved.values == PLANNED and resolved.recorded
     notice = resolved.notice(Step.RUN)
     assert "checkpoint 7" in notice and "transactions.id_prefix 'old' -> 'new'" in notice
     assert "sink.topic 'out' -> 'out2'" in notice and "takes effect from the next checkpoint" in notice
-    assert resolve(claim(), spec()).notice(Step.COMMIT) is None  # nothing changed: nothing to say
+    assert resolve_pinned(claim(), spec()).notice(Step.COMMIT) is None  # nothing changed: nothing to say
 
 
 def test_a_claim_without_pinned_values_falls_back_to_the_spec_and_says_so() -> None:
     now = spec(transactions={"id_prefix": "new"})
-    resolved = resolve(claim(pinned=None), now)
+    resolved = resolve_pinned(claim(pinned=None), now)
     assert not resolved.recorded and resolved.values == planned_with(now) and resolved.changes == ()
     notice = resolved.notice(Step.RECOVERY)
     assert "checkpoint 7" in notice and "does not record" in notice and "'new'" in notice and "recovery" in notice
@@ -139,26 +152,26 @@ def test_a_claim_without_pinned_values_falls_back_to_the_spec_and_says_so() -> N
     {"source": {"topics": ["in", "in2"]}},
 ])
 def test_edits_the_claim_can_cover_are_honoured_not_refused(edit) -> None:
-    resolved = resolve(claim(), spec(**edit))
+    resolved = resolve_pinned(claim(), spec(**edit))
     assert resolved.changes and resolved.values == PLANNED
     for step in Step:
         assert refusal(resolved, step, DecisionKind.COMMIT) is None
 
 
 def test_the_spark_run_refuses_another_sink_cluster_naming_checkpoint_field_values_and_way_out() -> None:
-    message = refusal(resolve(claim(), spec(sink={"kafka_conn_id": "kafka_b"})), Step.RUN)
+    message = refusal(resolve_pinned(claim(), spec(sink={"kafka_conn_id": "kafka_b"})), Step.RUN)
     assert "sink.kafka_conn_id changed from 'kafka_a' to 'kafka_b' since checkpoint 7 was planned" in message
     assert "Restore sink.kafka_conn_id: kafka_a until checkpoint 7 is settled, or let it abort" in message
 
 
 def test_the_spark_run_refuses_another_source_cluster() -> None:
-    message = refusal(resolve(claim(), spec(source={"kafka_conn_id": "kafka_src2"})), Step.RUN)
+    message = refusal(resolve_pinned(claim(), spec(source={"kafka_conn_id": "kafka_src2"})), Step.RUN)
     assert "source.kafka_conn_id changed from 'kafka_src' to 'kafka_src2'" in message
     assert "would read other records" in message and "until checkpoint 7 is settled, or let it abort" in message
 
 
 def test_a_commit_on_another_sink_cluster_is_refused_only_when_it_would_commit() -> None:
-    resolved = resolve(claim(), spec(sink={"kafka_conn_id": "kafka_b"}))
+    resolved = resolve_pinned(claim(), spec(sink={"kafka_conn_id": "kafka_b"}))
     deadline = transactions_deadline_ms(prepared(), PLANNED.timeout_ms)
     message = refusal(resolved, Step.COMMIT, DecisionKind.COMMIT, deadline)
     assert "checkpoint 7" in message and "'kafka_a' to 'kafka_b'" in message
@@ -226,7 +239,7 @@ def test_a_claim_without_pinned_values_is_recovered_under_the_current_prefix() -
 
 
 def test_the_writer_settings_come_from_the_claim(monkeypatch) -> None:
-    from lockstep.sparkjob import values_for_run, writer_settings
+    from lockstep.spark.job import values_for_run, writer_settings
 
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_A", json.dumps({"conn_type": "kafka",
                                                             "extra": {"bootstrap.servers": "a:9092"}}))
@@ -320,15 +333,15 @@ def pipeline(now_spec, store: FakeStore, clusters: dict[str, FakeCluster]) -> co
 
 @pytest.fixture
 def no_group_offsets(monkeypatch):
-    monkeypatch.setattr(topics, "group_offsets", lambda *a: {})
-    monkeypatch.setattr(topics, "publish_offsets", lambda *a: None)
+    monkeypatch.setattr(broker_offsets, "group_offsets", lambda *a: {})
+    monkeypatch.setattr(broker_offsets, "publish_offsets", lambda *a: None)
 
 
 def test_recovery_after_a_prefix_change_fences_under_the_old_prefix_and_logs_it_once(caplog) -> None:
     store = FakeStore(CheckpointView(claim(7)))
     here = FakeCluster(["old-7-0", "old-7-1", "new-3-0", "old-2-0"])
     p = pipeline(spec(transactions={"id_prefix": "new"}), store, {"kafka_a": here})
-    with caplog.at_level(logging.WARNING, "lockstep.coordinator"):
+    with caplog.at_level(logging.WARNING, "lockstep.steps.coordinator"):
         coordinator.recover(p)
     assert sorted(here.fenced) == ["new-3-0", "old-7-0", "old-7-1"]
     assert here.list_open("old-7") == [] and here.list_open("new") == []

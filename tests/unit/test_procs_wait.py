@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from lockstep_dev.procs import PlatformError, wait_until
 
 

@@ -7,17 +7,33 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-from lockstep.transactional_ids import parse_transactional_id, transactional_id
 from lockstep.errors import CheckpointError, TerminalError
-from lockstep.offsets import OffsetRange
-from lockstep.replay import (FROM_START, REPLAYED_PART, SELECTION_PART, Replayed, Selection,
-                             already_in_sink, completed_replays, fed_counter, last_unselective, parse_dead_letter,
-                             replay_spec)
-from lockstep.sparkconf import submit_command
-from lockstep.verify import account
-from lockstep.output_contract import (CHECKPOINT_HEADER, ERROR_HEADER, ORIGINAL_SIZE_HEADER, REPLAY_HEADER,
-                                      SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC)
+from lockstep.model.offsets import OffsetRange
+from lockstep.model.output_contract import (
+    CHECKPOINT_HEADER,
+    ERROR_HEADER,
+    ORIGINAL_SIZE_HEADER,
+    REPLAY_HEADER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
+from lockstep.model.transactional_ids import parse_transactional_id, transactional_id
+from lockstep.ops.verify import account
+from lockstep.spark.conf import submit_command
+from lockstep.spark.replay import (
+    FROM_START,
+    REPLAYED_PART,
+    SELECTION_PART,
+    Replayed,
+    Selection,
+    already_in_sink,
+    completed_replays,
+    fed_counter,
+    last_unselective,
+    parse_dead_letter,
+    replay_spec,
+)
 from lockstep.spec import parse_spec
 
 

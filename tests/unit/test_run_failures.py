@@ -6,10 +6,16 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from lockstep.errors import (JOB_EXIT_TERMINAL, JOB_EXIT_TRANSIENT, CheckpointError, TerminalError,
-                             TransientCheckpointError, TransientError, root_cause)
-from lockstep.launcher import job_failure
+from lockstep.errors import (
+    JOB_EXIT_TERMINAL,
+    JOB_EXIT_TRANSIENT,
+    CheckpointError,
+    TerminalError,
+    TransientCheckpointError,
+    TransientError,
+    root_cause,
+)
+from lockstep.steps.run import job_failure
 
 # What PySpark 4 raises in the driver when a Python function raised in a task (captured text, abridged).
 PYTHON_TASK_FAILED = """
@@ -102,7 +108,7 @@ def test_a_transient_error_is_retried_by_airflow():
 def test_a_record_budget_below_one_is_refused_not_changed():
     from types import SimpleNamespace
 
-    from lockstep.coordinator import plan
+    from lockstep.steps.coordinator import plan
 
     pipeline = SimpleNamespace(spec=SimpleNamespace(checkpoints=SimpleNamespace(max_records=5000)))
     with pytest.raises(TerminalError, match="a record budget of 0 takes nothing: give 1 or more, or none for the "

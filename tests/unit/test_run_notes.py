@@ -138,13 +138,12 @@ def test_the_form_proposes_restore_points_accepts_free_text_and_marks_nothing_re
 
 def test_a_worker_parsing_the_file_to_run_a_task_reads_no_restore_points(monkeypatch):
     from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
-
     from lockstep_airflow import params as params_module
 
     def must_not_be_called(spec, timeout_s=None):
         raise AssertionError("a worker's parse read the checkpoint store")
 
-    monkeypatch.setattr("lockstep.client_factory.checkpoint_store", must_not_be_called)
+    monkeypatch.setattr("lockstep.steps.client_factory.checkpoint_store", must_not_be_called)
     with _airflow_parsing_context_manager(dag_id="lockstep_orders", task_id="plan"):
         assert params_module.read_restore_points(SimpleNamespace(name="orders")) == []
 
@@ -155,7 +154,7 @@ def test_a_store_that_cannot_be_read_at_parse_time_proposes_nothing(monkeypatch)
     def down(spec, timeout_s=None):
         raise RuntimeError("S3 endpoint http://127.0.0.1:9 refused the connection")
 
-    monkeypatch.setattr("lockstep.client_factory.checkpoint_store", down)
+    monkeypatch.setattr("lockstep.steps.client_factory.checkpoint_store", down)
     assert params_module.read_restore_points(SimpleNamespace(name="orders")) == []
 
 
@@ -186,7 +185,6 @@ def test_short_secrets_are_not_redacted_everywhere(monkeypatch):
 def _refusal(conf: dict) -> str:
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
-
     from lockstep_airflow.params import pipeline_params
 
     params = ParamsDict(pipeline_params())

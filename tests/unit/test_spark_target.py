@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from lockstep.errors import TerminalError
-from lockstep.spark_target import SparkEndpoint, connect_url, resolve_target
+from lockstep.spark.target import SparkEndpoint, connect_url, resolve_target
 from lockstep.spec import SparkSpec
 
 
@@ -65,7 +64,7 @@ def test_spec_refuses_an_unknown_mode_and_a_remote_that_is_not_connect(tmp_path)
 def test_the_connect_server_gets_every_setting_a_run_needs(tmp_path, built_jars):
     """`lockstep dev up` and the compose service start the server with Lockstep's jars and safety
     settings, on the address asked for, and with a short detached timeout for killed clients."""
-    from lockstep.sparkconf import spark_conf
+    from lockstep.spark.conf import spark_conf
     from lockstep_dev.spark_connect import SERVER_CLASS, ConnectConfig, server_command
 
     argv = server_command(ConnectConfig(15123, tmp_path, "spark://m:7077", host="0.0.0.0"))
@@ -80,7 +79,7 @@ def test_the_connect_server_gets_every_setting_a_run_needs(tmp_path, built_jars)
 def test_each_attempt_of_a_checkpoint_has_its_own_session_id_and_ids_are_stable():
     import uuid
 
-    from lockstep.spark_connect import checkpoint_session_id
+    from lockstep.spark.connect import checkpoint_session_id
 
     ids = [checkpoint_session_id("p", 7, attempt) for attempt in range(3)]
     assert len(set(ids)) == 3 and ids == [checkpoint_session_id("p", 7, a) for a in range(3)]
@@ -93,9 +92,8 @@ def test_a_server_that_stopped_answering_is_named_with_grpcs_reason():
     the server, gRPC's status and details, and where to look."""
     from enum import Enum
 
+    from lockstep.spark.connect import server_away
     from pyspark.errors.exceptions.base import RetriesExceeded
-
-    from lockstep.spark_connect import server_away
 
     class Code(Enum):
         UNAVAILABLE = 14
@@ -133,7 +131,7 @@ def test_spec_refuses_connect_url_parameters_so_no_token_reaches_a_log():
 
 def test_a_connect_session_takes_the_specs_runtime_settings_and_names_the_ones_it_cannot(caplog):
     """Connect is the default mode: a spec's spark.conf must not be dropped in silence there."""
-    from lockstep.spark_connect import set_session_conf
+    from lockstep.spark.connect import set_session_conf
 
     class Conf:
         def __init__(self):
@@ -150,7 +148,7 @@ def test_a_connect_session_takes_the_specs_runtime_settings_and_names_the_ones_i
 
     session = Session()
     conf = {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g", "spark.speculation": "false"}
-    with caplog.at_level("WARNING", logger="lockstep.spark_connect"):
+    with caplog.at_level("WARNING", logger="lockstep.spark.connect"):
         ignored = set_session_conf(session, conf, 7)
     assert session.conf.values == {"spark.sql.shuffle.partitions": "4"}
     assert ignored == ["spark.executor.memory"]

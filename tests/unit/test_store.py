@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from lockstep.checkpoint import (
-    AbortedCheckpoint, CheckpointClaim, CheckpointStatus, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction,
+from lockstep.errors import CheckpointError, MetadataError, TerminalError
+from lockstep.model.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointStatus,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+    PreparedTransaction,
     RunFailure,
 )
-from lockstep.errors import CheckpointError, MetadataError, TerminalError
-from lockstep.offsets import OffsetRange, TopicPartition
-from lockstep.store import CheckpointAlreadyClaimed, CheckpointStore
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed, CheckpointStore
 
 from tests.support.fake_s3 import FakeS3
 

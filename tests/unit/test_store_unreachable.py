@@ -9,9 +9,8 @@ import threading
 import boto3
 import pytest
 from botocore.config import Config
-
 from lockstep.errors import TransientError
-from lockstep.store import CheckpointStore
+from lockstep.store.checkpoint_store import CheckpointStore
 
 
 def store_at(port: int) -> CheckpointStore:

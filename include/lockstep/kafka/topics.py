@@ -1,0 +1,45 @@
+"""Topics as the Kafka cluster reports them: their partitions; and the retry rule every admin call uses."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterable, TypeVar
+
+from lockstep.errors import TerminalError, TransientError
+from lockstep.model.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 30
+T = TypeVar("T")
+
+
+def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S) -> T:
+    """Retry Kafka's retriable errors (coordinator loading or moving) until a deadline."""
+    deadline = time.monotonic() + deadline_s
+    delay = 0.2
+    while True:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - KafkaException carries the KafkaError
+            error = exc.args[0] if exc.args else None
+            retriable = getattr(error, "retriable", lambda: False)()
+            if not retriable or time.monotonic() + delay > deadline:
+                raise TransientError(f"{what}: {exc}") from exc
+            log.info("%s: %s; retrying", what, error.name() if hasattr(error, "name") else exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
+    result: list[TopicPartition] = []
+    for topic in topics:
+        try:
+            metadata = admin.list_topics(topic, timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - KafkaException from librdkafka
+            raise TransientError(f"cannot read metadata of topic {topic}: {exc}") from exc
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise TerminalError(f"source topic {topic!r} does not exist (or has no partitions): "
+                                f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
+        result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
+    return result

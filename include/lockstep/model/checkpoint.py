@@ -1,0 +1,469 @@
+"""Checkpoint metadata: the immutable documents that record each step of a checkpoint.
+
+Each step writes its own object (claim, prepared, completed or aborted), never rewriting an earlier
+one, so status can only move forward. Every document carries a schema id; reading a document with
+another schema, or one missing a field, fails with `MetadataError` naming the object, because
+these documents decide what gets committed and must never be half-understood.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, TypeVar
+
+from lockstep.errors import CheckpointError, LockstepError, MetadataError, TerminalError
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
+
+T = TypeVar("T")
+
+CLAIM_SCHEMA = "lockstep.checkpoint.claim/1"
+PREPARED_SCHEMA = "lockstep.checkpoint.prepared/1"
+COMPLETED_SCHEMA = "lockstep.checkpoint.completed/1"
+ABORTED_SCHEMA = "lockstep.checkpoint.aborted/1"
+RUN_FAILURE_SCHEMA = "lockstep.checkpoint.run-failure/1"
+TRANSACTION_SCHEMA = COMMITTABLE_SCHEMA  # the writers' output contract defines it
+SAVEPOINT_SCHEMA = "lockstep.savepoint/1"
+
+SAVEPOINT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+class CheckpointStatus(str, Enum):
+    CLAIMED = "claimed"
+    PREPARED = "prepared"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+
+_FORWARD: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
+    CheckpointStatus.CLAIMED: frozenset({CheckpointStatus.PREPARED, CheckpointStatus.ABORTED}),
+    CheckpointStatus.PREPARED: frozenset({CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED}),
+    CheckpointStatus.COMPLETED: frozenset(),
+    CheckpointStatus.ABORTED: frozenset(),
+}
+
+
+def can_transition(old: CheckpointStatus, new: CheckpointStatus) -> bool:
+    """Status moves forward only; completed and aborted are final (invariant 3)."""
+    return new in _FORWARD[old]
+
+
+def validate_savepoint_name(name: str) -> str:
+    """Savepoint names become S3 key segments, so they must not escape their folder."""
+    if not isinstance(name, str) or not SAVEPOINT_NAME_RE.fullmatch(name) or ".." in name:
+        raise TerminalError(
+            f"invalid savepoint name {name!r}: use 1-100 characters of letters, digits, '.', '_' "
+            "and '-', starting with a letter or digit, without '/' or '..'"
+        )
+    return name
+
+
+class _Reader:
+    """Typed field access on a JSON document, failing with the object key in the message."""
+
+    def __init__(self, doc: Any, key: str, schema: str | None, path: str = "") -> None:
+        self.key = key
+        self.path = path
+        if not isinstance(doc, Mapping):
+            what = f"field {path!r} must be" if path else "expected"
+            raise MetadataError(key, f"{what} a JSON object, got {type(doc).__name__}")
+        found = doc.get("schema")
+        if schema is not None and found != schema:
+            raise MetadataError(key, f"schema is {found!r}, expected {schema!r}")
+        self.doc = doc
+
+    def nested(self, name: str) -> _Reader:
+        """A JSON object inside this one (no schema of its own); errors name its full path."""
+        return _Reader(self.get(name, dict), self.key, None, self._name(name))
+
+    def _name(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def get(self, name: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+        if name not in self.doc:
+            raise MetadataError(self.key, f"missing field {self._name(name)!r}")
+        value = self.doc[name]
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise MetadataError(self.key, f"field {self._name(name)!r} has the wrong type: {value!r}")
+        return value
+
+    def convert(self, name: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except LockstepError:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MetadataError(self.key, f"field {name!r} is invalid: {exc}") from exc
+
+    def offsets(self, name: str) -> dict[str, int]:
+        raw = self.get(name, dict)
+        self.convert(name, lambda: [TopicPartition.from_key(k) for k in raw])
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in raw.values()):
+            raise MetadataError(self.key, f"field {name!r} must map partitions to non-negative integers")
+        return dict(raw)
+
+    def ranges(self, name: str) -> tuple[OffsetRange, ...]:
+        raw = self.get(name, list)
+        return self.convert(name, lambda: tuple(OffsetRange.from_json(r) for r in raw))
+
+
+def _build(key: str, fn: Callable[[], T]) -> T:
+    """Construct a value, turning its own validation errors into a MetadataError for `key`."""
+    try:
+        return fn()
+    except MetadataError:
+        raise
+    except (ValueError, TerminalError) as exc:
+        raise MetadataError(key, str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class PlannedWith:
+    """The spec values a checkpoint depends on, as they were when it was planned.
+
+    Pinned in the claim because every later step of the checkpoint (its Spark run, commit, and the
+    next run's recovery) must use them rather than the spec file as it is by then: a prefix edited
+    while the checkpoint is in flight must neither give its transactions other ids nor make
+    recovery fence them under a prefix they do not have. Stored nested like the spec's YAML, so
+    ``claim.json`` reads as the part of the spec it was planned with.
+    """
+
+    source_topics: tuple[str, ...]
+    source_kafka_conn_id: str
+    sink_topic: str
+    dead_letter_topic: str
+    sink_writer: str
+    sink_kafka_conn_id: str
+    id_prefix: str
+    timeout_ms: int
+
+    #: (spec field, attribute): the names users know these values by, in logs and errors.
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("source.topics", "source_topics"), ("source.kafka_conn_id", "source_kafka_conn_id"),
+        ("sink.topic", "sink_topic"), ("sink.dead_letter_topic", "dead_letter_topic"),
+        ("sink.writer", "sink_writer"), ("sink.kafka_conn_id", "sink_kafka_conn_id"),
+        ("transactions.id_prefix", "id_prefix"), ("transactions.timeout_ms", "timeout_ms"),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.source_topics or not all(isinstance(t, str) and t for t in self.source_topics):
+            raise ValueError(f"source.topics must be a non-empty list of topic names, got {self.source_topics!r}")
+        for spec_field, attr in self.FIELDS:
+            value = getattr(self, attr)
+            if attr not in ("source_topics", "timeout_ms") and (not isinstance(value, str) or not value):
+                raise ValueError(f"{spec_field} must be a non-empty string, got {value!r}")
+        if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
+            raise ValueError(f"transactions.timeout_ms must be a positive integer, got {self.timeout_ms!r}")
+
+    def value(self, spec_field: str) -> Any:
+        return getattr(self, dict(self.FIELDS)[spec_field])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": {"topics": list(self.source_topics), "kafka_conn_id": self.source_kafka_conn_id},
+            "sink": {"topic": self.sink_topic, "dead_letter_topic": self.dead_letter_topic,
+                     "writer": self.sink_writer, "kafka_conn_id": self.sink_kafka_conn_id},
+            "transactions": {"id_prefix": self.id_prefix, "timeout_ms": self.timeout_ms},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<planned_with>", path: str = "planned_with") -> PlannedWith:
+        r = _Reader(doc, key, None, path)
+        source, sink, txn = r.nested("source"), r.nested("sink"), r.nested("transactions")
+        topics = source.get("topics", list)
+        if not all(isinstance(t, str) for t in topics):
+            raise MetadataError(key, f"field '{path}.source.topics' must list topic names, got {topics!r}")
+        return _build(key, lambda: cls(
+            source_topics=tuple(topics), source_kafka_conn_id=source.get("kafka_conn_id", str),
+            sink_topic=sink.get("topic", str), dead_letter_topic=sink.get("dead_letter_topic", str),
+            sink_writer=sink.get("writer", str), sink_kafka_conn_id=sink.get("kafka_conn_id", str),
+            id_prefix=txn.get("id_prefix", str), timeout_ms=txn.get("timeout_ms", int),
+        ))
+
+
+@dataclass(frozen=True)
+class CheckpointClaim:
+    """Written first, with a conditional create: whoever writes it owns the checkpoint id.
+
+    ``planned_with`` is None only for claims written before Lockstep recorded it (the same
+    ``claim/1`` schema without the field): their steps fall back to the spec's current values.
+    """
+
+    pipeline: str
+    checkpoint_id: int
+    run_id: str
+    claimed_at: str
+    ranges: tuple[OffsetRange, ...]
+    start_source: str
+    restored_from: str | None = None
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    planned_with: PlannedWith | None = None
+
+    @property
+    def end_offsets(self) -> dict[str, int]:
+        return {r.tp.key: r.end for r in self.ranges}
+
+    @property
+    def task_count(self) -> int:
+        """One Spark task, and so one transactional id, per non-empty range."""
+        return sum(1 for r in self.ranges if not r.is_empty)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {
+            "schema": CLAIM_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
+            "run_id": self.run_id, "claimed_at": self.claimed_at, "ranges": [r.to_json() for r in self.ranges],
+            "start_source": self.start_source, "restored_from": self.restored_from, "skipped": dict(self.skipped),
+        }
+        if self.planned_with is not None:  # absent, as in claims of earlier versions, when unknown
+            doc["planned_with"] = self.planned_with.to_json()
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<claim>") -> CheckpointClaim:
+        r = _Reader(doc, key, CLAIM_SCHEMA)
+        # An added field, not a new schema: earlier versions ignore it and keep their old behaviour,
+        # and their claims (without it) stay readable here.
+        raw = r.doc.get("planned_with")
+        planned_with = None if raw is None else PlannedWith.from_json(raw, key)
+        return _build(key, lambda: cls(
+            pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int), run_id=r.get("run_id", str),
+            claimed_at=r.get("claimed_at", str), ranges=r.ranges("ranges"), start_source=r.get("start_source", str),
+            restored_from=r.get("restored_from", str, optional=True), skipped=r.offsets("skipped"),
+            planned_with=planned_with,
+        ))
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A committable: enough to resume and commit a flushed transaction from another process."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    partitions: tuple[TopicPartition, ...]
+    records: int
+    dead_letters: int
+    task_index: int
+    opened_at_ms: int
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing was produced, so the broker never saw a transaction (Flink's empty-transaction pitfall)."""
+        return self.records == 0 and self.dead_letters == 0 and not self.partitions
+
+    def to_json(self) -> dict[str, Any]:
+        return committable_doc(
+            transactional_id=self.transactional_id, producer_id=self.producer_id, epoch=self.epoch,
+            partitions=[p.key for p in self.partitions], records=self.records, dead_letters=self.dead_letters,
+            task_index=self.task_index, opened_at_ms=self.opened_at_ms,
+        )
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<committable>") -> PreparedTransaction:
+        r = _Reader(doc, key, TRANSACTION_SCHEMA)
+        partitions = r.get("partitions", list)
+        return _build(key, lambda: cls(
+            transactional_id=r.get("transactional_id", str), producer_id=r.get("producer_id", int),
+            epoch=r.get("epoch", int), records=r.get("records", int), dead_letters=r.get("dead_letters", int),
+            partitions=r.convert("partitions", lambda: tuple(TopicPartition.from_key(p) for p in partitions)),
+            task_index=r.get("task_index", int), opened_at_ms=r.get("opened_at_ms", int),
+        ))
+
+
+@dataclass(frozen=True)
+class PreparedCheckpoint:
+    """Written by the Spark driver after every task flushed: from here on the decision is "commit"."""
+
+    pipeline: str
+    checkpoint_id: int
+    prepared_at: str
+    transactions: tuple[PreparedTransaction, ...]
+    records_in: int
+    records_out: int
+    records_dead_lettered: int
+    spark_seconds: float
+
+    def __post_init__(self) -> None:
+        ids = [t.transactional_id for t in self.transactions]
+        if len(set(ids)) != len(ids):
+            raise CheckpointError(self.checkpoint_id, f"duplicate transactional ids in {ids}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": PREPARED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
+            "prepared_at": self.prepared_at, "transactions": [t.to_json() for t in self.transactions],
+            "records_in": self.records_in, "records_out": self.records_out,
+            "records_dead_lettered": self.records_dead_lettered, "spark_seconds": self.spark_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<prepared>") -> PreparedCheckpoint:
+        r = _Reader(doc, key, PREPARED_SCHEMA)
+        txns = tuple(PreparedTransaction.from_json(t, f"{key} transactions[{i}]")
+                     for i, t in enumerate(r.get("transactions", list)))
+        return _build(key, lambda: cls(
+            pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
+            prepared_at=r.get("prepared_at", str), transactions=txns, records_in=r.get("records_in", int),
+            records_out=r.get("records_out", int), records_dead_lettered=r.get("records_dead_lettered", int),
+            spark_seconds=float(r.get("spark_seconds", (int, float))),
+        ))
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    """Every transaction is committed; `end_offsets` are where the next checkpoint starts."""
+
+    pipeline: str
+    checkpoint_id: int
+    completed_at: str
+    end_offsets: Mapping[str, int]
+    committed: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": COMPLETED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
+            "completed_at": self.completed_at, "end_offsets": dict(self.end_offsets), "committed": list(self.committed),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<completed>") -> CompletedCheckpoint:
+        r = _Reader(doc, key, COMPLETED_SCHEMA)
+        committed = r.get("committed", list)
+        if not all(isinstance(t, str) for t in committed):
+            raise MetadataError(key, "field 'committed' must list transactional ids")
+        return cls(
+            pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
+            completed_at=r.get("completed_at", str), end_offsets=r.offsets("end_offsets"), committed=tuple(committed),
+        )
+
+
+@dataclass(frozen=True)
+class AbortedCheckpoint:
+    """Nothing of this checkpoint was committed; the next run replays its ranges."""
+
+    pipeline: str
+    checkpoint_id: int
+    aborted_at: str
+    reason: str
+    replay_hint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": ABORTED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
+            "aborted_at": self.aborted_at, "reason": self.reason, "replay_hint": self.replay_hint,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<aborted>") -> AbortedCheckpoint:
+        r = _Reader(doc, key, ABORTED_SCHEMA)
+        return cls(
+            pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
+            aborted_at=r.get("aborted_at", str), reason=r.get("reason", str), replay_hint=r.get("replay_hint", str),
+        )
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """Why the last attempt of a checkpoint's Spark run failed, in the job's own words; the abort
+    that follows records this cause as its reason."""
+
+    pipeline: str
+    checkpoint_id: int
+    failed_at: str
+    cause: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": RUN_FAILURE_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
+                "failed_at": self.failed_at, "cause": self.cause}
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<run-failure>") -> RunFailure:
+        r = _Reader(doc, key, RUN_FAILURE_SCHEMA)
+        return cls(pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
+                   failed_at=r.get("failed_at", str), cause=r.get("cause", str))
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """A named, retained copy of a completed checkpoint's offsets, to restore (replay/backfill) from."""
+
+    name: str
+    pipeline: str
+    checkpoint_id: int
+    created_at: str
+    end_offsets: Mapping[str, int]
+    ranges: tuple[OffsetRange, ...]
+
+    def __post_init__(self) -> None:
+        validate_savepoint_name(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SAVEPOINT_SCHEMA, "name": self.name, "pipeline": self.pipeline,
+            "checkpoint_id": self.checkpoint_id, "created_at": self.created_at,
+            "end_offsets": dict(self.end_offsets), "ranges": [r.to_json() for r in self.ranges],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, key: str = "<savepoint>") -> Savepoint:
+        r = _Reader(doc, key, SAVEPOINT_SCHEMA)
+        return _build(key, lambda: cls(
+            name=r.get("name", str), pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
+            created_at=r.get("created_at", str), end_offsets=r.offsets("end_offsets"), ranges=r.ranges("ranges"),
+        ))
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    """Everything stored about one checkpoint; its status is derived, never stored."""
+
+    claim: CheckpointClaim
+    prepared: PreparedCheckpoint | None = None
+    completed: CompletedCheckpoint | None = None
+    aborted: AbortedCheckpoint | None = None
+
+    def __post_init__(self) -> None:
+        cid = self.claim.checkpoint_id
+        for part in (self.prepared, self.completed, self.aborted):
+            if part is not None and (part.checkpoint_id, part.pipeline) != (cid, self.claim.pipeline):
+                raise CheckpointError(cid, f"metadata of {part.pipeline} checkpoint {part.checkpoint_id} "
+                                           f"is stored under {self.claim.pipeline} checkpoint {cid}")
+        if self.completed is not None and self.aborted is not None:
+            raise CheckpointError(cid, "is marked both completed and aborted; the store is inconsistent")
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.claim.checkpoint_id
+
+    @property
+    def status(self) -> CheckpointStatus:
+        if self.completed is not None:
+            return CheckpointStatus.COMPLETED
+        if self.aborted is not None:
+            return CheckpointStatus.ABORTED
+        if self.prepared is not None:
+            return CheckpointStatus.PREPARED
+        return CheckpointStatus.CLAIMED
+
+
+@dataclass(frozen=True)
+class History:
+    """The newest completed checkpoint and every checkpoint after it, oldest first: what a plan,
+    its in-flight check and its recovery decide on. Read once (``CheckpointStore.history``)."""
+
+    latest: CheckpointView | None
+    after: tuple[CheckpointView, ...]
+
+    @property
+    def latest_id(self) -> int | None:
+        return self.latest.checkpoint_id if self.latest else None
+
+    @property
+    def next_id(self) -> int:
+        """The id the next claim takes: one past every id in use."""
+        return max([v.checkpoint_id for v in self.after] + [self.latest_id or 0]) + 1

@@ -1,0 +1,196 @@
+"""The run step in connect mode: the checkpoint's Spark job in a session of a long-lived Spark
+Connect server, driven from this process.
+
+The driver code of the run (`lockstep.spark.job.run_checkpoint_job`) is the same as under
+spark-submit; only the session differs. Each attempt gets a session of its own, with an id made
+from the pipeline, the checkpoint and the attempt's number: attempt k asks for ids 0, 1, ... in
+turn. An attempt that ended in its process released its session, and the server refuses a released
+id (a released session runs nothing); the first id it does not refuse is either new or the session
+of an attempt whose client was killed (an Airflow task SIGKILLed, a crashed CLI). Joining that one,
+the new attempt interrupts whatever the killed one left running on the server before it writes, so
+a stale task cannot re-initialise a transactional id after this attempt's tasks did.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
+
+log = logging.getLogger(__name__)
+
+_NAMESPACE = uuid.UUID("7c1f0d4e-5b1a-4c52-9a51-1f8f3c0c2a10")
+#: What the server answers for a session id it released: a new session is needed.
+_CLOSED = ("SESSION_CLOSED", "INVALID_HANDLE.SESSION_CLOSED")
+
+
+#: Attempts of one checkpoint whose sessions are looked for; beyond, a random id (nothing to find).
+MAX_ATTEMPTS = 50
+
+
+def checkpoint_session_id(pipeline: str, checkpoint_id: int, attempt: int) -> str:
+    """The session id of an attempt of this checkpoint's run (a UUID, as Connect requires)."""
+    made = uuid.uuid5(_NAMESPACE, f"{pipeline}/{checkpoint_id}/{attempt}")
+    return str(uuid.UUID(bytes=made.bytes, version=4))
+
+
+class ConnectRun:
+    """The session of one attempt; ``stop()`` (the task's ``on_kill``) interrupts its queries."""
+
+    def __init__(self, spark: Any, url: str) -> None:
+        self.spark = spark
+        self.url = url
+
+    @property
+    def session_id(self) -> str:
+        return self.spark.session_id
+
+    def stop(self) -> None:
+        try:
+            self.spark.interruptAll()
+        except Exception as exc:  # noqa: BLE001 - best effort on the way out
+            log.warning("could not interrupt Spark Connect session %s: %s", self.session_id, exc)
+
+
+#: Set in ``os.environ`` by pyspark when a Connect session is created, and read by pyspark to
+#: send ``pyspark.sql.functions`` to Connect's implementation. Inherited by a child process (a
+#: spark-submit driver, ``lockstep verify``) it turns every classic session there into a demand
+#: for a Connect URL, so `connect_mode` puts the environment back when the session is done.
+_PYSPARK_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@contextmanager
+def connect_mode() -> Iterator[None]:
+    """Around the use of Connect sessions: this process's environment as it was afterwards."""
+    import os
+
+    before = {name: os.environ.get(name) for name in _PYSPARK_MARKS}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+#: How long a request waits for a Connect server that does not answer: pyspark's default retries
+#: for at least 10 minutes; a run retries a few times over about 10 s (measured: 14 s to fail
+#: against a refused port), then fails as retryable, and the run task's retry (or the next run)
+#: takes it from there, as after a lost spark-submit.
+RETRIES = {"max_retries": 6, "initial_backoff": 100, "backoff_multiplier": 3.0, "max_backoff": 4000}
+
+
+def new_session(url: str, session_id: str | None = None) -> Any:
+    """A Connect session on ``url`` (with this id, if given); use it inside `connect_mode`."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    address = url.rstrip("/") + (f"/;session_id={session_id}" if session_id else "")
+    spark = SparkSession.builder.remote(address).create()
+    spark.client.set_retry_policies([DefaultPolicy(**RETRIES)])
+    return spark
+
+
+def server_away(exc: BaseException, url: str, source: str | None = None) -> str | None:
+    """The cause to report when ``exc`` says the server at ``url`` stopped answering (killed,
+    restarting, unreachable), else None: pyspark's own words there ("The maximum number of retries
+    has been exceeded") name neither the server nor what to do. ``source`` says where the address
+    came from (``connection spark_connect_default``, ``spark.remote``)."""
+    from pyspark.errors.exceptions.base import RetriesExceeded
+
+    if not isinstance(exc, RetriesExceeded):
+        return None
+    cause = exc.__cause__
+    try:  # a grpc.RpcError: its status and details say why (refused, unavailable, deadline)
+        detail = f"{cause.code().name}: {cause.details()}"[:300]  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - not a gRPC error: its first line
+        detail = str(cause or exc).strip().splitlines()[0][:300]
+    where = f" (from {source})" if source else ""
+    way_out = "Check that it runs (`lockstep dev status`, or the server's own supervisor)"
+    if source and source.startswith("connection "):
+        way_out += f", or point the {source.split()[1]} connection at one that does"
+    return (f"the Spark Connect server at {url}{where} did not answer through {RETRIES['max_retries']} "
+            f"retries (10-15 s): {detail}. {way_out}")
+
+
+def _forget(spark: Any) -> None:
+    """Drop a session the server refused, so pyspark does not keep it as this thread's active one."""
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - it is closed on the server already
+        pass
+
+
+def _closed(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _CLOSED)
+
+
+@contextmanager
+def checkpoint_session(url: str, pipeline: str, checkpoint_id: int,
+                       conf: Mapping[str, str] | None = None) -> Iterator[ConnectRun]:
+    """A Connect session for one attempt of the checkpoint's run, released on the way out;
+    ``conf`` (the spec's ``spark.conf``) is set on the session where Spark lets a session set it."""
+    with connect_mode():
+        with _attempt_session(url, pipeline, checkpoint_id) as run:
+            set_session_conf(run.spark, conf or {}, checkpoint_id)
+            yield run
+
+
+def set_session_conf(spark: Any, conf: Mapping[str, str], checkpoint_id: int) -> list[str]:
+    """Set the spec's ``spark.conf`` on a Connect session: runtime settings (``spark.sql.*`` and the
+    like) apply per session; the others (executor memory, jars) belong to the server's own start and
+    are named in a warning, not dropped in silence. Returns the keys that were not set."""
+    ignored = []
+    for key, value in conf.items():
+        if key == "spark.speculation":
+            continue  # always off (spec validation), and the server starts with it off
+        try:
+            modifiable = spark.conf.isModifiable(key)
+        except Exception:  # noqa: BLE001 - an unknown key: Spark decides on set
+            modifiable = True
+        if modifiable:
+            spark.conf.set(key, value)
+        else:
+            ignored.append(key)
+    if ignored:
+        log.warning("checkpoint %d: spark.conf %s cannot be set on a Spark Connect session (they are the "
+                    "server's start-up settings) and do not apply to this run; set them where the server "
+                    "starts, or use spark.mode: submit", checkpoint_id, ", ".join(sorted(ignored)))
+    return ignored
+
+
+@contextmanager
+def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[ConnectRun]:
+    started = time.monotonic()
+    spark, interrupted = None, []
+    for attempt in range(MAX_ATTEMPTS):
+        spark = new_session(url, checkpoint_session_id(pipeline, checkpoint_id, attempt))
+        try:
+            # New, or the session of an earlier attempt that was killed: stop whatever it still runs.
+            interrupted = spark.interruptAll()
+            break
+        except Exception as exc:  # noqa: BLE001 - a released session is refused: try the next id
+            if not _closed(exc):
+                raise
+            _forget(spark)
+            spark = None
+    if spark is None:
+        spark = new_session(url, None)
+    if interrupted:
+        log.warning("checkpoint %d: interrupted %d operation(s) an earlier attempt left running in Spark Connect "
+                    "session %s", checkpoint_id, len(interrupted), spark.session_id)
+    log.info("checkpoint %d: Spark Connect session %s on %s ready in %.1f s", checkpoint_id, spark.session_id, url,
+             time.monotonic() - started)
+    run = ConnectRun(spark, url)
+    try:
+        yield run
+    finally:
+        try:
+            spark.stop()  # releases the session on the server
+        except Exception as exc:  # noqa: BLE001 - the run's own outcome is what matters
+            log.warning("checkpoint %d: could not release Spark Connect session %s: %s", checkpoint_id,
+                        spark.session_id, exc)

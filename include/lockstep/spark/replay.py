@@ -1,0 +1,354 @@
+"""Dead-letter replay: the dead letters of a pipeline, run again through its CURRENT transform.
+
+A replay is a pipeline of its own, derived from the spec (`replay_spec`): its source is the
+pipeline's dead-letter topic, its sink the pipeline's sink and dead-letter topics, its checkpoints
+(``<name>-replay`` in the same store) go through the engine's plan / run / commit, so claims,
+recovery, fencing and failures are the engine's. What differs happens in the Spark job
+(`replay_input`, `marked`): each dead letter is turned back into the input row it was made from
+(provenance headers -> topic/partition/offset, its key and value), the selection is applied, and
+original offsets an earlier COMPLETED replay checkpoint already wrote to the sink are dropped; the
+output carries the original provenance plus a `REPLAY_HEADER` naming the replay checkpoint.
+
+Exactly once: a replay checkpoint's range over the dead-letter topic is tracked like any source
+(committed with its transactions), and `REPLAYED_PART` (written before the prepared decision, read
+only for completed checkpoints) lists the original offsets it wrote to the sink, so no original
+offset reaches the sink twice whatever is replayed again.
+
+The pure parts (derived spec, selection, header parsing, accounting) are apart from the Spark and
+store code so they can be tested without either.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from lockstep.errors import CheckpointError, TerminalError
+from lockstep.model.output_contract import (
+    CHECKPOINT_HEADER,
+    ERROR_HEADER,
+    ORIGINAL_SIZE_HEADER,
+    REPLAY_HEADER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
+from lockstep.rules.start_offsets import parse_restore_time
+from lockstep.spec import PipelineSpec, SourceSpec
+
+log = logging.getLogger(__name__)
+
+SUFFIX = "-replay"
+#: Per replay checkpoint: the selection it applies (written with its claim, before its run).
+SELECTION_PART = "replay-selection"
+#: Per replay checkpoint: the original offsets it fed to the transform and wrote to the sink
+#: (written by its Spark run before the prepared decision; trusted only once it is completed).
+REPLAYED_PART = "replayed"
+#: A restore from before any record: the first replay reads the dead-letter topic from its start.
+FROM_START = "time:1970-01-01T00:00:00+00:00"
+#: Replay checkpoints are never deleted by retention: their `REPLAYED_PART`s are the dedup set, and
+#: dropping one would let its original offsets reach the sink again. (Replays are few: one per
+#: `lockstep deadletters replay`, or a few when the dead letters exceed the record budget.)
+KEEP_ALL = 2**62
+
+Original = tuple[str, int, int]  # (topic, partition, offset) of the original input record
+
+
+# ---- the derived pipeline --------------------------------------------------------------------------
+def replay_spec(spec: PipelineSpec) -> PipelineSpec:
+    """The pipeline that replays ``spec``'s dead letters: same store bucket/root, transform, sink and
+    dead-letter topics and writer; source = the dead-letter topic on the sink cluster; its own name,
+    consumer group and transactional prefix (``<prefix>-replay-<id>-<task>`` never parses as one of
+    the pipeline's own ids, so neither pipeline's recovery fences the other's transactions)."""
+    if spec.replay_of is not None:
+        raise TerminalError(f"{spec.path}: {spec.name} is already the replay pipeline of {spec.replay_of}")
+    return dataclasses.replace(
+        spec,
+        name=spec.name + SUFFIX,
+        description=f"dead-letter replay of {spec.name}",
+        source=SourceSpec(topics=(spec.sink.dead_letter_topic,), kafka_conn_id=spec.sink.kafka_conn_id,
+                          auto_offset_reset="earliest", consumer_group=spec.source.consumer_group + SUFFIX),
+        transactions=dataclasses.replace(spec.transactions, id_prefix=spec.transactions.id_prefix + SUFFIX),
+        checkpoints=dataclasses.replace(spec.checkpoints, retain=KEEP_ALL),
+        replay_of=spec.name,
+    )
+
+
+# ---- selection -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Selection:
+    """Which dead letters a replay checkpoint takes: those written by pipeline checkpoint
+    ``checkpoint`` (not re-dead-lettered ones), or those with a timestamp at or after ``since``
+    (ISO with a zone), or, with neither, every dead letter of its range."""
+
+    checkpoint: int | None = None
+    since: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.checkpoint is not None and self.since is not None:
+            raise TerminalError("give --checkpoint or --since, not both")
+        if self.checkpoint is not None and self.checkpoint < 1:
+            raise TerminalError(f"--checkpoint {self.checkpoint}: checkpoint ids start at 1")
+        if self.since is not None:
+            try:
+                parse_restore_time(self.since)
+            except ValueError as exc:
+                raise TerminalError(f"--since: {exc}") from exc
+
+    @property
+    def is_all(self) -> bool:
+        return self.checkpoint is None and self.since is None
+
+    @property
+    def since_ms(self) -> int | None:
+        return int(parse_restore_time(self.since).timestamp() * 1000) if self.since else None
+
+    def describe(self) -> str:
+        if self.checkpoint is not None:
+            return f"dead letters of checkpoint {self.checkpoint}"
+        if self.since is not None:
+            return f"dead letters since {self.since}"
+        return "every dead letter not replayed yet"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "since": self.since}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Selection:
+        return cls(checkpoint=doc.get("checkpoint"), since=doc.get("since"))
+
+    def restore(self, last_unselective: int | None, latest_completed: int | None) -> str | None:
+        """Where the replay checkpoint's range starts, as a ``restore_from`` value (None: after the
+        latest completed replay checkpoint, the engine's own rule).
+
+        A selective replay searches the topic from its start (``--checkpoint``) or from the time
+        (``--since``); an unselective one continues after the last unselective one, so the records a
+        selective replay passed over without taking stay due."""
+        if self.checkpoint is not None:
+            return FROM_START
+        if self.since is not None:
+            return "time:" + self.since
+        if last_unselective == latest_completed:
+            return None  # also: no replay yet -> the group of <group>-replay, else earliest
+        return FROM_START if last_unselective is None else f"checkpoint:{last_unselective}"
+
+    def takes(self, letter: DeadLetter) -> bool:
+        """The selection on one parsed dead letter (the job applies the same rule in Spark)."""
+        if self.checkpoint is not None:
+            return letter.replayed_by is None and letter.checkpoint == self.checkpoint
+        if self.since is not None:
+            return letter.timestamp_ms >= (self.since_ms or 0)
+        return True
+
+
+# ---- one dead letter -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter's provenance: the input record it was made from and why it was rejected."""
+
+    original: Original
+    checkpoint: int | None  #: the checkpoint that wrote it (a replay checkpoint if ``replayed_by``)
+    error: str
+    timestamp_ms: int
+    too_large: bool  #: key, value and headers dropped to fit: nothing to replay
+    replayed_by: int | None  #: set on a dead letter written by a replay checkpoint
+
+
+def parse_dead_letter(headers: Iterable[tuple[str, bytes | None]], timestamp_ms: int, where: str) -> DeadLetter:
+    """A dead letter from its headers; ``where`` (topic:partition@offset) names it in the error of
+    a record without Lockstep's provenance headers."""
+    h = {k: v for k, v in headers}
+    try:
+        original = (h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))
+    except (KeyError, ValueError, AttributeError) as exc:
+        raise TerminalError(f"dead letter {where} has no valid provenance headers ({SOURCE_TOPIC}, "
+                            f"{SOURCE_PARTITION}, {SOURCE_OFFSET}): it was not written by Lockstep and cannot "
+                            "be replayed; remove it from the dead-letter topic or leave it out with --since") from exc
+    number = lambda name: int(h[name]) if h.get(name) else None  # noqa: E731
+    return DeadLetter(original, number(CHECKPOINT_HEADER), (h.get(ERROR_HEADER) or b"").decode(errors="replace"),
+                      timestamp_ms, ORIGINAL_SIZE_HEADER in h, number(REPLAY_HEADER))
+
+
+# ---- what a replay checkpoint did --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Replayed:
+    """`REPLAYED_PART` of one replay checkpoint."""
+
+    fed: tuple[Original, ...] = ()  #: original offsets given to the transform (one output each expected)
+    to_sink: tuple[Original, ...] = ()  #: of those, the ones the transform accepted (the dedup set)
+    skipped_duplicates: int = 0  #: already written to the sink by an earlier replay, or twice in this range
+    skipped_too_large: int = 0  #: dead letters without key and value: nothing to replay
+    not_selected: int = 0
+    warnings: tuple[str, ...] = field(default=())
+    read: int = 0  #: dead letters in the checkpoint's range (its offsets also count transaction markers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
+                "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
+                "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
+                "warnings": list(self.warnings), "read": self.read}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Replayed:
+        as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)  # noqa: E731
+        return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
+                   int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
+                   int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)))
+
+
+def completed_replays(store: Any) -> dict[int, Replayed]:
+    """`Replayed` of every COMPLETED replay checkpoint (a prepared or aborted one decides nothing).
+
+    A completed checkpoint with records but without its `REPLAYED_PART` cannot be accounted for."""
+    result: dict[int, Replayed] = {}
+    for cid in store.checkpoint_ids():
+        view = store.view(cid)
+        if view is None or view.completed is None:
+            continue
+        doc = store.sidecar(cid, REPLAYED_PART)
+        if doc is None:
+            if any(not r.is_empty for r in view.claim.ranges):
+                raise CheckpointError(cid, f"of {store.pipeline} is completed but its {REPLAYED_PART}.json is "
+                                           "missing, so which dead letters it replayed is unknown; restore it "
+                                           "from a backup of the store before replaying again")
+            continue
+        result[cid] = Replayed.from_json(doc)
+    return result
+
+
+def already_in_sink(replays: Mapping[int, Replayed]) -> set[Original]:
+    return {o for r in replays.values() for o in r.to_sink}
+
+
+def last_unselective(store: Any) -> int | None:
+    """The newest completed replay checkpoint that took every dead letter of its range."""
+    latest = None
+    for cid in store.checkpoint_ids():
+        view = store.view(cid)
+        if view is not None and view.completed is not None:
+            doc = store.sidecar(cid, SELECTION_PART)
+            if doc is None or Selection.from_json(doc).is_all:
+                latest = cid
+    return latest
+
+
+def fed_counter(replays: Mapping[int, Replayed]) -> Counter:
+    return Counter(o for r in replays.values() for o in r.fed)
+
+
+# ---- in the Spark job ------------------------------------------------------------------------------
+def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple[Any, dict[str, int]]:
+    """The dead letters of ``df`` (Spark's Kafka source with ``includeHeaders``) as the input rows
+    they were made from, selected and deduplicated; and the counts of what was left out.
+
+    The rebuilt row has the columns of the pipeline's own input (key, value, topic, partition,
+    offset, timestamp, timestampType): provenance from the headers, key and value as dead-lettered
+    (the transform's output value of a rejected row, which `lockstep.rows.apply` and the examples
+    leave as the input bytes), and the dead letter's timestamp (the original one is not kept)."""
+    from pyspark.sql import functions as F
+
+    def header(name: str) -> Any:
+        matching = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+        return F.get(matching, F.lit(0)).getField("value")  # null when absent (ANSI mode refuses [0])
+
+    rows = df.select(
+        "key", "value", "timestamp", "timestampType",
+        header(SOURCE_TOPIC).cast("string").alias("topic"),
+        header(SOURCE_PARTITION).cast("string").cast("int").alias("partition"),
+        header(SOURCE_OFFSET).cast("string").cast("long").alias("offset"),
+        header(CHECKPOINT_HEADER).cast("string").cast("long").alias("_dl_checkpoint"),
+        header(REPLAY_HEADER).isNotNull().alias("_dl_replayed"),
+        header(ORIGINAL_SIZE_HEADER).isNotNull().alias("_dl_too_large"),
+    ).cache()
+    counts: dict[str, int] = {"read": rows.count()}
+    no_provenance = rows.filter(F.col("topic").isNull() | F.col("partition").isNull() | F.col("offset").isNull())
+    if (bad := no_provenance.count()):
+        raise TerminalError(f"{bad} records of the dead-letter topic have no valid provenance headers ("
+                            f"{SOURCE_TOPIC}, {SOURCE_PARTITION}, {SOURCE_OFFSET}): they were not written by "
+                            "Lockstep and cannot be replayed; select around them with --since")
+    if selection.checkpoint is not None:
+        chosen = rows.filter((F.col("_dl_checkpoint") == selection.checkpoint) & ~F.col("_dl_replayed"))
+    elif selection.since is not None:
+        chosen = rows.filter(F.unix_millis(F.col("timestamp")) >= selection.since_ms)
+    else:
+        chosen = rows
+    counts["selected"] = chosen.count()
+    replayable = chosen.filter(~F.col("_dl_too_large"))
+    counts["too_large"] = counts["selected"] - replayable.count()
+    unique = replayable.dropDuplicates(["topic", "partition", "offset"])
+    if in_sink:
+        done = df.sparkSession.createDataFrame(sorted(in_sink), "topic string, partition int, offset long")
+        unique = unique.join(F.broadcast(done), ["topic", "partition", "offset"], "left_anti")
+    out = unique.select("key", "value", "topic", "partition", "offset", "timestamp", "timestampType").cache()
+    counts["fed"] = out.count()
+    counts["duplicates"] = counts["selected"] - counts["too_large"] - counts["fed"]
+    return out, counts
+
+
+def marked(transform: Callable[[Any], Any], checkpoint_id: int) -> Callable[[Any], Any]:
+    """``transform`` with `REPLAY_HEADER` (the replay checkpoint's id) appended to the headers it
+    returns (or as the only header), so both writers write it like any user header."""
+    from pyspark.sql import functions as F
+
+    def replay_transform(df: Any) -> Any:
+        out = transform(df)
+        mark = F.array(F.struct(F.lit(REPLAY_HEADER).alias("key"),
+                                F.lit(str(checkpoint_id)).cast("binary").alias("value")))
+        if "headers" not in out.columns:
+            return out.withColumn("headers", mark)
+        return out.withColumn("headers", F.when(F.col("headers").isNull(), mark)
+                              .otherwise(F.concat(F.col("headers"), mark)))
+
+    return replay_transform
+
+
+def as_original(row: Any) -> Original:
+    return (row["topic"], int(row["partition"]), int(row["offset"]))
+
+@dataclass
+class ReplayRun:
+    """What the Spark job of one replay checkpoint knows between reading and writing."""
+
+    store: Any
+    checkpoint_id: int
+    fed: tuple[Original, ...]
+    counts: dict[str, int]
+
+    def record(self, out: Any) -> Replayed:
+        """Write `REPLAYED_PART` from the transform's output (the columns the writer reads): a row
+        without ``error`` goes to the sink; one the transform still rejects is dead-lettered again
+        and not counted as replayed, so a later replay takes it."""
+        from pyspark.sql import functions as F
+
+        accepted = out.filter(F.col("error").isNull()) if "error" in out.columns else out
+        to_sink = tuple(sorted(as_original(r) for r in accepted.select("topic", "partition", "offset").collect()))
+        warnings = ()
+        if self.counts["too_large"]:
+            warnings = (f"{self.counts['too_large']} dead letters were too large to keep their key and value "
+                        "(lockstep.original.size): nothing to replay, skipped",)
+            log.warning("checkpoint %d: %s", self.checkpoint_id, warnings[0])
+        replayed = Replayed(self.fed, to_sink, self.counts["duplicates"], self.counts["too_large"],
+                            self.counts["read"] - self.counts["selected"], warnings, self.counts["read"])
+        self.store.write_sidecar(self.checkpoint_id, REPLAYED_PART, replayed.to_json(), once=False)
+        log.info("checkpoint %d: replaying %d dead letters (%d to the sink, %d rejected again); skipped %d "
+                 "duplicates, %d too large, %d not selected", self.checkpoint_id, len(self.fed), len(to_sink),
+                 len(self.fed) - len(to_sink), replayed.skipped_duplicates, replayed.skipped_too_large,
+                 replayed.not_selected)
+        return replayed
+
+
+def start_replay(spec: PipelineSpec, checkpoint_id: int, df: Any, transform: Callable[[Any], Any],
+                 store: Any) -> tuple[Any, Callable[[Any], Any], ReplayRun]:
+    """The replay checkpoint's input rows and marked transform, with its pinned selection."""
+    doc = store.sidecar(checkpoint_id, SELECTION_PART)
+    if doc is None:
+        raise CheckpointError(checkpoint_id, f"of {spec.name} has no {SELECTION_PART}.json, so which dead letters "
+                                             "it takes is unknown; the next `lockstep deadletters replay` aborts it "
+                                             "and plans a new one")
+    selection = Selection.from_json(doc)
+    in_sink = already_in_sink(completed_replays(store))
+    rows, counts = replay_input(df, selection, in_sink)
+    fed = tuple(sorted(as_original(r) for r in rows.select("topic", "partition", "offset").collect()))
+    return rows, marked(transform, checkpoint_id), ReplayRun(store, checkpoint_id, fed, counts)

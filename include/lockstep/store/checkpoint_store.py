@@ -1,0 +1,485 @@
+"""The checkpoint store: checkpoint metadata as immutable JSON objects on S3.
+
+Layout under ``s3://bucket/<prefix>/<pipeline>/``::
+
+    checkpoints/000000000042/claim.json      conditional create = owning id 42
+    checkpoints/000000000042/prepared.json   written by the Spark driver: decision "commit"
+    checkpoints/000000000042/outcome.json    completed or aborted: one key, so never both
+    latest-completed.json                    pointer, moved forward with If-Match
+    savepoints/<name>.json                   retained copies, never touched by retention
+
+Every object except the pointer is created with ``If-None-Match: *`` and never
+rewritten, so status only moves forward and two runs can never both own an id.
+Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
+"what happened after the latest completed checkpoint" be listed with
+``StartAfter`` instead of walking the whole history.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterator, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lockstep.errors import CheckpointError, MetadataError, TerminalError, TransientError
+from lockstep.model.checkpoint import (
+    ABORTED_SCHEMA,
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CheckpointView,
+    CompletedCheckpoint,
+    History,
+    PreparedCheckpoint,
+    RunFailure,
+    Savepoint,
+    validate_savepoint_name,
+)
+
+T = TypeVar("T")
+POINTER_SCHEMA = "lockstep.latest-completed/1"
+ID_WIDTH = 12
+#: completed.json / aborted.json would let a racing commit and abort both succeed;
+#: one outcome object per checkpoint makes the conditional create decide.
+OUTCOME = "outcome"
+
+
+class CheckpointAlreadyClaimed(CheckpointError):
+    """Another run owns this checkpoint id (lost the conditional create)."""
+
+
+class CheckpointStore:
+    def __init__(self, s3: Any, bucket: str, root: str, pipeline: str) -> None:
+        self._s3 = s3
+        self.bucket = bucket
+        self.root = root.strip("/")
+        self.pipeline = pipeline
+
+    # ---- keys ----------------------------------------------------------------
+    def _ckpt_prefix(self) -> str:
+        return f"{self.root}/checkpoints/"
+
+    def _key(self, checkpoint_id: int, part: str) -> str:
+        return f"{self._ckpt_prefix()}{checkpoint_id:0{ID_WIDTH}d}/{part}.json"
+
+    def _pointer_key(self) -> str:
+        return f"{self.root}/latest-completed.json"
+
+    def _dry_run_key(self) -> str:
+        return f"{self.root}/last-dry-run.json"
+
+    def _savepoint_key(self, name: str) -> str:
+        return f"{self.root}/savepoints/{validate_savepoint_name(name)}.json"
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    # ---- raw object access -----------------------------------------------------
+    def _get(self, key: str) -> tuple[dict[str, Any], str] | None:
+        try:
+            obj = self._s3.get_object(Bucket=self.bucket, Key=key)
+            body = obj["Body"].read()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                return None
+            raise _classify(exc, key) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
+        try:
+            doc = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise MetadataError(self.url(key), f"not JSON ({exc}); it was not written by Lockstep or is damaged") from exc
+        return doc, obj["ETag"]
+
+    def _read(self, key: str, parse: Callable[[Any, str], T]) -> T | None:
+        found = self._get(key)
+        if found is None:
+            return None
+        value = parse(found[0], self.url(key))
+        if getattr(value, "pipeline", self.pipeline) != self.pipeline:
+            raise MetadataError(self.url(key), f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
+        return value
+
+    def _create(self, key: str, doc: dict[str, Any]) -> bool:
+        """Create ``key`` only if absent. True if we created it, False if an identical one exists.
+
+        A different existing document is never overwritten: that is a conflict the
+        caller must surface.
+        """
+        body = json.dumps(doc, sort_keys=True, indent=1).encode()
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",
+                                ContentType="application/json")
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise _classify(exc, key) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
+        existing = self._get(key)
+        if existing is not None and existing[0] == json.loads(body):
+            return False
+        raise _Conflict(key)
+
+    # ---- checkpoints -----------------------------------------------------------
+    def claim(self, claim: CheckpointClaim) -> None:
+        """Own ``claim.checkpoint_id`` or raise: only the conditional create decides, never the content."""
+        key = self._key(claim.checkpoint_id, "claim")
+        try:
+            if self._create(key, claim.to_json()):
+                return
+        except _Conflict:
+            pass
+        # Lost. Read the winner's claim so a damaged or foreign object is reported as such (MetadataError)
+        # rather than as a concurrent run, and so the message can name the owner.
+        owner = self._read_claim(claim.checkpoint_id)
+        who = f"run {owner.run_id!r} at {owner.claimed_at}" if owner else "another run"
+        raise CheckpointAlreadyClaimed(
+            claim.checkpoint_id,
+            f"already claimed by {who} ({self.url(key)} exists); "
+            "only one checkpoint may run at a time - check for a concurrent DAG run or backfill",
+        )
+
+    def write_prepared(self, prepared: PreparedCheckpoint) -> None:
+        view = self._require(prepared.checkpoint_id)
+        if view.aborted is not None:
+            raise CheckpointError(prepared.checkpoint_id, "was aborted; its prepared metadata may not be written")
+        self._create_or_conflict(prepared.checkpoint_id, "prepared", prepared.to_json())
+
+    def mark_completed(self, completed: CompletedCheckpoint) -> None:
+        view = self._require(completed.checkpoint_id)
+        if view.aborted is not None:
+            raise CheckpointError(completed.checkpoint_id, f"was aborted ({view.aborted.reason}); it cannot complete")
+        if view.prepared is None:
+            raise CheckpointError(completed.checkpoint_id, "is not prepared; nothing was decided to commit")
+        self._settle(completed.checkpoint_id, completed.to_json())
+        self._advance_pointer(completed.checkpoint_id)
+
+    def mark_aborted(self, aborted: AbortedCheckpoint) -> None:
+        view = self._require(aborted.checkpoint_id)
+        if view.completed is not None:
+            raise CheckpointError(aborted.checkpoint_id, "is completed; status never moves backward to aborted")
+        if view.aborted is not None:
+            return  # aborting twice is harmless; keep the first reason
+        self._settle(aborted.checkpoint_id, aborted.to_json())
+
+    def record_run_failure(self, failure: RunFailure) -> None:
+        """Note why a run attempt failed. Informational and overwritten by a later attempt's failure
+        (the only object besides the latest-completed pointer that is not create-once): it decides
+        nothing, it only becomes the reason of the abort that follows."""
+        self._overwrite(self._key(failure.checkpoint_id, "run-failure"), failure.to_json())
+
+    def run_failure(self, checkpoint_id: int) -> RunFailure | None:
+        return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
+
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None:
+        """A document of a checkpoint besides its claim/prepared/completed ones (a replay's selection,
+        its replayed offsets). ``once``: create-only, an identical one is fine, a different one a conflict."""
+        if not once:
+            self._overwrite(self._key(checkpoint_id, part), doc)
+            return
+        try:
+            self._create(self._key(checkpoint_id, part), doc)
+        except _Conflict as exc:
+            raise CheckpointError(checkpoint_id, f"{self.url(exc.key)} exists with other content; it is "
+                                                 "written once per checkpoint") from exc
+
+    def sidecar(self, checkpoint_id: int, part: str) -> dict[str, Any] | None:
+        found = self._get(self._key(checkpoint_id, part))
+        return found[0] if found is not None else None
+
+    def record_dry_run(self, plan: CheckpointClaim) -> None:
+        """Keep the latest dry run's plan, the claim it did not make, for the Checkpoints page
+        (informational and overwritten by the next one; it is not under checkpoints/)."""
+        self._overwrite(self._dry_run_key(), plan.to_json())
+
+    def last_dry_run(self) -> CheckpointClaim | None:
+        return self._read(self._dry_run_key(), CheckpointClaim.from_json)
+
+    def _overwrite(self, key: str, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc, sort_keys=True, indent=1).encode()
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
+        except ClientError as exc:
+            raise _classify(exc, key) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
+
+    def _settle(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
+        """Create the checkpoint's one outcome object: completed or aborted, never both.
+
+        Both outcomes share one key, so a commit and an abort racing on the same
+        checkpoint are decided by S3's conditional create: exactly one wins.
+        """
+        key = self._key(checkpoint_id, OUTCOME)
+        try:
+            self._create(key, doc)
+            return
+        except _Conflict:
+            pass
+        existing = self._outcome(checkpoint_id)
+        if isinstance(existing, AbortedCheckpoint):
+            if doc["schema"] == existing.to_json()["schema"]:
+                return  # another process aborted it first: keep its reason
+            raise CheckpointError(checkpoint_id, f"was aborted ({existing.reason}) while we committed it; "
+                                                 "it cannot complete")
+        if doc["schema"] != existing.to_json()["schema"]:
+            raise CheckpointError(checkpoint_id, "is completed; status never moves backward to aborted")
+        raise CheckpointError(
+            checkpoint_id, f"{self.url(key)} already exists with different content; metadata is immutable "
+            "and is never overwritten (is another run writing this pipeline's checkpoints?)",
+        )
+
+    def _outcome(self, checkpoint_id: int) -> CompletedCheckpoint | AbortedCheckpoint | None:
+        key = self._key(checkpoint_id, OUTCOME)
+        found = self._get(key)
+        if found is None:
+            return None
+        doc, url = found[0], self.url(key)
+        parse = AbortedCheckpoint.from_json if isinstance(doc, dict) and doc.get("schema") == ABORTED_SCHEMA \
+            else CompletedCheckpoint.from_json
+        value = parse(doc, url)
+        if value.pipeline != self.pipeline:
+            raise MetadataError(url, f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
+        return value
+
+    def _create_or_conflict(self, checkpoint_id: int, part: str, doc: dict[str, Any]) -> None:
+        try:
+            self._create(self._key(checkpoint_id, part), doc)
+        except _Conflict as exc:
+            raise CheckpointError(
+                checkpoint_id, f"{self.url(exc.key)} already exists with different content; metadata is immutable "
+                "and is never overwritten (is another run writing this pipeline's checkpoints?)",
+            ) from None
+
+    def _require(self, checkpoint_id: int) -> CheckpointView:
+        view = self.view(checkpoint_id)
+        if view is None:
+            raise CheckpointError(checkpoint_id, f"has no claim at {self.url(self._key(checkpoint_id, 'claim'))}")
+        return view
+
+    def _read_claim(self, checkpoint_id: int) -> CheckpointClaim | None:
+        key = self._key(checkpoint_id, "claim")
+        claim = self._read(key, CheckpointClaim.from_json)
+        if claim is not None and claim.checkpoint_id != checkpoint_id:
+            raise MetadataError(self.url(key), f"is the claim of checkpoint {claim.checkpoint_id}, "
+                                               f"stored under checkpoint {checkpoint_id}")
+        return claim
+
+    def view(self, checkpoint_id: int) -> CheckpointView | None:
+        claim = self._read_claim(checkpoint_id)
+        if claim is None:
+            return None
+        outcome = self._outcome(checkpoint_id)
+        return CheckpointView(
+            claim=claim,
+            prepared=self._read(self._key(checkpoint_id, "prepared"), PreparedCheckpoint.from_json),
+            completed=outcome if isinstance(outcome, CompletedCheckpoint) else None,
+            aborted=outcome if isinstance(outcome, AbortedCheckpoint) else None,
+        )
+
+    # ---- listing ---------------------------------------------------------------
+    def checkpoint_ids(self, after: int | None = None) -> Iterator[int]:
+        """Ids in ascending order, optionally only those after ``after`` (S3 StartAfter)."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._ckpt_prefix(), "Delimiter": "/"}
+        if after is not None:
+            kwargs["StartAfter"] = f"{self._ckpt_prefix()}{after:0{ID_WIDTH}d}/~"
+        paginator = self._s3.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(**kwargs):
+                for common in page.get("CommonPrefixes", []):
+                    name = common["Prefix"][len(self._ckpt_prefix()):].rstrip("/")
+                    if name.isdigit():
+                        yield int(name)
+        except ClientError as exc:
+            raise _classify(exc, self._ckpt_prefix()) from exc
+
+        except BotoCoreError as exc:
+            raise _unreachable(exc, self._ckpt_prefix()) from exc
+    def latest_completed(self) -> CheckpointView | None:
+        """The newest completed checkpoint, without listing the whole history."""
+        return self.history().latest
+
+    def history(self) -> History:
+        """The newest completed checkpoint and the checkpoints after it, in one listing.
+
+        The pointer may lag by a checkpoint if a commit died between marking the
+        checkpoint completed and moving the pointer, so what follows it is checked too.
+        A pointer to a missing or unfinished checkpoint is a MetadataError, never a
+        silent fall back to older offsets.
+        """
+        pointer_url = self.url(self._pointer_key())
+        pointer = self._get(self._pointer_key())
+        start = _pointer_id(pointer[0], pointer_url, self.pipeline) if pointer else None
+        # Listing the ids after the pointer is cheap (1000 per page); views cost 4 GETs each, so read
+        # them newest first and stop at the first completed one: the ones read before it are the
+        # checkpoints after it.
+        newer: list[CheckpointView] = []
+        for checkpoint_id in reversed(list(self.checkpoint_ids(after=start))):
+            view = self.view(checkpoint_id)
+            if view is not None and view.completed is not None:
+                return History(view, tuple(reversed(newer)))
+            if view is not None:
+                newer.append(view)
+        if start is None:
+            return History(None, tuple(reversed(newer)))
+        pointed = self.view(start)
+        if pointed is None or pointed.completed is None:
+            # Never fall back to older offsets or to auto.offset.reset silently: that replays or skips data.
+            what = "does not exist" if pointed is None else f"is {pointed.status.value}"
+            raise MetadataError(pointer_url, f"points at checkpoint {start}, which {what}; restore from a savepoint, "
+                                             "or delete the pointer if the checkpoints were reset on purpose")
+        return History(pointed, tuple(reversed(newer)))
+
+    def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]:
+        views = [self.view(i) for i in self.checkpoint_ids(after=checkpoint_id)]
+        return [v for v in views if v is not None]
+
+    def recent(self, limit: int = 20) -> list[CheckpointView]:
+        """The newest ``limit`` checkpoints, newest first (history is bounded by retention)."""
+        ids = list(self.checkpoint_ids())[-limit:]
+        views = [self.view(i) for i in reversed(ids)]
+        return [v for v in views if v is not None]
+
+    def _advance_pointer(self, checkpoint_id: int) -> None:
+        """Move the pointer forward only; concurrent movers are resolved with If-Match."""
+        for _ in range(10):
+            current = self._get(self._pointer_key())
+            doc = {"schema": POINTER_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": checkpoint_id}
+            body = json.dumps(doc).encode()
+            try:
+                if current is None:
+                    self._s3.put_object(Bucket=self.bucket, Key=self._pointer_key(), Body=body, IfNoneMatch="*")
+                elif _pointer_id(current[0], self.url(self._pointer_key()), self.pipeline) >= checkpoint_id:
+                    return
+                else:
+                    self._s3.put_object(Bucket=self.bucket, Key=self._pointer_key(), Body=body, IfMatch=current[1])
+                return
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise _classify(exc, self._pointer_key()) from exc
+            except BotoCoreError as exc:
+                raise _unreachable(exc, self._pointer_key()) from exc
+        raise TransientError(f"could not move {self.url(self._pointer_key())} to checkpoint {checkpoint_id}: "
+                             "it kept changing under us")
+
+    # ---- retention -------------------------------------------------------------
+    def apply_retention(self, retain: int) -> list[int]:
+        """Delete checkpoints older than the ``retain`` newest completed ones.
+
+        Savepoints are separate objects and are never touched. Nothing at or after
+        the oldest retained completed checkpoint is deleted.
+        """
+        if isinstance(retain, bool) or not isinstance(retain, int) or retain < 1:
+            raise TerminalError(f"checkpoints.retain must be at least 1, got {retain!r}: the newest completed "
+                                "checkpoint is where the next run starts")
+        ids = list(self.checkpoint_ids())
+        completed = [i for i in ids if isinstance(self._outcome(i), CompletedCheckpoint)] if len(ids) > retain else []
+        if len(completed) <= retain:
+            return []
+        keep_from = completed[-retain]
+        doomed = [i for i in ids if i < keep_from]
+        for checkpoint_id in doomed:
+            prefix = f"{self._ckpt_prefix()}{checkpoint_id:0{ID_WIDTH}d}/"
+            listing = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+            keys = [{"Key": o["Key"]} for o in listing.get("Contents", [])]
+            # Claim last: a half-deleted checkpoint must still not look unclaimed.
+            keys.sort(key=lambda k: k["Key"].endswith("claim.json"))
+            for key in keys:
+                self._s3.delete_object(Bucket=self.bucket, Key=key["Key"])
+        return doomed
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self._s3.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise _classify(exc, key) from exc
+
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
+    # ---- savepoints ------------------------------------------------------------
+    def create_savepoint(self, name: str, checkpoint_id: int | None, created_at: str) -> Savepoint:
+        self._savepoint_key(name)  # validates the name before any S3 call
+        view = self.latest_completed() if checkpoint_id is None else self.view(checkpoint_id)
+        if view is None or view.completed is None:
+            what = "no checkpoint has completed yet" if checkpoint_id is None else \
+                f"checkpoint {checkpoint_id} is {view.status.value if view else 'unknown'}, not completed"
+            raise TerminalError(f"cannot take savepoint {name!r}: {what}")
+        savepoint = Savepoint(name=name, pipeline=self.pipeline, checkpoint_id=view.checkpoint_id,
+                              created_at=created_at, end_offsets=dict(view.completed.end_offsets),
+                              ranges=view.claim.ranges)
+        return self._store_savepoint(savepoint)
+
+    def adopt_savepoint(self, savepoint: Savepoint, created_at: str) -> Savepoint:
+        """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic."""
+        adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
+                            created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges)
+        return self._store_savepoint(adopted)
+
+    def _store_savepoint(self, savepoint: Savepoint) -> Savepoint:
+        key = self._savepoint_key(savepoint.name)
+        try:
+            self._create(key, savepoint.to_json())
+        except _Conflict:
+            raise TerminalError(f"savepoint {savepoint.name!r} already exists ({self.url(key)}); "
+                                "savepoints are never overwritten: delete it first or pick another name") from None
+        return savepoint
+
+    def get_savepoint(self, name: str) -> Savepoint:
+        savepoint = self._read(self._savepoint_key(name), Savepoint.from_json)
+        if savepoint is None:
+            names = ", ".join(s.name for s in self.list_savepoints()) or "none"
+            raise TerminalError(f"savepoint {name!r} not found for pipeline {self.pipeline} (existing: {names})")
+        return savepoint
+
+    def list_savepoints(self) -> list[Savepoint]:
+        prefix = f"{self.root}/savepoints/"
+        try:
+            keys = [o["Key"] for page in self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix) for o in page.get("Contents", [])]
+        except ClientError as exc:
+            raise _classify(exc, prefix) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, prefix) from exc
+        found = [self._read(k, Savepoint.from_json) for k in keys if k.endswith(".json")]
+        return sorted((s for s in found if s is not None), key=lambda s: s.created_at)
+
+    def delete_savepoint(self, name: str) -> None:
+        self.get_savepoint(name)
+        try:
+            self._s3.delete_object(Bucket=self.bucket, Key=self._savepoint_key(name))
+        except ClientError as exc:
+            raise _classify(exc, self._savepoint_key(name)) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, self._savepoint_key(name)) from exc
+
+
+class _Conflict(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _pointer_id(doc: Any, url: str, pipeline: str) -> int:
+    checkpoint_id = doc.get("checkpoint_id") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("schema") != POINTER_SCHEMA or isinstance(checkpoint_id, bool) \
+            or not isinstance(checkpoint_id, int):
+        raise MetadataError(url, f"expected schema {POINTER_SCHEMA!r} with an integer checkpoint_id")
+    if doc.get("pipeline") != pipeline:
+        raise MetadataError(url, f"belongs to pipeline {doc.get('pipeline')!r}, not {pipeline!r}")
+    return checkpoint_id
+
+
+def _classify(exc: ClientError, key: str) -> Exception:
+    code = exc.response["Error"]["Code"]
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
+        return TransientError(f"S3 is unavailable for {key}: {code}; the task can be retried")
+    return TerminalError(f"S3 refused access to {key}: {code} ({exc.response['Error'].get('Message', '')})")
+
+
+def _unreachable(exc: BotoCoreError, key: str) -> Exception:
+    """No answer from S3 at all (refused, reset, timed out): transient, whatever was being done."""
+    return TransientError(f"S3 is unreachable for {key}: {exc}; the task can be retried (checkpoint metadata is "
+                          "only ever created whole, so nothing half-written is left)")
