@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = (out.select(F.col("key"), F.col("value"), headers.alias("headers")).write.format("kafka")
                   .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.sink))
         # The producer settings Lockstep's writers start from, so the sinks differ only in transactions.
-        from lockstep.spark.python_writer import THROUGHPUT_PRODUCER_CONFIG
+        from lockstep.spark.writer_settings import THROUGHPUT_PRODUCER_CONFIG
 
         for key, value in THROUGHPUT_PRODUCER_CONFIG.items():
             writer = writer.option(f"kafka.{key}", value)

@@ -17,7 +17,7 @@ from lockstep_examples.bench import FIELDS, MIN_AMOUNT
 
 #: Flink SQL types of the order's fields (``lockstep_examples.bench.FIELDS``).
 SQL_TYPES = {"string": "STRING", "double": "DOUBLE", "long": "BIGINT"}
-#: The producer settings every competitor uses (``lockstep.spark.python_writer.THROUGHPUT_PRODUCER_CONFIG``).
+#: The producer settings every competitor uses (``lockstep.spark.writer_settings.THROUGHPUT_PRODUCER_CONFIG``).
 PRODUCER = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "lz4", "acks": "all"}
 
 

@@ -4,7 +4,7 @@ Connect client never share a Python process.
 
     python jvm_sink_write.py (classic | classic-without-jar | sc://HOST:PORT) SETTINGS_JSON ROWS
 
-Writes ROWS generated rows in 2 Spark partitions with `lockstep.spark.job.write_with_jvm` and prints
+Writes ROWS generated rows in 2 Spark partitions with `lockstep.spark.jvm_writer.write_with_jvm` and prints
 the task result documents, one per line.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ import json
 import sys
 
 from lockstep.spark.conf import local_session
-from lockstep.spark.job import WriterSettings, write_with_jvm
+from lockstep.spark.jvm_writer import write_with_jvm
+from lockstep.spark.writer_settings import WriterSettings
 
 
 def rows(spark, count: int):

@@ -2,7 +2,7 @@
 as under a classic one: the same records, headers and dead letters reach Kafka, and the tasks hand
 back the same committables (the output contract's), read back through the DataFrame API alone.
 
-Both sides write the same generated rows (2 Spark partitions) with `lockstep.spark.job.write_with_jvm`
+Both sides write the same generated rows (2 Spark partitions) with `lockstep.spark.jvm_writer.write_with_jvm`
 into topics of their own; the test commits the prepared transactions as the commit step would and
 compares what a read_committed consumer sees.
 """

@@ -44,7 +44,7 @@ def test_sink_is_exactly_once_with_the_shared_producer_settings() -> None:
 
 
 def test_shared_producer_settings_are_the_writers() -> None:
-    from lockstep.spark.python_writer import THROUGHPUT_PRODUCER_CONFIG
+    from lockstep.spark.writer_settings import THROUGHPUT_PRODUCER_CONFIG
 
     assert flink_sql.PRODUCER == {k: str(v) for k, v in THROUGHPUT_PRODUCER_CONFIG.items()}
 

@@ -45,15 +45,16 @@ def test_a_task_fires_the_failpoints_its_driver_handed_it_without_the_variable(m
 
 
 def test_writer_settings_carry_the_armed_writer_failpoints_only(monkeypatch):
-    from lockstep.spark import job as sparkjob
+    from lockstep.spark import writer_settings
+    from lockstep.spark.jvm_writer import jvm_settings
 
     monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.after_flush=raise,commit.after_verify=crash")
-    monkeypatch.setattr(sparkjob, "kafka_config", lambda conn_id, dialect: {"bootstrap.servers": "b:9092"})
+    monkeypatch.setattr(writer_settings, "kafka_config", lambda conn_id, dialect: {"bootstrap.servers": "b:9092"})
 
     class Planned:
         sink_kafka_conn_id, sink_writer, id_prefix, timeout_ms = "kafka_default", "python", "tx", 60_000
         sink_topic, dead_letter_topic = "out", "dlq"
 
-    settings = sparkjob.writer_settings(Planned(), 3, {})
+    settings = writer_settings.writer_settings(Planned(), 3, {})
     assert settings.failpoints == {"job.after_flush": "raise"}
-    assert sparkjob.jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}
+    assert jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}

@@ -107,7 +107,7 @@ def test_the_writers_failpoints_are_the_contracts():
 
 # ---- job.mid_produce in the Python writer: the contract's record, whatever the Arrow batches ----------
 class FakeWriter:
-    """Records what `sparkjob._produce_batch` hands the producer (no Kafka: pure counting)."""
+    """Records what `python_writer.produce_batch` hands the producer (no Kafka: pure counting)."""
 
     def __init__(self) -> None:
         self.records: list[tuple[str, list]] = []
@@ -131,13 +131,14 @@ def batches(*sizes: int) -> list:
 
 def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5) -> FakeWriter:
     """One Spark task's rows, in Arrow batches of ``sizes``, through the Python writer's produce loop."""
-    from lockstep.spark.job import WriterSettings, _produce_batch
+    from lockstep.spark.python_writer import produce_batch
+    from lockstep.spark.writer_settings import WriterSettings
 
     settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", checkpoint_id=9,
                               timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
     produced = 0
     for batch in batches(*sizes):
-        produced += _produce_batch(writer, settings, batch, produced=produced, task=task)
+        produced += produce_batch(writer, settings, batch, produced=produced, task=task)
     return writer
 
 
@@ -169,12 +170,12 @@ def test_every_record_leads_with_the_contracts_headers():
 
 def test_the_jvm_sink_names_are_the_ones_the_driver_uses():
     """The data source's short name, its write id option and the session conf key of its settings are
-    spelled in Java and in `lockstep.spark.job`; a mismatch would only show when a run starts."""
-    from lockstep.spark import job as sparkjob
+    spelled in Java and in `lockstep.spark.jvm_writer`; a mismatch would only show when a run starts."""
+    from lockstep.spark import jvm_writer
 
     text = java_text()
-    assert f'SHORT_NAME = "{sparkjob.JVM_SINK_FORMAT}"' in text
-    assert f'WRITE_ID_OPTION = "{sparkjob.JVM_WRITE_ID_OPTION}"' in text
-    assert f'SETTINGS_CONF_PREFIX = "{sparkjob.JVM_SETTINGS_CONF_PREFIX}"' in text
+    assert f'SHORT_NAME = "{jvm_writer.JVM_SINK_FORMAT}"' in text
+    assert f'WRITE_ID_OPTION = "{jvm_writer.JVM_WRITE_ID_OPTION}"' in text
+    assert f'SETTINGS_CONF_PREFIX = "{jvm_writer.JVM_SETTINGS_CONF_PREFIX}"' in text
     # Not propagated to the jobs' properties (only spark.* keys are), and redacted where Spark lists it.
-    assert not sparkjob.JVM_SETTINGS_CONF_PREFIX.startswith("spark.") and "secret" in sparkjob.JVM_SETTINGS_CONF_PREFIX
+    assert not jvm_writer.JVM_SETTINGS_CONF_PREFIX.startswith("spark.") and "secret" in jvm_writer.JVM_SETTINGS_CONF_PREFIX

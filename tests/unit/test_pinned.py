@@ -239,7 +239,8 @@ def test_a_claim_without_pinned_values_is_recovered_under_the_current_prefix() -
 
 
 def test_the_writer_settings_come_from_the_claim(monkeypatch) -> None:
-    from lockstep.spark.job import values_for_run, writer_settings
+    from lockstep.spark.job import values_for_run
+    from lockstep.spark.writer_settings import writer_settings
 
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_A", json.dumps({"conn_type": "kafka",
                                                             "extra": {"bootstrap.servers": "a:9092"}}))

@@ -6,7 +6,8 @@ import json
 
 import pytest
 from lockstep.model.checkpoint import PlannedWith
-from lockstep.spark.job import DEFAULT_PRODUCER_LIMIT, record_size, too_large, writer_settings
+from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT, record_size, too_large
+from lockstep.spark.writer_settings import writer_settings
 
 
 def test_the_size_estimate_covers_batch_record_and_header_framing_and_lz4_growth() -> None:
@@ -67,7 +68,7 @@ def test_a_guarded_row_function_returns_its_exception_as_the_error() -> None:
 def test_a_topic_whose_config_cannot_be_read_falls_back_to_the_producers_limit(caplog) -> None:
     pytest.importorskip("confluent_kafka")
     from confluent_kafka import KafkaError, KafkaException
-    from lockstep.spark.job import topic_limits
+    from lockstep.spark.writer_settings import topic_limits
 
     class Entry:
         value = "2000"

@@ -5,7 +5,7 @@ and the JVM one (`buildsrc/jvm-writer`) — and they must be indistinguishable d
 headers in the same order, the same columns accepted from the transform, the same records
 dead-lettered for their size, the same committable, the same failpoint behaviour. Everything they
 must agree on lives here. The Python writer reads these names; the JVM writer receives them in its
-settings (`jvm_contract`, sent by `sparkjob.write_with_jvm`) and hard-codes none of them, so the two
+settings (`jvm_contract`, sent by `jvm_writer.write_with_jvm`) and hard-codes none of them, so the two
 cannot drift apart without a test noticing (tests/unit/test_output_contract.py,
 tests/integration/test_writers.py).
 

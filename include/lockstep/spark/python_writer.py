@@ -26,22 +26,29 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Iterator
 
 from lockstep.errors import TerminalError, TransientError
+from lockstep.model import failpoints
 from lockstep.model.checkpoint import PreparedTransaction
 from lockstep.model.offsets import TopicPartition
+from lockstep.model.output_contract import (
+    CHECKPOINT_HEADER,
+    ERROR_HEADER,
+    MID_PRODUCE_AFTER_RECORDS,
+    ORIGINAL_SIZE_HEADER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+    mid_produce_message,
+    record_size,
+    task_result,
+    too_large,
+)
+from lockstep.model.transactional_ids import transactional_id
+from lockstep.spark.writer_settings import THROUGHPUT_PRODUCER_CONFIG, WriterSettings
 
 log = logging.getLogger(__name__)
-
-# Throughput-oriented producer defaults, named alike in librdkafka and the Java client: both writers
-# (this one and the JVM writer, which gets them from `sparkjob.write_with_jvm`) start from these.
-THROUGHPUT_PRODUCER_CONFIG: Mapping[str, Any] = {
-    "linger.ms": 20,
-    "batch.size": 1_000_000,
-    "compression.type": "lz4",
-    "acks": "all",
-}
 
 # This writer's defaults (a caller may override them through `extra_config`).
 DEFAULT_PRODUCER_CONFIG: Mapping[str, Any] = {
@@ -414,3 +421,117 @@ def _confluent_producer(config: dict[str, Any]) -> Any:
     from confluent_kafka import Producer
 
     return Producer(config)
+
+
+# ---- the Spark task ---------------------------------------------------------------------------------
+#: What each Python writer task returns: its result document (`output_contract.task_result`).
+RESULT_SCHEMA = "result string"
+
+
+def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs in a Spark task: produce this partition's rows in one transaction, pre-commit it."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from lockstep.spark.python_writer import TransactionalWriter
+
+    task = TaskContext.get().partitionId()
+    writer = TransactionalWriter(
+        settings.bootstrap, transactional_id(settings.id_prefix, settings.checkpoint_id, task), task_index=task,
+        transaction_timeout_ms=settings.timeout_ms, extra_config=settings.producer_config,
+    )
+    writer.open()  # init_transactions fences any earlier attempt of this task, even an empty one
+    failpoints.hit("job.before_produce", armed_here=settings.failpoints)
+    rows = 0
+    for batch in batches:
+        rows += produce_batch(writer, settings, batch, produced=rows, task=task)
+    prepared = writer.prepare()
+    failpoints.hit("job.after_flush", armed_here=settings.failpoints)
+    result = task_result(task, rows, prepared.to_json() if prepared is not None else None)
+    yield pa.RecordBatch.from_pydict({"result": [result]}, schema=pa.schema([("result", pa.string())]))
+
+
+def produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: int, task: int) -> int:
+    """Produce one Arrow batch. Runs once per record, so the work is done per column where it can be:
+    header values are formatted by Arrow (integers cast to their decimal bytes in C), each column is
+    converted to Python once, and the per-record loop only builds the header list and calls produce.
+    ``produced`` is how many records the task produced before this batch (for `job.mid_produce`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    if n == 0:
+        return 0
+    names = batch.schema.names
+
+    def column(name: str) -> Any:
+        return batch.column(names.index(name)) if name in names else None
+
+    def as_bytes(col: Any) -> list:
+        return pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist()
+
+    values = column("value").to_pylist()
+    value_sizes = pc.binary_length(column("value")).fill_null(0).to_pylist()
+    key_sizes = pc.binary_length(column("key")).fill_null(0).to_pylist() if "key" in names else None
+    topics = column("topic").to_pylist()
+    partitions, offsets = as_bytes(column("partition")), as_bytes(column("offset"))
+    keys = column("key").to_pylist() if "key" in names else None
+    user_headers = column("headers").to_pylist() if "headers" in names else None
+    errors = column("error").to_pylist() if "error" in names else None
+    if errors is not None and column("error").null_count == n:
+        errors = None
+    if user_headers is not None and column("headers").null_count == n:
+        user_headers = None
+    checkpoint = (CHECKPOINT_HEADER, str(settings.checkpoint_id).encode())
+    topic_headers: dict[str, tuple[str, bytes]] = {}
+    produce, sink = writer.produce, settings.sink_topic
+    # job.mid_produce: before the record that follows the task's first MID_PRODUCE_AFTER_RECORDS ones.
+    mid = MID_PRODUCE_AFTER_RECORDS - produced
+    sink_max, dead_letter_max = settings.sink_max_bytes, settings.dead_letter_max_bytes
+    base_header_bytes = len(SOURCE_TOPIC) + len(SOURCE_PARTITION) + len(SOURCE_OFFSET) + len(CHECKPOINT_HEADER) \
+        + len(checkpoint[1])
+    error_header_bytes = len(ERROR_HEADER)
+    for i in range(n):
+        if i == mid:
+            failpoints.hit("job.mid_produce", mid_produce_message(task, produced + i), armed_here=settings.failpoints)
+        topic = topics[i]
+        topic_header = topic_headers.get(topic)
+        if topic_header is None:
+            topic_header = topic_headers[topic] = (SOURCE_TOPIC, topic.encode())
+        headers = [topic_header, (SOURCE_PARTITION, partitions[i]), (SOURCE_OFFSET, offsets[i]), checkpoint]
+        header_bytes = base_header_bytes + len(topic_header[1]) + len(partitions[i]) + len(offsets[i])
+        if user_headers is not None and user_headers[i]:
+            for h in user_headers[i]:
+                headers.append((h["key"], h["value"]))
+                header_bytes += len(h["key"].encode()) + len(h["value"] or b"")
+        error = errors[i] if errors is not None else None
+        key_size = key_sizes[i] if key_sizes is not None else 0
+        reason = None
+        if error is None:
+            size = record_size(key_size, value_sizes[i], header_bytes, len(headers))
+            if size <= sink_max:
+                produce(sink, values[i], key=keys[i] if keys is not None else None, headers=headers)
+            else:
+                reason = too_large(size, sink_max, "sink", settings.sink_limit)
+        else:
+            error = str(error).encode()
+            size = record_size(key_size, value_sizes[i], header_bytes + error_header_bytes + len(error),
+                               len(headers) + 1)
+            if size <= dead_letter_max:
+                headers.append((ERROR_HEADER, error))
+                produce(settings.dead_letter_topic, values[i], key=keys[i] if keys is not None else None,
+                        headers=headers, dead_letter=True)
+            else:
+                reason = error.decode() + "; " + too_large(size, dead_letter_max, "dead-letter topic",
+                                                           settings.dead_letter_limit)
+        if reason is not None:
+            # Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
+            produce(settings.dead_letter_topic, b"", key=None, dead_letter=True,
+                    headers=headers[:4] + [(ERROR_HEADER, reason.encode()), (ORIGINAL_SIZE_HEADER, str(size).encode())])
+    return n
+
+
+def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
+    """Rows cross to a Python worker through Arrow; confluent-kafka produces them there. Returns each
+    task's result document (`output_contract.parse_task_result` reads it)."""
+    return [r["result"] for r in out.mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()]

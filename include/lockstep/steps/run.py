@@ -174,7 +174,7 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
     """The run in a session of the Spark Connect server at ``target``, driven from this process.
 
     The job code is the spark-submit driver's (`run_checkpoint_job`), and its failures are sorted
-    the same way (`sparkjob.job_outcome`): terminal, or retried. The connections are this process's.
+    the same way (`spark.job.job_outcome`): terminal, or retried. The connections are this process's.
     """
     from lockstep.spark.connect import checkpoint_session, server_away
     from lockstep.spark.job import job_outcome

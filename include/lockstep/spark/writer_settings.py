@@ -1,0 +1,111 @@
+"""What both writers write with: the settings each Spark task receives, made on the driver from what
+the checkpoint was planned with, and the producer settings both writers share."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from lockstep.connections import kafka_config
+from lockstep.kafka.client_configs import CONFLUENT, JAVA
+from lockstep.model import failpoints
+from lockstep.model.checkpoint import PlannedWith
+from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT
+
+log = logging.getLogger(__name__)
+
+# Throughput-oriented producer defaults, named alike in librdkafka and the Java client: both writers
+# (the Python one, and the JVM writer through `jvm_writer.jvm_settings`) start from these.
+THROUGHPUT_PRODUCER_CONFIG: Mapping[str, Any] = {
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "compression.type": "lz4",
+    "acks": "all",
+}
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """What each Spark task needs to write its transaction; pickled to the executors."""
+
+    bootstrap: str
+    producer_config: dict[str, Any] = field(repr=False)  # may hold credentials
+    id_prefix: str
+    checkpoint_id: int
+    timeout_ms: int
+    sink_topic: str
+    dead_letter_topic: str
+    #: The largest record (estimated by `record_size`) each topic takes, and where that limit comes from.
+    sink_max_bytes: int = DEFAULT_PRODUCER_LIMIT
+    sink_limit: str = "the producer's default"
+    dead_letter_max_bytes: int = DEFAULT_PRODUCER_LIMIT
+    dead_letter_limit: str = "the producer's default"
+    #: The writer failpoints (``job.*``) armed where the job is driven, handed to both writers' tasks:
+    #: a Spark Connect server's workers do not share the driving process's environment.
+    failpoints: dict[str, str] = field(default_factory=dict)
+
+
+def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
+    for name in ("max.request.size", "message.max.bytes"):
+        if name in producer:
+            return int(producer[name]), f"the producer's {name}"
+    return DEFAULT_PRODUCER_LIMIT, "the producer's default"
+
+
+def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> dict[str, int]:
+    """Each topic's ``max.message.bytes``, read once on the driver with the admin API.
+
+    A topic whose config cannot be read (no DescribeConfigs permission, say) is left out with a
+    warning: its records are then checked against the producer's limit only."""
+    from lockstep.kafka.topics import with_retries
+
+    if admin is None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+    from confluent_kafka.admin import ConfigResource
+
+    limits = {}
+    for topic in dict.fromkeys(topics):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        try:
+            entries = with_retries(f"reading the config of topic {topic}",
+                                    lambda: admin.describe_configs([resource])[resource].result(timeout=30))
+            limits[topic] = int(entries["max.message.bytes"].value)
+        except Exception as exc:  # noqa: BLE001 - the run can go on with the producer's limit
+            log.warning("could not read max.message.bytes of topic %s (%s); its records are checked against the "
+                        "producer's limit only, so one larger than the topic takes would fail the task", topic, exc)
+    return limits
+
+
+def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any],
+                    topic_max_bytes: dict[str, int] | None = None) -> WriterSettings:
+    """Everything a task writes with comes from what the checkpoint was planned with (its claim),
+    never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect
+    of the planned writer.
+
+    ``topic_max_bytes`` (each topic's ``max.message.bytes``, from `topic_limits`) bounds the record
+    size per topic together with the producer's own limit; ``batch.size`` is capped at the smaller
+    topic limit so a batch of small records is never refused by the broker as too large either."""
+    sink = kafka_config(planned.sink_kafka_conn_id, JAVA if planned.sink_writer == "jvm" else CONFLUENT)
+    produced_limit, produced_source = producer_limit(producer)
+
+    def limit(topic: str) -> tuple[int, str]:
+        topic_limit = (topic_max_bytes or {}).get(topic)
+        if topic_limit is not None and topic_limit < produced_limit:
+            return topic_limit, f"max.message.bytes of topic {topic}"
+        return produced_limit, produced_source
+
+    sink_max, sink_source = limit(planned.sink_topic)
+    dead_max, dead_source = limit(planned.dead_letter_topic)
+    config = {**sink, **producer}
+    batch = int(config.get("batch.size", THROUGHPUT_PRODUCER_CONFIG["batch.size"]))
+    if min(sink_max, dead_max) < batch:
+        config["batch.size"] = min(sink_max, dead_max)
+    return WriterSettings(
+        bootstrap=config.pop("bootstrap.servers"), producer_config=config,
+        id_prefix=planned.id_prefix, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
+        sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
+        sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
+        failpoints=failpoints.armed(prefix="job."),
+    )
