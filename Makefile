@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := buildsrc/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser test unit integration demo bench soak up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench soak up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -67,7 +67,13 @@ $(MINIO_BIN): $(MINIO_PIN)
 
 # Regenerate the lock after editing pyproject.toml dependencies.
 lock: $(VENV)/bin/python
-	$(UV) pip compile pyproject.toml --python-version 3.11 -o requirements.lock -q
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock -q
+
+# Lint (pyproject.toml configures both): ruff over every Python file of the project, mypy over the
+# core library. Needs the venv only; `make test` runs it first.
+lint: $(STAMP)
+	$(BIN)/ruff check include plugins jobs dags tests scripts
+	$(BIN)/mypy
 
 # Tiers (docs/testing.md): `unit` needs the venv only (no Java, Maven, Go or service) and runs
 # in well under two minutes; `integration` adds the real services; `test` runs every tier.
@@ -93,7 +99,7 @@ soak: setup
 browser:
 	bash scripts/install-chromium.sh
 
-test: setup browser
+test: setup browser lint
 	$(BIN)/python -m pytest -q $(XDIST) --durations=40
 
 # The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.

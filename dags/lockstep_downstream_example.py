@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from airflow.sdk import DAG, AssetAny, task
+
 from lockstep_airflow.dag_factory import START_DATE, sink_assets
 
 log = logging.getLogger("lockstep.downstream_example")

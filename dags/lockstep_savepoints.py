@@ -7,6 +7,7 @@ a savepoint by triggering the pipeline's DAG with `restore_from` set to its name
 from datetime import datetime
 
 from airflow.sdk import DAG, Param
+
 from lockstep.paths import pipelines_dir
 from lockstep.spec import load_specs
 from lockstep_airflow.operators import LockstepSavepointOperator

@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ends = {int(p): int(e) for p, e in json.loads(args.ends).items()}
 
+    from quixstreams import Application, message_context
+
     from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
     from lockstep_examples.bench import MIN_AMOUNT
-    from quixstreams import Application, message_context
 
     started = time.monotonic()
     state_dir = tempfile.mkdtemp(prefix="bench-quix-state-")  # Quix's default is ./state in the cwd

@@ -27,9 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.monotonic()
-    from lockstep.spark.conf import KAFKA_READ_OPTIONS
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+
+    from lockstep.spark.conf import KAFKA_READ_OPTIONS
 
     spark = SparkSession.builder.appName("bench-spark-at-least-once").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

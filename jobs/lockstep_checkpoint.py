@@ -29,10 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     started = time.monotonic()
+    from pyspark.sql import SparkSession
+
     from lockstep.spark.job import run_checkpoint_job
     from lockstep.spec import load_spec
     from lockstep.steps.client_factory import checkpoint_store
-    from pyspark.sql import SparkSession
 
     spec = load_spec(args.spec)
     if args.replay:

@@ -8,6 +8,7 @@ note when the run ends (in the scheduler). Restart Airflow after editing.
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
+
 from lockstep_airflow import listener
 from lockstep_airflow.checkpoints_page import app
 from lockstep_airflow.links import URL_PREFIX, URL_ROUTE

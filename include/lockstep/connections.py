@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from lockstep.errors import TerminalError
 from lockstep.kafka.client_configs import CONFLUENT, client_configs
@@ -76,7 +77,7 @@ def _lookup(conn_id: str) -> Connection:
         try:
             c = BaseHook.get_connection(conn_id)
             return Connection(conn_id, c.conn_type, c.host, c.login, c.password, dict(c.extra_dejson or {}), c.port)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise TerminalError(f"connection {conn_id!r} is not defined in Airflow: {exc}") from exc
     raise TerminalError(
         f"connection {conn_id!r} is not defined: set AIRFLOW_CONN_{conn_id.upper()} "

@@ -20,7 +20,8 @@ Only ``Exception`` is caught: a worker that dies (``SystemExit``, a signal) stil
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 RESULT = "__lockstep_row_result"
 

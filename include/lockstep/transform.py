@@ -13,8 +13,9 @@ import logging
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lockstep.errors import TerminalError
 from lockstep.spec import PipelineSpec

@@ -13,12 +13,12 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lockstep.ops.airflow_client import TERMINAL, AirflowClient
-
 from lockstep_bench import workloads
 
 

@@ -14,7 +14,7 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
@@ -37,7 +37,7 @@ class HistoryPoint:
 
 
 def _documents(pipeline: str, cid: int, topic: str, ends: dict[int, int]) -> tuple[Any, Any, Any]:
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     ranges = tuple(OffsetRange(topic, p, e, e) for p, e in sorted(ends.items()))
     claim = CheckpointClaim(pipeline=pipeline, checkpoint_id=cid, run_id=f"bench-history-{cid}", claimed_at=now,
                             ranges=ranges, start_source=f"checkpoint:{cid - 1}" if cid > 1 else "earliest")

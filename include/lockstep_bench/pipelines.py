@@ -135,6 +135,7 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
     """Consume ``[0, end)`` of every partition, transform each record, produce in one transaction."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as KTP
+
     from lockstep.spark.python_writer import DEFAULT_PRODUCER_CONFIG
     from lockstep_examples.bench import transform_value
 

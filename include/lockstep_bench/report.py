@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import project_root
-
 from lockstep_bench.measure import median
 from lockstep_bench.png import line_plot
 from lockstep_bench.results import (
@@ -82,7 +81,8 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
         "default settings, as `make bench` runs it"
     add(f"Written by `lockstep bench` ({how}) "
         f"on {res.started_at}, in {res.seconds / 60:.1f} minutes. Every figure below comes from that one run on an "
-        "isolated local platform (Kafka broker, S3 server and Spark Connect server started by the benchmark). The machine is shared and noisy: "
+        "isolated local platform (Kafka broker, S3 server and Spark Connect server started by the benchmark). "
+        "The machine is shared and noisy: "
         "absolute figures drift between runs, **ratios measured side by side hold** — competitors are alternated "
         "(A B C D E F, B C D E F A, C D E F A B, …: each round starts one place further, so no competitor "
         "always goes first) over the same input topic, after one uncounted warm-up run of Lockstep (both modes), Spark "
@@ -234,8 +234,8 @@ def _breakdown(add: Any, res: Results) -> None:
     sp = [r for r in res.main if r["pipeline"] == SPARK]
     if not modes or not sp:
         return
-    med = lambda runs, f: median([f(r) for r in runs])  # noqa: E731
-    session = lambda r: r["inner"].get("session_seconds") or 0.0  # noqa: E731
+    med = lambda runs, f: median([f(r) for r in runs])
+    session = lambda r: r["inner"].get("session_seconds") or 0.0
     add("### Where the time goes (main input, medians)")
     add("")
     add("| step | " + " | ".join(f"{LABELS[mode]} s" for mode, _ in modes) + " | Spark at-least-once s |")
@@ -284,7 +284,7 @@ def _airflow(add: Any, res: Results) -> None:
     add("")
     add("| runs | run wall s | tasks running s | overhead s | plan s | run s | commit s |")
     add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    task = lambda name: median([r["per_task_s"].get(name, 0.0) for r in rows])  # noqa: E731
+    task = lambda name: median([r["per_task_s"].get(name, 0.0) for r in rows])
     add(f"| {len(rows)} | {median([r['wall_s'] for r in rows]):.1f} | {median([r['tasks_s'] for r in rows]):.1f} | "
         f"{median([r['overhead_s'] for r in rows]):.1f} | {task('plan'):.1f} | {task('run'):.1f} | "
         f"{task('commit'):.1f} |")
@@ -308,7 +308,7 @@ def _fixed(add: Any, res: Results) -> None:
             rows = [r for r in res.fixed if r["kind"] == kind and r.get("mode", "submit") == mode]
             if not rows:
                 continue
-            inner = lambda key: median([r["inner"].get(key) for r in rows])  # noqa: E731
+            inner = lambda key, rows=rows: median([r["inner"].get(key) for r in rows])
             session = inner("session_seconds")
             totals[mode, kind] = inner("total_s")
             add(f"| {mode_label} | {label} | {len(rows)} | {inner('total_s'):.2f} | "

@@ -22,8 +22,9 @@ PIPELINES = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, RAW)
 # exactly-once Kafka sink, and a Quix Streams application with processing_guarantee="exactly-once".
 FLINK_SQL, QUIX = "flink-sql-exactly-once", "quix-exactly-once"
 PEERS = (FLINK_SQL, QUIX)
-STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_CONNECT: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds", SPARK: "job_seconds", RAW: "job_seconds",
-              FLINK_SQL: "job_seconds", QUIX: "job_seconds", PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
+STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_CONNECT: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds",
+              SPARK: "job_seconds", RAW: "job_seconds", FLINK_SQL: "job_seconds", QUIX: "job_seconds",
+              PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
 #: The fields of a saved run (``Run.to_json()``) that make a ``Run`` again.
 RUN_FIELDS = ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner", "repeat")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import cache_dir, project_root
-
 from lockstep_bench import history, peers, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
@@ -222,6 +221,7 @@ def environment(bootstrap: str) -> dict[str, Any]:
     import confluent_kafka
     import pyarrow
     import pyspark
+
     from lockstep.paths import kafka_jars_dir
 
     def read(path: str, key: str) -> str:
@@ -264,9 +264,8 @@ def _gib(meminfo: str) -> str:
 
 
 def run_bench(settings: Settings) -> Path:
-    from lockstep_dev.platform import Platform
-
     from lockstep_bench import report
+    from lockstep_dev.platform import Platform
 
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
@@ -315,7 +314,7 @@ def run_bench(settings: Settings) -> Path:
 
 # ---- CLI ------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    ints = lambda text: tuple(int(x) for x in text.split(",") if x)  # noqa: E731
+    ints = lambda text: tuple(int(x) for x in text.split(",") if x)
     parser.add_argument("--records", type=int, help="input records of the main comparison (default 1,000,000)")
     parser.add_argument("--partitions", type=int, help="input partitions of the main comparison (default 8)")
     parser.add_argument("--repeats", type=int, help="alternated repeats per competitor (default 3)")
@@ -345,9 +344,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
-                                                 "partition_records", "history", "perf_tools", "python_writer", "airflow", "peers", "report",
-                                                 "results",
-                                                 "baseline", "state_dir")}
+                                                 "partition_records", "history", "perf_tools", "python_writer", "airflow",
+                                                 "peers", "report", "results", "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
     return settings

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from lockstep.paths import project_root
-
 from lockstep_dev import procs
 
 MARKER = "airflow standalone"

@@ -7,7 +7,7 @@ exercised. A valid order is about 100-200 bytes.
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 CURRENCIES = ("EUR", "USD", "GBP")
 

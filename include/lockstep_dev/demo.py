@@ -11,7 +11,6 @@ import time
 from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
 from lockstep.spec import load_spec
-
 from lockstep_dev.datagen import ensure_topics, produce_orders
 from lockstep_dev.platform import Platform
 
@@ -29,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
-    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
+    say = lambda text: print(text, file=out, flush=True)
     platform = Platform()
     say("1/5 starting the local platform (Kafka, S3, Spark Connect, Airflow) ...")
     platform.up(with_airflow=True, with_connect=True, out=out)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockstep.paths import kafka_jars_dir
-
 from lockstep_dev import procs
 from lockstep_dev.security import SecureListener
 

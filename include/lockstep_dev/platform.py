@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lockstep.paths import dev_state_dir
-
 from lockstep_dev import airflow as airflow_svc
 from lockstep_dev import kafka as kafka_svc
 from lockstep_dev import procs

@@ -12,8 +12,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from lockstep.errors import LockstepError
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockstep.paths import minio_binary
-
 from lockstep_dev import procs
 
 #: In MinIO's command line (``<repo>/.cache/bin/minio server <data> ...``).

@@ -84,7 +84,7 @@ def write_tls_material(tls_dir: Path, ca_file: Path, ca_key_file: Path, keystore
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     until = now + datetime.timedelta(days=VALID_DAYS)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Lockstep dev CA")])

@@ -14,9 +14,9 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from lockstep_dev import procs
 

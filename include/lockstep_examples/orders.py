@@ -30,7 +30,8 @@ def enrich(df: DataFrame) -> DataFrame:
         F.when(F.col("order").isNull() | F.col("order.order_id").isNull(), F.lit(NOT_AN_ORDER))
         .when(F.col("order.amount").isNull(), F.lit("amount missing or not a number"))
         .when(F.col("order.amount") < 0, F.lit("negative amount"))
-        .when(~F.col("order.currency").isin(CURRENCIES), F.concat(F.lit("unknown currency "), F.coalesce(F.col("order.currency"), F.lit("null"))))
+        .when(~F.col("order.currency").isin(CURRENCIES), F.concat(F.lit("unknown currency "),
+                                                                  F.coalesce(F.col("order.currency"), F.lit("null"))))
     )
     enriched = F.to_json(F.struct(
         F.col("order.order_id").alias("order_id"),

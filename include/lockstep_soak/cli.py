@@ -39,7 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from lockstep.paths import project_root
     from lockstep_dev.platform import Platform
-
     from lockstep_soak.driver import Soak, SoakConfig
     from lockstep_soak.report import render
 

@@ -211,6 +211,7 @@ spark:
     # ---- input -----------------------------------------------------------------------------------
     def _produce(self, cycle: int, count: int) -> None:
         from confluent_kafka import Producer
+
         from lockstep_dev.datagen import order
 
         bad = plan_bad_input(self.seed, cycle, count, self.config.bad_per_cycle)
@@ -402,11 +403,13 @@ spark:
 
     def _coordinator_service(self) -> str:
         from confluent_kafka.admin import AdminClient
+
         from lockstep.model.transactional_ids import transactional_id
 
         checkpoint = self._checkpoint or 1
         tid = transactional_id(self.name, checkpoint, 0)
-        meta = AdminClient({**self.kafka, "log_level": 0}).list_topics("__transaction_state", timeout=10).topics["__transaction_state"]
+        admin = AdminClient({**self.kafka, "log_level": 0})
+        meta = admin.list_topics("__transaction_state", timeout=10).topics["__transaction_state"]
         partition = _java_abs(_java_hash(tid)) % len(meta.partitions)
         return self._broker_service(meta.partitions[partition].leader)
 

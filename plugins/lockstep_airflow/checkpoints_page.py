@@ -23,7 +23,7 @@ browser's zone or the user's choice), with the zone named and the ISO value in t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from html import escape
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -32,10 +32,10 @@ from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+
 from lockstep.ops.lag import PartitionLag
 from lockstep.paths import pipelines_dir
 from lockstep.rules.run_ownership import parse_cli_run_id
-
 from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
 from lockstep_airflow.overview import (
     RUN_SEARCH_WINDOW,
@@ -89,7 +89,7 @@ def airflow_timezone() -> tzinfo:
 
         return TIMEZONE
     except Exception:  # noqa: BLE001 - a page must render in some zone
-        return timezone.utc
+        return UTC
 
 
 def airflow_ui_base() -> str:
@@ -129,7 +129,7 @@ class PageParams:
 class Ctx:
     """What every renderer needs besides its data: the zone, 'now', the query, the UI's base path."""
 
-    tz: tzinfo = timezone.utc
+    tz: tzinfo = UTC
     now: datetime | None = None
     params: PageParams = PageParams()
     ui_base: str = ""
@@ -184,7 +184,7 @@ def run_checkpoint_page(dag_id: str, run_id: str) -> HTMLResponse:
                 dry = next((d for d in dry_run_row(store.last_dry_run()) if d.run_id == run_id), None)
         except Exception as exc:  # noqa: BLE001 - render the error, like the main page
             error = describe_error(exc)
-    ctx = Ctx(tz=airflow_timezone(), now=datetime.now(timezone.utc), ui_base=airflow_ui_base())
+    ctx = Ctx(tz=airflow_timezone(), now=datetime.now(UTC), ui_base=airflow_ui_base())
     html = render_run_page(dag_id, run_id, spec.name if spec else None, str(directory), rows, searched, error, ctx,
                            dry_run=dry)
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})
@@ -231,7 +231,7 @@ def local_time(value: str | None, tz: tzinfo) -> str | None:
     if at is None:
         return None
     if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)  # Lockstep writes aware UTC; a naive one is read as UTC
+        at = at.replace(tzinfo=UTC)  # Lockstep writes aware UTC; a naive one is read as UTC
     local = at.astimezone(tz)
     return f"{local:%Y-%m-%d %H:%M} {local.tzname() or zone_name(tz)}"
 
@@ -241,7 +241,7 @@ def _age_seconds(value: str | None, now: datetime | None) -> float | None:
     if at is None or now is None:
         return None
     if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
+        at = at.replace(tzinfo=UTC)
     return max((now - at).total_seconds(), 0.0)
 
 

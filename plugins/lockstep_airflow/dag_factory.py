@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Asset
-from lockstep.ops.drift import asset_name
 
+from lockstep.ops.drift import asset_name
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 from lockstep_airflow.params import pipeline_params, read_restore_points
 

@@ -53,7 +53,7 @@ def _write_note(dag_run: Any) -> None:
         note = note_for(dag_run, session)
         if note is not None and may_replace(dag_run.note):
             dag_run.note = note
-    except Exception:  # noqa: BLE001 - a note must never break the scheduler
+    except Exception:
         log.exception("could not write the note of %s %s", dag_run.dag_id, dag_run.run_id)
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-from lockstep.logs import quiet_clients
 
+from lockstep.logs import quiet_clients
 from lockstep_airflow.links import checkpoint_url
 from lockstep_airflow.run_notes import FAILURE_KEY
 
@@ -42,6 +42,7 @@ def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception, 
     The line is also left in XCom (``FAILURE_KEY``) for the run's note.
     """
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
     from lockstep.errors import TerminalError
 
     what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "no checkpoint claimed"
@@ -129,6 +130,7 @@ class LockstepPlanOperator(_LockstepOperator):
         spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
         from airflow.sdk.exceptions import AirflowRescheduleException
+
         from lockstep.steps.coordinator import CheckpointInFlight
 
         params = context["params"]
@@ -141,7 +143,7 @@ class LockstepPlanOperator(_LockstepOperator):
         except CheckpointInFlight as exc:
             # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
             log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
-            raise AirflowRescheduleException(datetime.now(timezone.utc) + IN_FLIGHT_POKE) from exc
+            raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
         claim = result.claim
@@ -196,6 +198,7 @@ class LockstepRunOperator(_LockstepOperator):
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
+
         from lockstep.errors import LockstepError
         from lockstep.spec import load_spec
         from lockstep.steps.client_factory import checkpoint_store
@@ -231,6 +234,7 @@ class LockstepCommitOperator(_LockstepOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
+
         from lockstep.errors import LockstepError
         from lockstep.model.failpoints import FailpointError
         from lockstep.spec import load_spec
@@ -290,7 +294,7 @@ class LockstepSavepointOperator(BaseOperator):
             store.delete_savepoint(name)
             log.info("savepoint %s of %s deleted", name, params["pipeline"])
             return {"deleted": name}
-        sp = store.create_savepoint(name, params.get("checkpoint_id"), datetime.now(timezone.utc).isoformat())
+        sp = store.create_savepoint(name, params.get("checkpoint_id"), datetime.now(UTC).isoformat())
         log.info("savepoint %s of %s created from checkpoint %d: offsets %s", sp.name, sp.pipeline, sp.checkpoint_id,
                  ", ".join(f"{k}={v}" for k, v in sorted(sp.end_offsets.items())))
         return sp.to_json()

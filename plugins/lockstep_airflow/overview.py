@@ -14,11 +14,12 @@ pointer, one LIST after it, and one view) and the savepoints.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from lockstep.errors import SpecError, TerminalError, TransientError
 from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
@@ -361,7 +362,7 @@ def _partitions(admin: Any, topics: list[str], bootstrap: str) -> list[TopicPart
     for topic in topics:
         try:
             metadata = admin.list_topics(topic, timeout=KAFKA_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - KafkaException from librdkafka
+        except Exception as exc:
             raise TransientError(f"Kafka at {bootstrap} did not answer within {KAFKA_TIMEOUT_S:g} s "
                                  f"(metadata of topic {topic}): {exc}") from exc
         found = metadata.topics.get(topic)
@@ -406,6 +407,7 @@ def page_store(spec: PipelineSpec) -> Any:
     """
     import boto3
     from botocore.config import Config
+
     from lockstep.connections import s3_client_kwargs
     from lockstep.store.checkpoint_store import CheckpointStore
 
@@ -438,7 +440,7 @@ def load_pipeline_specs(directory: Path) -> tuple[list[PipelineSpec], list[str]]
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savepoints: Section, lag: Section,
@@ -495,7 +497,7 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                                        txns.result())
                      for spec, c, s, lag, last, dry, txns in futures]
     stamp = moment.isoformat(timespec="seconds")
-    return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or timezone.utc), query=query)
+    return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or UTC), query=query)
 
 
 class _LatestOnce:

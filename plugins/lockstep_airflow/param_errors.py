@@ -15,7 +15,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 PARAM_ERROR = re.compile(r"^Invalid input for param (?P<param>[^:]+): (?P<message>.*?)\n\nFailed validating "
                          r"'(?P<rule>[^']+)' in schema(?:\[[^\]]*\])*:\n(?P<schema>.*?)\n\nOn instance(?:\[[^\]]*\])*:"

@@ -8,9 +8,10 @@ is read with a client that gives up in seconds, and any failure leaves the propo
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from airflow.sdk import Param
 
@@ -70,6 +71,7 @@ def read_restore_points(spec: Any) -> list[RestorePoint]:
     task (Airflow's parsing context names the DAG) skips the S3 reads, so a task's start-up does
     not pay them for every pipeline in the file."""
     from airflow.sdk import get_parsing_context
+
     from lockstep.steps.client_factory import checkpoint_store
 
     if get_parsing_context().dag_id is not None:

@@ -8,7 +8,8 @@ renders it, and links to the checkpoint on the Checkpoints page; the page links 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from lockstep_airflow.links import checkpoint_url
 

@@ -16,9 +16,10 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -155,7 +156,7 @@ def cluster_connections(cluster) -> dict[str, str]:
             f"AIRFLOW_CONN_{CLUSTER_AWS.upper()}": conns["AIRFLOW_CONN_AWS_DEFAULT"]}
 
 
-def add_connections(server: "AirflowServer", env: dict[str, str]) -> None:
+def add_connections(server: AirflowServer, env: dict[str, str]) -> None:
     """Create connections in a running Airflow through its REST API, as a user adds them in the UI
     (``env``: ``AIRFLOW_CONN_<ID>`` names and their JSON, as `cluster_connections` gives them)."""
     for name, raw in env.items():
@@ -185,12 +186,11 @@ class StatsdListener:
         self._thread.start()
 
     def _listen(self) -> None:
-        import socket
 
         while not self._stop.is_set():
             try:
                 data = self.sock.recv(65535)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
@@ -66,6 +67,7 @@ def _prepared(name: str, checkpoint_id: int, out_topic: str, records_in: int, de
 
 def _seed_kafka(bootstrap: str, topic: str, group: str) -> None:
     from confluent_kafka import Producer
+
     from lockstep.connections import kafka_config
     from lockstep.kafka import broker_offsets
 

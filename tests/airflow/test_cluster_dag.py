@@ -4,6 +4,7 @@ server; a crash in the Spark run is recovered by the next DAG run, exactly once.
 from __future__ import annotations
 
 import pytest
+
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.ops.airflow_client import AirflowClient
 

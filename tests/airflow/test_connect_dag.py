@@ -4,6 +4,7 @@ exactly once."""
 from __future__ import annotations
 
 import pytest
+
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.ops.airflow_client import AirflowClient
 

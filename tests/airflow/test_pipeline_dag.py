@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.ops.airflow_client import AirflowClient, AirflowError
 from lockstep_airflow.run_notes import origin

@@ -11,6 +11,7 @@ import json
 from urllib.parse import quote
 
 import pytest
+
 from lockstep.paths import project_root
 from lockstep_airflow.links import checkpoint_url, dag_run_url, task_url
 

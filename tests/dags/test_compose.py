@@ -260,7 +260,7 @@ def test_kafka_is_configured_for_transactions_on_one_node(services):
     assert env["KAFKA_TRANSACTION_MAX_TIMEOUT_MS"] == "3600000"
     assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
     # A second advertised listener for clients on the host, published on that port.
-    host = [l for l in env["KAFKA_ADVERTISED_LISTENERS"].split(",") if l != "PLAINTEXT://kafka:9092"]
+    host = [x for x in env["KAFKA_ADVERTISED_LISTENERS"].split(",") if x != "PLAINTEXT://kafka:9092"]
     assert len(host) == 1
     host_port = host[0].rsplit(":", 1)[1]
     assert any(str(p).endswith(f"{host_port}:{host_port}") for p in services["kafka"]["ports"])

@@ -59,5 +59,7 @@ def test_params_refuse_bad_values_with_the_rule(dagbag):
         assert "does not match" in str(refused.value)
     assert restore.resolve("checkpoint:41") == "checkpoint:41"
     assert restore.resolve("nightly-2026.11.21") == "nightly-2026.11.21"
-    with pytest.raises(Exception):
+    from airflow.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError):
         dag.params.get_param("max_records").resolve(0)

@@ -13,6 +13,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
 from lockstep.model.output_contract import (
     ERROR_HEADER,
     ORIGINAL_SIZE_HEADER,
@@ -75,7 +76,7 @@ def outputs(tmp_path_factory, bootstrap):
         where: dict[str, tuple[int, int]] = {}
         delivered: dict[int, tuple[int, int]] = {}
 
-        def produce(value, partition, tag):
+        def produce(value, partition, tag, producer=producer, pipeline=pipeline, delivered=delivered):
             def on_delivery(err, msg):
                 assert err is None, err
                 delivered[tag] = (msg.partition(), msg.offset())

@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 pytestmark = pytest.mark.skipif(os.environ.get("LOCKSTEP_BENCH_PEERS") != "1",
@@ -52,6 +53,7 @@ def committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list:
 def source(bootstrap: str) -> tuple[str, dict[int, int], dict[tuple[int, int], dict]]:
     """An input topic and what the shared transform makes of it: (partition, offset) -> output doc."""
     from confluent_kafka import Consumer, TopicPartition
+
     from lockstep_bench import workloads
     from lockstep_examples.bench import transform_value
 

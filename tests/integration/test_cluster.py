@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.failpoints import CRASH_EXIT_CODE
 

@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+
 from lockstep.errors import TransientCheckpointError
 from lockstep.model.checkpoint import CheckpointStatus
 

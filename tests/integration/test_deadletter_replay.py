@@ -9,6 +9,7 @@ from collections import Counter
 
 import yaml
 from confluent_kafka import Producer
+
 from lockstep.model.output_contract import REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed

@@ -3,8 +3,10 @@ spark-submit -> commit; the auditor checks the read_committed output."""
 from __future__ import annotations
 
 import time
+from datetime import UTC
 
 import pytest
+
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.output_contract import ERROR_HEADER
 
@@ -140,7 +142,7 @@ def test_restore_from_savepoint_replays_from_its_offsets(tmp_path, bootstrap, un
     sp_ends = store(pipeline).get_savepoint("before-second").end_offsets
 
     ahead = group_offsets(pipeline)
-    for attempt in range(2):  # restoring twice from the same savepoint neither fails nor duplicates
+    for _attempt in range(2):  # restoring twice from the same savepoint neither fails nor duplicates
         result = run(pipeline, "--restore-from", "before-second")
         assert result.returncode == 0, result.stderr[-3000:]
         latest = store(pipeline).latest_completed()
@@ -168,7 +170,7 @@ def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, b
     """time:<ISO> starts each partition at its first record at or after the time (offsets-for-times);
     a partition with none that recent starts at its end, and the plan log says so."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from lockstep.model.output_contract import CHECKPOINT_HEADER
 
@@ -177,7 +179,7 @@ def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, b
     produce_orders(pipeline, 40, timestamp_ms=hour_ago)
     produce_orders(pipeline, 20, start=40, timestamp_ms=hour_ago + 600_000)  # ten minutes later
     assert run(pipeline).returncode == 0
-    cut = datetime.fromtimestamp((hour_ago + 600_000) / 1000, timezone.utc).isoformat().replace("+00:00", "Z")
+    cut = datetime.fromtimestamp((hour_ago + 600_000) / 1000, UTC).isoformat().replace("+00:00", "Z")
 
     # First the plan of the restore: the 20 later records would be written again, nothing is new.
     from .engine_helpers import lockstep
@@ -277,14 +279,14 @@ def test_a_run_refuses_to_recover_a_checkpoint_whose_run_is_still_alive(tmp_path
     """Runs must not overlap: recovering a live run's checkpoint would fence it mid-flight."""
     import os
     import socket
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim
     from lockstep.rules.run_ownership import cli_run_id
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
     s = store(pipeline)
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     live = cli_run_id(socket.gethostname(), os.getpid(), "live")  # this test process: alive
     s.claim(CheckpointClaim(pipeline.name, 1, live, now, (), "earliest"))
     refused = run(pipeline)

@@ -3,6 +3,7 @@ with no transaction left open on the broker (issue: failpoints at every step).""
 from __future__ import annotations
 
 import pytest
+
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
 from lockstep.model.output_contract import WRITER_FAILPOINTS

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from lockstep.kafka.committer import TransactionCommitter
 from lockstep.model.checkpoint import PreparedTransaction
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, parse_task_result

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from lockstep_soak.driver import Soak, SoakConfig
 from lockstep_soak.schedule import FaultKind
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,

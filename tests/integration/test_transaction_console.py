@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka import Producer
+
 from lockstep.kafka.committer import TransactionCommitter
 from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus
 from lockstep.model.failpoints import CRASH_EXIT_CODE
@@ -66,7 +67,7 @@ def test_console_lists_maps_and_resolves_a_crashed_checkpoint(tmp_path, bootstra
         from lockstep_airflow.overview import page_store, read_open_transactions
 
         spec = pipeline.spec()
-        page = read_open_transactions(spec, page_store(spec), datetime.now(timezone.utc))
+        page = read_open_transactions(spec, page_store(spec), datetime.now(UTC))
         assert sorted(r.transactional_id for r in page) == sorted([*ours, foreign_id])
 
         text = lockstep("transactions", "resolve", "--dry-run", "--spec", str(pipeline.spec_path))
@@ -124,7 +125,7 @@ def test_resolve_fences_a_claimed_checkpoint_and_marks_it_aborted(tmp_path, boot
 def test_resolve_refuses_while_a_run_is_in_flight(tmp_path, bootstrap, unique):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
     alive = cli_run_id(socket.gethostname(), os.getpid(), "inflight")  # this test's own process: alive
-    store(pipeline).claim(CheckpointClaim(pipeline.name, 1, alive, datetime.now(timezone.utc).isoformat(), (),
+    store(pipeline).claim(CheckpointClaim(pipeline.name, 1, alive, datetime.now(UTC).isoformat(), (),
                                           "earliest"))
     refused = lockstep("transactions", "resolve", "--spec", str(pipeline.spec_path))
     assert refused.returncode == 2

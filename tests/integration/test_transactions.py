@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
 from lockstep.kafka.committer import TransactionCommitter, TransactionFencedError, TransactionStateError
 from lockstep.kafka.internals import KafkaTransactionAdmin
 from lockstep.model.checkpoint import PreparedTransaction

@@ -12,6 +12,7 @@ import json
 import re
 
 import pytest
+
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
     COMMITTABLE_FIELDS,
@@ -82,14 +83,14 @@ def test_writer_is_exactly_once_with_provenance_and_user_headers(outputs, writer
     assert len(sink) + len(dead) == RECORDS and len(dead) == RECORDS // MALFORMED_EVERY
     assert open_transactions(pipeline) == []
     checkpoint = str(store(pipeline).latest_completed().checkpoint_id).encode()
-    for (partition, offset), (key, value, headers, _) in sink.items():
+    for key, value, headers, _ in sink.values():
         names = [k for k, _ in headers]
         # Lockstep's headers first, then the transform's own.
         assert names == [SOURCE_PARTITION, SOURCE_OFFSET, CHECKPOINT_HEADER, "currency"], names
         assert dict(headers)[CHECKPOINT_HEADER] == checkpoint
         assert dict(headers)["currency"] in (b"EUR", b"USD", b"GBP")
         assert key is not None and value.startswith(b'{"order_id":')
-    for _, (key, value, headers, _) in dead.items():
+    for _key, value, headers, _ in dead.values():
         names = [k for k, _ in headers]
         assert names == [SOURCE_PARTITION, SOURCE_OFFSET, CHECKPOINT_HEADER, "currency", ERROR_HEADER], names
         assert dict(headers)[ERROR_HEADER] == b"not a JSON order with order_id"
@@ -128,6 +129,7 @@ def test_a_task_whose_rows_are_all_filtered_out_leaves_no_transaction(tmp_path, 
     import json
 
     from confluent_kafka import Producer
+
     from lockstep_examples.bench import MIN_AMOUNT
 
     pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}-{writer}", partitions=2,

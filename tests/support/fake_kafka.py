@@ -15,10 +15,11 @@ committer hands out for them compares equal.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 ONGOING, PREPARE_COMMIT, COMPLETE_COMMIT = "Ongoing", "PrepareCommit", "CompleteCommit"
 COMPLETE_ABORT, EMPTY, UNKNOWN = "CompleteAbort", "Empty", "Unknown"

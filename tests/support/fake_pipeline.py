@@ -13,7 +13,6 @@ from lockstep.model.transactional_ids import transactional_id
 from lockstep.spec import PipelineSpec, parse_spec
 from lockstep.steps.coordinator import Pipeline, Plan
 from lockstep.store.checkpoint_store import CheckpointStore
-
 from tests.support.fake_kafka import FakeCommitter, FakeSource
 from tests.support.fake_s3 import FakeS3
 

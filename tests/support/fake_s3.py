@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from botocore.exceptions import ClientError
 

@@ -1,7 +1,8 @@
 """Creating topics on a real broker, the one way every test suite does it."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def create_topics(client: str | Mapping[str, Any], topics: Mapping[str, int], replication: int = 1,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from lockstep_bench import flink_sql, peers, report, runner
 from lockstep_bench.results import FLINK_SQL, LOCKSTEP, LOCKSTEP_CONNECT, PIPELINES, QUIX, RAW, SPARK, Results

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 from botocore.exceptions import ClientError
+
 from lockstep.errors import TransientError
 from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import OffsetRange
@@ -39,7 +40,7 @@ from lockstep_airflow.overview import (
     select_window,
 )
 
-NOW = datetime(2025, 1, 1, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 1, 1, 0, tzinfo=UTC)
 AMSTERDAM = ZoneInfo("Europe/Amsterdam")
 
 
@@ -59,15 +60,15 @@ class FakeS3:
     def _count(self, op: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
 
-    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's names
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
         self._count("get_object")
         if Key not in self.objects:
             raise _error("NoSuchKey", 404)
         body = self.objects[Key]
         return {"Body": io.BytesIO(body), "ETag": str(hash(body))}
 
-    def put_object(self, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str | None = None,  # noqa: N803
-                   IfMatch: str | None = None, ContentType: str | None = None) -> dict[str, Any]:  # noqa: N803
+    def put_object(self, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str | None = None,
+                   IfMatch: str | None = None, ContentType: str | None = None) -> dict[str, Any]:
         self._count("put_object")
         if IfNoneMatch == "*" and Key in self.objects:
             raise _error("PreconditionFailed", 412)
@@ -80,8 +81,8 @@ class FakeS3:
         assert name == "list_objects_v2"
         return self
 
-    def paginate(self, Bucket: str, Prefix: str, Delimiter: str | None = None,  # noqa: N803
-                 StartAfter: str | None = None):  # noqa: N803
+    def paginate(self, Bucket: str, Prefix: str, Delimiter: str | None = None,
+                 StartAfter: str | None = None):
         keys = sorted(k for k in self.objects if k.startswith(Prefix) and (StartAfter is None or k > StartAfter))
         entries: list[tuple[str, bool]] = []
         for key in keys:
@@ -111,7 +112,7 @@ SPEC = {
 
 
 def _at(minutes: int) -> str:
-    return (datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes)).isoformat()
+    return (datetime(2025, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes)).isoformat()
 
 
 def seed(store: CheckpointStore, count: int, empty: range = range(0), run_ids: dict[int, str] | None = None) -> None:
@@ -122,7 +123,7 @@ def seed(store: CheckpointStore, count: int, empty: range = range(0), run_ids: d
         rng = (OffsetRange("orders", 0, offset, offset + records),)
         offset += records
         run_id = (run_ids or {}).get(cid, f"scheduled__{_at(cid)}")
-        store.claim(CheckpointClaim("orders", cid, run_id, _at(cid), rng, "checkpoint:%d" % (cid - 1)))
+        store.claim(CheckpointClaim("orders", cid, run_id, _at(cid), rng, f"checkpoint:{cid - 1}"))
         txns = () if not records else (PreparedTransaction(f"orders-{cid}-0", 1, 0, (), records, 0, 0, 0),)
         store.write_prepared(PreparedCheckpoint("orders", cid, _at(cid), txns, records, records, 0, 1.0))
         store.mark_completed(CompletedCheckpoint("orders", cid, _at(cid),
@@ -230,7 +231,7 @@ def test_run_search_is_bounded_and_finds_the_run():
 def test_times_are_in_airflows_zone_with_its_name_and_the_iso_value_kept():
     assert local_time("2025-01-01T00:02:00+00:00", AMSTERDAM) == "2025-01-01 01:02 CET"
     assert local_time("2025-07-01T00:02:00+00:00", AMSTERDAM) == "2025-07-01 02:02 CEST"
-    assert local_time("2025-01-01T00:02:00+00:00", timezone.utc) == "2025-01-01 00:02 UTC"
+    assert local_time("2025-01-01T00:02:00+00:00", UTC) == "2025-01-01 00:02 UTC"
     assert local_time("not a time", AMSTERDAM) is None
     assert [relative_age(s) for s in (None, 1, 42, 180, 3 * 3600 + 300, 7200, 5 * 86400)] == [
         "", "just now", "42 s ago", "3 min ago", "3 h 5 min ago", "2 h ago", "5 d ago"]

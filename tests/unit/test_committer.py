@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+
 from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka.committer import (
     CommitterUnavailableError,

@@ -5,10 +5,10 @@ and in the transaction table, never on the order of calls."""
 from __future__ import annotations
 
 import pytest
+
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.checkpoint import CheckpointStatus, RunFailure
 from lockstep.steps import coordinator
-
 from tests.support.fake_kafka import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING
 from tests.support.fake_pipeline import PREFIX, SOURCE, FakeWorld, fake_world, spec
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
@@ -320,7 +321,7 @@ def test_a_cli_run_on_this_host_is_in_flight_exactly_while_its_process_lives():
 def test_other_owners_are_presumed_alive_for_the_transaction_timeout():
     from lockstep.rules.run_ownership import claim_in_flight, cli_run_id
 
-    never = lambda pid: (_ for _ in ()).throw(AssertionError("a remote pid must not be probed"))  # noqa: E731
+    never = lambda pid: (_ for _ in ()).throw(AssertionError("a remote pid must not be probed"))
     for owner in ("manual__2026-11-21T22:00:07+00:00", cli_run_id("elsewhere", 5, "n")):
         young = claim_in_flight(owner, claimed_at_ms=1_000, now_ms=61_000, lease_ms=900_000, my_host="here",
                                 pid_alive=never)

@@ -3,6 +3,7 @@ Java kafka-clients (Spark's source, the JVM writer), kafka-python (the committer
 from __future__ import annotations
 
 import pytest
+
 from lockstep.errors import TerminalError
 from lockstep.kafka.client_configs import (
     CONFLUENT,

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from lockstep.model.transactions import TransactionState
 from lockstep.ops.open_transactions import OpenTransaction
 

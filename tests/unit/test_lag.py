@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,
@@ -16,7 +17,7 @@ from lockstep.model.checkpoint import (
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.ops import lag, metrics
 
-NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
 

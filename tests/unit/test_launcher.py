@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from lockstep.spark.target import connection_master
 from lockstep.spec import load_spec
 from lockstep.steps.run import spark_target
@@ -166,11 +167,12 @@ def test_a_connect_spark_default_connection_puts_the_run_on_that_server(spec_fil
 def test_a_connect_run_failure_is_sorted_like_a_spark_submit_exit(spec_file, monkeypatch):
     """Connect mode runs the driver code in this process: a refused plan (AnalysisException) is
     terminal, anything else retried, and the cause is the error's, as the job's exit code says."""
+    from pyspark.errors import AnalysisException
+
     from lockstep.errors import CheckpointError, TransientCheckpointError
     from lockstep.spark import connect as spark_connect
     from lockstep.spark.target import SparkTarget
     from lockstep.steps import run as launcher
-    from pyspark.errors import AnalysisException
 
     class Run:
         spark = object()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from datetime import UTC
 
 import pytest
+
 from lockstep.errors import DeletedRangesError, OffsetAheadError, TerminalError
 from lockstep.model.offsets import OffsetRange, TopicPartition, offsets_from_json, offsets_to_json, spark_offsets
 from lockstep.rules.ranges import plan_ranges, water_fill
@@ -241,12 +243,11 @@ def test_consecutive_plans_tile() -> None:
 
 # ---- restore by time ---------------------------------------------------------------------------------
 def test_a_restore_time_needs_a_zone_and_iso_8601():
-    from datetime import timezone
 
     from lockstep.rules.start_offsets import parse_restore_time
 
-    assert parse_restore_time("time:2026-11-20T10:00:00Z").astimezone(timezone.utc).hour == 10
-    assert parse_restore_time("time:2026-11-20T11:00:00+01:00").astimezone(timezone.utc).hour == 10
+    assert parse_restore_time("time:2026-11-20T10:00:00Z").astimezone(UTC).hour == 10
+    assert parse_restore_time("time:2026-11-20T11:00:00+01:00").astimezone(UTC).hour == 10
     with pytest.raises(ValueError, match="has no zone; add Z for UTC"):
         parse_restore_time("time:2026-11-20T10:00:00")
     with pytest.raises(ValueError, match="is not an ISO 8601 time"):

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from lockstep.model import output_contract as contract
 from lockstep.model.checkpoint import PreparedTransaction
 from lockstep.model.failpoints import FAILPOINTS, FailpointError

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lockstep.errors import TerminalError
 from lockstep.spark.job import check_output_schema
 from lockstep.spec import parse_spec

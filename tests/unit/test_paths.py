@@ -3,6 +3,7 @@ LOCKSTEP_WRITER_JAR (a build of a changed source tree, tested without replacing 
 from __future__ import annotations
 
 import pytest
+
 from lockstep.paths import cache_dir, jvm_writer_jar
 
 

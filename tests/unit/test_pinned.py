@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
 from lockstep.kafka import broker_offsets
 from lockstep.model.checkpoint import (

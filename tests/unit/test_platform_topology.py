@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from lockstep_dev.platform import Platform
 from lockstep_dev.procs import PlatformError
 

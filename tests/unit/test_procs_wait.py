@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lockstep_dev.procs import PlatformError, wait_until
 
 

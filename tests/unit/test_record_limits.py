@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from lockstep.model.checkpoint import PlannedWith
 from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT, record_size, too_large
 from lockstep.spark.writer_settings import writer_settings
@@ -68,6 +69,7 @@ def test_a_guarded_row_function_returns_its_exception_as_the_error() -> None:
 def test_a_topic_whose_config_cannot_be_read_falls_back_to_the_producers_limit(caplog) -> None:
     pytest.importorskip("confluent_kafka")
     from confluent_kafka import KafkaError, KafkaException
+
     from lockstep.spark.writer_settings import topic_limits
 
     class Entry:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.output_contract import (

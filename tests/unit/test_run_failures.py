@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from lockstep.errors import (
     JOB_EXIT_TERMINAL,
     JOB_EXIT_TRANSIENT,

@@ -11,8 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins"))
 
-from lockstep_airflow.links import checkpoint_url, dag_run_url, task_url  # noqa: E402
-from lockstep_airflow.run_notes import MARK, MAX_NOTE, may_replace, origin, run_note  # noqa: E402
+from lockstep_airflow.links import checkpoint_url, dag_run_url, task_url
+from lockstep_airflow.run_notes import MARK, MAX_NOTE, may_replace, origin, run_note
 
 PLAN = {"pipeline": "orders", "checkpoint_id": 42, "records": 5000, "ranges": ["orders:0[0,2500)", "orders:1[0,2500)"],
         "start_source": "checkpoint:41", "restored_from": None, "dry_run": False}
@@ -138,6 +138,7 @@ def test_the_form_proposes_restore_points_accepts_free_text_and_marks_nothing_re
 
 def test_a_worker_parsing_the_file_to_run_a_task_reads_no_restore_points(monkeypatch):
     from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+
     from lockstep_airflow import params as params_module
 
     def must_not_be_called(spec, timeout_s=None):
@@ -185,6 +186,7 @@ def test_short_secrets_are_not_redacted_everywhere(monkeypatch):
 def _refusal(conf: dict) -> str:
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
+
     from lockstep_airflow.params import pipeline_params
 
     params = ParamsDict(pipeline_params())

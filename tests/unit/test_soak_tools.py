@@ -9,13 +9,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from lockstep_soak import kill, proxy
 
 
 class _Ok(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         body = b"hello"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

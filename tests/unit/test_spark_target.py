@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lockstep.errors import TerminalError
 from lockstep.spark.target import SparkEndpoint, connect_url, resolve_target
 from lockstep.spec import SparkSpec
@@ -92,8 +93,9 @@ def test_a_server_that_stopped_answering_is_named_with_grpcs_reason():
     the server, gRPC's status and details, and where to look."""
     from enum import Enum
 
-    from lockstep.spark.connect import server_away
     from pyspark.errors.exceptions.base import RetriesExceeded
+
+    from lockstep.spark.connect import server_away
 
     class Code(Enum):
         UNAVAILABLE = 14

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from lockstep.errors import SpecError, TerminalError
 from lockstep.spec import PipelineSpec, load_spec, load_specs, parse_spec
 

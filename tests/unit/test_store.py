@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from lockstep.errors import CheckpointError, MetadataError, TerminalError
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,
@@ -22,7 +23,6 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed, CheckpointStore
-
 from tests.support.fake_s3 import FakeS3
 
 BUCKET, ROOT, PIPELINE = "lockstep", "tests/orders", "orders"

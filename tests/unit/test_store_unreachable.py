@@ -9,6 +9,7 @@ import threading
 import boto3
 import pytest
 from botocore.config import Config
+
 from lockstep.errors import TransientError
 from lockstep.store.checkpoint_store import CheckpointStore
 

@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -230,7 +230,7 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     cmd = args.savepoint_command
     if cmd == "create":
         sp = store.create_savepoint(validate_savepoint_name(args.name), args.checkpoint,
-                                    datetime.now(timezone.utc).isoformat())
+                                    datetime.now(UTC).isoformat())
         _emit(args, sp.to_json(), f"savepoint {sp.name} of checkpoint {sp.checkpoint_id} created")
     elif cmd == "list":
         sps = store.list_savepoints()
@@ -250,7 +250,7 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
                                 f"{spec.path}'s {list(spec.source.topics)}; a savepoint's offsets only mean "
                                 "something for the same source topics")
         sp = checkpoint_store(target).adopt_savepoint(store.get_savepoint(args.name),
-                                                      datetime.now(timezone.utc).isoformat())
+                                                      datetime.now(UTC).isoformat())
         _emit(args, sp.to_json(), f"savepoint {sp.name} copied from {spec.name} to {target.name}; restore with "
                                   f"lockstep run --spec {args.to_spec} --restore-from {sp.name}")
     elif cmd == "delete":

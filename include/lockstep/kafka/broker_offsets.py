@@ -4,7 +4,8 @@ last stable offsets, high watermarks, offsets for a time, and consumer group off
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from lockstep.kafka.topics import TIMEOUT_S, with_retries
 from lockstep.model.offsets import TopicPartition

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model.offsets import TopicPartition
@@ -20,7 +21,7 @@ def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S
     while True:
         try:
             return call()
-        except Exception as exc:  # noqa: BLE001 - KafkaException carries the KafkaError
+        except Exception as exc:
             error = exc.args[0] if exc.args else None
             retriable = getattr(error, "retriable", lambda: False)()
             if not retriable or time.monotonic() + delay > deadline:
@@ -35,7 +36,7 @@ def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
     for topic in topics:
         try:
             metadata = admin.list_topics(topic, timeout=TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - KafkaException from librdkafka
+        except Exception as exc:
             raise TransientError(f"cannot read metadata of topic {topic}: {exc}") from exc
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 from lockstep.model.output_contract import WRITER_FAILPOINTS
 

@@ -6,7 +6,7 @@ the adapters that make them (``lockstep.kafka``), so neither depends on the othe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from lockstep.model.offsets import TopicPartition
@@ -76,4 +76,4 @@ class TransactionObservation:
 
 def utc_text(epoch_ms: int) -> str:
     """A broker timestamp (epoch milliseconds) in UTC to the second, the way messages show times."""
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -12,8 +12,9 @@ unexplained one makes ``verify`` exit 1 and says the way out.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json
@@ -141,7 +142,7 @@ def with_ages(rows: list[PartitionLag], timestamps_ms: Mapping[str, int], now: d
         if ms is None:
             out.append(row)
             continue
-        at = datetime.fromtimestamp(ms / 1000, timezone.utc)
+        at = datetime.fromtimestamp(ms / 1000, UTC)
         out.append(replace(row, oldest_unread_at=at.isoformat(timespec="milliseconds"),
                            oldest_unread_age_s=round(max((now - at).total_seconds(), 0.0), 3)))
     return out
@@ -252,7 +253,7 @@ def read_lag(spec: Any, store: Any, admin: Any = None, now: datetime | None = No
     from lockstep.kafka import broker_offsets, topics
     from lockstep.steps.client_factory import kafka_admin
 
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     config = kafka_config(spec.source.kafka_conn_id)
     admin = admin or kafka_admin(spec.source.kafka_conn_id)
     tps = (list_partitions or topics.partitions)(admin, spec.source.topics)

@@ -17,8 +17,8 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from lockstep.errors import TerminalError
 

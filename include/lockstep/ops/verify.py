@@ -13,8 +13,9 @@ original offset may be in the sink more than once across the pipeline and its re
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from lockstep.connections import kafka_config
 from lockstep.kafka.client_configs import JAVA
@@ -90,7 +91,7 @@ class VerifyReport:
                     or r.sink_twice)
 
     def to_json(self) -> dict[str, Any]:
-        sample = lambda xs: [f"{t}:{p}@{o}" for t, p, o in xs[:20]]  # noqa: E731
+        sample = lambda xs: [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
         return {"ok": self.ok, "checkpoints": self.checkpoints, "covered_offsets": self.covered_offsets,
                 "expected_outputs": self.expected_outputs, "actual_outputs": self.actual_outputs,
                 "lost": len(self.lost), "duplicated": len(self.duplicated), "unexpected": len(self.unexpected),
@@ -133,7 +134,7 @@ def expected_outputs(spec: PipelineSpec, spark: Any, ranges: dict[int, tuple[Off
     transform = load_transform(spec)
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Spark's Kafka source
     expected: Counter = Counter()
-    for cid, rs in ranges.items():
+    for rs in ranges.values():
         if not rs:
             continue
         rows = transform(read_ranges(spark, kafka, rs)).select("topic", "partition", "offset").collect()

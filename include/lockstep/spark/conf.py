@@ -6,7 +6,7 @@ safety settings.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from lockstep.paths import jvm_writer_jar, spark_kafka_jars
 

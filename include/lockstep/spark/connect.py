@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[Co
             # New, or the session of an earlier attempt that was killed: stop whatever it still runs.
             interrupted = spark.interruptAll()
             break
-        except Exception as exc:  # noqa: BLE001 - a released session is refused: try the next id
+        except Exception as exc:
             if not _closed(exc):
                 raise
             _forget(spark)

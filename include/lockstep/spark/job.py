@@ -16,7 +16,7 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lockstep.connections import kafka_config
@@ -170,7 +170,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
                 committables.append(PreparedTransaction.from_json(committable, f"task {task}"))
     failpoints.hit("job.before_prepared")
     prepared = PreparedCheckpoint(
-        pipeline=spec.name, checkpoint_id=checkpoint_id, prepared_at=datetime.now(timezone.utc).isoformat(),
+        pipeline=spec.name, checkpoint_id=checkpoint_id, prepared_at=datetime.now(UTC).isoformat(),
         transactions=tuple(sorted(committables, key=lambda t: t.task_index)),
         records_in=sum(r.count for r in ranges),
         records_out=sum(t.records for t in committables),

@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model import failpoints
@@ -329,7 +329,7 @@ class TransactionalWriter:
         log.warning("transaction %s: aborting (%s)", self.transactional_id, reason)
         try:
             self._producer.abort_transaction(self._timeout_s)
-        except Exception as exc:  # the broker will still abort it at transaction.timeout.ms
+        except Exception as exc:  # noqa: BLE001 - the broker will still abort it at transaction.timeout.ms
             log.warning("transaction %s: abort failed (%s); the broker aborts it when it times out",
                         self.transactional_id, exc)
         finally:
@@ -389,7 +389,7 @@ class TransactionalWriter:
         producer, self._producer = self._producer, None
         try:
             producer.close()
-        except Exception as exc:  # nothing left to protect; do not mask the original failure
+        except Exception as exc:  # noqa: BLE001 - nothing left to protect; do not mask the original failure
             log.warning("transaction %s: closing the producer failed: %s", self.transactional_id, exc)
 
     def _release(self) -> None:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.output_contract import (
@@ -166,7 +167,7 @@ def parse_dead_letter(headers: Iterable[tuple[str, bytes | None]], timestamp_ms:
         raise TerminalError(f"dead letter {where} has no valid provenance headers ({SOURCE_TOPIC}, "
                             f"{SOURCE_PARTITION}, {SOURCE_OFFSET}): it was not written by Lockstep and cannot "
                             "be replayed; remove it from the dead-letter topic or leave it out with --since") from exc
-    number = lambda name: int(h[name]) if h.get(name) else None  # noqa: E731
+    number = lambda name: int(h[name]) if h.get(name) else None
     return DeadLetter(original, number(CHECKPOINT_HEADER), (h.get(ERROR_HEADER) or b"").decode(errors="replace"),
                       timestamp_ms, ORIGINAL_SIZE_HEADER in h, number(REPLAY_HEADER))
 
@@ -192,7 +193,7 @@ class Replayed:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Replayed:
-        as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)  # noqa: E731
+        as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
                    int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)))

@@ -12,8 +12,8 @@ Connect server that outlives the checkpoints (pure: connections are looked up by
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from lockstep.errors import TerminalError
 from lockstep.spec import SparkSpec
@@ -44,7 +44,7 @@ class SparkTarget:
     source: str
 
 
-Lookup = Callable[[str], Optional[SparkEndpoint]]
+Lookup = Callable[[str], SparkEndpoint | None]
 
 
 def is_connect_endpoint(endpoint: SparkEndpoint | None) -> bool:

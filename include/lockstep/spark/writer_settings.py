@@ -3,8 +3,9 @@ the checkpoint was planned with, and the producer settings both writers share.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from lockstep.connections import kafka_config
 from lockstep.kafka.client_configs import CONFLUENT, JAVA
@@ -70,7 +71,7 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> di
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
             entries = with_retries(f"reading the config of topic {topic}",
-                                    lambda: admin.describe_configs([resource])[resource].result(timeout=30))
+                                    lambda resource=resource: admin.describe_configs([resource])[resource].result(timeout=30))
             limits[topic] = int(entries["max.message.bytes"].value)
         except Exception as exc:  # noqa: BLE001 - the run can go on with the producer's limit
             log.warning("could not read max.message.bytes of topic %s (%s); its records are checked against the "

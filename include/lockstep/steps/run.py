@@ -3,7 +3,8 @@ or in a session of a long-lived Spark Connect server (`lockstep.spark.target` de
 
 The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint`, so the target (mode,
 master or Connect endpoint), the command line, the environment (with the spec's connections),
-the failure classification and the empty-checkpoint shortcut are the same wherever a run starts. :func:`checkpoint_cycle` is the CLI's whole checkpoint (plan, run, commit),
+the failure classification and the empty-checkpoint shortcut are the same wherever a run starts.
+:func:`checkpoint_cycle` is the CLI's whole checkpoint (plan, run, commit),
 shared by ``lockstep run`` and ``lockstep deadletters replay``.
 """
 from __future__ import annotations
@@ -14,8 +15,10 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from datetime import UTC
+from typing import TYPE_CHECKING, Protocol
 
 from lockstep.connections import connection_env, redact
 from lockstep.errors import (
@@ -138,10 +141,10 @@ def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStor
 
 
 def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
-        store.record_run_failure(RunFailure(pipeline, checkpoint_id, datetime.now(timezone.utc).isoformat(), cause))
+        store.record_run_failure(RunFailure(pipeline, checkpoint_id, datetime.now(UTC).isoformat(), cause))
     except LockstepError as exc:  # the failure itself is what the task reports; the note is a courtesy
         log.warning("checkpoint %d: could not note the run's failure in S3 (%s)", checkpoint_id, exc)
 
@@ -186,7 +189,7 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointSto
             if on_start is not None:
                 on_start(run)
             run_checkpoint_job(spec, checkpoint_id, run.spark, store, view=view)
-    except Exception as exc:  # noqa: BLE001 - sorted into terminal or retried, as a spark-submit exit is
+    except Exception as exc:
         import traceback
 
         cause, terminal = job_outcome(exc)

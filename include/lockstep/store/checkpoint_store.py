@@ -17,7 +17,8 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
