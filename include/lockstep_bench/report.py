@@ -38,7 +38,7 @@ STAGE_LABELS = {LOCKSTEP: "Spark stage (read, transform, produce, flush)",
                 CONSUMER_PERF: "tool's own figure"}
 #: The end-to-end pipelines in the order the tables list them (the scaling tables show those present).
 ORDER = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, *PEERS, RAW)
-#: What each Lockstep mode is held to, per competitor (issue 14's targets are connect mode's).
+#: What each Lockstep mode is held to, per competitor (the targets are connect mode's).
 TARGETS = {LOCKSTEP_CONNECT: {SPARK: 1.2, FLINK_SQL: 1.0, QUIX: 1.0}, LOCKSTEP: {SPARK: 1.0}}
 
 #: The prose of "Making Lockstep faster" (what was changed for speed, how it was measured), kept in

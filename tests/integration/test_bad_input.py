@@ -1,4 +1,4 @@
-"""Bad input must neither crash a checkpoint nor lose a record (DESIGN invariant 9): each case ends
+"""Bad input must neither crash a checkpoint nor lose a record (the no-silent-loss invariant): each case ends
 in the sink or, with its reason, in the dead-letter topic, exactly once, with either writer.
 
 One pipeline per writer gets every odd record at once (a record too large for the sink topic, a dead

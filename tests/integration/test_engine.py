@@ -46,7 +46,7 @@ def test_five_checkpoints_tile_and_verify_exactly_once(tmp_path, bootstrap, uniq
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["expected_outputs"] == report["actual_outputs"] == 1000
 
-    # Invariant 8: the consumer group holds the last completed checkpoint's end offsets.
+    # Offsets are published after completion only: the consumer group holds the last completed checkpoint's end offsets.
     assert group_offsets(pipeline) == dict(views[-1].completed.end_offsets)
     assert report["drift"] == [] and report["drift_ok"]
 
@@ -222,7 +222,7 @@ def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, b
 
 def test_lingering_transactions_of_a_higher_past_parallelism_are_fenced(tmp_path, bootstrap, unique):
     """A dead writer of checkpoint 1 at task 7 (a parallelism since scaled down) must not
-    stall read_committed readers: the next plan finds and fences it (invariant 7)."""
+    stall read_committed readers: the next plan finds and fences it (the fencing invariant)."""
     import subprocess
     import sys
 
@@ -311,7 +311,7 @@ def subprocess_pid_that_exited() -> int:
 
 
 def test_a_prefix_and_sink_topic_edited_while_a_checkpoint_is_in_flight(tmp_path, bootstrap, unique):
-    """Issue 10: the claim pins what a checkpoint was planned with. A spec edited after its Spark
+    """The claim pins what a checkpoint was planned with. A spec edited after its Spark
     tasks left their transactions open does not strand them: recovery fences them under the prefix
     they were written with, and the edit takes effect from the next checkpoint, exactly once."""
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)

@@ -1,6 +1,6 @@
 """The checkpoint store on a real S3 API server (the session's MinIO server process).
 
-Invariant 3 (atomic claim, immutable metadata, forward-only status) and invariant 5 (idempotent
+The atomic-claim invariant (atomic claim, immutable metadata, forward-only status) and the idempotent-commit invariant (idempotent
 completion) are checked against the server's own conditional writes, including a race between
 separate processes. Nothing here mocks S3: the counting wrapper only delegates to the real client.
 """
@@ -689,7 +689,7 @@ def test_corrupt_savepoint_raises_metadata_error(store: CheckpointStore, s3_clie
 
 
 def test_racing_commit_and_abort_settle_on_exactly_one_outcome(store: CheckpointStore) -> None:
-    """Invariant 3: completed and aborted are never both, even when written at once."""
+    """The atomic-claim invariant: completed and aborted are never both, even when written at once."""
     import threading
 
     ids = list(range(1, 11))

@@ -1,7 +1,7 @@
 """The transaction console on the real platform: a crashed run leaves a prepared checkpoint's
 transactions open; ``lockstep transactions`` maps them to the checkpoint and its tasks and shows
 what they hold back; ``resolve --dry-run`` changes nothing; ``resolve`` settles them as recovery
-would; a foreign transaction on the sink is reported, never touched (issue 13, item 1)."""
+would; a foreign transaction on the sink is reported, never touched."""
 from __future__ import annotations
 
 import json

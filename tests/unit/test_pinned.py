@@ -1,5 +1,5 @@
 """A spec edited while a checkpoint is in flight: the claim pins what the checkpoint was planned
-with, and its Spark run, commit and recovery use that, or refuse when they cannot (issue 10)."""
+with, and its Spark run, commit and recovery use that, or refuse when they cannot."""
 from __future__ import annotations
 
 import json

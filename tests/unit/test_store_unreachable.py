@@ -1,4 +1,4 @@
-"""Regression, found by the soak (fault ``s3_restart``, seed 7): S3 that closes the connection
+"""Regression, found by the soak's ``s3_restart`` fault: S3 that closes the connection
 without answering made the run step die with botocore's ConnectionClosedError and a traceback as the
 task's last line. Unreachable S3 is a transient error naming the object, like a 503."""
 from __future__ import annotations

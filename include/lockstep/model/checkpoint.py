@@ -47,7 +47,7 @@ _FORWARD: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
 
 
 def can_transition(old: CheckpointStatus, new: CheckpointStatus) -> bool:
-    """Status moves forward only; completed and aborted are final (invariant 3)."""
+    """Status moves forward only; completed and aborted are final (the atomic-claim invariant)."""
     return new in _FORWARD[old]
 
 

@@ -1,7 +1,7 @@
 """Transactional ids: made in one place, parsed back for recovery (pure).
 
 A retried Spark task reuses its id, so its producer's InitProducerId fences the earlier attempt
-(invariant 7); recovery reads checkpoint and task back out of ids it finds open.
+(the fencing invariant); recovery reads checkpoint and task back out of ids it finds open.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Commit or abort a prepared checkpoint, from what the transaction coordinator reports (pure).
 
 The committer observes each transaction (DescribeTransactions) and hands the observations here;
-:func:`decide_commit` decides all or nothing (invariant 4) with roll-forward once anything was
-committed (invariant 5), so every rule is tested without a broker.
+:func:`decide_commit` decides all or nothing (the all-or-nothing-commit invariant) with roll-forward once anything was
+committed (the idempotent-commit invariant), so every rule is tested without a broker.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def decide_commit(
     now_ms: int,
     margin_ms: int,
 ) -> CommitDecision:
-    """All or nothing (invariant 4), with roll-forward once anything was committed.
+    """All or nothing (the all-or-nothing-commit invariant), with roll-forward once anything was committed.
 
     Precedence: something committed + something uncommittable = STUCK (never abort a partially
     committed checkpoint); an unobserved transaction = RETRY_LATER (never abort on missing

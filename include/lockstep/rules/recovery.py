@@ -1,8 +1,8 @@
 """What recovery does before a plan, from the store's history and the open transactions (pure).
 
-Flink's ``initializeState`` on restore (seed 003): roll decided checkpoints forward, fence every
+The restore rule, as Flink's ``initializeState`` applies it: roll decided checkpoints forward, fence every
 transactional id no prepared checkpoint owns, under the prefix and on the sink cluster each
-checkpoint was planned with (invariant 7), mark dead claims aborted with a replay hint.
+checkpoint was planned with (the fencing invariant), mark dead claims aborted with a replay hint.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from lockstep.model.transactional_ids import parse_transactional_id, transaction
 
 @dataclass(frozen=True)
 class RecoveryPlan:
-    """What plan must do before claiming a new checkpoint (Flink's initializeState, seed 003)."""
+    """What plan must do before claiming a new checkpoint (the restore rule)."""
 
     next_checkpoint_id: int
     #: prepared checkpoints to run the commit step for, oldest first (its decision may still be abort).

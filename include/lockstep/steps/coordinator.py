@@ -171,7 +171,7 @@ class RecoveryFacts:
 
 
 def recover(p: Pipeline, history: History | None = None) -> bool:
-    """Commit what was decided, abort everything else under our prefix (seed 003's restore rule).
+    """Commit what was decided, abort everything else under our prefix (the restore rule).
 
     Each checkpoint is recovered under the prefix and on the sink cluster its claim was planned
     with; lingering transactions are also fenced under the spec's current prefix. Gather the

@@ -72,7 +72,7 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
     """The run step of a checkpoint; a checkpoint with no records needs no Spark at all.
 
     Starting Spark costs ~10 s; an empty checkpoint only has to record that it
-    prepared nothing, so it is written here directly (invariant 6).
+    prepared nothing, so it is written here directly (the empty-checkpoint invariant).
     """
     view = store.view(checkpoint_id)
     if view is not None and view.status is CheckpointStatus.CLAIMED and all(r.is_empty for r in view.claim.ranges):
