@@ -60,7 +60,8 @@ COPY --from=jars --chown=airflow:0 /opt/lockstep/.cache/jars/spark-kafka /opt/lo
 
 # The library, editable so that docker-compose.yaml can mount ./include over it.
 # --no-deps: everything it needs is installed above; pip must not touch pyspark again.
-# Then Lockstep's JVM writer (sink.writer: jvm), built by the same script as `make setup`.
+# Then Lockstep's JVM writer (sink.writer: jvm), built by the same script as `make setup`; given no
+# JUnit folder, the script skips the writer's unit tests, which `make setup` runs on these sources.
 COPY --chown=airflow:0 include/ /opt/lockstep/include/
 COPY --chown=airflow:0 buildsrc/ /opt/lockstep/buildsrc/
 RUN pip install --no-cache-dir --no-deps -e /opt/lockstep

@@ -48,9 +48,22 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/spark-kafka -DincludeScope=runtime
 	touch $@
 
-# Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients.
-$(WRITER_JAR): $(STAMP) .cache/jars/.resolved buildsrc/build-jvm-writer.sh $(shell find buildsrc/jvm-writer -name '*.java')
-	bash buildsrc/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@
+# JUnit's console launcher, which runs the JVM writer's unit tests (buildsrc/jvm-writer-tests).
+.cache/jars/.junit-resolved: buildsrc/maven/junit-pom.xml
+	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
+	rm -rf .cache/jars/junit
+	mvn -q -B -s $(MAVEN_SETTINGS) -f buildsrc/maven/junit-pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/.cache/jars/junit -DincludeScope=runtime
+	touch $@
+
+# Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients, after
+# its JUnit tests pass (a failing test fails the build). The tests check the writer against the Python
+# side's contract and settings, so a change there runs them again too.
+$(WRITER_JAR): $(STAMP) .cache/jars/.resolved .cache/jars/.junit-resolved buildsrc/build-jvm-writer.sh \
+               $(shell find buildsrc/jvm-writer buildsrc/jvm-writer-tests -name '*.java' -o -name '*.py') \
+               include/lockstep/model/output_contract.py include/lockstep/model/checkpoint.py \
+               include/lockstep/spark/writer_settings.py include/lockstep/spark/jvm_writer.py
+	bash buildsrc/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@ .cache/jars/junit
 
 # Go's module and build caches stay where Go keeps them for every project of this user (`go env
 # GOMODCACHE GOCACHE`, ~/go/pkg/mod and ~/.cache/go-build), as Maven's ~/.m2 and uv's ~/.cache/uv

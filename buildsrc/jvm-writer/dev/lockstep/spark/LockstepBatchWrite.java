@@ -24,13 +24,14 @@ import org.slf4j.LoggerFactory;
  * lets one attempt per partition commit, and a retried task reuses its partition's transactional id,
  * so its init fences the earlier attempt. The output contract (header names, accepted columns, the
  * record size estimate, the committable's schema id, where {@code job.mid_produce} fires) is not
- * written here: it arrives in the settings (from {@code lockstep.output_contract.jvm_contract}).
+ * written here: it arrives in the settings (from {@code lockstep.model.output_contract.jvm_contract}).
  */
 final class LockstepBatchWrite implements Write, BatchWrite {
   private static final Logger LOG = LoggerFactory.getLogger(LockstepBatchWrite.class);
   private final TransactionalKafkaWriter.WriterSettings settings;
   private final RowLayout layout;
   private final String writeId;
+  private final ProducerFactory producers;
 
   LockstepBatchWrite(StructType schema, CaseInsensitiveStringMap options) {
     writeId = LockstepKafkaSource.required(options, LockstepKafkaSource.WRITE_ID_OPTION);
@@ -41,6 +42,16 @@ final class LockstepBatchWrite implements Write, BatchWrite {
       throw new IllegalArgumentException("the writer settings are not JSON: " + e.getMessage(), e);
     }
     layout = RowLayout.of(schema, settings.contract);
+    producers = ProducerFactory.Kafka.INSTANCE;
+  }
+
+  /** For the unit tests: settings given, no Spark session, in-memory producers. */
+  LockstepBatchWrite(String writeId, TransactionalKafkaWriter.WriterSettings settings, RowLayout layout,
+      ProducerFactory producers) {
+    this.writeId = writeId;
+    this.settings = settings;
+    this.layout = layout;
+    this.producers = producers;
   }
 
   @Override
@@ -55,7 +66,7 @@ final class LockstepBatchWrite implements Write, BatchWrite {
 
   @Override
   public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
-    return new Factory(settings, layout);
+    return new Factory(settings, layout, producers);
   }
 
   @Override
@@ -80,7 +91,7 @@ final class LockstepBatchWrite implements Write, BatchWrite {
     int fenced = 0;
     for (int task = 0; task < messages.length; task++) {
       if (messages[task] instanceof TaskResult r && r.prepared) {
-        PartitionTransaction.fence(settings, settings.transactionalId(task), "write " + writeId + " aborted");
+        PartitionTransaction.fence(settings, producers, settings.transactionalId(task), "write " + writeId + " aborted");
         fenced++;
       }
     }
@@ -103,15 +114,17 @@ final class LockstepBatchWrite implements Write, BatchWrite {
     private static final long serialVersionUID = 1L;
     private final TransactionalKafkaWriter.WriterSettings settings;
     private final RowLayout layout;
+    private final ProducerFactory producers;
 
-    Factory(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout) {
+    Factory(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, ProducerFactory producers) {
       this.settings = settings;
       this.layout = layout;
+      this.producers = producers;
     }
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
-      PartitionTransaction txn = new PartitionTransaction(settings, layout, partitionId);
+      PartitionTransaction txn = new PartitionTransaction(settings, layout, partitionId, producers);
       txn.begin();
       return new TaskWriter(txn);
     }

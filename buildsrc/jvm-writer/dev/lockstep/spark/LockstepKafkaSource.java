@@ -31,7 +31,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       documents, one row per task in a string column {@code result}, served from the driver once.
  * </ul>
  *
- * <p>The settings (built by {@code lockstep.sparkjob.jvm_settings}) may hold SASL credentials in
+ * <p>The settings (built by {@code lockstep.spark.jvm_writer.jvm_settings}) may hold SASL credentials in
  * their producer config, so they are not an option of the write: under Spark Connect the client's
  * whole request, options included, becomes the operation's statement text and the jobs' description
  * (the event log, the UI), where {@code spark.redaction.regex} is not applied. They travel in the
@@ -101,7 +101,7 @@ public final class LockstepKafkaSource implements TableProvider, DataSourceRegis
     scala.Option<String> json = session.isDefined() ? session.get().conf().getOption(key) : scala.Option.empty();
     if (json.isEmpty()) {
       throw new IllegalArgumentException(
-          "write " + writeId + ": the session running it has no " + key + " (lockstep.sparkjob.write_with_jvm "
+          "write " + writeId + ": the session running it has no " + key + " (lockstep.spark.jvm_writer.write_with_jvm "
               + "sets it before the write)");
     }
     return json.get();

@@ -13,7 +13,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.producer.Callback;
-import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.errors.ProducerFencedException;
@@ -46,6 +46,7 @@ final class PartitionTransaction {
   private static final Logger LOG = LoggerFactory.getLogger(PartitionTransaction.class);
 
   private final TransactionalKafkaWriter.WriterSettings settings;
+  private final ProducerFactory producers;
   private final TransactionalKafkaWriter.OutputContract contract;
   private final RowLayout layout;
   private final int task;
@@ -61,7 +62,7 @@ final class PartitionTransaction {
   private final byte[] checkpoint;
   private final long baseHeaderBytes;
   private final long errorHeaderBytes;
-  private KafkaProducer<byte[], byte[]> producer;
+  private Producer<byte[], byte[]> producer;
   private long lastPartition = Long.MIN_VALUE;
   private byte[] partitionBytes;
   private long produced;
@@ -70,8 +71,11 @@ final class PartitionTransaction {
   private long opened;
   private long openedAtMs;
 
-  PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task) {
+  /** {@code producers}: {@link ProducerFactory.Kafka#INSTANCE}, or the unit tests' in-memory producers. */
+  PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task,
+      ProducerFactory producers) {
     this.settings = settings;
+    this.producers = producers;
     this.contract = settings.contract;
     this.layout = layout;
     this.task = task;
@@ -157,7 +161,7 @@ final class PartitionTransaction {
       }
       return;
     }
-    fence(settings, transactionalId, "task " + task + " failed after its flush"
+    fence(settings, producers, transactionalId, "task " + task + " failed after its flush"
         + (cause == null ? "" : " (" + cause + ")"));
   }
 
@@ -174,10 +178,11 @@ final class PartitionTransaction {
    * Aborts whatever transaction {@code transactionalId} has open, by initialising a producer with
    * that id (InitProducerId bumps the epoch and aborts the ongoing transaction), then closing it.
    */
-  static void fence(TransactionalKafkaWriter.WriterSettings settings, String transactionalId, String why) {
+  static void fence(TransactionalKafkaWriter.WriterSettings settings, ProducerFactory producers, String transactionalId,
+      String why) {
     LOG.warn("transaction {}: fencing it: {}", transactionalId, why);
     Properties props = producerProperties(settings, transactionalId);
-    try (KafkaProducer<byte[], byte[]> fencer = new KafkaProducer<>(props)) {
+    try (Producer<byte[], byte[]> fencer = producers.create(props)) {
       fencer.initTransactions();
     } catch (RuntimeException e) {
       // The next plan's recovery fences every open id under the prefix anyway.
@@ -187,7 +192,7 @@ final class PartitionTransaction {
 
   private void closeProducer(Duration timeout) {
     if (producer != null) {
-      KafkaProducer<byte[], byte[]> p = producer;
+      Producer<byte[], byte[]> p = producer;
       producer = null;
       p.close(timeout);
     }
@@ -201,7 +206,7 @@ final class PartitionTransaction {
 
   private static Properties producerProperties(TransactionalKafkaWriter.WriterSettings settings, String transactionalId) {
     Properties props = new Properties();
-    // Throughput defaults + connection + the spec's `producer:` (lockstep.sparkjob.write_with_jvm).
+    // Throughput defaults + connection + the spec's `producer:` (lockstep.spark.jvm_writer.write_with_jvm).
     props.putAll(settings.producerConfig);
     // The two-phase commit depends on these; the spec validator refuses them in `producer`.
     props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, settings.bootstrap);
@@ -213,8 +218,8 @@ final class PartitionTransaction {
     return props;
   }
 
-  private KafkaProducer<byte[], byte[]> open() throws WriterException {
-    KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProperties(settings, transactionalId));
+  private Producer<byte[], byte[]> open() throws WriterException {
+    Producer<byte[], byte[]> producer = producers.create(producerProperties(settings, transactionalId));
     try {
       producer.initTransactions(); // fences any earlier attempt of this task, even an empty one
       producer.beginTransaction();
@@ -230,7 +235,7 @@ final class PartitionTransaction {
   /** Produces one row: to the sink, or to the dead-letter topic (an error, or too large). */
   void add(InternalRow row) {
     if (produced == contract.midProduceAfterRecords) {
-      // After exactly that many records, before the next (lockstep.output_contract.MID_PRODUCE_AFTER_RECORDS).
+      // After exactly that many records, before the next (lockstep.model.output_contract.MID_PRODUCE_AFTER_RECORDS).
       failpoint("job.mid_produce", " (task " + task + ", after " + produced + " records)");
     }
     try {
@@ -317,7 +322,7 @@ final class PartitionTransaction {
   }
 
   /** {producer id, epoch} of the open transaction, from the producer's transaction manager. */
-  private long[] producerIdAndEpoch(KafkaProducer<byte[], byte[]> producer) throws WriterException {
+  private long[] producerIdAndEpoch(Producer<byte[], byte[]> producer) throws WriterException {
     try {
       Object manager = field(producer, "transactionManager");
       Object idAndEpoch = field(manager, "producerIdAndEpoch");
@@ -343,7 +348,7 @@ final class PartitionTransaction {
   private Map<String, Object> committable(long[] identity, long openedAtMs) {
     List<String> sorted = new ArrayList<>(partitions);
     sorted.sort(null);
-    // The fields of lockstep.output_contract.COMMITTABLE_FIELDS, in its order, after its schema id.
+    // The fields of lockstep.model.output_contract.COMMITTABLE_FIELDS, in its order, after its schema id.
     Map<String, Object> c = new LinkedHashMap<>();
     c.put("schema", contract.committableSchema);
     c.put("transactional_id", transactionalId);
@@ -370,8 +375,8 @@ final class PartitionTransaction {
   }
 
   /**
-   * The job.* failpoints of {@code lockstep.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS;
-   * {@code where} is appended to the message, as {@code lockstep.failpoints.hit} does.
+   * The job.* failpoints of {@code lockstep.model.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS;
+   * {@code where} is appended to the message, as {@code lockstep.model.failpoints.hit} does.
    */
   private void failpoint(String name, String where) {
     String action = settings.failpoints.get(name);

@@ -11,7 +11,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * Where each column the writer reads sits in the transform's output rows, and how to turn it
  * into bytes. Which columns are required and which types each may have come from the output
- * contract ({@code lockstep.output_contract.ACCEPTED_TYPES}): {@code value} and {@code key} binary
+ * contract ({@code lockstep.model.output_contract.ACCEPTED_TYPES}): {@code value} and {@code key} binary
  * or string (both reach Kafka as bytes), {@code partition} and {@code offset} int or bigint,
  * {@code headers} Spark's Kafka header type; a non-null {@code error} sends the record to the
  * dead-letter topic.
@@ -88,7 +88,7 @@ final class RowLayout implements Serializable {
 
   /**
    * Every required column present, every column the contract names of an accepted type; any other
-   * type is refused. ({@code lockstep.sparkjob.check_output_schema} already refused it on the driver
+   * type is refused. ({@code lockstep.spark.job.check_output_schema} already refused it on the driver
    * with the spec's name; this guards direct callers.)
    */
   private static void check(StructType schema, TransactionalKafkaWriter.OutputContract contract) {

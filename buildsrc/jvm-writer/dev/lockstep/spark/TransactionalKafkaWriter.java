@@ -8,16 +8,16 @@ import java.util.Map;
 
 /**
  * What Lockstep's JVM writer writes with: its settings ({@link WriterSettings}, built by {@code
- * lockstep.sparkjob.jvm_settings}) and the output contract they carry ({@link OutputContract}). The
+ * lockstep.spark.jvm_writer.jvm_settings}) and the output contract they carry ({@link OutputContract}). The
  * writer itself is the data source {@code lockstep-kafka} ({@link LockstepKafkaSource}, {@link
  * LockstepBatchWrite}); each task's transaction is a {@link PartitionTransaction}.
  *
- * <p>Same contract as the Python writer ({@code lockstep.transactions.TransactionalWriter}), but
+ * <p>Same contract as the Python writer ({@code lockstep.spark.python_writer.TransactionalWriter}), but
  * the rows never leave the JVM: no Arrow hand-off to a Python worker, which is where the Python
  * writer spent most of its time. What the output looks like (header names, accepted columns, the
  * record size estimate, the committable's schema id, where {@code job.mid_produce} fires) is not
  * written here: it arrives in the settings ({@link OutputContract}, from {@code
- * lockstep.output_contract.jvm_contract}), so both writers follow one definition.
+ * lockstep.model.output_contract.jvm_contract}), so both writers follow one definition.
  */
 public final class TransactionalKafkaWriter {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -49,7 +49,7 @@ public final class TransactionalKafkaWriter {
     private WriterSettings(JsonNode doc) {
       bootstrap = doc.get("bootstrap").asText();
       producerConfig = strings(doc.get("producer_config"));
-      // lockstep.transactional_ids.transactional_id_pattern: the task index replaces TASK_PLACEHOLDER.
+      // lockstep.model.transactional_ids.transactional_id_pattern: the task index replaces TASK_PLACEHOLDER.
       transactionalIdPattern = doc.get("transactional_id_pattern").asText();
       if (!transactionalIdPattern.contains(TASK_PLACEHOLDER)) {
         throw new IllegalArgumentException(
@@ -59,7 +59,7 @@ public final class TransactionalKafkaWriter {
       timeoutMs = doc.get("timeout_ms").asInt();
       sinkTopic = doc.get("sink_topic").asText();
       deadLetterTopic = doc.get("dead_letter_topic").asText();
-      // The record size limits (lockstep.sparkjob.writer_settings); the driver always sends them.
+      // The record size limits (lockstep.spark.writer_settings.writer_settings); the driver always sends them.
       sinkMaxBytes = doc.get("sink_max_bytes").asInt();
       sinkLimit = doc.get("sink_limit").asText();
       deadLetterMaxBytes = doc.get("dead_letter_max_bytes").asInt();
@@ -91,7 +91,7 @@ public final class TransactionalKafkaWriter {
   }
 
   /**
-   * The output contract of {@code lockstep.output_contract} ({@code jvm_contract()}): the same values
+   * The output contract of {@code lockstep.model.output_contract} ({@code jvm_contract()}): the same values
    * the Python writer uses, so the two writers cannot disagree on them.
    */
   static final class OutputContract implements java.io.Serializable {
@@ -116,7 +116,7 @@ public final class TransactionalKafkaWriter {
     OutputContract(JsonNode doc) {
       if (doc == null) {
         throw new IllegalArgumentException(
-            "the writer settings carry no \"contract\" (lockstep.output_contract.jvm_contract): "
+            "the writer settings carry no \"contract\" (lockstep.model.output_contract.jvm_contract): "
                 + "this jar is newer than the Python driver that calls it");
       }
       Map<String, String> headers = WriterSettings.strings(doc.get("headers"));
@@ -151,13 +151,13 @@ public final class TransactionalKafkaWriter {
       return value;
     }
 
-    /** Estimated bytes of one record on the wire; see lockstep.output_contract.record_size. */
+    /** Estimated bytes of one record on the wire; see lockstep.model.output_contract.record_size. */
     long recordSize(long keyAndValueBytes, long headerBytes, int headers) {
       long body = keyAndValueBytes + headerBytes;
       return batchOverhead + recordOverhead + (long) headerOverhead * headers + body + body / 255 + compressionSlack;
     }
 
-    /** The error header's reason for a record dropped for its size; see lockstep.output_contract.too_large. */
+    /** The error header's reason for a record dropped for its size; see lockstep.model.output_contract.too_large. */
     String tooLarge(long size, int limit, String where, String source) {
       return tooLargeReason.replace("{size}", Long.toString(size)).replace("{where}", where)
           .replace("{limit}", Integer.toString(limit)).replace("{source}", source);
