@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,11 @@ def _lag_store_reads(spec, store, now) -> list[PartitionLag]:
     latest = store.latest_completed()
     store.views_after(latest.checkpoint_id if latest else None)
     return []
+
+
+def _page_module():
+    """checkpoints_page itself (its app, its static folder), through a function imported above."""
+    return sys.modules[render_page.__module__]
 
 
 # ---- windows and collapsing ------------------------------------------------------------------------------
@@ -299,7 +305,10 @@ def test_rows_link_to_their_run_inside_and_outside_the_frame(specs_dir):
             'data-airflow title="DAG run manual__2025-01-01T00:00:00+00:00">DAG run</a>') in html
     row1 = re.search(r'<tr id="checkpoint-1">.*?</tr>', html).group(0)
     assert "CLI run: no DAG run" in row1 and "/dags/" not in row1
-    assert "top.history.pushState" in html and 'new PopStateEvent("popstate"' in html
+    # The routing script is a static file the page loads (it was inline).
+    assert re.search(r'<script src="/lockstep/static/checkpoints\.js\?v=\w+"></script>', html)
+    script = (_page_module().STATIC / "checkpoints.js").read_text()
+    assert "top.history.pushState" in script and 'new PopStateEvent("popstate"' in script
 
 
 def test_hostile_names_are_escaped(tmp_path):
