@@ -374,3 +374,18 @@ def test_run_links_work_inside_the_airflow_ui_and_on_the_page_alone(airflow, see
                      "the run's checkpoint in the Checkpoint tab", timeout=60)
     assert "Checkpoint" in browser.text()  # the tab
     browser.screenshot(artifacts / "page-run-tab.png")
+
+
+#: The stylesheet applied to a document: its pipeline sections have the rounded border of checkpoints.css.
+STYLED = ("(d => !!(d && d.querySelector('section.pipeline') && "
+          "d.defaultView.getComputedStyle(d.querySelector('section.pipeline')).borderTopLeftRadius === '8px'))")
+
+
+def test_stylesheet_applies_on_the_page_alone_and_inside_the_airflow_ui(airflow, seeded, browser):
+    """The CSS is a file the page links (``/lockstep/static/``), no longer inline: it must load in both places.
+    (The script is a file too; the run-link test above shows it routing inside the frame.)"""
+    _login(browser, airflow)
+    browser.navigate(f"{airflow.url}{PAGE}?pipeline={seeded.name}")
+    browser.wait_for(f"{STYLED}(document)", "the page styled on its own")
+    browser.navigate(f"{airflow.url}/plugin/lockstep-checkpoints{PAGE}?pipeline={seeded.name}")
+    browser.wait_for(f"{STYLED}({FRAME})", "the page styled inside the UI's iframe", timeout=60)

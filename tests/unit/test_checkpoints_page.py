@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,11 @@ def _lag_store_reads(spec, store, now) -> list[PartitionLag]:
     latest = store.latest_completed()
     store.views_after(latest.checkpoint_id if latest else None)
     return []
+
+
+def _page_module():
+    """checkpoints_page itself (its app, its static folder), through a function imported above."""
+    return sys.modules[render_page.__module__]
 
 
 # ---- windows and collapsing ------------------------------------------------------------------------------
@@ -299,7 +305,10 @@ def test_rows_link_to_their_run_inside_and_outside_the_frame(specs_dir):
             'data-airflow title="DAG run manual__2025-01-01T00:00:00+00:00">DAG run</a>') in html
     row1 = re.search(r'<tr id="checkpoint-1">.*?</tr>', html).group(0)
     assert "CLI run: no DAG run" in row1 and "/dags/" not in row1
-    assert "top.history.pushState" in html and 'new PopStateEvent("popstate"' in html
+    # The routing script is a static file the page loads (it was inline).
+    assert re.search(r'<script src="/lockstep/static/checkpoints\.js\?v=\w+"></script>', html)
+    script = (_page_module().STATIC / "checkpoints.js").read_text()
+    assert "top.history.pushState" in script and 'new PopStateEvent("popstate"' in script
 
 
 def test_hostile_names_are_escaped(tmp_path):
@@ -320,6 +329,47 @@ def test_hostile_names_are_escaped(tmp_path):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in doc
     assert "manual__%3Cscript%3Ealert(1)%3C%2Fscript%3E%22" in html  # in the link, encoded
     json.dumps(overview.to_json())  # the API serialises the same data
+
+
+def test_script_tags_and_quotes_in_topics_and_abort_reasons_are_escaped(specs_dir):
+    """Ranges and abort reasons come from the store, not from a validated spec: the templates escape
+    them in text and in attributes alike."""
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 3)
+    hostile = '<script>alert(1)</script>"'
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;&#34;"
+    overview = _gather(specs_dir, s3, PageQuery(), lag=[PartitionLag(f"{hostile}:0", 1, 1, 0, 1, 2)])
+    row = CheckpointRow(4, "aborted", f"manual__{hostile}", _at(4), "checkpoint:3", None, [f"{hostile}:0[0,1)"],
+                        1, 0, 0, 1, _at(5), 60.0, f"reason {hostile}", f"hint {hostile}")
+    overview.pipelines[0].checkpoints.rows.insert(0, row)
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    run_html = render_run_page("lockstep_orders", row.run_id, "orders", "/specs", [row], 1, None, Ctx(tz=AMSTERDAM))
+    for doc in (html, run_html):
+        assert re.findall(r"<script\b[^>]*>", doc) == [re.search(r'<script src="[^"]*">', doc).group(0)]
+        assert f"<td>reason {escaped}<br><span class=\"meta\">hint {escaped}</span></td>" in doc
+        assert f"<code>{escaped}:0[0,1)</code>" in doc
+        assert f'title="DAG run manual__{escaped}"' in doc  # the quote does not end the attribute
+    assert f"<td><code>{escaped}:0</code></td>" in html
+
+
+def test_the_app_serves_its_css_and_js_without_a_session_and_nothing_else(specs_dir):
+    from fastapi.testclient import TestClient
+
+    page = _page_module()
+    html = render_page(_gather(specs_dir, FakeS3(), PageQuery()), Ctx(tz=AMSTERDAM))
+    css = re.search(r'<link rel="stylesheet" href="([^"]+)">', html).group(1)
+    js = re.search(r'<script src="([^"]+)"></script>', html).group(1)
+    client = TestClient(page.app)  # no credentials: the static files are public, the pages are not
+    for url, name, kind in ((css, "checkpoints.css", "text/css"), (js, "checkpoints.js", "javascript")):
+        assert url.startswith("/lockstep/static/")  # where lockstep_plugin mounts the app, as the browser asks
+        resp = client.get(url.removeprefix("/lockstep"))
+        assert resp.status_code == 200 and kind in resp.headers["content-type"]
+        assert resp.content == (page.STATIC / name).read_bytes()
+    assert client.get("/static/missing.css").status_code == 404
+    assert client.get("/").status_code == 401 and client.get("/api/pipelines").status_code == 401
+    signin = client.get("/", headers={"Accept": "text/html"})
+    assert signin.status_code == 401 and "pipeline" not in signin.text
+    assert 'Not authenticated. <a href="/auth/login?next=/lockstep/" target="_top">Sign in to Airflow</a>' in signin.text
 
 
 def test_run_page_says_when_nothing_was_found():

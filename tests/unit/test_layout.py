@@ -16,6 +16,7 @@ that each name there is a module with the entry points the CLI calls.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import types
@@ -286,3 +287,28 @@ def test_the_pure_packages_import_no_io_library(package):
     bad = sorted(f"{m} imports {lib}" for m, path in engine_modules().items() if m.startswith(package + ".")
                  for lib in _third_party_imports(path) & IO_LIBRARIES)
     assert not bad, "\n".join(bad)
+
+
+_HTML_TAG = re.compile(r"</?(html|head|body|div|span|table|thead|tbody|tr|td|th|a|p|ul|ol|li|h[1-6]|style|script|link|form|"
+                       r"input|button|details|summary|time|code|pre|small|strong|em|nav|section|header|footer|main)\b[^>]*>")
+
+
+def test_the_airflow_plugin_builds_no_html_in_python_strings():
+    """The pages render from Jinja2 templates (autoescaped), so no Python string literal of the plugin
+    holds markup; docstrings may show it."""
+    found = []
+    for path in sorted((ROOT / "plugins").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and _HTML_TAG.search(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}")
+    assert not found, "\n".join(found)
+
+
+def test_the_html_check_sees_markup():
+    assert _HTML_TAG.search('<td class="n">') and _HTML_TAG.search("</table>")
+    assert not _HTML_TAG.search("/plugin/<URL_ROUTE>") and not _HTML_TAG.search("a < b > c")
