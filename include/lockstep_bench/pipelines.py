@@ -1,7 +1,7 @@
 """The competitors, each one a process tree the runner starts, times and samples.
 
 * ``lockstep``: one checkpoint over the whole input through the library's own steps
-  (``coordinator.plan`` → ``launcher.run_checkpoint`` (spark-submit) → ``coordinator.commit``),
+  (``coordinator.plan`` → ``steps.run.run_checkpoint`` (spark-submit) → ``coordinator.commit``),
   run as ``python -m lockstep_bench.pipelines lockstep``;
 * ``spark``: Spark's own at-least-once Kafka → Kafka job (``jobs/bench_spark_at_least_once.py``);
 * ``raw``: one Python process, confluent-kafka consumer → transform → one transaction

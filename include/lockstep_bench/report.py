@@ -121,7 +121,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
         "server's tree; the broker and S3 server are not included). "
         "CPU = user+system seconds of that tree.")
     add("- Lockstep = one checkpoint covering the whole input: `coordinator.plan` (recover, claim in S3) → "
-        "`launcher.run_checkpoint` (read ranges, transform, produce into one transaction per task through the "
+        "`steps.run.run_checkpoint` (read ranges, transform, produce into one transaction per task through the "
         "`lockstep-kafka` sink, flush, write the prepared metadata) → `coordinator.commit` (verify, commit every "
         "transaction, wait for the markers, mark completed, publish offsets), in one of two run modes: "
         "**spark-submit** (a new driver JVM and session per checkpoint) or **Spark Connect** (`spark.mode: "
@@ -203,7 +203,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
     if not getattr(res, "airflow", None):
         add("- Airflow's scheduling overhead was not measured in this run (`--no-airflow`, or results from before "
             "the measurement existed).")
-    add("- Empty checkpoints skip Spark by design (`launcher.run_checkpoint` writes the prepared metadata "
+    add("- Empty checkpoints skip Spark by design (`steps.run.run_checkpoint` writes the prepared metadata "
         "directly), so the one-record checkpoint is what shows the Spark start cost.")
     add(f"- Raw results: `{s.get('results') or 'results.json in the state folder'}`; rerun with "
         "`lockstep bench --baseline <results.json>` to get a before/after table.")

@@ -3,7 +3,7 @@
 Started with pyspark's own ``spark-submit`` and the Connect server class that ships in its jars,
 with the settings every Lockstep run needs (``lockstep.spark.conf``: the Kafka connector and
 Lockstep's writer jar on the classpath, speculation off) and the environment a job gets
-(``sparkconf.job_environment``: this venv's Python for the Python workers, ``include/``
+(``spark.conf.job_environment``: this venv's Python for the Python workers, ``include/``
 importable). The master is ``local[*]``, or the standalone master of a cluster platform.
 
 ``python -m lockstep_dev.spark_connect --host 0.0.0.0 --port 15002`` runs the same server in the

@@ -1,6 +1,6 @@
 """One step of a soak cycle in a process of its own, as each is an Airflow task process of its own:
 ``python -m lockstep_soak.step plan|run|commit SPEC [CHECKPOINT]``. They call what the DAG's
-operators call (``coordinator.plan``, ``launcher.run_checkpoint``, ``coordinator.commit``).
+operators call (``coordinator.plan``, ``steps.run.run_checkpoint``, ``coordinator.commit``).
 The last line of stdout is JSON for the driver; failures end with the error's message, exit 2."""
 from __future__ import annotations
 

@@ -124,14 +124,15 @@ class LockstepPlanOperator(_LockstepOperator):
         from lockstep.errors import LockstepError
         from lockstep.model.failpoints import FailpointError
         from lockstep.spec import load_spec
-        from lockstep.steps.coordinator import Pipeline, plan
+        from lockstep.steps.pipeline import Pipeline
+        from lockstep.steps.plan import plan
 
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
         from airflow.sdk.exceptions import AirflowRescheduleException
 
-        from lockstep.steps.coordinator import CheckpointInFlight
+        from lockstep.steps.recover import CheckpointInFlight
 
         params = context["params"]
         dry_run = _dry_run(context)
@@ -238,7 +239,8 @@ class LockstepCommitOperator(_LockstepOperator):
         from lockstep.errors import LockstepError
         from lockstep.model.failpoints import FailpointError
         from lockstep.spec import load_spec
-        from lockstep.steps.coordinator import Pipeline, commit
+        from lockstep.steps.commit import commit
+        from lockstep.steps.pipeline import Pipeline
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: nothing to commit")

@@ -389,7 +389,7 @@ def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> lis
     from lockstep.connections import kafka_config
     from lockstep.ops.transaction_console import look
     from lockstep.steps.client_factory import committer_for_connection, kafka_admin
-    from lockstep.steps.coordinator import Pipeline
+    from lockstep.steps.pipeline import Pipeline
 
     def committer(conn_id: str) -> Any:
         return committer_for_connection(conn_id, retry_deadline_s=KAFKA_TIMEOUT_S)

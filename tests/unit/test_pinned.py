@@ -343,7 +343,7 @@ def test_recovery_after_a_prefix_change_fences_under_the_old_prefix_and_logs_it_
     store = FakeStore(CheckpointView(claim(7)))
     here = FakeCluster(["old-7-0", "old-7-1", "new-3-0", "old-2-0"])
     p = pipeline(spec(transactions={"id_prefix": "new"}), store, {"kafka_a": here})
-    with caplog.at_level(logging.WARNING, "lockstep.steps.coordinator"):
+    with caplog.at_level(logging.WARNING, "lockstep.steps.recover"):
         coordinator.recover(p)
     assert sorted(here.fenced) == ["new-3-0", "old-7-0", "old-7-1"]
     assert here.list_open("old-7") == [] and here.list_open("new") == []

@@ -147,7 +147,8 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.ops.open_transactions import table
     from lockstep.ops.transaction_console import look, resolve_transactions
     from lockstep.rules.run_ownership import cli_run_id
-    from lockstep.steps.coordinator import CheckpointInFlight, Pipeline
+    from lockstep.steps.pipeline import Pipeline
+    from lockstep.steps.recover import CheckpointInFlight
 
     p = Pipeline.open(spec)
     if args.action == "list":
@@ -175,7 +176,8 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
 
 def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.rules.start_offsets import describe_restore
-    from lockstep.steps.coordinator import Pipeline, restore_plan
+    from lockstep.steps.pipeline import Pipeline
+    from lockstep.steps.plan import restore_plan
 
     planned = restore_plan(Pipeline.open(spec), args.restore_from)
     doc = planned.to_json()

@@ -152,7 +152,7 @@ def rows(observed: Mapping[str | None, Sequence[TransactionObservation]], scopes
 
 
 def while_in_flight(found: Sequence[OpenTransaction], refused: str | None) -> list[OpenTransaction]:
-    """Resolve is refused while a run is in flight (``coordinator.check_in_flight``): it would do nothing."""
+    """Resolve is refused while a run is in flight (``steps.recover.check_in_flight``): it would do nothing."""
     if refused is None:
         return list(found)
     return [r if r.foreign else replace(r, action=IN_FLIGHT) for r in found]

@@ -2,10 +2,10 @@
 ``resolve``, which settles them exactly as recovery does.
 
 The I/O edge of ``lockstep.ops.open_transactions``: it lists and describes open transactions on the
-clusters recovery lists (``coordinator.recovery_facts``) plus the source cluster, reads the last
+clusters recovery lists (``steps.recover.recovery_facts``) plus the source cluster, reads the last
 stable offsets and high watermarks of their partitions, and hands plain values to the pure rows.
-``resolve`` is ``coordinator.recover``'s three steps (facts, ``recovery.recovery_plan``,
-``coordinator.carry_out``) behind ``coordinator.check_in_flight``; foreign transactions are only
+``resolve`` is ``steps.recover.recover``'s three steps (facts, ``recovery.recovery_plan``,
+``steps.recover.carry_out``) behind ``steps.recover.check_in_flight``; foreign transactions are only
 reported.
 """
 from __future__ import annotations
@@ -23,14 +23,8 @@ from lockstep.ops.open_transactions import OpenTransaction
 from lockstep.rules.commit_decision import CommitDecision, decide_commit
 from lockstep.rules.recovery import RecoveryPlan, checkpoint_scope
 from lockstep.steps.client_factory import kafka_admin
-from lockstep.steps.coordinator import (
-    CheckpointInFlight,
-    Pipeline,
-    RecoveryFacts,
-    carry_out,
-    check_in_flight,
-    recovery_facts,
-)
+from lockstep.steps.pipeline import Pipeline
+from lockstep.steps.recover import CheckpointInFlight, RecoveryFacts, carry_out, check_in_flight, recovery_facts
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,8 @@ from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
 
 if TYPE_CHECKING:
-    from lockstep.steps.coordinator import CommitOutcome, Plan
+    from lockstep.steps.commit import CommitOutcome
+    from lockstep.steps.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,9 @@ def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStor
     ``restore`` may be decided from the store once it is open; ``before_run`` records what the
     run depends on next to the claim.
     """
-    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.commit import commit
+    from lockstep.steps.pipeline import Pipeline
+    from lockstep.steps.plan import plan
 
     started = time.monotonic()
     p = Pipeline.open(spec)

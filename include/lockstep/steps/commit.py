@@ -1,0 +1,158 @@
+"""The commit step: carry out the commit decision for a prepared checkpoint (Flink's
+``notifyCheckpointComplete``), complete it, publish its offsets, apply retention.
+
+The decision is ``lockstep.rules.commit_decision.decide_commit`` (pure); this module gathers the
+observations, calls it, and carries out the result, logging every step with the checkpoint id.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.errors import CheckpointError, TerminalError, TransientError
+from lockstep.kafka import broker_offsets
+from lockstep.model import failpoints
+from lockstep.model.checkpoint import (
+    CheckpointStatus,
+    CheckpointView,
+    CompletedCheckpoint,
+)
+from lockstep.model.offsets import TopicPartition, offsets_from_json
+from lockstep.model.transactions import TransactionState
+from lockstep.rules.commit_decision import DecisionKind, decide_commit
+from lockstep.rules.pinned import Step, refusal, resolve_pinned, transactions_deadline_ms
+from lockstep.steps.pipeline import Pipeline, mark_aborted, now_iso, unusable_sink
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    checkpoint_id: int
+    status: CheckpointStatus
+    committed: tuple[str, ...] = ()
+    message: str = ""
+
+
+def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
+    """Verify every transaction, commit all, mark completed, publish offsets. Idempotent."""
+    view = p.store.view(checkpoint_id)
+    if view is None:
+        raise CheckpointError(checkpoint_id, "does not exist; nothing to commit")
+    if view.status is CheckpointStatus.ABORTED:
+        raise CheckpointError(checkpoint_id, f"was aborted earlier ({view.aborted.reason}); {view.aborted.replay_hint}")
+    if view.status is CheckpointStatus.CLAIMED:
+        raise CheckpointError(checkpoint_id, "is not prepared: the Spark run did not finish. The next run's plan "
+                                             "fences its transactions and replays its ranges")
+    if view.status is CheckpointStatus.COMPLETED:
+        log.info("checkpoint %d: already completed; nothing to commit", checkpoint_id)
+        _publish(p, view)
+        return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
+    prepared = view.prepared
+    resolved = resolve_pinned(view.claim, p.spec)  # the ids are the committables'; the cluster is the claim's
+    notice = resolved.notice(Step.COMMIT)
+    if notice:
+        log.warning(notice)
+    with _claim_committer(p, resolved) as committer:
+        observed = committer.describe(t.transactional_id for t in prepared.transactions)
+        decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms)
+        log.info("checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
+        refused = refusal(resolved, Step.COMMIT, decision.kind,
+                          transactions_deadline_ms(prepared, resolved.values.timeout_ms))
+        if refused:
+            raise CheckpointError(checkpoint_id, refused)
+        if decision.kind is DecisionKind.RETRY_LATER:
+            raise TransientError(f"checkpoint {checkpoint_id}: {decision.message}; the commit task will retry")
+        if decision.kind is DecisionKind.STUCK:
+            raise CheckpointError(checkpoint_id, decision.message)
+        if decision.kind is DecisionKind.ABORT:
+            _abort_transactions(committer, prepared, decision.abort)
+            aborted = mark_aborted(p, view, decision.message)
+            raise CheckpointError(checkpoint_id, f"aborted: {decision.message}; {aborted.replay_hint}; "
+                                  "raise transactions.timeout_ms or shorten the schedule interval if transactions "
+                                  "time out")
+        failpoints.hit("commit.after_verify")
+        by_id = {t.transactional_id: t for t in prepared.transactions}
+        for n, tid in enumerate(decision.commit):
+            t = by_id[tid]
+            committer.commit(tid, t.producer_id, t.epoch)
+            log.info("checkpoint %d: committed transaction %s (%d records, %d dead letters)", checkpoint_id, tid,
+                     t.records, t.dead_letters)
+            if n == 0:
+                failpoints.hit("commit.between_commits")
+        _await_markers(committer, checkpoint_id, decision.commit)
+    failpoints.hit("commit.after_kafka_commit")
+    committed = tuple(t.transactional_id for t in prepared.transactions)
+    completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), view.claim.end_offsets, committed)
+    p.store.mark_completed(completed)
+    log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
+             prepared.records_out, prepared.records_dead_lettered, len(committed))
+    failpoints.hit("commit.after_completed")
+    _publish(p, CheckpointView(view.claim, prepared, completed))
+    failpoints.hit("commit.after_offsets")
+    deleted = p.store.apply_retention(p.spec.checkpoints.retain)
+    if deleted:
+        log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
+    return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message)
+
+
+def _claim_committer(p: Pipeline, resolved: Any) -> Any:
+    """A committer on the cluster the checkpoint was planned for."""
+    conn = resolved.values.sink_kafka_conn_id
+    try:
+        return p.committer(conn)
+    except TerminalError as exc:
+        if conn == p.spec.sink.kafka_conn_id:
+            raise
+        raise CheckpointError(resolved.checkpoint_id, unusable_sink(resolved.checkpoint_id, conn,
+                                                                     p.spec.sink.kafka_conn_id, exc)) from exc
+
+
+def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], timeout_s: float = 60.0) -> None:
+    """EndTxn answers at PrepareCommit; the markers that make records visible follow.
+    Wait for CompleteCommit so "completed" means a read_committed reader sees the output."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(tids)
+    while pending:
+        observed = committer.describe(pending)
+        pending = [tid for tid in pending if observed[tid].state != TransactionState.COMPLETE_COMMIT]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TransientError(f"checkpoint {checkpoint_id}: transactions {', '.join(pending)} were committed but "
+                                 f"their markers were not written within {timeout_s:.0f} s; the commit task will retry")
+        time.sleep(0.1)
+
+
+def _abort_transactions(committer: Any, prepared: Any, tids: tuple[str, ...]) -> None:
+    """Fence rather than EndTxn(abort): it works whatever state and epoch each id is in."""
+    for tid in tids:
+        committer.fence(tid)
+        log.warning("checkpoint %d: transaction %s aborted", prepared.checkpoint_id, tid)
+
+
+def _publish(p: Pipeline, view: CheckpointView) -> None:
+    """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore."""
+    group = p.spec.source.consumer_group
+    moved = resolve_pinned(view.claim, p.spec).changed("source.kafka_conn_id")
+    if moved is not None:
+        log.warning("checkpoint %d: not publishing its end offsets to consumer group %s: they are offsets on the "
+                    "cluster of %r, and source.kafka_conn_id is now %r", view.checkpoint_id, group, moved.old,
+                    moved.new)
+        return
+    ends = offsets_from_json(view.completed.end_offsets)
+    current = broker_offsets.group_offsets(p.source_kafka, group, list(ends))
+    allow_backwards = view.claim.restored_from is not None
+    target: dict[TopicPartition, int] = {}
+    for tp, end in ends.items():
+        if tp in current and current[tp] > end and not allow_backwards:
+            log.warning("checkpoint %d: group %s is at %d on %s, ahead of %d; not moving it backwards",
+                        view.checkpoint_id, group, current[tp], tp.key, end)
+        elif current.get(tp) != end:
+            target[tp] = end
+    broker_offsets.publish_offsets(p.source_kafka, group, target)
+    if target:
+        log.info("checkpoint %d: published offsets of %d partitions to consumer group %s", view.checkpoint_id,
+                 len(target), group)

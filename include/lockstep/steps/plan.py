@@ -1,0 +1,193 @@
+"""The plan step: recover, then fix the ranges of the next checkpoint and claim it; and the
+restore plan (what a restore would read again or skip) without claiming anything.
+
+Where to start and where to stop are ``lockstep.rules.start_offsets`` and ``lockstep.rules.ranges``
+(pure); this module reads the offsets and the store they decide from.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.errors import TerminalError
+from lockstep.kafka import broker_offsets, topics
+from lockstep.model import failpoints
+from lockstep.model.checkpoint import (
+    CheckpointClaim,
+    CheckpointView,
+)
+from lockstep.model.offsets import TopicPartition, offsets_from_json
+from lockstep.rules.pinned import planned_with
+from lockstep.rules.ranges import RangePlan, plan_ranges
+from lockstep.rules.start_offsets import (
+    TIME_PREFIX,
+    OffsetSource,
+    RestoreRow,
+    choose_start_offsets,
+    describe_dropped,
+    describe_restore,
+    offsets_at_time,
+    parse_restore_time,
+    restore_diff,
+    restore_totals,
+)
+from lockstep.steps.pipeline import Pipeline, now_iso
+from lockstep.steps.recover import check_in_flight, recover
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    claim: CheckpointClaim
+    range_plan: RangePlan
+    dry_run: bool = False
+    #: with ``restore_from``: per partition, what the restore writes again (as ``lockstep restore-plan``)
+    restore_rows: tuple[RestoreRow, ...] = ()
+
+    @property
+    def restore_summary(self) -> dict[str, int] | None:
+        if not self.restore_rows:
+            return None
+        return restore_totals(self.restore_rows)
+
+    def describe(self) -> str:
+        ranges = ", ".join(str(r) for r in self.claim.ranges if not r.is_empty) or "no new records"
+        return (f"checkpoint {self.claim.checkpoint_id}: {self.range_plan.total_records} records from "
+                f"{self.claim.start_source}: {ranges}")
+
+
+def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int | None = None,
+         dry_run: bool = False, run_alive: Callable[[str], bool | None] | None = None) -> Plan:
+    """Recover, then fix the ranges of the next checkpoint and claim it (unless ``dry_run``)."""
+    if max_records is not None and max_records < 1:
+        raise TerminalError(f"a record budget of {max_records} takes nothing: give 1 or more, or none for the "
+                            f"spec's {p.spec.checkpoints.max_records}")
+    started = time.monotonic()
+    history = p.store.history()  # the one read of the store, unless recovery changes it
+    if not dry_run:
+        check_in_flight(p, run_id, run_alive, history)
+        if recover(p, history):
+            history = p.store.history()
+        failpoints.hit("plan.after_recovery")
+    latest, next_id = history.latest, history.next_id
+    tps = topics.partitions(p.source_admin, p.spec.source.topics)
+    log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
+    stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+    starts = choose_start_offsets(
+        tps, log_start, stable_end, p.spec.source.auto_offset_reset,
+        restore=_restore_source(p, restore, tps, stable_end, next_id),
+        last_completed=OffsetSource.checkpoint(latest.checkpoint_id, offsets_from_json(latest.completed.end_offsets))
+        if latest else None,
+        group=OffsetSource.group(broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
+        if latest is None and restore is None else None,
+    )
+    if (dropped := describe_dropped(starts)) is not None:
+        log.warning("checkpoint %d: %s", next_id, dropped)
+    restore_rows: tuple[RestoreRow, ...] = ()
+    if restore is not None:
+        restore_rows = tuple(restore_diff(starts, _current_position(p, latest, tps), stable_end))
+        log.info("checkpoint %d: restore from %s, against %s:\n%s", next_id, restore,
+                 f"checkpoint {latest.checkpoint_id}" if latest else "the consumer group",
+                 "\n".join(describe_restore(restore_rows)))
+    budget = p.spec.checkpoints.max_records if max_records is None else max_records
+    ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges)
+    for tp, skipped in ranges.skipped.items():
+        log.warning("checkpoint %d: skipping %d records of %s deleted by retention (skip_deleted_ranges)",
+                    next_id, skipped, tp.key)
+    claim = CheckpointClaim(
+        pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
+        start_source=starts.source, restored_from=restore,
+        skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
+    )
+    result = Plan(claim, ranges, dry_run, restore_rows)
+    if dry_run:
+        log.info("dry run, nothing claimed: %s", result.describe())
+        p.store.record_dry_run(claim)
+        return result
+    p.store.claim(claim)
+    log.info("%s (claimed in %.1f s; %d records left for later checkpoints)", result.describe(),
+             time.monotonic() - started, ranges.backlog_remaining)
+    failpoints.hit("plan.after_claim")
+    return result
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """What ``restore_from`` would do now, without claiming anything (``lockstep restore-plan``)."""
+
+    restore: str
+    source: str
+    latest_completed: int | None
+    rows: list[RestoreRow]
+    dropped: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"restore": self.restore, "source": self.source, "latest_completed": self.latest_completed,
+                "partitions": [r.to_json() for r in self.rows], "dropped": self.dropped,
+                **restore_totals(self.rows)}
+
+
+def restore_plan(p: Pipeline, restore: str) -> RestorePlan:
+    """Per partition: the current position (the latest completed checkpoint's ends, or the group's
+    offsets before the first one), where the restore would start, and the records it would write
+    again and read new. Reads only; the same source resolution as ``plan``."""
+    latest = p.store.latest_completed()
+    tps = topics.partitions(p.source_admin, p.spec.source.topics)
+    log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
+    stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+    source = _restore_source(p, restore, tps, stable_end)
+    starts = choose_start_offsets(tps, log_start, stable_end, p.spec.source.auto_offset_reset, restore=source)
+    return RestorePlan(restore, starts.source, latest.checkpoint_id if latest else None,
+                       restore_diff(starts, _current_position(p, latest, tps), stable_end), describe_dropped(starts))
+
+
+def _current_position(p: Pipeline, latest: CheckpointView | None,
+                      tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """What a restore is measured against: the latest completed checkpoint's ends, or before the
+    first one, the consumer group's offsets."""
+    if latest is not None:
+        return dict(offsets_from_json(latest.completed.end_offsets))
+    return broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps)
+
+
+def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] | None = None,
+                    stable_end: dict[TopicPartition, int] | None = None, checkpoint_id: int | None = None
+                    ) -> OffsetSource | None:
+    """``checkpoint:ID`` restores from a completed checkpoint, ``time:<ISO>`` from the first record at
+    or after that time in each partition, anything else names a savepoint."""
+    if restore is None:
+        return None
+    if restore.startswith(TIME_PREFIX):
+        try:
+            moment = parse_restore_time(restore)
+        except ValueError as exc:
+            raise TerminalError(f"{exc}; trigger a new run with a valid restore_from") from exc
+        found = broker_offsets.offsets_for_time(p.source_admin, list(tps or []), int(moment.timestamp() * 1000))
+        source, at_end = offsets_at_time(restore, found, dict(stable_end or {}))
+        if at_end:
+            log.warning("checkpoint %s: restore from %s: %s have no record at or after that time; they start at "
+                        "their end", checkpoint_id, restore, ", ".join(tp.key for tp in at_end))
+        return source
+    if restore.startswith("checkpoint:"):
+        raw = restore.split(":", 1)[1]
+        if not raw.isdigit():
+            raise TerminalError(f"restore from {restore!r}: expected checkpoint:<id> with a numeric id; trigger a "
+                                "new run with a valid restore_from")
+        view = p.store.view(int(raw))
+        if view is None or view.completed is None:
+            status = view.status.value if view else "not found (deleted by retention?)"
+            raise TerminalError(f"cannot restore from checkpoint {raw}: it is {status}; only completed checkpoints "
+                                "and savepoints can be restored from: trigger a new run with restore_from naming "
+                                "one (`lockstep checkpoints` lists them)")
+        return OffsetSource.checkpoint(int(raw), offsets_from_json(view.completed.end_offsets))
+    try:
+        savepoint = p.store.get_savepoint(restore)
+    except TerminalError as exc:
+        raise TerminalError(f"cannot restore: {exc}; nothing was claimed. Trigger a new run with restore_from "
+                            "naming an existing savepoint or checkpoint:<id> (`lockstep savepoint list` lists "
+                            "them); a scheduled run restores nothing") from exc
+    return OffsetSource.savepoint(savepoint.name, offsets_from_json(savepoint.end_offsets))
