@@ -1,6 +1,6 @@
 """The Flink SQL peer's statements, built from the runner's end offsets: pure strings, no PyFlink.
 
-The job (``jobs/bench_flink_sql.py``) runs them in Flink's own Python venv; they live here so the
+The job (``include/lockstep_bench/jobs/flink_sql_job.py``) runs them in Flink's own Python venv; they live here so the
 unit tests check them without Flink. The same work as every competitor (``lockstep_examples.bench``):
 parse the JSON order, keep ``amount >= 30``, add ``amount_cents``, compact JSON out, the source
 topic/partition/offset as headers. Flink parses with its ``json`` format (one parse per record,

@@ -28,6 +28,8 @@ FLINK_KAFKA_CONNECTOR = "5.0.0-2.2"
 QUIX_VERSION = "3.28.1"
 MAVEN = "https://repo1.maven.org/maven2"
 MARKER = "installed.json"
+#: The peers' job scripts, relative to the project root.
+JOBS = Path("include") / "lockstep_bench" / "jobs"
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def _env(extra_path: Path) -> dict[str, str]:
 
 
 def flink_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int]) -> Command:
-    argv = [str(FLINK.venv_python(cache)), str(root / "jobs" / "bench_flink_sql.py"), "--bootstrap", bootstrap,
+    argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_sql_job.py"), "--bootstrap", bootstrap,
             "--source", source, "--sink", sink, "--ends", json.dumps({str(p): e for p, e in ends.items()}),
             "--connector-jar", str(FLINK.jar(cache)), "--parallelism", str(parallelism(len(ends))),
             "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
@@ -126,7 +128,7 @@ def flink_command(cache: Path, root: Path, bootstrap: str, source: str, sink: st
 
 
 def quix_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int]) -> Command:
-    argv = [str(QUIX.venv_python(cache)), str(root / "jobs" / "bench_quix.py"), "--bootstrap", bootstrap,
+    argv = [str(QUIX.venv_python(cache)), str(root / JOBS / "quix_job.py"), "--bootstrap", bootstrap,
             "--source", source, "--sink", sink, "--ends", json.dumps({str(p): e for p, e in ends.items()})]
     return Command(argv, _env(root / "include"), parse_result)
 

@@ -3,7 +3,7 @@
 * ``lockstep``: one checkpoint over the whole input through the library's own steps
   (``coordinator.plan`` → ``steps.run.run_checkpoint`` (spark-submit) → ``coordinator.commit``),
   run as ``python -m lockstep_bench.pipelines lockstep``;
-* ``spark``: Spark's own at-least-once Kafka → Kafka job (``jobs/bench_spark_at_least_once.py``);
+* ``spark``: Spark's own at-least-once Kafka → Kafka job (``include/lockstep_bench/jobs/spark_at_least_once_job.py``);
 * ``raw``: one Python process, confluent-kafka consumer → transform → one transaction
   (``python -m lockstep_bench.pipelines raw``): the single-process client ceiling;
 * ``kafka-producer-perf`` / ``kafka-consumer-perf``: Kafka's own perf tools from the broker jars.
@@ -117,7 +117,7 @@ def spark_command(bootstrap: str, source: str, sink: str, ends: dict[int, int], 
         argv += ["--conf", f"{key}={value}"]
     starting = {source: {str(p): 0 for p in ends}}
     ending = {source: {str(p): e for p, e in ends.items()}}
-    argv += [str(project_root() / "jobs" / "bench_spark_at_least_once.py"), "--bootstrap", bootstrap,
+    argv += [str(project_root() / "include" / "lockstep_bench" / "jobs" / "spark_at_least_once_job.py"), "--bootstrap", bootstrap,
              "--source", source, "--sink", sink, "--starting", json.dumps(starting), "--ending", json.dumps(ending)]
     return Command(argv, job_environment(os.environ), parse_result)
 

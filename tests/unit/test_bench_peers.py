@@ -209,9 +209,9 @@ def test_every_competitor_has_a_command_and_the_peers_join_only_when_on(tmp_path
 def test_peer_commands_run_the_jobs_with_their_own_venvs(tmp_path: Path) -> None:
     ends = {0: 10, 1: 20}
     flink = peers.flink_command(tmp_path, Path("/repo"), "h:1", "in", "out", ends)
-    assert flink.argv[:2] == [str(tmp_path / "bench/flink/venv/bin/python"), "/repo/jobs/bench_flink_sql.py"]
+    assert flink.argv[:2] == [str(tmp_path / "bench/flink/venv/bin/python"), "/repo/include/lockstep_bench/jobs/flink_sql_job.py"]
     assert flink.argv[flink.argv.index("--ends") + 1] == '{"0": 10, "1": 20}'
     assert flink.argv[flink.argv.index("--connector-jar") + 1].endswith(f"-{peers.FLINK_KAFKA_CONNECTOR}.jar")
     quix = peers.quix_command(tmp_path, Path("/repo"), "h:1", "in", "out", ends)
-    assert quix.argv[:2] == [str(tmp_path / "bench/quix/venv/bin/python"), "/repo/jobs/bench_quix.py"]
+    assert quix.argv[:2] == [str(tmp_path / "bench/quix/venv/bin/python"), "/repo/include/lockstep_bench/jobs/quix_job.py"]
     assert flink.env["PYTHONPATH"] == quix.env["PYTHONPATH"] == "/repo/include"

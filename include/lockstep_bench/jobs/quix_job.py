@@ -1,6 +1,6 @@
 """The benchmark's Quix Streams peer: an exactly-once Quix Application, stopped at the end offsets.
 
-    <quix venv>/bin/python jobs/bench_quix.py --bootstrap HOST:PORT --source in --sink out \
+    <quix venv>/bin/python include/lockstep_bench/jobs/quix_job.py --bootstrap HOST:PORT --source in --sink out \
         --ends '{"0": 1000}'
 
 Run with the Quix venv's Python (``lockstep_bench.peers`` installs it) and ``include/`` on

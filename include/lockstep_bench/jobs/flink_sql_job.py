@@ -1,6 +1,6 @@
 """The benchmark's Flink SQL peer: a bounded Kafka → Kafka job with Flink's exactly-once Kafka sink.
 
-    <flink venv>/bin/python jobs/bench_flink_sql.py --bootstrap HOST:PORT --source in --sink out \
+    <flink venv>/bin/python include/lockstep_bench/jobs/flink_sql_job.py --bootstrap HOST:PORT --source in --sink out \
         --ends '{"0": 1000}' --connector-jar flink-sql-connector-kafka.jar --parallelism 2
 
 Run with the Flink venv's Python (``lockstep_bench.peers`` installs it) and ``include/`` on

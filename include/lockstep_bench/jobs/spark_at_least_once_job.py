@@ -1,6 +1,6 @@
 """spark-submit entry point of the benchmark's competitor: Spark's own at-least-once Kafka pipeline.
 
-    spark-submit jobs/bench_spark_at_least_once.py --bootstrap HOST:PORT --source in --sink out \
+    spark-submit include/lockstep_bench/jobs/spark_at_least_once_job.py --bootstrap HOST:PORT --source in --sink out \
         --starting '{"in": {"0": 0}}' --ending '{"in": {"0": 1000}}'
 
 Spark's Kafka source over the same offset range Lockstep reads, the same transform, the same
