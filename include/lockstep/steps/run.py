@@ -69,7 +69,7 @@ def spark_target(spec: PipelineSpec) -> SparkTarget:
 
 def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore,
                    env: Mapping[str, str] | None = None,
-                   on_start: Callable[[subprocess.Popen], None] | None = None) -> float:
+                   on_start: Callable[[Stoppable], None] | None = None) -> float:
     """The run step of a checkpoint; a checkpoint with no records needs no Spark at all.
 
     Starting Spark costs ~10 s; an empty checkpoint only has to record that it
@@ -90,13 +90,13 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         return run_spark_job(spec, checkpoint_id, env, on_start, master=target.address)
     except (CheckpointError, TransientCheckpointError) as exc:
         after = store.view(checkpoint_id)
-        if after is not None and after.status is CheckpointStatus.CLAIMED and getattr(exc, "cause", None):
+        if after is not None and after.status is CheckpointStatus.CLAIMED and exc.cause:
             _note_failure(store, spec.name, checkpoint_id, exc.cause)
         if after is not None and after.status is CheckpointStatus.PREPARED:
             # The driver died after recording the decision: nothing is lost, the commit
             # step (this run's, or the next run's plan) commits what was prepared.
             # Say only that: the job failure's own way out (fence and replay) is for an unprepared one.
-            cause = getattr(exc, "cause", None) or str(exc)
+            cause = exc.cause or str(exc)
             raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared "
                                                  f"({cause}); nothing is lost: the commit step, or the next run's "
                                                  "plan, commits them (roll forward)") from exc
@@ -275,7 +275,7 @@ def run_failure(checkpoint_id: int, cause: str, terminal: bool, seconds: float) 
         exc = TransientCheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; nothing "
                                                       "was committed: a retry or the next run fences its "
                                                       "transactions and replays its ranges")
-    exc.cause = cause  # type: ignore[union-attr] - the bare cause, for the abort reason
+    exc.cause = cause  # the bare cause, for the abort reason
     return exc
 
 
