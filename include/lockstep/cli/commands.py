@@ -11,7 +11,7 @@ import socket
 import sys
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -116,7 +116,7 @@ def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
 def _run(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.steps.run import checkpoint_cycle
 
-    results = []
+    results: list[dict[str, object]] = []
     for n in range(args.checkpoints):
         cycle = checkpoint_cycle(spec, restore=args.restore_from if n == 0 else None, max_records=args.max_records,
                                  dry_run=args.dry_run)
@@ -128,8 +128,9 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
             if not args.json:
                 print(planned.describe())
             break
+        assert cycle.view is not None and cycle.view.prepared is not None  # committed, so prepared
         prepared = cycle.view.prepared
-        row = {"checkpoint": cid, "status": cycle.outcome.status.value, "records_in": prepared.records_in,
+        row: dict[str, object] = {"checkpoint": cid, "status": cycle.outcome.status.value, "records_in": prepared.records_in,
                "records_out": prepared.records_out, "dead_lettered": prepared.records_dead_lettered,
                "transactions": len(cycle.outcome.committed), "seconds": round(cycle.seconds, 1)}
         results.append(row)
@@ -198,29 +199,55 @@ def _status(spec: Any, args: argparse.Namespace) -> int:
     result = lag.read_lag(spec, checkpoint_store(spec))
     sent = metrics.send_gauges(spec.name, result.gauges(), target)
     _emit(args, result.to_json(), lag.describe(result) + (f"\n{sent} gauges sent to StatsD at {target.host}:"
-                                                           f"{target.port}" if sent else ""))
+                                                           f"{target.port}" if sent and target else ""))
     return 0
+
+
+class _CheckpointRow(TypedDict):
+    """One line of ``lockstep checkpoints`` (``--json``: one object)."""
+
+    checkpoint: int
+    status: str
+    claimed_at: str
+    start_source: str
+    ranges: list[str]
+    records_out: int | None
+    dead_lettered: int | None
+    transactions: int | None
+    reason: str | None
 
 
 def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
     from lockstep.steps.client_factory import checkpoint_store
 
     views = checkpoint_store(spec).recent(args.limit)
-    rows = []
+    rows: list[_CheckpointRow] = []
     for v in views:
-        rows.append({
-            "checkpoint": v.checkpoint_id, "status": v.status.value, "claimed_at": v.claim.claimed_at,
-            "start_source": v.claim.start_source, "ranges": [str(r) for r in v.claim.ranges if not r.is_empty],
-            "records_out": v.prepared.records_out if v.prepared else None,
-            "dead_lettered": v.prepared.records_dead_lettered if v.prepared else None,
-            "transactions": len(v.prepared.transactions) if v.prepared else None,
-            "reason": v.aborted.reason if v.aborted else None,
-        })
+        rows.append(_CheckpointRow(
+            checkpoint=v.checkpoint_id, status=v.status.value, claimed_at=v.claim.claimed_at,
+            start_source=v.claim.start_source, ranges=[str(r) for r in v.claim.ranges if not r.is_empty],
+            records_out=v.prepared.records_out if v.prepared else None,
+            dead_lettered=v.prepared.records_dead_lettered if v.prepared else None,
+            transactions=len(v.prepared.transactions) if v.prepared else None,
+            reason=v.aborted.reason if v.aborted else None,
+        ))
     text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
                      f"dlq={r['dead_lettered']} txns={r['transactions']}  {', '.join(r['ranges']) or '(empty)'}"
                      + (f"\n       reason: {r['reason']}" if r["reason"] else "") for r in rows)
     _emit(args, rows, text or "no checkpoints yet")
     return 0
+
+
+class _DeadLetterRow(TypedDict):
+    """One line of ``lockstep deadletters list`` (``--json``: one object)."""
+
+    original: str
+    dead_letter: str
+    checkpoint: int | None
+    replay_checkpoint: int | None
+    error: str
+    replayed: bool
+    too_large: bool
 
 
 def _savepoint(spec: Any, args: argparse.Namespace) -> int:
@@ -324,14 +351,14 @@ def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> in
     from lockstep.steps.client_factory import checkpoint_store
 
     in_sink = already_in_sink(completed_replays(checkpoint_store(replay_spec(spec))))
-    rows = []
+    rows: list[_DeadLetterRow] = []
     for where, letter in read_dead_letters(spec):
         if not selection.takes(letter):
             continue
         t, p, o = letter.original
-        rows.append({"original": f"{t}:{p}@{o}", "dead_letter": where, "checkpoint": letter.checkpoint,
-                     "replay_checkpoint": letter.replayed_by, "error": letter.error,
-                     "replayed": letter.original in in_sink, "too_large": letter.too_large})
+        rows.append(_DeadLetterRow(original=f"{t}:{p}@{o}", dead_letter=where, checkpoint=letter.checkpoint,
+                                   replay_checkpoint=letter.replayed_by, error=letter.error,
+                                   replayed=letter.original in in_sink, too_large=letter.too_large))
     lines, current = [], None
     for row in sorted(rows, key=lambda r: (r["replay_checkpoint"] is not None, r["replay_checkpoint"] or 0,
                                            r["checkpoint"] or 0)):
@@ -368,11 +395,12 @@ def _deadletters_replay(spec: Any, selection: Any, args: argparse.Namespace) -> 
         # later rounds continue after the previous one, whatever the selection
         cycle = checkpoint_cycle(rspec, restore=first_restore if n == 0 else None, max_records=args.max_records,
                                  before_run=pin_selection)
-        planned, view = cycle.planned, cycle.view
+        planned, view, outcome = cycle.planned, cycle.view, cycle.outcome
+        assert outcome is not None and view is not None and view.prepared is not None  # committed, so prepared
         cid = planned.claim.checkpoint_id
         doc = cycle.store.sidecar(cid, REPLAYED_PART)
         done = Replayed.from_json(doc) if doc else Replayed()
-        row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": cycle.outcome.status.value,
+        row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": outcome.status.value,
                "selection": selection.to_json(), "offsets": view.prepared.records_in, "dead_letters_read": done.read,
                "replayed": len(done.fed), "to_sink": len(done.to_sink),
                "dead_lettered_again": len(done.fed) - len(done.to_sink),
