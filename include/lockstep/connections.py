@@ -71,11 +71,13 @@ def _lookup(conn_id: str) -> Connection:
         return _parse(conn_id, raw)
     try:
         from airflow.sdk import BaseHook  # only inside Airflow
+
+        hook: type[BaseHook] | None = BaseHook
     except Exception:  # noqa: BLE001 - Airflow absent or not configured
-        BaseHook = None
-    if BaseHook is not None:
+        hook = None
+    if hook is not None:
         try:
-            c = BaseHook.get_connection(conn_id)
+            c = hook.get_connection(conn_id)
             return Connection(conn_id, c.conn_type, c.host, c.login, c.password, dict(c.extra_dejson or {}), c.port)
         except Exception as exc:
             raise TerminalError(f"connection {conn_id!r} is not defined in Airflow: {exc}") from exc

@@ -254,6 +254,7 @@ def java_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, str]:
     config.update({k: _java_value(v) for k, v in extra.items() if not _is_security_key(k) and k != "bootstrap.servers"})
     config["security.protocol"] = sec.protocol
     if sec.sasl:
+        assert sec.mechanism is not None  # security() refuses SASL without a mechanism
         config["sasl.mechanism"] = sec.mechanism
         config["sasl.jaas.config"] = (f"{LOGIN_MODULES[sec.mechanism]} required "
                                       f"username={_jaas_quote(sec.username)} password={_jaas_quote(sec.password)};")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from lockstep.errors import TerminalError, TransientError
@@ -127,7 +128,7 @@ class TransactionCommitter:
         """Observe each id; an id the coordinator does not know is reported with state Unknown."""
         result: dict[str, TransactionObservation] = {}
         for tid in dict.fromkeys(transactional_ids):  # dedupe, keep order
-            result[tid] = self._retrying(f"describe transaction {tid}", lambda tid=tid: self._describe_once(tid))
+            result[tid] = self._retrying(f"describe transaction {tid}", partial(self._describe_once, tid))
         return result
 
     def commit(self, transactional_id: str, producer_id: int, epoch: int) -> None:

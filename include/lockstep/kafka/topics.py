@@ -4,10 +4,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model.offsets import TopicPartition
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
@@ -22,7 +25,7 @@ def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S
         try:
             return call()
         except Exception as exc:
-            error = exc.args[0] if exc.args else None
+            error: object = exc.args[0] if exc.args else None  # confluent-kafka's KafkaError, or anything
             retriable = getattr(error, "retriable", lambda: False)()
             if not retriable or time.monotonic() + delay > deadline:
                 raise TransientError(f"{what}: {exc}") from exc
@@ -44,3 +47,9 @@ def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
                                 f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
         result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
     return result
+
+
+def record_headers(msg: Message) -> list[tuple[str, bytes | None]]:
+    """A consumed record's headers. confluent-kafka types ``headers()`` as what a producer accepts
+    (str or bytes values, or a dict); what a consumer gets is a list of (name, bytes or None)."""
+    return cast("list[tuple[str, bytes | None]]", msg.headers() or [])

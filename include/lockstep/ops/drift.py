@@ -109,6 +109,7 @@ def asset_drift(events: Iterable[Mapping[str, Any]], views: Mapping[int, Checkpo
                                     "for output that was never committed; re-run them after the next completed "
                                     "checkpoint"))
             continue
+        assert view.completed is not None  # status COMPLETED
         if extra.get("end_offsets") not in (None, dict(view.completed.end_offsets)):
             findings.append(Finding("asset", subject, "its event's end offsets differ from the checkpoint's: "
                                     f"{extra.get('end_offsets')} vs {dict(view.completed.end_offsets)}"))

@@ -238,7 +238,9 @@ def oldest_unread_timestamps(config: Mapping[str, Any], at: Mapping[str, int],
                 kind, ms = msg.timestamp()
                 if kind != TIMESTAMP_NOT_AVAILABLE:
                     found[key] = ms
-                consumer.pause([KTP(msg.topic(), msg.partition())])
+                topic, partition = msg.topic(), msg.partition()
+                assert topic is not None and partition is not None  # a consumed record has both
+                consumer.pause([KTP(topic, partition)])
     finally:
         consumer.close()
     return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from lockstep.model.checkpoint import CheckpointView
 from lockstep.model.offsets import TopicPartition
@@ -80,6 +80,19 @@ class OpenTransaction:
         return {**doc, "partitions": [h.to_json() for h in self.partitions], "held_back": self.held_back}
 
 
+class _Observed(TypedDict):
+    """The fields of an `OpenTransaction` that come from its observation, ours or foreign."""
+
+    transactional_id: str
+    cluster: str | None
+    state: TransactionState
+    producer_id: int
+    epoch: int
+    age_ms: int | None
+    time_left_ms: int | None
+    partitions: tuple[PartitionHold, ...]
+
+
 def age_ms(o: TransactionObservation, now_ms: int) -> int | None:
     return now_ms - o.start_time_ms if o.start_time_ms >= 0 else None
 
@@ -133,9 +146,9 @@ def rows(observed: Mapping[str | None, Sequence[TransactionObservation]], scopes
             if not mine and not tps:
                 continue
             holds = tuple(PartitionHold(tp.key, *offsets.get((cluster, tp), (None, None))) for tp in tps)
-            common = dict(transactional_id=o.transactional_id, cluster=cluster, state=o.state,
-                          producer_id=o.producer_id, epoch=o.epoch, age_ms=age_ms(o, now_ms),
-                          time_left_ms=time_left_ms(o, now_ms), partitions=holds)
+            common = _Observed(transactional_id=o.transactional_id, cluster=cluster, state=o.state,
+                               producer_id=o.producer_id, epoch=o.epoch, age_ms=age_ms(o, now_ms),
+                               time_left_ms=time_left_ms(o, now_ms), partitions=holds)
             if mine is None:
                 foreign.append(OpenTransaction(**common, foreign=True, checkpoint_id=None, task_index=None,
                                                checkpoint_status=None, run_id=None, action=FOREIGN))

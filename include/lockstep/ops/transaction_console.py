@@ -134,6 +134,7 @@ def _commit_decisions(p: Pipeline, plan: RecoveryPlan, views: dict[int, Checkpoi
     decisions: dict[int, CommitDecision] = {}
     for cid in plan.roll_forward:
         view = views[cid]
+        assert view.prepared is not None  # rolled forward: it is prepared
         cluster, _ = checkpoint_scope(view, p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id)
         with p.committer(cluster) as committer:
             observed = committer.describe(t.transactional_id for t in view.prepared.transactions)

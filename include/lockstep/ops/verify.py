@@ -19,6 +19,7 @@ from typing import Any
 
 from lockstep.connections import kafka_config
 from lockstep.kafka.client_configs import JAVA
+from lockstep.kafka.topics import record_headers
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
@@ -169,21 +170,23 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
         seen = 0
         while remaining:
             for msg in consumer.consume(1000, timeout=5):
-                if msg.error():
-                    if msg.error().code() == -191:  # _PARTITION_EOF: reached the last stable offset
+                error = msg.error()
+                if error:
+                    if error.code() == -191:  # _PARTITION_EOF: reached the last stable offset
                         remaining.discard((msg.topic(), msg.partition()))
                         continue
-                    raise RuntimeError(f"reading {msg.topic()}: {msg.error()}")
-                headers = dict(msg.headers() or [])
+                    raise RuntimeError(f"reading {msg.topic()}: {error}")
+                headers = dict(record_headers(msg))
                 if SOURCE_OFFSET not in headers:
                     # Not written by Lockstep: no provenance to audit; counted as unexpected.
                     actual[(f"(no provenance) {msg.topic()}", msg.partition(), msg.offset())] += 1
                     continue
-                original = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]),
-                            int(headers[SOURCE_OFFSET]))
+                # Lockstep's headers always carry a value; a record with a valueless one fails here.
+                original = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]),  # type: ignore[union-attr, arg-type]
+                            int(headers[SOURCE_OFFSET]))  # type: ignore[arg-type]
                 if REPLAY_HEADER in headers:
                     replayed[original] += 1
-                elif since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:
+                elif since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:  # type: ignore[arg-type]  # as above
                     continue
                 else:
                     actual[original] += 1

@@ -54,7 +54,7 @@ def offsets_at_time(label: str, found: Mapping[TopicPartition, int | None], end:
     (Kafka's offsets-for-times), or the partition's end where no record is that recent. Returns the
     source and the partitions that start at their end, which the caller must say."""
     at_end = sorted(tp for tp in end if found.get(tp) is None)
-    offsets = {tp: (end[tp] if found.get(tp) is None else min(int(found[tp]), end[tp])) for tp in end}
+    offsets = {tp: end[tp] if (at := found.get(tp)) is None else min(int(at), end[tp]) for tp in end}
     return OffsetSource(label, offsets), at_end
 
 

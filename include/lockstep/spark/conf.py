@@ -6,7 +6,8 @@ safety settings.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from typing import TypeVar
 
 from lockstep.paths import jvm_writer_jar, spark_kafka_jars
 
@@ -29,7 +30,10 @@ REQUIRED_CONF: Mapping[str, str] = {
 KAFKA_READ_OPTIONS: Mapping[str, str] = {"kafka.fetch.max.wait.ms": "20"}
 
 
-def spark_env(env: dict[str, str]) -> dict[str, str]:
+Env = TypeVar("Env", bound=MutableMapping[str, str])
+
+
+def spark_env(env: Env) -> Env:
     """Environment every Spark launch gets: Lockstep's quiet log4j2 settings (through
     SPARK_CONF_DIR, which spark-submit puts on the classpath) and a loopback address."""
     from lockstep.paths import project_root

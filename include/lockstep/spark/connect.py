@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,20 @@ def connect_mode() -> Iterator[None]:
                 os.environ[name] = value
 
 
+class RetryPolicy(TypedDict):
+    """Arguments of pyspark's ``DefaultPolicy`` (Connect's retries)."""
+
+    max_retries: int
+    initial_backoff: int
+    backoff_multiplier: float
+    max_backoff: int
+
+
 #: How long a request waits for a Connect server that does not answer: pyspark's default retries
 #: for at least 10 minutes; a run retries a few times over about 10 s (measured: 14 s to fail
 #: against a refused port), then fails as retryable, and the run task's retry (or the next run)
 #: takes it from there, as after a lost spark-submit.
-RETRIES = {"max_retries": 6, "initial_backoff": 100, "backoff_multiplier": 3.0, "max_backoff": 4000}
+RETRIES = RetryPolicy(max_retries=6, initial_backoff=100, backoff_multiplier=3.0, max_backoff=4000)
 
 
 def new_session(url: str, session_id: str | None = None) -> Any:
@@ -106,6 +115,7 @@ def server_away(exc: BaseException, url: str, source: str | None = None) -> str 
         return None
     cause = exc.__cause__
     try:  # a grpc.RpcError: its status and details say why (refused, unavailable, deadline)
+        # typed BaseException | None; anything but an RpcError fails into the except below
         detail = f"{cause.code().name}: {cause.details()}"[:300]  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - not a gRPC error: its first line
         detail = str(cause or exc).strip().splitlines()[0][:300]

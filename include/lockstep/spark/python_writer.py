@@ -435,7 +435,9 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
 
     from lockstep.spark.python_writer import TransactionalWriter
 
-    task = TaskContext.get().partitionId()
+    context = TaskContext.get()
+    assert context is not None  # set in every Spark task, where this runs
+    task = context.partitionId()
     writer = TransactionalWriter(
         settings.bootstrap, transactional_id(settings.id_prefix, settings.checkpoint_id, task), task_index=task,
         transaction_timeout_ms=settings.timeout_ms, extra_config=settings.producer_config,

@@ -162,12 +162,18 @@ def parse_dead_letter(headers: Iterable[tuple[str, bytes | None]], timestamp_ms:
     a record without Lockstep's provenance headers."""
     h = {k: v for k, v in headers}
     try:
-        original = (h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))
+        # A header without a value (None) fails here too: the topic's as a missing one (AttributeError,
+        # caught), a number's with int()'s TypeError (not caught), as before.
+        original = (h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))  # type: ignore[union-attr, arg-type]
     except (KeyError, ValueError, AttributeError) as exc:
         raise TerminalError(f"dead letter {where} has no valid provenance headers ({SOURCE_TOPIC}, "
                             f"{SOURCE_PARTITION}, {SOURCE_OFFSET}): it was not written by Lockstep and cannot "
                             "be replayed; remove it from the dead-letter topic or leave it out with --since") from exc
-    number = lambda name: int(h[name]) if h.get(name) else None
+
+    def number(name: str) -> int | None:
+        value = h.get(name)
+        return int(value) if value else None
+
     return DeadLetter(original, number(CHECKPOINT_HEADER), (h.get(ERROR_HEADER) or b"").decode(errors="replace"),
                       timestamp_ms, ORIGINAL_SIZE_HEADER in h, number(REPLAY_HEADER))
 
@@ -272,7 +278,7 @@ def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple
     if selection.checkpoint is not None:
         chosen = rows.filter((F.col("_dl_checkpoint") == selection.checkpoint) & ~F.col("_dl_replayed"))
     elif selection.since is not None:
-        chosen = rows.filter(F.unix_millis(F.col("timestamp")) >= selection.since_ms)
+        chosen = rows.filter(F.unix_millis(F.col("timestamp")) >= F.lit(selection.since_ms))
     else:
         chosen = rows
     counts["selected"] = chosen.count()
@@ -325,7 +331,7 @@ class ReplayRun:
 
         accepted = out.filter(F.col("error").isNull()) if "error" in out.columns else out
         to_sink = tuple(sorted(as_original(r) for r in accepted.select("topic", "partition", "offset").collect()))
-        warnings = ()
+        warnings: tuple[str, ...] = ()
         if self.counts["too_large"]:
             warnings = (f"{self.counts['too_large']} dead letters were too large to keep their key and value "
                         "(lockstep.original.size): nothing to replay, skipped",)

@@ -42,15 +42,18 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     if view is None:
         raise CheckpointError(checkpoint_id, "does not exist; nothing to commit")
     if view.status is CheckpointStatus.ABORTED:
+        assert view.aborted is not None  # what ABORTED means
         raise CheckpointError(checkpoint_id, f"was aborted earlier ({view.aborted.reason}); {view.aborted.replay_hint}")
     if view.status is CheckpointStatus.CLAIMED:
         raise CheckpointError(checkpoint_id, "is not prepared: the Spark run did not finish. The next run's plan "
                                              "fences its transactions and replays its ranges")
     if view.status is CheckpointStatus.COMPLETED:
+        assert view.completed is not None  # what COMPLETED means
         log.info("checkpoint %d: already completed; nothing to commit", checkpoint_id)
         _publish(p, view)
         return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
     prepared = view.prepared
+    assert prepared is not None  # neither claimed, completed nor aborted: prepared
     resolved = resolve_pinned(view.claim, p.spec)  # the ids are the committables'; the cluster is the claim's
     notice = resolved.notice(Step.COMMIT)
     if notice:
@@ -142,6 +145,7 @@ def _publish(p: Pipeline, view: CheckpointView) -> None:
                     "cluster of %r, and source.kafka_conn_id is now %r", view.checkpoint_id, group, moved.old,
                     moved.new)
         return
+    assert view.completed is not None  # only completed checkpoints are published
     ends = offsets_from_json(view.completed.end_offsets)
     current = broker_offsets.group_offsets(p.source_kafka, group, list(ends))
     allow_backwards = view.claim.restored_from is not None

@@ -96,8 +96,9 @@ class CheckpointStore:
         if found is None:
             return None
         value = parse(found[0], self.url(key))
-        if getattr(value, "pipeline", self.pipeline) != self.pipeline:
-            raise MetadataError(self.url(key), f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
+        owner = getattr(value, "pipeline", self.pipeline)
+        if owner != self.pipeline:
+            raise MetadataError(self.url(key), f"belongs to pipeline {owner!r}, not {self.pipeline!r}")
         return value
 
     def _create(self, key: str, doc: dict[str, Any]) -> bool:
@@ -218,6 +219,7 @@ class CheckpointStore:
         except _Conflict:
             pass
         existing = self._outcome(checkpoint_id)
+        assert existing is not None  # the create conflicted, so the outcome object is there
         if isinstance(existing, AbortedCheckpoint):
             if doc["schema"] == existing.to_json()["schema"]:
                 return  # another process aborted it first: keep its reason
