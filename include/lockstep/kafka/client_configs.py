@@ -30,6 +30,11 @@ from typing import Any
 
 from lockstep.errors import TerminalError
 
+#: A connection's settings in one client's dialect (a client config, or kafka-python's keyword
+#: arguments): the values of its extra, JSON, and Lockstep's translations of them, handed to the client
+#: library as they are; each library checks its own. So are the extras themselves (``Mapping[str, Any]``).
+ClientConfig = dict[str, Any]
+
 CONFLUENT, JAVA, KAFKA_PYTHON = "confluent-kafka", "kafka-clients", "kafka-python"
 DIALECTS = (CONFLUENT, JAVA, KAFKA_PYTHON)
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model import failpoints
@@ -47,6 +47,12 @@ from lockstep.model.output_contract import (
 )
 from lockstep.model.transactional_ids import transactional_id
 from lockstep.spark.writer_settings import THROUGHPUT_PRODUCER_CONFIG, WriterSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # no type information: its names are Any to mypy
+    from pyspark.sql import DataFrame
+
+    from lockstep.spark.target import JobSession
 
 log = logging.getLogger(__name__)
 
@@ -428,7 +434,7 @@ def _confluent_producer(config: dict[str, Any]) -> Any:
 RESULT_SCHEMA = "result string"
 
 
-def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterator[Any]:
+def write_partition(settings: WriterSettings, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Runs in a Spark task: produce this partition's rows in one transaction, pre-commit it."""
     import pyarrow as pa
     from pyspark import TaskContext
@@ -533,7 +539,7 @@ def produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: i
     return n
 
 
-def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
+def write_with_python(spark: JobSession, out: DataFrame, settings: WriterSettings) -> list[str]:
     """Rows cross to a Python worker through Arrow; confluent-kafka produces them there. Returns each
     task's result document (`output_contract.parse_task_result` reads it)."""
     return [r["result"] for r in out.mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()]

@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.output_contract import (
@@ -38,6 +38,12 @@ from lockstep.model.output_contract import (
 )
 from lockstep.rules.start_offsets import parse_restore_time
 from lockstep.spec import PipelineSpec, SourceSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Row
+
+    from lockstep.store.checkpoint_store import PipelineStore
+    from lockstep.transform import Transform
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +211,7 @@ class Replayed:
                    int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)))
 
 
-def completed_replays(store: Any) -> dict[int, Replayed]:
+def completed_replays(store: PipelineStore) -> dict[int, Replayed]:
     """`Replayed` of every COMPLETED replay checkpoint (a prepared or aborted one decides nothing).
 
     A completed checkpoint with records but without its `REPLAYED_PART` cannot be accounted for."""
@@ -229,7 +235,7 @@ def already_in_sink(replays: Mapping[int, Replayed]) -> set[Original]:
     return {o for r in replays.values() for o in r.to_sink}
 
 
-def last_unselective(store: Any) -> int | None:
+def last_unselective(store: PipelineStore) -> int | None:
     """The newest completed replay checkpoint that took every dead letter of its range."""
     latest = None
     for cid in store.checkpoint_ids():
@@ -246,7 +252,7 @@ def fed_counter(replays: Mapping[int, Replayed]) -> Counter:
 
 
 # ---- in the Spark job ------------------------------------------------------------------------------
-def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple[Any, dict[str, int]]:
+def replay_input(df: DataFrame, selection: Selection, in_sink: set[Original]) -> tuple[DataFrame, dict[str, int]]:
     """The dead letters of ``df`` (Spark's Kafka source with ``includeHeaders``) as the input rows
     they were made from, selected and deduplicated; and the counts of what was left out.
 
@@ -256,7 +262,7 @@ def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple
     leave as the input bytes), and the dead letter's timestamp (the original one is not kept)."""
     from pyspark.sql import functions as F
 
-    def header(name: str) -> Any:
+    def header(name: str) -> Column:
         matching = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
         return F.get(matching, F.lit(0)).getField("value")  # null when absent (ANSI mode refuses [0])
 
@@ -294,12 +300,12 @@ def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple
     return out, counts
 
 
-def marked(transform: Callable[[Any], Any], checkpoint_id: int) -> Callable[[Any], Any]:
+def marked(transform: Transform, checkpoint_id: int) -> Transform:
     """``transform`` with `REPLAY_HEADER` (the replay checkpoint's id) appended to the headers it
     returns (or as the only header), so both writers write it like any user header."""
     from pyspark.sql import functions as F
 
-    def replay_transform(df: Any) -> Any:
+    def replay_transform(df: DataFrame) -> DataFrame:
         out = transform(df)
         mark = F.array(F.struct(F.lit(REPLAY_HEADER).alias("key"),
                                 F.lit(str(checkpoint_id)).cast("binary").alias("value")))
@@ -311,19 +317,19 @@ def marked(transform: Callable[[Any], Any], checkpoint_id: int) -> Callable[[Any
     return replay_transform
 
 
-def as_original(row: Any) -> Original:
+def as_original(row: Row) -> Original:
     return (row["topic"], int(row["partition"]), int(row["offset"]))
 
 @dataclass
 class ReplayRun:
     """What the Spark job of one replay checkpoint knows between reading and writing."""
 
-    store: Any
+    store: PipelineStore
     checkpoint_id: int
     fed: tuple[Original, ...]
     counts: dict[str, int]
 
-    def record(self, out: Any) -> Replayed:
+    def record(self, out: DataFrame) -> Replayed:
         """Write `REPLAYED_PART` from the transform's output (the columns the writer reads): a row
         without ``error`` goes to the sink; one the transform still rejects is dead-lettered again
         and not counted as replayed, so a later replay takes it."""
@@ -346,8 +352,8 @@ class ReplayRun:
         return replayed
 
 
-def start_replay(spec: PipelineSpec, checkpoint_id: int, df: Any, transform: Callable[[Any], Any],
-                 store: Any) -> tuple[Any, Callable[[Any], Any], ReplayRun]:
+def start_replay(spec: PipelineSpec, checkpoint_id: int, df: DataFrame, transform: Transform,
+                 store: PipelineStore) -> tuple[DataFrame, Transform, ReplayRun]:
     """The replay checkpoint's input rows and marked transform, with its pinned selection."""
     doc = store.sidecar(checkpoint_id, SELECTION_PART)
     if doc is None:

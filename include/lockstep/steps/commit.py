@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.kafka import broker_offsets
@@ -18,12 +18,16 @@ from lockstep.model.checkpoint import (
     CheckpointStatus,
     CheckpointView,
     CompletedCheckpoint,
+    PreparedCheckpoint,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.transactions import TransactionState
 from lockstep.rules.commit_decision import DecisionKind, decide_commit
-from lockstep.rules.pinned import Step, refusal, resolve_pinned, transactions_deadline_ms
+from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
 from lockstep.steps.pipeline import Pipeline, mark_aborted, now_iso, unusable_sink
+
+if TYPE_CHECKING:
+    from lockstep.kafka.committer import Committer
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +105,7 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message)
 
 
-def _claim_committer(p: Pipeline, resolved: Any) -> Any:
+def _claim_committer(p: Pipeline, resolved: Resolved) -> Committer:
     """A committer on the cluster the checkpoint was planned for."""
     conn = resolved.values.sink_kafka_conn_id
     try:
@@ -113,7 +117,7 @@ def _claim_committer(p: Pipeline, resolved: Any) -> Any:
                                                                      p.spec.sink.kafka_conn_id, exc)) from exc
 
 
-def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], timeout_s: float = 60.0) -> None:
+def _await_markers(committer: Committer, checkpoint_id: int, tids: tuple[str, ...], timeout_s: float = 60.0) -> None:
     """EndTxn answers at PrepareCommit; the markers that make records visible follow.
     Wait for CompleteCommit so "completed" means a read_committed reader sees the output."""
     deadline = time.monotonic() + timeout_s
@@ -129,7 +133,7 @@ def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], ti
         time.sleep(0.1)
 
 
-def _abort_transactions(committer: Any, prepared: Any, tids: tuple[str, ...]) -> None:
+def _abort_transactions(committer: Committer, prepared: PreparedCheckpoint, tids: tuple[str, ...]) -> None:
     """Fence rather than EndTxn(abort): it works whatever state and epoch each id is in."""
     for tid in tids:
         committer.fence(tid)

@@ -34,7 +34,7 @@ from lockstep.spark.conf import job_environment, submit_command
 from lockstep.spark.job import run_checkpoint_job, values_for_run
 from lockstep.spark.target import CONNECT, SparkEndpoint, SparkTarget, resolve_target
 from lockstep.spec import PipelineSpec
-from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.store.checkpoint_store import PipelineStore
 
 if TYPE_CHECKING:
     from lockstep.steps.commit import CommitOutcome
@@ -67,7 +67,7 @@ def spark_target(spec: PipelineSpec) -> SparkTarget:
     return resolve_target(spec.spark, lookup)
 
 
-def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore,
+def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore,
                    env: Mapping[str, str] | None = None,
                    on_start: Callable[[Stoppable], None] | None = None) -> float:
     """The run step of a checkpoint; a checkpoint with no records needs no Spark at all.
@@ -109,15 +109,15 @@ class Cycle:
     ``lockstep deadletters replay`` do per checkpoint (Airflow does the same as three tasks)."""
 
     planned: Plan
-    store: CheckpointStore
+    store: PipelineStore
     seconds: float
     outcome: CommitOutcome | None = None  # None after a dry run
     view: CheckpointView | None = None  # the checkpoint as committed
 
 
-def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStore], str | None] | None = None,
+def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[PipelineStore], str | None] | None = None,
                      max_records: int | None = None, dry_run: bool = False,
-                     before_run: Callable[[CheckpointStore, int], None] | None = None) -> Cycle:
+                     before_run: Callable[[PipelineStore, int], None] | None = None) -> Cycle:
     """Plan (recovering first), run and commit one checkpoint under a run id of this process.
 
     ``restore`` may be decided from the store once it is open; ``before_run`` records what the
@@ -143,7 +143,7 @@ def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStor
     return Cycle(planned, p.store, time.monotonic() - started, outcome, p.store.view(cid))
 
 
-def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
+def _note_failure(store: PipelineStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
     from datetime import datetime
 
     try:
@@ -175,7 +175,7 @@ class SubmitRun:
                 pass
 
 
-def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore, target: SparkTarget,
+def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore, target: SparkTarget,
                     on_start: Callable[[Stoppable], None] | None = None, view: CheckpointView | None = None) -> float:
     """The run in a session of the Spark Connect server at ``target``, driven from this process.
 

@@ -17,8 +17,8 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, Required, TypedDict, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -48,8 +48,112 @@ class CheckpointAlreadyClaimed(CheckpointError):
     """Another run owns this checkpoint id (lost the conditional create)."""
 
 
+# ---- the S3 client the store uses ------------------------------------------------------------------
+class Body(Protocol):
+    def read(self) -> bytes: ...
+
+
+class GetObjectOutput(TypedDict):
+    Body: Body
+    ETag: str
+
+
+class ObjectSummary(TypedDict):
+    Key: str
+
+
+class CommonPrefix(TypedDict):
+    Prefix: str
+
+
+class ListObjectsOutput(TypedDict, total=False):
+    """A page of ``list_objects_v2``: S3 leaves out the lists that would be empty."""
+
+    Contents: list[ObjectSummary]
+    CommonPrefixes: list[CommonPrefix]
+
+
+class ListObjectsArgs(TypedDict, total=False):
+    Bucket: Required[str]
+    Prefix: Required[str]
+    Delimiter: str
+    StartAfter: str
+
+
+class S3Paginator(Protocol):
+    def paginate(self, *, Bucket: str, Prefix: str, Delimiter: str = ...,
+                 StartAfter: str = ...) -> Iterable[ListObjectsOutput]: ...
+
+
+class S3Client(Protocol):
+    """The S3 calls the store makes, with the arguments it passes and the fields it reads: a boto3 S3
+    client (``connections.s3_client``), or an in-memory S3 in tests (``tests/support/fake_s3.FakeS3``).
+    Failures are botocore's ``ClientError`` / ``BotoCoreError`` either way."""
+
+    def get_object(self, *, Bucket: str, Key: str) -> GetObjectOutput: ...
+
+    def put_object(self, *, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str = ..., IfMatch: str = ...,
+                   ContentType: str = ...) -> object: ...
+
+    def head_object(self, *, Bucket: str, Key: str) -> object: ...
+
+    def delete_object(self, *, Bucket: str, Key: str) -> object: ...
+
+    def list_objects_v2(self, *, Bucket: str, Prefix: str) -> ListObjectsOutput: ...
+
+    def get_paginator(self, operation_name: str, /) -> S3Paginator: ...
+
+
+# ---- the store ---------------------------------------------------------------------------------------
+class PipelineStore(Protocol):
+    """One pipeline's checkpoints as the engine's steps read and write them: through
+    `lockstep.steps.pipeline.Pipeline.store` (plan, recover, commit), the run step and its Spark job
+    (`lockstep.spark.job`, the replay's bookkeeping) and the lag. `CheckpointStore` on S3, or an
+    in-memory one in tests of the steps. Savepoint management and the history pages of the CLI and
+    the Airflow plugin use `CheckpointStore` itself."""
+
+    @property
+    def pipeline(self) -> str: ...
+
+    # reading
+    def history(self) -> History: ...
+
+    def latest_completed(self) -> CheckpointView | None: ...
+
+    def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]: ...
+
+    def view(self, checkpoint_id: int) -> CheckpointView | None: ...
+
+    def checkpoint_ids(self, after: int | None = None) -> Iterator[int]: ...
+
+    def run_failure(self, checkpoint_id: int) -> RunFailure | None: ...
+
+    def sidecar(self, checkpoint_id: int, part: str) -> dict[str, Any] | None: ...
+
+    def get_savepoint(self, name: str) -> Savepoint: ...
+
+    # writing, in the order of a checkpoint's steps
+    def record_dry_run(self, plan: CheckpointClaim) -> None: ...
+
+    def claim(self, claim: CheckpointClaim) -> None: ...
+
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None: ...
+
+    def record_run_failure(self, failure: RunFailure) -> None: ...
+
+    def write_prepared(self, prepared: PreparedCheckpoint) -> None: ...
+
+    def mark_completed(self, completed: CompletedCheckpoint) -> None: ...
+
+    def mark_aborted(self, aborted: AbortedCheckpoint) -> None: ...
+
+    def apply_retention(self, retain: int) -> list[int]: ...
+
+
 class CheckpointStore:
-    def __init__(self, s3: Any, bucket: str, root: str, pipeline: str) -> None:
+    """A pipeline's checkpoints and savepoints under ``s3://bucket/root/`` (see the module's doc)."""
+
+    def __init__(self, s3: S3Client, bucket: str, root: str, pipeline: str) -> None:
         self._s3 = s3
         self.bucket = bucket
         self.root = root.strip("/")
@@ -283,7 +387,7 @@ class CheckpointStore:
     # ---- listing ---------------------------------------------------------------
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]:
         """Ids in ascending order, optionally only those after ``after`` (S3 StartAfter)."""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._ckpt_prefix(), "Delimiter": "/"}
+        kwargs = ListObjectsArgs(Bucket=self.bucket, Prefix=self._ckpt_prefix(), Delimiter="/")
         if after is not None:
             kwargs["StartAfter"] = f"{self._ckpt_prefix()}{after:0{ID_WIDTH}d}/~"
         paginator = self._s3.get_paginator("list_objects_v2")
