@@ -303,7 +303,7 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
         moved = resolve_pinned(latest.claim, spec).changed("source.kafka_conn_id")
         tps = topics.partitions(kafka_admin(spec.source.kafka_conn_id), spec.source.topics)
         group = broker_offsets.group_offsets(kafka_config(spec.source.kafka_conn_id), spec.source.consumer_group, tps)
-        findings += drift.group_drift(latest, spec.source.consumer_group, group, moved.old if moved else None)
+        findings += drift.group_drift(latest, spec.source.consumer_group, group, str(moved.old) if moved else None)
     if airflow_url:
         events = drift.read_asset_events(airflow_url, spec.name)
         ids = [e["checkpoint_id"] for e in events if isinstance(e.get("checkpoint_id"), int)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from lockstep.model.offsets import Offsets, TopicPartition, offset_of
 
@@ -140,7 +139,7 @@ class RestoreRow:
     #: so the restore reads it from its log start
     added: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"partition": self.partition, "current": self.current, "restore": self.restore, "end": self.end,
                 "re_emitted": self.re_emitted, "new": self.new, "added": self.added}
 
