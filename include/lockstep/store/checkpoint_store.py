@@ -17,7 +17,7 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, Required, TypedDict, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -35,6 +35,9 @@ from lockstep.model.checkpoint import (
     Savepoint,
     validate_savepoint_name,
 )
+
+# Any in this module is a document as ``json.loads`` read it from S3: whatever the object holds, until
+# its parser checks it (``lockstep.model.checkpoint``'s from_json; a sidecar's, e.g. ``spark.replay``'s).
 
 T = TypeVar("T")
 POINTER_SCHEMA = "lockstep.latest-completed/1"
@@ -137,7 +140,7 @@ class PipelineStore(Protocol):
 
     def claim(self, claim: CheckpointClaim) -> None: ...
 
-    def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None: ...
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: Mapping[str, object], once: bool = True) -> None: ...
 
     def record_run_failure(self, failure: RunFailure) -> None: ...
 
@@ -179,7 +182,7 @@ class CheckpointStore:
         return f"s3://{self.bucket}/{key}"
 
     # ---- raw object access -----------------------------------------------------
-    def _get(self, key: str) -> tuple[dict[str, Any], str] | None:
+    def _get(self, key: str) -> tuple[Any, str] | None:  # the document as json.loads read it, and its ETag
         try:
             obj = self._s3.get_object(Bucket=self.bucket, Key=key)
             body = obj["Body"].read()
@@ -195,7 +198,7 @@ class CheckpointStore:
             raise MetadataError(self.url(key), f"not JSON ({exc}); it was not written by Lockstep or is damaged") from exc
         return doc, obj["ETag"]
 
-    def _read(self, key: str, parse: Callable[[Any, str], T]) -> T | None:
+    def _read(self, key: str, parse: Callable[[object, str], T]) -> T | None:
         found = self._get(key)
         if found is None:
             return None
@@ -205,7 +208,7 @@ class CheckpointStore:
             raise MetadataError(self.url(key), f"belongs to pipeline {owner!r}, not {self.pipeline!r}")
         return value
 
-    def _create(self, key: str, doc: dict[str, Any]) -> bool:
+    def _create(self, key: str, doc: Mapping[str, object]) -> bool:
         """Create ``key`` only if absent. True if we created it, False if an identical one exists.
 
         A different existing document is never overwritten: that is a conflict the
@@ -277,7 +280,7 @@ class CheckpointStore:
     def run_failure(self, checkpoint_id: int) -> RunFailure | None:
         return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
 
-    def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None:
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: Mapping[str, object], once: bool = True) -> None:
         """A document of a checkpoint besides its claim/prepared/completed ones (a replay's selection,
         its replayed offsets). ``once``: create-only, an identical one is fine, a different one a conflict."""
         if not once:
@@ -301,7 +304,7 @@ class CheckpointStore:
     def last_dry_run(self) -> CheckpointClaim | None:
         return self._read(self._dry_run_key(), CheckpointClaim.from_json)
 
-    def _overwrite(self, key: str, doc: dict[str, Any]) -> None:
+    def _overwrite(self, key: str, doc: Mapping[str, object]) -> None:
         body = json.dumps(doc, sort_keys=True, indent=1).encode()
         try:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
@@ -310,7 +313,7 @@ class CheckpointStore:
         except BotoCoreError as exc:
             raise _unreachable(exc, key) from exc
 
-    def _settle(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
+    def _settle(self, checkpoint_id: int, doc: Mapping[str, object]) -> None:
         """Create the checkpoint's one outcome object: completed or aborted, never both.
 
         Both outcomes share one key, so a commit and an abort racing on the same
@@ -349,7 +352,7 @@ class CheckpointStore:
             raise MetadataError(url, f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
         return value
 
-    def _create_or_conflict(self, checkpoint_id: int, part: str, doc: dict[str, Any]) -> None:
+    def _create_or_conflict(self, checkpoint_id: int, part: str, doc: Mapping[str, object]) -> None:
         try:
             self._create(self._key(checkpoint_id, part), doc)
         except _Conflict as exc:
@@ -568,7 +571,7 @@ class _Conflict(Exception):
         self.key = key
 
 
-def _pointer_id(doc: Any, url: str, pipeline: str) -> int:
+def _pointer_id(doc: object, url: str, pipeline: str) -> int:
     checkpoint_id = doc.get("checkpoint_id") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("schema") != POINTER_SCHEMA or isinstance(checkpoint_id, bool) \
             or not isinstance(checkpoint_id, int):
