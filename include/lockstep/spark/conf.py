@@ -7,9 +7,12 @@ safety settings.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.paths import jvm_writer_jar, spark_kafka_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # A speculative task attempt would init the same transactional id and fence the
 # winner's open transaction, so speculation is always off.
@@ -51,7 +54,7 @@ def spark_conf(extra: Mapping[str, object] | None = None) -> dict[str, str]:
     return conf
 
 
-def local_session(app_name: str, master: str = "local[2]", extra: Mapping[str, object] | None = None):
+def local_session(app_name: str, master: str = "local[2]", extra: Mapping[str, object] | None = None) -> SparkSession:
     """A SparkSession with the Kafka connector on the classpath (for tests and the CLI)."""
     import os
 

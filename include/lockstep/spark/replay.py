@@ -119,11 +119,11 @@ class Selection:
             return f"dead letters since {self.since}"
         return "every dead letter not replayed yet"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"checkpoint": self.checkpoint, "since": self.since}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Selection:
+    def from_json(cls, doc: Mapping[str, Any]) -> Selection:  # a sidecar as json.loads read it
         return cls(checkpoint=doc.get("checkpoint"), since=doc.get("since"))
 
     def restore(self, last_unselective: int | None, latest_completed: int | None) -> str | None:
@@ -197,14 +197,14 @@ class Replayed:
     warnings: tuple[str, ...] = field(default=())
     read: int = 0  #: dead letters in the checkpoint's range (its offsets also count transaction markers)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
                 "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
                 "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
                 "warnings": list(self.warnings), "read": self.read}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Replayed:
+    def from_json(cls, doc: Mapping[str, Any]) -> Replayed:  # a sidecar as json.loads read it
         as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
@@ -247,7 +247,7 @@ def last_unselective(store: PipelineStore) -> int | None:
     return latest
 
 
-def fed_counter(replays: Mapping[int, Replayed]) -> Counter:
+def fed_counter(replays: Mapping[int, Replayed]) -> Counter[Original]:
     return Counter(o for r in replays.values() for o in r.fed)
 
 

@@ -6,10 +6,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
-from lockstep.kafka.client_configs import CONFLUENT, JAVA
+from lockstep.kafka.client_configs import CONFLUENT, JAVA, ClientConfig
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PlannedWith
 from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 # Throughput-oriented producer defaults, named alike in librdkafka and the Java client: both writers
 # (the Python one, and the JVM writer through `jvm_writer.jvm_settings`) start from these.
-THROUGHPUT_PRODUCER_CONFIG: Mapping[str, Any] = {
+THROUGHPUT_PRODUCER_CONFIG: Mapping[str, object] = {
     "linger.ms": 20,
     "batch.size": 1_000_000,
     "compression.type": "lz4",
@@ -34,7 +34,7 @@ class WriterSettings:
     """What each Spark task needs to write its transaction; pickled to the executors."""
 
     bootstrap: str
-    producer_config: dict[str, Any] = field(repr=False)  # may hold credentials
+    producer_config: ClientConfig = field(repr=False)  # may hold credentials
     id_prefix: str
     checkpoint_id: int
     timeout_ms: int
@@ -50,7 +50,7 @@ class WriterSettings:
     failpoints: dict[str, str] = field(default_factory=dict)
 
 
-def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
+def producer_limit(producer: ClientConfig) -> tuple[int, str]:
     for name in ("max.request.size", "message.max.bytes"):
         if name in producer:
             return int(producer[name]), f"the producer's {name}"
@@ -87,7 +87,7 @@ def _topic_config(admin: AdminClient, resource: ConfigResource) -> dict[str, Con
     return admin.describe_configs([resource])[resource].result(timeout=30)
 
 
-def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any],
+def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientConfig,
                     topic_max_bytes: dict[str, int] | None = None) -> WriterSettings:
     """Everything a task writes with comes from what the checkpoint was planned with (its claim),
     never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect
