@@ -11,7 +11,13 @@ import socket
 import sys
 import uuid
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from lockstep.ops.drift import Finding
+    from lockstep.spark.replay import Selection
+    from lockstep.spec import PipelineSpec
+    from lockstep.store.checkpoint_store import PipelineStore
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -109,11 +115,11 @@ def run_command(args: argparse.Namespace) -> int:
     return handler(spec, args)
 
 
-def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
+def _emit(args: argparse.Namespace, doc: object, text: str) -> None:
     print(json.dumps(doc, indent=2, default=str) if args.json else text)
 
 
-def _run(spec: Any, args: argparse.Namespace) -> int:
+def _run(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.steps.run import checkpoint_cycle
 
     results: list[dict[str, object]] = []
@@ -143,7 +149,7 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _transactions(spec: Any, args: argparse.Namespace) -> int:
+def _transactions(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
     from lockstep.ops.open_transactions import table
     from lockstep.ops.transaction_console import look, resolve_transactions
@@ -175,7 +181,7 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
+def _restore_plan(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.rules.start_offsets import describe_restore
     from lockstep.steps.pipeline import Pipeline
     from lockstep.steps.plan import restore_plan
@@ -191,7 +197,7 @@ def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(spec: Any, args: argparse.Namespace) -> int:
+def _status(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import lag, metrics
     from lockstep.steps.client_factory import checkpoint_store
 
@@ -217,7 +223,7 @@ class _CheckpointRow(TypedDict):
     reason: str | None
 
 
-def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
+def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.steps.client_factory import checkpoint_store
 
     views = checkpoint_store(spec).recent(args.limit)
@@ -250,7 +256,7 @@ class _DeadLetterRow(TypedDict):
     too_large: bool
 
 
-def _savepoint(spec: Any, args: argparse.Namespace) -> int:
+def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
     from lockstep.model.checkpoint import validate_savepoint_name
     from lockstep.steps.client_factory import checkpoint_store
@@ -288,7 +294,7 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
+def _drift(spec: PipelineSpec, airflow_url: str | None) -> list[Finding]:
     """The drift audit's findings: the group's offsets (and the Asset events) against the checkpoints."""
     from lockstep.connections import kafka_config
     from lockstep.kafka import broker_offsets, topics
@@ -306,7 +312,7 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
         findings += drift.group_drift(latest, spec.source.consumer_group, group, str(moved.old) if moved else None)
     if airflow_url:
         events = drift.read_asset_events(airflow_url, spec.name)
-        ids = [e["checkpoint_id"] for e in events if isinstance(e.get("checkpoint_id"), int)]
+        ids = [cid for e in events if isinstance(cid := e.get("checkpoint_id"), int)]
         retained = list(store.checkpoint_ids())
         views = {v.checkpoint_id: v for v in (store.view(i) for i in retained if ids and i >= min(ids))
                  if v is not None}
@@ -314,7 +320,7 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
     return findings
 
 
-def _verify(spec: Any, args: argparse.Namespace) -> int:
+def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import drift
     from lockstep.ops.verify import verify_pipeline
 
@@ -336,7 +342,7 @@ def _failpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deadletters(spec: Any, args: argparse.Namespace) -> int:
+def _deadletters(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.spark.replay import Selection
 
     selection = Selection(checkpoint=args.checkpoint, since=args.since)
@@ -345,7 +351,7 @@ def _deadletters(spec: Any, args: argparse.Namespace) -> int:
     return _deadletters_replay(spec, selection, args)
 
 
-def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> int:
+def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.ops.deadletters import read_dead_letters
     from lockstep.spark.replay import already_in_sink, completed_replays, replay_spec
     from lockstep.steps.client_factory import checkpoint_store
@@ -376,19 +382,19 @@ def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> in
     return 0
 
 
-def _deadletters_replay(spec: Any, selection: Any, args: argparse.Namespace) -> int:
+def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.spark.replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
     from lockstep.steps.run import checkpoint_cycle
 
     rspec = replay_spec(spec)
-    results: list[dict[str, Any]] = []
+    results: list[dict[str, object]] = []
     target, covered, n = None, 0, 0
 
-    def first_restore(store: Any) -> str | None:
+    def first_restore(store: PipelineStore) -> str | None:
         latest = store.latest_completed()
         return selection.restore(last_unselective(store), latest.checkpoint_id if latest else None)
 
-    def pin_selection(store: Any, cid: int) -> None:  # a retried run applies the same selection
+    def pin_selection(store: PipelineStore, cid: int) -> None:  # a retried run applies the same selection
         store.write_sidecar(cid, SELECTION_PART, selection.to_json())
 
     while True:

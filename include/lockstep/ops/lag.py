@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json
@@ -86,7 +86,7 @@ class PipelineLag:
         ages = [p.oldest_unread_age_s for p in self.partitions if p.oldest_unread_age_s is not None]
         return max(ages) if ages else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = asdict(self)
         doc["totals"] = self.totals
         doc["oldest_unread_age_s"] = self.oldest_unread_age_s

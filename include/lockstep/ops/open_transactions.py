@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from lockstep.model.checkpoint import CheckpointView
 from lockstep.model.offsets import TopicPartition
@@ -43,7 +43,7 @@ class PartitionHold:
         """read_committed readers stop at the LSO: records above it wait for this (or an older) transaction."""
         return bool(self.held_back and self.held_back > 0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**asdict(self), "held_back": self.held_back, "pinned": self.pinned}
 
 
@@ -75,7 +75,7 @@ class OpenTransaction:
     def held_back(self) -> int:
         return sum(h.held_back or 0 for h in self.pinned)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = {k: v for k, v in asdict(self).items() if k != "partitions"}
         return {**doc, "partitions": [h.to_json() for h in self.partitions], "held_back": self.held_back}
 

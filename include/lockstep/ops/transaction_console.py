@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka import broker_offsets, topics
@@ -50,7 +49,7 @@ class Console:
     def foreign(self) -> list[OpenTransaction]:
         return [r for r in self.rows if r.foreign]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"transactions": [r.to_json() for r in self.rows], "unreachable": self.unreachable,
                 "resolve": open_transactions.resolution(self.plan, self.views, self.decisions, self.foreign),
                 "resolve_refused": self.refused}

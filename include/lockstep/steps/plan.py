@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lockstep.errors import TerminalError
 from lockstep.kafka import broker_offsets, topics
@@ -124,7 +123,7 @@ class RestorePlan:
     rows: list[RestoreRow]
     dropped: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"restore": self.restore, "source": self.source, "latest_completed": self.latest_completed,
                 "partitions": [r.to_json() for r in self.rows], "dropped": self.dropped,
                 **restore_totals(self.rows)}
