@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from lockstep.store.checkpoint_store import PipelineStore
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run checkpoints: plan -> Spark -> commit, like one DAG run each")
     _spec(run)
     run.add_argument("--checkpoints", type=int, default=1, help="how many checkpoints to run (default 1)")

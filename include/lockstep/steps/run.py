@@ -161,7 +161,7 @@ class Stoppable(Protocol):
 class SubmitRun:
     """A spark-submit run: its process group (driver JVM, Python workers)."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
 
     def stop(self) -> None:
@@ -279,7 +279,7 @@ def run_failure(checkpoint_id: int, cause: str, terminal: bool, seconds: float) 
     return exc
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+def stop_group(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
     """SIGTERM spark-submit's process group (driver JVM, Python workers), SIGKILL after ``grace_s``."""
     import signal
 
