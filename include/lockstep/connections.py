@@ -11,10 +11,13 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
-from lockstep.kafka.client_configs import CONFLUENT, client_configs
+from lockstep.kafka.client_configs import CONFLUENT, ClientConfig, client_configs
+
+if TYPE_CHECKING:
+    from lockstep.store.checkpoint_store import S3Client
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class Connection:
     host: str | None = None
     login: str | None = None
     password: str | None = None
+    #: JSON, as Airflow keeps it; Any because readers reach into its nesting (``service_config.s3``)
     extra: dict[str, Any] = field(default_factory=dict)
     port: int | None = None
 
@@ -71,11 +75,13 @@ def _lookup(conn_id: str) -> Connection:
         return _parse(conn_id, raw)
     try:
         from airflow.sdk import BaseHook  # only inside Airflow
+
+        hook: type[BaseHook] | None = BaseHook
     except Exception:  # noqa: BLE001 - Airflow absent or not configured
-        BaseHook = None
-    if BaseHook is not None:
+        hook = None
+    if hook is not None:
         try:
-            c = BaseHook.get_connection(conn_id)
+            c = hook.get_connection(conn_id)
             return Connection(conn_id, c.conn_type, c.host, c.login, c.password, dict(c.extra_dejson or {}), c.port)
         except Exception as exc:
             raise TerminalError(f"connection {conn_id!r} is not defined in Airflow: {exc}") from exc
@@ -111,7 +117,7 @@ def connection_env(conn_ids: Iterable[str]) -> dict[str, str]:
     return env
 
 
-def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> dict[str, Any]:
+def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> ClientConfig:
     """A Kafka connection's settings for one client library (``lockstep.kafka.client_configs``):
     confluent-kafka by default, ``JAVA`` for Spark and the JVM writer, ``KAFKA_PYTHON`` for the
     committer. Like Airflow's Kafka provider, only ``extra`` is used. Every dialect is checked,
@@ -120,11 +126,11 @@ def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> dict[str, Any]:
     return client_configs(conn_id, conn.extra).for_dialect(dialect)
 
 
-def s3_client_kwargs(conn_id: str) -> dict[str, Any]:
+def s3_client_kwargs(conn_id: str) -> dict[str, object]:
     """boto3 client arguments from an Airflow AWS connection (login/password = key/secret)."""
     conn = get_connection(conn_id)
     extra = conn.extra
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     endpoint = extra.get("endpoint_url") or extra.get("service_config", {}).get("s3", {}).get("endpoint_url")
     if endpoint:
         kwargs["endpoint_url"] = endpoint
@@ -136,7 +142,7 @@ def s3_client_kwargs(conn_id: str) -> dict[str, Any]:
     return kwargs
 
 
-def s3_client(conn_id: str, timeout_s: float | None = None):
+def s3_client(conn_id: str, timeout_s: float | None = None) -> S3Client:
     """A boto3 S3 client of the connection: patient by default (DAG tasks), or one that gives up
     after about ``timeout_s`` seconds per call (a page view, a DAG file being parsed)."""
     import boto3

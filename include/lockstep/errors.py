@@ -52,6 +52,9 @@ class SpecError(TerminalError):
 class CheckpointError(TerminalError):
     """A checkpoint cannot proceed; the id is kept so every log line can name it."""
 
+    #: The failed Spark run's own cause, on the run step's errors (``steps.run.run_failure``).
+    cause: str | None = None
+
     def __init__(self, checkpoint_id: int, message: str) -> None:
         self.checkpoint_id = checkpoint_id
         super().__init__(f"checkpoint {checkpoint_id}: {message}")
@@ -59,6 +62,9 @@ class CheckpointError(TerminalError):
 
 class TransientCheckpointError(TransientError):
     """A checkpoint step failed in a way a retry may fix (a lost executor, a broker or S3 away)."""
+
+    #: The failed Spark run's own cause, on the run step's errors (``steps.run.run_failure``).
+    cause: str | None = None
 
     def __init__(self, checkpoint_id: int, message: str) -> None:
         self.checkpoint_id = checkpoint_id

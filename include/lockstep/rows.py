@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 RESULT = "__lockstep_row_result"
 
+#: A plain Python function of a row's column values (Spark passes them as Python values).
+RowFunction = Callable[..., object]
 
-def reason(fn: Callable[..., Any], exc: BaseException) -> str:
+
+def reason(fn: RowFunction, exc: BaseException) -> str:
     """The ``error`` of a row whose function raised: the function's name, the exception's type and message."""
     return f"{getattr(fn, '__name__', 'function')} raised {type(exc).__name__}: {exc}"
 
@@ -38,11 +44,11 @@ class Guarded:
     module may decorate its functions at import time, on the driver or on an executor.
     """
 
-    def __init__(self, function: Callable[..., Any], returns: str) -> None:
+    def __init__(self, function: RowFunction, returns: str) -> None:
         self.function, self.returns = function, returns
 
         @functools.wraps(function)
-        def safe(*args: Any) -> tuple[Any, str | None]:
+        def safe(*args: object) -> tuple[object, str | None]:
             try:
                 return function(*args), None
             except Exception as exc:  # noqa: BLE001 - the point: any failure of one row becomes its error
@@ -52,23 +58,31 @@ class Guarded:
         self.safe = safe
         functools.update_wrapper(self, function)
 
-    def __call__(self, *columns: Any) -> Any:
+    def __call__(self, *columns: Column | str) -> Column:
         from pyspark.sql import functions as F
 
         return F.udf(self.safe, f"struct<value: {self.returns}, error: string>")(*columns)
 
 
-def guarded(fn: Callable[..., Any] | None = None, *, returns: str = "binary") -> Any:
+@overload
+def guarded(fn: RowFunction, *, returns: str = "binary") -> Guarded: ...
+
+
+@overload
+def guarded(fn: None = None, *, returns: str = "binary") -> Callable[[RowFunction], Guarded]: ...
+
+
+def guarded(fn: RowFunction | None = None, *, returns: str = "binary") -> Guarded | Callable[[RowFunction], Guarded]:
     """Decorator: ``fn`` as a `Guarded` row function whose result column is ``struct<value: returns,
     error: string>``. Use bare (``@guarded``) or with the result type (``@guarded(returns="string")``,
     any Spark DDL type)."""
-    def wrap(function: Callable[..., Any]) -> Guarded:
+    def wrap(function: RowFunction) -> Guarded:
         return Guarded(function, returns)
 
     return wrap(fn) if fn is not None else wrap
 
 
-def apply(df: Any, udf: Any, *columns: Any, into: str = "value") -> Any:
+def apply(df: DataFrame, udf: Callable[..., Column], *columns: Column | str, into: str = "value") -> DataFrame:
     """``df`` with ``into`` set to ``udf(*columns)`` (a ``guarded`` function) on every row it succeeds for.
 
     A row it raised for keeps its input ``into`` (cast to the result type) and gets the exception as

@@ -29,7 +29,7 @@ SCHEDULE_PRESETS = frozenset(
 )
 #: Producer settings Lockstep sets itself; overriding them would break fencing or the commit margin.
 RESERVED_PRODUCER_KEYS = frozenset({"transactional.id", "enable.idempotence", "transaction.timeout.ms"})
-_MISSING: Any = object()
+_MISSING = object()
 
 
 class StoreLocation(NamedTuple):
@@ -101,7 +101,8 @@ class PipelineSpec:
     checkpoints: CheckpointSpec
     transactions: TransactionSpec
     spark: SparkSpec
-    producer: Mapping[str, Any]
+    #: producer settings for the writers' clients, as the YAML gives them
+    producer: Mapping[str, object]
     path: str
     #: Set on the derived pipeline that replays dead letters (``lockstep.spark.replay.replay_spec``): the
     #: name of the pipeline whose dead letters it replays. Never read from YAML.
@@ -125,8 +126,17 @@ class PipelineSpec:
         return module, function
 
 
+#: A mapping of a YAML document, as ``yaml.safe_load`` returns it: its keys are not always strings.
+Section = dict[object, object]
+
+
 class _Checker:
-    """Reads one YAML document field by field, collecting problems instead of stopping at the first."""
+    """Reads one YAML document field by field, collecting problems instead of stopping at the first.
+
+    A reader (``text``, ``integer``, ...) returns the value once it is checked, or None after noting
+    the problem: Any, because ``parse_spec`` builds the spec's dataclasses from what they return and
+    raises `SpecError` before a spec with a None where a value belongs leaves it.
+    """
 
     def __init__(self, file: str) -> None:
         self.file = file
@@ -135,7 +145,7 @@ class _Checker:
     def fail(self, path: str, reason: str) -> None:
         self.problems.append(SpecProblem(self.file, path, reason))
 
-    def mapping(self, doc: Any, path: str, optional: bool = True) -> dict[Any, Any]:
+    def mapping(self, doc: object, path: str, optional: bool = True) -> Section:
         if doc is _MISSING or (doc is None and optional):
             if not optional:
                 self.fail(path, "is required")
@@ -145,13 +155,13 @@ class _Checker:
             return {}
         return doc
 
-    def section(self, doc: Any, path: str, allowed: set[str], optional: bool = True) -> dict[str, Any]:
+    def section(self, doc: object, path: str, allowed: set[str], optional: bool = True) -> Section:
         d = self.mapping(doc, path, optional)
         for key in sorted(set(d) - allowed, key=str):
             self.fail(_join(path, str(key)), f"unknown key (allowed: {', '.join(sorted(allowed))})")
         return d
 
-    def text(self, doc: dict[str, Any], path: str, key: str, default: Any = _MISSING,
+    def text(self, doc: Section, path: str, key: str, default: object = _MISSING,
              pattern: re.Pattern[str] | None = None, rule: str = "") -> Any:
         value = doc.get(key, default)
         where = _join(path, key)
@@ -168,7 +178,7 @@ class _Checker:
             return value
         return None
 
-    def integer(self, doc: dict[str, Any], path: str, key: str, default: int, low: int, high: int | None) -> Any:
+    def integer(self, doc: Section, path: str, key: str, default: int, low: int, high: int | None) -> Any:
         value = doc.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(_join(path, key), f"must be an integer, got {_kind(value)}")
@@ -179,7 +189,7 @@ class _Checker:
             return value
         return None
 
-    def boolean(self, doc: dict[str, Any], path: str, key: str, default: bool) -> Any:
+    def boolean(self, doc: Section, path: str, key: str, default: bool) -> Any:
         value = doc.get(key, default)
         if not isinstance(value, bool):
             self.fail(_join(path, key), f"must be true or false, got {_kind(value)}")
@@ -191,14 +201,14 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return "nothing" if value is None else f"{type(value).__name__} {value!r}"
 
 
 TOPIC_RULE = "Kafka topic names are 1-249 characters of [A-Za-z0-9._-] and not '.' or '..'"
 
 
-def _topic(c: _Checker, doc: dict[str, Any], path: str, key: str) -> Any:
+def _topic(c: _Checker, doc: Section, path: str, key: str) -> Any:  # a reader's result, as _Checker's
     value = c.text(doc, path, key, pattern=TOPIC_RE, rule=TOPIC_RULE)
     if value in (".", ".."):
         c.fail(_join(path, key), f"{value!r} is invalid: {TOPIC_RULE}")
@@ -206,7 +216,7 @@ def _topic(c: _Checker, doc: dict[str, Any], path: str, key: str) -> Any:
     return value
 
 
-def _topics(c: _Checker, value: Any) -> tuple[str, ...]:
+def _topics(c: _Checker, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         c.fail("source.topics", f"must be a non-empty list of topic names, got {_kind(value)}")
         return ()
@@ -216,7 +226,7 @@ def _topics(c: _Checker, value: Any) -> tuple[str, ...]:
     return tuple(t for t in checked if t)
 
 
-def _source(c: _Checker, doc: Any, name: str) -> SourceSpec:
+def _source(c: _Checker, doc: object, name: str) -> SourceSpec:
     d = c.section(doc, "source", {"topics", "kafka_conn_id", "auto_offset_reset", "consumer_group"}, optional=False)
     checked = _topics(c, d.get("topics"))
     reset = c.text(d, "source", "auto_offset_reset", "earliest", re.compile("earliest|latest"), "must be earliest or latest")
@@ -228,7 +238,7 @@ def _source(c: _Checker, doc: Any, name: str) -> SourceSpec:
     )
 
 
-def _sink(c: _Checker, doc: Any, source: SourceSpec) -> SinkSpec:
+def _sink(c: _Checker, doc: object, source: SourceSpec) -> SinkSpec:
     d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id", "writer"}, optional=False)
     topic, dlq = _topic(c, d, "sink", "topic"), _topic(c, d, "sink", "dead_letter_topic")
     if topic and topic in source.topics:
@@ -253,7 +263,7 @@ def parse_store_url(url: str) -> StoreLocation | None:
     return StoreLocation(bucket, prefix)
 
 
-def _schedule(c: _Checker, d: dict[str, Any]) -> Any:
+def _schedule(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker's
     value = d.get("schedule")
     if value is None:
         return None
@@ -270,7 +280,7 @@ def _schedule(c: _Checker, d: dict[str, Any]) -> Any:
     return None
 
 
-def _checkpoints(c: _Checker, doc: Any) -> CheckpointSpec:
+def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
     allowed = {"store", "aws_conn_id", "schedule", "max_records", "retain", "skip_deleted_ranges"}
     d = c.section(doc, "checkpoints", allowed, optional=False)
     store = c.text(d, "checkpoints", "store")
@@ -289,7 +299,7 @@ def _checkpoints(c: _Checker, doc: Any) -> CheckpointSpec:
     )
 
 
-def _transactions(c: _Checker, doc: Any, name: str) -> TransactionSpec:
+def _transactions(c: _Checker, doc: object, name: str) -> TransactionSpec:
     d = c.section(doc, "transactions", {"id_prefix", "timeout_ms", "commit_margin_ms"})
     prefix = c.text(d, "transactions", "id_prefix", name or "x", ID_PREFIX_RE, "allowed are 1-200 of [A-Za-z0-9._-]")
     timeout = c.integer(d, "transactions", "timeout_ms", 900_000, 1000, 3_600_000)
@@ -299,7 +309,7 @@ def _transactions(c: _Checker, doc: Any, name: str) -> TransactionSpec:
     return TransactionSpec(id_prefix=prefix, timeout_ms=timeout, commit_margin_ms=margin)
 
 
-def _spark(c: _Checker, doc: Any) -> SparkSpec:
+def _spark(c: _Checker, doc: object) -> SparkSpec:
     d = c.section(doc, "spark", {"master", "conf", "mode", "remote"})
     master = c.text(d, "spark", "master", None)
     mode = c.text(d, "spark", "mode", None)
@@ -328,15 +338,16 @@ def _spark(c: _Checker, doc: Any) -> SparkSpec:
     return SparkSpec(master=master, conf=rendered, mode=mode, remote=remote)
 
 
-def _producer(c: _Checker, doc: Any) -> dict[str, Any]:
+def _producer(c: _Checker, doc: object) -> dict[str, object]:
     d = c.mapping(doc, "producer")
-    for key in sorted(set(d) & RESERVED_PRODUCER_KEYS):
+    for key in sorted(RESERVED_PRODUCER_KEYS.intersection(d)):
         c.fail(f"producer[{key}]", "is set by Lockstep (it owns transactional ids and timeouts); "
                                    "use transactions.* instead")
-    return dict(d)
+    # keys as the YAML has them, unchecked: a producer client refuses a key that is not a string
+    return dict(d)  # type: ignore[arg-type]
 
 
-def parse_spec(doc: Any, file: str) -> PipelineSpec:
+def parse_spec(doc: object, file: str) -> PipelineSpec:
     """Validate one parsed YAML document; raises SpecError listing every problem found."""
     c = _Checker(file)
     top = {"name", "description", "source", "transform", "sink", "checkpoints", "transactions", "spark", "producer"}

@@ -15,15 +15,21 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from lockstep.errors import TerminalError
 from lockstep.spec import PipelineSpec
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 log = logging.getLogger(__name__)
 
+#: A pipeline's transform: the rows read from Kafka in, the rows to write out.
+Transform = Callable[["DataFrame"], "DataFrame"]
 
-def load_transform(spec: PipelineSpec) -> Callable[[Any], Any]:
+
+def load_transform(spec: PipelineSpec) -> Transform:
     module_name, function_name = spec.transform_target
     try:
         module = importlib.import_module(module_name)
@@ -69,12 +75,12 @@ def build_archive(source: Path, into: Path) -> Path:
     return archive
 
 
-def is_connect_session(spark: Any) -> bool:
+def is_connect_session(spark: object) -> bool:
     """A Spark Connect session (no JVM in this process) rather than a classic one."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def ship_to_executors(spark: Any, spec: PipelineSpec, module_names: tuple[str, ...] = ()) -> list[str]:
+def ship_to_executors(spark: object, spec: PipelineSpec, module_names: tuple[str, ...] = ()) -> list[str]:
     """Hand Spark the transform's package (and ``module_names``' packages) for every executor.
 
     Returns what was shipped, for the log. Call after ``load_transform``: the modules must be imported.
@@ -88,9 +94,10 @@ def ship_to_executors(spark: Any, spec: PipelineSpec, module_names: tuple[str, .
             continue
         seen.add(source)
         archive = build_archive(source, folder)
+        session = cast("SparkSession", spark)  # pyspark types its classic and Connect sessions alike
         if is_connect_session(spark):
-            spark.addArtifacts(str(archive), pyfile=True)  # to this session's Python workers only
+            session.addArtifacts(str(archive), pyfile=True)  # to this session's Python workers only
         else:
-            spark.sparkContext.addPyFile(str(archive))
+            session.sparkContext.addPyFile(str(archive))
         shipped.append(archive.name)
     return shipped

@@ -1,14 +1,14 @@
 """In-memory stand-ins for the Kafka clients the coordinator uses, for unit tests of pure logic.
 
-- ``FakeCommitter``: the committer's surface (describe, commit, abort, fence, list_open) over a
-  table of transactions that behaves like a transaction coordinator: a writer opens an id
-  (``begin``, as ``initTransactions`` + a first send would), commit and abort need the producer id
-  and epoch of the open transaction, fencing re-initialises the id (the epoch moves on, what was open
-  is aborted), and an id it never saw is ``Unknown``. What it committed, aborted and fenced is kept
-  so tests assert on results.
+- ``FakeCommitter``: the committer's surface (``lockstep.kafka.committer.Committer``: describe,
+  commit, abort, fence, list_open) over a table of transactions that behaves like a transaction
+  coordinator: a writer opens an id (``begin``, as ``initTransactions`` + a first send would), commit
+  and abort need the producer id and epoch of the open transaction, fencing re-initialises the id
+  (the epoch moves on, what was open is aborted), and an id it never saw is ``Unknown``. What it
+  committed, aborted and fenced is kept so tests assert on results.
 - ``FakeSource``: the source cluster as ``lockstep.kafka.broker_offsets`` reads it: an admin client's
-  ``list_topics`` / ``list_offsets`` (earliest, latest stable, by timestamp) and consumer group
-  offsets read and committed through ``broker_offsets._group_consumer``.
+  ``list_topics`` / ``list_offsets`` (``lockstep.kafka.topics.TopicAdmin``: earliest, latest stable,
+  by timestamp) and consumer group offsets read and committed through ``broker_offsets._group_consumer``.
 
 States are the coordinator's own strings (DescribeTransactions' names), so whatever type the
 committer hands out for them compares equal.

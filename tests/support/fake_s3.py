@@ -1,4 +1,5 @@
-"""An in-memory S3 client with the calls ``CheckpointStore`` makes, for unit tests of pure logic.
+"""An in-memory S3 client with the calls ``CheckpointStore`` makes (``lockstep.store.checkpoint_store.S3Client``),
+for unit tests of pure logic.
 
 Only what the store relies on is modelled, with S3's own semantics: ``put_object`` with
 ``IfNoneMatch="*"`` creates only if absent and ``IfMatch=<etag>`` replaces only that version (both

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +19,6 @@ from lockstep.model.checkpoint import (
     CheckpointStatus,
     CheckpointView,
     CompletedCheckpoint,
-    History,
     PlannedWith,
     PreparedCheckpoint,
     PreparedTransaction,
@@ -38,6 +38,7 @@ from lockstep.rules.pinned import (
 from lockstep.rules.recovery import listing_scopes, recovery_plan
 from lockstep.spec import parse_spec
 from lockstep.steps import coordinator
+from tests.support.fake_store import FakeStore
 
 KEY = "s3://lockstep/p/checkpoints/000000000007/claim.json"
 NOW = 1_700_000_000_000
@@ -258,37 +259,6 @@ def test_the_writer_settings_come_from_the_claim(monkeypatch) -> None:
 # --- the coordinator, with an in-memory store and clusters ---
 
 
-class FakeStore:
-    def __init__(self, *views: CheckpointView) -> None:
-        self.views = {v.checkpoint_id: v for v in views}
-
-    def latest_completed(self) -> CheckpointView | None:
-        done = [v for v in self.views.values() if v.status is CheckpointStatus.COMPLETED]
-        return max(done, key=lambda v: v.checkpoint_id, default=None)
-
-    def views_after(self, cid: int | None) -> list[CheckpointView]:
-        return [v for k, v in sorted(self.views.items()) if cid is None or k > cid]
-
-    def history(self) -> History:
-        latest = self.latest_completed()
-        return History(latest, tuple(self.views_after(latest.checkpoint_id if latest else None)))
-
-    def view(self, cid: int) -> CheckpointView | None:
-        return self.views.get(cid)
-
-    def mark_aborted(self, aborted: AbortedCheckpoint) -> None:
-        self.views[aborted.checkpoint_id] = replace(self.views[aborted.checkpoint_id], aborted=aborted)
-
-    def run_failure(self, cid: int) -> None:
-        return None  # no run noted a cause: the abort keeps the generic reason
-
-    def mark_completed(self, completed: CompletedCheckpoint) -> None:
-        self.views[completed.checkpoint_id] = replace(self.views[completed.checkpoint_id], completed=completed)
-
-    def apply_retention(self, retain: int) -> list[int]:
-        return []
-
-
 class FakeCluster:
     """The transaction side of one Kafka cluster: open ids, what DescribeTransactions reports."""
 
@@ -306,16 +276,20 @@ class FakeCluster:
     def list_open(self, prefix: str) -> list[str]:
         return sorted(t for t in self.open if t.startswith(prefix))
 
-    def fence(self, tid: str) -> None:
-        self.fenced.append(tid)
-        self.open.discard(tid)
+    def fence(self, transactional_id: str) -> None:
+        self.fenced.append(transactional_id)
+        self.open.discard(transactional_id)
 
-    def describe(self, tids) -> dict[str, TransactionObservation]:
-        return {t: self.observed[t] for t in tids if t in self.observed}
+    def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionObservation]:
+        return {t: self.observed[t] for t in transactional_ids if t in self.observed}
 
-    def commit(self, tid: str, producer_id: int, epoch: int) -> None:
-        self.committed.append(tid)
-        self.observed[tid] = replace(self.observed[tid], state=TransactionState.COMPLETE_COMMIT)
+    def commit(self, transactional_id: str, producer_id: int, epoch: int) -> None:
+        self.committed.append(transactional_id)
+        self.observed[transactional_id] = replace(self.observed[transactional_id], state=TransactionState.COMPLETE_COMMIT)
+
+    def abort(self, transactional_id: str, producer_id: int, epoch: int) -> None:
+        self.open.discard(transactional_id)
+        self.observed[transactional_id] = replace(self.observed[transactional_id], state=TransactionState.COMPLETE_ABORT)
 
 
 def ongoing(p: PreparedCheckpoint, started_ms: int = NOW - 1000) -> dict[str, TransactionObservation]:

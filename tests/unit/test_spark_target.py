@@ -134,24 +134,33 @@ def test_spec_refuses_connect_url_parameters_so_no_token_reaches_a_log():
 def test_a_connect_session_takes_the_specs_runtime_settings_and_names_the_ones_it_cannot(caplog):
     """Connect is the default mode: a spec's spark.conf must not be dropped in silence there."""
     from lockstep.spark.connect import set_session_conf
+    from tests.support.fake_spark import FakeSession
 
-    class Conf:
-        def __init__(self):
-            self.values = {}
-
-        def isModifiable(self, key):
-            return key.startswith("spark.sql.")
-
-        def set(self, key, value):
-            self.values[key] = value
-
-    class Session:
-        conf = Conf()
-
-    session = Session()
+    session = FakeSession(modifiable=lambda key: key.startswith("spark.sql."))
     conf = {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g", "spark.speculation": "false"}
     with caplog.at_level("WARNING", logger="lockstep.spark.connect"):
         ignored = set_session_conf(session, conf, 7)
     assert session.conf.values == {"spark.sql.shuffle.partitions": "4"}
     assert ignored == ["spark.executor.memory"]
     assert "checkpoint 7: spark.conf spark.executor.memory cannot be set on a Spark Connect session" in caplog.text
+
+
+def test_a_checkpoint_reads_exactly_its_ranges_of_committed_records():
+    """The job's read, through the session it is given: Spark's Kafka source assigned the claimed
+    partitions from their start to their (exclusive) end, read_committed, with the connection's settings."""
+    import json
+
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.spark.job import read_ranges
+    from tests.support.fake_spark import FakeSession
+
+    session = FakeSession(loaded="the rows")
+    ranges = (OffsetRange("orders", 0, 5, 9), OffsetRange("orders", 2, 0, 3))
+    assert read_ranges(session, {"bootstrap.servers": "b:9092"}, ranges) == "the rows"
+    [(source, options)] = session.reads
+    assert source == "kafka"
+    assert json.loads(options["assign"]) == {"orders": [0, 2]}
+    assert json.loads(options["startingOffsets"]) == {"orders": {"0": 5, "2": 0}}
+    assert json.loads(options["endingOffsets"]) == {"orders": {"0": 9, "2": 3}}
+    assert options["kafka.isolation.level"] == "read_committed" and options["includeHeaders"] == "false"
+    assert options["kafka.bootstrap.servers"] == "b:9092" and options["kafka.fetch.max.wait.ms"] == "20"

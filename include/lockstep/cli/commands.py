@@ -11,10 +11,16 @@ import socket
 import sys
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from lockstep.ops.drift import Finding
+    from lockstep.spark.replay import Selection
+    from lockstep.spec import PipelineSpec
+    from lockstep.store.checkpoint_store import PipelineStore
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run checkpoints: plan -> Spark -> commit, like one DAG run each")
     _spec(run)
     run.add_argument("--checkpoints", type=int, default=1, help="how many checkpoints to run (default 1)")
@@ -109,14 +115,14 @@ def run_command(args: argparse.Namespace) -> int:
     return handler(spec, args)
 
 
-def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
+def _emit(args: argparse.Namespace, doc: object, text: str) -> None:
     print(json.dumps(doc, indent=2, default=str) if args.json else text)
 
 
-def _run(spec: Any, args: argparse.Namespace) -> int:
+def _run(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.steps.run import checkpoint_cycle
 
-    results = []
+    results: list[dict[str, object]] = []
     for n in range(args.checkpoints):
         cycle = checkpoint_cycle(spec, restore=args.restore_from if n == 0 else None, max_records=args.max_records,
                                  dry_run=args.dry_run)
@@ -128,8 +134,9 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
             if not args.json:
                 print(planned.describe())
             break
+        assert cycle.view is not None and cycle.view.prepared is not None  # committed, so prepared
         prepared = cycle.view.prepared
-        row = {"checkpoint": cid, "status": cycle.outcome.status.value, "records_in": prepared.records_in,
+        row: dict[str, object] = {"checkpoint": cid, "status": cycle.outcome.status.value, "records_in": prepared.records_in,
                "records_out": prepared.records_out, "dead_lettered": prepared.records_dead_lettered,
                "transactions": len(cycle.outcome.committed), "seconds": round(cycle.seconds, 1)}
         results.append(row)
@@ -142,7 +149,7 @@ def _run(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _transactions(spec: Any, args: argparse.Namespace) -> int:
+def _transactions(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
     from lockstep.ops.open_transactions import table
     from lockstep.ops.transaction_console import look, resolve_transactions
@@ -174,7 +181,7 @@ def _transactions(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
+def _restore_plan(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.rules.start_offsets import describe_restore
     from lockstep.steps.pipeline import Pipeline
     from lockstep.steps.plan import restore_plan
@@ -190,7 +197,7 @@ def _restore_plan(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(spec: Any, args: argparse.Namespace) -> int:
+def _status(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import lag, metrics
     from lockstep.steps.client_factory import checkpoint_store
 
@@ -198,24 +205,38 @@ def _status(spec: Any, args: argparse.Namespace) -> int:
     result = lag.read_lag(spec, checkpoint_store(spec))
     sent = metrics.send_gauges(spec.name, result.gauges(), target)
     _emit(args, result.to_json(), lag.describe(result) + (f"\n{sent} gauges sent to StatsD at {target.host}:"
-                                                           f"{target.port}" if sent else ""))
+                                                           f"{target.port}" if sent and target else ""))
     return 0
 
 
-def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
+class _CheckpointRow(TypedDict):
+    """One line of ``lockstep checkpoints`` (``--json``: one object)."""
+
+    checkpoint: int
+    status: str
+    claimed_at: str
+    start_source: str
+    ranges: list[str]
+    records_out: int | None
+    dead_lettered: int | None
+    transactions: int | None
+    reason: str | None
+
+
+def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.steps.client_factory import checkpoint_store
 
     views = checkpoint_store(spec).recent(args.limit)
-    rows = []
+    rows: list[_CheckpointRow] = []
     for v in views:
-        rows.append({
-            "checkpoint": v.checkpoint_id, "status": v.status.value, "claimed_at": v.claim.claimed_at,
-            "start_source": v.claim.start_source, "ranges": [str(r) for r in v.claim.ranges if not r.is_empty],
-            "records_out": v.prepared.records_out if v.prepared else None,
-            "dead_lettered": v.prepared.records_dead_lettered if v.prepared else None,
-            "transactions": len(v.prepared.transactions) if v.prepared else None,
-            "reason": v.aborted.reason if v.aborted else None,
-        })
+        rows.append(_CheckpointRow(
+            checkpoint=v.checkpoint_id, status=v.status.value, claimed_at=v.claim.claimed_at,
+            start_source=v.claim.start_source, ranges=[str(r) for r in v.claim.ranges if not r.is_empty],
+            records_out=v.prepared.records_out if v.prepared else None,
+            dead_lettered=v.prepared.records_dead_lettered if v.prepared else None,
+            transactions=len(v.prepared.transactions) if v.prepared else None,
+            reason=v.aborted.reason if v.aborted else None,
+        ))
     text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
                      f"dlq={r['dead_lettered']} txns={r['transactions']}  {', '.join(r['ranges']) or '(empty)'}"
                      + (f"\n       reason: {r['reason']}" if r["reason"] else "") for r in rows)
@@ -223,7 +244,19 @@ def _checkpoints(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _savepoint(spec: Any, args: argparse.Namespace) -> int:
+class _DeadLetterRow(TypedDict):
+    """One line of ``lockstep deadletters list`` (``--json``: one object)."""
+
+    original: str
+    dead_letter: str
+    checkpoint: int | None
+    replay_checkpoint: int | None
+    error: str
+    replayed: bool
+    too_large: bool
+
+
+def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
     from lockstep.model.checkpoint import validate_savepoint_name
     from lockstep.steps.client_factory import checkpoint_store
@@ -261,7 +294,7 @@ def _savepoint(spec: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
+def _drift(spec: PipelineSpec, airflow_url: str | None) -> list[Finding]:
     """The drift audit's findings: the group's offsets (and the Asset events) against the checkpoints."""
     from lockstep.connections import kafka_config
     from lockstep.kafka import broker_offsets, topics
@@ -276,10 +309,10 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
         moved = resolve_pinned(latest.claim, spec).changed("source.kafka_conn_id")
         tps = topics.partitions(kafka_admin(spec.source.kafka_conn_id), spec.source.topics)
         group = broker_offsets.group_offsets(kafka_config(spec.source.kafka_conn_id), spec.source.consumer_group, tps)
-        findings += drift.group_drift(latest, spec.source.consumer_group, group, moved.old if moved else None)
+        findings += drift.group_drift(latest, spec.source.consumer_group, group, str(moved.old) if moved else None)
     if airflow_url:
         events = drift.read_asset_events(airflow_url, spec.name)
-        ids = [e["checkpoint_id"] for e in events if isinstance(e.get("checkpoint_id"), int)]
+        ids = [cid for e in events if isinstance(cid := e.get("checkpoint_id"), int)]
         retained = list(store.checkpoint_ids())
         views = {v.checkpoint_id: v for v in (store.view(i) for i in retained if ids and i >= min(ids))
                  if v is not None}
@@ -287,7 +320,7 @@ def _drift(spec: Any, airflow_url: str | None) -> list[Any]:
     return findings
 
 
-def _verify(spec: Any, args: argparse.Namespace) -> int:
+def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import drift
     from lockstep.ops.verify import verify_pipeline
 
@@ -309,7 +342,7 @@ def _failpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deadletters(spec: Any, args: argparse.Namespace) -> int:
+def _deadletters(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.spark.replay import Selection
 
     selection = Selection(checkpoint=args.checkpoint, since=args.since)
@@ -318,20 +351,20 @@ def _deadletters(spec: Any, args: argparse.Namespace) -> int:
     return _deadletters_replay(spec, selection, args)
 
 
-def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> int:
+def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.ops.deadletters import read_dead_letters
     from lockstep.spark.replay import already_in_sink, completed_replays, replay_spec
     from lockstep.steps.client_factory import checkpoint_store
 
     in_sink = already_in_sink(completed_replays(checkpoint_store(replay_spec(spec))))
-    rows = []
+    rows: list[_DeadLetterRow] = []
     for where, letter in read_dead_letters(spec):
         if not selection.takes(letter):
             continue
         t, p, o = letter.original
-        rows.append({"original": f"{t}:{p}@{o}", "dead_letter": where, "checkpoint": letter.checkpoint,
-                     "replay_checkpoint": letter.replayed_by, "error": letter.error,
-                     "replayed": letter.original in in_sink, "too_large": letter.too_large})
+        rows.append(_DeadLetterRow(original=f"{t}:{p}@{o}", dead_letter=where, checkpoint=letter.checkpoint,
+                                   replay_checkpoint=letter.replayed_by, error=letter.error,
+                                   replayed=letter.original in in_sink, too_large=letter.too_large))
     lines, current = [], None
     for row in sorted(rows, key=lambda r: (r["replay_checkpoint"] is not None, r["replay_checkpoint"] or 0,
                                            r["checkpoint"] or 0)):
@@ -349,30 +382,31 @@ def _deadletters_list(spec: Any, selection: Any, args: argparse.Namespace) -> in
     return 0
 
 
-def _deadletters_replay(spec: Any, selection: Any, args: argparse.Namespace) -> int:
+def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.spark.replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
     from lockstep.steps.run import checkpoint_cycle
 
     rspec = replay_spec(spec)
-    results: list[dict[str, Any]] = []
+    results: list[dict[str, object]] = []
     target, covered, n = None, 0, 0
 
-    def first_restore(store: Any) -> str | None:
+    def first_restore(store: PipelineStore) -> str | None:
         latest = store.latest_completed()
         return selection.restore(last_unselective(store), latest.checkpoint_id if latest else None)
 
-    def pin_selection(store: Any, cid: int) -> None:  # a retried run applies the same selection
+    def pin_selection(store: PipelineStore, cid: int) -> None:  # a retried run applies the same selection
         store.write_sidecar(cid, SELECTION_PART, selection.to_json())
 
     while True:
         # later rounds continue after the previous one, whatever the selection
         cycle = checkpoint_cycle(rspec, restore=first_restore if n == 0 else None, max_records=args.max_records,
                                  before_run=pin_selection)
-        planned, view = cycle.planned, cycle.view
+        planned, view, outcome = cycle.planned, cycle.view, cycle.outcome
+        assert outcome is not None and view is not None and view.prepared is not None  # committed, so prepared
         cid = planned.claim.checkpoint_id
         doc = cycle.store.sidecar(cid, REPLAYED_PART)
         done = Replayed.from_json(doc) if doc else Replayed()
-        row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": cycle.outcome.status.value,
+        row = {"replay_checkpoint": cid, "pipeline": rspec.name, "status": outcome.status.value,
                "selection": selection.to_json(), "offsets": view.prepared.records_in, "dead_letters_read": done.read,
                "replayed": len(done.fed), "to_sink": len(done.to_sink),
                "dead_lettered_again": len(done.fed) - len(done.to_sink),

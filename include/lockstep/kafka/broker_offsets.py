@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from lockstep.kafka.topics import TIMEOUT_S, with_retries
+from lockstep.kafka.topics import TIMEOUT_S, TopicAdmin, with_retries
 from lockstep.model.offsets import TopicPartition
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import OffsetSpec
+
+    from lockstep.kafka.client_configs import ClientConfig
 
 log = logging.getLogger(__name__)
 
 
-def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any, committed: bool = True) -> dict[TopicPartition, int]:
+def _list_offsets(admin: TopicAdmin, tps: list[TopicPartition], spec: OffsetSpec,
+                  committed: bool = True) -> dict[TopicPartition, int]:
     from confluent_kafka import IsolationLevel
     from confluent_kafka import TopicPartition as KTP
 
@@ -29,20 +36,20 @@ def _list_offsets(admin: Any, tps: list[TopicPartition], spec: Any, committed: b
     return with_retries(f"cannot list offsets of {', '.join(tp.key for tp in tps)}", call)
 
 
-def log_start_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+def log_start_offsets(admin: TopicAdmin, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
     from confluent_kafka.admin import OffsetSpec
 
     return _list_offsets(admin, tps, OffsetSpec.earliest())
 
 
-def last_stable_offsets(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+def last_stable_offsets(admin: TopicAdmin, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
     """With read_committed isolation, "latest" is the LSO: nothing past an open transaction."""
     from confluent_kafka.admin import OffsetSpec
 
     return _list_offsets(admin, tps, OffsetSpec.latest())
 
 
-def high_watermarks(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+def high_watermarks(admin: TopicAdmin, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
     """With read_uncommitted isolation, "latest" is the high watermark: open transactions included.
     High watermark - last stable offset is how many records read_committed readers are held back."""
     from confluent_kafka.admin import OffsetSpec
@@ -50,7 +57,7 @@ def high_watermarks(admin: Any, tps: list[TopicPartition]) -> dict[TopicPartitio
     return _list_offsets(admin, tps, OffsetSpec.latest(), committed=False)
 
 
-def offsets_for_time(admin: Any, tps: list[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
+def offsets_for_time(admin: TopicAdmin, tps: list[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
     """Per partition the offset of the first record with a timestamp at or after ``timestamp_ms``;
     None where there is none (Kafka answers -1)."""
     from confluent_kafka.admin import OffsetSpec
@@ -59,7 +66,7 @@ def offsets_for_time(admin: Any, tps: list[TopicPartition], timestamp_ms: int) -
     return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
 
 
-def _group_consumer(admin_config: Mapping[str, Any], group: str) -> Any:
+def _group_consumer(admin_config: ClientConfig, group: str) -> Consumer:
     """A consumer that only reads and commits the group's offsets; it never joins the group.
 
     The consumer API is used rather than the admin group-offsets calls: librdkafka's
@@ -72,7 +79,7 @@ def _group_consumer(admin_config: Mapping[str, Any], group: str) -> Any:
     return Consumer({**config, "group.id": group, "enable.auto.commit": False, "log_level": 3})
 
 
-def group_offsets(kafka: Mapping[str, Any], group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+def group_offsets(kafka: ClientConfig, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
     """Committed offsets of the consumer group; partitions without one are left out."""
     from confluent_kafka import TopicPartition as KTP
 
@@ -85,7 +92,7 @@ def group_offsets(kafka: Mapping[str, Any], group: str, tps: list[TopicPartition
     return {TopicPartition(k.topic, k.partition): k.offset for k in found if k.offset >= 0}
 
 
-def publish_offsets(kafka: Mapping[str, Any], group: str, offsets: Mapping[TopicPartition, int]) -> None:
+def publish_offsets(kafka: ClientConfig, group: str, offsets: Mapping[TopicPartition, int]) -> None:
     from confluent_kafka import TopicPartition as KTP
 
     if not offsets:

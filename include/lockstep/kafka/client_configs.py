@@ -30,6 +30,13 @@ from typing import Any
 
 from lockstep.errors import TerminalError
 
+#: A Kafka connection's extra: JSON values by librdkafka setting name, checked here before any client sees them.
+Extra = Mapping[str, object]
+#: A connection's settings in one client's dialect (a client config, or kafka-python's keyword arguments):
+#: the extra's values and Lockstep's translations of them, handed to the client library as they are, which
+#: checks them itself. Any: callers add their own (callbacks, a logger) and read theirs back (``int(...)``).
+ClientConfig = dict[str, Any]
+
 CONFLUENT, JAVA, KAFKA_PYTHON = "confluent-kafka", "kafka-clients", "kafka-python"
 DIALECTS = (CONFLUENT, JAVA, KAFKA_PYTHON)
 
@@ -110,25 +117,25 @@ class KafkaClientConfigs:
     """One connection in each dialect; built (and so checked) all at once."""
 
     conn_id: str
-    confluent: dict[str, Any] = field(repr=False)
+    confluent: ClientConfig = field(repr=False)
     java: dict[str, str] = field(repr=False)
-    kafka_python: dict[str, Any] = field(repr=False)
+    kafka_python: ClientConfig = field(repr=False)
 
-    def for_dialect(self, dialect: str) -> dict[str, Any]:
+    def for_dialect(self, dialect: str) -> ClientConfig:
         configs = {CONFLUENT: self.confluent, JAVA: self.java, KAFKA_PYTHON: self.kafka_python}
         if dialect not in configs:
             raise ValueError(f"unknown Kafka client dialect {dialect!r}; one of {', '.join(DIALECTS)}")
         return dict(configs[dialect])
 
 
-def client_configs(conn_id: str, extra: Mapping[str, Any]) -> KafkaClientConfigs:
+def client_configs(conn_id: str, extra: Extra) -> KafkaClientConfigs:
     """Every dialect of a connection: a setting one client cannot express fails here, for all."""
     return KafkaClientConfigs(conn_id, confluent_config(conn_id, extra), java_config(conn_id, extra),
                               kafka_python_config(conn_id, extra))
 
 
 # ---- the connection, read once -------------------------------------------------------------------
-def _text(conn_id: str, extra: Mapping[str, Any], key: str) -> str | None:
+def _text(conn_id: str, extra: Extra, key: str) -> str | None:
     value = extra.get(key)
     if value is None:
         return None
@@ -137,7 +144,7 @@ def _text(conn_id: str, extra: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def bootstrap_servers(conn_id: str, extra: Mapping[str, Any]) -> str:
+def bootstrap_servers(conn_id: str, extra: Extra) -> str:
     value = extra.get("bootstrap.servers")
     if not value:
         raise TerminalError(f"Kafka connection {conn_id!r} has no 'bootstrap.servers' in its extra")
@@ -146,7 +153,7 @@ def bootstrap_servers(conn_id: str, extra: Mapping[str, Any]) -> str:
     return str(value)
 
 
-def _flag(conn_id: str, extra: Mapping[str, Any], key: str, default: bool) -> bool:
+def _flag(conn_id: str, extra: Extra, key: str, default: bool) -> bool:
     value = extra.get(key, default)
     if isinstance(value, bool):
         return value
@@ -155,7 +162,7 @@ def _flag(conn_id: str, extra: Mapping[str, Any], key: str, default: bool) -> bo
     raise KafkaConnectionError(conn_id, key, f"must be true or false, not {value!r}")
 
 
-def security(conn_id: str, extra: Mapping[str, Any]) -> Security:
+def security(conn_id: str, extra: Extra) -> Security:
     """Read and check the security settings; what no client can use is an error here."""
     protocol = (_text(conn_id, extra, "security.protocol") or "PLAINTEXT").upper()
     if protocol not in PROTOCOLS:
@@ -206,7 +213,7 @@ def security(conn_id: str, extra: Mapping[str, Any]) -> Security:
                     verify_hostname, librdkafka_only)
 
 
-def _mechanism(conn_id: str, extra: Mapping[str, Any]) -> str:
+def _mechanism(conn_id: str, extra: Extra) -> str:
     single, plural = _text(conn_id, extra, "sasl.mechanism"), _text(conn_id, extra, "sasl.mechanisms")
     if single and plural and single.upper() != plural.upper():
         raise KafkaConnectionError(conn_id, "sasl.mechanisms", f"{plural!r} contradicts sasl.mechanism {single!r}")
@@ -237,14 +244,14 @@ _LIBRDKAFKA_ONLY_WHY = {
 
 
 # ---- dialects --------------------------------------------------------------------------------------
-def confluent_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+def confluent_config(conn_id: str, extra: Extra) -> ClientConfig:
     """confluent-kafka (librdkafka) settings: the extras as they are, once checked."""
     bootstrap_servers(conn_id, extra)
     security(conn_id, extra)
     return dict(extra)
 
 
-def java_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, str]:
+def java_config(conn_id: str, extra: Extra) -> dict[str, str]:
     """Java kafka-clients properties (all strings): Spark's Kafka source options (``kafka.<key>``)
     and the JVM writer's producer. File paths must exist where the client runs: on every executor."""
     sec = security(conn_id, extra)
@@ -254,6 +261,7 @@ def java_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, str]:
     config.update({k: _java_value(v) for k, v in extra.items() if not _is_security_key(k) and k != "bootstrap.servers"})
     config["security.protocol"] = sec.protocol
     if sec.sasl:
+        assert sec.mechanism is not None  # security() refuses SASL without a mechanism
         config["sasl.mechanism"] = sec.mechanism
         config["sasl.jaas.config"] = (f"{LOGIN_MODULES[sec.mechanism]} required "
                                       f"username={_jaas_quote(sec.username)} password={_jaas_quote(sec.password)};")
@@ -275,12 +283,12 @@ def java_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, str]:
     return config
 
 
-def kafka_python_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+def kafka_python_config(conn_id: str, extra: Extra) -> ClientConfig:
     """kafka-python ``KafkaAdminClient`` keyword arguments (``bootstrap_servers`` included)."""
     sec = security(conn_id, extra)
     for key in sec.librdkafka_only:
         raise _cannot(conn_id, KAFKA_PYTHON, key, _LIBRDKAFKA_ONLY_WHY.get(key, ""))
-    config: dict[str, Any] = {"bootstrap_servers": bootstrap_servers(conn_id, extra)}
+    config: ClientConfig = {"bootstrap_servers": bootstrap_servers(conn_id, extra)}
     for key, (kwarg, kind) in KAFKA_PYTHON_CONNECTION_KEYS.items():
         if key in extra:
             try:
@@ -302,7 +310,7 @@ def kafka_python_config(conn_id: str, extra: Mapping[str, Any]) -> dict[str, Any
     return config
 
 
-def _java_value(value: Any) -> str:
+def _java_value(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Protocol, Self, TypeVar
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka.internals import (
@@ -93,6 +94,28 @@ def explain_fenced(producer_id: int, epoch: int, seen: TransactionObservation | 
 
 
 # ---- committer -----------------------------------------------------------------------------------
+class Committer(Protocol):
+    """What the steps and the transaction console do with a cluster's transactions, in a ``with`` block:
+    `TransactionCommitter` on a Kafka cluster, an in-memory coordinator in tests
+    (``tests/support/fake_kafka.FakeCommitter``)."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def describe(self, transactional_ids: Iterable[str]) -> Mapping[str, TransactionObservation]: ...
+
+    def commit(self, transactional_id: str, producer_id: int, epoch: int) -> None: ...
+
+    def abort(self, transactional_id: str, producer_id: int, epoch: int) -> None: ...
+
+    def fence(self, transactional_id: str) -> object:
+        """Returns what the coordinator reports after fencing; the steps do not use it."""
+        ...
+
+    def list_open(self, prefix: str) -> list[str]: ...
+
+
 class TransactionCommitter:
     """Describes, commits, aborts and fences transactions by transactional id, from any process.
 
@@ -127,7 +150,7 @@ class TransactionCommitter:
         """Observe each id; an id the coordinator does not know is reported with state Unknown."""
         result: dict[str, TransactionObservation] = {}
         for tid in dict.fromkeys(transactional_ids):  # dedupe, keep order
-            result[tid] = self._retrying(f"describe transaction {tid}", lambda tid=tid: self._describe_once(tid))
+            result[tid] = self._retrying(f"describe transaction {tid}", partial(self._describe_once, tid))
         return result
 
     def commit(self, transactional_id: str, producer_id: int, epoch: int) -> None:

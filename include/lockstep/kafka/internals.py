@@ -125,8 +125,8 @@ class KafkaTransactionAdmin:
     is a PLAINTEXT one (tests, tools); pipelines use `for_connection`.
     """
 
-    def __init__(self, bootstrap: str, client_config: Mapping[str, Any] | None = None,
-                 producer_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, bootstrap: str, client_config: Mapping[str, object] | None = None,
+                 producer_config: Mapping[str, object] | None = None) -> None:
         from kafka import KafkaAdminClient  # heavy; imported only when a client is built
 
         self.bootstrap = bootstrap
@@ -219,7 +219,7 @@ class KafkaTransactionAdmin:
         return Coordinator(found.node_id)
 
 
-def _description(transactional_id: str, row: Any) -> TransactionDescription:
+def _description(transactional_id: str, row: Any) -> TransactionDescription:  # kafka-python's response row: untyped
     error = _error_name(row.error_code)
     if error != NO_ERROR:
         return TransactionDescription(transactional_id, error)

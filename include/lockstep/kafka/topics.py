@@ -1,17 +1,37 @@
-"""Topics as the Kafka cluster reports them: their partitions; and the retry rule every admin call uses."""
+"""Topics as the Kafka cluster reports them: their partitions; the admin client Lockstep reads them
+(and their offsets, `lockstep.kafka.broker_offsets`) through; and the retry rule every admin call uses."""
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model.offsets import TopicPartition
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from confluent_kafka import IsolationLevel, Message
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import ClusterMetadata, ListOffsetsResultInfo, OffsetSpec
+
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
 T = TypeVar("T")
+
+
+class TopicAdmin(Protocol):
+    """What Lockstep reads of a cluster through an admin client: topic metadata and partition offsets.
+    confluent-kafka's ``AdminClient`` on a cluster (`steps.client_factory.kafka_admin`); in tests, the
+    admin of an in-memory source (``tests/support/fake_kafka.FakeSource.admin``)."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...
+
+    def list_offsets(self, topic_partition_offsets: dict[KafkaTopicPartition, OffsetSpec], /, *,
+                     isolation_level: IsolationLevel, request_timeout: float
+                     ) -> Mapping[KafkaTopicPartition, Future[ListOffsetsResultInfo]]: ...
 
 
 def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S) -> T:
@@ -22,7 +42,7 @@ def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S
         try:
             return call()
         except Exception as exc:
-            error = exc.args[0] if exc.args else None
+            error: object = exc.args[0] if exc.args else None  # confluent-kafka's KafkaError, or anything
             retriable = getattr(error, "retriable", lambda: False)()
             if not retriable or time.monotonic() + delay > deadline:
                 raise TransientError(f"{what}: {exc}") from exc
@@ -31,7 +51,7 @@ def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S
             delay = min(delay * 2, 2.0)
 
 
-def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
+def partitions(admin: TopicAdmin, topics: Iterable[str]) -> list[TopicPartition]:
     result: list[TopicPartition] = []
     for topic in topics:
         try:
@@ -44,3 +64,9 @@ def partitions(admin: Any, topics: Iterable[str]) -> list[TopicPartition]:
                                 f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
         result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
     return result
+
+
+def record_headers(msg: Message) -> list[tuple[str, bytes | None]]:
+    """A consumed record's headers. confluent-kafka types ``headers()`` as what a producer accepts
+    (str or bytes values, or a dict); what a consumer gets is a list of (name, bytes or None)."""
+    return cast("list[tuple[str, bytes | None]]", msg.headers() or [])

@@ -12,13 +12,14 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar, overload
 
 from lockstep.errors import CheckpointError, LockstepError, MetadataError, TerminalError
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 CLAIM_SCHEMA = "lockstep.checkpoint.claim/1"
 PREPARED_SCHEMA = "lockstep.checkpoint.prepared/1"
@@ -62,9 +63,10 @@ def validate_savepoint_name(name: str) -> str:
 
 
 class _Reader:
-    """Typed field access on a JSON document, failing with the object key in the message."""
+    """Typed field access on a JSON document (as ``json.loads`` returns it), failing with the object
+    key in the message."""
 
-    def __init__(self, doc: Any, key: str, schema: str | None, path: str = "") -> None:
+    def __init__(self, doc: object, key: str, schema: str | None, path: str = "") -> None:
         self.key = key
         self.path = path
         if not isinstance(doc, Mapping):
@@ -82,7 +84,16 @@ class _Reader:
     def _name(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else name
 
-    def get(self, name: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+    @overload
+    def get(self, name: str, kind: type[T], optional: Literal[False] = False) -> T: ...
+
+    @overload
+    def get(self, name: str, kind: type[T], optional: Literal[True]) -> T | None: ...
+
+    @overload
+    def get(self, name: str, kind: tuple[type[T], type[U]], optional: Literal[False] = False) -> T | U: ...
+
+    def get(self, name: str, kind: type | tuple[type, ...], optional: bool = False) -> object:
         if name not in self.doc:
             raise MetadataError(self.key, f"missing field {self._name(name)!r}")
         value = self.doc[name]
@@ -160,10 +171,10 @@ class PlannedWith:
         if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
             raise ValueError(f"transactions.timeout_ms must be a positive integer, got {self.timeout_ms!r}")
 
-    def value(self, spec_field: str) -> Any:
+    def value(self, spec_field: str) -> object:
         return getattr(self, dict(self.FIELDS)[spec_field])
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "source": {"topics": list(self.source_topics), "kafka_conn_id": self.source_kafka_conn_id},
             "sink": {"topic": self.sink_topic, "dead_letter_topic": self.dead_letter_topic,
@@ -172,7 +183,7 @@ class PlannedWith:
         }
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<planned_with>", path: str = "planned_with") -> PlannedWith:
+    def from_json(cls, doc: object, key: str = "<planned_with>", path: str = "planned_with") -> PlannedWith:
         r = _Reader(doc, key, None, path)
         source, sink, txn = r.nested("source"), r.nested("sink"), r.nested("transactions")
         topics = source.get("topics", list)
@@ -213,7 +224,7 @@ class CheckpointClaim:
         """One Spark task, and so one transactional id, per non-empty range."""
         return sum(1 for r in self.ranges if not r.is_empty)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = {
             "schema": CLAIM_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "run_id": self.run_id, "claimed_at": self.claimed_at, "ranges": [r.to_json() for r in self.ranges],
@@ -224,7 +235,7 @@ class CheckpointClaim:
         return doc
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<claim>") -> CheckpointClaim:
+    def from_json(cls, doc: object, key: str = "<claim>") -> CheckpointClaim:
         r = _Reader(doc, key, CLAIM_SCHEMA)
         # An added field, not a new schema: earlier versions ignore it and keep their old behaviour,
         # and their claims (without it) stay readable here.
@@ -256,7 +267,7 @@ class PreparedTransaction:
         """Nothing was produced, so the broker never saw a transaction (Flink's empty-transaction pitfall)."""
         return self.records == 0 and self.dead_letters == 0 and not self.partitions
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return committable_doc(
             transactional_id=self.transactional_id, producer_id=self.producer_id, epoch=self.epoch,
             partitions=[p.key for p in self.partitions], records=self.records, dead_letters=self.dead_letters,
@@ -264,7 +275,7 @@ class PreparedTransaction:
         )
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<committable>") -> PreparedTransaction:
+    def from_json(cls, doc: object, key: str = "<committable>") -> PreparedTransaction:
         r = _Reader(doc, key, TRANSACTION_SCHEMA)
         partitions = r.get("partitions", list)
         return _build(key, lambda: cls(
@@ -293,7 +304,7 @@ class PreparedCheckpoint:
         if len(set(ids)) != len(ids):
             raise CheckpointError(self.checkpoint_id, f"duplicate transactional ids in {ids}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema": PREPARED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "prepared_at": self.prepared_at, "transactions": [t.to_json() for t in self.transactions],
@@ -302,7 +313,7 @@ class PreparedCheckpoint:
         }
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<prepared>") -> PreparedCheckpoint:
+    def from_json(cls, doc: object, key: str = "<prepared>") -> PreparedCheckpoint:
         r = _Reader(doc, key, PREPARED_SCHEMA)
         txns = tuple(PreparedTransaction.from_json(t, f"{key} transactions[{i}]")
                      for i, t in enumerate(r.get("transactions", list)))
@@ -324,14 +335,14 @@ class CompletedCheckpoint:
     end_offsets: Mapping[str, int]
     committed: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema": COMPLETED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "completed_at": self.completed_at, "end_offsets": dict(self.end_offsets), "committed": list(self.committed),
         }
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<completed>") -> CompletedCheckpoint:
+    def from_json(cls, doc: object, key: str = "<completed>") -> CompletedCheckpoint:
         r = _Reader(doc, key, COMPLETED_SCHEMA)
         committed = r.get("committed", list)
         if not all(isinstance(t, str) for t in committed):
@@ -352,14 +363,14 @@ class AbortedCheckpoint:
     reason: str
     replay_hint: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema": ABORTED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "aborted_at": self.aborted_at, "reason": self.reason, "replay_hint": self.replay_hint,
         }
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<aborted>") -> AbortedCheckpoint:
+    def from_json(cls, doc: object, key: str = "<aborted>") -> AbortedCheckpoint:
         r = _Reader(doc, key, ABORTED_SCHEMA)
         return cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
@@ -377,12 +388,12 @@ class RunFailure:
     failed_at: str
     cause: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"schema": RUN_FAILURE_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
                 "failed_at": self.failed_at, "cause": self.cause}
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<run-failure>") -> RunFailure:
+    def from_json(cls, doc: object, key: str = "<run-failure>") -> RunFailure:
         r = _Reader(doc, key, RUN_FAILURE_SCHEMA)
         return cls(pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
                    failed_at=r.get("failed_at", str), cause=r.get("cause", str))
@@ -402,7 +413,7 @@ class Savepoint:
     def __post_init__(self) -> None:
         validate_savepoint_name(self.name)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema": SAVEPOINT_SCHEMA, "name": self.name, "pipeline": self.pipeline,
             "checkpoint_id": self.checkpoint_id, "created_at": self.created_at,
@@ -410,7 +421,7 @@ class Savepoint:
         }
 
     @classmethod
-    def from_json(cls, doc: Any, key: str = "<savepoint>") -> Savepoint:
+    def from_json(cls, doc: object, key: str = "<savepoint>") -> Savepoint:
         r = _Reader(doc, key, SAVEPOINT_SCHEMA)
         return _build(key, lambda: cls(
             name=r.get("name", str), pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),

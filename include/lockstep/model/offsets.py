@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 from lockstep.errors import TerminalError
 
@@ -62,15 +62,15 @@ class OffsetRange:
     def is_empty(self) -> bool:
         return self.end == self.start
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"topic": self.topic, "partition": self.partition, "start": self.start, "end": self.end}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> OffsetRange:
-        values = [doc[k] for k in ("topic", "partition", "start", "end")]
-        if not isinstance(values[0], str) or any(isinstance(v, bool) or not isinstance(v, int) for v in values[1:]):
+    def from_json(cls, doc: Mapping[str, object]) -> OffsetRange:
+        topic, partition, start, end = (doc[k] for k in ("topic", "partition", "start", "end"))
+        if not (isinstance(topic, str) and _is_int(partition) and _is_int(start) and _is_int(end)):
             raise ValueError(f"offset range needs a string topic and integer partition/start/end, got {dict(doc)!r}")
-        return cls(*values)
+        return cls(topic, partition, start, end)
 
     def __str__(self) -> str:
         return f"{self.topic}:{self.partition}[{self.start},{self.end})"
@@ -79,11 +79,16 @@ class OffsetRange:
 Offsets = Mapping[TopicPartition, int]
 
 
+def _is_int(value: object) -> TypeGuard[int]:
+    """An integer of JSON: Python's bool is an int, JSON's true is not."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def offsets_to_json(offsets: Offsets) -> dict[str, int]:
     return {tp.key: offsets[tp] for tp in sorted(offsets)}
 
 
-def offsets_from_json(doc: Mapping[str, Any]) -> dict[TopicPartition, int]:
+def offsets_from_json(doc: Mapping[str, object]) -> dict[TopicPartition, int]:
     result: dict[TopicPartition, int] = {}
     for key, value in doc.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

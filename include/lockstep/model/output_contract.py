@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from lockstep.errors import TerminalError
 
@@ -90,13 +89,13 @@ class CommittableError(TerminalError):
     jar built from other sources than the driver's: `make setup` rebuilds it), never worth a retry."""
 
 
-def committable_doc(**fields: Any) -> dict[str, Any]:
+def committable_doc(**fields: object) -> dict[str, object]:
     """The committable as JSON, built from exactly `COMMITTABLE_FIELDS` (`PreparedTransaction.to_json`)."""
     _check_fields(fields, "committable_doc")
     return {"schema": COMMITTABLE_SCHEMA, **{name: fields[name] for name in COMMITTABLE_FIELDS}}
 
 
-def parse_task_result(line: str) -> tuple[int, int, dict[str, Any] | None]:
+def parse_task_result(line: str) -> tuple[int, int, dict[str, object] | None]:
     """One writer task's result, ``{"task", "rows", "committable"}`` as JSON (both writers emit this),
     parsed once: (task, rows, the committable document or None when the task wrote nothing).
 
@@ -113,12 +112,12 @@ def parse_task_result(line: str) -> tuple[int, int, dict[str, Any] | None]:
     return int(result["task"]), int(result["rows"]), committable
 
 
-def task_result(task: int, rows: int, committable: Mapping[str, Any] | None) -> str:
+def task_result(task: int, rows: int, committable: Mapping[str, object] | None) -> str:
     """The Python writer's side of `parse_task_result` (the JVM writer builds the same document)."""
     return json.dumps({"task": task, "rows": rows, "committable": committable})
 
 
-def _check_fields(fields: Mapping[str, Any], where: str, hint: str = "") -> None:
+def _check_fields(fields: Mapping[str, object], where: str, hint: str = "") -> None:
     missing = [f for f in COMMITTABLE_FIELDS if f not in fields]
     extra = sorted(set(fields) - set(COMMITTABLE_FIELDS))
     if missing or extra:
@@ -148,7 +147,7 @@ def mid_produce_message(task: int, produced: int) -> str:
 
 
 # ---- for the JVM writer ----------------------------------------------------------------------------
-def jvm_contract() -> dict[str, Any]:
+def jvm_contract() -> dict[str, object]:
     """The contract as the JVM writer receives it, inside its settings (``"contract"``)."""
     return {
         "headers": {"source_topic": SOURCE_TOPIC, "source_partition": SOURCE_PARTITION,

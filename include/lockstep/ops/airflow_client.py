@@ -1,5 +1,8 @@
 """A small client for Airflow 3's REST API: what the demo and the end-to-end tests
-need (token, unpause, trigger, wait, task logs). Standard library only."""
+need (token, unpause, trigger, wait, task logs). Standard library only.
+
+Its answers are Airflow's JSON as ``json.loads`` returns it (Any): the client hands them on as they
+come, and its callers read the fields they know."""
 from __future__ import annotations
 
 import json
@@ -7,6 +10,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 TERMINAL = {"success", "failed"}
@@ -29,7 +33,8 @@ class AirflowClient:
     def token(self) -> str:
         return self._token
 
-    def _call(self, method: str, path: str, payload: Any = None, auth: bool = True, accept: str = "application/json") -> Any:
+    def _call(self, method: str, path: str, payload: object = None, auth: bool = True,
+              accept: str = "application/json") -> Any:
         data = json.dumps(payload).encode() if payload is not None else None
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
@@ -60,7 +65,7 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+    def trigger(self, dag_id: str, conf: Mapping[str, object] | None = None) -> str:
         run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
         return run["dag_run_id"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lockstep.errors import TerminalError, TransientError
+from lockstep.kafka.topics import record_headers
 from lockstep.spark.replay import DeadLetter, parse_dead_letter
 from lockstep.spec import PipelineSpec
 
@@ -28,12 +29,13 @@ def read_dead_letters(spec: PipelineSpec) -> Iterable[tuple[str, DeadLetter]]:
         remaining = set(metadata.partitions)
         while remaining:
             for msg in consumer.consume(1000, timeout=5):
-                if msg.error():
-                    if msg.error().code() == -191:  # _PARTITION_EOF
+                error = msg.error()
+                if error:
+                    if error.code() == -191:  # _PARTITION_EOF
                         remaining.discard(msg.partition())
                         continue
-                    raise TransientError(f"reading dead-letter topic {topic}: {msg.error()}; try again")
+                    raise TransientError(f"reading dead-letter topic {topic}: {error}; try again")
                 where = f"{msg.topic()}:{msg.partition()}@{msg.offset()}"
-                yield where, parse_dead_letter(msg.headers() or [], msg.timestamp()[1], where)
+                yield where, parse_dead_letter(record_headers(msg), msg.timestamp()[1], where)
     finally:
         consumer.close()

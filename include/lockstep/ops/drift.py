@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json
@@ -36,7 +35,7 @@ class Finding:
     message: str
     explained: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     def __str__(self) -> str:
@@ -86,7 +85,7 @@ def group_drift(latest: CheckpointView | None, group_name: str, group: Mapping[T
     return findings
 
 
-def asset_drift(events: Iterable[Mapping[str, Any]], views: Mapping[int, CheckpointView],
+def asset_drift(events: Iterable[Mapping[str, object]], views: Mapping[int, CheckpointView],
                 first_retained: int | None = None) -> list[Finding]:
     """Compare sink Asset events (their ``extra``: pipeline, checkpoint_id, records, end_offsets) with
     the checkpoints in the store (``views`` by id; ids below ``first_retained`` were deleted by
@@ -109,6 +108,7 @@ def asset_drift(events: Iterable[Mapping[str, Any]], views: Mapping[int, Checkpo
                                     "for output that was never committed; re-run them after the next completed "
                                     "checkpoint"))
             continue
+        assert view.completed is not None  # status COMPLETED
         if extra.get("end_offsets") not in (None, dict(view.completed.end_offsets)):
             findings.append(Finding("asset", subject, "its event's end offsets differ from the checkpoint's: "
                                     f"{extra.get('end_offsets')} vs {dict(view.completed.end_offsets)}"))
@@ -127,7 +127,7 @@ def asset_drift(events: Iterable[Mapping[str, Any]], views: Mapping[int, Checkpo
     return findings
 
 
-def read_asset_events(url: str, pipeline: str) -> list[dict[str, Any]]:
+def read_asset_events(url: str, pipeline: str) -> list[dict[str, object]]:
     """The ``extra`` of every event of the pipeline's sink Asset, oldest first, from Airflow's REST API."""
     import os
     import urllib.parse
@@ -146,7 +146,7 @@ def read_asset_events(url: str, pipeline: str) -> list[dict[str, Any]]:
         found = [a for a in assets if a.get("name") == name]
         if not found:
             return []
-        events: list[dict[str, Any]] = []
+        events: list[dict[str, object]] = []
         offset = 0
         while True:
             page = client._call("GET", f"/api/v2/assets/events?asset_id={found[0]['id']}&order_by=timestamp"

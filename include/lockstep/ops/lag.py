@@ -19,10 +19,16 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json
+
+if TYPE_CHECKING:
+    from lockstep.kafka.client_configs import ClientConfig
+    from lockstep.kafka.topics import TopicAdmin
+    from lockstep.spec import PipelineSpec
+    from lockstep.store.checkpoint_store import PipelineStore
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +86,7 @@ class PipelineLag:
         ages = [p.oldest_unread_age_s for p in self.partitions if p.oldest_unread_age_s is not None]
         return max(ages) if ages else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = asdict(self)
         doc["totals"] = self.totals
         doc["oldest_unread_age_s"] = self.oldest_unread_age_s
@@ -206,7 +212,7 @@ def describe(lag: PipelineLag) -> str:
 
 
 # ---- I/O at the edge -------------------------------------------------------------------------------
-def oldest_unread_timestamps(config: Mapping[str, Any], at: Mapping[str, int],
+def oldest_unread_timestamps(config: ClientConfig, at: Mapping[str, int],
                              timeout_s: float = TIMESTAMP_TIMEOUT_S) -> dict[str, int]:
     """Timestamp (ms) of the first readable record at or after each given ``topic:partition`` offset:
     one consumer assigned to those offsets (it joins no group and commits nothing), given
@@ -238,15 +244,18 @@ def oldest_unread_timestamps(config: Mapping[str, Any], at: Mapping[str, int],
                 kind, ms = msg.timestamp()
                 if kind != TIMESTAMP_NOT_AVAILABLE:
                     found[key] = ms
-                consumer.pause([KTP(msg.topic(), msg.partition())])
+                topic, partition = msg.topic(), msg.partition()
+                assert topic is not None and partition is not None  # a consumed record has both
+                consumer.pause([KTP(topic, partition)])
     finally:
         consumer.close()
     return found
 
 
-def read_lag(spec: Any, store: Any, admin: Any = None, now: datetime | None = None,
-             timestamp_timeout_s: float = TIMESTAMP_TIMEOUT_S,
-             list_partitions: Callable[[Any, Iterable[str]], list[TopicPartition]] | None = None) -> PipelineLag:
+def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin | None = None,
+             now: datetime | None = None, timestamp_timeout_s: float = TIMESTAMP_TIMEOUT_S,
+             list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None
+             ) -> PipelineLag:
     """Read the facts and compute the lag. ``store`` is the pipeline's ``CheckpointStore``; without
     one (None), the committed offsets are the consumer group's."""
     from lockstep.connections import kafka_config

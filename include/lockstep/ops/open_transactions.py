@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TypedDict
 
 from lockstep.model.checkpoint import CheckpointView
 from lockstep.model.offsets import TopicPartition
@@ -43,7 +43,7 @@ class PartitionHold:
         """read_committed readers stop at the LSO: records above it wait for this (or an older) transaction."""
         return bool(self.held_back and self.held_back > 0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**asdict(self), "held_back": self.held_back, "pinned": self.pinned}
 
 
@@ -75,9 +75,22 @@ class OpenTransaction:
     def held_back(self) -> int:
         return sum(h.held_back or 0 for h in self.pinned)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = {k: v for k, v in asdict(self).items() if k != "partitions"}
         return {**doc, "partitions": [h.to_json() for h in self.partitions], "held_back": self.held_back}
+
+
+class _Observed(TypedDict):
+    """The fields of an `OpenTransaction` that come from its observation, ours or foreign."""
+
+    transactional_id: str
+    cluster: str | None
+    state: TransactionState
+    producer_id: int
+    epoch: int
+    age_ms: int | None
+    time_left_ms: int | None
+    partitions: tuple[PartitionHold, ...]
 
 
 def age_ms(o: TransactionObservation, now_ms: int) -> int | None:
@@ -133,9 +146,9 @@ def rows(observed: Mapping[str | None, Sequence[TransactionObservation]], scopes
             if not mine and not tps:
                 continue
             holds = tuple(PartitionHold(tp.key, *offsets.get((cluster, tp), (None, None))) for tp in tps)
-            common = dict(transactional_id=o.transactional_id, cluster=cluster, state=o.state,
-                          producer_id=o.producer_id, epoch=o.epoch, age_ms=age_ms(o, now_ms),
-                          time_left_ms=time_left_ms(o, now_ms), partitions=holds)
+            common = _Observed(transactional_id=o.transactional_id, cluster=cluster, state=o.state,
+                               producer_id=o.producer_id, epoch=o.epoch, age_ms=age_ms(o, now_ms),
+                               time_left_ms=time_left_ms(o, now_ms), partitions=holds)
             if mine is None:
                 foreign.append(OpenTransaction(**common, foreign=True, checkpoint_id=None, task_index=None,
                                                checkpoint_status=None, run_id=None, action=FOREIGN))

@@ -11,13 +11,15 @@ reported.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka import broker_offsets, topics
+from lockstep.kafka.topics import TopicAdmin
 from lockstep.model.checkpoint import CheckpointView
 from lockstep.model.offsets import TopicPartition
+from lockstep.model.transactions import TransactionObservation
 from lockstep.ops import open_transactions
 from lockstep.ops.open_transactions import OpenTransaction
 from lockstep.rules.commit_decision import CommitDecision, decide_commit
@@ -47,7 +49,7 @@ class Console:
     def foreign(self) -> list[OpenTransaction]:
         return [r for r in self.rows if r.foreign]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"transactions": [r.to_json() for r in self.rows], "unreachable": self.unreachable,
                 "resolve": open_transactions.resolution(self.plan, self.views, self.decisions, self.foreign),
                 "resolve_refused": self.refused}
@@ -71,18 +73,18 @@ def look(p: Pipeline, run_id: str = VIEWER) -> Console:
     spec = p.spec
     source_cluster = None if spec.source.kafka_conn_id == spec.sink.kafka_conn_id else spec.source.kafka_conn_id
     clusters = list(dict.fromkeys([*facts.scopes, source_cluster]))
-    observed: dict[str | None, list[Any]] = {}
+    observed: dict[str | None, list[TransactionObservation]] = {}
     unreachable: dict[str, str] = {}
     for cluster in clusters:
         try:
             with p.committer(cluster) as committer:
-                found = committer.describe(committer.list_open(""))
+                described = committer.describe(committer.list_open(""))
         except (TerminalError, TransientError) as exc:
             if cluster is None:
                 raise
             unreachable[cluster] = str(exc)
             continue
-        observed[cluster] = [o for o in found.values() if o.is_open]
+        observed[cluster] = [o for o in described.values() if o.is_open]
 
     views = {v.checkpoint_id: v for v in facts.views}
     for cluster, found in observed.items():
@@ -93,9 +95,9 @@ def look(p: Pipeline, run_id: str = VIEWER) -> Console:
                 if view is not None:
                     views[mine[1]] = view
 
-    admins: dict[str | None, Any] = {}
+    admins: dict[str | None, TopicAdmin] = {}
 
-    def admin(cluster: str | None) -> Any:
+    def admin(cluster: str | None) -> TopicAdmin:
         if cluster not in admins:
             conn = spec.sink.kafka_conn_id if cluster is None else cluster
             admins[cluster] = p.source_admin if conn == spec.source.kafka_conn_id else kafka_admin(conn)
@@ -117,7 +119,7 @@ def look(p: Pipeline, run_id: str = VIEWER) -> Console:
     return Console(facts, plan, views, rows, _commit_decisions(p, plan, views, now_ms), unreachable, refused)
 
 
-def _partitions(admin: Any, names: Any) -> list[TopicPartition]:
+def _partitions(admin: TopicAdmin, names: Iterable[str]) -> list[TopicPartition]:
     """The partitions of the topics that exist: a missing topic has no reader to hold back."""
     found: list[TopicPartition] = []
     for name in names:
@@ -134,6 +136,7 @@ def _commit_decisions(p: Pipeline, plan: RecoveryPlan, views: dict[int, Checkpoi
     decisions: dict[int, CommitDecision] = {}
     for cid in plan.roll_forward:
         view = views[cid]
+        assert view.prepared is not None  # rolled forward: it is prepared
         cluster, _ = checkpoint_scope(view, p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id)
         with p.committer(cluster) as committer:
             observed = committer.describe(t.transactional_id for t in view.prepared.transactions)

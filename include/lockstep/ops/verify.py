@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.connections import kafka_config
 from lockstep.kafka.client_configs import JAVA
+from lockstep.kafka.topics import record_headers
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
@@ -33,12 +34,18 @@ from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.transform import load_transform
 
+if TYPE_CHECKING:
+    from lockstep.spark.target import JobSession
+
 Offset = tuple[str, int, int]
+Key = TypeVar("Key", bound=tuple[object, ...])
 
 
-def compare_counts(expected: Counter, actual: Counter) -> tuple[list[Any], list[Any], list[Any]]:
+def compare_counts(expected: Counter[Key], actual: Counter[Key]) -> tuple[list[Key], list[Key], list[Key]]:
     """Keys found fewer times than expected (lost), more (duplicated), and never expected (unexpected)."""
-    lost, duplicated, unexpected = [], [], []
+    lost: list[Key] = []
+    duplicated: list[Key] = []
+    unexpected: list[Key] = []
     for key in sorted(set(expected) | set(actual)):
         want, got = expected.get(key, 0), actual.get(key, 0)
         if want and got < want:
@@ -60,7 +67,7 @@ class ReplayAccount:
     sink_twice: list[Original] = field(default_factory=list)  #: original offsets in the sink more than once
 
 
-def account(expected: Counter, actual: Counter, sink_by_original: Counter) -> ReplayAccount:
+def account(expected: Counter[Original], actual: Counter[Original], sink_by_original: Counter[Original]) -> ReplayAccount:
     """Replayed outputs: ``expected`` counts, per original offset, the completed replay checkpoints
     that fed it to the transform (one output each, sink or dead letter); ``actual`` counts the
     records with the replay header per original offset; ``sink_by_original`` counts every sink
@@ -90,7 +97,7 @@ class VerifyReport:
         return not (self.lost or self.duplicated or self.unexpected or r.lost or r.duplicated or r.unexpected
                     or r.sink_twice)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         sample = lambda xs: [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
         return {"ok": self.ok, "checkpoints": self.checkpoints, "covered_offsets": self.covered_offsets,
                 "expected_outputs": self.expected_outputs, "actual_outputs": self.actual_outputs,
@@ -130,10 +137,11 @@ def completed_ranges(store: CheckpointStore, since: int | None) -> dict[int, tup
     return result
 
 
-def expected_outputs(spec: PipelineSpec, spark: Any, ranges: dict[int, tuple[OffsetRange, ...]]) -> Counter:
+def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]]
+                     ) -> Counter[Offset]:
     transform = load_transform(spec)
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Spark's Kafka source
-    expected: Counter = Counter()
+    expected: Counter[Offset] = Counter()
     for rs in ranges.values():
         if not rs:
             continue
@@ -142,12 +150,13 @@ def expected_outputs(spec: PipelineSpec, spark: Any, ranges: dict[int, tuple[Off
     return expected
 
 
-def actual_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None) -> Counter:
+def actual_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None
+                   ) -> Counter[Offset]:
     return read_outputs(spec, since, progress)[0]
 
 
 def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None
-                 ) -> tuple[Counter, Counter, Counter]:
+                 ) -> tuple[Counter[Offset], Counter[Original], Counter[Original]]:
     """Per original input offset: the pipeline's own outputs (from checkpoint ``since`` on), the
     replayed ones (every replay), and the sink records of both (those of the pipeline from ``since`` on)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -155,9 +164,9 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
     config = kafka_config(spec.sink.kafka_conn_id)
     consumer = Consumer({**config, "group.id": f"lockstep-verify-{spec.name}", "isolation.level": "read_committed",
                          "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    actual: Counter = Counter()
-    replayed: Counter = Counter()
-    in_sink: Counter = Counter()
+    actual: Counter[Offset] = Counter()
+    replayed: Counter[Original] = Counter()
+    in_sink: Counter[Original] = Counter()
     try:
         assignment = []
         for topic in (spec.sink.topic, spec.sink.dead_letter_topic):
@@ -169,21 +178,25 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
         seen = 0
         while remaining:
             for msg in consumer.consume(1000, timeout=5):
-                if msg.error():
-                    if msg.error().code() == -191:  # _PARTITION_EOF: reached the last stable offset
+                error = msg.error()
+                if error:
+                    if error.code() == -191:  # _PARTITION_EOF: reached the last stable offset
                         remaining.discard((msg.topic(), msg.partition()))
                         continue
-                    raise RuntimeError(f"reading {msg.topic()}: {msg.error()}")
-                headers = dict(msg.headers() or [])
+                    raise RuntimeError(f"reading {msg.topic()}: {error}")
+                headers = dict(record_headers(msg))
                 if SOURCE_OFFSET not in headers:
                     # Not written by Lockstep: no provenance to audit; counted as unexpected.
-                    actual[(f"(no provenance) {msg.topic()}", msg.partition(), msg.offset())] += 1
+                    partition, offset = msg.partition(), msg.offset()
+                    assert partition is not None and offset is not None  # a consumed record has both
+                    actual[(f"(no provenance) {msg.topic()}", partition, offset)] += 1
                     continue
-                original = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]),
-                            int(headers[SOURCE_OFFSET]))
+                # Lockstep's headers always carry a value; a record with a valueless one fails here.
+                original = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]),  # type: ignore[union-attr, arg-type]
+                            int(headers[SOURCE_OFFSET]))  # type: ignore[arg-type]
                 if REPLAY_HEADER in headers:
                     replayed[original] += 1
-                elif since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:
+                elif since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:  # type: ignore[arg-type]  # as above
                     continue
                 else:
                     actual[original] += 1
@@ -197,7 +210,7 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
     return actual, replayed, in_sink
 
 
-def verify(spec: PipelineSpec, store: CheckpointStore, spark: Any, since: int | None = None,
+def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since: int | None = None,
            progress: Callable[[int], None] | None = None, replay_store: CheckpointStore | None = None) -> VerifyReport:
     """``replay_store``: the store of the spec's replay pipeline (opened from the spec when None)."""
     if replay_store is None:
@@ -239,9 +252,9 @@ def verify_pipeline(spec: PipelineSpec, since: int | None = None,
                 spark.stop()
     from lockstep.spark.conf import local_session
 
-    spark = local_session(f"lockstep-verify-{spec.name}")
-    spark.sparkContext.setLogLevel("ERROR")
+    session = local_session(f"lockstep-verify-{spec.name}")
+    session.sparkContext.setLogLevel("ERROR")
     try:
-        return verify(spec, store, spark, since, progress)
+        return verify(spec, store, session, since, progress)
     finally:
-        spark.stop()
+        session.stop()

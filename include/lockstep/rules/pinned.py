@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from lockstep.model.checkpoint import (
     CheckpointClaim,
@@ -40,14 +39,14 @@ class SpecChange:
     """One spec field edited since a checkpoint was planned."""
 
     field: str  # the spec's name for it, e.g. "transactions.id_prefix"
-    old: Any
-    new: Any
+    old: object  # a value of `PlannedWith`: topics (a tuple), a name or a timeout
+    new: object
 
     def __str__(self) -> str:
         return f"{self.field} {_show(self.old)} -> {_show(self.new)}"
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return repr(list(value)) if isinstance(value, tuple) else repr(value)
 
 

@@ -108,13 +108,14 @@ def recovery_plan(
         planned_in.setdefault(scope, set()).add(cid)
         if view.status is CheckpointStatus.PREPARED:
             roll_forward.append(cid)
-            keep.update((cluster, t.transactional_id) for t in view.prepared.transactions)  # type: ignore[union-attr]
+            assert view.prepared is not None  # status PREPARED: its prepared document was read
+            keep.update((cluster, t.transactional_id) for t in view.prepared.transactions)
         else:
             if view.status is CheckpointStatus.CLAIMED:
                 mark_aborted.append(cid)
             fence.setdefault(cluster, {}).setdefault(cid, set()).update(
                 transactional_id(prefix, cid, i) for i in range(view.claim.task_count))
-    seen_open = [(None, tid) for tid in open_transactional_ids]
+    seen_open: list[tuple[str | None, str]] = [(None, tid) for tid in open_transactional_ids]
     seen_open += [(conn, tid) for conn, tids in (open_elsewhere or {}).items() for tid in tids if conn != sink_conn_id]
     for cluster, tid in seen_open:
         if (cluster, tid) in keep:
@@ -132,7 +133,7 @@ def recovery_plan(
         roll_forward=tuple(roll_forward),
         mark_aborted=tuple(mark_aborted),
         fence=by_cluster.pop(None, {}),
-        fence_elsewhere={conn: ids for conn, ids in sorted(by_cluster.items()) if ids},
+        fence_elsewhere={conn: ids for conn, ids in sorted(by_cluster.items()) if conn is not None and ids},
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from lockstep.model.offsets import Offsets, TopicPartition, offset_of
 
@@ -54,7 +53,7 @@ def offsets_at_time(label: str, found: Mapping[TopicPartition, int | None], end:
     (Kafka's offsets-for-times), or the partition's end where no record is that recent. Returns the
     source and the partitions that start at their end, which the caller must say."""
     at_end = sorted(tp for tp in end if found.get(tp) is None)
-    offsets = {tp: (end[tp] if found.get(tp) is None else min(int(found[tp]), end[tp])) for tp in end}
+    offsets = {tp: end[tp] if (at := found.get(tp)) is None else min(int(at), end[tp]) for tp in end}
     return OffsetSource(label, offsets), at_end
 
 
@@ -140,7 +139,7 @@ class RestoreRow:
     #: so the restore reads it from its log start
     added: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"partition": self.partition, "current": self.current, "restore": self.restore, "end": self.end,
                 "re_emitted": self.re_emitted, "new": self.new, "added": self.added}
 

@@ -6,9 +6,13 @@ safety settings.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.paths import jvm_writer_jar, spark_kafka_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # A speculative task attempt would init the same transactional id and fence the
 # winner's open transaction, so speculation is always off.
@@ -29,7 +33,10 @@ REQUIRED_CONF: Mapping[str, str] = {
 KAFKA_READ_OPTIONS: Mapping[str, str] = {"kafka.fetch.max.wait.ms": "20"}
 
 
-def spark_env(env: dict[str, str]) -> dict[str, str]:
+Env = TypeVar("Env", bound=MutableMapping[str, str])
+
+
+def spark_env(env: Env) -> Env:
     """Environment every Spark launch gets: Lockstep's quiet log4j2 settings (through
     SPARK_CONF_DIR, which spark-submit puts on the classpath) and a loopback address."""
     from lockstep.paths import project_root
@@ -47,7 +54,7 @@ def spark_conf(extra: Mapping[str, object] | None = None) -> dict[str, str]:
     return conf
 
 
-def local_session(app_name: str, master: str = "local[2]", extra: Mapping[str, object] | None = None):
+def local_session(app_name: str, master: str = "local[2]", extra: Mapping[str, object] | None = None) -> SparkSession:
     """A SparkSession with the Kafka connector on the classpath (for tests and the CLI)."""
     import os
 

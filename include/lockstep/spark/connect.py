@@ -17,7 +17,12 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from lockstep.spark.target import JobSession
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ def checkpoint_session_id(pipeline: str, checkpoint_id: int, attempt: int) -> st
 class ConnectRun:
     """The session of one attempt; ``stop()`` (the task's ``on_kill``) interrupts its queries."""
 
-    def __init__(self, spark: Any, url: str) -> None:
+    def __init__(self, spark: ConnectSession, url: str) -> None:
         self.spark = spark
         self.url = url
 
@@ -77,20 +82,30 @@ def connect_mode() -> Iterator[None]:
                 os.environ[name] = value
 
 
+class RetryPolicy(TypedDict):
+    """Arguments of pyspark's ``DefaultPolicy`` (Connect's retries)."""
+
+    max_retries: int
+    initial_backoff: int
+    backoff_multiplier: float
+    max_backoff: int
+
+
 #: How long a request waits for a Connect server that does not answer: pyspark's default retries
 #: for at least 10 minutes; a run retries a few times over about 10 s (measured: 14 s to fail
 #: against a refused port), then fails as retryable, and the run task's retry (or the next run)
 #: takes it from there, as after a lost spark-submit.
-RETRIES = {"max_retries": 6, "initial_backoff": 100, "backoff_multiplier": 3.0, "max_backoff": 4000}
+RETRIES = RetryPolicy(max_retries=6, initial_backoff=100, backoff_multiplier=3.0, max_backoff=4000)
 
 
-def new_session(url: str, session_id: str | None = None) -> Any:
+def new_session(url: str, session_id: str | None = None) -> ConnectSession:
     """A Connect session on ``url`` (with this id, if given); use it inside `connect_mode`."""
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     address = url.rstrip("/") + (f"/;session_id={session_id}" if session_id else "")
-    spark = SparkSession.builder.remote(address).create()
+    # remote() makes a Connect session; pyspark types what the builder creates as its classic class
+    spark = cast("ConnectSession", SparkSession.builder.remote(address).create())
     spark.client.set_retry_policies([DefaultPolicy(**RETRIES)])
     return spark
 
@@ -106,6 +121,7 @@ def server_away(exc: BaseException, url: str, source: str | None = None) -> str 
         return None
     cause = exc.__cause__
     try:  # a grpc.RpcError: its status and details say why (refused, unavailable, deadline)
+        # typed BaseException | None; anything but an RpcError fails into the except below
         detail = f"{cause.code().name}: {cause.details()}"[:300]  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - not a gRPC error: its first line
         detail = str(cause or exc).strip().splitlines()[0][:300]
@@ -117,7 +133,7 @@ def server_away(exc: BaseException, url: str, source: str | None = None) -> str 
             f"retries (10-15 s): {detail}. {way_out}")
 
 
-def _forget(spark: Any) -> None:
+def _forget(spark: ConnectSession) -> None:
     """Drop a session the server refused, so pyspark does not keep it as this thread's active one."""
     try:
         spark.stop()
@@ -141,7 +157,7 @@ def checkpoint_session(url: str, pipeline: str, checkpoint_id: int,
             yield run
 
 
-def set_session_conf(spark: Any, conf: Mapping[str, str], checkpoint_id: int) -> list[str]:
+def set_session_conf(spark: JobSession, conf: Mapping[str, str], checkpoint_id: int) -> list[str]:
     """Set the spec's ``spark.conf`` on a Connect session: runtime settings (``spark.sql.*`` and the
     like) apply per session; the others (executor memory, jars) belong to the server's own start and
     are named in a warning, not dropped in silence. Returns the keys that were not set."""

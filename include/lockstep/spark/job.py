@@ -16,14 +16,15 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model import failpoints
-from lockstep.model.checkpoint import CheckpointStatus, PreparedCheckpoint, PreparedTransaction
+from lockstep.model.checkpoint import CheckpointStatus, CheckpointView, PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import OffsetRange, spark_offsets
 from lockstep.model.output_contract import (
     ACCEPTED_TYPES,
@@ -38,10 +39,17 @@ from lockstep.spark.writer_settings import topic_limits, writer_settings
 from lockstep.spec import PipelineSpec
 from lockstep.transform import load_transform, ship_to_executors
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lockstep.spark.target import JobSession
+    from lockstep.store.checkpoint_store import PipelineStore
+
 log = logging.getLogger(__name__)
 
 
-def read_ranges(spark: Any, kafka: dict[str, Any], ranges: tuple[OffsetRange, ...], headers: bool = False) -> Any:
+def read_ranges(spark: JobSession, kafka: Mapping[str, object], ranges: tuple[OffsetRange, ...],
+                headers: bool = False) -> DataFrame:
     """Exactly the planned ``[start, end)`` of each partition, committed records only.
 
     ``kafka`` is the source connection in the Java dialect (``kafka_config(conn_id, JAVA)``):
@@ -103,7 +111,7 @@ def job_outcome(exc: BaseException) -> tuple[str, bool]:
     return root_cause(exc), isinstance(exc, AnalysisException)
 
 
-def values_for_run(spec: PipelineSpec, view: Any) -> Resolved:
+def values_for_run(spec: PipelineSpec, view: CheckpointView) -> Resolved:
     """The claim's values for the Spark run of a claimed checkpoint with records to write, or a
     CheckpointError when a spec edit since its plan cannot be honoured (another cluster)."""
     resolved = resolve_pinned(view.claim, spec)
@@ -113,15 +121,16 @@ def values_for_run(spec: PipelineSpec, view: Any) -> Resolved:
     return resolved
 
 
-def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store: Any,
-                       view: Any = None) -> PreparedCheckpoint:
+def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession | None, store: PipelineStore,
+                       view: CheckpointView | None = None) -> PreparedCheckpoint:
     """``view``: the checkpoint as the caller just read it (the run step, in its own process), else
-    read here (the spark-submit driver)."""
+    read here (the spark-submit driver). ``spark`` may be None for a checkpoint without records."""
     view = view if view is not None else store.view(checkpoint_id)
     if view is None:
         raise CheckpointError(checkpoint_id, "has no claim; the plan task must run first")
     if view.status is CheckpointStatus.PREPARED:
         log.info("checkpoint %d: already prepared by an earlier attempt; nothing to write", checkpoint_id)
+        assert view.prepared is not None  # what PREPARED means
         return view.prepared
     if view.status is not CheckpointStatus.CLAIMED:
         raise CheckpointError(checkpoint_id, f"is {view.status.value}; the Spark run only writes claimed checkpoints")
@@ -130,6 +139,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: Any, store
     committables: list[PreparedTransaction] = []
     rows_out = 0
     if ranges:
+        assert spark is not None  # only a checkpoint without records runs without Spark (steps.run)
         resolved = values_for_run(spec, view)
         notice = resolved.notice(Step.RUN)
         if notice:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError
 from lockstep.model.output_contract import jvm_contract
 from lockstep.model.transactional_ids import transactional_id_pattern
 from lockstep.spark.writer_settings import THROUGHPUT_PRODUCER_CONFIG, WriterSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lockstep.spark.target import JobSession
 
 #: The data source of Lockstep's JVM writer (``dev.lockstep.spark.LockstepKafkaSource``) and its options.
 JVM_SINK_FORMAT = "lockstep-kafka"
@@ -26,7 +31,7 @@ JVM_SETTINGS_CONF_PREFIX = "dev.lockstep.spark.secret_settings."
 JVM_WRITE_ID_OPTION = "write_id"
 
 
-def jvm_settings(settings: WriterSettings) -> dict[str, Any]:
+def jvm_settings(settings: WriterSettings) -> dict[str, object]:
     """The JVM writer's settings document (``TransactionalKafkaWriter.WriterSettings`` parses it)."""
     return {
         "bootstrap": settings.bootstrap,
@@ -42,7 +47,7 @@ def jvm_settings(settings: WriterSettings) -> dict[str, Any]:
     }
 
 
-def write_with_jvm(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
+def write_with_jvm(spark: JobSession, out: DataFrame, settings: WriterSettings) -> list[str]:
     """Rows stay in the executor JVM: the ``lockstep-kafka`` data source (``buildsrc/jvm-writer``,
     built by ``make setup``) writes each Spark task's rows in one Kafka transaction, with the same
     transaction contract and the output contract it receives in its settings. Only the DataFrame API

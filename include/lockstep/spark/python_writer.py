@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model import failpoints
@@ -48,10 +48,20 @@ from lockstep.model.output_contract import (
 from lockstep.model.transactional_ids import transactional_id
 from lockstep.spark.writer_settings import THROUGHPUT_PRODUCER_CONFIG, WriterSettings
 
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    import pyarrow as pa  # no type information: its names are Any to mypy
+    from confluent_kafka import KafkaError, Message, Producer
+    from pyspark.sql import DataFrame
+
+    from lockstep.kafka.client_configs import ClientConfig
+    from lockstep.spark.target import JobSession
+
 log = logging.getLogger(__name__)
 
 # This writer's defaults (a caller may override them through `extra_config`).
-DEFAULT_PRODUCER_CONFIG: Mapping[str, Any] = {
+DEFAULT_PRODUCER_CONFIG: Mapping[str, object] = {
     **THROUGHPUT_PRODUCER_CONFIG,
     # The Java client's partitioner (murmur2 of the key), so a key lands in the same sink partition
     # whichever writer produced it (the JVM writer uses the Java client) and as Java producers put it.
@@ -74,6 +84,28 @@ _TERMINAL_DELIVERY_ERRORS = frozenset(
     {"MSG_SIZE_TOO_LARGE", "TOPIC_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
      "INVALID_RECORD", "RECORD_LIST_TOO_LARGE", "_INVALID_ARG"}
 )
+
+
+#: A record's headers, as confluent-kafka's producer takes them.
+Headers = list[tuple[str, bytes | str | None]] | dict[str, bytes | str | None]
+
+
+class _Record(TypedDict, total=False):
+    """The keyword arguments of one ``Producer.produce`` call."""
+
+    value: bytes | str | None
+    key: bytes | str | None
+    headers: Headers | None
+    on_delivery: Callable[[KafkaError | None, Message], None]
+    partition: int
+
+
+class _Eos(TypedDict, total=False):
+    """The ``eos`` section of librdkafka's statistics: the producer's identity and transaction state."""
+
+    producer_id: int
+    producer_epoch: int
+    txn_state: str
 
 
 class WriterState(str, Enum):
@@ -124,9 +156,9 @@ class TransactionalWriter:
         *,
         task_index: int = 0,
         transaction_timeout_ms: int = 900_000,
-        extra_config: Mapping[str, Any] | None = None,
+        extra_config: Mapping[str, object] | None = None,
         timeout_s: float = 60.0,
-        producer_factory: Callable[[dict[str, Any]], Any] | None = None,
+        producer_factory: Callable[[ClientConfig], Producer] | None = None,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -138,7 +170,8 @@ class TransactionalWriter:
         self._monotonic = monotonic
         self._config = self._build_config(bootstrap, transaction_timeout_ms, extra_config or {})
         self._factory = producer_factory or _confluent_producer
-        self._producer: Any = None
+        #: set by `open`; dropped (None) when the transaction is prepared, aborted or found empty
+        self._producer: Producer | None = None
         self._opened_at_ms = -1
         self._produced = 0
         self._produced_dead_letters = 0
@@ -147,19 +180,19 @@ class TransactionalWriter:
         self._partitions: set[tuple[str, int]] = set()
         self._delivery_errors: list[tuple[str, int, str]] = []  # (topic, partition, error)
         self._fatal: str | None = None
-        self._eos: dict[str, Any] = {}
+        self._eos: _Eos = {}
         self._stats_seen = 0
         self._unpolled = 0
 
     # ---- configuration -----------------------------------------------------------------------
-    def _build_config(self, bootstrap: str, timeout_ms: int, extra: Mapping[str, Any]) -> dict[str, Any]:
+    def _build_config(self, bootstrap: str, timeout_ms: int, extra: Mapping[str, object]) -> ClientConfig:
         clash = sorted(_RESERVED_KEYS.intersection(extra))
         if clash:
             raise WriterStateError(
                 f"transaction {self.transactional_id}: extra_config may not set {', '.join(clash)}; "
                 "the writer owns these settings because the two-phase commit depends on them"
             )
-        config: dict[str, Any] = {**DEFAULT_PRODUCER_CONFIG, **extra}
+        config: ClientConfig = {**DEFAULT_PRODUCER_CONFIG, **extra}
         if int(config.get("statistics.interval.ms", 0)) <= 0:
             raise WriterStateError(
                 f"transaction {self.transactional_id}: statistics.interval.ms must be > 0: the producer id "
@@ -181,27 +214,28 @@ class TransactionalWriter:
         self._eos = json.loads(stats_json).get("eos", {})
         self._stats_seen += 1
 
-    def _on_error(self, error: Any) -> None:
+    def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
             self._fatal = f"{error.name()}: {error.str()}"
         log.warning("transaction %s: producer error %s", self.transactional_id, error)
 
-    def _on_record(self, err: Any, msg: Any) -> None:
+    # A delivery report's message has its topic and partition, though the stub types them Optional.
+    def _on_record(self, err: KafkaError | None, msg: Message) -> None:
         # Called once per record: the common case is inlined (no second Python frame).
         if err is not None:
             self._on_delivery(err, msg, dead_letter=False)
             return
-        self._partitions.add((msg.topic(), msg.partition()))
+        self._partitions.add((msg.topic(), msg.partition()))  # type: ignore[arg-type]
         self._delivered += 1
 
-    def _on_dead_letter(self, err: Any, msg: Any) -> None:
+    def _on_dead_letter(self, err: KafkaError | None, msg: Message) -> None:
         self._on_delivery(err, msg, dead_letter=True)
 
-    def _on_delivery(self, err: Any, msg: Any, dead_letter: bool) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Message, dead_letter: bool) -> None:
         if err is not None:
-            self._delivery_errors.append((msg.topic(), msg.partition(), f"{err.name()}: {err.str()}"))
+            self._delivery_errors.append((msg.topic(), msg.partition(), f"{err.name()}: {err.str()}"))  # type: ignore[arg-type]
             return
-        self._partitions.add((msg.topic(), msg.partition()))
+        self._partitions.add((msg.topic(), msg.partition()))  # type: ignore[arg-type]
         if dead_letter:
             self._delivered_dead_letters += 1
         else:
@@ -212,17 +246,18 @@ class TransactionalWriter:
         self.open()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self.state is WriterState.OPEN:
             self.abort(reason=f"{exc_type.__name__}: {exc}" if exc_type else "left without prepare()")
 
     def open(self) -> None:
         """Initialise the transactional id (fencing earlier attempts) and begin the one transaction."""
         self._require(WriterState.NEW, "open")
-        self._producer = self._factory(self._config)
+        self._producer = producer = self._factory(self._config)
         try:
-            self._producer.init_transactions(self._timeout_s)
-            self._producer.begin_transaction()
+            producer.init_transactions(self._timeout_s)
+            producer.begin_transaction()
         except Exception as exc:
             self._close()
             self.state = WriterState.ABORTED
@@ -239,7 +274,7 @@ class TransactionalWriter:
         topic: str,
         value: bytes | str | None,
         key: bytes | str | None = None,
-        headers: Sequence[tuple[str, bytes | str]] | Mapping[str, bytes | str] | None = None,
+        headers: Headers | None = None,
         partition: int | None = None,
         *,
         dead_letter: bool = False,
@@ -257,14 +292,16 @@ class TransactionalWriter:
         if self._fatal is not None:
             self._raise_if_fatal()
         callback = self._on_dead_letter if dead_letter else self._on_record
+        # OPEN (checked above), so the producer is there: no per-record check of it for mypy's sake
         try:
             if partition is None:
-                self._producer.produce(topic, value=value, key=key, on_delivery=callback, headers=headers)
-            else:
-                self._producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback,
+                self._producer.produce(topic, value=value, key=key, on_delivery=callback,  # type: ignore[union-attr]
                                        headers=headers)
+            else:
+                self._producer.produce(topic, value=value, key=key, partition=partition,  # type: ignore[union-attr]
+                                       on_delivery=callback, headers=headers)
         except BufferError:
-            kwargs: dict[str, Any] = {"value": value, "key": key, "headers": headers, "on_delivery": callback}
+            kwargs = _Record(value=value, key=key, headers=headers, on_delivery=callback)
             if partition is not None:
                 kwargs["partition"] = partition
             self._produce_with_backpressure(topic, kwargs)
@@ -275,14 +312,15 @@ class TransactionalWriter:
         self._unpolled += 1
         if self._unpolled >= POLL_EVERY:
             self._unpolled = 0
-            self._producer.poll(0)
+            self._producer.poll(0)  # type: ignore[union-attr]  # OPEN, as above
 
-    def _produce_with_backpressure(self, topic: str, kwargs: dict[str, Any]) -> None:
+    def _produce_with_backpressure(self, topic: str, kwargs: _Record) -> None:
         """Wait for queue space (serving delivery reports) instead of failing on a full local queue."""
         deadline = self._monotonic() + self._timeout_s
+        producer = self._live()
         while True:
             try:
-                self._producer.produce(topic, **kwargs)
+                producer.produce(topic, **kwargs)
                 return
             except BufferError:
                 if self._monotonic() >= deadline:
@@ -290,7 +328,7 @@ class TransactionalWriter:
                         f"transaction {self.transactional_id}: the local producer queue stayed full for "
                         f"{self._timeout_s:.0f} s; the broker is not accepting records fast enough"
                     ) from None
-                self._producer.poll(0.1)
+                producer.poll(0.1)
 
     def prepare(self) -> PreparedTransaction | None:
         """Flush, check every record landed, and return the committable; the transaction stays open.
@@ -328,7 +366,7 @@ class TransactionalWriter:
         self.state = WriterState.ABORTED
         log.warning("transaction %s: aborting (%s)", self.transactional_id, reason)
         try:
-            self._producer.abort_transaction(self._timeout_s)
+            self._live().abort_transaction(self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - the broker will still abort it at transaction.timeout.ms
             log.warning("transaction %s: abort failed (%s); the broker aborts it when it times out",
                         self.transactional_id, exc)
@@ -337,7 +375,7 @@ class TransactionalWriter:
 
     # ---- prepare steps -----------------------------------------------------------------------
     def _flush(self) -> None:
-        remaining = self._producer.flush(self._timeout_s)
+        remaining = self._live().flush(self._timeout_s)
         self._raise_if_fatal()
         if remaining:
             raise DeliveryError(
@@ -363,8 +401,9 @@ class TransactionalWriter:
         """
         seen_at_flush = self._stats_seen
         deadline = self._monotonic() + self._timeout_s
+        producer = self._live()
         while self._monotonic() < deadline:
-            self._producer.poll(0.05)
+            producer.poll(0.05)
             self._raise_if_fatal()
             eos = self._eos
             if self._stats_seen > seen_at_flush and eos.get("producer_id", -1) >= 0 \
@@ -379,14 +418,14 @@ class TransactionalWriter:
         """Nothing was produced: the transaction exists only locally, so abort it and close quietly."""
         self.state = WriterState.EMPTY
         try:
-            self._producer.abort_transaction(self._timeout_s)
+            self._live().abort_transaction(self._timeout_s)
         finally:
             self._close()
         log.info("transaction %s: nothing produced; no committable", self.transactional_id)
 
     def _close(self) -> None:
         """Close a producer whose transaction is already ended (or doomed): close() aborts what is open."""
-        producer, self._producer = self._producer, None
+        producer, self._producer = self._live(), None
         try:
             producer.close()
         except Exception as exc:  # noqa: BLE001 - nothing left to protect; do not mask the original failure
@@ -401,6 +440,11 @@ class TransactionalWriter:
         self._producer = None
 
     # ---- guards ------------------------------------------------------------------------------
+    def _live(self) -> Producer:
+        """The producer, between `open` and the end of the transaction (its users run only then)."""
+        assert self._producer is not None, f"transaction {self.transactional_id}: no producer ({self.state.value})"
+        return self._producer
+
     def _require(self, state: WriterState, action: str) -> None:
         if self.state is not state:
             raise WriterStateError(
@@ -416,7 +460,7 @@ class TransactionalWriter:
             )
 
 
-def _confluent_producer(config: dict[str, Any]) -> Any:
+def _confluent_producer(config: ClientConfig) -> Producer:
     """Import lazily so modules that only read committables do not need confluent-kafka."""
     from confluent_kafka import Producer
 
@@ -428,14 +472,16 @@ def _confluent_producer(config: dict[str, Any]) -> Any:
 RESULT_SCHEMA = "result string"
 
 
-def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterator[Any]:
+def write_partition(settings: WriterSettings, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Runs in a Spark task: produce this partition's rows in one transaction, pre-commit it."""
     import pyarrow as pa
     from pyspark import TaskContext
 
     from lockstep.spark.python_writer import TransactionalWriter
 
-    task = TaskContext.get().partitionId()
+    context = TaskContext.get()
+    assert context is not None  # set in every Spark task, where this runs
+    task = context.partitionId()
     writer = TransactionalWriter(
         settings.bootstrap, transactional_id(settings.id_prefix, settings.checkpoint_id, task), task_index=task,
         transaction_timeout_ms=settings.timeout_ms, extra_config=settings.producer_config,
@@ -451,7 +497,8 @@ def write_partition(settings: WriterSettings, batches: Iterator[Any]) -> Iterato
     yield pa.RecordBatch.from_pydict({"result": [result]}, schema=pa.schema([("result", pa.string())]))
 
 
-def produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: int, task: int) -> int:
+def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: pa.RecordBatch, produced: int,
+                  task: int) -> int:
     """Produce one Arrow batch. Runs once per record, so the work is done per column where it can be:
     header values are formatted by Arrow (integers cast to their decimal bytes in C), each column is
     converted to Python once, and the per-record loop only builds the header list and calls produce.
@@ -464,10 +511,10 @@ def produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: i
         return 0
     names = batch.schema.names
 
-    def column(name: str) -> Any:
+    def column(name: str) -> Any:  # a pyarrow Array (untyped), or None for a column the batch lacks
         return batch.column(names.index(name)) if name in names else None
 
-    def as_bytes(col: Any) -> list:
+    def as_bytes(col: pa.Array) -> list[bytes]:
         return pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist()
 
     values = column("value").to_pylist()
@@ -498,7 +545,8 @@ def produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: i
         topic_header = topic_headers.get(topic)
         if topic_header is None:
             topic_header = topic_headers[topic] = (SOURCE_TOPIC, topic.encode())
-        headers = [topic_header, (SOURCE_PARTITION, partitions[i]), (SOURCE_OFFSET, offsets[i]), checkpoint]
+        headers: list[tuple[str, bytes | str | None]] = [topic_header, (SOURCE_PARTITION, partitions[i]),
+                                                         (SOURCE_OFFSET, offsets[i]), checkpoint]
         header_bytes = base_header_bytes + len(topic_header[1]) + len(partitions[i]) + len(offsets[i])
         if user_headers is not None and user_headers[i]:
             for h in user_headers[i]:
@@ -531,7 +579,7 @@ def produce_batch(writer: Any, settings: WriterSettings, batch: Any, produced: i
     return n
 
 
-def write_with_python(spark: Any, out: Any, settings: WriterSettings) -> list[str]:
+def write_with_python(spark: JobSession, out: DataFrame, settings: WriterSettings) -> list[str]:
     """Rows cross to a Python worker through Arrow; confluent-kafka produces them there. Returns each
     task's result document (`output_contract.parse_task_result` reads it)."""
     return [r["result"] for r in out.mapInArrow(lambda it: write_partition(settings, it), RESULT_SCHEMA).collect()]

@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.output_contract import (
@@ -38,6 +38,12 @@ from lockstep.model.output_contract import (
 )
 from lockstep.rules.start_offsets import parse_restore_time
 from lockstep.spec import PipelineSpec, SourceSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Row
+
+    from lockstep.store.checkpoint_store import PipelineStore
+    from lockstep.transform import Transform
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +119,11 @@ class Selection:
             return f"dead letters since {self.since}"
         return "every dead letter not replayed yet"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"checkpoint": self.checkpoint, "since": self.since}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Selection:
+    def from_json(cls, doc: Mapping[str, Any]) -> Selection:  # a sidecar as json.loads read it
         return cls(checkpoint=doc.get("checkpoint"), since=doc.get("since"))
 
     def restore(self, last_unselective: int | None, latest_completed: int | None) -> str | None:
@@ -162,12 +168,18 @@ def parse_dead_letter(headers: Iterable[tuple[str, bytes | None]], timestamp_ms:
     a record without Lockstep's provenance headers."""
     h = {k: v for k, v in headers}
     try:
-        original = (h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))
+        # A header without a value (None) fails here too: the topic's as a missing one (AttributeError,
+        # caught), a number's with int()'s TypeError (not caught), as before.
+        original = (h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))  # type: ignore[union-attr, arg-type]
     except (KeyError, ValueError, AttributeError) as exc:
         raise TerminalError(f"dead letter {where} has no valid provenance headers ({SOURCE_TOPIC}, "
                             f"{SOURCE_PARTITION}, {SOURCE_OFFSET}): it was not written by Lockstep and cannot "
                             "be replayed; remove it from the dead-letter topic or leave it out with --since") from exc
-    number = lambda name: int(h[name]) if h.get(name) else None
+
+    def number(name: str) -> int | None:
+        value = h.get(name)
+        return int(value) if value else None
+
     return DeadLetter(original, number(CHECKPOINT_HEADER), (h.get(ERROR_HEADER) or b"").decode(errors="replace"),
                       timestamp_ms, ORIGINAL_SIZE_HEADER in h, number(REPLAY_HEADER))
 
@@ -185,21 +197,21 @@ class Replayed:
     warnings: tuple[str, ...] = field(default=())
     read: int = 0  #: dead letters in the checkpoint's range (its offsets also count transaction markers)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
                 "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
                 "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
                 "warnings": list(self.warnings), "read": self.read}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Replayed:
+    def from_json(cls, doc: Mapping[str, Any]) -> Replayed:  # a sidecar as json.loads read it
         as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
                    int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)))
 
 
-def completed_replays(store: Any) -> dict[int, Replayed]:
+def completed_replays(store: PipelineStore) -> dict[int, Replayed]:
     """`Replayed` of every COMPLETED replay checkpoint (a prepared or aborted one decides nothing).
 
     A completed checkpoint with records but without its `REPLAYED_PART` cannot be accounted for."""
@@ -223,7 +235,7 @@ def already_in_sink(replays: Mapping[int, Replayed]) -> set[Original]:
     return {o for r in replays.values() for o in r.to_sink}
 
 
-def last_unselective(store: Any) -> int | None:
+def last_unselective(store: PipelineStore) -> int | None:
     """The newest completed replay checkpoint that took every dead letter of its range."""
     latest = None
     for cid in store.checkpoint_ids():
@@ -235,12 +247,12 @@ def last_unselective(store: Any) -> int | None:
     return latest
 
 
-def fed_counter(replays: Mapping[int, Replayed]) -> Counter:
+def fed_counter(replays: Mapping[int, Replayed]) -> Counter[Original]:
     return Counter(o for r in replays.values() for o in r.fed)
 
 
 # ---- in the Spark job ------------------------------------------------------------------------------
-def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple[Any, dict[str, int]]:
+def replay_input(df: DataFrame, selection: Selection, in_sink: set[Original]) -> tuple[DataFrame, dict[str, int]]:
     """The dead letters of ``df`` (Spark's Kafka source with ``includeHeaders``) as the input rows
     they were made from, selected and deduplicated; and the counts of what was left out.
 
@@ -250,7 +262,7 @@ def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple
     leave as the input bytes), and the dead letter's timestamp (the original one is not kept)."""
     from pyspark.sql import functions as F
 
-    def header(name: str) -> Any:
+    def header(name: str) -> Column:
         matching = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
         return F.get(matching, F.lit(0)).getField("value")  # null when absent (ANSI mode refuses [0])
 
@@ -272,7 +284,7 @@ def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple
     if selection.checkpoint is not None:
         chosen = rows.filter((F.col("_dl_checkpoint") == selection.checkpoint) & ~F.col("_dl_replayed"))
     elif selection.since is not None:
-        chosen = rows.filter(F.unix_millis(F.col("timestamp")) >= selection.since_ms)
+        chosen = rows.filter(F.unix_millis(F.col("timestamp")) >= F.lit(selection.since_ms))
     else:
         chosen = rows
     counts["selected"] = chosen.count()
@@ -288,12 +300,12 @@ def replay_input(df: Any, selection: Selection, in_sink: set[Original]) -> tuple
     return out, counts
 
 
-def marked(transform: Callable[[Any], Any], checkpoint_id: int) -> Callable[[Any], Any]:
+def marked(transform: Transform, checkpoint_id: int) -> Transform:
     """``transform`` with `REPLAY_HEADER` (the replay checkpoint's id) appended to the headers it
     returns (or as the only header), so both writers write it like any user header."""
     from pyspark.sql import functions as F
 
-    def replay_transform(df: Any) -> Any:
+    def replay_transform(df: DataFrame) -> DataFrame:
         out = transform(df)
         mark = F.array(F.struct(F.lit(REPLAY_HEADER).alias("key"),
                                 F.lit(str(checkpoint_id)).cast("binary").alias("value")))
@@ -305,19 +317,19 @@ def marked(transform: Callable[[Any], Any], checkpoint_id: int) -> Callable[[Any
     return replay_transform
 
 
-def as_original(row: Any) -> Original:
+def as_original(row: Row) -> Original:
     return (row["topic"], int(row["partition"]), int(row["offset"]))
 
 @dataclass
 class ReplayRun:
     """What the Spark job of one replay checkpoint knows between reading and writing."""
 
-    store: Any
+    store: PipelineStore
     checkpoint_id: int
     fed: tuple[Original, ...]
     counts: dict[str, int]
 
-    def record(self, out: Any) -> Replayed:
+    def record(self, out: DataFrame) -> Replayed:
         """Write `REPLAYED_PART` from the transform's output (the columns the writer reads): a row
         without ``error`` goes to the sink; one the transform still rejects is dead-lettered again
         and not counted as replayed, so a later replay takes it."""
@@ -325,7 +337,7 @@ class ReplayRun:
 
         accepted = out.filter(F.col("error").isNull()) if "error" in out.columns else out
         to_sink = tuple(sorted(as_original(r) for r in accepted.select("topic", "partition", "offset").collect()))
-        warnings = ()
+        warnings: tuple[str, ...] = ()
         if self.counts["too_large"]:
             warnings = (f"{self.counts['too_large']} dead letters were too large to keep their key and value "
                         "(lockstep.original.size): nothing to replay, skipped",)
@@ -340,8 +352,8 @@ class ReplayRun:
         return replayed
 
 
-def start_replay(spec: PipelineSpec, checkpoint_id: int, df: Any, transform: Callable[[Any], Any],
-                 store: Any) -> tuple[Any, Callable[[Any], Any], ReplayRun]:
+def start_replay(spec: PipelineSpec, checkpoint_id: int, df: DataFrame, transform: Transform,
+                 store: PipelineStore) -> tuple[DataFrame, Transform, ReplayRun]:
     """The replay checkpoint's input rows and marked transform, with its pinned selection."""
     doc = store.sidecar(checkpoint_id, SELECTION_PART)
     if doc is None:

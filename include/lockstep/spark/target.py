@@ -9,14 +9,21 @@ Connect server that outlives the checkpoints (pure: connections are looked up by
   ``spark_connect``), else the ``spark_connect_default`` connection (Airflow's id for Connect).
 * no ``spark.mode`` — connect, the default; a spec that names only ``spark.master`` means submit
   (a master has no use in connect mode).
+
+Either way the job gets a session (`JobSession`): a classic one in the spark-submit driver, a
+Connect one in the run step's process.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from lockstep.errors import TerminalError
 from lockstep.spec import SparkSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 SUBMIT, CONNECT = "submit", "connect"
 SPARK_CONN_ID = "spark_default"
@@ -45,6 +52,39 @@ class SparkTarget:
 
 
 Lookup = Callable[[str], SparkEndpoint | None]
+
+
+class JobReader(Protocol):
+    """The part of a session's ``DataFrameReader`` the job reads Kafka (and the JVM writer's results) with."""
+
+    def format(self, source: str) -> JobReader: ...
+
+    def option(self, key: str, value: str) -> JobReader: ...
+
+    def load(self) -> DataFrame: ...
+
+
+class SessionConf(Protocol):
+    """The part of a session's runtime configuration the run sets: the spec's ``spark.conf`` on a
+    Connect session (`lockstep.spark.connect.set_session_conf`), the JVM writer's settings for one write."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def unset(self, key: str) -> None: ...
+
+    def isModifiable(self, key: str) -> bool: ...
+
+
+class JobSession(Protocol):
+    """What the checkpoint's Spark job uses of its session (`lockstep.spark.job.run_checkpoint_job`):
+    pyspark's classic ``SparkSession`` (spark-submit) and its Connect ``SparkSession`` (connect mode)
+    alike, which share no base class; and the session fake of the tests (``tests/support/fake_spark``)."""
+
+    @property
+    def read(self) -> JobReader: ...
+
+    @property
+    def conf(self) -> SessionConf: ...
 
 
 def is_connect_endpoint(endpoint: SparkEndpoint | None) -> bool:

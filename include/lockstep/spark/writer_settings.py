@@ -5,19 +5,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
-from lockstep.kafka.client_configs import CONFLUENT, JAVA
+from lockstep.kafka.client_configs import CONFLUENT, JAVA, ClientConfig
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PlannedWith
 from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource
 
 log = logging.getLogger(__name__)
 
 # Throughput-oriented producer defaults, named alike in librdkafka and the Java client: both writers
 # (the Python one, and the JVM writer through `jvm_writer.jvm_settings`) start from these.
-THROUGHPUT_PRODUCER_CONFIG: Mapping[str, Any] = {
+THROUGHPUT_PRODUCER_CONFIG: Mapping[str, object] = {
     "linger.ms": 20,
     "batch.size": 1_000_000,
     "compression.type": "lz4",
@@ -30,7 +34,7 @@ class WriterSettings:
     """What each Spark task needs to write its transaction; pickled to the executors."""
 
     bootstrap: str
-    producer_config: dict[str, Any] = field(repr=False)  # may hold credentials
+    producer_config: ClientConfig = field(repr=False)  # may hold credentials
     id_prefix: str
     checkpoint_id: int
     timeout_ms: int
@@ -46,14 +50,14 @@ class WriterSettings:
     failpoints: dict[str, str] = field(default_factory=dict)
 
 
-def producer_limit(producer: dict[str, Any]) -> tuple[int, str]:
+def producer_limit(producer: ClientConfig) -> tuple[int, str]:
     for name in ("max.request.size", "message.max.bytes"):
         if name in producer:
             return int(producer[name]), f"the producer's {name}"
     return DEFAULT_PRODUCER_LIMIT, "the producer's default"
 
 
-def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> dict[str, int]:
+def topic_limits(conn_id: str, topics: tuple[str, ...], admin: AdminClient | None = None) -> dict[str, int]:
     """Each topic's ``max.message.bytes``, read once on the driver with the admin API.
 
     A topic whose config cannot be read (no DescribeConfigs permission, say) is left out with a
@@ -70,16 +74,20 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: Any = None) -> di
     for topic in dict.fromkeys(topics):
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
-            entries = with_retries(f"reading the config of topic {topic}",
-                                    lambda resource=resource: admin.describe_configs([resource])[resource].result(timeout=30))
-            limits[topic] = int(entries["max.message.bytes"].value)
+            entries = with_retries(f"reading the config of topic {topic}", partial(_topic_config, admin, resource))
+            # a config without a value (None) makes int() raise, and the warning below says so
+            limits[topic] = int(entries["max.message.bytes"].value)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the run can go on with the producer's limit
             log.warning("could not read max.message.bytes of topic %s (%s); its records are checked against the "
                         "producer's limit only, so one larger than the topic takes would fail the task", topic, exc)
     return limits
 
 
-def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: dict[str, Any],
+def _topic_config(admin: AdminClient, resource: ConfigResource) -> dict[str, ConfigEntry]:
+    return admin.describe_configs([resource])[resource].result(timeout=30)
+
+
+def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientConfig,
                     topic_max_bytes: dict[str, int] | None = None) -> WriterSettings:
     """Everything a task writes with comes from what the checkpoint was planned with (its claim),
     never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect

@@ -6,12 +6,18 @@ and tests can build the same objects the DAG tasks and the CLI use.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config, s3_client
 from lockstep.errors import TerminalError
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    from lockstep.kafka.committer import TransactionCommitter
 
 
 def checkpoint_store(spec: PipelineSpec, timeout_s: float | None = None) -> CheckpointStore:
@@ -28,7 +34,7 @@ class KafkaCredentialsError(TerminalError):
     """The brokers refused a connection's credentials or its TLS settings; a retry cannot help."""
 
 
-def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> Any:
+def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> AdminClient:
     """A confluent-kafka admin client of the connection, once the brokers accepted its credentials.
 
     librdkafka (and kafka-python) retry a refused SASL authentication or TLS handshake until their
@@ -39,8 +45,9 @@ def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> Any:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 
-    events: list[Any] = []
-    admin = AdminClient({**kafka_config(conn_id), "log_level": 3, "error_cb": events.append})
+    events: list[KafkaError] = []
+    # confluent-kafka's stub leaves callbacks out of a config's value types; error_cb is one all the same
+    admin = AdminClient({**kafka_config(conn_id), "log_level": 3, "error_cb": events.append})  # type: ignore[dict-item]
     deadline = time.monotonic() + check_s
     while time.monotonic() < deadline:
         try:
@@ -60,12 +67,12 @@ def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> Any:
     return admin
 
 
-def transaction_committer(spec: PipelineSpec) -> Any:
+def transaction_committer(spec: PipelineSpec) -> TransactionCommitter:
     """The committer talks to the sink cluster, where the transactions live."""
     return committer_for_connection(spec.sink.kafka_conn_id)
 
 
-def committer_for_connection(conn_id: str, retry_deadline_s: float = 60.0) -> Any:
+def committer_for_connection(conn_id: str, retry_deadline_s: float = 60.0) -> TransactionCommitter:
     """A committer on the cluster of ``conn_id`` (a checkpoint planned with another sink connection);
     ``retry_deadline_s`` bounds its retries (the Checkpoints page gives up sooner than a task)."""
     from lockstep.kafka.committer import TransactionCommitter

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.kafka import broker_offsets
@@ -18,12 +18,16 @@ from lockstep.model.checkpoint import (
     CheckpointStatus,
     CheckpointView,
     CompletedCheckpoint,
+    PreparedCheckpoint,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.transactions import TransactionState
 from lockstep.rules.commit_decision import DecisionKind, decide_commit
-from lockstep.rules.pinned import Step, refusal, resolve_pinned, transactions_deadline_ms
+from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
 from lockstep.steps.pipeline import Pipeline, mark_aborted, now_iso, unusable_sink
+
+if TYPE_CHECKING:
+    from lockstep.kafka.committer import Committer
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +46,18 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     if view is None:
         raise CheckpointError(checkpoint_id, "does not exist; nothing to commit")
     if view.status is CheckpointStatus.ABORTED:
+        assert view.aborted is not None  # what ABORTED means
         raise CheckpointError(checkpoint_id, f"was aborted earlier ({view.aborted.reason}); {view.aborted.replay_hint}")
     if view.status is CheckpointStatus.CLAIMED:
         raise CheckpointError(checkpoint_id, "is not prepared: the Spark run did not finish. The next run's plan "
                                              "fences its transactions and replays its ranges")
     if view.status is CheckpointStatus.COMPLETED:
+        assert view.completed is not None  # what COMPLETED means
         log.info("checkpoint %d: already completed; nothing to commit", checkpoint_id)
         _publish(p, view)
         return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
     prepared = view.prepared
+    assert prepared is not None  # neither claimed, completed nor aborted: prepared
     resolved = resolve_pinned(view.claim, p.spec)  # the ids are the committables'; the cluster is the claim's
     notice = resolved.notice(Step.COMMIT)
     if notice:
@@ -98,7 +105,7 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message)
 
 
-def _claim_committer(p: Pipeline, resolved: Any) -> Any:
+def _claim_committer(p: Pipeline, resolved: Resolved) -> Committer:
     """A committer on the cluster the checkpoint was planned for."""
     conn = resolved.values.sink_kafka_conn_id
     try:
@@ -110,7 +117,7 @@ def _claim_committer(p: Pipeline, resolved: Any) -> Any:
                                                                      p.spec.sink.kafka_conn_id, exc)) from exc
 
 
-def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], timeout_s: float = 60.0) -> None:
+def _await_markers(committer: Committer, checkpoint_id: int, tids: tuple[str, ...], timeout_s: float = 60.0) -> None:
     """EndTxn answers at PrepareCommit; the markers that make records visible follow.
     Wait for CompleteCommit so "completed" means a read_committed reader sees the output."""
     deadline = time.monotonic() + timeout_s
@@ -126,7 +133,7 @@ def _await_markers(committer: Any, checkpoint_id: int, tids: tuple[str, ...], ti
         time.sleep(0.1)
 
 
-def _abort_transactions(committer: Any, prepared: Any, tids: tuple[str, ...]) -> None:
+def _abort_transactions(committer: Committer, prepared: PreparedCheckpoint, tids: tuple[str, ...]) -> None:
     """Fence rather than EndTxn(abort): it works whatever state and epoch each id is in."""
     for tid in tids:
         committer.fence(tid)
@@ -142,6 +149,7 @@ def _publish(p: Pipeline, view: CheckpointView) -> None:
                     "cluster of %r, and source.kafka_conn_id is now %r", view.checkpoint_id, group, moved.old,
                     moved.new)
         return
+    assert view.completed is not None  # only completed checkpoints are published
     ends = offsets_from_json(view.completed.end_offsets)
     current = broker_offsets.group_offsets(p.source_kafka, group, list(ends))
     allow_backwards = view.claim.restored_from is not None

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
 from lockstep.model.checkpoint import (
@@ -21,7 +21,12 @@ from lockstep.steps.client_factory import (
     kafka_admin,
     transaction_committer,
 )
-from lockstep.store.checkpoint_store import CheckpointStore
+
+if TYPE_CHECKING:
+    from lockstep.kafka.client_configs import ClientConfig
+    from lockstep.kafka.committer import Committer
+    from lockstep.kafka.topics import TopicAdmin
+    from lockstep.store.checkpoint_store import PipelineStore
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +40,18 @@ class Pipeline:
     """A spec with the clients its steps use; built once per task."""
 
     spec: PipelineSpec
-    store: CheckpointStore
-    source_admin: Any
-    source_kafka: dict[str, Any]
-    committer_factory: Callable[[], Any]
+    store: PipelineStore
+    #: the source cluster's admin client (topics, offsets), and its settings (consumer group offsets)
+    source_admin: TopicAdmin
+    source_kafka: ClientConfig
+    #: a committer on the spec's sink cluster
+    committer_factory: Callable[[], Committer]
     wall_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     #: committers on other sink clusters, by connection id: for checkpoints planned with another
     #: ``sink.kafka_conn_id`` than the spec's current one.
-    committer_for: Callable[[str], Any] = field(default=committer_for_connection)
+    committer_for: Callable[[str], Committer] = field(default=committer_for_connection)
 
-    def committer(self, conn_id: str | None = None) -> Any:
+    def committer(self, conn_id: str | None = None) -> Committer:
         """A committer on the cluster of ``conn_id``; None (or the spec's own) is the spec's sink cluster."""
         if conn_id is None or conn_id == self.spec.sink.kafka_conn_id:
             return self.committer_factory()

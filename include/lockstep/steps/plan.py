@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lockstep.errors import TerminalError
 from lockstep.kafka import broker_offsets, topics
@@ -80,8 +79,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     starts = choose_start_offsets(
         tps, log_start, stable_end, p.spec.source.auto_offset_reset,
         restore=_restore_source(p, restore, tps, stable_end, next_id),
-        last_completed=OffsetSource.checkpoint(latest.checkpoint_id, offsets_from_json(latest.completed.end_offsets))
-        if latest else None,
+        last_completed=OffsetSource.checkpoint(latest.checkpoint_id, _end_offsets(latest)) if latest else None,
         group=OffsetSource.group(broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
         if latest is None and restore is None else None,
     )
@@ -125,7 +123,7 @@ class RestorePlan:
     rows: list[RestoreRow]
     dropped: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"restore": self.restore, "source": self.source, "latest_completed": self.latest_completed,
                 "partitions": [r.to_json() for r in self.rows], "dropped": self.dropped,
                 **restore_totals(self.rows)}
@@ -150,8 +148,14 @@ def _current_position(p: Pipeline, latest: CheckpointView | None,
     """What a restore is measured against: the latest completed checkpoint's ends, or before the
     first one, the consumer group's offsets."""
     if latest is not None:
-        return dict(offsets_from_json(latest.completed.end_offsets))
+        return _end_offsets(latest)
     return broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps)
+
+
+def _end_offsets(completed: CheckpointView) -> dict[TopicPartition, int]:
+    """Where the next checkpoint after ``completed`` (the history's latest) starts."""
+    assert completed.completed is not None  # History.latest is a completed checkpoint
+    return offsets_from_json(completed.completed.end_offsets)
 
 
 def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] | None = None,

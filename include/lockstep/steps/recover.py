@@ -136,7 +136,8 @@ def carry_out(p: Pipeline, plan: RecoveryPlan) -> None:
         try:
             commit(p, cid)
         except CheckpointError as exc:
-            if p.store.view(cid).status is not CheckpointStatus.ABORTED:
+            after = p.store.view(cid)
+            if after is None or after.status is not CheckpointStatus.ABORTED:
                 raise  # e.g. stuck half-committed: planning on top of it would be wrong
             # commit() already aborted it and logged why; this run replays its ranges.
             log.error("checkpoint %d could not be rolled forward and was aborted (%s); this run replays it", cid, exc)
@@ -152,6 +153,7 @@ def carry_out(p: Pipeline, plan: RecoveryPlan) -> None:
                             where, ", ".join(tids))
     for cid in plan.mark_aborted:
         view = p.store.view(cid)  # re-read: a late driver may have prepared it after all
+        assert view is not None  # recovery planned from its claim, and claims are never deleted before it settles
         if view.status is CheckpointStatus.PREPARED:
             log.warning("checkpoint %d was prepared while we recovered; rolling it forward instead", cid)
             commit(p, cid)

@@ -34,7 +34,7 @@ from lockstep.spark.conf import job_environment, submit_command
 from lockstep.spark.job import run_checkpoint_job, values_for_run
 from lockstep.spark.target import CONNECT, SparkEndpoint, SparkTarget, resolve_target
 from lockstep.spec import PipelineSpec
-from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.store.checkpoint_store import PipelineStore
 
 if TYPE_CHECKING:
     from lockstep.steps.commit import CommitOutcome
@@ -67,9 +67,9 @@ def spark_target(spec: PipelineSpec) -> SparkTarget:
     return resolve_target(spec.spark, lookup)
 
 
-def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore,
+def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore,
                    env: Mapping[str, str] | None = None,
-                   on_start: Callable[[subprocess.Popen], None] | None = None) -> float:
+                   on_start: Callable[[Stoppable], None] | None = None) -> float:
     """The run step of a checkpoint; a checkpoint with no records needs no Spark at all.
 
     Starting Spark costs ~10 s; an empty checkpoint only has to record that it
@@ -90,13 +90,13 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStor
         return run_spark_job(spec, checkpoint_id, env, on_start, master=target.address)
     except (CheckpointError, TransientCheckpointError) as exc:
         after = store.view(checkpoint_id)
-        if after is not None and after.status is CheckpointStatus.CLAIMED and getattr(exc, "cause", None):
+        if after is not None and after.status is CheckpointStatus.CLAIMED and exc.cause:
             _note_failure(store, spec.name, checkpoint_id, exc.cause)
         if after is not None and after.status is CheckpointStatus.PREPARED:
             # The driver died after recording the decision: nothing is lost, the commit
             # step (this run's, or the next run's plan) commits what was prepared.
             # Say only that: the job failure's own way out (fence and replay) is for an unprepared one.
-            cause = getattr(exc, "cause", None) or str(exc)
+            cause = exc.cause or str(exc)
             raise CheckpointError(checkpoint_id, f"the Spark run failed after its transactions were prepared "
                                                  f"({cause}); nothing is lost: the commit step, or the next run's "
                                                  "plan, commits them (roll forward)") from exc
@@ -109,15 +109,15 @@ class Cycle:
     ``lockstep deadletters replay`` do per checkpoint (Airflow does the same as three tasks)."""
 
     planned: Plan
-    store: CheckpointStore
+    store: PipelineStore
     seconds: float
     outcome: CommitOutcome | None = None  # None after a dry run
     view: CheckpointView | None = None  # the checkpoint as committed
 
 
-def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStore], str | None] | None = None,
+def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[PipelineStore], str | None] | None = None,
                      max_records: int | None = None, dry_run: bool = False,
-                     before_run: Callable[[CheckpointStore, int], None] | None = None) -> Cycle:
+                     before_run: Callable[[PipelineStore, int], None] | None = None) -> Cycle:
     """Plan (recovering first), run and commit one checkpoint under a run id of this process.
 
     ``restore`` may be decided from the store once it is open; ``before_run`` records what the
@@ -143,7 +143,7 @@ def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[CheckpointStor
     return Cycle(planned, p.store, time.monotonic() - started, outcome, p.store.view(cid))
 
 
-def _note_failure(store: CheckpointStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
+def _note_failure(store: PipelineStore, pipeline: str, checkpoint_id: int, cause: str) -> None:
     from datetime import datetime
 
     try:
@@ -161,7 +161,7 @@ class Stoppable(Protocol):
 class SubmitRun:
     """A spark-submit run: its process group (driver JVM, Python workers)."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
 
     def stop(self) -> None:
@@ -175,7 +175,7 @@ class SubmitRun:
                 pass
 
 
-def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: CheckpointStore, target: SparkTarget,
+def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore, target: SparkTarget,
                     on_start: Callable[[Stoppable], None] | None = None, view: CheckpointView | None = None) -> float:
     """The run in a session of the Spark Connect server at ``target``, driven from this process.
 
@@ -275,11 +275,11 @@ def run_failure(checkpoint_id: int, cause: str, terminal: bool, seconds: float) 
         exc = TransientCheckpointError(checkpoint_id, f"the Spark run failed after {seconds:.0f} s: {cause}; nothing "
                                                       "was committed: a retry or the next run fences its "
                                                       "transactions and replays its ranges")
-    exc.cause = cause  # type: ignore[union-attr] - the bare cause, for the abort reason
+    exc.cause = cause  # the bare cause, for the abort reason
     return exc
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+def stop_group(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
     """SIGTERM spark-submit's process group (driver JVM, Python workers), SIGKILL after ``grace_s``."""
     import signal
 

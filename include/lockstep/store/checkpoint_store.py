@@ -17,8 +17,8 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol, Required, TypedDict, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -36,6 +36,9 @@ from lockstep.model.checkpoint import (
     validate_savepoint_name,
 )
 
+# Any in this module is a document as ``json.loads`` read it from S3: whatever the object holds, until
+# its parser checks it (``lockstep.model.checkpoint``'s from_json; a sidecar's, e.g. ``spark.replay``'s).
+
 T = TypeVar("T")
 POINTER_SCHEMA = "lockstep.latest-completed/1"
 ID_WIDTH = 12
@@ -48,8 +51,112 @@ class CheckpointAlreadyClaimed(CheckpointError):
     """Another run owns this checkpoint id (lost the conditional create)."""
 
 
+# ---- the S3 client the store uses ------------------------------------------------------------------
+class Body(Protocol):
+    def read(self) -> bytes: ...
+
+
+class GetObjectOutput(TypedDict):
+    Body: Body
+    ETag: str
+
+
+class ObjectSummary(TypedDict):
+    Key: str
+
+
+class CommonPrefix(TypedDict):
+    Prefix: str
+
+
+class ListObjectsOutput(TypedDict, total=False):
+    """A page of ``list_objects_v2``: S3 leaves out the lists that would be empty."""
+
+    Contents: list[ObjectSummary]
+    CommonPrefixes: list[CommonPrefix]
+
+
+class ListObjectsArgs(TypedDict, total=False):
+    Bucket: Required[str]
+    Prefix: Required[str]
+    Delimiter: str
+    StartAfter: str
+
+
+class S3Paginator(Protocol):
+    def paginate(self, *, Bucket: str, Prefix: str, Delimiter: str = ...,
+                 StartAfter: str = ...) -> Iterable[ListObjectsOutput]: ...
+
+
+class S3Client(Protocol):
+    """The S3 calls the store makes, with the arguments it passes and the fields it reads: a boto3 S3
+    client (``connections.s3_client``), or an in-memory S3 in tests (``tests/support/fake_s3.FakeS3``).
+    Failures are botocore's ``ClientError`` / ``BotoCoreError`` either way."""
+
+    def get_object(self, *, Bucket: str, Key: str) -> GetObjectOutput: ...
+
+    def put_object(self, *, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str = ..., IfMatch: str = ...,
+                   ContentType: str = ...) -> object: ...
+
+    def head_object(self, *, Bucket: str, Key: str) -> object: ...
+
+    def delete_object(self, *, Bucket: str, Key: str) -> object: ...
+
+    def list_objects_v2(self, *, Bucket: str, Prefix: str) -> ListObjectsOutput: ...
+
+    def get_paginator(self, operation_name: str, /) -> S3Paginator: ...
+
+
+# ---- the store ---------------------------------------------------------------------------------------
+class PipelineStore(Protocol):
+    """One pipeline's checkpoints as the engine's steps read and write them: through
+    `lockstep.steps.pipeline.Pipeline.store` (plan, recover, commit), the run step and its Spark job
+    (`lockstep.spark.job`, the replay's bookkeeping) and the lag. `CheckpointStore` on S3, or an
+    in-memory one in tests of the steps. Savepoint management and the history pages of the CLI and
+    the Airflow plugin use `CheckpointStore` itself."""
+
+    @property
+    def pipeline(self) -> str: ...
+
+    # reading
+    def history(self) -> History: ...
+
+    def latest_completed(self) -> CheckpointView | None: ...
+
+    def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]: ...
+
+    def view(self, checkpoint_id: int) -> CheckpointView | None: ...
+
+    def checkpoint_ids(self, after: int | None = None) -> Iterator[int]: ...
+
+    def run_failure(self, checkpoint_id: int) -> RunFailure | None: ...
+
+    def sidecar(self, checkpoint_id: int, part: str) -> dict[str, Any] | None: ...
+
+    def get_savepoint(self, name: str) -> Savepoint: ...
+
+    # writing, in the order of a checkpoint's steps
+    def record_dry_run(self, plan: CheckpointClaim) -> None: ...
+
+    def claim(self, claim: CheckpointClaim) -> None: ...
+
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: Mapping[str, object], once: bool = True) -> None: ...
+
+    def record_run_failure(self, failure: RunFailure) -> None: ...
+
+    def write_prepared(self, prepared: PreparedCheckpoint) -> None: ...
+
+    def mark_completed(self, completed: CompletedCheckpoint) -> None: ...
+
+    def mark_aborted(self, aborted: AbortedCheckpoint) -> None: ...
+
+    def apply_retention(self, retain: int) -> list[int]: ...
+
+
 class CheckpointStore:
-    def __init__(self, s3: Any, bucket: str, root: str, pipeline: str) -> None:
+    """A pipeline's checkpoints and savepoints under ``s3://bucket/root/`` (see the module's doc)."""
+
+    def __init__(self, s3: S3Client, bucket: str, root: str, pipeline: str) -> None:
         self._s3 = s3
         self.bucket = bucket
         self.root = root.strip("/")
@@ -75,7 +182,7 @@ class CheckpointStore:
         return f"s3://{self.bucket}/{key}"
 
     # ---- raw object access -----------------------------------------------------
-    def _get(self, key: str) -> tuple[dict[str, Any], str] | None:
+    def _get(self, key: str) -> tuple[Any, str] | None:  # the document as json.loads read it, and its ETag
         try:
             obj = self._s3.get_object(Bucket=self.bucket, Key=key)
             body = obj["Body"].read()
@@ -91,16 +198,17 @@ class CheckpointStore:
             raise MetadataError(self.url(key), f"not JSON ({exc}); it was not written by Lockstep or is damaged") from exc
         return doc, obj["ETag"]
 
-    def _read(self, key: str, parse: Callable[[Any, str], T]) -> T | None:
+    def _read(self, key: str, parse: Callable[[object, str], T]) -> T | None:
         found = self._get(key)
         if found is None:
             return None
         value = parse(found[0], self.url(key))
-        if getattr(value, "pipeline", self.pipeline) != self.pipeline:
-            raise MetadataError(self.url(key), f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
+        owner = getattr(value, "pipeline", self.pipeline)
+        if owner != self.pipeline:
+            raise MetadataError(self.url(key), f"belongs to pipeline {owner!r}, not {self.pipeline!r}")
         return value
 
-    def _create(self, key: str, doc: dict[str, Any]) -> bool:
+    def _create(self, key: str, doc: Mapping[str, object]) -> bool:
         """Create ``key`` only if absent. True if we created it, False if an identical one exists.
 
         A different existing document is never overwritten: that is a conflict the
@@ -172,7 +280,7 @@ class CheckpointStore:
     def run_failure(self, checkpoint_id: int) -> RunFailure | None:
         return self._read(self._key(checkpoint_id, "run-failure"), RunFailure.from_json)
 
-    def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None:
+    def write_sidecar(self, checkpoint_id: int, part: str, doc: Mapping[str, object], once: bool = True) -> None:
         """A document of a checkpoint besides its claim/prepared/completed ones (a replay's selection,
         its replayed offsets). ``once``: create-only, an identical one is fine, a different one a conflict."""
         if not once:
@@ -196,7 +304,7 @@ class CheckpointStore:
     def last_dry_run(self) -> CheckpointClaim | None:
         return self._read(self._dry_run_key(), CheckpointClaim.from_json)
 
-    def _overwrite(self, key: str, doc: dict[str, Any]) -> None:
+    def _overwrite(self, key: str, doc: Mapping[str, object]) -> None:
         body = json.dumps(doc, sort_keys=True, indent=1).encode()
         try:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
@@ -205,7 +313,7 @@ class CheckpointStore:
         except BotoCoreError as exc:
             raise _unreachable(exc, key) from exc
 
-    def _settle(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
+    def _settle(self, checkpoint_id: int, doc: Mapping[str, object]) -> None:
         """Create the checkpoint's one outcome object: completed or aborted, never both.
 
         Both outcomes share one key, so a commit and an abort racing on the same
@@ -218,6 +326,7 @@ class CheckpointStore:
         except _Conflict:
             pass
         existing = self._outcome(checkpoint_id)
+        assert existing is not None  # the create conflicted, so the outcome object is there
         if isinstance(existing, AbortedCheckpoint):
             if doc["schema"] == existing.to_json()["schema"]:
                 return  # another process aborted it first: keep its reason
@@ -243,7 +352,7 @@ class CheckpointStore:
             raise MetadataError(url, f"belongs to pipeline {value.pipeline!r}, not {self.pipeline!r}")
         return value
 
-    def _create_or_conflict(self, checkpoint_id: int, part: str, doc: dict[str, Any]) -> None:
+    def _create_or_conflict(self, checkpoint_id: int, part: str, doc: Mapping[str, object]) -> None:
         try:
             self._create(self._key(checkpoint_id, part), doc)
         except _Conflict as exc:
@@ -281,7 +390,7 @@ class CheckpointStore:
     # ---- listing ---------------------------------------------------------------
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]:
         """Ids in ascending order, optionally only those after ``after`` (S3 StartAfter)."""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._ckpt_prefix(), "Delimiter": "/"}
+        kwargs = ListObjectsArgs(Bucket=self.bucket, Prefix=self._ckpt_prefix(), Delimiter="/")
         if after is not None:
             kwargs["StartAfter"] = f"{self._ckpt_prefix()}{after:0{ID_WIDTH}d}/~"
         paginator = self._s3.get_paginator("list_objects_v2")
@@ -462,7 +571,7 @@ class _Conflict(Exception):
         self.key = key
 
 
-def _pointer_id(doc: Any, url: str, pipeline: str) -> int:
+def _pointer_id(doc: object, url: str, pipeline: str) -> int:
     checkpoint_id = doc.get("checkpoint_id") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("schema") != POINTER_SCHEMA or isinstance(checkpoint_id, bool) \
             or not isinstance(checkpoint_id, int):
