@@ -396,3 +396,37 @@ def test_status_counts_records_in_flight_and_verify_flags_a_hand_moved_group(tmp
     assert finding["subject"] == moved and not finding["explained"]
     assert f"5 ahead of checkpoint {latest.checkpoint_id}'s end {ends[moved]}" in finding["message"]
     assert f"--to-offset {ends[moved]}" in finding["message"]
+
+
+def test_verify_reports_a_range_retention_deleted_and_ignores_another_producers_records(tmp_path, bootstrap, unique):
+    """Retention deleted part of a completed checkpoint's input, and another producer wrote to the sink:
+    verify does not crash. It checks what is left, names the deleted offsets, counts the foreign record
+    apart, and exits 2 (nothing wrong found, not everything checked)."""
+    import json
+
+    from confluent_kafka import Producer
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+
+    from .engine_helpers import lockstep
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 40)  # 20 per partition
+    assert run(pipeline).returncode == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (done,) = admin.delete_records([KafkaPartition(pipeline.source, 0, 8)]).values()
+    assert done.result(timeout=30).low_watermark == 8  # offsets 0..7 of partition 0 are gone
+    foreign = Producer({"bootstrap.servers": bootstrap})
+    foreign.produce(pipeline.sink, b"not from lockstep", partition=0)
+    foreign.flush(10)
+
+    result = lockstep("verify", "--spec", str(pipeline.spec_path), "--json")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] and not report["complete"], report
+    assert report["unchecked"] == [{"range": f"{pipeline.source}:0[0,8)", "records": 8,
+                                    "reason": "checkpoint 1: deleted by retention (the log starts at 8)"}], report
+    assert (report["covered_offsets"], report["expected_outputs"], report["actual_outputs"]) == (40, 32, 32), report
+    assert (report["lost"], report["duplicated"], report["unexpected"], report["other_producers"]) == (0, 0, 0, 1)
+    text = lockstep("verify", "--spec", str(pipeline.spec_path))
+    assert text.returncode == 2 and f"not checked: {pipeline.source}:0[0,8) (8 offsets)" in text.stdout, text.stdout

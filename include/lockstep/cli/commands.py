@@ -322,7 +322,7 @@ def _drift(spec: PipelineSpec, airflow_url: str | None) -> list[Finding]:
 
 def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import drift
-    from lockstep.ops.verify import verify_pipeline
+    from lockstep.ops.verify import exit_code, verify_pipeline
 
     def progress(seen: int) -> None:
         print(f"\rreading output: {seen} records", end="", file=sys.stderr, flush=True)
@@ -332,7 +332,7 @@ def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
     flagged = [f for f in findings if not f.explained]
     doc = {**report.to_json(), "drift": [f.to_json() for f in findings], "drift_ok": not flagged}
     _emit(args, doc, report.summary() + "\n" + drift.summary(findings))
-    return 0 if report.ok and not flagged else 1
+    return exit_code(report, drift_ok=not flagged)
 
 
 def _failpoints(args: argparse.Namespace) -> int:

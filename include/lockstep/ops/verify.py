@@ -9,18 +9,26 @@ dead-letter topics, read with ``read_committed`` - what a downstream consumer se
 Replayed dead letters (records with ``REPLAY_HEADER``) are accounted apart: one output per original
 offset each completed replay checkpoint fed to the transform (its ``replayed.json``), and no
 original offset may be in the sink more than once across the pipeline and its replays.
+
+What cannot be checked is reported, never a crash: input ranges retention deleted (below the
+source's log start), a checkpoint whose ranges Spark could not read, and output records whose
+provenance headers cannot be parsed. Records another producer wrote to the sink topics (no
+provenance headers, or provenance from a topic that is not one of this pipeline's sources) are
+counted apart and ignored. ``exit_code`` maps the result to 0 (exactly once), 1 (loss, duplicates or
+unexpected outputs found) and 2 (no problem found, but not everything could be checked).
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.connections import kafka_config
+from lockstep.errors import TransientError
 from lockstep.kafka.client_configs import JAVA
 from lockstep.kafka.topics import record_headers
-from lockstep.model.offsets import OffsetRange
+from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
     REPLAY_HEADER,
@@ -57,6 +65,61 @@ def compare_counts(expected: Counter[Key], actual: Counter[Key]) -> tuple[list[K
     return lost, duplicated, unexpected
 
 
+@dataclass(frozen=True)
+class Unchecked:
+    """Input offsets verify could not check, and why."""
+
+    range: OffsetRange
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"range": str(self.range), "records": self.range.count, "reason": self.reason}
+
+
+def clip_to_log_start(ranges: dict[int, tuple[OffsetRange, ...]], log_starts: Mapping[TopicPartition, int]
+                      ) -> tuple[dict[int, tuple[OffsetRange, ...]], list[Unchecked]]:
+    """Each checkpoint's ranges from the partition's log start on, and the parts below it, which
+    retention deleted and so can no longer be re-read to say what their outputs should be."""
+    kept: dict[int, tuple[OffsetRange, ...]] = {}
+    deleted: list[Unchecked] = []
+    for cid, rs in ranges.items():
+        clipped = []
+        for r in rs:
+            log_start = log_starts.get(r.tp, 0)
+            if r.start < log_start:
+                gone = OffsetRange(r.topic, r.partition, r.start, min(r.end, log_start))
+                deleted.append(Unchecked(gone, f"checkpoint {cid}: deleted by retention (the log starts at {log_start})"))
+            if r.end > log_start:
+                clipped.append(OffsetRange(r.topic, r.partition, max(r.start, log_start), r.end))
+        kept[cid] = tuple(clipped)
+    return kept, deleted
+
+
+def within(key: tuple[str, int, int], ranges: list[OffsetRange]) -> bool:
+    topic, partition, offset = key
+    return any(r.topic == topic and r.partition == partition and r.start <= offset < r.end for r in ranges)
+
+
+class Provenance(ValueError):
+    """A record's provenance headers are there but cannot be read."""
+
+
+def provenance(headers: Mapping[str, bytes | None]) -> Original | None:
+    """The input record an output was made from, from its provenance headers; None for a record
+    without them (another producer's). Raises `Provenance` for headers that are there but unreadable."""
+    if SOURCE_OFFSET not in headers and SOURCE_TOPIC not in headers:
+        return None
+    topic, partition, offset = (headers.get(h) for h in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET))
+    if topic is None or partition is None or offset is None:
+        missing = [h for h, v in ((SOURCE_TOPIC, topic), (SOURCE_PARTITION, partition), (SOURCE_OFFSET, offset))
+                   if v is None]
+        raise Provenance(f"provenance header{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing or empty")
+    try:
+        return topic.decode(), int(partition), int(offset)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Provenance(f"provenance headers unreadable: {exc}") from exc
+
+
 @dataclass
 class ReplayAccount:
     checked: int = 0  #: replayed outputs found (records with `REPLAY_HEADER`)
@@ -90,6 +153,17 @@ class VerifyReport:
     #: Outputs of dead-letter replays (`lockstep deadletters replay`), checked apart.
     replay: ReplayAccount = field(default_factory=ReplayAccount)
     replay_checkpoints: list[int] = field(default_factory=list)
+    #: Input offsets that could not be checked; outputs found for them are left out of the counts.
+    unchecked: list[Unchecked] = field(default_factory=list)
+    #: Output records whose provenance headers are there but unreadable, by ``topic:partition@offset``.
+    unreadable: list[str] = field(default_factory=list)
+    #: Output records another producer wrote to the sink topics, by ``topic:partition@offset``: ignored.
+    other_producers: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every covered offset and every output record could be checked."""
+        return not (self.unchecked or self.unreadable)
 
     @property
     def ok(self) -> bool:
@@ -111,12 +185,29 @@ class VerifyReport:
                              "lost_sample": sample(self.replay.lost),
                              "duplicated_sample": sample(self.replay.duplicated),
                              "unexpected_sample": sample(self.replay.unexpected),
-                             "in_sink_twice_sample": sample(self.replay.sink_twice)}}
+                             "in_sink_twice_sample": sample(self.replay.sink_twice)},
+                "complete": self.complete, "unchecked": [u.to_json() for u in self.unchecked],
+                "unchecked_offsets": sum(u.range.count for u in self.unchecked),
+                "unreadable": len(self.unreadable), "unreadable_sample": self.unreadable[:20],
+                "other_producers": len(self.other_producers), "other_producers_sample": self.other_producers[:20]}
 
     def summary(self) -> str:
         return (f"verified {len(self.checkpoints)} completed checkpoints covering {self.covered_offsets} input offsets: "
                 f"{self.expected_outputs} outputs expected, {self.actual_outputs} found; {len(self.lost)} lost, "
-                f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected" + self._replay_summary())
+                f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected" + self._replay_summary()
+                + self._gaps_summary())
+
+    def _gaps_summary(self) -> str:
+        lines = []
+        for u in self.unchecked:
+            lines.append(f"\nnot checked: {u.range} ({u.range.count} offsets): {u.reason}")
+        if self.unreadable:
+            lines.append(f"\nnot checked: {len(self.unreadable)} output records with unreadable provenance headers, "
+                         f"for example {', '.join(self.unreadable[:3])}")
+        if self.other_producers:
+            lines.append(f"\nignored: {len(self.other_producers)} records of other producers in the sink topics, "
+                         f"for example {', '.join(self.other_producers[:3])}")
+        return "".join(lines)
 
     def _replay_summary(self) -> str:
         r = self.replay
@@ -137,36 +228,70 @@ def completed_ranges(store: CheckpointStore, since: int | None) -> dict[int, tup
     return result
 
 
-def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]]
-                     ) -> Counter[Offset]:
+def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]],
+                     unchecked: list[Unchecked] | None = None) -> Counter[Offset]:
+    """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
+    ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error."""
+    from lockstep.errors import root_cause
+
     transform = load_transform(spec)
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Spark's Kafka source
     expected: Counter[Offset] = Counter()
-    for rs in ranges.values():
+    for cid, rs in ranges.items():
         if not rs:
             continue
-        rows = transform(read_ranges(spark, kafka, rs)).select("topic", "partition", "offset").collect()
+        try:
+            rows = transform(read_ranges(spark, kafka, rs)).select("topic", "partition", "offset").collect()
+        except Exception as exc:
+            if unchecked is None:
+                raise
+            unchecked.extend(Unchecked(r, f"checkpoint {cid}: its input could not be read: {root_cause(exc)}")
+                             for r in rs)
+            continue
         expected.update((r["topic"], r["partition"], r["offset"]) for r in rows)
     return expected
 
 
-def actual_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None
-                   ) -> Counter[Offset]:
-    return read_outputs(spec, since, progress)[0]
+@dataclass
+class Outputs:
+    """What the sink topics hold, per original input offset."""
+
+    actual: Counter[Offset] = field(default_factory=Counter)  #: the pipeline's own outputs (from ``since`` on)
+    replayed: Counter[Original] = field(default_factory=Counter)  #: outputs of dead-letter replays
+    in_sink: Counter[Original] = field(default_factory=Counter)  #: sink records of both
+    unreadable: list[str] = field(default_factory=list)
+    other_producers: list[str] = field(default_factory=list)
+
+    def add(self, spec: PipelineSpec, since: int | None, where: str, topic: str,
+            headers: Mapping[str, bytes | None]) -> None:
+        """One output record at ``where`` (``topic:partition@offset``) of sink topic ``topic``."""
+        try:
+            original = provenance(headers)
+            if original is not None and REPLAY_HEADER not in headers and since:
+                if int(headers.get(CHECKPOINT_HEADER) or b"0") < since:
+                    return
+        except (Provenance, ValueError) as exc:
+            self.unreadable.append(f"{where} ({exc})")
+            return
+        if original is None or original[0] not in spec.source.topics:
+            self.other_producers.append(where)  # not this pipeline's: no provenance, or another source
+            return
+        if REPLAY_HEADER in headers:
+            self.replayed[original] += 1
+        else:
+            self.actual[original] += 1
+        if topic == spec.sink.topic:
+            self.in_sink[original] += 1
 
 
-def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None
-                 ) -> tuple[Counter[Offset], Counter[Original], Counter[Original]]:
-    """Per original input offset: the pipeline's own outputs (from checkpoint ``since`` on), the
-    replayed ones (every replay), and the sink records of both (those of the pipeline from ``since`` on)."""
+def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None) -> Outputs:
+    """Every committed record of the sink and dead-letter topics, sorted into `Outputs`."""
     from confluent_kafka import Consumer, TopicPartition
 
     config = kafka_config(spec.sink.kafka_conn_id)
     consumer = Consumer({**config, "group.id": f"lockstep-verify-{spec.name}", "isolation.level": "read_committed",
                          "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    actual: Counter[Offset] = Counter()
-    replayed: Counter[Original] = Counter()
-    in_sink: Counter[Original] = Counter()
+    outputs = Outputs()
     try:
         assignment = []
         for topic in (spec.sink.topic, spec.sink.dead_letter_topic):
@@ -183,50 +308,62 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
                     if error.code() == -191:  # _PARTITION_EOF: reached the last stable offset
                         remaining.discard((msg.topic(), msg.partition()))
                         continue
-                    raise RuntimeError(f"reading {msg.topic()}: {error}")
-                headers = dict(record_headers(msg))
-                if SOURCE_OFFSET not in headers:
-                    # Not written by Lockstep: no provenance to audit; counted as unexpected.
-                    partition, offset = msg.partition(), msg.offset()
-                    assert partition is not None and offset is not None  # a consumed record has both
-                    actual[(f"(no provenance) {msg.topic()}", partition, offset)] += 1
-                    continue
-                # Lockstep's headers always carry a value; a record with a valueless one fails here.
-                original = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION]),  # type: ignore[union-attr, arg-type]
-                            int(headers[SOURCE_OFFSET]))  # type: ignore[arg-type]
-                if REPLAY_HEADER in headers:
-                    replayed[original] += 1
-                elif since and int(headers.get(CHECKPOINT_HEADER, b"0")) < since:  # type: ignore[arg-type]  # as above
-                    continue
-                else:
-                    actual[original] += 1
-                if msg.topic() == spec.sink.topic:
-                    in_sink[original] += 1
+                    raise TransientError(f"reading {msg.topic()} to verify {spec.name}: {error}; try again")
+                where = msg.topic()
+                assert where is not None  # a consumed record has its topic
+                outputs.add(spec, since, f"{where}:{msg.partition()}@{msg.offset()}", where, dict(record_headers(msg)))
                 seen += 1
             if progress:
                 progress(seen)
     finally:
         consumer.close()
-    return actual, replayed, in_sink
+    return outputs
 
 
 def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since: int | None = None,
-           progress: Callable[[int], None] | None = None, replay_store: CheckpointStore | None = None) -> VerifyReport:
-    """``replay_store``: the store of the spec's replay pipeline (opened from the spec when None)."""
+           progress: Callable[[int], None] | None = None, replay_store: CheckpointStore | None = None,
+           log_starts: Mapping[TopicPartition, int] | None = None) -> VerifyReport:
+    """``replay_store``: the store of the spec's replay pipeline (opened from the spec when None);
+    ``log_starts``: the source partitions' log start offsets (read from the source when None)."""
     if replay_store is None:
         from lockstep.spark.replay import replay_spec
         from lockstep.steps.client_factory import checkpoint_store
 
         replay_store = checkpoint_store(replay_spec(spec))
-    ranges = completed_ranges(store, since)
-    expected = expected_outputs(spec, spark, ranges)
+    covered = completed_ranges(store, since)
+    if log_starts is None:
+        log_starts = source_log_starts(spec, covered)
+    ranges, unchecked = clip_to_log_start(covered, log_starts)
+    expected = expected_outputs(spec, spark, ranges, unchecked)
     replays = completed_replays(replay_store)
-    actual, replayed, in_sink = read_outputs(spec, since, progress)
-    report = VerifyReport(sorted(ranges), sum(r.count for rs in ranges.values() for r in rs),
+    outputs = read_outputs(spec, since, progress)
+    gone = [u.range for u in unchecked]
+    expected = Counter({k: n for k, n in expected.items() if not within(k, gone)})
+    actual = Counter({k: n for k, n in outputs.actual.items() if not within(k, gone)})
+    report = VerifyReport(sorted(covered), sum(r.count for rs in covered.values() for r in rs),
                           sum(expected.values()), sum(actual.values()),
-                          replay=account(fed_counter(replays), replayed, in_sink), replay_checkpoints=sorted(replays))
+                          replay=account(fed_counter(replays), outputs.replayed, outputs.in_sink),
+                          replay_checkpoints=sorted(replays), unchecked=unchecked, unreadable=outputs.unreadable,
+                          other_producers=outputs.other_producers)
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     return report
+
+
+def source_log_starts(spec: PipelineSpec, ranges: dict[int, tuple[OffsetRange, ...]]) -> dict[TopicPartition, int]:
+    """The log start offset of every partition the ranges cover, from the source cluster."""
+    from lockstep.kafka.broker_offsets import log_start_offsets
+    from lockstep.steps.client_factory import kafka_admin
+
+    tps = sorted({r.tp for rs in ranges.values() for r in rs})
+    return log_start_offsets(kafka_admin(spec.source.kafka_conn_id), tps) if tps else {}
+
+
+def exit_code(report: VerifyReport, drift_ok: bool = True) -> int:
+    """0: exactly once, all checked; 1: loss, duplicates or unexpected outputs (or drift) found;
+    2: nothing wrong found, but not everything could be checked (``report.unchecked`` says what)."""
+    if not report.ok or not drift_ok:
+        return 1
+    return 0 if report.complete else 2
 
 
 def verify_pipeline(spec: PipelineSpec, since: int | None = None,

@@ -1,0 +1,106 @@
+"""What verify decides without services: which covered offsets can still be checked, how an output
+record's provenance is read, which records are another producer's, and the exit code."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.output_contract import CHECKPOINT_HEADER, REPLAY_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.ops.verify import (
+    Outputs,
+    Provenance,
+    Unchecked,
+    VerifyReport,
+    clip_to_log_start,
+    exit_code,
+    provenance,
+    within,
+)
+from tests.support.fake_pipeline import DEAD_LETTERS, SINK, SOURCE, spec
+
+
+def headers(topic: str = SOURCE, partition: bytes | None = b"0", offset: bytes | None = b"7", **more: bytes | None
+            ) -> dict[str, bytes | None]:
+    return {SOURCE_TOPIC: topic.encode(), SOURCE_PARTITION: partition, SOURCE_OFFSET: offset, **more}
+
+
+def test_ranges_below_the_log_start_are_cut_off_and_named_with_their_checkpoint():
+    ranges = {1: (OffsetRange(SOURCE, 0, 0, 10), OffsetRange(SOURCE, 1, 0, 10)), 2: (OffsetRange(SOURCE, 0, 10, 20),)}
+    kept, deleted = clip_to_log_start(ranges, {TopicPartition(SOURCE, 0): 15, TopicPartition(SOURCE, 1): 0})
+    assert kept == {1: (OffsetRange(SOURCE, 1, 0, 10),), 2: (OffsetRange(SOURCE, 0, 15, 20),)}
+    assert [(u.range, u.reason) for u in deleted] == [
+        (OffsetRange(SOURCE, 0, 0, 10), "checkpoint 1: deleted by retention (the log starts at 15)"),
+        (OffsetRange(SOURCE, 0, 10, 15), "checkpoint 2: deleted by retention (the log starts at 15)"),
+    ]
+
+
+def test_nothing_is_cut_while_the_log_still_holds_every_range():
+    ranges = {1: (OffsetRange(SOURCE, 0, 5, 10),)}
+    assert clip_to_log_start(ranges, {TopicPartition(SOURCE, 0): 5}) == (ranges, [])
+
+
+def test_within_is_half_open_and_per_partition():
+    gone = [OffsetRange(SOURCE, 0, 10, 15)]
+    assert within((SOURCE, 0, 10), gone) and within((SOURCE, 0, 14), gone)
+    assert not within((SOURCE, 0, 15), gone) and not within((SOURCE, 1, 12), gone) and not within(("x", 0, 12), gone)
+
+
+def test_provenance_reads_the_headers_and_tells_absent_from_unreadable():
+    assert provenance(headers()) == (SOURCE, 0, 7)
+    assert provenance({"currency": b"EUR"}) is None  # no provenance at all: another producer's record
+    with pytest.raises(Provenance, match=f"{SOURCE_OFFSET} missing or empty"):
+        provenance(headers(offset=None))
+    with pytest.raises(Provenance, match="unreadable"):
+        provenance(headers(partition=b"zero"))
+
+
+def test_outputs_sort_records_into_own_replayed_unreadable_and_other_producers():
+    s = spec()
+    out = Outputs()
+    out.add(s, None, f"{SINK}:0@0", SINK, headers())
+    out.add(s, None, f"{DEAD_LETTERS}:0@0", DEAD_LETTERS, headers(offset=b"8"))
+    out.add(s, None, f"{SINK}:0@1", SINK, headers(offset=b"9", **{REPLAY_HEADER: b"3"}))
+    out.add(s, None, f"{SINK}:0@2", SINK, {"k": b"v"})  # no provenance
+    out.add(s, None, f"{SINK}:0@3", SINK, headers(topic="another-pipelines-source"))
+    out.add(s, None, f"{SINK}:0@4", SINK, headers(offset=None))
+    assert dict(out.actual) == {(SOURCE, 0, 7): 1, (SOURCE, 0, 8): 1}
+    assert dict(out.replayed) == {(SOURCE, 0, 9): 1}
+    assert dict(out.in_sink) == {(SOURCE, 0, 7): 1, (SOURCE, 0, 9): 1}  # the dead letter is not in the sink
+    assert out.other_producers == [f"{SINK}:0@2", f"{SINK}:0@3"]
+    assert out.unreadable == [f"{SINK}:0@4 (provenance header {SOURCE_OFFSET} missing or empty)"]
+
+
+def test_outputs_of_checkpoints_before_since_are_left_out():
+    out = Outputs()
+    out.add(spec(), 5, f"{SINK}:0@0", SINK, headers(**{CHECKPOINT_HEADER: b"4"}))
+    out.add(spec(), 5, f"{SINK}:0@1", SINK, headers(offset=b"8", **{CHECKPOINT_HEADER: b"5"}))
+    assert dict(out.actual) == {(SOURCE, 0, 8): 1}
+
+
+def report(**fields: object) -> VerifyReport:
+    r = VerifyReport([1], 10, 10, 10)
+    for name, value in fields.items():
+        setattr(r, name, value)
+    return r
+
+
+def test_exit_codes_say_exactly_once_found_wrong_or_not_all_checked():
+    gap = [Unchecked(OffsetRange(SOURCE, 0, 0, 5), "checkpoint 1: deleted by retention (the log starts at 5)")]
+    assert exit_code(report()) == 0
+    assert exit_code(report(other_producers=[f"{SINK}:0@2"])) == 0  # ignored, not a finding
+    assert exit_code(report(unchecked=gap)) == 2
+    assert exit_code(report(unreadable=[f"{SINK}:0@4 (...)"])) == 2
+    assert exit_code(report(unchecked=gap, lost=[(SOURCE, 0, 7)])) == 1  # a finding wins over a gap
+    assert exit_code(report(), drift_ok=False) == 1
+
+
+def test_the_report_names_what_was_not_checked_and_what_was_ignored():
+    gap = Unchecked(OffsetRange(SOURCE, 0, 0, 5), "checkpoint 1: deleted by retention (the log starts at 5)")
+    r = report(unchecked=[gap], unreadable=[f"{SINK}:0@4 (bad)"], other_producers=[f"{SINK}:0@2"])
+    text = r.summary()
+    assert f"not checked: {SOURCE}:0[0,5) (5 offsets): checkpoint 1: deleted by retention" in text
+    assert f"1 output records with unreadable provenance headers, for example {SINK}:0@4 (bad)" in text
+    assert f"ignored: 1 records of other producers in the sink topics, for example {SINK}:0@2" in text
+    doc = r.to_json()
+    assert doc["complete"] is False and doc["unchecked_offsets"] == 5 and doc["other_producers"] == 1
+    assert doc["unchecked"] == [{"range": f"{SOURCE}:0[0,5)", "records": 5, "reason": gap.reason}]
