@@ -142,6 +142,22 @@ class DeletedRangesError(TerminalError):
         )
 
 
+class TopicRecreatedError(TerminalError):
+    """A source topic has another topic id than when the last completed checkpoint was planned: it was
+    deleted and created again, so the stored offsets point into a different log."""
+
+    def __init__(self, checkpoint_id: int, recreated: Iterable[tuple[str, str, str]]) -> None:
+        self.recreated: tuple[tuple[str, str, str], ...] = tuple(recreated)
+        lines = [f"  {topic}: topic id {old} at checkpoint {checkpoint_id}, {new} now" for topic, old, new in self.recreated]
+        super().__init__(
+            f"source topic{'s' if len(self.recreated) > 1 else ''} deleted and created again since checkpoint "
+            f"{checkpoint_id}:\n" + "\n".join(lines) + "\n"
+            "Its stored offsets belong to the old topic: reading the new one from them would skip or misread "
+            "records. Choose where to read the new topic from: set source.on_topic_recreated: earliest (all of "
+            "it) or latest (only what comes next), or restore from a time (--restore-from time:<ISO time>)."
+        )
+
+
 class OffsetAheadError(TerminalError):
     """A start offset lies beyond the end of the log (the topic was probably deleted and recreated)."""
 

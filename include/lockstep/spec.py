@@ -45,6 +45,10 @@ class SourceSpec:
     kafka_conn_id: str
     auto_offset_reset: str
     consumer_group: str
+    #: What the plan does when a source topic was deleted and created again since the last completed
+    #: checkpoint (its topic id changed): ``fail`` (refuse, the default), ``earliest`` or ``latest``
+    #: (read the new topic from its start, or from its end).
+    on_topic_recreated: str = "fail"
 
 
 WRITERS = ("jvm", "python")
@@ -227,7 +231,8 @@ def _topics(c: _Checker, value: object) -> tuple[str, ...]:
 
 
 def _source(c: _Checker, doc: object, name: str) -> SourceSpec:
-    d = c.section(doc, "source", {"topics", "kafka_conn_id", "auto_offset_reset", "consumer_group"}, optional=False)
+    d = c.section(doc, "source", {"topics", "kafka_conn_id", "auto_offset_reset", "consumer_group", "on_topic_recreated"},
+                  optional=False)
     checked = _topics(c, d.get("topics"))
     reset = c.text(d, "source", "auto_offset_reset", "earliest", re.compile("earliest|latest"), "must be earliest or latest")
     return SourceSpec(
@@ -235,6 +240,8 @@ def _source(c: _Checker, doc: object, name: str) -> SourceSpec:
         kafka_conn_id=c.text(d, "source", "kafka_conn_id", "kafka_default"),
         auto_offset_reset=reset,
         consumer_group=c.text(d, "source", "consumer_group", f"lockstep-{name}"),
+        on_topic_recreated=c.text(d, "source", "on_topic_recreated", "fail", re.compile("fail|earliest|latest"),
+                                  "must be fail, earliest or latest"),
     )
 
 

@@ -430,3 +430,46 @@ def test_verify_reports_a_range_retention_deleted_and_ignores_another_producers_
     assert (report["lost"], report["duplicated"], report["unexpected"], report["other_producers"]) == (0, 0, 0, 1)
     text = lockstep("verify", "--spec", str(pipeline.spec_path))
     assert text.returncode == 2 and f"not checked: {pipeline.source}:0[0,8) (8 offsets)" in text.stdout, text.stdout
+
+
+def test_a_recreated_source_topic_is_refused_then_read_whole_under_the_policy(tmp_path, bootstrap, unique):
+    """The source topic is deleted and created again, and grows past the stored offsets: the next run
+    refuses (never a silent skip into the new log), names the topic and both ids; with
+    ``source.on_topic_recreated: earliest`` it reads all of the new topic, exactly once."""
+    import yaml
+    from confluent_kafka.admin import AdminClient
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 40)  # 20 per partition
+    assert run(pipeline).returncode == 0
+    old_ids = store(pipeline).view(1).claim.topic_ids
+    assert set(old_ids) == {pipeline.source}
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([pipeline.source])[pipeline.source].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker creates a deleted topic's name again only once the deletion is done
+        try:
+            create_topics(bootstrap, {pipeline.source: 2})
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    produce_orders(pipeline, 160)  # 80 per partition: offsets 0..79, past the stored 20
+
+    refused = run(pipeline)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"{pipeline.source}: topic id {old_ids[pipeline.source]} at checkpoint 1" in refused.stderr, refused.stderr
+    assert "source.on_topic_recreated: earliest" in refused.stderr.strip().splitlines()[-1], refused.stderr
+    assert list(store(pipeline).checkpoint_ids()) == [1]
+
+    spec = yaml.safe_load(pipeline.spec_path.read_text())
+    spec["source"]["on_topic_recreated"] = "earliest"
+    pipeline.spec_path.write_text(yaml.safe_dump(spec))
+    assert run(pipeline).returncode == 0
+    view = store(pipeline).view(2)
+    assert view.status is CheckpointStatus.COMPLETED and view.prepared.records_in == 160
+    assert view.completed.topic_ids[pipeline.source] != old_ids[pipeline.source]
+    report = verify(pipeline, "--since-checkpoint", "2")  # checkpoint 1's offsets name the old topic's records
+    assert report["ok"] and report["expected_outputs"] == report["actual_outputs"] == 160, report

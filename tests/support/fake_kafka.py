@@ -15,6 +15,7 @@ committer hands out for them compares equal.
 """
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -148,10 +149,13 @@ class FakeSource:
     def __init__(self) -> None:
         self.topics: dict[str, list[FakePartition]] = {}
         self.groups: dict[str, dict[tuple[str, int], int]] = {}
+        self.topic_ids: dict[str, str] = {}
         self.admin = _FakeAdmin(self)
 
     def create_topic(self, name: str, partitions: int) -> None:
+        """A new topic, with a new topic id (also when one of that name existed before: recreation)."""
         self.topics[name] = [FakePartition() for _ in range(partitions)]
+        self.topic_ids[name] = f"{name}-id-{len(self.topic_ids) + 1}-{uuid.uuid4().hex[:6]}"
 
     def produce(self, topic: str, partition: int, count: int, timestamp_ms: int = 0) -> None:
         self.topics[topic][partition].timestamps.extend([timestamp_ms] * count)
@@ -189,6 +193,9 @@ class _FakeAdmin:
         found = {name: SimpleNamespace(error=None, partitions={i: SimpleNamespace(id=i) for i in range(len(parts))})
                  for name, parts in self._source.topics.items() if topic is None or name == topic}
         return SimpleNamespace(topics=found)
+
+    def describe_topics(self, topics: Any, **kwargs: Any) -> dict[str, Future]:
+        return {name: _done(SimpleNamespace(topic_id=self._source.topic_ids[name])) for name in topics.topic_names}
 
     def list_offsets(self, request: dict[Any, Any], isolation_level: Any = None, request_timeout: float = -1,
                      **_: Any) -> dict[Any, Future]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -228,3 +229,15 @@ def test_a_run_failure_round_trips_and_names_its_schema():
     assert failure.to_json()["schema"] == RUN_FAILURE_SCHEMA
     assert RunFailure.from_json(failure.to_json()) == failure
 
+
+
+def test_topic_ids_round_trip_and_documents_without_them_still_read():
+    recorded = replace(claim(), topic_ids={"orders": "AAAAAAAAAHsAAAAAAAAByA"})
+    assert CheckpointClaim.from_json(json.loads(json.dumps(recorded.to_json()))) == recorded
+    assert "topic_ids" not in claim().to_json()  # as claims of earlier versions: absent, read as {}
+    assert CheckpointClaim.from_json(claim().to_json()).topic_ids == {}
+    done = CompletedCheckpoint("orders", 42, "2026-01-01T00:00:00+00:00", {"orders:0": 5}, ("t-42-0",),
+                               {"orders": "AAAAAAAAAHsAAAAAAAAByA"})
+    assert CompletedCheckpoint.from_json(done.to_json()) == done
+    with pytest.raises(MetadataError, match="topic_ids"):
+        CheckpointClaim.from_json({**recorded.to_json(), "topic_ids": {"orders": 7}})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.errors import CheckpointError, TerminalError
+from lockstep.errors import CheckpointError, TerminalError, TopicRecreatedError
 from lockstep.model.checkpoint import CheckpointStatus, RunFailure
 from lockstep.steps import coordinator
 from tests.support.fake_kafka import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING
@@ -191,6 +191,52 @@ def test_a_plan_reads_the_history_again_after_recovery_changed_it(world: FakeWor
     assert status(world, 2) is CheckpointStatus.COMPLETED  # rolled forward by recovery
     # planned on the history as recovery left it, not as the plan first read it
     assert plan.claim.checkpoint_id == 3 and plan.claim.start_source == "checkpoint:2"
+
+
+def test_the_claim_and_the_completed_checkpoint_record_the_source_topics_ids(world: FakeWorld):
+    plan = complete(world, "run-1")
+    expected = {SOURCE: world.source.topic_ids[SOURCE]}
+    assert plan.claim.topic_ids == expected
+    assert world.store.view(1).claim.topic_ids == expected and world.store.view(1).completed.topic_ids == expected
+
+
+def recreate(w: FakeWorld, records: int) -> None:
+    """Delete the source topic and create it again, with more records than the old end offsets."""
+    w.source.create_topic(SOURCE, 2)
+    w.source.produce(SOURCE, 0, records)
+    w.source.produce(SOURCE, 1, records)
+
+
+def test_a_recreated_source_topic_is_refused_naming_the_topic_both_ids_and_the_ways_out(world: FakeWorld):
+    complete(world, "run-1")  # ends at 30 and 20
+    old = world.source.topic_ids[SOURCE]
+    recreate(world, 80)  # past the old end offsets: starting from them would skip 50 + 60 records silently
+    with pytest.raises(TopicRecreatedError) as refused:
+        coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    message = str(refused.value)
+    assert f"{SOURCE}: topic id {old} at checkpoint 1, {world.source.topic_ids[SOURCE]} now" in message
+    assert "source.on_topic_recreated: earliest" in message and "--restore-from time:" in message
+    assert list(world.store.checkpoint_ids()) == [1]  # nothing claimed
+
+
+@pytest.mark.parametrize(("policy", "start"), [("earliest", 0), ("latest", 80)])
+def test_on_topic_recreated_reads_the_new_topic_from_its_start_or_its_end(monkeypatch, policy: str, start: int):
+    w = fake_world(monkeypatch, spec(source={"on_topic_recreated": policy}), partitions=2)
+    w.source.produce(SOURCE, 0, 30)
+    complete(w, "run-1")
+    recreate(w, 80)
+    plan = complete(w, "run-2")
+    assert starts(plan) == {f"{SOURCE}:0": start, f"{SOURCE}:1": start}
+    assert ends(plan) == {f"{SOURCE}:0": 80, f"{SOURCE}:1": 80}
+    assert plan.claim.topic_ids == {SOURCE: w.source.topic_ids[SOURCE]}
+    assert complete(w, "run-3").range_plan.total_records == 0  # the new id is the one recorded now
+
+
+def test_an_explicit_restore_is_not_judged_by_the_last_checkpoints_topic_ids(world: FakeWorld):
+    complete(world, "run-1")
+    recreate(world, 80)
+    plan = coordinator.plan(world.pipeline, "run-2", restore="time:1970-01-01T00:00:00+00:00", run_alive=dead)
+    assert starts(plan) == {f"{SOURCE}:0": 0, f"{SOURCE}:1": 0}
 
 
 # ---- recover ---------------------------------------------------------------------------------------

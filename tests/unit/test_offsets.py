@@ -293,3 +293,11 @@ def test_a_restore_plan_names_topics_added_to_the_spec_since_the_restore_point()
     assert text[2].endswith("added since the restore point: read from its start")
     assert text[-1] == ("55 records would be written again, 0 read for the first time; 1 partition added to "
                         "source.topics since the restore point")
+
+
+def test_only_topics_with_a_recorded_and_a_different_id_count_as_recreated():
+    from lockstep.rules.start_offsets import recreated_topics
+
+    assert recreated_topics({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == [("b", "2", "3")]
+    assert recreated_topics({}, {"a": "1"}) == []  # a claim of an earlier version records none: not judged
+    assert recreated_topics({"gone": "1"}, {}) == []  # a topic no longer read is not judged either

@@ -90,6 +90,7 @@ def test_defaults_are_filled_in() -> None:
     assert spec.source.kafka_conn_id == "kafka_default"
     assert spec.source.auto_offset_reset == "earliest"
     assert spec.source.consumer_group == "lockstep-orders-enrich"
+    assert spec.source.on_topic_recreated == "fail"
     assert spec.sink.kafka_conn_id == "kafka_default"
     assert spec.sink.writer == "jvm"
     assert spec.checkpoints.aws_conn_id == "aws_default"
@@ -152,7 +153,7 @@ def test_bad_transform(transform: str) -> None:
 def test_every_problem_is_reported_at_once_with_file_and_field() -> None:
     doc = {
         "name": "Orders!",
-        "source": {"topics": ["ok", "bad topic"], "auto_offset_reset": "newest"},
+        "source": {"topics": ["ok", "bad topic"], "auto_offset_reset": "newest", "on_topic_recreated": "skip"},
         "transform": "nocolon",
         "sink": {"topic": "out"},
         "checkpoints": {"store": "s3://lockstep", "max_records": 0, "retain": 0, "skip_deleted_ranges": "yes"},
@@ -165,6 +166,7 @@ def test_every_problem_is_reported_at_once_with_file_and_field() -> None:
         "name",
         "source.topics[1]",
         "source.auto_offset_reset",
+        "source.on_topic_recreated",
         "transform",
         "sink.dead_letter_topic",
         "checkpoints.max_records",

@@ -13,9 +13,9 @@ from lockstep.model.offsets import TopicPartition
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from confluent_kafka import IsolationLevel, Message
+    from confluent_kafka import IsolationLevel, Message, TopicCollection
     from confluent_kafka import TopicPartition as KafkaTopicPartition
-    from confluent_kafka.admin import ClusterMetadata, ListOffsetsResultInfo, OffsetSpec
+    from confluent_kafka.admin import ClusterMetadata, ListOffsetsResultInfo, OffsetSpec, TopicDescription
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
@@ -28,6 +28,9 @@ class TopicAdmin(Protocol):
     admin of an in-memory source (``tests/support/fake_kafka.FakeSource.admin``)."""
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...
+
+    def describe_topics(self, topics: TopicCollection, /, *,
+                        request_timeout: float) -> Mapping[str, Future[TopicDescription]]: ...
 
     def list_offsets(self, topic_partition_offsets: dict[KafkaTopicPartition, OffsetSpec], /, *,
                      isolation_level: IsolationLevel, request_timeout: float
@@ -64,6 +67,22 @@ def partitions(admin: TopicAdmin, topics: Iterable[str]) -> list[TopicPartition]
                                 f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
         result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
     return result
+
+
+def topic_ids(admin: TopicAdmin, topics: Iterable[str]) -> dict[str, str]:
+    """Each topic's id (Kafka's topic UUID, printed as Kafka's own tools print it). Deleting a topic
+    and creating it again under the same name gives it a new id, and a new log from offset 0."""
+    from confluent_kafka import TopicCollection
+
+    names = list(dict.fromkeys(topics))
+    if not names:
+        return {}
+
+    def call() -> dict[str, str]:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+        return {name: str(future.result(timeout=TIMEOUT_S).topic_id) for name, future in futures.items()}
+
+    return with_retries(f"reading the topic ids of {', '.join(names)}", call)
 
 
 def record_headers(msg: Message) -> list[tuple[str, bytes | None]]:

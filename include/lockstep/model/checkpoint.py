@@ -118,6 +118,13 @@ class _Reader:
             raise MetadataError(self.key, f"field {name!r} must map partitions to non-negative integers")
         return dict(raw)
 
+    def topic_ids(self, name: str) -> dict[str, str]:
+        """An optional map of topic name -> topic id (absent in documents of earlier versions)."""
+        raw = self.doc.get(name) or {}
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+            raise MetadataError(self.key, f"field {name!r} must map topic names to topic ids")
+        return dict(raw)
+
     def ranges(self, name: str) -> tuple[OffsetRange, ...]:
         raw = self.get(name, list)
         return self.convert(name, lambda: tuple(OffsetRange.from_json(r) for r in raw))
@@ -214,6 +221,9 @@ class CheckpointClaim:
     restored_from: str | None = None
     skipped: Mapping[str, int] = field(default_factory=dict)
     planned_with: PlannedWith | None = None
+    #: Each source topic's topic id when the checkpoint was planned (a recreated topic has a new one);
+    #: empty in claims of earlier versions, which are then not checked.
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def end_offsets(self) -> dict[str, int]:
@@ -232,6 +242,8 @@ class CheckpointClaim:
         }
         if self.planned_with is not None:  # absent, as in claims of earlier versions, when unknown
             doc["planned_with"] = self.planned_with.to_json()
+        if self.topic_ids:
+            doc["topic_ids"] = dict(self.topic_ids)
         return doc
 
     @classmethod
@@ -245,7 +257,7 @@ class CheckpointClaim:
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int), run_id=r.get("run_id", str),
             claimed_at=r.get("claimed_at", str), ranges=r.ranges("ranges"), start_source=r.get("start_source", str),
             restored_from=r.get("restored_from", str, optional=True), skipped=r.offsets("skipped"),
-            planned_with=planned_with,
+            planned_with=planned_with, topic_ids=r.topic_ids("topic_ids"),
         ))
 
 
@@ -334,12 +346,17 @@ class CompletedCheckpoint:
     completed_at: str
     end_offsets: Mapping[str, int]
     committed: tuple[str, ...]
+    #: The source topics' ids the end offsets belong to (from the claim; empty before Lockstep recorded them).
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "schema": COMPLETED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "completed_at": self.completed_at, "end_offsets": dict(self.end_offsets), "committed": list(self.committed),
         }
+        if self.topic_ids:
+            doc["topic_ids"] = dict(self.topic_ids)
+        return doc
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<completed>") -> CompletedCheckpoint:
@@ -350,6 +367,7 @@ class CompletedCheckpoint:
         return cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             completed_at=r.get("completed_at", str), end_offsets=r.offsets("end_offsets"), committed=tuple(committed),
+            topic_ids=r.topic_ids("topic_ids"),
         )
 
 

@@ -4,9 +4,10 @@ group or a time, and what a restore would skip or read again (pure).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+from lockstep.errors import TopicRecreatedError
 from lockstep.model.offsets import Offsets, TopicPartition, offset_of
 
 
@@ -179,3 +180,33 @@ def describe_restore(rows: Iterable[RestoreRow]) -> list[str]:
                  + (f"; {added} partition{'s' if added > 1 else ''} added to source.topics since the restore point"
                     if added else ""))
     return lines
+
+
+#: The origin of a partition of a recreated topic read under ``source.on_topic_recreated``.
+RECREATED = "topic-recreated"
+
+
+def recreated_topics(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(topic, recorded id, current id) of every topic whose id changed: deleted and created again.
+    A topic without a recorded id (a claim of an earlier version, a topic added since) is not judged."""
+    return [(topic, recorded[topic], now[topic]) for topic in sorted(recorded)
+            if topic in now and now[topic] != recorded[topic]]
+
+
+def after_recreation(starts: StartOffsets, recreated: list[tuple[str, str, str]], policy: str, checkpoint_id: int,
+                     log_start_offsets: Offsets, stable_end_offsets: Offsets) -> StartOffsets:
+    """Start offsets once recreated topics are accounted for: refused under policy ``fail`` (never a
+    silent skip into the new topic); from the new topic's start (``earliest``) or end (``latest``)."""
+    if not recreated:
+        return starts
+    if policy == "fail":
+        raise TopicRecreatedError(checkpoint_id, recreated)
+    if policy not in ("earliest", "latest"):
+        raise ValueError(f"on_topic_recreated must be fail, earliest or latest, got {policy!r}")
+    table = log_start_offsets if policy == "earliest" else stable_end_offsets
+    topics = {topic for topic, _, _ in recreated}
+    offsets, origins = dict(starts.offsets), dict(starts.origins)
+    for tp in offsets:
+        if tp.topic in topics:
+            offsets[tp], origins[tp] = offset_of(table, tp), f"{RECREATED}:{policy}"
+    return replace(starts, offsets=offsets, origins=origins)

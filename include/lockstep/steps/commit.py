@@ -92,7 +92,8 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
         _await_markers(committer, checkpoint_id, decision.commit)
     failpoints.hit("commit.after_kafka_commit")
     committed = tuple(t.transactional_id for t in prepared.transactions)
-    completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), view.claim.end_offsets, committed)
+    completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), view.claim.end_offsets, committed,
+                                    view.claim.topic_ids)
     p.store.mark_completed(completed)
     log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
              prepared.records_out, prepared.records_dead_lettered, len(committed))

@@ -25,11 +25,13 @@ from lockstep.rules.start_offsets import (
     TIME_PREFIX,
     OffsetSource,
     RestoreRow,
+    after_recreation,
     choose_start_offsets,
     describe_dropped,
     describe_restore,
     offsets_at_time,
     parse_restore_time,
+    recreated_topics,
     restore_diff,
     restore_totals,
 )
@@ -74,6 +76,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         failpoints.hit("plan.after_recovery")
     latest, next_id = history.latest, history.next_id
     tps = topics.partitions(p.source_admin, p.spec.source.topics)
+    ids = topics.topic_ids(p.source_admin, p.spec.source.topics)
     log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
     stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
     starts = choose_start_offsets(
@@ -83,6 +86,16 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         group=OffsetSource.group(broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
         if latest is None and restore is None else None,
     )
+    if restore is None and latest is not None:
+        # The last completed checkpoint's offsets belong to the topics as they were then.
+        recreated = recreated_topics(latest.claim.topic_ids, ids)
+        starts = after_recreation(starts, recreated, p.spec.source.on_topic_recreated, latest.checkpoint_id,
+                                  log_start, stable_end)
+        for topic, old, new in recreated:
+            log.warning("checkpoint %d: source topic %s was deleted and created again since checkpoint %d (topic id "
+                        "%s, now %s); reading it from its %s (source.on_topic_recreated)", next_id, topic,
+                        latest.checkpoint_id, old, new, "start" if p.spec.source.on_topic_recreated == "earliest"
+                        else "end")
     if (dropped := describe_dropped(starts)) is not None:
         log.warning("checkpoint %d: %s", next_id, dropped)
     restore_rows: tuple[RestoreRow, ...] = ()
@@ -99,7 +112,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
-        skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
+        skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
