@@ -126,19 +126,23 @@ class DeletedRangesError(TerminalError):
     Carries (partition key, start offset, log start offset) for every affected partition.
     """
 
-    def __init__(self, deleted: Iterable[tuple[str, int, int]]) -> None:
+    def __init__(self, deleted: Iterable[tuple[str, int, int]], checkpoint_id: int | None = None,
+                 start_source: str | None = None, restoring: bool = False) -> None:
         self.deleted: tuple[tuple[str, int, int], ...] = tuple(deleted)
         lines = [
-            f"  {key}: next offset to read is {start} but the log now starts at {log_start} "
-            f"({log_start - start} records deleted by retention)"
+            f"  {key}: offsets {start} to {log_start - 1} ({log_start - start} records) were deleted; "
+            f"the next offset to read is {start}, the log now starts at {log_start}"
             for key, start, log_start in self.deleted
         ]
+        what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "the next checkpoint"
+        source = f" (its start offsets come from {start_source})" if start_source else ""
+        later = ("or restore from a later point instead" if restoring else
+                 "or restore from a savepoint, a checkpoint or a time (--restore-from ...)")
         super().__init__(
-            "records to be read were deleted by Kafka retention on "
+            f"{what} cannot be planned: Kafka retention deleted records it must read{source}, on "
             f"{len(self.deleted)} partition(s):\n" + "\n".join(lines) + "\n"
-            "Data was lost before Lockstep could read it. To accept the loss and continue from the "
-            "log start, set checkpoints.skip_deleted_ranges: true (skipped counts are logged), "
-            "or restore from a savepoint."
+            "To skip exactly these records and go on from the log start, set checkpoints.skip_deleted_ranges: "
+            f"true (each skip is logged and recorded in the claim); {later}."
         )
 
 
@@ -159,17 +163,18 @@ class TopicRecreatedError(TerminalError):
 
 
 class OffsetAheadError(TerminalError):
-    """A start offset lies beyond the end of the log (the topic was probably deleted and recreated)."""
+    """A start offset lies beyond the end of the log (truncated, or the topic deleted and recreated)."""
 
-    def __init__(self, ahead: Iterable[tuple[str, int, int]]) -> None:
+    def __init__(self, ahead: Iterable[tuple[str, int, int]], checkpoint_id: int | None = None) -> None:
         self.ahead: tuple[tuple[str, int, int], ...] = tuple(ahead)
         lines = [
             f"  {key}: next offset to read is {start} but the log ends at {end}"
             for key, start, end in self.ahead
         ]
+        what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "the next checkpoint"
         super().__init__(
-            f"start offsets are ahead of the log on {len(self.ahead)} partition(s):\n"
+            f"{what} cannot be planned: its start offsets are ahead of the log on {len(self.ahead)} partition(s):\n"
             + "\n".join(lines)
-            + "\nWas the topic deleted and recreated? Restore from a savepoint or reset the "
-            "pipeline's checkpoints to start over."
+            + "\nThe log was truncated, or the topic deleted and created again. Restore from a savepoint, a "
+            "checkpoint or a time (--restore-from ...) that names offsets of the log as it is now."
         )

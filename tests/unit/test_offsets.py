@@ -205,12 +205,16 @@ def test_budget_must_be_positive() -> None:
 
 def test_deleted_ranges_fail_naming_every_partition() -> None:
     with pytest.raises(DeletedRangesError) as info:
-        plan_ranges({P0: 3, P1: 40, P2: 1}, LOG_START, LSO, max_records=1000)
+        plan_ranges({P0: 3, P1: 40, P2: 1}, LOG_START, LSO, max_records=1000, checkpoint_id=8,
+                    start_source="checkpoint 7")
     message = str(info.value)
-    assert "orders:0: next offset to read is 3 but the log now starts at 10 (7 records" in message
-    assert "orders:2: next offset to read is 1 but the log now starts at 5 (4 records" in message
+    assert message.startswith("checkpoint 8 cannot be planned: Kafka retention deleted records it must read (its "
+                              "start offsets come from checkpoint 7), on 2 partition(s)")
+    assert "orders:0: offsets 3 to 9 (7 records) were deleted; the next offset to read is 3, the log now starts at 10" \
+        in message
+    assert "orders:2: offsets 1 to 4 (4 records) were deleted" in message
     assert "orders:1" not in message
-    assert "skip_deleted_ranges" in message
+    assert "set checkpoints.skip_deleted_ranges: true" in message and "--restore-from" in message
     assert info.value.deleted == (("orders:0", 3, 10), ("orders:2", 1, 5))
 
 
@@ -225,6 +229,7 @@ def test_start_beyond_the_log_fails_naming_the_partition() -> None:
     with pytest.raises(OffsetAheadError) as info:
         plan_ranges({P0: 90, P1: 51, P2: 5}, LOG_START, LSO, max_records=1000, skip_deleted=True)
     assert "orders:1: next offset to read is 51 but the log ends at 50" in str(info.value)
+    assert str(info.value).startswith("the next checkpoint cannot be planned")
     assert "orders:0" not in str(info.value)
 
 
@@ -301,3 +306,11 @@ def test_only_topics_with_a_recorded_and_a_different_id_count_as_recreated():
     assert recreated_topics({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == [("b", "2", "3")]
     assert recreated_topics({}, {"a": "1"}) == []  # a claim of an earlier version records none: not judged
     assert recreated_topics({"gone": "1"}, {}) == []  # a topic no longer read is not judged either
+
+
+def test_a_restore_refused_for_deleted_records_says_to_restore_from_a_later_point() -> None:
+    with pytest.raises(DeletedRangesError) as info:
+        plan_ranges({P0: 3}, LOG_START, LSO, max_records=1000, checkpoint_id=8, start_source="savepoint:nightly",
+                    restoring=True)
+    assert "(its start offsets come from savepoint:nightly)" in str(info.value)
+    assert str(info.value).endswith("or restore from a later point instead.")

@@ -35,6 +35,9 @@ def plan_ranges(
     stable_end_offsets: Offsets,
     max_records: int,
     skip_deleted: bool = False,
+    checkpoint_id: int | None = None,
+    start_source: str | None = None,
+    restoring: bool = False,
 ) -> RangePlan:
     """Fix `[start, end)` per partition: end is the last stable offset, capped by the record budget.
 
@@ -48,11 +51,11 @@ def plan_ranges(
     ahead = [(tp.key, starts[tp], offset_of(stable_end_offsets, tp)) for tp in tps
              if starts[tp] > offset_of(stable_end_offsets, tp)]
     if ahead:
-        raise OffsetAheadError(ahead)
+        raise OffsetAheadError(ahead, checkpoint_id)
     deleted = [(tp.key, starts[tp], offset_of(log_start_offsets, tp)) for tp in tps
                if starts[tp] < offset_of(log_start_offsets, tp)]
     if deleted and not skip_deleted:
-        raise DeletedRangesError(deleted)
+        raise DeletedRangesError(deleted, checkpoint_id, start_source, restoring)
     skipped = {TopicPartition.from_key(key): log_start - start for key, start, log_start in deleted}
     effective = {tp: starts[tp] + skipped.get(tp, 0) for tp in tps}
     backlog = {tp: stable_end_offsets[tp] - effective[tp] for tp in tps}

@@ -105,7 +105,8 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
                  f"checkpoint {latest.checkpoint_id}" if latest else "the consumer group",
                  "\n".join(describe_restore(restore_rows)))
     budget = p.spec.checkpoints.max_records if max_records is None else max_records
-    ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges)
+    ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges,
+                         next_id, starts.source, restoring=restore is not None)
     for tp, skipped in ranges.skipped.items():
         log.warning("checkpoint %d: skipping %d records of %s deleted by retention (skip_deleted_ranges)",
                     next_id, skipped, tp.key)
