@@ -288,3 +288,13 @@ def test_librdkafka_destroy_keeps_the_transaction_open_but_close_aborts(bootstra
     assert seen[destroyed].state == TransactionState.ONGOING
     assert seen[closed].state == TransactionState.COMPLETE_ABORT
     committer.fence(destroyed)  # do not leave it open for other tests' readers
+
+
+def test_the_transaction_timeout_cap_is_read_from_the_real_broker(bootstrap):
+    """The cap the run step checks ``transactions.timeout_ms`` against is the broker's own setting
+    (the local platform starts Kafka with transaction.max.timeout.ms=3600000)."""
+    from confluent_kafka.admin import AdminClient
+
+    from lockstep.spark.writer_settings import transaction_timeout_cap
+
+    assert transaction_timeout_cap("unused", admin=AdminClient({"bootstrap.servers": bootstrap})) == 3_600_000

@@ -93,3 +93,66 @@ def test_a_topic_whose_config_cannot_be_read_falls_back_to_the_producers_limit(c
 
     assert topic_limits("kafka_a", ("out", "dlq", "out"), admin=Admin()) == {"out": 2000}
     assert "could not read max.message.bytes of topic dlq" in caplog.text
+
+
+class _Done:
+    def __init__(self, result: object) -> None:
+        self._result = result
+
+    def result(self, timeout: float | None = None) -> object:
+        if isinstance(self._result, Exception):
+            raise self._result
+        return self._result
+
+
+class _BrokerAdmin:
+    """An admin of two brokers whose config holds ``cap`` (or refuses DescribeConfigs)."""
+
+    def __init__(self, cap: str | Exception) -> None:
+        self.cap, self.asked = cap, []
+
+    def list_topics(self, timeout: float = -1) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(brokers={3: object(), 1: object()})
+
+    def describe_configs(self, resources: list) -> dict:
+        from types import SimpleNamespace
+
+        (resource,) = resources
+        self.asked.append(resource.name)
+        if isinstance(self.cap, Exception):
+            return {resource: _Done(self.cap)}
+        return {resource: _Done({"transaction.max.timeout.ms": SimpleNamespace(value=self.cap)})}
+
+
+def test_the_sink_brokers_transaction_timeout_cap_is_read_from_a_broker_config() -> None:
+    from lockstep.spark.writer_settings import transaction_timeout_cap
+
+    admin = _BrokerAdmin("900000")
+    assert transaction_timeout_cap("kafka_a", admin=admin) == 900_000
+    assert admin.asked == ["1"]  # one broker's config: the cap is cluster-wide in practice
+
+
+def test_an_unreadable_cap_lets_the_run_go_on_with_a_warning(caplog) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from lockstep.spark.writer_settings import transaction_timeout_cap
+
+    denied = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+    assert transaction_timeout_cap("kafka_a", admin=_BrokerAdmin(denied)) is None
+    assert "could not read transaction.max.timeout.ms of the sink cluster" in caplog.text
+
+
+def test_a_timeout_above_the_cap_is_terminal_and_names_both_and_the_fix() -> None:
+    from lockstep.errors import CheckpointError
+    from lockstep.spark.writer_settings import check_transaction_timeout
+
+    check_transaction_timeout(7, 900_000, 900_000)
+    check_transaction_timeout(7, 3_600_000, None)  # unknown cap: left to the brokers
+    with pytest.raises(CheckpointError) as refused:
+        check_transaction_timeout(7, 3_600_000, 900_000)
+    message = str(refused.value)
+    assert message.startswith("checkpoint 7: transactions.timeout_ms is 3600000 ms, above the sink cluster's "
+                              "transaction.max.timeout.ms of 900000 ms")
+    assert "Lower transactions.timeout_ms to at most 900000" in message

@@ -35,7 +35,12 @@ from lockstep.model.output_contract import (
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.python_writer import write_with_python
-from lockstep.spark.writer_settings import topic_limits, writer_settings
+from lockstep.spark.writer_settings import (
+    check_transaction_timeout,
+    topic_limits,
+    transaction_timeout_cap,
+    writer_settings,
+)
 from lockstep.spec import PipelineSpec
 from lockstep.transform import load_transform, ship_to_executors
 
@@ -161,6 +166,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
+        check_transaction_timeout(checkpoint_id, planned.timeout_ms, transaction_timeout_cap(planned.sink_kafka_conn_id))
         settings = writer_settings(planned, checkpoint_id, dict(spec.producer), topic_limits(
             planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic)))
         log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer under "

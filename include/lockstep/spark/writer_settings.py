@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
+from lockstep.errors import CheckpointError
 from lockstep.kafka.client_configs import CONFLUENT, JAVA, ClientConfig
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PlannedWith
@@ -81,6 +82,40 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: AdminClient | Non
             log.warning("could not read max.message.bytes of topic %s (%s); its records are checked against the "
                         "producer's limit only, so one larger than the topic takes would fail the task", topic, exc)
     return limits
+
+
+def transaction_timeout_cap(conn_id: str, admin: AdminClient | None = None) -> int | None:
+    """The sink cluster's ``transaction.max.timeout.ms`` (a broker's config, read on the driver), or
+    None when it cannot be read (no DescribeConfigs permission, say): the writers then find out at
+    ``initTransactions``."""
+    from confluent_kafka.admin import ConfigResource
+
+    from lockstep.kafka.topics import with_retries
+
+    if admin is None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+    try:
+        brokers = with_retries("listing the sink's brokers", lambda: admin.list_topics(timeout=30)).brokers
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        entries = with_retries("reading the broker config", partial(_topic_config, admin, resource))
+        value = entries["transaction.max.timeout.ms"].value
+        return int(value) if value is not None else None
+    except Exception as exc:  # noqa: BLE001 - the run goes on; initTransactions refuses a timeout above the cap
+        log.warning("could not read transaction.max.timeout.ms of the sink cluster (%s); a transactions.timeout_ms "
+                    "above it fails when the writers initialise their transactions", exc)
+        return None
+
+
+def check_transaction_timeout(checkpoint_id: int, timeout_ms: int, cap_ms: int | None) -> None:
+    """Refuse, before any task starts, a transaction timeout the sink's brokers would refuse: every
+    retry would fail the same way, so it is terminal and says what to change."""
+    if cap_ms is not None and timeout_ms > cap_ms:
+        raise CheckpointError(
+            checkpoint_id, f"transactions.timeout_ms is {timeout_ms} ms, above the sink cluster's "
+            f"transaction.max.timeout.ms of {cap_ms} ms: its brokers refuse to open such transactions. Lower "
+            f"transactions.timeout_ms to at most {cap_ms}, or raise the brokers' transaction.max.timeout.ms")
 
 
 def _topic_config(admin: AdminClient, resource: ConfigResource) -> dict[str, ConfigEntry]:
