@@ -239,6 +239,22 @@ def test_an_explicit_restore_is_not_judged_by_the_last_checkpoints_topic_ids(wor
     assert starts(plan) == {f"{SOURCE}:0": 0, f"{SOURCE}:1": 0}
 
 
+def test_a_plan_publishes_the_last_checkpoints_end_offsets_a_crashed_commit_left_unpublished(world: FakeWorld):
+    complete(world, "run-1")
+    group = world.pipeline.spec.source.consumer_group
+    world.source.groups[group] = {(SOURCE, 0): 10}  # as a commit that crashed after completing, before publishing
+    coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    assert world.source.group_offsets(group) == {f"{SOURCE}:0": 30, f"{SOURCE}:1": 20}
+
+
+def test_a_dry_run_publishes_nothing(world: FakeWorld):
+    complete(world, "run-1")
+    group = world.pipeline.spec.source.consumer_group
+    world.source.groups[group] = {(SOURCE, 0): 10}
+    coordinator.plan(world.pipeline, "run-2", dry_run=True)
+    assert world.source.group_offsets(group) == {f"{SOURCE}:0": 10}
+
+
 # ---- recover ---------------------------------------------------------------------------------------
 def test_recovery_of_a_clean_history_changes_nothing(world: FakeWorld):
     complete(world, "run-1")

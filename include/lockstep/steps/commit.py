@@ -54,7 +54,7 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     if view.status is CheckpointStatus.COMPLETED:
         assert view.completed is not None  # what COMPLETED means
         log.info("checkpoint %d: already completed; nothing to commit", checkpoint_id)
-        _publish(p, view)
+        publish_end_offsets(p, view)
         return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
     prepared = view.prepared
     assert prepared is not None  # neither claimed, completed nor aborted: prepared
@@ -98,7 +98,7 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
              prepared.records_out, prepared.records_dead_lettered, len(committed))
     failpoints.hit("commit.after_completed")
-    _publish(p, CheckpointView(view.claim, prepared, completed))
+    publish_end_offsets(p, CheckpointView(view.claim, prepared, completed))
     failpoints.hit("commit.after_offsets")
     deleted = p.store.apply_retention(p.spec.checkpoints.retain)
     if deleted:
@@ -141,7 +141,7 @@ def _abort_transactions(committer: Committer, prepared: PreparedCheckpoint, tids
         log.warning("checkpoint %d: transaction %s aborted", prepared.checkpoint_id, tid)
 
 
-def _publish(p: Pipeline, view: CheckpointView) -> None:
+def publish_end_offsets(p: Pipeline, view: CheckpointView) -> None:
     """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore."""
     group = p.spec.source.consumer_group
     moved = resolve_pinned(view.claim, p.spec).changed("source.kafka_conn_id")

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lockstep.errors import TerminalError
+from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka import broker_offsets, topics
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
@@ -35,6 +35,7 @@ from lockstep.rules.start_offsets import (
     restore_diff,
     restore_totals,
 )
+from lockstep.steps.commit import publish_end_offsets
 from lockstep.steps.pipeline import Pipeline, now_iso
 from lockstep.steps.recover import check_in_flight, recover
 
@@ -75,6 +76,8 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
             history = p.store.history()
         failpoints.hit("plan.after_recovery")
     latest, next_id = history.latest, history.next_id
+    if latest is not None and not dry_run:
+        _republish(p, latest)
     tps = topics.partitions(p.source_admin, p.spec.source.topics)
     ids = topics.topic_ids(p.source_admin, p.spec.source.topics)
     log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
@@ -125,6 +128,17 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
              time.monotonic() - started, ranges.backlog_remaining)
     failpoints.hit("plan.after_claim")
     return result
+
+
+def _republish(p: Pipeline, latest: CheckpointView) -> None:
+    """Publish the last completed checkpoint's end offsets again where the group is behind them: a
+    commit that crashed between completing and publishing left the group one checkpoint behind. The
+    group only informs lag tools, so a failure here is logged and does not stop the plan."""
+    try:
+        publish_end_offsets(p, latest)
+    except (TerminalError, TransientError) as exc:
+        log.warning("checkpoint %d: could not check the consumer group's offsets (%s); the next commit publishes "
+                    "them", latest.checkpoint_id, exc)
 
 
 @dataclass(frozen=True)
