@@ -473,3 +473,35 @@ def test_a_recreated_source_topic_is_refused_then_read_whole_under_the_policy(tm
     assert view.completed.topic_ids[pipeline.source] != old_ids[pipeline.source]
     report = verify(pipeline, "--since-checkpoint", "2")  # checkpoint 1's offsets name the old topic's records
     assert report["ok"] and report["expected_outputs"] == report["actual_outputs"] == 160, report
+
+
+def test_records_retention_deleted_before_they_were_read_are_refused_then_skipped_when_allowed(
+        tmp_path, bootstrap, unique):
+    """Retention deletes records the next checkpoint must read: the plan refuses, naming the checkpoint,
+    the deleted offsets and the option; with ``checkpoints.skip_deleted_ranges`` it skips exactly those
+    records, records the skip in the claim, and reads the rest."""
+    import yaml
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 40)  # offsets 0..19 on each partition
+    assert run(pipeline).returncode == 0
+    produce_orders(pipeline, 40, start=40)  # offsets 20..39
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (done,) = admin.delete_records([KafkaPartition(pipeline.source, 0, 30)]).values()
+    assert done.result(timeout=30).low_watermark == 30
+
+    refused = run(pipeline)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "checkpoint 2 cannot be planned: Kafka retention deleted records it must read" in refused.stderr
+    assert f"{pipeline.source}:0: offsets 20 to 29 (10 records) were deleted" in refused.stderr, refused.stderr
+    assert "checkpoints.skip_deleted_ranges: true" in refused.stderr.strip().splitlines()[-1]
+
+    spec = yaml.safe_load(pipeline.spec_path.read_text())
+    spec["checkpoints"]["skip_deleted_ranges"] = True
+    pipeline.spec_path.write_text(yaml.safe_dump(spec))
+    assert run(pipeline).returncode == 0
+    view = store(pipeline).view(2)
+    assert view.status is CheckpointStatus.COMPLETED and dict(view.claim.skipped) == {f"{pipeline.source}:0": 10}
+    assert view.prepared.records_in == 30
