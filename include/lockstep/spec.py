@@ -82,6 +82,9 @@ class TransactionSpec:
     id_prefix: str
     timeout_ms: int
     commit_margin_ms: int
+    #: A commit that begins with less than this share (percent) of ``timeout_ms`` left before the first
+    #: transaction would time out logs a warning (and the commit task sends it as a gauge).
+    warn_time_left_percent: int = 25
 
 
 @dataclass(frozen=True)
@@ -307,13 +310,14 @@ def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
 
 
 def _transactions(c: _Checker, doc: object, name: str) -> TransactionSpec:
-    d = c.section(doc, "transactions", {"id_prefix", "timeout_ms", "commit_margin_ms"})
+    d = c.section(doc, "transactions", {"id_prefix", "timeout_ms", "commit_margin_ms", "warn_time_left_percent"})
     prefix = c.text(d, "transactions", "id_prefix", name or "x", ID_PREFIX_RE, "allowed are 1-200 of [A-Za-z0-9._-]")
     timeout = c.integer(d, "transactions", "timeout_ms", 900_000, 1000, 3_600_000)
     margin = c.integer(d, "transactions", "commit_margin_ms", 60_000, 0, None)
     if timeout is not None and margin is not None and margin >= timeout:
         c.fail("transactions.commit_margin_ms", f"must be less than transactions.timeout_ms ({timeout}), got {margin}")
-    return TransactionSpec(id_prefix=prefix, timeout_ms=timeout, commit_margin_ms=margin)
+    warn = c.integer(d, "transactions", "warn_time_left_percent", 25, 0, 99)
+    return TransactionSpec(id_prefix=prefix, timeout_ms=timeout, commit_margin_ms=margin, warn_time_left_percent=warn)
 
 
 def _spark(c: _Checker, doc: object) -> SparkSpec:

@@ -238,6 +238,7 @@ class LockstepCommitOperator(_LockstepOperator):
 
         from lockstep.errors import LockstepError
         from lockstep.model.failpoints import FailpointError
+        from lockstep.ops import metrics
         from lockstep.spec import load_spec
         from lockstep.steps.commit import commit
         from lockstep.steps.pipeline import Pipeline
@@ -260,6 +261,7 @@ class LockstepCommitOperator(_LockstepOperator):
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
                  prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
         _send_lag(p)
+        metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, outcome.time_left_ms)
         if prepared.records_out + prepared.records_dead_lettered == 0:
             # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
             raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "

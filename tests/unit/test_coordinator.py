@@ -394,3 +394,40 @@ def test_commit_applies_retention(monkeypatch):
         complete(w, f"run-{n}")
     assert list(w.store.checkpoint_ids()) == [3]
     assert w.store.latest_completed().checkpoint_id == 3
+
+
+def test_a_commit_that_begins_with_little_of_the_timeout_left_warns_and_says_how_much(world: FakeWorld, caplog):
+    plan = coordinator.plan(world.pipeline, "run-1", run_alive=dead)
+    world.prepare(plan)
+    timeout = world.pipeline.spec.transactions.timeout_ms  # 900 s; the warning starts below 25 % of it
+    world.clock.advance(timeout - 200_000)  # 200 s left: still committable, but late
+    with caplog.at_level("WARNING", "lockstep.steps.commit"):
+        outcome = coordinator.commit(world.pipeline, 1)
+    assert outcome.status is CheckpointStatus.COMPLETED and outcome.time_left_ms == 200_000
+    assert "checkpoint 1: the commit begins with 200 s of the transactions' 900 s timeout left (less than 25%)" \
+        in caplog.text
+
+
+def test_a_timely_commit_does_not_warn(world: FakeWorld, caplog):
+    plan = coordinator.plan(world.pipeline, "run-1", run_alive=dead)
+    world.prepare(plan)
+    world.clock.advance(60_000)
+    with caplog.at_level("WARNING", "lockstep.steps.commit"):
+        outcome = coordinator.commit(world.pipeline, 1)
+    assert outcome.time_left_ms == world.pipeline.spec.transactions.timeout_ms - 60_000
+    assert "timeout left" not in caplog.text
+
+
+
+def test_the_time_left_at_commit_goes_out_as_a_percent_gauge():
+    import socket
+
+    from lockstep.ops.metrics import StatsdTarget, send_commit_time_left
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as statsd:
+        statsd.bind(("127.0.0.1", 0))
+        statsd.settimeout(5)
+        target = StatsdTarget("127.0.0.1", statsd.getsockname()[1])
+        assert send_commit_time_left("orders", 900_000, 200_000, target) == 1
+        assert statsd.recv(1400).decode() == "airflow.lockstep.orders.commit_time_left_percent:22.2|g"
+    assert send_commit_time_left("orders", 900_000, None, target) == 0  # nothing was committed

@@ -91,6 +91,7 @@ def test_defaults_are_filled_in() -> None:
     assert spec.source.auto_offset_reset == "earliest"
     assert spec.source.consumer_group == "lockstep-orders-enrich"
     assert spec.source.on_topic_recreated == "fail"
+    assert spec.transactions.warn_time_left_percent == 25
     assert spec.sink.kafka_conn_id == "kafka_default"
     assert spec.sink.writer == "jvm"
     assert spec.checkpoints.aws_conn_id == "aws_default"

@@ -120,6 +120,7 @@ def _emit(args: argparse.Namespace, doc: object, text: str) -> None:
 
 
 def _run(spec: PipelineSpec, args: argparse.Namespace) -> int:
+    from lockstep.ops import metrics
     from lockstep.steps.run import checkpoint_cycle
 
     results: list[dict[str, object]] = []
@@ -140,6 +141,7 @@ def _run(spec: PipelineSpec, args: argparse.Namespace) -> int:
                "records_out": prepared.records_out, "dead_lettered": prepared.records_dead_lettered,
                "transactions": len(cycle.outcome.committed), "seconds": round(cycle.seconds, 1)}
         results.append(row)
+        metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, cycle.outcome.time_left_ms)
         if not args.json:
             print(f"[{n + 1}/{args.checkpoints}] checkpoint {cid} {row['status']}: {row['records_in']} in, "
                   f"{row['records_out']} out, {row['dead_lettered']} dead-lettered, {row['transactions']} "

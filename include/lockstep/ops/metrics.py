@@ -110,3 +110,19 @@ def send_gauges(pipeline: str, gauges: Mapping[str, float], target: StatsdTarget
         return 0
     log.info("sent %d gauges of %s to StatsD at %s:%d", len(payload), pipeline, target.host, target.port)
     return len(payload)
+
+
+def send_commit_time_left(pipeline: str, timeout_ms: int, left_ms: int | None,
+                          target: StatsdTarget | None = None) -> int:
+    """The share of the transaction timeout left when a commit began, as the gauge
+    ``commit_time_left_percent`` (to the resolved target unless one is given): an alert on it warns
+    before commits start to miss the timeout. Never raises; returns the gauges sent."""
+    if left_ms is None:
+        return 0
+    try:
+        target = target or resolve_target()
+    except TerminalError as exc:  # a malformed LOCKSTEP_STATSD: metrics never fail a checkpoint
+        log.warning("commit metrics of %s not sent: %s", pipeline, exc)
+        return 0
+    return send_gauges(pipeline, {"commit_time_left_percent": round(max(left_ms, 0) * 100 / timeout_ms, 1)}, target)
+

@@ -134,3 +134,20 @@ def decide_commit(
     note = f" (rolling forward; already committed: {', '.join(committed)})" if committed else ""
     return CommitDecision(DecisionKind.COMMIT, cid, commit=to_commit, already_committed=committed,
                           message=f"checkpoint {cid}: commit {', '.join(to_commit)}{note}")
+
+
+def time_left_ms(prepared: PreparedCheckpoint, timeout_ms: int, now_ms: int) -> int | None:
+    """How long until the first of the checkpoint's transactions times out by itself (its writer
+    opened it at ``opened_at_ms``), or None when none was opened."""
+    opened = [t.opened_at_ms for t in prepared.transactions if not t.is_empty and t.opened_at_ms >= 0]
+    return min(opened) + timeout_ms - now_ms if opened else None
+
+
+def late_commit_warning(checkpoint_id: int, left_ms: int | None, timeout_ms: int, percent: int) -> str | None:
+    """The warning for a commit that begins with less than ``percent`` of the timeout left: one more
+    delay of that size and the broker aborts a transaction of the checkpoint."""
+    if left_ms is None or left_ms >= timeout_ms * percent / 100:
+        return None
+    return (f"checkpoint {checkpoint_id}: the commit begins with {max(left_ms, 0) / 1000:.0f} s of the transactions' "
+            f"{timeout_ms / 1000:.0f} s timeout left (less than {percent}%): a little more delay and the broker "
+            "aborts them. Raise transactions.timeout_ms, or shorten the time between the Spark run and the commit")

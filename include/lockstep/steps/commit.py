@@ -22,7 +22,7 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.transactions import TransactionState
-from lockstep.rules.commit_decision import DecisionKind, decide_commit
+from lockstep.rules.commit_decision import DecisionKind, decide_commit, late_commit_warning, time_left_ms
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
 from lockstep.steps.pipeline import Pipeline, mark_aborted, now_iso, unusable_sink
 
@@ -38,6 +38,9 @@ class CommitOutcome:
     status: CheckpointStatus
     committed: tuple[str, ...] = ()
     message: str = ""
+    #: When the commit began: how long until its first transaction would have timed out (None when
+    #: it had none, or was completed before).
+    time_left_ms: int | None = None
 
 
 def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
@@ -62,6 +65,11 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     notice = resolved.notice(Step.COMMIT)
     if notice:
         log.warning(notice)
+    left_ms = time_left_ms(prepared, resolved.values.timeout_ms, p.wall_ms())
+    late = late_commit_warning(checkpoint_id, left_ms, resolved.values.timeout_ms,
+                               p.spec.transactions.warn_time_left_percent)
+    if late:
+        log.warning(late)
     with _claim_committer(p, resolved) as committer:
         observed = committer.describe(t.transactional_id for t in prepared.transactions)
         decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms)
@@ -103,7 +111,7 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
     deleted = p.store.apply_retention(p.spec.checkpoints.retain)
     if deleted:
         log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
-    return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message)
+    return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms)
 
 
 def _claim_committer(p: Pipeline, resolved: Resolved) -> Committer:
