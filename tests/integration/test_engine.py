@@ -505,3 +505,23 @@ def test_records_retention_deleted_before_they_were_read_are_refused_then_skippe
     view = store(pipeline).view(2)
     assert view.status is CheckpointStatus.COMPLETED and dict(view.claim.skipped) == {f"{pipeline.source}:0": 10}
     assert view.prepared.records_in == 30
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_outputs_of_one_source_partition_keep_their_order_in_each_sink_partition(tmp_path, bootstrap, unique, writer):
+    """docs/semantics.md, Ordering: two outputs of the same source partition that land in the same sink
+    partition appear in input order, within a checkpoint and across checkpoints."""
+    from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION
+
+    pipeline = make_pipeline(tmp_path, bootstrap, f"{unique}{writer[0]}", partitions=3, max_records=150, writer=writer)
+    produce_orders(pipeline, 300)
+    for _ in range(2):  # 150 records each: two checkpoints
+        assert run(pipeline).returncode == 0
+    seen: dict[tuple[int, int], list[int]] = {}  # (sink partition, source partition) -> source offsets in sink order
+    for msg in sorted(read_committed(bootstrap, pipeline.sink), key=lambda m: (m.partition(), m.offset())):
+        headers = dict(msg.headers())
+        seen.setdefault((msg.partition(), int(headers[SOURCE_PARTITION])), []).append(int(headers[SOURCE_OFFSET]))
+    assert len({sink for sink, _ in seen}) > 1 and len({source for _, source in seen}) == 3, seen.keys()
+    for where, offsets in seen.items():
+        assert offsets == sorted(offsets), f"sink partition {where[0]}, source partition {where[1]}: {offsets}"
+    assert sum(len(o) for o in seen.values()) == 300 - 300 // MALFORMED_EVERY
