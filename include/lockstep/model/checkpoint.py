@@ -316,6 +316,11 @@ class PreparedCheckpoint:
         if len(set(ids)) != len(ids):
             raise CheckpointError(self.checkpoint_id, f"duplicate transactional ids in {ids}")
 
+    @property
+    def opened_at_ms(self) -> tuple[int, ...]:
+        """When each transaction that holds records was opened by its writer (wall-clock ms)."""
+        return tuple(t.opened_at_ms for t in self.transactions if not t.is_empty and t.opened_at_ms >= 0)
+
     def to_json(self) -> dict[str, object]:
         return {
             "schema": PREPARED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,

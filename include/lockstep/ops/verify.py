@@ -270,7 +270,7 @@ class Outputs:
             if original is not None and REPLAY_HEADER not in headers and since:
                 if int(headers.get(CHECKPOINT_HEADER) or b"0") < since:
                     return
-        except (Provenance, ValueError) as exc:
+        except ValueError as exc:  # Provenance, or a checkpoint header that is not a number
             self.unreadable.append(f"{where} ({exc})")
             return
         if original is None or original[0] not in spec.source.topics:

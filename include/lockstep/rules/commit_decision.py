@@ -139,7 +139,7 @@ def decide_commit(
 def time_left_ms(prepared: PreparedCheckpoint, timeout_ms: int, now_ms: int) -> int | None:
     """How long until the first of the checkpoint's transactions times out by itself (its writer
     opened it at ``opened_at_ms``), or None when none was opened."""
-    opened = [t.opened_at_ms for t in prepared.transactions if not t.is_empty and t.opened_at_ms >= 0]
+    opened = prepared.opened_at_ms
     return min(opened) + timeout_ms - now_ms if opened else None
 
 

@@ -162,7 +162,7 @@ def prefix_changes(views: Sequence[CheckpointView], id_prefix: str) -> dict[str,
 def transactions_deadline_ms(prepared: PreparedCheckpoint, timeout_ms: int) -> int | None:
     """About when a prepared checkpoint's last transaction times out by itself (its writer opened it
     at ``opened_at_ms``; the broker's clock starts at its first record, a little later)."""
-    opened = [t.opened_at_ms for t in prepared.transactions if not t.is_empty and t.opened_at_ms >= 0]
+    opened = prepared.opened_at_ms
     return max(opened) + timeout_ms if opened else None
 
 

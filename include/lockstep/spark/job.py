@@ -37,6 +37,7 @@ from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.python_writer import write_with_python
 from lockstep.spark.writer_settings import (
     check_transaction_timeout,
+    sink_admin,
     topic_limits,
     transaction_timeout_cap,
     writer_settings,
@@ -166,9 +167,11 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-        check_transaction_timeout(checkpoint_id, planned.timeout_ms, transaction_timeout_cap(planned.sink_kafka_conn_id))
+        admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
+        check_transaction_timeout(checkpoint_id, planned.timeout_ms,
+                                  transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
         settings = writer_settings(planned, checkpoint_id, dict(spec.producer), topic_limits(
-            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic)))
+            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic), admin))
         log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer under "
                  "transactional ids %s-%d-<task>", checkpoint_id, len(ranges), sum(r.count for r in ranges),
                  planned.sink_topic, planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)

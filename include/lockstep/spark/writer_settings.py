@@ -66,9 +66,7 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: AdminClient | Non
     from lockstep.kafka.topics import with_retries
 
     if admin is None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+        admin = sink_admin(conn_id)
     from confluent_kafka.admin import ConfigResource
 
     limits = {}
@@ -84,6 +82,13 @@ def topic_limits(conn_id: str, topics: tuple[str, ...], admin: AdminClient | Non
     return limits
 
 
+def sink_admin(conn_id: str) -> AdminClient:
+    """The admin client the driver reads the sink's limits through (`topic_limits`, `transaction_timeout_cap`)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(kafka_config(conn_id, CONFLUENT))
+
+
 def transaction_timeout_cap(conn_id: str, admin: AdminClient | None = None) -> int | None:
     """The sink cluster's ``transaction.max.timeout.ms`` (a broker's config, read on the driver), or
     None when it cannot be read (no DescribeConfigs permission, say): the writers then find out at
@@ -93,9 +98,7 @@ def transaction_timeout_cap(conn_id: str, admin: AdminClient | None = None) -> i
     from lockstep.kafka.topics import with_retries
 
     if admin is None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient(kafka_config(conn_id, CONFLUENT))
+        admin = sink_admin(conn_id)
     try:
         brokers = with_retries("listing the sink's brokers", lambda: admin.list_topics(timeout=30)).brokers
         resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
