@@ -22,6 +22,20 @@ def order(i: int) -> bytes:
                        "currency": "EUR"}).encode()
 
 
+def topic_partitions(client: Any, topic: str, timeout: float = 30.0) -> list[int]:
+    """The partition ids of ``topic`` as ``client`` (a confluent_kafka AdminClient or Consumer) sees them.
+
+    Right after a topic is created, a broker of a multi-broker cluster may answer metadata with the
+    topic and no partitions yet; ask again until they are there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        topic_metadata = client.list_topics(topic, timeout=10).topics.get(topic)
+        if topic_metadata is not None and topic_metadata.error is None and topic_metadata.partitions:
+            return sorted(topic_metadata.partitions)
+        assert time.monotonic() < deadline, f"topic {topic} has no partitions in the metadata after {timeout:.0f}s"
+        time.sleep(0.2)
+
+
 def produce_orders(pipeline: Any, count: int, start: int = 0, timestamp_ms: int | None = None) -> None:
     """Orders ``start`` .. ``start + count - 1`` into ``pipeline.source`` on ``pipeline.bootstrap``,
     spread over every partition; with ``timestamp_ms`` every record carries that timestamp instead of
@@ -30,8 +44,7 @@ def produce_orders(pipeline: Any, count: int, start: int = 0, timestamp_ms: int 
     from confluent_kafka.admin import AdminClient
 
     producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
-    partitions = len(AdminClient({"bootstrap.servers": pipeline.bootstrap}).list_topics(pipeline.source, timeout=10)
-                     .topics[pipeline.source].partitions)
+    partitions = len(topic_partitions(AdminClient({"bootstrap.servers": pipeline.bootstrap}), pipeline.source))
     for i in range(start, start + count):
         producer.produce(pipeline.source, order(i), partition=i % partitions,
                          **({"timestamp": timestamp_ms} if timestamp_ms is not None else {}))
@@ -45,7 +58,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})
     try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        parts = topic_partitions(consumer, topic)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         remaining, records = set(parts), []
         deadline = time.monotonic() + timeout
