@@ -17,6 +17,7 @@ from lockstep.model.checkpoint import (
     CompletedCheckpoint,
     PreparedCheckpoint,
     PreparedTransaction,
+    Repair,
     Savepoint,
     can_transition,
     validate_savepoint_name,
@@ -40,6 +41,7 @@ def txn(task: int = 0, cid: int = 42) -> PreparedTransaction:
         transactional_id=f"orders-enrich-{cid}-{task}", producer_id=1000 + task, epoch=3,
         partitions=(TopicPartition("orders-enriched", task), TopicPartition("orders-enriched-dlq", 0)),
         records=10, dead_letters=1, task_index=task, opened_at_ms=1_700_000_000_000,
+        sources=(TopicPartition("orders", task),),
     )
 
 
@@ -68,6 +70,8 @@ def savepoint(name: str = "nightly") -> Savepoint:
 
 
 VALUES = [claim(), txn(), prepared(), completed(), aborted(), savepoint()]
+#: Fields added after the schema's first version: documents of earlier versions lack them.
+OPTIONAL_FIELDS = {("sources", PreparedTransaction)}
 
 
 # --- status ---
@@ -122,7 +126,7 @@ def test_missing_schema_is_rejected(value: Any) -> None:
 @pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
 def test_every_missing_field_is_named(value: Any) -> None:
     for name in value.to_json():
-        if name == "schema":
+        if name == "schema" or (name, type(value)) in OPTIONAL_FIELDS:
             continue
         doc = value.to_json()
         del doc[name]
@@ -241,3 +245,35 @@ def test_topic_ids_round_trip_and_documents_without_them_still_read():
     assert CompletedCheckpoint.from_json(done.to_json()) == done
     with pytest.raises(MetadataError, match="topic_ids"):
         CheckpointClaim.from_json({**recorded.to_json(), "topic_ids": {"orders": 7}})
+
+
+def test_a_committables_sources_round_trip_and_committables_without_them_read_as_unknown():
+    assert PreparedTransaction.from_json(json.loads(json.dumps(txn(1).to_json()))).sources == (
+        TopicPartition("orders", 1),)
+    earlier = {k: v for k, v in txn().to_json().items() if k != "sources"}  # as written before sources existed
+    assert PreparedTransaction.from_json(earlier).sources is None
+    with pytest.raises(MetadataError, match="sources"):
+        PreparedTransaction.from_json({**txn().to_json(), "sources": ["orders"]}, KEY)
+
+
+def test_a_repaired_checkpoint_records_what_was_lost_and_delivers_the_rest():
+    repair = Repair(lost={"orders-enrich-42-1": "transaction orders-enrich-42-1 timed out after 60000 ms"},
+                    replayed=(OffsetRange("orders", 0, 10, 20),))
+    done = replace(completed(), end_offsets={"orders:0": 10, "orders:1": 5}, repair=repair)
+    assert CompletedCheckpoint.from_json(json.loads(json.dumps(done.to_json())), KEY) == done
+    assert "repair" not in completed().to_json()  # as completed checkpoints of earlier versions
+    assert CompletedCheckpoint.from_json(completed().to_json()).repair is None
+    ranges = (OffsetRange("orders", 0, 10, 20), OffsetRange("orders", 1, 5, 9), OffsetRange("orders", 2, 3, 3))
+    view = CheckpointView(claim(ranges=ranges), prepared(), done)
+    assert view.delivered_ranges == (OffsetRange("orders", 1, 5, 9),)
+    assert CheckpointView(claim(ranges=ranges), prepared(), completed()).delivered_ranges == ranges[:2]
+    assert repair.summary == "transaction orders-enrich-42-1 lost; orders:0[10,20) given back to the next checkpoint"
+    with pytest.raises(MetadataError, match="repair.lost"):
+        CompletedCheckpoint.from_json({**done.to_json(), "repair": {"lost": {"t": 1}, "replayed": []}}, KEY)
+
+
+def test_source_partitions_carried_by_several_transactions_are_named_with_their_tasks():
+    one, two, three = txn(0), replace(txn(1), sources=(TopicPartition("orders", 0), TopicPartition("orders", 1))), txn(2)
+    shared = replace(prepared(), transactions=(one, two, replace(three, sources=None)))
+    assert shared.shared_sources == {"orders:0": (0, 1)}
+    assert prepared().shared_sources == {}

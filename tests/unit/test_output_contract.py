@@ -112,9 +112,13 @@ class FakeWriter:
 
     def __init__(self) -> None:
         self.records: list[tuple[str, list]] = []
+        self.sources: set[tuple[str, int]] = set()
 
     def produce(self, topic, value, key=None, headers=None, dead_letter=False):
         self.records.append((topic, headers))
+
+    def carries(self, sources):
+        self.sources.update(sources)
 
 
 def batches(*sizes: int) -> list:
@@ -159,6 +163,21 @@ def test_mid_produce_is_never_reached_by_a_task_with_no_more_records(monkeypatch
     monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.mid_produce=raise")
     writer = produce_task(sizes, FakeWriter())
     assert len(writer.records) == sum(sizes) <= contract.MID_PRODUCE_AFTER_RECORDS
+
+
+def test_the_python_writer_tells_its_transaction_every_source_partition_it_produced_from():
+    import pyarrow as pa
+
+    from lockstep.spark.python_writer import produce_batch
+    from lockstep.spark.writer_settings import WriterSettings
+
+    settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", checkpoint_id=9,
+                              timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
+    writer = FakeWriter()
+    batch = pa.RecordBatch.from_pydict({"value": [b"v"] * 4, "topic": ["a", "b", "a", "a"], "partition": [0, 0, 3, 0],
+                                        "offset": [1, 1, 7, 2], "error": [None, None, "bad", None]})
+    produce_batch(writer, settings, batch, produced=0, task=0)
+    assert writer.sources == {("a", 0), ("b", 0), ("a", 3)}, "a dead letter's source partition counts too"
 
 
 def test_every_record_leads_with_the_contracts_headers():

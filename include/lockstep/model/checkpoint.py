@@ -273,6 +273,9 @@ class PreparedTransaction:
     dead_letters: int
     task_index: int
     opened_at_ms: int
+    #: The source partitions the transaction's records came from; None in committables of earlier
+    #: versions, which did not record them (a partial loss of those cannot be repaired).
+    sources: tuple[TopicPartition, ...] | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -284,17 +287,23 @@ class PreparedTransaction:
             transactional_id=self.transactional_id, producer_id=self.producer_id, epoch=self.epoch,
             partitions=[p.key for p in self.partitions], records=self.records, dead_letters=self.dead_letters,
             task_index=self.task_index, opened_at_ms=self.opened_at_ms,
+            sources=None if self.sources is None else [p.key for p in self.sources],
         )
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<committable>") -> PreparedTransaction:
         r = _Reader(doc, key, TRANSACTION_SCHEMA)
         partitions = r.get("partitions", list)
+        # An added field (writers must send it, output_contract checks): stored committables of
+        # earlier versions lack it, and stay readable with their sources unknown.
+        sources = r.get("sources", list, optional=True) if "sources" in r.doc else None
         return _build(key, lambda: cls(
             transactional_id=r.get("transactional_id", str), producer_id=r.get("producer_id", int),
             epoch=r.get("epoch", int), records=r.get("records", int), dead_letters=r.get("dead_letters", int),
             partitions=r.convert("partitions", lambda: tuple(TopicPartition.from_key(p) for p in partitions)),
             task_index=r.get("task_index", int), opened_at_ms=r.get("opened_at_ms", int),
+            sources=None if sources is None else r.convert(
+                "sources", lambda: tuple(sorted(TopicPartition.from_key(p) for p in sources))),
         ))
 
 
@@ -315,6 +324,16 @@ class PreparedCheckpoint:
         ids = [t.transactional_id for t in self.transactions]
         if len(set(ids)) != len(ids):
             raise CheckpointError(self.checkpoint_id, f"duplicate transactional ids in {ids}")
+
+    @property
+    def shared_sources(self) -> dict[str, tuple[int, ...]]:
+        """Source partitions whose records more than one transaction carries, with those tasks: the
+        transform moved records between Spark tasks (a shuffle)."""
+        tasks: dict[str, list[int]] = {}
+        for t in self.transactions:
+            for tp in t.sources or ():
+                tasks.setdefault(tp.key, []).append(t.task_index)
+        return {key: tuple(sorted(ts)) for key, ts in sorted(tasks.items()) if len(ts) > 1}
 
     @property
     def opened_at_ms(self) -> tuple[int, ...]:
@@ -343,8 +362,43 @@ class PreparedCheckpoint:
 
 
 @dataclass(frozen=True)
+class Repair:
+    """How a partially committed checkpoint was completed: the transactions the broker aborted after
+    others were committed (``lost``: id -> why), and the input ranges whose output they held,
+    given back to the next checkpoint, which reads and writes them again (``replayed``)."""
+
+    lost: Mapping[str, str]
+    replayed: tuple[OffsetRange, ...]
+
+    def __post_init__(self) -> None:
+        if not self.lost:
+            raise ValueError("a repair names the transactions it replaces")
+
+    @property
+    def summary(self) -> str:
+        """'transactions p-5-1 lost; orders:1 [40, 80) given back to the next checkpoint'."""
+        ranges = ", ".join(str(r) for r in self.replayed) or "no input ranges"
+        return (f"transaction{'s' if len(self.lost) > 1 else ''} {', '.join(sorted(self.lost))} lost; "
+                f"{ranges} given back to the next checkpoint")
+
+    def to_json(self) -> dict[str, object]:
+        return {"lost": dict(self.lost), "replayed": [r.to_json() for r in self.replayed]}
+
+    @classmethod
+    def from_json(cls, doc: object, key: str, path: str = "repair") -> Repair:
+        r = _Reader(doc, key, None, path)
+        lost = r.get("lost", dict)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in lost.items()):
+            raise MetadataError(key, f"field '{path}.lost' must map transactional ids to reasons")
+        return _build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed")))
+
+
+@dataclass(frozen=True)
 class CompletedCheckpoint:
-    """Every transaction is committed; `end_offsets` are where the next checkpoint starts."""
+    """Every transaction is committed; `end_offsets` are where the next checkpoint starts.
+
+    After a repair (``repair``) the partitions of the lost transactions end where the checkpoint
+    started them, so the next checkpoint reads their ranges again."""
 
     pipeline: str
     checkpoint_id: int
@@ -353,6 +407,7 @@ class CompletedCheckpoint:
     committed: tuple[str, ...]
     #: The source topics' ids the end offsets belong to (from the claim; empty before Lockstep recorded them).
     topic_ids: Mapping[str, str] = field(default_factory=dict)
+    repair: Repair | None = None
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -361,6 +416,8 @@ class CompletedCheckpoint:
         }
         if self.topic_ids:
             doc["topic_ids"] = dict(self.topic_ids)
+        if self.repair is not None:
+            doc["repair"] = self.repair.to_json()
         return doc
 
     @classmethod
@@ -373,6 +430,7 @@ class CompletedCheckpoint:
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             completed_at=r.get("completed_at", str), end_offsets=r.offsets("end_offsets"), committed=tuple(committed),
             topic_ids=r.topic_ids("topic_ids"),
+            repair=Repair.from_json(r.doc["repair"], key) if r.doc.get("repair") is not None else None,
         )
 
 
@@ -473,6 +531,19 @@ class CheckpointView:
     @property
     def checkpoint_id(self) -> int:
         return self.claim.checkpoint_id
+
+    @property
+    def delivered_ranges(self) -> tuple[OffsetRange, ...]:
+        """The non-empty input ranges whose output this checkpoint holds: the claim's, less the ranges
+        a repair gave back to the next checkpoint."""
+        given_back = {r.tp for r in self.completed.repair.replayed} if self.completed and self.completed.repair else set()
+        return tuple(r for r in self.claim.ranges if not r.is_empty and r.tp not in given_back)
+
+    @property
+    def status_text(self) -> str:
+        """The status as users read it: "completed after repair" for a repaired checkpoint."""
+        repaired = self.completed is not None and self.completed.repair is not None
+        return "completed after repair" if repaired else self.status.value
 
     @property
     def status(self) -> CheckpointStatus:

@@ -77,8 +77,11 @@ def too_large(size: int, limit: int, where: str, source: str) -> str:
 #: What a Spark task hands back for its open transaction: enough for another process to commit it.
 COMMITTABLE_SCHEMA = "lockstep.committable/1"
 #: Its fields after ``schema``, in the order both writers emit them.
+#: ``partitions`` are the sink partitions the transaction wrote to, ``sources`` the source partitions
+#: its records came from (what a repair re-reads when the transaction is lost), both as
+#: ``topic:partition`` keys.
 COMMITTABLE_FIELDS = ("transactional_id", "producer_id", "epoch", "partitions", "records", "dead_letters",
-                      "task_index", "opened_at_ms")
+                      "task_index", "opened_at_ms", "sources")
 
 
 _STALE_WRITER = "; was the JVM writer jar built from these sources (`make setup` rebuilds it)?"

@@ -178,6 +178,7 @@ class TransactionalWriter:
         self._delivered = 0
         self._delivered_dead_letters = 0
         self._partitions: set[tuple[str, int]] = set()
+        self._sources: set[tuple[str, int]] = set()  # the source partitions of the records produced
         self._delivery_errors: list[tuple[str, int, str]] = []  # (topic, partition, error)
         self._fatal: str | None = None
         self._eos: _Eos = {}
@@ -330,6 +331,11 @@ class TransactionalWriter:
                     ) from None
                 producer.poll(0.1)
 
+    def carries(self, sources: Iterable[tuple[str, int]]) -> None:
+        """Records of these source partitions (topic, partition) are in the transaction: the committable
+        says so, and a repair re-reads exactly them if the transaction is lost."""
+        self._sources.update(sources)
+
     def prepare(self) -> PreparedTransaction | None:
         """Flush, check every record landed, and return the committable; the transaction stays open.
 
@@ -351,6 +357,7 @@ class TransactionalWriter:
             partitions=tuple(sorted(TopicPartition(t, p) for t, p in self._partitions)),
             records=self._delivered, dead_letters=self._delivered_dead_letters,
             task_index=self.task_index, opened_at_ms=self._opened_at_ms,
+            sources=tuple(sorted(TopicPartition(t, p) for t, p in self._sources)),
         )
         self.state = WriterState.PREPARED
         self._release()
@@ -521,6 +528,7 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
     value_sizes = pc.binary_length(column("value")).fill_null(0).to_pylist()
     key_sizes = pc.binary_length(column("key")).fill_null(0).to_pylist() if "key" in names else None
     topics = column("topic").to_pylist()
+    writer.carries(zip(topics, column("partition").to_pylist()))
     partitions, offsets = as_bytes(column("partition")), as_bytes(column("offset"))
     keys = column("key").to_pylist() if "key" in names else None
     user_headers = column("headers").to_pylist() if "headers" in names else None

@@ -157,13 +157,18 @@ final class Fixtures {
    * fake producers put it in ({@link #PARTITION_BY_KEY}); a non-null {@code error} makes it a dead letter.
    */
   static InternalRow row(String key, String value, long offset, String error) {
+    return row(key, value, 0, offset, error);
+  }
+
+  /** The same, read from input partition {@code in}:{@code sourcePartition}. */
+  static InternalRow row(String key, String value, int sourcePartition, long offset, String error) {
     GenericInternalRow header = new GenericInternalRow(new Object[] {
         UTF8String.fromString("trace"), "t-1".getBytes(StandardCharsets.UTF_8)});
     return new GenericInternalRow(new Object[] {
         key == null ? null : UTF8String.fromString(key),
         value.getBytes(StandardCharsets.UTF_8),
         UTF8String.fromString("in"),
-        0,
+        sourcePartition,
         offset,
         new GenericArrayData(new Object[] {header}),
         error == null ? null : UTF8String.fromString(error)});

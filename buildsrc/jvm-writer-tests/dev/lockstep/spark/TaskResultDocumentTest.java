@@ -63,7 +63,7 @@ class TaskResultDocumentTest {
     long before = System.currentTimeMillis();
     LockstepBatchWrite.TaskResult result = run(settings, producers, 3,
         Fixtures.row("2", 10), Fixtures.row("0", 11), Fixtures.row("2", 12),
-        Fixtures.row("1", "bad", 13, "ValueError: no"), Fixtures.row("1", "x".repeat(500), 14, null));
+        Fixtures.row("1", "bad", 13, "ValueError: no"), Fixtures.row("1", "x".repeat(500), 2, 14, null));
     long after = System.currentTimeMillis();
 
     assertTrue(result.prepared, "a task that wrote rows leaves a prepared transaction");
@@ -90,6 +90,10 @@ class TaskResultDocumentTest {
     // Every topic:partition written to, once each, sorted as strings. (The Python writer sorts by
     // (topic, partition) instead: "out:0" before "out.dlq:0"; nothing downstream reads the order.)
     assertEquals(List.of(Fixtures.DEAD_LETTERS + ":0", Fixtures.SINK + ":0", Fixtures.SINK + ":2"), partitions);
+    List<String> sources = new ArrayList<>();
+    c.get("sources").forEach(p -> sources.add(p.asText()));
+    // The source partitions of every row produced, a dead letter's too: what a repair re-reads.
+    assertEquals(List.of("in:0", "in:2"), sources);
 
     // The transaction is flushed and left open: forced close, neither committed nor aborted.
     FakeProducer producer = producers.only();

@@ -4,6 +4,7 @@ import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -54,6 +55,8 @@ final class PartitionTransaction {
   private final AtomicLong delivered = new AtomicLong();
   private final AtomicLong deliveredDeadLetters = new AtomicLong();
   private final Set<String> partitions = ConcurrentHashMap.newKeySet();
+  /** The source partitions ("topic:partition") of the rows produced: what a repair re-reads if the transaction is lost. */
+  private final Set<String> sources = new HashSet<>();
   private final AtomicReference<String> firstFailure = new AtomicReference<>();
   private final AtomicLong failures = new AtomicLong();
   private final Callback toSink = callback(delivered);
@@ -64,6 +67,7 @@ final class PartitionTransaction {
   private final long errorHeaderBytes;
   private Producer<byte[], byte[]> producer;
   private long lastPartition = Long.MIN_VALUE;
+  private String lastTopic;
   private byte[] partitionBytes;
   private long produced;
   private boolean prepared;
@@ -253,7 +257,11 @@ final class PartitionTransaction {
     if (partition != lastPartition) {
       lastPartition = partition;
       partitionBytes = RowLayout.ascii(partition);
+      sources.add(topic + ":" + partition);
+    } else if (!topic.equals(lastTopic)) {
+      sources.add(topic + ":" + partition);
     }
+    lastTopic = topic;
     List<Header> headers = new ArrayList<>(6);
     byte[] offsetBytes = RowLayout.ascii(layout.offset(row));
     headers.add(new RecordHeader(contract.sourceTopic, topicHeader));
@@ -359,6 +367,9 @@ final class PartitionTransaction {
     c.put("dead_letters", deliveredDeadLetters.get());
     c.put("task_index", task);
     c.put("opened_at_ms", openedAtMs);
+    List<String> carried = new ArrayList<>(sources);
+    carried.sort(null);
+    c.put("sources", carried);
     return c;
   }
 
