@@ -260,6 +260,9 @@ class LockstepCommitOperator(_LockstepOperator):
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
                  prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
+        if outcome.repair:
+            log.warning("checkpoint %d: completed after repair: %s, which reads and writes them again", checkpoint_id,
+                        outcome.repair.summary)
         _send_lag(p)
         metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, outcome.time_left_ms)
         if prepared.records_out + prepared.records_dead_lettered == 0:
@@ -273,7 +276,8 @@ class LockstepCommitOperator(_LockstepOperator):
             records = prepared.records_out if role == "sink" else prepared.records_dead_lettered
             context["outlet_events"][asset].extra = {**extra, "records": records}
         return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
-                "dead_lettered": prepared.records_dead_lettered}
+                "dead_lettered": prepared.records_dead_lettered,
+                **({"repair": outcome.repair.to_json()} if outcome.repair else {})}
 
 
 class LockstepSavepointOperator(BaseOperator):

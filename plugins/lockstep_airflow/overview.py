@@ -58,6 +58,8 @@ class CheckpointRow:
     replay_hint: str | None
     #: Completed with no records: every range empty (an idle source), nothing worth a row of its own.
     empty: bool = False
+    #: Completed after a repair: the transactions lost and the input ranges given back to the next checkpoint.
+    repair: str | None = None
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
         transactions=len(prepared.transactions) if prepared else None,
         finished_at=finished, duration_s=duration_seconds(view.claim.claimed_at, finished),
         abort_reason=aborted.reason if aborted else None, replay_hint=aborted.replay_hint if aborted else None,
-        empty=is_empty_view(view),
+        empty=is_empty_view(view), repair=completed.repair.summary if completed and completed.repair else None,
     )
 
 

@@ -525,3 +525,61 @@ def test_outputs_of_one_source_partition_keep_their_order_in_each_sink_partition
     for where, offsets in seen.items():
         assert offsets == sorted(offsets), f"sink partition {where[0]}, source partition {where[1]}: {offsets}"
     assert sum(len(o) for o in seen.values()) == 300 - 300 // MALFORMED_EVERY
+
+
+@pytest.mark.parametrize(("mode", "writer"), [("connect", "jvm"), ("submit", "python")])
+def test_a_partial_commit_whose_rest_timed_out_is_repaired_by_the_next_run(tmp_path, bootstrap, unique, monkeypatch,
+                                                                            mode, writer):
+    """The commit dies after its first transaction; the broker times the others out. The next run
+    completes the checkpoint "after repair" and reads the lost transactions' input again: nothing
+    lost, nothing twice, in either run mode and with either writer."""
+    from lockstep.kafka.committer import TransactionCommitter
+    from lockstep.model.failpoints import FailpointError
+    from lockstep.model.transactions import TransactionState
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
+
+    from .engine_helpers import lockstep
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3, timeout_ms=15_000, margin_ms=1000,
+                             writer=writer, mode=mode)
+    produce_orders(pipeline, 150)
+    p = Pipeline.open(pipeline.spec())
+    claim = plan(p, run_id="repair-test").claim
+    cid = claim.checkpoint_id
+    run_checkpoint(p.spec, cid, p.store)
+    prepared = p.store.view(cid).prepared
+    assert len(prepared.transactions) == 3 and all(t.sources for t in prepared.transactions)
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "commit.between_commits=raise")
+    with pytest.raises(FailpointError):
+        commit(p, cid)  # the first transaction is committed, then the commit dies
+    monkeypatch.delenv("LOCKSTEP_FAILPOINTS")
+    first, *rest = prepared.transactions
+    lost = {t.transactional_id for t in rest}
+    deadline = time.monotonic() + 90
+    with TransactionCommitter(bootstrap) as committer:
+        while any(o.state != TransactionState.COMPLETE_ABORT for o in committer.describe(sorted(lost)).values()):
+            assert time.monotonic() < deadline, "the broker never timed the other transactions out"
+            time.sleep(0.5)
+
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"checkpoint {cid}: completed after repair" in result.stderr
+    repaired = store(pipeline).view(cid)
+    assert repaired.status is CheckpointStatus.COMPLETED and repaired.status_text == "completed after repair"
+    assert set(repaired.completed.repair.lost) == lost
+    given_back = tuple(sorted(r for r in claim.ranges if r.tp in {tp for t in rest for tp in t.sources}))
+    assert repaired.completed.repair.replayed == given_back and len(given_back) == 2
+    assert repaired.completed.committed == (first.transactional_id,)
+    after = store(pipeline).view(cid + 1)
+    assert after.status is CheckpointStatus.COMPLETED
+    starts = {r.tp: r.start for r in after.claim.ranges}
+    assert all(starts[r.tp] == r.start for r in given_back), "the next checkpoint read the lost input again"
+
+    listing = lockstep("checkpoints", "--spec", str(pipeline.spec_path))
+    assert listing.returncode == 0 and "completed after repair" in listing.stdout, listing.stdout
+    assert "given back to the next checkpoint" in listing.stdout
+    report = verify(pipeline)
+    assert report["ok"] and report["actual_outputs"] == 150, report
+    assert report["lost"] == report["duplicated"] == 0 and str(cid) in report["repaired"], report
+    assert open_transactions(pipeline) == []

@@ -60,17 +60,20 @@ class FakeWorld:
     def store(self) -> CheckpointStore:
         return self.pipeline.store
 
-    def prepare(self, plan: Plan, records_per_task: int | None = None) -> PreparedCheckpoint:
+    def prepare(self, plan: Plan, records_per_task: int | None = None,
+                sources: dict[int, tuple[TopicPartition, ...] | None] | None = None) -> PreparedCheckpoint:
         """What a successful Spark run leaves: one open transaction per non-empty range, flushed,
-        and the prepared metadata naming them (the committables)."""
+        and the prepared metadata naming them (the committables). Each carries its range's source
+        partition, unless ``sources`` says otherwise for its task (a shuffle; None: not recorded)."""
         claim = plan.claim
         txns = []
         for index, r in enumerate(x for x in claim.ranges if not x.is_empty):
             tid = transactional_id(self.pipeline.spec.transactions.id_prefix, claim.checkpoint_id, index)
             producer_id, epoch = self.committer.begin(tid)
+            carried = (sources or {}).get(index, (r.tp,))
             txns.append(PreparedTransaction(tid, producer_id, epoch, (TopicPartition(SINK, r.partition),),
                                             r.count if records_per_task is None else records_per_task, 0, index,
-                                            self.clock()))
+                                            self.clock(), carried))
         prepared = PreparedCheckpoint(claim.pipeline, claim.checkpoint_id, "2026-01-01T00:00:00+00:00", tuple(txns),
                                       records_in=sum(r.count for r in claim.ranges),
                                       records_out=sum(t.records for t in txns), records_dead_lettered=0,

@@ -268,6 +268,9 @@ def test_a_repaired_checkpoint_records_what_was_lost_and_delivers_the_rest():
     assert view.delivered_ranges == (OffsetRange("orders", 1, 5, 9),)
     assert CheckpointView(claim(ranges=ranges), prepared(), completed()).delivered_ranges == ranges[:2]
     assert repair.summary == "transaction orders-enrich-42-1 lost; orders:0[10,20) given back to the next checkpoint"
+    chosen = replace(done, repair=replace(repair, accepted="duplicates"))
+    assert CompletedCheckpoint.from_json(chosen.to_json(), KEY) == chosen
+    assert chosen.repair.summary.endswith("(duplicates accepted)")
     with pytest.raises(MetadataError, match="repair.lost"):
         CompletedCheckpoint.from_json({**done.to_json(), "repair": {"lost": {"t": 1}, "replayed": []}}, KEY)
 

@@ -431,3 +431,44 @@ def test_the_time_left_at_commit_goes_out_as_a_percent_gauge():
         assert send_commit_time_left("orders", 900_000, 200_000, target) == 1
         assert statsd.recv(1400).decode() == "airflow.lockstep.orders.commit_time_left_percent:22.2|g"
     assert send_commit_time_left("orders", 900_000, None, target) == 0  # nothing was committed
+
+
+# ---- repair of a partial commit ----------------------------------------------------------------------
+def commit_first_then_time_out(w: FakeWorld, plan: coordinator.Plan, **prepare_args):
+    """A commit that died after its first transaction; the broker then timed the others out."""
+    prepared = w.prepare(plan, **prepare_args)
+    first = prepared.transactions[0]
+    w.committer.commit(first.transactional_id, first.producer_id, first.epoch)
+    w.clock.advance(w.pipeline.spec.transactions.timeout_ms + 1)
+    return prepared
+
+
+def test_a_partial_commit_whose_rest_timed_out_completes_after_repair_and_the_next_plan_reads_it_again(
+        world: FakeWorld):
+    first = coordinator.plan(world.pipeline, "run-1")
+    prepared = commit_first_then_time_out(world, first)
+    kept, lost = prepared.transactions
+    second = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    view = world.store.view(1)
+    assert view.status is CheckpointStatus.COMPLETED and view.status_text == "completed after repair"
+    assert list(view.completed.repair.lost) == [lost.transactional_id]
+    lost_range = next(r for r in first.claim.ranges if r.tp in lost.sources)
+    assert view.completed.repair.replayed == (lost_range,)
+    assert view.completed.committed == (kept.transactional_id,)
+    assert lost.transactional_id in world.committer.fenced
+    assert starts(second)[lost_range.tp.key] == lost_range.start, "the lost range is read again"
+    kept_range = next(r for r in first.claim.ranges if r.tp in kept.sources)
+    assert starts(second)[kept_range.tp.key] == kept_range.end, "the committed range is not"
+    assert world.source.group_offsets("lockstep-orders") == dict(view.completed.end_offsets)
+
+
+def test_a_shuffled_partial_commit_is_stuck_until_the_user_accepts_duplicates(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1")
+    both = tuple(r.tp for r in plan.claim.ranges)
+    commit_first_then_time_out(world, plan, sources={0: both, 1: both[1:]})
+    with pytest.raises(CheckpointError, match="cannot be repaired exactly.*--accept duplicates"):
+        coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    assert status(world, 1) is CheckpointStatus.PREPARED  # nothing guessed
+    outcome = coordinator.commit(world.pipeline, 1, accept="duplicates")
+    assert outcome.repair is not None and outcome.repair.accepted == "duplicates"
+    assert world.store.view(1).completed.repair.replayed == tuple(r for r in plan.claim.ranges if r.tp == both[1])

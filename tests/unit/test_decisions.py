@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lockstep.model.checkpoint import (
@@ -15,7 +17,7 @@ from lockstep.model.checkpoint import (
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.transactional_ids import parse_transactional_id, transactional_id
 from lockstep.model.transactions import TransactionObservation, TransactionState
-from lockstep.rules.commit_decision import DecisionKind, decide_commit
+from lockstep.rules.commit_decision import DecisionKind, decide_commit, end_offsets_after_repair
 from lockstep.rules.recovery import compress_partitions, recovery_plan, replay_hint
 
 K = DecisionKind
@@ -179,11 +181,6 @@ def test_unobserved_transaction_is_retry_later_not_abort() -> None:
     assert d.abort == () and f"{PREFIX}-42-1" in d.message
 
 
-def test_stuck_wins_over_missing_observations() -> None:
-    d = decide(prepared(txn(0), txn(1), txn(2)), obs(0, S.COMPLETE_COMMIT), obs(1, S.DEAD))
-    assert d.kind is K.STUCK
-
-
 # --- recovery_plan ---
 
 
@@ -327,3 +324,94 @@ def test_other_owners_are_presumed_alive_for_the_transaction_timeout():
                                 pid_alive=never)
         assert young is not None and "840 s more" in young
         assert claim_in_flight(owner, 1_000, 901_001, 900_000, "here", never) is None
+
+
+# --- repair of a partially committed checkpoint ---
+
+CLAIMED = (OffsetRange("in", 0, 0, 10), OffsetRange("in", 1, 5, 9), OffsetRange("in", 2, 3, 3))
+
+
+def sourced(task: int, *sources: int) -> PreparedTransaction:
+    return replace(txn(task), sources=tuple(TopicPartition("in", p) for p in sources))
+
+
+def decide_with_claim(p: PreparedCheckpoint, *observations: TransactionObservation):  # type: ignore[no-untyped-def]
+    return decide_commit(p, observed(*observations), NOW, MARGIN, CLAIMED)
+
+
+@pytest.mark.parametrize("lost", [obs(1, S.COMPLETE_ABORT), obs(1, S.COMPLETE_ABORT, epoch=8, started=NOW - TIMEOUT),
+                                  obs(1, S.EMPTY, pid=555, epoch=0)])
+@pytest.mark.parametrize("done", [S.COMPLETE_COMMIT, S.PREPARE_COMMIT])
+def test_a_lost_transaction_after_a_commit_is_repaired_with_its_input_ranges(lost: TransactionObservation,
+                                                                             done: TransactionState) -> None:
+    d = decide_with_claim(prepared(sourced(0, 0), sourced(1, 1)), obs(0, done), lost)
+    assert d.kind is K.REPAIR
+    assert d.abort == (f"{PREFIX}-42-1",), "the lost transaction is fenced, so nothing of it commits later"
+    assert d.replay == (OffsetRange("in", 1, 5, 9),), "exactly the lost transaction's source range goes back"
+    assert d.commit == ((f"{PREFIX}-42-0",) if done == S.PREPARE_COMMIT else ())
+    assert list(d.problems) == [f"{PREFIX}-42-1"]
+    assert "Repairing it" in d.message and "in:1[5,9)" in d.message
+
+
+def test_a_repair_commits_the_transactions_still_open_and_replays_every_lost_ones_sources() -> None:
+    d = decide_with_claim(prepared(sourced(0, 0), sourced(1, 1), sourced(2, 1), sourced(3)),
+                          obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT), obs(2, S.COMPLETE_ABORT), obs(3))
+    assert d.kind is K.REPAIR
+    assert d.commit == (f"{PREFIX}-42-3",)
+    assert set(d.abort) == {f"{PREFIX}-42-1", f"{PREFIX}-42-2"}
+    # two lost transactions shared in:1 (a shuffle among the lost only): its range goes back once
+    assert d.replay == (OffsetRange("in", 1, 5, 9),)
+
+
+def test_a_source_partition_split_between_a_lost_and_a_committed_transaction_cannot_be_repaired() -> None:
+    d = decide_with_claim(prepared(sourced(0, 0, 1), sourced(1, 1)), obs(0, S.COMPLETE_COMMIT),
+                          obs(1, S.COMPLETE_ABORT))
+    assert d.kind is K.STUCK
+    assert d.abort == () and d.commit == () and d.replay == ()
+    assert "cannot be repaired" in d.message and "in:1" in d.message and "shuffle" in d.message
+
+
+def test_committables_without_sources_cannot_be_repaired_and_say_why() -> None:
+    d = decide_with_claim(prepared(sourced(0, 0), txn(1)), obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT))
+    assert d.kind is K.STUCK
+    assert "earlier version" in d.message and f"{PREFIX}-42-1" in d.message
+
+
+def test_a_lost_transactions_source_outside_the_claim_is_refused() -> None:
+    d = decide_with_claim(prepared(sourced(0, 0), sourced(1, 7)), obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT))
+    assert d.kind is K.STUCK and "in:7" in d.message
+
+
+def test_an_unobserved_transaction_waits_even_when_another_was_lost() -> None:
+    d = decide_with_claim(prepared(sourced(0, 0), sourced(1, 1), sourced(2, 2)), obs(0, S.COMPLETE_COMMIT),
+                          obs(1, S.COMPLETE_ABORT))
+    assert d.kind is K.RETRY_LATER
+
+
+def test_the_next_checkpoint_starts_given_back_partitions_where_this_one_started_them() -> None:
+    ends = end_offsets_after_repair(CLAIMED, (OffsetRange("in", 1, 5, 9),))
+    assert ends == {"in:0": 10, "in:1": 5, "in:2": 3}
+
+
+@pytest.mark.parametrize(("accept", "replayed"), [("duplicates", (OffsetRange("in", 1, 5, 9),)),
+                                                  ("loss", ())])
+def test_a_stuck_checkpoint_is_settled_only_as_the_user_accepts(accept: str, replayed: tuple) -> None:
+    shuffled = prepared(sourced(0, 0, 1), sourced(1, 1))
+    observations = (obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT))
+    stuck = decide_with_claim(shuffled, *observations)
+    assert stuck.kind is K.STUCK and "--accept duplicates" in stuck.message and "--accept loss" in stuck.message
+    d = decide_commit(shuffled, observed(*observations), NOW, MARGIN, CLAIMED, accept)
+    assert d.kind is K.REPAIR and d.accepted == accept and d.replay == replayed
+    assert d.abort == (f"{PREFIX}-42-1",) and f"accepted ({accept}" in d.message
+
+
+def test_accepting_duplicates_without_sources_gives_back_the_whole_claim() -> None:
+    d = decide_commit(prepared(sourced(0, 0), txn(1)), observed(obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT)),
+                      NOW, MARGIN, CLAIMED, "duplicates")
+    assert d.kind is K.REPAIR and d.replay == CLAIMED[:2]
+
+
+def test_an_exact_repair_ignores_what_the_user_would_accept() -> None:
+    d = decide_commit(prepared(sourced(0, 0), sourced(1, 1)),
+                      observed(obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT)), NOW, MARGIN, CLAIMED, "loss")
+    assert d.kind is K.REPAIR and d.accepted is None and d.replay == (OffsetRange("in", 1, 5, 9),)

@@ -42,6 +42,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                            "nothing owns, mark claimed checkpoints aborted (refused while a run is in flight)")
     _spec(txns)
     txns.add_argument("--dry-run", action="store_true", help="with resolve: say what it would do, change nothing")
+    txns.add_argument("--accept", choices=["duplicates", "loss"],
+                      help="with resolve: settle a stuck checkpoint, a partial commit that cannot be repaired exactly. "
+                           "duplicates: read its lost transactions' input again, outputs already committed for "
+                           "those partitions appear twice; loss: complete it without their output")
     status = sub.add_parser("status", help="where each source record stands: committed, in flight in open "
                                           "transactions, not read yet; age of the oldest unread record")
     _spec(status)
@@ -137,15 +141,18 @@ def _run(spec: PipelineSpec, args: argparse.Namespace) -> int:
             break
         assert cycle.view is not None and cycle.view.prepared is not None  # committed, so prepared
         prepared = cycle.view.prepared
-        row: dict[str, object] = {"checkpoint": cid, "status": cycle.outcome.status.value, "records_in": prepared.records_in,
+        repaired = cycle.outcome.repair
+        status = "completed after repair" if repaired else cycle.outcome.status.value
+        row: dict[str, object] = {"checkpoint": cid, "status": status, "records_in": prepared.records_in,
                "records_out": prepared.records_out, "dead_lettered": prepared.records_dead_lettered,
-               "transactions": len(cycle.outcome.committed), "seconds": round(cycle.seconds, 1)}
+               "transactions": len(cycle.outcome.committed), "seconds": round(cycle.seconds, 1),
+               **({"repair": repaired.to_json()} if repaired else {})}
         results.append(row)
         metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, cycle.outcome.time_left_ms)
         if not args.json:
             print(f"[{n + 1}/{args.checkpoints}] checkpoint {cid} {row['status']}: {row['records_in']} in, "
                   f"{row['records_out']} out, {row['dead_lettered']} dead-lettered, {row['transactions']} "
-                  f"transactions, {row['seconds']} s", flush=True)
+                  f"transactions, {row['seconds']} s" + (f"; {repaired.summary}" if repaired else ""), flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
     return 0
@@ -159,6 +166,8 @@ def _transactions(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.steps.pipeline import Pipeline
     from lockstep.steps.recover import CheckpointInFlight
 
+    if args.accept and args.action != "resolve":
+        raise TerminalError("--accept goes with resolve: lockstep transactions resolve --spec ... --accept ...")
     p = Pipeline.open(spec)
     if args.action == "list":
         if args.dry_run:
@@ -172,7 +181,7 @@ def _transactions(spec: PipelineSpec, args: argparse.Namespace) -> int:
         return 0
     run_id = cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
     try:
-        console, lines = resolve_transactions(p, run_id, dry_run=args.dry_run)
+        console, lines = resolve_transactions(p, run_id, dry_run=args.dry_run, accept=args.accept)
     except CheckpointInFlight as exc:
         raise CheckpointInFlight(f"{exc}; nothing was resolved: settling a checkpoint under a live run would fence "
                                  "its transactions. Run `lockstep transactions resolve` again once that run "
@@ -223,6 +232,8 @@ class _CheckpointRow(TypedDict):
     dead_lettered: int | None
     transactions: int | None
     reason: str | None
+    #: For a checkpoint completed after a repair: the transactions lost and the ranges given back.
+    repair: dict[str, object] | None
 
 
 def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
@@ -232,16 +243,20 @@ def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
     rows: list[_CheckpointRow] = []
     for v in views:
         rows.append(_CheckpointRow(
-            checkpoint=v.checkpoint_id, status=v.status.value, claimed_at=v.claim.claimed_at,
+            checkpoint=v.checkpoint_id, status=v.status_text, claimed_at=v.claim.claimed_at,
             start_source=v.claim.start_source, ranges=[str(r) for r in v.claim.ranges if not r.is_empty],
             records_out=v.prepared.records_out if v.prepared else None,
             dead_lettered=v.prepared.records_dead_lettered if v.prepared else None,
             transactions=len(v.prepared.transactions) if v.prepared else None,
             reason=v.aborted.reason if v.aborted else None,
+            repair=v.completed.repair.to_json() if v.completed and v.completed.repair else None,
         ))
+    repairs = {v.checkpoint_id: v.completed.repair.summary for v in views if v.completed and v.completed.repair}
     text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
                      f"dlq={r['dead_lettered']} txns={r['transactions']}  {', '.join(r['ranges']) or '(empty)'}"
-                     + (f"\n       reason: {r['reason']}" if r["reason"] else "") for r in rows)
+                     + (f"\n       reason: {r['reason']}" if r["reason"] else "")
+                     + (f"\n       repair: {repairs[r['checkpoint']]}" if r["checkpoint"] in repairs else "")
+                     for r in rows)
     _emit(args, rows, text or "no checkpoints yet")
     return 0
 

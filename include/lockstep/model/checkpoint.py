@@ -369,6 +369,9 @@ class Repair:
 
     lost: Mapping[str, str]
     replayed: tuple[OffsetRange, ...]
+    #: None for an exact repair; "duplicates" or "loss" when a user settled a checkpoint that could not
+    #: be repaired exactly (``lockstep transactions resolve --accept``).
+    accepted: str | None = None
 
     def __post_init__(self) -> None:
         if not self.lost:
@@ -378,11 +381,15 @@ class Repair:
     def summary(self) -> str:
         """'transactions p-5-1 lost; orders:1 [40, 80) given back to the next checkpoint'."""
         ranges = ", ".join(str(r) for r in self.replayed) or "no input ranges"
+        accepted = f" ({self.accepted} accepted)" if self.accepted else ""
         return (f"transaction{'s' if len(self.lost) > 1 else ''} {', '.join(sorted(self.lost))} lost; "
-                f"{ranges} given back to the next checkpoint")
+                f"{ranges} given back to the next checkpoint{accepted}")
 
     def to_json(self) -> dict[str, object]:
-        return {"lost": dict(self.lost), "replayed": [r.to_json() for r in self.replayed]}
+        doc: dict[str, object] = {"lost": dict(self.lost), "replayed": [r.to_json() for r in self.replayed]}
+        if self.accepted is not None:
+            doc["accepted"] = self.accepted
+        return doc
 
     @classmethod
     def from_json(cls, doc: object, key: str, path: str = "repair") -> Repair:
@@ -390,7 +397,10 @@ class Repair:
         lost = r.get("lost", dict)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in lost.items()):
             raise MetadataError(key, f"field '{path}.lost' must map transactional ids to reasons")
-        return _build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed")))
+        accepted = r.doc.get("accepted")
+        if accepted is not None and not isinstance(accepted, str):
+            raise MetadataError(key, f"field '{path}.accepted' must be a string, got {accepted!r}")
+        return _build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed"), accepted=accepted))
 
 
 @dataclass(frozen=True)

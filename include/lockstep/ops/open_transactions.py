@@ -236,6 +236,8 @@ def resolution(plan: RecoveryPlan, views: Mapping[int, CheckpointView], decision
             lines.append(f"{head}: {d.message}; mark it completed and publish its offsets")
         elif d.kind is DecisionKind.ABORT:
             lines.append(f"{head} fails: {d.message}; fence its transactions and mark it aborted")
+        elif d.kind is DecisionKind.REPAIR:
+            lines.append(f"{head}: {d.message}; mark it completed after repair and publish its offsets")
         else:
             lines.append(f"{head} is refused now ({d.kind.value}): {d.message}")
     for cluster, fence in [(None, plan.fence), *plan.fence_elsewhere.items()]:

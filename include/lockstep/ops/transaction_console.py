@@ -59,8 +59,8 @@ class Console:
 VIEWER = "lockstep-transactions-view"
 
 
-def look(p: Pipeline, run_id: str = VIEWER) -> Console:
-    """Read everything; changes nothing."""
+def look(p: Pipeline, run_id: str = VIEWER, accept: str | None = None) -> Console:
+    """Read everything; changes nothing. ``accept``: decide as ``resolve --accept`` would."""
     history = p.store.history()
     try:
         check_in_flight(p, run_id, history=history)
@@ -116,7 +116,8 @@ def look(p: Pipeline, run_id: str = VIEWER) -> Console:
             offsets.update({(cluster, tp): (stable[tp], high[tp]) for tp in tps})
     rows = open_transactions.rows(observed, facts.scopes, views, offsets, watched, plan, now_ms)
     rows = open_transactions.while_in_flight(rows, refused)
-    return Console(facts, plan, views, rows, _commit_decisions(p, plan, views, now_ms), unreachable, refused)
+    return Console(facts, plan, views, rows, _commit_decisions(p, plan, views, now_ms, accept), unreachable,
+                   refused)
 
 
 def _partitions(admin: TopicAdmin, names: Iterable[str]) -> list[TopicPartition]:
@@ -131,7 +132,7 @@ def _partitions(admin: TopicAdmin, names: Iterable[str]) -> list[TopicPartition]
 
 
 def _commit_decisions(p: Pipeline, plan: RecoveryPlan, views: dict[int, CheckpointView],
-                      now_ms: int) -> dict[int, CommitDecision]:
+                      now_ms: int, accept: str | None = None) -> dict[int, CommitDecision]:
     """The decision the commit step would take now for each prepared checkpoint (it takes it again when it runs)."""
     decisions: dict[int, CommitDecision] = {}
     for cid in plan.roll_forward:
@@ -140,24 +141,27 @@ def _commit_decisions(p: Pipeline, plan: RecoveryPlan, views: dict[int, Checkpoi
         cluster, _ = checkpoint_scope(view, p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id)
         with p.committer(cluster) as committer:
             observed = committer.describe(t.transactional_id for t in view.prepared.transactions)
-        decisions[cid] = decide_commit(view.prepared, observed, now_ms, p.spec.transactions.commit_margin_ms)
+        decisions[cid] = decide_commit(view.prepared, observed, now_ms, p.spec.transactions.commit_margin_ms,
+                                       view.claim.ranges, accept)
     return decisions
 
 
-def resolve_transactions(p: Pipeline, run_id: str, dry_run: bool = False) -> tuple[Console, list[str]]:
+def resolve_transactions(p: Pipeline, run_id: str, dry_run: bool = False,
+                         accept: str | None = None) -> tuple[Console, list[str]]:
     """Settle the pipeline's unsettled checkpoints and open transactions as recovery would.
 
     Refuses (``CheckpointInFlight``) while another run owns an unsettled checkpoint. With
-    ``dry_run`` it only says what it would do. Returns the console it decided on, and per
+    ``dry_run`` it only says what it would do. ``accept`` (``commit_decision.ACCEPT``) settles a
+    checkpoint that cannot be repaired exactly. Returns the console it decided on, and per
     checkpoint what it did (or would do).
     """
-    console = look(p, run_id)
+    console = look(p, run_id, accept)
     if console.refused:
         raise CheckpointInFlight(console.refused)
     planned = open_transactions.resolution(console.plan, console.views, console.decisions, console.foreign)
     if dry_run or console.plan.is_clean:
         return console, planned
-    carry_out(p, console.plan)
+    carry_out(p, console.plan, accept)
     done: list[str] = []
     settled = [*console.plan.roll_forward, *console.plan.fence,
                *(cid for fence in console.plan.fence_elsewhere.values() for cid in fence), *console.plan.mark_aborted]

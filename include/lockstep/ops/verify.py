@@ -159,6 +159,9 @@ class VerifyReport:
     unreadable: list[str] = field(default_factory=list)
     #: Output records another producer wrote to the sink topics, by ``topic:partition@offset``: ignored.
     other_producers: list[str] = field(default_factory=list)
+    #: Checkpoints completed after a repair, with what was lost and given back to the next checkpoint
+    #: (whose ranges, and so this check, cover the given-back input).
+    repaired: dict[int, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -189,7 +192,8 @@ class VerifyReport:
                 "complete": self.complete, "unchecked": [u.to_json() for u in self.unchecked],
                 "unchecked_offsets": sum(u.range.count for u in self.unchecked),
                 "unreadable": len(self.unreadable), "unreadable_sample": self.unreadable[:20],
-                "other_producers": len(self.other_producers), "other_producers_sample": self.other_producers[:20]}
+                "other_producers": len(self.other_producers), "other_producers_sample": self.other_producers[:20],
+                "repaired": {str(cid): text for cid, text in self.repaired.items()}}
 
     def summary(self) -> str:
         return (f"verified {len(self.checkpoints)} completed checkpoints covering {self.covered_offsets} input offsets: "
@@ -198,7 +202,7 @@ class VerifyReport:
                 + self._gaps_summary())
 
     def _gaps_summary(self) -> str:
-        lines = []
+        lines = [f"\ncheckpoint {cid} completed after repair: {text}" for cid, text in sorted(self.repaired.items())]
         for u in self.unchecked:
             lines.append(f"\nnot checked: {u.range} ({u.range.count} offsets): {u.reason}")
         if self.unreadable:
@@ -219,12 +223,17 @@ class VerifyReport:
                 "offsets in the sink more than once")
 
 
-def completed_ranges(store: CheckpointStore, since: int | None) -> dict[int, tuple[OffsetRange, ...]]:
+def completed_ranges(store: CheckpointStore, since: int | None,
+                     repaired: dict[int, str] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
+    """The input ranges each completed checkpoint from ``since`` on delivered: a repaired one's without
+    the ranges it gave back to the next checkpoint (put in ``repaired``, with what was lost)."""
     result: dict[int, tuple[OffsetRange, ...]] = {}
     for cid in store.checkpoint_ids(after=since - 1 if since else None):
         view = store.view(cid)
         if view is not None and view.completed is not None:
-            result[cid] = tuple(r for r in view.claim.ranges if not r.is_empty)
+            result[cid] = view.delivered_ranges
+            if view.completed.repair is not None and repaired is not None:
+                repaired[cid] = view.completed.repair.summary
     return result
 
 
@@ -330,7 +339,8 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
         from lockstep.steps.client_factory import checkpoint_store
 
         replay_store = checkpoint_store(replay_spec(spec))
-    covered = completed_ranges(store, since)
+    repaired: dict[int, str] = {}
+    covered = completed_ranges(store, since, repaired)
     if log_starts is None:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
@@ -344,7 +354,7 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
                           sum(expected.values()), sum(actual.values()),
                           replay=account(fed_counter(replays), outputs.replayed, outputs.in_sink),
                           replay_checkpoints=sorted(replays), unchecked=unchecked, unreadable=outputs.unreadable,
-                          other_producers=outputs.other_producers)
+                          other_producers=outputs.other_producers, repaired=repaired)
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     return report
 

@@ -3,15 +3,29 @@
 The committer observes each transaction (DescribeTransactions) and hands the observations here;
 :func:`decide_commit` decides all or nothing (the all-or-nothing-commit invariant) with roll-forward once anything was
 committed (the idempotent-commit invariant), so every rule is tested without a broker.
+
+When some transactions were committed and others were lost (the broker aborted them: timeout,
+fencing), all or nothing is no longer possible. Instead of stopping, the checkpoint is repaired:
+the rest is committed, and the input ranges of the lost transactions' source partitions are given
+back to the next checkpoint, which reads and writes them again (:func:`repair_ranges`). That is
+exact when no source partition's records were split between a lost and a kept transaction.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
+from lockstep.model.offsets import OffsetRange
 from lockstep.model.transactions import TransactionObservation, TransactionState
+
+#: What a user may accept to settle a stuck checkpoint (``lockstep transactions resolve --accept``).
+ACCEPT = {
+    "duplicates": "every input range of the lost transactions' source partitions is read again: outputs the "
+                  "committed transactions already hold for those partitions appear twice",
+    "loss": "the checkpoint is completed without the lost transactions' output: it is missing from the sink",
+}
 
 _COMMITTING = (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT)
 _ABORTING = (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT)
@@ -22,6 +36,7 @@ class DecisionKind(str, Enum):
     ALREADY_COMMITTED = "already_committed"
     NOTHING_TO_COMMIT = "nothing_to_commit"
     ABORT = "abort"
+    REPAIR = "repair"
     STUCK = "stuck"
     RETRY_LATER = "retry_later"
 
@@ -34,8 +49,13 @@ class CommitDecision:
     checkpoint_id: int
     #: ids to send EndTxn(commit) for; PrepareCommit ones are included (the broker answers retriably).
     commit: tuple[str, ...] = ()
-    #: ids to fence/abort (ABORT: every transaction of the checkpoint).
+    #: ids to fence/abort (ABORT: every transaction of the checkpoint; REPAIR: the lost ones).
     abort: tuple[str, ...] = ()
+    #: REPAIR: the claim's input ranges whose output was lost, given back to the next checkpoint.
+    replay: tuple[OffsetRange, ...] = ()
+    #: REPAIR of a checkpoint that could not be repaired exactly: what the user accepted
+    #: ("duplicates" or "loss", see `ACCEPT`).
+    accepted: str | None = None
     already_committed: tuple[str, ...] = ()
     #: per transactional id, why it cannot be committed.
     problems: Mapping[str, str] = field(default_factory=dict)
@@ -91,13 +111,18 @@ def decide_commit(
     observed: Mapping[str, TransactionObservation],
     now_ms: int,
     margin_ms: int,
+    ranges: Sequence[OffsetRange] | None = None,
+    accept: str | None = None,
 ) -> CommitDecision:
     """All or nothing (the all-or-nothing-commit invariant), with roll-forward once anything was committed.
 
-    Precedence: something committed + something uncommittable = STUCK (never abort a partially
-    committed checkpoint); an unobserved transaction = RETRY_LATER (never abort on missing
-    information); any uncommittable = ABORT all; otherwise COMMIT the rest or ALREADY_COMMITTED.
-    Empty committables (nothing produced) are ignored: the broker never saw a transaction for them.
+    Precedence: an unobserved transaction = RETRY_LATER (never decide on missing information);
+    something committed + something uncommittable = REPAIR (commit the rest, give the lost ranges
+    back; ``ranges`` are the claim's), or STUCK when that cannot be exact (never abort a partially
+    committed checkpoint); any uncommittable = ABORT all; otherwise COMMIT the rest or
+    ALREADY_COMMITTED. Empty committables (nothing produced) are ignored: the broker never saw a
+    transaction for them. ``accept`` (a key of `ACCEPT`) turns a STUCK checkpoint into an inexact
+    REPAIR the user chose.
     """
     cid = prepared.checkpoint_id
     live = [t for t in prepared.transactions if not t.is_empty]
@@ -111,29 +136,104 @@ def decide_commit(
     committed = tuple(by_kind.get("committed", ()))
     started = committed + tuple(by_kind.get("committing", ()))
     everything = tuple(t.transactional_id for t in prepared.transactions)
+    to_commit = tuple(by_kind.get("commit", ())) + tuple(by_kind.get("committing", ()))
 
-    if started and by_kind.get("bad"):
-        detail = "; ".join(problems[t] for t in by_kind["bad"])
-        return CommitDecision(
-            DecisionKind.STUCK, cid, already_committed=committed, problems=problems,
-            message=(f"checkpoint {cid} is partially committed ({', '.join(started)}) but {detail}. "
-                     "It must not be aborted; the output of the other transactions is lost. "
-                     "Manual intervention is needed: replay the missing partitions from a savepoint."),
-        )
     if by_kind.get("missing"):
         return CommitDecision(DecisionKind.RETRY_LATER, cid, problems=problems,
                               message=f"checkpoint {cid}: could not observe {', '.join(by_kind['missing'])}; retry")
+    if started and by_kind.get("bad"):
+        lost = tuple(by_kind["bad"])
+        detail = "; ".join(problems[t] for t in lost)
+        replay, why_not = repair_ranges(prepared, lost, ranges)
+        accepted = None
+        if replay is None and accept is not None and ranges is not None:
+            replay, accepted = accepted_ranges(prepared, lost, ranges, accept), accept
+        if replay is None:
+            return CommitDecision(
+                DecisionKind.STUCK, cid, already_committed=committed, problems=problems,
+                message=(f"checkpoint {cid} is partially committed ({', '.join(started)}) but {detail}. It must not "
+                         f"be aborted, and it cannot be repaired exactly: {why_not}. Choose what to accept and run "
+                         "`lockstep transactions resolve --accept duplicates` (read the lost input again, "
+                         "duplicating what was committed of it) or `--accept loss` (complete without it); "
+                         "docs/operations.md, 'A stuck checkpoint'"),
+            )
+        rest = f"commit {', '.join(to_commit)}; " if to_commit else ""
+        given = (f"the input of the lost transaction{'s' if len(lost) > 1 else ''} "
+                 f"({', '.join(str(r) for r in replay)}) goes back to the next checkpoint, which reads and writes it "
+                 "again" if replay else "no input goes back")
+        choice = f" as accepted ({accepted}: {ACCEPT[accepted]})" if accepted else ""
+        return CommitDecision(
+            DecisionKind.REPAIR, cid, commit=to_commit, abort=lost, already_committed=committed, problems=problems,
+            replay=replay, accepted=accepted,
+            message=(f"checkpoint {cid} is partially committed ({', '.join(started)}) but {detail}. Repairing "
+                     f"it{choice}: {rest}{given}"),
+        )
     if by_kind.get("bad"):
         detail = "; ".join(problems[t] for t in by_kind["bad"])
         return CommitDecision(DecisionKind.ABORT, cid, abort=everything, problems=problems,
                               message=f"checkpoint {cid} must be aborted: {detail}")
-    to_commit = tuple(by_kind.get("commit", ())) + tuple(by_kind.get("committing", ()))
     if not to_commit:
         return CommitDecision(DecisionKind.ALREADY_COMMITTED, cid, already_committed=committed,
                               message=f"checkpoint {cid}: all {len(committed)} transactions already committed")
     note = f" (rolling forward; already committed: {', '.join(committed)})" if committed else ""
     return CommitDecision(DecisionKind.COMMIT, cid, commit=to_commit, already_committed=committed,
                           message=f"checkpoint {cid}: commit {', '.join(to_commit)}{note}")
+
+
+def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str],
+                  ranges: Sequence[OffsetRange] | None) -> tuple[tuple[OffsetRange, ...] | None, str]:
+    """The claim's input ranges to give back to the next checkpoint when the transactions ``lost``
+    were aborted and the others kept, or (None, why that would not be exact).
+
+    Exact when each lost transaction says which source partitions its records came from, and no
+    other transaction of the checkpoint carries records of those partitions: re-reading a whole
+    range then re-creates exactly the lost output (a deterministic transform), nothing of the kept.
+    """
+    if ranges is None:
+        return None, "the checkpoint's input ranges were not given"
+    by_id = {t.transactional_id: t for t in prepared.transactions}
+    unknown = [tid for tid in lost if by_id[tid].sources is None]
+    if unknown:
+        return None, (f"{', '.join(unknown)} {'were' if len(unknown) > 1 else 'was'} written by an earlier version of "
+                      "Lockstep, which did not record the source partitions of each transaction")
+    lost_sources = {tp for tid in lost for tp in by_id[tid].sources or ()}
+    shared = sorted({tp.key for t in prepared.transactions if t.transactional_id not in lost and not t.is_empty
+                     for tp in t.sources or () if tp in lost_sources})
+    if shared:
+        return None, (f"the records of source partition{'s' if len(shared) > 1 else ''} {', '.join(shared)} were "
+                      "written by lost and by committed transactions (the transform moved records between Spark "
+                      "tasks, a shuffle), so re-reading them would duplicate the committed part")
+    claimed = {r.tp: r for r in ranges if not r.is_empty}
+    outside = sorted(tp.key for tp in lost_sources if tp not in claimed)
+    if outside:
+        return None, f"the lost transactions carry records of {', '.join(outside)}, which the claim does not cover"
+    return tuple(sorted(claimed[tp] for tp in lost_sources)), ""
+
+
+def accepted_ranges(prepared: PreparedCheckpoint, lost: Sequence[str], ranges: Sequence[OffsetRange],
+                    accept: str) -> tuple[OffsetRange, ...]:
+    """The ranges to give back when the user accepted an inexact repair: none for "loss"; for
+    "duplicates" the claim's ranges of every lost transaction's source partitions, or all the claim's
+    ranges when a lost transaction does not say where its records came from."""
+    if accept not in ACCEPT:
+        raise ValueError(f"accept must be one of {', '.join(ACCEPT)}, got {accept!r}")
+    if accept == "loss":
+        return ()
+    by_id = {t.transactional_id: t for t in prepared.transactions}
+    sources = [by_id[tid].sources for tid in lost]
+    claimed = [r for r in ranges if not r.is_empty]
+    if any(s is None for s in sources):
+        return tuple(sorted(claimed))
+    wanted = {tp for s in sources for tp in s or ()}
+    return tuple(sorted(r for r in claimed if r.tp in wanted))
+
+
+def end_offsets_after_repair(ranges: Sequence[OffsetRange], replay: Sequence[OffsetRange]) -> dict[str, int]:
+    """Where the next checkpoint starts after a repair: the claim's end offsets, except that each
+    given-back partition ends where the checkpoint started it."""
+    ends = {r.tp.key: r.end for r in ranges}
+    ends.update({r.tp.key: r.start for r in replay})
+    return ends
 
 
 def time_left_ms(prepared: PreparedCheckpoint, timeout_ms: int, now_ms: int) -> int | None:

@@ -196,6 +196,14 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
         records_dead_lettered=sum(t.dead_letters for t in committables),
         spark_seconds=round(time.monotonic() - started, 3),
     )
+    shared = prepared.shared_sources
+    if shared:
+        some = "; ".join(f"{key} by tasks {', '.join(map(str, tasks))}" for key, tasks in list(shared.items())[:5])
+        log.warning("checkpoint %d: the records of %d source partitions were written by several Spark tasks (%s%s): "
+                    "the transform moves records between tasks (a shuffle). The order of a source partition's "
+                    "records in the sink is then not kept, and if the broker aborts some of these transactions after "
+                    "others were committed, the checkpoint cannot be repaired. Keep transforms per partition "
+                    "(docs/semantics.md, 'Order')", checkpoint_id, len(shared), some, "; ..." if len(shared) > 5 else "")
     store.write_prepared(prepared)
     log.info("checkpoint %d: prepared with %d transactions (%d records out, %d dead-lettered) in %.1f s",
              checkpoint_id, len(prepared.transactions), prepared.records_out, prepared.records_dead_lettered,

@@ -19,10 +19,17 @@ from lockstep.model.checkpoint import (
     CheckpointView,
     CompletedCheckpoint,
     PreparedCheckpoint,
+    Repair,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.transactions import TransactionState
-from lockstep.rules.commit_decision import DecisionKind, decide_commit, late_commit_warning, time_left_ms
+from lockstep.rules.commit_decision import (
+    DecisionKind,
+    decide_commit,
+    end_offsets_after_repair,
+    late_commit_warning,
+    time_left_ms,
+)
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
 from lockstep.steps.pipeline import Pipeline, mark_aborted, now_iso, unusable_sink
 
@@ -41,10 +48,14 @@ class CommitOutcome:
     #: When the commit began: how long until its first transaction would have timed out (None when
     #: it had none, or was completed before).
     time_left_ms: int | None = None
+    #: Set when the checkpoint was completed after a repair: what was lost and given back.
+    repair: Repair | None = None
 
 
-def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
-    """Verify every transaction, commit all, mark completed, publish offsets. Idempotent."""
+def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> CommitOutcome:
+    """Verify every transaction, commit all, mark completed, publish offsets. Idempotent.
+
+    ``accept`` settles a checkpoint that cannot be repaired exactly (``commit_decision.ACCEPT``)."""
     view = p.store.view(checkpoint_id)
     if view is None:
         raise CheckpointError(checkpoint_id, "does not exist; nothing to commit")
@@ -58,7 +69,8 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
         assert view.completed is not None  # what COMPLETED means
         log.info("checkpoint %d: already completed; nothing to commit", checkpoint_id)
         publish_end_offsets(p, view)
-        return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed")
+        return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, view.completed.committed, "already completed",
+                             repair=view.completed.repair)
     prepared = view.prepared
     assert prepared is not None  # neither claimed, completed nor aborted: prepared
     resolved = resolve_pinned(view.claim, p.spec)  # the ids are the committables'; the cluster is the claim's
@@ -72,9 +84,12 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
         log.warning(late)
     with _claim_committer(p, resolved) as committer:
         observed = committer.describe(t.transactional_id for t in prepared.transactions)
-        decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms)
-        log.info("checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
-        refused = refusal(resolved, Step.COMMIT, decision.kind,
+        decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms,
+                                 view.claim.ranges, accept)
+        (log.warning if decision.kind is DecisionKind.REPAIR else log.info)(
+            "checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
+        committing = DecisionKind.COMMIT if decision.kind is DecisionKind.REPAIR and decision.commit else decision.kind
+        refused = refusal(resolved, Step.COMMIT, committing,
                           transactions_deadline_ms(prepared, resolved.values.timeout_ms))
         if refused:
             raise CheckpointError(checkpoint_id, refused)
@@ -88,6 +103,11 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
             raise CheckpointError(checkpoint_id, f"aborted: {decision.message}; {aborted.replay_hint}; "
                                   "raise transactions.timeout_ms or shorten the schedule interval if transactions "
                                   "time out")
+        repair = None
+        if decision.kind is DecisionKind.REPAIR:
+            # Fence first: once the checkpoint says its input goes back, nothing of these may commit.
+            _abort_transactions(committer, prepared, decision.abort)
+            repair = Repair({tid: decision.problems[tid] for tid in decision.abort}, decision.replay, decision.accepted)
         failpoints.hit("commit.after_verify")
         by_id = {t.transactional_id: t for t in prepared.transactions}
         for n, tid in enumerate(decision.commit):
@@ -99,19 +119,25 @@ def commit(p: Pipeline, checkpoint_id: int) -> CommitOutcome:
                 failpoints.hit("commit.between_commits")
         _await_markers(committer, checkpoint_id, decision.commit)
     failpoints.hit("commit.after_kafka_commit")
-    committed = tuple(t.transactional_id for t in prepared.transactions)
-    completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), view.claim.end_offsets, committed,
-                                    view.claim.topic_ids)
+    lost = repair.lost if repair else {}
+    committed = tuple(t.transactional_id for t in prepared.transactions if t.transactional_id not in lost)
+    end_offsets = end_offsets_after_repair(view.claim.ranges, repair.replayed) if repair else view.claim.end_offsets
+    completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), end_offsets, committed,
+                                    view.claim.topic_ids, repair)
     p.store.mark_completed(completed)
-    log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
-             prepared.records_out, prepared.records_dead_lettered, len(committed))
+    if repair:
+        log.warning("checkpoint %d: completed after repair: %s, which reads and writes them again", checkpoint_id,
+                    repair.summary)
+    else:
+        log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
+                 prepared.records_out, prepared.records_dead_lettered, len(committed))
     failpoints.hit("commit.after_completed")
     publish_end_offsets(p, CheckpointView(view.claim, prepared, completed))
     failpoints.hit("commit.after_offsets")
     deleted = p.store.apply_retention(p.spec.checkpoints.retain)
     if deleted:
         log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
-    return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms)
+    return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms, repair)
 
 
 def _claim_committer(p: Pipeline, resolved: Resolved) -> Committer:

@@ -129,12 +129,13 @@ def recovery_facts(p: Pipeline, history: History | None = None) -> RecoveryFacts
     return RecoveryFacts(latest_id, views, open_here, open_elsewhere, scopes)
 
 
-def carry_out(p: Pipeline, plan: RecoveryPlan) -> None:
-    """Roll prepared checkpoints forward, fence what nothing owns, mark claimed checkpoints aborted."""
+def carry_out(p: Pipeline, plan: RecoveryPlan, accept: str | None = None) -> None:
+    """Roll prepared checkpoints forward, fence what nothing owns, mark claimed checkpoints aborted.
+    ``accept``: what a user accepts to settle a checkpoint that cannot be repaired exactly."""
     for cid in plan.roll_forward:
         log.warning("checkpoint %d: found prepared but not completed; rolling it forward", cid)
         try:
-            commit(p, cid)
+            commit(p, cid, accept)
         except CheckpointError as exc:
             after = p.store.view(cid)
             if after is None or after.status is not CheckpointStatus.ABORTED:
