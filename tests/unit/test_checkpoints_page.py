@@ -462,3 +462,25 @@ def test_a_kafka_failure_shows_in_the_open_transactions_panel_not_a_broken_page(
     panel = html.split("<h3>Open transactions</h3>", 1)[1].split("<h3>Savepoints</h3>", 1)[0]
     assert '<div class="error">gave up trying to list transactions' in panel
     assert '<tr id="checkpoint-2">' in html  # the rest of the page is there
+
+
+def test_a_checkpoint_completed_after_repair_says_so_with_what_was_lost_and_given_back(specs_dir):
+    from dataclasses import replace
+
+    from lockstep.model.checkpoint import CheckpointView, Repair
+    from lockstep_airflow.overview import checkpoint_row
+
+    claim = CheckpointClaim("orders", 4, "scheduled__4", _at(4), (OffsetRange("orders", 0, 0, 9),
+                            OffsetRange("orders", 1, 3, 7)), "checkpoint:3")
+    repair = Repair({"orders-4-1": "transaction orders-4-1 timed out"}, (OffsetRange("orders", 1, 3, 7),))
+    done = CompletedCheckpoint("orders", 4, _at(5), {"orders:0": 9, "orders:1": 3}, ("orders-4-0",), repair=repair)
+    row = checkpoint_row(CheckpointView(claim, completed=done))
+    assert row.status == "completed" and row.repair == repair.summary
+    overview = _gather(specs_dir, FakeS3(), PageQuery())
+    overview.pipelines[0].checkpoints.rows.insert(0, row)
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    assert '<span class="badge completed">completed after repair</span>' in html
+    assert "transaction orders-4-1 lost; orders:1[3,7) given back to the next checkpoint" in html
+    plain = replace(row, repair=None)
+    overview.pipelines[0].checkpoints.rows[0] = plain
+    assert "after repair" not in render_page(overview, Ctx(tz=AMSTERDAM))

@@ -104,3 +104,24 @@ def test_the_report_names_what_was_not_checked_and_what_was_ignored():
     doc = r.to_json()
     assert doc["complete"] is False and doc["unchecked_offsets"] == 5 and doc["other_producers"] == 1
     assert doc["unchecked"] == [{"range": f"{SOURCE}:0[0,5)", "records": 5, "reason": gap.reason}]
+
+
+def test_a_repaired_checkpoint_is_expected_without_the_ranges_it_gave_back_and_is_named():
+    from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, Repair
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.ops.verify import completed_ranges
+    from lockstep.store.checkpoint_store import CheckpointStore
+    from tests.support.fake_s3 import FakeS3
+
+    store = CheckpointStore(FakeS3(), "lockstep", "unit/orders", "orders")
+    kept, given = OffsetRange(SOURCE, 0, 0, 9), OffsetRange(SOURCE, 1, 3, 7)
+    store.claim(CheckpointClaim("orders", 1, "r1", "2026-01-01T00:00:00+00:00", (kept, given), "earliest"))
+    store.write_prepared(PreparedCheckpoint("orders", 1, "2026-01-01T00:01:00+00:00", (), 13, 13, 0, 1.0))
+    repair = Repair({"p-1-1": "transaction p-1-1 timed out"}, (given,))
+    store.mark_completed(CompletedCheckpoint("orders", 1, "2026-01-01T00:02:00+00:00",
+                                             {f"{SOURCE}:0": 9, f"{SOURCE}:1": 3}, ("p-1-0",), repair=repair))
+    repaired: dict[int, str] = {}
+    assert completed_ranges(store, None, repaired) == {1: (kept,)}
+    assert repaired == {1: repair.summary}
+    text = report(repaired=repaired).summary()
+    assert f"checkpoint 1 completed after repair: {repair.summary}" in text
