@@ -20,7 +20,7 @@ from lockstep.spark.writer_settings import WriterSettings
 
 
 def settings() -> dict:
-    writer = WriterSettings(bootstrap="127.0.0.1:9", producer_config={"acks": "all"}, id_prefix="ls",
+    writer = WriterSettings(bootstrap="127.0.0.1:9", producer_config={"acks": "all"}, id_prefix="ls", pipeline="orders",
                             checkpoint_id=7, timeout_ms=60_000, sink_topic="out", dead_letter_topic="out.dlq")
     return {"settings": jvm_settings(writer), "committable_schema": contract.COMMITTABLE_SCHEMA,
             "committable_fields": list(contract.COMMITTABLE_FIELDS),

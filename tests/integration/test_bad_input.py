@@ -121,7 +121,7 @@ def test_a_record_too_large_for_the_sink_topic_is_dead_lettered_with_its_size(ou
         f"(max.message.bytes of topic {pipeline.sink}); key, value and headers dropped")
     # Lockstep's headers only (provenance kept, so verify counts it), no key, an empty value.
     assert [k for k, _ in m.headers()] == [SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET, "lockstep.checkpoint",
-                                           ERROR_HEADER, ORIGINAL_SIZE_HEADER]
+                                           "lockstep.pipeline", ERROR_HEADER, ORIGINAL_SIZE_HEADER]
     assert (m.key(), m.value()) == (None, b"")
 
 

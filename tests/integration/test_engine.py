@@ -8,7 +8,7 @@ from datetime import UTC
 import pytest
 
 from lockstep.model.checkpoint import CheckpointStatus
-from lockstep.model.output_contract import ERROR_HEADER
+from lockstep.model.output_contract import ERROR_HEADER, PIPELINE_HEADER
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
 from ..support.topics import create_topics
@@ -399,9 +399,10 @@ def test_status_counts_records_in_flight_and_verify_flags_a_hand_moved_group(tmp
 
 
 def test_verify_reports_a_range_retention_deleted_and_ignores_another_producers_records(tmp_path, bootstrap, unique):
-    """Retention deleted part of a completed checkpoint's input, and another producer wrote to the sink:
-    verify does not crash. It checks what is left, names the deleted offsets, counts the foreign record
-    apart, and exits 2 (nothing wrong found, not everything checked)."""
+    """Retention deleted part of a completed checkpoint's input, and other producers wrote to the sink
+    (a plain producer, and another pipeline reading the same source): verify does not crash. It checks
+    what is left, names the deleted offsets, counts the foreign records apart, and exits 2 (nothing
+    wrong found, not everything checked)."""
     import json
 
     from confluent_kafka import Producer
@@ -418,6 +419,11 @@ def test_verify_reports_a_range_retention_deleted_and_ignores_another_producers_
     assert done.result(timeout=30).low_watermark == 8  # offsets 0..7 of partition 0 are gone
     foreign = Producer({"bootstrap.servers": bootstrap})
     foreign.produce(pipeline.sink, b"not from lockstep", partition=0)
+    ours = read_committed(bootstrap, pipeline.sink)[0]
+    headers = dict(ours.headers())
+    assert headers[PIPELINE_HEADER] == pipeline.name.encode()  # the writer names the pipeline
+    # What another pipeline that reads the same source writes into the same sink: the same provenance.
+    foreign.produce(pipeline.sink, ours.value(), partition=0, headers={**headers, PIPELINE_HEADER: b"another"})
     foreign.flush(10)
 
     result = lockstep("verify", "--spec", str(pipeline.spec_path), "--json")
@@ -427,7 +433,7 @@ def test_verify_reports_a_range_retention_deleted_and_ignores_another_producers_
     assert report["unchecked"] == [{"range": f"{pipeline.source}:0[0,8)", "records": 8,
                                     "reason": "checkpoint 1: deleted by retention (the log starts at 8)"}], report
     assert (report["covered_offsets"], report["expected_outputs"], report["actual_outputs"]) == (40, 32, 32), report
-    assert (report["lost"], report["duplicated"], report["unexpected"], report["other_producers"]) == (0, 0, 0, 1)
+    assert (report["lost"], report["duplicated"], report["unexpected"], report["other_producers"]) == (0, 0, 0, 2)
     text = lockstep("verify", "--spec", str(pipeline.spec_path))
     assert text.returncode == 2 and f"not checked: {pipeline.source}:0[0,8) (8 offsets)" in text.stdout, text.stdout
 

@@ -47,7 +47,7 @@ def connect_url(tmp_path_factory):
 
 
 def write(kind: str, bootstrap: str, prefix: str, sink: str, dead: str) -> list[str]:
-    settings = {"bootstrap": bootstrap, "producer_config": {}, "id_prefix": prefix, "checkpoint_id": CHECKPOINT,
+    settings = {"bootstrap": bootstrap, "producer_config": {}, "id_prefix": prefix, "pipeline": "dsv2", "checkpoint_id": CHECKPOINT,
                 "timeout_ms": 120_000, "sink_topic": sink, "dead_letter_topic": dead}
     result = subprocess.run([sys.executable, str(WRITE_SCRIPT), kind, json.dumps(settings), str(ROWS)],
                             capture_output=True, text=True, timeout=600, env={**os.environ})
@@ -108,7 +108,7 @@ def test_a_connect_session_writes_what_a_classic_session_writes(connect_url, boo
 
 
 def test_a_session_without_the_writer_jar_is_told_to_run_make_setup(bootstrap, unique):
-    settings = {"bootstrap": bootstrap, "producer_config": {}, "id_prefix": f"dsv2-nojar-{unique}",
+    settings = {"bootstrap": bootstrap, "producer_config": {}, "id_prefix": f"dsv2-nojar-{unique}", "pipeline": "dsv2",
                 "checkpoint_id": CHECKPOINT, "timeout_ms": 60_000, "sink_topic": "unused", "dead_letter_topic": "unused"}
     result = subprocess.run([sys.executable, str(WRITE_SCRIPT), "classic-without-jar", json.dumps(settings), "10"],
                             capture_output=True, text=True, timeout=600, env={**os.environ})

@@ -20,6 +20,7 @@ from lockstep.model.output_contract import (
     ERROR_HEADER,
     LEADING_HEADERS,
     MID_PRODUCE_AFTER_RECORDS,
+    PIPELINE_HEADER,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
@@ -33,16 +34,18 @@ RECORDS = 120
 
 
 def written(bootstrap, topic) -> dict[tuple[int, int], tuple[bytes | None, bytes, list, int | None]]:
-    """(source partition, source offset) -> (key, value, headers other than the source topic,
-    sink partition when the record has a key: the partitioner spreads null keys at random)."""
+    """(source partition, source offset) -> (key, value, headers other than the source topic and the
+    pipeline's name (each writer's pipeline has its own), sink partition when the record has a key: the
+    partitioner spreads null keys at random)."""
     out = {}
     for m in read_committed(bootstrap, topic):
         names = [k for k, _ in m.headers()]
         assert tuple(names[:len(LEADING_HEADERS)]) == LEADING_HEADERS, f"{topic}: headers {names}"
         headers = dict(m.headers())
+        assert headers[PIPELINE_HEADER].decode().startswith("t-writers-"), f"{topic}: the writer names its pipeline"
         where = (int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))
         assert where not in out, f"{topic}: source record {where} written twice"
-        out[where] = (m.key(), m.value(), [(k, v) for k, v in m.headers() if k != SOURCE_TOPIC],
+        out[where] = (m.key(), m.value(), [(k, v) for k, v in m.headers() if k not in (SOURCE_TOPIC, PIPELINE_HEADER)],
                       m.partition() if m.key() is not None else None)
     return out
 

@@ -56,6 +56,6 @@ def test_writer_settings_carry_the_armed_writer_failpoints_only(monkeypatch):
         sink_kafka_conn_id, sink_writer, id_prefix, timeout_ms = "kafka_default", "python", "tx", 60_000
         sink_topic, dead_letter_topic = "out", "dlq"
 
-    settings = writer_settings.writer_settings(Planned(), 3, {})
+    settings = writer_settings.writer_settings(Planned(), 3, {}, pipeline="p")
     assert settings.failpoints == {"job.after_flush": "raise"}
     assert jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}

@@ -46,8 +46,10 @@ def test_the_jvm_settings_carry_every_contract_value():
     assert doc["headers"] == {
         "source_topic": contract.SOURCE_TOPIC, "source_partition": contract.SOURCE_PARTITION,
         "source_offset": contract.SOURCE_OFFSET, "checkpoint": contract.CHECKPOINT_HEADER,
-        "error": contract.ERROR_HEADER, "original_size": contract.ORIGINAL_SIZE_HEADER,
+        "pipeline": contract.PIPELINE_HEADER, "error": contract.ERROR_HEADER,
+        "original_size": contract.ORIGINAL_SIZE_HEADER,
     }
+    assert tuple(doc["leading_headers"]) == contract.LEADING_HEADERS
     assert tuple(doc["required_columns"]) == contract.REQUIRED_COLUMNS
     assert tuple(doc["optional_columns"]) == contract.OPTIONAL_COLUMNS
     assert {k: tuple(v) for k, v in doc["accepted_types"].items()} == dict(contract.ACCEPTED_TYPES)
@@ -139,7 +141,7 @@ def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5) -> F
     from lockstep.spark.python_writer import produce_batch
     from lockstep.spark.writer_settings import WriterSettings
 
-    settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", checkpoint_id=9,
+    settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", pipeline="orders", checkpoint_id=9,
                               timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
     produced = 0
     for batch in batches(*sizes):
@@ -171,7 +173,7 @@ def test_the_python_writer_tells_its_transaction_every_source_partition_it_produ
     from lockstep.spark.python_writer import produce_batch
     from lockstep.spark.writer_settings import WriterSettings
 
-    settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", checkpoint_id=9,
+    settings = WriterSettings(bootstrap="unused", producer_config={}, id_prefix="p", pipeline="orders", checkpoint_id=9,
                               timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
     writer = FakeWriter()
     batch = pa.RecordBatch.from_pydict({"value": [b"v"] * 4, "topic": ["a", "b", "a", "a"], "partition": [0, 0, 3, 0],

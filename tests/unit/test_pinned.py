@@ -248,7 +248,7 @@ def test_the_writer_settings_come_from_the_claim(monkeypatch) -> None:
                                                             "extra": {"bootstrap.servers": "a:9092"}}))
     now = spec(transactions={"id_prefix": "new", "timeout_ms": 120_000}, sink={"topic": "out2", "writer": "python"})
     view = CheckpointView(claim())
-    settings = writer_settings(values_for_run(now, view).values, 7, {"linger.ms": 5})
+    settings = writer_settings(values_for_run(now, view).values, 7, {"linger.ms": 5}, pipeline="p")
     assert (settings.bootstrap, settings.id_prefix, settings.timeout_ms) == ("a:9092", "old", 900_000)
     assert (settings.sink_topic, settings.dead_letter_topic) == ("out", "dlq")
     assert settings.producer_config["linger.ms"] == 5 and "bootstrap.servers" not in settings.producer_config

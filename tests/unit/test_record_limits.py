@@ -35,20 +35,21 @@ def connection(monkeypatch) -> None:
 
 
 def test_each_topic_gets_the_smaller_of_its_max_message_bytes_and_the_producers_limit() -> None:
-    settings = writer_settings(planned(), 1, {}, {"out": 2000, "dlq": 5_000_000})
+    settings = writer_settings(planned(), 1, {}, {"out": 2000, "dlq": 5_000_000}, pipeline="p")
     assert (settings.sink_max_bytes, settings.sink_limit) == (2000, "max.message.bytes of topic out")
     assert (settings.dead_letter_max_bytes, settings.dead_letter_limit) == (DEFAULT_PRODUCER_LIMIT,
                                                                             "the producer's default")
     # A batch of small records must not outgrow the smaller topic limit either.
     assert settings.producer_config["batch.size"] == 2000
 
-    settings = writer_settings(planned(), 1, {"max.request.size": 500_000}, {"out": 1_048_588, "dlq": 1_048_588})
+    settings = writer_settings(planned(), 1, {"max.request.size": 500_000}, {"out": 1_048_588, "dlq": 1_048_588},
+                               pipeline="p")
     assert (settings.sink_max_bytes, settings.sink_limit) == (500_000, "the producer's max.request.size")
     assert settings.producer_config["batch.size"] == 500_000
 
 
 def test_without_topic_limits_the_producer_default_applies_and_batch_size_is_left_alone() -> None:
-    settings = writer_settings(planned(), 1, {"batch.size": 16384})
+    settings = writer_settings(planned(), 1, {"batch.size": 16384}, pipeline="p")
     assert settings.sink_max_bytes == settings.dead_letter_max_bytes == DEFAULT_PRODUCER_LIMIT
     assert settings.producer_config["batch.size"] == 16384
 

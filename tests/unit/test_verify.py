@@ -125,3 +125,18 @@ def test_a_repaired_checkpoint_is_expected_without_the_ranges_it_gave_back_and_i
     assert repaired == {1: repair.summary}
     text = report(repaired=repaired).summary()
     assert f"checkpoint 1 completed after repair: {repair.summary}" in text
+
+
+def test_records_of_another_pipeline_reading_the_same_source_are_other_producers():
+    from lockstep.model.output_contract import PIPELINE_HEADER
+
+    s = spec()
+    out = Outputs()
+    out.add(s, None, f"{SINK}:0@0", SINK, headers(**{PIPELINE_HEADER: s.name.encode()}))
+    out.add(s, None, f"{SINK}:0@1", SINK, headers(offset=b"8", **{PIPELINE_HEADER: b"another-pipeline"}))
+    out.add(s, None, f"{SINK}:0@2", SINK, headers(offset=b"9", **{PIPELINE_HEADER: f"{s.name}-replay".encode(),
+                                                                  REPLAY_HEADER: b"3"}))
+    out.add(s, None, f"{SINK}:0@3", SINK, headers(offset=b"10"))  # written before the header existed: judged as ours
+    assert dict(out.actual) == {(SOURCE, 0, 7): 1, (SOURCE, 0, 10): 1}
+    assert dict(out.replayed) == {(SOURCE, 0, 9): 1}
+    assert out.other_producers == [f"{SINK}:0@1"]

@@ -23,6 +23,9 @@ from lockstep.errors import TerminalError
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "lockstep.source.topic", "lockstep.source.partition", "lockstep.source.offset"
 #: The id of the checkpoint that wrote the record.
 CHECKPOINT_HEADER = "lockstep.checkpoint"
+#: The name of the pipeline that wrote the record, so pipelines that read the same source topics and
+#: share a sink topic can each audit their own output (records of earlier versions lack it).
+PIPELINE_HEADER = "lockstep.pipeline"
 #: On a dead letter: ``str(error)`` of the transform's `error` column, or why the record was too large.
 ERROR_HEADER = "lockstep.error"
 #: On a dead letter whose key, value and user headers were dropped to fit: the estimated size of the record.
@@ -34,7 +37,7 @@ REPLAY_HEADER = "lockstep.replay"
 #: Lockstep's headers at the head of every record either writer produces, in this order. The
 #: transform's own headers follow; a dead letter ends with `ERROR_HEADER`; a dead letter too large
 #: for its topic keeps only these, then `ERROR_HEADER` and `ORIGINAL_SIZE_HEADER`.
-LEADING_HEADERS = (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET, CHECKPOINT_HEADER)
+LEADING_HEADERS = (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET, CHECKPOINT_HEADER, PIPELINE_HEADER)
 
 # ---- the transform's output columns ----------------------------------------------------------------
 REQUIRED_COLUMNS = ("value", "topic", "partition", "offset")
@@ -154,8 +157,9 @@ def jvm_contract() -> dict[str, object]:
     """The contract as the JVM writer receives it, inside its settings (``"contract"``)."""
     return {
         "headers": {"source_topic": SOURCE_TOPIC, "source_partition": SOURCE_PARTITION,
-                    "source_offset": SOURCE_OFFSET, "checkpoint": CHECKPOINT_HEADER, "error": ERROR_HEADER,
-                    "original_size": ORIGINAL_SIZE_HEADER},
+                    "source_offset": SOURCE_OFFSET, "checkpoint": CHECKPOINT_HEADER, "pipeline": PIPELINE_HEADER,
+                    "error": ERROR_HEADER, "original_size": ORIGINAL_SIZE_HEADER},
+        "leading_headers": list(LEADING_HEADERS),
         "required_columns": list(REQUIRED_COLUMNS),
         "optional_columns": list(OPTIONAL_COLUMNS),
         "accepted_types": {name: list(types) for name, types in ACCEPTED_TYPES.items()},

@@ -31,13 +31,14 @@ from lockstep.kafka.topics import record_headers
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
+    PIPELINE_HEADER,
     REPLAY_HEADER,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
 from lockstep.spark.job import read_ranges
-from lockstep.spark.replay import Original, completed_replays, fed_counter
+from lockstep.spark.replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.transform import load_transform
@@ -282,8 +283,11 @@ class Outputs:
         except ValueError as exc:  # Provenance, or a checkpoint header that is not a number
             self.unreadable.append(f"{where} ({exc})")
             return
-        if original is None or original[0] not in spec.source.topics:
-            self.other_producers.append(where)  # not this pipeline's: no provenance, or another source
+        owner = headers.get(PIPELINE_HEADER)
+        if (original is None or original[0] not in spec.source.topics
+                or (owner is not None and owner.decode(errors="replace") not in (spec.name, spec.name + SUFFIX))):
+            # not this pipeline's: no provenance, another source, or another pipeline's name
+            self.other_producers.append(where)
             return
         if REPLAY_HEADER in headers:
             self.replayed[original] += 1

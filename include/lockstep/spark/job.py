@@ -171,7 +171,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
         settings = writer_settings(planned, checkpoint_id, dict(spec.producer), topic_limits(
-            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic), admin))
+            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic), admin), pipeline=spec.name)
         log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer under "
                  "transactional ids %s-%d-<task>", checkpoint_id, len(ranges), sum(r.count for r in ranges),
                  planned.sink_topic, planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)

@@ -38,7 +38,7 @@ def jvm_settings(settings: WriterSettings) -> dict[str, object]:
         "producer_config": {k: str(v).lower() if isinstance(v, bool) else str(v)
                             for k, v in {**THROUGHPUT_PRODUCER_CONFIG, **settings.producer_config}.items()},
         "transactional_id_pattern": transactional_id_pattern(settings.id_prefix, settings.checkpoint_id),
-        "checkpoint_id": settings.checkpoint_id, "timeout_ms": settings.timeout_ms,
+        "pipeline": settings.pipeline, "checkpoint_id": settings.checkpoint_id, "timeout_ms": settings.timeout_ms,
         "sink_topic": settings.sink_topic, "dead_letter_topic": settings.dead_letter_topic,
         "sink_max_bytes": settings.sink_max_bytes, "sink_limit": settings.sink_limit,
         "dead_letter_max_bytes": settings.dead_letter_max_bytes, "dead_letter_limit": settings.dead_letter_limit,

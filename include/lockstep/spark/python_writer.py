@@ -35,8 +35,10 @@ from lockstep.model.offsets import TopicPartition
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
     ERROR_HEADER,
+    LEADING_HEADERS,
     MID_PRODUCE_AFTER_RECORDS,
     ORIGINAL_SIZE_HEADER,
+    PIPELINE_HEADER,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
@@ -538,13 +540,15 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
     if user_headers is not None and column("headers").null_count == n:
         user_headers = None
     checkpoint = (CHECKPOINT_HEADER, str(settings.checkpoint_id).encode())
+    pipeline = (PIPELINE_HEADER, settings.pipeline.encode())
+    leading = len(LEADING_HEADERS)
     topic_headers: dict[str, tuple[str, bytes]] = {}
     produce, sink = writer.produce, settings.sink_topic
     # job.mid_produce: before the record that follows the task's first MID_PRODUCE_AFTER_RECORDS ones.
     mid = MID_PRODUCE_AFTER_RECORDS - produced
     sink_max, dead_letter_max = settings.sink_max_bytes, settings.dead_letter_max_bytes
     base_header_bytes = len(SOURCE_TOPIC) + len(SOURCE_PARTITION) + len(SOURCE_OFFSET) + len(CHECKPOINT_HEADER) \
-        + len(checkpoint[1])
+        + len(checkpoint[1]) + len(PIPELINE_HEADER) + len(pipeline[1])
     error_header_bytes = len(ERROR_HEADER)
     for i in range(n):
         if i == mid:
@@ -554,7 +558,7 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
         if topic_header is None:
             topic_header = topic_headers[topic] = (SOURCE_TOPIC, topic.encode())
         headers: list[tuple[str, bytes | str | None]] = [topic_header, (SOURCE_PARTITION, partitions[i]),
-                                                         (SOURCE_OFFSET, offsets[i]), checkpoint]
+                                                         (SOURCE_OFFSET, offsets[i]), checkpoint, pipeline]
         header_bytes = base_header_bytes + len(topic_header[1]) + len(partitions[i]) + len(offsets[i])
         if user_headers is not None and user_headers[i]:
             for h in user_headers[i]:
@@ -583,7 +587,7 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
         if reason is not None:
             # Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
             produce(settings.dead_letter_topic, b"", key=None, dead_letter=True,
-                    headers=headers[:4] + [(ERROR_HEADER, reason.encode()), (ORIGINAL_SIZE_HEADER, str(size).encode())])
+                    headers=headers[:leading] + [(ERROR_HEADER, reason.encode()), (ORIGINAL_SIZE_HEADER, str(size).encode())])
     return n
 
 

@@ -37,6 +37,8 @@ class WriterSettings:
     bootstrap: str
     producer_config: ClientConfig = field(repr=False)  # may hold credentials
     id_prefix: str
+    #: The pipeline whose checkpoint this is: every record's `PIPELINE_HEADER`.
+    pipeline: str
     checkpoint_id: int
     timeout_ms: int
     sink_topic: str
@@ -126,7 +128,7 @@ def _topic_config(admin: AdminClient, resource: ConfigResource) -> dict[str, Con
 
 
 def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientConfig,
-                    topic_max_bytes: dict[str, int] | None = None) -> WriterSettings:
+                    topic_max_bytes: dict[str, int] | None = None, *, pipeline: str) -> WriterSettings:
     """Everything a task writes with comes from what the checkpoint was planned with (its claim),
     never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect
     of the planned writer.
@@ -151,7 +153,7 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientCo
         config["batch.size"] = min(sink_max, dead_max)
     return WriterSettings(
         bootstrap=config.pop("bootstrap.servers"), producer_config=config,
-        id_prefix=planned.id_prefix, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
+        id_prefix=planned.id_prefix, pipeline=pipeline, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
         sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
         sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
         failpoints=failpoints.armed(prefix="job."),

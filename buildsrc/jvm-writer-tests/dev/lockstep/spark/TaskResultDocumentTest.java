@@ -115,9 +115,13 @@ class TaskResultDocumentTest {
     Producers producers = new Producers();
     run(settings, producers, 0, Fixtures.row("0", 41), Fixtures.row("0", "bad", 42, "boom"));
     List<ProducerRecord<byte[], byte[]>> sent = producers.only().uncommittedRecords();
-    JsonNode names = Fixtures.settingsDoc().get("contract").get("headers");
+    JsonNode contract = Fixtures.settingsDoc().get("contract");
+    JsonNode names = contract.get("headers");
     List<String> leading = List.of(names.get("source_topic").asText(), names.get("source_partition").asText(),
-        names.get("source_offset").asText(), names.get("checkpoint").asText());
+        names.get("source_offset").asText(), names.get("checkpoint").asText(), names.get("pipeline").asText());
+    List<String> contractOrder = new ArrayList<>();
+    contract.get("leading_headers").forEach(n -> contractOrder.add(n.asText()));
+    assertEquals(contractOrder, leading, "output_contract.LEADING_HEADERS, in its order");
 
     ProducerRecord<byte[], byte[]> record = sent.get(0);
     assertEquals(Fixtures.SINK, record.topic());
@@ -130,7 +134,7 @@ class TaskResultDocumentTest {
     List<String> expectedKeys = new ArrayList<>(leading);
     expectedKeys.add("trace");
     assertEquals(expectedKeys, keys);
-    assertEquals(List.of("in", "0", "41", "7", "t-1"), values);
+    assertEquals(List.of("in", "0", "41", "7", "orders", "t-1"), values);
 
     ProducerRecord<byte[], byte[]> deadLetter = sent.get(1);
     assertEquals(Fixtures.DEAD_LETTERS, deadLetter.topic());

@@ -63,6 +63,7 @@ final class PartitionTransaction {
   private final Callback toDeadLetters = callback(deliveredDeadLetters);
   private final Map<String, byte[]> topicBytes = new LinkedHashMap<>();
   private final byte[] checkpoint;
+  private final byte[] pipeline;
   private final long baseHeaderBytes;
   private final long errorHeaderBytes;
   private Producer<byte[], byte[]> producer;
@@ -85,8 +86,10 @@ final class PartitionTransaction {
     this.task = task;
     this.transactionalId = settings.transactionalId(task);
     this.checkpoint = settings.checkpointHeader();
+    this.pipeline = settings.pipelineHeader();
     this.baseHeaderBytes = utf8Length(contract.sourceTopic) + utf8Length(contract.sourcePartition)
-        + utf8Length(contract.sourceOffset) + utf8Length(contract.checkpoint) + checkpoint.length;
+        + utf8Length(contract.sourceOffset) + utf8Length(contract.checkpoint) + checkpoint.length
+        + utf8Length(contract.pipeline) + pipeline.length;
     this.errorHeaderBytes = utf8Length(contract.error);
   }
 
@@ -262,12 +265,13 @@ final class PartitionTransaction {
       sources.add(topic + ":" + partition);
     }
     lastTopic = topic;
-    List<Header> headers = new ArrayList<>(6);
+    List<Header> headers = new ArrayList<>(contract.leadingHeaders + 2);
     byte[] offsetBytes = RowLayout.ascii(layout.offset(row));
     headers.add(new RecordHeader(contract.sourceTopic, topicHeader));
     headers.add(new RecordHeader(contract.sourcePartition, partitionBytes));
     headers.add(new RecordHeader(contract.sourceOffset, offsetBytes));
     headers.add(new RecordHeader(contract.checkpoint, checkpoint));
+    headers.add(new RecordHeader(contract.pipeline, pipeline));
     long headerBytes = baseHeaderBytes + topicHeader.length + partitionBytes.length + offsetBytes.length;
     ArrayData userHeaders = layout.headers(row);
     if (userHeaders != null) {
@@ -305,7 +309,7 @@ final class PartitionTransaction {
     }
     if (reason != null) {
       // Too large for its topic: a dead letter of Lockstep's headers only, with the reason and the size.
-      List<Header> kept = new ArrayList<>(headers.subList(0, 4));
+      List<Header> kept = new ArrayList<>(headers.subList(0, contract.leadingHeaders));
       kept.add(new RecordHeader(contract.error, reason.getBytes(StandardCharsets.UTF_8)));
       kept.add(new RecordHeader(contract.originalSize, RowLayout.ascii(size)));
       producer.send(new ProducerRecord<>(settings.deadLetterTopic, null, (byte[]) null, EMPTY, kept), toDeadLetters);

@@ -37,6 +37,7 @@ public final class TransactionalKafkaWriter {
     final String transactionalIdPattern;
     final long checkpointId;
     final int timeoutMs;
+    final String pipelineName;
     final String sinkTopic;
     final String deadLetterTopic;
     final int sinkMaxBytes;
@@ -55,6 +56,7 @@ public final class TransactionalKafkaWriter {
         throw new IllegalArgumentException(
             "the transactional id pattern " + transactionalIdPattern + " has no " + TASK_PLACEHOLDER);
       }
+      pipelineName = doc.get("pipeline").asText();
       checkpointId = doc.get("checkpoint_id").asLong();
       timeoutMs = doc.get("timeout_ms").asInt();
       sinkTopic = doc.get("sink_topic").asText();
@@ -84,6 +86,10 @@ public final class TransactionalKafkaWriter {
       return RowLayout.ascii(checkpointId);
     }
 
+    byte[] pipelineHeader() {
+      return pipelineName.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    }
+
     /** The task's id: a retried task gets the same one, so its init fences the earlier attempt. */
     String transactionalId(int task) {
       return transactionalIdPattern.replace(TASK_PLACEHOLDER, Integer.toString(task));
@@ -100,6 +106,9 @@ public final class TransactionalKafkaWriter {
     final String sourcePartition;
     final String sourceOffset;
     final String checkpoint;
+    final String pipeline;
+    /** How many of Lockstep's own headers lead every record (output_contract.LEADING_HEADERS). */
+    final int leadingHeaders;
     final String error;
     final String originalSize;
     final List<String> requiredColumns = new ArrayList<>();
@@ -124,6 +133,8 @@ public final class TransactionalKafkaWriter {
       sourcePartition = require(headers, "source_partition");
       sourceOffset = require(headers, "source_offset");
       checkpoint = require(headers, "checkpoint");
+      pipeline = require(headers, "pipeline");
+      leadingHeaders = doc.get("leading_headers").size();
       error = require(headers, "error");
       originalSize = require(headers, "original_size");
       doc.get("required_columns").forEach(c -> requiredColumns.add(c.asText()));
