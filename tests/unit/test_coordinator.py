@@ -472,3 +472,39 @@ def test_a_shuffled_partial_commit_is_stuck_until_the_user_accepts_duplicates(wo
     outcome = coordinator.commit(world.pipeline, 1, accept="duplicates")
     assert outcome.repair is not None and outcome.repair.accepted == "duplicates"
     assert world.store.view(1).completed.repair.replayed == tuple(r for r in plan.claim.ranges if r.tp == both[1])
+
+
+def test_committing_an_older_restore_again_does_not_move_the_group_back(world: FakeWorld):
+    complete(world, "run-1")
+    world.store.create_savepoint("nightly", 1, "2026-01-01T00:00:00+00:00")
+    world.source.produce(SOURCE, 0, 10)
+    complete(world, "run-2")
+    restored = coordinator.plan(world.pipeline, "run-3", restore="nightly")
+    world.prepare(restored)
+    coordinator.commit(world.pipeline, restored.claim.checkpoint_id)
+    assert world.source.group_offsets("lockstep-orders") == ends(restored)  # a restore may move it back
+    world.source.produce(SOURCE, 1, 5)
+    after = complete(world, "run-4")
+    coordinator.commit(world.pipeline, restored.claim.checkpoint_id)  # again, once it is no longer the latest
+    assert world.source.group_offsets("lockstep-orders") == ends(after)
+
+
+def test_a_topic_removed_from_the_spec_and_added_back_goes_on_where_it_stopped(monkeypatch):
+    from dataclasses import replace
+
+    from tests.support.fake_pipeline import fake_world, spec
+
+    both, only_first = spec(source={"topics": [SOURCE, "returns"]}), spec()
+    w = fake_world(monkeypatch, both, partitions=1)
+    w.source.produce(SOURCE, 0, 10)
+    w.source.produce("returns", 0, 7)
+    first = complete(w, "run-1")
+    assert ends(first)["returns:0"] == 7
+    w.pipeline = replace(w.pipeline, spec=only_first)
+    w.source.produce(SOURCE, 0, 5)
+    complete(w, "run-2")
+    w.source.produce("returns", 0, 3)
+    w.pipeline = replace(w.pipeline, spec=both)
+    again = coordinator.plan(w.pipeline, "run-3", run_alive=dead)
+    assert starts(again)["returns:0"] == 7, "not from offset 0 again"
+    assert ends(again)["returns:0"] == 10

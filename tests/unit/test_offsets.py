@@ -314,3 +314,13 @@ def test_a_restore_refused_for_deleted_records_says_to_restore_from_a_later_poin
                     restoring=True)
     assert "(its start offsets come from savepoint:nightly)" in str(info.value)
     assert str(info.value).endswith("or restore from a later point instead.")
+
+
+def test_a_topic_added_back_goes_on_from_the_groups_offsets_not_from_its_start() -> None:
+    # the checkpoint knows P0 and P1; P2's topic was read before, removed and added back: the group has it
+    chosen = choose(last_completed=OffsetSource.checkpoint(7, {P0: 90, P1: 40}),
+                    group=OffsetSource.group({P0: 80, P2: 33}))
+    assert chosen.offsets[P2] == 33 and chosen.origins[P2] == "group:read-before"
+    assert chosen.offsets[P0] == 90, "the checkpoint wins where it knows the partition"
+    restored = choose(restore=OffsetSource.savepoint("s", {P0: 90, P1: 40}), group=OffsetSource.group({P2: 33}))
+    assert restored.offsets[P2] == LOG_START[P2], "a restore reads what its savepoint does not know from the start"

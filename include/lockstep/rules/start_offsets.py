@@ -71,6 +71,8 @@ class StartOffsets:
 
 #: The origin of a partition the chosen start source does not hold: it is read from its log start.
 NEW_PARTITION = "new-partition:earliest"
+#: The origin of a partition of a topic read before, removed from the spec and added back: the group's offset.
+READ_BEFORE = "group:read-before"
 
 
 def choose_start_offsets(
@@ -84,9 +86,12 @@ def choose_start_offsets(
 ) -> StartOffsets:
     """Pick start offsets: explicit restore > latest completed checkpoint > group > auto_offset_reset.
 
-    A partition the chosen source does not know is new (or its topic was added) and starts at its log
-    start, so no record is skipped; only an explicit `latest` reset deliberately skips the backlog.
-    An empty group map counts as "no group offsets", as in Kafka.
+    A partition the latest completed checkpoint does not know, but the group does, belongs to a topic
+    that was removed from ``source.topics`` and added back: it goes on from the group's offset (the end
+    offset Lockstep last published for it), not from the start again. Any other partition the chosen
+    source does not know is new (or its topic was added) and starts at its log start, so no record is
+    skipped; only an explicit `latest` reset deliberately skips the backlog. An empty group map counts
+    as "no group offsets", as in Kafka.
     """
     current = sorted(set(partitions))
     chosen = next((s for s in (restore, last_completed) if s is not None), None)
@@ -103,9 +108,12 @@ def choose_start_offsets(
         )
     offsets: dict[TopicPartition, int] = {}
     origins: dict[TopicPartition, str] = {}
+    read_before = group.offsets if group is not None and chosen is last_completed else {}
     for tp in current:
         if tp in chosen.offsets:
             offsets[tp], origins[tp] = chosen.offsets[tp], chosen.label
+        elif tp in read_before:
+            offsets[tp], origins[tp] = read_before[tp], READ_BEFORE
         else:
             offsets[tp], origins[tp] = offset_of(log_start_offsets, tp), NEW_PARTITION
     dropped = tuple(sorted(set(chosen.offsets) - set(current)))

@@ -175,8 +175,14 @@ def _abort_transactions(committer: Committer, prepared: PreparedCheckpoint, tids
         log.warning("checkpoint %d: transaction %s aborted", prepared.checkpoint_id, tid)
 
 
+def _is_latest_completed(p: Pipeline, checkpoint_id: int) -> bool:
+    latest = p.store.latest_completed()
+    return latest is not None and latest.checkpoint_id == checkpoint_id
+
+
 def publish_end_offsets(p: Pipeline, view: CheckpointView) -> None:
-    """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore."""
+    """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore and is
+    still the latest completed one (committing an older restore again must not undo what followed)."""
     group = p.spec.source.consumer_group
     moved = resolve_pinned(view.claim, p.spec).changed("source.kafka_conn_id")
     if moved is not None:
@@ -187,7 +193,7 @@ def publish_end_offsets(p: Pipeline, view: CheckpointView) -> None:
     assert view.completed is not None  # only completed checkpoints are published
     ends = offsets_from_json(view.completed.end_offsets)
     current = broker_offsets.group_offsets(p.source_kafka, group, list(ends))
-    allow_backwards = view.claim.restored_from is not None
+    allow_backwards = view.claim.restored_from is not None and _is_latest_completed(p, view.checkpoint_id)
     target: dict[TopicPartition, int] = {}
     for tp, end in ends.items():
         if tp in current and current[tp] > end and not allow_backwards:

@@ -22,6 +22,7 @@ from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.rules.pinned import planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.start_offsets import (
+    READ_BEFORE,
     TIME_PREFIX,
     OffsetSource,
     RestoreRow,
@@ -87,7 +88,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         restore=_restore_source(p, restore, tps, stable_end, next_id),
         last_completed=OffsetSource.checkpoint(latest.checkpoint_id, _end_offsets(latest)) if latest else None,
         group=OffsetSource.group(broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
-        if latest is None and restore is None else None,
+        if restore is None and (latest is None or not set(tps) <= set(_end_offsets(latest))) else None,
     )
     if restore is None and latest is not None:
         # The last completed checkpoint's offsets belong to the topics as they were then.
@@ -101,6 +102,10 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
                         else "end")
     if (dropped := describe_dropped(starts)) is not None:
         log.warning("checkpoint %d: %s", next_id, dropped)
+    if (again := sorted(tp.key for tp, origin in starts.origins.items() if origin == READ_BEFORE)):
+        log.warning("checkpoint %d: %s not in checkpoint %s: read before, removed from source.topics and added back; "
+                    "going on from consumer group %s's offsets, where Lockstep last published them", next_id,
+                    ", ".join(again), latest.checkpoint_id if latest else "-", p.spec.source.consumer_group)
     restore_rows: tuple[RestoreRow, ...] = ()
     if restore is not None:
         restore_rows = tuple(restore_diff(starts, _current_position(p, latest, tps), stable_end))
