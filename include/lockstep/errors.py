@@ -150,8 +150,18 @@ class TopicRecreatedError(TerminalError):
     """A source topic has another topic id than when the last completed checkpoint was planned: it was
     deleted and created again, so the stored offsets point into a different log."""
 
-    def __init__(self, checkpoint_id: int, recreated: Iterable[tuple[str, str, str]]) -> None:
+    def __init__(self, checkpoint_id: int, recreated: Iterable[tuple[str, str, str]],
+                 restore: str | None = None) -> None:
         self.recreated: tuple[tuple[str, str, str], ...] = tuple(recreated)
+        if restore is not None:
+            lines = [f"  {topic}: topic id {old} in {restore}, {new} now" for topic, old, new in self.recreated]
+            super().__init__(
+                f"cannot restore from {restore}: source topic{'s' if len(self.recreated) > 1 else ''} deleted and "
+                "created again since it was taken:\n" + "\n".join(lines) + "\n"
+                f"Its offsets belong to the old topic; nothing was claimed for checkpoint {checkpoint_id}. Restore "
+                "from a time instead (--restore-from time:<ISO time>), or from a savepoint taken since."
+            )
+            return
         lines = [f"  {topic}: topic id {old} at checkpoint {checkpoint_id}, {new} now" for topic, old, new in self.recreated]
         super().__init__(
             f"source topic{'s' if len(self.recreated) > 1 else ''} deleted and created again since checkpoint "

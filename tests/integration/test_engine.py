@@ -440,14 +440,18 @@ def test_verify_reports_a_range_retention_deleted_and_ignores_another_producers_
 
 def test_a_recreated_source_topic_is_refused_then_read_whole_under_the_policy(tmp_path, bootstrap, unique):
     """The source topic is deleted and created again, and grows past the stored offsets: the next run
-    refuses (never a silent skip into the new log), names the topic and both ids; with
-    ``source.on_topic_recreated: earliest`` it reads all of the new topic, exactly once."""
+    refuses (never a silent skip into the new log), names the topic and both ids, and so does a restore
+    from a savepoint of the old topic; with ``source.on_topic_recreated: earliest`` it reads all of the
+    new topic, exactly once."""
     import yaml
     from confluent_kafka.admin import AdminClient
+
+    from .engine_helpers import lockstep
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
     produce_orders(pipeline, 40)  # 20 per partition
     assert run(pipeline).returncode == 0
+    assert lockstep("savepoint", "create", "before", "--spec", str(pipeline.spec_path)).returncode == 0
     old_ids = store(pipeline).view(1).claim.topic_ids
     assert set(old_ids) == {pipeline.source}
 
@@ -468,6 +472,9 @@ def test_a_recreated_source_topic_is_refused_then_read_whole_under_the_policy(tm
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert f"{pipeline.source}: topic id {old_ids[pipeline.source]} at checkpoint 1" in refused.stderr, refused.stderr
     assert "source.on_topic_recreated: earliest" in refused.stderr.strip().splitlines()[-1], refused.stderr
+    restore = run(pipeline, "--restore-from", "before")
+    assert restore.returncode == 2 and "cannot restore from savepoint:before" in restore.stderr, restore.stderr
+    assert "--restore-from time:" in restore.stderr.strip().splitlines()[-1], restore.stderr
     assert list(store(pipeline).checkpoint_ids()) == [1]
 
     spec = yaml.safe_load(pipeline.spec_path.read_text())

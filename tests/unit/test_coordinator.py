@@ -239,6 +239,19 @@ def test_an_explicit_restore_is_not_judged_by_the_last_checkpoints_topic_ids(wor
     assert starts(plan) == {f"{SOURCE}:0": 0, f"{SOURCE}:1": 0}
 
 
+@pytest.mark.parametrize("restore", ["nightly", "checkpoint:1"])
+def test_a_restore_from_offsets_of_the_old_topic_is_refused_naming_it(world: FakeWorld, restore: str):
+    complete(world, "run-1")
+    world.store.create_savepoint("nightly", 1, "2026-01-01T00:00:00+00:00")
+    recreate(world, 80)
+    label = "savepoint:nightly" if restore == "nightly" else restore
+    with pytest.raises(TopicRecreatedError, match=f"cannot restore from {label}: source topic deleted and created "
+                                                  "again") as refused:
+        coordinator.plan(world.pipeline, "run-2", restore=restore, run_alive=dead)
+    assert "--restore-from time:" in str(refused.value) and SOURCE in str(refused.value)
+    assert world.store.view(2) is None  # nothing claimed
+
+
 def test_a_plan_publishes_the_last_checkpoints_end_offsets_a_crashed_commit_left_unpublished(world: FakeWorld):
     complete(world, "run-1")
     group = world.pipeline.spec.source.consumer_group

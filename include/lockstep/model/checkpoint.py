@@ -500,16 +500,22 @@ class Savepoint:
     created_at: str
     end_offsets: Mapping[str, int]
     ranges: tuple[OffsetRange, ...]
+    #: The source topics' ids its offsets belong to (from its checkpoint's claim; empty in savepoints of
+    #: earlier versions, which are then not judged).
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_savepoint_name(self.name)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "schema": SAVEPOINT_SCHEMA, "name": self.name, "pipeline": self.pipeline,
             "checkpoint_id": self.checkpoint_id, "created_at": self.created_at,
             "end_offsets": dict(self.end_offsets), "ranges": [r.to_json() for r in self.ranges],
         }
+        if self.topic_ids:
+            doc["topic_ids"] = dict(self.topic_ids)
+        return doc
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<savepoint>") -> Savepoint:
@@ -517,6 +523,7 @@ class Savepoint:
         return _build(key, lambda: cls(
             name=r.get("name", str), pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             created_at=r.get("created_at", str), end_offsets=r.offsets("end_offsets"), ranges=r.ranges("ranges"),
+            topic_ids=r.topic_ids("topic_ids"),
         ))
 
 

@@ -4,7 +4,7 @@ group or a time, and what a restore would skip or read again (pure).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockstep.errors import TopicRecreatedError
@@ -17,14 +17,16 @@ class OffsetSource:
 
     label: str
     offsets: Offsets
+    #: The topic ids the offsets belong to, where recorded (a checkpoint's claim, a savepoint).
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def checkpoint(cls, checkpoint_id: int, offsets: Offsets) -> OffsetSource:
-        return cls(f"checkpoint:{checkpoint_id}", offsets)
+    def checkpoint(cls, checkpoint_id: int, offsets: Offsets, topic_ids: Mapping[str, str] | None = None) -> OffsetSource:
+        return cls(f"checkpoint:{checkpoint_id}", offsets, dict(topic_ids or {}))
 
     @classmethod
-    def savepoint(cls, name: str, offsets: Offsets) -> OffsetSource:
-        return cls(f"savepoint:{name}", offsets)
+    def savepoint(cls, name: str, offsets: Offsets, topic_ids: Mapping[str, str] | None = None) -> OffsetSource:
+        return cls(f"savepoint:{name}", offsets, dict(topic_ids or {}))
 
     @classmethod
     def group(cls, offsets: Offsets) -> OffsetSource:

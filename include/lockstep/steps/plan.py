@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lockstep.errors import TerminalError, TransientError
+from lockstep.errors import TerminalError, TopicRecreatedError, TransientError
 from lockstep.kafka import broker_offsets, topics
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
@@ -83,9 +83,12 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     ids = topics.topic_ids(p.source_admin, p.spec.source.topics)
     log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
     stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+    restored = _restore_source(p, restore, tps, stable_end, next_id)
+    if restored is not None and (recreated := recreated_topics(restored.topic_ids, ids)):
+        raise TopicRecreatedError(next_id, recreated, restore=restored.label)
     starts = choose_start_offsets(
         tps, log_start, stable_end, p.spec.source.auto_offset_reset,
-        restore=_restore_source(p, restore, tps, stable_end, next_id),
+        restore=restored,
         last_completed=OffsetSource.checkpoint(latest.checkpoint_id, _end_offsets(latest)) if latest else None,
         group=OffsetSource.group(broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
         if restore is None and (latest is None or not set(tps) <= set(_end_offsets(latest))) else None,
@@ -220,11 +223,11 @@ def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] 
             raise TerminalError(f"cannot restore from checkpoint {raw}: it is {status}; only completed checkpoints "
                                 "and savepoints can be restored from: trigger a new run with restore_from naming "
                                 "one (`lockstep checkpoints` lists them)")
-        return OffsetSource.checkpoint(int(raw), offsets_from_json(view.completed.end_offsets))
+        return OffsetSource.checkpoint(int(raw), offsets_from_json(view.completed.end_offsets), view.claim.topic_ids)
     try:
         savepoint = p.store.get_savepoint(restore)
     except TerminalError as exc:
         raise TerminalError(f"cannot restore: {exc}; nothing was claimed. Trigger a new run with restore_from "
                             "naming an existing savepoint or checkpoint:<id> (`lockstep savepoint list` lists "
                             "them); a scheduled run restores nothing") from exc
-    return OffsetSource.savepoint(savepoint.name, offsets_from_json(savepoint.end_offsets))
+    return OffsetSource.savepoint(savepoint.name, offsets_from_json(savepoint.end_offsets), savepoint.topic_ids)

@@ -519,13 +519,14 @@ class CheckpointStore:
             raise TerminalError(f"cannot take savepoint {name!r}: {what}")
         savepoint = Savepoint(name=name, pipeline=self.pipeline, checkpoint_id=view.checkpoint_id,
                               created_at=created_at, end_offsets=dict(view.completed.end_offsets),
-                              ranges=view.claim.ranges)
+                              ranges=view.claim.ranges, topic_ids=dict(view.claim.topic_ids))
         return self._store_savepoint(savepoint)
 
     def adopt_savepoint(self, savepoint: Savepoint, created_at: str) -> Savepoint:
         """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic."""
         adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
-                            created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges)
+                            created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges,
+                            topic_ids=dict(savepoint.topic_ids))
         return self._store_savepoint(adopted)
 
     def _store_savepoint(self, savepoint: Savepoint) -> Savepoint:
