@@ -3,7 +3,8 @@ process with the project's Python, so the tests hold the writer to what the Pyth
 and really parses, not to a copy of it.
 
     python_side.py settings   the writer settings the driver sends (`sparkjob.jvm_settings`), with the
-                              contract's committable schema, fields and `job.mid_produce` wording
+                              contract's committable schema, fields and `job.mid_produce` wording, and
+                              the failpoint actions and the words of one that raised in a first attempt
     python_side.py parse      each stdin line is a task result document; prints, a line each, what
                               `output_contract.parse_task_result` makes of it: [task, rows, committable],
                               the committable also read by `PreparedTransaction.from_json`
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
+from lockstep.model import failpoints
 from lockstep.model import output_contract as contract
 from lockstep.model.checkpoint import PreparedTransaction
 from lockstep.spark.jvm_writer import jvm_settings
@@ -24,7 +26,11 @@ def settings() -> dict:
                             checkpoint_id=7, timeout_ms=60_000, sink_topic="out", dead_letter_topic="out.dlq")
     return {"settings": jvm_settings(writer), "committable_schema": contract.COMMITTABLE_SCHEMA,
             "committable_fields": list(contract.COMMITTABLE_FIELDS),
-            "mid_produce_message_task_3": contract.mid_produce_message(3, contract.MID_PRODUCE_AFTER_RECORDS)}
+            "mid_produce_message_task_3": contract.mid_produce_message(3, contract.MID_PRODUCE_AFTER_RECORDS),
+            "failpoint_actions": list(failpoints.ACTIONS),
+            "mid_produce_first_attempt_raised_task_3": failpoints.raised_message(
+                "job.mid_produce", contract.mid_produce_message(3, contract.MID_PRODUCE_AFTER_RECORDS),
+                failpoints.RAISE_FIRST_ATTEMPT)}
 
 
 def parse(line: str) -> list:

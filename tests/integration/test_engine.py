@@ -596,3 +596,36 @@ def test_a_partial_commit_whose_rest_timed_out_is_repaired_by_the_next_run(tmp_p
     assert report["ok"] and report["actual_outputs"] == 150, report
     assert report["lost"] == report["duplicated"] == 0 and str(cid) in report["repaired"], report
     assert open_transactions(pipeline) == []
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_a_retried_spark_task_fences_its_first_attempt_and_writes_exactly_once(tmp_path, bootstrap, unique, writer):
+    """docs/semantics.md, Spark task retry: each task's first attempt fails after its first record
+    (`raise-first-attempt`); the master local[2,2] lets Spark retry each task once. The retry reuses
+    the task's transactional id, so its init fences the first attempt; it writes all of the task's
+    records, the checkpoint commits, and read_committed readers see every output once."""
+    from lockstep.model.output_contract import MID_PRODUCE_AFTER_RECORDS, mid_produce_message
+    from lockstep.model.transactional_ids import transactional_id
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, writer=writer, master="local[2,2]")
+    produce_orders(pipeline, 100)
+
+    result = run(pipeline, failpoints="job.mid_produce=raise-first-attempt")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for task in (0, 1):  # each task's first attempt failed (Spark's log of the lost attempt)
+        raised = f"failpoint job.mid_produce raised{mid_produce_message(task, MID_PRODUCE_AFTER_RECORDS)} in the " \
+                 "task's first attempt"
+        assert raised in result.stderr, result.stderr[-3000:]
+    view = store(pipeline).view(1)
+    assert view.status is CheckpointStatus.COMPLETED
+    transactions = view.prepared.transactions
+    assert sorted(t.transactional_id for t in transactions) == [transactional_id(pipeline.prefix, 1, t) for t in (0, 1)]
+    # A fresh transactional id's first init gets epoch 0: a later epoch is a second init of the same id,
+    # the retry's, which fenced the first attempt.
+    assert all(t.epoch > 0 for t in transactions), transactions
+    assert sum(t.records + t.dead_letters for t in transactions) == 100
+
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["ok"] and report["expected_outputs"] == report["actual_outputs"] == 100, report
+    assert open_transactions(pipeline) == []

@@ -25,12 +25,38 @@ def test_raise_mode_raises_with_the_name(monkeypatch):
     failpoints.hit("plan.after_recovery")  # not armed
 
 
-@pytest.mark.parametrize("value, message", [("no.such=crash", "unknown failpoint 'no.such'"),
-                                            ("job.after_flush=explode", "needs =crash or =raise")])
+@pytest.mark.parametrize("value, message", [
+    ("no.such=crash", "unknown failpoint 'no.such'"),
+    ("job.mid_produce=bogus", "failpoint job.mid_produce has no action 'bogus'; the actions are crash, raise, "
+                              "raise-first-attempt"),
+    ("job.after_flush", "failpoint job.after_flush has no action ''"),
+    ("commit.after_verify=raise-first-attempt", r"commit.after_verify=raise-first-attempt: only a Spark task's "
+                                                r"failpoints know their attempt \(job.before_produce, job.mid_produce, "
+                                                r"job.after_flush\); commit.after_verify takes crash or raise"),
+    ("job.before_prepared=raise-first-attempt", "only a Spark task's failpoints"),
+])
 def test_bad_arming_is_refused_with_the_reason(monkeypatch, value, message):
     monkeypatch.setenv("LOCKSTEP_FAILPOINTS", value)
     with pytest.raises(ValueError, match=message):
         failpoints.armed()
+
+
+def test_raise_first_attempt_raises_in_a_tasks_first_attempt_only(monkeypatch):
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.before_produce=raise-first-attempt")
+    handed = failpoints.armed(prefix="job.")
+    monkeypatch.delenv("LOCKSTEP_FAILPOINTS")
+    with pytest.raises(failpoints.FailpointError,
+                       match="^failpoint job.before_produce raised in the task's first attempt$"):
+        failpoints.hit("job.before_produce", armed_here=handed, attempt=0)
+    failpoints.hit("job.before_produce", armed_here=handed, attempt=1)  # the retry passes
+    failpoints.hit("job.before_produce", armed_here=handed, attempt=3)
+    with pytest.raises(ValueError, match="needs the Spark task's attempt number"):
+        failpoints.hit("job.before_produce", armed_here=handed)
+
+
+def test_every_action_fires_in_a_first_attempt_and_only_raise_first_attempt_spares_a_retry():
+    assert {a: (failpoints.fires(a, 0), failpoints.fires(a, 1)) for a in failpoints.ACTIONS} == {
+        "crash": (True, True), "raise": (True, True), "raise-first-attempt": (True, False)}
 
 
 def test_a_task_fires_the_failpoints_its_driver_handed_it_without_the_variable(monkeypatch):
@@ -59,3 +85,17 @@ def test_writer_settings_carry_the_armed_writer_failpoints_only(monkeypatch):
     settings = writer_settings.writer_settings(Planned(), 3, {}, pipeline="p")
     assert settings.failpoints == {"job.after_flush": "raise"}
     assert jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}
+
+
+def test_lockstep_failpoints_lists_the_points_and_the_actions(capsys):
+    import json
+
+    from lockstep.cli import main
+
+    assert main(["failpoints", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == {"failpoints": failpoints.FAILPOINTS, "actions": failpoints.ACTIONS}
+    assert main(["failpoints"]) == 0
+    text = capsys.readouterr().out
+    assert all(name in text for name in failpoints.FAILPOINTS)
+    assert all(f"\n{action} " in text for action in failpoints.ACTIONS)

@@ -136,8 +136,8 @@ def batches(*sizes: int) -> list:
     return out
 
 
-def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5) -> FakeWriter:
-    """One Spark task's rows, in Arrow batches of ``sizes``, through the Python writer's produce loop."""
+def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5, attempt: int = 0) -> FakeWriter:
+    """One attempt of a Spark task's rows, in Arrow batches of ``sizes``, through the Python writer's produce loop."""
     from lockstep.spark.python_writer import produce_batch
     from lockstep.spark.writer_settings import WriterSettings
 
@@ -145,7 +145,7 @@ def produce_task(sizes: tuple[int, ...], writer: FakeWriter, task: int = 5) -> F
                               timeout_ms=60_000, sink_topic="out", dead_letter_topic="dlq")
     produced = 0
     for batch in batches(*sizes):
-        produced += produce_batch(writer, settings, batch, produced=produced, task=task)
+        produced += produce_batch(writer, settings, batch, produced=produced, task=task, attempt=attempt)
     return writer
 
 
@@ -158,6 +158,16 @@ def test_mid_produce_fires_after_the_contracts_record_whatever_the_batches(monke
     assert len(writer.records) == contract.MID_PRODUCE_AFTER_RECORDS
     assert str(info.value) == "failpoint job.mid_produce raised" + contract.mid_produce_message(
         5, contract.MID_PRODUCE_AFTER_RECORDS)
+
+
+def test_mid_produce_raise_first_attempt_fires_in_the_first_attempt_only(monkeypatch):
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.mid_produce=raise-first-attempt")
+    with pytest.raises(FailpointError) as info:
+        produce_task((3,), FakeWriter(), attempt=0)
+    assert str(info.value) == "failpoint job.mid_produce raised" + contract.mid_produce_message(
+        5, contract.MID_PRODUCE_AFTER_RECORDS) + " in the task's first attempt"
+    retry = produce_task((3,), FakeWriter(), attempt=1)
+    assert len(retry.records) == 3, "the retry produces all of the task's records"
 
 
 @pytest.mark.parametrize("sizes", [(1,), (0, 1), ()])
@@ -178,7 +188,7 @@ def test_the_python_writer_tells_its_transaction_every_source_partition_it_produ
     writer = FakeWriter()
     batch = pa.RecordBatch.from_pydict({"value": [b"v"] * 4, "topic": ["a", "b", "a", "a"], "partition": [0, 0, 3, 0],
                                         "offset": [1, 1, 7, 2], "error": [None, None, "bad", None]})
-    produce_batch(writer, settings, batch, produced=0, task=0)
+    produce_batch(writer, settings, batch, produced=0, task=0, attempt=0)
     assert writer.sources == {("a", 0), ("b", 0), ("a", 3)}, "a dead letter's source partition counts too"
 
 

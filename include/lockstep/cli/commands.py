@@ -94,7 +94,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             p.add_argument("--max-records", type=int, help="dead letters read per replay checkpoint (default: the "
                                                            "spec's checkpoints.max_records)")
 
-    fp = sub.add_parser("failpoints", help="list the named failpoints (LOCKSTEP_FAILPOINTS=name=crash|raise)")
+    fp = sub.add_parser("failpoints", help="list the named failpoints and their actions (LOCKSTEP_FAILPOINTS=name=action)")
     fp.add_argument("--json", action="store_true")
 
 
@@ -353,9 +353,12 @@ def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
 
 
 def _failpoints(args: argparse.Namespace) -> int:
-    from lockstep.model.failpoints import FAILPOINTS
+    from lockstep.model.failpoints import ACTIONS, FAILPOINTS
 
-    _emit(args, FAILPOINTS, "\n".join(f"{name:28} {where}" for name, where in FAILPOINTS.items()))
+    text = "\n".join([*(f"{name:28} {where}" for name, where in FAILPOINTS.items()), "",
+                      "actions (LOCKSTEP_FAILPOINTS=name=action,name=action):",
+                      *(f"{action:28} {what}" for action, what in ACTIONS.items())])
+    _emit(args, {"failpoints": FAILPOINTS, "actions": ACTIONS}, text)
     return 0
 
 

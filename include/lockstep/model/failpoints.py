@@ -1,9 +1,8 @@
 """Named failpoints at every step boundary of a checkpoint, for crash testing.
 
-``LOCKSTEP_FAILPOINTS="commit.between_commits=crash,job.after_flush=raise"`` makes
-the process die (``crash``: ``os._exit``, no cleanup, like a killed worker) or
-raise (``raise``: an ordinary exception, like a bug) when it reaches the point.
-Without the variable ``hit()`` is a dictionary lookup and nothing else.
+``LOCKSTEP_FAILPOINTS="commit.between_commits=crash,job.after_flush=raise"`` arms failpoints, each
+with one of the `ACTIONS`, taken when the process reaches the point. Without the variable ``hit()``
+is a dictionary lookup and nothing else.
 """
 from __future__ import annotations
 
@@ -32,22 +31,50 @@ FAILPOINTS: dict[str, str] = {
 
 _ENV = "LOCKSTEP_FAILPOINTS"
 
+CRASH, RAISE, RAISE_FIRST_ATTEMPT = "crash", "raise", "raise-first-attempt"
+
+#: What an armed failpoint does; the JVM writer knows the same ones (`PartitionTransaction`).
+ACTIONS: dict[str, str] = {
+    CRASH: f"die at once with exit code {CRASH_EXIT_CODE}, no cleanup (os._exit; in a JVM writer's task: halt "
+           "the JVM), like a killed worker",
+    RAISE: "raise an ordinary exception, like a bug",
+    RAISE_FIRST_ATTEMPT: "a Spark task's failpoints only: raise in the task's first attempt; a retry of the task "
+                         "passes (a local[N] master retries no task; local[N,F] with F > 1 does)",
+}
+
+#: Actions that need the Spark task's attempt number, so only the writers' failpoints take them.
+TASK_ACTIONS = frozenset({RAISE_FIRST_ATTEMPT})
+
 
 class FailpointError(RuntimeError):
-    """Raised by a failpoint in ``raise`` mode."""
+    """Raised by a failpoint armed with ``raise`` (or ``raise-first-attempt``, in a task's first attempt)."""
 
 
-def _armed() -> dict[str, str]:
-    raw = os.environ.get(_ENV, "")
+def parse(raw: str) -> dict[str, str]:
+    """``name=action,name=action`` as failpoint name -> action; refuses what no failpoint could do."""
     armed: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         name, _, action = item.partition("=")
-        if name not in FAILPOINTS:
-            raise ValueError(f"{_ENV}: unknown failpoint {name!r}; `lockstep failpoints` lists them")
-        if action not in ("crash", "raise"):
-            raise ValueError(f"{_ENV}: failpoint {name} needs =crash or =raise, got {action!r}")
+        check(name, action)
         armed[name] = action
     return armed
+
+
+def check(name: str, action: str) -> None:
+    """Refuse an unknown failpoint, an unknown action, or an action the failpoint cannot take."""
+    if name not in FAILPOINTS:
+        raise ValueError(f"{_ENV}: unknown failpoint {name!r}; `lockstep failpoints` lists them")
+    if action not in ACTIONS:
+        raise ValueError(f"{_ENV}: failpoint {name} has no action {action!r}; the actions are "
+                         + ", ".join(ACTIONS))
+    if action in TASK_ACTIONS and name not in WRITER_FAILPOINTS:
+        raise ValueError(f"{_ENV}: {name}={action}: only a Spark task's failpoints know their attempt "
+                         f"({', '.join(WRITER_FAILPOINTS)}); {name} takes " + " or ".join(
+                             a for a in ACTIONS if a not in TASK_ACTIONS))
+
+
+def _armed() -> dict[str, str]:
+    return parse(os.environ.get(_ENV, ""))
 
 
 def armed(prefix: str = "") -> dict[str, str]:
@@ -57,16 +84,32 @@ def armed(prefix: str = "") -> dict[str, str]:
     return {name: action for name, action in _armed().items() if name.startswith(prefix)}
 
 
-def hit(name: str, where: str = "", armed_here: Mapping[str, str] | None = None) -> None:
+def raised_message(name: str, where: str, action: str) -> str:
+    """The message of a failpoint that raised; the JVM writer writes the same words."""
+    return f"failpoint {name} raised{where}" + (" in the task's first attempt" if action == RAISE_FIRST_ATTEMPT else "")
+
+
+def fires(action: str, attempt: int | None) -> bool:
+    """Whether an armed ``action`` fires in a Spark task's ``attempt`` (0 for its first; None outside a task)."""
+    if action == RAISE_FIRST_ATTEMPT:
+        if attempt is None:
+            raise ValueError(f"failpoint action {action} needs the Spark task's attempt number")
+        return attempt == 0
+    return True
+
+
+def hit(name: str, where: str = "", armed_here: Mapping[str, str] | None = None, attempt: int | None = None) -> None:
     """Fail here if ``name`` is armed; a no-op otherwise. ``where`` is appended to the message.
     ``armed_here``: failpoints armed by the process that drives a Spark task (`armed`), for a task
-    whose process does not share that one's environment (a Spark Connect server's workers)."""
+    whose process does not share that one's environment (a Spark Connect server's workers).
+    ``attempt``: the Spark task's attempt number (0 for its first), which the writers pass."""
     if not armed_here and _ENV not in os.environ:
         return
     assert name in FAILPOINTS, name
     action = (armed_here or {}).get(name) or (_armed().get(name) if _ENV in os.environ else None)
-    if action == "crash":
+    if action is None or not fires(action, attempt):
+        return
+    if action == CRASH:
         print(f"lockstep failpoint {name}{where}: crashing the process", file=sys.stderr, flush=True)
         os._exit(CRASH_EXIT_CODE)
-    if action == "raise":
-        raise FailpointError(f"failpoint {name} raised{where}")
+    raise FailpointError(raised_message(name, where, action))

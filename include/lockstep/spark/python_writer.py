@@ -490,28 +490,29 @@ def write_partition(settings: WriterSettings, batches: Iterable[pa.RecordBatch])
 
     context = TaskContext.get()
     assert context is not None  # set in every Spark task, where this runs
-    task = context.partitionId()
+    task, attempt = context.partitionId(), context.attemptNumber()
     writer = TransactionalWriter(
         settings.bootstrap, transactional_id(settings.id_prefix, settings.checkpoint_id, task), task_index=task,
         transaction_timeout_ms=settings.timeout_ms, extra_config=settings.producer_config,
     )
     writer.open()  # init_transactions fences any earlier attempt of this task, even an empty one
-    failpoints.hit("job.before_produce", armed_here=settings.failpoints)
+    failpoints.hit("job.before_produce", armed_here=settings.failpoints, attempt=attempt)
     rows = 0
     for batch in batches:
-        rows += produce_batch(writer, settings, batch, produced=rows, task=task)
+        rows += produce_batch(writer, settings, batch, produced=rows, task=task, attempt=attempt)
     prepared = writer.prepare()
-    failpoints.hit("job.after_flush", armed_here=settings.failpoints)
+    failpoints.hit("job.after_flush", armed_here=settings.failpoints, attempt=attempt)
     result = task_result(task, rows, prepared.to_json() if prepared is not None else None)
     yield pa.RecordBatch.from_pydict({"result": [result]}, schema=pa.schema([("result", pa.string())]))
 
 
 def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: pa.RecordBatch, produced: int,
-                  task: int) -> int:
+                  task: int, attempt: int) -> int:
     """Produce one Arrow batch. Runs once per record, so the work is done per column where it can be:
     header values are formatted by Arrow (integers cast to their decimal bytes in C), each column is
     converted to Python once, and the per-record loop only builds the header list and calls produce.
-    ``produced`` is how many records the task produced before this batch (for `job.mid_produce`)."""
+    ``produced`` is how many records the task produced before this batch, ``attempt`` the task's
+    attempt number (both for `job.mid_produce`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -552,7 +553,8 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
     error_header_bytes = len(ERROR_HEADER)
     for i in range(n):
         if i == mid:
-            failpoints.hit("job.mid_produce", mid_produce_message(task, produced + i), armed_here=settings.failpoints)
+            failpoints.hit("job.mid_produce", mid_produce_message(task, produced + i), armed_here=settings.failpoints,
+                           attempt=attempt)
         topic = topics[i]
         topic_header = topic_headers.get(topic)
         if topic_header is None:

@@ -135,6 +135,49 @@ class AbortPathsTest {
   }
 
   @Test
+  void failpointRaiseFirstAttemptFailsTheFirstAttemptOnlyAndTheRetryWritesEveryRecord() throws Exception {
+    TransactionalKafkaWriter.WriterSettings settings = Fixtures.withFailpoint("job.mid_produce", "raise-first-attempt");
+    Producers producers = new Producers();
+    LockstepBatchWrite.Factory factory = new LockstepBatchWrite.Factory(settings, Fixtures.layout(settings), producers);
+
+    DataWriter<InternalRow> first = factory.writerForAttempt(3, 0);
+    first.write(Fixtures.row("0", 0)); // output_contract.MID_PRODUCE_AFTER_RECORDS is 1
+    WriterException e = assertThrows(WriterException.class, () -> first.write(Fixtures.row("0", 1)));
+    assertEquals(Fixtures.python().get("mid_produce_first_attempt_raised_task_3").asText(), e.getMessage(),
+        "the words of failpoints.raised_message");
+    failTask(first);
+    assertAbortedAndClosed(producers.get(0));
+
+    DataWriter<InternalRow> retry = factory.writerForAttempt(3, 1);
+    for (long offset = 0; offset < 3; offset++) {
+      retry.write(Fixtures.row("0", offset));
+    }
+    LockstepBatchWrite.TaskResult result = (LockstepBatchWrite.TaskResult) retry.commit();
+    retry.close();
+    assertTrue(result.prepared, "the retry passed the failpoint and prepared");
+    assertEquals(3, Fixtures.json(result.json).get("rows").asLong(), "the retry wrote all of the task's records");
+    assertEquals(2, producers.created.size());
+    assertEquals(producers.get(0).transactionalId(), producers.get(1).transactionalId(),
+        "the retry reuses the task's transactional id, so its init fences the first attempt");
+    assertTrue(producers.get(1).transactionInitialized());
+
+    // Spark's createWriter outside a Spark task (no TaskContext) counts as a first attempt.
+    assertThrows(WriterException.class,
+        () -> writer(Fixtures.withFailpoint("job.before_produce", "raise-first-attempt"), new Producers(), 0));
+  }
+
+  @Test
+  void theSettingsRefuseAFailpointActionTheWriterDoesNotKnow() {
+    List<String> python = new java.util.ArrayList<>();
+    Fixtures.python().get("failpoint_actions").forEach(a -> python.add(a.asText()));
+    assertEquals(python, PartitionTransaction.FAILPOINT_ACTIONS, "the actions of lockstep.model.failpoints.ACTIONS");
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+        () -> Fixtures.withFailpoint("job.mid_produce", "bogus"));
+    assertEquals("failpoint job.mid_produce has no action 'bogus'; the actions are crash, raise, raise-first-attempt",
+        e.getMessage());
+  }
+
+  @Test
   void failpointAfterFlushFencesThePreparedTransaction() throws Exception {
     Producers producers = new Producers();
     DataWriter<InternalRow> writer = writer(Fixtures.withFailpoint("job.after_flush", "raise"), producers, 6);

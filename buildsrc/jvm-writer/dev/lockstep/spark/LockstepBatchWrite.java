@@ -2,6 +2,7 @@ package dev.lockstep.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriter;
@@ -124,7 +125,13 @@ final class LockstepBatchWrite implements Write, BatchWrite {
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
-      PartitionTransaction txn = new PartitionTransaction(settings, layout, partitionId, producers);
+      TaskContext context = TaskContext.get(); // null outside a Spark task (the unit tests): a first attempt
+      return writerForAttempt(partitionId, context == null ? 0 : context.attemptNumber());
+    }
+
+    /** The writer of attempt {@code attempt} (0 for the first) of the task of partition {@code partitionId}. */
+    DataWriter<InternalRow> writerForAttempt(int partitionId, int attempt) {
+      PartitionTransaction txn = new PartitionTransaction(settings, layout, partitionId, attempt, producers);
       txn.begin();
       return new TaskWriter(txn);
     }

@@ -44,6 +44,11 @@ import org.slf4j.LoggerFactory;
 final class PartitionTransaction {
   private static final byte[] EMPTY = new byte[0];
   static final int CRASH_EXIT_CODE = 86;
+  /** The failpoint actions of {@code lockstep.model.failpoints.ACTIONS}, in its order. */
+  static final String CRASH = "crash";
+  static final String RAISE = "raise";
+  static final String RAISE_FIRST_ATTEMPT = "raise-first-attempt";
+  static final List<String> FAILPOINT_ACTIONS = List.of(CRASH, RAISE, RAISE_FIRST_ATTEMPT);
   private static final Logger LOG = LoggerFactory.getLogger(PartitionTransaction.class);
 
   private final TransactionalKafkaWriter.WriterSettings settings;
@@ -51,6 +56,7 @@ final class PartitionTransaction {
   private final TransactionalKafkaWriter.OutputContract contract;
   private final RowLayout layout;
   private final int task;
+  private final int attempt;
   private final String transactionalId;
   private final AtomicLong delivered = new AtomicLong();
   private final AtomicLong deliveredDeadLetters = new AtomicLong();
@@ -76,14 +82,18 @@ final class PartitionTransaction {
   private long opened;
   private long openedAtMs;
 
-  /** {@code producers}: {@link ProducerFactory.Kafka#INSTANCE}, or the unit tests' in-memory producers. */
-  PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task,
+  /**
+   * {@code attempt}: the Spark task's attempt number, 0 for its first. {@code producers}: {@link
+   * ProducerFactory.Kafka#INSTANCE}, or the unit tests' in-memory producers.
+   */
+  PartitionTransaction(TransactionalKafkaWriter.WriterSettings settings, RowLayout layout, int task, int attempt,
       ProducerFactory producers) {
     this.settings = settings;
     this.producers = producers;
     this.contract = settings.contract;
     this.layout = layout;
     this.task = task;
+    this.attempt = attempt;
     this.transactionalId = settings.transactionalId(task);
     this.checkpoint = settings.checkpointHeader();
     this.pipeline = settings.pipelineHeader();
@@ -390,18 +400,23 @@ final class PartitionTransaction {
   }
 
   /**
-   * The job.* failpoints of {@code lockstep.model.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS;
-   * {@code where} is appended to the message, as {@code lockstep.model.failpoints.hit} does.
+   * The job.* failpoints of {@code lockstep.model.failpoints}, armed by the driver's LOCKSTEP_FAILPOINTS
+   * (their actions checked when the settings were parsed); {@code where} is appended to the message, as
+   * {@code lockstep.model.failpoints.hit} does.
    */
   private void failpoint(String name, String where) {
     String action = settings.failpoints.get(name);
-    if ("crash".equals(action)) {
+    if (action == null || (RAISE_FIRST_ATTEMPT.equals(action) && attempt != 0)) {
+      return;
+    }
+    if (CRASH.equals(action)) {
       System.err.println("lockstep failpoint " + name + where + ": crashing the process");
       System.err.flush();
       Runtime.getRuntime().halt(CRASH_EXIT_CODE);
-    } else if ("raise".equals(action)) {
-      throw new WriterException("failpoint " + name + " raised" + where);
     }
+    // raise, or raise-first-attempt in the first attempt: the words of lockstep.model.failpoints.raised_message
+    throw new WriterException("failpoint " + name + " raised" + where
+        + (RAISE_FIRST_ATTEMPT.equals(action) ? " in the task's first attempt" : ""));
   }
 
   /** A task failure with a message meant for the task log. */

@@ -67,6 +67,12 @@ public final class TransactionalKafkaWriter {
       deadLetterMaxBytes = doc.get("dead_letter_max_bytes").asInt();
       deadLetterLimit = doc.get("dead_letter_limit").asText();
       failpoints = strings(doc.get("failpoints"));
+      failpoints.forEach((name, action) -> {
+        if (!PartitionTransaction.FAILPOINT_ACTIONS.contains(action)) {
+          throw new IllegalArgumentException("failpoint " + name + " has no action '" + action + "'; the actions are "
+              + String.join(", ", PartitionTransaction.FAILPOINT_ACTIONS));
+        }
+      });
       contract = new OutputContract(doc.get("contract"));
     }
 
