@@ -521,3 +521,19 @@ def test_a_topic_removed_from_the_spec_and_added_back_goes_on_where_it_stopped(m
     again = coordinator.plan(w.pipeline, "run-3", run_alive=dead)
     assert starts(again)["returns:0"] == 7, "not from offset 0 again"
     assert ends(again)["returns:0"] == 10
+
+
+def test_a_run_presumed_dead_that_goes_on_committing_writes_nothing_twice(world: FakeWorld):
+    """A run on another host outlived what the next run could know of it: the next run recovers its
+    checkpoint while it is still committing. Fencing, the one outcome S3 keeps and the commit
+    decision settle it: each transaction is committed once, the checkpoint completes once."""
+    plan = coordinator.plan(world.pipeline, "run-1")
+    prepared = world.prepare(plan)
+    first = prepared.transactions[0]
+    world.committer.commit(first.transactional_id, first.producer_id, first.epoch)  # run-1, mid-commit
+    coordinator.plan(world.pipeline, "run-2", run_alive=dead)  # presumed dead: rolls checkpoint 1 forward
+    late = coordinator.commit(world.pipeline, 1)  # run-1 goes on
+    assert late.message == "already completed"
+    assert sorted(world.committer.committed) == sorted(t.transactional_id for t in prepared.transactions)
+    assert world.store.view(1).completed.repair is None
+    assert world.source.group_offsets("lockstep-orders") == ends(plan)
