@@ -148,6 +148,11 @@ def test_an_executor_killed_while_producing_is_retried_on_the_other_worker(tmp_p
 @pytest.mark.parametrize("failpoints", ["plan.after_claim=crash", "job.mid_produce=crash", "commit.between_commits=crash"])
 def test_crash_at_each_step_then_recover_on_the_cluster(failpoints, tmp_path, on_cluster, unique):
     pipeline = cluster_pipeline(tmp_path, on_cluster, unique, partitions=3)
+    if failpoints.startswith("job."):
+        # Every attempt of the task crashes its executor again: fail the job at the first one instead of
+        # waiting for Spark to relaunch executors for four (test_an_executor_killed_while_producing_is_
+        # retried_on_the_other_worker covers a retry).
+        pipeline.rewrite(spark={"conf": {"spark.task.maxFailures": "1"}})
     produce_orders(pipeline, 150)
 
     crashed = run(pipeline, failpoints=failpoints)

@@ -165,6 +165,16 @@ def test_restore_from_savepoint_replays_from_its_offsets(tmp_path, bootstrap, un
     bad = lockstep("savepoint", "create", "../escape", *spec)
     assert bad.returncode == 2 and "savepoint name" in bad.stderr.lower()
 
+    # Only the latest completed restore may move the group back: committing the short restore again
+    # (an Airflow retry of its commit task) after a later checkpoint leaves the group where it is.
+    from lockstep.steps.coordinator import Pipeline, commit
+
+    short_id = store(pipeline).latest_completed().checkpoint_id
+    assert run(pipeline).returncode == 0  # reads on from the short restore's ends
+    assert group_offsets(pipeline) == ahead
+    commit(Pipeline.open(pipeline.spec()), short_id)
+    assert group_offsets(pipeline) == ahead, "an older restore committed again moved the group back"
+
 
 def test_restore_by_time_re_emits_exactly_the_records_at_or_after_it(tmp_path, bootstrap, unique):
     """time:<ISO> starts each partition at its first record at or after the time (offsets-for-times);
