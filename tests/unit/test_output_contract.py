@@ -211,3 +211,14 @@ def test_the_jvm_sink_names_are_the_ones_the_driver_uses():
     assert f'SETTINGS_CONF_PREFIX = "{jvm_writer.JVM_SETTINGS_CONF_PREFIX}"' in text
     # Not propagated to the jobs' properties (only spark.* keys are), and redacted where Spark lists it.
     assert not jvm_writer.JVM_SETTINGS_CONF_PREFIX.startswith("spark.") and "secret" in jvm_writer.JVM_SETTINGS_CONF_PREFIX
+
+
+def test_source_partitions_are_the_distinct_pairs_with_one_topic_or_several():
+    import pyarrow as pa
+
+    from lockstep.spark.python_writer import source_partitions
+
+    one = pa.array(["a"] * 4), pa.array([0, 3, 0, 3])
+    assert source_partitions(*one, one[0].to_pylist()) == {("a", 0), ("a", 3)}
+    two = pa.array(["a", "b", "a"]), pa.array([0, 0, 3])
+    assert source_partitions(*two, two[0].to_pylist()) == {("a", 0), ("b", 0), ("a", 3)}
