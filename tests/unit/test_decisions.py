@@ -26,6 +26,8 @@ PREFIX = "orders-enrich"
 NOW = 1_000_000
 TIMEOUT = 900_000
 MARGIN = 60_000
+#: The claim of checkpoint 42 of the decide_commit tests: one range per task's source partition.
+RANGES = tuple(OffsetRange("in", p, 0, 10) for p in range(4))
 
 
 # --- ids ---
@@ -73,7 +75,7 @@ def observed(*observations: TransactionObservation) -> dict[str, TransactionObse
 
 
 def decide(p: PreparedCheckpoint, *observations: TransactionObservation):  # type: ignore[no-untyped-def]
-    return decide_commit(p, observed(*observations), NOW, MARGIN)
+    return decide_commit(p, observed(*observations), NOW, MARGIN, RANGES)
 
 
 def test_all_ongoing_and_ours_commits_all() -> None:
@@ -287,11 +289,11 @@ def test_a_transaction_the_broker_timed_out_is_reported_as_a_timeout_not_a_fence
     t = PreparedTransaction("p-1-0", 7, 0, (TopicPartition("out", 0),), 5, 0, 0, 1_000)
     prepared = PreparedCheckpoint("p", 1, "now", (t,), 5, 5, 0, 1.0)
     timed_out = TransactionObservation("p-1-0", S.COMPLETE_ABORT, 7, 1, 1_000, 4_000)
-    decision = decide_commit(prepared, {"p-1-0": timed_out}, now_ms=10_000, margin_ms=1_000)
+    decision = decide_commit(prepared, {"p-1-0": timed_out}, now_ms=10_000, margin_ms=1_000, ranges=())
     assert decision.kind is DecisionKind.ABORT
     assert "p-1-0 timed out after 4000 ms" in decision.message
     fenced = TransactionObservation("p-1-0", S.EMPTY, 7, 2, -1, 4_000)
-    decision = decide_commit(prepared, {"p-1-0": fenced}, now_ms=10_000, margin_ms=1_000)
+    decision = decide_commit(prepared, {"p-1-0": fenced}, now_ms=10_000, margin_ms=1_000, ranges=())
     assert "timed out" not in decision.message
 
 

@@ -115,7 +115,7 @@ def test_dry_run_words_say_per_checkpoint_what_resolve_does_in_recovery_order():
     plan = recovery_plan(list(views.values()), PREFIX, [f"{PREFIX}-4-0"])
     observed = {t.transactional_id: obs(t.transactional_id, pid=t.producer_id)
                 for t in views[5].prepared.transactions}
-    decision = decide_commit(views[5].prepared, observed, NOW, 60_000)
+    decision = decide_commit(views[5].prepared, observed, NOW, 60_000, views[5].claim.ranges)
     foreign = rows({None: [obs("loader-1", OUT0)]}, {None: (PREFIX,)}, {}, {}, [(None, OUT0)], plan, NOW)
     assert resolution(plan, views, {5: decision}, foreign) == [
         f"checkpoint 5 (prepared, run run-prepared): roll forward: commit {PREFIX}-5-0, {PREFIX}-5-1, then mark it "
@@ -131,7 +131,7 @@ def test_dry_run_words_for_a_prepared_checkpoint_whose_transaction_timed_out_say
     plan = recovery_plan(list(views.values()), PREFIX, [])
     observed = {t.transactional_id: obs(t.transactional_id, pid=t.producer_id, started=NOW - TIMEOUT - 1)
                 for t in views[5].prepared.transactions}
-    [line] = resolution(plan, views, {5: decide_commit(views[5].prepared, observed, NOW, 60_000)})
+    [line] = resolution(plan, views, {5: decide_commit(views[5].prepared, observed, NOW, 60_000, views[5].claim.ranges)})
     assert line.startswith("checkpoint 5 (prepared, run run-prepared): roll forward fails: ")
     assert line.endswith("fence its transactions and mark it aborted")
 

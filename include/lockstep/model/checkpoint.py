@@ -379,7 +379,7 @@ class Repair:
 
     @property
     def summary(self) -> str:
-        """'transactions p-5-1 lost; orders:1 [40, 80) given back to the next checkpoint'."""
+        """'transaction p-5-1 lost; orders:1[40,80) given back to the next checkpoint'."""
         ranges = ", ".join(str(r) for r in self.replayed) or "no input ranges"
         accepted = f" ({self.accepted} accepted)" if self.accepted else ""
         return (f"transaction{'s' if len(self.lost) > 1 else ''} {', '.join(sorted(self.lost))} lost; "

@@ -111,7 +111,7 @@ def decide_commit(
     observed: Mapping[str, TransactionObservation],
     now_ms: int,
     margin_ms: int,
-    ranges: Sequence[OffsetRange] | None = None,
+    ranges: Sequence[OffsetRange],
     accept: str | None = None,
 ) -> CommitDecision:
     """All or nothing (the all-or-nothing-commit invariant), with roll-forward once anything was committed.
@@ -146,7 +146,7 @@ def decide_commit(
         detail = "; ".join(problems[t] for t in lost)
         replay, why_not = repair_ranges(prepared, lost, ranges)
         accepted = None
-        if replay is None and accept is not None and ranges is not None:
+        if replay is None and accept is not None:
             replay, accepted = accepted_ranges(prepared, lost, ranges, accept), accept
         if replay is None:
             return CommitDecision(
@@ -181,7 +181,7 @@ def decide_commit(
 
 
 def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str],
-                  ranges: Sequence[OffsetRange] | None) -> tuple[tuple[OffsetRange, ...] | None, str]:
+                  ranges: Sequence[OffsetRange]) -> tuple[tuple[OffsetRange, ...] | None, str]:
     """The claim's input ranges to give back to the next checkpoint when the transactions ``lost``
     were aborted and the others kept, or (None, why that would not be exact).
 
@@ -189,8 +189,6 @@ def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str],
     other transaction of the checkpoint carries records of those partitions: re-reading a whole
     range then re-creates exactly the lost output (a deterministic transform), nothing of the kept.
     """
-    if ranges is None:
-        return None, "the checkpoint's input ranges were not given"
     by_id = {t.transactional_id: t for t in prepared.transactions}
     unknown = [tid for tid in lost if by_id[tid].sources is None]
     if unknown:

@@ -83,15 +83,18 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     ids = topics.topic_ids(p.source_admin, p.spec.source.topics)
     log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
     stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+    latest_ends = _end_offsets(latest) if latest else None
     restored = _restore_source(p, restore, tps, stable_end, next_id)
     if restored is not None and (recreated := recreated_topics(restored.topic_ids, ids)):
         raise TopicRecreatedError(next_id, recreated, restore=restored.label)
     starts = choose_start_offsets(
         tps, log_start, stable_end, p.spec.source.auto_offset_reset,
         restore=restored,
-        last_completed=OffsetSource.checkpoint(latest.checkpoint_id, _end_offsets(latest)) if latest else None,
+        last_completed=OffsetSource.checkpoint(latest.checkpoint_id, latest_ends) if latest and latest_ends is not None
+        else None,
+        # The group: before the first checkpoint, and for partitions the latest one does not know.
         group=OffsetSource.group(broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps))
-        if restore is None and (latest is None or not set(tps) <= set(_end_offsets(latest))) else None,
+        if restore is None and (latest_ends is None or not set(tps) <= set(latest_ends)) else None,
     )
     if restore is None and latest is not None:
         # The last completed checkpoint's offsets belong to the topics as they were then.
