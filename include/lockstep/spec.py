@@ -98,6 +98,67 @@ class SparkSpec:
     remote: str | None = None
 
 
+DURATION_RE = re.compile(r"(\d+)(ms|s|m|h|d)")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What the stateful operators name their output's key field when ``key`` is an expression, not a column.
+DEFAULT_KEY_NAME = "key"
+#: Key groups when the spec names none (Flink's default maximum parallelism).
+DEFAULT_KEY_GROUPS = 128
+DUPLICATE_ACTIONS = ("drop", "dead_letter")
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """Event time and its watermark, shared by the stateful operators.
+
+    ``column`` is a Spark SQL expression over the transform's output: a TIMESTAMP, or a number of
+    epoch seconds. The watermark is the minimum over the source partitions of (the largest event
+    time seen - ``out_of_orderness_ms``); a partition without records for ``idle_timeout_ms`` no
+    longer holds it back."""
+
+    column: str
+    out_of_orderness_ms: int
+    idle_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Event-time windows per key: tumbling (``slide_ms == size_ms``) or sliding."""
+
+    key: str
+    key_name: str
+    size_ms: int
+    slide_ms: int
+    allowed_lateness_ms: int
+    #: output field -> Spark SQL aggregate expression over the transform's columns, in YAML order
+    aggregates: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class DedupSpec:
+    """The first record of each key passes; later ones within ``ttl_ms`` of event time are duplicates."""
+
+    key: str
+    ttl_ms: int
+    #: "drop" or "dead_letter" (to the dead-letter topic, error ``duplicate``)
+    duplicates: str
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """A stateful pipeline's operator, its event time and its key groups (fixed once state exists)."""
+
+    key_groups: int
+    event_time: EventTime
+    window: WindowSpec | None = None
+    dedup: DedupSpec | None = None
+
+    @property
+    def operator(self) -> str:
+        return "window" if self.window is not None else "dedup"
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     name: str
@@ -111,6 +172,8 @@ class PipelineSpec:
     #: producer settings for the writers' clients, as the YAML gives them
     producer: Mapping[str, object]
     path: str
+    #: The keyed state of a stateful pipeline (windows or dedup); None for a stateless one.
+    state: StateSpec | None = None
     #: Set on the derived pipeline that replays dead letters (``lockstep.spark.replay.replay_spec``): the
     #: name of the pipeline whose dead letters it replays. Never read from YAML.
     replay_of: str | None = None
@@ -358,10 +421,103 @@ def _producer(c: _Checker, doc: object) -> dict[str, object]:
     return dict(d)  # type: ignore[arg-type]
 
 
+def duration_ms(value: object) -> int | None:
+    """``"10s"``, ``"1m"``, ``"500ms"``, ``"2h"``, ``"1d"`` or a whole number of seconds, in ms; None if not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value * 1000 if value >= 0 else None
+    if isinstance(value, str) and (m := DURATION_RE.fullmatch(value.strip())):
+        return int(m.group(1)) * _DURATION_MS[m.group(2)]
+    return None
+
+
+def _duration(c: _Checker, d: Section, path: str, key: str, default: object = _MISSING, positive: bool = False) -> Any:
+    value = d.get(key, default)
+    where = _join(path, key)
+    if value is _MISSING:
+        c.fail(where, "is required")
+        return None
+    ms = duration_ms(value)
+    if ms is None:
+        c.fail(where, f"must be a duration such as 10s, 1m, 500ms, 2h (or whole seconds), got {_kind(value)}")
+    elif positive and ms == 0:
+        c.fail(where, "must be more than 0")
+    else:
+        return ms
+    return None
+
+
+def _expression(c: _Checker, d: Section, path: str, key: str) -> Any:
+    """A Spark SQL expression: checked here for being text only; Spark checks it when the run starts."""
+    value = d.get(key, _MISSING)
+    if value is _MISSING:
+        c.fail(_join(path, key), "is required")
+    elif not isinstance(value, str) or not value.strip():
+        c.fail(_join(path, key), f"must be a Spark SQL expression, got {_kind(value)}")
+    else:
+        return value.strip()
+    return None
+
+
+def _state(c: _Checker, doc: object) -> StateSpec | None:
+    if doc is None or doc is _MISSING:
+        return None
+    d = c.section(doc, "state", {"key_groups", "event_time", "window", "dedup"})
+    groups = c.integer(d, "state", "key_groups", DEFAULT_KEY_GROUPS, 1, 32_768)
+    e = c.section(d.get("event_time", _MISSING), "state.event_time", {"column", "out_of_orderness", "idle_timeout"},
+                  optional=False)
+    event_time = EventTime(column=_expression(c, e, "state.event_time", "column"),
+                           out_of_orderness_ms=_duration(c, e, "state.event_time", "out_of_orderness", "0s"),
+                           idle_timeout_ms=_duration(c, e, "state.event_time", "idle_timeout", "5m", positive=True))
+    kinds = [k for k in ("window", "dedup") if d.get(k) is not None]
+    if len(kinds) != 1:
+        c.fail("state", "needs exactly one operator: window or dedup" if not kinds
+               else "has both window and dedup; a pipeline has one stateful operator")
+        return None
+    window = dedup = None
+    if kinds == ["window"]:
+        w = c.section(d["window"], "state.window", {"key", "key_name", "size", "slide", "allowed_lateness",
+                                                   "aggregates"})
+        key = _expression(c, w, "state.window", "key")
+        size = _duration(c, w, "state.window", "size", positive=True)
+        slide = _duration(c, w, "state.window", "slide", w.get("size", "0s"), positive=True)
+        if size and slide and (slide > size or size % slide):
+            c.fail("state.window.slide", f"must divide state.window.size ({size} ms) and not exceed it, got {slide} ms")
+        name = c.text(w, "state.window", "key_name", key if key and IDENTIFIER_RE.fullmatch(key) else DEFAULT_KEY_NAME,
+                      IDENTIFIER_RE, "a field name: letters, digits and _")
+        aggs = c.mapping(w.get("aggregates", _MISSING), "state.window.aggregates", optional=False)
+        if not aggs and not any(p.field == "state.window.aggregates" for p in c.problems):
+            c.fail("state.window.aggregates", "must name at least one output field and its aggregate")
+        checked: list[tuple[str, str]] = []
+        for field_name, expr in aggs.items():
+            where = f"state.window.aggregates.{field_name}"
+            if not isinstance(field_name, str) or not IDENTIFIER_RE.fullmatch(field_name):
+                c.fail(where, "output field names are letters, digits and _")
+            elif field_name in (name, "window_start", "window_end"):
+                c.fail(where, f"{field_name!r} is already a field of the output (key_name, window_start, window_end)")
+            elif not isinstance(expr, str) or not expr.strip():
+                c.fail(where, f"must be a Spark SQL aggregate such as count(*) or sum(amount), got {_kind(expr)}")
+            else:
+                checked.append((field_name, expr.strip()))
+        window = WindowSpec(key=key, key_name=name, size_ms=size, slide_ms=slide,
+                            allowed_lateness_ms=_duration(c, w, "state.window", "allowed_lateness", "0s"),
+                            aggregates=tuple(checked))
+    else:
+        x = c.section(d["dedup"], "state.dedup", {"key", "ttl", "duplicates"})
+        action = c.text(x, "state.dedup", "duplicates", "drop")
+        if action is not None and action not in DUPLICATE_ACTIONS:
+            c.fail("state.dedup.duplicates", f"must be one of {', '.join(DUPLICATE_ACTIONS)}, got {action!r}")
+        dedup = DedupSpec(key=_expression(c, x, "state.dedup", "key"),
+                          ttl_ms=_duration(c, x, "state.dedup", "ttl", positive=True), duplicates=action)
+    return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup)
+
+
 def parse_spec(doc: object, file: str) -> PipelineSpec:
     """Validate one parsed YAML document; raises SpecError listing every problem found."""
     c = _Checker(file)
-    top = {"name", "description", "source", "transform", "sink", "checkpoints", "transactions", "spark", "producer"}
+    top = {"name", "description", "source", "transform", "sink", "checkpoints", "transactions", "spark", "producer",
+           "state"}
     d = c.section(doc, "", top, optional=False)
     name = c.text(d, "", "name", pattern=NAME_RE, rule="allowed is [a-z0-9][a-z0-9_-]{0,62}")
     description = d.get("description") or ""
@@ -381,6 +537,7 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         spark=_spark(c, d.get("spark")),
         producer=_producer(c, d.get("producer")),
         path=file,
+        state=_state(c, d.get("state")),
     )
     if c.problems:
         raise SpecError(c.problems)

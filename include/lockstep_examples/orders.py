@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 ORDER = StructType([
     StructField("order_id", StringType()),
@@ -76,3 +76,27 @@ def enrich_with_headers(df: DataFrame) -> DataFrame:
     currency = F.coalesce(F.get_json_object(F.col("value").cast("string"), "$.currency"), F.lit("?"))
     header = F.struct(F.lit("currency").alias("key"), currency.cast("binary").alias("value"))
     return out.withColumn("headers", F.array(header)).withColumn("value", F.col("value").cast("string"))
+
+
+ORDER_WITH_TIME = StructType([*ORDER.fields, StructField("created_at", LongType())])
+
+
+def parse(df: DataFrame) -> DataFrame:
+    """The orders as columns for a stateful pipeline (``include/pipelines/orders_per_customer.yaml``):
+    ``customer``, ``amount`` and ``created_at`` (epoch seconds) beside the input's own columns, which
+    stay (bad and late orders go to the dead-letter topic as they came). Malformed orders get an
+    ``error`` and never reach the windows."""
+    order = F.from_json(F.col("value").cast("string"), ORDER_WITH_TIME, {"mode": "PERMISSIVE"})
+    parsed = df.withColumn("order", order)
+    error = (
+        F.when(F.col("order").isNull() | F.col("order.order_id").isNull(), F.lit(NOT_AN_ORDER))
+        .when(F.col("order.customer").isNull(), F.lit("customer missing"))
+        .when(F.col("order.amount").isNull(), F.lit("amount missing or not a number"))
+        .when(F.col("order.created_at").isNull(), F.lit("created_at missing or not epoch seconds"))
+    )
+    return (parsed.withColumn("error", error)
+            .withColumn("order_id", F.col("order.order_id"))
+            .withColumn("customer", F.col("order.customer"))
+            .withColumn("amount", F.col("order.amount"))
+            .withColumn("created_at", F.col("order.created_at"))
+            .drop("order"))

@@ -56,6 +56,13 @@ class FakeS3:
         self.objects[(Bucket, Key)] = (body, etag)
         return {"ETag": etag}
 
+    def copy_object(self, *, Bucket: str, Key: str, CopySource: dict[str, str], **_: Any) -> dict[str, Any]:
+        found = self.objects.get((CopySource["Bucket"], CopySource["Key"]))
+        if found is None:
+            raise _error("NoSuchKey", 404, "CopyObject")
+        self.objects[(Bucket, Key)] = found
+        return {"CopyObjectResult": {"ETag": found[1]}}
+
     def get_object(self, *, Bucket: str, Key: str, **_: Any) -> dict[str, Any]:
         found = self.objects.get((Bucket, Key))
         if found is None:

@@ -21,6 +21,7 @@ from lockstep.model.checkpoint import (
     Savepoint,
 )
 from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed
+from lockstep.store.state_files import StateFiles
 
 
 class FakeStore:
@@ -31,6 +32,7 @@ class FakeStore:
         self.sidecars: dict[tuple[int, str], dict[str, Any]] = {}
         self.savepoints: dict[str, Savepoint] = {}
         self.dry_run: CheckpointClaim | None = None
+        self._state_files: StateFiles | None = None
 
     # ---- reading ----------------------------------------------------------------------------------
     def latest_completed(self) -> CheckpointView | None:
@@ -87,3 +89,13 @@ class FakeStore:
 
     def apply_retention(self, retain: int) -> list[int]:
         return []
+
+    def collect_state_garbage(self) -> list[str]:
+        return []
+
+    def state_files(self) -> StateFiles:
+        from tests.support.fake_s3 import FakeS3
+
+        if self._state_files is None:
+            self._state_files = StateFiles(FakeS3(), "lockstep", self.pipeline)
+        return self._state_files

@@ -17,6 +17,7 @@ from typing import ClassVar, Literal, TypeVar, overload
 from lockstep.errors import CheckpointError, LockstepError, MetadataError, TerminalError
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
+from lockstep.model.state import StateManifest, optional_manifest
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -224,6 +225,9 @@ class CheckpointClaim:
     #: Each source topic's topic id when the checkpoint was planned (a recreated topic has a new one);
     #: empty in claims of earlier versions, which are then not checked.
     topic_ids: Mapping[str, str] = field(default_factory=dict)
+    #: A stateful pipeline's state this checkpoint starts from: the manifest of the checkpoint (or
+    #: savepoint) its start offsets come from; None for a stateless pipeline or the first checkpoint.
+    state_base: StateManifest | None = None
 
     @property
     def end_offsets(self) -> dict[str, int]:
@@ -244,6 +248,8 @@ class CheckpointClaim:
             doc["planned_with"] = self.planned_with.to_json()
         if self.topic_ids:
             doc["topic_ids"] = dict(self.topic_ids)
+        if self.state_base is not None:
+            doc["state_base"] = self.state_base.to_json()
         return doc
 
     @classmethod
@@ -258,6 +264,7 @@ class CheckpointClaim:
             claimed_at=r.get("claimed_at", str), ranges=r.ranges("ranges"), start_source=r.get("start_source", str),
             restored_from=r.get("restored_from", str, optional=True), skipped=r.offsets("skipped"),
             planned_with=planned_with, topic_ids=r.topic_ids("topic_ids"),
+            state_base=optional_manifest(r.doc, key, "state_base"),
         ))
 
 
@@ -319,6 +326,8 @@ class PreparedCheckpoint:
     records_out: int
     records_dead_lettered: int
     spark_seconds: float
+    #: A stateful pipeline's state after this checkpoint (files written before this document)
+    state: StateManifest | None = None
 
     def __post_init__(self) -> None:
         ids = [t.transactional_id for t in self.transactions]
@@ -346,6 +355,7 @@ class PreparedCheckpoint:
             "prepared_at": self.prepared_at, "transactions": [t.to_json() for t in self.transactions],
             "records_in": self.records_in, "records_out": self.records_out,
             "records_dead_lettered": self.records_dead_lettered, "spark_seconds": self.spark_seconds,
+            **({"state": self.state.to_json()} if self.state is not None else {}),
         }
 
     @classmethod
@@ -357,7 +367,7 @@ class PreparedCheckpoint:
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             prepared_at=r.get("prepared_at", str), transactions=txns, records_in=r.get("records_in", int),
             records_out=r.get("records_out", int), records_dead_lettered=r.get("records_dead_lettered", int),
-            spark_seconds=float(r.get("spark_seconds", (int, float))),
+            spark_seconds=float(r.get("spark_seconds", (int, float))), state=optional_manifest(r.doc, key),
         ))
 
 
@@ -418,6 +428,9 @@ class CompletedCheckpoint:
     #: The source topics' ids the end offsets belong to (from the claim; empty before Lockstep recorded them).
     topic_ids: Mapping[str, str] = field(default_factory=dict)
     repair: Repair | None = None
+    #: The committed keyed state of a stateful pipeline: its prepared manifest (or, when a user
+    #: accepted duplicates for a stuck checkpoint, the state it started from)
+    state: StateManifest | None = None
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -428,6 +441,8 @@ class CompletedCheckpoint:
             doc["topic_ids"] = dict(self.topic_ids)
         if self.repair is not None:
             doc["repair"] = self.repair.to_json()
+        if self.state is not None:
+            doc["state"] = self.state.to_json()
         return doc
 
     @classmethod
@@ -441,6 +456,7 @@ class CompletedCheckpoint:
             completed_at=r.get("completed_at", str), end_offsets=r.offsets("end_offsets"), committed=tuple(committed),
             topic_ids=r.topic_ids("topic_ids"),
             repair=Repair.from_json(r.doc["repair"], key) if r.doc.get("repair") is not None else None,
+            state=optional_manifest(r.doc, key),
         )
 
 
@@ -503,6 +519,8 @@ class Savepoint:
     #: The source topics' ids its offsets belong to (from its checkpoint's claim; empty in savepoints of
     #: earlier versions, which are then not judged).
     topic_ids: Mapping[str, str] = field(default_factory=dict)
+    #: The keyed state of its checkpoint (stateful pipelines): a restore starts from it
+    state: StateManifest | None = None
 
     def __post_init__(self) -> None:
         validate_savepoint_name(self.name)
@@ -515,6 +533,8 @@ class Savepoint:
         }
         if self.topic_ids:
             doc["topic_ids"] = dict(self.topic_ids)
+        if self.state is not None:
+            doc["state"] = self.state.to_json()
         return doc
 
     @classmethod
@@ -523,7 +543,7 @@ class Savepoint:
         return _build(key, lambda: cls(
             name=r.get("name", str), pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             created_at=r.get("created_at", str), end_offsets=r.offsets("end_offsets"), ranges=r.ranges("ranges"),
-            topic_ids=r.topic_ids("topic_ids"),
+            topic_ids=r.topic_ids("topic_ids"), state=optional_manifest(r.doc, key),
         ))
 
 

@@ -22,8 +22,9 @@ from lockstep.model.transactions import TransactionObservation, TransactionState
 
 #: What a user may accept to settle a stuck checkpoint (``lockstep transactions resolve --accept``).
 ACCEPT = {
-    "duplicates": "every input range of the lost transactions' source partitions is read again: outputs the "
-                  "committed transactions already hold for those partitions appear twice",
+    "duplicates": "every input range of the lost transactions' source partitions is read again (of a stateful "
+                  "pipeline: all the checkpoint's input, from the state it started with): outputs the committed "
+                  "transactions already hold of them appear twice",
     "loss": "the checkpoint is completed without the lost transactions' output: it is missing from the sink",
 }
 
@@ -189,6 +190,9 @@ def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str],
     other transaction of the checkpoint carries records of those partitions: re-reading a whole
     range then re-creates exactly the lost output (a deterministic transform), nothing of the kept.
     """
+    if prepared.state is not None:
+        return None, ("the checkpoint's keyed state already holds the effect of the lost transactions' records, so "
+                      "reading them again would count them twice")
     by_id = {t.transactional_id: t for t in prepared.transactions}
     unknown = [tid for tid in lost if by_id[tid].sources is None]
     if unknown:
@@ -217,6 +221,8 @@ def accepted_ranges(prepared: PreparedCheckpoint, lost: Sequence[str], ranges: S
         raise ValueError(f"accept must be one of {', '.join(ACCEPT)}, got {accept!r}")
     if accept == "loss":
         return ()
+    if prepared.state is not None:  # the state goes back to the checkpoint's base: all of its input is read again
+        return tuple(sorted(r for r in ranges if not r.is_empty))
     by_id = {t.transactional_id: t for t in prepared.transactions}
     sources = [by_id[tid].sources for tid in lost]
     claimed = [r for r in ranges if not r.is_empty]

@@ -144,6 +144,8 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
     started = time.monotonic()
     committables: list[PreparedTransaction] = []
     rows_out = 0
+    stateful = None
+    state = None
     if ranges:
         assert spark is not None  # only a checkpoint without records runs without Spark (steps.run)
         resolved = values_for_run(spec, view)
@@ -166,6 +168,11 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
         if shipped:
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)
+        if spec.state is not None:
+            from lockstep.spark import state as keyed_state
+
+            stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files())
+            out = stateful.output
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
@@ -187,6 +194,11 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             rows_out += rows
             if committable is not None:
                 committables.append(PreparedTransaction.from_json(committable, f"task {task}"))
+        if stateful is not None:
+            # The state files before prepared.json, which names them: the decision covers both.
+            state = stateful.finish()
+    elif spec.state is not None and view.claim.state_base is not None:
+        state = view.claim.state_base.carried_forward()  # no records: the state stays as it was
     failpoints.hit("job.before_prepared")
     prepared = PreparedCheckpoint(
         pipeline=spec.name, checkpoint_id=checkpoint_id, prepared_at=datetime.now(UTC).isoformat(),
@@ -194,7 +206,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
         records_in=sum(r.count for r in ranges),
         records_out=sum(t.records for t in committables),
         records_dead_lettered=sum(t.dead_letters for t in committables),
-        spark_seconds=round(time.monotonic() - started, 3),
+        spark_seconds=round(time.monotonic() - started, 3), state=state,
     )
     shared = prepared.shared_sources
     if shared:

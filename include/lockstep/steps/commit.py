@@ -122,8 +122,12 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     lost = repair.lost if repair else {}
     committed = tuple(t.transactional_id for t in prepared.transactions if t.transactional_id not in lost)
     end_offsets = end_offsets_after_repair(view.claim.ranges, repair.replayed) if repair else view.claim.end_offsets
+    # A user who accepted duplicates for a stuck stateful checkpoint gets all its input read again,
+    # so its state must be the one it started from; otherwise the prepared state is the committed one.
+    reverted = repair is not None and repair.accepted == "duplicates" and prepared.state is not None
     completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), end_offsets, committed,
-                                    view.claim.topic_ids, repair)
+                                    view.claim.topic_ids, repair,
+                                    state=view.claim.state_base if reverted else prepared.state)
     p.store.mark_completed(completed)
     if repair:
         log.warning("checkpoint %d: completed after repair: %s, which reads and writes them again", checkpoint_id,
@@ -137,6 +141,11 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     deleted = p.store.apply_retention(p.spec.checkpoints.retain)
     if deleted:
         log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
+    if completed.state is not None or p.spec.state is not None:
+        garbage = p.store.collect_state_garbage()
+        if garbage:
+            log.info("checkpoint %d: deleted %d state files no checkpoint or savepoint names", checkpoint_id,
+                     len(garbage))
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms, repair)
 
 

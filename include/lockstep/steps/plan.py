@@ -19,6 +19,7 @@ from lockstep.model.checkpoint import (
     CheckpointView,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
+from lockstep.model.state import StateManifest
 from lockstep.rules.pinned import planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.start_offsets import (
@@ -128,6 +129,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
+        state_base=_state_base(p, restore, latest, next_id),
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
@@ -139,6 +141,31 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
              time.monotonic() - started, ranges.backlog_remaining)
     failpoints.hit("plan.after_claim")
     return result
+
+
+def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
+                checkpoint_id: int) -> StateManifest | None:
+    """The keyed state a stateful pipeline's checkpoint starts from: the state of the checkpoint or
+    savepoint its start offsets come from, so that offsets and state always belong together."""
+    if p.spec.state is None:
+        return None
+    if restore is None:
+        base = latest.completed.state if latest is not None and latest.completed is not None else None
+    elif restore.startswith(TIME_PREFIX):
+        raise TerminalError(f"checkpoint {checkpoint_id}: a stateful pipeline cannot restore from {restore}: no state "
+                            "belongs to offsets found by time. Restore from a savepoint or checkpoint:<id>, whose "
+                            "state the restore carries")
+    elif restore.startswith("checkpoint:"):
+        view = p.store.view(int(restore.split(":", 1)[1]))
+        base = view.completed.state if view is not None and view.completed is not None else None
+    else:
+        base = p.store.get_savepoint(restore).state
+    from lockstep.spark.state import base_refusal
+
+    refused = base_refusal(p.spec, base, p.store.state_files().rekey_to())
+    if refused:
+        raise TerminalError(f"checkpoint {checkpoint_id}: {refused}")
+    return base
 
 
 def _republish(p: Pipeline, latest: CheckpointView) -> None:

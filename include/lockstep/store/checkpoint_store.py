@@ -7,6 +7,7 @@ Layout under ``s3://bucket/<prefix>/<pipeline>/``::
     checkpoints/000000000042/outcome.json    completed or aborted: one key, so never both
     latest-completed.json                    pointer, moved forward with If-Match
     savepoints/<name>.json                   retained copies, never touched by retention
+    state/000000000042/kg-00007.parquet      a stateful pipeline's state files (`lockstep.store.state_files`)
 
 Every object except the pointer is created with ``If-None-Match: *`` and never
 rewritten, so status only moves forward and two runs can never both own an id.
@@ -35,6 +36,8 @@ from lockstep.model.checkpoint import (
     Savepoint,
     validate_savepoint_name,
 )
+from lockstep.model.state import StateManifest
+from lockstep.store.state_files import StateFiles, unreferenced
 
 # Any in this module is a document as ``json.loads`` read it from S3: whatever the object holds, until
 # its parser checks it (``lockstep.model.checkpoint``'s from_json; a sidecar's, e.g. ``spark.replay``'s).
@@ -152,6 +155,10 @@ class PipelineStore(Protocol):
 
     def apply_retention(self, retain: int) -> list[int]: ...
 
+    def state_files(self) -> StateFiles: ...
+
+    def collect_state_garbage(self) -> list[str]: ...
+
 
 class CheckpointStore:
     """A pipeline's checkpoints and savepoints under ``s3://bucket/root/`` (see the module's doc)."""
@@ -177,6 +184,9 @@ class CheckpointStore:
 
     def _savepoint_key(self, name: str) -> str:
         return f"{self.root}/savepoints/{validate_savepoint_name(name)}.json"
+
+    def state_files(self) -> StateFiles:
+        return StateFiles(self._s3, self.bucket, self.root)
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
@@ -498,6 +508,37 @@ class CheckpointStore:
                 self._s3.delete_object(Bucket=self.bucket, Key=key["Key"])
         return doomed
 
+    def collect_state_garbage(self) -> list[str]:
+        """Delete the state files no retained checkpoint and no savepoint names (`state_files.unreferenced`):
+        those of aborted checkpoints, of checkpoints retention removed, and of superseded states.
+        Returns the keys deleted."""
+        files = self.state_files()
+        keys = files.listing()
+        if not keys:
+            return []
+        latest = self.latest_completed()
+        if latest is None:
+            return []
+        referenced: set[str] = set()
+        aborted: set[int] = set()
+        for cid in self.checkpoint_ids():
+            view = self.view(cid)
+            if view is None:
+                continue
+            if view.aborted is not None:
+                aborted.add(cid)
+            for manifest in (view.claim.state_base, view.prepared.state if view.prepared else None,
+                             view.completed.state if view.completed else None):
+                if manifest is not None:
+                    referenced.update(manifest.all_files)
+        for savepoint in self.list_savepoints():
+            if savepoint.state is not None:
+                referenced.update(savepoint.state.all_files)
+        doomed = unreferenced(keys, referenced, {k: files.checkpoint_of(k) for k in keys}, latest.checkpoint_id,
+                              aborted)
+        files.delete(doomed)
+        return doomed
+
     def _exists(self, key: str) -> bool:
         try:
             self._s3.head_object(Bucket=self.bucket, Key=key)
@@ -519,15 +560,36 @@ class CheckpointStore:
             raise TerminalError(f"cannot take savepoint {name!r}: {what}")
         savepoint = Savepoint(name=name, pipeline=self.pipeline, checkpoint_id=view.checkpoint_id,
                               created_at=created_at, end_offsets=dict(view.completed.end_offsets),
-                              ranges=view.claim.ranges, topic_ids=dict(view.claim.topic_ids))
+                              ranges=view.claim.ranges, topic_ids=dict(view.claim.topic_ids),
+                              state=view.completed.state)
         return self._store_savepoint(savepoint)
 
     def adopt_savepoint(self, savepoint: Savepoint, created_at: str) -> Savepoint:
-        """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic."""
+        """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic. Its state
+        files are copied under this pipeline's prefix: the other pipeline's garbage collection never
+        reaches them."""
         adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
                             created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges,
-                            topic_ids=dict(savepoint.topic_ids))
+                            topic_ids=dict(savepoint.topic_ids), state=self._adopt_state(savepoint.state))
         return self._store_savepoint(adopted)
+
+    def _adopt_state(self, state: StateManifest | None) -> StateManifest | None:
+        if state is None:
+            return None
+        from dataclasses import replace
+
+        files = self.state_files()
+        copied: dict[int, tuple[str, ...]] = {}
+        for group, keys in state.files.items():
+            mine = []
+            for key in keys:
+                target = files.key(state.written_by, group) if len(keys) == 1 else \
+                    f"{files.prefix}{state.written_by:0{ID_WIDTH}d}/{key.rsplit('/', 1)[-1]}"
+                if target != key:
+                    files.copy(key, target)
+                mine.append(target)
+            copied[group] = tuple(mine)
+        return replace(state, files=copied)
 
     def _store_savepoint(self, savepoint: Savepoint) -> Savepoint:
         key = self._savepoint_key(savepoint.name)

@@ -1,0 +1,115 @@
+"""A stateful pipeline's keyed state as the checkpoint records it: the state manifest.
+
+The state itself is immutable Parquet files in S3, under the pipeline's checkpoint prefix
+(``<prefix>/<pipeline>/state/<checkpoint>/kg-<group>.parquet``), one per key group that holds keys.
+The manifest names them, with what the next checkpoint needs besides: the event-time position of
+each source partition (for the watermark), the watermark, the pending timers (windows not yet
+fired), and the state's schema. A run writes the files first and the manifest in ``prepared.json``;
+the commit copies it into ``completed.json``. The completed checkpoint's manifest *is* the committed
+state: a checkpoint that never completes leaves files nobody reads (and garbage collection deletes).
+
+Pure data, no I/O (`lockstep.store.state_files` moves the bytes, `lockstep.spark.state` computes).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from lockstep.errors import MetadataError
+
+STATE_MANIFEST_SCHEMA = "lockstep.state.manifest/1"
+#: The layout of the state files' rows (the columns Lockstep adds to the operator's own).
+STATE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PartitionTime:
+    """Event time as one source partition has shown it: the largest event time seen (None before its
+    first record) and when a checkpoint last read records of it (wall-clock ms, for idleness)."""
+
+    max_event_ms: int | None
+    active_at_ms: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"max_event_ms": self.max_event_ms, "active_at_ms": self.active_at_ms}
+
+
+@dataclass(frozen=True)
+class StateManifest:
+    """The committed keyed state of a pipeline after one checkpoint."""
+
+    #: "window" or "dedup": state of one operator is never read by another
+    operator: str
+    key_groups: int
+    #: the checkpoint that wrote ``files`` (a checkpoint without records carries its base's forward)
+    written_by: int
+    #: key group -> S3 keys (bucket-relative) of its Parquet files
+    files: Mapping[int, tuple[str, ...]]
+    #: the state rows' columns: name -> Spark type (``simpleString``), the schema a change is checked against
+    columns: Mapping[str, str]
+    watermark_ms: int | None
+    partitions: Mapping[str, PartitionTime]
+    keys: int = 0
+    rows: int = 0
+    bytes: int = 0
+    #: pending timers: windows with rows that have not fired yet (their count and the earliest firing time)
+    timers: int = 0
+    next_timer_ms: int | None = None
+    format_version: int = STATE_FORMAT_VERSION
+    #: what the checkpoint that wrote it measured (seconds to load, apply and write, rows in, ...)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(f) for f in self.files.values())
+
+    @property
+    def all_files(self) -> tuple[str, ...]:
+        return tuple(k for g in sorted(self.files) for k in self.files[g])
+
+    def carried_forward(self) -> StateManifest:
+        """The same state, as the manifest of a checkpoint that read no records (nothing measured)."""
+        return replace(self, metrics={})
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "schema": STATE_MANIFEST_SCHEMA, "operator": self.operator, "key_groups": self.key_groups,
+            "written_by": self.written_by, "format_version": self.format_version,
+            "files": {str(g): list(keys) for g, keys in sorted(self.files.items())},
+            "columns": dict(self.columns), "watermark_ms": self.watermark_ms,
+            "partitions": {tp: t.to_json() for tp, t in sorted(self.partitions.items())},
+            "keys": self.keys, "rows": self.rows, "bytes": self.bytes, "timers": self.timers,
+            "next_timer_ms": self.next_timer_ms, "metrics": dict(self.metrics),
+        }
+
+    @classmethod
+    def from_json(cls, doc: object, key: str, path: str = "state") -> StateManifest:
+        def bad(what: str) -> MetadataError:
+            return MetadataError(key, f"field '{path}' {what}")
+
+        if not isinstance(doc, Mapping) or doc.get("schema") != STATE_MANIFEST_SCHEMA:
+            raise bad(f"is not a state manifest ({STATE_MANIFEST_SCHEMA})")
+        try:
+            files = {int(g): tuple(str(k) for k in keys) for g, keys in dict(doc["files"]).items()}
+            partitions = {str(tp): PartitionTime(None if t["max_event_ms"] is None else int(t["max_event_ms"]),
+                                                 int(t["active_at_ms"]))
+                          for tp, t in dict(doc["partitions"]).items()}
+            watermark = doc["watermark_ms"]
+            next_timer = doc.get("next_timer_ms")
+            return cls(
+                operator=str(doc["operator"]), key_groups=int(doc["key_groups"]), written_by=int(doc["written_by"]),
+                files=files, columns={str(k): str(v) for k, v in dict(doc["columns"]).items()},
+                watermark_ms=None if watermark is None else int(watermark), partitions=partitions,
+                keys=int(doc.get("keys", 0)), rows=int(doc.get("rows", 0)), bytes=int(doc.get("bytes", 0)),
+                timers=int(doc.get("timers", 0)), next_timer_ms=None if next_timer is None else int(next_timer),
+                format_version=int(doc.get("format_version", STATE_FORMAT_VERSION)),
+                metrics={str(k): float(v) for k, v in dict(doc.get("metrics") or {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"is invalid: {exc!r}") from exc
+
+
+def optional_manifest(doc: Mapping[str, object], key: str, name: str = "state") -> StateManifest | None:
+    """The manifest a document carries under ``name``, or None (stateless pipelines, earlier versions)."""
+    raw = doc.get(name)
+    return None if raw is None else StateManifest.from_json(raw, key, name)

@@ -1,0 +1,102 @@
+"""Event time for stateful pipelines (pure): the watermark, idleness, lateness, and what state a
+checkpoint may start from.
+
+A checkpoint is a batch: it judges every record against the watermark its base checkpoint left
+(``before``), and leaves the watermark its own records move to (``after``). So a record is late when
+every window it belongs to had fired before this checkpoint started, and a window fires in the
+checkpoint whose records move the watermark past its end plus the allowed lateness. Both are
+decided from the checkpoint's input and its base state alone, so a retried or replayed checkpoint
+decides the same way.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from lockstep.model.state import PartitionTime, StateManifest
+
+
+@dataclass(frozen=True)
+class EventClock:
+    """The watermark before and after one checkpoint, and the partitions' event time after it."""
+
+    before: int | None
+    after: int | None
+    partitions: Mapping[str, PartitionTime]
+    #: partitions that did not hold the watermark back (idle), for the log
+    idle: tuple[str, ...] = ()
+
+
+def advance(base: Mapping[str, PartitionTime], watermark: int | None, batch_max: Mapping[str, int],
+            claimed: Iterable[str], now_ms: int, out_of_orderness_ms: int, idle_timeout_ms: int) -> EventClock:
+    """The watermark after a checkpoint that read ``batch_max`` (partition -> largest event time among
+    its records in this checkpoint) from the ``claimed`` partitions.
+
+    The watermark is the minimum over the partitions that are not idle of (largest event time seen -
+    ``out_of_orderness_ms``). A partition is idle when no checkpoint read records of it for
+    ``idle_timeout_ms``; a partition first seen now counts from now, and until its first record it
+    holds the watermark back (it may hold older records). When every partition is idle, none holds
+    it back: the watermark moves to the furthest partition's. It never moves backwards.
+    """
+    partitions = dict(base)
+    for tp in claimed:
+        if tp not in partitions:
+            partitions[tp] = PartitionTime(None, now_ms)
+    for tp, seen in batch_max.items():
+        old = partitions.get(tp)
+        top = seen if old is None or old.max_event_ms is None else max(old.max_event_ms, seen)
+        partitions[tp] = PartitionTime(top, now_ms)
+    idle = tuple(sorted(tp for tp, t in partitions.items() if now_ms - t.active_at_ms > idle_timeout_ms))
+    holding = [t for tp, t in partitions.items() if tp not in idle]
+    candidate: int | None
+    if holding:
+        candidate = None if any(t.max_event_ms is None for t in holding) else \
+            min(t.max_event_ms for t in holding if t.max_event_ms is not None) - out_of_orderness_ms
+    else:
+        known = [t.max_event_ms for t in partitions.values() if t.max_event_ms is not None]
+        candidate = max(known) - out_of_orderness_ms if known else None
+    after = watermark if candidate is None else candidate if watermark is None else max(watermark, candidate)
+    return EventClock(watermark, after, partitions, idle)
+
+
+def fired(window_end_ms: int, allowed_lateness_ms: int, watermark: int | None) -> bool:
+    """A window has fired once the watermark is at or past its end plus the allowed lateness."""
+    return watermark is not None and window_end_ms + allowed_lateness_ms <= watermark
+
+
+def window_starts(event_ms: int, size_ms: int, slide_ms: int) -> list[int]:
+    """The starts of the windows an event belongs to (``start <= event < start + size``), oldest first."""
+    last = event_ms - event_ms % slide_ms
+    return list(range(last - size_ms + slide_ms, last + 1, slide_ms))
+
+
+def schema_change(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """Why state with columns ``old`` cannot be read as ``new`` (empty when it can): a new column is
+    accepted (old rows read it as null); a removed column or a changed type is not."""
+    problems = [f"field {name!r} ({kind}) is gone from the state's new schema" for name, kind in old.items()
+                if name not in new]
+    problems += [f"field {name!r} changed type from {kind} to {new[name]}" for name, kind in old.items()
+                 if name in new and new[name] != kind]
+    return problems
+
+
+def key_group_refusal(base: StateManifest | None, key_groups: int, rekey_to: int | None) -> str | None:
+    """Why a checkpoint may not start from ``base`` with ``key_groups`` key groups, or None.
+
+    The number of key groups is fixed when the pipeline first writes state: changing it moves every
+    key to another group. Only an explicit ``lockstep state rekey`` (``rekey_to``) allows it."""
+    if base is None or base.key_groups == key_groups:
+        return None
+    if rekey_to == key_groups:
+        return None
+    return (f"state.key_groups is {key_groups}, but the pipeline's state (checkpoint {base.written_by}) has "
+            f"{base.key_groups} key groups. Set state.key_groups back to {base.key_groups}, or re-key the state "
+            f"explicitly with `lockstep state rekey <pipeline> --key-groups {key_groups}`")
+
+
+def operator_refusal(base: StateManifest | None, operator: str) -> str | None:
+    """State of one operator (window, dedup) is never read by another."""
+    if base is None or base.operator == operator:
+        return None
+    return (f"the pipeline's state (checkpoint {base.written_by}) belongs to a {base.operator} operator, and the "
+            f"spec now declares {operator}. A changed operator starts without state: give the pipeline a new name")

@@ -1,0 +1,308 @@
+"""Keyed state in a stateful pipeline's Spark run: load the state the checkpoint starts from, apply
+the operator (event-time windows or dedup) to the checkpoint's records, write the new state files.
+
+The operators are Spark SQL on DataFrames, so they run in the JVM in classic and Connect sessions
+alike. The checkpoint is one batch (`lockstep.rules.watermarks`): records are judged late against
+the watermark the base state left, and windows fire when this checkpoint's records move the
+watermark past their end plus the allowed lateness.
+
+- **Windows** keep the rows of windows that have not fired (all the columns the transform gives
+  but ``value``, ``key``, ``headers`` and ``error``), so any Spark SQL aggregate is computed exactly
+  when its window fires, over the rows of every checkpoint that fed it. A fired window's output
+  names, as its provenance, the latest record (by event time) that it counted.
+- **Dedup** keeps each key's first event time until the watermark passes it plus the TTL; the first
+  record of a key passes, later ones are dropped or dead-lettered (error ``duplicate``). Its output
+  keeps each source partition's order.
+- A record of a window that already fired, or older than the dedup TTL, goes to the dead-letter
+  topic with the error ``late``, in the checkpoint's transactions like every other dead letter.
+
+The state rows go to the driver (``toArrow``), which writes one Parquet file per key group that holds
+keys; the files come before ``prepared.json``, whose manifest names them. Loading and writing
+through the driver costs O(state) per checkpoint: the numbers are in the manifest's ``metrics``.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
+
+from lockstep.errors import CheckpointError, TerminalError
+from lockstep.model.checkpoint import CheckpointClaim
+from lockstep.model.state import StateManifest
+from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
+from lockstep.spec import PipelineSpec, StateSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from lockstep.spark.target import JobSession
+    from lockstep.store.state_files import StateFiles
+
+log = logging.getLogger(__name__)
+
+KEY, EVENT, GROUP = "__ls_key", "__ls_event_ms", "__ls_key_group"
+INTERNAL = (KEY, EVENT, GROUP)
+#: Columns of the transform's output that are never state: the output record's own fields.
+NOT_STATE = ("value", "key", "headers", "error")
+PROVENANCE = ("topic", "partition", "offset")
+#: The dead-letter errors of the stateful operators.
+LATE, DUPLICATE = "late", "duplicate"
+
+
+@dataclass
+class StatefulRun:
+    """One checkpoint's stateful step: ``output`` for the writer, then :meth:`finish` writes the state."""
+
+    output: DataFrame
+    clock: EventClock
+    _finish: Callable[[], StateManifest]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def finish(self) -> StateManifest:
+        return self._finish()
+
+
+def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int | None) -> str | None:
+    """Why the checkpoint may not start from ``base`` (the plan checks before it claims, the run again)."""
+    assert spec.state is not None
+    return operator_refusal(base, spec.state.operator) or key_group_refusal(base, spec.state.key_groups, rekey_to)
+
+
+def _event_ms(spec: PipelineSpec, df: DataFrame) -> Column:
+    """The event time in epoch ms, from a TIMESTAMP or a number of epoch seconds."""
+    from pyspark.sql import functions as F
+
+    assert spec.state is not None
+    expr = spec.state.event_time.column
+    try:
+        kind = df.select(F.expr(expr)).schema.fields[0].dataType.simpleString()
+    except Exception as exc:
+        raise TerminalError(f"{spec.path}: state.event_time.column {expr!r} is not an expression over the transform's "
+                            f"columns ({', '.join(df.columns)}): {str(exc).splitlines()[0]}") from exc
+    if kind.startswith("timestamp"):
+        return F.expr(f"unix_millis(CAST(({expr}) AS TIMESTAMP))")
+    if kind in ("tinyint", "smallint", "int", "bigint", "float", "double") or kind.startswith("decimal"):
+        return F.expr(f"CAST(({expr}) * 1000 AS BIGINT)")
+    raise TerminalError(f"{spec.path}: state.event_time.column {expr!r} is {kind}; it must be a TIMESTAMP or a number "
+                        "of epoch seconds (cast it in the transform, for example `CAST(created_at AS BIGINT)`)")
+
+
+def _check_columns(spec: PipelineSpec, df: DataFrame) -> None:
+    missing = [c for c in ("value", *PROVENANCE) if c not in df.columns]
+    if missing:
+        raise TerminalError(f"{spec.path}: transform {spec.transform} returned columns {df.columns}, missing {missing}: a "
+                            "stateful pipeline's transform keeps the input's value, topic, partition and offset (bad "
+                            "and late records go to the dead-letter topic with them)")
+
+
+def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transformed: DataFrame,
+          files: StateFiles, now_ms: int | None = None) -> StatefulRun:
+    """Apply the spec's stateful operator to this checkpoint's transformed records."""
+    from pyspark.sql import functions as F
+
+    assert spec.state is not None
+    state = spec.state
+    cid = claim.checkpoint_id
+    base = claim.state_base
+    refused = base_refusal(spec, base, files.rekey_to())
+    if refused:
+        raise CheckpointError(cid, refused)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
+    _check_columns(spec, transformed)
+    key_expr = state.window.key if state.window is not None else state.dedup.key  # type: ignore[union-attr]
+    x = (transformed.withColumn(KEY, F.expr(key_expr).cast("string"))
+         .withColumn(EVENT, _event_ms(spec, transformed))
+         .withColumn(GROUP, F.pmod(F.xxhash64(F.col(KEY)), F.lit(state.key_groups)).cast("int")))
+    error = F.col("error") if "error" in transformed.columns else F.lit(None).cast("string")
+    x = x.withColumn("error", F.coalesce(
+        error,
+        F.when(F.col(KEY).isNull(), F.lit(f"state key ({key_expr}) is null")),
+        F.when(F.col(EVENT).isNull(), F.lit(f"event time ({state.event_time.column}) is null"))))
+    x = x.persist()
+    started = time.monotonic()
+    good = x.filter(F.col("error").isNull())
+    seen = (good.groupBy("topic", "partition").agg(F.max(EVENT).alias("m")).collect())
+    clock = advance(base.partitions if base else {}, base.watermark_ms if base else None,
+                    {f"{r['topic']}:{r['partition']}": int(r["m"]) for r in seen},
+                    [r.tp.key for r in claim.ranges], int(time.time() * 1000) if now_ms is None else now_ms,
+                    state.event_time.out_of_orderness_ms, state.event_time.idle_timeout_ms)
+    metrics = {"watermark_seconds": round(time.monotonic() - started, 3)}
+    log.info("checkpoint %d: watermark %s -> %s%s", cid, _when(clock.before), _when(clock.after),
+             f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")
+    data_columns = [c for c in transformed.columns if c not in NOT_STATE and c not in INTERNAL]
+    started = time.monotonic()
+    loaded = _load(spark, spec, cid, base, files, x.select(*INTERNAL, *data_columns) if state.window is not None
+                   else x.select(*INTERNAL))
+    metrics["load_seconds"] = round(time.monotonic() - started, 3)
+    bad = x.filter(F.col("error").isNotNull())
+    if state.window is not None:
+        output, new_state, timers = _windows(state, clock, good, loaded, data_columns)
+    else:
+        output, new_state, timers = _dedup(state, clock, good, loaded)
+    columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
+    everything = _records(bad).unionByName(output)
+
+    def finish() -> StateManifest:
+        began = time.monotonic()
+        table = new_state.toArrow()
+        pending = timers.collect()[0]
+        metrics["apply_seconds"] = round(time.monotonic() - began, 3)
+        began = time.monotonic()
+        manifest = _write(spec, cid, table, files, columns, clock, int(pending["n"] or 0), pending["next"], metrics)
+        metrics["write_seconds"] = round(time.monotonic() - began, 3)
+        x.unpersist()
+        log.info("checkpoint %d: state %s: %d keys, %d rows, %d bytes in %d files (load %.2f s, apply %.2f s, write "
+                 "%.2f s); %d windows pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
+                 manifest.file_count, metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"],
+                 manifest.timers)
+        return replace(manifest, metrics=dict(metrics))
+
+    return StatefulRun(everything, clock, finish, metrics)
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "none"
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _records(rows: DataFrame) -> DataFrame:
+    """Rows of the transform's output as the writer takes them (dead letters keep the input's value)."""
+    from pyspark.sql import functions as F
+
+    key = F.col("key").cast("binary") if "key" in rows.columns else F.lit(None).cast("binary")
+    return rows.select(F.col("value").cast("binary").alias("value"), key.alias("key"), "topic",
+                       F.col("partition").cast("int").alias("partition"), F.col("offset").cast("bigint").alias("offset"),
+                       F.col("error").cast("string").alias("error"))
+
+
+def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest | None, files: StateFiles,
+          shape: DataFrame) -> DataFrame:
+    """The base state's rows as a DataFrame with ``shape``'s columns (an empty one without state).
+
+    A column the state lacks is read as null (a nullable field added to the transform); a column the
+    state has and the transform no longer gives, or one whose type changed, is refused by name."""
+    from pyspark.sql import functions as F
+
+    want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
+    if base is None or not base.all_files:
+        return shape.limit(0)
+    problems = schema_change(base.columns, want)
+    if problems:
+        raise CheckpointError(cid, f"the state of checkpoint {base.written_by} cannot be read with the transform's "
+                                   f"new columns: {'; '.join(problems)}. Keep the field in the transform (its type "
+                                   "too), or give the pipeline a new name to start without state")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(io.BytesIO(files.get(key, base.written_by))) for key in base.all_files]
+    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    loaded = cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
+    return loaded.select(*[(F.col(c) if c in loaded.columns else F.lit(None)).cast(t).alias(c) for c, t in want.items()])
+
+
+def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
+             data_columns: list[str]) -> tuple[DataFrame, DataFrame, DataFrame]:
+    from pyspark.sql import functions as F
+
+    w = state.window
+    assert w is not None
+    size, slide, lateness = F.lit(w.size_ms), F.lit(w.slide_ms), F.lit(w.allowed_lateness_ms)
+
+    def last_end(t: Column) -> Column:  # the end of the last window an event belongs to
+        return t - F.pmod(t, slide) + size
+
+    before, after = clock.before, clock.after
+    is_late = (last_end(F.col(EVENT)) + lateness <= F.lit(before)) if before is not None else F.lit(False)
+    late = good.filter(is_late).withColumn("error", F.lit(LATE))
+    rows = good.filter(~is_late).select(*INTERNAL, *data_columns).unionByName(loaded)
+    starts = F.sequence(F.col(EVENT) - F.pmod(F.col(EVENT), slide) - size + slide,
+                        F.col(EVENT) - F.pmod(F.col(EVENT), slide), slide)
+    exploded = rows.withColumn("__ls_start", F.explode(starts))
+    end = F.col("__ls_start") + size + lateness
+    open_before = (end > F.lit(before)) if before is not None else F.lit(True)
+    fires = (end <= F.lit(after)) if after is not None else F.lit(False)
+    fired = (exploded.filter(open_before & fires)
+             .groupBy(KEY, "__ls_start")
+             .agg(*[F.expr(expr).alias(name) for name, expr in w.aggregates],
+                  F.max_by(F.struct(*PROVENANCE), F.struct(EVENT, *PROVENANCE)).alias("__ls_from")))
+    fmt = "yyyy-MM-dd'T'HH:mm:ss" + (".SSS" if w.slide_ms % 1000 or w.size_ms % 1000 else "") + "'Z'"
+    value = F.to_json(F.struct(
+        F.col(KEY).alias(w.key_name),
+        F.date_format(F.timestamp_millis(F.col("__ls_start")), fmt).alias("window_start"),
+        F.date_format(F.timestamp_millis(F.col("__ls_start") + size), fmt).alias("window_end"),
+        *[F.col(name) for name, _ in w.aggregates]))
+    output = fired.select(value.cast("binary").alias("value"), F.col(KEY).cast("binary").alias("key"),
+                          F.col("__ls_from.topic").alias("topic"), F.col("__ls_from.partition").cast("int").alias("partition"),
+                          F.col("__ls_from.offset").cast("bigint").alias("offset"),
+                          F.lit(None).cast("string").alias("error"))
+    keep = (last_end(F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
+    new_state = rows.filter(keep)
+    pending = exploded.filter(~fires & open_before)
+    timers = pending.agg(F.count_distinct(KEY, "__ls_start").alias("n"), F.min(end).alias("next"))
+    return _records(late).unionByName(output), new_state, timers
+
+
+def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
+           loaded: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    d = state.dedup
+    assert d is not None
+    ttl = F.lit(d.ttl_ms)
+    before, after = clock.before, clock.after
+    is_late = (F.col(EVENT) + ttl <= F.lit(before)) if before is not None else F.lit(False)
+    late = good.filter(is_late).withColumn("error", F.lit(LATE))
+    fresh = good.filter(~is_late)
+    order = Window.partitionBy(KEY).orderBy(EVENT, *PROVENANCE)
+    ranked = fresh.withColumn("__ls_n", F.row_number().over(order))
+    known = loaded.select(KEY).distinct()
+    first = ranked.filter(F.col("__ls_n") == 1).join(known, KEY, "left_anti")
+    duplicates = ranked.join(first.select(KEY, *PROVENANCE), [KEY, *PROVENANCE], "left_anti")
+    parts = [_records(late), _records(first.drop("__ls_n"))]
+    if d.duplicates == "dead_letter":
+        parts.append(_records(duplicates.drop("__ls_n").withColumn("error", F.lit(DUPLICATE))))
+    output = parts[0]
+    for part in parts[1:]:
+        output = output.unionByName(part)
+    # Each source partition's records in offset order, in one task: the dedup's shuffle undone.
+    output = output.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset")
+    kept = loaded.unionByName(first.select(*INTERNAL))
+    new_state = kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept
+    timers = new_state.agg(F.count(F.lit(1)).alias("n"), F.min(F.col(EVENT) + ttl).alias("next"))
+    return output, new_state, timers
+
+
+def _write(spec: PipelineSpec, cid: int, table: pa.Table, files: StateFiles, columns: dict[str, str],
+           clock: EventClock, timers: int, next_timer: int | None, metrics: dict[str, float]) -> StateManifest:
+    """One Parquet file per key group that holds rows, then the manifest that names them."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    assert spec.state is not None
+    written: dict[int, tuple[str, ...]] = {}
+    size = 0
+    if table.num_rows:
+        table = table.sort_by([(GROUP, "ascending"), (KEY, "ascending")])
+        for group in pc.unique(table[GROUP]).to_pylist():
+            part = table.filter(pc.equal(table[GROUP], group))
+            sink = io.BytesIO()
+            pq.write_table(part, sink, compression="zstd")
+            body = sink.getvalue()
+            key = files.key(cid, int(group))
+            files.put(key, body)
+            written[int(group)] = (key,)
+            size += len(body)
+    metrics["rows"] = float(table.num_rows)
+    return StateManifest(
+        operator=spec.state.operator, key_groups=spec.state.key_groups, written_by=cid, files=written,
+        columns=columns, watermark_ms=clock.after, partitions=clock.partitions,
+        keys=int(pc.count_distinct(table[KEY]).as_py()) if table.num_rows else 0, rows=table.num_rows, bytes=size,
+        timers=timers, next_timer_ms=None if next_timer is None else int(next_timer))

@@ -1,0 +1,127 @@
+"""A stateful pipeline's state files in S3: immutable Parquet objects the state manifests name.
+
+Layout under ``s3://bucket/<prefix>/<pipeline>/``, beside the checkpoints::
+
+    state/000000000042/kg-00007.parquet   key group 7's state after checkpoint 42
+
+A checkpoint's run writes its files before ``prepared.json``; nothing ever rewrites one. Which files
+are the pipeline's state is decided by the completed checkpoint's manifest
+(`lockstep.model.state.StateManifest`), never by listing: files of a checkpoint that did not complete
+are not read, and :func:`unreferenced` picks them for deletion.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lockstep.errors import MetadataError, TransientError
+
+ID_WIDTH = 12
+REKEY_SCHEMA = "lockstep.state.rekey/1"
+
+
+class StateFiles:
+    def __init__(self, s3: object, bucket: str, root: str) -> None:
+        self._s3 = s3
+        self.bucket = bucket
+        self.root = root.strip("/")
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.root}/state/"
+
+    def key(self, checkpoint_id: int, group: int) -> str:
+        return f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/kg-{group:05d}.parquet"
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def put(self, key: str, body: bytes) -> None:
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body,  # type: ignore[attr-defined]
+                                ContentType="application/vnd.apache.parquet")
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientError(f"could not write state file {self.url(key)}: {exc}") from exc
+
+    def get(self, key: str, checkpoint: int) -> bytes:
+        try:
+            return bytes(self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())  # type: ignore[attr-defined]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                raise MetadataError(self.url(key), f"is named by the state manifest of checkpoint {checkpoint} but "
+                                                   "does not exist: the state was deleted outside Lockstep") from exc
+            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
+
+    def copy(self, source_key: str, key: str) -> None:
+        try:
+            self._s3.copy_object(Bucket=self.bucket, Key=key,  # type: ignore[attr-defined]
+                                 CopySource={"Bucket": self.bucket, "Key": source_key})
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientError(f"could not copy state file {self.url(source_key)} to {self.url(key)}: {exc}") from exc
+
+    def listing(self) -> list[str]:
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(  # type: ignore[attr-defined]
+                Bucket=self.bucket, Prefix=self.prefix)
+            return [o["Key"] for page in pages for o in page.get("Contents", [])]
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientError(f"could not list state files under {self.url(self.prefix)}: {exc}") from exc
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            try:
+                self._s3.delete_object(Bucket=self.bucket, Key=key)  # type: ignore[attr-defined]
+            except (ClientError, BotoCoreError) as exc:
+                raise TransientError(f"could not delete state file {self.url(key)}: {exc}") from exc
+
+    @property
+    def rekey_key(self) -> str:
+        return f"{self.prefix}rekey.json"
+
+    def record_rekey(self, key_groups: int, previous: int | None, at: str) -> None:
+        """``lockstep state rekey``: the next checkpoint may write the state in ``key_groups`` groups."""
+        body = json.dumps({"schema": REKEY_SCHEMA, "key_groups": key_groups, "previous": previous, "at": at}).encode()
+        self.put(self.rekey_key, body)
+
+    def rekey_to(self) -> int | None:
+        """The key groups a user accepted with ``lockstep state rekey``, or None."""
+        try:
+            raw = self._s3.get_object(Bucket=self.bucket, Key=self.rekey_key)["Body"].read()  # type: ignore[attr-defined]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                return None
+            raise TransientError(f"could not read {self.url(self.rekey_key)}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise TransientError(f"could not read {self.url(self.rekey_key)}: {exc}") from exc
+        try:
+            doc = json.loads(raw)
+            assert doc["schema"] == REKEY_SCHEMA
+            return int(doc["key_groups"])
+        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+            raise MetadataError(self.url(self.rekey_key), f"is not a re-keying record ({REKEY_SCHEMA})") from exc
+
+    def checkpoint_of(self, key: str) -> int | None:
+        """The checkpoint whose run wrote ``key`` (from its folder), or None for a key not of this layout."""
+        rest = key[len(self.prefix):] if key.startswith(self.prefix) else ""
+        folder = rest.split("/", 1)[0]
+        return int(folder) if folder.isdigit() else None
+
+
+def unreferenced(keys: Iterable[str], referenced: set[str], checkpoint_of: dict[str, int | None],
+                 settled_below: int, aborted: set[int]) -> list[str]:
+    """The state files garbage collection may delete (pure): named by no retained checkpoint and no
+    savepoint, and written by a checkpoint that is settled: older than ``settled_below`` (the latest
+    completed one) or aborted. A checkpoint in flight (newer, not aborted) keeps its files even
+    before its manifest names them."""
+    doomed = []
+    for key in keys:
+        cid = checkpoint_of.get(key)
+        if key in referenced or cid is None:
+            continue
+        if cid < settled_below or cid in aborted:
+            doomed.append(key)
+    return sorted(doomed)

@@ -1,0 +1,127 @@
+"""Keyed state on real services: event-time windows and dedup whose output and state are exactly
+once through a crash at every failpoint, in both run modes, with the state in S3 (docs/state.md)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
+from lockstep.model.output_contract import ERROR_HEADER, WRITER_FAILPOINTS
+
+from ..support.data import read_committed
+from .engine_helpers import make_pipeline, open_transactions, run, store
+
+T0 = 1_700_000_000  # epoch seconds of order 0; order i is created at T0 + i
+SIZE_S = 10
+CUSTOMERS = 5
+
+
+def timed_order(i: int, created_at: int | None = None) -> bytes:
+    if i % 10 == 7:
+        return f"not json {i}".encode()
+    return json.dumps({"order_id": f"o{i}", "customer": f"c{i % CUSTOMERS}", "amount": (i % 13) + 0.25,
+                       "created_at": T0 + i if created_at is None else created_at}).encode()
+
+
+def produce(pipeline, indexes, created_at: int | None = None, partitions: int = 2) -> None:
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
+    for i in indexes:
+        producer.produce(pipeline.source, timed_order(i, created_at), partition=i % partitions)
+    producer.flush(30)
+
+
+def stateful(pipeline, state: dict, transform: str = "lockstep_examples.orders:parse") -> None:
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["transform"] = transform
+    doc["state"] = state
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+
+
+WINDOW = {"key_groups": 8, "event_time": {"column": "created_at", "out_of_orderness": "2s"},
+          "window": {"key": "customer", "size": f"{SIZE_S}s",
+                     "aggregates": {"orders": "count(*)", "amount_cents": "sum(CAST(round(amount * 100) AS BIGINT))"}}}
+
+
+def expected_windows(produced: list[int], watermark_ms: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """(customer, window start) -> (orders, amount_cents) of every window the watermark has passed."""
+    windows: dict[tuple[str, int], list[int]] = {}
+    for i in produced:
+        doc = json.loads(timed_order(i)) if i % 10 != 7 else None
+        if doc is None:
+            continue
+        start = doc["created_at"] - doc["created_at"] % SIZE_S
+        if (start + SIZE_S) * 1000 <= watermark_ms:
+            windows.setdefault((doc["customer"], start), []).append(round(doc["amount"] * 100))
+    return {k: (len(v), sum(v)) for k, v in windows.items()}
+
+
+def window_outputs(pipeline) -> list[tuple[tuple[str, int], tuple[int, int]]]:
+    from datetime import datetime
+
+    found = []
+    for record in read_committed(pipeline.bootstrap, pipeline.sink):
+        doc = json.loads(record.value())
+        start = int(datetime.fromisoformat(doc["window_start"].replace("Z", "+00:00")).timestamp())
+        assert doc["window_end"].endswith("Z")
+        assert record.key().decode() == doc["customer"]
+        found.append(((doc["customer"], start), (doc["orders"], doc["amount_cents"])))
+    return found
+
+
+def dead_letter_errors(pipeline) -> Counter:
+    return Counter(dict(m.headers() or []).get(ERROR_HEADER, b"").decode()
+                   for m in read_committed(pipeline.bootstrap, pipeline.dead_letters))
+
+
+@pytest.mark.parametrize("mode,writer,points", [
+    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS]),
+    ("submit", "python", list(WRITER_FAILPOINTS)),
+], ids=["connect-jvm", "submit-python"])
+def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, writer, points, tmp_path, bootstrap,
+                                                                     unique, spark_connect):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=100, writer=writer, mode=mode)
+    stateful(pipeline, WINDOW)
+    produced: list[int] = []
+    for n, point in enumerate(points):
+        batch = range(40 * n, 40 * (n + 1))
+        produce(pipeline, batch)
+        produced += batch
+        crashed = run(pipeline, failpoints=f"{point}=crash")
+        assert crashed.returncode in (CRASH_EXIT_CODE, 2), (point, crashed.stderr[-3000:])
+    produce(pipeline, range(40 * len(points), 40 * len(points) + 40))
+    produced += range(40 * len(points), 40 * len(points) + 40)
+    done = run(pipeline, "--checkpoints", "3")  # recovers the last crash, then reads the rest
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Orders of windows that fired long ago: late, to the dead-letter topic, never counted.
+    produce(pipeline, [1, 2, 3], created_at=T0 + 1)
+    assert run(pipeline).returncode == 0
+
+    s = store(pipeline)
+    statuses = {i: s.view(i).status for i in s.checkpoint_ids()}
+    assert CheckpointStatus.CLAIMED not in statuses.values() and CheckpointStatus.PREPARED not in statuses.values()
+    latest = s.latest_completed()
+    manifest = latest.completed.state
+    assert manifest is not None and manifest.operator == "window" and manifest.key_groups == 8
+    newest = [max(i for i in produced if i % 2 == p and i % 10 != 7) for p in (0, 1)]
+    assert manifest.watermark_ms == (T0 + min(newest)) * 1000 - 2000  # the slower partition's, less the bound
+    assert s.view(latest.checkpoint_id).claim.ranges[0].end > 0
+    found = window_outputs(pipeline)
+    counted = Counter(key for key, _ in found)
+    assert [key for key, n in counted.items() if n > 1] == []  # no (key, window) emitted twice
+    assert dict(found) == expected_windows(produced, manifest.watermark_ms)
+    assert dead_letter_errors(pipeline) == Counter({"not a JSON order with order_id": len(produced) // 10, "late": 3})
+    # The windows still open are the state: their rows, nothing else.
+    open_rows = [i for i in produced if i % 10 != 7 and (T0 + i - (T0 + i) % SIZE_S + SIZE_S) * 1000
+                 > manifest.watermark_ms]
+    assert manifest.rows == len(open_rows)
+    # State files: the latest state's, and none of a checkpoint that never completed.
+    files = s.state_files()
+    assert set(manifest.all_files) <= set(files.listing())
+    aborted = {i for i, st in statuses.items() if st is CheckpointStatus.ABORTED}
+    assert not [k for k in files.listing() if files.checkpoint_of(k) in aborted]
+    assert open_transactions(pipeline) == []
