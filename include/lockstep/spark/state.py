@@ -202,7 +202,9 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     import pyarrow.parquet as pq
 
     tables = [pq.read_table(io.BytesIO(files.get(key, base.written_by))) for key in base.all_files]
-    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    # One chunk: a Connect session's createDataFrame was seen keeping only the first chunk of a table
+    # concatenated from several files (pyspark 4.0.0), dropping every other key group's rows.
+    table = (pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]).combine_chunks()
     loaded = cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
     return loaded.select(*[(F.col(c) if c in loaded.columns else F.lit(None)).cast(t).alias(c) for c, t in want.items()])
 
