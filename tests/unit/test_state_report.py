@@ -1,5 +1,5 @@
 """`lockstep state` (stats, show, rekey) over state manifests made by hand and real Parquet files in
-an in-memory S3."""
+an in-memory S3, and the state figures of the Checkpoints page's rows."""
 from __future__ import annotations
 
 import io
@@ -262,3 +262,28 @@ def test_cli_without_state_says_so_and_a_stateless_pipeline_is_refused(monkeypat
     assert "nothing to re-key" in capsys.readouterr().err
     assert _cli(monkeypatch, FakeStore(), "stats", "--spec", str(STATELESS_SPEC)) == 2
     assert "is stateless" in capsys.readouterr().err
+
+
+# ---- the Checkpoints page ------------------------------------------------------------------------
+def _run_page(rows) -> str:
+    from lockstep_airflow.checkpoints_page import Ctx, render_run_page
+
+    return render_run_page("lockstep_orders_per_customer", "r", "orders-per-customer", "x", rows, 1, None, Ctx())
+
+
+def test_checkpoint_rows_carry_the_state_size_and_watermark_and_the_page_shows_them(store):
+    from dataclasses import replace
+
+    from lockstep_airflow.overview import checkpoint_row
+
+    m = store.views[7].completed.state
+    row = checkpoint_row(store.views[7])
+    assert (row.state_keys, row.state_bytes, row.watermark) == (3, m.bytes, sr.iso_ms(T0 + 5 * MINUTE))
+    html = _run_page([row])
+    assert f"state: 3 keys, {sr.size_text(m.bytes)} · watermark <time datetime=\"{row.watermark}\"" in html
+    assert "state:" not in _run_page([replace(row, state_keys=None, state_bytes=None, watermark=None)])
+    assert "state: 3 keys" in (html := _run_page([replace(row, watermark=None)])) and "watermark none" in html
+
+    plain = checkpoint_row(completed(8, None))
+    assert (plain.state_keys, plain.state_bytes, plain.watermark) == (None, None, None)
+    assert "state:" not in _run_page([plain]) and "watermark" not in _run_page([plain])
