@@ -46,6 +46,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from jinja2.ext import Extension
 
 from lockstep.ops.lag import PartitionLag
+from lockstep.ops.state_report import size_text
 from lockstep.paths import pipelines_dir
 from lockstep.rules.run_ownership import parse_cli_run_id
 from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
@@ -430,7 +431,7 @@ _env = Environment(
     finalize=_blank_none,
     extensions=[_OneLine],
 )
-_env.filters.update(thousands=thousands, duration=_duration)
+_env.filters.update(thousands=thousands, duration=_duration, size=size_text)
 _env.tests["empty_run"] = lambda item: isinstance(item, EmptyRun)
 _env.globals.update(
     static_url=static_url, when=when, relative_age=relative_age, source_text=source_text,

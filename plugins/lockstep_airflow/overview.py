@@ -26,6 +26,7 @@ from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, Checkpo
 from lockstep.model.offsets import TopicPartition
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag
+from lockstep.ops.state_report import iso_ms
 from lockstep.spec import PipelineSpec, load_spec, load_specs
 
 T = TypeVar("T")
@@ -60,6 +61,11 @@ class CheckpointRow:
     empty: bool = False
     #: Completed after a repair: the transactions lost and the input ranges given back to the next checkpoint.
     repair: str | None = None
+    #: A stateful pipeline's state after this checkpoint (completed, or prepared and not aborted): its
+    #: keys and bytes, and its watermark (ISO 8601 UTC; None before any event time). None when stateless.
+    state_keys: int | None = None
+    state_bytes: int | None = None
+    watermark: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +231,7 @@ def is_empty_view(view: CheckpointView) -> bool:
 def checkpoint_row(view: CheckpointView) -> CheckpointRow:
     prepared, completed, aborted = view.prepared, view.completed, view.aborted
     finished = completed.completed_at if completed else aborted.aborted_at if aborted else None
+    state = completed.state if completed else prepared.state if prepared and not aborted else None
     return CheckpointRow(
         checkpoint_id=view.checkpoint_id, status=view.status.value, run_id=view.claim.run_id,
         claimed_at=view.claim.claimed_at, start_source=view.claim.start_source,
@@ -236,6 +243,8 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
         finished_at=finished, duration_s=duration_seconds(view.claim.claimed_at, finished),
         abort_reason=aborted.reason if aborted else None, replay_hint=aborted.replay_hint if aborted else None,
         empty=is_empty_view(view), repair=completed.repair.summary if completed and completed.repair else None,
+        state_keys=state.keys if state else None, state_bytes=state.bytes if state else None,
+        watermark=iso_ms(state.watermark_ms) if state and state.watermark_ms is not None else None,
     )
 
 

@@ -1,5 +1,5 @@
 """Engine subcommands of the ``lockstep`` CLI: run, restore-plan, transactions, status, checkpoints,
-savepoint, verify, deadletters, failpoints. They call the coordinator functions the Airflow tasks
+savepoint, state, verify, deadletters, failpoints. They call the coordinator functions the Airflow tasks
 call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
 from __future__ import annotations
 
@@ -72,6 +72,22 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         if verb != "list":
             p.add_argument("name")
 
+    st = sub.add_parser("state", help="a stateful pipeline's keyed state: its figures, its rows, re-keying")
+    st_sub = st.add_subparsers(dest="state_command", required=True)
+    stats = st_sub.add_parser("stats", help="keys, rows, bytes, files per key group, watermark, partitions' event "
+                                            "time, pending timers and the last run's timings")
+    _spec(stats)
+    stats.add_argument("--checkpoint", type=int, help="completed checkpoint id (default: latest)")
+    show = st_sub.add_parser("show", help="rows of the state (key, event time, key group, the operator's columns)")
+    _spec(show)
+    show.add_argument("--checkpoint", type=int, help="completed checkpoint id (default: latest)")
+    show.add_argument("--key", help="only the rows of this key")
+    show.add_argument("--limit", type=int, default=20, help="rows shown at most (default 20)")
+    rekey = st_sub.add_parser("rekey", help="accept a new number of key groups: the next checkpoint writes the "
+                                            "whole state in that many")
+    _spec(rekey)
+    rekey.add_argument("--key-groups", type=int, required=True, metavar="N", help="the new number of key groups")
+
     verify = sub.add_parser("verify", help="audit the output: lost and duplicated input offsets (exit 1 if any)")
     _spec(verify)
     verify.add_argument("--since-checkpoint", type=int, help="only checkpoints from this id on (e.g. after a replay)")
@@ -115,7 +131,7 @@ def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify,
                "restore-plan": _restore_plan, "status": _status, "transactions": _transactions,
-               "deadletters": _deadletters}[args.command]
+               "deadletters": _deadletters, "state": _state}[args.command]
     return handler(spec, args)
 
 
@@ -308,6 +324,49 @@ def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
     elif cmd == "delete":
         store.delete_savepoint(args.name)
         _emit(args, {"deleted": args.name}, f"savepoint {args.name} deleted")
+    return 0
+
+
+def _state(spec: PipelineSpec, args: argparse.Namespace) -> int:
+    import time
+
+    from lockstep.errors import TerminalError
+    from lockstep.ops import state_report as sr
+    from lockstep.steps.client_factory import checkpoint_store
+
+    if spec.state is None:
+        raise sr.stateless(spec)
+    store = checkpoint_store(spec)
+    files = store.state_files()
+    if args.state_command == "rekey":
+        found = sr.committed_state(store)
+        refused = sr.rekey_refusal(found, args.key_groups)
+        if refused:
+            raise TerminalError(f"state rekey of {spec.name} refused: {refused}")
+        assert found.manifest is not None
+        at = datetime.now(UTC).isoformat()
+        files.record_rekey(args.key_groups, found.manifest.key_groups, at)
+        _emit(args, {"pipeline": spec.name, "key_groups": args.key_groups, "previous": found.manifest.key_groups,
+                     "checkpoint": found.checkpoint_id, "at": at, "spec_key_groups": spec.state.key_groups},
+              sr.rekey_text(spec, found, args.key_groups))
+        return 0
+    found = sr.committed_state(store, args.checkpoint)
+    if found.manifest is None or found.checkpoint_id is None:
+        _emit(args, {"pipeline": spec.name, "checkpoint": found.checkpoint_id, "state": None},
+              sr.no_state_text(spec.name, found))
+        return 0
+    manifest = found.manifest
+    if args.state_command == "stats":
+        doc = sr.stats(found.checkpoint_id, manifest, sr.file_sizes(files, manifest),
+                       spec.state.event_time.idle_timeout_ms, int(time.time() * 1000))
+        _emit(args, {"pipeline": spec.name, **doc}, sr.describe_stats(spec.name, doc))
+        return 0
+    if args.limit < 1:
+        raise TerminalError(f"--limit must be at least 1, got {args.limit}")
+    shown = sr.read_rows(files, manifest, args.key, args.limit)
+    _emit(args, {"pipeline": spec.name, "checkpoint": found.checkpoint_id, "key": args.key, "rows": shown.rows,
+                 "more": shown.more},
+          sr.describe_rows(spec.name, found.checkpoint_id, manifest, shown, args.key))
     return 0
 
 

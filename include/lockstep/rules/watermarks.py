@@ -91,7 +91,7 @@ def key_group_refusal(base: StateManifest | None, key_groups: int, rekey_to: int
         return None
     return (f"state.key_groups is {key_groups}, but the pipeline's state (checkpoint {base.written_by}) has "
             f"{base.key_groups} key groups. Set state.key_groups back to {base.key_groups}, or re-key the state "
-            f"explicitly with `lockstep state rekey <pipeline> --key-groups {key_groups}`")
+            f"explicitly with `lockstep state rekey --spec <the pipeline's spec> --key-groups {key_groups}`")
 
 
 def operator_refusal(base: StateManifest | None, operator: str) -> str | None:

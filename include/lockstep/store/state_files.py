@@ -71,6 +71,17 @@ class StateFiles:
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not list state files under {self.url(self.prefix)}: {exc}") from exc
 
+    def sizes(self, checkpoint_id: int) -> dict[str, int]:
+        """Key -> size in bytes of the files in checkpoint ``checkpoint_id``'s folder (one listing, for
+        ``lockstep state stats``: a manifest's files are all in the folder of the checkpoint that wrote it)."""
+        folder = f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/"
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(  # type: ignore[attr-defined]
+                Bucket=self.bucket, Prefix=folder)
+            return {o["Key"]: int(o["Size"]) for page in pages for o in page.get("Contents", []) if "Size" in o}
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientError(f"could not list state files under {self.url(folder)}: {exc}") from exc
+
     def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
             try:

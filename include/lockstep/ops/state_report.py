@@ -1,0 +1,265 @@
+"""``lockstep state``: what a stateful pipeline's keyed state holds (stats, rows) and its re-keying.
+
+The committed state is the manifest of a completed checkpoint (`lockstep.model.state.StateManifest`);
+the figures of ``stats`` come from it, with the files' sizes from one listing of the folder that
+holds them. ``show`` reads the Parquet files one at a time and stops once it has the rows it prints,
+so its memory is bounded by one key group's file. The derivations (report, user rows, refusals) are
+pure; :func:`committed_state`, :func:`file_sizes` and :func:`read_rows` do the reading.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from lockstep.errors import TerminalError
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.state import StateManifest
+from lockstep.spark.state import EVENT, GROUP, KEY
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lockstep.spec import PipelineSpec
+    from lockstep.store.checkpoint_store import PipelineStore
+    from lockstep.store.state_files import StateFiles
+
+#: The internal columns of the state rows (`lockstep.spark.state`) and the names users read them by.
+USER_NAMES = {KEY: "key", EVENT: "event_time", GROUP: "key_group"}
+#: Metrics of the manifest shown as seconds, in this order.
+SECONDS = ("load_seconds", "apply_seconds", "write_seconds", "watermark_seconds")
+
+
+def iso_ms(ms: int | None) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC with a Z (``2026-11-20T10:00:00.000Z``); "none" for None."""
+    if ms is None:
+        return "none"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def stateless(spec: PipelineSpec) -> TerminalError:
+    return TerminalError(f"pipeline {spec.name} is stateless ({spec.path} has no state: section): it keeps no "
+                         "keyed state to inspect or re-key")
+
+
+# ---- which state ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommittedState:
+    """The state after one completed checkpoint (``manifest`` None: the pipeline has no state yet)."""
+
+    checkpoint_id: int | None
+    manifest: StateManifest | None
+
+
+def committed_state(store: PipelineStore, checkpoint: int | None = None) -> CommittedState:
+    """The state of completed checkpoint ``checkpoint``, or of the latest completed one."""
+    if checkpoint is None:
+        latest = store.latest_completed()
+        if latest is None or latest.completed is None:
+            return CommittedState(None, None)
+        return CommittedState(latest.checkpoint_id, latest.completed.state)
+    view = store.view(checkpoint)
+    if view is None:
+        raise TerminalError(f"checkpoint {checkpoint} of {store.pipeline} is not in the store (retention deletes "
+                            "old checkpoints; a savepoint keeps its state)")
+    if view.status is not CheckpointStatus.COMPLETED or view.completed is None:
+        raise TerminalError(f"checkpoint {checkpoint} is {view.status.value}, not completed: only a completed "
+                            "checkpoint's state is committed")
+    return CommittedState(checkpoint, view.completed.state)
+
+
+def no_state_text(pipeline: str, found: CommittedState) -> str:
+    if found.checkpoint_id is None:
+        return f"{pipeline}: no completed checkpoint yet, so no state yet"
+    return (f"{pipeline}: checkpoint {found.checkpoint_id} carries no state yet (the pipeline has not written "
+            "state, or it was stateless then)")
+
+
+# ---- stats ---------------------------------------------------------------------------------------
+def file_sizes(files: StateFiles, manifest: StateManifest) -> dict[str, int]:
+    """The sizes of the manifest's files, from one listing of the folder of the checkpoint that wrote
+    them (every file of a manifest is there); a file the listing lacks is left out."""
+    wanted = set(manifest.all_files)
+    return {key: size for key, size in files.sizes(manifest.written_by).items() if key in wanted}
+
+
+def stats(checkpoint_id: int, manifest: StateManifest, sizes: Mapping[str, int], idle_timeout_ms: int,
+          now_ms: int) -> dict[str, Any]:
+    """The report of ``lockstep state stats`` (its ``--json``): the manifest's figures made readable.
+
+    A partition counts as idle when no checkpoint read records of it for ``idle_timeout_ms`` before
+    ``now_ms``: the next checkpoint does not let it hold the watermark back unless it reads records of it."""
+    groups = []
+    for g in sorted(manifest.files):
+        keys = manifest.files[g]
+        known = [sizes[k] for k in keys if k in sizes]
+        groups.append({"key_group": g, "files": len(keys), "bytes": sum(known) if len(known) == len(keys) else None})
+    partitions = []
+    for tp, t in sorted(manifest.partitions.items()):
+        partitions.append({"partition": tp, "max_event_time": iso_ms(t.max_event_ms), "max_event_ms": t.max_event_ms,
+                           "active_at": iso_ms(t.active_at_ms), "idle": now_ms - t.active_at_ms > idle_timeout_ms})
+    seen = sorted((t.max_event_ms, tp) for tp, t in manifest.partitions.items() if t.max_event_ms is not None)
+    oldest, slowest = seen[0] if seen else (None, None)
+    return {
+        "checkpoint": checkpoint_id, "written_by": manifest.written_by, "operator": manifest.operator,
+        "key_groups": manifest.key_groups, "groups_with_keys": len(manifest.files), "keys": manifest.keys,
+        "rows": manifest.rows, "bytes": manifest.bytes, "files": manifest.file_count,
+        "watermark": iso_ms(manifest.watermark_ms), "watermark_ms": manifest.watermark_ms,
+        "oldest_partition_event_time": iso_ms(oldest), "oldest_partition_event_ms": oldest,
+        "oldest_partition": slowest,
+        "idle_timeout_ms": idle_timeout_ms, "partitions": partitions,
+        "timers": {"pending": manifest.timers, "next": iso_ms(manifest.next_timer_ms),
+                   "next_ms": manifest.next_timer_ms},
+        "metrics": dict(manifest.metrics), "per_key_group": groups,
+    }
+
+
+def size_text(n: int | None) -> str:
+    """A byte count as people read it: ``812 B``, ``3.4 KiB``, ``1.2 GiB``; "?" when unknown."""
+    if n is None:
+        return "?"
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def describe_stats(pipeline: str, doc: Mapping[str, Any], max_groups: int = 16) -> str:
+    """The text of ``lockstep state stats``."""
+    carried = f", written by checkpoint {doc['written_by']}" if doc["written_by"] != doc["checkpoint"] else ""
+    lines = [f"{pipeline}: {doc['operator']} state after checkpoint {doc['checkpoint']}{carried}",
+             f"  key groups   {doc['key_groups']} ({doc['groups_with_keys']} hold keys)",
+             f"  keys         {doc['keys']:,}", f"  rows         {doc['rows']:,}",
+             f"  size         {size_text(doc['bytes'])} ({doc['bytes']:,} bytes) in {doc['files']} files",
+             f"  watermark    {doc['watermark']}",
+             f"  oldest partition event time {doc['oldest_partition_event_time']}"
+             + (f" ({doc['oldest_partition']})" if doc["oldest_partition"] else "")]
+    timers = doc["timers"]
+    if doc["operator"] == "window":
+        lines.append(f"  timers       {timers['pending']} windows pending, next fires at {timers['next']}")
+    else:
+        lines.append(f"  timers       {timers['pending']} pending, next at {timers['next']}")
+    metrics = doc["metrics"]
+    shown = [f"{name.removesuffix('_seconds')} {metrics[name]:.2f} s" for name in SECONDS if name in metrics]
+    lines.append("  last run     " + (", ".join(shown) if shown else "nothing measured (a checkpoint without "
+                                                                     "records carried the state forward)"))
+    lines.append(f"  partitions (idle: no records read for {doc['idle_timeout_ms'] // 1000} s):")
+    for p in doc["partitions"]:
+        lines.append(f"    {p['partition']:28} max event {p['max_event_time']:24} last read {p['active_at']}"
+                     + ("  idle" if p["idle"] else ""))
+    if not doc["partitions"]:
+        lines.append("    (none yet)")
+    groups = doc["per_key_group"]
+    lines.append("  per key group (group: files, size):")
+    for g in groups[:max_groups]:
+        lines.append(f"    {g['key_group']:>5}: {g['files']} file{'s' if g['files'] != 1 else ''}, {size_text(g['bytes'])}")
+    if len(groups) > max_groups:
+        lines.append(f"    ... {len(groups) - max_groups} more (--json lists them all)")
+    if not groups:
+        lines.append("    (no group holds keys)")
+    return "\n".join(lines)
+
+
+# ---- show ----------------------------------------------------------------------------------------
+def user_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """State rows as users read them: key, event_time (ISO), key_group, then the operator's columns."""
+    internal = [c for c in USER_NAMES if c in table.column_names]
+    data = [c for c in table.column_names if c not in USER_NAMES]
+    rows = []
+    for raw in table.to_pylist():
+        row: dict[str, Any] = {USER_NAMES[c]: iso_ms(raw[c]) if c == EVENT else raw[c] for c in internal}
+        row.update((c, raw[c]) for c in data)
+        rows.append(row)
+    return rows
+
+
+@dataclass(frozen=True)
+class ShownRows:
+    rows: list[dict[str, Any]]
+    #: more rows match than were kept (``limit`` reached)
+    more: bool
+    files_read: int
+
+
+def _batches(body: bytes, key: str | None) -> Iterator[pa.Table]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(io.BytesIO(body)).iter_batches(batch_size=1024):
+        table = pa.Table.from_batches([batch])
+        if key is not None:
+            table = table.filter(pc.equal(table[KEY], key))
+        if table.num_rows:
+            yield table
+
+
+def read_rows(files: StateFiles, manifest: StateManifest, key: str | None = None, limit: int = 20) -> ShownRows:
+    """Up to ``limit`` rows of the state (only key ``key``'s when given), key group by key group. Files
+    are read one at a time and reading stops once one row more than ``limit`` was found."""
+    kept: list[dict[str, Any]] = []
+    read = 0
+    for path in manifest.all_files:
+        read += 1
+        for table in _batches(files.get(path, manifest.written_by), key):
+            kept.extend(user_rows(table.slice(0, limit + 1 - len(kept))))
+            if len(kept) > limit:
+                return ShownRows(kept[:limit], True, read)
+    return ShownRows(kept, False, read)
+
+
+def _cell(value: Any) -> str:
+    text = "null" if value is None else str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def describe_rows(pipeline: str, checkpoint_id: int, manifest: StateManifest, shown: ShownRows,
+                  key: str | None) -> str:
+    """The text of ``lockstep state show``: one line per row, ``name=value`` after the key."""
+    which = f"key {key!r}" if key is not None else f"{manifest.rows:,} rows, {manifest.keys:,} keys"
+    lines = [f"{pipeline}: {manifest.operator} state after checkpoint {checkpoint_id} ({which})"]
+    for row in shown.rows:
+        rest = " ".join(f"{k}={_cell(v)}" for k, v in row.items() if k not in ("key", "event_time", "key_group"))
+        lines.append(f"  {_cell(row.get('key')):24} {row.get('event_time', ''):24} kg={row.get('key_group')}  {rest}")
+    if not shown.rows:
+        lines.append(f"  no rows{f' for key {key!r}' if key is not None else ''}")
+    if shown.more:
+        lines.append(f"  ... more rows (showing the first {len(shown.rows)}; --limit shows more)")
+    return "\n".join(lines)
+
+
+# ---- rekey ---------------------------------------------------------------------------------------
+def rekey_refusal(found: CommittedState, key_groups: int) -> str | None:
+    """Why ``lockstep state rekey --key-groups key_groups`` is refused now, or None."""
+    if found.manifest is None:
+        return (f"{no_state_text('the pipeline', found)}: there is nothing to re-key. Set state.key_groups in the "
+                "spec instead; it is fixed when the first checkpoint writes state")
+    if not 1 <= key_groups <= 32_768:
+        return f"--key-groups must be between 1 and 32768, got {key_groups}"
+    if key_groups == found.manifest.key_groups:
+        return (f"the state (checkpoint {found.checkpoint_id}) already has {key_groups} key groups: "
+                "nothing to re-key")
+    return None
+
+
+def rekey_text(spec: PipelineSpec, found: CommittedState, key_groups: int) -> str:
+    """What ``lockstep state rekey`` recorded, and what happens next."""
+    assert found.manifest is not None and spec.state is not None
+    m = found.manifest
+    lines = [f"{spec.name}: re-keying from {m.key_groups} to {key_groups} key groups recorded "
+             f"(state of checkpoint {found.checkpoint_id}: {m.keys:,} keys, {m.rows:,} rows, {size_text(m.bytes)}).",
+             f"The next checkpoint reads the whole state and writes it in {key_groups} key groups (every checkpoint "
+             "writes a full snapshot, so nothing else is rewritten); the files of the old layout stay with the "
+             "checkpoints and savepoints that name them until garbage collection."]
+    if spec.state.key_groups != key_groups:
+        lines.append(f"Now set state.key_groups: {key_groups} in {spec.path} (it says {spec.state.key_groups}): "
+                     f"until then the plan refuses the checkpoint.")
+    else:
+        lines.append(f"{spec.path} already says state.key_groups: {key_groups}; the next checkpoint re-keys.")
+    return "\n".join(lines)
