@@ -145,6 +145,26 @@ class DedupSpec:
     duplicates: str
 
 
+#: Spark types a state function's declared fields may have (``simpleString`` spelling).
+STATE_FIELD_TYPES = ("string", "boolean", "int", "bigint", "double", "float", "binary", "timestamp", "date",
+                     "array<string>", "array<bigint>", "array<double>", "map<string,string>", "map<string,bigint>")
+FUNCTION_RE = TRANSFORM_RE
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A user's Python function per key (`lockstep.state_api`): its new records, its state, its timers."""
+
+    key: str
+    #: ``module:function``
+    process: str
+    #: declared state fields -> Spark types, in YAML order
+    fields: tuple[tuple[str, str], ...]
+    version: int
+    #: ``module:function`` turning a state of an earlier version into this one; None: none given
+    migrate: str | None = None
+
+
 @dataclass(frozen=True)
 class StateSpec:
     """A stateful pipeline's operator, its event time and its key groups (fixed once state exists)."""
@@ -153,10 +173,21 @@ class StateSpec:
     event_time: EventTime
     window: WindowSpec | None = None
     dedup: DedupSpec | None = None
+    function: FunctionSpec | None = None
 
     @property
     def operator(self) -> str:
-        return "window" if self.window is not None else "dedup"
+        return "window" if self.window is not None else "dedup" if self.dedup is not None else "function"
+
+    @property
+    def key(self) -> str:
+        chosen = self.window or self.dedup or self.function
+        assert chosen is not None
+        return chosen.key
+
+    @property
+    def schema_version(self) -> int:
+        return self.function.version if self.function is not None else 1
 
 
 @dataclass(frozen=True)
@@ -463,19 +494,19 @@ def _expression(c: _Checker, d: Section, path: str, key: str) -> Any:
 def _state(c: _Checker, doc: object) -> StateSpec | None:
     if doc is None or doc is _MISSING:
         return None
-    d = c.section(doc, "state", {"key_groups", "event_time", "window", "dedup"})
+    d = c.section(doc, "state", {"key_groups", "event_time", "window", "dedup", "function"})
     groups = c.integer(d, "state", "key_groups", DEFAULT_KEY_GROUPS, 1, 32_768)
     e = c.section(d.get("event_time", _MISSING), "state.event_time", {"column", "out_of_orderness", "idle_timeout"},
                   optional=False)
     event_time = EventTime(column=_expression(c, e, "state.event_time", "column"),
                            out_of_orderness_ms=_duration(c, e, "state.event_time", "out_of_orderness", "0s"),
                            idle_timeout_ms=_duration(c, e, "state.event_time", "idle_timeout", "5m", positive=True))
-    kinds = [k for k in ("window", "dedup") if d.get(k) is not None]
+    kinds = [k for k in ("window", "dedup", "function") if d.get(k) is not None]
     if len(kinds) != 1:
-        c.fail("state", "needs exactly one operator: window or dedup" if not kinds
-               else "has both window and dedup; a pipeline has one stateful operator")
+        c.fail("state", "needs exactly one operator: window, dedup or function" if not kinds
+               else f"has {' and '.join(kinds)}; a pipeline has one stateful operator")
         return None
-    window = dedup = None
+    window = dedup = function = None
     if kinds == ["window"]:
         w = c.section(d["window"], "state.window", {"key", "key_name", "size", "slide", "allowed_lateness",
                                                    "aggregates"})
@@ -503,6 +534,8 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
         window = WindowSpec(key=key, key_name=name, size_ms=size, slide_ms=slide,
                             allowed_lateness_ms=_duration(c, w, "state.window", "allowed_lateness", "0s"),
                             aggregates=tuple(checked))
+    elif kinds == ["function"]:
+        function = _function(c, d["function"])
     else:
         x = c.section(d["dedup"], "state.dedup", {"key", "ttl", "duplicates"})
         action = c.text(x, "state.dedup", "duplicates", "drop")
@@ -510,7 +543,31 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
             c.fail("state.dedup.duplicates", f"must be one of {', '.join(DUPLICATE_ACTIONS)}, got {action!r}")
         dedup = DedupSpec(key=_expression(c, x, "state.dedup", "key"),
                           ttl_ms=_duration(c, x, "state.dedup", "ttl", positive=True), duplicates=action)
-    return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup)
+    return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup, function=function)
+
+
+def _function(c: _Checker, doc: object) -> FunctionSpec:
+    path = "state.function"
+    f = c.section(doc, path, {"key", "process", "state", "version", "migrate"})
+    rule = 'expected "module.path:function"'
+    fields = c.mapping(f.get("state", _MISSING), f"{path}.state", optional=False)
+    checked: list[tuple[str, str]] = []
+    for name, kind in fields.items():
+        where = f"{path}.state.{name}"
+        if not isinstance(name, str) or not IDENTIFIER_RE.fullmatch(name) or name.startswith("__"):
+            c.fail(where, "state field names are letters, digits and _, not starting with __")
+        elif not isinstance(kind, str) or kind.replace(" ", "") not in STATE_FIELD_TYPES:
+            c.fail(where, f"must be one of {', '.join(STATE_FIELD_TYPES)}, got {_kind(kind)}")
+        else:
+            checked.append((name, kind.replace(" ", "")))
+    if not fields and not any(p.field == f"{path}.state" for p in c.problems):
+        c.fail(f"{path}.state", "must declare at least one state field and its type")
+    process = c.text(f, path, "process", pattern=FUNCTION_RE, rule=rule)
+    migrate = c.text(f, path, "migrate", None, FUNCTION_RE, rule)
+    return FunctionSpec(key=_expression(c, f, path, "key"),
+                        process=_normalise_transform(process) if process else "",
+                        fields=tuple(checked), version=c.integer(f, path, "version", 1, 1, None),
+                        migrate=_normalise_transform(migrate) if migrate else None)
 
 
 def parse_spec(doc: object, file: str) -> PipelineSpec:

@@ -128,3 +128,64 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
     aborted = {i for i, st in statuses.items() if st is CheckpointStatus.ABORTED}
     assert not [k for k in files.listing() if files.checkpoint_of(k) in aborted]
     assert open_transactions(pipeline) == []
+
+
+DEDUP = {"key_groups": 4, "event_time": {"column": "created_at", "out_of_orderness": "2s"},
+         "dedup": {"key": "order_id", "ttl": "1h", "duplicates": "dead_letter"}}
+
+
+def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, bootstrap, unique, spark_connect):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=30)
+    stateful(pipeline, DEDUP)
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
+    sent: list[str] = []
+    for i in range(120):  # order o{n} is sent three times: at i, i + 1 (other partition) and i + 40 (later checkpoints)
+        n = i // 2 if i < 80 else (i - 80)
+        doc = {"order_id": f"o{n}", "customer": "c", "amount": 1.0, "created_at": T0 + i}
+        producer.produce(pipeline.source, json.dumps(doc).encode(), partition=i % 2)
+        sent.append(f"o{n}")
+    producer.flush(30)
+    assert run(pipeline, failpoints="job.after_prepared=crash").returncode == CRASH_EXIT_CODE
+    assert run(pipeline, failpoints="commit.between_commits=crash").returncode == CRASH_EXIT_CODE
+    done = run(pipeline, "--checkpoints", "4")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    out = [json.loads(m.value())["order_id"] for m in read_committed(pipeline.bootstrap, pipeline.sink)]
+    assert sorted(out) == sorted(set(sent))  # every order once, whichever checkpoint saw its copies
+    assert dead_letter_errors(pipeline) == Counter({"duplicate": len(sent) - len(set(sent))})
+    manifest = store(pipeline).latest_completed().completed.state
+    assert manifest.operator == "dedup" and manifest.keys == len(set(sent))
+    assert open_transactions(pipeline) == []
+
+
+SESSIONS = {"key_groups": 4, "event_time": {"column": "created_at", "out_of_orderness": "2s"},
+            "function": {"key": "customer", "process": "lockstep_examples.sessions:process", "version": 1,
+                         "state": {"orders": "bigint", "total_cents": "bigint", "last_at_ms": "bigint"}}}
+
+
+def test_a_state_function_keeps_running_counts_and_timers_exactly_once(tmp_path, bootstrap, unique, spark_connect):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=40)
+    stateful(pipeline, SESSIONS)
+    produce(pipeline, range(100))
+    for point in ("job.before_prepared", "job.after_prepared", "commit.between_commits"):
+        crashed = run(pipeline, failpoints=f"{point}=crash")
+        assert crashed.returncode == CRASH_EXIT_CODE, (point, crashed.stderr[-3000:])
+    assert run(pipeline, "--checkpoints", "3").returncode == 0
+    # Two orders far later in event time move the watermark past every session's gap: all close.
+    produce(pipeline, [1000, 1001], created_at=T0 + 1000)
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    valid = [i for i in range(100) if i % 10 != 7]
+    out = [json.loads(m.value()) for m in read_committed(pipeline.bootstrap, pipeline.sink)]
+    counts = [(o["customer"], o["nth"]) for o in out if "nth" in o and o["order_id"] not in ("o1000", "o1001")]
+    per_customer = Counter(f"c{i % CUSTOMERS}" for i in valid)
+    assert sorted(counts) == sorted((c, n) for c, total in per_customer.items() for n in range(1, total + 1))
+    closed = {o["customer"]: o for o in out if o.get("closed")}
+    assert {c: o["orders"] for c, o in closed.items()} == dict(per_customer)
+    cents = {f"c{c}": sum(round(((i % 13) + 0.25) * 100) for i in valid if i % CUSTOMERS == c) for c in range(CUSTOMERS)}
+    assert {c: o["total_cents"] for c, o in closed.items()} == cents
+    manifest = store(pipeline).latest_completed().completed.state
+    # Closed sessions were deleted; the two late-coming customers' sessions are open, with their timers.
+    assert manifest.operator == "function" and manifest.keys == 2 and manifest.timers == 2
+    assert open_transactions(pipeline) == []

@@ -56,6 +56,8 @@ class StateManifest:
     timers: int = 0
     next_timer_ms: int | None = None
     format_version: int = STATE_FORMAT_VERSION
+    #: the version of the state's schema the spec declares (``state.function.version``; 1 for windows and dedup)
+    schema_version: int = 1
     #: what the checkpoint that wrote it measured (seconds to load, apply and write, rows in, ...)
     metrics: Mapping[str, float] = field(default_factory=dict)
 
@@ -75,6 +77,7 @@ class StateManifest:
         return {
             "schema": STATE_MANIFEST_SCHEMA, "operator": self.operator, "key_groups": self.key_groups,
             "written_by": self.written_by, "format_version": self.format_version,
+            "schema_version": self.schema_version,
             "files": {str(g): list(keys) for g, keys in sorted(self.files.items())},
             "columns": dict(self.columns), "watermark_ms": self.watermark_ms,
             "partitions": {tp: t.to_json() for tp, t in sorted(self.partitions.items())},
@@ -103,6 +106,7 @@ class StateManifest:
                 keys=int(doc.get("keys", 0)), rows=int(doc.get("rows", 0)), bytes=int(doc.get("bytes", 0)),
                 timers=int(doc.get("timers", 0)), next_timer_ms=None if next_timer is None else int(next_timer),
                 format_version=int(doc.get("format_version", STATE_FORMAT_VERSION)),
+                schema_version=int(doc.get("schema_version", 1)),
                 metrics={str(k): float(v) for k, v in dict(doc.get("metrics") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -163,8 +163,11 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             df, transform, replay = start_replay(spec, checkpoint_id, df, transform, store)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
         # So does a transform that uses `lockstep.rows` (its UDFs run `lockstep.rows.guarded` there).
-        uses_lockstep = planned.sink_writer == "python" or "lockstep.rows" in sys.modules
-        shipped = ship_to_executors(spark, spec, ("lockstep",) if uses_lockstep else ())
+        from lockstep.spark.state import function_modules
+
+        functions = function_modules(spec)  # a state function runs in the Python workers, with Lockstep's wrapper
+        uses_lockstep = planned.sink_writer == "python" or "lockstep.rows" in sys.modules or bool(functions)
+        shipped = ship_to_executors(spark, spec, (("lockstep",) if uses_lockstep else ()) + functions)
         if shipped:
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
         out = transform(df)

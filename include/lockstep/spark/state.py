@@ -33,6 +33,7 @@ from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.state import StateManifest
 from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
+from lockstep.spark.state_worker import state_columns
 from lockstep.spec import PipelineSpec, StateSpec
 
 if TYPE_CHECKING:
@@ -67,9 +68,43 @@ class StatefulRun:
 
 
 def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int | None) -> str | None:
-    """Why the checkpoint may not start from ``base`` (the plan checks before it claims, the run again)."""
+    """Why the checkpoint may not start from ``base`` (the plan checks before it claims, the run again).
+
+    A state function declares its state's schema, so a change that old state cannot be read as is
+    refused here, naming the field, unless the spec names a migration."""
     assert spec.state is not None
-    return operator_refusal(base, spec.state.operator) or key_group_refusal(base, spec.state.key_groups, rekey_to)
+    refused = operator_refusal(base, spec.state.operator) or key_group_refusal(base, spec.state.key_groups, rekey_to)
+    f = spec.state.function
+    if refused or f is None or base is None:
+        return refused
+    problems = schema_change(base.columns, dict(state_columns(f.fields)))
+    if f.version < base.schema_version:
+        problems.append(f"state.function.version is {f.version}, older than the state's version {base.schema_version}")
+    if problems and f.migrate is None:
+        return (f"the state of checkpoint {base.written_by} (version {base.schema_version}) does not fit "
+                f"state.function.state: {'; '.join(problems)}. Keep the field (a new nullable field is fine), or "
+                "name a migration in state.function.migrate (module:function taking the old state and its version)")
+    return None
+
+
+def function_modules(spec: PipelineSpec) -> tuple[str, ...]:
+    """The modules of a state function (and its migration), imported here so that a missing one fails
+    before Spark does anything, and so that they can be shipped to the executors."""
+    import importlib
+
+    if spec.state is None or spec.state.function is None:
+        return ()
+    names = []
+    for target in filter(None, (spec.state.function.process, spec.state.function.migrate)):
+        module, _, function = target.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), function, None)
+        except ImportError as exc:
+            raise TerminalError(f"{spec.path}: state.function: cannot import module {module!r}: {exc}") from exc
+        if not callable(found):
+            raise TerminalError(f"{spec.path}: state.function: {module} has no callable {function!r}")
+        names.append(module)
+    return tuple(names)
 
 
 def _event_ms(spec: PipelineSpec, df: DataFrame) -> Column:
@@ -113,7 +148,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         raise CheckpointError(cid, refused)
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
     _check_columns(spec, transformed)
-    key_expr = state.window.key if state.window is not None else state.dedup.key  # type: ignore[union-attr]
+    key_expr = state.key
     x = (transformed.withColumn(KEY, F.expr(key_expr).cast("string"))
          .withColumn(EVENT, _event_ms(spec, transformed))
          .withColumn(GROUP, F.pmod(F.xxhash64(F.col(KEY)), F.lit(state.key_groups)).cast("int")))
@@ -135,14 +170,22 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
              f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")
     data_columns = [c for c in transformed.columns if c not in NOT_STATE and c not in INTERNAL]
     started = time.monotonic()
-    loaded = _load(spark, spec, cid, base, files, x.select(*INTERNAL, *data_columns) if state.window is not None
-                   else x.select(*INTERNAL))
+    if state.function is not None:
+        shape = _empty(spark, state_columns(state.function.fields))
+    elif state.window is not None:
+        shape = x.select(*INTERNAL, *data_columns)
+    else:
+        shape = x.select(*INTERNAL)
+    loaded = _load(spark, spec, cid, base, files, shape)
     metrics["load_seconds"] = round(time.monotonic() - started, 3)
     bad = x.filter(F.col("error").isNotNull())
     if state.window is not None:
         output, new_state, timers = _windows(state, clock, good, loaded, data_columns)
-    else:
+    elif state.dedup is not None:
         output, new_state, timers = _dedup(state, clock, good, loaded)
+    else:
+        output, new_state, timers = _function(state, clock, good, loaded,
+                                              [c for c in transformed.columns if c not in ("error", "headers")])
     columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
     everything = _records(bad).unionByName(output)
 
@@ -193,11 +236,19 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
     if base is None or not base.all_files:
         return shape.limit(0)
+    migrate = spec.state is not None and spec.state.function is not None and spec.state.function.migrate
     problems = schema_change(base.columns, want)
+    if problems and migrate:
+        return _migrated(spark, spec, base, files, shape)
     if problems:
         raise CheckpointError(cid, f"the state of checkpoint {base.written_by} cannot be read with the transform's "
                                    f"new columns: {'; '.join(problems)}. Keep the field in the transform (its type "
                                    "too), or give the pipeline a new name to start without state")
+    loaded = _read(spark, base, files)
+    return loaded.select(*[(F.col(c) if c in loaded.columns else F.lit(None)).cast(t).alias(c) for c, t in want.items()])
+
+
+def _read(spark: JobSession, base: StateManifest, files: StateFiles) -> DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -205,8 +256,28 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     # One chunk: a Connect session's createDataFrame was seen keeping only the first chunk of a table
     # concatenated from several files (pyspark 4.0.0), dropping every other key group's rows.
     table = (pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]).combine_chunks()
-    loaded = cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
-    return loaded.select(*[(F.col(c) if c in loaded.columns else F.lit(None)).cast(t).alias(c) for c, t in want.items()])
+    return cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
+
+
+def _empty(spark: JobSession, columns: tuple[tuple[str, str], ...]) -> DataFrame:
+    from lockstep.spark.state_worker import schema_ddl
+
+    return cast("SparkSession", spark).createDataFrame([], schema_ddl(columns))
+
+
+def _migrated(spark: JobSession, spec: PipelineSpec, base: StateManifest, files: StateFiles,
+              shape: DataFrame) -> DataFrame:
+    """State of an earlier schema, through the spec's ``state.function.migrate``, row by row."""
+    from lockstep.spark.state_worker import FunctionSettings, migrate_rows, schema_ddl, state_columns
+
+    assert spec.state is not None and spec.state.function is not None
+    f = spec.state.function
+    log.warning("state of checkpoint %d has schema version %d and fields %s; migrating it to version %d with %s",
+                base.written_by, base.schema_version, ", ".join(base.columns), f.version, f.migrate)
+    settings = FunctionSettings(f.process, f.fields, None, (), f.migrate, base.schema_version)
+    old = tuple(n for n in base.columns if n not in dict(state_columns(())))
+    return _read(spark, base, files).mapInPandas(migrate_rows(settings, old),  # type: ignore[arg-type]
+                                                 schema_ddl(state_columns(f.fields)))
 
 
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
@@ -282,6 +353,40 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     return output, new_state, timers
 
 
+def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
+              record_columns: list[str]) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The user's function per key, over ``cogroup(new records, state).applyInPandas``; its result is kept
+    (a local checkpoint) so that the output and the state written come from the same calls."""
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.state_worker import (
+        KIND,
+        OUT_KEY,
+        TIMERS,
+        FunctionSettings,
+        apply_function,
+        result_columns,
+        schema_ddl,
+        state_columns,
+    )
+
+    f = state.function
+    assert f is not None
+    seen = [c if c != EVENT else "event_time_ms" for c in (*record_columns, EVENT)]
+    settings = FunctionSettings(f.process, f.fields, clock.after, tuple(seen))
+    records = good.select(*record_columns, *[c for c in INTERNAL if c not in record_columns])
+    result = (records.groupBy(KEY).cogroup(loaded.groupBy(KEY))
+              .applyInPandas(apply_function(settings), schema_ddl(result_columns(f.fields))))
+    result = result.localCheckpoint(eager=True)
+    output = result.filter(F.col(KIND) == "out").select(
+        "value", F.col(OUT_KEY).alias("key"), "topic", "partition", "offset", F.lit(None).cast("string").alias("error"))
+    new_state = result.filter(F.col(KIND) == "state").select(*[n for n, _ in state_columns(f.fields)])
+    # Timers are a JSON list of epoch ms: an array column did not survive pandas -> Arrow in cogroup (pyspark 4.0.0).
+    times = F.from_json(F.col(TIMERS), "array<bigint>")
+    timers = new_state.select(F.explode(times).alias("t")).agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("next"))
+    return output, new_state, timers
+
+
 def _write(spec: PipelineSpec, cid: int, table: pa.Table, files: StateFiles, columns: dict[str, str],
            clock: EventClock, timers: int, next_timer: int | None, metrics: dict[str, float]) -> StateManifest:
     """One Parquet file per key group that holds rows, then the manifest that names them."""
@@ -307,4 +412,5 @@ def _write(spec: PipelineSpec, cid: int, table: pa.Table, files: StateFiles, col
         operator=spec.state.operator, key_groups=spec.state.key_groups, written_by=cid, files=written,
         columns=columns, watermark_ms=clock.after, partitions=clock.partitions,
         keys=int(pc.count_distinct(table[KEY]).as_py()) if table.num_rows else 0, rows=table.num_rows, bytes=size,
-        timers=timers, next_timer_ms=None if next_timer is None else int(next_timer))
+        timers=timers, next_timer_ms=None if next_timer is None else int(next_timer),
+        schema_version=spec.state.schema_version)

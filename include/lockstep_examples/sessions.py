@@ -1,0 +1,48 @@
+"""A state function (`lockstep.state_function`): each customer's running order count, and a
+"session closed" record once a customer has ordered nothing for ``GAP_MS`` of event time.
+
+Spec (``state.function``)::
+
+    function:
+      key: customer
+      process: lockstep_examples.sessions:process
+      state: {orders: bigint, total_cents: bigint, last_at_ms: bigint}
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from lockstep.state_function import Context
+
+GAP_MS = 20_000
+
+
+def process(key: str, records: Any, state: dict[str, Any] | None, ctx: Context) -> tuple[list[dict[str, Any]], Any]:
+    session = state or _new()
+    rows: list[dict[str, Any]] = []
+    for order in records.itertuples():
+        at = int(order.event_time_ms)
+        if session["last_at_ms"] is not None and at > session["last_at_ms"] + GAP_MS:
+            rows.append(_closed(key, session))  # a gap before this order: the previous session is over
+            session = _new()
+        session["orders"] += 1
+        session["total_cents"] += round(order.amount * 100)
+        session["last_at_ms"] = max(at, session["last_at_ms"] or 0)
+        rows.append({"value": {"customer": key, "order_id": order.order_id, "nth": session["orders"]}})
+    for timer in list(ctx.timers):
+        ctx.delete_timer(timer)
+    end = session["last_at_ms"] + GAP_MS
+    if ctx.watermark_ms is not None and ctx.watermark_ms >= end:  # no order within the gap: over
+        rows.append(_closed(key, session))
+        return rows, None
+    ctx.register_timer(end)
+    return rows, session
+
+
+def _new() -> dict[str, Any]:
+    return {"orders": 0, "total_cents": 0, "last_at_ms": None}
+
+
+def _closed(key: str, session: dict[str, Any]) -> dict[str, Any]:
+    return {"value": {"customer": key, "closed": True, "orders": session["orders"],
+                      "total_cents": session["total_cents"]}}
