@@ -14,7 +14,7 @@ from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
 from lockstep.model.output_contract import ERROR_HEADER, WRITER_FAILPOINTS
 
 from ..support.data import read_committed
-from .engine_helpers import make_pipeline, open_transactions, run, store
+from .engine_helpers import make_pipeline, open_transactions, run, store, verify
 
 T0 = 1_700_000_000  # epoch seconds of order 0; order i is created at T0 + i
 SIZE_S = 10
@@ -117,6 +117,16 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
     differ = {k: (dict(found).get(k), expected.get(k)) for k in set(dict(found)) | set(expected)
               if dict(found).get(k) != expected.get(k)}
     assert not differ, (sorted(differ.items())[:20], [(i, st.value) for i, st in statuses.items()])
+    report = verify(pipeline)  # lockstep verify recomputes the windows from the whole input, and agrees
+    assert report["ok"] and report["complete"] and report["expected_outputs"] == len(expected), report
+    assert (report["lost"], report["duplicated"], report["unexpected"], report["wrong"], report["late"]) == (0, 0, 0, 0, 3)
+    # The check can fail: a window's output written a second time is found.
+    first = read_committed(pipeline.bootstrap, pipeline.sink)[0]
+    again = Producer({"bootstrap.servers": pipeline.bootstrap})
+    again.produce(pipeline.sink, first.value(), first.key(), headers=first.headers())
+    again.flush(30)
+    caught = verify(pipeline)
+    assert not caught["ok"] and caught["duplicated"] == 1 and caught["lost"] == 0, caught
     assert dead_letter_errors(pipeline) == Counter({"not a JSON order with order_id": len(produced) // 10, "late": 3})
     # The windows still open are the state: their rows, nothing else.
     open_rows = [i for i in produced if i % 10 != 7 and (T0 + i - (T0 + i) % SIZE_S + SIZE_S) * 1000
@@ -155,6 +165,8 @@ def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, boo
     assert dead_letter_errors(pipeline) == Counter({"duplicate": len(sent) - len(set(sent))})
     manifest = store(pipeline).latest_completed().completed.state
     assert manifest.operator == "dedup" and manifest.keys == len(set(sent))
+    report = verify(pipeline)
+    assert report["ok"] and report["complete"] and report["actual_outputs"] == len(set(sent)), report
     assert open_transactions(pipeline) == []
 
 
@@ -188,4 +200,6 @@ def test_a_state_function_keeps_running_counts_and_timers_exactly_once(tmp_path,
     manifest = store(pipeline).latest_completed().completed.state
     # Closed sessions were deleted; the two late-coming customers' sessions are open, with their timers.
     assert manifest.operator == "function" and manifest.keys == 2 and manifest.timers == 2
+    report = verify(pipeline)  # one call per key over the whole input gives the same outputs
+    assert report["ok"] and report["complete"] and report["expected_outputs"] == len(out), report
     assert open_transactions(pipeline) == []

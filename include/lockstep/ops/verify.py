@@ -44,6 +44,7 @@ from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.transform import load_transform
 
 if TYPE_CHECKING:
+    from lockstep.ops.verify_state import StateVerifyReport
     from lockstep.spark.target import JobSession
 
 Offset = tuple[str, int, int]
@@ -372,7 +373,7 @@ def source_log_starts(spec: PipelineSpec, ranges: dict[int, tuple[OffsetRange, .
     return log_start_offsets(kafka_admin(spec.source.kafka_conn_id), tps) if tps else {}
 
 
-def exit_code(report: VerifyReport, drift_ok: bool = True) -> int:
+def exit_code(report: VerifyReport | StateVerifyReport, drift_ok: bool = True) -> int:
     """0: exactly once, all checked; 1: loss, duplicates or unexpected outputs (or drift) found;
     2: nothing wrong found, but not everything could be checked (``report.unchecked`` says what)."""
     if not report.ok or not drift_ok:
@@ -381,7 +382,7 @@ def exit_code(report: VerifyReport, drift_ok: bool = True) -> int:
 
 
 def verify_pipeline(spec: PipelineSpec, since: int | None = None,
-                    progress: Callable[[int], None] | None = None) -> VerifyReport:
+                    progress: Callable[[int], None] | None = None) -> VerifyReport | StateVerifyReport:
     """The audit as ``lockstep verify`` and the demo run it: the spec's own checkpoint store, and
     for the expected outputs the Spark its checkpoints run on: a session of the pipeline's Spark
     Connect server in connect mode (no JVM to start here), else a local Spark session of its own.
@@ -392,13 +393,21 @@ def verify_pipeline(spec: PipelineSpec, since: int | None = None,
 
     store = checkpoint_store(spec)
     target = spark_target(spec)
+
+    def check(spark: JobSession) -> VerifyReport | StateVerifyReport:
+        if spec.state is not None:  # recomputed from the whole input: ``since`` does not apply
+            from lockstep.ops.verify_state import verify_stateful
+
+            return verify_stateful(spec, store, spark, progress)
+        return verify(spec, store, spark, since, progress)
+
     if target.mode == CONNECT:
         from lockstep.spark.connect import connect_mode, new_session
 
         with connect_mode():
             spark = new_session(target.address)
             try:
-                return verify(spec, store, spark, since, progress)
+                return check(spark)
             finally:
                 spark.stop()
     from lockstep.spark.conf import local_session
@@ -406,6 +415,6 @@ def verify_pipeline(spec: PipelineSpec, since: int | None = None,
     session = local_session(f"lockstep-verify-{spec.name}")
     session.sparkContext.setLogLevel("ERROR")
     try:
-        return verify(spec, store, session, since, progress)
+        return check(session)
     finally:
         session.stop()

@@ -34,7 +34,7 @@ from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.state import StateManifest
 from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
 from lockstep.spark.state_worker import state_columns
-from lockstep.spec import PipelineSpec, StateSpec
+from lockstep.spec import PipelineSpec, StateSpec, WindowSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,17 +147,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     if refused:
         raise CheckpointError(cid, refused)
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
-    _check_columns(spec, transformed)
-    key_expr = state.key
-    x = (transformed.withColumn(KEY, F.expr(key_expr).cast("string"))
-         .withColumn(EVENT, _event_ms(spec, transformed))
-         .withColumn(GROUP, F.pmod(F.xxhash64(F.col(KEY)), F.lit(state.key_groups)).cast("int")))
-    error = F.col("error") if "error" in transformed.columns else F.lit(None).cast("string")
-    x = x.withColumn("error", F.coalesce(
-        error,
-        F.when(F.col(KEY).isNull(), F.lit(f"state key ({key_expr}) is null")),
-        F.when(F.col(EVENT).isNull(), F.lit(f"event time ({state.event_time.column}) is null"))))
-    x = x.persist()
+    x = keyed(spec, transformed).persist()
     started = time.monotonic()
     good = x.filter(F.col("error").isNull())
     seen = (good.groupBy("topic", "partition").agg(F.max(EVENT).alias("m")).collect())
@@ -280,6 +270,46 @@ def _migrated(spark: JobSession, spec: PipelineSpec, base: StateManifest, files:
                                                  schema_ddl(state_columns(f.fields)))
 
 
+def window_value(w: WindowSpec) -> Column:
+    """A fired window's output value, from a row of (``__ls_key``, ``__ls_start``, the aggregates):
+    JSON of the key (as ``key_name``), ``window_start``/``window_end`` in ISO-8601 UTC, the aggregates."""
+    from pyspark.sql import functions as F
+
+    fmt = "yyyy-MM-dd'T'HH:mm:ss" + (".SSS" if w.slide_ms % 1000 or w.size_ms % 1000 else "") + "'Z'"
+    return F.to_json(F.struct(
+        F.col(KEY).alias(w.key_name),
+        F.date_format(F.timestamp_millis(F.col("__ls_start")), fmt).alias("window_start"),
+        F.date_format(F.timestamp_millis(F.col("__ls_start") + F.lit(w.size_ms)), fmt).alias("window_end"),
+        *[F.col(name) for name, _ in w.aggregates]))
+
+
+def window_starts_column(w: WindowSpec) -> Column:
+    """The starts of the windows of a row's event time (``__ls_event_ms``), as an array."""
+    from pyspark.sql import functions as F
+
+    slide, size = F.lit(w.slide_ms), F.lit(w.size_ms)
+    last = F.col(EVENT) - F.pmod(F.col(EVENT), slide)
+    return F.sequence(last - size + slide, last, slide)
+
+
+def keyed(spec: PipelineSpec, transformed: DataFrame) -> DataFrame:
+    """The transform's rows with the state key, the event time (ms) and the key group, and ``error``
+    set for rows without a key or an event time."""
+    from pyspark.sql import functions as F
+
+    assert spec.state is not None
+    state = spec.state
+    _check_columns(spec, transformed)
+    x = (transformed.withColumn(KEY, F.expr(state.key).cast("string"))
+         .withColumn(EVENT, _event_ms(spec, transformed))
+         .withColumn(GROUP, F.pmod(F.xxhash64(F.col(KEY)), F.lit(state.key_groups)).cast("int")))
+    error = F.col("error") if "error" in transformed.columns else F.lit(None).cast("string")
+    return x.withColumn("error", F.coalesce(
+        error,
+        F.when(F.col(KEY).isNull(), F.lit(f"state key ({state.key}) is null")),
+        F.when(F.col(EVENT).isNull(), F.lit(f"event time ({state.event_time.column}) is null"))))
+
+
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
              data_columns: list[str]) -> tuple[DataFrame, DataFrame, DataFrame]:
     from pyspark.sql import functions as F
@@ -295,9 +325,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
     is_late = (last_end(F.col(EVENT)) + lateness <= F.lit(before)) if before is not None else F.lit(False)
     late = good.filter(is_late).withColumn("error", F.lit(LATE))
     rows = good.filter(~is_late).select(*INTERNAL, *data_columns).unionByName(loaded)
-    starts = F.sequence(F.col(EVENT) - F.pmod(F.col(EVENT), slide) - size + slide,
-                        F.col(EVENT) - F.pmod(F.col(EVENT), slide), slide)
-    exploded = rows.withColumn("__ls_start", F.explode(starts))
+    exploded = rows.withColumn("__ls_start", F.explode(window_starts_column(w)))
     end = F.col("__ls_start") + size + lateness
     open_before = (end > F.lit(before)) if before is not None else F.lit(True)
     fires = (end <= F.lit(after)) if after is not None else F.lit(False)
@@ -305,13 +333,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
              .groupBy(KEY, "__ls_start")
              .agg(*[F.expr(expr).alias(name) for name, expr in w.aggregates],
                   F.max_by(F.struct(*PROVENANCE), F.struct(EVENT, *PROVENANCE)).alias("__ls_from")))
-    fmt = "yyyy-MM-dd'T'HH:mm:ss" + (".SSS" if w.slide_ms % 1000 or w.size_ms % 1000 else "") + "'Z'"
-    value = F.to_json(F.struct(
-        F.col(KEY).alias(w.key_name),
-        F.date_format(F.timestamp_millis(F.col("__ls_start")), fmt).alias("window_start"),
-        F.date_format(F.timestamp_millis(F.col("__ls_start") + size), fmt).alias("window_end"),
-        *[F.col(name) for name, _ in w.aggregates]))
-    output = fired.select(value.cast("binary").alias("value"), F.col(KEY).cast("binary").alias("key"),
+    output = fired.select(window_value(w).cast("binary").alias("value"), F.col(KEY).cast("binary").alias("key"),
                           F.col("__ls_from.topic").alias("topic"), F.col("__ls_from.partition").cast("int").alias("partition"),
                           F.col("__ls_from.offset").cast("bigint").alias("offset"),
                           F.lit(None).cast("string").alias("error"))
