@@ -1,6 +1,7 @@
-"""``make demo`` / ``lockstep demo``: the platform with Airflow, the example orders
-pipeline fed with generated data, three checkpoints run by the real scheduler, a
-summary, and everything left running to explore."""
+"""``make demo`` / ``lockstep demo``: the platform with Airflow, the two example pipelines fed with
+generated orders (``orders-enrich``, stateless, and ``orders-per-customer``, event-time windows with
+keyed state), three checkpoints of each run by the real scheduler, a summary, and everything left
+running to explore."""
 from __future__ import annotations
 
 import argparse
@@ -36,49 +37,62 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
 
     os.environ.update(platform.client_env())
     spec = load_spec(pipelines_dir() / "orders.yaml")
+    windows = load_spec(pipelines_dir() / "orders_per_customer.yaml")
+    specs = (spec, windows)
     bootstrap = platform.kafka.bootstrap
-    ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1})
+    ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1,
+                              windows.sink.topic: 4, windows.sink.dead_letter_topic: 1})
 
     client = AirflowClient(platform.airflow.url, "admin", platform.airflow.admin_password() or "")
-    say(f"2/5 waiting for Airflow to parse {spec.dag_id} ...")
-    client.wait_for_dag(spec.dag_id)
-    client.unpause(spec.dag_id)
+    say(f"2/5 waiting for Airflow to parse {', '.join(s.dag_id for s in specs)} ...")
+    for s in specs:
+        client.wait_for_dag(s.dag_id)
+        client.unpause(s.dag_id)
 
     from lockstep.steps.client_factory import checkpoint_store
 
-    store = checkpoint_store(spec)
-    latest = store.latest_completed()
-    first_new = (latest.checkpoint_id + 1) if latest else 1
-    say(f"3/5 running {checkpoints} checkpoints through the scheduler, {BATCH} new orders before each ...")
-    produced = 0
+    first_new = {}
+    for s in specs:
+        latest = checkpoint_store(s).latest_completed()
+        first_new[s.name] = (latest.checkpoint_id + 1) if latest else 1
+    say(f"3/5 running {checkpoints} checkpoints of each pipeline through the scheduler, {BATCH} new orders before "
+        "each ...")
     for n in range(checkpoints):
         start = _next_index(bootstrap, spec.source.topics[0])
         produce_orders(bootstrap, spec.source.topics[0], BATCH, start=start, malformed_every=MALFORMED_EVERY)
-        produced += BATCH
         started = time.monotonic()
-        run_id = client.trigger(spec.dag_id)
-        state = client.wait_for_run(spec.dag_id, run_id, timeout=900)
-        say(f"    checkpoint run {n + 1}/{checkpoints}: {run_id} {state} in {time.monotonic() - started:.0f} s")
-        if state != "success":
-            say(f"    the run failed; read its task logs at {platform.airflow.url}/dags/{spec.dag_id}")
-            return 1
+        runs = {s.dag_id: client.trigger(s.dag_id) for s in specs}
+        for dag_id, run_id in runs.items():
+            state = client.wait_for_run(dag_id, run_id, timeout=900)
+            say(f"    checkpoint run {n + 1}/{checkpoints} of {dag_id}: {run_id} {state} in "
+                f"{time.monotonic() - started:.0f} s")
+            if state != "success":
+                say(f"    the run failed; read its task logs at {platform.airflow.url}/dags/{dag_id}")
+                return 1
 
     say("4/5 auditing the output with `lockstep verify` ...")
     from lockstep.ops.verify import verify_pipeline
 
-    report = verify_pipeline(spec)
-    # One set of checkpoints for every line below: the ones verify audited. The DAG is unpaused,
-    # so its schedule may complete checkpoints of its own (often empty) beside the triggered runs.
-    views = [v for v in (store.view(i) for i in report.checkpoints) if v is not None and v.prepared is not None]
+    ok = True
     say("5/5 summary")
-    for line in summary_lines(views, first_new, checkpoints):
-        say(f"    {line}")
-    say(f"    verify: {report.summary()}")
+    for s in specs:
+        report = verify_pipeline(s)
+        ok = ok and report.ok
+        store = checkpoint_store(s)
+        # One set of checkpoints for every line below: the ones verify audited. The DAG is unpaused,
+        # so its schedule may complete checkpoints of its own (often empty) beside the triggered runs.
+        views = [v for v in (store.view(i) for i in report.checkpoints) if v is not None and v.prepared is not None]
+        say(f"    {s.name} ({s.dag_id}):")
+        for line in summary_lines(views, first_new[s.name], checkpoints):
+            say(f"      {line}")
+        say(f"      verify: {report.summary()}".replace("\n", "\n      "))
     say(f"    Airflow UI: {platform.airflow.url}  (login admin / {platform.airflow.admin_password()})")
-    say(f"    Checkpoints page: {platform.airflow.url}/lockstep/   DAG: {spec.dag_id} (unpaused, every 2 minutes)")
+    say(f"    Checkpoints page: {platform.airflow.url}/lockstep/   DAGs: {', '.join(s.dag_id for s in specs)} "
+        "(unpaused, every 2 minutes)")
     say('    CLI: eval "$(.venv/bin/lockstep dev env)"; .venv/bin/lockstep checkpoints --spec include/pipelines/orders.yaml')
+    say("         .venv/bin/lockstep state stats --spec include/pipelines/orders_per_customer.yaml")
     say("    Stop everything: make down   (add --wipe to `lockstep dev down` to delete the data)")
-    return 0 if report.ok else 1
+    return 0 if ok else 1
 
 
 def summary_lines(views: list, first_new: int, triggered: int) -> list[str]:

@@ -255,9 +255,11 @@ def engine_modules() -> dict[str, Path]:
     return {m: p for m, p in module_files().items() if package_of(m) == ENGINE}
 
 
-def test_the_core_has_at_most_eight_top_level_modules():
+def test_the_core_keeps_only_its_public_surface_at_the_top():
+    """What users import by name (spec, errors, rows, transform, state_function, connections, paths,
+    logs) and the package itself; everything else lives in the packages by role."""
     top = sorted(p.name for p in (ROOT / "include" / "lockstep").glob("*.py"))
-    assert len(top) <= 8, top
+    assert len(top) <= 9, top
 
 
 def test_every_module_of_the_core_imports_only_its_own_layer_or_lower():

@@ -317,8 +317,8 @@ def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
             raise TerminalError(f"{args.to_spec}: source.topics {list(target.source.topics)} differ from "
                                 f"{spec.path}'s {list(spec.source.topics)}; a savepoint's offsets only mean "
                                 "something for the same source topics")
-        sp = checkpoint_store(target).adopt_savepoint(store.get_savepoint(args.name),
-                                                      datetime.now(UTC).isoformat())
+        sp = checkpoint_store(target).adopt_savepoint(store.get_savepoint(args.name), datetime.now(UTC).isoformat(),
+                                                      source_bucket=spec.checkpoints.bucket)
         _emit(args, sp.to_json(), f"savepoint {sp.name} copied from {spec.name} to {target.name}; restore with "
                                   f"lockstep run --spec {args.to_spec} --restore-from {sp.name}")
     elif cmd == "delete":

@@ -564,16 +564,17 @@ class CheckpointStore:
                               state=view.completed.state)
         return self._store_savepoint(savepoint)
 
-    def adopt_savepoint(self, savepoint: Savepoint, created_at: str) -> Savepoint:
+    def adopt_savepoint(self, savepoint: Savepoint, created_at: str, source_bucket: str | None = None) -> Savepoint:
         """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic. Its state
         files are copied under this pipeline's prefix: the other pipeline's garbage collection never
         reaches them."""
         adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
                             created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges,
-                            topic_ids=dict(savepoint.topic_ids), state=self._adopt_state(savepoint.state))
+                            topic_ids=dict(savepoint.topic_ids),
+                            state=self._adopt_state(savepoint.state, source_bucket or self.bucket))
         return self._store_savepoint(adopted)
 
-    def _adopt_state(self, state: StateManifest | None) -> StateManifest | None:
+    def _adopt_state(self, state: StateManifest | None, source_bucket: str) -> StateManifest | None:
         if state is None:
             return None
         from dataclasses import replace
@@ -585,8 +586,8 @@ class CheckpointStore:
             for key in keys:
                 target = files.key(state.written_by, group) if len(keys) == 1 else \
                     f"{files.prefix}{state.written_by:0{ID_WIDTH}d}/{key.rsplit('/', 1)[-1]}"
-                if target != key:
-                    files.copy(key, target)
+                if target != key or source_bucket != self.bucket:
+                    files.copy(key, target, source_bucket)
                 mine.append(target)
             copied[group] = tuple(mine)
         return replace(state, files=copied)

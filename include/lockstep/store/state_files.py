@@ -56,10 +56,11 @@ class StateFiles:
         except BotoCoreError as exc:
             raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
 
-    def copy(self, source_key: str, key: str) -> None:
+    def copy(self, source_key: str, key: str, source_bucket: str | None = None) -> None:
+        """Copy a state file (of another pipeline, possibly in another bucket of the same S3) to ``key``."""
         try:
             self._s3.copy_object(Bucket=self.bucket, Key=key,  # type: ignore[attr-defined]
-                                 CopySource={"Bucket": self.bucket, "Key": source_key})
+                                 CopySource={"Bucket": source_bucket or self.bucket, "Key": source_key})
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not copy state file {self.url(source_key)} to {self.url(key)}: {exc}") from exc
 
