@@ -404,6 +404,8 @@ def test_a_stateless_spec_has_no_state() -> None:
      "state.window.slide", "must divide state.window.size (60000 ms)"),
     ({"window": {"key": "k", "size": "1m", "slide": "2m", "aggregates": {"n": "count(*)"}}},
      "state.window.slide", "not exceed it"),
+    ({"window": {"key": "k", "size": "1m", "slide": "0s", "aggregates": {"n": "count(*)"}}},
+     "state.window.slide", "more than 0"),
     ({"window": {"key": "k", "size": "10 parsecs", "aggregates": {"n": "count(*)"}}},
      "state.window.size", "must be a duration"),
     ({"dedup": {"key": "k", "ttl": "0s"}}, "state.dedup.ttl", "more than 0"),
