@@ -9,6 +9,7 @@ from typing import Any
 
 from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import TopicPartition
+from lockstep.model.state import StateManifest
 from lockstep.model.transactional_ids import transactional_id
 from lockstep.spec import PipelineSpec, parse_spec
 from lockstep.steps.coordinator import Pipeline, Plan
@@ -42,7 +43,7 @@ def spec(**sections: dict[str, Any]) -> PipelineSpec:
         "transactions": {"id_prefix": PREFIX, "timeout_ms": 900_000, "commit_margin_ms": 60_000},
     }
     for section, values in sections.items():
-        doc[section] = {**doc[section], **values}
+        doc[section] = {**doc.get(section, {}), **values}  # a section the base lacks (state) is added
     return parse_spec(doc, "orders.yaml")
 
 
@@ -61,10 +62,12 @@ class FakeWorld:
         return self.pipeline.store
 
     def prepare(self, plan: Plan, records_per_task: int | None = None,
-                sources: dict[int, tuple[TopicPartition, ...] | None] | None = None) -> PreparedCheckpoint:
+                sources: dict[int, tuple[TopicPartition, ...] | None] | None = None,
+                state: StateManifest | None = None) -> PreparedCheckpoint:
         """What a successful Spark run leaves: one open transaction per non-empty range, flushed,
         and the prepared metadata naming them (the committables). Each carries its range's source
-        partition, unless ``sources`` says otherwise for its task (a shuffle; None: not recorded)."""
+        partition, unless ``sources`` says otherwise for its task (a shuffle; None: not recorded). A
+        stateful run's prepared metadata carries ``state``, the manifest of the state files it wrote."""
         claim = plan.claim
         txns = []
         for index, r in enumerate(x for x in claim.ranges if not x.is_empty):
@@ -77,7 +80,7 @@ class FakeWorld:
         prepared = PreparedCheckpoint(claim.pipeline, claim.checkpoint_id, "2026-01-01T00:00:00+00:00", tuple(txns),
                                       records_in=sum(r.count for r in claim.ranges),
                                       records_out=sum(t.records for t in txns), records_dead_lettered=0,
-                                      spark_seconds=1.0)
+                                      spark_seconds=1.0, state=state)
         self.store.write_prepared(prepared)
         return prepared
 

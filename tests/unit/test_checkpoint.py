@@ -23,6 +23,7 @@ from lockstep.model.checkpoint import (
     validate_savepoint_name,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.state import PartitionTime, StateManifest
 
 S = CheckpointStatus
 KEY = "checkpoints/orders-enrich/42/claim.json"
@@ -280,3 +281,59 @@ def test_source_partitions_carried_by_several_transactions_are_named_with_their_
     shared = replace(prepared(), transactions=(one, two, replace(three, sources=None)))
     assert shared.shared_sources == {"orders:0": (0, 1)}
     assert prepared().shared_sources == {}
+
+
+# --- keyed state: the manifest the documents carry ---
+
+
+def manifest(written_by: int = 41) -> StateManifest:
+    return StateManifest(
+        operator="window", key_groups=8, written_by=written_by,
+        files={3: (f"p/orders-enrich/state/{written_by:012d}/kg-00003.parquet",),
+               0: (f"p/orders-enrich/state/{written_by:012d}/kg-00000.parquet",)},
+        columns={"__ls_key": "string", "amount": "double"}, watermark_ms=1_700_000_000_000,
+        partitions={"orders:1": PartitionTime(None, 5), "orders:0": PartitionTime(1_700_000_000_100, 6)},
+        keys=12, rows=30, bytes=4096, timers=2, next_timer_ms=1_700_000_060_000, schema_version=3,
+        metrics={"load_seconds": 0.5, "rows_in": 20.0},
+    )
+
+
+STATEFUL = [replace(claim(), state_base=manifest(41)), replace(prepared(), state=manifest(42)),
+            replace(completed(), state=manifest(42)), replace(savepoint(), state=manifest(42))]
+MANIFEST_FIELD = {CheckpointClaim: "state_base", PreparedCheckpoint: "state", CompletedCheckpoint: "state",
+                  Savepoint: "state"}
+
+
+@pytest.mark.parametrize("value", STATEFUL, ids=lambda v: type(v).__name__)
+def test_a_state_manifest_round_trips_through_each_documents_json(value: Any) -> None:
+    doc = json.loads(json.dumps(value.to_json()))
+    read = type(value).from_json(doc, KEY)
+    assert read == value
+    assert getattr(read, MANIFEST_FIELD[type(value)]).partitions["orders:1"] == PartitionTime(None, 5)
+    assert getattr(read, MANIFEST_FIELD[type(value)]).files[3] == (
+        f"p/orders-enrich/state/{getattr(value, MANIFEST_FIELD[type(value)]).written_by:012d}/kg-00003.parquet",)
+
+
+@pytest.mark.parametrize("value", [claim(), prepared(), completed(), savepoint()], ids=lambda v: type(v).__name__)
+def test_a_document_without_a_manifest_reads_as_no_state(value: Any) -> None:
+    doc = value.to_json()
+    assert MANIFEST_FIELD[type(value)] not in doc, "stateless documents stay as earlier versions wrote them"
+    assert getattr(type(value).from_json(doc, KEY), MANIFEST_FIELD[type(value)]) is None
+
+
+@pytest.mark.parametrize("value", STATEFUL, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize(("broken", "says"), [
+    (lambda m: {**m, "schema": "lockstep.state.manifest/9"}, "is not a state manifest"),
+    (lambda m: {k: v for k, v in m.items() if k != "files"}, "'files'"),
+    (lambda m: {**m, "key_groups": "eight"}, "is invalid"),
+    (lambda m: {**m, "partitions": {"orders:0": {"max_event_ms": 1}}}, "'active_at_ms'"),
+    (lambda m: "a manifest", "is not a state manifest"),
+], ids=["schema", "files", "key_groups", "partition", "not-an-object"])
+def test_a_malformed_manifest_is_a_metadata_error_naming_the_field(value: Any, broken: Any, says: str) -> None:
+    name = MANIFEST_FIELD[type(value)]
+    doc = value.to_json()
+    doc[name] = broken(doc[name])
+    with pytest.raises(MetadataError) as info:
+        type(value).from_json(doc, KEY)
+    assert info.value.key == KEY
+    assert f"field '{name}'" in info.value.reason and says in info.value.reason

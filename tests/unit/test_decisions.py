@@ -15,6 +15,7 @@ from lockstep.model.checkpoint import (
     PreparedTransaction,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.state import StateManifest
 from lockstep.model.transactional_ids import parse_transactional_id, transactional_id
 from lockstep.model.transactions import TransactionObservation, TransactionState
 from lockstep.rules.commit_decision import DecisionKind, decide_commit, end_offsets_after_repair
@@ -417,3 +418,45 @@ def test_an_exact_repair_ignores_what_the_user_would_accept() -> None:
     d = decide_commit(prepared(sourced(0, 0), sourced(1, 1)),
                       observed(obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT)), NOW, MARGIN, CLAIMED, "loss")
     assert d.kind is K.REPAIR and d.accepted is None and d.replay == (OffsetRange("in", 1, 5, 9),)
+
+
+# --- a stateful checkpoint: its state already counted the lost records ---
+
+STATE = StateManifest(operator="window", key_groups=4, written_by=42, files={0: ("s/state/000000000042/kg-00000.parquet",)},
+                      columns={"__ls_key": "string"}, watermark_ms=1_000, partitions={})
+
+
+def stateful(*txns: PreparedTransaction) -> PreparedCheckpoint:
+    return replace(prepared(*txns), state=STATE)
+
+
+LOST_AFTER_COMMIT = (obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT))
+
+
+def test_a_stateful_checkpoint_with_a_lost_transaction_is_stuck_even_with_disjoint_sources() -> None:
+    exact = decide_with_claim(prepared(sourced(0, 0), sourced(1, 1)), *LOST_AFTER_COMMIT)
+    assert exact.kind is K.REPAIR, "the same checkpoint without state is repaired exactly"
+    d = decide_with_claim(stateful(sourced(0, 0), sourced(1, 1)), *LOST_AFTER_COMMIT)
+    assert d.kind is K.STUCK
+    assert d.commit == () and d.abort == () and d.replay == ()
+    assert "keyed state already holds the effect of the lost transactions' records" in d.message
+    assert "--accept duplicates" in d.message and "--accept loss" in d.message
+
+
+def test_a_stuck_stateful_checkpoint_accepted_as_loss_gives_nothing_back() -> None:
+    d = decide_commit(stateful(sourced(0, 0), sourced(1, 1)), observed(*LOST_AFTER_COMMIT), NOW, MARGIN, CLAIMED,
+                      "loss")
+    assert d.kind is K.REPAIR and d.accepted == "loss"
+    assert d.replay == ()
+    assert d.abort == (f"{PREFIX}-42-1",)
+
+
+def test_a_stuck_stateful_checkpoint_accepted_as_duplicates_gives_back_all_its_claimed_input() -> None:
+    # the state goes back to the checkpoint's base, so even the kept transaction's in:0 is read again
+    d = decide_commit(stateful(sourced(0, 0), sourced(1, 1)), observed(*LOST_AFTER_COMMIT), NOW, MARGIN, CLAIMED,
+                      "duplicates")
+    assert d.kind is K.REPAIR and d.accepted == "duplicates"
+    assert d.replay == (OffsetRange("in", 0, 0, 10), OffsetRange("in", 1, 5, 9)), "every non-empty claimed range"
+    assert d.abort == (f"{PREFIX}-42-1",)
+    ends = end_offsets_after_repair(CLAIMED, d.replay)
+    assert ends == {"in:0": 0, "in:1": 5, "in:2": 3}, "the next checkpoint starts where this one did"

@@ -340,3 +340,111 @@ def test_prefixes_sharing_only_characters_do_not_collide(tmp_path: Path) -> None
     write(tmp_path, "b.yaml", spec_doc("ordersx"))
     write(tmp_path, "c.yaml", spec_doc("orders2", "orders.v2"))
     assert len(load_specs(tmp_path)) == 3
+
+
+# ---- state: windows, dedup, functions ----------------------------------------------------------------
+EVENT_TIME = {"column": "created_at"}
+
+
+def stateful(**state: Any) -> dict[str, Any]:
+    return minimal(state={"event_time": EVENT_TIME, **state})
+
+
+def test_a_window_spec_parses_with_its_defaults() -> None:
+    spec = parse_spec(stateful(window={"key": "customer", "size": "1m", "aggregates": {"orders": "count(*)"}}),
+                      "p.yaml")
+    state = spec.state
+    assert state is not None and state.operator == "window" and state.key == "customer"
+    assert state.key_groups == 128
+    assert state.event_time.column == "created_at"
+    assert state.event_time.idle_timeout_ms == 5 * 60_000 and state.event_time.out_of_orderness_ms == 0
+    w = state.window
+    assert w is not None and w.size_ms == 60_000 and w.slide_ms == 60_000, "a window without slide is tumbling"
+    assert w.key_name == "customer", "an identifier key names the output's key field"
+    assert w.allowed_lateness_ms == 0 and w.aggregates == (("orders", "count(*)"),)
+    assert state.dedup is None and state.function is None and state.schema_version == 1
+
+
+def test_a_window_over_a_key_expression_names_its_key_field_key() -> None:
+    spec = parse_spec(stateful(window={"key": "lower(customer)", "size": "10s", "slide": "5s",
+                                       "aggregates": {"n": "count(*)"}}), "p.yaml")
+    assert spec.state is not None and spec.state.window is not None
+    assert spec.state.window.key_name == "key" and spec.state.window.slide_ms == 5000
+
+
+def test_a_dedup_spec_parses_with_its_defaults() -> None:
+    spec = parse_spec(stateful(key_groups=16, dedup={"key": "order_id", "ttl": "1h"}), "p.yaml")
+    state = spec.state
+    assert state is not None and state.operator == "dedup" and state.key == "order_id" and state.key_groups == 16
+    assert state.dedup is not None and state.dedup.ttl_ms == 3_600_000 and state.dedup.duplicates == "drop"
+    assert state.window is None and state.function is None
+
+
+def test_a_function_spec_parses_with_its_defaults() -> None:
+    spec = parse_spec(stateful(function={"key": "customer", "process": "my.sessions.process",
+                                         "state": {"orders": "bigint", "tags": "array< string>"}}), "p.yaml")
+    state = spec.state
+    assert state is not None and state.operator == "function" and state.key == "customer"
+    f = state.function
+    assert f is not None
+    assert f.process == "my.sessions:process", "the dotted syntax is normalised like a transform's"
+    assert f.fields == (("orders", "bigint"), ("tags", "array<string>"))
+    assert f.version == 1 and f.migrate is None and state.schema_version == 1
+
+
+def test_a_stateless_spec_has_no_state() -> None:
+    assert parse_spec(minimal(), "p.yaml").state is None
+
+
+@pytest.mark.parametrize(("state", "field", "words"), [
+    ({"window": {"key": "k", "size": "1m", "aggregates": {"n": "count(*)"}}, "dedup": {"key": "k", "ttl": "1h"}},
+     "state", "window and dedup"),
+    ({}, "state", "exactly one operator"),
+    ({"window": {"key": "k", "size": "1m", "slide": "25s", "aggregates": {"n": "count(*)"}}},
+     "state.window.slide", "must divide state.window.size (60000 ms)"),
+    ({"window": {"key": "k", "size": "1m", "slide": "2m", "aggregates": {"n": "count(*)"}}},
+     "state.window.slide", "not exceed it"),
+    ({"window": {"key": "k", "size": "1m", "slide": "0s", "aggregates": {"n": "count(*)"}}},
+     "state.window.slide", "more than 0"),
+    ({"window": {"key": "k", "size": "10 parsecs", "aggregates": {"n": "count(*)"}}},
+     "state.window.size", "must be a duration"),
+    ({"dedup": {"key": "k", "ttl": "0s"}}, "state.dedup.ttl", "more than 0"),
+    ({"dedup": {"key": "k", "ttl": "1h", "duplicates": "keep"}}, "state.dedup.duplicates", "drop, dead_letter"),
+    ({"window": {"key": "k", "size": "1m", "aggregates": {"window_start": "min(x)"}}},
+     "state.window.aggregates.window_start", "already a field of the output"),
+    ({"window": {"key": "k", "size": "1m", "aggregates": {}}}, "state.window.aggregates", "at least one"),
+    ({"function": {"key": "k", "process": "m:f", "state": {"n": "bigint", "when": "datetime"}}},
+     "state.function.state.when", "must be one of"),
+    ({"function": {"key": "k", "process": "m:f", "state": {"__n": "bigint"}}},
+     "state.function.state.__n", "not starting with __"),
+    ({"function": {"key": "k", "process": "m:f", "state": {"n": "bigint"}, "migrate": "nope"}},
+     "state.function.migrate", "module.path:function"),
+    ({"key_groups": 0, "dedup": {"key": "k", "ttl": "1h"}}, "state.key_groups", "between 1 and 32768"),
+])
+def test_each_state_problem_is_reported_at_its_field(state: dict[str, Any], field: str, words: str) -> None:
+    found = problems(stateful(**state))
+    assert field in found, found
+    assert words in found[field]
+
+
+def test_a_bad_duration_names_the_field_and_the_value() -> None:
+    found = problems(minimal(state={"event_time": {"column": "t", "out_of_orderness": "10 parsecs", "idle_timeout": -3},
+                                    "dedup": {"key": "k", "ttl": "1h"}}))
+    assert set(found) == {"state.event_time.out_of_orderness", "state.event_time.idle_timeout"}
+    assert "'10 parsecs'" in found["state.event_time.out_of_orderness"]
+    assert "-3" in found["state.event_time.idle_timeout"]
+
+
+def test_unknown_state_keys_are_errors_at_every_level() -> None:
+    doc = minimal(state={"event_time": {"column": "t", "watermark": "1s"}, "keygroups": 8,
+                         "window": {"key": "k", "size": "1m", "aggregates": {"n": "count(*)"}, "sliding": "1s"}})
+    found = problems(doc)
+    assert set(found) == {"state.keygroups", "state.event_time.watermark", "state.window.sliding"}
+    assert all(reason.startswith("unknown key") for reason in found.values())
+
+
+def test_every_state_problem_is_reported_at_once() -> None:
+    found = problems(minimal(state={"event_time": {}, "function": {"process": "m:f", "state": {"n": "int64"},
+                                                                   "version": 0}}))
+    assert set(found) == {"state.event_time.column", "state.function.state.n", "state.function.key",
+                          "state.function.version"}

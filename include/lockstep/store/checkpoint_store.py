@@ -527,8 +527,12 @@ class CheckpointStore:
                 continue
             if view.aborted is not None:
                 aborted.add(cid)
-            for manifest in (view.claim.state_base, view.prepared.state if view.prepared else None,
-                             view.completed.state if view.completed else None):
+            # A prepared manifest is the state only until the checkpoint settles: an aborted checkpoint's
+            # never becomes the pipeline's, and a completed one's is what its completed.json names (the
+            # claim's base instead, when a user accepted duplicates).
+            in_flight = view.prepared.state if view.prepared and view.completed is None and view.aborted is None \
+                else None
+            for manifest in (view.claim.state_base, in_flight, view.completed.state if view.completed else None):
                 if manifest is not None:
                     referenced.update(manifest.all_files)
         for savepoint in self.list_savepoints():

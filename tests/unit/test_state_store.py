@@ -1,0 +1,167 @@
+"""Keyed state in the checkpoint store: which state files garbage collection deletes
+(`lockstep.store.state_files.unreferenced`, and `CheckpointStore.collect_state_garbage` over
+tests/support/fake_s3.FakeS3 with real checkpoint documents), and the state savepoints carry and
+adopted savepoints copy."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint
+from lockstep.model.offsets import OffsetRange
+from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.store.state_files import StateFiles, unreferenced
+from tests.support.fake_s3 import FakeS3
+
+BUCKET, ROOT, PIPELINE = "lockstep", "tests/orders", "orders"
+AT = "2026-01-01T00:00:00+00:00"
+
+
+# ---- unreferenced (pure) ----------------------------------------------------------------------------
+def test_unreferenced_keeps_named_and_in_flight_files_and_deletes_aborted_and_older_ones() -> None:
+    of = {"s/1/a": 1, "s/1/b": 1, "s/3/a": 3, "s/4/a": 4, "s/5/a": 5, "s/2/a": 2, "s/x/odd": None}
+    doomed = unreferenced(of, referenced={"s/1/a", "s/3/a"}, checkpoint_of=of, settled_below=3, aborted={4})
+    assert doomed == ["s/1/b", "s/2/a", "s/4/a"]
+    # kept: s/1/a and s/3/a (named), s/5/a (newer than the latest completed and not aborted: in flight),
+    # s/x/odd (not of the layout: never guessed at)
+
+
+def test_unreferenced_keeps_the_latest_completed_checkpoints_own_unnamed_files() -> None:
+    of = {"s/3/extra": 3}
+    assert unreferenced(of, referenced=set(), checkpoint_of=of, settled_below=3, aborted=set()) == []
+    assert unreferenced(of, referenced=set(), checkpoint_of=of, settled_below=3, aborted={3}) == ["s/3/extra"]
+
+
+# ---- collect_state_garbage over real documents ------------------------------------------------------------
+@pytest.fixture
+def s3() -> FakeS3:
+    return FakeS3()
+
+
+@pytest.fixture
+def store(s3: FakeS3) -> CheckpointStore:
+    return CheckpointStore(s3, BUCKET, ROOT, PIPELINE)
+
+
+def write_state(files: StateFiles, cid: int, groups: tuple[int, ...] = (0, 1)) -> StateManifest:
+    """The state files of checkpoint ``cid`` (one per group), and the manifest naming them."""
+    named = {}
+    for g in groups:
+        files.put(files.key(cid, g), f"state {cid}/{g}".encode())
+        named[g] = (files.key(cid, g),)
+    return StateManifest(operator="window", key_groups=4, written_by=cid, files=named,
+                         columns={"__ls_key": "string", "n": "bigint"}, watermark_ms=cid * 1000,
+                         partitions={"in:0": PartitionTime(cid * 1000, cid)}, keys=len(groups))
+
+
+def claim(cid: int, base: StateManifest | None, pipeline: str = PIPELINE) -> CheckpointClaim:
+    return CheckpointClaim(pipeline, cid, "run", AT, (OffsetRange("in", 0, 10 * (cid - 1), 10 * cid),),
+                           f"checkpoint:{cid - 1}", state_base=base)
+
+
+def prepared(cid: int, state: StateManifest, pipeline: str = PIPELINE) -> PreparedCheckpoint:
+    return PreparedCheckpoint(pipeline, cid, AT, (), 10, 0, 0, 1.0, state=state)
+
+
+def completed(cid: int, state: StateManifest | None, pipeline: str = PIPELINE) -> CompletedCheckpoint:
+    return CompletedCheckpoint(pipeline, cid, AT, {"in:0": 10 * cid}, (), state=state)
+
+
+def complete(store: CheckpointStore, cid: int, base: StateManifest | None, state: StateManifest) -> StateManifest:
+    store.claim(claim(cid, base, store.pipeline))
+    store.write_prepared(prepared(cid, state, store.pipeline))
+    store.mark_completed(completed(cid, state, store.pipeline))
+    return state
+
+
+def test_garbage_collection_deletes_aborted_and_stray_files_and_keeps_state_and_in_flight_files(
+        store: CheckpointStore, s3: FakeS3) -> None:
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    files.put(files.key(1, 3), b"left by a failed attempt of checkpoint 1")  # named by no manifest
+    m2 = complete(store, 2, m1, write_state(files, 2))
+    store.claim(claim(3, m2))  # its run wrote state, then died before prepared.json
+    write_state(files, 3)
+    store.mark_aborted(AbortedCheckpoint(PIPELINE, 3, AT, "its run died", "replayed next run"))
+    store.claim(claim(4, m2))  # in flight: files written, no manifest names them yet
+    write_state(files, 4, (2,))
+    deleted = store.collect_state_garbage()
+    assert deleted == sorted([files.key(1, 3), files.key(3, 0), files.key(3, 1)])
+    assert s3.keys(BUCKET, files.prefix) == sorted([*m1.all_files, *m2.all_files, files.key(4, 2)])
+    assert store.collect_state_garbage() == [], "nothing more to delete"
+
+
+def test_the_state_of_a_prepared_checkpoint_that_was_aborted_is_garbage(store: CheckpointStore, s3: FakeS3) -> None:
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    store.claim(claim(2, m1))
+    store.write_prepared(prepared(2, write_state(files, 2)))
+    store.mark_aborted(AbortedCheckpoint(PIPELINE, 2, AT, "a transaction timed out", "replayed next run"))
+    complete(store, 3, m1, m1.carried_forward())  # nothing read: the state is carried forward
+    assert store.collect_state_garbage() == [files.key(2, 0), files.key(2, 1)], \
+        "an aborted checkpoint's state never becomes the pipeline's"
+    assert s3.keys(BUCKET, files.prefix) == sorted(m1.all_files)
+
+
+def test_after_retention_superseded_state_goes_and_a_savepoints_state_stays(store: CheckpointStore,
+                                                                             s3: FakeS3) -> None:
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    store.create_savepoint("before", 1, AT)
+    m2 = complete(store, 2, m1, write_state(files, 2))
+    m3 = complete(store, 3, m2, write_state(files, 3))
+    m4 = complete(store, 4, m3, write_state(files, 4))
+    assert store.apply_retention(1) == [1, 2, 3]
+    deleted = store.collect_state_garbage()
+    assert deleted == sorted([*m2.all_files]), "m3 is checkpoint 4's base, m1 the savepoint's state"
+    assert s3.keys(BUCKET, files.prefix) == sorted([*m1.all_files, *m3.all_files, *m4.all_files])
+
+
+def test_without_a_completed_checkpoint_nothing_is_collected(store: CheckpointStore, s3: FakeS3) -> None:
+    files = store.state_files()
+    store.claim(claim(1, None))
+    write_state(files, 1)
+    store.mark_aborted(AbortedCheckpoint(PIPELINE, 1, AT, "its run died", "replayed next run"))
+    assert store.collect_state_garbage() == []
+    assert len(s3.keys(BUCKET, files.prefix)) == 2
+
+
+# ---- savepoints ---------------------------------------------------------------------------------------------
+def test_a_savepoint_carries_its_checkpoints_state_manifest(store: CheckpointStore) -> None:
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    complete(store, 2, m1, write_state(files, 2))
+    taken = store.create_savepoint("nightly", 1, AT)
+    assert taken.state == m1
+    assert store.get_savepoint("nightly").state == m1
+    assert store.create_savepoint("latest", None, AT).state == store.view(2).completed.state
+
+
+def test_an_adopted_savepoint_copies_its_state_files_under_the_adopting_pipeline(store: CheckpointStore,
+                                                                                  s3: FakeS3) -> None:
+    other = CheckpointStore(s3, BUCKET, "tests/other", "other")
+    theirs = other.state_files()
+    state = write_state(theirs, 5, (0, 2))
+    extra = f"{theirs.prefix}{5:012d}/kg-00002-part1.parquet"  # a group of two files
+    theirs.put(extra, b"second file of group 2")
+    state = replace(state, files={**state.files, 2: (theirs.key(5, 2), extra)})
+    complete(other, 5, None, state)
+    savepoint = other.create_savepoint("handover", 5, AT)
+
+    adopted = store.adopt_savepoint(savepoint, "2026-02-01T00:00:00+00:00")
+    mine = store.state_files()
+    assert adopted.pipeline == PIPELINE
+    assert adopted.state is not None
+    assert adopted.state.files == {0: (mine.key(5, 0),),
+                                   2: (f"{mine.prefix}{5:012d}/kg-00002.parquet",
+                                       f"{mine.prefix}{5:012d}/kg-00002-part1.parquet")}
+    assert all(k.startswith(f"{ROOT}/state/") for k in adopted.state.all_files)
+    for source, copy in zip(state.all_files, adopted.state.all_files, strict=True):
+        assert s3.body(BUCKET, copy) == s3.body(BUCKET, source)
+    assert replace(adopted.state, files=state.files) == state, "only the files' keys change"
+    assert store.get_savepoint("handover") == adopted
+    # the other pipeline deleting its own files leaves ours intact
+    theirs.delete(state.all_files)
+    assert all(s3.body(BUCKET, k) for k in adopted.state.all_files)

@@ -1,0 +1,137 @@
+"""The Python side of ``state.function`` (lockstep.spark.state_worker), without Spark: the per-key
+function ``applyInPandas`` calls and the migration ``mapInPandas`` calls, fed pandas DataFrames shaped
+like the cogroup's inputs, with the functions of tests/support/state_functions.py."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from lockstep.spark.state_worker import (
+    EVENT,
+    FROM_OFFSET,
+    FROM_PARTITION,
+    FROM_TOPIC,
+    GROUP,
+    KEY,
+    KIND,
+    OUT_KEY,
+    STATE_COLUMNS,
+    TIMERS,
+    FunctionSettings,
+    apply_function,
+    migrate_rows,
+    result_columns,
+    state_columns,
+)
+from tests.support.state_functions import GAP_MS
+
+FIELDS = (("count", "bigint"), ("last_at", "bigint"))
+DATA = ("customer", "amount", "topic", "partition", "offset")
+RECORD_COLUMNS = (*DATA, "event_time_ms")
+
+
+def settings(process: str = "running_count", watermark_ms: int | None = None) -> FunctionSettings:
+    return FunctionSettings(f"tests.support.state_functions:{process}", FIELDS, watermark_ms, RECORD_COLUMNS)
+
+
+def records(key: str, *rows: tuple[float, str, int, int, int], group: int = 3) -> pd.DataFrame:
+    """A key's records as the cogroup gives them: (amount, topic, partition, offset, event ms) each."""
+    return pd.DataFrame({
+        "customer": [key] * len(rows), "amount": [r[0] for r in rows], "topic": [r[1] for r in rows],
+        "partition": pd.Series([r[2] for r in rows], dtype="int32"), "offset": [r[3] for r in rows],
+        KEY: [key] * len(rows), EVENT: [r[4] for r in rows], GROUP: pd.Series([group] * len(rows), dtype="int32"),
+    }, columns=[*DATA, KEY, EVENT, GROUP])
+
+
+def no_records() -> pd.DataFrame:
+    return records("unused")
+
+
+def state(key: str, count: int, last_at: int, timers: list[int], origin: tuple[str, int, int] = ("in", 1, 40),
+          group: int = 3) -> pd.DataFrame:
+    """A key's state row as loaded from the state files (numpy dtypes, as Arrow gives them)."""
+    return pd.DataFrame({KEY: [key], GROUP: pd.Series([group], dtype="int32"), EVENT: [last_at],
+                         TIMERS: [json.dumps(timers)], FROM_TOPIC: [origin[0]],
+                         FROM_PARTITION: pd.Series([origin[1]], dtype="int32"), FROM_OFFSET: [origin[2]],
+                         "count": [count], "last_at": [last_at]})
+
+
+def no_state() -> pd.DataFrame:
+    return pd.DataFrame(columns=[n for n, _ in state_columns(FIELDS)])
+
+
+def split(result: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    assert list(result.columns) == [n for n, _ in result_columns(FIELDS)], "one schema for every call"
+    rows = result.to_dict("records")
+    return [r for r in rows if r[KIND] == "out"], [r for r in rows if r[KIND] == "state"]
+
+
+def test_a_new_keys_records_give_output_rows_with_the_provenance_of_its_last_record_and_a_new_state():
+    given = records("alice", (1.5, "in", 0, 9, 1_000), (2.5, "in", 1, 8, 5_000), (4.0, "in", 0, 10, 3_000))
+    out, new = split(apply_function(settings())(("alice",), given, no_state()))
+    # the function sees the records oldest event first
+    assert [r["value"] for r in out] == [b"alice:1:1.5", b"alice:2:4.0", b"alice:3:2.5"]
+    assert {r[OUT_KEY] for r in out} == {b"alice"}, "the state key is the output key by default"
+    assert {(r["topic"], r["partition"], r["offset"]) for r in out} == {("in", 1, 8)}, \
+        "provenance: the key's last record by event time, not by offset"
+    [row] = new
+    assert (row[KEY], row[GROUP], row[EVENT]) == ("alice", 3, 5_000)
+    assert (row[FROM_TOPIC], row[FROM_PARTITION], row[FROM_OFFSET]) == ("in", 1, 8)
+    assert (row["count"], row["last_at"]) == (3, 5_000), "the declared fields as the function returned them"
+    assert json.loads(row[TIMERS]) == [5_000 + GAP_MS]
+    assert row["value"] is None and row[OUT_KEY] is None
+
+
+def test_a_keys_state_is_given_to_the_function_as_plain_values():
+    out, new = split(apply_function(settings())(("bob",), records("bob", (7.0, "in", 1, 50, 9_000)),
+                                                state("bob", 41, 8_000, [8_000 + GAP_MS])))
+    assert [r["value"] for r in out] == [b"bob:42:7.0"]
+    [row] = new
+    assert (row["count"], row["last_at"]) == (42, 9_000)
+    assert json.loads(row[TIMERS]) == [9_000 + GAP_MS], "the function moved its timer"
+    assert type(row["count"]) is int
+
+
+def test_a_key_without_records_or_a_due_timer_keeps_its_state_unchanged():
+    before = state("carol", 5, 2_000, [2_000 + GAP_MS], origin=("in", 0, 17), group=11)
+    out, new = split(apply_function(settings(watermark_ms=2_000 + GAP_MS - 1))(("carol",), no_records(), before))
+    assert out == []
+    [row] = new
+    assert {n: row[n] for n, _ in state_columns(FIELDS)} == before.iloc[0].to_dict()
+
+
+def test_a_due_timer_fires_and_a_deleted_key_leaves_no_state_row():
+    before = state("dave", 5, 2_000, [2_000 + GAP_MS], origin=("in", 0, 17))
+    out, new = split(apply_function(settings(watermark_ms=2_000 + GAP_MS))(("dave",), no_records(), before))
+    assert new == [], "the function returned None: the key is deleted"
+    [row] = out
+    assert json.loads(row["value"]) == {"closed": "dave", "count": 5, "fired": [2_000 + GAP_MS]}
+    assert row[OUT_KEY] == b"closed-dave"
+    assert (row["topic"], row["partition"], row["offset"]) == ("in", 0, 17), "provenance: the state's last record"
+
+
+def test_no_timer_fires_before_the_first_watermark():
+    before = state("erin", 1, 0, [5])
+    out, new = split(apply_function(settings(watermark_ms=None))(("erin",), no_records(), before))
+    assert out == [] and len(new) == 1
+
+
+def test_an_undeclared_state_field_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"state fields \['surprise'\] are not declared"):
+        apply_function(settings("undeclared"))(("frank",), records("frank", (1.0, "in", 0, 1, 1)), no_state())
+
+
+def test_migrate_rows_maps_old_state_through_the_migration_and_drops_what_it_deletes():
+    old = pd.concat([state("gina", 0, 0, []), state("hugo", 3, 4_000, [14_000], origin=("in", 1, 99))],
+                    ignore_index=True).rename(columns={"count": "n"}).drop(columns=["last_at"])
+    migration = FunctionSettings("tests.support.state_functions:running_count", FIELDS, None, (),
+                                 "tests.support.state_functions:from_v1", 1)
+    [batch] = list(migrate_rows(migration, ("n",))(iter([old])))
+    assert list(batch.columns) == [n for n, _ in state_columns(FIELDS)]
+    [row] = batch.to_dict("records")
+    assert {c: row[c] for c, _ in STATE_COLUMNS} == old.iloc[1][[c for c, _ in STATE_COLUMNS]].to_dict(), \
+        "Lockstep's own columns pass through unchanged"
+    assert (row["count"], row["last_at"]) == (3, None)

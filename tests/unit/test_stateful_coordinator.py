@@ -1,0 +1,127 @@
+"""The plan and the commit of a stateful pipeline over in-memory fakes (tests/support/fake_pipeline.py):
+the state a claim starts from, the state a completed checkpoint records, and what the plan refuses."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from lockstep.errors import CheckpointError, TerminalError
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.steps import coordinator
+from lockstep.store.state_files import StateFiles
+from tests.support.fake_pipeline import SOURCE, FakeWorld, fake_world, spec
+
+STATE = {"event_time": {"column": "created_at"}, "window": {"key": "customer", "size": "1m",
+                                                            "aggregates": {"orders": "count(*)"}}}
+
+
+def dead(run_id: str) -> bool:
+    return False
+
+
+@pytest.fixture
+def world(monkeypatch) -> FakeWorld:
+    w = fake_world(monkeypatch, spec(state=STATE), partitions=2)
+    w.source.produce(SOURCE, 0, 30)
+    w.source.produce(SOURCE, 1, 20)
+    return w
+
+
+def written(files: StateFiles, cid: int, key_groups: int = 128) -> StateManifest:
+    """What a checkpoint's Spark run leaves of its state: a file per group, and the manifest naming them."""
+    named = {}
+    for g in (0, 5):
+        files.put(files.key(cid, g), f"state of {cid}".encode())
+        named[g] = (files.key(cid, g),)
+    return StateManifest(operator="window", key_groups=key_groups, written_by=cid, files=named,
+                         columns={"__ls_key": "string"}, watermark_ms=cid * 1000,
+                         partitions={f"{SOURCE}:0": PartitionTime(cid * 1000, cid)}, keys=2)
+
+
+def complete(w: FakeWorld, run_id: str, key_groups: int = 128) -> tuple[coordinator.Plan, StateManifest]:
+    plan = coordinator.plan(w.pipeline, run_id, run_alive=dead)
+    state = written(w.store.state_files(), plan.claim.checkpoint_id, key_groups)
+    w.prepare(plan, state=state)
+    coordinator.commit(w.pipeline, plan.claim.checkpoint_id)
+    return plan, state
+
+
+# ---- commit -----------------------------------------------------------------------------------------------
+def test_a_completed_stateful_checkpoint_records_its_prepared_state(world: FakeWorld):
+    plan, state = complete(world, "run-1")
+    assert plan.claim.state_base is None, "the first checkpoint starts without state"
+    view = world.store.view(1)
+    assert view.status is CheckpointStatus.COMPLETED
+    assert view.completed.state == state == view.prepared.state
+
+
+def test_accepting_duplicates_for_a_stuck_stateful_checkpoint_completes_it_with_the_state_it_started_from(
+        world: FakeWorld):
+    _, first = complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 5)
+    world.source.produce(SOURCE, 1, 5)
+    plan = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    second = written(world.store.state_files(), 2)
+    prepared = world.prepare(plan, state=second)  # each transaction carries its own source partition
+    kept = prepared.transactions[0]
+    world.committer.commit(kept.transactional_id, kept.producer_id, kept.epoch)
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)  # the broker times the other out
+    with pytest.raises(CheckpointError, match="keyed state already holds the effect"):
+        coordinator.commit(world.pipeline, 2)
+    assert world.store.view(2).status is CheckpointStatus.PREPARED
+
+    outcome = coordinator.commit(world.pipeline, 2, accept="duplicates")
+    done = world.store.view(2).completed
+    assert outcome.repair is not None and outcome.repair.accepted == "duplicates"
+    assert done.state == plan.claim.state_base == first, "the state goes back to the claim's base"
+    assert done.repair.replayed == tuple(r for r in plan.claim.ranges if not r.is_empty)
+    third, state = complete(world, "run-3")
+    assert third.claim.state_base == first
+    assert third.claim.ranges == plan.claim.ranges, "all of checkpoint 2's input is read again"
+    assert set(world.store.state_files().listing()) == {*first.all_files, *state.all_files}, \
+        "once settled, the reverted checkpoint's own state files are garbage"
+
+
+# ---- plan --------------------------------------------------------------------------------------------------
+def test_a_stateful_claim_starts_from_the_latest_completed_checkpoints_state(world: FakeWorld):
+    complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 5)
+    _, latest = complete(world, "run-2")
+    world.source.produce(SOURCE, 1, 5)
+    plan = coordinator.plan(world.pipeline, "run-3", run_alive=dead)
+    assert plan.claim.state_base == latest
+    assert world.store.view(3).claim.state_base == latest, "the stored claim carries it"
+
+
+def test_a_stateful_restore_from_a_checkpoint_or_savepoint_starts_from_its_state(world: FakeWorld):
+    _, first = complete(world, "run-1")
+    world.store.create_savepoint("nightly", 1, "2026-01-01T00:00:00+00:00")
+    world.source.produce(SOURCE, 0, 5)
+    complete(world, "run-2")
+    assert coordinator.plan(world.pipeline, "run-3", restore="checkpoint:1", run_alive=dead).claim.state_base == first
+    assert coordinator.plan(world.pipeline, "run-4", restore="nightly", dry_run=True).claim.state_base == first
+
+
+def test_a_time_restore_of_a_stateful_pipeline_is_refused_naming_the_restore(world: FakeWorld):
+    complete(world, "run-1")
+    restore = "time:2026-01-01T00:00:00+00:00"
+    with pytest.raises(TerminalError, match="cannot restore from time:2026-01-01T00:00:00") as refused:
+        coordinator.plan(world.pipeline, "run-2", restore=restore, run_alive=dead)
+    assert "savepoint or checkpoint:<id>" in str(refused.value)
+    assert list(world.store.checkpoint_ids()) == [1], "nothing was claimed"
+
+
+def test_changed_key_groups_are_refused_naming_both_numbers(world: FakeWorld):
+    complete(world, "run-1")
+    changed = spec(state={**STATE, "key_groups": 64})
+    world.pipeline = replace(world.pipeline, spec=changed)
+    with pytest.raises(TerminalError) as refused:
+        coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    message = str(refused.value)
+    assert "checkpoint 2" in message and "state.key_groups is 64" in message and "has 128 key groups" in message
+    assert list(world.store.checkpoint_ids()) == [1], "nothing was claimed"
+    world.store.state_files().record_rekey(64, 128, "2026-01-01T00:00:00+00:00")
+    assert coordinator.plan(world.pipeline, "run-3", run_alive=dead).claim.state_base is not None, \
+        "after `lockstep state rekey` the plan takes the new key groups"

@@ -1,0 +1,151 @@
+"""Event time of stateful pipelines (lockstep.rules.watermarks): the watermark a checkpoint leaves,
+idleness, when a window fires, which windows an event belongs to, and what base state a checkpoint
+may start from."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.rules.watermarks import (
+    advance,
+    fired,
+    key_group_refusal,
+    operator_refusal,
+    schema_change,
+    window_starts,
+)
+
+NOW = 1_700_000_000_000
+IDLE = 60_000
+BOUND = 100
+
+
+def at(max_event_ms: int | None, ago_ms: int = 0) -> PartitionTime:
+    return PartitionTime(max_event_ms, NOW - ago_ms)
+
+
+def manifest(operator: str = "window", key_groups: int = 8, written_by: int = 7) -> StateManifest:
+    return StateManifest(operator=operator, key_groups=key_groups, written_by=written_by, files={}, columns={},
+                         watermark_ms=None, partitions={})
+
+
+# ---- advance ----------------------------------------------------------------------------------------------
+def test_the_watermark_is_the_slowest_partitions_event_time_minus_the_bound() -> None:
+    base = {"in:0": at(1_000, 5_000), "in:1": at(2_000, 5_000)}
+    clock = advance(base, 900, {"in:0": 5_000, "in:1": 3_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    assert clock.before == 900
+    assert clock.after == 3_000 - BOUND
+    assert clock.partitions == {"in:0": PartitionTime(5_000, NOW), "in:1": PartitionTime(3_000, NOW)}
+    assert clock.idle == ()
+
+
+def test_a_partition_keeps_its_largest_event_time_when_its_new_records_are_older() -> None:
+    clock = advance({"in:0": at(8_000, 1_000)}, None, {"in:0": 6_000}, ["in:0"], NOW, BOUND, IDLE)
+    assert clock.partitions["in:0"] == PartitionTime(8_000, NOW)
+    assert clock.after == 8_000 - BOUND
+
+
+def test_a_partition_first_seen_holds_the_watermark_back_until_its_first_record() -> None:
+    base = {"in:0": at(1_000, 5_000)}
+    held = advance(base, 500, {"in:0": 9_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    assert held.partitions["in:1"] == PartitionTime(None, NOW), "first seen now: it counts from now"
+    assert held.after == 500, "in:1 may still hold older records"
+    assert advance(base, None, {"in:0": 9_000}, ["in:0", "in:1"], NOW, BOUND, IDLE).after is None
+    # its first record arrives: it holds the watermark back at its own event time
+    later = advance(held.partitions, held.after, {"in:1": 4_000}, ["in:0", "in:1"], NOW + 1_000, BOUND, IDLE)
+    assert later.after == 4_000 - BOUND
+
+
+def test_a_partition_first_seen_stops_holding_the_watermark_back_once_idle() -> None:
+    held = advance({"in:0": at(1_000, 5_000)}, 500, {"in:0": 9_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    later = advance(held.partitions, held.after, {"in:0": 10_000}, ["in:0", "in:1"], NOW + IDLE + 1, BOUND, IDLE)
+    assert later.idle == ("in:1",)
+    assert later.after == 10_000 - BOUND
+
+
+def test_an_idle_partition_stops_holding_the_watermark_back() -> None:
+    base = {"in:0": at(1_000, 1_000), "in:1": at(2_000, IDLE + 1)}
+    clock = advance(base, None, {"in:0": 9_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    assert clock.idle == ("in:1",)
+    assert clock.after == 9_000 - BOUND
+    # exactly idle_timeout without records is not idle yet
+    edge = advance({"in:0": at(1_000, 1_000), "in:1": at(2_000, IDLE)}, None, {"in:0": 9_000}, ["in:0", "in:1"],
+                   NOW, BOUND, IDLE)
+    assert edge.idle == () and edge.after == 2_000 - BOUND
+
+
+def test_when_every_partition_is_idle_the_watermark_moves_to_the_furthest_one() -> None:
+    base = {"in:0": at(3_000, IDLE + 1), "in:1": at(7_000, IDLE + 5), "in:2": at(None, IDLE + 1)}
+    clock = advance(base, 1_000, {}, ["in:0", "in:1", "in:2"], NOW, BOUND, IDLE)
+    assert clock.idle == ("in:0", "in:1", "in:2")
+    assert clock.after == 7_000 - BOUND
+
+
+def test_every_partition_idle_and_none_with_an_event_time_leaves_the_watermark() -> None:
+    clock = advance({"in:0": at(None, IDLE + 1)}, 42, {}, ["in:0"], NOW, BOUND, IDLE)
+    assert clock.after == 42
+
+
+def test_the_watermark_never_moves_backwards() -> None:
+    base = {"in:0": at(1_000, 1_000), "in:1": at(20_000, 1_000)}
+    clock = advance(base, 15_000, {"in:0": 2_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    assert clock.before == 15_000 and clock.after == 15_000
+    # a new partition's first records are older than the watermark: it stays too
+    newer = advance({"in:0": at(30_000)}, 15_000, {"in:1": 5_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    assert newer.after == 15_000
+
+
+# ---- firing and windows -----------------------------------------------------------------------------------
+def test_a_window_fires_once_the_watermark_reaches_its_end_plus_the_lateness() -> None:
+    assert fired(10_000, 2_000, 12_000)
+    assert fired(10_000, 0, 10_000)
+    assert not fired(10_000, 2_000, 11_999)
+    assert not fired(10_000, 0, None), "no watermark yet: nothing fires"
+
+
+@pytest.mark.parametrize(("event", "size", "slide", "starts"), [
+    (12_345, 10_000, 10_000, [10_000]),
+    (10_000, 10_000, 10_000, [10_000]),
+    (9_999, 10_000, 10_000, [0]),
+    (12_345, 10_000, 5_000, [5_000, 10_000]),
+    (10_000, 10_000, 5_000, [5_000, 10_000]),
+    (12_345, 9_000, 3_000, [6_000, 9_000, 12_000]),
+])
+def test_window_starts_of_tumbling_and_sliding_windows(event: int, size: int, slide: int, starts: list[int]) -> None:
+    assert window_starts(event, size, slide) == starts
+    assert all(s <= event < s + size for s in starts), "the event lies in each window"
+    assert len(starts) == size // slide
+
+
+# ---- what a checkpoint may start from -----------------------------------------------------------------
+def test_a_new_column_is_a_compatible_schema_change() -> None:
+    assert schema_change({"n": "bigint"}, {"n": "bigint", "tags": "array<string>"}) == []
+    assert schema_change({"n": "bigint"}, {"n": "bigint"}) == []
+
+
+def test_a_removed_or_retyped_column_is_named() -> None:
+    problems = schema_change({"n": "bigint", "name": "string", "at": "bigint"}, {"n": "int", "at": "bigint"})
+    assert problems == ["field 'name' (string) is gone from the state's new schema",
+                        "field 'n' changed type from bigint to int"]
+
+
+def test_changed_key_groups_are_refused_naming_both_numbers_and_the_way_out() -> None:
+    refused = key_group_refusal(manifest(key_groups=8, written_by=7), 16, None)
+    assert refused is not None
+    assert "state.key_groups is 16" in refused and "has 8 key groups" in refused and "checkpoint 7" in refused
+    assert "lockstep state rekey" in refused and "--key-groups 16" in refused
+
+
+def test_key_groups_may_change_only_to_what_a_recorded_rekey_says() -> None:
+    assert key_group_refusal(manifest(key_groups=8), 16, 16) is None
+    assert key_group_refusal(manifest(key_groups=8), 16, 32) is not None, "a rekey to other groups allows nothing"
+    assert key_group_refusal(manifest(key_groups=8), 8, None) is None
+    assert key_group_refusal(None, 16, None) is None, "the first state may have any key groups"
+
+
+def test_state_of_another_operator_is_refused() -> None:
+    refused = operator_refusal(manifest(operator="window", written_by=3), "dedup")
+    assert refused is not None and "window operator" in refused and "declares dedup" in refused
+    assert "checkpoint 3" in refused
+    assert operator_refusal(manifest(operator="dedup"), "dedup") is None
+    assert operator_refusal(None, "function") is None
