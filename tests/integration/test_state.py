@@ -208,7 +208,7 @@ def test_a_state_function_keeps_running_counts_and_timers_exactly_once(tmp_path,
 def test_savepoints_carry_the_state_to_a_restore_and_to_another_pipeline(tmp_path, bootstrap, unique, spark_connect):
     from .engine_helpers import lockstep
 
-    pipeline = make_pipeline(tmp_path / "a", bootstrap, unique, partitions=2, max_records=100)
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=100)
     stateful(pipeline, WINDOW)
     produce(pipeline, range(100))
     assert run(pipeline).returncode == 0
@@ -233,6 +233,7 @@ def test_savepoints_carry_the_state_to_a_restore_and_to_another_pipeline(tmp_pat
     assert sorted(by_checkpoint["3"]) == sorted(by_checkpoint["2"]) and by_checkpoint["2"]
 
     # Another pipeline restores from a copy: its own copy of the state files, the same windows.
+    (tmp_path / "b").mkdir()
     other = make_pipeline(tmp_path / "b", bootstrap, unique + "b", partitions=2, max_records=100)
     doc = yaml.safe_load(other.spec_path.read_text())
     doc["source"]["topics"] = [pipeline.source]
