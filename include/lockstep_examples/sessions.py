@@ -46,3 +46,20 @@ def _new() -> dict[str, Any]:
 def _closed(key: str, session: dict[str, Any]) -> dict[str, Any]:
     return {"value": {"customer": key, "closed": True, "orders": session["orders"],
                       "total_cents": session["total_cents"]}}
+
+
+def process_v2(key: str, records: Any, state: dict[str, Any] | None,
+               ctx: Context) -> tuple[list[dict[str, Any]], Any]:
+    """Version 2 of the state: ``total_cents`` is called ``cents``. Same logic as `process`."""
+    old = None if state is None else {"orders": state["orders"], "total_cents": state["cents"],
+                                      "last_at_ms": state["last_at_ms"]}
+    rows, new = process(key, records, old, ctx)
+    return rows, None if new is None else {"orders": new["orders"], "cents": new["total_cents"],
+                                           "last_at_ms": new["last_at_ms"]}
+
+
+def migrate(state: dict[str, Any], version: int) -> dict[str, Any] | None:
+    """A version-1 state as version 2 (``state.function.migrate``): ``total_cents`` became ``cents``."""
+    if version != 1:
+        raise ValueError(f"no migration from version {version}")
+    return {"orders": state["orders"], "cents": state["total_cents"], "last_at_ms": state["last_at_ms"]}

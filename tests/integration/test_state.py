@@ -217,6 +217,22 @@ def test_a_state_function_keeps_running_counts_and_timers_exactly_once(tmp_path,
     assert manifest.operator == "function" and manifest.keys == 2 and manifest.timers == 2
     report = verify(pipeline)  # one call per key over the whole input gives the same outputs
     assert report["ok"] and report["complete"] and report["expected_outputs"] == len(out), report
+
+    # Version 2 renames a field: refused when the plan is made, naming it, until a migration is named.
+    renamed = {**SESSIONS["function"], "process": "lockstep_examples.sessions:process_v2", "version": 2,
+               "state": {"orders": "bigint", "cents": "bigint", "last_at_ms": "bigint"}}
+    stateful(pipeline, {**SESSIONS, "function": renamed})
+    produce(pipeline, [1005], created_at=T0 + 1005)  # customer c0, in its open session
+    refused = run(pipeline)
+    assert refused.returncode == 2 and "'total_cents'" in refused.stderr.splitlines()[-1], refused.stderr[-2000:]
+    stateful(pipeline, {**SESSIONS, "function": {**renamed, "migrate": "lockstep_examples.sessions:migrate"}})
+    migrated = run(pipeline)
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    everything = Counter(m.value() for m in read_committed(pipeline.bootstrap, pipeline.sink))
+    second = everything - Counter(json.dumps(o, separators=(",", ":")).encode() for o in out)
+    assert [json.loads(v) for v in second.elements()] == [{"customer": "c0", "order_id": "o1005", "nth": 2}]
+    after = store(pipeline).latest_completed().completed.state
+    assert after.schema_version == 2 and "cents" in after.columns and "total_cents" not in after.columns
     assert open_transactions(pipeline) == []
 
 
