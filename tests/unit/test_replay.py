@@ -177,3 +177,16 @@ def test_accounting_of_replayed_outputs():
     assert (ok.checked, ok.expected, ok.lost, ok.duplicated, ok.unexpected, ok.sink_twice) == (3, 3, [], [], [], [])
     bad = account(expected, Counter({A: 1, B: 2, C: 1}), Counter({A: 1, B: 2}))
     assert (bad.lost, bad.duplicated, bad.unexpected, bad.sink_twice) == ([A], [B], [C], [B])
+
+
+def test_dead_letter_replay_of_a_stateful_pipeline_is_refused_with_the_way_out():
+    import argparse
+    import dataclasses
+
+    from lockstep.cli.commands import _deadletters_replay
+    from lockstep.spec import DedupSpec, EventTime, StateSpec
+
+    stateful = dataclasses.replace(spec(), state=StateSpec(
+        key_groups=4, event_time=EventTime("created_at", 0, 60_000), dedup=DedupSpec("order_id", 60_000, "drop")))
+    with pytest.raises(TerminalError, match="is stateful.*restore from a savepoint"):
+        _deadletters_replay(stateful, Selection(), argparse.Namespace(json=False))

@@ -462,9 +462,15 @@ def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.N
 
 
 def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
+    from lockstep.errors import TerminalError
     from lockstep.spark.replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
     from lockstep.steps.run import checkpoint_cycle
 
+    if spec.state is not None:
+        raise TerminalError(f"{spec.path}: {spec.name} is stateful: a replayed dead letter would land in windows or "
+                            "keys whose state has moved on (a window that already fired, a key already passed), so "
+                            "dead-letter replay is for stateless pipelines. Fix the input upstream and restore from "
+                            "a savepoint before it (`lockstep run --restore-from`) to recompute with it")
     rspec = replay_spec(spec)
     results: list[dict[str, object]] = []
     target, covered, n = None, 0, 0
