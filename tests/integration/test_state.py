@@ -47,20 +47,30 @@ WINDOW = {"key_groups": 8, "event_time": {"column": "created_at", "out_of_ordern
                      "aggregates": {"orders": "count(*)", "amount_cents": "sum(CAST(round(amount * 100) AS BIGINT))"}}}
 
 
-def expected_windows(produced: list[int], watermark_ms: int) -> dict[tuple[str, int], tuple[int, int]]:
+def sliding(slide_s: int) -> dict:
+    return {**WINDOW, "window": {**WINDOW["window"], "slide": f"{slide_s}s"}}
+
+
+def starts(t: int, slide_s: int) -> list[int]:
+    """The starts of the windows (size SIZE_S, every slide_s seconds) that hold event time t."""
+    last = t - t % slide_s
+    return list(range(last - SIZE_S + slide_s, last + 1, slide_s))
+
+
+def expected_windows(produced: list[int], watermark_ms: int, slide_s: int = SIZE_S) -> dict:
     """(customer, window start) -> (orders, amount_cents) of every window the watermark has passed."""
     windows: dict[tuple[str, int], list[int]] = {}
     for i in produced:
         doc = json.loads(timed_order(i)) if i % 10 != 7 else None
         if doc is None:
             continue
-        start = doc["created_at"] - doc["created_at"] % SIZE_S
-        if (start + SIZE_S) * 1000 <= watermark_ms:
-            windows.setdefault((doc["customer"], start), []).append(round(doc["amount"] * 100))
+        for start in starts(doc["created_at"], slide_s):
+            if (start + SIZE_S) * 1000 <= watermark_ms:
+                windows.setdefault((doc["customer"], start), []).append(round(doc["amount"] * 100))
     return {k: (len(v), sum(v)) for k, v in windows.items()}
 
 
-def window_outputs(pipeline, produced: list[int]) -> list[tuple[tuple[str, int], tuple[int, int]]]:
+def window_outputs(pipeline, produced: list[int], slide_s: int = SIZE_S) -> list[tuple[tuple[str, int], tuple[int, int]]]:
     """(customer, window start) -> (orders, amount_cents) of every output; each output's provenance
     must name the latest order its window counted (order i is offset i // 2 of partition i % 2)."""
     from datetime import datetime
@@ -68,8 +78,9 @@ def window_outputs(pipeline, produced: list[int]) -> list[tuple[tuple[str, int],
     latest: dict[tuple[str, int], int] = {}
     for i in produced:
         if i % 10 != 7:
-            key = (f"c{i % CUSTOMERS}", T0 + i - (T0 + i) % SIZE_S)
-            latest[key] = max(latest.get(key, i), i)
+            for start in starts(T0 + i, slide_s):
+                key = (f"c{i % CUSTOMERS}", start)
+                latest[key] = max(latest.get(key, i), i)
     found = []
     for record in read_committed(pipeline.bootstrap, pipeline.sink):
         doc = json.loads(record.value())
@@ -93,14 +104,15 @@ def dead_letter_errors(pipeline) -> Counter:
 # writer failpoint set to crash halts the JVM its task runs in, so it runs in submit mode (in connect
 # mode it would halt the shared server): one of them here, mid-transaction, with the Python writer.
 # The writers write a stateful checkpoint's output as any other (test_failpoints.py crashes each).
-@pytest.mark.parametrize("mode,writer,points", [
-    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS]),
-    ("submit", "python", ["job.mid_produce"]),
-], ids=["connect-jvm", "submit-python"])
-def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, writer, points, tmp_path, bootstrap,
+# Sliding windows (10 s every 5 s) in connect mode, tumbling ones in submit mode.
+@pytest.mark.parametrize("mode,writer,points,slide_s", [
+    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS], 5),
+    ("submit", "python", ["job.mid_produce"], SIZE_S),
+], ids=["connect-jvm-sliding", "submit-python-tumbling"])
+def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, writer, points, slide_s, tmp_path, bootstrap,
                                                                      unique, spark_connect):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=100, writer=writer, mode=mode)
-    stateful(pipeline, WINDOW)
+    stateful(pipeline, sliding(slide_s))
     produced: list[int] = []
     for n, point in enumerate(points):
         batch = range(40 * n, 40 * (n + 1))
@@ -125,10 +137,10 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
     newest = [max(i for i in produced if i % 2 == p and i % 10 != 7) for p in (0, 1)]
     assert manifest.watermark_ms == (T0 + min(newest)) * 1000 - 2000  # the slower partition's, less the bound
     assert s.view(latest.checkpoint_id).claim.ranges[0].end > 0
-    found = window_outputs(pipeline, produced)
+    found = window_outputs(pipeline, produced, slide_s)
     counted = Counter(key for key, _ in found)
     assert [key for key, n in counted.items() if n > 1] == []  # no (key, window) emitted twice
-    expected = expected_windows(produced, manifest.watermark_ms)
+    expected = expected_windows(produced, manifest.watermark_ms, slide_s)
     differ = {k: (dict(found).get(k), expected.get(k)) for k in set(dict(found)) | set(expected)
               if dict(found).get(k) != expected.get(k)}
     assert not differ, (sorted(differ.items())[:20], [(i, st.value) for i, st in statuses.items()])
@@ -144,7 +156,7 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
     assert not caught["ok"] and caught["duplicated"] == 1 and caught["lost"] == 0, caught
     assert dead_letter_errors(pipeline) == Counter({"not a JSON order with order_id": len(produced) // 10, "late": 3})
     # The windows still open are the state: their rows, nothing else.
-    open_rows = [i for i in produced if i % 10 != 7 and (T0 + i - (T0 + i) % SIZE_S + SIZE_S) * 1000
+    open_rows = [i for i in produced if i % 10 != 7 and (starts(T0 + i, slide_s)[-1] + SIZE_S) * 1000
                  > manifest.watermark_ms]
     assert manifest.rows == len(open_rows)
     # State files: the latest state's, and none of a checkpoint that never completed.
