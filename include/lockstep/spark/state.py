@@ -189,7 +189,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         metrics["write_seconds"] = round(time.monotonic() - began, 3)
         x.unpersist()
         log.info("checkpoint %d: state %s: %d keys, %d rows, %d bytes in %d files (load %.2f s, apply %.2f s, write "
-                 "%.2f s); %d windows pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
+                 "%.2f s); %d timers pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
                  manifest.file_count, metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"],
                  manifest.timers)
         return replace(manifest, metrics=dict(metrics))
