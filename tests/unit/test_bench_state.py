@@ -201,3 +201,22 @@ def test_report_of_one_size_has_no_growth_sentence(tmp_path: Path) -> None:
     keyed_state_report.write(results, tmp_path / "docs" / "S.md")
     text = (tmp_path / "docs" / "S.md").read_text()
     assert "How it grows" not in text and "Where the time goes" in text
+
+
+# ---- BENCHMARKS.md links to it ---------------------------------------------------------------------
+def test_the_main_report_links_to_the_state_report_and_the_committed_page_has_the_same_section(tmp_path: Path) -> None:
+    res = Results(settings={"records": 1000, "partitions": 4, "repeats": 1, "partition_records": 1000},
+                  environment={"cpus": 2}, seconds=60.0)
+    path = tmp_path / "BENCH.md"
+    report.write(res, path)
+    generated = path.read_text()
+    section = report.KEYED_STATE + "\n\n## Making Lockstep faster\n"
+    assert section in generated and "(BENCHMARKS-state.md)" in report.KEYED_STATE
+    assert generated.index("## Plan time and metadata") < generated.index("## Keyed state")
+    # Added by hand to the committed page: exactly what the next `make bench` writes there.
+    assert section in (ROOT / "docs" / "BENCHMARKS.md").read_text()
+
+
+def test_state_docs_link_to_the_state_report() -> None:
+    assert "(BENCHMARKS-state.md)" in (ROOT / "docs" / "state.md").read_text()
+    assert "BENCHMARKS.md#keyed-state" not in (ROOT / "docs" / "state.md").read_text()
