@@ -176,8 +176,9 @@ def test_report_has_a_summary_row_and_a_table_per_size() -> None:
     text = keyed_state_report.render(_results())
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     # 1,000 keys: medians 1,100 keys, 44,000 bytes (40.0 B/key), 6.00 s against 4.00 s.
-    assert "| 1,100 | 43.0 KiB | 40.0 | 32 | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | 5.00 / 3.00 |" in summary
-    assert "| 100,100 | 1.4 MiB | 15.0 |" in summary
+    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | 5.00 / 3.00 |" \
+        in summary
+    assert "| 100,000 | 100,100 | 1.4 MiB | 15.0 |" in summary
     section = text.split("## 1,000 keys", 1)[1].split("\n## ", 1)[0]
     assert "Build-up, not counted: 1,000 records in one checkpoint, stateful 4.00 s" in section
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
@@ -191,8 +192,17 @@ def test_report_reads_where_the_time_goes_and_how_it_grows() -> None:
     reading = keyed_state_report.render(_results()).split("## Reading the numbers", 1)[1].split("\n## ", 1)[0]
     assert "at 100,100 keys" in reading and "load + apply + write, take 8.00 s (67% of the checkpoint)" in reading
     assert "from 1,100 to 100,100 keys (91.00× the state), load + apply + write went 0.80 → 8.00 s (10.00×)" in reading
-    assert "+2.00 → +7.00 s" in reading and "stayed 4.00 → 5.00 s" in reading
+    assert "+2.00 → +7.00 s" in reading and "went 4.00 → 5.00 s" in reading
+    assert "already at 1,000 keys state adds +2.00 s" in reading and "+5.00 s at 100,000 keys" in reading
     assert "O(state) per checkpoint" in reading and "incremental" in reading
+
+
+def test_a_larger_state_adding_less_than_a_smaller_one_is_called_noise() -> None:
+    results = _results()
+    for r in results["sizes"][1]["checkpoints"]:
+        r[STATEFUL]["inner"]["total_s"] = 5.0  # the 100,000-key checkpoints: +0.00 s against the baseline
+    reading = keyed_state_report.render(results).split("## Reading the numbers", 1)[1]
+    assert "At 100,000 keys the addition is no larger (-2.00 s)" in reading and "on top" not in reading
 
 
 def test_report_of_one_size_has_no_growth_sentence(tmp_path: Path) -> None:
@@ -200,7 +210,7 @@ def test_report_of_one_size_has_no_growth_sentence(tmp_path: Path) -> None:
     results["sizes"] = results["sizes"][:1]
     keyed_state_report.write(results, tmp_path / "docs" / "S.md")
     text = (tmp_path / "docs" / "S.md").read_text()
-    assert "How it grows" not in text and "Where the time goes" in text
+    assert "How it grows" not in text and "Fixed and growing" not in text and "Where the time goes" in text
 
 
 # ---- BENCHMARKS.md links to it ---------------------------------------------------------------------
