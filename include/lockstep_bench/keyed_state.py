@@ -9,7 +9,8 @@ of its own and side by side in the same run:
 * the **stateless** baseline, ``lockstep_examples.orders:enrich`` over the same records.
 
 First the build-up: K distinct orders, read by both pipelines in checkpoints until the state holds K
-keys (one checkpoint: ``max_records`` is at least K). Then ``--state-checkpoints`` measured rounds:
+keys (one checkpoint: ``max_records`` is at least K), every size before any measurement. Then
+``--state-checkpoints`` measured rounds, each visiting every size in turn (``schedule``): for a size,
 ``--state-records`` new records are produced, ``--state-new-keys`` of them with order ids the state
 does not hold and the rest repeating ids it holds (spread over all K); each pipeline then runs one
 checkpoint over exactly these records, the two alternating which goes first. The duplicates are
@@ -140,33 +141,53 @@ class StateBench:
                     f"{state['metrics']}" if state else ""))
         return {**run.to_json(), "pipeline": kind}
 
-    def size(self, keys: int) -> dict[str, Any]:
+    def build(self, keys: int) -> dict[str, Any]:
+        """A state size's topic and pipelines, and its build-up: both pipelines read ``keys`` distinct orders."""
         topic = f"bench-state-{keys}-{uuid.uuid4().hex[:6]}"
         workloads.create_topic(self.bootstrap, topic, self.s.partitions)
-        specs = self._specs(keys, topic)
-        try:
-            started = time.monotonic()
-            produce(self.bootstrap, topic, list(range(keys)), self.s.partitions)
-            self.log(f"{keys:,} keys: build-up input produced in {time.monotonic() - started:.1f} s")
-            buildup = [self.checkpoint(STATELESS, specs[STATELESS], keys, f"{keys:,} keys, build-up"),
-                       self.checkpoint(STATEFUL, specs[STATEFUL], keys, f"{keys:,} keys, build-up")]
-            held = buildup[-1]["inner"]["state"]["keys"]
-            if held != keys:
-                raise RunFailed(f"the build-up of {keys:,} distinct orders left {held:,} keys in the state")
-            rounds = []
-            for n in range(self.s.checkpoints):
-                produce(self.bootstrap, topic, checkpoint_indices(keys, self.s.records, self.s.new_keys, n),
-                        self.s.partitions)
-                order = (STATEFUL, STATELESS) if n % 2 == 0 else (STATELESS, STATEFUL)
-                rounds.append({kind: self.checkpoint(kind, specs[kind], self.s.records,
-                                                     f"{keys:,} keys, checkpoint {n + 1}", repeat=n)
-                               for kind in order})
-            return {"keys": keys, "topic": topic, "buildup": buildup, "checkpoints": rounds}
-        finally:
-            for kind in (STATEFUL, STATELESS):
-                for t in (f"{topic}-{kind}-out", f"{topic}-{kind}-out-dlq"):
-                    workloads.delete_topic(self.bootstrap, t)
-            workloads.delete_topic(self.bootstrap, topic)
+        size: dict[str, Any] = {"keys": keys, "topic": topic, "specs": self._specs(keys, topic), "buildup": [],
+                                "checkpoints": []}
+        started = time.monotonic()
+        produce(self.bootstrap, topic, list(range(keys)), self.s.partitions)
+        self.log(f"{keys:,} keys: build-up input produced in {time.monotonic() - started:.1f} s")
+        size["buildup"] = [self.checkpoint(kind, size["specs"][kind], keys, f"{keys:,} keys, build-up")
+                           for kind in (STATELESS, STATEFUL)]
+        held = size["buildup"][-1]["inner"]["state"]["keys"]
+        if held != keys:
+            raise RunFailed(f"the build-up of {keys:,} distinct orders left {held:,} keys in the state")
+        return size
+
+    def round(self, size: dict[str, Any], n: int, stateful_first: bool) -> None:
+        """Measured checkpoint ``n`` of one size: its records produced, then one checkpoint of each pipeline."""
+        keys = size["keys"]
+        produce(self.bootstrap, size["topic"], checkpoint_indices(keys, self.s.records, self.s.new_keys, n),
+                self.s.partitions)
+        order = (STATEFUL, STATELESS) if stateful_first else (STATELESS, STATEFUL)
+        size["checkpoints"].append({kind: self.checkpoint(kind, size["specs"][kind], self.s.records,
+                                                          f"{keys:,} keys, checkpoint {n + 1}", repeat=n)
+                                    for kind in order})
 
     def measure(self) -> list[dict[str, Any]]:
-        return [self.size(keys) for keys in self.s.keys]
+        """Every size built up first (the first build-ups warm the Connect server), then the measured
+        checkpoints interleaved over the sizes (``schedule``), so that the machine's noise over time is
+        shared by every size as it is by the two pipelines."""
+        sizes: list[dict[str, Any]] = []
+        try:
+            for keys in self.s.keys:
+                sizes.append(self.build(keys))
+            for n, index, stateful_first in schedule(len(sizes), self.s.checkpoints):
+                self.round(sizes[index], n, stateful_first)
+            return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
+        finally:
+            for size in sizes:
+                for kind in (STATEFUL, STATELESS):
+                    for t in (f"{size['topic']}-{kind}-out", f"{size['topic']}-{kind}-out-dlq"):
+                        workloads.delete_topic(self.bootstrap, t)
+                workloads.delete_topic(self.bootstrap, size["topic"])
+
+
+def schedule(sizes: int, checkpoints: int) -> list[tuple[int, int, bool]]:
+    """The measured checkpoints in the order they run, as (checkpoint n, size index, stateful first):
+    round n visits every size, starting n places further along, and each size's pair alternates which
+    pipeline goes first from one round to the next."""
+    return [(n, (n + i) % sizes, (n + (n + i) % sizes) % 2 == 0) for n in range(checkpoints) for i in range(sizes)]

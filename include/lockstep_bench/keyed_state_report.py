@@ -151,8 +151,10 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     add(f"- **Measured:** {s['checkpoints']} checkpoints per size, each over {s['records']:,} new records: "
         f"{s['records'] - s['new_keys']:,} repeat orders the state holds (taken in turn over all K keys; they go to "
         f"the dead-letter topic as `duplicate`) and {s['new_keys']:,} are new keys. Both pipelines therefore write "
-        "every record they read to Kafka, and the state grows by the new keys only. Each round produces the "
-        "records, then runs one checkpoint of each pipeline; the order alternates.")
+        "every record they read to Kafka, and the state grows by the new keys only. Every size is built up "
+        "before the first measurement; then each round visits every size (starting one size further each "
+        "round), producing its records and running one checkpoint of each pipeline, which alternate in going "
+        "first. So the machine's noise over time falls on every size and both pipelines alike.")
     add("- **Figures:** _watermark, load, apply, write_ are the state manifest's `metrics` (docs/state.md); _rest_ "
         "is the run's Spark seconds (`prepared.spark_seconds`) minus those four: the output's stage (with its "
         "join against the state, for dedup) and the Kafka transactions. _checkpoint_ = plan + run + commit, "

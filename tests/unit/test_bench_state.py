@@ -38,6 +38,17 @@ def test_no_new_keys_only_repeats() -> None:
     assert keyed_state.checkpoint_indices(keys=3, records=5, new_keys=0, n=1) == [2, 0, 1, 2, 0]
 
 
+def test_the_schedule_interleaves_the_sizes_and_alternates_who_goes_first() -> None:
+    plan = keyed_state.schedule(sizes=3, checkpoints=3)
+    assert [(n, i) for n, i, _ in plan] == [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (1, 0), (2, 2), (2, 0), (2, 1)]
+    for size in range(3):  # each size: checkpoints 0, 1, 2 in order, the pipelines taking turns to go first
+        mine = [(n, first) for n, i, first in plan if i == size]
+        assert [n for n, _ in mine] == [0, 1, 2]
+        assert [first for _, first in mine] in ([True, False, True], [False, True, False])
+    two = keyed_state.schedule(sizes=2, checkpoints=2)
+    assert [first for n, i, first in two if i == 0] == [True, False]
+
+
 @pytest.mark.parametrize("bad", [dict(keys=()), dict(keys=(0,)), dict(new_keys=11, records=10),
                                  dict(new_keys=-1), dict(checkpoints=0)])
 def test_settings_refuse_what_cannot_be_measured(bad: dict) -> None:
