@@ -45,6 +45,7 @@ def checkpoint_figures(round_: dict[str, Any]) -> dict[str, Any]:
     total, base_total = float(inner["total_s"]), float(sl["inner"]["total_s"])
     more, ratio = added(total, base_total)
     spark_more, spark_ratio = added(spark, float(sl["inner"]["spark_seconds"]))
+    cpu_more, cpu_ratio = added(float(sf["cpu_s"]), float(sl["cpu_s"]))
     return {
         "keys": state["keys"], "rows": state["rows"], "files": state["files"], "bytes": state["bytes"],
         "bytes_per_key": bytes_per_key(state["bytes"], state["keys"]),
@@ -55,7 +56,9 @@ def checkpoint_figures(round_: dict[str, Any]) -> dict[str, Any]:
         "spark_s": spark, "total_s": total, "process_s": float(sf["wall_s"]),
         "base_spark_s": float(sl["inner"]["spark_seconds"]), "base_total_s": base_total,
         "base_process_s": float(sl["wall_s"]),
+        "cpu_s": float(sf["cpu_s"]), "base_cpu_s": float(sl["cpu_s"]),
         "added_s": more, "ratio": ratio, "spark_added_s": spark_more, "spark_ratio": spark_ratio,
+        "cpu_added_s": cpu_more, "cpu_ratio": cpu_ratio,
     }
 
 
@@ -64,12 +67,13 @@ def size_summary(size: dict[str, Any]) -> dict[str, Any]:
     rows = [checkpoint_figures(r) for r in size["checkpoints"]]
     out: dict[str, Any] = {"keys_built": size["keys"], "checkpoints": len(rows)}
     for name in rows[0] if rows else ():
-        if name in ("added_s", "ratio", "spark_added_s", "spark_ratio"):
+        if name in ("added_s", "ratio", "spark_added_s", "spark_ratio", "cpu_added_s", "cpu_ratio"):
             continue
         values = [r[name] for r in rows if r[name] is not None]
         out[name] = median(values) if values else None
     out["added_s"], out["ratio"] = added(out.get("total_s"), out.get("base_total_s"))
     out["spark_added_s"], out["spark_ratio"] = added(out.get("spark_s"), out.get("base_spark_s"))
+    out["cpu_added_s"], out["cpu_ratio"] = added(out.get("cpu_s"), out.get("base_cpu_s"))
     return out
 
 
@@ -165,16 +169,19 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     add("")
     add("| state size | keys | state on S3 | bytes per key | files | load s | apply s | write s | "
         "stateful checkpoint s | stateless checkpoint s | state adds s | stateful ÷ stateless | "
-        "Spark s stateful / stateless |")
-    add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        "Spark s stateful / stateless | CPU s stateful / stateless | state adds CPU s |")
+    add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for m in summaries:
         add(f"| {m['keys_built']:,} | {m.get('keys', 0):,.0f} | {_bytes(m.get('bytes'))} | {_s(m.get('bytes_per_key'), 1)} | "
             f"{_s(m.get('files'), 0)} | {_s(m.get('load_s'))} | {_s(m.get('apply_s'))} | {_s(m.get('write_s'))} | "
             f"{_s(m.get('total_s'))} | {_s(m.get('base_total_s'))} | {_signed(m.get('added_s'))} | "
-            f"{_x(m.get('ratio'))} | {_s(m.get('spark_s'))} / {_s(m.get('base_spark_s'))} |")
+            f"{_x(m.get('ratio'))} | {_s(m.get('spark_s'))} / {_s(m.get('base_spark_s'))} | "
+            f"{_s(m.get('cpu_s'), 1)} / {_s(m.get('base_cpu_s'), 1)} | {_signed(m.get('cpu_added_s'))} |")
     add("")
     add("_state size_: the keys built up before the measured checkpoints; _keys_: what the state held after them "
-        "(median), with each checkpoint's new keys.")
+        "(median), with each checkpoint's new keys. _CPU s_: user + system seconds of the checkpoint's process "
+        "and of the Spark Connect server during it. On a shared machine a checkpoint's wall time also counts "
+        "the time it waited for a core; its CPU seconds do not, so they vary less from run to run.")
     add("")
     for size, m in zip(sizes, summaries):
         _size_table(add, size, m)
@@ -202,16 +209,17 @@ def _size_table(add: Any, size: dict[str, Any], m: dict[str, Any]) -> None:
             f"(Spark {_s(build[STATELESS]['inner']['spark_seconds'])} s).")
         add("")
     add("| checkpoint | keys | rows | files | bytes | B/key | watermark s | load s | apply s | write s | rest s | "
-        "Spark s | checkpoint s | process s | stateless Spark s | stateless checkpoint s | state adds s | ratio |")
+        "Spark s | checkpoint s | process s | CPU s | stateless Spark s | stateless checkpoint s | stateless CPU s | "
+        "state adds s | ratio |")
     add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: | ---: |")
+        "| ---: | ---: | ---: | ---: | ---: |")
     rows = [(str(n + 1), checkpoint_figures(r)) for n, r in enumerate(size["checkpoints"])]
     for label, f in [*rows, ("median", m)]:
         add(f"| {label} | {f['keys']:,.0f} | {f['rows']:,.0f} | {f['files']:,.0f} | {f['bytes']:,.0f} | "
             f"{_s(f['bytes_per_key'], 1)} | {_s(f['watermark_s'])} | {_s(f['load_s'])} | {_s(f['apply_s'])} | "
             f"{_s(f['write_s'])} | {_s(f['spark_rest_s'])} | {_s(f['spark_s'])} | {_s(f['total_s'])} | "
-            f"{_s(f['process_s'])} | {_s(f['base_spark_s'])} | {_s(f['base_total_s'])} | {_signed(f['added_s'])} | "
-            f"{_x(f['ratio'])} |")
+            f"{_s(f['process_s'])} | {_s(f['cpu_s'], 1)} | {_s(f['base_spark_s'])} | {_s(f['base_total_s'])} | "
+            f"{_s(f['base_cpu_s'], 1)} | {_signed(f['added_s'])} | {_x(f['ratio'])} |")
     add("")
 
 
@@ -249,11 +257,16 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
             f"what state adds to a checkpoint {_signed(small.get('added_s'))} → {_signed(large.get('added_s'))} s, "
             f"while the stateless checkpoint over the same {s['records']:,} records went "
             f"{_s(small.get('base_total_s'))} → {_s(large.get('base_total_s'))} s. Each size's input per checkpoint "
-            "is the same, so the growth is the state's.")
+            "is the same, so the growth is the state's. In CPU seconds, which the machine's other load disturbs "
+            f"less, the stateful checkpoint went {_s(small.get('cpu_s'), 1)} → {_s(large.get('cpu_s'), 1)} s "
+            f"({_x(growth(small, large, 'cpu_s'))}) and the stateless one {_s(small.get('base_cpu_s'), 1)} → "
+            f"{_s(large.get('base_cpu_s'), 1)} s.")
         add(f"- **Fixed and growing parts:** already at {small.get('keys_built', 0):,} keys state adds "
             f"{_signed(small.get('added_s'))} s to a checkpoint. That part hardly depends on the state's size: a "
             "stateful run is more Spark jobs over the same records (the watermark's pass, the operator's shuffles, "
-            "the new state collected to the driver, its files written). " + _on_top(small, large))
+            "the new state collected to the driver, its files written). " + _on_top(small, large)
+            + f" In CPU seconds state adds {_signed(small.get('cpu_added_s'))} s at {small.get('keys_built', 0):,} keys "
+            f"and {_signed(large.get('cpu_added_s'))} s at {large.get('keys_built', 0):,}.")
         add(f"- **Bytes per key:** {_s(small.get('bytes_per_key'), 1)} at {small.get('keys', 0):,.0f} keys, "
             f"{_s(large.get('bytes_per_key'), 1)} at {large.get('keys', 0):,.0f}: each of the "
             f"{s['key_groups']} key groups' files carries a Parquet footer and schema whatever it holds, which "

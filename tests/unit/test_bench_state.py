@@ -115,13 +115,14 @@ def test_what_state_adds_is_a_difference_and_a_ratio() -> None:
     assert keyed_state_report.added(float("nan"), 4.0) == (None, None)
 
 
-def _run(kind: str, total: float, spark: float, state: dict | None = None, wall: float | None = None) -> dict:
+def _run(kind: str, total: float, spark: float, state: dict | None = None, wall: float | None = None,
+         cpu: float = 1.0) -> dict:
     inner = {"plan_s": 0.2, "run_s": total - 0.5, "commit_s": 0.3, "total_s": total, "spark_seconds": spark,
              "records_in": 10_000}
     if state is not None:
         inner["state"] = state
     return {"pipeline": kind, "records": 10_000, "partitions": 4, "wall_s": wall or total + 2.0, "peak_rss_mb": 1.0,
-            "cpu_s": 1.0, "inner": inner, "repeat": 0}
+            "cpu_s": cpu, "inner": inner, "repeat": 0}
 
 
 def _state(keys: int, size: int, load: float, apply: float, write: float, watermark: float = 1.0) -> dict:
@@ -131,8 +132,8 @@ def _state(keys: int, size: int, load: float, apply: float, write: float, waterm
 
 
 def _round(keys: int, size: int, load: float, total: float, base_total: float) -> dict:
-    return {STATEFUL: _run(STATEFUL, total, total - 1.0, _state(keys, size, load, 2 * load, load)),
-            STATELESS: _run(STATELESS, base_total, base_total - 1.0)}
+    return {STATEFUL: _run(STATEFUL, total, total - 1.0, _state(keys, size, load, 2 * load, load), cpu=2 * total),
+            STATELESS: _run(STATELESS, base_total, base_total - 1.0, cpu=base_total)}
 
 
 def test_one_checkpoints_figures() -> None:
@@ -142,6 +143,7 @@ def test_one_checkpoints_figures() -> None:
     assert (f["added_s"], f["ratio"]) == (2.0, 1.5)
     assert (f["spark_added_s"], f["spark_ratio"]) == (2.0, 5.0 / 3.0)
     assert f["process_s"] == 8.0 and f["base_process_s"] == 6.0
+    assert (f["cpu_s"], f["base_cpu_s"], f["cpu_added_s"], f["cpu_ratio"]) == (12.0, 4.0, 8.0, 3.0)
 
 
 def test_a_sizes_summary_takes_medians_and_compares_the_medians() -> None:
@@ -151,6 +153,7 @@ def test_a_sizes_summary_takes_medians_and_compares_the_medians() -> None:
     assert m["checkpoints"] == 3 and m["keys"] == 1_100 and m["bytes"] == 55_000 and m["load_s"] == 0.6
     assert m["total_s"] == 7.0 and m["base_total_s"] == 4.5
     assert m["added_s"] == 2.5 and m["ratio"] == pytest.approx(7.0 / 4.5)
+    assert (m["cpu_s"], m["base_cpu_s"], m["cpu_added_s"]) == (14.0, 4.5, 9.5)
 
 
 def test_growth_between_sizes() -> None:
@@ -187,15 +190,15 @@ def test_report_has_a_summary_row_and_a_table_per_size() -> None:
     text = keyed_state_report.render(_results())
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     # 1,000 keys: medians 1,100 keys, 44,000 bytes (40.0 B/key), 6.00 s against 4.00 s.
-    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | 5.00 / 3.00 |" \
-        in summary
+    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | 5.00 / 3.00 | " \
+        "12.0 / 4.0 | +8.00 |" in summary
     assert "| 100,000 | 100,100 | 1.4 MiB | 15.0 |" in summary
     section = text.split("## 1,000 keys", 1)[1].split("\n## ", 1)[0]
     assert "Build-up, not counted: 1,000 records in one checkpoint, stateful 4.00 s" in section
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| 3", "| median"]
     assert rows[1].startswith("| 2 | 1,100 | 1,100 | 32 | 44,000 | 40.0 | 1.00 | 0.20 | 0.40 | 0.20 | 3.20 | 5.00 | "
-                              "6.00 | 8.00 | 3.00 | 4.00 | +2.00 | 1.50× |")
+                              "6.00 | 8.00 | 12.0 | 3.00 | 4.00 | 4.0 | +2.00 | 1.50× |")
     assert "## 100,000 keys" in text and "Build-up" not in text.split("## 100,000 keys", 1)[1].split("\n## ", 1)[0]
 
 
@@ -204,7 +207,9 @@ def test_report_reads_where_the_time_goes_and_how_it_grows() -> None:
     assert "at 100,100 keys" in reading and "load + apply + write, take 8.00 s (67% of the checkpoint)" in reading
     assert "from 1,100 to 100,100 keys (91.00× the state), load + apply + write went 0.80 → 8.00 s (10.00×)" in reading
     assert "+2.00 → +7.00 s" in reading and "went 4.00 → 5.00 s" in reading
+    assert "the stateful checkpoint went 12.0 → 24.0 s (2.00×) and the stateless one 4.0 → 5.0 s" in reading
     assert "already at 1,000 keys state adds +2.00 s" in reading and "+5.00 s at 100,000 keys" in reading
+    assert "In CPU seconds state adds +8.00 s at 1,000 keys and +19.00 s at 100,000." in reading
     assert "O(state) per checkpoint" in reading and "incremental" in reading
 
 
