@@ -127,7 +127,7 @@ bench: setup
 
 # What keyed state costs per checkpoint at 1,000, 10,000 and 100,000 keys (load, apply and write seconds,
 # bytes on S3 per key), a stateful pipeline beside a stateless one, on its own platform; rewrites
-# docs/BENCHMARKS-state.md (about 10 minutes; --state-keys etc. in `lockstep bench --help`).
+# docs/BENCHMARKS-state.md (about 5 minutes; --state-keys etc. in `lockstep bench --help`).
 bench-state: setup
 	$(BIN)/lockstep bench --state-only --results var/bench/state-results.json --report docs/BENCHMARKS-state.md
 

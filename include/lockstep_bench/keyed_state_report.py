@@ -257,7 +257,10 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
             f"what state adds to a checkpoint {_signed(small.get('added_s'))} → {_signed(large.get('added_s'))} s, "
             f"while the stateless checkpoint over the same {s['records']:,} records went "
             f"{_s(small.get('base_total_s'))} → {_s(large.get('base_total_s'))} s. Each size's input per checkpoint "
-            "is the same, so the growth is the state's. In CPU seconds, which the machine's other load disturbs "
+            "is the same, so the growth is the state's. By step: "
+            + ", ".join(f"{label} {_s(small.get(key))} → {_s(large.get(key))} s" for key, label in (
+                ("load_s", "load"), ("apply_s", "apply"), ("write_s", "write"), ("spark_rest_s", "the rest of Spark")))
+            + ". In CPU seconds, which the machine's other load disturbs "
             f"less, the stateful checkpoint went {_s(small.get('cpu_s'), 1)} → {_s(large.get('cpu_s'), 1)} s "
             f"({_x(growth(small, large, 'cpu_s'))}) and the stateless one {_s(small.get('base_cpu_s'), 1)} → "
             f"{_s(large.get('base_cpu_s'), 1)} s.")

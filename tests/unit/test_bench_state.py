@@ -208,6 +208,7 @@ def test_report_reads_where_the_time_goes_and_how_it_grows() -> None:
     assert "from 1,100 to 100,100 keys (91.00× the state), load + apply + write went 0.80 → 8.00 s (10.00×)" in reading
     assert "+2.00 → +7.00 s" in reading and "went 4.00 → 5.00 s" in reading
     assert "the stateful checkpoint went 12.0 → 24.0 s (2.00×) and the stateless one 4.0 → 5.0 s" in reading
+    assert "By step: load 0.20 → 2.00 s, apply 0.40 → 4.00 s, write 0.20 → 2.00 s, the rest of Spark" in reading
     assert "already at 1,000 keys state adds +2.00 s" in reading and "+5.00 s at 100,000 keys" in reading
     assert "In CPU seconds state adds +8.00 s at 1,000 keys and +19.00 s at 100,000." in reading
     assert "O(state) per checkpoint" in reading and "incremental" in reading
