@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := buildsrc/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench soak up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state soak up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -124,6 +124,12 @@ demo: setup
 # run sets up the Flink SQL and Quix Streams peers in .cache/bench/ (PyPI, Maven Central); --no-peers skips them.
 bench: setup
 	$(BIN)/lockstep bench --results var/bench/results.json
+
+# What keyed state costs per checkpoint at 1,000, 10,000 and 100,000 keys (load, apply and write seconds,
+# bytes on S3 per key), a stateful pipeline beside a stateless one, on its own platform; rewrites
+# docs/BENCHMARKS-state.md (about 5 minutes; --state-keys etc. in `lockstep bench --help`).
+bench-state: setup
+	$(BIN)/lockstep bench --state-only --results var/bench/state-results.json --report docs/BENCHMARKS-state.md
 
 up: setup
 	$(BIN)/lockstep dev up --with airflow

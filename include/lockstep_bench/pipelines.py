@@ -96,12 +96,20 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     t2 = time.monotonic()
     outcome = commit(p, cid)
     t3 = time.monotonic()
-    prepared = p.store.view(cid).prepared
-    return {"checkpoint": cid, "status": outcome.status.value, "plan_s": round(t1 - t0, 3),
-            "run_s": round(t2 - t1, 3), "commit_s": round(t3 - t2, 3), "total_s": round(t3 - t0, 3),
-            "spark_seconds": prepared.spark_seconds, "session_seconds": ready.seconds,
-            "records_in": prepared.records_in, "records_out": prepared.records_out,
-            "transactions": len(prepared.transactions)}
+    view = p.store.view(cid)
+    prepared = view.prepared
+    result = {"checkpoint": cid, "status": outcome.status.value, "plan_s": round(t1 - t0, 3),
+              "run_s": round(t2 - t1, 3), "commit_s": round(t3 - t2, 3), "total_s": round(t3 - t0, 3),
+              "spark_seconds": prepared.spark_seconds, "session_seconds": ready.seconds,
+              "records_in": prepared.records_in, "records_out": prepared.records_out,
+              "records_dead_lettered": prepared.records_dead_lettered,
+              "transactions": len(prepared.transactions)}
+    # A stateful pipeline's committed state: its size and what its checkpoint measured (the keyed-state bench).
+    state = view.completed.state if view.completed is not None else prepared.state
+    if state is not None:
+        result["state"] = {"keys": state.keys, "rows": state.rows, "bytes": state.bytes, "files": state.file_count,
+                           "metrics": dict(state.metrics)}
+    return result
 
 
 # ---- Spark at-least-once ---------------------------------------------------------------------------

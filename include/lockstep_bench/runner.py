@@ -12,12 +12,14 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lockstep.paths import cache_dir, project_root
-from lockstep_bench import history, peers, workloads
+from lockstep_bench import history, keyed_state, peers, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
 from lockstep_bench.results import (
@@ -263,9 +265,32 @@ def _gib(meminfo: str) -> str:
         return meminfo
 
 
+@contextmanager
+def isolated_platform(root: Path) -> Iterator[Any]:
+    """A Kafka + S3 + Spark Connect platform of the benchmark's own on free ports, its clients' environment
+    set in this process (and so in the runs it starts) while it is up; wiped afterwards."""
+    from lockstep_dev.platform import Platform
+
+    platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
+                                                            "spark-connect": 0})
+    log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
+    platform.up(with_connect=True, out=sys.stderr)
+    saved = {k: os.environ.get(k) for k in platform.client_env()}
+    os.environ.update(platform.client_env())
+    os.environ.pop("LOCKSTEP_FAILPOINTS", None)
+    try:
+        yield platform
+    finally:
+        platform.down(wipe=True, out=sys.stderr)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def run_bench(settings: Settings) -> Path:
     from lockstep_bench import report
-    from lockstep_dev.platform import Platform
 
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
@@ -274,15 +299,8 @@ def run_bench(settings: Settings) -> Path:
     res = Results(settings={k: (str(v) if isinstance(v, Path) else v) for k, v in settings.__dict__.items()},
                   started_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     res.load["start"] = os.getloadavg()
-    platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
-                                                            "spark-connect": 0})
-    log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
-    platform.up(with_connect=True, out=sys.stderr)
-    saved = {k: os.environ.get(k) for k in platform.client_env()}
-    os.environ.update(platform.client_env())
-    os.environ.pop("LOCKSTEP_FAILPOINTS", None)
     results_path = settings.results or (root / "results.json")
-    try:
+    with isolated_platform(root) as platform:
         res.environment = {**environment(platform.kafka.bootstrap), **peer_versions}
         bench = Bench(settings, platform, root)
         main = bench.main_comparison(res)
@@ -303,13 +321,46 @@ def run_bench(settings: Settings) -> Path:
         report.write(res, report_path, baseline)
         log(f"report written to {report_path} ({res.seconds:.0f} s in all)")
         return report_path
-    finally:
-        platform.down(wipe=True, out=sys.stderr)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+
+
+def commit_of(root: Path) -> str:
+    """The checked-out commit, marked when the work tree differs from it (the report names what it measured)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return f"{head} with uncommitted changes" if dirty else head
+
+
+def run_state_bench(settings: keyed_state.StateSettings) -> Path:
+    """``--state-only``: what keyed state costs per checkpoint by state size (lockstep_bench.keyed_state)."""
+    from lockstep_bench import keyed_state_report
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-state-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}, "notes": []}
+    results_path = settings.results or (root / "results.json")
+    with isolated_platform(root) as platform:
+        results["environment"] = environment(platform.kafka.bootstrap)
+        bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,
+                                       platform.state.pids["spark-connect"], root, log)
+        results["sizes"] = bench.measure()
+        results["load"]["end"] = os.getloadavg()
+    results["seconds"] = round(time.monotonic() - started, 1)
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(results, indent=1, default=str))
+    log(f"raw results in {results_path}")
+    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
+    keyed_state_report.write(results, report_path)
+    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    return report_path
 
 
 # ---- CLI ------------------------------------------------------------------------------------------
@@ -340,6 +391,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, help="platform data folder (default: a new temporary folder)")
     parser.add_argument("--from-results", type=Path, help="only rewrite the report from an earlier run's results "
                                                           "JSON (no platform, nothing measured)")
+    state = parser.add_argument_group("keyed state (--state-only: only this, report docs/BENCHMARKS-state.md)")
+    state.add_argument("--state-only", action="store_true",
+                       help="measure what keyed state costs per checkpoint by state size, a stateful (dedup) "
+                            "pipeline beside a stateless one over the same records; nothing else")
+    state.add_argument("--state-keys", type=ints, help="state sizes in keys (default 1000,10000,100000)")
+    state.add_argument("--state-records", type=int, help="new records per measured checkpoint (default 10000)")
+    state.add_argument("--state-checkpoints", type=int, help="measured checkpoints per state size (default 3)")
+    state.add_argument("--state-new-keys", type=int,
+                       help="of each measured checkpoint's records, how many have keys the state does not hold "
+                            "(default 100; the rest repeat held keys)")
+    state.add_argument("--state-key-groups", type=int, help="the stateful pipeline's state.key_groups (default 32)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -349,6 +411,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
     return settings
+
+
+def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSettings:
+    """``--state-only``'s settings; ``--partitions``, ``--report``, ``--results`` and ``--state-dir`` apply too."""
+    names = {"state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
+             "state_new_keys": "new_keys", "state_key_groups": "key_groups", "partitions": "partitions",
+             "report": "report", "results": "results", "state_dir": "state_dir"}
+    return keyed_state.StateSettings(**{field: getattr(args, arg) for arg, field in names.items()
+                                        if getattr(args, arg, None) is not None})
 
 
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
@@ -367,6 +438,17 @@ def rewrite_report(results: Path, report_path: Path, baseline: Path | None = Non
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.state_only:
+        if args.from_results:
+            from lockstep_bench import keyed_state_report
+
+            path = args.report or keyed_state.StateSettings().report
+            path = path if path.is_absolute() else project_root() / path
+            keyed_state_report.write(json.loads(args.from_results.read_text()), path, rerendered=True)
+            log(f"report rewritten to {path} from {args.from_results}")
+        else:
+            run_state_bench(state_settings_from_args(args))
+        return 0
     if args.from_results:
         rewrite_report(args.from_results, args.report or Path("docs/BENCHMARKS.md"), args.baseline)
         return 0

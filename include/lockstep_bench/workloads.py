@@ -75,13 +75,16 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int, master: str = "local[*]",
                producer: dict | None = None, spark_conf: dict | None = None, retain: int = 20,
-               writer: str = "jvm", remote: str | None = None) -> Path:
+               writer: str = "jvm", remote: str | None = None, transform: str = TRANSFORM,
+               state: dict | None = None) -> Path:
     """A Lockstep pipeline over ``source`` with the benchmark transform and a fresh checkpoint root;
-    ``remote``: its checkpoints run in sessions of that Spark Connect server (``spark.mode: connect``)."""
+    ``remote``: its checkpoints run in sessions of that Spark Connect server (``spark.mode: connect``);
+    ``state``: the spec's ``state`` section (a stateful pipeline, with a transform that keeps its columns)."""
     spec = {
         "name": name,
         "source": {"topics": [source], "auto_offset_reset": "earliest"},
-        "transform": TRANSFORM,
+        "transform": transform,
+        **({"state": state} if state else {}),
         "sink": {"topic": sink, "dead_letter_topic": f"{sink}-dlq", "writer": writer},
         "checkpoints": {"store": f"s3://lockstep/bench/{name}", "max_records": max(1, max_records), "retain": retain},
         "transactions": {"id_prefix": name, "timeout_ms": 900_000},

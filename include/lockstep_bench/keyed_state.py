@@ -1,0 +1,193 @@
+"""``lockstep bench --state-only``: what keyed state costs per checkpoint, measured by state size.
+
+For each state size K (``--state-keys``, default 1,000, 10,000 and 100,000 keys), over one input topic
+of its own and side by side in the same run:
+
+* a **stateful** pipeline, ``dedup: {key: order_id, ttl: 30d, duplicates: dead_letter}`` over
+  ``lockstep_examples.orders:parse``: one state row per distinct order id, so the state's bytes divided
+  by its keys is the cost of a key on S3 with nothing else in the row;
+* the **stateless** baseline, ``lockstep_examples.orders:enrich`` over the same records.
+
+First the build-up: K distinct orders, read by both pipelines in checkpoints until the state holds K
+keys (one checkpoint: ``max_records`` is at least K), every size before any measurement. Then
+``--state-checkpoints`` measured rounds, each visiting every size in turn (``schedule``): for a size,
+``--state-records`` new records are produced, ``--state-new-keys`` of them with order ids the state
+does not hold and the rest repeating ids it holds (spread over all K); each pipeline then runs one
+checkpoint over exactly these records, the two alternating which goes first. The duplicates are
+dead-lettered rather than dropped, so both pipelines write every record they read to Kafka and the
+difference between them is the state. Every checkpoint runs in connect mode, on the platform's Spark
+Connect server (the runner starts the platform).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockstep_bench import pipelines as pl
+from lockstep_bench import workloads
+from lockstep_bench.measure import RunFailed, execute
+
+STATEFUL, STATELESS = "stateful", "stateless"
+STATEFUL_TRANSFORM = "lockstep_examples.orders:parse"
+STATELESS_TRANSFORM = "lockstep_examples.orders:enrich"
+#: ``lockstep_dev.datagen.order(i)``'s created_at is 1,700,000,000 + i seconds: 100,000 keys span about
+#: 28 hours of event time, well inside the TTL, so no key expires and no repeated order is late.
+TTL = "30d"
+
+
+@dataclass
+class StateSettings:
+    keys: tuple[int, ...] = (1_000, 10_000, 100_000)
+    records: int = 10_000  # new records per measured checkpoint
+    checkpoints: int = 3  # measured checkpoints per state size
+    new_keys: int = 100  # of each checkpoint's records, the ones with keys the state does not hold yet
+    partitions: int = 4
+    key_groups: int = 32  # as include/pipelines/orders_per_customer.yaml
+    report: Path = Path("docs/BENCHMARKS-state.md")
+    results: Path | None = None
+    state_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.keys or min(self.keys) < 1:
+            raise ValueError(f"--state-keys needs positive sizes, got {self.keys}")
+        if not 0 <= self.new_keys <= self.records:
+            raise ValueError(f"--state-new-keys ({self.new_keys}) must be between 0 and --state-records "
+                             f"({self.records})")
+        if self.checkpoints < 1:
+            raise ValueError("--state-checkpoints must be at least 1")
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+                for k, v in self.__dict__.items()}
+
+
+def dedup_state(key_groups: int) -> dict[str, Any]:
+    """The stateful pipeline's ``state`` section."""
+    return {"key_groups": key_groups, "event_time": {"column": "created_at", "out_of_orderness": "10s"},
+            "dedup": {"key": "order_id", "ttl": TTL, "duplicates": "dead_letter"}}
+
+
+def checkpoint_indices(keys: int, records: int, new_keys: int, n: int) -> list[int]:
+    """The ``lockstep_dev.datagen.order`` indices of measured checkpoint ``n`` (0-based) over a state of
+    ``keys`` keys (orders 0 .. keys-1): ``records - new_keys`` repeats of held orders, taken in turn
+    from where the previous checkpoint stopped so that every held key is touched as often, then
+    ``new_keys`` orders never produced before (each checkpoint's are new to every later one too)."""
+    repeats = records - new_keys
+    held = [(n * repeats + j) % keys for j in range(repeats)]
+    start = keys + n * new_keys
+    return held + list(range(start, start + new_keys))
+
+
+def produce(bootstrap: str, topic: str, indices: list[int], partitions: int) -> None:
+    """The orders of ``indices`` (about 200 bytes each, as the main bench's), round-robin over the partitions."""
+    from confluent_kafka import Producer
+
+    from lockstep_dev.datagen import order
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000, "log_level": 3})
+    for n, i in enumerate(indices):
+        while True:
+            try:
+                producer.produce(topic, order(i, pad=workloads.PAD), partition=n % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError(f"generated records were not all delivered to {topic}")
+
+
+class StateBench:
+    """The two pipelines of every state size, each checkpoint one process timed by ``measure.execute``."""
+
+    def __init__(self, settings: StateSettings, bootstrap: str, remote: str, connect_pid: int, work_dir: Path,
+                 log: Callable[[str], None]) -> None:
+        self.s = settings
+        self.bootstrap = bootstrap
+        self.remote = remote
+        self.connect_pid = connect_pid
+        self.work_dir = work_dir
+        self.log = log
+
+    def _specs(self, keys: int, topic: str) -> dict[str, Path]:
+        tag = uuid.uuid4().hex[:6]
+        specs = {}
+        for kind, transform, state in ((STATEFUL, STATEFUL_TRANSFORM, dedup_state(self.s.key_groups)),
+                                       (STATELESS, STATELESS_TRANSFORM, None)):
+            sink = f"{topic}-{kind}-out"
+            workloads.create_topic(self.bootstrap, sink, self.s.partitions)
+            workloads.create_topic(self.bootstrap, f"{sink}-dlq", self.s.partitions)
+            specs[kind] = workloads.write_spec(self.work_dir / "specs", f"bench-state-{kind}-{keys}-{tag}", topic, sink,
+                                               max(keys, self.s.records), remote=self.remote, transform=transform,
+                                               state=state)
+        return specs
+
+    def checkpoint(self, kind: str, spec: Path, records: int, label: str, repeat: int = 0) -> dict[str, Any]:
+        run = execute(f"{kind} checkpoint ({label})", pl.lockstep_command(spec, self.connect_pid), records,
+                      self.s.partitions, repeat=repeat)
+        if run.inner.get("records_in") != records:
+            raise RunFailed(f"{kind} checkpoint ({label}) read {run.inner.get('records_in')} records, expected {records}")
+        if kind == STATEFUL and "state" not in run.inner:
+            raise RunFailed(f"{kind} checkpoint ({label}) committed no state manifest")
+        state = run.inner.get("state") or {}
+        self.log(f"{kind:9} {label}: {run.inner['total_s']:6.2f} s (Spark {run.inner['spark_seconds']:.2f} s)"
+                 + (f"  state {state['keys']:,} keys {state['bytes']:,} B in {state['files']} files  "
+                    f"{state['metrics']}" if state else ""))
+        return {**run.to_json(), "pipeline": kind}
+
+    def build(self, keys: int) -> dict[str, Any]:
+        """A state size's topic and pipelines, and its build-up: both pipelines read ``keys`` distinct orders."""
+        topic = f"bench-state-{keys}-{uuid.uuid4().hex[:6]}"
+        workloads.create_topic(self.bootstrap, topic, self.s.partitions)
+        size: dict[str, Any] = {"keys": keys, "topic": topic, "specs": self._specs(keys, topic), "buildup": [],
+                                "checkpoints": []}
+        started = time.monotonic()
+        produce(self.bootstrap, topic, list(range(keys)), self.s.partitions)
+        self.log(f"{keys:,} keys: build-up input produced in {time.monotonic() - started:.1f} s")
+        size["buildup"] = [self.checkpoint(kind, size["specs"][kind], keys, f"{keys:,} keys, build-up")
+                           for kind in (STATELESS, STATEFUL)]
+        held = size["buildup"][-1]["inner"]["state"]["keys"]
+        if held != keys:
+            raise RunFailed(f"the build-up of {keys:,} distinct orders left {held:,} keys in the state")
+        return size
+
+    def round(self, size: dict[str, Any], n: int, stateful_first: bool) -> None:
+        """Measured checkpoint ``n`` of one size: its records produced, then one checkpoint of each pipeline."""
+        keys = size["keys"]
+        produce(self.bootstrap, size["topic"], checkpoint_indices(keys, self.s.records, self.s.new_keys, n),
+                self.s.partitions)
+        order = (STATEFUL, STATELESS) if stateful_first else (STATELESS, STATEFUL)
+        size["checkpoints"].append({kind: self.checkpoint(kind, size["specs"][kind], self.s.records,
+                                                          f"{keys:,} keys, checkpoint {n + 1}", repeat=n)
+                                    for kind in order})
+
+    def measure(self) -> list[dict[str, Any]]:
+        """Every size built up first (the first build-ups warm the Connect server), then the measured
+        checkpoints interleaved over the sizes (``schedule``), so that the machine's noise over time is
+        shared by every size as it is by the two pipelines."""
+        sizes: list[dict[str, Any]] = []
+        try:
+            for keys in self.s.keys:
+                sizes.append(self.build(keys))
+            for n, index, stateful_first in schedule(len(sizes), self.s.checkpoints):
+                self.round(sizes[index], n, stateful_first)
+            return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
+        finally:
+            for size in sizes:
+                for kind in (STATEFUL, STATELESS):
+                    for t in (f"{size['topic']}-{kind}-out", f"{size['topic']}-{kind}-out-dlq"):
+                        workloads.delete_topic(self.bootstrap, t)
+                workloads.delete_topic(self.bootstrap, size["topic"])
+
+
+def schedule(sizes: int, checkpoints: int) -> list[tuple[int, int, bool]]:
+    """The measured checkpoints in the order they run, as (checkpoint n, size index, stateful first):
+    round n visits every size, starting n places further along, and each size's pair alternates which
+    pipeline goes first from one round to the next."""
+    return [(n, (n + i) % sizes, (n + (n + i) % sizes) % 2 == 0) for n in range(checkpoints) for i in range(sizes)]

@@ -1,0 +1,249 @@
+"""The keyed-state benchmark's pure parts (``lockstep bench --state-only``): the input of each measured
+checkpoint, the options, the stateful pipeline's spec, the arithmetic of what state adds and of bytes
+per key, and the report rendered from a results dict. No Kafka, S3 or Spark here; no timings asserted."""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lockstep_bench import keyed_state, keyed_state_report, report, runner, workloads
+from lockstep_bench.keyed_state_report import STATEFUL, STATELESS
+from lockstep_bench.results import Results
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---- the input -------------------------------------------------------------------------------------
+def test_a_checkpoint_repeats_held_keys_evenly_and_adds_new_ones() -> None:
+    indices = keyed_state.checkpoint_indices(keys=1000, records=10_000, new_keys=100, n=0)
+    assert len(indices) == 10_000
+    held, new = indices[:9_900], indices[9_900:]
+    assert set(held) == set(range(1000))  # every held key is touched...
+    counts = Counter(held)
+    assert max(counts.values()) - min(counts.values()) <= 1  # ...about as often as any other
+    assert new == list(range(1000, 1100))
+
+
+def test_new_keys_are_new_to_every_later_checkpoint_and_held_ones_continue_in_turn() -> None:
+    first, second = (keyed_state.checkpoint_indices(keys=10_000, records=1_000, new_keys=10, n=n) for n in (0, 1))
+    assert first[:990] == list(range(990)) and second[:990] == list(range(990, 1980))
+    assert first[990:] == list(range(10_000, 10_010)) and second[990:] == list(range(10_010, 10_020))
+    assert all(i < 10_000 for i in first[:990] + second[:990])
+
+
+def test_no_new_keys_only_repeats() -> None:
+    assert keyed_state.checkpoint_indices(keys=3, records=5, new_keys=0, n=1) == [2, 0, 1, 2, 0]
+
+
+def test_the_schedule_interleaves_the_sizes_and_alternates_who_goes_first() -> None:
+    plan = keyed_state.schedule(sizes=3, checkpoints=3)
+    assert [(n, i) for n, i, _ in plan] == [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (1, 0), (2, 2), (2, 0), (2, 1)]
+    for size in range(3):  # each size: checkpoints 0, 1, 2 in order, the pipelines taking turns to go first
+        mine = [(n, first) for n, i, first in plan if i == size]
+        assert [n for n, _ in mine] == [0, 1, 2]
+        assert [first for _, first in mine] in ([True, False, True], [False, True, False])
+    two = keyed_state.schedule(sizes=2, checkpoints=2)
+    assert [first for n, i, first in two if i == 0] == [True, False]
+
+
+@pytest.mark.parametrize("bad", [dict(keys=()), dict(keys=(0,)), dict(new_keys=11, records=10),
+                                 dict(new_keys=-1), dict(checkpoints=0)])
+def test_settings_refuse_what_cannot_be_measured(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        keyed_state.StateSettings(**bad)
+
+
+# ---- the options -----------------------------------------------------------------------------------
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_state_only_defaults_are_the_issues_sizes() -> None:
+    args = _args("--state-only")
+    assert args.state_only
+    s = runner.state_settings_from_args(args)
+    assert s.keys == (1_000, 10_000, 100_000) and s.records == 10_000 and s.checkpoints == 3
+    assert s.report == Path("docs/BENCHMARKS-state.md") and s.partitions == 4 and s.key_groups == 32
+
+
+def test_state_options_and_the_shared_ones_reach_the_settings(tmp_path: Path) -> None:
+    s = runner.state_settings_from_args(_args(
+        "--state-only", "--state-keys", "500,5000", "--state-records", "2000", "--state-checkpoints", "2",
+        "--state-new-keys", "20", "--state-key-groups", "8", "--partitions", "2", "--report", str(tmp_path / "r.md"),
+        "--results", str(tmp_path / "r.json")))
+    assert (s.keys, s.records, s.checkpoints, s.new_keys, s.key_groups, s.partitions) == \
+        ((500, 5000), 2000, 2, 20, 8, 2)
+    assert s.report == tmp_path / "r.md" and s.results == tmp_path / "r.json"
+    assert s.to_json()["keys"] == [500, 5000] and s.to_json()["report"] == str(tmp_path / "r.md")
+
+
+def test_without_state_only_the_main_bench_runs() -> None:
+    assert not _args().state_only
+
+
+# ---- the pipelines ---------------------------------------------------------------------------------
+def test_the_stateful_spec_is_a_dedup_on_order_id_and_the_baseline_has_no_state(tmp_path: Path) -> None:
+    from lockstep.spec import load_spec
+
+    stateful = load_spec(str(workloads.write_spec(
+        tmp_path, "s", "in", "out", 10_000, remote="sc://h:1", transform=keyed_state.STATEFUL_TRANSFORM,
+        state=keyed_state.dedup_state(32))))
+    assert stateful.state is not None and stateful.state.dedup is not None
+    assert stateful.state.key_groups == 32 and stateful.state.dedup.duplicates == "dead_letter"
+    assert stateful.state.dedup.ttl_ms == 30 * 86_400_000 and stateful.transform == "lockstep_examples.orders:parse"
+    stateless = load_spec(str(workloads.write_spec(tmp_path, "b", "in", "out2", 10_000, remote="sc://h:1",
+                                                   transform=keyed_state.STATELESS_TRANSFORM)))
+    assert stateless.state is None and stateless.transform == "lockstep_examples.orders:enrich"
+
+
+# ---- arithmetic ------------------------------------------------------------------------------------
+def test_bytes_per_key() -> None:
+    assert keyed_state_report.bytes_per_key(40_000, 1_000) == 40.0
+    assert keyed_state_report.bytes_per_key(1_234, 0) is None and keyed_state_report.bytes_per_key(None, 5) is None
+
+
+def test_what_state_adds_is_a_difference_and_a_ratio() -> None:
+    assert keyed_state_report.added(6.0, 4.0) == (2.0, 1.5)
+    assert keyed_state_report.added(3.0, 4.0) == (-1.0, 0.75)
+    assert keyed_state_report.added(3.0, 0.0) == (3.0, None)
+    assert keyed_state_report.added(None, 4.0) == (None, None)
+    assert keyed_state_report.added(float("nan"), 4.0) == (None, None)
+
+
+def _run(kind: str, total: float, spark: float, state: dict | None = None, wall: float | None = None,
+         cpu: float = 1.0) -> dict:
+    inner = {"plan_s": 0.2, "run_s": total - 0.5, "commit_s": 0.3, "total_s": total, "spark_seconds": spark,
+             "records_in": 10_000}
+    if state is not None:
+        inner["state"] = state
+    return {"pipeline": kind, "records": 10_000, "partitions": 4, "wall_s": wall or total + 2.0, "peak_rss_mb": 1.0,
+            "cpu_s": cpu, "inner": inner, "repeat": 0}
+
+
+def _state(keys: int, size: int, load: float, apply: float, write: float, watermark: float = 1.0) -> dict:
+    return {"keys": keys, "rows": keys, "bytes": size, "files": 32,
+            "metrics": {"watermark_seconds": watermark, "load_seconds": load, "apply_seconds": apply,
+                        "write_seconds": write, "rows": 10_000}}
+
+
+def _round(keys: int, size: int, load: float, total: float, base_total: float) -> dict:
+    return {STATEFUL: _run(STATEFUL, total, total - 1.0, _state(keys, size, load, 2 * load, load), cpu=2 * total),
+            STATELESS: _run(STATELESS, base_total, base_total - 1.0, cpu=base_total)}
+
+
+def test_one_checkpoints_figures() -> None:
+    f = keyed_state_report.checkpoint_figures(_round(1_000, 50_000, 0.5, total=6.0, base_total=4.0))
+    assert f["bytes_per_key"] == 50.0 and f["state_s"] == 2.0  # load 0.5 + apply 1.0 + write 0.5
+    assert f["spark_s"] == 5.0 and f["spark_rest_s"] == 5.0 - (1.0 + 0.5 + 1.0 + 0.5)
+    assert (f["added_s"], f["ratio"]) == (2.0, 1.5)
+    assert (f["spark_added_s"], f["spark_ratio"]) == (2.0, 5.0 / 3.0)
+    assert f["process_s"] == 8.0 and f["base_process_s"] == 6.0
+    assert (f["cpu_s"], f["base_cpu_s"], f["cpu_added_s"], f["cpu_ratio"]) == (12.0, 4.0, 8.0, 3.0)
+
+
+def test_a_sizes_summary_takes_medians_and_compares_the_medians() -> None:
+    size = {"keys": 1_000, "checkpoints": [_round(1_000, 50_000, 0.5, 6.0, 4.0), _round(1_100, 55_000, 0.7, 9.0, 4.5),
+                                           _round(1_200, 60_000, 0.6, 7.0, 5.0)]}
+    m = keyed_state_report.size_summary(size)
+    assert m["checkpoints"] == 3 and m["keys"] == 1_100 and m["bytes"] == 55_000 and m["load_s"] == 0.6
+    assert m["total_s"] == 7.0 and m["base_total_s"] == 4.5
+    assert m["added_s"] == 2.5 and m["ratio"] == pytest.approx(7.0 / 4.5)
+    assert (m["cpu_s"], m["base_cpu_s"], m["cpu_added_s"]) == (14.0, 4.5, 9.5)
+
+
+def test_growth_between_sizes() -> None:
+    assert keyed_state_report.growth({"state_s": 0.5}, {"state_s": 5.0}, "state_s") == 10.0
+    assert keyed_state_report.growth({"state_s": 0.0}, {"state_s": 5.0}, "state_s") is None
+    assert keyed_state_report.growth({}, {"state_s": 5.0}, "state_s") is None
+
+
+# ---- the report ------------------------------------------------------------------------------------
+def _results() -> dict:
+    small = [_round(1_000 + 100 * n, 40_000 + 4_000 * n, 0.2, 5.0 + n, 4.0) for n in range(3)]
+    large = [_round(100_000 + 100 * n, 1_500_000, 2.0, 12.0, 4.0 + n) for n in range(3)]
+    settings = keyed_state.StateSettings(keys=(1_000, 100_000), results=Path("var/bench/state-results.json"))
+    return {"settings": settings.to_json(), "started_at": "2026-11-26 02:00:00 UTC", "commit": "abc1234",
+            "seconds": 600.0, "load": {"start": [2.0, 2.5, 2.2], "end": [3.0, 2.8, 2.4]},
+            "environment": {"cpus": 2, "cpu_model": "Test CPU", "spark": "4.0.0"},
+            "sizes": [{"keys": 1_000, "buildup": [_run(STATELESS, 3.0, 2.0), _run(STATEFUL, 4.0, 3.0, _state(
+                1_000, 40_000, 0.0, 0.5, 0.3))], "checkpoints": small},
+                {"keys": 100_000, "buildup": [], "checkpoints": large}],
+            "notes": ["a note of the run"]}
+
+
+def test_report_names_the_command_the_commit_the_machine_and_the_date() -> None:
+    text = keyed_state_report.render(_results())
+    head = text.split("## Machine", 1)[0]
+    assert text.startswith("# Benchmarks: what keyed state costs")
+    assert "`make bench-state`" in head and "lockstep bench --state-only" in head
+    assert "2026-11-26 02:00:00 UTC" in head and "`abc1234`" in head and "10.0 minutes" in head
+    assert "| CPUs (nproc) | 2 |" in text and "| CPU | Test CPU |" in text and "2.0/2.5/2.2 / 3.0/2.8/2.4" in text
+    assert "- a note of the run" in text and "`var/bench/state-results.json`" in text
+
+
+def test_report_has_a_summary_row_and_a_table_per_size() -> None:
+    text = keyed_state_report.render(_results())
+    summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    # 1,000 keys: medians 1,100 keys, 44,000 bytes (40.0 B/key), 6.00 s against 4.00 s.
+    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | 5.00 / 3.00 | " \
+        "12.0 / 4.0 | +8.00 |" in summary
+    assert "| 100,000 | 100,100 | 1.4 MiB | 15.0 |" in summary
+    section = text.split("## 1,000 keys", 1)[1].split("\n## ", 1)[0]
+    assert "Build-up, not counted: 1,000 records in one checkpoint, stateful 4.00 s" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| 3", "| median"]
+    assert rows[1].startswith("| 2 | 1,100 | 1,100 | 32 | 44,000 | 40.0 | 1.00 | 0.20 | 0.40 | 0.20 | 3.20 | 5.00 | "
+                              "6.00 | 8.00 | 12.0 | 3.00 | 4.00 | 4.0 | +2.00 | 1.50× |")
+    assert "## 100,000 keys" in text and "Build-up" not in text.split("## 100,000 keys", 1)[1].split("\n## ", 1)[0]
+
+
+def test_report_reads_where_the_time_goes_and_how_it_grows() -> None:
+    reading = keyed_state_report.render(_results()).split("## Reading the numbers", 1)[1].split("\n## ", 1)[0]
+    assert "at 100,100 keys" in reading and "load + apply + write, take 8.00 s (67% of the checkpoint)" in reading
+    assert "from 1,100 to 100,100 keys (91.00× the state), load + apply + write went 0.80 → 8.00 s (10.00×)" in reading
+    assert "+2.00 → +7.00 s" in reading and "went 4.00 → 5.00 s" in reading
+    assert "the stateful checkpoint went 12.0 → 24.0 s (2.00×) and the stateless one 4.0 → 5.0 s" in reading
+    assert "By step: load 0.20 → 2.00 s, apply 0.40 → 4.00 s, write 0.20 → 2.00 s, the rest of Spark" in reading
+    assert "already at 1,000 keys state adds +2.00 s" in reading and "+5.00 s at 100,000 keys" in reading
+    assert "In CPU seconds state adds +8.00 s at 1,000 keys and +19.00 s at 100,000." in reading
+    assert "O(state) per checkpoint" in reading and "incremental" in reading
+
+
+def test_a_larger_state_adding_less_than_a_smaller_one_is_called_noise() -> None:
+    results = _results()
+    for r in results["sizes"][1]["checkpoints"]:
+        r[STATEFUL]["inner"]["total_s"] = 5.0  # the 100,000-key checkpoints: +0.00 s against the baseline
+    reading = keyed_state_report.render(results).split("## Reading the numbers", 1)[1]
+    assert "At 100,000 keys the addition is no larger (-2.00 s)" in reading and "on top" not in reading
+
+
+def test_report_of_one_size_has_no_growth_sentence(tmp_path: Path) -> None:
+    results = _results()
+    results["sizes"] = results["sizes"][:1]
+    keyed_state_report.write(results, tmp_path / "docs" / "S.md")
+    text = (tmp_path / "docs" / "S.md").read_text()
+    assert "How it grows" not in text and "Fixed and growing" not in text and "Where the time goes" in text
+
+
+# ---- BENCHMARKS.md links to it ---------------------------------------------------------------------
+def test_the_main_report_links_to_the_state_report_and_the_committed_page_has_the_same_section(tmp_path: Path) -> None:
+    res = Results(settings={"records": 1000, "partitions": 4, "repeats": 1, "partition_records": 1000},
+                  environment={"cpus": 2}, seconds=60.0)
+    path = tmp_path / "BENCH.md"
+    report.write(res, path)
+    generated = path.read_text()
+    section = report.KEYED_STATE + "\n\n## Making Lockstep faster\n"
+    assert section in generated and "(BENCHMARKS-state.md)" in report.KEYED_STATE
+    assert generated.index("## Plan time and metadata") < generated.index("## Keyed state")
+    # Added by hand to the committed page: exactly what the next `make bench` writes there.
+    assert section in (ROOT / "docs" / "BENCHMARKS.md").read_text()
+
+
+def test_state_docs_link_to_the_state_report() -> None:
+    assert "(BENCHMARKS-state.md)" in (ROOT / "docs" / "state.md").read_text()
+    assert "BENCHMARKS.md#keyed-state" not in (ROOT / "docs" / "state.md").read_text()
