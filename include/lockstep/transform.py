@@ -8,8 +8,10 @@ so the transform's top-level package (or single module) is zipped and handed to 
 """
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -100,4 +102,8 @@ def ship_to_executors(spark: object, spec: PipelineSpec, module_names: tuple[str
         else:
             session.sparkContext.addPyFile(str(archive))
         shipped.append(archive.name)
+    if not shipped or is_connect_session(spark):
+        shutil.rmtree(folder, ignore_errors=True)  # uploaded to the server already (or nothing built)
+    else:  # a classic driver serves the archives from here while its job runs
+        atexit.register(shutil.rmtree, folder, True)
     return shipped

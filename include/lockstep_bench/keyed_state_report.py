@@ -163,7 +163,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         "is the run's Spark seconds (`prepared.spark_seconds`) minus those four: the output's stage (with its "
         "join against the state, for dedup) and the Kafka transactions. _checkpoint_ = plan + run + commit, "
         "timed in the process that runs them; _process_ adds Python start and imports. _bytes_ are the state's "
-        "Parquet files on S3 (snappy), _files_ one per key group that holds keys.")
+        "Parquet files on S3 (zstd), _files_ one per key group that holds keys.")
     add("")
     add("## Summary (medians of the measured checkpoints)")
     add("")

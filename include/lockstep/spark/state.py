@@ -50,6 +50,8 @@ INTERNAL = (KEY, EVENT, GROUP)
 #: Columns of the transform's output that are never state: the output record's own fields.
 NOT_STATE = ("value", "key", "headers", "error")
 PROVENANCE = ("topic", "partition", "offset")
+#: The pending timers (their count ``n`` and the earliest, ``next``) of a new state, as one-row aggregate.
+Timers = Callable[["DataFrame"], "DataFrame"]
 #: The dead-letter errors of the stateful operators.
 LATE, DUPLICATE = "late", "duplicate"
 
@@ -181,8 +183,10 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
 
     def finish() -> StateManifest:
         began = time.monotonic()
-        table = new_state.toArrow()
-        pending = timers.collect()[0]
+        kept = new_state.persist()  # computed once for its rows and its timers
+        table = kept.toArrow()
+        pending = timers(kept).collect()[0]
+        kept.unpersist()
         metrics["apply_seconds"] = round(time.monotonic() - began, 3)
         began = time.monotonic()
         manifest = _write(spec, cid, table, files, columns, clock, int(pending["n"] or 0), pending["next"], metrics)
@@ -311,7 +315,7 @@ def keyed(spec: PipelineSpec, transformed: DataFrame) -> DataFrame:
 
 
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-             data_columns: list[str]) -> tuple[DataFrame, DataFrame, DataFrame]:
+             data_columns: list[str]) -> tuple[DataFrame, DataFrame, Timers]:
     from pyspark.sql import functions as F
 
     w = state.window
@@ -339,13 +343,16 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
                           F.lit(None).cast("string").alias("error"))
     keep = (last_end(F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
     new_state = rows.filter(keep)
-    pending = exploded.filter(~fires & open_before)
-    timers = pending.agg(F.count_distinct(KEY, "__ls_start").alias("n"), F.min(end).alias("next"))
+
+    def timers(kept: DataFrame) -> DataFrame:  # the windows of the kept rows that have not fired
+        pending = kept.withColumn("__ls_start", F.explode(window_starts_column(w))).filter(~fires & open_before)
+        return pending.agg(F.count_distinct(KEY, "__ls_start").alias("n"), F.min(end).alias("next"))
+
     return _records(late).unionByName(output), new_state, timers
 
 
 def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
-           loaded: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+           loaded: DataFrame) -> tuple[DataFrame, DataFrame, Timers]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -371,12 +378,15 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     output = output.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset")
     kept = loaded.unionByName(first.select(*INTERNAL))
     new_state = kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept
-    timers = new_state.agg(F.count(F.lit(1)).alias("n"), F.min(F.col(EVENT) + ttl).alias("next"))
+
+    def timers(kept: DataFrame) -> DataFrame:  # each key's expiry
+        return kept.agg(F.count(F.lit(1)).alias("n"), F.min(F.col(EVENT) + ttl).alias("next"))
+
     return output, new_state, timers
 
 
 def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-              record_columns: list[str]) -> tuple[DataFrame, DataFrame, DataFrame]:
+              record_columns: list[str]) -> tuple[DataFrame, DataFrame, Timers]:
     """The user's function per key, over ``cogroup(new records, state).applyInPandas``; its result is kept
     (a local checkpoint) so that the output and the state written come from the same calls."""
     from pyspark.sql import functions as F
@@ -405,7 +415,10 @@ def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: Data
     new_state = result.filter(F.col(KIND) == "state").select(*[n for n, _ in state_columns(f.fields)])
     # Timers are a JSON list of epoch ms: an array column did not survive pandas -> Arrow in cogroup (pyspark 4.0.0).
     times = F.from_json(F.col(TIMERS), "array<bigint>")
-    timers = new_state.select(F.explode(times).alias("t")).agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("next"))
+
+    def timers(kept: DataFrame) -> DataFrame:
+        return kept.select(F.explode(times).alias("t")).agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("next"))
+
     return output, new_state, timers
 
 
