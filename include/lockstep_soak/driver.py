@@ -562,8 +562,13 @@ spark:
         """``lockstep verify --json`` (the windows recomputed from the whole committed input) and the
         latest completed checkpoint's state manifest, each in a process of its own with the steps'
         environment, against the orders the soak produced."""
+        from lockstep_dev import s3 as s3_svc
         from lockstep_soak.audit import committed_offsets
 
+        # The fault proxy is closed by now: the audit talks to S3 directly.
+        env = {**env, "AIRFLOW_CONN_AWS_SOAK": json.dumps({
+            "conn_type": "aws", "login": s3_svc.ACCESS_KEY, "password": s3_svc.SECRET_KEY,
+            "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.platform.s3.endpoint}})}
         errors: list[str] = []
         runs = {"verify": [sys.executable, "-c", "import sys; from lockstep.cli import main; sys.exit(main())",
                            "verify", "--spec", str(self.spec_path), "--json"],

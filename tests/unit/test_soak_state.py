@@ -78,3 +78,40 @@ def test_the_stateful_input_moves_event_time_on_and_its_bad_cases_are_what_the_t
     assert timed_order(13, BadCase.NULL_VALUE)[0] is None
     assert timed_order(14, BadCase.NOT_UTF8)[1].event_ms is None
     assert json.loads(timed_order(15, BadCase.POISON)[0])["amount"] == "twelve"
+
+
+class _Msg:
+    def __init__(self, partition: int, offset: int, error: str | None):
+        from lockstep.model.output_contract import ERROR_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+
+        self._headers = [(SOURCE_TOPIC, b"in"), (SOURCE_PARTITION, str(partition).encode()),
+                         (SOURCE_OFFSET, str(offset).encode())] + ([(ERROR_HEADER, error.encode())] if error else [])
+
+    def headers(self):
+        return self._headers
+
+    def partition(self):
+        return 0
+
+    def offset(self):
+        return 0
+
+
+def test_dead_letters_are_audited_per_order_and_late_ones_only_for_orders_produced_late(monkeypatch):
+    from lockstep_soak import audit
+    from lockstep_soak.audit import VALID, Produced, audit_dead_letters
+
+    produced = {(0, 0): Produced(VALID, "o0", 1), (0, 1): Produced("poison", "o1", 1),
+                (0, 2): Produced("late", "o2", 1), (0, 3): Produced("late", "o3", 1),
+                (0, 4): Produced("null_value", None, 0), (0, 5): Produced(VALID, "o5", 1)}
+    dead = [_Msg(0, 1, "amount missing or not a number"), _Msg(0, 2, "late"), _Msg(0, 5, "late")]
+    monkeypatch.setattr(audit, "committed_offsets", lambda *a: {0: 6})
+    monkeypatch.setattr(audit, "read_committed", lambda *a: [("dlq", m) for m in dead] + [("out", object())])
+    result, late_unplanned = audit_dead_letters({}, "in", "out", "dlq", "g", produced)
+    # o3 (late, counted in its window) is fine; null_value never dead-lettered is lost; o5 is in-order but late
+    assert result.lost == [(0, 4)] and result.duplicated == [] and result.unexpected == []
+    assert late_unplanned == 1 and result.outputs == 4 and result.cases["late"].dead_lettered == 1
+    dead.append(_Msg(0, 0, "customer missing"))
+    dead.append(_Msg(0, 1, "amount missing or not a number"))
+    result, _ = audit_dead_letters({}, "in", "out", "dlq", "g", produced)
+    assert result.duplicated == [(0, 1)] and len(result.unexpected) == 1 and "a valid order 0@0" in result.unexpected[0]
