@@ -98,7 +98,8 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         got = cases.get(case)
         if got is None:
             continue
-        what = "a valid JSON order" if case == "valid" else BAD_CASE_DESCRIPTIONS[BadCase(case)]
+        what = (STATEFUL_CASE_TEXT.get(case) if stateful else None) or \
+            ("a valid JSON order" if case == "valid" else BAD_CASE_DESCRIPTIONS[BadCase(case)])
         reasons = "; ".join(f"`{r}` ({n})" for r, n in got["reasons"].items()) or "-"
         lines.append(f"| {case} | {what} | {got['records']} | {got['to_sink']} | {got['dead_lettered']} | {reasons} |")
     failures = Counter(f"{c['failed_step']}: {_generic(c['reason'])}" for c in cycles if not c["ok"])
@@ -129,6 +130,10 @@ STATEFUL_BAD_TEXT = ("The transform is `lockstep_examples.orders:parse`: an orde
                      "topic, never into a window. A late order is a valid one created an hour before the rest: "
                      "dead-lettered as `late` by any checkpoint that starts with a watermark past its window, "
                      "counted in its window otherwise (the first checkpoint has no watermark yet).")
+
+#: What a case is in the stateful soak, where it is not what the stateless one's is.
+STATEFUL_CASE_TEXT = {"valid": "a valid JSON order (counted in its window, not written itself)",
+                      BadCase.POISON.value: "a JSON order whose amount is not a number: the transform gives it an error"}
 
 
 def _yes(ok: bool) -> str:

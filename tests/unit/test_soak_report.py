@@ -93,3 +93,10 @@ def test_a_state_mismatch_and_an_incomplete_recompute_are_shown():
 def test_a_stateful_report_without_state_figures_says_so_and_a_stateless_one_has_no_table():
     assert "the stateful audit did not run" in render(stateful_result(None), "x")
     assert "## Keyed state" not in render(result(), "x")
+
+
+def test_a_stateful_report_says_what_each_case_is_to_the_stateful_transform():
+    text = render(stateful_result(STATE), "x")
+    assert "| poison | a JSON order whose amount is not a number: the transform gives it an error | 4 |" in text
+    assert "| valid | a valid JSON order (counted in its window, not written itself) | 26 |" in text
+    assert "row function raise" in render(result(), "x")
