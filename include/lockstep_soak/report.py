@@ -26,8 +26,8 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
     verdict = "PASSED" if doc["ok"] else "FAILED"
     state = audit.get("state")
     stateful = bool(doc["config"].get("stateful"))
-    per_record = "dead letters (every bad order once, no valid one; the windows are below)" if stateful \
-        else "sink + dead letters"
+    per_record = ("sink (windows, checked below) + dead letters (each matched to its order: every bad order "
+                  "once, no valid one)") if stateful else "sink + dead letters"
     lines = [
         "# Reliability: what exactly-once survived" + (" with keyed state" if stateful else ""),
         "",
