@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := buildsrc/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state soak up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state soak soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -107,6 +107,13 @@ integration: setup browser
 SOAK_ARGS ?= --cycles 80 --min-faults 200 --faults-per-cycle 3 --more 0.9 --records 200
 soak: setup
 	$(BIN)/lockstep soak $(SOAK_ARGS) --report docs/RELIABILITY.md
+
+# The stateful soak: the same faults on a windowed pipeline with keyed state in S3 (kill_run kills a
+# stateful run mid-way), on the single topology; the audit recomputes every window from the whole
+# input and checks the committed state against it. Writes docs/RELIABILITY-state.md; ~15-20 min on 2 cores.
+SOAK_STATE_ARGS ?= --cycles 20 --min-faults 30 --faults-per-cycle 3 --more 0.9 --records 200
+soak-state: setup
+	$(BIN)/lockstep soak --stateful --topology single $(SOAK_STATE_ARGS) --report docs/RELIABILITY-state.md
 
 # Debian's Chromium for the Checkpoints page browser test (no-op when present).
 browser:

@@ -34,6 +34,7 @@ class Produced:
     case: str              # VALID or a schedule.BadCase value
     order_id: str | None   # what a sink record made from it must carry
     size: int
+    event_ms: int | None = None  # stateful soak: the order's event time (created_at), None if it has none
 
 
 @dataclass
@@ -58,6 +59,8 @@ class AuditResult:
     unexpected: list[str] = field(default_factory=list)
     mismatched: list[Offset] = field(default_factory=list)
     cases: dict[str, CaseOutcome] = field(default_factory=dict)
+    #: the stateful soak's windows and keyed state against their recomputation (None: a stateless soak)
+    state: StateFigures | None = None
 
     @property
     def uncovered(self) -> int:
@@ -65,7 +68,8 @@ class AuditResult:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.mismatched)
+        return (not (self.lost or self.duplicated or self.unexpected or self.mismatched)
+                and (self.state is None or self.state.ok))
 
     def to_json(self) -> dict:
         return {"produced": self.produced, "covered": self.covered, "uncovered": self.uncovered,
@@ -74,7 +78,8 @@ class AuditResult:
                 "lost_sample": [f"{p}@{o}" for p, o in self.lost[:10]],
                 "duplicated_sample": [f"{p}@{o}" for p, o in self.duplicated[:10]],
                 "unexpected_sample": self.unexpected[:10],
-                "cases": {k: v.to_json() for k, v in self.cases.items()}}
+                "cases": {k: v.to_json() for k, v in self.cases.items()},
+                **({"state": self.state.to_json()} if self.state is not None else {})}
 
 
 def audit(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter_topic: str, group: str,
@@ -121,6 +126,147 @@ def audit(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter
         elif seen[key] > 1:
             result.duplicated.append(key)
     return result
+
+
+@dataclass
+class StateFigures:
+    """A stateful soak's windows and state, checked after the drain.
+
+    The windows are ``lockstep verify``'s recomputation from the whole committed input (its JSON);
+    the state is the latest completed checkpoint's manifest against what the soak itself produced:
+    its rows must be exactly the valid covered orders whose window the manifest's watermark has not
+    passed (a late order's window had always fired, so it never counts)."""
+    windows_expected: int = 0
+    windows_found: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    wrong: int = 0
+    late: int = 0
+    #: orders dead-lettered as late that the soak did not produce late (in-order input judged late)
+    late_unplanned: int = 0
+    complete: bool = False
+    unchecked: list[str] = field(default_factory=list)
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    checkpoint: int | None = None
+    watermark_ms: int | None = None
+    state_rows: int | None = None
+    state_rows_expected: int | None = None
+    state_keys: int | None = None
+    #: why the recomputation or the manifest could not be had (the soak then fails)
+    error: str | None = None
+
+    @property
+    def state_equal(self) -> bool:
+        return self.state_rows is not None and self.state_rows == self.state_rows_expected
+
+    @property
+    def ok(self) -> bool:
+        return (self.error is None and self.complete and self.state_equal
+                and not (self.lost or self.duplicated or self.unexpected or self.wrong or self.late_unplanned))
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "windows_expected": self.windows_expected, "windows_found": self.windows_found,
+                "lost": self.lost, "duplicated": self.duplicated, "unexpected": self.unexpected, "wrong": self.wrong,
+                "late": self.late, "late_unplanned": self.late_unplanned, "complete": self.complete,
+                "unchecked": self.unchecked, "samples": self.samples, "checkpoint": self.checkpoint,
+                "watermark_ms": self.watermark_ms, "state_rows": self.state_rows,
+                "state_rows_expected": self.state_rows_expected, "state_keys": self.state_keys,
+                "state_equal": self.state_equal, "error": self.error}
+
+
+def window_end_ms(event_ms: int, size_ms: int) -> int:
+    """The end of the tumbling window of ``size_ms`` an event time falls in."""
+    return event_ms - event_ms % size_ms + size_ms
+
+
+def expected_state_rows(events: list[int | None], size_ms: int, watermark_ms: int | None,
+                        allowed_lateness_ms: int = 0) -> int:
+    """The rows a tumbling-window state holds after the watermark reached ``watermark_ms``: one per
+    valid order (``events`` are their event times; None is an order without one, never state) whose
+    window has not fired (its end plus the allowed lateness is past the watermark; no watermark yet:
+    nothing fired)."""
+    return sum(1 for t in events if t is not None
+               and (watermark_ms is None or window_end_ms(t, size_ms) + allowed_lateness_ms > watermark_ms))
+
+
+def state_figures(verified: dict[str, Any], manifest: dict[str, Any] | None, events: list[int | None],
+                  size_ms: int, late_unplanned: int = 0) -> StateFigures:
+    """The figures from ``lockstep verify --json``'s document and the latest completed checkpoint's
+    state manifest (``StateManifest.to_json()`` plus its ``checkpoint``), ``events`` the event times
+    of the valid covered orders the soak produced."""
+    f = StateFigures(windows_expected=int(verified.get("expected_outputs", 0)),
+                     windows_found=int(verified.get("actual_outputs", 0)), lost=int(verified.get("lost", 0)),
+                     duplicated=int(verified.get("duplicated", 0)), unexpected=int(verified.get("unexpected", 0)),
+                     wrong=int(verified.get("wrong", 0)), late=int(verified.get("late", 0)),
+                     late_unplanned=late_unplanned, complete=bool(verified.get("complete")),
+                     unchecked=list(verified.get("unchecked", [])),
+                     samples={k: list(verified.get(f"{k}_sample") or [])[:5]
+                              for k in ("lost", "duplicated", "unexpected", "wrong")
+                              if verified.get(f"{k}_sample")})
+    if manifest is None:
+        f.error = "no completed checkpoint carries a state manifest"
+        return f
+    f.checkpoint = manifest.get("checkpoint")
+    f.watermark_ms = manifest.get("watermark_ms")
+    f.state_rows = int(manifest.get("rows", 0))
+    f.state_keys = int(manifest.get("keys", 0))
+    f.state_rows_expected = expected_state_rows(events, size_ms, f.watermark_ms)
+    return f
+
+
+def audit_dead_letters(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter_topic: str,
+                       group: str, produced: dict[Offset, Produced], late_error: str = "late",
+                       late_case: str = "late") -> tuple[AuditResult, int]:
+    """The stateful soak's per-record audit: a window's output stands for many orders, so only the
+    dead-letter topic is checked record by record. Every covered bad order is dead-lettered exactly
+    once (lost: never; duplicated: more); a valid order is never dead-lettered; an order produced
+    late is dead-lettered once as ``late`` or not at all (then it was counted in its window: no
+    checkpoint had passed its window yet). Returns the result and how many dead letters were ``late``
+    for an order the soak produced in order (``late_unplanned``). Sink records are counted only."""
+    covered_to = committed_offsets(kafka, source_topic, group)
+    covered = {key for key in produced if key[1] < covered_to.get(key[0], 0)}
+    result = AuditResult(produced=len(produced), covered=len(covered), outputs=0)
+    seen: Counter = Counter()
+    late_unplanned = 0
+    for case in sorted({p.case for p in produced.values()}):
+        result.cases[case] = CaseOutcome()
+    for key, rec in produced.items():
+        if key in covered:
+            result.cases[rec.case].records += 1
+    for topic, msg in read_committed(kafka, (sink_topic, dead_letter_topic)):
+        result.outputs += 1
+        if topic == sink_topic:
+            continue  # windows: checked against their recomputation
+        headers = dict(msg.headers() or [])
+        where = f"{topic}:{msg.partition()}@{msg.offset()}"
+        try:
+            if headers[SOURCE_TOPIC].decode() != source_topic:
+                raise KeyError(SOURCE_TOPIC)
+            key = (int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))
+        except (KeyError, ValueError):
+            result.unexpected.append(f"{where} (no provenance of {source_topic})")
+            continue
+        rec = produced.get(key)
+        if key not in covered or rec is None:
+            result.unexpected.append(f"{where} (input {key[0]}@{key[1]} not covered by the group's offsets)")
+            continue
+        seen[key] += 1
+        reason = (headers.get(ERROR_HEADER) or b"").decode(errors="replace")
+        outcome = result.cases[rec.case]
+        outcome.dead_lettered += 1
+        outcome.reasons[_shorten(reason)] += 1
+        if reason == late_error and rec.case != late_case:
+            late_unplanned += 1
+        elif rec.case == VALID or (rec.case == late_case and reason != late_error):
+            result.unexpected.append(f"{where} (a valid order {key[0]}@{key[1]} dead-lettered: {reason[:80]})")
+    for key in sorted(covered):
+        case = produced[key].case
+        if seen[key] == 0 and case not in (VALID, late_case):
+            result.lost.append(key)
+        elif seen[key] > 1:
+            result.duplicated.append(key)
+    return result, late_unplanned
 
 
 def _order_id(value: bytes | None) -> str | None:

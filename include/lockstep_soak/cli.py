@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spark-master", help="run the checkpoints' Spark here instead of the platform's master")
     parser.add_argument("--writer", choices=["jvm", "python"], default="jvm")
     parser.add_argument("--timeout-ms", type=int, default=60_000, help="transactions.timeout_ms of the soak pipeline")
+    parser.add_argument("--stateful", action="store_true",
+                        help="soak a stateful pipeline (event-time windows per customer, keyed state in S3); the audit "
+                             "recomputes the windows and compares the committed state with the input")
     parser.add_argument("--report", help="write the report (Markdown) here, e.g. docs/RELIABILITY.md")
     parser.add_argument("--keep", action="store_true", help="leave the soak's platform running afterwards")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -52,8 +55,7 @@ def main(args: argparse.Namespace) -> int:
     config = SoakConfig(work_dir=work, cycles=args.cycles, seed=args.seed, records_per_cycle=args.records,
                         bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
                         more_faults=args.more, min_faults=args.min_faults, timeout_ms=args.timeout_ms,
-                        writer=args.writer,
-                        spark_master=args.spark_master)
+                        writer=args.writer, spark_master=args.spark_master, stateful=args.stateful)
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
     # platform stopped, instead of leaving them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -69,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
     command = (f"lockstep soak --seed {result.seed} --cycles {args.cycles} --records {args.records} --bad {args.bad} "
                f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --more {args.more} "
                f"--topology {args.topology} --writer {args.writer} --timeout-ms {args.timeout_ms}"
+               + (" --stateful" if args.stateful else "")
                + (f" --faults {shlex.quote(args.faults)}" if kinds != tuple(FaultKind) else "")
                + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))
     if args.report:
@@ -88,7 +91,18 @@ def summary(doc: dict) -> str:
             f"{audit.get('lost', '-')} lost, {audit.get('duplicated', '-')} duplicated, "
             f"{audit.get('unexpected', '-')} unexpected, {audit.get('uncovered', '-')} not covered; "
             f"LSO pinned {doc['lso_after_last_fault_s']:.1f} s after the last fault"
+            + (_state_summary(audit["state"]) if audit.get("state") else "")
             + (f"; STUCK: {doc['stuck']}" if doc["stuck"] else ""))
+
+
+def _state_summary(state: dict) -> str:
+    return (f"; windows: {state['windows_expected']} expected, {state['windows_found']} found, {state['lost']} lost, "
+            f"{state['duplicated']} duplicated, {state['unexpected']} unexpected, {state['wrong']} wrong value, "
+            f"{state['late']} late records ({state['late_unplanned']} not produced late); state "
+            f"{state['state_rows']} rows, {state['state_rows_expected']} expected from the input: "
+            f"{'equal' if state['state_equal'] else 'DIFFERENT'}"
+            + ("" if state["complete"] else f"; NOT COMPLETE: {'; '.join(state['unchecked'])}")
+            + (f"; ERROR: {state['error']}" if state.get("error") else ""))
 
 
 def _commit() -> str | None:

@@ -22,14 +22,39 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lockstep_soak import kill, proxy
-from lockstep_soak.audit import VALID, AuditResult, LsoWatch, Produced, audit
-from lockstep_soak.schedule import BadCase, Fault, FaultKind, family, plan_bad_input, plan_faults
+from lockstep_soak.audit import (
+    VALID,
+    AuditResult,
+    LsoWatch,
+    Produced,
+    StateFigures,
+    audit,
+    audit_dead_letters,
+    state_figures,
+)
+from lockstep_soak.schedule import (
+    STATEFUL_CASES,
+    STATELESS_CASES,
+    BadCase,
+    Fault,
+    FaultKind,
+    family,
+    plan_bad_input,
+    plan_faults,
+)
 
 ALL_KINDS = tuple(FaultKind)
 SOURCE_PARTITIONS = 3
 SINK_MAX_MESSAGE_BYTES = 16_384
 OVERSIZE_PAD = 20_000
 STEPS = ("plan", "run", "commit")
+# The stateful soak: orders of a handful of customers in tumbling event-time windows. Order i is
+# created at T0 + i // EVENTS_PER_SECOND, so every cycle's input moves the watermark on.
+T0 = 1_700_000_000
+CUSTOMERS = 5
+WINDOW_S = 10
+EVENTS_PER_SECOND = 2
+LATE_BY_S = 3600  # a late order is created this long before T0: its window fired with the first watermark
 
 
 @dataclass
@@ -50,6 +75,7 @@ class SoakConfig:
     drain_cycles: int = 6
     stuck_after: int = 6
     first_cycle_s: float = 30.0  # what a cycle is expected to take before one has been measured
+    stateful: bool = False  # windows per customer (keyed state) instead of the stateless row transform
 
     def resolved_seed(self) -> int:
         if self.seed is None:
@@ -169,14 +195,31 @@ class Soak:
     def _write_spec(self) -> None:
         c = self.config
         master = f"\n  master: \"{c.spark_master}\"" if c.spark_master else ""
+        transform = "lockstep_examples.python_rows:enrich"
+        state = ""
+        retain = 20
+        if c.stateful:
+            # idle_timeout: longer than any soak, so only the orders produced late are ever late (a
+            # partition left unread through a run of failed cycles must not let the watermark pass it).
+            # retain: every checkpoint kept, so that verify can recompute the state from the first input.
+            transform = "lockstep_examples.orders:parse"
+            retain = 100_000
+            state = f"""state:
+  key_groups: 8
+  event_time: {{column: created_at, out_of_orderness: 2s, idle_timeout: 24h}}
+  window:
+    key: customer
+    size: {WINDOW_S}s
+    aggregates: {{orders: "count(*)", amount_cents: "sum(CAST(round(amount * 100) AS BIGINT))"}}
+"""
         self.spec_path.write_text(f"""# Written by lockstep soak (seed {self.seed}).
 name: {self.name}
 source:
   topics: [{self.source}]
   kafka_conn_id: kafka_default
   auto_offset_reset: earliest
-transform: lockstep_examples.python_rows:enrich
-sink:
+transform: {transform}
+{state}sink:
   topic: {self.sink}
   dead_letter_topic: {self.dead_letters}
   writer: {c.writer}
@@ -184,7 +227,7 @@ checkpoints:
   store: s3://{self.platform.s3.bucket}/soak
   aws_conn_id: aws_soak
   max_records: {max(c.records_per_cycle * 4, 1000)}
-  retain: 20
+  retain: {retain}
 transactions:
   id_prefix: {self.name}
   timeout_ms: {c.timeout_ms}
@@ -214,7 +257,8 @@ spark:
 
         from lockstep_dev.datagen import order
 
-        bad = plan_bad_input(self.seed, cycle, count, self.config.bad_per_cycle)
+        bad = plan_bad_input(self.seed, cycle, count, self.config.bad_per_cycle,
+                             STATEFUL_CASES if self.config.stateful else STATELESS_CASES)
         producer = Producer({**self.kafka, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
                              "message.max.bytes": 1_000_000})
         pending: dict[int, Produced] = {}
@@ -231,7 +275,9 @@ spark:
             self._next_record += 1
             case = bad.get(n)
             value: bytes | None
-            if case is None:
+            if self.config.stateful:
+                value, rec = timed_order(i, case)
+            elif case is None:
                 value, rec = order(i), Produced(VALID, f"o{i}", 0)
             elif case is BadCase.OVERSIZE:
                 value = order(i, pad=OVERSIZE_PAD)
@@ -491,19 +537,68 @@ spark:
         after = [((p.until or time.monotonic()) - max(p.since, last_fault))
                  for p in watch.pins if (p.until or time.monotonic()) >= last_fault] if last_fault else []
         self._say("auditing: reading the sink and dead-letter topics read_committed ...")
-        result_audit = audit(self.kafka, self.source, self.sink, self.dead_letters, f"lockstep-{self.name}",
-                             self.produced)
+        if c.stateful:
+            result_audit, late_unplanned = audit_dead_letters(self.kafka, self.source, self.sink, self.dead_letters,
+                                                              f"lockstep-{self.name}", self.produced)
+            self._say("auditing: recomputing the windows (lockstep verify) and reading the state manifest ...")
+            result_audit.state = self._audit_state(env, late_unplanned)
+        else:
+            result_audit = audit(self.kafka, self.source, self.sink, self.dead_letters, f"lockstep-{self.name}",
+                                 self.produced)
         return SoakResult(
             seed=self.seed, topology="cluster" if self.platform.is_cluster else "single",
             config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,
                     "bad_per_cycle": c.bad_per_cycle,
                     "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle,
                     "more_faults": c.more_faults, "kinds": [k.value for k in c.kinds],
-                    "spark_master": c.spark_master or self.platform.spark_master},
+                    "spark_master": c.spark_master or self.platform.spark_master, "stateful": c.stateful,
+                    **({"window_s": WINDOW_S, "customers": CUSTOMERS} if c.stateful else {})},
             cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),
             lso_after_last_fault_s=max(after, default=0.0),
             lso_open_at_end=[f"{p.partition} at {p.lso} for {p.seconds:.0f} s" for p in watch.open_pins()],
             stuck=stuck, started=started_at, seconds=time.monotonic() - began)
+
+    def _audit_state(self, env: dict[str, str], late_unplanned: int) -> StateFigures:
+        """``lockstep verify --json`` (the windows recomputed from the whole committed input) and the
+        latest completed checkpoint's state manifest, each in a process of its own with the steps'
+        environment, against the orders the soak produced."""
+        from lockstep_dev import s3 as s3_svc
+        from lockstep_soak.audit import committed_offsets
+
+        # The fault proxy is closed by now: the audit talks to S3 directly.
+        env = {**env, "AIRFLOW_CONN_AWS_SOAK": json.dumps({
+            "conn_type": "aws", "login": s3_svc.ACCESS_KEY, "password": s3_svc.SECRET_KEY,
+            "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.platform.s3.endpoint}})}
+        errors: list[str] = []
+        runs = {"verify": [sys.executable, "-c", "import sys; from lockstep.cli import main; sys.exit(main())",
+                           "verify", "--spec", str(self.spec_path), "--json"],
+                "state": [sys.executable, "-m", "lockstep_soak.step", "state", str(self.spec_path)]}
+        docs: dict[str, dict] = {}
+        for name, args in runs.items():
+            log_path = self.logs / f"audit-{name}.log"
+            with open(log_path, "w") as log:
+                try:
+                    out = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=log, text=True, timeout=1800)
+                except subprocess.TimeoutExpired:
+                    errors.append(f"{name}: no answer in 1800 s")
+                    continue
+            text = out.stdout
+            try:  # the JSON document is the end of stdout (a library may have printed a line before it)
+                docs[name] = json.loads(text[text.index("\n{") + 1:] if not text.startswith("{") else text)
+            except ValueError:
+                errors.append(f"{name} exited {out.returncode}: {_last_line(log_path)}")
+        verified = docs.get("verify", {})
+        state = docs.get("state") or {}
+        manifest = state.get("manifest")
+        if manifest is not None:
+            manifest = {**manifest, "checkpoint": state.get("checkpoint")}
+        covered_to = committed_offsets(self.kafka, self.source, f"lockstep-{self.name}")
+        events = [rec.event_ms for (p, o), rec in self.produced.items()
+                  if o < covered_to.get(p, 0) and rec.event_ms is not None]
+        figures = state_figures(verified, manifest, events, WINDOW_S * 1000, late_unplanned)
+        if errors:
+            figures.error = "; ".join(errors)
+        return figures
 
     def _injected(self) -> int:
         return sum(1 for i in self.injections if i.injected_at is not None)
@@ -521,6 +616,25 @@ spark:
             ends[p] = max(ends.get(p, 0), o + 1)
         covered = committed_offsets(self.kafka, self.source, f"lockstep-{self.name}")
         return all(covered.get(p, 0) >= end for p, end in ends.items())
+
+
+def timed_order(i: int, case: BadCase | None) -> tuple[bytes | None, Produced]:
+    """Order ``i`` of the stateful soak (``lockstep_examples.orders:parse``'s input), or its bad case."""
+    created = T0 + i // EVENTS_PER_SECOND
+    doc: dict[str, object] = {"order_id": f"o{i}", "customer": f"c{i % CUSTOMERS}",
+                              "amount": round((i * 7919 % 30000) / 100, 2), "currency": "EUR", "created_at": created}
+    if case is None:
+        return json.dumps(doc).encode(), Produced(VALID, f"o{i}", 0, created * 1000)
+    if case is BadCase.LATE:
+        doc["created_at"] = created = T0 - LATE_BY_S + i % WINDOW_S
+        return json.dumps(doc).encode(), Produced(case.value, f"o{i}", 0, created * 1000)
+    if case is BadCase.NOT_UTF8:
+        return b"\xff\xfe\xfa order " + str(i).encode(), Produced(case.value, None, 0)
+    if case is BadCase.NULL_VALUE:
+        return None, Produced(case.value, None, 0)
+    if case is BadCase.POISON:  # an amount that is not a number: the transform gives it an error
+        return json.dumps({**doc, "amount": "twelve"}).encode(), Produced(case.value, f"o{i}", 0)
+    raise ValueError(f"the stateful soak has no bad case {case.value}")
 
 
 def _last_line(path: Path) -> str:

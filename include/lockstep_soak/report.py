@@ -24,8 +24,12 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
     completed = sum(1 for c in cycles if c["ok"])
     timeout_s = doc["config"]["timeout_ms"] / 1000
     verdict = "PASSED" if doc["ok"] else "FAILED"
+    state = audit.get("state")
+    stateful = bool(doc["config"].get("stateful"))
+    per_record = ("sink (windows, checked below) + dead letters (each matched to its order: every bad order "
+                  "once, no valid one)") if stateful else "sink + dead letters"
     lines = [
-        "# Reliability: what exactly-once survived",
+        "# Reliability: what exactly-once survived" + (" with keyed state" if stateful else ""),
         "",
         f"Written by `lockstep soak` on {doc['started']}"
         + (f" at commit `{commit}`" if commit else "") + "; do not edit by hand. Run it again with",
@@ -51,7 +55,7 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         f"| faults never recovered from | {len(unrecovered)} |",
         f"| input records produced | {audit.get('produced', 0)} ({audit.get('covered', 0)} covered by the "
         f"consumer group's offsets, {audit.get('uncovered', 0)} not) |",
-        f"| records audited in sink + dead letters | {audit.get('outputs', 0)} |",
+        f"| records audited in {per_record} | {audit.get('outputs', 0)} |",
         f"| **lost** | **{audit.get('lost', '-')}** |",
         f"| **duplicated** | **{audit.get('duplicated', '-')}** |",
         f"| unexpected (no covered input) / payload mismatch | {audit.get('unexpected', '-')} / "
@@ -63,6 +67,7 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         f"| stuck | {doc['stuck'] or 'no'} |",
         f"| duration | {doc['seconds'] / 60:.1f} min |",
         "",
+        *(state_table(state, doc["config"]) if stateful else []),
         "## Faults by kind",
         "",
         "| kind | what is done | injected | missed | longest recovery | median recovery |",
@@ -80,9 +85,10 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         "",
         "## Bad input",
         "",
-        f"Every cycle's input holds {doc['config']['bad_per_cycle']} bad records at seeded positions. The "
-        "transform is `lockstep_examples.python_rows:enrich`, a row-level Python function made safe with "
-        f"`lockstep.rows.guarded`; the sink topic's `max.message.bytes` is {SINK_LIMIT_TEXT}.",
+        f"Every cycle's input holds {doc['config']['bad_per_cycle']} bad records at seeded positions. "
+        + (STATEFUL_BAD_TEXT if stateful else "The transform is `lockstep_examples.python_rows:enrich`, a row-level "
+           "Python function made safe with `lockstep.rows.guarded`; the sink topic's `max.message.bytes` is "
+           f"{SINK_LIMIT_TEXT}."),
         "",
         "| case | input | records | to the sink | dead-lettered | reason recorded (numbers as N) |",
         "|---|---|---:|---:|---:|---|",
@@ -92,7 +98,8 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         got = cases.get(case)
         if got is None:
             continue
-        what = "a valid JSON order" if case == "valid" else BAD_CASE_DESCRIPTIONS[BadCase(case)]
+        what = (STATEFUL_CASE_TEXT.get(case) if stateful else None) or \
+            ("a valid JSON order" if case == "valid" else BAD_CASE_DESCRIPTIONS[BadCase(case)])
         reasons = "; ".join(f"`{r}` ({n})" for r, n in got["reasons"].items()) or "-"
         lines.append(f"| {case} | {what} | {got['records']} | {got['to_sink']} | {got['dead_lettered']} | {reasons} |")
     failures = Counter(f"{c['failed_step']}: {_generic(c['reason'])}" for c in cycles if not c["ok"])
@@ -119,6 +126,65 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
 
 
 SINK_LIMIT_TEXT = "16384 bytes, so a padded order is too large once transformed"
+STATEFUL_BAD_TEXT = ("The transform is `lockstep_examples.orders:parse`: an order it rejects goes to the dead-letter "
+                     "topic, never into a window. A late order is a valid one created an hour before the rest: "
+                     "dead-lettered as `late` by any checkpoint that starts with a watermark past its window, "
+                     "counted in its window otherwise (the first checkpoint has no watermark yet).")
+
+#: What a case is in the stateful soak, where it is not what the stateless one's is.
+STATEFUL_CASE_TEXT = {"valid": "a valid JSON order (counted in its window, not written itself)",
+                      BadCase.POISON.value: "a JSON order whose amount is not a number: the transform gives it an error"}
+
+
+def _yes(ok: bool) -> str:
+    return "**yes**" if ok else "**NO**"
+
+
+def state_table(state: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
+    """The "Keyed state" section of a stateful soak: the windows against their recomputation from the
+    whole committed input (``lockstep verify``), and the committed state against the input."""
+    if not state:
+        return ["## Keyed state", "", "**No figures: the stateful audit did not run.**", ""]
+    from datetime import UTC, datetime
+
+    wm = state.get("watermark_ms")
+    when = "none" if wm is None else datetime.fromtimestamp(wm / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    samples = "; ".join(f"{k}: {', '.join(v)}" for k, v in (state.get("samples") or {}).items())
+    lines = [
+        "## Keyed state",
+        "",
+        f"The pipeline counts orders and sums their amounts per customer ({config.get('customers', '?')} customers) "
+        f"in tumbling event-time windows of {config.get('window_s', '?')} s (`state.window`, watermark 2 s behind "
+        "the slowest partition). After the drain, `lockstep verify` recomputes every window the final watermark "
+        "has passed from the whole committed input in one batch and compares it with the sink; the latest "
+        "completed checkpoint's state must hold exactly the valid orders whose window has not fired, counted "
+        "from what the soak produced.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| windows expected (recomputed) / found in the sink | {state['windows_expected']} / {state['windows_found']} |",
+        f"| **windows lost** | **{state['lost']}** |",
+        f"| **windows duplicated** | **{state['duplicated']}** |",
+        f"| windows unexpected / with a wrong value | {state['unexpected']} / {state['wrong']} |",
+        f"| late records (dead-lettered as `late`) | {state['late']} ({state['late_unplanned']} of them produced "
+        "in order, which must be 0) |",
+        f"| final watermark | {when} (checkpoint {state.get('checkpoint') or '-'}) |",
+        f"| state rows: manifest / expected from the input | {state.get('state_rows')} / "
+        f"{state.get('state_rows_expected')} ({state.get('state_keys')} keys) |",
+        f"| **state equal to recomputation** | {_yes(bool(state.get('state_equal')))} |",
+        f"| recomputation complete | {_yes(bool(state.get('complete')))}"
+        + (f" ({'; '.join(state['unchecked'])})" if state.get("unchecked") else "") + " |",
+    ]
+    if state.get("error"):
+        lines.append(f"| error | {_cell(state['error'], 400)} |")
+    if samples:
+        lines.append(f"| samples | {_cell(samples, 600)} |")
+    return [*lines, ""]
+
+
+def _cell(text: str, limit: int) -> str:
+    text = text.replace("|", "/").replace("`", "'").replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _generic(reason: str, limit: int = 200) -> str:

@@ -58,6 +58,7 @@ class BadCase(str, Enum):
     NOT_UTF8 = "not_utf8"      # bytes that are not UTF-8
     NULL_VALUE = "null_value"  # a tombstone: null value
     POISON = "poison"          # a JSON order the row function raises for
+    LATE = "late"              # stateful soak: a valid order whose window fired long before (event time far back)
 
 
 BAD_CASE_DESCRIPTIONS = {
@@ -65,7 +66,13 @@ BAD_CASE_DESCRIPTIONS = {
     BadCase.NOT_UTF8: "a value of bytes that are not UTF-8",
     BadCase.NULL_VALUE: "a null value (tombstone)",
     BadCase.POISON: "a JSON order whose amount makes the transform's row function raise",
+    BadCase.LATE: "a valid order created long before the rest: late once a checkpoint's watermark passed its window",
 }
+
+#: The bad cases of each soak. The stateless soak's never include ``late`` (event time means nothing
+#: to it); the stateful soak's drop ``oversize`` (a window's output is small whatever its input).
+STATELESS_CASES = (BadCase.OVERSIZE, BadCase.NOT_UTF8, BadCase.NULL_VALUE, BadCase.POISON)
+STATEFUL_CASES = (BadCase.NOT_UTF8, BadCase.NULL_VALUE, BadCase.POISON, BadCase.LATE)
 
 
 #: Relative frequency of each kind: a late commit costs a whole transaction timeout, so it is rarer.
@@ -118,12 +125,12 @@ def _hold(rng: random.Random, kind: FaultKind, bounds: tuple[float, float]) -> f
     return rng.uniform(*bounds)
 
 
-def plan_bad_input(seed: int, cycle: int, records: int, per_cycle: int) -> dict[int, BadCase]:
+def plan_bad_input(seed: int, cycle: int, records: int, per_cycle: int,
+                   cases: tuple[BadCase, ...] = STATELESS_CASES) -> dict[int, BadCase]:
     """Which of a cycle's ``records`` input records (by index) are bad, and which case each is:
-    ``per_cycle`` of them, the cases in turn, at seeded positions."""
-    if records <= 0 or per_cycle <= 0:
+    ``per_cycle`` of them, ``cases`` in turn, at seeded positions."""
+    if records <= 0 or per_cycle <= 0 or not cases:
         return {}
     rng = random.Random(f"{seed}/{cycle}/bad")
     positions = rng.sample(range(records), min(per_cycle, records))
-    cases = list(BadCase)
     return {pos: cases[(cycle * per_cycle + n) % len(cases)] for n, pos in enumerate(sorted(positions))}

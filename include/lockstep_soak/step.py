@@ -1,6 +1,7 @@
 """One step of a soak cycle in a process of its own, as each is an Airflow task process of its own:
 ``python -m lockstep_soak.step plan|run|commit SPEC [CHECKPOINT]``. They call what the DAG's
 operators call (``coordinator.plan``, ``steps.run.run_checkpoint``, ``coordinator.commit``).
+``state SPEC`` prints the latest completed checkpoint's state manifest, for the stateful soak's audit.
 The last line of stdout is JSON for the driver; failures end with the error's message, exit 2."""
 from __future__ import annotations
 
@@ -35,8 +36,13 @@ def main(argv: list[str]) -> int:
         elif step == "commit":
             outcome = commit(p, int(rest[0]))
             doc = {"checkpoint_id": int(rest[0]), "status": outcome.status.value}
+        elif step == "state":
+            latest = p.store.latest_completed()
+            manifest = latest.completed.state if latest is not None and latest.completed is not None else None
+            doc = {"checkpoint": latest.checkpoint_id if latest is not None else None,
+                   "manifest": manifest.to_json() if manifest is not None else None}
         else:
-            raise SystemExit(f"unknown step {step!r}: plan, run or commit")
+            raise SystemExit(f"unknown step {step!r}: plan, run, commit or state")
     except LockstepError as exc:
         print(f"lockstep soak step {step}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -53,3 +53,50 @@ def test_failed_cycles_are_grouped_by_their_last_line_with_numbers_generalised()
 def test_a_failed_soak_says_so():
     assert "## Result: FAILED" in render(result(ok=False, lost=2), "x")
     assert "| **lost** | **2** |" in render(result(ok=False, lost=2), "x")
+
+
+def stateful_result(state: dict | None) -> dict:
+    doc = result()
+    doc["config"] = {**doc["config"], "stateful": True, "window_s": 10, "customers": 5}
+    doc["audit"] = {**doc["audit"], **({"state": state} if state is not None else {})}
+    return doc
+
+
+STATE = {"ok": True, "windows_expected": 120, "windows_found": 120, "lost": 0, "duplicated": 0, "unexpected": 0,
+         "wrong": 0, "late": 6, "late_unplanned": 0, "complete": True, "unchecked": [], "samples": {},
+         "checkpoint": 9, "watermark_ms": 1_700_000_498_000, "state_rows": 17, "state_rows_expected": 17,
+         "state_keys": 5, "state_equal": True, "error": None}
+
+
+def test_a_stateful_report_has_the_keyed_state_table():
+    text = render(stateful_result(STATE), "lockstep soak --stateful")
+    assert text.startswith("# Reliability: what exactly-once survived with keyed state")
+    assert "## Keyed state" in text and "tumbling event-time windows of 10 s" in text
+    assert "| windows expected (recomputed) / found in the sink | 120 / 120 |" in text
+    assert "| **windows lost** | **0** |" in text and "| **windows duplicated** | **0** |" in text
+    assert "| late records (dead-lettered as `late`) | 6 (0 of them" in text
+    assert "| final watermark | 2023-11-14T22:21:38Z (checkpoint 9) |" in text
+    assert "| state rows: manifest / expected from the input | 17 / 17 (5 keys) |" in text
+    assert "| **state equal to recomputation** | **yes** |" in text
+    assert "`lockstep_examples.orders:parse`" in text
+
+
+def test_a_state_mismatch_and_an_incomplete_recompute_are_shown():
+    text = render(stateful_result({**STATE, "state_rows": 18, "state_equal": False, "complete": False,
+                                   "unchecked": ["no checkpoint has completed yet"], "lost": 2,
+                                   "samples": {"lost": ["c1@2023-11-14T22:13:20Z"]}}), "x")
+    assert "| **state equal to recomputation** | **NO** |" in text and "| 18 / 17 (5 keys) |" in text
+    assert "| recomputation complete | **NO** (no checkpoint has completed yet) |" in text
+    assert "| **windows lost** | **2** |" in text and "lost: c1@2023-11-14T22:13:20Z" in text
+
+
+def test_a_stateful_report_without_state_figures_says_so_and_a_stateless_one_has_no_table():
+    assert "the stateful audit did not run" in render(stateful_result(None), "x")
+    assert "## Keyed state" not in render(result(), "x")
+
+
+def test_a_stateful_report_says_what_each_case_is_to_the_stateful_transform():
+    text = render(stateful_result(STATE), "x")
+    assert "| poison | a JSON order whose amount is not a number: the transform gives it an error | 4 |" in text
+    assert "| valid | a valid JSON order (counted in its window, not written itself) | 26 |" in text
+    assert "row function raise" in render(result(), "x")

@@ -3,7 +3,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lockstep_soak.schedule import BadCase, FaultKind, family, plan_bad_input, plan_faults
+from lockstep_soak.schedule import (
+    STATEFUL_CASES,
+    STATELESS_CASES,
+    BadCase,
+    FaultKind,
+    family,
+    plan_bad_input,
+    plan_faults,
+)
 
 ALL = tuple(FaultKind)
 
@@ -67,6 +75,8 @@ def test_bad_input_is_placed_per_cycle_by_seed_and_uses_every_case():
     assert len(placed) == 4 and all(0 <= i < 200 for i in placed)
     assert placed == plan_bad_input(11, 3, 200, 4)
     assert placed != plan_bad_input(11, 4, 200, 4)
-    assert set(plan_bad_input(11, 0, 200, 4).values()) == set(BadCase)
+    assert set(plan_bad_input(11, 0, 200, 4).values()) == set(STATELESS_CASES)
+    assert set(plan_bad_input(11, 0, 200, 4, STATEFUL_CASES).values()) == set(STATEFUL_CASES)
+    assert BadCase.LATE not in STATELESS_CASES and BadCase.OVERSIZE not in STATEFUL_CASES
     assert plan_bad_input(11, 0, 3, 10).keys() == {0, 1, 2}
     assert plan_bad_input(11, 0, 0, 4) == {}

@@ -211,7 +211,9 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
         records_dead_lettered=sum(t.dead_letters for t in committables),
         spark_seconds=round(time.monotonic() - started, 3), state=state,
     )
-    shared = prepared.shared_sources
+    # A stateful operator regroups records by key on purpose, and its checkpoints are never repaired
+    # (docs/state.md, "Failures"): the warning is for stateless transforms that shuffle.
+    shared = prepared.shared_sources if spec.state is None else {}
     if shared:
         some = "; ".join(f"{key} by tasks {', '.join(map(str, tasks))}" for key, tasks in list(shared.items())[:5])
         log.warning("checkpoint %d: the records of %d source partitions were written by several Spark tasks (%s%s): "
