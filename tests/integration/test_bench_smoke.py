@@ -1,5 +1,9 @@
 """`lockstep bench --quick` end to end: its own platform, every competitor once on a tiny input,
-a report with every table. No timing assertion: the machine is shared and the figures are noise."""
+a report with every table. No timing assertion: the machine is shared and the figures are noise.
+
+Without Airflow (`--no-airflow`): starting `airflow standalone` and three DAG runs was a third of
+this test's time; the report's Airflow table is rendered from results in tests/unit, and
+`make bench` measures it."""
 from __future__ import annotations
 
 import json
@@ -13,12 +17,12 @@ LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
     report, results = tmp_path / "BENCH.md", tmp_path / "results.json"
     done = subprocess.run([LOCKSTEP, "bench", "--quick", "--report", str(report), "--results", str(results),
-                           "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=1500)
+                           "--state-dir", str(tmp_path / "state"), "--no-airflow"], capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     text = report.read_text()
     for heading in ("## Machine and versions", "## Throughput", "### Ratios", "## Fixed cost of a checkpoint",
                     "## Scaling with input size", "## Scaling with partitions", "## Plan time and metadata",
-                    "## Airflow's scheduling overhead per run"):
+                    "Airflow's scheduling overhead was not measured in this run"):
         assert heading in text, heading
     ratios = text.split("### Ratios", 1)[1].split("\n## ", 1)[0]
     # One block per Lockstep run mode: "| <mode> | <competitor> | <end-to-end ratio> | ..."
@@ -42,5 +46,4 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
     assert {(r["kind"], r["mode"]) for r in doc["fixed"]} == {(kind, mode) for kind in ("empty", "one-record")
                                                                for mode in ("connect", "submit")}
     assert [p["checkpoints"] for p in doc["history"]] == [10, 100]
-    assert doc["airflow"] and all(r["state"] == "success" for r in doc["airflow"])
-    assert all(set(r["per_task_s"]) == {"plan", "run", "commit"} for r in doc["airflow"])
+    assert not doc.get("airflow")

@@ -19,7 +19,7 @@ from lockstep.model.failpoints import CRASH_EXIT_CODE
 
 from ..support.data import produce_orders, read_committed
 from ..support.pipelines import PipelineUnderTest
-from .engine_helpers import LOCKSTEP, lockstep, make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import LOCKSTEP, make_pipeline, open_transactions, run, store, verify
 
 pytestmark = pytest.mark.cluster
 
@@ -142,10 +142,11 @@ def test_an_executor_killed_while_producing_is_retried_on_the_other_worker(tmp_p
     assert_exactly_once(pipeline, 3000)
 
 
-# One failpoint per step class (the single-node suite crashes at every one of the twelve): the plan
-# process dies after its claim; an executor JVM dies mid-produce on every task attempt; the commit
-# process dies between two EndTxns.
-@pytest.mark.parametrize("failpoints", ["plan.after_claim=crash", "job.mid_produce=crash", "commit.between_commits=crash"])
+# The failpoint whose crash the cluster changes: an executor JVM of the standalone cluster dies
+# mid-produce. The plan and the commit run in the CLI's own process whatever the topology; the
+# single-node suite crashes them at every failpoint, and the short soak below kills them on this
+# cluster at random moments.
+@pytest.mark.parametrize("failpoints", ["job.mid_produce=crash"])
 def test_crash_at_each_step_then_recover_on_the_cluster(failpoints, tmp_path, on_cluster, unique):
     pipeline = cluster_pipeline(tmp_path, on_cluster, unique, partitions=3)
     if failpoints.startswith("job."):
@@ -166,24 +167,6 @@ def test_crash_at_each_step_then_recover_on_the_cluster(failpoints, tmp_path, on
     assert statuses[max(statuses)] is CheckpointStatus.COMPLETED
     assert CheckpointStatus.CLAIMED not in statuses.values() and CheckpointStatus.PREPARED not in statuses.values()
     assert_exactly_once(pipeline, 180)
-
-
-def test_restore_from_a_savepoint_on_the_cluster(tmp_path, on_cluster, unique):
-    pipeline = cluster_pipeline(tmp_path, on_cluster, unique, partitions=3)
-    produce_orders(pipeline, 90)
-    assert run(pipeline).returncode == 0
-    spec = ["--spec", str(pipeline.spec_path)]
-    assert lockstep("savepoint", "create", "first", *spec).returncode == 0
-    produce_orders(pipeline, 60, start=90)
-    assert run(pipeline).returncode == 0
-
-    restored = run(pipeline, "--restore-from", "first")
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    latest = store(pipeline).latest_completed()
-    assert latest.claim.restored_from == "first"
-    assert {r.tp.key: r.start for r in latest.claim.ranges} == dict(store(pipeline).get_savepoint("first").end_offsets)
-    report = verify(pipeline, "--since-checkpoint", str(latest.checkpoint_id))
-    assert report["ok"] and report["actual_outputs"] == 60, report
 
 
 def coordinator_of(bootstrap: str, transactional_id: str) -> int:

@@ -12,12 +12,12 @@ from lockstep_soak.schedule import FaultKind
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-CYCLES = 8
+CYCLES = 6
 
 
 def test_short_soak_with_every_fault_kind_loses_and_duplicates_nothing(cluster, tmp_path):
-    # 8 cycles: 6 with faults (every 4th is clean), each of the first round's kinds once; `make soak`
-    # runs hundreds of faults.
+    # 6 cycles: 5 with faults (every 4th is clean), each a kind of the first round not seen before;
+    # `make soak` runs hundreds of faults, `make soak-state` a stateful pipeline under them.
     config = SoakConfig(work_dir=tmp_path, cycles=CYCLES, records_per_cycle=60, bad_per_cycle=4,
                         timeout_ms=40_000, commit_margin_ms=8_000)
     result = Soak(cluster, config, out=sys.stderr).run()
@@ -31,7 +31,7 @@ def test_short_soak_with_every_fault_kind_loses_and_duplicates_nothing(cluster, 
     assert not result.lso_open_at_end and result.lso_after_last_fault_s <= 40, doc
     # The faults really happened: the schedule plans a different kind for each of the 6 fault cycles.
     injected = {i.fault.kind for i in result.injected if i.injected_at is not None}
-    assert len(injected) >= len(FaultKind) - 2, doc["faults"]
+    assert len(injected) >= len(FaultKind) - 3, doc["faults"]  # a fault whose moment the cycle passed is missed
     assert sum(1 for c in result.cycles if not c.ok) >= 1, "no fault made a checkpoint fail"
     # Every bad record is accounted for in the dead-letter topic, with its reason.
     for case in ("oversize", "not_utf8", "null_value", "poison"):
