@@ -163,6 +163,18 @@ class FunctionSpec:
     version: int
     #: ``module:function`` turning a state of an earlier version into this one; None: none given
     migrate: str | None = None
+    #: event-time TTL: a key whose last record is older than the watermark by this much loses its state
+    ttl_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """When a key group's chain of files is merged into a new base (``state.compaction``)."""
+
+    #: compact when the chain would hold more deltas than this
+    max_deltas: int = 8
+    #: compact when the deltas' bytes would pass this multiple of the base's
+    max_delta_ratio: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,13 @@ class StateSpec:
     window: WindowSpec | None = None
     dedup: DedupSpec | None = None
     function: FunctionSpec | None = None
+    #: when a key group's chain of delta files is merged into a new base (`lockstep.store.state_chain`)
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+
+    @property
+    def ttl_ms(self) -> int | None:
+        """The event-time TTL of the state's keys (dedup's ``ttl``, a function's ``ttl``), None for windows."""
+        return self.dedup.ttl_ms if self.dedup is not None else self.function.ttl_ms if self.function else None
 
     @property
     def operator(self) -> str:
@@ -494,8 +513,16 @@ def _expression(c: _Checker, d: Section, path: str, key: str) -> Any:
 def _state(c: _Checker, doc: object) -> StateSpec | None:
     if doc is None or doc is _MISSING:
         return None
-    d = c.section(doc, "state", {"key_groups", "event_time", "window", "dedup", "function"})
+    d = c.section(doc, "state", {"key_groups", "event_time", "window", "dedup", "function", "compaction"})
     groups = c.integer(d, "state", "key_groups", DEFAULT_KEY_GROUPS, 1, 32_768)
+    k = c.section(d.get("compaction"), "state.compaction", {"max_deltas", "max_delta_ratio"})
+    default = CompactionPolicy()
+    ratio = k.get("max_delta_ratio", default.max_delta_ratio)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1000:
+        c.fail("state.compaction.max_delta_ratio", f"must be a number above 0 (at most 1000), got {_kind(ratio)}")
+        ratio = default.max_delta_ratio
+    compaction = CompactionPolicy(max_deltas=c.integer(k, "state.compaction", "max_deltas", default.max_deltas, 0, 1000),
+                                  max_delta_ratio=float(ratio))
     e = c.section(d.get("event_time", _MISSING), "state.event_time", {"column", "out_of_orderness", "idle_timeout"},
                   optional=False)
     event_time = EventTime(column=_expression(c, e, "state.event_time", "column"),
@@ -543,12 +570,13 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
             c.fail("state.dedup.duplicates", f"must be one of {', '.join(DUPLICATE_ACTIONS)}, got {action!r}")
         dedup = DedupSpec(key=_expression(c, x, "state.dedup", "key"),
                           ttl_ms=_duration(c, x, "state.dedup", "ttl", positive=True), duplicates=action)
-    return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup, function=function)
+    return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup, function=function,
+                     compaction=compaction)
 
 
 def _function(c: _Checker, doc: object) -> FunctionSpec:
     path = "state.function"
-    f = c.section(doc, path, {"key", "process", "state", "version", "migrate"})
+    f = c.section(doc, path, {"key", "process", "state", "version", "migrate", "ttl"})
     rule = 'expected "module.path:function"'
     fields = c.mapping(f.get("state", _MISSING), f"{path}.state", optional=False)
     checked: list[tuple[str, str]] = []
@@ -567,7 +595,8 @@ def _function(c: _Checker, doc: object) -> FunctionSpec:
     return FunctionSpec(key=_expression(c, f, path, "key"),
                         process=_normalise_transform(process) if process else "",
                         fields=tuple(checked), version=c.integer(f, path, "version", 1, 1, None),
-                        migrate=_normalise_transform(migrate) if migrate else None)
+                        migrate=_normalise_transform(migrate) if migrate else None,
+                        ttl_ms=_duration(c, f, path, "ttl", positive=True) if f.get("ttl") is not None else None)
 
 
 def parse_spec(doc: object, file: str) -> PipelineSpec:

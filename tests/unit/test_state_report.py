@@ -199,7 +199,7 @@ def test_a_recorded_rekey_lets_the_plan_take_the_new_groups(store):
     store.state_files().record_rekey(16, base.key_groups, "2026-11-17T10:00:00+00:00")
     assert key_group_refusal(base, 16, store.state_files().rekey_to()) is None
     text = sr.rekey_text(spec, found, 16)
-    assert "re-keying from 4 to 16 key groups recorded" in text and "full snapshot" in text
+    assert "re-keying from 4 to 16 key groups recorded" in text and "each as a new base" in text
     assert f"set state.key_groups: 16 in {spec.path} (it says 32)" in text
 
 

@@ -1,8 +1,9 @@
 """A stateful pipeline's keyed state as the checkpoint records it: the state manifest.
 
 The state itself is immutable Parquet files in S3, under the pipeline's checkpoint prefix
-(``<prefix>/<pipeline>/state/<checkpoint>/kg-<group>.parquet``), one per key group that holds keys.
-The manifest names them, with what the next checkpoint needs besides: the event-time position of
+(``<prefix>/<pipeline>/state/<checkpoint>/kg-<group>[.delta].parquet``): per key group that holds
+keys, a chain of a base and the deltas written since (`lockstep.store.state_chain`). The manifest
+names them, with each group's figures (format 2), with what the next checkpoint needs besides: the event-time position of
 each source partition (for the watermark), the watermark, the pending timers (windows not yet
 fired), and the state's schema. A run writes the files first and the manifest in ``prepared.json``;
 the commit copies it into ``completed.json``. The completed checkpoint's manifest *is* the committed
@@ -18,8 +19,35 @@ from dataclasses import dataclass, field, replace
 from lockstep.errors import MetadataError
 
 STATE_MANIFEST_SCHEMA = "lockstep.state.manifest/1"
-#: The layout of the state files' rows (the columns Lockstep adds to the operator's own).
-STATE_FORMAT_VERSION = 1
+#: The layout of the state: 1, one full file per key group; 2, a chain per group (base, then deltas
+#: with tombstones) and each group's figures in the manifest.
+STATE_FORMAT_VERSION = 2
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One key group's figures, kept so that a checkpoint that does not read the group carries them."""
+
+    keys: int
+    rows: int
+    #: the sizes of the group's files, in the manifest's order (base first)
+    file_bytes: tuple[int, ...]
+    #: pending timers (windows not fired, keys not expired, a function's timers) and the earliest; the
+    #: earliest may be early (a timer since removed), never late: a group whose earliest timer is due is read whole
+    timers: int = 0
+    next_timer_ms: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"keys": self.keys, "rows": self.rows, "file_bytes": list(self.file_bytes), "timers": self.timers,
+                "next_timer_ms": self.next_timer_ms}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> GroupState:
+        nxt = doc.get("next_timer_ms")
+        return cls(keys=int(doc["keys"]), rows=int(doc["rows"]),  # type: ignore[call-overload]
+                   file_bytes=tuple(int(b) for b in doc["file_bytes"]),  # type: ignore[attr-defined]
+                   timers=int(doc.get("timers", 0)),  # type: ignore[call-overload]
+                   next_timer_ms=None if nxt is None else int(nxt))  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -43,7 +71,7 @@ class StateManifest:
     key_groups: int
     #: the checkpoint that wrote ``files`` (a checkpoint without records carries its base's forward)
     written_by: int
-    #: key group -> S3 keys (bucket-relative) of its Parquet files
+    #: key group -> S3 keys (bucket-relative) of its Parquet files: the base, then its deltas in order
     files: Mapping[int, tuple[str, ...]]
     #: the state rows' columns: name -> Spark type (``simpleString``), the schema a change is checked against
     columns: Mapping[str, str]
@@ -60,6 +88,17 @@ class StateManifest:
     schema_version: int = 1
     #: what the checkpoint that wrote it measured (seconds to load, apply and write, rows in, ...)
     metrics: Mapping[str, float] = field(default_factory=dict)
+    #: each key group's figures (format 2); empty in format 1, whose files are one full snapshot per group
+    groups: Mapping[int, GroupState] = field(default_factory=dict)
+
+    @property
+    def incremental(self) -> bool:
+        """Whether a checkpoint may read and write some groups only (format 2: every group's figures known)."""
+        return self.format_version >= 2 and set(self.groups) == set(self.files)
+
+    @property
+    def delta_count(self) -> int:
+        return sum(max(len(f) - 1, 0) for f in self.files.values())
 
     @property
     def file_count(self) -> int:
@@ -83,6 +122,7 @@ class StateManifest:
             "partitions": {tp: t.to_json() for tp, t in sorted(self.partitions.items())},
             "keys": self.keys, "rows": self.rows, "bytes": self.bytes, "timers": self.timers,
             "next_timer_ms": self.next_timer_ms, "metrics": dict(self.metrics),
+            **({"groups": {str(g): s.to_json() for g, s in sorted(self.groups.items())}} if self.groups else {}),
         }
 
     @classmethod
@@ -105,9 +145,10 @@ class StateManifest:
                 watermark_ms=None if watermark is None else int(watermark), partitions=partitions,
                 keys=int(doc.get("keys", 0)), rows=int(doc.get("rows", 0)), bytes=int(doc.get("bytes", 0)),
                 timers=int(doc.get("timers", 0)), next_timer_ms=None if next_timer is None else int(next_timer),
-                format_version=int(doc.get("format_version", STATE_FORMAT_VERSION)),
+                format_version=int(doc.get("format_version", 1)),
                 schema_version=int(doc.get("schema_version", 1)),
                 metrics={str(k): float(v) for k, v in dict(doc.get("metrics") or {}).items()},
+                groups={int(g): GroupState.from_json(v) for g, v in dict(doc.get("groups") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise bad(f"is invalid: {exc!r}") from exc

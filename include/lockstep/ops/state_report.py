@@ -79,10 +79,14 @@ def no_state_text(pipeline: str, found: CommittedState) -> str:
 
 # ---- stats ---------------------------------------------------------------------------------------
 def file_sizes(files: StateFiles, manifest: StateManifest) -> dict[str, int]:
-    """The sizes of the manifest's files, from one listing of the folder of the checkpoint that wrote
-    them (every file of a manifest is there); a file the listing lacks is left out."""
+    """The sizes of the manifest's files: from the manifest itself (format 2 records each group's file
+    sizes), else from one listing of each folder they are in; a file a listing lacks is left out."""
+    if manifest.incremental:
+        return {key: size for g, keys in manifest.files.items()
+                for key, size in zip(keys, manifest.groups[g].file_bytes, strict=True)}
     wanted = set(manifest.all_files)
-    return {key: size for key, size in files.sizes(manifest.written_by).items() if key in wanted}
+    folders = {c for c in (files.checkpoint_of(k) for k in wanted) if c is not None}
+    return {key: size for c in sorted(folders) for key, size in files.sizes(c).items() if key in wanted}
 
 
 def stats(checkpoint_id: int, manifest: StateManifest, sizes: Mapping[str, int], idle_timeout_ms: int,
@@ -95,7 +99,10 @@ def stats(checkpoint_id: int, manifest: StateManifest, sizes: Mapping[str, int],
     for g in sorted(manifest.files):
         keys = manifest.files[g]
         known = [sizes[k] for k in keys if k in sizes]
-        groups.append({"key_group": g, "files": len(keys), "bytes": sum(known) if len(known) == len(keys) else None})
+        figures = manifest.groups.get(g)
+        groups.append({"key_group": g, "files": len(keys), "deltas": max(len(keys) - 1, 0),
+                       "bytes": sum(known) if len(known) == len(keys) else None,
+                       "keys": figures.keys if figures else None, "rows": figures.rows if figures else None})
     partitions = []
     for tp, t in sorted(manifest.partitions.items()):
         partitions.append({"partition": tp, "max_event_time": iso_ms(t.max_event_ms), "max_event_ms": t.max_event_ms,
@@ -105,7 +112,8 @@ def stats(checkpoint_id: int, manifest: StateManifest, sizes: Mapping[str, int],
     return {
         "checkpoint": checkpoint_id, "written_by": manifest.written_by, "operator": manifest.operator,
         "key_groups": manifest.key_groups, "groups_with_keys": len(manifest.files), "keys": manifest.keys,
-        "rows": manifest.rows, "bytes": manifest.bytes, "files": manifest.file_count,
+        "rows": manifest.rows, "bytes": manifest.bytes, "files": manifest.file_count, "deltas": manifest.delta_count,
+        "format_version": manifest.format_version,
         "watermark": iso_ms(manifest.watermark_ms), "watermark_ms": manifest.watermark_ms,
         "oldest_partition_event_time": iso_ms(oldest), "oldest_partition_event_ms": oldest,
         "oldest_partition": slowest,
@@ -136,7 +144,8 @@ def describe_stats(pipeline: str, doc: Mapping[str, Any], max_groups: int = 16) 
     lines = [f"{pipeline}: {doc['operator']} state after checkpoint {doc['checkpoint']}{carried}",
              f"  key groups   {doc['key_groups']} ({doc['groups_with_keys']} hold keys)",
              f"  keys         {doc['keys']:,}", f"  rows         {doc['rows']:,}",
-             f"  size         {size_text(doc['bytes'])} ({doc['bytes']:,} bytes) in {doc['files']} files",
+             f"  size         {size_text(doc['bytes'])} ({doc['bytes']:,} bytes) in {doc['files']} files"
+             + (f" ({doc['deltas']} of them deltas)" if doc.get("deltas") else ""),
              f"  watermark    {doc['watermark']}",
              f"  oldest partition event time {doc['oldest_partition_event_time']}"
              + (f" ({doc['oldest_partition']})" if doc["oldest_partition"] else "")]
@@ -147,6 +156,10 @@ def describe_stats(pipeline: str, doc: Mapping[str, Any], max_groups: int = 16) 
         lines.append(f"  timers       {timers['pending']} pending, next at {timers['next']}")
     metrics = doc["metrics"]
     shown = [f"{name.removesuffix('_seconds')} {metrics[name]:.2f} s" for name in SECONDS if name in metrics]
+    if "files_written" in metrics:
+        shown.append(f"wrote {int(metrics['files_written'])} files ({size_text(int(metrics['bytes_written']))}, "
+                     f"{int(metrics.get('compactions', 0))} compactions) after reading {int(metrics['groups_read'])} "
+                     f"groups ({int(metrics['rows_loaded']):,} rows)")
     lines.append("  last run     " + (", ".join(shown) if shown else "nothing measured (a checkpoint without "
                                                                      "records carried the state forward)"))
     lines.append(f"  partitions (idle: no records read for {doc['idle_timeout_ms'] // 1000} s):")
@@ -156,9 +169,11 @@ def describe_stats(pipeline: str, doc: Mapping[str, Any], max_groups: int = 16) 
     if not doc["partitions"]:
         lines.append("    (none yet)")
     groups = doc["per_key_group"]
-    lines.append("  per key group (group: files, size):")
+    lines.append("  per key group (group: files, size, keys):")
     for g in groups[:max_groups]:
-        lines.append(f"    {g['key_group']:>5}: {g['files']} file{'s' if g['files'] != 1 else ''}, {size_text(g['bytes'])}")
+        keys = f", {g['keys']:,} keys" if g.get("keys") is not None else ""
+        lines.append(f"    {g['key_group']:>5}: {g['files']} file{'s' if g['files'] != 1 else ''}, {size_text(g['bytes'])}"
+                     f"{keys}")
     if len(groups) > max_groups:
         lines.append(f"    ... {len(groups) - max_groups} more (--json lists them all)")
     if not groups:
@@ -201,14 +216,24 @@ def _batches(body: bytes, key: str | None) -> Iterator[pa.Table]:
 
 
 def read_rows(files: StateFiles, manifest: StateManifest, key: str | None = None, limit: int = 20) -> ShownRows:
-    """Up to ``limit`` rows of the state (only key ``key``'s when given), key group by key group. Files
-    are read one at a time and reading stops once one row more than ``limit`` was found."""
+    """Up to ``limit`` rows of the state (only key ``key``'s when given), key group by key group, each
+    group's chain merged (`lockstep.store.state_chain`). Reading stops once one row more than ``limit``
+    was found; ``files_read`` counts the files read."""
+    import pyarrow as pa
+
+    from lockstep.store import state_chain
+
     kept: list[dict[str, Any]] = []
     read = 0
-    for path in manifest.all_files:
-        read += 1
-        for table in _batches(files.get(path, manifest.written_by), key):
-            kept.extend(user_rows(table.slice(0, limit + 1 - len(kept))))
+    for group in sorted(manifest.files):
+        chain = []
+        for path in manifest.files[group]:
+            read += 1
+            tables = list(_batches(files.get(path, manifest.written_by), key))
+            chain.append(pa.concat_tables(tables) if tables else None)
+        merged = state_chain.merge([t for t in chain if t is not None])
+        if merged is not None and merged.num_rows:
+            kept.extend(user_rows(merged.slice(0, limit + 1 - len(kept))))
             if len(kept) > limit:
                 return ShownRows(kept[:limit], True, read)
     return ShownRows(kept, False, read)
@@ -254,8 +279,8 @@ def rekey_text(spec: PipelineSpec, found: CommittedState, key_groups: int) -> st
     m = found.manifest
     lines = [f"{spec.name}: re-keying from {m.key_groups} to {key_groups} key groups recorded "
              f"(state of checkpoint {found.checkpoint_id}: {m.keys:,} keys, {m.rows:,} rows, {size_text(m.bytes)}).",
-             f"The next checkpoint reads the whole state and writes it in {key_groups} key groups (every checkpoint "
-             "writes a full snapshot, so nothing else is rewritten); the files of the old layout stay with the "
+             f"The next checkpoint reads the whole state and writes it in {key_groups} key groups, each as a new "
+             "base (later checkpoints write deltas again); the files of the old layout stay with the "
              "checkpoints and savepoints that name them until garbage collection."]
     if spec.state.key_groups != key_groups:
         lines.append(f"Now set state.key_groups: {key_groups} in {spec.path} (it says {spec.state.key_groups}): "

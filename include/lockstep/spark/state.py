@@ -22,7 +22,6 @@ through the driver costs O(state) per checkpoint: the numbers are in the manifes
 """
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, cast
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.state import StateManifest
+from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
 from lockstep.spark.state_worker import state_columns
 from lockstep.spec import PipelineSpec, StateSpec, WindowSpec
@@ -50,8 +50,6 @@ INTERNAL = (KEY, EVENT, GROUP)
 #: Columns of the transform's output that are never state: the output record's own fields.
 NOT_STATE = ("value", "key", "headers", "error")
 PROVENANCE = ("topic", "partition", "offset")
-#: The pending timers (their count ``n`` and the earliest, ``next``) of a new state, as one-row aggregate.
-Timers = Callable[["DataFrame"], "DataFrame"]
 #: The dead-letter errors of the stateful operators.
 LATE, DUPLICATE = "late", "duplicate"
 
@@ -168,34 +166,44 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         shape = x.select(*INTERNAL, *data_columns)
     else:
         shape = x.select(*INTERNAL)
-    loaded = _load(spark, spec, cid, base, files, shape)
+    want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
+    migrating = bool(base and base.all_files and state.function is not None and state.function.migrate
+                     and schema_change(base.columns, want))
+    plan = read_plan(base, state, clock.after, migrating)
+    if plan.full:
+        log.info("checkpoint %d: reading and writing the whole state: %s", cid, plan.why)
+    loaded = _load(spark, spec, cid, base, files, shape, good, plan)
+    current = loaded.frame
+    if state.ttl_ms is not None and clock.before is not None:  # expired keys read as absent (and are dropped)
+        current = current.filter(F.col(EVENT) + F.lit(state.ttl_ms) > F.lit(clock.before))
     metrics["load_seconds"] = round(time.monotonic() - started, 3)
+    metrics["rows_loaded"] = float(sum(t.num_rows for t in loaded.selected.values()))
+    metrics["groups_read"] = float(len(loaded.chains))
     bad = x.filter(F.col("error").isNotNull())
     if state.window is not None:
-        output, new_state, timers = _windows(state, clock, good, loaded, data_columns)
+        output, new_state = _windows(state, clock, good, current, data_columns)
     elif state.dedup is not None:
-        output, new_state, timers = _dedup(state, clock, good, loaded)
+        output, new_state = _dedup(state, clock, good, current)
     else:
-        output, new_state, timers = _function(state, clock, good, loaded,
-                                              [c for c in transformed.columns if c not in ("error", "headers")])
+        output, new_state = _function(state, clock, good, current,
+                                      [c for c in transformed.columns if c not in ("error", "headers")])
     columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
     everything = _records(bad).unionByName(output)
 
     def finish() -> StateManifest:
         began = time.monotonic()
-        kept = new_state.persist()  # computed once for its rows and its timers
-        table = kept.toArrow()
-        pending = timers(kept).collect()[0]
-        kept.unpersist()
+        table = new_state.toArrow()
         metrics["apply_seconds"] = round(time.monotonic() - began, 3)
         began = time.monotonic()
-        manifest = _write(spec, cid, table, files, columns, clock, int(pending["n"] or 0), pending["next"], metrics)
+        manifest = _write(spec, cid, base, plan, loaded, table, files, columns, clock, metrics)
         metrics["write_seconds"] = round(time.monotonic() - began, 3)
         x.unpersist()
-        log.info("checkpoint %d: state %s: %d keys, %d rows, %d bytes in %d files (load %.2f s, apply %.2f s, write "
-                 "%.2f s); %d timers pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
-                 manifest.file_count, metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"],
-                 manifest.timers)
+        log.info("checkpoint %d: state %s: %d keys, %d rows, %d bytes in %d files (%d deltas); it read %d groups "
+                 "(%d rows) and wrote %d files (%d bytes, %d compactions) (load %.2f s, apply %.2f s, write %.2f s); "
+                 "%d timers pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
+                 manifest.file_count, manifest.delta_count, metrics["groups_read"], metrics["rows_loaded"],
+                 metrics["files_written"], metrics["bytes_written"], metrics["compactions"], metrics["load_seconds"],
+                 metrics["apply_seconds"], metrics["write_seconds"], manifest.timers)
         return replace(manifest, metrics=dict(metrics))
 
     return StatefulRun(everything, clock, finish, metrics)
@@ -219,38 +227,72 @@ def _records(rows: DataFrame) -> DataFrame:
                        F.col("error").cast("string").alias("error"))
 
 
+@dataclass
+class Loaded:
+    """What a checkpoint read of its base state: the rows it works on, as a DataFrame, and per key
+    group read, the decoded chain (for a compaction) and the rows taken from it (before the TTL)."""
+
+    frame: DataFrame
+    chains: dict[int, list[pa.Table]] = field(default_factory=dict)
+    selected: dict[int, pa.Table] = field(default_factory=dict)
+
+
 def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest | None, files: StateFiles,
-          shape: DataFrame) -> DataFrame:
-    """The base state's rows as a DataFrame with ``shape``'s columns (an empty one without state).
+          shape: DataFrame, good: DataFrame, plan: ReadPlan) -> Loaded:
+    """The base state's rows this checkpoint needs, as a DataFrame with ``shape``'s columns (an empty
+    one without state): in full, every row; else, of each group the records touch, the rows of the
+    keys they touch, and every row of a group with a due timer (`lockstep.rules.state_reads`).
 
     A column the state lacks is read as null (a nullable field added to the transform); a column the
     state has and the transform no longer gives, or one whose type changed, is refused by name."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
+    from lockstep.store import state_chain
+
+    assert spec.state is not None
     want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
     if base is None or not base.all_files:
-        return shape.limit(0)
-    migrate = spec.state is not None and spec.state.function is not None and spec.state.function.migrate
+        return Loaded(shape.limit(0))
+    migrate = spec.state.function is not None and spec.state.function.migrate
     problems = schema_change(base.columns, want)
-    if problems and migrate:
-        return _migrated(spark, spec, base, files, shape)
-    if problems:
+    if problems and not migrate:
         raise CheckpointError(cid, f"the state of checkpoint {base.written_by} cannot be read with the transform's "
                                    f"new columns: {'; '.join(problems)}. Keep the field in the transform (its type "
                                    "too), or give the pipeline a new name to start without state")
-    loaded = _read(spark, base, files)
-    return loaded.select(*[(F.col(c) if c in loaded.columns else F.lit(None)).cast(t).alias(c) for c, t in want.items()])
-
-
-def _read(spark: JobSession, base: StateManifest, files: StateFiles) -> DataFrame:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tables = [pq.read_table(io.BytesIO(files.get(key, base.written_by))) for key in base.all_files]
+    touched: dict[int, pa.Array] = {}
+    if plan.full:
+        groups = sorted(base.files)
+    else:
+        keys = good.select(KEY, GROUP).distinct().toArrow()
+        touched = {int(g): keys.filter(pc.equal(keys[GROUP], g))[KEY].combine_chunks()
+                   for g in pc.unique(keys[GROUP]).to_pylist()}
+        groups = sorted((set(touched) | plan.whole) & set(base.files))
+    loaded = Loaded(shape.limit(0))
+    for group in groups:
+        chain = [state_chain.read(files.get(k, base.written_by)) for k in base.files[group]]
+        loaded.chains[group] = chain
+        if not plan.reads_whole(group):
+            chain = [state_chain.select(t, touched[group]) for t in chain]
+        merged = state_chain.merge(chain)
+        if merged is not None and merged.num_rows:
+            loaded.selected[group] = merged
+    if not loaded.selected:
+        return loaded
     # One chunk: a Connect session's createDataFrame was seen keeping only the first chunk of a table
     # concatenated from several files (pyspark 4.0.0), dropping every other key group's rows.
-    table = (pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]).combine_chunks()
-    return cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
+    table = pa.concat_tables(list(loaded.selected.values()), promote_options="default").combine_chunks()
+    frame = cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
+    if problems:
+        frame = _migrated(spec, base, frame)
+    else:
+        frame = frame.select(*[(F.col(c) if c in frame.columns else F.lit(None)).cast(t).alias(c)
+                               for c, t in want.items()])
+    if base.key_groups != spec.state.key_groups:  # re-keying (in full): every key's group anew
+        frame = frame.withColumn(GROUP, F.pmod(F.xxhash64(F.col(KEY)), F.lit(spec.state.key_groups)).cast("int"))
+    loaded.frame = frame
+    return loaded
 
 
 def _empty(spark: JobSession, columns: tuple[tuple[str, str], ...]) -> DataFrame:
@@ -259,8 +301,7 @@ def _empty(spark: JobSession, columns: tuple[tuple[str, str], ...]) -> DataFrame
     return cast("SparkSession", spark).createDataFrame([], schema_ddl(columns))
 
 
-def _migrated(spark: JobSession, spec: PipelineSpec, base: StateManifest, files: StateFiles,
-              shape: DataFrame) -> DataFrame:
+def _migrated(spec: PipelineSpec, base: StateManifest, frame: DataFrame) -> DataFrame:
     """State of an earlier schema, through the spec's ``state.function.migrate``, row by row."""
     from lockstep.spark.state_worker import FunctionSettings, migrate_rows, schema_ddl, state_columns
 
@@ -270,8 +311,7 @@ def _migrated(spark: JobSession, spec: PipelineSpec, base: StateManifest, files:
                 base.written_by, base.schema_version, ", ".join(base.columns), f.version, f.migrate)
     settings = FunctionSettings(f.process, f.fields, None, (), f.migrate, base.schema_version)
     old = tuple(n for n in base.columns if n not in dict(state_columns(())))
-    return _read(spark, base, files).mapInPandas(migrate_rows(settings, old),  # type: ignore[arg-type]
-                                                 schema_ddl(state_columns(f.fields)))
+    return frame.mapInPandas(migrate_rows(settings, old), schema_ddl(state_columns(f.fields)))  # type: ignore[arg-type]
 
 
 def window_value(w: WindowSpec) -> Column:
@@ -315,7 +355,7 @@ def keyed(spec: PipelineSpec, transformed: DataFrame) -> DataFrame:
 
 
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-             data_columns: list[str]) -> tuple[DataFrame, DataFrame, Timers]:
+             data_columns: list[str]) -> tuple[DataFrame, DataFrame]:
     from pyspark.sql import functions as F
 
     w = state.window
@@ -342,17 +382,11 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
                           F.col("__ls_from.offset").cast("bigint").alias("offset"),
                           F.lit(None).cast("string").alias("error"))
     keep = (last_end(F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
-    new_state = rows.filter(keep)
-
-    def timers(kept: DataFrame) -> DataFrame:  # the windows of the kept rows that have not fired
-        pending = kept.withColumn("__ls_start", F.explode(window_starts_column(w))).filter(~fires & open_before)
-        return pending.agg(F.count_distinct(KEY, "__ls_start").alias("n"), F.min(end).alias("next"))
-
-    return _records(late).unionByName(output), new_state, timers
+    return _records(late).unionByName(output), rows.filter(keep)
 
 
 def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
-           loaded: DataFrame) -> tuple[DataFrame, DataFrame, Timers]:
+           loaded: DataFrame) -> tuple[DataFrame, DataFrame]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -377,16 +411,11 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     # Each source partition's records in offset order, in one task: the dedup's shuffle undone.
     output = output.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset")
     kept = loaded.unionByName(first.select(*INTERNAL))
-    new_state = kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept
-
-    def timers(kept: DataFrame) -> DataFrame:  # each key's expiry
-        return kept.agg(F.count(F.lit(1)).alias("n"), F.min(F.col(EVENT) + ttl).alias("next"))
-
-    return output, new_state, timers
+    return output, kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept
 
 
 def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-              record_columns: list[str]) -> tuple[DataFrame, DataFrame, Timers]:
+              record_columns: list[str]) -> tuple[DataFrame, DataFrame]:
     """The user's function per key, over ``cogroup(new records, state).applyInPandas``; its result is kept
     (a local checkpoint) so that the output and the state written come from the same calls."""
     from pyspark.sql import functions as F
@@ -394,7 +423,6 @@ def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: Data
     from lockstep.spark.state_worker import (
         KIND,
         OUT_KEY,
-        TIMERS,
         FunctionSettings,
         apply_function,
         result_columns,
@@ -412,40 +440,82 @@ def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: Data
     result = result.localCheckpoint(eager=True)
     output = result.filter(F.col(KIND) == "out").select(
         "value", F.col(OUT_KEY).alias("key"), "topic", "partition", "offset", F.lit(None).cast("string").alias("error"))
-    new_state = result.filter(F.col(KIND) == "state").select(*[n for n, _ in state_columns(f.fields)])
-    # Timers are a JSON list of epoch ms: an array column did not survive pandas -> Arrow in cogroup (pyspark 4.0.0).
-    times = F.from_json(F.col(TIMERS), "array<bigint>")
-
-    def timers(kept: DataFrame) -> DataFrame:
-        return kept.select(F.explode(times).alias("t")).agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("next"))
-
-    return output, new_state, timers
+    # Timers are a JSON list of epoch ms (an array column did not survive pandas -> Arrow in cogroup,
+    # pyspark 4.0.0); `lockstep.store.state_chain.timers` counts them.
+    return output, result.filter(F.col(KIND) == "state").select(*[n for n, _ in state_columns(f.fields)])
 
 
-def _write(spec: PipelineSpec, cid: int, table: pa.Table, files: StateFiles, columns: dict[str, str],
-           clock: EventClock, timers: int, next_timer: int | None, metrics: dict[str, float]) -> StateManifest:
-    """One Parquet file per key group that holds rows, then the manifest that names them."""
+def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadPlan, loaded: Loaded,
+           table: pa.Table, files: StateFiles, columns: dict[str, str], clock: EventClock,
+           metrics: dict[str, float]) -> StateManifest:
+    """The new state's files, then the manifest that names them with the groups nobody touched.
+
+    ``table`` holds the new rows of every key the checkpoint read or gave records to. A group read
+    whole gets a new base; another gets a delta of those keys (tombstones for keys whose state is
+    gone), or a new base when the delta would make its chain too long (compaction, which also drops
+    expired keys). A group left with no rows leaves the manifest."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    assert spec.state is not None
-    written: dict[int, tuple[str, ...]] = {}
+    from lockstep.model.state import GroupState
+    from lockstep.store import state_chain
+
+    state = spec.state
+    assert state is not None
+    table = state_chain.unexpired(table, state, clock.after)
+    incremental = base is not None and not plan.full
+    files_by_group: dict[int, tuple[str, ...]] = dict(base.files) if base is not None and incremental else {}
+    groups: dict[int, GroupState] = dict(base.groups) if base is not None and incremental else {}
+    new_groups = set(pc.unique(table[GROUP]).to_pylist()) if table.num_rows else set()
+    written = compactions = 0
     size = 0
-    if table.num_rows:
-        table = table.sort_by([(GROUP, "ascending"), (KEY, "ascending")])
-        for group in pc.unique(table[GROUP]).to_pylist():
-            part = table.filter(pc.equal(table[GROUP], group))
-            sink = io.BytesIO()
-            pq.write_table(part, sink, compression="zstd")
-            body = sink.getvalue()
-            key = files.key(cid, int(group))
-            files.put(key, body)
-            written[int(group)] = (key,)
-            size += len(body)
-    metrics["rows"] = float(table.num_rows)
+
+    def put(group: int, body: bytes, delta: bool) -> str:
+        nonlocal written, size
+        key = files.key(cid, group, delta=delta)
+        files.put(key, body)
+        written += 1
+        size += len(body)
+        return key
+
+    for group in sorted(new_groups | set(loaded.chains)):
+        rows = table.filter(pc.equal(table[GROUP], group)) if group in new_groups else table.slice(0, 0)
+        old = groups.get(group)
+        if not incremental or old is None or plan.reads_whole(group):
+            whole: pa.Table | None = rows  # every row of the group: a new base
+        else:
+            before = loaded.selected.get(group)
+            change = state_chain.delta(rows, before[KEY] if before is not None else rows[KEY].slice(0, 0), group)
+            body = state_chain.parquet(change)
+            if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction):
+                key = put(group, body, delta=True)
+                files_by_group[group] = (*files_by_group[group], key)
+                n_old, _ = state_chain.timers(before, state, clock.before)
+                n_new, next_new = state_chain.timers(rows, state, clock.after)
+                nexts = [t for t in (old.next_timer_ms, next_new) if t is not None]
+                groups[group] = GroupState(
+                    keys=old.keys - state_chain.key_count(before) + state_chain.key_count(rows),
+                    rows=old.rows - (before.num_rows if before is not None else 0) + rows.num_rows,
+                    file_bytes=(*old.file_bytes, len(body)), timers=old.timers - n_old + n_new,
+                    next_timer_ms=min(nexts) if nexts else None)
+                continue
+            compactions += 1
+            merged = state_chain.merge([*loaded.chains[group], change])
+            whole = state_chain.unexpired(merged, state, clock.after) if merged is not None else None
+        files_by_group.pop(group, None)
+        groups.pop(group, None)
+        if whole is None or not whole.num_rows:
+            continue
+        body = state_chain.parquet(whole)
+        files_by_group[group] = (put(group, body, delta=False),)
+        n, nxt = state_chain.timers(whole, state, clock.after)
+        groups[group] = GroupState(keys=state_chain.key_count(whole), rows=whole.num_rows, file_bytes=(len(body),),
+                                   timers=n, next_timer_ms=nxt)
+    metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
+                   compactions=float(compactions))
+    nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]
     return StateManifest(
-        operator=spec.state.operator, key_groups=spec.state.key_groups, written_by=cid, files=written,
+        operator=state.operator, key_groups=state.key_groups, written_by=cid, files=files_by_group,
         columns=columns, watermark_ms=clock.after, partitions=clock.partitions,
-        keys=int(pc.count_distinct(table[KEY]).as_py()) if table.num_rows else 0, rows=table.num_rows, bytes=size,
-        timers=timers, next_timer_ms=None if next_timer is None else int(next_timer),
-        schema_version=spec.state.schema_version)
+        keys=sum(g.keys for g in groups.values()), rows=sum(g.rows for g in groups.values()),
+        bytes=sum(sum(g.file_bytes) for g in groups.values()), timers=sum(g.timers for g in groups.values()),
+        next_timer_ms=min(nexts) if nexts else None, schema_version=state.schema_version, groups=groups)

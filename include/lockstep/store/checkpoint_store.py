@@ -587,9 +587,8 @@ class CheckpointStore:
         copied: dict[int, tuple[str, ...]] = {}
         for group, keys in state.files.items():
             mine = []
-            for key in keys:
-                target = files.key(state.written_by, group) if len(keys) == 1 else \
-                    f"{files.prefix}{state.written_by:0{ID_WIDTH}d}/{key.rsplit('/', 1)[-1]}"
+            for key in keys:  # the same folder and name under this pipeline's prefix: a chain's files stay apart
+                target = files.prefix + "/".join(key.rsplit("/", 2)[-2:])
                 if target != key or source_bucket != self.bucket:
                     files.copy(key, target, source_bucket)
                 mine.append(target)

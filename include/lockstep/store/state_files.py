@@ -2,7 +2,8 @@
 
 Layout under ``s3://bucket/<prefix>/<pipeline>/``, beside the checkpoints::
 
-    state/000000000042/kg-00007.parquet   key group 7's state after checkpoint 42
+    state/000000000042/kg-00007.parquet        key group 7's state after checkpoint 42 (a base)
+    state/000000000043/kg-00007.delta.parquet  the keys of group 7 that checkpoint 43 touched (a delta)
 
 A checkpoint's run writes its files before ``prepared.json``; nothing ever rewrites one. Which files
 are the pipeline's state is decided by the completed checkpoint's manifest
@@ -13,10 +14,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lockstep.errors import MetadataError, TransientError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lockstep.model.state import StateManifest
 
 ID_WIDTH = 12
 REKEY_SCHEMA = "lockstep.state.rekey/1"
@@ -32,8 +39,9 @@ class StateFiles:
     def prefix(self) -> str:
         return f"{self.root}/state/"
 
-    def key(self, checkpoint_id: int, group: int) -> str:
-        return f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/kg-{group:05d}.parquet"
+    def key(self, checkpoint_id: int, group: int, delta: bool = False) -> str:
+        """A base (``kg-00007.parquet``) or a delta (``kg-00007.delta.parquet``, `lockstep.store.state_chain`)."""
+        return f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/kg-{group:05d}{'.delta' if delta else ''}.parquet"
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
@@ -72,9 +80,23 @@ class StateFiles:
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not list state files under {self.url(self.prefix)}: {exc}") from exc
 
+    def read_state(self, manifest: StateManifest, groups: Iterable[int] | None = None) -> pa.Table | None:
+        """The state a manifest names, each group's chain merged (every group, or only ``groups``); None
+        when it holds no rows."""
+        import pyarrow as pa
+
+        from lockstep.store import state_chain
+
+        tables = []
+        for group in sorted(manifest.files if groups is None else set(groups) & set(manifest.files)):
+            merged = state_chain.merge([state_chain.read(self.get(k, manifest.written_by))
+                                        for k in manifest.files[group]])
+            if merged is not None and merged.num_rows:
+                tables.append(merged)
+        return pa.concat_tables(tables, promote_options="default") if tables else None
+
     def sizes(self, checkpoint_id: int) -> dict[str, int]:
-        """Key -> size in bytes of the files in checkpoint ``checkpoint_id``'s folder (one listing, for
-        ``lockstep state stats``: a manifest's files are all in the folder of the checkpoint that wrote it)."""
+        """Key -> size in bytes of the files in checkpoint ``checkpoint_id``'s folder (one listing)."""
         folder = f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/"
         try:
             pages = self._s3.get_paginator("list_objects_v2").paginate(  # type: ignore[attr-defined]

@@ -1,0 +1,148 @@
+"""A key group's state as a chain of immutable Parquet files: a base, then deltas (pure, pyarrow).
+
+A checkpoint that touched some keys of a group writes one **delta**: every state row of each key it
+touched (a key's rows are replaced as a whole) and a **tombstone** row (``__ls_tombstone`` true) for
+each touched key whose state is gone. The group's state is its files read in order, each key taken
+from the last file that names it, tombstoned keys dropped: :func:`merge`.
+
+**Compaction** merges a chain into a new base when its deltas are too many or too big against the
+base (:func:`compaction_due`); it drops expired rows on the way. Nothing here does I/O: the Spark
+run (`lockstep.spark.state`) and the tools (`lockstep.ops.state_report`) bring the bytes.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lockstep.spec import CompactionPolicy, StateSpec
+
+KEY, GROUP = "__ls_key", "__ls_key_group"
+TOMBSTONE = "__ls_tombstone"
+
+
+def compaction_due(chain_bytes: Sequence[int], new_delta_bytes: int, policy: CompactionPolicy) -> bool:
+    """Whether a group whose files have ``chain_bytes`` (base first) is compacted rather than given a
+    delta of ``new_delta_bytes``. A group without files starts with a base and never needs this."""
+    if not chain_bytes:
+        return False
+    deltas = [*chain_bytes[1:], new_delta_bytes]
+    return len(deltas) > policy.max_deltas or sum(deltas) > policy.max_delta_ratio * max(chain_bytes[0], 1)
+
+
+def merge(tables: Sequence[pa.Table]) -> pa.Table | None:
+    """The state a chain holds: each key's rows from the last table that names it, tombstoned keys
+    dropped, the tombstone column removed. None for an empty chain. Tables may differ in columns (a
+    nullable column added since): a missing column reads as null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not tables:
+        return None
+    kept: list[pa.Table] = []
+    seen: pa.Array | None = None
+    for table in reversed(tables):
+        if seen is not None and len(seen):
+            table = table.filter(pc.invert(pc.is_in(table[KEY], value_set=seen)))
+        keys = pc.unique(table[KEY])
+        seen = keys if seen is None else pa.concat_arrays([seen, keys.cast(seen.type)])
+        kept.append(table)
+    merged = pa.concat_tables(list(reversed(kept)), promote_options="default")
+    if TOMBSTONE in merged.column_names:
+        merged = merged.filter(pc.invert(pc.fill_null(merged[TOMBSTONE], False))).drop_columns([TOMBSTONE])
+    return merged
+
+
+def select(table: pa.Table, keys: pa.Array) -> pa.Table:
+    """The rows of ``keys`` (tombstones included: select before :func:`merge`, which commutes with it)."""
+    import pyarrow.compute as pc
+
+    return table.filter(pc.is_in(table[KEY], value_set=keys.cast(table.schema.field(KEY).type)))
+
+
+def delta(new_rows: pa.Table, touched_keys: pa.Array, group: int) -> pa.Table:
+    """A group's delta: the new rows of its touched keys, and a tombstone for each touched key that
+    has none. ``new_rows`` holds only this group's rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    gone = pc.unique(touched_keys)
+    if new_rows.num_rows:
+        gone = gone.filter(pc.invert(pc.is_in(gone, value_set=pc.unique(new_rows[KEY]).cast(gone.type))))
+    rows = new_rows.append_column(TOMBSTONE, pa.nulls(new_rows.num_rows, pa.bool_()))
+    if not len(gone):
+        return rows
+    columns = {name: pa.nulls(len(gone), rows.schema.field(name).type) for name in rows.column_names}
+    columns[KEY] = gone.cast(rows.schema.field(KEY).type)
+    columns[GROUP] = pa.array([group] * len(gone), rows.schema.field(GROUP).type)
+    columns[TOMBSTONE] = pa.array([True] * len(gone), pa.bool_())
+    return pa.concat_tables([rows, pa.table(columns, schema=rows.schema)])
+
+
+def parquet(table: pa.Table) -> bytes:
+    """A state file's bytes: sorted by key (so a reader can stop early and files compress well), zstd."""
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(table.sort_by([(KEY, "ascending")]), sink, compression="zstd")
+    return sink.getvalue()
+
+
+def read(body: bytes) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(io.BytesIO(body))
+
+
+def key_count(table: pa.Table | None) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.count_distinct(table[KEY]).as_py()) if table is not None and table.num_rows else 0
+
+
+EVENT, TIMERS = "__ls_event_ms", "__ls_timers"
+
+
+def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> tuple[int, int | None]:
+    """The pending timers of state rows and the earliest (epoch ms), at ``watermark``:
+    - windows: each (key, window) whose end plus the allowed lateness the watermark has not reached;
+    - dedup: each key's expiry (its first event time plus the TTL);
+    - a state function: the timers it set (a TTL expires keys lazily: they are dropped when read)."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table is None or not table.num_rows:
+        return 0, None
+    if state.window is not None:
+        w = state.window
+        events = table[EVENT].to_numpy()
+        last = events - np.mod(events, w.slide_ms)
+        count = w.size_ms // w.slide_ms
+        starts = np.concatenate([last - j * w.slide_ms for j in range(count)])
+        ends = starts + w.size_ms + w.allowed_lateness_ms
+        ids = np.tile(pc.dictionary_encode(table[KEY]).combine_chunks().indices.to_numpy(zero_copy_only=False), count)
+        pending = np.ones(len(ends), dtype=bool) if watermark is None else ends > watermark
+        if not pending.any():
+            return 0, None
+        pairs = pa.table({"k": ids[pending], "s": starts[pending]}).group_by(["k", "s"]).aggregate([])
+        return pairs.num_rows, int(ends[pending].min())
+    if state.dedup is not None:
+        return table.num_rows, int(pc.min(table[EVENT]).as_py()) + state.dedup.ttl_ms
+    times = [int(t) for raw in table[TIMERS].to_pylist() for t in json.loads(raw or "[]")]
+    return len(times), min(times) if times else None
+
+
+def unexpired(table: pa.Table, state: StateSpec, watermark: int | None) -> pa.Table:
+    """The rows whose key has not outlived the state's TTL at ``watermark`` (all of them without a TTL)."""
+    import pyarrow.compute as pc
+
+    ttl = state.ttl_ms
+    if ttl is None or watermark is None or not table.num_rows:
+        return table
+    return table.filter(pc.greater(pc.add(table[EVENT], ttl), watermark))

@@ -1,0 +1,256 @@
+"""Incremental keyed state (issue 27), without services: a key group's chain of a base and deltas
+(`lockstep.store.state_chain`), what a checkpoint reads (`lockstep.rules.state_reads`), and the
+files and manifest a checkpoint writes (`lockstep.spark.state._write`, over tests/support/fake_s3)
+checked against a plain dict over many random checkpoints, with compaction and garbage collection."""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lockstep.model.state import GroupState, PartitionTime, StateManifest
+from lockstep.rules.state_reads import read_plan
+from lockstep.rules.watermarks import EventClock
+from lockstep.spark.state import Loaded, _write
+from lockstep.spec import CompactionPolicy, parse_spec
+from lockstep.store import state_chain
+from lockstep.store.state_chain import EVENT, GROUP, KEY, TOMBSTONE
+from lockstep.store.state_files import StateFiles, unreferenced
+from tests.support.fake_s3 import FakeS3
+
+BUCKET, ROOT = "lockstep", "tests/orders"
+
+
+def rows(*items: tuple[str, int, int], tombstones: tuple[str, ...] = (), group: int = 0) -> pa.Table:
+    """State rows (key, event ms, n) of one group, and tombstones for ``tombstones``."""
+    table = pa.table({KEY: pa.array([k for k, _, _ in items], pa.string()), GROUP: pa.array([group] * len(items), pa.int32()),
+                      EVENT: pa.array([e for _, e, _ in items], pa.int64()),
+                      "n": pa.array([n for _, _, n in items], pa.int64())})
+    if not tombstones:
+        return table
+    dead = pa.table({KEY: pa.array(list(tombstones), pa.string()), GROUP: pa.array([group] * len(tombstones), pa.int32()),
+                     EVENT: pa.nulls(len(tombstones), pa.int64()), "n": pa.nulls(len(tombstones), pa.int64()),
+                     TOMBSTONE: [True] * len(tombstones)})
+    return pa.concat_tables([table.append_column(TOMBSTONE, pa.nulls(len(items), pa.bool_())), dead])
+
+
+def as_set(table: pa.Table | None) -> set[tuple[Any, ...]]:
+    return set() if table is None else {(r[KEY], r[EVENT], r["n"]) for r in table.to_pylist()}
+
+
+# ---- the chain --------------------------------------------------------------------------------------------
+def test_a_delta_replaces_all_rows_of_its_keys_and_tombstones_remove_keys() -> None:
+    base = rows(("a", 1, 1), ("a", 2, 2), ("b", 1, 1), ("c", 1, 1))
+    delta = rows(("a", 3, 3), tombstones=("b",))
+    later = rows(("c", 9, 9), ("d", 1, 1))
+    assert as_set(state_chain.merge([base, delta, later])) == {("a", 3, 3), ("c", 9, 9), ("d", 1, 1)}
+    assert TOMBSTONE not in state_chain.merge([base, delta]).column_names
+    # A tombstone then a new row: the key is back with only its new row.
+    assert as_set(state_chain.merge([base, delta, rows(("b", 5, 5))])) == {("a", 3, 3), ("b", 5, 5), ("c", 1, 1)}
+    assert state_chain.merge([]) is None
+
+
+def test_a_column_added_since_the_base_reads_as_null_in_its_rows() -> None:
+    base = rows(("a", 1, 1), ("b", 1, 1))
+    delta = rows(("a", 2, 2)).append_column("m", pa.array(["x"]))
+    merged = state_chain.merge([base, delta]).to_pylist()
+    assert sorted((r[KEY], r["m"]) for r in merged) == [("a", "x"), ("b", None)]
+
+
+def test_selecting_keys_commutes_with_merging() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        chain = []
+        for _ in range(rng.randint(1, 5)):
+            keys = rng.sample("abcdefghij", rng.randint(1, 6))
+            live = keys[: rng.randint(0, len(keys))]
+            chain.append(rows(*[(k, rng.randint(0, 9), rng.randint(0, 9)) for k in live],
+                              tombstones=tuple(k for k in keys if k not in live)))
+        wanted = pa.array(rng.sample("abcdefghijk", 4))
+        selected = state_chain.merge([state_chain.select(t, wanted) for t in chain])
+        assert as_set(selected) == {r for r in as_set(state_chain.merge(chain)) if r[0] in wanted.to_pylist()}
+
+
+def test_a_delta_holds_the_new_rows_and_a_tombstone_per_key_that_lost_its_state() -> None:
+    new = rows(("a", 5, 5), ("a", 6, 6), ("z", 1, 1), group=3)
+    change = state_chain.delta(new, pa.array(["a", "b", "c"]), 3)
+    tombs = [r for r in change.to_pylist() if r[TOMBSTONE]]
+    assert sorted(r[KEY] for r in tombs) == ["b", "c"] and all(r[GROUP] == 3 for r in tombs)
+    assert as_set(state_chain.merge([rows(("b", 1, 1), ("c", 1, 1), ("q", 1, 1), group=3), change])) == \
+        {("a", 5, 5), ("a", 6, 6), ("z", 1, 1), ("q", 1, 1)}
+
+
+@pytest.mark.parametrize(("chain", "new", "due"), [
+    ((), 10, False),                    # no base yet: a base is written, nothing to compact
+    ((100,), 10, False),                # a first small delta
+    ((100, 10, 10), 10, False),         # 3 deltas, 30 bytes against a base of 100
+    ((100, 10, 10, 10), 10, True),      # a 4th delta passes max_deltas=3
+    ((100, 60), 50, True),              # the deltas' 110 bytes pass the base's 100
+])
+def test_compaction_is_due_on_too_many_or_too_big_deltas(chain: tuple[int, ...], new: int, due: bool) -> None:
+    assert state_chain.compaction_due(chain, new, CompactionPolicy(max_deltas=3, max_delta_ratio=1.0)) is due
+
+
+# ---- timers, TTL and the read plan ------------------------------------------------------------------------
+def spec(**state: Any) -> Any:
+    return parse_spec({"name": "orders", "source": {"topics": ["in"]}, "transform": "lockstep_examples.orders:parse",
+                       "sink": {"topic": "out", "dead_letter_topic": "dlq"},
+                       "checkpoints": {"store": "s3://lockstep/checkpoints"},
+                       "state": {"key_groups": 4, "event_time": {"column": "created_at"}, **state}}, "orders.yaml")
+
+
+WINDOW = {"window": {"key": "customer", "size": "10s", "slide": "5s", "allowed_lateness": "1s",
+                     "aggregates": {"orders": "count(*)"}}}
+DEDUP = {"dedup": {"key": "order_id", "ttl": "60s"}}
+
+
+def test_window_timers_count_each_pending_key_and_window_once() -> None:
+    state = spec(**WINDOW).state
+    table = rows(("a", 12_000, 0), ("a", 13_000, 0), ("b", 4_000, 0))
+    # a's rows are in windows [5, 15) and [10, 20); b's in [-5, 5) and [0, 10). Ends plus lateness 1 s.
+    assert state_chain.timers(table, state, None) == (4, 6_000)
+    assert state_chain.timers(table, state, 6_000) == (3, 11_000)
+    assert state_chain.timers(table, state, 21_000) == (0, None)
+
+
+def test_dedup_timers_are_expiries_and_expired_keys_are_dropped() -> None:
+    state = spec(**DEDUP).state
+    table = rows(("a", 1_000, 0), ("b", 50_000, 0))
+    assert state_chain.timers(table, state, None) == (2, 61_000)
+    assert as_set(state_chain.unexpired(table, state, 61_000)) == {("b", 50_000, 0)}
+    assert state_chain.unexpired(table, state, None).num_rows == 2
+
+
+def manifest(groups: dict[int, GroupState], key_groups: int = 4, version: int = 2) -> StateManifest:
+    return StateManifest(operator="window", key_groups=key_groups, written_by=1,
+                         files={g: (f"f{g}",) for g in groups}, columns={}, watermark_ms=0, partitions={},
+                         format_version=version, groups=groups if version >= 2 else {})
+
+
+def test_the_read_plan_reads_whole_only_groups_with_due_timers_and_everything_when_it_must() -> None:
+    window = spec(**WINDOW).state
+    groups = {0: GroupState(1, 1, (10,), 1, 5_000), 1: GroupState(1, 1, (10,), 1, 9_000), 2: GroupState(1, 1, (10,))}
+    plan = read_plan(manifest(groups), window, 6_000, migrating=False)
+    assert not plan.full and plan.whole == {0}
+    assert read_plan(manifest(groups), window, None, migrating=False).whole == frozenset()
+    assert read_plan(manifest(groups), spec(**DEDUP).state, 10_000, migrating=False).whole == frozenset()
+    assert "format 1" in read_plan(manifest(groups, version=1), window, 6_000, False).why
+    assert "re-keying from 8 to 4" in read_plan(manifest(groups, key_groups=8), window, 6_000, False).why
+    assert read_plan(manifest(groups), window, 6_000, migrating=True).full
+    assert not read_plan(None, window, 6_000, False).full
+
+
+# ---- checkpoints against a model ------------------------------------------------------------------------------
+class World:
+    """Checkpoints of a dedup-like state (one row per key) written by ``_write`` into a fake S3, and
+    the same state kept in a dict."""
+
+    def __init__(self, policy: CompactionPolicy) -> None:
+        self.s3 = FakeS3()
+        self.files = StateFiles(self.s3, BUCKET, ROOT)
+        self.spec = replace(spec(**DEDUP), state=replace(spec(**DEDUP).state, compaction=policy))
+        self.model: dict[str, tuple[int, int]] = {}
+        self.manifests: list[StateManifest] = []
+        self.cid = 0
+
+    def checkpoint(self, changes: dict[str, int | None], event: int) -> StateManifest:
+        """Touch keys: a value is the key's new n, None deletes it. Reads as the run does: only the
+        touched keys of the touched groups."""
+        self.cid += 1
+        base = self.manifests[-1] if self.manifests else None
+        state = self.spec.state
+        group_of = {k: hash_group(k) for k in changes}
+        plan = read_plan(base, state, None, migrating=False)
+        loaded = Loaded(frame=None)  # type: ignore[arg-type]  # _write never reads the DataFrame
+        for g in sorted({*group_of.values()} & set(base.files if base else ())):
+            chain = [state_chain.read(self.files.get(k, base.written_by)) for k in base.files[g]]  # type: ignore[union-attr]
+            loaded.chains[g] = chain
+            picked = state_chain.merge([state_chain.select(t, pa.array([k for k in changes if group_of[k] == g],
+                                                                                  pa.string()))
+                                        for t in chain])
+            if picked is not None and picked.num_rows:
+                loaded.selected[g] = picked
+        for k, n in changes.items():
+            if n is None:
+                self.model.pop(k, None)
+            else:
+                self.model[k] = (event, n)
+        live = [(k, *self.model[k]) for k in changes if k in self.model]
+        table = pa.table({KEY: pa.array([k for k, _, _ in live], pa.string()), GROUP: pa.array([group_of[k] for k, _, _ in live], pa.int32()),
+                          EVENT: pa.array([e for _, e, _ in live], pa.int64()),
+                          "n": pa.array([n for _, _, n in live], pa.int64())})
+        clock = EventClock(before=None, after=None, partitions={"in:0": PartitionTime(event, event)}, idle=())
+        metrics: dict[str, float] = {}
+        made = _write(self.spec, self.cid, base, plan, loaded, table, self.files, {KEY: "string", "n": "bigint"}, clock,
+                      metrics)
+        self.manifests.append(made)
+        self.metrics = metrics
+        return made
+
+    def committed(self) -> set[tuple[Any, ...]]:
+        return as_set(self.files.read_state(self.manifests[-1]))
+
+    def expected(self) -> set[tuple[Any, ...]]:
+        return {(k, e, n) for k, (e, n) in self.model.items()}
+
+
+def hash_group(key: str) -> int:
+    return sum(key.encode()) % 4
+
+
+def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_model() -> None:
+    world = World(CompactionPolicy(max_deltas=3, max_delta_ratio=1000))
+    rng = random.Random(27)
+    keys = [f"k{i}" for i in range(60)]
+    world.checkpoint({k: 0 for k in keys}, 1)  # every key: a base per group
+    assert world.manifests[-1].delta_count == 0 and world.metrics["compactions"] == 0
+    compacted = 0
+    for event in range(2, 40):
+        touched = rng.sample(keys, rng.randint(1, 8))
+        made = world.checkpoint({k: None if rng.random() < 0.2 else event for k in touched}, event)
+        compacted += int(world.metrics["compactions"])
+        assert world.committed() == world.expected(), f"checkpoint {world.cid}"
+        assert made.keys == len(world.model) and made.rows == len(world.model)
+        assert made.bytes == sum(len(world.s3.body(BUCKET, k)) for k in made.all_files)
+        assert all(len(files) <= 4 for files in made.files.values()), "a chain is compacted past 3 deltas"
+        # Only the touched groups got a file.
+        assert world.metrics["files_written"] == len({hash_group(k) for k in touched} & (set(made.files) |
+                                                                                       set(world.manifests[-2].files)))
+    assert compacted > 0 and world.manifests[-1].delta_count > 0
+    # Round-trip through JSON, as the checkpoint's metadata carries it.
+    again = StateManifest.from_json(world.manifests[-1].to_json(), "completed.json")
+    assert again == world.manifests[-1] and again.incremental
+
+
+def test_a_delta_is_the_size_of_the_keys_changed_not_of_the_state() -> None:
+    written = {}
+    for size in (2_000, 20_000):
+        world = World(CompactionPolicy())
+        world.checkpoint({f"k{i}": i for i in range(size)}, 1)
+        full = world.metrics["bytes_written"]
+        world.checkpoint({"k1": 7, "k2": None, "k3": 9}, 2)
+        assert world.committed() == world.expected()
+        assert world.metrics["files_written"] <= 3
+        written[size] = (full, world.metrics["bytes_written"])
+    (small_full, small_delta), (big_full, big_delta) = written[2_000], written[20_000]
+    assert big_full > 5 * small_full, written  # the state is 10 times bigger ...
+    assert big_delta < 1.2 * small_delta, written  # ... and the same change costs the same bytes
+
+
+def test_garbage_collection_after_a_compaction_keeps_every_file_a_retained_manifest_names() -> None:
+    world = World(CompactionPolicy(max_deltas=1, max_delta_ratio=1000))
+    world.checkpoint({"a": 1, "b": 1, "c": 1, "d": 1}, 1)
+    for event in range(2, 6):
+        world.checkpoint({"a": event}, event)  # a's group: base, delta, then compaction, ...
+    listing = world.files.listing()
+    # A crash between the compaction (checkpoint 5's run) and its garbage collection: checkpoints 4 and
+    # 5 are retained, so every file either names stays, whatever folder it is in.
+    retained = {*world.manifests[3].all_files, *world.manifests[4].all_files}
+    doomed = unreferenced(listing, retained, {k: world.files.checkpoint_of(k) for k in listing}, 5, set())
+    assert not set(doomed) & retained
+    world.files.delete(doomed)
+    assert as_set(world.files.read_state(world.manifests[3])) and world.committed() == world.expected()
+    assert set(doomed) == set(listing) - retained and doomed, "the files only older checkpoints named go"
