@@ -153,12 +153,15 @@ class StateFigures:
     state_rows: int | None = None
     state_rows_expected: int | None = None
     state_keys: int | None = None
+    #: rows of the committed state files (chains merged) that ``lockstep verify`` found not as recomputed
+    state_mismatched: int = 0
     #: why the recomputation or the manifest could not be had (the soak then fails)
     error: str | None = None
 
     @property
     def state_equal(self) -> bool:
-        return self.state_rows is not None and self.state_rows == self.state_rows_expected
+        return (self.state_rows is not None and self.state_rows == self.state_rows_expected
+                and not self.state_mismatched)
 
     @property
     def ok(self) -> bool:
@@ -172,7 +175,7 @@ class StateFigures:
                 "unchecked": self.unchecked, "samples": self.samples, "checkpoint": self.checkpoint,
                 "watermark_ms": self.watermark_ms, "state_rows": self.state_rows,
                 "state_rows_expected": self.state_rows_expected, "state_keys": self.state_keys,
-                "state_equal": self.state_equal, "error": self.error}
+                "state_mismatched": self.state_mismatched, "state_equal": self.state_equal, "error": self.error}
 
 
 def window_end_ms(event_ms: int, size_ms: int) -> int:
@@ -201,8 +204,9 @@ def state_figures(verified: dict[str, Any], manifest: dict[str, Any] | None, eve
                      wrong=int(verified.get("wrong", 0)), late=int(verified.get("late", 0)),
                      late_unplanned=late_unplanned, complete=bool(verified.get("complete")),
                      unchecked=list(verified.get("unchecked", [])),
+                     state_mismatched=int(verified.get("state_mismatched", 0)),
                      samples={k: list(verified.get(f"{k}_sample") or [])[:5]
-                              for k in ("lost", "duplicated", "unexpected", "wrong")
+                              for k in ("lost", "duplicated", "unexpected", "wrong", "state_mismatched")
                               if verified.get(f"{k}_sample")})
     if manifest is None:
         f.error = "no completed checkpoint carries a state manifest"

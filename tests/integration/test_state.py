@@ -14,7 +14,7 @@ from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
 from lockstep.model.output_contract import ERROR_HEADER, WRITER_FAILPOINTS
 
 from ..support.data import read_committed
-from .engine_helpers import make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify
 
 T0 = 1_700_000_000  # epoch seconds of order 0; order i is created at T0 + i
 SIZE_S = 10
@@ -149,6 +149,8 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
     report = verify(pipeline)  # lockstep verify recomputes the windows from the whole input, and agrees
     assert report["ok"] and report["complete"] and report["expected_outputs"] == len(expected), report
     assert (report["lost"], report["duplicated"], report["unexpected"], report["wrong"], report["late"]) == (0, 0, 0, 0, late)
+    # The committed state (each key group's chain of base and deltas, merged) is what the recompute leaves open.
+    assert report["state_mismatched"] == 0 and report["state_rows"] == manifest.rows, report
     if mode != "connect":
         assert open_transactions(pipeline) == []
         return  # verify's own failure is checked once, in connect mode (in submit mode it starts a JVM)
@@ -173,7 +175,9 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
 
 
 DEDUP = {"key_groups": 4, "event_time": {"column": "created_at", "out_of_orderness": "2s"},
-         "dedup": {"key": "order_id", "ttl": "1h", "duplicates": "dead_letter"}}
+         "dedup": {"key": "order_id", "ttl": "1h", "duplicates": "dead_letter"},
+         # Small state files are mostly Parquet's own overhead: compact on the deltas' count only.
+         "compaction": {"max_deltas": 2, "max_delta_ratio": 100}}
 
 
 def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, bootstrap, unique, spark_connect):
@@ -199,6 +203,38 @@ def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, boo
     assert manifest.operator == "dedup" and manifest.keys == len(set(sent))
     report = verify(pipeline)
     assert report["ok"] and report["complete"] and report["actual_outputs"] == len(set(sent)), report
+    assert report["state_mismatched"] == 0 and report["state_rows"] == len(set(sent)), report
+    # Incremental: checkpoints after the first wrote deltas of the keys they touched, and compacted
+    # a group's chain once it would pass two deltas.
+    s = store(pipeline)
+    states = [v.completed.state for v in (s.view(i) for i in s.checkpoint_ids())
+              if v is not None and v.completed is not None and v.completed.state is not None]
+    assert any(m.delta_count for m in states), [m.files for m in states]
+    assert any(m.metrics.get("compactions") for m in states), [dict(m.metrics) for m in states]
+    assert all(len(chain) <= 3 for m in states for chain in m.files.values())
+
+    # Re-keying reads the whole state and writes it in the new groups, as bases; then deltas again.
+    assert lockstep("state", "rekey", "--spec", str(pipeline.spec_path), "--key-groups", "8").returncode == 0
+    stateful(pipeline, {**DEDUP, "key_groups": 8})
+    def send(*orders: int, at: int) -> None:
+        for i, n in enumerate(orders):
+            producer.produce(pipeline.source, json.dumps({"order_id": f"o{n}", "customer": "c", "amount": 1.0,
+                                                          "created_at": T0 + at + i}).encode(), partition=i % 2)
+        producer.flush(30)
+
+    send(0, 200, 1, 201, at=200)  # two repeats, two new orders
+    assert run(pipeline, "--checkpoints", "1").returncode == 0
+    rekeyed = store(pipeline).latest_completed().completed.state
+    assert rekeyed.key_groups == 8 and rekeyed.delta_count == 0 and rekeyed.keys == len(set(sent)) + 2
+    send(2, 202, at=300)
+    assert run(pipeline, "--checkpoints", "1").returncode == 0
+    after = store(pipeline).latest_completed().completed.state
+    assert after.keys == len(set(sent)) + 3 and after.delta_count >= 1, after.files
+    for group in after.files:  # every row is in the group of its key's new hash
+        rows = store(pipeline).state_files().read_state(after, [group]).to_pylist()
+        assert {r["__ls_key_group"] for r in rows} == {group}
+    report = verify(pipeline)
+    assert report["ok"] and report["state_mismatched"] == 0 and report["state_rows"] == len(set(sent)) + 3, report
     assert open_transactions(pipeline) == []
 
 

@@ -7,6 +7,11 @@ in one batch, without its state files or checkpoint boundaries, and compare with
 - **Dedup**: every key of the valid input (less ``late`` records) is in the sink; no key twice
   within the TTL of its event time; every input record is accounted for exactly once (passed,
   dead-lettered as ``duplicate`` or ``late``, or dropped as a duplicate).
+- **The committed state** (windows, dedup): the latest completed checkpoint's state files, each key
+  group's chain of base and deltas merged, must hold exactly what the recompute leaves pending: the
+  rows of every window the final watermark has not closed; each key's latest passed record's event
+  time while it is within the TTL (expired keys a chain still holds are not counted: they are
+  dropped when read).
 - **A state function**: run once over the whole input (one call per key, the final watermark); its
   outputs, as a multiset of values, must equal the sink's. A function whose output depends on how
   the input was cut into checkpoints differs by design: the report says so, it does not hide it.
@@ -51,6 +56,10 @@ class StateVerifyReport:
     wrong: list[str] = field(default_factory=list)
     late: int = 0
     watermark: str | None = None
+    #: state rows or keys that the committed state and the recompute do not agree on
+    state_mismatched: list[str] = field(default_factory=list)
+    #: the live rows of the committed state that were compared (None: not compared)
+    state_rows: int | None = None
     #: what could not be recomputed, and why
     unchecked: list[str] = field(default_factory=list)
     note: str = ""
@@ -61,7 +70,7 @@ class StateVerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.wrong)
+        return not (self.lost or self.duplicated or self.unexpected or self.wrong or self.state_mismatched)
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "stateful": True, "operator": self.operator, "checkpoints": self.checkpoints,
@@ -69,7 +78,9 @@ class StateVerifyReport:
                 "actual_outputs": self.actual_outputs, "lost": len(self.lost), "duplicated": len(self.duplicated),
                 "unexpected": len(self.unexpected), "wrong": len(self.wrong), "lost_sample": self.lost[:20],
                 "duplicated_sample": self.duplicated[:20], "unexpected_sample": self.unexpected[:20],
-                "wrong_sample": self.wrong[:20], "late": self.late, "watermark": self.watermark,
+                "wrong_sample": self.wrong[:20], "state_mismatched": len(self.state_mismatched),
+                "state_mismatched_sample": self.state_mismatched[:20], "state_rows": self.state_rows,
+                "late": self.late, "watermark": self.watermark,
                 "complete": self.complete, "unchecked": self.unchecked, "note": self.note}
 
     def summary(self) -> str:
@@ -78,8 +89,10 @@ class StateVerifyReport:
                  f"outputs expected, {self.actual_outputs} found; {len(self.lost)} lost, {len(self.duplicated)} "
                  f"duplicated, {len(self.unexpected)} unexpected, {len(self.wrong)} with another value; "
                  f"{self.late} late records dead-lettered; watermark {self.watermark or 'none'}"]
+        if self.state_rows is not None:
+            lines.append(f"committed state: {self.state_rows} live rows, {len(self.state_mismatched)} not as recomputed")
         for name, items in (("lost", self.lost), ("duplicated", self.duplicated), ("unexpected", self.unexpected),
-                            ("wrong", self.wrong)):
+                            ("wrong", self.wrong), ("state not as recomputed", self.state_mismatched)):
             if items:
                 lines.append(f"{name}: {', '.join(items[:5])}{' ...' if len(items) > 5 else ''}")
         lines += [f"not checked: {u}" for u in self.unchecked]
@@ -181,10 +194,12 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
         gone = cast_rows(spark, late)
         good = good.join(gone, ["topic", "partition", "offset"], "left_anti")
     outputs = [r for r in sink if r.topic == spec.sink.topic]
+    committed = store.state_files().read_state(final)
     if spec.state.window is not None:
         _check_windows(spec, good, final.watermark_ms, outputs, report)
+        _check_window_state(spec, good, final.watermark_ms, committed, report)
     elif spec.state.dedup is not None:
-        _check_dedup(spec, good, sink, report)
+        _check_dedup(spec, good, sink, report, final.watermark_ms, committed)
     else:
         _check_function(spec, good, final.watermark_ms, outputs, report)
     return report
@@ -252,7 +267,31 @@ def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, o
     _compare(report, expected, actual)
 
 
-def _check_dedup(spec: PipelineSpec, good: DataFrame, sink: list[SinkRecord], report: StateVerifyReport) -> None:
+def _differ(report: StateVerifyReport, expected: Counter[Any], actual: Counter[Any]) -> None:
+    report.state_rows = sum(actual.values())
+    report.state_mismatched = ([f"missing from the state: {k}" for k in sorted(expected - actual, key=str)]
+                               + [f"in the state, not expected: {k}" for k in sorted(actual - expected, key=str)])
+
+
+def _check_window_state(spec: PipelineSpec, good: DataFrame, watermark: int | None, committed: Any,
+                        report: StateVerifyReport) -> None:
+    """The state holds each valid record of every window the watermark has not closed, once."""
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.state import EVENT, KEY
+
+    assert spec.state is not None and spec.state.window is not None
+    w = spec.state.window
+    last_end = F.col(EVENT) - F.pmod(F.col(EVENT), F.lit(w.slide_ms)) + F.lit(w.size_ms + w.allowed_lateness_ms)
+    pending = good if watermark is None else good.filter(last_end > F.lit(watermark))
+    columns = (KEY, "topic", "partition", "offset")
+    expected = Counter(tuple(r) for r in pending.select(*columns).collect())
+    actual = Counter(tuple(r[c] for c in columns) for r in committed.to_pylist()) if committed is not None else Counter()
+    _differ(report, expected, actual)
+
+
+def _check_dedup(spec: PipelineSpec, good: DataFrame, sink: list[SinkRecord], report: StateVerifyReport,
+                 watermark: int | None = None, committed: Any = None) -> None:
     from lockstep.spark.state import DUPLICATE, EVENT, KEY
 
     assert spec.state is not None and spec.state.dedup is not None
@@ -275,6 +314,11 @@ def _check_dedup(spec: PipelineSpec, good: DataFrame, sink: list[SinkRecord], re
     if spec.state.dedup.duplicates == "dead_letter" and len(passed) + duplicates != len(key_of):
         report.wrong.append(f"{len(key_of)} valid input records, but {len(passed)} passed and {duplicates} "
                             "dead-lettered as duplicates")
+    # The state: each key's latest passed record's event time, while within the TTL of the watermark.
+    expected = Counter((k, max(times)) for k, times in seen.items() if watermark is None or max(times) + ttl > watermark)
+    live = [] if committed is None else \
+        [r for r in committed.select([KEY, EVENT]).to_pylist() if watermark is None or r[EVENT] + ttl > watermark]
+    _differ(report, expected, Counter((r[KEY], r[EVENT]) for r in live))
 
 
 def _check_function(spec: PipelineSpec, good: DataFrame, watermark: int | None, outputs: list[SinkRecord],
