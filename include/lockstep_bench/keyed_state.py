@@ -1,7 +1,7 @@
 """``lockstep bench --state-only``: what keyed state costs per checkpoint, measured by state size.
 
-For each state size K (``--state-keys``, default 1,000, 10,000 and 100,000 keys), over one input topic
-of its own and side by side in the same run:
+For each state size K (``--state-keys``, default 100,000, 1,000,000 and 10,000,000 keys), over one input
+topic of its own and side by side in the same run:
 
 * a **stateful** pipeline, ``dedup: {key: order_id, ttl: 30d, duplicates: dead_letter}`` over
   ``lockstep_examples.orders:parse``: one state row per distinct order id, so the state's bytes divided
@@ -12,7 +12,8 @@ First the build-up: K distinct orders, read by both pipelines in checkpoints unt
 keys (one checkpoint: ``max_records`` is at least K), every size before any measurement. Then
 ``--state-checkpoints`` measured rounds, each visiting every size in turn (``schedule``): for a size,
 ``--state-records`` new records are produced, ``--state-new-keys`` of them with order ids the state
-does not hold and the rest repeating ids it holds (spread over all K); each pipeline then runs one
+does not hold and the rest repeating ids it holds: ``--state-touched`` of the K held keys (1% by
+default), a different slice each checkpoint; each pipeline then runs one
 checkpoint over exactly these records, the two alternating which goes first. The duplicates are
 dead-lettered rather than dropped, so both pipelines write every record they read to Kafka and the
 difference between them is the state. Every checkpoint runs in connect mode, on the platform's Spark
@@ -41,10 +42,11 @@ TTL = "30d"
 
 @dataclass
 class StateSettings:
-    keys: tuple[int, ...] = (1_000, 10_000, 100_000)
-    records: int = 10_000  # new records per measured checkpoint
+    keys: tuple[int, ...] = (100_000, 1_000_000, 10_000_000)
+    records: int = 100_000  # new records per measured checkpoint
     checkpoints: int = 3  # measured checkpoints per state size
     new_keys: int = 100  # of each checkpoint's records, the ones with keys the state does not hold yet
+    touched: float = 0.01  # the share of the held keys a checkpoint's repeats touch
     partitions: int = 4
     key_groups: int = 32  # as include/pipelines/orders_per_customer.yaml
     report: Path = Path("docs/BENCHMARKS-state.md")
@@ -59,6 +61,8 @@ class StateSettings:
                              f"({self.records})")
         if self.checkpoints < 1:
             raise ValueError("--state-checkpoints must be at least 1")
+        if not 0 < self.touched <= 1:
+            raise ValueError(f"--state-touched must be above 0 and at most 1, got {self.touched}")
 
     def to_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
@@ -71,13 +75,21 @@ def dedup_state(key_groups: int) -> dict[str, Any]:
             "dedup": {"key": "order_id", "ttl": TTL, "duplicates": "dead_letter"}}
 
 
-def checkpoint_indices(keys: int, records: int, new_keys: int, n: int) -> list[int]:
+def touched_keys(keys: int, records: int, new_keys: int, touched: float) -> int:
+    """How many held keys a checkpoint's repeats touch: ``touched`` of the state, at least one, at most
+    one per repeat."""
+    return max(1, min(round(keys * touched), records - new_keys, keys))
+
+
+def checkpoint_indices(keys: int, records: int, new_keys: int, n: int, touched: float = 1.0) -> list[int]:
     """The ``lockstep_dev.datagen.order`` indices of measured checkpoint ``n`` (0-based) over a state of
-    ``keys`` keys (orders 0 .. keys-1): ``records - new_keys`` repeats of held orders, taken in turn
-    from where the previous checkpoint stopped so that every held key is touched as often, then
-    ``new_keys`` orders never produced before (each checkpoint's are new to every later one too)."""
+    ``keys`` keys (orders 0 .. keys-1): ``records - new_keys`` repeats of held orders, cycling over
+    ``touched_keys`` of them taken in turn from where the previous checkpoint stopped (so every held
+    key is touched as often over the checkpoints), then ``new_keys`` orders never produced before
+    (each checkpoint's are new to every later one too)."""
     repeats = records - new_keys
-    held = [(n * repeats + j) % keys for j in range(repeats)]
+    width = touched_keys(keys, records, new_keys, touched) if repeats else 0
+    held = [(n * width + j % width) % keys for j in range(repeats)] if width else []
     start = keys + n * new_keys
     return held + list(range(start, start + new_keys))
 
@@ -160,8 +172,8 @@ class StateBench:
     def round(self, size: dict[str, Any], n: int, stateful_first: bool) -> None:
         """Measured checkpoint ``n`` of one size: its records produced, then one checkpoint of each pipeline."""
         keys = size["keys"]
-        produce(self.bootstrap, size["topic"], checkpoint_indices(keys, self.s.records, self.s.new_keys, n),
-                self.s.partitions)
+        produce(self.bootstrap, size["topic"],
+                checkpoint_indices(keys, self.s.records, self.s.new_keys, n, self.s.touched), self.s.partitions)
         order = (STATEFUL, STATELESS) if stateful_first else (STATELESS, STATEFUL)
         size["checkpoints"].append({kind: self.checkpoint(kind, size["specs"][kind], self.s.records,
                                                           f"{keys:,} keys, checkpoint {n + 1}", repeat=n)

@@ -108,7 +108,7 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     state = view.completed.state if view.completed is not None else prepared.state
     if state is not None:
         result["state"] = {"keys": state.keys, "rows": state.rows, "bytes": state.bytes, "files": state.file_count,
-                           "metrics": dict(state.metrics)}
+                           "deltas": state.delta_count, "metrics": dict(state.metrics)}
     return result
 
 

@@ -395,8 +395,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     state.add_argument("--state-only", action="store_true",
                        help="measure what keyed state costs per checkpoint by state size, a stateful (dedup) "
                             "pipeline beside a stateless one over the same records; nothing else")
-    state.add_argument("--state-keys", type=ints, help="state sizes in keys (default 1000,10000,100000)")
-    state.add_argument("--state-records", type=int, help="new records per measured checkpoint (default 10000)")
+    state.add_argument("--state-keys", type=ints, help="state sizes in keys (default 100000,1000000,10000000)")
+    state.add_argument("--state-records", type=int, help="new records per measured checkpoint (default 100000)")
+    state.add_argument("--state-touched", type=float,
+                       help="the share of the held keys each measured checkpoint's repeats touch (default 0.01)")
     state.add_argument("--state-checkpoints", type=int, help="measured checkpoints per state size (default 3)")
     state.add_argument("--state-new-keys", type=int,
                        help="of each measured checkpoint's records, how many have keys the state does not hold "
@@ -416,7 +418,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSettings:
     """``--state-only``'s settings; ``--partitions``, ``--report``, ``--results`` and ``--state-dir`` apply too."""
     names = {"state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
-             "state_new_keys": "new_keys", "state_key_groups": "key_groups", "partitions": "partitions",
+             "state_new_keys": "new_keys", "state_key_groups": "key_groups", "state_touched": "touched",
+             "partitions": "partitions",
              "report": "report", "results": "results", "state_dir": "state_dir"}
     return keyed_state.StateSettings(**{field: getattr(args, arg) for arg, field in names.items()
                                         if getattr(args, arg, None) is not None})

@@ -34,8 +34,17 @@ def test_new_keys_are_new_to_every_later_checkpoint_and_held_ones_continue_in_tu
     assert all(i < 10_000 for i in first[:990] + second[:990])
 
 
+def test_a_checkpoint_touches_its_share_of_the_held_keys_and_the_next_one_the_next_slice() -> None:
+    first, second = (keyed_state.checkpoint_indices(keys=100_000, records=10_000, new_keys=100, n=n, touched=0.01)
+                     for n in (0, 1))
+    assert len(first) == 10_000 and set(first[:9_900]) == set(range(1_000))  # 1% of the keys, 9.9 times each
+    assert set(second[:9_900]) == set(range(1_000, 2_000))
+    assert keyed_state.touched_keys(keys=10, records=5, new_keys=0, touched=0.5) == 5
+    assert keyed_state.touched_keys(keys=1_000, records=5, new_keys=1, touched=0.5) == 4  # at most one per repeat
+
+
 def test_no_new_keys_only_repeats() -> None:
-    assert keyed_state.checkpoint_indices(keys=3, records=5, new_keys=0, n=1) == [2, 0, 1, 2, 0]
+    assert keyed_state.checkpoint_indices(keys=3, records=5, new_keys=0, n=1) == [0, 1, 2, 0, 1]
 
 
 def test_the_schedule_interleaves_the_sizes_and_alternates_who_goes_first() -> None:
@@ -67,7 +76,8 @@ def test_state_only_defaults_are_the_issues_sizes() -> None:
     args = _args("--state-only")
     assert args.state_only
     s = runner.state_settings_from_args(args)
-    assert s.keys == (1_000, 10_000, 100_000) and s.records == 10_000 and s.checkpoints == 3
+    assert s.keys == (100_000, 1_000_000, 10_000_000) and s.records == 100_000 and s.checkpoints == 3
+    assert s.touched == 0.01
     assert s.report == Path("docs/BENCHMARKS-state.md") and s.partitions == 4 and s.key_groups == 32
 
 
@@ -126,9 +136,10 @@ def _run(kind: str, total: float, spark: float, state: dict | None = None, wall:
 
 
 def _state(keys: int, size: int, load: float, apply: float, write: float, watermark: float = 1.0) -> dict:
-    return {"keys": keys, "rows": keys, "bytes": size, "files": 32,
+    return {"keys": keys, "rows": keys, "bytes": size, "files": 32, "deltas": 0,
             "metrics": {"watermark_seconds": watermark, "load_seconds": load, "apply_seconds": apply,
-                        "write_seconds": write, "rows": 10_000}}
+                        "write_seconds": write, "rows": 10_000, "groups_read": 32, "rows_loaded": 100,
+                        "files_written": 32, "bytes_written": size / 10, "compactions": 0}}
 
 
 def _round(keys: int, size: int, load: float, total: float, base_total: float) -> dict:
@@ -190,15 +201,15 @@ def test_report_has_a_summary_row_and_a_table_per_size() -> None:
     text = keyed_state_report.render(_results())
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     # 1,000 keys: medians 1,100 keys, 44,000 bytes (40.0 B/key), 6.00 s against 4.00 s.
-    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | 5.00 / 3.00 | " \
-        "12.0 / 4.0 | +8.00 |" in summary
+    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 100 | 4.3 KiB | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | " \
+        "5.00 / 3.00 | 12.0 / 4.0 | +8.00 |" in summary
     assert "| 100,000 | 100,100 | 1.4 MiB | 15.0 |" in summary
     section = text.split("## 1,000 keys", 1)[1].split("\n## ", 1)[0]
     assert "Build-up, not counted: 1,000 records in one checkpoint, stateful 4.00 s" in section
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| 3", "| median"]
-    assert rows[1].startswith("| 2 | 1,100 | 1,100 | 32 | 44,000 | 40.0 | 1.00 | 0.20 | 0.40 | 0.20 | 3.20 | 5.00 | "
-                              "6.00 | 8.00 | 12.0 | 3.00 | 4.00 | 4.0 | +2.00 | 1.50× |")
+    assert rows[1].startswith("| 2 | 1,100 | 1,100 | 32 | 0 | 44,000 | 40.0 | 32 | 100 | 32 | 4400 | 0 | 1.00 | 0.20 | "
+                              "0.40 | 0.20 | 3.20 | 5.00 | 6.00 | 8.00 | 12.0 | 3.00 | 4.00 | 4.0 | +2.00 | 1.50× |")
     assert "## 100,000 keys" in text and "Build-up" not in text.split("## 100,000 keys", 1)[1].split("\n## ", 1)[0]
 
 
@@ -211,7 +222,8 @@ def test_report_reads_where_the_time_goes_and_how_it_grows() -> None:
     assert "By step: load 0.20 → 2.00 s, apply 0.40 → 4.00 s, write 0.20 → 2.00 s, the rest of Spark" in reading
     assert "already at 1,000 keys state adds +2.00 s" in reading and "+5.00 s at 100,000 keys" in reading
     assert "In CPU seconds state adds +8.00 s at 1,000 keys and +19.00 s at 100,000." in reading
-    assert "O(state) per checkpoint" in reading and "incremental" in reading
+    assert "a checkpoint wrote 4.3 KiB at 1,100 keys and 146.5 KiB at 100,100" in reading
+    assert "The checkpoint at 100,000 keys took 2.00× its time at 1,000." in reading
 
 
 def test_a_larger_state_adding_less_than_a_smaller_one_is_called_noise() -> None:
