@@ -93,9 +93,10 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
         "The machine is shared and noisy: "
         "absolute figures drift between runs, **ratios measured side by side hold** — competitors are alternated "
         "(A B C D E F, B C D E F A, C D E F A B, …: each round starts one place further, so no competitor "
-        "always goes first) over the same input topic, after one uncounted warm-up run of Lockstep (both modes), Spark "
-        "and each peer, and "
-        "the report quotes medians.")
+        "always goes first) over the same input topic, "
+        + ("without a warm-up (`--quick`), " if s.get("quick") else
+           "after one uncounted warm-up run of Lockstep (both modes), Spark and each peer, ")
+        + "and the report quotes medians.")
     add("")
     add("## Machine and versions")
     add("")

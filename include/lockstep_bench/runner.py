@@ -154,7 +154,10 @@ class Bench:
                          "records/s with the project's generator)")
         names = self.competitors() + ((LOCKSTEP_PYTHON,) if self.s.python_writer else ()) + \
             ((PRODUCER_PERF, CONSUMER_PERF) if self.s.perf_tools else ())
-        self.warm_up(w, res)
+        if self.s.quick:  # the quick run's figures mean nothing anyway (the test of make test): no warm-up
+            res.notes.append("no warm-up before the main comparison (--quick)")
+        else:
+            self.warm_up(w, res)
         res.main = [r.to_json() for r in self.alternate(w, names, self.s.repeats)]
         return w
 
