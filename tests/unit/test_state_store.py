@@ -154,9 +154,11 @@ def test_an_adopted_savepoint_copies_its_state_files_under_the_adopting_pipeline
     mine = store.state_files()
     assert adopted.pipeline == PIPELINE
     assert adopted.state is not None
-    assert adopted.state.files == {0: (mine.key(5, 0),),
-                                   2: (f"{mine.prefix}{5:012d}/kg-00002.parquet",
-                                       f"{mine.prefix}{5:012d}/kg-00002-part1.parquet")}
+    # Apart from this pipeline's own checkpoint 5 (another checkpoint than theirs), which it never overwrites.
+    assert adopted.state.files == {0: (f"{mine.prefix}adopted/handover/{5:012d}/kg-00000.parquet",),
+                                   2: (f"{mine.prefix}adopted/handover/{5:012d}/kg-00002.parquet",
+                                       f"{mine.prefix}adopted/handover/{5:012d}/kg-00002-part1.parquet")}
+    assert not set(adopted.state.all_files) & {mine.key(5, 0), mine.key(5, 2)}
     assert all(k.startswith(f"{ROOT}/state/") for k in adopted.state.all_files)
     for source, copy in zip(state.all_files, adopted.state.all_files, strict=True):
         assert s3.body(BUCKET, copy) == s3.body(BUCKET, source)

@@ -575,10 +575,11 @@ class CheckpointStore:
         adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
                             created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges,
                             topic_ids=dict(savepoint.topic_ids),
-                            state=self._adopt_state(savepoint.state, source_bucket or self.bucket))
+                            state=self._adopt_state(savepoint.state, savepoint.name, source_bucket or self.bucket))
         return self._store_savepoint(adopted)
 
-    def _adopt_state(self, state: StateManifest | None, source_bucket: str) -> StateManifest | None:
+    def _adopt_state(self, state: StateManifest | None, savepoint_name: str,
+                     source_bucket: str) -> StateManifest | None:
         if state is None:
             return None
         from dataclasses import replace
@@ -587,8 +588,8 @@ class CheckpointStore:
         copied: dict[int, tuple[str, ...]] = {}
         for group, keys in state.files.items():
             mine = []
-            for key in keys:  # the same folder and name under this pipeline's prefix: a chain's files stay apart
-                target = files.prefix + "/".join(key.rsplit("/", 2)[-2:])
+            for key in keys:
+                target = files.adopted_key(savepoint_name, key)
                 if target != key or source_bucket != self.bucket:
                     files.copy(key, target, source_bucket)
                 mine.append(target)

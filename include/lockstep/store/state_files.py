@@ -43,6 +43,12 @@ class StateFiles:
         """A base (``kg-00007.parquet``) or a delta (``kg-00007.delta.parquet``, `lockstep.store.state_chain`)."""
         return f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/kg-{group:05d}{'.delta' if delta else ''}.parquet"
 
+    def adopted_key(self, savepoint: str, source_key: str) -> str:
+        """Where an adopted savepoint's state file is kept: ``state/adopted/<savepoint>/<its folder>/<its
+        name>``, apart from this pipeline's own checkpoints' folders (the same checkpoint id is another
+        checkpoint here). Garbage collection never deletes these: it cannot tell a copy in progress."""
+        return f"{self.prefix}adopted/{savepoint}/" + "/".join(source_key.rsplit("/", 2)[-2:])
+
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
 
