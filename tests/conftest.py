@@ -15,6 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the cluster topology (3 brokers, Spark standalone)")
+    # The local cache of decoded state files (lockstep.store.state_cache): one of the session's own, for
+    # this process and every process it starts, never the user's ~/.cache.
+    if "LOCKSTEP_STATE_CACHE" not in os.environ:
+        import tempfile
+
+        os.environ["LOCKSTEP_STATE_CACHE"] = tempfile.mkdtemp(prefix="lockstep-state-cache-")
 
 
 #: `make test` runs on two pytest-xdist workers, each with its own session services. The cluster

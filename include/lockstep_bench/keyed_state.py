@@ -179,6 +179,26 @@ class StateBench:
                                                           f"{keys:,} keys, checkpoint {n + 1}", repeat=n)
                                     for kind in order})
 
+    def cold_and_warm(self, size: dict[str, Any], n: int) -> None:
+        """At the largest size: a checkpoint with the local cache of decoded state files emptied (cold:
+        as the first checkpoint on a new host, every touched group's files downloaded and decoded),
+        then one with it as that checkpoint left it (warm), each over its own records."""
+        import os
+        import shutil
+
+        keys = size["keys"]
+        cache = os.environ.get("LOCKSTEP_STATE_CACHE")
+        runs = {}
+        for i, temperature in enumerate(("cold", "warm")):
+            produce(self.bootstrap, size["topic"],
+                    checkpoint_indices(keys, self.s.records, self.s.new_keys, n + i, self.s.touched), self.s.partitions)
+            if temperature == "cold" and cache:
+                shutil.rmtree(cache, ignore_errors=True)
+            runs[temperature] = self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
+                                                f"{keys:,} keys, {temperature} cache")
+            self.checkpoint(STATELESS, size["specs"][STATELESS], self.s.records, f"{keys:,} keys, {temperature} round")
+        size["cold_warm"] = runs
+
     def measure(self) -> list[dict[str, Any]]:
         """Every size built up first (the first build-ups warm the Connect server), then the measured
         checkpoints interleaved over the sizes (``schedule``), so that the machine's noise over time is
@@ -189,6 +209,7 @@ class StateBench:
                 sizes.append(self.build(keys))
             for n, index, stateful_first in schedule(len(sizes), self.s.checkpoints):
                 self.round(sizes[index], n, stateful_first)
+            self.cold_and_warm(max(sizes, key=lambda size: size["keys"]), self.s.checkpoints)
             return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
         finally:
             for size in sizes:

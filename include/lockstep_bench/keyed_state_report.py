@@ -195,6 +195,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     add("")
     for size, m in zip(sizes, summaries):
         _size_table(add, size, m)
+    _cold_warm(add, sizes)
     _reading(add, summaries, s)
     add("## Notes")
     add("")
@@ -234,6 +235,31 @@ def _size_table(add: Any, size: dict[str, Any], m: dict[str, Any]) -> None:
             f"{_s(f['write_s'])} | {_s(f['spark_rest_s'])} | {_s(f['spark_s'])} | {_s(f['total_s'])} | "
             f"{_s(f['process_s'])} | {_s(f['cpu_s'], 1)} | {_s(f['base_spark_s'])} | {_s(f['base_total_s'])} | "
             f"{_s(f['base_cpu_s'], 1)} | {_signed(f['added_s'])} | {_x(f['ratio'])} |")
+    add("")
+
+
+def _cold_warm(add: Any, sizes: list[dict[str, Any]]) -> None:
+    measured = [size for size in sizes if size.get("cold_warm")]
+    if not measured:
+        return
+    size = measured[-1]
+    add(f"## Cold and warm, at {size['keys']:,} keys")
+    add("")
+    add("A checkpoint reads the files of the key groups its records touch; each host keeps them decoded in a local "
+        "cache addressed by their content digest (docs/state.md, *What state costs*). _Cold_: the cache emptied "
+        "before the checkpoint, as on a host that never ran the pipeline (a restore on a new worker); _warm_: the "
+        "next checkpoint, with the cache as the cold one left it. The Spark Connect server stays up for both.")
+    add("")
+    add("| cache | groups read | rows loaded | load s | apply s | write s | Spark s | checkpoint s | CPU s |")
+    add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for temperature in ("cold", "warm"):
+        run = size["cold_warm"][temperature]
+        inner = run["inner"]
+        metrics = inner.get("state", {}).get("metrics", {})
+        add(f"| {temperature} | {_s(metrics.get('groups_read'), 0)} | {_s(metrics.get('rows_loaded'), 0)} | "
+            f"{_s(metrics.get('load_seconds'))} | {_s(metrics.get('apply_seconds'))} | "
+            f"{_s(metrics.get('write_seconds'))} | {_s(inner.get('spark_seconds'))} | {_s(inner.get('total_s'))} | "
+            f"{_s(run.get('cpu_s'), 1)} |")
     add("")
 
 

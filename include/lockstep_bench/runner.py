@@ -350,12 +350,18 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}, "notes": []}
     results_path = settings.results or (root / "results.json")
+    saved_cache = os.environ.get("LOCKSTEP_STATE_CACHE")
+    os.environ["LOCKSTEP_STATE_CACHE"] = str(root / "state-cache")  # the checkpoints' local cache, emptied for cold runs
     with isolated_platform(root) as platform:
         results["environment"] = environment(platform.kafka.bootstrap)
         bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,
                                        platform.state.pids["spark-connect"], root, log)
         results["sizes"] = bench.measure()
         results["load"]["end"] = os.getloadavg()
+    if saved_cache is None:
+        os.environ.pop("LOCKSTEP_STATE_CACHE", None)
+    else:
+        os.environ["LOCKSTEP_STATE_CACHE"] = saved_cache
     results["seconds"] = round(time.monotonic() - started, 1)
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=1, default=str))

@@ -259,3 +259,14 @@ def test_the_main_report_links_to_the_state_report_and_the_committed_page_has_th
 def test_state_docs_link_to_the_state_report() -> None:
     assert "(BENCHMARKS-state.md)" in (ROOT / "docs" / "state.md").read_text()
     assert "BENCHMARKS.md#keyed-state" not in (ROOT / "docs" / "state.md").read_text()
+
+
+def test_report_shows_the_cold_and_the_warm_checkpoint_of_the_largest_state() -> None:
+    results = _results()
+    cold, warm = _round(100_000, 1_500_000, 3.0, 14.0, 4.0), _round(100_000, 1_500_000, 0.5, 11.0, 4.0)
+    results["sizes"][1]["cold_warm"] = {"cold": cold[STATEFUL], "warm": warm[STATEFUL]}
+    section = keyed_state_report.render(results).split("## Cold and warm, at 100,000 keys", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| cold") or line.startswith("| warm")]
+    assert rows[0].startswith("| cold | 32 | 100 | 3.00 | 6.00 | 3.00 | 13.00 | 14.00 |"), rows
+    assert rows[1].startswith("| warm | 32 | 100 | 0.50 | 1.00 | 0.50 | 10.00 | 11.00 |"), rows
+    assert "## Cold and warm" not in keyed_state_report.render(_results())

@@ -17,6 +17,7 @@ from lockstep.rules.watermarks import EventClock
 from lockstep.spark.state import Loaded, _write
 from lockstep.spec import CompactionPolicy, parse_spec
 from lockstep.store import state_chain
+from lockstep.store.state_cache import StateCache
 from lockstep.store.state_chain import EVENT, GROUP, KEY, TOMBSTONE
 from lockstep.store.state_files import StateFiles, unreferenced
 from tests.support.fake_s3 import FakeS3
@@ -148,9 +149,9 @@ class World:
     """Checkpoints of a dedup-like state (one row per key) written by ``_write`` into a fake S3, and
     the same state kept in a dict."""
 
-    def __init__(self, policy: CompactionPolicy) -> None:
+    def __init__(self, policy: CompactionPolicy, cache: StateCache | None = None) -> None:
         self.s3 = FakeS3()
-        self.files = StateFiles(self.s3, BUCKET, ROOT)
+        self.files = StateFiles(self.s3, BUCKET, ROOT, cache=cache)
         self.spec = replace(spec(**DEDUP), state=replace(spec(**DEDUP).state, compaction=policy))
         self.model: dict[str, tuple[int, int]] = {}
         self.manifests: list[StateManifest] = []
@@ -166,7 +167,7 @@ class World:
         plan = read_plan(base, state, None, migrating=False)
         loaded = Loaded(frame=None)  # type: ignore[arg-type]  # _write never reads the DataFrame
         for g in sorted({*group_of.values()} & set(base.files if base else ())):
-            chain = [state_chain.read(self.files.get(k, base.written_by)) for k in base.files[g]]  # type: ignore[union-attr]
+            chain = self.files.chain(base, g)  # type: ignore[arg-type]
             loaded.chains[g] = chain
             picked = state_chain.merge([state_chain.select(t, pa.array([k for k in changes if group_of[k] == g],
                                                                                   pa.string()))
@@ -254,3 +255,39 @@ def test_garbage_collection_after_a_compaction_keeps_every_file_a_retained_manif
     world.files.delete(doomed)
     assert as_set(world.files.read_state(world.manifests[3])) and world.committed() == world.expected()
     assert set(doomed) == set(listing) - retained and doomed, "the files only older checkpoints named go"
+
+
+# ---- the local cache of decoded files -----------------------------------------------------------------
+def test_a_checkpoint_reads_the_files_it_or_another_checkpoint_wrote_here_from_the_cache(tmp_path) -> None:
+    world = World(CompactionPolicy(), cache=StateCache(tmp_path / "cache"))
+    world.checkpoint({f"k{i}": i for i in range(200)}, 1)
+    world.checkpoint({"k1": 7, "k2": None}, 2)
+    made = world.manifests[-1]
+    assert all(len(g.digests) == len(made.files[n]) for n, g in made.groups.items())
+    assert len(list((tmp_path / "cache").glob("*.arrow"))) == made.file_count  # each written file, once
+    for key in made.all_files:  # S3 loses nothing here; the cache alone must answer
+        world.s3.delete_object(Bucket=BUCKET, Key=key)
+    assert world.committed() == world.expected()
+
+
+def test_a_file_changed_in_s3_is_refused_by_its_digest_and_never_served_stale(tmp_path) -> None:
+    world = World(CompactionPolicy(), cache=None)
+    made = world.checkpoint({"a": 1, "b": 2}, 1)
+    key = made.all_files[0]
+    world.s3.put_object(Bucket=BUCKET, Key=key, Body=state_chain.parquet(rows(("a", 9, 9))))
+    with pytest.raises(Exception, match="does not match the digest .* checkpoint 1 records"):
+        world.files.read_state(made)
+
+
+def test_the_cache_keeps_under_its_size_dropping_the_least_recently_used(tmp_path) -> None:
+    import os
+    import time
+
+    cache = StateCache(tmp_path, max_bytes=1)
+    cache.put("a", rows(("a", 1, 1)))
+    assert cache.get("a") is not None  # the newest entry stays even over the limit
+    old = time.time() - 100
+    os.utime(tmp_path / "a.arrow", (old, old))
+    cache.put("b", rows(("b", 1, 1)))
+    assert cache.get("a") is None and cache.get("b") is not None
+    assert StateCache(tmp_path / "missing").get("x") is None

@@ -36,10 +36,13 @@ class GroupState:
     #: earliest may be early (a timer since removed), never late: a group whose earliest timer is due is read whole
     timers: int = 0
     next_timer_ms: int | None = None
+    #: each file's content digest (`lockstep.store.state_cache.digest`), in the same order: a file read
+    #: is checked against it, and a local cache is addressed by it
+    digests: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {"keys": self.keys, "rows": self.rows, "file_bytes": list(self.file_bytes), "timers": self.timers,
-                "next_timer_ms": self.next_timer_ms}
+                "next_timer_ms": self.next_timer_ms, "digests": list(self.digests)}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> GroupState:
@@ -47,7 +50,8 @@ class GroupState:
         return cls(keys=int(doc["keys"]), rows=int(doc["rows"]),  # type: ignore[call-overload]
                    file_bytes=tuple(int(b) for b in doc["file_bytes"]),  # type: ignore[attr-defined]
                    timers=int(doc.get("timers", 0)),  # type: ignore[call-overload]
-                   next_timer_ms=None if nxt is None else int(nxt))  # type: ignore[call-overload]
+                   next_timer_ms=None if nxt is None else int(nxt),  # type: ignore[call-overload]
+                   digests=tuple(str(d) for d in doc.get("digests") or ()))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

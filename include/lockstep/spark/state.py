@@ -271,7 +271,7 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
         groups = sorted((set(touched) | plan.whole) & set(base.files))
     loaded = Loaded(shape.limit(0))
     for group in groups:
-        chain = [state_chain.read(files.get(k, base.written_by)) for k in base.files[group]]
+        chain = files.chain(base, group)
         loaded.chains[group] = chain
         if not plan.reads_whole(group):
             chain = [state_chain.select(t, touched[group]) for t in chain]
@@ -469,13 +469,13 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     written = compactions = 0
     size = 0
 
-    def put(group: int, body: bytes, delta: bool) -> str:
+    def put(group: int, body: bytes, delta: bool) -> tuple[str, str]:
         nonlocal written, size
         key = files.key(cid, group, delta=delta)
-        files.put(key, body)
+        name = files.put_table(key, body)
         written += 1
         size += len(body)
-        return key
+        return key, name
 
     for group in sorted(new_groups | set(loaded.chains)):
         rows = table.filter(pc.equal(table[GROUP], group)) if group in new_groups else table.slice(0, 0)
@@ -487,7 +487,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
             change = state_chain.delta(rows, before[KEY] if before is not None else rows[KEY].slice(0, 0), group)
             body = state_chain.parquet(change)
             if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction):
-                key = put(group, body, delta=True)
+                key, name = put(group, body, delta=True)
                 files_by_group[group] = (*files_by_group[group], key)
                 n_old, _ = state_chain.timers(before, state, clock.before)
                 n_new, next_new = state_chain.timers(rows, state, clock.after)
@@ -496,7 +496,8 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                     keys=old.keys - state_chain.key_count(before) + state_chain.key_count(rows),
                     rows=old.rows - (before.num_rows if before is not None else 0) + rows.num_rows,
                     file_bytes=(*old.file_bytes, len(body)), timers=old.timers - n_old + n_new,
-                    next_timer_ms=min(nexts) if nexts else None)
+                    next_timer_ms=min(nexts) if nexts else None,
+                    digests=(*old.digests, name) if len(old.digests) == len(old.file_bytes) else ())
                 continue
             compactions += 1
             merged = state_chain.merge([*loaded.chains[group], change])
@@ -506,10 +507,11 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         if whole is None or not whole.num_rows:
             continue
         body = state_chain.parquet(whole)
-        files_by_group[group] = (put(group, body, delta=False),)
+        key, name = put(group, body, delta=False)
+        files_by_group[group] = (key,)
         n, nxt = state_chain.timers(whole, state, clock.after)
         groups[group] = GroupState(keys=state_chain.key_count(whole), rows=whole.num_rows, file_bytes=(len(body),),
-                                   timers=n, next_timer_ms=nxt)
+                                   timers=n, next_timer_ms=nxt, digests=(name,))
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
                    compactions=float(compactions))
     nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]

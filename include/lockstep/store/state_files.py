@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lockstep.errors import MetadataError, TransientError
+from lockstep.store.state_cache import StateCache, digest
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,10 +31,12 @@ REKEY_SCHEMA = "lockstep.state.rekey/1"
 
 
 class StateFiles:
-    def __init__(self, s3: object, bucket: str, root: str) -> None:
+    def __init__(self, s3: object, bucket: str, root: str, cache: StateCache | None | bool = True) -> None:
         self._s3 = s3
         self.bucket = bucket
         self.root = root.strip("/")
+        #: decoded files by content digest (`lockstep.store.state_cache`); True: as the environment says
+        self.cache = StateCache.from_env() if cache is True else cache or None
 
     @property
     def prefix(self) -> str:
@@ -86,6 +89,42 @@ class StateFiles:
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not list state files under {self.url(self.prefix)}: {exc}") from exc
 
+    def put_table(self, key: str, body: bytes) -> str:
+        """Write a state file; its digest for the manifest. The decoded file goes to the local cache, so
+        that the next checkpoint on this host reads it without S3 or Parquet."""
+        from lockstep.store import state_chain
+
+        self.put(key, body)
+        name = digest(body)
+        if self.cache is not None:
+            self.cache.put(name, state_chain.read(body))
+        return name
+
+    def table(self, key: str, checkpoint: int, expected: str | None) -> pa.Table:
+        """A state file, decoded: from the local cache when its digest is there, else from S3, checked
+        against the digest the manifest of ``checkpoint`` records (None: a state without digests)."""
+        from lockstep.store import state_chain
+
+        if expected is not None and self.cache is not None:
+            cached = self.cache.get(expected)
+            if cached is not None:
+                return cached
+        body = self.get(key, checkpoint)
+        if expected is not None and digest(body) != expected:
+            raise MetadataError(self.url(key), f"does not match the digest {expected} that the state manifest of "
+                                               f"checkpoint {checkpoint} records: it was changed outside Lockstep")
+        table = state_chain.read(body)
+        if expected is not None and self.cache is not None:
+            self.cache.put(expected, table)
+        return table
+
+    def chain(self, manifest: StateManifest, group: int) -> list[pa.Table]:
+        """Key group ``group``'s files of ``manifest``, decoded, base first."""
+        keys = manifest.files[group]
+        figures = manifest.groups.get(group)
+        digests = figures.digests if figures is not None and len(figures.digests) == len(keys) else (None,) * len(keys)
+        return [self.table(k, manifest.written_by, d) for k, d in zip(keys, digests, strict=True)]
+
     def read_state(self, manifest: StateManifest, groups: Iterable[int] | None = None) -> pa.Table | None:
         """The state a manifest names, each group's chain merged (every group, or only ``groups``); None
         when it holds no rows."""
@@ -95,8 +134,7 @@ class StateFiles:
 
         tables = []
         for group in sorted(manifest.files if groups is None else set(groups) & set(manifest.files)):
-            merged = state_chain.merge([state_chain.read(self.get(k, manifest.written_by))
-                                        for k in manifest.files[group]])
+            merged = state_chain.merge(self.chain(manifest, group))
             if merged is not None and merged.num_rows:
                 tables.append(merged)
         return pa.concat_tables(tables, promote_options="default") if tables else None
