@@ -28,6 +28,8 @@ def test_crash_at_failpoint_then_recover_exactly_once(name, tmp_path, bootstrap,
         assert "checkpoint 1" in crashed.stderr and "Spark run failed" in crashed.stderr
 
     produce_orders(pipeline, 30, start=100)
+    if mode == "submit":  # what recovers is the plan, in the CLI: the next run needs no JVM of its own
+        pipeline.rewrite(spark={"mode": "connect"})
     recovered = run(pipeline)  # recovers checkpoint 1 (roll forward or fence+abort), then one more
     assert recovered.returncode == 0, recovered.stderr[-3000:]
 
