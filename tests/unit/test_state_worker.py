@@ -135,3 +135,20 @@ def test_migrate_rows_maps_old_state_through_the_migration_and_drops_what_it_del
     assert {c: row[c] for c, _ in STATE_COLUMNS} == old.iloc[1][[c for c, _ in STATE_COLUMNS]].to_dict(), \
         "Lockstep's own columns pass through unchanged"
     assert (row["count"], row["last_at"]) == (3, None)
+
+
+def test_a_state_function_that_raised_fails_the_run_for_good_and_a_lost_executor_does_not() -> None:
+    from lockstep.spark.job import job_outcome
+
+    raised = Exception("org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+                       '  File "worker.py", line 3, in per_key\n'
+                       "RuntimeError: state function lockstep_examples.sessions:process failed for key 'c1': "
+                       "ZeroDivisionError('division by zero')\n")
+    cause, terminal = job_outcome(raised)
+    assert terminal and cause.startswith("RuntimeError: state function lockstep_examples.sessions:process failed")
+    wrong = Exception("Traceback (most recent call last):\n  x\nValueError: state function m.n:f, key 'k': state "
+                      "fields ['x'] are not declared in state.function.state (['y'])\n")
+    assert job_outcome(wrong)[1]
+    lost = Exception("Job aborted due to stage failure: most recent failure: Lost task 0.3 in stage 2.0: "
+                     "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)")
+    assert not job_outcome(lost)[1]

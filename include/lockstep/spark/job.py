@@ -106,15 +106,19 @@ def job_outcome(exc: BaseException) -> tuple[str, bool]:
     """A failed run's one-line cause, and whether a retry fails the same way (terminal).
 
     Lockstep's own errors say which they are. The transform not fitting its input (a missing
-    column, a type error in SQL) fails the same way on every retry; anything else (a task that
-    raised, a lost executor, a broker or the Connect server away) may pass on a retry."""
+    column, a type error in SQL) fails the same way on every retry, and so does a state function
+    that raised or returned what it may not (`lockstep.spark.state_worker` names it, the same calls
+    on the same input fail again); anything else (a task that raised, a lost executor, a broker or
+    the Connect server away) may pass on a retry."""
     from pyspark.errors import AnalysisException
 
     from lockstep.errors import LockstepError, TerminalError, root_cause
+    from lockstep.spark.state_worker import USER_FAILURE
 
     if isinstance(exc, LockstepError):
         return str(exc).splitlines()[0], isinstance(exc, TerminalError)
-    return root_cause(exc), isinstance(exc, AnalysisException)
+    cause = root_cause(exc)
+    return cause, isinstance(exc, AnalysisException) or bool(USER_FAILURE.search(cause))
 
 
 def values_for_run(spec: PipelineSpec, view: CheckpointView) -> Resolved:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,9 @@ TIMERS, FROM_TOPIC, FROM_PARTITION, FROM_OFFSET = "__ls_timers", "__ls_from_topi
 #: The state rows' own columns, before the declared fields.
 STATE_COLUMNS = ((KEY, "string"), (GROUP, "int"), (EVENT, "bigint"), (TIMERS, "string"),
                  (FROM_TOPIC, "string"), (FROM_PARTITION, "int"), (FROM_OFFSET, "bigint"))
+#: How the errors below begin ("state function module:function failed for key ..." and the like): a
+#: failed run whose cause matches is the user's function failing, terminal (`lockstep.spark.job.job_outcome`).
+USER_FAILURE = re.compile(r"\bstate function [\w.]+:\w+(,|:| failed)")
 OUT_COLUMNS = ((KIND, "string"), ("value", "binary"), (OUT_KEY, "binary"), ("topic", "string"),
                ("partition", "int"), ("offset", "bigint"))
 
