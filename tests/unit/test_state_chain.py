@@ -92,7 +92,27 @@ def test_a_delta_holds_the_new_rows_and_a_tombstone_per_key_that_lost_its_state(
     ((100, 60), 50, True),              # the deltas' 110 bytes pass the base's 100
 ])
 def test_compaction_is_due_on_too_many_or_too_big_deltas(chain: tuple[int, ...], new: int, due: bool) -> None:
+    # checkpoint 1, group 0: not the group's turn ((1 + 0) % 3 != 0)
     assert state_chain.compaction_due(chain, new, CompactionPolicy(max_deltas=3, max_delta_ratio=1.0)) is due
+
+
+def test_groups_touched_by_every_checkpoint_take_turns_to_compact() -> None:
+    policy = CompactionPolicy(max_deltas=4, max_delta_ratio=1000)
+    chains = {g: [100] for g in range(8)}
+    per_checkpoint = []
+    for cid in range(1, 21):
+        compacted = 0
+        for g, chain in chains.items():
+            if state_chain.compaction_due(chain, 1, policy, g, cid):
+                chains[g] = [100]
+                compacted += 1
+            else:
+                chain.append(1)
+        per_checkpoint.append(compacted)
+    assert max(per_checkpoint[4:]) == 2 == min(per_checkpoint[4:]), per_checkpoint  # 8 groups / 4: two a checkpoint
+    assert all(len(chain) <= 5 for chain in chains.values())
+    # Its turn alone does not compact a chain without a delta yet.
+    assert not state_chain.compaction_due([100], 1, policy, group=3, checkpoint_id=1)
 
 
 # ---- timers, TTL and the read plan ------------------------------------------------------------------------

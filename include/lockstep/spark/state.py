@@ -486,7 +486,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
             before = loaded.selected.get(group)
             change = state_chain.delta(rows, before[KEY] if before is not None else rows[KEY].slice(0, 0), group)
             body = state_chain.parquet(change)
-            if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction):
+            if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction, group, cid):
                 key, name = put(group, body, delta=True)
                 files_by_group[group] = (*files_by_group[group], key)
                 n_old, _ = state_chain.timers(before, state, clock.before)

@@ -24,13 +24,22 @@ KEY, GROUP = "__ls_key", "__ls_key_group"
 TOMBSTONE = "__ls_tombstone"
 
 
-def compaction_due(chain_bytes: Sequence[int], new_delta_bytes: int, policy: CompactionPolicy) -> bool:
+def compaction_due(chain_bytes: Sequence[int], new_delta_bytes: int, policy: CompactionPolicy,
+                   group: int = 0, checkpoint_id: int = 1) -> bool:
     """Whether a group whose files have ``chain_bytes`` (base first) is compacted rather than given a
-    delta of ``new_delta_bytes``. A group without files starts with a base and never needs this."""
+    delta of ``new_delta_bytes``:
+    - when the chain would pass ``max_deltas`` deltas, or its deltas ``max_delta_ratio`` times the base;
+    - at the group's own turn, every ``max_deltas`` checkpoints (``(checkpoint_id + group) %
+      max_deltas == 0``), once it has a delta. A checkpoint that touches every group (1% of the
+      keys, spread by the hash) would otherwise grow every chain in step and compact them all at
+      once, rewriting the whole state in one run; by turns, it rewrites about 1/max_deltas of it.
+    A group without files starts with a base and never needs this."""
     if not chain_bytes:
         return False
     deltas = [*chain_bytes[1:], new_delta_bytes]
-    return len(deltas) > policy.max_deltas or sum(deltas) > policy.max_delta_ratio * max(chain_bytes[0], 1)
+    if len(deltas) > policy.max_deltas or sum(deltas) > policy.max_delta_ratio * max(chain_bytes[0], 1):
+        return True
+    return len(deltas) > 1 and (checkpoint_id + group) % max(policy.max_deltas, 1) == 0
 
 
 def merge(tables: Sequence[pa.Table]) -> pa.Table | None:
