@@ -352,6 +352,8 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     results_path = settings.results or (root / "results.json")
     saved_cache = os.environ.get("LOCKSTEP_STATE_CACHE")
     os.environ["LOCKSTEP_STATE_CACHE"] = str(root / "state-cache")  # the checkpoints' local cache, emptied for cold runs
+    # 10M keys built up in one checkpoint ran the 1g server out of heap; each size's figures are its own run's.
+    os.environ.setdefault("LOCKSTEP_CONNECT_DRIVER_MEMORY", "6g" if max(settings.keys) > 2_000_000 else "1g")
     with isolated_platform(root) as platform:
         results["environment"] = environment(platform.kafka.bootstrap)
         bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,

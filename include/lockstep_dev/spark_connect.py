@@ -11,6 +11,7 @@ foreground (docker-compose.yaml's ``spark-connect`` service).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -59,7 +60,11 @@ def start(config: ConnectConfig, log_file: Path, base_env: Mapping[str, str]) ->
     from lockstep.spark.conf import job_environment
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    return procs.start_detached("spark-connect", server_command(config), log_file, env=job_environment(base_env),
+    # The server's heap (driver and executors in one JVM locally): 1g unless LOCKSTEP_CONNECT_DRIVER_MEMORY
+    # says otherwise (the keyed-state benchmark's 10M keys need more).
+    memory = base_env.get("LOCKSTEP_CONNECT_DRIVER_MEMORY") or os.environ.get("LOCKSTEP_CONNECT_DRIVER_MEMORY")
+    command = server_command(config, {"spark.driver.memory": memory} if memory else None)
+    return procs.start_detached("spark-connect", command, log_file, env=job_environment(base_env),
                                 cwd=config.data_dir)
 
 
