@@ -146,7 +146,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         f"{s['partitions']} partitions and two pipelines of its own, in connect mode (each checkpoint a session on "
         "the platform's Spark Connect server, `local[*]`).")
     add(f"- **Stateful pipeline:** `lockstep_examples.orders:parse` with `state: {{key_groups: {s['key_groups']}, "
-        "event_time: {column: created_at, out_of_orderness: 10s}, dedup: {key: order_id, ttl: 30d, "
+        "event_time: {column: created_at, out_of_orderness: 10s}, dedup: {key: order_id, ttl: 400d, "
         "duplicates: dead_letter}}`. Dedup rather than windows: its state is one row per distinct key (the key, "
         "its key group and its first event time), so the state's bytes divided by its keys is what a key costs "
         "on S3, and its keys are exactly the distinct order ids produced. A window's state would be the rows of "

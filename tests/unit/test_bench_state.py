@@ -105,7 +105,7 @@ def test_the_stateful_spec_is_a_dedup_on_order_id_and_the_baseline_has_no_state(
         state=keyed_state.dedup_state(32))))
     assert stateful.state is not None and stateful.state.dedup is not None
     assert stateful.state.key_groups == 32 and stateful.state.dedup.duplicates == "dead_letter"
-    assert stateful.state.dedup.ttl_ms == 30 * 86_400_000 and stateful.transform == "lockstep_examples.orders:parse"
+    assert stateful.state.dedup.ttl_ms == 400 * 86_400_000 and stateful.transform == "lockstep_examples.orders:parse"
     stateless = load_spec(str(workloads.write_spec(tmp_path, "b", "in", "out2", 10_000, remote="sc://h:1",
                                                    transform=keyed_state.STATELESS_TRANSFORM)))
     assert stateless.state is None and stateless.transform == "lockstep_examples.orders:enrich"
