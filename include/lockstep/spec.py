@@ -172,7 +172,7 @@ class CompactionPolicy:
     """When a key group's chain of files is merged into a new base (``state.compaction``)."""
 
     #: compact when the chain would hold more deltas than this
-    max_deltas: int = 8
+    max_deltas: int = 16
     #: compact when the deltas' bytes would pass this multiple of the base's
     max_delta_ratio: float = 1.0
 

@@ -51,6 +51,7 @@ def checkpoint_figures(round_: dict[str, Any]) -> dict[str, Any]:
         "deltas": state.get("deltas"), "groups_read": metrics.get("groups_read"),
         "rows_loaded": metrics.get("rows_loaded"), "files_written": metrics.get("files_written"),
         "bytes_written": metrics.get("bytes_written"), "compactions": metrics.get("compactions"),
+        "delta_bytes": metrics.get("delta_bytes"), "compaction_bytes": metrics.get("compaction_bytes"),
         "bytes_per_key": bytes_per_key(state["bytes"], state["keys"]),
         "watermark_s": steps["watermark_seconds"], "load_s": steps["load_seconds"],
         "apply_s": steps["apply_seconds"], "write_s": steps["write_seconds"],
@@ -175,14 +176,16 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     add("")
     add("## Summary (medians of the measured checkpoints)")
     add("")
-    add("| state size | keys | state on S3 | bytes per key | files | rows loaded | bytes written | load s | apply s | "
+    add("| state size | keys | state on S3 | bytes per key | files | rows loaded | bytes written | of which deltas | "
+        "of which compactions | load s | apply s | "
         "write s | stateful checkpoint s | stateless checkpoint s | state adds s | stateful ÷ stateless | "
         "Spark s stateful / stateless | CPU s stateful / stateless | state adds CPU s |")
     add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: |")
+        "| ---: | ---: | ---: |")
     for m in summaries:
         add(f"| {m['keys_built']:,} | {m.get('keys', 0):,.0f} | {_bytes(m.get('bytes'))} | {_s(m.get('bytes_per_key'), 1)} | "
             f"{_s(m.get('files'), 0)} | {_s(m.get('rows_loaded'), 0)} | {_bytes(m.get('bytes_written'))} | "
+            f"{_bytes(m.get('delta_bytes'))} | {_bytes(m.get('compaction_bytes'))} | "
             f"{_s(m.get('load_s'))} | {_s(m.get('apply_s'))} | {_s(m.get('write_s'))} | "
             f"{_s(m.get('total_s'))} | {_s(m.get('base_total_s'))} | {_signed(m.get('added_s'))} | "
             f"{_x(m.get('ratio'))} | {_s(m.get('spark_s'))} / {_s(m.get('base_spark_s'))} | "
@@ -318,14 +321,16 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
             "compressed).")
     if len(summaries) >= 2:
         small = min(summaries, key=lambda m: m.get("keys") or 0)
-        add(f"- **Incremental:** a checkpoint wrote {_bytes(small.get('bytes_written'))} at "
-            f"{small.get('keys', 0):,.0f} keys and {_bytes(large.get('bytes_written'))} at {large.get('keys', 0):,.0f} "
-            f"(medians; the state itself {_bytes(small.get('bytes'))} and {_bytes(large.get('bytes'))}), and handed "
-            f"Spark {_s(small.get('rows_loaded'), 0)} and {_s(large.get('rows_loaded'), 0)} rows of state: the keys "
-            "its records touched, not the keys the state holds. What still grows with the state is the read of "
-            "the touched groups' files (docs/state.md, *What state costs*): the load step above. The checkpoint "
-            f"at {large.get('keys_built', 0):,} keys took {_x(growth(small, large, 'total_s'))} its time at "
-            f"{small.get('keys_built', 0):,}.")
+        add(f"- **Incremental:** a checkpoint wrote {_bytes(small.get('delta_bytes'))} of deltas at "
+            f"{small.get('keys', 0):,.0f} keys and {_bytes(large.get('delta_bytes'))} at {large.get('keys', 0):,.0f} "
+            f"(medians), for the {_s(small.get('rows_loaded'), 0)} and {_s(large.get('rows_loaded'), 0)} keys of the "
+            f"state it touched (the rows it handed Spark): in proportion to the keys it changed, not to the state "
+            f"({_bytes(small.get('bytes'))} and {_bytes(large.get('bytes'))}). Compactions by turns add "
+            f"{_bytes(small.get('compaction_bytes'))} and {_bytes(large.get('compaction_bytes'))} (medians): "
+            f"about 1/max_deltas of the state per checkpoint (docs/state.md, *The defaults*). What still grows "
+            "with the state is the read of the touched groups' files, the load step above (a warm local cache "
+            f"makes it a memory map). The checkpoint at {large.get('keys_built', 0):,} keys took "
+            f"{_x(growth(small, large, 'total_s'))} its time at {small.get('keys_built', 0):,}.")
     add("")
 
 

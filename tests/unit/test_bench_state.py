@@ -139,7 +139,8 @@ def _state(keys: int, size: int, load: float, apply: float, write: float, waterm
     return {"keys": keys, "rows": keys, "bytes": size, "files": 32, "deltas": 0,
             "metrics": {"watermark_seconds": watermark, "load_seconds": load, "apply_seconds": apply,
                         "write_seconds": write, "rows": 10_000, "groups_read": 32, "rows_loaded": 100,
-                        "files_written": 32, "bytes_written": size / 10, "compactions": 0}}
+                        "files_written": 32, "bytes_written": size / 10, "compactions": 0,
+                        "delta_bytes": size / 20, "compaction_bytes": size / 20}}
 
 
 def _round(keys: int, size: int, load: float, total: float, base_total: float) -> dict:
@@ -201,7 +202,8 @@ def test_report_has_a_summary_row_and_a_table_per_size() -> None:
     text = keyed_state_report.render(_results())
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     # 1,000 keys: medians 1,100 keys, 44,000 bytes (40.0 B/key), 6.00 s against 4.00 s.
-    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 100 | 4.3 KiB | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | +2.00 | 1.50× | " \
+    assert "| 1,000 | 1,100 | 43.0 KiB | 40.0 | 32 | 100 | 4.3 KiB | 2.1 KiB | 2.1 KiB | 0.20 | 0.40 | 0.20 | 6.00 | 4.00 | " \
+        "+2.00 | 1.50× | " \
         "5.00 / 3.00 | 12.0 / 4.0 | +8.00 |" in summary
     assert "| 100,000 | 100,100 | 1.4 MiB | 15.0 |" in summary
     section = text.split("## 1,000 keys", 1)[1].split("\n## ", 1)[0]
@@ -222,7 +224,7 @@ def test_report_reads_where_the_time_goes_and_how_it_grows() -> None:
     assert "By step: load 0.20 → 2.00 s, apply 0.40 → 4.00 s, write 0.20 → 2.00 s, the rest of Spark" in reading
     assert "already at 1,000 keys state adds +2.00 s" in reading and "+5.00 s at 100,000 keys" in reading
     assert "In CPU seconds state adds +8.00 s at 1,000 keys and +19.00 s at 100,000." in reading
-    assert "a checkpoint wrote 4.3 KiB at 1,100 keys and 146.5 KiB at 100,100" in reading
+    assert "a checkpoint wrote 2.1 KiB of deltas at 1,100 keys and 73.2 KiB at 100,100" in reading
     assert "The checkpoint at 100,000 keys took 2.00× its time at 1,000." in reading
 
 

@@ -233,6 +233,9 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
         touched = rng.sample(keys, rng.randint(1, 8))
         made = world.checkpoint({k: None if rng.random() < 0.2 else event for k in touched}, event)
         compacted += int(world.metrics["compactions"])
+        m = world.metrics
+        assert m["delta_bytes"] + m["compaction_bytes"] + m["base_bytes"] == m["bytes_written"]
+        assert (m["compaction_bytes"] > 0) == (m["compactions"] > 0)
         assert world.committed() == world.expected(), f"checkpoint {world.cid}"
         assert made.keys == len(world.model) and made.rows == len(world.model)
         assert made.bytes == sum(len(world.s3.body(BUCKET, k)) for k in made.all_files)

@@ -468,13 +468,16 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     new_groups = set(pc.unique(table[GROUP]).to_pylist()) if table.num_rows else set()
     written = compactions = 0
     size = 0
+    #: bytes written as deltas, as bases of compacted chains, and as other bases (new or read-whole groups)
+    by_kind = {"delta": 0, "compaction": 0, "base": 0}
 
-    def put(group: int, body: bytes, delta: bool) -> tuple[str, str]:
+    def put(group: int, body: bytes, kind: str) -> tuple[str, str]:
         nonlocal written, size
-        key = files.key(cid, group, delta=delta)
+        key = files.key(cid, group, delta=kind == "delta")
         name = files.put_table(key, body)
         written += 1
         size += len(body)
+        by_kind[kind] += len(body)
         return key, name
 
     for group in sorted(new_groups | set(loaded.chains)):
@@ -487,7 +490,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
             change = state_chain.delta(rows, before[KEY] if before is not None else rows[KEY].slice(0, 0), group)
             body = state_chain.parquet(change)
             if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction, group, cid):
-                key, name = put(group, body, delta=True)
+                key, name = put(group, body, "delta")
                 files_by_group[group] = (*files_by_group[group], key)
                 n_old, _ = state_chain.timers(before, state, clock.before)
                 n_new, next_new = state_chain.timers(rows, state, clock.after)
@@ -502,18 +505,20 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
             compactions += 1
             merged = state_chain.merge([*loaded.chains[group], change])
             whole = state_chain.unexpired(merged, state, clock.after) if merged is not None else None
+        compacting = incremental and old is not None and not plan.reads_whole(group)
         files_by_group.pop(group, None)
         groups.pop(group, None)
         if whole is None or not whole.num_rows:
             continue
         body = state_chain.parquet(whole)
-        key, name = put(group, body, delta=False)
+        key, name = put(group, body, "compaction" if compacting else "base")
         files_by_group[group] = (key,)
         n, nxt = state_chain.timers(whole, state, clock.after)
         groups[group] = GroupState(keys=state_chain.key_count(whole), rows=whole.num_rows, file_bytes=(len(body),),
                                    timers=n, next_timer_ms=nxt, digests=(name,))
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
-                   compactions=float(compactions))
+                   compactions=float(compactions), delta_bytes=float(by_kind["delta"]),
+                   compaction_bytes=float(by_kind["compaction"]), base_bytes=float(by_kind["base"]))
     nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]
     return StateManifest(
         operator=state.operator, key_groups=state.key_groups, written_by=cid, files=files_by_group,
