@@ -287,16 +287,29 @@ def _shorten(reason: str, limit: int = 160) -> str:
     return reason if len(reason) <= limit else reason[: limit - 1] + "…"
 
 
-def committed_offsets(kafka: dict[str, Any], topic: str, group: str) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
+def committed_offsets(kafka: dict[str, Any], topic: str, group: str, patience_s: float = 90.0) -> dict[int, int]:
+    """The group's committed offsets of ``topic``. Asked right after a broker fault, the group's
+    coordinator may be moving (NOT_COORDINATOR, still loading): asked again until ``patience_s``."""
+    import time
 
-    consumer = Consumer({**kafka, "group.id": group, "enable.auto.commit": False, "log_level": 0})
-    try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
-        return {tp.partition: max(tp.offset, 0) for tp in committed}
-    finally:
-        consumer.close()
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    moving = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+    deadline = time.monotonic() + patience_s
+    while True:
+        consumer = Consumer({**kafka, "group.id": group, "enable.auto.commit": False, "log_level": 0})
+        try:
+            partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+            committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+            return {tp.partition: max(tp.offset, 0) for tp in committed}
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.code() not in moving or time.monotonic() > deadline:
+                raise
+        finally:
+            consumer.close()
+        time.sleep(1.0)
 
 
 def read_committed(kafka: dict[str, Any], topics: tuple[str, ...]):
