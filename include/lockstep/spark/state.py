@@ -16,9 +16,12 @@ watermark past their end plus the allowed lateness.
 - A record of a window that already fired, or older than the dedup TTL, goes to the dead-letter
   topic with the error ``late``, in the checkpoint's transactions like every other dead letter.
 
-The state rows go to the driver (``toArrow``), which writes one Parquet file per key group that holds
-keys; the files come before ``prepared.json``, whose manifest names them. Loading and writing
-through the driver costs O(state) per checkpoint: the numbers are in the manifest's ``metrics``.
+The state is incremental (`lockstep.store.state_chain`, `lockstep.rules.state_reads`): the driver
+reads, of each key group the records touch, the rows of the touched keys (every row of a group with
+a due timer) and hands Spark only those; Spark's new rows of those keys come back (``toArrow``) and
+the driver writes a delta per group, or a new base when the group was read whole or its chain is
+compacted. The files come before ``prepared.json``, whose manifest names them. What a checkpoint
+read and wrote is in the manifest's ``metrics``.
 """
 from __future__ import annotations
 
