@@ -298,7 +298,8 @@ def test_a_file_changed_in_s3_is_refused_by_its_digest_and_never_served_stale(tm
     made = world.checkpoint({"a": 1, "b": 2}, 1)
     key = made.all_files[0]
     world.s3.put_object(Bucket=BUCKET, Key=key, Body=state_chain.parquet(rows(("a", 9, 9))))
-    with pytest.raises(Exception, match="does not match the digest .* checkpoint 1 records"):
+    with pytest.raises(Exception, match="does not match the digest .* checkpoint 1 records.*restore the pipeline "
+                                        "from a savepoint"):
         world.files.read_state(made)
 
 

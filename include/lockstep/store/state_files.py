@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from lockstep.model.state import StateManifest
 
 ID_WIDTH = 12
+#: The way out of state files changed or deleted outside Lockstep (the last words of those errors).
+RESTORE_WAY_OUT = ("restore the pipeline from a savepoint or an earlier completed checkpoint whose state is intact "
+                   "(lockstep run --restore-from <savepoint> or checkpoint:<id>)")
 REKEY_SCHEMA = "lockstep.state.rekey/1"
 
 
@@ -68,7 +71,8 @@ class StateFiles:
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
                 raise MetadataError(self.url(key), f"is named by the state manifest of checkpoint {checkpoint} but "
-                                                   "does not exist: the state was deleted outside Lockstep") from exc
+                                                   "does not exist: the state was deleted outside Lockstep; "
+                                                   + RESTORE_WAY_OUT) from exc
             raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
         except BotoCoreError as exc:
             raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
@@ -112,7 +116,8 @@ class StateFiles:
         body = self.get(key, checkpoint)
         if expected is not None and digest(body) != expected:
             raise MetadataError(self.url(key), f"does not match the digest {expected} that the state manifest of "
-                                               f"checkpoint {checkpoint} records: it was changed outside Lockstep")
+                                               f"checkpoint {checkpoint} records: it was changed outside Lockstep; "
+                                               + RESTORE_WAY_OUT)
         table = state_chain.read(body)
         if expected is not None and self.cache is not None:
             self.cache.put(expected, table)
