@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := buildsrc/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state soak soak-state up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows soak soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -132,11 +132,18 @@ demo: setup
 bench: setup
 	$(BIN)/lockstep bench --results var/bench/results.json
 
-# What keyed state costs per checkpoint at 1,000, 10,000 and 100,000 keys (load, apply and write seconds,
-# bytes on S3 per key), a stateful pipeline beside a stateless one, on its own platform; rewrites
-# docs/BENCHMARKS-state.md (about 5 minutes; --state-keys etc. in `lockstep bench --help`).
+# What keyed state costs per checkpoint at 100,000, 1,000,000 and 10,000,000 keys (load, apply and write
+# seconds, bytes uploaded, compaction, a cold and a warm cache), a stateful pipeline beside a stateless
+# one, on its own platform; rewrites docs/BENCHMARKS-state.md (about 10 minutes and 10 GB of disk;
+# --state-keys etc. in `lockstep bench --help`).
 bench-state: setup
 	$(BIN)/lockstep bench --state-only --results var/bench/state-results.json --report docs/BENCHMARKS-state.md
+
+# A windowed count per key over 1,000,000 records, exactly-once Kafka to Kafka, Lockstep against Flink SQL
+# (RocksDB, incremental checkpoints) and Quix Streams, every sink checked window by window, on its own
+# platform; rewrites docs/BENCHMARKS-windows.md (about 10 minutes; sets up the peers as `bench` does).
+bench-windows: setup
+	$(BIN)/lockstep bench --windows-only --results var/bench/windows-results.json --report docs/BENCHMARKS-windows.md
 
 up: setup
 	$(BIN)/lockstep dev up --with airflow

@@ -88,3 +88,48 @@ def statements(bootstrap: str, source: str, sink: str, ends: Mapping[int, int], 
     """(DDL, the inserts run together as one job)."""
     return ([source_table(bootstrap, source, ends, group), sink_table(bootstrap, sink, transactional_id_prefix),
              counts_table(counts_path)], [insert_sink(), insert_counts()])
+
+
+# ---- the windowed race (lockstep_bench.windowed) ------------------------------------------------------
+def window_source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str,
+                        out_of_orderness_s: int) -> str:
+    """The keyed orders' customer and event time, a rowtime with the race's out-of-orderness as the
+    watermark delay; Flink's Kafka source keeps a watermark per partition and takes the smallest."""
+    options = {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
+        "properties.group.id": group, "properties.isolation.level": "read_committed",
+        "scan.startup.mode": "specific-offsets", "scan.startup.specific-offsets": specific_offsets({p: 0 for p in ends}),
+        "scan.bounded.mode": "specific-offsets", "scan.bounded.specific-offsets": specific_offsets(ends),
+        "format": "json", "json.fail-on-missing-field": "false",
+    }
+    return ("CREATE TEMPORARY TABLE src (\n  `customer` STRING,\n  `created_at` BIGINT,\n"
+            "  `ts` AS TO_TIMESTAMP_LTZ(`created_at`, 0),\n"
+            f"  WATERMARK FOR `ts` AS `ts` - INTERVAL '{out_of_orderness_s}' SECOND({len(str(out_of_orderness_s))})\n"
+            f") WITH (\n  {_with(options)}\n)")
+
+
+def window_sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
+    """One record per window, the customer as its key, JSON with ISO-8601 times (UTC session zone)."""
+    options = {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
+        "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": transactional_id_prefix,
+        "properties.transaction.timeout.ms": "600000",
+        **{f"properties.{k}": v for k, v in PRODUCER.items()},
+        "key.format": "raw", "key.fields": "customer",
+        "value.format": "json", "value.fields-include": "ALL", "value.json.timestamp-format.standard": "ISO-8601",
+    }
+    return ("CREATE TEMPORARY TABLE sink (\n  `customer` STRING,\n  `window_start` TIMESTAMP(3),\n"
+            f"  `window_end` TIMESTAMP(3),\n  `orders` BIGINT\n) WITH (\n  {_with(options)}\n)")
+
+
+def insert_windows(window_s: int) -> str:
+    return ("INSERT INTO sink SELECT `customer`, window_start, window_end, COUNT(*) AS `orders` "
+            f"FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(`ts`), INTERVAL '{window_s}' SECOND({len(str(window_s))}))) "
+            "GROUP BY `customer`, window_start, window_end")
+
+
+def window_statements(bootstrap: str, source: str, sink: str, ends: Mapping[int, int], transactional_id_prefix: str,
+                      group: str, window_s: int, out_of_orderness_s: int) -> tuple[list[str], str]:
+    """(DDL, the insert) of the windowed count per customer."""
+    return ([window_source_table(bootstrap, source, ends, group, out_of_orderness_s),
+             window_sink_table(bootstrap, sink, transactional_id_prefix)], insert_windows(window_s))

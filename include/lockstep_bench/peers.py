@@ -133,6 +133,27 @@ def quix_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str
     return Command(argv, _env(root / "include"), parse_result)
 
 
+def flink_window_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int],
+                         window_s: int, out_of_orderness_s: int, checkpoint_s: int) -> Command:
+    """The windowed race's Flink job (``lockstep_bench.windowed`` says what it runs)."""
+    argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_window_job.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--ends", json.dumps({str(p): e for p, e in ends.items()}),
+            "--connector-jar", str(FLINK.jar(cache)), "--parallelism", str(parallelism(len(ends))),
+            "--checkpoint-seconds", str(checkpoint_s), "--window-seconds", str(window_s),
+            "--out-of-orderness-seconds", str(out_of_orderness_s),
+            "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
+    return Command(argv, _env(root / "include"), parse_result)
+
+
+def quix_window_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int],
+                        window_s: int, out_of_orderness_s: int) -> Command:
+    """The windowed race's Quix application (``lockstep_bench.windowed`` says what it runs)."""
+    argv = [str(QUIX.venv_python(cache)), str(root / JOBS / "quix_window_job.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--ends", json.dumps({str(p): e for p, e in ends.items()}),
+            "--window-seconds", str(window_s), "--out-of-orderness-seconds", str(out_of_orderness_s)]
+    return Command(argv, _env(root / "include"), parse_result)
+
+
 def setup_all(log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, str]:
     """Both peers' set-up (before the platform starts, so no download overlaps a measurement)."""
     from lockstep.paths import cache_dir

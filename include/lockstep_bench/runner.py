@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import cache_dir, project_root
-from lockstep_bench import history, keyed_state, peers, workloads
+from lockstep_bench import history, keyed_state, peers, windowed, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
 from lockstep_bench.results import (
@@ -374,6 +374,34 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     return report_path
 
 
+def run_windows_bench(settings: windowed.WindowSettings) -> Path:
+    """``--windows-only``: the windowed count per key raced against Flink SQL and Quix (lockstep_bench.windowed)."""
+    from lockstep_bench import windowed_report
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-windows-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}}
+    if set(settings.engines) - {windowed.LOCKSTEP}:
+        results["peers"] = peers.setup_all(log)  # before any measurement: may download
+    results_path = settings.results or (root / "results.json")
+    with isolated_platform(root) as platform:
+        results["environment"] = environment(platform.kafka.bootstrap)
+        race = windowed.WindowRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
+                                   platform.state.pids["spark-connect"], root, log)
+        results["race"] = race.measure()
+        results["load"]["end"] = os.getloadavg()
+    results["seconds"] = round(time.monotonic() - started, 1)
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(results, indent=1, default=str))
+    log(f"raw results in {results_path}")
+    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
+    windowed_report.write(results, report_path)
+    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    return report_path
+
+
 # ---- CLI ------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     ints = lambda text: tuple(int(x) for x in text.split(",") if x)
@@ -414,6 +442,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     state.add_argument("--state-new-keys", type=int,
                        help="of each measured checkpoint's records, how many have keys the state does not hold "
                             "(default 100; the rest repeat held keys)")
+    windows = parser.add_argument_group("windowed race (--windows-only: only this, report docs/BENCHMARKS-windows.md)")
+    windows.add_argument("--windows-only", action="store_true",
+                         help="race a windowed count per key against Flink SQL and Quix Streams, every sink "
+                              "checked window by window; nothing else (--partitions and --repeats apply)")
+    windows.add_argument("--windows-records", type=int, help="input records of the race (default 1,000,000)")
+    windows.add_argument("--windows-engines", type=lambda text: tuple(x for x in text.split(",") if x),
+                         help="which engines race (default lockstep-connect,flink-sql,quix-streams)")
     state.add_argument("--state-key-groups", type=int, help="the stateful pipeline's state.key_groups (default 32)")
 
 
@@ -436,6 +471,13 @@ def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSetti
                                         if getattr(args, arg, None) is not None})
 
 
+def windows_settings_from_args(args: argparse.Namespace) -> windowed.WindowSettings:
+    names = {"windows_records": "records", "windows_engines": "engines", "partitions": "partitions",
+             "repeats": "repeats", "report": "report", "results": "results", "state_dir": "state_dir"}
+    return windowed.WindowSettings(**{field: getattr(args, arg) for arg, field in names.items()
+                                      if getattr(args, arg, None) is not None})
+
+
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
     """Render the report again from saved results (e.g. after a fix to the writer)."""
     from lockstep_bench import report
@@ -452,6 +494,17 @@ def rewrite_report(results: Path, report_path: Path, baseline: Path | None = Non
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.windows_only:
+        if args.from_results:
+            from lockstep_bench import windowed_report
+
+            path = args.report or windowed.WindowSettings().report
+            path = path if path.is_absolute() else project_root() / path
+            windowed_report.write(json.loads(args.from_results.read_text()), path, rerendered=True)
+            log(f"report rewritten to {path} from {args.from_results}")
+        else:
+            run_windows_bench(windows_settings_from_args(args))
+        return 0
     if args.state_only:
         if args.from_results:
             from lockstep_bench import keyed_state_report

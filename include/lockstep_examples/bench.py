@@ -39,3 +39,20 @@ def transform_value(value: bytes) -> bytes | None:
         return None
     doc["amount_cents"] = round(amount * 100)
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def window_input(df):
+    """The windowed race's transform (``lockstep_bench.windowed``): the order's ``customer`` and
+    ``created_at`` (epoch seconds) as columns, the only fields the window needs, as the peers parse
+    only those; a record without them gets an ``error`` (the dead-letter topic)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("customer", StringType()), StructField("created_at", LongType())])
+    order = F.from_json(F.col("value").cast("string"), schema)
+    missing = F.col("customer").isNull() | F.col("created_at").isNull()
+    return (df.withColumn("o", order)
+            .withColumn("customer", F.col("o.customer"))
+            .withColumn("created_at", F.col("o.created_at"))
+            .withColumn("error", F.when(missing, F.lit("not an order with customer and created_at")))
+            .drop("o"))

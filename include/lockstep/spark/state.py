@@ -150,7 +150,15 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     if refused:
         raise CheckpointError(cid, refused)
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
-    x = keyed(spec, transformed).persist()
+    x = keyed(spec, transformed)
+    if state.window is not None:
+        # A window's output is its aggregate, never a record's value: only the records that go to the
+        # dead-letter topic as they came (errors, and records late against the base's watermark) keep
+        # theirs in the cached frame, which is then a fraction of the input's bytes.
+        before = base.watermark_ms if base else None
+        x = x.withColumn("value", F.when(F.col("error").isNotNull() | _late_for_windows(state.window, before),
+                                         F.col("value")))
+    x = x.persist()
     started = time.monotonic()
     good = x.filter(F.col("error").isNull())
     seen = (good.groupBy("topic", "partition").agg(F.max(EVENT).alias("m")).collect())
@@ -357,6 +365,16 @@ def keyed(spec: PipelineSpec, transformed: DataFrame) -> DataFrame:
         F.when(F.col(EVENT).isNull(), F.lit(f"event time ({state.event_time.column}) is null"))))
 
 
+def _late_for_windows(w: WindowSpec, before: int | None) -> Column:
+    """A record every window of which had fired before the checkpoint started (its base's watermark)."""
+    from pyspark.sql import functions as F
+
+    if before is None:
+        return F.lit(False)
+    last_end = F.col(EVENT) - F.pmod(F.col(EVENT), F.lit(w.slide_ms)) + F.lit(w.size_ms)
+    return last_end + F.lit(w.allowed_lateness_ms) <= F.lit(before)
+
+
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
              data_columns: list[str]) -> tuple[DataFrame, DataFrame]:
     from pyspark.sql import functions as F
@@ -369,7 +387,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
         return t - F.pmod(t, slide) + size
 
     before, after = clock.before, clock.after
-    is_late = (last_end(F.col(EVENT)) + lateness <= F.lit(before)) if before is not None else F.lit(False)
+    is_late = _late_for_windows(w, before)
     late = good.filter(is_late).withColumn("error", F.lit(LATE))
     rows = good.filter(~is_late).select(*INTERNAL, *data_columns).unionByName(loaded)
     exploded = rows.withColumn("__ls_start", F.explode(window_starts_column(w)))
