@@ -399,6 +399,10 @@ def run_windows_bench(settings: windowed.WindowSettings) -> Path:
     report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
     windowed_report.write(results, report_path)
     log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    wrong = [r["check"]["summary"] for r in results["race"]["runs"] + results["race"]["warm_up"]
+             if r["pipeline"] == windowed.LOCKSTEP and not r["check"]["exact"]]
+    if wrong:
+        raise RunFailed(f"Lockstep's windowed output was not exact in {len(wrong)} runs: {wrong[0]}")
     return report_path
 
 

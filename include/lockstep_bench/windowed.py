@@ -150,7 +150,9 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         return {"exact": self.exact, "windows": self.windows, "closed_expected": self.closed_expected,
                 "open_emitted": self.open_emitted, "missing": len(self.missing), "wrong": len(self.wrong),
-                "duplicated": len(self.duplicated), "unknown": len(self.unknown), "summary": self.summary()}
+                "duplicated": len(self.duplicated), "unknown": len(self.unknown), "summary": self.summary(),
+                "samples": {"missing": self.missing[:5], "wrong (customer, start, got, want)": self.wrong[:5],
+                            "duplicated": self.duplicated[:5], "unknown": self.unknown[:5]}}
 
 
 def check(want: Expected, rows: Iterable[tuple[str, int, int]]) -> Verdict:
@@ -297,8 +299,8 @@ class WindowRace:
                 workloads.delete_topic(self.bootstrap, t)
         self.log(f"{engine:17} {run.wall_s:7.1f} s  {run.records_per_s:10,.0f} rec/s  peak {run.peak_rss_mb:,.0f} MB  "
                  f"cpu {run.cpu_s:.0f} s  {verdict.summary()}  {json.dumps(run.inner)}")
-        if not verdict.exact:
-            raise RunFailed(f"{engine}'s sink {sink}: {verdict.summary()}")
+        # A peer's sink that is not exact is a finding the report shows; Lockstep's fails the benchmark
+        # (``run_windows_bench``) once the report is written.
         return {**run.to_json(), "check": verdict.to_json()}
 
     def measure(self) -> dict[str, Any]:

@@ -23,7 +23,8 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                        "wall_s": median([float(r["wall_s"]) for r in mine]),
                        "cpu_s": median([float(r["cpu_s"]) for r in mine]),
                        "peak_rss_mb": median([float(r["peak_rss_mb"]) for r in mine]),
-                       "runs": len(mine), "exact": all(r["check"]["exact"] for r in mine)}
+                       "runs": len(mine), "exact_runs": sum(1 for r in mine if r["check"]["exact"]),
+                       "exact": all(r["check"]["exact"] for r in mine)}
     return out
 
 
@@ -67,16 +68,24 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         ratio = "—" if engine == windowed.LOCKSTEP else (f"**{r[engine]:.2f}×**" if engine in r else "?")
         lines.append(f"| {LABELS.get(engine, engine)} | {row['records_per_s']:,.0f} | {row['wall_s']:.1f} | "
                      f"{row['cpu_s']:.0f} | {row['peak_rss_mb']:,.0f} | {ratio} | {row['runs']} | "
-                     f"{'exact' if row['exact'] else 'NOT EXACT'} |")
+                     f"{'exact' if row['exact'] else 'NOT EXACT'} in {row['exact_runs']} of {row['runs']} runs |")
+    inexact = [(i, run) for i, run in enumerate(race.get("warm_up", []) + race["runs"], 1) if not run["check"]["exact"]]
+    if inexact:
+        lines += ["", "**Sinks that were not exact** (a run's number as in the table below):", ""]
+        lines += [f"- run {i}, {run['pipeline']}: {run['check']['summary']}; samples "
+                  f"`{run['check'].get('samples', {})}`" for i, run in inexact]
     lines += ["", "## Every run", "",
-              "| # | engine | wall s | records/s | CPU s | peak RSS MB | windows out | open fired | engine's own figures |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-    for i, run in enumerate(race["runs"], 1):
+              "The first runs, one per engine, are the warm-up, not counted in the medians.", "",
+              "| # | engine | wall s | records/s | CPU s | peak RSS MB | windows out | open fired | sink | engine's own figures |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    warm = len(race.get("warm_up", []))
+    for i, run in enumerate(race.get("warm_up", []) + race["runs"], 1):
         inner = {k: v for k, v in run.get("inner", {}).items() if k not in ("state",)}
         own = ", ".join(f"{k} {v}" for k, v in inner.items())
-        lines.append(f"| {i} | {run['pipeline']} | {run['wall_s']:.1f} | {run['records_per_s']:,.0f} | "
-                     f"{run['cpu_s']:.0f} | {run['peak_rss_mb']:,.0f} | {run['check']['windows']:,} | "
-                     f"{run['check']['open_emitted']:,} | {own} |")
+        lines.append(f"| {i}{' (warm-up)' if i <= warm else ''} | {run['pipeline']} | {run['wall_s']:.1f} | "
+                     f"{run['records_per_s']:,.0f} | {run['cpu_s']:.0f} | {run['peak_rss_mb']:,.0f} | "
+                     f"{run['check']['windows']:,} | {run['check']['open_emitted']:,} | "
+                     f"{'exact' if run['check']['exact'] else 'NOT EXACT'} | {own} |")
     lines += ["", "## Machine and versions", "",
               f"- machine: {env.get('cpus', '?')} cores, {env.get('memory', '?')}; load average "
               f"{_load(results, 'start')} at the start, {_load(results, 'end')} at the end",

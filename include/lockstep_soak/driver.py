@@ -12,6 +12,7 @@ import io
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from lockstep.model.failpoints import PAUSE_SIGNALS
 from lockstep_soak import kill, proxy
 from lockstep_soak.audit import (
     VALID,
@@ -38,6 +40,7 @@ from lockstep_soak.schedule import (
     BadCase,
     Fault,
     FaultKind,
+    anchor_faults,
     family,
     plan_bad_input,
     plan_faults,
@@ -334,12 +337,26 @@ spark:
         injections = [Injected(f) for f in faults]
         self.injections.extend(injections)
         self._checkpoint = None
+        steps_done = threading.Event()
+        anchored = next((i for i in injections if i.fault.anchor), None)
+        if anchored is not None:  # every step of the cycle pauses at the anchor; the first to get there signals
+            assert anchored.fault.anchor is not None
+            signals = self.logs / "signals"
+            shutil.rmtree(signals, ignore_errors=True)
+            signals.mkdir()
+            env = {**env, "LOCKSTEP_FAILPOINTS": f"{anchored.fault.anchor}=pause", PAUSE_SIGNALS: str(signals)}
         for inj in injections:
-            if inj.fault.kind is not FaultKind.COMMIT_LATE:
+            if inj.fault.anchor:
+                thread = threading.Thread(target=self._inject_at_anchor,
+                                          args=(inj, self.logs / "signals" / str(inj.fault.anchor), steps_done),
+                                          daemon=True)
+            elif inj.fault.kind is not FaultKind.COMMIT_LATE:
                 thread = threading.Thread(target=self._inject, args=(inj, started + inj.fault.at * expected_s),
                                           daemon=True)
-                thread.start()
-                self._threads.append(thread)
+            else:
+                continue
+            thread.start()
+            self._threads.append(thread)
         result = CycleResult(cycle, None, ok=False, seconds=0.0)
         for step in STEPS:
             if step == "commit":
@@ -357,6 +374,7 @@ spark:
                 break
         else:
             result.ok = True
+        steps_done.set()
         result.seconds = time.monotonic() - started
         result.checkpoint_id = self._checkpoint
         # Paced like scheduled runs: the next cycle starts no sooner than a clean one takes, so every
@@ -381,12 +399,33 @@ spark:
             thread.join()
         self._threads = []
 
+    def _inject_at_anchor(self, inj: Injected, signal: Path, steps_done: threading.Event) -> None:
+        """An anchored fault: it lands when a step pauses at the fault's failpoint (the failpoint's
+        ``pause`` action writes ``signal`` and waits for it to go), then the step goes on into it."""
+        while not signal.exists():
+            if steps_done.is_set() or self._stop_faults:
+                inj.note = f"missed: the cycle never reached {inj.fault.anchor}"
+                return
+            time.sleep(0.02)
+        # The paused step goes on a second into the fault (S3 down, slow or failing); a killed one never does.
+        release = threading.Timer(1.0, lambda: signal.unlink(missing_ok=True))
+        release.start()
+        try:
+            self._apply(inj)
+        finally:
+            release.join()
+            signal.unlink(missing_ok=True)
+        inj.target = f"{inj.target} at {inj.fault.anchor}" if inj.target else str(inj.fault.anchor)
+
     def _inject(self, inj: Injected, at: float) -> None:
         while time.monotonic() < at:
             if self._stop_faults:
                 inj.note = "missed: the soak was stopped first"
                 return
             time.sleep(0.05)
+        self._apply(inj)
+
+    def _apply(self, inj: Injected) -> None:
         kind = inj.fault.kind
         fam = self._family_locks.get(family(kind))
         if fam is not None and not fam.acquire(blocking=False):
@@ -471,6 +510,8 @@ spark:
         began, started_at = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         max_cycles = c.cycles * 3 if c.min_faults else c.cycles
         faults = plan_faults(self.seed, max_cycles, c.kinds, per_cycle=c.faults_per_cycle, more=c.more_faults)
+        if c.stateful:  # some faults land while the state is half uploaded or half collected
+            faults = anchor_faults(faults, self.seed)
         self._say(f"lockstep soak: seed {self.seed}, {c.cycles} cycles of {c.records_per_cycle} records "
                   f"({c.bad_per_cycle} bad), {sum(1 for f in faults if f.cycle < c.cycles)} faults planned"
                   + (f" (more cycles until {c.min_faults} landed)" if c.min_faults else "") + ", topology "

@@ -8,8 +8,10 @@ S3 lasts. Bad input is placed the same way: which records of a cycle's input are
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+
+from lockstep.model.failpoints import STATE_FAILPOINTS
 
 
 class FaultKind(str, Enum):
@@ -48,9 +50,13 @@ class Fault:
     kind: FaultKind
     at: float       # fraction of the expected cycle duration, in [0, 1)
     hold_s: float   # how long the service stays down / S3 stays slow or failing (0: not applicable)
+    #: A failpoint the fault waits for instead of ``at``: the step pauses there and the fault lands at
+    #: that exact moment (``anchor_faults``).
+    anchor: str | None = None
 
     def to_json(self) -> dict:
-        return {"cycle": self.cycle, "kind": self.kind.value, "at": round(self.at, 3), "hold_s": round(self.hold_s, 1)}
+        return {"cycle": self.cycle, "kind": self.kind.value, "at": round(self.at, 3), "hold_s": round(self.hold_s, 1),
+                **({"anchor": self.anchor} if self.anchor else {})}
 
 
 class BadCase(str, Enum):
@@ -113,6 +119,30 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
             chosen.append(_pick(rng, others))
         faults.extend(Fault(cycle, kind, rng.random(), _hold(rng, kind, hold_s)) for kind in chosen)
     return faults
+
+
+#: The moments of a stateful checkpoint a stateful soak's faults may be anchored to (failpoints, where
+#: the step pauses while the fault lands): its state files half uploaded (a delta, a base, or a
+#: compaction's new base), and the commit's garbage collection half done.
+STATE_ANCHORS = STATE_FAILPOINTS
+#: The faults that mean something at such a moment: a kill -9 of the step, and every S3 fault.
+ANCHORABLE = (FaultKind.KILL_RUN, FaultKind.S3_RESTART, FaultKind.S3_SLOW, FaultKind.S3_ERRORS)
+
+
+def anchor_faults(faults: list[Fault], seed: int, anchors: tuple[str, ...] = STATE_ANCHORS,
+                  share: float = 0.5) -> list[Fault]:
+    """The stateful soak's faults with ``share`` of the anchorable ones, at most one per cycle, moved
+    from their moment to one of ``anchors``. A random generator of its own, so the kinds and moments
+    of a seed's faults stay what ``plan_faults`` made them."""
+    rng = random.Random(f"{seed}/anchors")
+    anchored: set[int] = set()
+    out = []
+    for fault in faults:
+        if fault.kind in ANCHORABLE and fault.cycle not in anchored and rng.random() < share:
+            anchored.add(fault.cycle)
+            fault = replace(fault, anchor=rng.choice(anchors))
+        out.append(fault)
+    return out
 
 
 def _pick(rng: random.Random, kinds: tuple[FaultKind, ...]) -> FaultKind:

@@ -106,7 +106,8 @@ def test_flink_window_job_is_a_tumble_over_a_watermarked_bounded_source_into_an_
 def _run(engine: str, wall: float, exact: bool = True) -> dict:
     return {"pipeline": engine, "wall_s": wall, "records_per_s": 1_000_000 / wall, "cpu_s": wall * 1.5,
             "peak_rss_mb": 1000.0, "inner": {"job_seconds": wall - 1}, "repeat": 0,
-            "check": {"exact": exact, "windows": 10, "open_emitted": 0}}
+            "check": {"exact": exact, "windows": 10, "open_emitted": 0,
+                      "summary": "exact" if exact else "NOT exact: 2 closed windows missing"}}
 
 
 def test_report_gives_lockstep_speed_over_each_peer_from_medians() -> None:
@@ -119,4 +120,6 @@ def test_report_gives_lockstep_speed_over_each_peer_from_medians() -> None:
     assert r[windowed.FLINK] == pytest.approx((1_000_000 / 12) / (1_000_000 / 22))
     text = windowed_report.render({"settings": {"records": 1_000_000, "partitions": 8, "repeats": 3},
                                    "started_at": "now", "race": {"windows": 5, "closed": 4, "runs": runs}})
-    assert "NOT EXACT" in text and f"**{r[windowed.FLINK]:.2f}×**" in text
+    assert "NOT EXACT in 0 of 1 runs" in text and "exact in 3 of 3 runs" in text
+    assert "run 7, quix-streams: NOT exact: 2 closed windows missing" in text
+    assert f"**{r[windowed.FLINK]:.2f}×**" in text

@@ -56,7 +56,40 @@ def test_raise_first_attempt_raises_in_a_tasks_first_attempt_only(monkeypatch):
 
 def test_every_action_fires_in_a_first_attempt_and_only_raise_first_attempt_spares_a_retry():
     assert {a: (failpoints.fires(a, 0), failpoints.fires(a, 1)) for a in failpoints.ACTIONS} == {
-        "crash": (True, True), "raise": (True, True), "raise-first-attempt": (True, False)}
+        "crash": (True, True), "raise": (True, True), "raise-first-attempt": (True, False), "pause": (True, True)}
+
+
+def test_pause_signals_with_a_file_and_goes_on_once_it_is_removed(monkeypatch, tmp_path):
+    import threading
+    import time
+
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "state.mid_upload=pause")
+    monkeypatch.setenv(failpoints.PAUSE_SIGNALS, str(tmp_path))
+    signal = tmp_path / "state.mid_upload"
+    seen: list[bool] = []
+
+    def release() -> None:  # what the soak does: see the signal, land a fault, remove it
+        deadline = time.monotonic() + 30
+        while not signal.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(signal.exists())
+        signal.unlink()
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    failpoints.hit("state.mid_upload", " (checkpoint 3)")  # returns only once the file is gone
+    thread.join()
+    assert seen == [True] and not signal.exists()
+    failpoints.hit("commit.mid_state_gc")  # not armed: no pause
+
+
+def test_pause_without_its_folder_is_an_error_and_no_writer_failpoint_pauses(monkeypatch):
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "commit.mid_state_gc=pause")
+    monkeypatch.delenv(failpoints.PAUSE_SIGNALS, raising=False)
+    with pytest.raises(failpoints.FailpointError, match="LOCKSTEP_FAILPOINT_SIGNALS"):
+        failpoints.hit("commit.mid_state_gc")
+    with pytest.raises(ValueError, match="cannot pause"):
+        failpoints.parse("job.mid_produce=pause")
 
 
 def test_a_task_fires_the_failpoints_its_driver_handed_it_without_the_variable(monkeypatch):

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+from lockstep.model.failpoints import FAILPOINTS
 from lockstep_soak.schedule import (
+    ANCHORABLE,
+    STATE_ANCHORS,
     STATEFUL_CASES,
     STATELESS_CASES,
     BadCase,
     FaultKind,
+    anchor_faults,
     family,
     plan_bad_input,
     plan_faults,
@@ -80,3 +84,19 @@ def test_bad_input_is_placed_per_cycle_by_seed_and_uses_every_case():
     assert BadCase.LATE not in STATELESS_CASES and BadCase.OVERSIZE not in STATEFUL_CASES
     assert plan_bad_input(11, 0, 3, 10).keys() == {0, 1, 2}
     assert plan_bad_input(11, 0, 0, 4) == {}
+
+
+def test_a_stateful_soak_anchors_some_faults_to_the_state_moments_and_changes_nothing_else():
+    planned = plan_faults(11, 200, ALL, per_cycle=3, more=0.8)
+    anchored = anchor_faults(planned, 11)
+    assert anchored == anchor_faults(planned, 11)  # replayable from the seed
+    assert [(f.cycle, f.kind, f.at, f.hold_s) for f in anchored] == [(f.cycle, f.kind, f.at, f.hold_s) for f in planned]
+    moved = [f for f in anchored if f.anchor]
+    assert {f.anchor for f in moved} == set(STATE_ANCHORS) and set(STATE_ANCHORS) <= set(FAILPOINTS)
+    assert {f.kind for f in moved} == set(ANCHORABLE)  # a kill -9 and every S3 fault, nothing else
+    assert len({f.cycle for f in moved}) == len(moved)  # at most one anchored fault per cycle
+    anchorable_cycles = {f.cycle for f in planned if f.kind in ANCHORABLE}
+    assert 0.3 < len(moved) / len(anchorable_cycles) < 0.7
+    assert anchored[planned.index(next(f for f in planned if f.cycle == moved[0].cycle and f.kind == moved[0].kind))]\
+        .to_json()["anchor"] == moved[0].anchor
+    assert "anchor" not in next(f for f in anchored if not f.anchor).to_json()

@@ -20,6 +20,8 @@ FAILPOINTS: dict[str, str] = {
     "plan.after_claim": "plan: checkpoint id claimed in S3, before the Spark run",
     # Hit by both writers, in each Spark task; where exactly is part of the output contract.
     **WRITER_FAILPOINTS,
+    "state.mid_upload": "Spark driver: the checkpoint's first state file (a delta, a base or a compaction's new "
+                        "base) uploaded, the others not yet",
     "job.before_prepared": "Spark driver: all committables collected, prepared metadata not written",
     "job.after_prepared": "Spark driver: prepared metadata written (decision: commit), job not finished",
     "commit.after_verify": "commit: every transaction verified open, nothing committed yet",
@@ -27,11 +29,19 @@ FAILPOINTS: dict[str, str] = {
     "commit.after_kafka_commit": "commit: all transactions committed, checkpoint not marked completed",
     "commit.after_completed": "commit: checkpoint marked completed, offsets not published",
     "commit.after_offsets": "commit: offsets published to the consumer group, retention not applied",
+    "commit.mid_state_gc": "commit: the first state file no checkpoint or savepoint names deleted, the others not yet",
 }
+
+#: Failpoints only a stateful pipeline reaches (the second only when there is state to collect).
+STATE_FAILPOINTS = ("state.mid_upload", "commit.mid_state_gc")
 
 _ENV = "LOCKSTEP_FAILPOINTS"
 
-CRASH, RAISE, RAISE_FIRST_ATTEMPT = "crash", "raise", "raise-first-attempt"
+CRASH, RAISE, RAISE_FIRST_ATTEMPT, PAUSE = "crash", "raise", "raise-first-attempt", "pause"
+#: ``pause``'s folder: the paused process writes a file named after the failpoint there and waits until it is gone.
+PAUSE_SIGNALS = "LOCKSTEP_FAILPOINT_SIGNALS"
+#: How long ``pause`` waits at most before it goes on by itself.
+PAUSE_MAX_S = 120.0
 
 #: What an armed failpoint does; the JVM writer knows the same ones (`PartitionTransaction`).
 ACTIONS: dict[str, str] = {
@@ -40,10 +50,14 @@ ACTIONS: dict[str, str] = {
     RAISE: "raise an ordinary exception, like a bug",
     RAISE_FIRST_ATTEMPT: "a Spark task's failpoints only: raise in the task's first attempt; a retry of the task "
                          "passes (a local[N] master retries no task; local[N,F] with F > 1 does)",
+    PAUSE: f"write a file named after the failpoint into ${PAUSE_SIGNALS} and wait until it is removed (at most "
+           f"{PAUSE_MAX_S:.0f} s), then go on: the soak lands a fault at that exact moment (not in a Spark task)",
 }
 
 #: Actions that need the Spark task's attempt number, so only the writers' failpoints take them.
 TASK_ACTIONS = frozenset({RAISE_FIRST_ATTEMPT})
+#: Actions of Lockstep's own processes only: a Spark task's writer does not know them.
+PROCESS_ACTIONS = frozenset({PAUSE})
 
 
 class FailpointError(RuntimeError):
@@ -71,6 +85,9 @@ def check(name: str, action: str) -> None:
         raise ValueError(f"{_ENV}: {name}={action}: only a Spark task's failpoints know their attempt "
                          f"({', '.join(WRITER_FAILPOINTS)}); {name} takes " + " or ".join(
                              a for a in ACTIONS if a not in TASK_ACTIONS))
+    if action in PROCESS_ACTIONS and name in WRITER_FAILPOINTS:
+        raise ValueError(f"{_ENV}: {name}={action}: a Spark task's failpoints cannot {action}; {name} takes "
+                         + " or ".join(a for a in ACTIONS if a not in PROCESS_ACTIONS))
 
 
 def _armed() -> dict[str, str]:
@@ -112,4 +129,24 @@ def hit(name: str, where: str = "", armed_here: Mapping[str, str] | None = None,
     if action == CRASH:
         print(f"lockstep failpoint {name}{where}: crashing the process", file=sys.stderr, flush=True)
         os._exit(CRASH_EXIT_CODE)
+    if action == PAUSE:
+        pause(name, where)
+        return
     raise FailpointError(raised_message(name, where, action))
+
+
+def pause(name: str, where: str = "") -> None:
+    """``pause``: signal the failpoint with a file in ``$LOCKSTEP_FAILPOINT_SIGNALS``, wait until it is gone."""
+    import time
+    from pathlib import Path
+
+    folder = os.environ.get(PAUSE_SIGNALS)
+    if not folder:
+        raise FailpointError(f"failpoint {name}=pause needs ${PAUSE_SIGNALS}, the folder of its signal file")
+    signal = Path(folder) / name
+    signal.write_text(str(os.getpid()))
+    print(f"lockstep failpoint {name}{where}: paused until {signal} is removed", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + PAUSE_MAX_S
+    while signal.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    signal.unlink(missing_ok=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
 from lockstep.errors import CheckpointError, TerminalError
+from lockstep.model import failpoints
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.state import StateManifest
 from lockstep.rules.state_reads import ReadPlan, read_plan
@@ -499,6 +500,8 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         written += 1
         size += len(body)
         by_kind[kind] += len(body)
+        if written == 1:
+            failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {key})")
         return key, name
 
     for group in sorted(new_groups | set(loaded.chains)):

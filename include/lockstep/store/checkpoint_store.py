@@ -24,6 +24,7 @@ from typing import Any, Protocol, Required, TypedDict, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lockstep.errors import CheckpointError, MetadataError, TerminalError, TransientError
+from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
     ABORTED_SCHEMA,
     AbortedCheckpoint,
@@ -540,7 +541,10 @@ class CheckpointStore:
                 referenced.update(savepoint.state.all_files)
         doomed = unreferenced(keys, referenced, {k: files.checkpoint_of(k) for k in keys}, latest.checkpoint_id,
                               aborted)
-        files.delete(doomed)
+        files.delete(doomed[:1])
+        if doomed:
+            failpoints.hit("commit.mid_state_gc", f" ({doomed[0]} deleted, {len(doomed) - 1} more to delete)")
+        files.delete(doomed[1:])
         return doomed
 
     def _exists(self, key: str) -> bool:
