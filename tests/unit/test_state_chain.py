@@ -231,6 +231,7 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
     compacted = 0
     for event in range(2, 40):
         touched = rng.sample(keys, rng.randint(1, 8))
+        before = dict(world.model)
         made = world.checkpoint({k: None if rng.random() < 0.2 else event for k in touched}, event)
         compacted += int(world.metrics["compactions"])
         m = world.metrics
@@ -240,9 +241,9 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
         assert made.keys == len(world.model) and made.rows == len(world.model)
         assert made.bytes == sum(len(world.s3.body(BUCKET, k)) for k in made.all_files)
         assert all(len(files) <= 4 for files in made.files.values()), "a chain is compacted past 3 deltas"
-        # Only the touched groups got a file.
-        assert world.metrics["files_written"] == len({hash_group(k) for k in touched} & (set(made.files) |
-                                                                                       set(world.manifests[-2].files)))
+        # Only the groups whose state changed got a file (deleting a key that was not there changes nothing).
+        changed = {hash_group(k) for k in touched if before.get(k) != world.model.get(k)}
+        assert world.metrics["files_written"] == len(changed)
     assert compacted > 0 and world.manifests[-1].delta_count > 0
     # Round-trip through JSON, as the checkpoint's metadata carries it.
     again = StateManifest.from_json(world.manifests[-1].to_json(), "completed.json")
@@ -262,6 +263,33 @@ def test_a_delta_is_the_size_of_the_keys_changed_not_of_the_state() -> None:
     (small_full, small_delta), (big_full, big_delta) = written[2_000], written[20_000]
     assert big_full > 5 * small_full, written  # the state is 10 times bigger ...
     assert big_delta < 1.2 * small_delta, written  # ... and the same change costs the same bytes
+
+
+def test_keys_left_as_they_were_are_not_changed_keys() -> None:
+    before = rows(("a", 1, 1), ("b", 2, 2), ("c", 3, 3), ("c", 4, 4))
+    after = rows(("a", 1, 1), ("b", 2, 9), ("c", 3, 3), ("c", 4, 4), ("d", 5, 5))
+    assert sorted(state_chain.unchanged_keys(after, before).to_pylist()) == ["a", "c"]
+    # a row more or less for a key (a window's rows), or a null in a row: changed
+    assert state_chain.unchanged_keys(rows(("c", 3, 3)), before).to_pylist() == []
+    with_null = pa.table({KEY: ["a"], GROUP: pa.array([0], pa.int32()), EVENT: pa.array([1], pa.int64()),
+                          "n": pa.array([None], pa.int64())})
+    assert state_chain.unchanged_keys(with_null, with_null).to_pylist() == []
+    assert state_chain.unchanged_keys(after, None).to_pylist() == []
+    assert state_chain.unchanged_keys(after, before.drop_columns(["n"])).to_pylist() == []  # other columns
+
+
+def test_a_checkpoint_that_touches_keys_without_changing_them_uploads_nothing_for_them() -> None:
+    world = World(CompactionPolicy())
+    world.checkpoint({f"k{i}": i for i in range(2_000)}, 1)
+    same = {f"k{i}": i for i in range(0, 2_000, 10)}  # 200 keys touched, e.g. a dedup's duplicates
+    world.model.update({k: (1, n) for k, n in same.items()})
+    world.checkpoint({k: v for k, v in same.items()}, 1)
+    assert world.metrics["files_written"] == 0 and world.metrics["groups_unchanged"] == 4
+    assert world.manifests[-1].files == world.manifests[-2].files and world.committed() == world.expected()
+    world.checkpoint({**same, "k5": 55}, 1)  # the same 200 keys and one changed: a delta of that one key
+    assert world.metrics["files_written"] == 1 and world.committed() == world.expected()
+    delta = state_chain.read(world.s3.body(BUCKET, world.manifests[-1].files[hash_group("k5")][-1]))
+    assert delta[KEY].to_pylist() == ["k5"]
 
 
 def test_garbage_collection_after_a_compaction_keeps_every_file_a_retained_manifest_names() -> None:

@@ -488,7 +488,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     files_by_group: dict[int, tuple[str, ...]] = dict(base.files) if base is not None and incremental else {}
     groups: dict[int, GroupState] = dict(base.groups) if base is not None and incremental else {}
     new_groups = set(pc.unique(table[GROUP]).to_pylist()) if table.num_rows else set()
-    written = compactions = 0
+    written = compactions = unchanged = 0
     size = 0
     #: bytes written as deltas, as bases of compacted chains, and as other bases (new or read-whole groups)
     by_kind = {"delta": 0, "compaction": 0, "base": 0}
@@ -511,7 +511,17 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
             whole: pa.Table | None = rows  # every row of the group: a new base
         else:
             before = loaded.selected.get(group)
-            change = state_chain.delta(rows, before[KEY] if before is not None else rows[KEY].slice(0, 0), group)
+            same = state_chain.unchanged_keys(rows, before)
+            touched = before[KEY] if before is not None else rows[KEY].slice(0, 0)
+            if len(same):  # keys the checkpoint touched and left as they were: not in the delta
+                touched = pc.filter(touched, pc.invert(pc.is_in(touched, value_set=same)))
+                changed = rows.filter(pc.invert(pc.is_in(rows[KEY], value_set=same)))
+            else:
+                changed = rows
+            change = state_chain.delta(changed, touched, group)
+            if not change.num_rows:
+                unchanged += 1
+                continue  # nothing changed in the group: its files stay as they are
             body = state_chain.parquet(change)
             if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction, group, cid):
                 key, name = put(group, body, "delta")
@@ -541,6 +551,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         groups[group] = GroupState(keys=state_chain.key_count(whole), rows=whole.num_rows, file_bytes=(len(body),),
                                    timers=n, next_timer_ms=nxt, digests=(name,))
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
+                   groups_unchanged=float(unchanged),
                    compactions=float(compactions), delta_bytes=float(by_kind["delta"]),
                    compaction_bytes=float(by_kind["compaction"]), base_bytes=float(by_kind["base"]))
     nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]

@@ -72,6 +72,37 @@ def select(table: pa.Table, keys: pa.Array) -> pa.Table:
     return table.filter(pc.is_in(table[KEY], value_set=keys.cast(table.schema.field(KEY).type)))
 
 
+def unchanged_keys(new_rows: pa.Table, before: pa.Table | None) -> pa.Array:
+    """The keys whose rows the checkpoint left exactly as they were (the same multiset of rows in
+    ``before`` and ``new_rows``): a dedup's duplicate, say. A delta leaves them out, so that what a
+    checkpoint uploads follows the keys it changed, not the keys it touched. Conservative: a row with
+    a null, columns that differ, or a type the join cannot compare count as changed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    empty = new_rows[KEY].slice(0, 0) if KEY in new_rows.column_names else pa.array([], pa.string())
+    if before is None or not before.num_rows or not new_rows.num_rows:
+        return empty
+    columns = [c for c in new_rows.column_names if c != TOMBSTONE]
+    if sorted(columns) != sorted(c for c in before.column_names if c != TOMBSTONE):
+        return empty
+    try:
+        old = before.select(columns).cast(new_rows.select(columns).schema)
+        same = new_rows.select(columns).join(old, keys=columns, join_type="inner")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return empty
+    if not same.num_rows:
+        return empty
+
+    def counts(table: pa.Table) -> dict:
+        grouped = table.group_by(KEY).aggregate([([], "count_all")])
+        return dict(zip(grouped[KEY].to_pylist(), grouped["count_all"].to_pylist()))
+
+    n_new, n_old, n_same = counts(new_rows), counts(old), counts(same)
+    keys = [k for k, n in n_same.items() if n == n_new.get(k) == n_old.get(k)]
+    return pa.array(keys, new_rows.schema.field(KEY).type) if keys else empty
+
+
 def delta(new_rows: pa.Table, touched_keys: pa.Array, group: int) -> pa.Table:
     """A group's delta: the new rows of its touched keys, and a tombstone for each touched key that
     has none. ``new_rows`` holds only this group's rows."""
