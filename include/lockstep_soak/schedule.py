@@ -132,17 +132,16 @@ ANCHORABLE = (FaultKind.KILL_RUN, FaultKind.S3_RESTART, FaultKind.S3_SLOW, Fault
 def anchor_faults(faults: list[Fault], seed: int, anchors: tuple[str, ...] = STATE_ANCHORS,
                   share: float = 0.5) -> list[Fault]:
     """The stateful soak's faults with ``share`` of the anchorable ones, at most one per cycle, moved
-    from their moment to one of ``anchors``. A random generator of its own, so the kinds and moments
-    of a seed's faults stay what ``plan_faults`` made them."""
+    from their moment to one of ``anchors``. A cycle with an anchored fault holds only that one: with
+    others beside it, the cycle seldom gets as far as its anchor (a commit's garbage collection comes
+    last). A random generator of its own, so the other cycles' faults stay what ``plan_faults`` made
+    them."""
     rng = random.Random(f"{seed}/anchors")
-    anchored: set[int] = set()
-    out = []
+    anchored: dict[int, Fault] = {}
     for fault in faults:
         if fault.kind in ANCHORABLE and fault.cycle not in anchored and rng.random() < share:
-            anchored.add(fault.cycle)
-            fault = replace(fault, anchor=rng.choice(anchors))
-        out.append(fault)
-    return out
+            anchored[fault.cycle] = replace(fault, anchor=rng.choice(anchors))
+    return [anchored.get(f.cycle, f) for f in faults if f.cycle not in anchored or f.kind is anchored[f.cycle].kind]
 
 
 def _pick(rng: random.Random, kinds: tuple[FaultKind, ...]) -> FaultKind:

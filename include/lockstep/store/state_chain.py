@@ -78,7 +78,6 @@ def unchanged_keys(new_rows: pa.Table, before: pa.Table | None) -> pa.Array:
     checkpoint uploads follows the keys it changed, not the keys it touched. Conservative: a row with
     a null, columns that differ, or a type the join cannot compare count as changed."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     empty = new_rows[KEY].slice(0, 0) if KEY in new_rows.column_names else pa.array([], pa.string())
     if before is None or not before.num_rows or not new_rows.num_rows:
@@ -94,7 +93,7 @@ def unchanged_keys(new_rows: pa.Table, before: pa.Table | None) -> pa.Array:
     if not same.num_rows:
         return empty
 
-    def counts(table: pa.Table) -> dict:
+    def counts(table: pa.Table) -> dict[str, int]:
         grouped = table.group_by(KEY).aggregate([([], "count_all")])
         return dict(zip(grouped[KEY].to_pylist(), grouped["count_all"].to_pylist()))
 
