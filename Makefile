@@ -62,6 +62,7 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 $(WRITER_JAR): $(STAMP) .cache/jars/.resolved .cache/jars/.junit-resolved buildsrc/build-jvm-writer.sh \
                $(shell find buildsrc/jvm-writer buildsrc/jvm-writer-tests -name '*.java' -o -name '*.py') \
                include/lockstep/model/output_contract.py include/lockstep/model/checkpoint.py \
+               include/lockstep/model/failpoints.py \
                include/lockstep/spark/writer_settings.py include/lockstep/spark/jvm_writer.py
 	bash buildsrc/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@ .cache/jars/junit
 

@@ -27,7 +27,8 @@ def settings() -> dict:
     return {"settings": jvm_settings(writer), "committable_schema": contract.COMMITTABLE_SCHEMA,
             "committable_fields": list(contract.COMMITTABLE_FIELDS),
             "mid_produce_message_task_3": contract.mid_produce_message(3, contract.MID_PRODUCE_AFTER_RECORDS),
-            "failpoint_actions": list(failpoints.ACTIONS),
+            # What a Spark task's failpoint may do: every action but those of Lockstep's own processes (pause).
+            "failpoint_actions": [a for a in failpoints.ACTIONS if a not in failpoints.PROCESS_ACTIONS],
             "mid_produce_first_attempt_raised_task_3": failpoints.raised_message(
                 "job.mid_produce", contract.mid_produce_message(3, contract.MID_PRODUCE_AFTER_RECORDS),
                 failpoints.RAISE_FIRST_ATTEMPT)}

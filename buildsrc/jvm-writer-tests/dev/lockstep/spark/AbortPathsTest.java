@@ -170,7 +170,7 @@ class AbortPathsTest {
   void theSettingsRefuseAFailpointActionTheWriterDoesNotKnow() {
     List<String> python = new java.util.ArrayList<>();
     Fixtures.python().get("failpoint_actions").forEach(a -> python.add(a.asText()));
-    assertEquals(python, PartitionTransaction.FAILPOINT_ACTIONS, "the actions of lockstep.model.failpoints.ACTIONS");
+    assertEquals(python, PartitionTransaction.FAILPOINT_ACTIONS, "the actions of lockstep.model.failpoints.ACTIONS a task's failpoint takes");
     IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
         () -> Fixtures.withFailpoint("job.mid_produce", "bogus"));
     assertEquals("failpoint job.mid_produce has no action 'bogus'; the actions are crash, raise, raise-first-attempt",
