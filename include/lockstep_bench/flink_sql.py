@@ -30,16 +30,21 @@ def _with(options: Mapping[str, str]) -> str:
     return ",\n  ".join(f"'{k}' = '{v}'" for k, v in options.items())
 
 
-def source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str) -> str:
-    """A bounded Kafka source over ``[0, end)`` of every partition, read_committed like the others."""
-    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
-    options = {
+def source_options(bootstrap: str, topic: str, ends: Mapping[int, int], group: str) -> dict[str, str]:
+    """A bounded Kafka source over ``[0, end)`` of every partition, read_committed like the others, JSON."""
+    return {
         "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
         "properties.group.id": group, "properties.isolation.level": "read_committed",
         "scan.startup.mode": "specific-offsets", "scan.startup.specific-offsets": specific_offsets({p: 0 for p in ends}),
         "scan.bounded.mode": "specific-offsets", "scan.bounded.specific-offsets": specific_offsets(ends),
         "format": "json", "json.fail-on-missing-field": "false",
     }
+
+
+def source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str) -> str:
+    """The order's fields and the record's topic, partition and offset (``source_options``)."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    options = source_options(bootstrap, topic, ends, group)
     return (f"CREATE TEMPORARY TABLE src (\n  {columns},\n"
             "  `src_topic` STRING METADATA FROM 'topic' VIRTUAL,\n"
             "  `src_partition` INT METADATA FROM 'partition' VIRTUAL,\n"
@@ -95,13 +100,7 @@ def window_source_table(bootstrap: str, topic: str, ends: Mapping[int, int], gro
                         out_of_orderness_s: int) -> str:
     """The keyed orders' customer and event time, a rowtime with the race's out-of-orderness as the
     watermark delay; Flink's Kafka source keeps a watermark per partition and takes the smallest."""
-    options = {
-        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
-        "properties.group.id": group, "properties.isolation.level": "read_committed",
-        "scan.startup.mode": "specific-offsets", "scan.startup.specific-offsets": specific_offsets({p: 0 for p in ends}),
-        "scan.bounded.mode": "specific-offsets", "scan.bounded.specific-offsets": specific_offsets(ends),
-        "format": "json", "json.fail-on-missing-field": "false",
-    }
+    options = source_options(bootstrap, topic, ends, group)
     return ("CREATE TEMPORARY TABLE src (\n  `customer` STRING,\n  `created_at` BIGINT,\n"
             "  `ts` AS TO_TIMESTAMP_LTZ(`created_at`, 0),\n"
             f"  WATERMARK FOR `ts` AS `ts` - INTERVAL '{out_of_orderness_s}' SECOND({len(str(out_of_orderness_s))})\n"

@@ -95,8 +95,10 @@ def checkpoint_indices(keys: int, records: int, new_keys: int, n: int, touched: 
     return held + list(range(start, start + new_keys))
 
 
-def produce(bootstrap: str, topic: str, indices: list[int], partitions: int) -> None:
-    """The orders of ``indices`` (about 200 bytes each, as the main bench's), round-robin over the partitions."""
+def produce(bootstrap: str, topic: str, indices: list[int], partitions: int,
+            place: Callable[[int, int], tuple[int, bytes | None]] | None = None) -> None:
+    """The orders of ``indices`` (about 200 bytes each, as the main bench's), round-robin over the
+    partitions without a key, or where ``place(n, i)`` says: (partition, key) of the n-th order, order i."""
     from confluent_kafka import Producer
 
     from lockstep_dev.datagen import order
@@ -104,9 +106,10 @@ def produce(bootstrap: str, topic: str, indices: list[int], partitions: int) -> 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000, "log_level": 3})
     for n, i in enumerate(indices):
+        partition, key = place(n, i) if place else (n % partitions, None)
         while True:
             try:
-                producer.produce(topic, order(i, pad=workloads.PAD), partition=n % partitions)
+                producer.produce(topic, order(i, pad=workloads.PAD), key=key, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.1)

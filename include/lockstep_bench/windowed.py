@@ -180,25 +180,11 @@ def check(want: Expected, rows: Iterable[tuple[str, int, int]]) -> Verdict:
 
 def produce_input(bootstrap: str, topic: str, records: int, partitions: int) -> float:
     """The race's input (module docstring); returns the seconds it took."""
-    from confluent_kafka import Producer
-
-    from lockstep_dev.datagen import order
+    from lockstep_bench.keyed_state import produce
 
     started = time.monotonic()
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000, "log_level": 3})
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, order(i, pad=workloads.PAD), key=customer_of(i).encode(),
-                                 partition=partition_of(i, partitions))
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError(f"the race's input was not all delivered to {topic}")
+    produce(bootstrap, topic, list(range(records)), partitions,
+            place=lambda _n, i: (partition_of(i, partitions), customer_of(i).encode()))
     return time.monotonic() - started
 
 

@@ -366,14 +366,20 @@ def keyed(spec: PipelineSpec, transformed: DataFrame) -> DataFrame:
         F.when(F.col(EVENT).isNull(), F.lit(f"event time ({state.event_time.column}) is null"))))
 
 
+def _last_end(w: WindowSpec, t: Column) -> Column:
+    """The end of the last window an event time belongs to."""
+    from pyspark.sql import functions as F
+
+    return t - F.pmod(t, F.lit(w.slide_ms)) + F.lit(w.size_ms)
+
+
 def _late_for_windows(w: WindowSpec, before: int | None) -> Column:
     """A record every window of which had fired before the checkpoint started (its base's watermark)."""
     from pyspark.sql import functions as F
 
     if before is None:
         return F.lit(False)
-    last_end = F.col(EVENT) - F.pmod(F.col(EVENT), F.lit(w.slide_ms)) + F.lit(w.size_ms)
-    return last_end + F.lit(w.allowed_lateness_ms) <= F.lit(before)
+    return _last_end(w, F.col(EVENT)) + F.lit(w.allowed_lateness_ms) <= F.lit(before)
 
 
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
@@ -382,10 +388,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
 
     w = state.window
     assert w is not None
-    size, slide, lateness = F.lit(w.size_ms), F.lit(w.slide_ms), F.lit(w.allowed_lateness_ms)
-
-    def last_end(t: Column) -> Column:  # the end of the last window an event belongs to
-        return t - F.pmod(t, slide) + size
+    size, lateness = F.lit(w.size_ms), F.lit(w.allowed_lateness_ms)
 
     before, after = clock.before, clock.after
     is_late = _late_for_windows(w, before)
@@ -403,7 +406,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
                           F.col("__ls_from.topic").alias("topic"), F.col("__ls_from.partition").cast("int").alias("partition"),
                           F.col("__ls_from.offset").cast("bigint").alias("offset"),
                           F.lit(None).cast("string").alias("error"))
-    keep = (last_end(F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
+    keep = (_last_end(w, F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
     return _records(late).unionByName(output), rows.filter(keep)
 
 
