@@ -91,7 +91,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
     try:
         yield plat
     finally:
-        plat.down(wipe=False)
+        plat.down(wipe=False, kill=True)  # its data is thrown away: no graceful shutdown
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -113,7 +113,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         plat.up()
         yield plat
     finally:
-        plat.down(wipe=False)
+        plat.down(wipe=False, kill=True)  # its data is thrown away: no graceful shutdown
 
 
 @pytest.fixture

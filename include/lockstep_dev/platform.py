@@ -322,9 +322,11 @@ class Platform:
         print(f"{name:8} {'killed' if kill else 'stopped'} (pid {pid})", file=out)
         self._save()
 
-    def down(self, wipe: bool = False, out=sys.stdout) -> None:
+    def down(self, wipe: bool = False, out=sys.stdout, kill: bool = False) -> None:
+        """Stop every service, the last started first; ``kill``: SIGKILL at once (a test session's
+        platform, whose data is thrown away: a broker that flushes hundreds of topics takes seconds)."""
         for name in reversed(self.services()):
-            self.stop(name, out)
+            self.stop(name, out, kill=kill)
         if wipe and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
             print(f"wiped {self.state_dir}", file=out)

@@ -250,8 +250,9 @@ def airflow(platform, statsd, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield server
     finally:
         # Airflow's scheduler and dag-processor would keep a core busy through the rest of
-        # the session's tests; the Kafka and S3 it used stay up for them.
-        platform.stop("airflow")
+        # the session's tests; the Kafka and S3 it used stay up for them. Its home is thrown away:
+        # SIGKILL, no graceful shutdown to wait for.
+        platform.stop("airflow", kill=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
