@@ -9,16 +9,17 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from lockstep.model.state import GroupState, PartitionTime, StateManifest
 from lockstep.rules.state_reads import read_plan
 from lockstep.rules.watermarks import EventClock
-from lockstep.spark.state import Loaded, _write
+from lockstep.spark.state import Loaded, _beside_loaded, _write
 from lockstep.spec import CompactionPolicy, parse_spec
 from lockstep.store import state_chain
 from lockstep.store.state_cache import StateCache
-from lockstep.store.state_chain import EVENT, GROUP, KEY, TOMBSTONE
+from lockstep.store.state_chain import EVENT, GROUP, KEY, TOMBSTONE, Compaction
 from lockstep.store.state_files import StateFiles, unreferenced
 from tests.support.fake_s3 import FakeS3
 
@@ -85,15 +86,26 @@ def test_a_delta_holds_the_new_rows_and_a_tombstone_per_key_that_lost_its_state(
 
 
 @pytest.mark.parametrize(("chain", "new", "due"), [
-    ((), 10, False),                    # no base yet: a base is written, nothing to compact
-    ((100,), 10, False),                # a first small delta
-    ((100, 10, 10), 10, False),         # 3 deltas, 30 bytes against a base of 100
-    ((100, 10, 10, 10), 10, True),      # a 4th delta passes max_deltas=3
-    ((100, 60), 50, True),              # the deltas' 110 bytes pass the base's 100
+    ((), 10, Compaction.NONE),                    # no base yet: a base is written, nothing to compact
+    ((100,), 10, Compaction.NONE),                # a first small delta
+    ((100, 10, 10), 10, Compaction.NONE),         # 3 deltas, 30 bytes against a base of 100
+    ((100, 10, 10, 10), 10, Compaction.DELTAS),   # a 4th delta passes max_deltas=3: the deltas become one
+    ((100, 60), 50, Compaction.BASE),             # the deltas' 110 bytes pass the base's 100
+    ((100, 60, 20, 10), 20, Compaction.BASE),     # too many and too big: the base, which ends both
 ])
-def test_compaction_is_due_on_too_many_or_too_big_deltas(chain: tuple[int, ...], new: int, due: bool) -> None:
+def test_compaction_is_due_on_too_many_or_too_big_deltas(chain: tuple[int, ...], new: int, due: Compaction) -> None:
     # checkpoint 1, group 0: not the group's turn ((1 + 0) % 3 != 0)
     assert state_chain.compaction_due(chain, new, CompactionPolicy(max_deltas=3, max_delta_ratio=1.0)) is due
+
+
+def test_at_its_turn_a_group_gets_a_new_base_only_if_its_deltas_reach_a_share_of_the_base() -> None:
+    policy = CompactionPolicy(max_deltas=4, max_delta_ratio=1000)
+    turn = dict(group=3, checkpoint_id=5)  # (5 + 3) % 4 == 0
+    assert state_chain.compaction_due([100, 20], 5, policy, **turn) is Compaction.BASE  # 25 >= 100 / 4
+    assert state_chain.compaction_due([100, 2], 1, policy, **turn) is Compaction.NONE  # 3 bytes: not worth 100
+    assert state_chain.compaction_due([100, 20], 5, policy, group=3, checkpoint_id=6) is Compaction.NONE  # not its turn
+    # Its turn alone does not compact a chain without a delta yet.
+    assert state_chain.compaction_due([100], 1, policy, **turn) is Compaction.NONE
 
 
 def test_groups_touched_by_every_checkpoint_take_turns_to_compact() -> None:
@@ -103,16 +115,71 @@ def test_groups_touched_by_every_checkpoint_take_turns_to_compact() -> None:
     for cid in range(1, 21):
         compacted = 0
         for g, chain in chains.items():
-            if state_chain.compaction_due(chain, 1, policy, g, cid):
+            step = state_chain.compaction_due(chain, 10, policy, g, cid)
+            if step is Compaction.BASE:
                 chains[g] = [100]
                 compacted += 1
+            elif step is Compaction.DELTAS:
+                chains[g] = [100, sum(chain[1:]) + 10]
             else:
-                chain.append(1)
+                chain.append(10)
         per_checkpoint.append(compacted)
     assert max(per_checkpoint[4:]) == 2 == min(per_checkpoint[4:]), per_checkpoint  # 8 groups / 4: two a checkpoint
     assert all(len(chain) <= 5 for chain in chains.values())
-    # Its turn alone does not compact a chain without a delta yet.
-    assert not state_chain.compaction_due([100], 1, policy, group=3, checkpoint_id=1)
+
+
+def test_tiny_deltas_never_rewrite_the_base_and_the_chain_stays_bounded() -> None:
+    """A big state whose checkpoints change a few keys (a dedup's new keys among many duplicates): the
+    bytes written follow the changes, not the state, and a read takes at most a base and max_deltas deltas."""
+    policy = CompactionPolicy()  # the defaults: 16 deltas at most
+    totals = []
+    for base in (10_000_000, 1_000_000_000):  # the same changes over a state 100 times bigger
+        chain, written = [base], 0
+        for cid in range(1, 2001):
+            step = state_chain.compaction_due(chain, 10, policy, 0, cid)
+            assert step is not Compaction.BASE
+            if step is Compaction.DELTAS:
+                n = state_chain.deltas_to_merge(chain, 10)
+                chain = [*chain[:-n], sum(chain[-n:]) + 10]
+            else:
+                chain.append(10)
+            written += chain[-1]
+            assert len(chain) <= 17
+        totals.append(written)
+    # 20,000 bytes of changes, each rewritten a few times (tiers): merging every delta into one instead
+    # would write about 1,000 bytes per checkpoint by the end (10 times these changes' 20,000 in all)
+    assert totals[0] == totals[1] < 6 * 20_000, totals
+
+
+def test_the_newest_deltas_merge_while_they_are_no_bigger_than_what_comes_after_them() -> None:
+    assert state_chain.deltas_to_merge([1000, 10, 10, 10, 10], 10) == 4  # all small: all merge
+    assert state_chain.deltas_to_merge([1000, 80, 40, 30, 20], 10) == 4  # 10+20=30, +30=60, +40=100, +80
+    assert state_chain.deltas_to_merge([1000, 80, 40, 30, 10], 10) == 1  # 30 > 10+10: the two newest
+    assert state_chain.deltas_to_merge([1000, 500, 10], 10) == 1  # the big merged delta stays
+
+
+def test_merged_deltas_do_over_any_base_what_the_deltas_did_in_turn() -> None:
+    base = rows(("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 1, 1), group=2)
+    first = state_chain.delta(rows(("a", 2, 2), ("e", 2, 2), group=2), pa.array(["a", "b", "e"]), 2)  # b gone
+    second = state_chain.delta(rows(("b", 3, 3), ("c", 3, 3), ("c", 4, 4), group=2), pa.array(["b", "c", "e"]), 2)
+    merged = state_chain.merge_deltas([first, second])
+    assert as_set(state_chain.merge([base, merged])) == as_set(state_chain.merge([base, first, second])) == \
+        {("a", 2, 2), ("b", 3, 3), ("c", 3, 3), ("c", 4, 4), ("d", 1, 1)}
+    assert sorted(merged.filter(pc.field(TOMBSTONE))[KEY].to_pylist()) == ["e"]  # e's tombstone kept for the base
+
+
+def test_a_dedups_added_keys_go_beside_the_loaded_rows_and_keys_expired_at_the_base_read_as_absent() -> None:
+    dedup = spec(dedup={"key": "order_id", "ttl": "10s"}).state
+    held = rows(("a", 1_000, 0), ("b", 20_000, 0), group=1).select([KEY, GROUP, EVENT])
+    loaded = Loaded(frame=None, selected={1: held, 2: rows(("c", 25_000, 0), group=2).select([EVENT, KEY, GROUP])})
+    added = pa.table({KEY: ["a", "d"], GROUP: pa.array([1, 2], pa.int32()), EVENT: pa.array([30_000, 31_000], pa.int64())})
+    clock = EventClock(before=12_000, after=33_000, partitions={}, idle=())
+    table = _beside_loaded(dedup, clock, loaded, added)
+    # a expired at the base's watermark (1 s + 10 s <= 12 s): Spark read it as absent and added it again
+    assert sorted(zip(table[KEY].to_pylist(), table[EVENT].to_pylist())) == \
+        [("a", 30_000), ("b", 20_000), ("c", 25_000), ("d", 31_000)]
+    assert table.schema == added.schema
+    assert _beside_loaded(dedup, clock, Loaded(frame=None), added) is added
 
 
 # ---- timers, TTL and the read plan ------------------------------------------------------------------------
@@ -228,12 +295,13 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
     keys = [f"k{i}" for i in range(60)]
     world.checkpoint({k: 0 for k in keys}, 1)  # every key: a base per group
     assert world.manifests[-1].delta_count == 0 and world.metrics["compactions"] == 0
-    compacted = 0
+    compacted = merged = 0
     for event in range(2, 40):
         touched = rng.sample(keys, rng.randint(1, 8))
         before = dict(world.model)
         made = world.checkpoint({k: None if rng.random() < 0.2 else event for k in touched}, event)
         compacted += int(world.metrics["compactions"])
+        merged += int(world.metrics["delta_merges"])
         m = world.metrics
         assert m["delta_bytes"] + m["compaction_bytes"] + m["base_bytes"] == m["bytes_written"]
         assert (m["compaction_bytes"] > 0) == (m["compactions"] > 0)
@@ -244,7 +312,7 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
         # Only the groups whose state changed got a file (deleting a key that was not there changes nothing).
         changed = {hash_group(k) for k in touched if before.get(k) != world.model.get(k)}
         assert world.metrics["files_written"] == len(changed)
-    assert compacted > 0 and world.manifests[-1].delta_count > 0
+    assert compacted > 0 and merged > 0 and world.manifests[-1].delta_count > 0, (compacted, merged)
     # Round-trip through JSON, as the checkpoint's metadata carries it.
     again = StateManifest.from_json(world.manifests[-1].to_json(), "completed.json")
     assert again == world.manifests[-1] and again.incremental

@@ -192,10 +192,15 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     metrics["rows_loaded"] = float(sum(t.num_rows for t in loaded.selected.values()))
     metrics["groups_read"] = float(len(loaded.chains))
     bad = x.filter(F.col("error").isNotNull())
+    cached: list[DataFrame] = [x]
+    # A dedup's held keys never change: Spark gives back only the keys it adds, and the driver puts them
+    # beside the rows it loaded (not when re-keying, where Spark computes every row's new key group).
+    additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
     if state.window is not None:
         output, new_state = _windows(state, clock, good, current, data_columns)
     elif state.dedup is not None:
-        output, new_state = _dedup(state, clock, good, current)
+        output, new_state, judged = _dedup(state, clock, good, current, additions)
+        cached.append(judged)
     else:
         output, new_state = _function(state, clock, good, current,
                                       [c for c in transformed.columns if c not in ("error", "headers")])
@@ -205,17 +210,20 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     def finish() -> StateManifest:
         began = time.monotonic()
         table = new_state.toArrow()
+        if additions:
+            table = _beside_loaded(state, clock, loaded, table)
         metrics["apply_seconds"] = round(time.monotonic() - began, 3)
         began = time.monotonic()
         manifest = _write(spec, cid, base, plan, loaded, table, files, columns, clock, metrics)
         metrics["write_seconds"] = round(time.monotonic() - began, 3)
-        x.unpersist()
+        for frame in cached:
+            frame.unpersist()
         log.info("checkpoint %d: state %s: %d keys, %d rows, %d bytes in %d files (%d deltas); it read %d groups "
-                 "(%d rows) and wrote %d files (%d bytes, %d compactions) (load %.2f s, apply %.2f s, write %.2f s); "
-                 "%d timers pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
+                 "(%d rows) and wrote %d files (%d bytes, %d compactions, %d delta merges) (load %.2f s, apply %.2f s, "
+                 "write %.2f s); %d timers pending", cid, state.operator, manifest.keys, manifest.rows, manifest.bytes,
                  manifest.file_count, manifest.delta_count, metrics["groups_read"], metrics["rows_loaded"],
-                 metrics["files_written"], metrics["bytes_written"], metrics["compactions"], metrics["load_seconds"],
-                 metrics["apply_seconds"], metrics["write_seconds"], manifest.timers)
+                 metrics["files_written"], metrics["bytes_written"], metrics["compactions"], metrics["delta_merges"],
+                 metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"], manifest.timers)
         return replace(manifest, metrics=dict(metrics))
 
     return StatefulRun(everything, clock, finish, metrics)
@@ -410,8 +418,12 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
     return _records(late).unionByName(output), rows.filter(keep)
 
 
-def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
-           loaded: DataFrame) -> tuple[DataFrame, DataFrame]:
+def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
+           additions: bool) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(output, new state, the judged records to unpersist). Each fresh record is judged once (a key's
+    first by event time, of a key the state does not hold) and kept, so the writer's output and the
+    new state read one judgement. ``additions``: the new state is only the keys added, which the
+    driver puts beside the loaded rows (:func:`_beside_loaded`); else every row, loaded and added."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -423,20 +435,38 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     late = good.filter(is_late).withColumn("error", F.lit(LATE))
     fresh = good.filter(~is_late)
     order = Window.partitionBy(KEY).orderBy(EVENT, *PROVENANCE)
-    ranked = fresh.withColumn("__ls_n", F.row_number().over(order))
-    known = loaded.select(KEY).distinct()
-    first = ranked.filter(F.col("__ls_n") == 1).join(known, KEY, "left_anti")
-    duplicates = ranked.join(first.select(KEY, *PROVENANCE), [KEY, *PROVENANCE], "left_anti")
-    parts = [_records(late), _records(first.drop("__ls_n"))]
+    known = loaded.select(KEY).distinct().withColumn("__ls_known", F.lit(True))
+    judged = (fresh.withColumn("__ls_n", F.row_number().over(order)).join(known, KEY, "left")
+              .withColumn("__ls_first", (F.col("__ls_n") == 1) & F.col("__ls_known").isNull())
+              .drop("__ls_n", "__ls_known").persist())
+    first = judged.filter(F.col("__ls_first")).drop("__ls_first")
+    parts = [_records(late), _records(first)]
     if d.duplicates == "dead_letter":
-        parts.append(_records(duplicates.drop("__ls_n").withColumn("error", F.lit(DUPLICATE))))
+        parts.append(_records(judged.filter(~F.col("__ls_first")).drop("__ls_first")
+                              .withColumn("error", F.lit(DUPLICATE))))
     output = parts[0]
     for part in parts[1:]:
         output = output.unionByName(part)
     # Each source partition's records in offset order, in one task: the dedup's shuffle undone.
     output = output.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset")
-    kept = loaded.unionByName(first.select(*INTERNAL))
-    return output, kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept
+    kept = first.select(*INTERNAL) if additions else loaded.unionByName(first.select(*INTERNAL))
+    return output, kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept, judged
+
+
+def _beside_loaded(state: StateSpec, clock: EventClock, loaded: Loaded, added: pa.Table) -> pa.Table:
+    """A dedup's new state of the keys it read or added: the rows loaded (those the TTL had expired at
+    the base's watermark read as absent, as Spark read them) and the keys Spark added."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not loaded.selected:
+        return added
+    held = pa.concat_tables([t.select([c for c in added.column_names if c in t.column_names])
+                             for t in loaded.selected.values()], promote_options="default")
+    held = pa.table({c: held[c].cast(added.schema.field(c).type) for c in added.column_names})
+    if state.ttl_ms is not None and clock.before is not None:
+        held = held.filter(pc.greater(pc.add(held[EVENT], state.ttl_ms), clock.before))
+    return pa.concat_tables([held, added], promote_options="default")
 
 
 def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
@@ -477,12 +507,14 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
 
     ``table`` holds the new rows of every key the checkpoint read or gave records to. A group read
     whole gets a new base; another gets a delta of those keys (tombstones for keys whose state is
-    gone), or a new base when the delta would make its chain too long (compaction, which also drops
-    expired keys). A group left with no rows leaves the manifest."""
+    gone), merged with the chain's deltas into one when they are too many, or a new base when the
+    deltas are big against the base (`state_chain.compaction_due`; a new base drops expired keys).
+    A group left with no rows leaves the manifest."""
     import pyarrow.compute as pc
 
     from lockstep.model.state import GroupState
     from lockstep.store import state_chain
+    from lockstep.store.state_chain import Compaction
 
     state = spec.state
     assert state is not None
@@ -491,7 +523,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     files_by_group: dict[int, tuple[str, ...]] = dict(base.files) if base is not None and incremental else {}
     groups: dict[int, GroupState] = dict(base.groups) if base is not None and incremental else {}
     new_groups = set(pc.unique(table[GROUP]).to_pylist()) if table.num_rows else set()
-    written = compactions = unchanged = 0
+    written = compactions = merges = unchanged = 0
     size = 0
     #: bytes written as deltas, as bases of compacted chains, and as other bases (new or read-whole groups)
     by_kind = {"delta": 0, "compaction": 0, "base": 0}
@@ -526,18 +558,26 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                 unchanged += 1
                 continue  # nothing changed in the group: its files stay as they are
             body = state_chain.parquet(change)
-            if not state_chain.compaction_due(old.file_bytes, len(body), state.compaction, group, cid):
+            step = state_chain.compaction_due(old.file_bytes, len(body), state.compaction, group, cid)
+            if step is not Compaction.BASE:
+                chain, digests = files_by_group[group], old.digests
+                file_bytes = old.file_bytes
+                if step is Compaction.DELTAS:  # the newest deltas become one; the base stays as it is
+                    merges += 1
+                    n = state_chain.deltas_to_merge(old.file_bytes, len(body))
+                    body = state_chain.parquet(state_chain.merge_deltas([*loaded.chains[group][-n:], change]))
+                    chain, digests, file_bytes = chain[:-n], digests[:-n], file_bytes[:-n]
                 key, name = put(group, body, "delta")
-                files_by_group[group] = (*files_by_group[group], key)
+                files_by_group[group] = (*chain, key)
                 n_old, _ = state_chain.timers(before, state, clock.before)
                 n_new, next_new = state_chain.timers(rows, state, clock.after)
                 nexts = [t for t in (old.next_timer_ms, next_new) if t is not None]
                 groups[group] = GroupState(
                     keys=old.keys - state_chain.key_count(before) + state_chain.key_count(rows),
                     rows=old.rows - (before.num_rows if before is not None else 0) + rows.num_rows,
-                    file_bytes=(*old.file_bytes, len(body)), timers=old.timers - n_old + n_new,
+                    file_bytes=(*file_bytes, len(body)), timers=old.timers - n_old + n_new,
                     next_timer_ms=min(nexts) if nexts else None,
-                    digests=(*old.digests, name) if len(old.digests) == len(old.file_bytes) else ())
+                    digests=(*digests, name) if len(digests) == len(file_bytes) else ())
                 continue
             compactions += 1
             merged = state_chain.merge([*loaded.chains[group], change])
@@ -555,7 +595,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                                    timers=n, next_timer_ms=nxt, digests=(name,))
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
                    groups_unchanged=float(unchanged),
-                   compactions=float(compactions), delta_bytes=float(by_kind["delta"]),
+                   compactions=float(compactions), delta_merges=float(merges), delta_bytes=float(by_kind["delta"]),
                    compaction_bytes=float(by_kind["compaction"]), base_bytes=float(by_kind["base"]))
     nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]
     return StateManifest(

@@ -5,14 +5,16 @@ touched (a key's rows are replaced as a whole) and a **tombstone** row (``__ls_t
 each touched key whose state is gone. The group's state is its files read in order, each key taken
 from the last file that names it, tombstoned keys dropped: :func:`merge`.
 
-**Compaction** merges a chain into a new base when its deltas are too many or too big against the
-base (:func:`compaction_due`); it drops expired rows on the way. Nothing here does I/O: the Spark
+**Compaction** (:func:`compaction_due`) merges a chain into a new base when its deltas are big
+against the base, dropping expired rows on the way, and merges the deltas alone into one when they
+are only many. Nothing here does I/O: the Spark
 run (`lockstep.spark.state`) and the tools (`lockstep.ops.state_report`) bring the bytes.
 """
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,33 +26,59 @@ KEY, GROUP = "__ls_key", "__ls_key_group"
 TOMBSTONE = "__ls_tombstone"
 
 
+class Compaction(str, Enum):
+    """What a checkpoint does with a group's chain beside its new delta (:func:`compaction_due`)."""
+
+    NONE = "none"      # the delta joins the chain
+    DELTAS = "deltas"  # the chain's deltas and the new one merged into one delta; the base stays
+    BASE = "base"      # the whole chain merged into a new base (expired keys dropped)
+
+
 def compaction_due(chain_bytes: Sequence[int], new_delta_bytes: int, policy: CompactionPolicy,
-                   group: int = 0, checkpoint_id: int = 1) -> bool:
-    """Whether a group whose files have ``chain_bytes`` (base first) is compacted rather than given a
-    delta of ``new_delta_bytes``:
-    - when the chain would pass ``max_deltas`` deltas, or its deltas ``max_delta_ratio`` times the base;
-    - at the group's own turn, every ``max_deltas`` checkpoints (``(checkpoint_id + group) %
-      max_deltas == 0``), once it has a delta. A checkpoint that touches every group (1% of the
-      keys, spread by the hash) would otherwise grow every chain in step and compact them all at
-      once, rewriting the whole state in one run; by turns, it rewrites about 1/max_deltas of it.
-    A group without files starts with a base and never needs this."""
+                   group: int = 0, checkpoint_id: int = 1) -> Compaction:
+    """What becomes of a group whose files have ``chain_bytes`` (base first) and that gets a delta of
+    ``new_delta_bytes``. The base is rewritten only when the deltas are worth it, so that what a
+    checkpoint uploads follows the keys it changed, not the keys the state holds:
+    - ``BASE`` when the deltas would pass ``max_delta_ratio`` times the base;
+    - ``BASE`` at the group's own turn, every ``max_deltas`` checkpoints (``(checkpoint_id + group) %
+      max_deltas == 0``), once its deltas reach 1/``max_deltas`` of the base. Records spread over
+      every group grow every chain in step: by turns, a checkpoint rewrites at most about
+      1/max_deltas of the state, never all of it at once;
+    - ``DELTAS`` when the chain would pass ``max_deltas`` deltas and its base is not due: the newest
+      deltas become one (:func:`deltas_to_merge`), so the files a read takes stay bounded without
+      rewriting a base for a handful of changed keys;
+    - else ``NONE``. A group without files starts with a base and never needs this."""
     if not chain_bytes:
-        return False
+        return Compaction.NONE
     deltas = [*chain_bytes[1:], new_delta_bytes]
-    if len(deltas) > policy.max_deltas or sum(deltas) > policy.max_delta_ratio * max(chain_bytes[0], 1):
-        return True
-    return len(deltas) > 1 and (checkpoint_id + group) % max(policy.max_deltas, 1) == 0
+    base, limit = max(chain_bytes[0], 1), max(policy.max_deltas, 1)
+    if sum(deltas) > policy.max_delta_ratio * base:
+        return Compaction.BASE
+    if len(deltas) > 1 and (checkpoint_id + group) % limit == 0 and sum(deltas) * limit >= base:
+        return Compaction.BASE
+    return Compaction.DELTAS if len(deltas) > limit else Compaction.NONE
 
 
-def merge(tables: Sequence[pa.Table]) -> pa.Table | None:
-    """The state a chain holds: each key's rows from the last table that names it, tombstoned keys
-    dropped, the tombstone column removed. None for an empty chain. Tables may differ in columns (a
-    nullable column added since): a missing column reads as null."""
+def deltas_to_merge(chain_bytes: Sequence[int], new_delta_bytes: int) -> int:
+    """How many of the chain's newest deltas merge with the new one (``Compaction.DELTAS``): at least
+    one, then each older delta no bigger than all the newer bytes merged so far (size-tiered, as an
+    LSM tree merges runs). A merged delta is merged again only once the deltas after it have grown
+    to its size, so each changed row is rewritten a few times (the log of the chain's growth), not
+    at every merge: what merges write follows the keys changed, not the state."""
+    deltas = list(chain_bytes[1:])
+    merged, total = 0, new_delta_bytes
+    for size in reversed(deltas):
+        if merged and size > total:
+            break
+        merged, total = merged + 1, total + size
+    return merged
+
+
+def _latest(tables: Sequence[pa.Table]) -> pa.Table:
+    """Each key's rows from the last table that names it (tombstone rows included)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not tables:
-        return None
     kept: list[pa.Table] = []
     seen: pa.Array | None = None
     for table in reversed(tables):
@@ -59,7 +87,25 @@ def merge(tables: Sequence[pa.Table]) -> pa.Table | None:
         keys = pc.unique(table[KEY])
         seen = keys if seen is None else pa.concat_arrays([seen, keys.cast(seen.type)])
         kept.append(table)
-    merged = pa.concat_tables(list(reversed(kept)), promote_options="default")
+    return pa.concat_tables(list(reversed(kept)), promote_options="default")
+
+
+def merge_deltas(deltas: Sequence[pa.Table]) -> pa.Table:
+    """One delta that does what ``deltas`` do in order over any base: each key's rows, or its
+    tombstone, from the last delta that names it. Nothing expires here: a key's older rows in the
+    base would show through a row dropped from a delta."""
+    return _latest(deltas)
+
+
+def merge(tables: Sequence[pa.Table]) -> pa.Table | None:
+    """The state a chain holds: each key's rows from the last table that names it, tombstoned keys
+    dropped, the tombstone column removed. None for an empty chain. Tables may differ in columns (a
+    nullable column added since): a missing column reads as null."""
+    import pyarrow.compute as pc
+
+    if not tables:
+        return None
+    merged = _latest(tables)
     if TOMBSTONE in merged.column_names:
         merged = merged.filter(pc.invert(pc.fill_null(merged[TOMBSTONE], False))).drop_columns([TOMBSTONE])
     return merged
