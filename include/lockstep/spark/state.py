@@ -199,8 +199,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     if state.window is not None:
         output, new_state = _windows(state, clock, good, current, data_columns)
     elif state.dedup is not None:
-        output, new_state, judged = _dedup(state, clock, good, current, additions)
-        cached.append(judged)
+        output, new_state, added = _dedup(state, clock, good, current, additions)
+        cached.append(added)
     else:
         output, new_state = _function(state, clock, good, current,
                                       [c for c in transformed.columns if c not in ("error", "headers")])
@@ -420,11 +420,13 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
 
 def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
            additions: bool) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(output, new state, the judged records to unpersist). Each fresh record is judged once (a key's
-    first by event time, of a key the state does not hold) and kept, so the writer's output and the
-    new state read one judgement. ``additions``: the new state is only the keys added, which the
-    driver puts beside the loaded rows (:func:`_beside_loaded`); else every row, loaded and added."""
-    from pyspark.sql import Window
+    """(output, new state, the kept frame to unpersist). Each key's first fresh record (by event time,
+    then provenance) is found by an aggregate, not a window over the records: only one narrow row
+    per key is shuffled. The keys the state does not hold are kept (a row per added key, with its
+    first record's provenance) and marked in the records by a join that AQE broadcasts once it sees
+    how few they are: the output and the new state read that one judgement. ``additions``: the new
+    state is only the keys added, which the driver puts beside the loaded rows (:func:`_beside_loaded`);
+    else every row, loaded and added."""
     from pyspark.sql import functions as F
 
     d = state.dedup
@@ -434,23 +436,24 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
     is_late = (F.col(EVENT) + ttl <= F.lit(before)) if before is not None else F.lit(False)
     late = good.filter(is_late).withColumn("error", F.lit(LATE))
     fresh = good.filter(~is_late)
-    order = Window.partitionBy(KEY).orderBy(EVENT, *PROVENANCE)
-    known = loaded.select(KEY).distinct().withColumn("__ls_known", F.lit(True))
-    judged = (fresh.withColumn("__ls_n", F.row_number().over(order)).join(known, KEY, "left")
-              .withColumn("__ls_first", (F.col("__ls_n") == 1) & F.col("__ls_known").isNull())
-              .drop("__ls_n", "__ls_known").persist())
-    first = judged.filter(F.col("__ls_first")).drop("__ls_first")
+    firsts = (fresh.groupBy(KEY).agg(F.min(F.struct(EVENT, *PROVENANCE)).alias("__ls_f"), F.first(GROUP).alias(GROUP))
+              .select(KEY, GROUP, *[F.col(f"__ls_f.{c}").alias(c) for c in (EVENT, *PROVENANCE)]))
+    added = firsts.join(loaded.select(KEY).distinct(), KEY, "left_anti").persist()
+    marks = added.select(KEY, *PROVENANCE, F.lit(True).alias("__ls_first"))
+    judged = fresh.join(marks, [KEY, *PROVENANCE], "left")
+    first = judged.filter(F.col("__ls_first").isNotNull()).drop("__ls_first")
     parts = [_records(late), _records(first)]
     if d.duplicates == "dead_letter":
-        parts.append(_records(judged.filter(~F.col("__ls_first")).drop("__ls_first")
+        parts.append(_records(judged.filter(F.col("__ls_first").isNull()).drop("__ls_first")
                               .withColumn("error", F.lit(DUPLICATE))))
     output = parts[0]
     for part in parts[1:]:
         output = output.unionByName(part)
     # Each source partition's records in offset order, in one task: the dedup's shuffle undone.
     output = output.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset")
-    kept = first.select(*INTERNAL) if additions else loaded.unionByName(first.select(*INTERNAL))
-    return output, kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept, judged
+    new_keys = added.select(*INTERNAL)
+    kept = new_keys if additions else loaded.unionByName(new_keys)
+    return output, kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept, added
 
 
 def _beside_loaded(state: StateSpec, clock: EventClock, loaded: Loaded, added: pa.Table) -> pa.Table:
