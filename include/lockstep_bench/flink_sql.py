@@ -52,17 +52,22 @@ def source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str
             f") WITH (\n  {_with(options)}\n)")
 
 
-def sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
-    """Flink's Kafka sink with its two-phase commit: one transaction per writer, committed at the end."""
-    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
-    options = {
+def sink_options(bootstrap: str, topic: str, transactional_id_prefix: str) -> dict[str, str]:
+    """Flink's exactly-once Kafka sink, every job's: two-phase commit, one transaction per writer and
+    checkpoint, the shared producer settings; the format options are each job's own."""
+    return {
         "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
         "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": transactional_id_prefix,
         # Under the broker's transaction.max.timeout.ms whatever it is set to (Flink's default is 1 h).
         "properties.transaction.timeout.ms": "600000",
         **{f"properties.{k}": v for k, v in PRODUCER.items()},
-        "format": "json",
     }
+
+
+def sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
+    """Flink's Kafka sink with its two-phase commit: one transaction per writer, committed at the end."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    options = {**sink_options(bootstrap, topic, transactional_id_prefix), "format": "json"}
     return (f"CREATE TEMPORARY TABLE sink (\n  {columns},\n  `amount_cents` BIGINT,\n"
             "  `headers` MAP<STRING, BYTES> METADATA\n"
             f") WITH (\n  {_with(options)}\n)")
@@ -110,10 +115,7 @@ def window_source_table(bootstrap: str, topic: str, ends: Mapping[int, int], gro
 def window_sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
     """One record per window, the customer as its key, JSON with ISO-8601 times (UTC session zone)."""
     options = {
-        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
-        "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": transactional_id_prefix,
-        "properties.transaction.timeout.ms": "600000",
-        **{f"properties.{k}": v for k, v in PRODUCER.items()},
+        **sink_options(bootstrap, topic, transactional_id_prefix),
         "key.format": "raw", "key.fields": "customer",
         "value.format": "json", "value.fields-include": "ALL", "value.json.timestamp-format.standard": "ISO-8601",
     }
