@@ -314,7 +314,8 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
         "start, so its state holds the keys Lockstep's holds. Then a new Flink process restores the retained "
         f"checkpoint (`execution.state-recovery.path`, claim mode {flink.get('claim_mode', '?')}) and reads a "
         "checkpoint's worth of new records of the same kind as the cold checkpoint's (repeats of held keys and new "
-        "keys). Flink commits its consumer group's offsets when a checkpoint completes; the bench polls them.")
+        "keys). The build-up ends when Flink's consumer group's committed offsets (committed when a checkpoint "
+        "completes) reach the topic's end offsets; the restore, when its output of the new keys is committed.")
     add("")
     add("| run | records in | to the first completed checkpoint s | with the process (and server) start s | "
         "state bytes | CPU s |")
@@ -325,14 +326,15 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
     add("")
     add("_to the first completed checkpoint_: Lockstep, the checkpoint's plan + run + commit (in its process, "
         "Python start and imports excluded); Flink, from the job's submission (the JVM and the local mini-cluster "
-        "up, the SQL planned) until its group's committed offsets reach the topic's new end offsets: the state "
-        "restored, the records read, a checkpoint covering them completed (the next trigger comes at most "
-        f"{_s(flink.get('checkpoint_s'), 0)} s after the previous one). _with the process (and server) start_: "
+        "up, the SQL planned) until all its output of the new keys is committed in Kafka, visible under "
+        "read_committed: the state restored, the records read, a checkpoint covering them completed and its "
+        "transactions committed (the new keys are every partition's last records; the next checkpoint trigger "
+        f"comes at most {_s(flink.get('checkpoint_s'), 0)} s after the previous one). _with the process (and server) start_: "
         "Lockstep, the checkpoint's process from its start, plus, cold, the Spark Connect server's restart; Flink, "
         "from its process's start. _state bytes_: Lockstep, the state's files on S3 after the checkpoint; Flink, "
         "its checkpoints' files on local disk after its checkpoint (the build-up's retained checkpoint and the "
         "restored job's, which share files). _CPU s_: Lockstep, the checkpoint's process and the Spark Connect "
-        "server during it; Flink, its process tree until the offsets reached the end.")
+        "server during it; Flink, its process tree from its start until the time in the table.")
     add("")
     result = build.get("result", {})
     latest = (result.get("checkpoints") or {}).get("latest_completed") or {}
@@ -348,8 +350,13 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
         + f" Its retained checkpoint: {_bytes(result.get('checkpoint_bytes'))} on disk"
         + (f" (Flink's REST API: state size {_bytes(latest.get('state_size'))})." if latest.get("state_size") else "."))
     restored = (restore.get("result", {}).get("checkpoints") or {}).get("restored") or {}
+    offsets = restore.get("offsets_seconds")
     add(f"- **Flink's restore:** the job was submitted {_s(restore.get('job_started_s'), 1)} s after its process "
         f"started" + (f" and restored checkpoint {restored.get('id')} (Flink's REST API)" if restored else "")
+        + (f"; its group's committed offsets reached the end offsets {_s(offsets)} s after the process start (Flink's "
+           "Kafka source commits them from its fetcher thread, which waits in a 10 s poll once the partitions are "
+           "drained, so they trail the checkpoint; not the clock here)"
+           if offsets is not None and restore.get("clock") == "outputs committed" else "")
         + f". Its output: {check.get('emitted', 0):,} orders for {check.get('expected', 0):,} new keys"
         + (", exactly the new keys: none of the repeats emitted again, so the state was restored."
            if check.get("exact") else

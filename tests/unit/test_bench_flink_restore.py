@@ -87,6 +87,16 @@ def test_offsets_reach_the_ends_only_on_every_partition_with_records() -> None:
     assert not flink_restore.reached({0: 10, 2: None}, ends)
 
 
+@pytest.mark.parametrize("new_keys, partitions", [(100, 4), (4, 4), (3, 4), (0, 2)])
+def test_the_new_keys_are_every_partitions_last_records_when_there_are_enough(new_keys: int, partitions: int) -> None:
+    from lockstep_bench.keyed_state import checkpoint_indices
+
+    indices = checkpoint_indices(1_000, 500, new_keys, 2, 0.1)
+    last = {n % partitions: i for n, i in enumerate(indices)}  # keyed_state.produce's placement, in order
+    new = set(indices[len(indices) - new_keys:])
+    assert flink_restore.new_keys_last_everywhere(new_keys, partitions) == all(i in new for i in last.values())
+
+
 def test_flink_emits_one_order_per_distinct_order_id() -> None:
     from lockstep_bench.keyed_state import checkpoint_indices
 

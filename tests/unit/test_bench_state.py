@@ -286,6 +286,7 @@ def _flink(exact: bool = True) -> dict:
                         "result": {"parallelism": 2, "checkpoint": "/f/checkpoints/j1/chk-9", "checkpoint_bytes": 2_000_000,
                                    "checkpoints": {"latest_completed": {"state_size": 2_100_000}}}},
             "restore": {"seconds": 25.0, "from_job_started_s": 12.5, "job_started_s": 12.0, "cpu_s": 30.0,
+                        "offsets_seconds": 33.0, "clock": "outputs committed",
                         "peak_rss_mb": 800.0, "records_in": 10_000, "checkpoint_bytes": 2_200_000, "check": check,
                         "result": {"checkpoints": {"restored": {"id": 9}}}}}
 
@@ -328,7 +329,8 @@ def test_report_compares_locksteps_cold_and_warm_checkpoints_with_flinks_restore
     assert "130,000 records to a completed checkpoint in 100.0 s from the process start (90.0 s" in flink
     assert "emitted 100,300 orders, one per distinct order id: as many as Lockstep's state holds keys (100,300)" in flink
     assert "1.9 MiB on disk (Flink's REST API: state size 2.0 MiB)" in flink
-    assert "submitted 12.0 s after its process started and restored checkpoint 9" in flink
+    assert "submitted 12.0 s after its process started and restored checkpoint 9 (Flink's REST API); its group's " \
+        "committed offsets reached the end offsets 33.00 s after the process start" in flink
     assert "100 orders for 100 new keys, exactly the new keys" in flink
     assert keyed_state_report.restore_rows(results["sizes"][1])[2]["with_start_s"] == 25.0
 
