@@ -52,17 +52,22 @@ def source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str
             f") WITH (\n  {_with(options)}\n)")
 
 
-def sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
-    """Flink's Kafka sink with its two-phase commit: one transaction per writer, committed at the end."""
-    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
-    options = {
+def sink_options(bootstrap: str, topic: str, transactional_id_prefix: str) -> dict[str, str]:
+    """Flink's exactly-once Kafka sink, every job's: two-phase commit, one transaction per writer and
+    checkpoint, the shared producer settings; the format options are each job's own."""
+    return {
         "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
         "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": transactional_id_prefix,
         # Under the broker's transaction.max.timeout.ms whatever it is set to (Flink's default is 1 h).
         "properties.transaction.timeout.ms": "600000",
         **{f"properties.{k}": v for k, v in PRODUCER.items()},
-        "format": "json",
     }
+
+
+def sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
+    """Flink's Kafka sink with its two-phase commit: one transaction per writer, committed at the end."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    options = {**sink_options(bootstrap, topic, transactional_id_prefix), "format": "json"}
     return (f"CREATE TEMPORARY TABLE sink (\n  {columns},\n  `amount_cents` BIGINT,\n"
             "  `headers` MAP<STRING, BYTES> METADATA\n"
             f") WITH (\n  {_with(options)}\n)")
@@ -110,10 +115,7 @@ def window_source_table(bootstrap: str, topic: str, ends: Mapping[int, int], gro
 def window_sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
     """One record per window, the customer as its key, JSON with ISO-8601 times (UTC session zone)."""
     options = {
-        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
-        "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": transactional_id_prefix,
-        "properties.transaction.timeout.ms": "600000",
-        **{f"properties.{k}": v for k, v in PRODUCER.items()},
+        **sink_options(bootstrap, topic, transactional_id_prefix),
         "key.format": "raw", "key.fields": "customer",
         "value.format": "json", "value.fields-include": "ALL", "value.json.timestamp-format.standard": "ISO-8601",
     }
@@ -132,3 +134,84 @@ def window_statements(bootstrap: str, source: str, sink: str, ends: Mapping[int,
     """(DDL, the insert) of the windowed count per customer."""
     return ([window_source_table(bootstrap, source, ends, group, out_of_orderness_s),
              window_sink_table(bootstrap, sink, transactional_id_prefix)], insert_windows(window_s))
+
+
+# ---- the keyed-state restore (lockstep_bench.flink_restore) --------------------------------------------
+#: Lockstep's dedup TTL (``lockstep_bench.keyed_state.TTL``) in Flink's duration syntax.
+STATE_TTL = "400 d"
+#: CLAIM: the restored job owns the retained checkpoint and its first checkpoint is incremental on it,
+#: as Lockstep's next checkpoint builds on the state on S3. NO_CLAIM (Flink's default) makes the first
+#: checkpoint after a restore a full one (RocksDB uploads every file again).
+CLAIM_MODES = ("CLAIM", "NO_CLAIM")
+
+
+def unbounded_source_options(bootstrap: str, topic: str, group: str) -> dict[str, str]:
+    """An unbounded Kafka source from the earliest offsets, read_committed, JSON. No ``scan.bounded.mode``:
+    a bounded job's last checkpoint marks its splits finished, and a job restored from it reads nothing.
+    Flink commits the group's offsets when a checkpoint completes (the Kafka source's default), which
+    is how the bench sees how far a checkpoint got; a restored job starts from the checkpoint's offsets,
+    whatever the startup mode."""
+    return {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
+        "properties.group.id": group, "properties.isolation.level": "read_committed",
+        "scan.startup.mode": "earliest-offset",
+        "format": "json", "json.fail-on-missing-field": "false",
+    }
+
+
+def dedup_source_table(bootstrap: str, topic: str, group: str) -> str:
+    """The order's fields and a processing-time attribute (the dedup's order)."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    return (f"CREATE TEMPORARY TABLE src (\n  {columns},\n  `proc_time` AS PROCTIME()\n"
+            f") WITH (\n  {_with(unbounded_source_options(bootstrap, topic, group))}\n)")
+
+
+def dedup_sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
+    """The first order of each ``order_id``, as JSON, exactly once."""
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    options = {**sink_options(bootstrap, topic, transactional_id_prefix), "format": "json"}
+    return f"CREATE TEMPORARY TABLE sink (\n  {columns}\n) WITH (\n  {_with(options)}\n)"
+
+
+def insert_dedup() -> str:
+    """Flink's keep-first-row deduplication on processing time: ``ROW_NUMBER() ... ORDER BY proc_time ASC``
+    and ``= 1``, which Flink plans as its cheapest dedup, one flag per key in state and an append-only
+    output. It favours Flink: Lockstep's dedup keeps each key's first event time (it dedups in event
+    time, with a TTL from it), more bytes per key than a flag."""
+    fields = ", ".join(f"`{name}`" for name, _ in FIELDS)
+    return (f"INSERT INTO sink SELECT {fields} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY `order_id` "
+            "ORDER BY `proc_time` ASC) AS `row_num` FROM src) WHERE `row_num` = 1")
+
+
+def dedup_statements(bootstrap: str, source: str, sink: str, transactional_id_prefix: str,
+                     group: str) -> tuple[list[str], str]:
+    """(DDL, the insert) of the keyed-state restore job's dedup by ``order_id``."""
+    return ([dedup_source_table(bootstrap, source, group), dedup_sink_table(bootstrap, sink, transactional_id_prefix)],
+            insert_dedup())
+
+
+def restore_configuration(checkpoint_dir: str, checkpoint_s: float, parallelism: int, rest_port: int,
+                          restore_from: str | None = None, claim_mode: str = "CLAIM") -> dict[str, str]:
+    """The restore job's Flink settings (Flink 2.x keys): streaming RocksDB state with incremental checkpoints
+    every ``checkpoint_s`` into ``checkpoint_dir`` (a URI), kept when the job is cancelled; the dedup's
+    state TTL; the REST endpoint on ``rest_port``; ``restore_from``: the retained checkpoint (its
+    ``chk-N`` folder) the job restores its state and offsets from, in ``claim_mode``."""
+    if claim_mode not in CLAIM_MODES:
+        raise ValueError(f"claim mode {claim_mode!r}: one of {', '.join(CLAIM_MODES)}")
+    conf = {
+        "parallelism.default": str(parallelism),
+        "table.local-time-zone": "UTC",
+        "table.exec.state.ttl": STATE_TTL,
+        "state.backend.type": "rocksdb",
+        "execution.checkpointing.incremental": "true",
+        "execution.checkpointing.interval": f"{int(checkpoint_s * 1000)}ms",
+        "execution.checkpointing.mode": "EXACTLY_ONCE",
+        "execution.checkpointing.dir": checkpoint_dir,
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "rest.port": str(rest_port),
+        "rest.bind-port": str(rest_port),
+    }
+    if restore_from:
+        conf["execution.state-recovery.path"] = restore_from
+        conf["execution.state-recovery.claim-mode"] = claim_mode
+    return conf

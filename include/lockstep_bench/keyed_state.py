@@ -18,6 +18,12 @@ checkpoint over exactly these records, the two alternating which goes first. The
 dead-lettered rather than dropped, so both pipelines write every record they read to Kafka and the
 difference between them is the state. Every checkpoint runs in connect mode, on the platform's Spark
 Connect server (the runner starts the platform).
+
+At the largest size, after the measured rounds, a **cold** checkpoint as after a restore on a new host:
+the Spark Connect server restarted (a new JVM, its start timed on its own) and the local cache of
+decoded state files emptied; then a **warm** one. Then, unless ``--state-no-flink``, Flink SQL's
+RocksDB restore of the same state (``lockstep_bench.flink_restore``): Flink builds it up from the same
+topic, then a new Flink process restores it and runs the same kind of checkpoint.
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ class StateSettings:
     report: Path = Path("docs/BENCHMARKS-state.md")
     results: Path | None = None
     state_dir: Path | None = None
+    flink: bool = True  # Flink's RocksDB restore at the largest size (lockstep_bench.flink_restore)
 
     def __post_init__(self) -> None:
         if not self.keys or min(self.keys) < 1:
@@ -123,13 +130,16 @@ class StateBench:
     """The two pipelines of every state size, each checkpoint one process timed by ``measure.execute``."""
 
     def __init__(self, settings: StateSettings, bootstrap: str, remote: str, connect_pid: int, work_dir: Path,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], restart_connect: Callable[[], int] | None = None) -> None:
+        """``restart_connect``: stops and starts the platform's Spark Connect server, returns its new pid
+        (the cold checkpoint's restart); without it the cold checkpoint only empties the cache."""
         self.s = settings
         self.bootstrap = bootstrap
         self.remote = remote
         self.connect_pid = connect_pid
         self.work_dir = work_dir
         self.log = log
+        self.restart_connect = restart_connect
 
     def _specs(self, keys: int, topic: str) -> dict[str, Path]:
         tag = uuid.uuid4().hex[:6]
@@ -184,9 +194,11 @@ class StateBench:
                                     for kind in order})
 
     def cold_and_warm(self, size: dict[str, Any], n: int) -> None:
-        """At the largest size: a checkpoint with the local cache of decoded state files emptied (cold:
-        as the first checkpoint on a new host, every touched group's files downloaded and decoded),
-        then one with it as that checkpoint left it (warm), each over its own records."""
+        """At the largest size: a restore's first checkpoint (cold: the Spark Connect server restarted,
+        a new JVM, and the local cache of decoded state files emptied, as on a new host: every touched
+        group's files downloaded and decoded), then the next checkpoint (warm: the server and the cache
+        as the cold one left them), each over its own records. The server's restart is timed apart
+        from the checkpoint (``server_start_s``)."""
         import os
         import shutil
 
@@ -196,12 +208,34 @@ class StateBench:
         for i, temperature in enumerate(("cold", "warm")):
             produce(self.bootstrap, size["topic"],
                     checkpoint_indices(keys, self.s.records, self.s.new_keys, n + i, self.s.touched), self.s.partitions)
-            if temperature == "cold" and cache:
-                shutil.rmtree(cache, ignore_errors=True)
-            runs[temperature] = self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
-                                                f"{keys:,} keys, {temperature} cache")
+            restart: dict[str, float] = {}
+            if temperature == "cold":
+                if self.restart_connect is not None:
+                    started = time.monotonic()
+                    self.connect_pid = self.restart_connect()
+                    restart["server_start_s"] = round(time.monotonic() - started, 3)
+                    self.log(f"Spark Connect server restarted in {restart['server_start_s']:.1f} s "
+                             f"(pid {self.connect_pid})")
+                if cache:
+                    shutil.rmtree(cache, ignore_errors=True)
+            runs[temperature] = {**self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
+                                                   f"{keys:,} keys, {temperature}"), **restart,
+                                 "server_restarted": bool(restart)}
             self.checkpoint(STATELESS, size["specs"][STATELESS], self.s.records, f"{keys:,} keys, {temperature} round")
         size["cold_warm"] = runs
+
+    def flink_restore(self, size: dict[str, Any], checkpoints: int) -> None:
+        """Flink's RocksDB restore of the state the size's topic built (``lockstep_bench.flink_restore``):
+        ``checkpoints`` checkpoints' records follow the build-up's in the topic."""
+        from lockstep_bench import flink_restore
+
+        keys, topic = size["keys"], size["topic"]
+        held = size["cold_warm"]["warm"]["inner"]["state"]["keys"] if size.get("cold_warm") else None
+        size["flink"] = flink_restore.measure(
+            self.bootstrap, topic, keys, checkpoints, self.s.new_keys,
+            checkpoint_indices(keys, self.s.records, self.s.new_keys, checkpoints, self.s.touched),
+            lambda indices: produce(self.bootstrap, topic, indices, self.s.partitions), self.s.partitions,
+            self.work_dir, self.log, state_keys=held)
 
     def measure(self) -> list[dict[str, Any]]:
         """Every size built up first (the first build-ups warm the Connect server), then the measured
@@ -213,7 +247,10 @@ class StateBench:
                 sizes.append(self.build(keys))
             for n, index, stateful_first in schedule(len(sizes), self.s.checkpoints):
                 self.round(sizes[index], n, stateful_first)
-            self.cold_and_warm(max(sizes, key=lambda size: size["keys"]), self.s.checkpoints)
+            largest = max(sizes, key=lambda size: size["keys"])
+            self.cold_and_warm(largest, self.s.checkpoints)
+            if self.s.flink:  # after every Lockstep checkpoint: the topic then holds what Lockstep's state read
+                self.flink_restore(largest, self.s.checkpoints + 2)
             return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
         finally:
             for size in sizes:

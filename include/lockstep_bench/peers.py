@@ -145,6 +145,20 @@ def flink_window_command(cache: Path, root: Path, bootstrap: str, source: str, s
     return Command(argv, _env(root / "include"), parse_result)
 
 
+def flink_restore_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, group: str, partitions: int,
+                          state_dir: Path, checkpoint_s: float, transactional_id_prefix: str,
+                          restore_from: str | None = None, claim_mode: str = "CLAIM") -> Command:
+    """The keyed-state benchmark's Flink job (``lockstep_bench.flink_restore`` says what it runs): it runs
+    until told to stop on stdin, so ``parse`` reads its ``BENCH_RESULT`` once it has."""
+    argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_restore_job.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--group", group, "--connector-jar", str(FLINK.jar(cache)),
+            "--parallelism", str(parallelism(partitions)), "--checkpoint-seconds", str(checkpoint_s),
+            "--state-dir", str(state_dir), "--transactional-id-prefix", transactional_id_prefix]
+    if restore_from:
+        argv += ["--restore-from", restore_from, "--claim-mode", claim_mode]
+    return Command(argv, _env(root / "include"), parse_result)
+
+
 def quix_window_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int],
                         window_s: int, out_of_orderness_s: int) -> Command:
     """The windowed race's Quix application (``lockstep_bench.windowed`` says what it runs)."""

@@ -340,6 +340,14 @@ def commit_of(root: Path) -> str:
     return f"{head} with uncommitted changes" if dirty else head
 
 
+def restart_connect(platform: Any) -> int:
+    """The platform's Spark Connect server stopped and started again, a new JVM (the keyed-state bench's cold
+    checkpoint); returns its pid. ``start`` waits until it serves and runs its one warm-up query."""
+    platform.stop("spark-connect", out=sys.stderr)
+    platform.start("spark-connect", out=sys.stderr)
+    return int(platform.state.pids["spark-connect"])
+
+
 def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     """``--state-only``: what keyed state costs per checkpoint by state size (lockstep_bench.keyed_state)."""
     from lockstep_bench import keyed_state_report
@@ -349,6 +357,9 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}, "notes": []}
+    if settings.flink:  # before any measurement: may download
+        peers.ensure(peers.FLINK, cache_dir(), log)
+        results["peers"] = {k: v for k, v in peers.versions().items() if k.startswith(("pyflink", "flink"))}
     results_path = settings.results or (root / "results.json")
     saved_cache = os.environ.get("LOCKSTEP_STATE_CACHE")
     os.environ["LOCKSTEP_STATE_CACHE"] = str(root / "state-cache")  # the checkpoints' local cache, emptied for cold runs
@@ -357,7 +368,8 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     with isolated_platform(root) as platform:
         results["environment"] = environment(platform.kafka.bootstrap)
         bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,
-                                       platform.state.pids["spark-connect"], root, log)
+                                       platform.state.pids["spark-connect"], root, log,
+                                       restart_connect=lambda: restart_connect(platform))
         results["sizes"] = bench.measure()
         results["load"]["end"] = os.getloadavg()
     if saved_cache is None:
@@ -454,6 +466,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     windows.add_argument("--windows-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                          help="which engines race (default lockstep-connect,flink-sql,quix-streams)")
     state.add_argument("--state-key-groups", type=int, help="the stateful pipeline's state.key_groups (default 32)")
+    state.add_argument("--state-no-flink", dest="state_flink", action="store_false", default=None,
+                       help="skip Flink SQL's RocksDB restore of the largest state (and its set-up in .cache/bench/)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -469,7 +483,7 @@ def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSetti
     """``--state-only``'s settings; ``--partitions``, ``--report``, ``--results`` and ``--state-dir`` apply too."""
     names = {"state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
              "state_new_keys": "new_keys", "state_key_groups": "key_groups", "state_touched": "touched",
-             "partitions": "partitions",
+             "state_flink": "flink", "partitions": "partitions",
              "report": "report", "results": "results", "state_dir": "state_dir"}
     return keyed_state.StateSettings(**{field: getattr(args, arg) for arg, field in names.items()
                                         if getattr(args, arg, None) is not None})

@@ -92,6 +92,11 @@ def test_state_options_and_the_shared_ones_reach_the_settings(tmp_path: Path) ->
     assert s.to_json()["keys"] == [500, 5000] and s.to_json()["report"] == str(tmp_path / "r.md")
 
 
+def test_flink_runs_unless_told_not_to() -> None:
+    assert runner.state_settings_from_args(_args("--state-only")).flink
+    assert not runner.state_settings_from_args(_args("--state-only", "--state-no-flink")).flink
+
+
 def test_without_state_only_the_main_bench_runs() -> None:
     assert not _args().state_only
 
@@ -263,12 +268,124 @@ def test_state_docs_link_to_the_state_report() -> None:
     assert "BENCHMARKS.md#keyed-state" not in (ROOT / "docs" / "state.md").read_text()
 
 
+def _cold_warm(server_start: float | None = 20.0) -> dict:
+    cold, warm = _round(100_000, 1_500_000, 3.0, 14.0, 4.0), _round(100_000, 1_500_000, 0.5, 11.0, 4.0)
+    restart = {"server_start_s": server_start, "server_restarted": True} if server_start is not None else {}
+    return {"cold": {**cold[STATEFUL], **restart}, "warm": {**warm[STATEFUL], "server_restarted": False}}
+
+
+def _flink(exact: bool = True) -> dict:
+    check = {"emitted": 100, "expected": 100, "missing": 0, "duplicated": 0, "repeats_emitted": 0, "unknown": 0,
+             "exact": True} if exact else \
+        {"emitted": 10_000, "expected": 100, "missing": 0, "duplicated": 0, "repeats_emitted": 9_900, "unknown": 0,
+         "exact": False}
+    return {"checkpoint_s": 1.0, "claim_mode": "CLAIM", "sink": "s", "group": "g",
+            "buildup": {"seconds": 100.0, "from_job_started_s": 90.0, "job_started_s": 10.0, "cpu_s": 150.0,
+                        "peak_rss_mb": 900.0, "records_in": 130_000, "output_records": 100_300,
+                        "expected_output": 100_300, "lockstep_state_keys": 100_300,
+                        "result": {"parallelism": 2, "checkpoint": "/f/checkpoints/j1/chk-9", "checkpoint_bytes": 2_000_000,
+                                   "checkpoints": {"latest_completed": {"state_size": 2_100_000}}}},
+            "restore": {"seconds": 25.0, "from_job_started_s": 12.5, "job_started_s": 12.0, "cpu_s": 30.0,
+                        "offsets_seconds": 33.0, "clock": "outputs committed",
+                        "peak_rss_mb": 800.0, "records_in": 10_000, "checkpoint_bytes": 2_200_000, "check": check,
+                        "result": {"checkpoints": {"restored": {"id": 9}}}}}
+
+
+def _section(results: dict, title: str = "## Cold and warm, at 100,000 keys") -> str:
+    return keyed_state_report.render(results).split(title, 1)[1].split("\n## ", 1)[0]
+
+
 def test_report_shows_the_cold_and_the_warm_checkpoint_of_the_largest_state() -> None:
     results = _results()
-    cold, warm = _round(100_000, 1_500_000, 3.0, 14.0, 4.0), _round(100_000, 1_500_000, 0.5, 11.0, 4.0)
-    results["sizes"][1]["cold_warm"] = {"cold": cold[STATEFUL], "warm": warm[STATEFUL]}
-    section = keyed_state_report.render(results).split("## Cold and warm, at 100,000 keys", 1)[1].split("\n## ", 1)[0]
+    results["sizes"][1]["cold_warm"] = _cold_warm()
+    section = _section(results)
     rows = [line for line in section.splitlines() if line.startswith("| cold") or line.startswith("| warm")]
-    assert rows[0].startswith("| cold | 32 | 100 | 3.00 | 6.00 | 3.00 | 13.00 | 14.00 |"), rows
-    assert rows[1].startswith("| warm | 32 | 100 | 0.50 | 1.00 | 0.50 | 10.00 | 11.00 |"), rows
+    assert rows[0] == "| cold | 20.00 | 32 | 100 | 3.00 | 6.00 | 3.00 | 13.00 | 14.00 | 16.00 | 28.0 |", rows
+    assert rows[1] == "| warm | – | 32 | 100 | 0.50 | 1.00 | 0.50 | 10.00 | 11.00 | 13.00 | 22.0 |", rows
+    assert "the Spark Connect server restarted (a new JVM" in section
+    assert "### Against Flink" not in section  # --state-no-flink
     assert "## Cold and warm" not in keyed_state_report.render(_results())
+
+
+def test_an_earlier_runs_cold_checkpoint_without_a_restart_still_renders() -> None:
+    results = _results()
+    results["sizes"][1]["cold_warm"] = _cold_warm(server_start=None)
+    section = _section(results)
+    assert "| cold | – | 32 | 100 |" in section and "the Spark Connect server stays up" in section
+
+
+def test_report_compares_locksteps_cold_and_warm_checkpoints_with_flinks_restore() -> None:
+    results = _results()
+    results["sizes"][1]["cold_warm"] = _cold_warm()
+    results["sizes"][1]["flink"] = _flink()
+    section = _section(results)
+    flink = section.split("### Against Flink's RocksDB restore of the same state", 1)[1]
+    rows = [line for line in flink.splitlines() if line.startswith(("| Lockstep", "| Flink"))]
+    # Lockstep: plan + run + commit, then the process plus (cold) the server's restart: 16 + 20 s.
+    assert rows == ["| Lockstep, cold | 10,000 | 14.00 | 36.00 | 1.4 MiB | 28.0 |",
+                    "| Lockstep, warm | 10,000 | 11.00 | 13.00 | 1.4 MiB | 22.0 |",
+                    "| Flink, restore | 10,000 | 12.50 | 25.00 | 2.1 MiB | 30.0 |"], rows
+    assert "claim mode CLAIM" in flink and "every 1 s" in flink and "parallelism 2" in flink
+    assert "130,000 records to a completed checkpoint in 100.0 s from the process start (90.0 s" in flink
+    assert "emitted 100,300 orders, one per distinct order id: as many as Lockstep's state holds keys (100,300)" in flink
+    assert "1.9 MiB on disk (Flink's REST API: state size 2.0 MiB)" in flink
+    assert "submitted 12.0 s after its process started and restored checkpoint 9 (Flink's REST API); its group's " \
+        "committed offsets reached the end offsets 33.00 s after the process start" in flink
+    assert "100 orders for 100 new keys, exactly the new keys" in flink
+    assert keyed_state_report.restore_rows(results["sizes"][1])[2]["with_start_s"] == 25.0
+
+
+def test_report_says_when_flinks_restore_emitted_held_keys_again() -> None:
+    results = _results()
+    results["sizes"][1]["cold_warm"] = _cold_warm()
+    results["sizes"][1]["flink"] = _flink(exact=False)
+    results["sizes"][1]["flink"]["buildup"]["lockstep_state_keys"] = 100_200
+    flink = _section(results).split("### Against Flink", 1)[1]
+    assert "NOT exact" in flink and "9,900 held keys emitted again" in flink
+    assert "Lockstep's state holds 100,200 keys and 100,300 distinct orders were produced" in flink
+
+
+# ---- the cold checkpoint restarts the server; Flink's restore comes last -----------------------------
+def _bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flink: bool = True,
+           restart: object = None) -> keyed_state.StateBench:
+    settings = keyed_state.StateSettings(keys=(10, 20), records=5, new_keys=1, checkpoints=1, flink=flink)
+    bench = keyed_state.StateBench(settings, "h:1", "sc://h:2", 111, tmp_path, lambda _m: None,
+                                   restart_connect=restart)  # type: ignore[arg-type]
+    monkeypatch.setattr(keyed_state, "produce", lambda *a, **k: None)
+    return bench
+
+
+def test_the_cold_checkpoint_runs_on_a_restarted_server_with_an_empty_cache(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    (cache / "g").mkdir(parents=True)
+    monkeypatch.setenv("LOCKSTEP_STATE_CACHE", str(cache))
+    seen: list[tuple[str, int, bool]] = []
+    bench = _bench(tmp_path, monkeypatch, restart=lambda: 222)
+
+    def checkpoint(kind: str, spec: Path, records: int, label: str, repeat: int = 0) -> dict:
+        seen.append((kind, bench.connect_pid, cache.exists()))
+        return {"pipeline": kind, "inner": {}}
+
+    monkeypatch.setattr(bench, "checkpoint", checkpoint)
+    size = {"keys": 20, "topic": "t", "specs": {STATEFUL: Path("a"), STATELESS: Path("b")}}
+    bench.cold_and_warm(size, 1)
+    assert seen == [(STATEFUL, 222, False), (STATELESS, 222, False), (STATEFUL, 222, False), (STATELESS, 222, False)]
+    cold, warm = size["cold_warm"]["cold"], size["cold_warm"]["warm"]
+    assert cold["server_restarted"] and cold["server_start_s"] >= 0
+    assert not warm["server_restarted"] and "server_start_s" not in warm
+
+
+@pytest.mark.parametrize("flink", [True, False])
+def test_flinks_restore_runs_after_lockstep_at_the_largest_size_unless_skipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flink: bool) -> None:
+    bench = _bench(tmp_path, monkeypatch, flink=flink)
+    calls: list[tuple] = []
+    monkeypatch.setattr(bench, "build", lambda keys: {"keys": keys, "topic": f"t{keys}", "specs": {}, "checkpoints": []})
+    monkeypatch.setattr(bench, "round", lambda size, n, first: calls.append(("round", size["keys"], n)))
+    monkeypatch.setattr(bench, "cold_and_warm", lambda size, n: calls.append(("cold_and_warm", size["keys"], n)))
+    monkeypatch.setattr(bench, "flink_restore", lambda size, n: calls.append(("flink", size["keys"], n)))
+    monkeypatch.setattr(workloads, "delete_topic", lambda *a: None)
+    bench.measure()
+    # The topic then holds the measured checkpoint's records and the cold and warm ones: 1 + 2.
+    assert calls[-2:] == [("cold_and_warm", 20, 1), ("flink", 20, 3)] if flink else calls[-1] == ("cold_and_warm", 20, 1)

@@ -1,0 +1,159 @@
+"""The keyed-state benchmark's Flink side, its pure parts (``lockstep_bench.flink_restore``, the SQL and settings
+of ``flink_sql``, the command of ``peers``) and the job's stdin/stdout protocol against a stand-in script.
+No Flink, no Kafka here."""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lockstep_bench import flink_restore, flink_sql, peers
+from lockstep_bench.pipelines import Command
+from lockstep_examples.bench import FIELDS
+
+
+# ---- the SQL ---------------------------------------------------------------------------------------------
+def test_the_source_is_unbounded_from_the_earliest_offsets_read_committed_in_the_group() -> None:
+    src = flink_sql.dedup_source_table("h:1", "in", "g")
+    assert "'scan.startup.mode' = 'earliest-offset'" in src and "'properties.group.id' = 'g'" in src
+    assert "'properties.isolation.level' = 'read_committed'" in src and "'topic' = 'in'" in src
+    assert "scan.bounded" not in src  # a bounded job's last checkpoint finishes its splits: a restore reads nothing
+    assert "`proc_time` AS PROCTIME()" in src
+    for name, _ in FIELDS:
+        assert f"`{name}`" in src
+
+
+def test_the_sink_is_exactly_once_like_every_flink_jobs() -> None:
+    sink = flink_sql.dedup_sink_table("h:1", "out", "tx-1")
+    for key, value in flink_sql.sink_options("h:1", "out", "tx-1").items():
+        assert f"'{key}' = '{value}'" in sink
+    assert "'sink.delivery-guarantee' = 'exactly-once'" in sink and "'sink.transactional-id-prefix' = 'tx-1'" in sink
+    assert "'properties.transaction.timeout.ms' = '600000'" in sink and "'format' = 'json'" in sink
+    assert "proc_time" not in sink
+    # The races' sinks are built from the same options.
+    assert "'sink.transactional-id-prefix' = 'tx-1'" in flink_sql.sink_table("h:1", "out", "tx-1")
+    assert "'sink.transactional-id-prefix' = 'tx-1'" in flink_sql.window_sink_table("h:1", "out", "tx-1")
+
+
+def test_the_insert_keeps_the_first_row_of_each_order_id_on_processing_time() -> None:
+    ddl, insert = flink_sql.dedup_statements("h:1", "in", "out", "tx", "g")
+    assert [d.split("(")[0] for d in ddl] == ["CREATE TEMPORARY TABLE src ", "CREATE TEMPORARY TABLE sink "]
+    assert "ROW_NUMBER() OVER (PARTITION BY `order_id` ORDER BY `proc_time` ASC) AS `row_num`" in insert
+    assert insert.startswith("INSERT INTO sink SELECT `order_id`, ") and insert.endswith("WHERE `row_num` = 1")
+
+
+def test_the_settings_keep_rocksdb_incremental_checkpoints_when_cancelled_and_the_dedups_ttl() -> None:
+    conf = flink_sql.restore_configuration("file:///s/checkpoints", 1.5, 2, 41234)
+    assert conf["state.backend.type"] == "rocksdb" and conf["execution.checkpointing.incremental"] == "true"
+    assert conf["execution.checkpointing.externalized-checkpoint-retention"] == "RETAIN_ON_CANCELLATION"
+    assert conf["execution.checkpointing.dir"] == "file:///s/checkpoints"
+    assert conf["execution.checkpointing.interval"] == "1500ms" and conf["parallelism.default"] == "2"
+    assert conf["table.exec.state.ttl"] == "400 d" and conf["rest.port"] == conf["rest.bind-port"] == "41234"
+    assert "execution.state-recovery.path" not in conf
+
+
+def test_a_restore_names_the_checkpoint_and_the_claim_mode() -> None:
+    conf = flink_sql.restore_configuration("file:///s/c", 1, 2, 1, restore_from="file:///s/c/j/chk-7")
+    assert conf["execution.state-recovery.path"] == "file:///s/c/j/chk-7"
+    assert conf["execution.state-recovery.claim-mode"] == "CLAIM"
+    assert flink_sql.restore_configuration("f", 1, 2, 1, "r", "NO_CLAIM")["execution.state-recovery.claim-mode"] == \
+        "NO_CLAIM"
+    with pytest.raises(ValueError):
+        flink_sql.restore_configuration("f", 1, 2, 1, "r", "LEGACY")
+
+
+def test_the_command_runs_the_job_with_flinks_venv_and_restores_only_when_told(tmp_path: Path) -> None:
+    kw = dict(bootstrap="h:1", source="in", sink="out", group="g", partitions=4, state_dir=tmp_path / "s",
+              checkpoint_s=1.0, transactional_id_prefix="tx")
+    first = peers.flink_restore_command(tmp_path, Path("/repo"), **kw)
+    assert first.argv[:2] == [str(tmp_path / "bench/flink/venv/bin/python"),
+                              "/repo/include/lockstep_bench/jobs/flink_restore_job.py"]
+    assert first.argv[first.argv.index("--group") + 1] == "g" and "--restore-from" not in first.argv
+    assert first.argv[first.argv.index("--state-dir") + 1] == str(tmp_path / "s")
+    assert first.argv[first.argv.index("--transactional-id-prefix") + 1] == "tx"
+    assert first.env["PYTHONPATH"] == "/repo/include"
+    again = peers.flink_restore_command(tmp_path, Path("/repo"), **kw, restore_from="/s/j/chk-3")
+    assert again.argv[again.argv.index("--restore-from") + 1] == "/s/j/chk-3"
+    assert again.argv[again.argv.index("--claim-mode") + 1] == "CLAIM"
+
+
+# ---- the checks ------------------------------------------------------------------------------------------
+def test_offsets_reach_the_ends_only_on_every_partition_with_records() -> None:
+    ends = {0: 10, 1: 0, 2: 5}
+    assert flink_restore.reached({0: 10, 1: None, 2: 5}, ends)
+    assert not flink_restore.reached({0: 10, 1: None, 2: 4}, ends)
+    assert not flink_restore.reached({0: 10, 2: None}, ends)
+
+
+@pytest.mark.parametrize("new_keys, partitions", [(100, 4), (4, 4), (3, 4), (0, 2)])
+def test_the_new_keys_are_every_partitions_last_records_when_there_are_enough(new_keys: int, partitions: int) -> None:
+    from lockstep_bench.keyed_state import checkpoint_indices
+
+    indices = checkpoint_indices(1_000, 500, new_keys, 2, 0.1)
+    last = {n % partitions: i for n, i in enumerate(indices)}  # keyed_state.produce's placement, in order
+    new = set(indices[len(indices) - new_keys:])
+    assert flink_restore.new_keys_last_everywhere(new_keys, partitions) == all(i in new for i in last.values())
+
+
+def test_flink_emits_one_order_per_distinct_order_id() -> None:
+    from lockstep_bench.keyed_state import checkpoint_indices
+
+    keys, records, new = 1_000, 500, 20
+    topic = list(range(keys)) + [i for n in range(3) for i in checkpoint_indices(keys, records, new, n, 0.1)]
+    assert flink_restore.expected_outputs(keys, 3, new) == len(set(topic)) == 1_060
+
+
+def test_a_restore_that_emits_the_new_keys_alone_is_exact_and_a_lost_state_is_caught() -> None:
+    new, held = ["o10", "o11"], ["o1", "o2", "o3"]
+    assert flink_restore.verdict(["o11", "o10"], new, held)["exact"]
+    lost = flink_restore.verdict(["o1", "o2", "o3", "o10", "o11"], new, held)
+    assert not lost["exact"] and lost["repeats_emitted"] == 3 and lost["emitted"] == 5
+    twice = flink_restore.verdict(["o10", "o10", "o11"], new, held)
+    assert not twice["exact"] and twice["duplicated"] == 1
+    short = flink_restore.verdict(["o10"], new, held)
+    assert not short["exact"] and short["missing"] == 1
+    assert flink_restore.verdict(["o10", "o11", "o99"], new, held)["unknown"] == 1
+
+
+# ---- the job's protocol ----------------------------------------------------------------------------------
+FAKE_JOB = textwrap.dedent("""
+    import json, sys
+    print("noise before", flush=True)
+    print("JOB_STARTED " + json.dumps({"job_id": "j1", "session_seconds": 0.5, "started_seconds": 0.7,
+                                        "rest_port": 1}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+    print("BENCH_RESULT " + json.dumps({"job_id": "j1", "checkpoint": "/x/chk-3"}), flush=True)
+""")
+
+
+def _fake(tmp_path: Path, script: str) -> Command:
+    path = tmp_path / "job.py"
+    path.write_text(script)
+    return Command([sys.executable, str(path)], {}, None)
+
+
+def test_the_job_is_started_told_to_stop_and_read(tmp_path: Path) -> None:
+    job = flink_restore.FlinkJob(_fake(tmp_path, FAKE_JOB), tmp_path / "logs" / "job.log")
+    try:
+        assert job.wait_started(timeout_s=30)["job_id"] == "j1" and job.job_started is not None
+        assert job.stop(timeout_s=30) == {"job_id": "j1", "checkpoint": "/x/chk-3"}
+        assert job.proc.returncode == 0
+    finally:
+        job.close()
+
+
+def test_a_job_that_dies_before_it_starts_is_a_failure_with_its_output(tmp_path: Path) -> None:
+    from lockstep_bench.measure import RunFailed
+
+    job = flink_restore.FlinkJob(_fake(tmp_path, "import sys\nprint('boom', file=sys.stderr)\nsys.exit(3)\n"),
+                                 tmp_path / "job.log")
+    try:
+        with pytest.raises(RunFailed, match="exit code 3") as failed:
+            job.wait_started(timeout_s=30)
+        assert "boom" in str(failed.value)
+    finally:
+        job.close()
