@@ -384,10 +384,11 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
              "transform, cached for the steps after it)": large.get("watermark_s"),
              "load (the touched groups' files read from S3 by the driver, the touched keys' rows handed to Spark)":
                  large.get("load_s"),
-             "apply (the touched keys' new state computed, brought to the driver)": large.get("apply_s"),
+             "apply (the touched keys' new state brought to the driver: for dedup, only the keys it added, put "
+             "beside the rows loaded)": large.get("apply_s"),
              "write (the deltas, and any compacted base, written to S3 by the driver)": large.get("write_s"),
-             "the rest of Spark (the output's stage, with the dedup's window and joins against the state, and the "
-             "Kafka transactions)": large.get("spark_rest_s")}
+             "the rest of Spark (the output's stage, with the dedup's judgement: an aggregate per key and joins "
+             "against the state's keys, and the Kafka transactions)": large.get("spark_rest_s")}
     ranked = sorted(((v or 0.0, k) for k, v in parts.items()), reverse=True)
     add(f"- **Where the time goes** (at {large.get('keys', 0):,.0f} keys, medians): of the stateful checkpoint's "
         f"{_s(large.get('total_s'))} s, Spark takes {_s(spark)} s: "
@@ -430,9 +431,11 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
             f"{small.get('keys', 0):,.0f} keys and {_bytes(large.get('delta_bytes'))} at {large.get('keys', 0):,.0f} "
             f"(medians), for the {_s(small.get('rows_loaded'), 0)} and {_s(large.get('rows_loaded'), 0)} keys of the "
             f"state it touched (the rows it handed Spark): in proportion to the keys it changed, not to the state "
-            f"({_bytes(small.get('bytes'))} and {_bytes(large.get('bytes'))}). Compactions by turns add "
-            f"{_bytes(small.get('compaction_bytes'))} and {_bytes(large.get('compaction_bytes'))} (medians): "
-            f"about 1/max_deltas of the state per checkpoint (docs/state.md, *The defaults*). What still grows "
+            f"({_bytes(small.get('bytes'))} and {_bytes(large.get('bytes'))}). Compactions add "
+            f"{_bytes(small.get('compaction_bytes'))} and {_bytes(large.get('compaction_bytes'))} (medians): a "
+            "group's base is rewritten at its turn only once its deltas reach 1/max_deltas of it, which a small "
+            "state's groups do at every turn and a large state's after many checkpoints; over time about "
+            "max_deltas times the deltas (docs/state.md, *The defaults*). What still grows "
             "with the state is the read of the touched groups' files, the load step above (a warm local cache "
             f"makes it a memory map). The checkpoint at {large.get('keys_built', 0):,} keys took "
             f"{_x(growth(small, large, 'total_s'))} its time at {small.get('keys_built', 0):,}.")
