@@ -190,6 +190,10 @@ def dedup_statements(bootstrap: str, source: str, sink: str, transactional_id_pr
             insert_dedup())
 
 
+#: The restore job's managed memory (RocksDB's), as big as the Lockstep Connect server's heap is not: 1 GiB.
+MANAGED_MEMORY = "1g"
+
+
 def restore_configuration(checkpoint_dir: str, checkpoint_s: float, parallelism: int, rest_port: int,
                           restore_from: str | None = None, claim_mode: str = "CLAIM") -> dict[str, str]:
     """The restore job's Flink settings (Flink 2.x keys): streaming RocksDB state with incremental checkpoints
@@ -210,6 +214,9 @@ def restore_configuration(checkpoint_dir: str, checkpoint_s: float, parallelism:
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "rest.port": str(rest_port),
         "rest.bind-port": str(rest_port),
+        # RocksDB's memory (block cache, write buffers) is the managed memory, 128 MiB by default in a local
+        # mini-cluster: too little for 10M keys (a Flink user sizes it to the state, as Lockstep's Connect server is).
+        "taskmanager.memory.managed.size": MANAGED_MEMORY,
     }
     if restore_from:
         conf["execution.state-recovery.path"] = restore_from

@@ -308,8 +308,10 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
     add("")
     add("Flink SQL (`include/lockstep_bench/jobs/flink_restore_job.py`) runs the same dedup: the first order of each "
         "`order_id` (`ROW_NUMBER() OVER (PARTITION BY order_id ORDER BY proc_time ASC) = 1`, state TTL 400 days) from "
-        "an unbounded Kafka source, read_committed, into an exactly-once Kafka sink; RocksDB state, incremental "
-        f"checkpoints every {_s(flink.get('checkpoint_s'), 0)} s to local disk, retained when the job is cancelled; "
+        "an unbounded Kafka source, read_committed, into an exactly-once Kafka sink; RocksDB state "
+        f"({flink.get('managed_memory', '128m')} of managed memory), incremental checkpoints to local disk every "
+        f"{_s(flink.get('buildup_checkpoint_s', flink.get('checkpoint_s')), 0)} s in the build-up and every "
+        f"{_s(flink.get('checkpoint_s'), 0)} s in the restore, retained when the job is cancelled; "
         f"parallelism {build.get('result', {}).get('parallelism', '?')}. It reads this size's own topic from the "
         "start, so its state holds the keys Lockstep's holds. Then a new Flink process restores the retained "
         f"checkpoint (`execution.state-recovery.path`, claim mode {flink.get('claim_mode', '?')}) and reads a "

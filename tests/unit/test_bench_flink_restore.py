@@ -52,6 +52,7 @@ def test_the_settings_keep_rocksdb_incremental_checkpoints_when_cancelled_and_th
     assert conf["execution.checkpointing.interval"] == "1500ms" and conf["parallelism.default"] == "2"
     assert conf["table.exec.state.ttl"] == "400 d" and conf["rest.port"] == conf["rest.bind-port"] == "41234"
     assert "execution.state-recovery.path" not in conf
+    assert conf["taskmanager.memory.managed.size"] == flink_sql.MANAGED_MEMORY  # RocksDB's, not the 128m default
 
 
 def test_a_restore_names_the_checkpoint_and_the_claim_mode() -> None:
