@@ -44,9 +44,11 @@ TARGETS = {LOCKSTEP_CONNECT: {SPARK: 1.2, FLINK_SQL: 1.0, QUIX: 1.0}, LOCKSTEP: 
 #: The keyed-state section: a link to the report of ``lockstep bench --state-only``, measured apart (a
 #: stateful checkpoint's cost is by state size, not by input). The same in every run, so the committed page keeps it.
 KEYED_STATE = ("## Keyed state\n\n"
-               "What a stateful pipeline's checkpoint costs by state size (seconds to load, apply and write the whole "
-               "state; its bytes on S3 per key; against a stateless pipeline over the same records) is measured "
-               "apart, by `make bench-state` (`lockstep bench --state-only`): see "
+               "What a stateful pipeline's checkpoint costs by state size, 100,000 to 10,000,000 keys (seconds to "
+               "load, apply and write the state its records touch; the bytes it uploads; the state's bytes on S3 "
+               "per key; against a stateless pipeline over the same records), and a cold restore's first "
+               "checkpoint beside Flink's RocksDB restore of the same state, are measured apart, by "
+               "`make bench-state` (`lockstep bench --state-only`): see "
                "[BENCHMARKS-state.md](BENCHMARKS-state.md). A windowed count per key raced against Flink SQL "
                "(RocksDB, incremental checkpoints) and Quix Streams, every sink checked window by window, is "
                "`make bench-windows` (`lockstep bench --windows-only`): see "
