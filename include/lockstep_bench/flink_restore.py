@@ -106,26 +106,13 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: Iterab
     return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in result.topic_partitions}
 
 
-def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
-    """Every partition's end, uncommitted transactions included."""
-    from confluent_kafka import IsolationLevel
-    from confluent_kafka import TopicPartition as KTP
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    parts = admin.list_topics(topic, timeout=30).topics[topic].partitions
-    futures = admin.list_offsets({KTP(topic, p): OffsetSpec.latest() for p in parts},
-                                 isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=30)
-    return {k.partition: f.result().offset for k, f in futures.items()}
-
-
 def wait_settled(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[int, int]:
     """Wait until no transaction is open in ``topic`` (its last stable offsets are its ends: the
     committer has committed the last checkpoint's transactions); returns those offsets."""
     deadline = time.monotonic() + timeout_s
     while True:
         stable = workloads.end_offsets(bootstrap, topic)
-        if stable == high_watermarks(bootstrap, topic):
+        if stable == workloads.end_offsets(bootstrap, topic, committed=False):
             return stable
         if time.monotonic() > deadline:
             raise RunFailed(f"{topic} still has open transactions after {timeout_s:.0f} s (stable offsets {stable})")
@@ -136,35 +123,8 @@ def scan_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
                    value: Callable[[bytes], Any] | None = None) -> tuple[int, list[Any]]:
     """The committed records of ``topic`` between ``starts`` and ``ends`` (read_committed): how many, and
     ``value(record)`` of each when given (a count alone keeps no record: the build-up's are millions)."""
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KTP
-
-    todo = {p: e for p, e in ends.items() if e > starts.get(p, 0)}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-flink-check-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 3})
-    count, values = 0, []
-    deadline = time.monotonic() + 1800
-    quiet = 0  # consecutive empty polls: the records before a partition's end may all be aborted or markers
-    try:
-        consumer.assign([KTP(topic, p, starts.get(p, 0)) for p in todo])
-        while todo and quiet < 5:
-            if time.monotonic() > deadline:
-                raise RunFailed(f"reading {topic} timed out with partitions {sorted(todo)} unfinished")
-            batch = consumer.consume(10_000, timeout=1.0)
-            quiet = 0 if batch else quiet + 1
-            for msg in batch:
-                offset, partition, raw = msg.offset(), msg.partition(), msg.value()
-                if msg.error() or offset is None or partition is None or offset >= ends.get(partition, 0):
-                    continue
-                count += 1
-                if value is not None:
-                    values.append(value(raw or b""))
-            for tp in consumer.position([KTP(topic, p) for p in list(todo)]):
-                if tp.offset >= todo[tp.partition]:
-                    todo.pop(tp.partition)
-    finally:
-        consumer.close()
-    return count, values
+    take = (lambda msg: value(msg.value() or b"")) if value is not None else None
+    return workloads.read_committed(bootstrap, topic, starts, ends, take)
 
 
 # ---- the job's process -----------------------------------------------------------------------------------

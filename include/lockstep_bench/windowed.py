@@ -197,28 +197,11 @@ def read_sink(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-windows-check-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 3})
     gone = {p: low for p in ends if (low := consumer.get_watermark_offsets(KTP(topic, p), timeout=30)[0]) > 0}
+    consumer.close()
     if gone:
-        consumer.close()
         raise RunFailed(f"{topic} no longer has its first records (partition: first offset left {gone}); "
                         "the broker deleted them, so the sink cannot be checked")
-    consumer.assign([KTP(topic, p, 0) for p in ends])
-    out: list[tuple[bytes | None, bytes]] = []
-    deadline = time.monotonic() + 300
-    quiet = 0  # consecutive empty polls: the records before a partition's end may all be aborted or markers
-    try:
-        while ends and quiet < 5:
-            if time.monotonic() > deadline:
-                raise RunFailed(f"reading {topic} timed out with partitions {sorted(ends)} unfinished")
-            batch = consumer.consume(10_000, timeout=1.0)
-            quiet = 0 if batch else quiet + 1
-            for msg in batch:
-                if not msg.error() and msg.offset() < ends.get(msg.partition(), 0):
-                    out.append((msg.key(), msg.value()))
-            for tp in consumer.position([KTP(topic, p) for p in list(ends)]):
-                if tp.offset >= ends[tp.partition]:
-                    ends.pop(tp.partition)
-    finally:
-        consumer.close()
+    _, out = workloads.read_committed(bootstrap, topic, {}, ends, lambda msg: (msg.key(), msg.value()), timeout_s=300)
     return out
 
 

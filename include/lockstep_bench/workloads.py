@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -60,17 +62,56 @@ def make_input(bootstrap: str, records: int, partitions: int, name: str | None =
     return Workload(topic, records, partitions, records * len(order(records // 2, pad=PAD)), seconds)
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """Last stable offset of every partition (read_committed "latest")."""
+def end_offsets(bootstrap: str, topic: str, committed: bool = True) -> dict[int, int]:
+    """Last stable offset of every partition (read_committed "latest"); ``committed=False``: the high
+    watermarks, open transactions' records included."""
     from confluent_kafka import IsolationLevel
     from confluent_kafka import TopicPartition as KTP
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     parts = admin.list_topics(topic, timeout=30).topics[topic].partitions
-    futures = admin.list_offsets({KTP(topic, p): OffsetSpec.latest() for p in parts},
-                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets({KTP(topic, p): OffsetSpec.latest() for p in parts}, isolation_level=level,
+                                 request_timeout=30)
     return {k.partition: f.result().offset for k, f in futures.items()}
+
+
+def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: Mapping[int, int],
+                   take: Callable[[Any], Any] | None = None, timeout_s: float = 1800) -> tuple[int, list[Any]]:
+    """The committed records of ``topic`` from ``starts`` (0 where absent) up to ``ends`` (read_committed):
+    how many, and ``take(message)`` of each when given (a count alone keeps nothing: millions of records)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KTP
+
+    from lockstep_bench.measure import RunFailed
+
+    todo = {p: e for p, e in ends.items() if e > starts.get(p, 0)}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-check-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 3})
+    count, taken = 0, []
+    deadline = time.monotonic() + timeout_s
+    quiet = 0  # consecutive empty polls: the records before a partition's end may all be aborted or markers
+    try:
+        consumer.assign([KTP(topic, p, starts.get(p, 0)) for p in todo])
+        while todo and quiet < 5:
+            if time.monotonic() > deadline:
+                raise RunFailed(f"reading {topic} timed out with partitions {sorted(todo)} unfinished")
+            batch = consumer.consume(10_000, timeout=1.0)
+            quiet = 0 if batch else quiet + 1
+            for msg in batch:
+                offset, partition = msg.offset(), msg.partition()
+                if msg.error() or offset is None or partition is None or offset >= ends.get(partition, 0):
+                    continue
+                count += 1
+                if take is not None:
+                    taken.append(take(msg))
+            for tp in consumer.position([KTP(topic, p) for p in list(todo)]):
+                if tp.offset >= todo[tp.partition]:
+                    todo.pop(tp.partition)
+    finally:
+        consumer.close()
+    return count, taken
 
 
 def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int, master: str = "local[*]",
