@@ -54,9 +54,10 @@ else
     echo "JVM writer JUnit tests skipped (no JUnit jar folder given)"
 fi
 
-# Registers the data source's short name (lockstep-kafka) with Spark's DataSourceRegister lookup.
+# Registers the data sources' short names (lockstep-kafka, lockstep-kafka-ranges) with Spark's DataSourceRegister lookup.
 mkdir -p "$classes/main/META-INF/services"
-echo dev.lockstep.spark.LockstepKafkaSource > "$classes/main/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+printf "%s\n" dev.lockstep.spark.LockstepKafkaSource dev.lockstep.spark.KafkaRangesSource \
+    > "$classes/main/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 mkdir -p "$(dirname "$out")"
 jar --create --file "$out.tmp" -C "$classes/main" .
 mv "$out.tmp" "$out"

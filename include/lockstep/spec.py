@@ -63,6 +63,11 @@ class SinkSpec:
     #: Which writer produces the output: "jvm" (in the Spark executor's JVM, the default) or
     #: "python" (confluent-kafka in a Python worker, fed through Arrow). Same transactions, same headers.
     writer: str = "jvm"
+    #: At most this many Spark tasks write a checkpoint's output, so at most this many Kafka
+    #: transactions per checkpoint, however many source partitions it reads; None ("auto"): the
+    #: Spark cluster's default parallelism (its cores), at most
+    #: ``lockstep.model.transactional_ids.MAX_AUTO_PARALLELISM``.
+    parallelism: int | None = None
 
 
 @dataclass(frozen=True)
@@ -362,7 +367,7 @@ def _source(c: _Checker, doc: object, name: str) -> SourceSpec:
 
 
 def _sink(c: _Checker, doc: object, source: SourceSpec) -> SinkSpec:
-    d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id", "writer"}, optional=False)
+    d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id", "writer", "parallelism"}, optional=False)
     topic, dlq = _topic(c, d, "sink", "topic"), _topic(c, d, "sink", "dead_letter_topic")
     if topic and topic in source.topics:
         c.fail("sink.topic", f"{topic!r} is also a source topic; a pipeline must not feed itself")
@@ -372,7 +377,12 @@ def _sink(c: _Checker, doc: object, source: SourceSpec) -> SinkSpec:
     writer = c.text(d, "sink", "writer", "jvm")
     if writer not in WRITERS:
         c.fail("sink.writer", f"must be one of {', '.join(WRITERS)}, got {writer!r}")
-    return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn, writer=writer)
+    parallelism = None
+    if isinstance(d.get("parallelism"), str) and d["parallelism"] != "auto":
+        c.fail("sink.parallelism", f"must be auto or a positive integer, got {d['parallelism']!r}")
+    elif d.get("parallelism", "auto") != "auto":
+        parallelism = c.integer(d, "sink", "parallelism", 0, 1, 100_000)
+    return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn, writer=writer, parallelism=parallelism)
 
 
 def parse_store_url(url: str) -> StoreLocation | None:

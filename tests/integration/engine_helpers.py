@@ -20,11 +20,13 @@ LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int = 4,
                   max_records: int = 100_000, timeout_ms: int = 900_000, transform: str = "lockstep_examples.orders:enrich",
                   margin_ms: int = 60_000, writer: str | None = None, replication: int = 1,
-                  master: str | None = None, remote: str | None = None, mode: str | None = None) -> PipelineUnderTest:
+                  master: str | None = None, remote: str | None = None, mode: str | None = None,
+                  parallelism: int | None = None) -> PipelineUnderTest:
     """A pipeline of fresh topics. Its checkpoints run as a user's do by default: in connect mode, on
     the server of the spark_connect_default connection (the session's). ``master`` runs them as
     spark-submits on that master; ``mode="submit"`` alone as spark-submits on the spark_default
-    connection's master; ``remote`` (an ``sc://`` URL) in sessions of that Spark Connect server."""
+    connection's master; ``remote`` (an ``sc://`` URL) in sessions of that Spark Connect server.
+    ``parallelism``: the spec's ``sink.parallelism`` (default auto: the cluster's cores)."""
     name = f"t-{unique}"
     pipeline = PipelineUnderTest.create(tmp_path, bootstrap, name, unique, partitions, replication)
     spec = {
@@ -32,7 +34,8 @@ def make_pipeline(tmp_path: Path, bootstrap: str, unique: str, partitions: int =
         "source": {"topics": [pipeline.source]},
         "transform": transform,
         "sink": {"topic": pipeline.sink, "dead_letter_topic": pipeline.dead_letters,
-                 **({"writer": writer} if writer else {})},
+                 **({"writer": writer} if writer else {}),
+                 **({"parallelism": parallelism} if parallelism else {})},
         "checkpoints": {"store": f"s3://lockstep/tests/{unique}", "max_records": max_records, "retain": 100},
         "transactions": {"id_prefix": pipeline.prefix, "timeout_ms": timeout_ms, "commit_margin_ms": margin_ms},
         "spark": {k: v for k, v in (("mode", "connect" if remote else mode), ("master", master),

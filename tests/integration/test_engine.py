@@ -530,6 +530,46 @@ def test_records_retention_deleted_before_they_were_read_are_refused_then_skippe
     assert view.prepared.records_in == 30
 
 
+def test_many_source_partitions_go_through_at_most_sink_parallelism_transactions_and_survive_a_crash_mid_commit(
+        tmp_path, bootstrap, unique):
+    """docs/semantics.md, Transactions per checkpoint: 48 source partitions, sink.parallelism 3. The
+    checkpoint writes through at most 3 transactions, each carrying whole source partitions (every
+    source partition in exactly one); the commit dies after its first transaction, and the next run
+    rolls the checkpoint forward. Every order is in the sink once, with its provenance, and the outputs
+    of each source partition keep their order in each sink partition."""
+    from lockstep.model.failpoints import CRASH_EXIT_CODE
+    from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+    from lockstep.model.transactional_ids import transactional_id
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=48, parallelism=3)
+    produce_orders(pipeline, 960)
+    crashed = run(pipeline, failpoints="commit.between_commits=crash")
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr[-3000:]
+    view = store(pipeline).view(1)
+    assert view.status is CheckpointStatus.PREPARED and view.claim.task_count == 3
+    transactions = view.prepared.transactions
+    assert sorted(t.transactional_id for t in transactions) == [transactional_id(pipeline.prefix, 1, i) for i in range(3)]
+    carried = [tp.partition for t in transactions for tp in t.sources]
+    assert sorted(carried) == list(range(48)), carried  # each source partition whole, in one transaction
+    assert open_transactions(pipeline), "the crash left no transaction open"
+
+    resumed = run(pipeline)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert store(pipeline).view(1).status is CheckpointStatus.COMPLETED and open_transactions(pipeline) == []
+    report = verify(pipeline)
+    assert report["ok"] and report["lost"] == 0 and report["duplicated"] == 0, report
+    seen: dict[tuple[int, int], list[int]] = {}  # (sink partition, source partition) -> source offsets in sink order
+    outputs = sorted(read_committed(bootstrap, pipeline.sink), key=lambda m: (m.partition(), m.offset()))
+    for msg in outputs:
+        headers = dict(msg.headers())
+        assert headers[SOURCE_TOPIC].decode() == pipeline.source, headers
+        seen.setdefault((msg.partition(), int(headers[SOURCE_PARTITION])), []).append(int(headers[SOURCE_OFFSET]))
+    assert {source for _, source in seen} == set(range(48))
+    for where, offsets in seen.items():
+        assert offsets == sorted(offsets), f"sink partition {where[0]}, source partition {where[1]}: {offsets}"
+    assert len(outputs) == 960 - 960 // MALFORMED_EVERY
+
+
 @pytest.mark.parametrize("writer", ["jvm", "python"])
 def test_outputs_of_one_source_partition_keep_their_order_in_each_sink_partition(tmp_path, bootstrap, unique, writer):
     """docs/semantics.md, Ordering: two outputs of the same source partition that land in the same sink
@@ -566,8 +606,9 @@ def test_a_partial_commit_whose_rest_timed_out_is_repaired_by_the_next_run(tmp_p
 
     from .engine_helpers import lockstep
 
+    # A transaction per partition (sink.parallelism 3), so that two of the three can be lost.
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3, timeout_ms=15_000, margin_ms=1000,
-                             writer=writer, mode=mode)
+                             writer=writer, mode=mode, parallelism=3)
     produce_orders(pipeline, 150)
     p = Pipeline.open(pipeline.spec())
     claim = plan(p, run_id="repair-test").claim

@@ -45,12 +45,30 @@ class FakeReader:
         return self._session.loaded
 
 
+class FakeFrame:
+    """What ``spark.range`` gives: enough of a DataFrame for `kafka_reader.default_parallelism`."""
+
+    def __init__(self, partitions: int) -> None:
+        self._partitions = partitions
+
+    def selectExpr(self, *exprs: str) -> FakeFrame:
+        return self
+
+    def first(self) -> dict[str, int]:
+        return {"last": self._partitions - 1}
+
+
 class FakeSession:
-    def __init__(self, modifiable: Callable[[str], bool] = lambda key: True, loaded: Any = None) -> None:
+    def __init__(self, modifiable: Callable[[str], bool] = lambda key: True, loaded: Any = None,
+                 default_parallelism: int = 2) -> None:
         self.conf = FakeConf(modifiable)
         #: (format, options) of every read, in order
         self.reads: list[tuple[str | None, dict[str, str]]] = []
         self.loaded = loaded
+        self.default_parallelism = default_parallelism
+
+    def range(self, start: int, end: int | None = None) -> FakeFrame:
+        return FakeFrame(self.default_parallelism)
 
     @property
     def read(self) -> FakeReader:

@@ -81,10 +81,30 @@ def test_the_claim_pins_what_it_was_planned_with_nested_like_the_spec() -> None:
     assert doc["schema"] == CLAIM_SCHEMA == "lockstep.checkpoint.claim/1"  # an added field, not a new schema
     assert doc["planned_with"] == {
         "source": {"topics": ["in"], "kafka_conn_id": "kafka_src"},
-        "sink": {"topic": "out", "dead_letter_topic": "dlq", "writer": "jvm", "kafka_conn_id": "kafka_a"},
+        "sink": {"topic": "out", "dead_letter_topic": "dlq", "writer": "jvm", "kafka_conn_id": "kafka_a",
+                 "parallelism": "auto"},
         "transactions": {"id_prefix": "old", "timeout_ms": 900_000},
     }
     assert CheckpointClaim.from_json(doc, KEY) == claim()
+
+
+def test_the_claim_bounds_its_transactional_ids_by_the_planned_sink_parallelism() -> None:
+    """Recovery fences ids 0 .. task_count-1 of a checkpoint that did not finish: as many as its run
+    could have used, which is at most sink.parallelism, however many partitions it read."""
+    from dataclasses import replace
+
+    from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
+
+    assert claim(tasks=5, pinned=replace(PLANNED, sink_parallelism=3)).task_count == 3
+    assert claim(tasks=2, pinned=replace(PLANNED, sink_parallelism=3)).task_count == 2
+    assert claim(tasks=300, pinned=replace(PLANNED, sink_parallelism="auto")).task_count == MAX_AUTO_PARALLELISM
+    # Claims of earlier versions, whose runs wrote a transaction per non-empty range:
+    assert claim(tasks=300, pinned=None).task_count == 300
+    doc = claim(tasks=300).to_json()
+    doc["planned_with"]["sink"].pop("parallelism")
+    before = CheckpointClaim.from_json(doc, KEY)
+    assert before.planned_with.sink_parallelism is None and before.task_count == 300
+    assert before.to_json() == doc  # written back unchanged
 
 
 def test_a_claim_of_the_previous_version_is_still_read_with_its_values_unknown() -> None:
@@ -104,6 +124,8 @@ def test_a_claim_of_the_previous_version_is_still_read_with_its_values_unknown()
     (lambda d: d["planned_with"].update(source=["in"]), "'planned_with.source'"),
     (lambda d: d["planned_with"]["source"].update(topics=[]), "source.topics"),
     (lambda d: d["planned_with"]["transactions"].update(id_prefix=""), "transactions.id_prefix"),
+    (lambda d: d["planned_with"]["sink"].update(parallelism=0), "sink.parallelism"),
+    (lambda d: d["planned_with"]["sink"].update(parallelism=[2]), "'planned_with.sink.parallelism'"),
     (lambda d: d.update(planned_with="old"), "planned_with"),
 ])
 def test_a_damaged_planned_with_is_a_metadata_error_naming_the_field(mutate, named: str) -> None:
@@ -120,14 +142,15 @@ def test_a_damaged_planned_with_is_a_metadata_error_naming_the_field(mutate, nam
 def test_every_pinned_field_is_compared_by_its_spec_name() -> None:
     now = planned_with(spec(source={"topics": ["in", "in2"], "kafka_conn_id": "kafka_src2"},
                             sink={"topic": "out2", "dead_letter_topic": "dlq2", "writer": "python",
-                                  "kafka_conn_id": "kafka_b"},
+                                  "kafka_conn_id": "kafka_b", "parallelism": 4},
                             transactions={"id_prefix": "new", "timeout_ms": 120_000}))
     changes = spec_changes(PLANNED, now)
     assert [c.field for c in changes] == [name for name, _ in PlannedWith.FIELDS] == [
         "source.topics", "source.kafka_conn_id", "sink.topic", "sink.dead_letter_topic", "sink.writer",
-        "sink.kafka_conn_id", "transactions.id_prefix", "transactions.timeout_ms"]
+        "sink.kafka_conn_id", "transactions.id_prefix", "transactions.timeout_ms", "sink.parallelism"]
     assert str(changes[0]) == "source.topics ['in'] -> ['in', 'in2']"
-    assert str(changes[-2]) == "transactions.id_prefix 'old' -> 'new'"
+    assert str(changes[-3]) == "transactions.id_prefix 'old' -> 'new'"
+    assert str(changes[-1]) == "sink.parallelism 'auto' -> 4"
 
 
 def test_a_later_step_uses_the_claims_values_and_says_what_changed() -> None:

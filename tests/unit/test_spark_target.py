@@ -145,22 +145,40 @@ def test_a_connect_session_takes_the_specs_runtime_settings_and_names_the_ones_i
     assert "checkpoint 7: spark.conf spark.executor.memory cannot be set on a Spark Connect session" in caplog.text
 
 
-def test_a_checkpoint_reads_exactly_its_ranges_of_committed_records():
-    """The job's read, through the session it is given: Spark's Kafka source assigned the claimed
-    partitions from their start to their (exclusive) end, read_committed, with the connection's settings."""
+def test_a_checkpoint_reads_exactly_its_ranges_of_committed_records_in_at_most_its_tasks():
+    """The job's read, through the session it is given: Lockstep's reader gets the claimed partitions
+    from their start to their (exclusive) end, empty ranges left out, and the task count; the
+    connection's settings (credentials) travel in the session's conf under a redacted key, never as
+    options, and leave the session once the run is done."""
     import json
 
     from lockstep.model.offsets import OffsetRange
-    from lockstep.spark.job import read_ranges
+    from lockstep.spark.jvm_writer import JVM_SETTINGS_CONF_PREFIX
+    from lockstep.spark.kafka_reader import RANGES_FORMAT, forget_read_settings, read_ranges
     from tests.support.fake_spark import FakeSession
 
     session = FakeSession(loaded="the rows")
-    ranges = (OffsetRange("orders", 0, 5, 9), OffsetRange("orders", 2, 0, 3))
-    assert read_ranges(session, {"bootstrap.servers": "b:9092"}, ranges) == "the rows"
+    ranges = (OffsetRange("orders", 0, 5, 9), OffsetRange("orders", 1, 7, 7), OffsetRange("orders", 2, 0, 3))
+    kafka = {"bootstrap.servers": "b:9092", "sasl.jaas.config": "... password=\"s3cr3t\";"}
+    assert read_ranges(session, kafka, ranges, tasks=1) == "the rows"
     [(source, options)] = session.reads
-    assert source == "kafka"
-    assert json.loads(options["assign"]) == {"orders": [0, 2]}
-    assert json.loads(options["startingOffsets"]) == {"orders": {"0": 5, "2": 0}}
-    assert json.loads(options["endingOffsets"]) == {"orders": {"0": 9, "2": 3}}
-    assert options["kafka.isolation.level"] == "read_committed" and options["includeHeaders"] == "false"
-    assert options["kafka.bootstrap.servers"] == "b:9092" and options["kafka.fetch.max.wait.ms"] == "20"
+    assert source == RANGES_FORMAT and options["headers"] == "false"
+    assert "s3cr3t" not in json.dumps(options)
+    [(key, value)] = session.conf.values.items()
+    assert key == JVM_SETTINGS_CONF_PREFIX + options["read_id"] and "secret" in key
+    settings = json.loads(value)
+    assert settings["ranges"] == [["orders", 0, 5, 9], ["orders", 2, 0, 3]] and settings["tasks"] == 1
+    assert settings["consumer_config"]["bootstrap.servers"] == "b:9092"
+    assert settings["consumer_config"]["fetch.max.wait.ms"] == "20"
+    forget_read_settings(session)
+    assert session.conf.values == {}
+    read_ranges(session, kafka, ranges, headers=True)
+    assert session.reads[-1][1]["headers"] == "true"
+    assert json.loads(next(iter(session.conf.values.values())))["tasks"] == 2  # default: one per non-empty range
+
+
+def test_the_cluster_default_parallelism_is_asked_of_the_session():
+    from lockstep.spark.kafka_reader import default_parallelism
+    from tests.support.fake_spark import FakeSession
+
+    assert default_parallelism(FakeSession(default_parallelism=6)) == 6

@@ -266,6 +266,16 @@ def test_sink_must_not_be_a_source_or_the_dead_letter_topic() -> None:
     assert "sink.dead_letter_topic" in problems(minimal(sink={"topic": "out", "dead_letter_topic": "out"}))
 
 
+def test_sink_parallelism_is_auto_or_a_positive_integer() -> None:
+    sink = minimal()["sink"]
+    assert parse_spec(minimal(), "p.yaml").sink.parallelism is None  # auto: the cluster's cores
+    assert parse_spec(minimal(sink={**sink, "parallelism": "auto"}), "p.yaml").sink.parallelism is None
+    assert parse_spec(minimal(sink={**sink, "parallelism": 12}), "p.yaml").sink.parallelism == 12
+    assert problems(minimal(sink={**sink, "parallelism": "many"}))["sink.parallelism"] == \
+        "must be auto or a positive integer, got 'many'"
+    assert problems(minimal(sink={**sink, "parallelism": 0}))["sink.parallelism"] == "must be between 1 and 100000, got 0"
+
+
 def test_sink_writer_is_jvm_or_python() -> None:
     sink = {"topic": "out", "dead_letter_topic": "dlq"}
     assert parse_spec(minimal(sink={**sink, "writer": "python"}), "p.yaml").sink.writer == "python"

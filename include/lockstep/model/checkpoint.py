@@ -18,6 +18,7 @@ from lockstep.errors import CheckpointError, LockstepError, MetadataError, Termi
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
 from lockstep.model.state import StateManifest, optional_manifest
+from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -160,6 +161,10 @@ class PlannedWith:
     sink_kafka_conn_id: str
     id_prefix: str
     timeout_ms: int
+    #: ``sink.parallelism``: the most tasks (transactions) the run writes with; "auto" (the cluster's
+    #: default parallelism, at most ``MAX_AUTO_PARALLELISM``); None in claims of earlier versions,
+    #: whose runs wrote one transaction per non-empty range.
+    sink_parallelism: int | str | None = "auto"
 
     #: (spec field, attribute): the names users know these values by, in logs and errors.
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
@@ -167,6 +172,7 @@ class PlannedWith:
         ("sink.topic", "sink_topic"), ("sink.dead_letter_topic", "dead_letter_topic"),
         ("sink.writer", "sink_writer"), ("sink.kafka_conn_id", "sink_kafka_conn_id"),
         ("transactions.id_prefix", "id_prefix"), ("transactions.timeout_ms", "timeout_ms"),
+        ("sink.parallelism", "sink_parallelism"),
     )
 
     def __post_init__(self) -> None:
@@ -174,10 +180,13 @@ class PlannedWith:
             raise ValueError(f"source.topics must be a non-empty list of topic names, got {self.source_topics!r}")
         for spec_field, attr in self.FIELDS:
             value = getattr(self, attr)
-            if attr not in ("source_topics", "timeout_ms") and (not isinstance(value, str) or not value):
+            if attr not in ("source_topics", "timeout_ms", "sink_parallelism") and (not isinstance(value, str) or not value):
                 raise ValueError(f"{spec_field} must be a non-empty string, got {value!r}")
         if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
             raise ValueError(f"transactions.timeout_ms must be a positive integer, got {self.timeout_ms!r}")
+        p = self.sink_parallelism
+        if p is not None and p != "auto" and (isinstance(p, bool) or not isinstance(p, int) or p < 1):
+            raise ValueError(f"sink.parallelism must be auto or a positive integer, got {p!r}")
 
     def value(self, spec_field: str) -> object:
         return getattr(self, dict(self.FIELDS)[spec_field])
@@ -186,7 +195,8 @@ class PlannedWith:
         return {
             "source": {"topics": list(self.source_topics), "kafka_conn_id": self.source_kafka_conn_id},
             "sink": {"topic": self.sink_topic, "dead_letter_topic": self.dead_letter_topic,
-                     "writer": self.sink_writer, "kafka_conn_id": self.sink_kafka_conn_id},
+                     "writer": self.sink_writer, "kafka_conn_id": self.sink_kafka_conn_id,
+                     **({"parallelism": self.sink_parallelism} if self.sink_parallelism is not None else {})},
             "transactions": {"id_prefix": self.id_prefix, "timeout_ms": self.timeout_ms},
         }
 
@@ -202,6 +212,8 @@ class PlannedWith:
             sink_topic=sink.get("topic", str), dead_letter_topic=sink.get("dead_letter_topic", str),
             sink_writer=sink.get("writer", str), sink_kafka_conn_id=sink.get("kafka_conn_id", str),
             id_prefix=txn.get("id_prefix", str), timeout_ms=txn.get("timeout_ms", int),
+            # Added later: claims of earlier versions lack it (their runs wrote a transaction per range).
+            sink_parallelism=sink.get("parallelism", (int, str)) if "parallelism" in sink.doc else None,
         ))
 
 
@@ -235,8 +247,14 @@ class CheckpointClaim:
 
     @property
     def task_count(self) -> int:
-        """One Spark task, and so one transactional id, per non-empty range."""
-        return sum(1 for r in self.ranges if not r.is_empty)
+        """The most Spark tasks, and so transactional ids ``0 .. task_count-1``, the run may write with:
+        one per non-empty range, at most ``sink.parallelism`` as planned (``auto``: at most
+        ``MAX_AUTO_PARALLELISM``; claims of earlier versions: one per non-empty range)."""
+        ranges = sum(1 for r in self.ranges if not r.is_empty)
+        bound = self.planned_with.sink_parallelism if self.planned_with is not None else None
+        if bound == "auto":
+            bound = MAX_AUTO_PARALLELISM
+        return min(ranges, bound) if isinstance(bound, int) else ranges
 
     def to_json(self) -> dict[str, object]:
         doc = {

@@ -6,7 +6,12 @@ A retried Spark task reuses its id, so its producer's InitProducerId fences the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import NamedTuple
+
+#: The most tasks, and so transactional ids per checkpoint, ``sink.parallelism: auto`` gives a run on
+#: a large cluster (a spec may set more).
+MAX_AUTO_PARALLELISM = 256
 
 #: What stands for the task index in `transactional_id_pattern`; the JVM writer substitutes it.
 TASK_PLACEHOLDER = "{task}"
@@ -40,3 +45,18 @@ def parse_transactional_id(prefix: str, tid: str) -> ParsedTransactionalId | Non
     if match is None:
         return None
     return ParsedTransactionalId(int(match.group(1)), int(match.group(2)))
+
+
+def write_tasks(parallelism: int | str | None, ranges: int, cluster_default: Callable[[], int]) -> int:
+    """How many Spark tasks, and so transactions, write a checkpoint of ``ranges`` non-empty ranges.
+
+    ``parallelism`` is the claim's ``sink.parallelism``: a number caps the tasks; "auto" caps them at the
+    cluster's default parallelism (``cluster_default``, asked only then) and `MAX_AUTO_PARALLELISM`;
+    None (a claim of an earlier version) keeps one task per range. Never more tasks than ranges: a
+    source partition is never split, so its records stay in one transaction, in order."""
+    if ranges <= 1 or parallelism is None:
+        return max(ranges, 1)
+    if parallelism == "auto":
+        return max(1, min(ranges, cluster_default(), MAX_AUTO_PARALLELISM))
+    assert isinstance(parallelism, int)  # PlannedWith checked it
+    return max(1, min(ranges, parallelism))

@@ -37,7 +37,7 @@ from lockstep.model.output_contract import (
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
-from lockstep.spark.job import read_ranges
+from lockstep.spark.kafka_reader import read_ranges
 from lockstep.spark.replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore

@@ -152,7 +152,7 @@ def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None)
 
 def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSession,
                     progress: Callable[[int], None] | None = None) -> StateVerifyReport:
-    from lockstep.spark.job import read_ranges
+    from lockstep.spark.kafka_reader import read_ranges
     from lockstep.spark.state import LATE, keyed
     from lockstep.transform import load_transform
 

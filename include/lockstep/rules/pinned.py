@@ -31,6 +31,7 @@ def planned_with(spec: PipelineSpec) -> PlannedWith:
         sink_topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic, sink_writer=spec.sink.writer,
         sink_kafka_conn_id=spec.sink.kafka_conn_id, id_prefix=spec.transactions.id_prefix,
         timeout_ms=spec.transactions.timeout_ms,
+        sink_parallelism=spec.sink.parallelism if spec.sink.parallelism is not None else "auto",
     )
 
 

@@ -12,11 +12,9 @@ No Airflow import here: the job runs wherever spark-submit or the run step runs 
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -25,15 +23,16 @@ from lockstep.errors import CheckpointError, TerminalError
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView, PreparedCheckpoint, PreparedTransaction
-from lockstep.model.offsets import OffsetRange, spark_offsets
 from lockstep.model.output_contract import (
     ACCEPTED_TYPES,
     OPTIONAL_COLUMNS,
     REQUIRED_COLUMNS,
     parse_task_result,
 )
+from lockstep.model.transactional_ids import write_tasks
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
 from lockstep.spark.jvm_writer import write_with_jvm
+from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
 from lockstep.spark.writer_settings import (
     check_transaction_timeout,
@@ -46,37 +45,11 @@ from lockstep.spec import PipelineSpec
 from lockstep.transform import load_transform, ship_to_executors
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
 
 log = logging.getLogger(__name__)
-
-
-def read_ranges(spark: JobSession, kafka: Mapping[str, object], ranges: tuple[OffsetRange, ...],
-                headers: bool = False) -> DataFrame:
-    """Exactly the planned ``[start, end)`` of each partition, committed records only.
-
-    ``kafka`` is the source connection in the Java dialect (``kafka_config(conn_id, JAVA)``):
-    Spark's Kafka source is a kafka-clients consumer."""
-    starting, ending = spark_offsets(ranges)
-    assign: dict[str, list[int]] = {}
-    for r in ranges:
-        assign.setdefault(r.topic, []).append(r.partition)
-    from lockstep.spark.conf import KAFKA_READ_OPTIONS
-
-    reader = spark.read.format("kafka")
-    for key, value in {**KAFKA_READ_OPTIONS, **{f"kafka.{k}": str(v) for k, v in kafka.items()}}.items():
-        reader = reader.option(key, value)
-    return (
-        reader.option("assign", json.dumps(assign))
-        .option("startingOffsets", json.dumps(starting))
-        .option("endingOffsets", json.dumps(ending))
-        .option("kafka.isolation.level", "read_committed")
-        .option("includeHeaders", str(headers).lower())
-        .load()
-    )
 
 
 def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str, ...]:
@@ -135,6 +108,15 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
                        view: CheckpointView | None = None) -> PreparedCheckpoint:
     """``view``: the checkpoint as the caller just read it (the run step, in its own process), else
     read here (the spark-submit driver). ``spark`` may be None for a checkpoint without records."""
+    try:
+        return _run_checkpoint_job(spec, checkpoint_id, spark, store, view)
+    finally:
+        if spark is not None:
+            forget_read_settings(spark)  # the source connection's settings leave the session with the run
+
+
+def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession | None, store: PipelineStore,
+                        view: CheckpointView | None) -> PreparedCheckpoint:
     view = view if view is not None else store.view(checkpoint_id)
     if view is None:
         raise CheckpointError(checkpoint_id, "has no claim; the plan task must run first")
@@ -158,7 +140,9 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             log.warning(notice)
         planned = resolved.values
         kafka = kafka_config(planned.source_kafka_conn_id, JAVA)
-        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None)
+        # At most sink.parallelism tasks (transactions), each reading whole source partitions.
+        tasks = write_tasks(planned.sink_parallelism, len(ranges), lambda: default_parallelism(spark))
+        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks)
         transform = load_transform(spec)
         replay = None
         if spec.replay_of is not None:
@@ -179,16 +163,19 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             from lockstep.spark import state as keyed_state
 
             stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files())
-            out = stateful.output
+            # The state's shuffle spreads the output over more partitions: back to at most `tasks`
+            # (concatenated whole: each source partition's records stay together, in order).
+            out = stateful.output.coalesce(tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
         settings = writer_settings(planned, checkpoint_id, dict(spec.producer), topic_limits(
             planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic), admin), pipeline=spec.name)
-        log.info("checkpoint %d: reading %d ranges (%s records at most), writing to %s / %s with the %s writer under "
-                 "transactional ids %s-%d-<task>", checkpoint_id, len(ranges), sum(r.count for r in ranges),
-                 planned.sink_topic, planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
+        log.info("checkpoint %d: reading %d ranges (%s records at most) in %d tasks (sink.parallelism %s), writing "
+                 "to %s / %s with the %s writer under transactional ids %s-%d-<task>", checkpoint_id, len(ranges),
+                 sum(r.count for r in ranges), tasks, planned.sink_parallelism, planned.sink_topic,
+                 planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
         write = write_with_jvm if planned.sink_writer == "jvm" else write_with_python
         if replay is not None:
             replay.record(out.select(*columns))  # before the decision: only read once it is completed

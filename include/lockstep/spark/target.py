@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lockstep.errors import TerminalError
 from lockstep.spec import SparkSpec
@@ -85,6 +85,8 @@ class JobSession(Protocol):
 
     @property
     def conf(self) -> SessionConf: ...
+
+    def range(self, start: int, end: int | None = None) -> Any: ...
 
 
 def is_connect_endpoint(endpoint: SparkEndpoint | None) -> bool:
