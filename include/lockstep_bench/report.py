@@ -401,13 +401,60 @@ def _sizes(add: Any, res: Results, plot: Path) -> None:
         add("")
 
 
+#: Issue 28's target: at 1,024 partitions at least this share of the 8-partition throughput.
+PARTITION_TARGET = 0.8
+
+
 def _partitions(add: Any, res: Results) -> None:
     add("## Scaling with partitions")
     add("")
-    add(f"{res.settings['partition_records']:,} records, one run per competitor and partition count. Lockstep runs "
-        "one Spark task, hence one Kafka transaction, per input partition.")
+    add(f"{res.settings['partition_records']:,} records over each partition count (the sink topic has as many "
+        "partitions), one run per competitor and partition count (the main comparison's medians at its own "
+        "count). Lockstep reads with its own reader (`lockstep-kafka-ranges`): whole source partitions in at most "
+        "`sink.parallelism` tasks (auto: the cluster's cores), one consumer per task, and one Kafka transaction "
+        "per task; plan, run and commit are its steps, _transactions_ how many the checkpoint opened.")
     add("")
-    _scaling_table(add, _rows_by(res.partitions, "partitions"), "partitions")
+    rows = _rows_by(res.partitions, "partitions")
+    steps = _lockstep_steps(res.partitions)
+    add(f"| partitions | {LABELS[LOCKSTEP_CONNECT]} rec/s (wall s) | plan s | run s | commit s | transactions | "
+        f"{LABELS[SPARK]} rec/s (wall s) | {LABELS[RAW]} rec/s (wall s) | Lockstep ÷ its 8 partitions |")
+    add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    base = rows.get(8, {}).get(LOCKSTEP_CONNECT, {}).get("records_per_s")
+    for parts, by in rows.items():
+        st = steps.get(parts, {})
+        lk = by.get(LOCKSTEP_CONNECT, {}).get("records_per_s")
+        add(f"| {parts:,} | {_rate_cell(by, LOCKSTEP_CONNECT)} | {_num(st.get('plan_s'), 2)} | "
+            f"{_num(st.get('run_s'), 2)} | {_num(st.get('commit_s'), 2)} | {_num(st.get('transactions'), 0)} | "
+            f"{_rate_cell(by, SPARK)} | {_rate_cell(by, RAW)} | {_ratio(lk, base)} |")
+    add("")
+    most = max(rows, default=None)
+    if base and most and most > 8 and LOCKSTEP_CONNECT in rows[most]:
+        ratio = rows[most][LOCKSTEP_CONNECT]["records_per_s"] / base
+        verdict = "met" if ratio >= PARTITION_TARGET else "not met"
+        add(f"- Target: at {most:,} partitions ≥ {PARTITION_TARGET}× the throughput at 8 — {verdict}: {ratio:.2f}×, "
+            f"through {_num(steps.get(most, {}).get('transactions'), 0)} transactions per checkpoint (one per "
+            "partition before `sink.parallelism`).")
+        add("")
+
+
+def _lockstep_steps(runs: list[dict]) -> dict[int, dict[str, float]]:
+    """Per partition count, the medians of Lockstep's (connect mode) plan, run and commit seconds and
+    transactions per checkpoint."""
+    found: dict[int, dict[str, list[float]]] = {}
+    for r in runs:
+        if r["pipeline"] == LOCKSTEP_CONNECT:
+            for k in ("plan_s", "run_s", "commit_s", "transactions"):
+                if r["inner"].get(k) is not None:
+                    found.setdefault(r["partitions"], {}).setdefault(k, []).append(r["inner"][k])
+    return {parts: {k: median(vs) for k, vs in by.items()} for parts, by in found.items()}
+
+
+def _rate_cell(by: dict[str, dict], pipeline: str) -> str:
+    return f"{_fmt_rate(by[pipeline]['records_per_s'])} ({by[pipeline]['wall_s']:.1f})" if pipeline in by else "–"
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
 
 
 def _history(add: Any, res: Results) -> None:

@@ -18,6 +18,9 @@ LOCKSTEP_MODES = (LOCKSTEP_CONNECT, LOCKSTEP)
 LOCKSTEP_PYTHON = "lockstep-python-writer"
 PRODUCER_PERF, CONSUMER_PERF = "kafka-producer-perf", "kafka-consumer-perf"
 PIPELINES = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, RAW)
+#: The partition scaling: Lockstep in its default mode, Spark's own pipeline and the raw client (spark-submit
+#: mode is the same Spark stage plus a JVM start, and minutes at 1,024 partitions for nothing more).
+PARTITION_PIPELINES = (LOCKSTEP_CONNECT, SPARK, RAW)
 # The exactly-once peers, each in a venv of its own (``lockstep_bench.peers``): Flink SQL with Flink's
 # exactly-once Kafka sink, and a Quix Streams application with processing_guarantee="exactly-once".
 FLINK_SQL, QUIX = "flink-sql-exactly-once", "quix-exactly-once"

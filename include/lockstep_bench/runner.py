@@ -28,6 +28,7 @@ from lockstep_bench.results import (
     LOCKSTEP,
     LOCKSTEP_CONNECT,
     LOCKSTEP_PYTHON,
+    PARTITION_PIPELINES,
     PEERS,
     PIPELINES,
     PRODUCER_PERF,
@@ -45,8 +46,8 @@ class Settings:
     partitions: int = 8
     repeats: int = 3
     sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000, 5_000_000)
-    partition_counts: tuple[int, ...] = (1, 4, 8, 16)
-    partition_records: int = 200_000
+    partition_counts: tuple[int, ...] = (1, 8, 64, 256, 1024)
+    partition_records: int = 1_000_000
     history: tuple[int, ...] = (10, 1_000, 10_000)
     fixed_repeats: int = 3
     perf_tools: bool = True
@@ -213,10 +214,10 @@ class Bench:
             runs = reuse.get((self.s.partition_records, parts))
             if runs is None:
                 w = workloads.make_input(self.bootstrap, self.s.partition_records, parts)
-                runs = self.alternate(w, PIPELINES, 1)
+                runs = self.alternate(w, PARTITION_PIPELINES, 1)
                 workloads.delete_topic(self.bootstrap, w.topic)
             res.partitions += [{**r.to_json(), "reused": (self.s.partition_records, parts) in reuse} for r in runs
-                               if r.pipeline in PIPELINES]
+                               if r.pipeline in PARTITION_PIPELINES]
 
 
 def environment(bootstrap: str) -> dict[str, Any]:
@@ -426,8 +427,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, help="alternated repeats per competitor (default 3)")
     parser.add_argument("--sizes", type=ints, help="input sizes for the scaling table "
                                                    "(default 10000,100000,1000000,5000000)")
-    parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,4,8,16)")
-    parser.add_argument("--partition-records", type=int, help="records per partition-scaling point (default 200000)")
+    parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,8,64,256,1024)")
+    parser.add_argument("--partition-records", type=int, help="records per partition-scaling point (default 1000000)")
     parser.add_argument("--history", type=ints, help="past-checkpoint counts for plan time (default 10,1000,10000)")
     parser.add_argument("--no-perf-tools", dest="perf_tools", action="store_false", default=None,
                         help="skip Kafka's producer/consumer perf tools")
