@@ -201,6 +201,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
     _airflow(add, res)
     _sizes(add, res, plot)
     _partitions(add, res)
+    _large(add, res)
     _history(add, res)
     add(KEYED_STATE)
     add("")
@@ -434,6 +435,43 @@ def _partitions(add: Any, res: Results) -> None:
         add(f"- Target: at {most:,} partitions ≥ {PARTITION_TARGET}× the throughput at 8 — {verdict}: {ratio:.2f}×, "
             f"through {_num(steps.get(most, {}).get('transactions'), 0)} transactions per checkpoint (one per "
             "partition before `sink.parallelism`).")
+        add("")
+
+
+#: Issue 28's target at the large input: Lockstep at least this share of kafka-producer-perf-test's records/s.
+LARGE_TARGET = 0.5
+
+
+def _large(add: Any, res: Results) -> None:
+    if not res.large:
+        return
+    records = res.large[0]["records"]
+    add(f"## A large input: {records:,} records")
+    add("")
+    add(f"{records:,} records over {res.large[0]['partitions']} partitions, one run each, alternated, in this run: "
+        "Lockstep in connect mode (one checkpoint over all of them: plan, run, commit), the raw client and "
+        "`kafka-producer-perf-test` (the broker's own producer ceiling: the same number of records of the same "
+        "size, same producer settings, no read, no transform, no transaction) on the same broker.")
+    add("")
+    rows = _rows_by(res.large, "records")[records]
+    steps = _lockstep_steps(res.large).get(res.large[0]["partitions"], {})
+    add("| competitor | records/s | wall s | |")
+    add("| --- | ---: | ---: | --- |")
+    for name in (LOCKSTEP_CONNECT, RAW, PRODUCER_PERF):
+        if name in rows:
+            detail = (f"plan {_num(steps.get('plan_s'), 2)} s, run {_num(steps.get('run_s'), 2)} s, commit "
+                      f"{_num(steps.get('commit_s'), 2)} s, {_num(steps.get('transactions'), 0)} transactions"
+                      if name == LOCKSTEP_CONNECT else "")
+            add(f"| {LABELS[name]} | {_fmt_rate(rows[name]['records_per_s'])} | {rows[name]['wall_s']:.1f} | {detail} |")
+    add("")
+    lk = rows.get(LOCKSTEP_CONNECT, {}).get("records_per_s")
+    perf = rows.get(PRODUCER_PERF, {}).get("records_per_s")
+    raw = rows.get(RAW, {}).get("records_per_s")
+    if lk and perf:
+        verdict = "met" if lk / perf >= LARGE_TARGET else "not met"
+        add(f"- Target: Lockstep ≥ {LARGE_TARGET}× kafka-producer-perf-test's records/s — {verdict}: "
+            f"{_ratio(lk, perf)} (end to end; the tool's own steady-state figure is higher still). Lockstep ÷ the raw "
+            f"client: {_ratio(lk, raw)}.")
         add("")
 
 

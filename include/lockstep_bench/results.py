@@ -21,6 +21,8 @@ PIPELINES = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, RAW)
 #: The partition scaling: Lockstep in its default mode, Spark's own pipeline and the raw client (spark-submit
 #: mode is the same Spark stage plus a JVM start, and minutes at 1,024 partitions for nothing more).
 PARTITION_PIPELINES = (LOCKSTEP_CONNECT, SPARK, RAW)
+#: The large input (10M records): Lockstep against the broker's own producer ceiling and the raw client.
+LARGE_PIPELINES = (LOCKSTEP_CONNECT, RAW, PRODUCER_PERF)
 # The exactly-once peers, each in a venv of its own (``lockstep_bench.peers``): Flink SQL with Flink's
 # exactly-once Kafka sink, and a Quix Streams application with processing_guarantee="exactly-once".
 FLINK_SQL, QUIX = "flink-sql-exactly-once", "quix-exactly-once"
@@ -40,6 +42,8 @@ class Results:
     fixed: list[dict] = field(default_factory=list)
     sizes: list[dict] = field(default_factory=list)
     partitions: list[dict] = field(default_factory=list)
+    #: The large input: Lockstep (connect mode), the raw client and kafka-producer-perf-test on it, alternated.
+    large: list[dict] = field(default_factory=list)
     history: list[dict] = field(default_factory=list)
     airflow: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -25,6 +25,7 @@ from lockstep_bench.measure import Run, RunFailed, execute
 from lockstep_bench.results import (
     CONSUMER_PERF,
     FLINK_SQL,
+    LARGE_PIPELINES,
     LOCKSTEP,
     LOCKSTEP_CONNECT,
     LOCKSTEP_PYTHON,
@@ -48,6 +49,8 @@ class Settings:
     sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000, 5_000_000)
     partition_counts: tuple[int, ...] = (1, 8, 64, 256, 1024)
     partition_records: int = 1_000_000
+    #: The large input's records (0: skipped), over ``partitions``.
+    large_records: int = 10_000_000
     history: tuple[int, ...] = (10, 1_000, 10_000)
     fixed_repeats: int = 3
     perf_tools: bool = True
@@ -63,7 +66,7 @@ class Settings:
     @classmethod
     def quick_settings(cls, **overrides: Any) -> Settings:
         base = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
-                    partition_records=10_000, history=(10, 100), fixed_repeats=1, quick=True,
+                    partition_records=10_000, large_records=0, history=(10, 100), fixed_repeats=1, quick=True,
                     peers=False)  # the smoke test stays offline of PyFlink; --peers forces them on
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
@@ -220,6 +223,18 @@ class Bench:
                                if r.pipeline in PARTITION_PIPELINES]
 
 
+    def large_input(self, res: Results) -> None:
+        """``large_records`` over ``partitions``: Lockstep in connect mode, the raw client and the broker's own
+        producer perf tool, alternated once, in this run (issue 28: Lockstep ≥ 0.5× the perf tool)."""
+        if not self.s.large_records:
+            return
+        log(f"generating the large input: {self.s.large_records:,} records over {self.s.partitions} partitions")
+        w = workloads.make_input(self.bootstrap, self.s.large_records, self.s.partitions)
+        names = LARGE_PIPELINES if self.s.perf_tools else tuple(p for p in LARGE_PIPELINES if p != PRODUCER_PERF)
+        res.large += [r.to_json() for r in self.alternate(w, names, 1)]
+        workloads.delete_topic(self.bootstrap, w.topic)
+
+
 def environment(bootstrap: str) -> dict[str, Any]:
     import platform as py_platform
     import subprocess
@@ -311,6 +326,7 @@ def run_bench(settings: Settings) -> Path:
         main_runs = [run_of(d) for d in res.main]
         bench.fixed_cost(res)
         bench.scaling(res, main, main_runs)
+        bench.large_input(res)
         res.load["end"] = os.getloadavg()
         if settings.airflow:  # last: Airflow's own load must not touch the figures above
             from lockstep_bench import airflow_overhead
@@ -429,6 +445,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "(default 10000,100000,1000000,5000000)")
     parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,8,64,256,1024)")
     parser.add_argument("--partition-records", type=int, help="records per partition-scaling point (default 1000000)")
+    parser.add_argument("--large-records", type=int, help="records of the large input, run by Lockstep (connect), the "
+                                                          "raw client and kafka-producer-perf-test (default 10000000; "
+                                                          "0 skips it)")
     parser.add_argument("--history", type=ints, help="past-checkpoint counts for plan time (default 10,1000,10000)")
     parser.add_argument("--no-perf-tools", dest="perf_tools", action="store_false", default=None,
                         help="skip Kafka's producer/consumer perf tools")
@@ -473,8 +492,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
-                                                 "partition_records", "history", "perf_tools", "python_writer", "airflow",
-                                                 "peers", "report", "results", "baseline", "state_dir")}
+                                                 "partition_records", "large_records", "history", "perf_tools",
+                                                 "python_writer", "airflow", "peers", "report", "results", "baseline",
+                                                 "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
     return settings
