@@ -71,6 +71,17 @@ class SinkSpec:
 
 
 @dataclass(frozen=True)
+class TriggerSpec:
+    """``checkpoints.trigger``: start a checkpoint when the source's unread records reach
+    ``lag_records``, or when some have waited ``max_wait_s`` since the last checkpoint completed;
+    never while the topic is idle. The source is looked at every ``poll_s``."""
+
+    lag_records: int
+    max_wait_s: int
+    poll_s: int = 5
+
+
+@dataclass(frozen=True)
 class CheckpointSpec:
     store: str
     bucket: str
@@ -80,6 +91,8 @@ class CheckpointSpec:
     max_records: int
     retain: int
     skip_deleted_ranges: bool
+    #: Lag-driven checkpoints instead of a schedule (``schedule`` is then null).
+    trigger: TriggerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -413,8 +426,42 @@ def _schedule(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker
     return None
 
 
+_DURATION_RE = re.compile(r"([1-9][0-9]*)\s*(s|m|h)?")
+_UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600}
+
+
+def _duration_s(c: _Checker, d: Section, path: str, key: str, default: int) -> Any:
+    """Seconds from an integer or a string like ``90s``, ``15m``, ``2h``."""
+    value = d.get(key, default)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    found = _DURATION_RE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if found is None:
+        c.fail(f"{path}.{key}", f"must be a duration: seconds, or a number with s, m or h (30s, 15m, 2h), "
+                                f"got {value!r}")
+        return None
+    return int(found.group(1)) * _UNIT_S[found.group(2)]
+
+
+def _trigger(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker's
+    if d.get("trigger") is None:
+        return None
+    t = c.section(d["trigger"], "checkpoints.trigger", {"lag_records", "max_wait", "poll_interval"})
+    if "lag_records" not in t:
+        c.fail("checkpoints.trigger.lag_records", "is required: the unread records that start a checkpoint")
+    if d.get("schedule") is not None:
+        c.fail("checkpoints.schedule", "must be null (or left out) when checkpoints.trigger is set: the lag starts "
+                                       "checkpoints, not a schedule")
+    lag = c.integer(t, "checkpoints.trigger", "lag_records", 1, 1, None)
+    wait = _duration_s(c, t, "checkpoints.trigger", "max_wait", 3600)
+    poll = _duration_s(c, t, "checkpoints.trigger", "poll_interval", 5)
+    if None in (lag, wait, poll):
+        return None
+    return TriggerSpec(lag_records=lag, max_wait_s=wait, poll_s=poll)
+
+
 def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
-    allowed = {"store", "aws_conn_id", "schedule", "max_records", "retain", "skip_deleted_ranges"}
+    allowed = {"store", "aws_conn_id", "schedule", "max_records", "retain", "skip_deleted_ranges", "trigger"}
     d = c.section(doc, "checkpoints", allowed, optional=False)
     store = c.text(d, "checkpoints", "store")
     location = parse_store_url(store) if store else None
@@ -429,6 +476,7 @@ def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
         max_records=c.integer(d, "checkpoints", "max_records", 100_000, 1, None),
         retain=c.integer(d, "checkpoints", "retain", 20, 1, None),
         skip_deleted_ranges=c.boolean(d, "checkpoints", "skip_deleted_ranges", False),
+        trigger=_trigger(c, d),
     )
 
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset
+from airflow.sdk import DAG, Asset, AssetWatcher
 
 from lockstep.ops.drift import asset_name
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
@@ -37,6 +37,10 @@ def doc_md(spec: Any) -> str:
         "commits every transaction, then publishes offsets to consumer group "
         f"`{spec.source.consumer_group}`.",
         "",
+        *([f"**Lag-triggered** (`checkpoints.trigger`): a checkpoint starts when {c.trigger.lag_records:,} source "
+           f"records are unread, or when some have waited {c.trigger.max_wait_s} s since the last checkpoint "
+           f"completed; the watcher looks every {c.trigger.poll_s} s and starts no run while the topic is idle.",
+           ""] if c.trigger is not None else []),
         f"Budget {c.max_records} records per checkpoint; transactions time out after "
         f"{spec.transactions.timeout_ms} ms; {c.retain} completed checkpoints retained. Spec: `{spec.path}`.",
         "",
@@ -88,16 +92,34 @@ def sink_assets(pipelines_dir: Path | None = None) -> list[Asset]:
         return []
 
 
+def lag_asset(spec: Any) -> Asset:
+    """The Asset a lag-triggered pipeline's DAG is scheduled on: its watcher fires when a checkpoint
+    should start (``lockstep_airflow.triggers``)."""
+    from lockstep_airflow.triggers import LockstepLagTrigger
+
+    name = f"lockstep_{spec.name}_lag"
+    trigger = LockstepLagTrigger(spec_path=str(spec.path), pipeline=spec.name, poll_s=spec.checkpoints.trigger.poll_s)
+    return Asset(name=name, group="lockstep", extra={"pipeline": spec.name, "role": "lag trigger"},
+                 watchers=[AssetWatcher(name=name, trigger=trigger)])
+
+
+def schedule_of(spec: Any) -> Any:
+    """The spec's cron schedule, or for ``checkpoints.trigger`` its lag Asset."""
+    return [lag_asset(spec)] if spec.checkpoints.trigger is not None else spec.checkpoints.schedule
+
+
 def build_dag(spec: Any) -> DAG:
+    lag = spec.checkpoints.trigger
     with DAG(
         dag_id=spec.dag_id,
-        schedule=spec.checkpoints.schedule,
+        schedule=schedule_of(spec),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
         description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
-        tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}"],
+        tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
+              *([f"trigger:lag>={lag.lag_records}"] if lag is not None else [])],
         params=pipeline_params(read_restore_points(spec)),
         default_args={"owner": "lockstep"},
     ) as dag:

@@ -110,6 +110,20 @@ def _planned_checkpoint(context: Any) -> int:
     return int(planned["checkpoint_id"])
 
 
+def _lag_trigger_reasons(context: Any) -> list[str]:
+    """Why the lag watcher started this run (``checkpoints.trigger``): the reasons its asset events carry."""
+    reasons: list[str] = []
+    try:
+        for events in (context.get("triggering_asset_events") or {}).values():
+            for event in events:
+                payload = (getattr(event, "extra", None) or {}).get("payload") or {}
+                if isinstance(payload, dict) and payload.get("reason"):
+                    reasons.append(str(payload["reason"]))
+    except Exception as exc:  # noqa: BLE001 - a log line only; the plan does not depend on it
+        log.info("the triggering asset events could not be read (%s)", exc)
+    return reasons
+
+
 class LockstepPlanOperator(_LockstepOperator):
     """Recover, then fix and claim the next checkpoint's offset ranges (XCom: checkpoint id, ranges).
 
@@ -136,6 +150,8 @@ class LockstepPlanOperator(_LockstepOperator):
 
         params = context["params"]
         dry_run = _dry_run(context)
+        for reason in _lag_trigger_reasons(context):
+            log.info("%s: started by its lag watcher: %s", spec.name, reason)
         started = time.monotonic()
         try:
             result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,

@@ -63,3 +63,31 @@ def test_params_refuse_bad_values_with_the_rule(dagbag):
 
     with pytest.raises(ParamValidationError):
         dag.params.get_param("max_records").resolve(0)
+
+
+def test_a_lag_triggered_pipeline_is_scheduled_on_its_watched_asset(tmp_path, monkeypatch):
+    """checkpoints.trigger: the DAG's schedule is an Asset whose watcher is Lockstep's lag trigger, with
+    the pipeline in its arguments (watchers with equal arguments share a trigger), and the DAG says so."""
+    import yaml
+
+    from lockstep.spec import load_specs
+
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from lockstep_airflow.dag_factory import build_dag
+    from lockstep_airflow.triggers import LockstepLagTrigger
+
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    doc["checkpoints"].pop("schedule", None)
+    doc["checkpoints"]["trigger"] = {"lag_records": 5000, "max_wait": "10m", "poll_interval": 3}
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(doc))
+    [spec] = load_specs(tmp_path)
+    dag = build_dag(spec)
+    [asset] = dag.timetable.asset_condition.objects
+    [watcher] = asset.watchers
+    assert asset.name == f"lockstep_{spec.name}_lag"
+    assert isinstance(watcher.trigger, LockstepLagTrigger)
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == "lockstep_airflow.triggers.LockstepLagTrigger"
+    assert kwargs == {"spec_path": str(spec.path), "pipeline": spec.name, "poll_s": 3}
+    assert LockstepLagTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert "trigger:lag>=5000" in dag.tags and "**Lag-triggered**" in dag.doc_md and "600 s" in dag.doc_md

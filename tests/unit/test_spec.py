@@ -458,3 +458,29 @@ def test_every_state_problem_is_reported_at_once() -> None:
                                                                    "version": 0}}))
     assert set(found) == {"state.event_time.column", "state.function.state.n", "state.function.key",
                           "state.function.version"}
+
+
+def test_a_lag_trigger_takes_records_and_durations_instead_of_a_schedule() -> None:
+    from lockstep.spec import TriggerSpec
+
+    checkpoints = minimal()["checkpoints"]
+    lagged = {**checkpoints, "trigger": {"lag_records": 5000, "max_wait": "15m", "poll_interval": 2}}
+    spec = parse_spec(minimal(checkpoints=lagged), "p.yaml")
+    assert spec.checkpoints.trigger == TriggerSpec(lag_records=5000, max_wait_s=900, poll_s=2)
+    assert spec.checkpoints.schedule is None
+    assert parse_spec(minimal(checkpoints={**checkpoints, "trigger": {"lag_records": 1}}),
+                      "p.yaml").checkpoints.trigger == TriggerSpec(1, 3600, 5)
+    assert parse_spec(minimal(), "p.yaml").checkpoints.trigger is None  # cron stays the default
+
+
+@pytest.mark.parametrize(("trigger", "schedule", "field", "reason"), [
+    ({"lag_records": 10}, "@hourly", "checkpoints.schedule", "must be null (or left out) when checkpoints.trigger"),
+    ({"max_wait": "1h"}, None, "checkpoints.trigger.lag_records", "is required"),
+    ({"lag_records": 0}, None, "checkpoints.trigger.lag_records", "must be >= 1"),
+    ({"lag_records": 10, "max_wait": "soon"}, None, "checkpoints.trigger.max_wait", "must be a duration"),
+    ({"lag_records": 10, "max_wait": "0s"}, None, "checkpoints.trigger.max_wait", "must be a duration"),
+    ({"lag_records": 10, "lag": 3}, None, "checkpoints.trigger.lag", "unknown key"),
+])
+def test_a_bad_lag_trigger_is_named(trigger, schedule, field: str, reason: str) -> None:
+    checkpoints = {**minimal()["checkpoints"], "trigger": trigger, "schedule": schedule}
+    assert reason in problems(minimal(checkpoints=checkpoints))[field]

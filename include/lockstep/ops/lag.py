@@ -27,8 +27,9 @@ from lockstep.model.offsets import TopicPartition, offsets_from_json
 if TYPE_CHECKING:
     from lockstep.kafka.client_configs import ClientConfig
     from lockstep.kafka.topics import TopicAdmin
+    from lockstep.rules.lag_trigger import SourceLook
     from lockstep.spec import PipelineSpec
-    from lockstep.store.checkpoint_store import PipelineStore
+    from lockstep.store.checkpoint_store import CheckpointStore, PipelineStore
 
 log = logging.getLogger(__name__)
 
@@ -254,10 +255,11 @@ def oldest_unread_timestamps(config: ClientConfig, at: Mapping[str, int],
 
 def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin | None = None,
              now: datetime | None = None, timestamp_timeout_s: float = TIMESTAMP_TIMEOUT_S,
-             list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None
-             ) -> PipelineLag:
+             list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None,
+             ages: bool = True) -> PipelineLag:
     """Read the facts and compute the lag. ``store`` is the pipeline's ``CheckpointStore``; without
-    one (None), the committed offsets are the consumer group's."""
+    one (None), the committed offsets are the consumer group's. ``ages=False`` leaves out the oldest
+    unread records' ages (a consumer's read: the lag watcher, which looks every few seconds, needs no ages)."""
     from lockstep.connections import kafka_config
     from lockstep.kafka import broker_offsets, topics
     from lockstep.steps.client_factory import kafka_admin
@@ -271,6 +273,8 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
     stable = broker_offsets.last_stable_offsets(admin, tps)
     group = broker_offsets.group_offsets(config, spec.source.consumer_group, tps) if latest is None else {}
     result = pipeline_lag(spec.name, tps, latest, unsettled, stable, group, spec.source.consumer_group, now)
+    if not ages:
+        return result
     try:
         stamps = oldest_unread_timestamps(config, {p.partition: p.read_to for p in result.partitions
                                                    if p.unread and p.read_to is not None}, timestamp_timeout_s)
@@ -278,3 +282,20 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
         log.info("ages of the oldest unread records not read: %s", exc)
         stamps = {}
     return replace(result, partitions=with_ages(result.partitions, stamps, now))
+
+
+def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin | None = None,
+                 now: datetime | None = None) -> SourceLook:
+    """What the lag watcher decides on (``lockstep.rules.lag_trigger``): the unread records, the newest
+    checkpoint, how long the one in flight (if any) has been, and how long since one completed."""
+    from lockstep.rules.lag_trigger import SourceLook
+
+    now = now or datetime.now(UTC)
+    lag = read_lag(spec, store, admin, now, ages=False)
+    unsettled = store.views_after(lag.last_completed)
+    newest = max([v.checkpoint_id for v in unsettled] + ([lag.last_completed] if lag.last_completed else []),
+                 default=None)
+    flying = [v for v in unsettled if v.status in _UNSETTLED]
+    in_flight_age = (now - datetime.fromisoformat(flying[-1].claim.claimed_at)).total_seconds() if flying else None
+    return SourceLook(unread=lag.totals["unread"], newest_checkpoint=newest, in_flight_age_s=in_flight_age,
+                      since_completed_s=lag.last_completed_age_s)

@@ -183,6 +183,9 @@ class CheckpointStore:
     def _dry_run_key(self) -> str:
         return f"{self.root}/last-dry-run.json"
 
+    def _trigger_key(self) -> str:
+        return f"{self.root}/trigger-fired.json"
+
     def _savepoint_key(self, name: str) -> str:
         return f"{self.root}/savepoints/{validate_savepoint_name(name)}.json"
 
@@ -314,6 +317,15 @@ class CheckpointStore:
 
     def last_dry_run(self) -> CheckpointClaim | None:
         return self._read(self._dry_run_key(), CheckpointClaim.from_json)
+
+    def record_trigger_fired(self, doc: Mapping[str, object]) -> None:
+        """The lag watcher's marker of its last event (``lockstep.rules.lag_trigger.Fired``): kept here,
+        since Airflow restarts a watcher from its arguments after every event (overwritten each time)."""
+        self._overwrite(self._trigger_key(), doc)
+
+    def trigger_fired(self) -> object | None:
+        found = self._get(self._trigger_key())
+        return found[0] if found is not None else None
 
     def _overwrite(self, key: str, doc: Mapping[str, object]) -> None:
         body = json.dumps(doc, sort_keys=True, indent=1).encode()

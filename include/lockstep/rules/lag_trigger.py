@@ -1,0 +1,80 @@
+"""When a lag-triggered pipeline starts a checkpoint (pure): ``checkpoints.trigger``.
+
+The watcher (``lockstep_airflow.triggers``) looks at the source every ``poll_s`` and asks `start_reason`.
+A checkpoint starts when the unread records reach ``lag_records``, or when some have waited
+``max_wait_s`` since the last checkpoint completed; never while the topic is idle.
+
+The condition "lag ≥ N" stays true until the checkpoint it starts has committed, and Airflow restarts a
+watcher from its arguments after each event, so a watcher that only looked at the lag would fire again
+and again. The decision is edge-triggered with a marker the watcher writes when it fires (`Fired`,
+kept in the pipeline's store, which outlives any triggerer): having fired, it does not fire again
+until a newer checkpoint has been claimed, and while a checkpoint is in flight it waits for that one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lockstep.spec import TriggerSpec
+
+#: A fire whose run never claimed a checkpoint (the run failed before planning, the DAG was paused) is
+#: forgotten after this long: the watcher may fire again.
+REFIRE_AFTER_S = 600
+
+
+@dataclass(frozen=True)
+class Fired:
+    """The marker of the watcher's last event: when, and the newest checkpoint id it saw then."""
+
+    at_s: float
+    newest_checkpoint: int | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"at_s": self.at_s, "newest_checkpoint": self.newest_checkpoint}
+
+    @classmethod
+    def from_json(cls, doc: object) -> Fired | None:
+        if not isinstance(doc, dict):
+            return None
+        at, newest = doc.get("at_s"), doc.get("newest_checkpoint")
+        if isinstance(at, bool) or not isinstance(at, int | float):
+            return None
+        return cls(float(at), newest if isinstance(newest, int) and not isinstance(newest, bool) else None)
+
+
+@dataclass(frozen=True)
+class SourceLook:
+    """What the watcher saw at one look (``lockstep.ops.lag.read_lag`` and the store)."""
+
+    #: records up to the last stable offsets that no checkpoint has claimed; None when where to start
+    #: is not known yet (no completed checkpoint and no consumer-group offsets)
+    unread: int | None
+    #: the newest checkpoint id in the store (claimed, in flight or settled), None before the first
+    newest_checkpoint: int | None
+    #: seconds since the newest checkpoint in flight (claimed or prepared) was claimed; None if none is
+    in_flight_age_s: float | None
+    #: seconds since the last checkpoint completed; None before the first
+    since_completed_s: float | None
+
+
+def start_reason(look: SourceLook, trigger: TriggerSpec, fired: Fired | None, now_s: float,
+                 in_flight_lease_s: float) -> str | None:
+    """Why a checkpoint should start now, or None to keep waiting.
+
+    ``in_flight_lease_s``: how long a checkpoint in flight is presumed to have a run carrying it (the
+    transaction timeout); past it, a run is started to recover it."""
+    if fired is not None and fired.newest_checkpoint == look.newest_checkpoint and now_s - fired.at_s < REFIRE_AFTER_S:
+        return None  # the run this watcher started has not claimed its checkpoint yet
+    if look.in_flight_age_s is not None:
+        if look.in_flight_age_s < in_flight_lease_s:
+            return None  # a run is carrying it; the lag is looked at again once it completed
+        return (f"checkpoint {look.newest_checkpoint} has been in flight for {look.in_flight_age_s:.0f} s, longer than "
+                "its transactions' timeout: a run recovers it")
+    if look.unread is None:
+        return "no checkpoint has completed yet: a first checkpoint finds where to start"
+    if look.unread >= trigger.lag_records:
+        return f"{look.unread:,} records unread, at least checkpoints.trigger.lag_records ({trigger.lag_records:,})"
+    if look.unread > 0 and (look.since_completed_s is None or look.since_completed_s >= trigger.max_wait_s):
+        since = "no checkpoint completed" if look.since_completed_s is None else \
+            f"the last checkpoint completed {look.since_completed_s:.0f} s ago"
+        return f"{look.unread:,} records unread and {since}, at least checkpoints.trigger.max_wait ({trigger.max_wait_s} s)"
+    return None

@@ -1,0 +1,64 @@
+"""When a lag-triggered pipeline starts a checkpoint (`lockstep.rules.lag_trigger.start_reason`)."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.rules.lag_trigger import REFIRE_AFTER_S, Fired, SourceLook, start_reason
+from lockstep.spec import TriggerSpec
+
+TRIGGER = TriggerSpec(lag_records=1000, max_wait_s=300)
+NOW = 1_000_000.0
+LEASE = 900.0
+
+
+def look(unread: int | None = 0, newest: int | None = 7, in_flight_age: float | None = None,
+         since_completed: float | None = 10.0) -> SourceLook:
+    return SourceLook(unread=unread, newest_checkpoint=newest, in_flight_age_s=in_flight_age,
+                      since_completed_s=since_completed)
+
+
+def reason(seen: SourceLook, fired: Fired | None = None) -> str | None:
+    return start_reason(seen, TRIGGER, fired, NOW, LEASE)
+
+
+@pytest.mark.parametrize("since", [10.0, 3600.0, None])
+def test_an_idle_topic_starts_nothing_however_long_it_has_been(since) -> None:
+    assert reason(look(unread=0, since_completed=since)) is None
+
+
+def test_a_trickle_waits_for_max_wait_then_starts() -> None:
+    assert reason(look(unread=5, since_completed=299.0)) is None
+    assert reason(look(unread=5, since_completed=300.0)) == (
+        "5 records unread and the last checkpoint completed 300 s ago, at least checkpoints.trigger.max_wait (300 s)")
+
+
+def test_a_burst_starts_at_once() -> None:
+    assert reason(look(unread=1000, since_completed=1.0)) == (
+        "1,000 records unread, at least checkpoints.trigger.lag_records (1,000)")
+
+
+def test_having_fired_it_waits_for_the_run_to_claim_a_checkpoint_so_one_burst_is_one_run() -> None:
+    burst = look(unread=50_000, newest=7)
+    fired = Fired(at_s=NOW - 30, newest_checkpoint=7)
+    assert reason(burst, fired) is None  # the run it started has not planned yet
+    assert reason(look(unread=50_000, newest=8, in_flight_age=5.0), fired) is None  # its checkpoint is in flight
+    assert reason(look(unread=50_000, newest=8), fired) is not None  # it completed: the rest is a new burst
+    # A run that never claimed anything (failed before planning, DAG paused) does not hold it forever:
+    assert reason(burst, Fired(at_s=NOW - REFIRE_AFTER_S, newest_checkpoint=7)) is not None
+
+
+def test_a_checkpoint_left_in_flight_past_its_transactions_timeout_starts_a_run_to_recover_it() -> None:
+    assert reason(look(unread=0, newest=8, in_flight_age=LEASE - 1)) is None
+    assert reason(look(unread=0, newest=8, in_flight_age=LEASE)) == (
+        "checkpoint 8 has been in flight for 900 s, longer than its transactions' timeout: a run recovers it")
+
+
+def test_a_new_pipeline_runs_a_first_checkpoint_to_find_where_to_start() -> None:
+    assert reason(look(unread=None, newest=None, since_completed=None)) == (
+        "no checkpoint has completed yet: a first checkpoint finds where to start")
+
+
+@pytest.mark.parametrize("doc", [None, {}, {"at_s": "yesterday"}, ["at_s", 1], {"at_s": True}])
+def test_a_missing_or_damaged_marker_is_no_marker(doc) -> None:
+    assert Fired.from_json(doc) is None
+    assert Fired.from_json(Fired(12.5, 3).to_json()) == Fired(12.5, 3)
