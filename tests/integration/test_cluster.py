@@ -202,9 +202,11 @@ def test_connect_mode_an_executor_killed_while_producing_is_retried_on_the_other
         tmp_path, on_cluster, cluster_connect, unique, monkeypatch):
     """Connect mode on the cluster: the server's executors run on the workers. One dies mid-produce;
     Spark retries its task on the other worker under the same transactional id, which fences the
-    killed attempt's transaction; the user's package reached the workers as a session artifact."""
+    killed attempt's transaction; the user's package reached the workers as a session artifact.
+    Six source partitions go through two transactions: sink.parallelism auto is the cluster's
+    executor cores (one on each worker)."""
     transform, code_dir = user_package(tmp_path, unique, delay_s=0.005)
-    pipeline = make_pipeline(tmp_path, on_cluster.kafka.bootstrap, unique, replication=3, partitions=2,
+    pipeline = make_pipeline(tmp_path, on_cluster.kafka.bootstrap, unique, replication=3, partitions=6,
                              transform=transform, remote=cluster_connect)
     monkeypatch.setenv("PYTHONPATH", str(code_dir))
     produce_orders(pipeline, 3000)
@@ -217,4 +219,6 @@ def test_connect_mode_an_executor_killed_while_producing_is_retried_on_the_other
     view = store(pipeline).latest_completed()
     assert view.checkpoint_id == 1
     assert max(t.epoch for t in view.prepared.transactions) >= 1, view.prepared.transactions
+    assert len(view.prepared.transactions) == 2, view.prepared.transactions
+    assert sorted(tp.partition for t in view.prepared.transactions for tp in t.sources) == list(range(6))
     assert_exactly_once(pipeline, 3000)
