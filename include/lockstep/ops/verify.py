@@ -37,7 +37,7 @@ from lockstep.model.output_contract import (
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
-from lockstep.spark.kafka_reader import read_ranges
+from lockstep.spark.kafka_reader import forget_read_settings, read_ranges
 from lockstep.spark.replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
@@ -246,7 +246,7 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
     from lockstep.errors import root_cause
 
     transform = load_transform(spec)
-    kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Spark's Kafka source
+    kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Lockstep's reader (Java kafka-clients)
     expected: Counter[Offset] = Counter()
     for cid, rs in ranges.items():
         if not rs:
@@ -259,6 +259,8 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
             unchecked.extend(Unchecked(r, f"checkpoint {cid}: its input could not be read: {root_cause(exc)}")
                              for r in rs)
             continue
+        finally:
+            forget_read_settings(spark)  # each read's settings (credentials) leave the session once it is done
         expected.update((r["topic"], r["partition"], r["offset"]) for r in rows)
     return expected
 
