@@ -153,7 +153,10 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
                          "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760, "log_level": 3})
     config = {k: v for k, v in DEFAULT_PRODUCER_CONFIG.items() if k != "statistics.interval.ms"}
     producer = Producer({**config, "bootstrap.servers": bootstrap, "transactional.id": f"bench-raw-{uuid.uuid4().hex[:6]}",
-                         "enable.idempotence": True, "log_level": 3})
+                         "enable.idempotence": True, "log_level": 3,
+                         # One transaction over the whole input, as Lockstep's bench pipelines have (900 s): at
+                         # librdkafka's default of 60 s the broker aborted it (a fence) at 5M records.
+                         "transaction.timeout.ms": 900_000})
     producer.init_transactions(60)
     producer.begin_transaction()
     remaining = {p: e for p, e in ends.items() if e > 0}
