@@ -10,7 +10,7 @@ from datetime import UTC
 import pytest
 
 from lockstep.errors import DeletedRangesError, OffsetAheadError, TerminalError
-from lockstep.model.offsets import OffsetRange, TopicPartition, offsets_from_json, offsets_to_json, spark_offsets
+from lockstep.model.offsets import OffsetRange, TopicPartition, offsets_from_json, offsets_to_json
 from lockstep.rules.ranges import plan_ranges, water_fill
 from lockstep.rules.start_offsets import OffsetSource, choose_start_offsets
 
@@ -61,12 +61,6 @@ def test_offset_maps_round_trip() -> None:
     assert offsets_from_json(json.loads(json.dumps(doc))) == offsets
     with pytest.raises(ValueError):
         offsets_from_json({"orders:0": -1})
-
-
-def test_spark_offsets_shape() -> None:
-    starting, ending = spark_offsets([OffsetRange("b", 1, 3, 9), OffsetRange("a", 0, 0, 2)])
-    assert starting == {"a": {"0": 0}, "b": {"1": 3}}
-    assert ending == {"a": {"0": 2}, "b": {"1": 9}}
 
 
 # --- choose_start_offsets ---

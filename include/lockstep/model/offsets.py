@@ -6,7 +6,7 @@ half-open `[start, end)`, so consecutive checkpoints tile a partition when `star
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -95,16 +95,6 @@ def offsets_from_json(doc: Mapping[str, object]) -> dict[TopicPartition, int]:
             raise ValueError(f"offset of {key} must be a non-negative integer, got {value!r}")
         result[TopicPartition.from_key(key)] = value
     return result
-
-
-def spark_offsets(ranges: Iterable[OffsetRange]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
-    """(startingOffsets, endingOffsets) in the JSON shape of Spark's Kafka source (end is exclusive)."""
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for r in sorted(ranges):
-        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
-        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    return starting, ending
 
 
 def offset_of(table: Offsets, tp: TopicPartition) -> int:

@@ -45,7 +45,6 @@ from lockstep.spec import PipelineSpec
 from lockstep.transform import load_transform, ship_to_executors
 
 if TYPE_CHECKING:
-
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
 
