@@ -12,6 +12,7 @@ from lockstep.model.checkpoint import (
     CheckpointView,
     CompletedCheckpoint,
     PreparedCheckpoint,
+    PlannedWith,
     PreparedTransaction,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
@@ -238,6 +239,25 @@ def test_open_ids_from_a_higher_past_parallelism_are_fenced() -> None:
         42: (f"{PREFIX}-42-5",),
         43: (f"{PREFIX}-43-0", f"{PREFIX}-43-1", f"{PREFIX}-43-7", f"{PREFIX}-43-10"),
     }
+
+
+def test_scaling_down_after_a_crash_fences_every_id_the_crashed_checkpoint_could_have_used() -> None:
+    """Seeds' 003: after a scale-down the ids of the higher parallelism must be fenced too. Lockstep's ids
+    carry the checkpoint id, and recovery fences a crashed checkpoint's ids by the parallelism pinned in
+    its claim, never the spec's current one (which `recovery_plan` is not even given): lowering
+    `sink.parallelism` from 8 to 2 while checkpoint 43 is in flight still fences all 8 of its ids, and
+    the next checkpoint's 2 ids are new ones no earlier run could have used."""
+    pinned = PlannedWith(source_topics=("orders",), source_kafka_conn_id="k", sink_topic="out",
+                         dead_letter_topic="dlq", sink_writer="jvm", sink_kafka_conn_id="k", id_prefix=PREFIX,
+                         timeout_ms=900_000, sink_parallelism=8)
+    ranges = tuple(OffsetRange("orders", p, 0, 10) for p in range(16))
+    crashed = CheckpointClaim(PREFIX, 43, "run43", "t", ranges, "checkpoint:42", planned_with=pinned)
+    plan = recovery_plan([CheckpointView(crashed)], PREFIX, latest_completed_id=42)
+    assert plan.fence == {43: tuple(transactional_id(PREFIX, 43, i) for i in range(8))}
+    assert plan.next_checkpoint_id == 44
+    scaled_down = replace(crashed, checkpoint_id=44, planned_with=replace(pinned, sink_parallelism=2))
+    assert scaled_down.task_count == 2
+    assert not {transactional_id(PREFIX, 44, i) for i in range(2)} & set(plan.fence[43])
 
 
 def test_leftover_ids_of_a_prepared_checkpoint_are_fenced_but_its_committables_kept() -> None:
