@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.ops.airflow_client import TERMINAL, AirflowClient
-from lockstep_bench import workloads
+from lockstep_bench import many_pipelines, workloads
 
 
 def _seconds(start: str | None, end: str | None) -> float:
@@ -44,7 +44,10 @@ def _run_once(client: AirflowClient, dag_id: str, timeout: float = 300) -> dict[
             "overhead_s": round(wall - sum(tasks.values()), 2), "per_task_s": {k: round(v, 2) for k, v in tasks.items()}}
 
 
-def measure(platform: Any, work_dir: Path, repeats: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def measure(platform: Any, work_dir: Path, repeats: int, log: Callable[[str], None],
+            fleet: Any = None) -> list[dict[str, Any]]:
+    """The overhead runs; ``fleet`` (``many_pipelines.Fleet``) measures with the same Airflow: its scheduler
+    logs at DEBUG, ``fleet.airflow_ready()`` once it answers, ``fleet.with_airflow(client)`` after the runs."""
     bootstrap = platform.kafka.bootstrap
     name = f"bench-airflow-{uuid.uuid4().hex[:6]}"
     topic = f"{name}-in"
@@ -53,6 +56,8 @@ def measure(platform: Any, work_dir: Path, repeats: int, log: Callable[[str], No
     specs = work_dir / "airflow-specs"
     spec_path = workloads.write_spec(specs, name, topic, f"{topic}-out", 1000)
     os.environ["LOCKSTEP_PIPELINES_DIR"] = str(specs)  # passed through to Airflow
+    extra_env = many_pipelines.SCHEDULER_DEBUG if fleet is not None else {}
+    os.environ.update(extra_env)
     log("starting airflow standalone for the scheduling-overhead measurement")
     started = time.monotonic()
     platform.up(with_airflow=True, out=sys.stderr)
@@ -64,13 +69,19 @@ def measure(platform: Any, work_dir: Path, repeats: int, log: Callable[[str], No
         client.wait_for_dag(dag_id)
         client.unpause(dag_id)
         log(f"airflow ready after {time.monotonic() - started:.0f} s")
+        if fleet is not None:
+            fleet.airflow_ready()
         rows = []
         for n in range(repeats + 1):  # run 0 warms up (first task processes, DAG serialization)
             row = {"repeat": n, "warm_up": n == 0, **_run_once(client, dag_id)}
             rows.append(row)
             log(f"airflow run {n}: {row['state']} in {row['wall_s']:.1f} s, tasks {row['tasks_s']:.1f} s, "
                 f"overhead {row['overhead_s']:.1f} s")
+        if fleet is not None:
+            fleet.with_airflow(client)
         return rows
     finally:
         platform.stop("airflow", out=sys.stderr)
         os.environ.pop("LOCKSTEP_PIPELINES_DIR", None)
+        for key in extra_env:
+            os.environ.pop(key, None)

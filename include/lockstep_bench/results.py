@@ -46,6 +46,8 @@ class Results:
     large: list[dict] = field(default_factory=list)
     history: list[dict] = field(default_factory=list)
     airflow: list[dict] = field(default_factory=list)
+    #: Many generated pipelines in one Airflow (``lockstep_bench.many_pipelines``): parse, loop, plan, page.
+    many_pipelines: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     started_at: str = ""
     seconds: float = 0.0

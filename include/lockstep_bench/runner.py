@@ -56,6 +56,8 @@ class Settings:
     perf_tools: bool = True
     python_writer: bool = True
     airflow: bool = True
+    #: Generated pipelines scheduled together in the Airflow of the overhead measurement (0: skipped).
+    pipelines: int = 50
     peers: bool = True  # Flink SQL and Quix Streams, exactly-once (set up on first use)
     report: Path = Path("docs/BENCHMARKS.md")
     results: Path | None = None
@@ -67,7 +69,7 @@ class Settings:
     def quick_settings(cls, **overrides: Any) -> Settings:
         base = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
                     partition_records=10_000, large_records=0, history=(10, 100), fixed_repeats=1, quick=True,
-                    peers=False)  # the smoke test stays offline of PyFlink; --peers forces them on
+                    peers=False, pipelines=3)  # the smoke test stays offline of PyFlink; --peers forces them on
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -329,9 +331,15 @@ def run_bench(settings: Settings) -> Path:
         bench.large_input(res)
         res.load["end"] = os.getloadavg()
         if settings.airflow:  # last: Airflow's own load must not touch the figures above
-            from lockstep_bench import airflow_overhead
+            from lockstep_bench import airflow_overhead, many_pipelines
 
-            res.airflow = airflow_overhead.measure(platform, root, settings.fixed_repeats, log)
+            fleet = None
+            if settings.pipelines:
+                fleet = many_pipelines.Fleet(platform, root, many_pipelines.FleetSettings.for_bench(
+                    settings.pipelines, settings.quick), log)
+                fleet.prepare()
+            res.airflow = airflow_overhead.measure(platform, root, settings.fixed_repeats, log, fleet=fleet)
+            res.many_pipelines = fleet.results if fleet is not None else {}
         res.seconds = round(time.monotonic() - started, 1)
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(res.__dict__, indent=1, default=str))
@@ -455,6 +463,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip Lockstep with its Python writer (the before of the JVM writer)")
     parser.add_argument("--no-airflow", dest="airflow", action="store_false", default=None,
                         help="skip the Airflow scheduling-overhead measurement (it starts airflow standalone)")
+    parser.add_argument("--pipelines", type=int, help="generated pipelines scheduled together in the Airflow "
+                                                      "of the overhead measurement: parse time, scheduler loop, "
+                                                      "S3 calls per plan, the Checkpoints page at 10,000 "
+                                                      "checkpoints (default 50; 0 skips it)")
     parser.add_argument("--no-peers", dest="peers", action="store_false", default=None,
                         help="skip the exactly-once peers, Flink SQL and Quix Streams (and their set-up)")
     parser.add_argument("--peers", dest="peers", action="store_true",
@@ -493,8 +505,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
                                                  "partition_records", "large_records", "history", "perf_tools",
-                                                 "python_writer", "airflow", "peers", "report", "results", "baseline",
-                                                 "state_dir")}
+                                                 "python_writer", "airflow", "pipelines", "peers", "report", "results",
+                                                 "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
     return settings
