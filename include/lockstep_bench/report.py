@@ -199,6 +199,7 @@ def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bo
     _breakdown(add, res)
     _fixed(add, res)
     _airflow(add, res)
+    _many_pipelines(add, res)
     _sizes(add, res, plot)
     _partitions(add, res)
     _large(add, res)
@@ -305,6 +306,130 @@ def _airflow(add: Any, res: Results) -> None:
     add(f"| {len(rows)} | {median([r['wall_s'] for r in rows]):.1f} | {median([r['tasks_s'] for r in rows]):.1f} | "
         f"{median([r['overhead_s'] for r in rows]):.1f} | {task('plan'):.1f} | {task('run'):.1f} | "
         f"{task('commit'):.1f} |")
+    add("")
+
+
+#: "Interactive" Checkpoints page (issue 28): every view of the filled pipeline's page answers under this, and
+#: its size stays within ``PAGE_SIZE_GROWTH`` of the same page at one page of history.
+PAGE_TARGET_MS = 500.0
+PAGE_SIZE_GROWTH = 1.1
+
+
+def _ms(value: Any) -> str:
+    return "–" if value is None else f"{value:,.1f}"
+
+
+def _many_pipelines(add: Any, res: Results) -> None:
+    doc = getattr(res, "many_pipelines", None) or {}
+    if not doc:
+        return
+    n = doc["pipelines"]
+    add(f"## {n} pipelines in one Airflow")
+    add("")
+    add(f"{n} generated pipelines (`lockstep_bench.many_pipelines`), each over an empty input topic of its own "
+        f"with the cron `{doc['schedule']}`, so every DAG run is an empty checkpoint (plan, run, commit; no Spark) "
+        "and the load is Airflow's own; measured in the Airflow of the overhead runs above, after them.")
+    add("")
+    parse = doc.get("parse")
+    if parse:
+        add("### DAG parse time")
+        add("")
+        add("`dags/lockstep_pipelines.py` parsed by Airflow's `DagBag` with the pipelines folder holding 1 spec, "
+            "then all of them; each parse in a fresh Python process, as the dag-processor parses a file (Lockstep's "
+            "modules imported again; Airflow imported before the clock starts); each DAG reads its restore points "
+            "from S3 while it is built. Median of "
+            f"{len(parse['points'][0]['seconds'])}, before Airflow started.")
+        add("")
+        add("| specs | DAGs | parse s (median) | per DAG ms | parses s | share of the 30 s import timeout |")
+        add("| ---: | ---: | ---: | ---: | --- | ---: |")
+        for point in parse["points"]:
+            add(f"| {point['specs']:,} | {point['dags']:,} | {point['median_s']:.2f} | {point['per_dag_s'] * 1000:.0f} "
+                f"| {', '.join(f'{x:.2f}' for x in point['seconds'])} | {point['median_s'] / parse['timeout_s']:.0%} |")
+        add("")
+        last = parse["points"][-1]
+        took = f"{last['median_s']:.2f} s"
+        add(f"All {last['dags']} DAGs come from one file, so the dag-processor's `[core] dagbag_import_timeout` "
+            f"(default {parse['timeout_s']:.0f} s per file) bounds them together: "
+            f"{_check(last['median_s'] < parse['timeout_s'], took)} within it at {n} "
+            f"pipelines; at {last['per_dag_s'] * 1000:.0f} ms per DAG the file would reach it at about "
+            f"{parse['timeout_s'] / last['per_dag_s']:,.0f} pipelines."
+            + (f" Import errors: {last['errors']}." if last.get("errors") else ""))
+        add("")
+    one, many = doc.get("loops_one"), doc.get("loops_many")
+    if one or many:
+        add("### Scheduler loop time")
+        add("")
+        add("The scheduler's own `Ran scheduling loop in … ms` lines (logged at DEBUG: the bench's Airflow sets "
+            "`[logging] namespace_levels` to DEBUG for the scheduler's logger alone), read from the platform's "
+            "Airflow log. p95 is the nearest rank.")
+        add("")
+        add("| pipelines unpaused | loops sampled | median ms | p95 ms | max ms | during the sample |")
+        add("| ---: | ---: | ---: | ---: | ---: | --- |")
+        if one:
+            add(f"| 1 | {one['loops']:,} | {_ms(one.get('median_ms'))} | {_ms(one.get('p95_ms'))} | "
+                f"{_ms(one.get('max_ms'))} | {one.get('during', '')} |")
+        if many:
+            done = many.get("dag_runs_finished", {})
+            still = many.get("runs_open_at_end", {})
+            during = (f"{many.get('window_s', doc.get('sample_s', 0)):.0f} s from unpausing: "
+                      f"{done.get('success', 0)} DAG runs succeeded, {done.get('failed', 0)} failed, "
+                      f"{many.get('tasks_finished', 0)} task instances finished; at the end "
+                      f"{still.get('running', 0)} runs running, {still.get('queued', 0)} queued")
+            add(f"| {n} | {many['loops']:,} | {_ms(many.get('median_ms'))} | {_ms(many.get('p95_ms'))} | "
+                f"{_ms(many.get('max_ms'))} | {during} |")
+        add("")
+        if one and many and one.get("median_ms") and many.get("median_ms"):
+            add(f"With {n} pipelines due every minute the median loop takes {many['median_ms'] / one['median_ms']:.1f}× "
+                f"the 1-pipeline loop, p95 {_ms(many.get('p95_ms'))} ms. The pipelines are paused again afterwards.")
+            add("")
+    plans = doc.get("plans")
+    if plans:
+        add("### S3 requests per plan")
+        add("")
+        add(f"One `coordinator.plan(dry_run=True)` per pipeline after the sample (each with its few real "
+            f"checkpoints), S3 API calls counted as in the history table below: **{plans['total_calls']:,} calls "
+            f"for a round of {plans['plans']} plans**, {plans['per_plan']:.0f} per plan (min {plans['min']}, max "
+            f"{plans['max']}), {plans['keys_listed']:,} keys listed in all, {plans['seconds']:.1f} s for the round. "
+            "Per plan this does not grow with history (see _S3 calls per plan_ by past checkpoints in "
+            "[Plan time and metadata as history grows](#plan-time-and-metadata-as-history-grows)), so a round "
+            f"costs {plans['per_plan']:.0f} calls × pipelines."
+            + (f" {len(plans['errors'])} plans failed: {plans['errors'][0]}." if plans.get("errors") else ""))
+        add("")
+    page = doc.get("page")
+    if page:
+        _checkpoints_page(add, page)
+
+
+def _checkpoints_page(add: Any, page: dict) -> None:
+    rows = page["rows"]
+    big = max(r["checkpoints"] for r in rows)
+    small = min(r["checkpoints"] for r in rows)
+    add(f"### The Checkpoints page at {big:,} checkpoints")
+    add("")
+    add(f"One pipeline's store filled with {big:,} completed checkpoints (`history.fill`), another with {small} "
+        "(one page's worth, the same rows for contrast); the Lockstep Checkpoints page of the api-server fetched "
+        "with the admin's token for that pipeline (`?pipeline=`), its newest page and a page deep in history "
+        f"(`before={page['deep_before']}`), as HTML and as JSON (`/api/pipelines`); median of "
+        f"{len(rows[0]['ms'])} loads after one uncounted load, with every generated pipeline's spec in the folder.")
+    add("")
+    add("| page | checkpoints in the store | median ms | loads ms | bytes |")
+    add("| --- | ---: | ---: | --- | ---: |")
+    for r in rows:
+        add(f"| {r['page']} | {r['checkpoints']:,} | {r['median_ms']:,.0f} | "
+            f"{', '.join(f'{x:,.0f}' for x in r['ms'])} | {r['bytes']:,} |")
+    add("")
+    filled = [r for r in rows if r["checkpoints"] == big]
+    slowest = max(filled, key=lambda r: r["median_ms"])
+    grew = [(r, c) for r in filled for c in rows if c["checkpoints"] == small and c["page"] == r["page"]
+            and r["bytes"] > PAGE_SIZE_GROWTH * c["bytes"]]
+    fast = slowest["median_ms"] < PAGE_TARGET_MS
+    sizes = ", ".join(f"{r['page']} {r['bytes']:,} bytes" for r in filled)
+    smalls = ", ".join(f"{c['page']} {c['bytes']:,}" for c in rows if c["checkpoints"] == small)
+    verdict = "met" if fast and not grew else "NOT met"
+    add(f"- Target: the page stays interactive at {big:,} checkpoints (every view under {PAGE_TARGET_MS:.0f} ms, "
+        f"its size within {PAGE_SIZE_GROWTH - 1:.0%} of the same page at {small} checkpoints) — {verdict}: the "
+        f"slowest view, {slowest['page']}, answers in {slowest['median_ms']:,.0f} ms; {sizes} (at {small}: "
+        f"{smalls}).")
     add("")
 
 

@@ -1,0 +1,137 @@
+"""Many pipelines in one Airflow (lockstep_bench.many_pipelines), its pure parts: the scheduler's loop
+lines read from the platform's log, the generated specs, the settings, and the report's section with
+its figures and verdicts. No Airflow, no Kafka, no S3 here."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from lockstep_bench import many_pipelines, report, runner, workloads
+from lockstep_bench.results import PIPELINES, Results
+
+# As `airflow standalone` writes them into the platform's log: each component's output prefixed.
+LOG = """\
+scheduler       | 2026-11-26T17:40:01.1Z [debug    ] Ran scheduling loop in 12.50 ms [airflow.jobs.scheduler_job_runner.SchedulerJobRunner] loc=scheduler_job_runner.py:1867
+scheduler       | 2026-11-26T17:40:01.2Z [debug    ] Next timed event is in 0.5 [airflow.jobs.scheduler_job_runner.SchedulerJobRunner]
+api-server      | INFO:     127.0.0.1:5000 - "GET /api/v2/dags HTTP/1.1" 200 OK
+scheduler       | 2026-11-26T17:40:02.1Z [debug    ] Ran scheduling loop in 8 ms [airflow.jobs.scheduler_job_runner.SchedulerJobRunner]
+scheduler       | 2026-11-26T17:40:03.1Z [debug    ] Ran scheduling loop in 400.25 ms [airflow.jobs.scheduler_job_runner.SchedulerJobRunner]
+"""
+
+
+def test_loop_stats_reads_the_schedulers_lines_only() -> None:
+    stats = many_pipelines.loop_stats(LOG)
+    assert stats["loops"] == 3 and stats["median_ms"] == 12.5 and stats["max_ms"] == 400.25
+    assert stats["p95_ms"] == 400.25  # nearest rank of 3 samples: the largest
+    assert many_pipelines.loop_stats("api-server | nothing") == {"loops": 0}
+
+
+def test_p95_is_the_nearest_rank() -> None:
+    text = "\n".join(f"Ran scheduling loop in {ms}.00 ms" for ms in range(1, 101))
+    stats = many_pipelines.loop_stats(text)
+    assert (stats["loops"], stats["median_ms"], stats["p95_ms"], stats["max_ms"]) == (100, 50.5, 95.0, 100.0)
+
+
+def test_generated_specs_are_valid_and_scheduled(tmp_path: Path) -> None:
+    from lockstep.spec import load_spec
+
+    path = workloads.write_spec(tmp_path, "bench-fleet-x-000", "in", "out", 1000, schedule=many_pipelines.SCHEDULE)
+    assert load_spec(path).checkpoints.schedule == "* * * * *"
+    assert load_spec(workloads.write_spec(tmp_path, "bench-page", "in", "out", 1000)).checkpoints.schedule is None
+
+
+def test_page_prefix_is_the_plugins() -> None:
+    from lockstep_airflow.links import URL_PREFIX
+
+    assert many_pipelines.PAGE_PREFIX == URL_PREFIX
+
+
+def _settings(*argv: str) -> runner.Settings:
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    return runner.settings_from_args(parser.parse_args(list(argv)))
+
+
+def test_pipelines_setting_defaults_to_50_quick_to_a_few_and_0_skips() -> None:
+    assert _settings().pipelines == 50 and _settings("--pipelines", "0").pipelines == 0
+    quick = _settings("--quick")
+    assert 0 < quick.pipelines <= 5
+    small = many_pipelines.FleetSettings.for_bench(quick.pipelines, quick=True)
+    assert small.page_checkpoints < 10_000 and small.sample_s < 60
+    full = many_pipelines.FleetSettings.for_bench(50, quick=False)
+    assert (full.page_checkpoints, full.parse_repeats, full.page_repeats) == (10_000, 3, 5)
+    assert 90 <= full.sample_s <= 120
+
+
+# ---- report ----------------------------------------------------------------------------------------
+def _page_row(page: str, checkpoints: int, ms: float, size: int) -> dict[str, Any]:
+    return {"page": page, "checkpoints": checkpoints, "path": "/lockstep/?pipeline=p", "median_ms": ms,
+            "ms": [ms] * 5, "bytes": size}
+
+
+def _doc(page_ms: float = 120.0, big_bytes: int = 21_000) -> dict[str, Any]:
+    return {
+        "pipelines": 50, "schedule": "* * * * *", "sample_s": 100.0, "page_fill_s": 40.0,
+        "parse": {"timeout_s": 30.0, "points": [
+            {"specs": 1, "dags": 1, "seconds": [1.1, 1.2, 1.3], "median_s": 1.2, "per_dag_s": 1.2, "errors": {}},
+            {"specs": 50, "dags": 50, "seconds": [6.0, 6.5, 7.0], "median_s": 6.5, "per_dag_s": 0.13,
+             "errors": {}}]},
+        "loops_one": {"loops": 180, "median_ms": 10.5, "p95_ms": 30.25, "max_ms": 90.0,
+                      "during": "the scheduling-overhead runs of 1 pipeline"},
+        "loops_many": {"loops": 95, "median_ms": 42.0, "p95_ms": 310.5, "max_ms": 900.0, "window_s": 100.2,
+                       "dag_runs_finished": {"success": 61, "failed": 0}, "tasks_finished": 190,
+                       "runs_open_at_end": {"queued": 3, "running": 4}},
+        "plans": {"plans": 50, "total_calls": 500, "per_plan": 10.0, "min": 10, "max": 10, "keys_listed": 150,
+                  "seconds": 12.3, "errors": []},
+        "page": {"deep_before": 5000, "rows": [
+            _page_row("HTML, newest page", 10_000, page_ms, big_bytes),
+            _page_row("HTML, before=5,000", 10_000, page_ms - 20, big_bytes),
+            _page_row("JSON, newest page", 10_000, 80.0, 30_000),
+            _page_row("JSON, before=5,000", 10_000, 70.0, 30_000),
+            _page_row("HTML, newest page", 20, 60.0, 20_500),
+            _page_row("JSON, newest page", 20, 50.0, 29_800)]},
+    }
+
+
+def _section(tmp_path: Path, doc: dict[str, Any]) -> str:
+    run = {"pipeline": PIPELINES[0], "records": 1000, "partitions": 4, "wall_s": 5.0, "peak_rss_mb": 100.0,
+           "cpu_s": 5.0, "repeat": 0, "records_per_s": 200.0,
+           "inner": {"spark_seconds": 2.0, "plan_s": 0.5, "run_s": 4.0, "commit_s": 0.5, "session_seconds": 1.0}}
+    res = Results(settings={"records": 1000, "partitions": 4, "repeats": 1, "partition_records": 1000},
+                  environment={"cpus": 2}, main=[run], seconds=60.0, many_pipelines=doc)
+    path = tmp_path / "BENCH.md"
+    report.write(res, path)
+    text = path.read_text()
+    assert "## 50 pipelines in one Airflow" in text
+    return text.split("## 50 pipelines in one Airflow", 1)[1].split("\n## ", 1)[0]
+
+
+def test_report_shows_parse_loop_plan_and_page_figures(tmp_path: Path) -> None:
+    text = _section(tmp_path, _doc())
+    assert "| 1 | 1 | 1.20 | 1200 | 1.10, 1.20, 1.30 | 4% |" in text
+    assert "| 50 | 50 | 6.50 | 130 | 6.00, 6.50, 7.00 | 22% |" in text
+    assert "met: 6.50 s within it at 50 pipelines" in text and "about 231 pipelines" in text
+    assert "| 1 | 180 | 10.5 | 30.2 | 90.0 | the scheduling-overhead runs of 1 pipeline |" in text
+    assert "| 50 | 95 | 42.0 | 310.5 | 900.0 | 100 s from unpausing: 61 DAG runs succeeded, 0 failed, " \
+           "190 task instances finished; at the end 4 runs running, 3 queued |" in text
+    assert "**500 calls for a round of 50 plans**, 10 per plan" in text
+    assert "| HTML, before=5,000 | 10,000 | 100 | 100, 100, 100, 100, 100 | 21,000 |" in text
+    assert "| JSON, newest page | 20 | 50 |" in text
+    assert "stays interactive at 10,000 checkpoints (every view under 500 ms, its size within 10% of the same " \
+           "page at 20 checkpoints) — met: the slowest view, HTML, newest page, answers in 120 ms" in text
+
+
+def test_page_verdict_fails_when_slow_or_growing(tmp_path: Path) -> None:
+    slow = _section(tmp_path, _doc(page_ms=1500.0))
+    assert "— NOT met: the slowest view, HTML, newest page, answers in 1,500 ms" in slow
+    grows = _section(tmp_path, _doc(big_bytes=90_000))
+    assert "— NOT met:" in grows and "HTML, newest page 90,000 bytes" in grows
+
+
+def test_report_without_the_measurement_has_no_section(tmp_path: Path) -> None:
+    res = Results(settings={"records": 1000, "partitions": 4, "repeats": 1, "partition_records": 1000},
+                  environment={"cpus": 2}, seconds=60.0)
+    path = tmp_path / "BENCH.md"
+    report.write(res, path)
+    assert "pipelines in one Airflow" not in path.read_text()
