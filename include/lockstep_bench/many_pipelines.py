@@ -29,6 +29,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,8 @@ from lockstep_bench import history, workloads
 SCHEDULE = "* * * * *"
 #: The scheduler's line per loop (airflow/jobs/scheduler_job_runner.py, DEBUG).
 LOOP_LINE = re.compile(r"Ran scheduling loop in ([0-9]+(?:\.[0-9]+)?) ms")
+#: The api-server's line for a request that failed inside (with SQLite: mostly "database is locked").
+API_ERROR = re.compile(r"^api-server\s*\|.*\[error\s*\] Error with id", re.MULTILINE)
 #: DEBUG for the scheduler's logger alone (the rest of Airflow stays at INFO).
 SCHEDULER_DEBUG = {"AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.jobs.scheduler_job_runner=DEBUG"}
 #: The dag-processor's default ``[core] dagbag_import_timeout``: a file that takes longer fails to import.
@@ -144,7 +147,7 @@ class Fleet:
         from lockstep.steps.coordinator import Pipeline
 
         p = Pipeline.open(load_spec(spec_path))
-        history.fill(p.store, p.store._s3, 1, count, topic, workloads.end_offsets(self.bootstrap, topic))
+        history.fill(p.store, p.store._s3, 1, count, topic, _end_offsets(self.bootstrap, topic))
 
     def parse_times(self) -> dict[str, Any]:
         one = self.work_dir / "parse-one"
@@ -200,8 +203,7 @@ class Fleet:
         try:
             self._sample(client, dag_ids)
         finally:
-            for dag_id in dag_ids:
-                client._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": True})
+            _set_paused(client, dag_ids, True)
         self._drain(client)
         self.results["page"] = self.page_times(client)
         self.results["plans"] = self.plan_requests()
@@ -210,26 +212,34 @@ class Fleet:
         since = datetime.now(UTC).isoformat()
         offset = self._log_size()
         started = time.monotonic()
-        for dag_id in dag_ids:
-            client.unpause(dag_id)
+        _set_paused(client, dag_ids, False)
         self.log(f"fleet: {len(dag_ids)} pipelines unpaused; sampling the scheduler for {self.settings.sample_s:.0f} s")
         time.sleep(max(0.0, self.settings.sample_s - (time.monotonic() - started)))
-        stats = loop_stats(self._log_since(offset))
+        text = self._log_since(offset)
+        stats = loop_stats(text)
         window = round(time.monotonic() - started, 1)
+        load = os.getloadavg()
+        # By state: Airflow's end_date filter also matches rows without an end date (nullable range).
         finished = {state: _count(client, f"/api/v2/dags/~/dagRuns?end_date_gte={_q(since)}&state={state}")
                     for state in ("success", "failed")}
-        tasks = _count(client, f"/api/v2/dags/~/dagRuns/~/taskInstances?end_date_gte={_q(since)}")
-        open_runs = {state: _count(client, f"/api/v2/dags/~/dagRuns?state={state}") for state in ("queued", "running")}
+        tasks = {state: _count(client, f"/api/v2/dags/~/dagRuns/~/taskInstances?end_date_gte={_q(since)}"
+                                       f"&state={state}") for state in ("success", "failed")}
         self.results["loops_many"] = {**stats, "window_s": window, "dag_runs_finished": finished,
-                                      "tasks_finished": tasks, "runs_open_at_end": open_runs}
+                                      "tasks_finished": tasks, "runs_open_at_end": _open_runs(client),
+                                      "api_server_errors": len(API_ERROR.findall(text)),
+                                      "load_average": [round(x, 1) for x in load]}
         self.log(f"fleet: scheduler loops with {len(dag_ids)} pipelines: {self.results['loops_many']}")
 
     def _drain(self, client: Any) -> None:
-        deadline = time.monotonic() + self.settings.drain_s
-        while time.monotonic() < deadline:
-            if not sum(_count(client, f"/api/v2/dags/~/dagRuns?state={s}") for s in ("queued", "running")):
+        """Up to ``drain_s`` for the paused pipelines' last runs to end; what is still open is recorded."""
+        started = time.monotonic()
+        while True:
+            still = _open_runs(client)
+            if not sum(still.values()) or time.monotonic() - started > self.settings.drain_s:
                 break
             time.sleep(3)
+        self.results["drain"] = {"seconds": round(time.monotonic() - started, 1), "runs_open_after": still}
+        self.log(f"fleet: paused; after {self.results['drain']['seconds']:.0f} s still open: {still}")
 
     def page_times(self, client: Any) -> dict[str, Any]:
         """The Checkpoints page (HTML and JSON) of the filled pipelines, newest page and one deep in history."""
@@ -276,7 +286,9 @@ class Fleet:
                 errors.append(f"{spec_path.stem}: {exc}"[:300])
         doc = {"plans": len(calls), "total_calls": sum(calls), "per_plan": _median([float(c) for c in calls]),
                "min": min(calls, default=0), "max": max(calls, default=0), "keys_listed": sum(keys),
-               "seconds": round(time.monotonic() - started, 2), "errors": errors}
+               "seconds": round(time.monotonic() - started, 2), "errors": errors,
+               # How many plans made how many calls listing how many keys: "calls/keys" -> plans.
+               "by_calls": {f"{c}/{k}": n for (c, k), n in sorted(Counter(zip(calls, keys)).items())}}
         self.log(f"fleet: {doc['plans']} dry-run plans: {doc['total_calls']} S3 calls ({doc['per_plan']} per plan), "
                  f"{doc['seconds']:.1f} s" + (f"; {len(errors)} failed: {errors[0]}" if errors else ""))
         return doc
@@ -298,14 +310,49 @@ def _get(url: str, token: str) -> bytes:
         return bytes(resp.read())
 
 
+def _set_paused(client: Any, dag_ids: list[str], paused: bool, attempts: int = 6) -> None:
+    """Each of ``dag_ids`` paused or unpaused, retried: under 50 active DAGs, standalone's SQLite answers a
+    write with "database is locked" now and then (HTTP 500)."""
+    from lockstep.ops.airflow_client import AirflowError
+
+    for dag_id in dag_ids:
+        for attempt in range(attempts):
+            try:
+                client._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
+                break
+            except AirflowError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(2 * (attempt + 1))
+
+
 def _q(text: str) -> str:
     import urllib.parse
 
     return urllib.parse.quote(text, safe="")
 
 
+def _open_runs(client: Any) -> dict[str, int]:
+    return {state: _count(client, f"/api/v2/dags/~/dagRuns?state={state}") for state in ("queued", "running")}
+
+
 def _count(client: Any, path: str) -> int:
     return int(client._call("GET", path + ("&" if "?" in path else "?") + "limit=1")["total_entries"])
+
+
+def _end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int, int]:
+    """``workloads.end_offsets`` once the new topic has a leader (right after 100 topics are created, a
+    partition can still answer "not leader")."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return workloads.end_offsets(bootstrap, topic)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def _create_topics(bootstrap: str, topics: list[str]) -> None:
