@@ -15,6 +15,8 @@ LOG = """\
 scheduler       | 2026-11-26T17:40:01.1Z [debug    ] Ran scheduling loop in 12.50 ms [airflow.jobs.scheduler_job_runner.SchedulerJobRunner] loc=scheduler_job_runner.py:1867
 scheduler       | 2026-11-26T17:40:01.2Z [debug    ] Next timed event is in 0.5 [airflow.jobs.scheduler_job_runner.SchedulerJobRunner]
 api-server      | INFO:     127.0.0.1:5000 - "GET /api/v2/dags HTTP/1.1" 200 OK
+api-server      | 2026-11-26T17:40:01.4Z [error    ] Error with id JWDnvEuM, statement: INSERT INTO log (dttm) VALUES (?)
+scheduler       | 2026-11-26T17:40:01.5Z [error    ] Error with id XYZ (not the api-server's)
 scheduler       | 2026-11-26T17:40:02.1Z [debug    ] Ran scheduling loop in 8 ms [airflow.jobs.scheduler_job_runner.SchedulerJobRunner]
 scheduler       | 2026-11-26T17:40:03.1Z [debug    ] Ran scheduling loop in 400.25 ms [airflow.jobs.scheduler_job_runner.SchedulerJobRunner]
 """
@@ -25,6 +27,7 @@ def test_loop_stats_reads_the_schedulers_lines_only() -> None:
     assert stats["loops"] == 3 and stats["median_ms"] == 12.5 and stats["max_ms"] == 400.25
     assert stats["p95_ms"] == 400.25  # nearest rank of 3 samples: the largest
     assert many_pipelines.loop_stats("api-server | nothing") == {"loops": 0}
+    assert len(many_pipelines.API_ERROR.findall(LOG)) == 1
 
 
 def test_p95_is_the_nearest_rank() -> None:
@@ -80,10 +83,12 @@ def _doc(page_ms: float = 120.0, big_bytes: int = 21_000) -> dict[str, Any]:
         "loops_one": {"loops": 180, "median_ms": 10.5, "p95_ms": 30.25, "max_ms": 90.0,
                       "during": "the scheduling-overhead runs of 1 pipeline"},
         "loops_many": {"loops": 95, "median_ms": 42.0, "p95_ms": 310.5, "max_ms": 900.0, "window_s": 100.2,
-                       "dag_runs_finished": {"success": 61, "failed": 0}, "tasks_finished": 190,
-                       "runs_open_at_end": {"queued": 3, "running": 4}},
+                       "dag_runs_finished": {"success": 61, "failed": 0}, "tasks_finished": {"success": 190, "failed": 1},
+                       "load_average": [3.25, 2.0, 1.5],
+                       "runs_open_at_end": {"queued": 3, "running": 4}, "api_server_errors": 2},
+        "drain": {"seconds": 60.4, "runs_open_after": {"queued": 0, "running": 2}},
         "plans": {"plans": 50, "total_calls": 500, "per_plan": 10.0, "min": 10, "max": 10, "keys_listed": 150,
-                  "seconds": 12.3, "errors": []},
+                  "seconds": 12.3, "errors": [], "by_calls": {"6/0": 45, "9/1": 5}},
         "page": {"deep_before": 5000, "rows": [
             _page_row("HTML, newest page", 10_000, page_ms, big_bytes),
             _page_row("HTML, before=5,000", 10_000, page_ms - 20, big_bytes),
@@ -111,15 +116,21 @@ def test_report_shows_parse_loop_plan_and_page_figures(tmp_path: Path) -> None:
     text = _section(tmp_path, _doc())
     assert "| 1 | 1 | 1.20 | 1200 | 1.10, 1.20, 1.30 | 4% |" in text
     assert "| 50 | 50 | 6.50 | 130 | 6.00, 6.50, 7.00 | 22% |" in text
-    assert "met: 6.50 s within it at 50 pipelines" in text and "about 231 pipelines" in text
+    assert "met: 6.50 s within it at 50 pipelines" in text
+    assert "Each DAG beyond the first adds 108 ms" in text and "about 267 pipelines" in text
     assert "| 1 | 180 | 10.5 | 30.2 | 90.0 | the scheduling-overhead runs of 1 pipeline |" in text
-    assert "| 50 | 95 | 42.0 | 310.5 | 900.0 | 100 s from unpausing: 61 DAG runs succeeded, 0 failed, " \
-           "190 task instances finished; at the end 4 runs running, 3 queued |" in text
+    assert "| 50 | 95 | 42.0 | 310.5 | 900.0 | 100 s from unpausing: 61 DAG runs succeeded, 0 failed; " \
+           "190 task instances succeeded, 1 failed; load average 3.2; at the end 4 runs running, 3 queued; " \
+           "2 requests failed inside the api-server (SQLite) |" in text
+    assert "the median loop takes 4.0× the 1-pipeline loop" in text
+    assert "60 s later 2 of their runs were still running and 0 queued." in text
     assert "**500 calls for a round of 50 plans**, 10 per plan" in text
+    assert "(45 plans made 6 calls listing 0 keys, 5 plans made 9 calls listing 1 key)" in text
     assert "| HTML, before=5,000 | 10,000 | 100 | 100, 100, 100, 100, 100 | 21,000 |" in text
     assert "| JSON, newest page | 20 | 50 |" in text
     assert "stays interactive at 10,000 checkpoints (every view under 500 ms, its size within 10% of the same " \
            "page at 20 checkpoints) — met: the slowest view, HTML, newest page, answers in 120 ms" in text
+    assert "The newest HTML page takes 2.0× its time at 20 checkpoints" in text
 
 
 def test_page_verdict_fails_when_slow_or_growing(tmp_path: Path) -> None:
