@@ -11,8 +11,8 @@ from lockstep.model.checkpoint import (
     CheckpointClaim,
     CheckpointView,
     CompletedCheckpoint,
-    PreparedCheckpoint,
     PlannedWith,
+    PreparedCheckpoint,
     PreparedTransaction,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
