@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -194,19 +195,28 @@ def _commit_transactions(committer: Committer, prepared: PreparedCheckpoint, tid
         return
     one(tids[0])
     failpoints.hit("commit.between_commits")
-    rest = tids[1:]
-    if len(rest) <= 1:
-        for tid in rest:
-            one(tid)
-        return
-    with ThreadPoolExecutor(min(COMMIT_THREADS, len(rest)), thread_name_prefix="lockstep-commit") as pool:
-        futures = [pool.submit(one, tid) for tid in rest]
-        errors = [e for e in (f.exception() for f in futures) if e is not None]
+    errors = each_together(one, tids[1:])
     if errors:
         if len(errors) > 1:
             log.error("checkpoint %d: %d of %d commits failed; the first error follows", prepared.checkpoint_id,
                       len(errors), len(tids))
         raise errors[0]
+
+
+def each_together(fn: Callable[[str], object], items: Sequence[str], threads: int | None = None) -> list[BaseException]:
+    """``fn`` on every item, each on a thread of its own (at most ``threads``, default `COMMIT_THREADS`), all
+    awaited; returns the errors in the items' order (none: every call returned)."""
+    if len(items) <= 1:
+        errors: list[BaseException] = []
+        for item in items:
+            try:
+                fn(item)
+            except Exception as exc:  # noqa: BLE001 - handed back like the threads' errors
+                errors.append(exc)
+        return errors
+    with ThreadPoolExecutor(min(threads or COMMIT_THREADS, len(items)), thread_name_prefix="lockstep-commit") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        return [e for e in (f.exception() for f in futures) if e is not None]
 
 
 def _abort_transactions(committer: Committer, prepared: PreparedCheckpoint, tids: tuple[str, ...]) -> None:
