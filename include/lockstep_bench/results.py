@@ -21,13 +21,18 @@ PIPELINES = (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, RAW)
 #: The partition scaling: Lockstep in its default mode, Spark's own pipeline and the raw client (spark-submit
 #: mode is the same Spark stage plus a JVM start, and minutes at 1,024 partitions for nothing more).
 PARTITION_PIPELINES = (LOCKSTEP_CONNECT, SPARK, RAW)
-#: The large input (10M records): Lockstep against the broker's own producer ceiling and the raw client.
-LARGE_PIPELINES = (LOCKSTEP_CONNECT, RAW, PRODUCER_PERF)
+#: Lockstep in connect mode with the identity transform (``lockstep_examples.bench:identity``): its own path
+#: (read, write in transactions, commit) without the benchmark transform's JSON work.
+LOCKSTEP_CONNECT_IDENTITY = "lockstep-connect-identity"
+#: The large input (10M records): Lockstep, with the benchmark transform and without, against the broker's own
+#: producer ceiling and the raw client.
+LARGE_PIPELINES = (LOCKSTEP_CONNECT, LOCKSTEP_CONNECT_IDENTITY, RAW, PRODUCER_PERF)
 # The exactly-once peers, each in a venv of its own (``lockstep_bench.peers``): Flink SQL with Flink's
 # exactly-once Kafka sink, and a Quix Streams application with processing_guarantee="exactly-once".
 FLINK_SQL, QUIX = "flink-sql-exactly-once", "quix-exactly-once"
 PEERS = (FLINK_SQL, QUIX)
-STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_CONNECT: "spark_seconds", LOCKSTEP_PYTHON: "spark_seconds",
+STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_CONNECT: "spark_seconds", LOCKSTEP_CONNECT_IDENTITY: "spark_seconds",
+              LOCKSTEP_PYTHON: "spark_seconds",
               SPARK: "job_seconds", RAW: "job_seconds", FLINK_SQL: "job_seconds", QUIX: "job_seconds",
               PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
 #: The fields of a saved run (``Run.to_json()``) that make a ``Run`` again.

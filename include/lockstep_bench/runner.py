@@ -28,6 +28,7 @@ from lockstep_bench.results import (
     LARGE_PIPELINES,
     LOCKSTEP,
     LOCKSTEP_CONNECT,
+    LOCKSTEP_CONNECT_IDENTITY,
     LOCKSTEP_PYTHON,
     PARTITION_PIPELINES,
     PEERS,
@@ -89,6 +90,8 @@ class Bench:
         self.commands: dict[str, Any] = {
             LOCKSTEP: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "jvm"),
             LOCKSTEP_CONNECT: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "jvm", connect=True),
+            LOCKSTEP_CONNECT_IDENTITY: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "jvm", connect=True,
+                                                                                 transform=workloads.IDENTITY),
             LOCKSTEP_PYTHON: lambda w, ends, sink, tag: self._lockstep(w, sink, tag, "python"),
             SPARK: lambda w, ends, sink, tag: pl.spark_command(self.bootstrap, w.topic, sink, ends),
             RAW: lambda w, ends, sink, tag: pl.raw_command(self.bootstrap, w.topic, sink, ends),
@@ -102,9 +105,10 @@ class Bench:
                                                                                self.work_dir),
         }
 
-    def _lockstep(self, w: workloads.Workload, sink: str, tag: str, writer: str, connect: bool = False) -> pl.Command:
+    def _lockstep(self, w: workloads.Workload, sink: str, tag: str, writer: str, connect: bool = False,
+                  transform: str = workloads.TRANSFORM) -> pl.Command:
         spec = workloads.write_spec(self.work_dir / "specs", f"bench-{tag}", w.topic, sink, w.records, writer=writer,
-                                    remote=self.platform.spark_connect.url if connect else None)
+                                    remote=self.platform.spark_connect.url if connect else None, transform=transform)
         return pl.lockstep_command(spec, self.connect_server_pid if connect else None)
 
     @property
@@ -226,8 +230,9 @@ class Bench:
 
 
     def large_input(self, res: Results) -> None:
-        """``large_records`` over ``partitions``: Lockstep in connect mode, the raw client and the broker's own
-        producer perf tool, alternated once, in this run (issue 28: Lockstep ≥ 0.5× the perf tool)."""
+        """``large_records`` over ``partitions``: Lockstep in connect mode (with the benchmark transform, and with
+        the identity transform), the raw client and the broker's own producer perf tool, alternated once, in this
+        run (issue 28: Lockstep ≥ 0.5× the perf tool)."""
         if not self.s.large_records:
             return
         log(f"generating the large input: {self.s.large_records:,} records over {self.s.partitions} partitions")

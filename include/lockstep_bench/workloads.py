@@ -13,6 +13,8 @@ import yaml
 #: ``datagen.order`` with this much padding is about 200 bytes (the issue's record size).
 PAD = 80
 TRANSFORM = "lockstep_examples.bench:transform"
+#: Records passed through as they are: Lockstep's own path without the transform's work (the large input).
+IDENTITY = "lockstep_examples.bench:identity"
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,13 @@ class FakeStore:
     def write_sidecar(self, checkpoint_id: int, part: str, doc: dict[str, Any], once: bool = True) -> None:
         self.sidecars[(checkpoint_id, part)] = doc
 
+    def record_write_tasks(self, checkpoint_id: int, tasks: int) -> int:
+        return int(self.sidecars.setdefault((checkpoint_id, "write-tasks"), {"tasks": tasks})["tasks"])
+
+    def write_tasks(self, checkpoint_id: int) -> int | None:
+        doc = self.sidecars.get((checkpoint_id, "write-tasks"))
+        return int(doc["tasks"]) if doc is not None else None
+
     def record_run_failure(self, failure: RunFailure) -> None:
         self.failures[failure.checkpoint_id] = failure
 

@@ -199,8 +199,9 @@ def test_every_competitor_has_a_command_and_the_peers_join_only_when_on(tmp_path
 
     platform = SimpleNamespace(kafka=SimpleNamespace(bootstrap="h:1"))
     on = runner.Bench(runner.Settings(), platform, tmp_path)
-    names = {getattr(results, n) for n in ("LOCKSTEP", "LOCKSTEP_CONNECT", "LOCKSTEP_PYTHON", "SPARK", "RAW",
-                                           "FLINK_SQL", "QUIX", "PRODUCER_PERF", "CONSUMER_PERF")}
+    names = {getattr(results, n) for n in ("LOCKSTEP", "LOCKSTEP_CONNECT", "LOCKSTEP_CONNECT_IDENTITY",
+                                           "LOCKSTEP_PYTHON", "SPARK", "RAW", "FLINK_SQL", "QUIX", "PRODUCER_PERF",
+                                           "CONSUMER_PERF")}
     assert set(on.commands) == names
     assert on.competitors() == (LOCKSTEP_CONNECT, LOCKSTEP, SPARK, RAW, FLINK_SQL, QUIX)
     assert runner.Bench(runner.Settings(peers=False), platform, tmp_path).competitors() == PIPELINES
@@ -220,15 +221,16 @@ def test_peer_commands_run_the_jobs_with_their_own_venvs(tmp_path: Path) -> None
 def test_report_holds_partitions_and_the_large_input_to_issue_28s_targets(tmp_path: Path) -> None:
     """The partition table's last count against 8 partitions (≥ 0.8×) with Lockstep's steps and
     transactions, and the large input's Lockstep against kafka-producer-perf-test (≥ 0.5×)."""
-    from lockstep_bench.results import PRODUCER_PERF
+    from lockstep_bench.results import LOCKSTEP_CONNECT_IDENTITY, PRODUCER_PERF
 
-    def lk(partitions: int, wall: float, records: int = 1_000_000) -> dict:
-        run = _run(LOCKSTEP_CONNECT, wall, records=records, partitions=partitions)
+    def lk(partitions: int, wall: float, records: int = 1_000_000, name: str = LOCKSTEP_CONNECT) -> dict:
+        run = _run(name, wall, records=records, partitions=partitions)
         run["inner"]["transactions"] = 2
         return run
 
     partitions = [lk(8, 8.0), lk(1024, 9.5), _run(RAW, 9.0, records=1_000_000, partitions=1024)]
-    large = [lk(8, 50.0, 10_000_000), _run(PRODUCER_PERF, 40.0, records=10_000_000, partitions=8)]
+    large = [lk(8, 50.0, 10_000_000), lk(8, 30.0, 10_000_000, LOCKSTEP_CONNECT_IDENTITY),
+             _run(PRODUCER_PERF, 40.0, records=10_000_000, partitions=8)]
     res = Results(settings={"records": 1000, "partitions": 8, "repeats": 1, "partition_records": 1_000_000},
                   environment={"cpus": 2}, main=[_run(n, 5.0) for n in PIPELINES], partitions=partitions,
                   large=large, seconds=60.0)
@@ -239,7 +241,10 @@ def test_report_holds_partitions_and_the_large_input_to_issue_28s_targets(tmp_pa
     assert "| 1,024 | 105,263 (9.5) | 0.50 | 8.50 | 0.50 | 2 |" in scaling
     assert "at 1,024 partitions ≥ 0.8× the throughput at 8 — met: 0.84×, through 2 transactions" in scaling
     big = text.split("## A large input: 10,000,000 records", 1)[1].split("\n## ", 1)[0]
-    assert "≥ 0.5× kafka-producer-perf-test's records/s — met: 0.80×" in big
+    assert "Lockstep with the benchmark transform ≥ 0.5× kafka-producer-perf-test's records/s — met: 0.80×" in big
+    assert "Lockstep's path (identity transform) ≥ 0.5× kafka-producer-perf-test's records/s — met: 1.33×" in big
+    assert "| Lockstep, Spark Connect, identity transform (exactly-once) | 333,333 | 30.0 |" in big
+    assert "takes the identity run's 333,333 records/s to 200,000: 0.60×" in big
     res.partitions[1] = lk(1024, 11.0)
     report.write(res, path)
     assert "— not met: 0.73×" in path.read_text()

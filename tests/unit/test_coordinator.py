@@ -8,6 +8,7 @@ import pytest
 
 from lockstep.errors import CheckpointError, TerminalError, TopicRecreatedError
 from lockstep.model.checkpoint import CheckpointStatus, RunFailure
+from lockstep.model.transactional_ids import transactional_id
 from lockstep.steps import coordinator
 from tests.support.fake_kafka import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING
 from tests.support.fake_pipeline import PREFIX, SOURCE, FakeWorld, fake_world, spec
@@ -93,6 +94,34 @@ def test_a_claimed_checkpoint_whose_run_died_is_fenced_aborted_and_replayed(worl
     assert world.committer.committed == []
     assert second.claim.checkpoint_id == 2
     assert second.claim.ranges == first.claim.ranges  # nothing was committed: read again
+
+
+def test_recovery_of_an_auto_parallelism_checkpoint_fences_only_the_tasks_its_run_recorded(monkeypatch):
+    """`sink.parallelism: auto` lets a claim use up to 256 ids; the run records how many it writes with
+    before writing, and recovery fences those, not 8 ids nobody opened (each fence would create one)."""
+    w = fake_world(monkeypatch, partitions=8)
+    for p in range(8):
+        w.source.produce(SOURCE, p, 5)
+    first = coordinator.plan(w.pipeline, "run-1")
+    assert first.claim.task_count == 8
+    assert w.store.record_write_tasks(1, 2) == 2  # a 2-core cluster
+    assert w.store.record_write_tasks(1, 4) == 2  # a retry on a bigger cluster keeps the first number
+    opened = [transactional_id(PREFIX, 1, i) for i in range(2)]
+    for tid in opened:
+        w.committer.begin(tid)
+    coordinator.plan(w.pipeline, "run-2", run_alive=dead)
+    assert sorted(w.committer.fenced) == sorted(opened)
+    assert status(w, 1) is CheckpointStatus.ABORTED
+
+
+def test_without_a_recorded_task_count_recovery_fences_every_id_the_claim_allows(monkeypatch):
+    w = fake_world(monkeypatch, partitions=8)
+    for p in range(8):
+        w.source.produce(SOURCE, p, 5)
+    first = coordinator.plan(w.pipeline, "run-1")
+    w.start(first)  # a run of a version that recorded nothing, or one that died before recording
+    coordinator.plan(w.pipeline, "run-2", run_alive=dead)
+    assert sorted(w.committer.fenced) == sorted(transactional_id(PREFIX, 1, i) for i in range(8))
 
 
 def test_planning_is_refused_while_the_run_owning_a_checkpoint_is_alive(world: FakeWorld):

@@ -11,8 +11,8 @@ from lockstep.model.checkpoint import (
     CheckpointClaim,
     CheckpointView,
     CompletedCheckpoint,
-    PreparedCheckpoint,
     PlannedWith,
+    PreparedCheckpoint,
     PreparedTransaction,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
@@ -258,6 +258,17 @@ def test_scaling_down_after_a_crash_fences_every_id_the_crashed_checkpoint_could
     scaled_down = replace(crashed, checkpoint_id=44, planned_with=replace(pinned, sink_parallelism=2))
     assert scaled_down.task_count == 2
     assert not {transactional_id(PREFIX, 44, i) for i in range(2)} & set(plan.fence[43])
+
+
+def test_an_auto_claim_fences_what_its_run_recorded_else_everything_it_allows() -> None:
+    pinned = PlannedWith(source_topics=("orders",), source_kafka_conn_id="k", sink_topic="out",
+                         dead_letter_topic="dlq", sink_writer="jvm", sink_kafka_conn_id="k", id_prefix=PREFIX,
+                         timeout_ms=900_000, sink_parallelism="auto")
+    ranges = tuple(OffsetRange("orders", p, 0, 10) for p in range(1024))
+    crashed = CheckpointView(CheckpointClaim(PREFIX, 43, "run43", "t", ranges, "checkpoint:42", planned_with=pinned))
+    assert len(recovery_plan([crashed], PREFIX).fence[43]) == 256  # MAX_AUTO_PARALLELISM
+    recorded = replace(crashed, write_tasks=2)
+    assert recovery_plan([recorded], PREFIX).fence == {43: (f"{PREFIX}-43-0", f"{PREFIX}-43-1")}
 
 
 def test_leftover_ids_of_a_prepared_checkpoint_are_fenced_but_its_committables_kept() -> None:

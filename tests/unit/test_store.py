@@ -246,3 +246,20 @@ def test_savepoints_are_never_overwritten(store: CheckpointStore):
     with pytest.raises(TerminalError, match="already exists"):
         store.create_savepoint("nightly", 2, "2026-01-03T00:00:00+00:00")
     assert store.get_savepoint("nightly").checkpoint_id == 1
+
+
+def test_a_runs_task_count_is_recorded_once_and_a_retry_gets_the_first_back(store: CheckpointStore, s3: FakeS3) -> None:
+    store.claim(claim_of(1))
+    assert store.write_tasks(1) is None
+    assert store.record_write_tasks(1, 2) == 2
+    assert store.record_write_tasks(1, 2) == 2
+    assert store.record_write_tasks(1, 6) == 2  # a retry on a cluster with more cores writes with the same ids
+    assert store.write_tasks(1) == 2
+    assert stored(s3, 1, "write-tasks") == {"tasks": 2}
+
+
+def test_a_damaged_task_count_is_an_error_naming_the_file_and_the_way_out(store: CheckpointStore, s3: FakeS3) -> None:
+    store.claim(claim_of(1))
+    s3.put_object(Bucket=BUCKET, Key=f"{ROOT}/checkpoints/{1:012d}/write-tasks.json", Body=b'{"tasks": 0}')
+    with pytest.raises(MetadataError, match=r"write-tasks.json.*positive integer, got 0; delete the file"):
+        store.write_tasks(1)

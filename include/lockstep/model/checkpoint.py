@@ -573,6 +573,9 @@ class CheckpointView:
     prepared: PreparedCheckpoint | None = None
     completed: CompletedCheckpoint | None = None
     aborted: AbortedCheckpoint | None = None
+    #: How many tasks a run of it recorded writing with (``write-tasks.json``), when recovery read it:
+    #: None when it did not, or no run recorded one.
+    write_tasks: int | None = None
 
     def __post_init__(self) -> None:
         cid = self.claim.checkpoint_id
@@ -586,6 +589,13 @@ class CheckpointView:
     @property
     def checkpoint_id(self) -> int:
         return self.claim.checkpoint_id
+
+    @property
+    def fence_task_count(self) -> int:
+        """The transactional ids ``0 .. n-1`` a run of this checkpoint may have opened: what its run recorded
+        before writing, else the most its claim allows (`CheckpointClaim.task_count`)."""
+        bound = self.claim.task_count
+        return min(bound, self.write_tasks) if self.write_tasks is not None else bound
 
     @property
     def delivered_ranges(self) -> tuple[OffsetRange, ...]:

@@ -85,7 +85,8 @@ def recovery_plan(
     """Commit what was decided, abort everything else under our prefix.
 
     `views` are the checkpoints newer than the latest completed one. Ids of a checkpoint are derived
-    from its claim (one per non-empty range), under the prefix its claim was planned with
+    from its claim and run (`CheckpointView.fence_task_count`: the tasks its run recorded, else one per
+    non-empty range up to the claim's `sink.parallelism`), under the prefix its claim was planned with
     (`checkpoint_scope`); `open_transactional_ids` (seen on the spec's sink cluster under the prefixes of
     `listing_scopes`) adds ids a higher past parallelism used, and `open_elsewhere` the same seen on
     other clusters, per sink connection id. Under the spec's current prefix every open id that no
@@ -114,7 +115,7 @@ def recovery_plan(
             if view.status is CheckpointStatus.CLAIMED:
                 mark_aborted.append(cid)
             fence.setdefault(cluster, {}).setdefault(cid, set()).update(
-                transactional_id(prefix, cid, i) for i in range(view.claim.task_count))
+                transactional_id(prefix, cid, i) for i in range(view.fence_task_count))
     seen_open: list[tuple[str | None, str]] = [(None, tid) for tid in open_transactional_ids]
     seen_open += [(conn, tid) for conn, tids in (open_elsewhere or {}).items() for tid in tids if conn != sink_conn_id]
     for cluster, tid in seen_open:

@@ -141,6 +141,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         kafka = kafka_config(planned.source_kafka_conn_id, JAVA)
         # At most sink.parallelism tasks (transactions), each reading whole source partitions.
         tasks = write_tasks(planned.sink_parallelism, len(ranges), lambda: default_parallelism(spark))
+        if planned.sink_parallelism == "auto":  # the claim allows up to 256 ids: tell recovery how many
+            tasks = store.record_write_tasks(checkpoint_id, tasks)
         df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks)
         transform = load_transform(spec)
         replay = None

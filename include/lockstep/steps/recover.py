@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
@@ -24,7 +24,7 @@ from lockstep.rules.pinned import Step, prefix_changes, resolve_pinned
 from lockstep.rules.recovery import RecoveryPlan, checkpoint_scope, listing_scopes, recovery_plan
 from lockstep.rules.run_ownership import claim_in_flight
 from lockstep.spec import PipelineSpec
-from lockstep.steps.commit import commit
+from lockstep.steps.commit import commit, each_together
 from lockstep.steps.pipeline import Pipeline, mark_aborted, unusable_sink
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def recover(p: Pipeline, history: History | None = None) -> bool:
 def recovery_facts(p: Pipeline, history: History | None = None) -> RecoveryFacts:
     """Read the store (unless ``history`` is a fresh read of it) and list open transactions; changes nothing."""
     history = history or p.store.history()
-    latest_id, views = history.latest_id, list(history.after)
+    latest_id, views = history.latest_id, [_with_write_tasks(p, v) for v in history.after]
     prefix, sink_conn = p.spec.transactions.id_prefix, p.spec.sink.kafka_conn_id
     for line in prefix_changes(views, prefix).values():
         log.warning(line)
@@ -129,6 +129,17 @@ def recovery_facts(p: Pipeline, history: History | None = None) -> RecoveryFacts
     return RecoveryFacts(latest_id, views, open_here, open_elsewhere, scopes)
 
 
+def _with_write_tasks(p: Pipeline, view: CheckpointView) -> CheckpointView:
+    """A claimed or aborted checkpoint planned with ``sink.parallelism: auto`` may have written with fewer
+    tasks than the 256 its claim allows: read what its run recorded, so recovery fences only those ids."""
+    planned = view.claim.planned_with
+    if view.status not in (CheckpointStatus.CLAIMED, CheckpointStatus.ABORTED) or planned is None \
+            or planned.sink_parallelism != "auto":
+        return view
+    tasks = p.store.write_tasks(view.checkpoint_id)
+    return replace(view, write_tasks=tasks) if tasks is not None else view
+
+
 def carry_out(p: Pipeline, plan: RecoveryPlan, accept: str | None = None) -> None:
     """Roll prepared checkpoints forward, fence what nothing owns, mark claimed checkpoints aborted.
     ``accept``: what a user accepts to settle a checkpoint that cannot be repaired exactly."""
@@ -148,8 +159,9 @@ def carry_out(p: Pipeline, plan: RecoveryPlan, accept: str | None = None) -> Non
         where = "" if cluster is None else f" on the cluster of connection {cluster!r}, where it was planned"
         with p.committer(cluster) as committer:
             for cid, tids in fence.items():
-                for tid in tids:
-                    committer.fence(tid)
+                errors = each_together(committer.fence, tids)  # one producer each: they fence in parallel
+                if errors:
+                    raise errors[0]
                 log.warning("checkpoint %d: fenced %d transactional ids of failed attempts%s (%s)", cid, len(tids),
                             where, ", ".join(tids))
     for cid in plan.mark_aborted:

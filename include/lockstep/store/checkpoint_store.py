@@ -46,6 +46,8 @@ from lockstep.store.state_files import StateFiles, unreferenced
 T = TypeVar("T")
 POINTER_SCHEMA = "lockstep.latest-completed/1"
 ID_WIDTH = 12
+#: A checkpoint's record of how many tasks its run writes with (`record_write_tasks`).
+WRITE_TASKS_PART = "write-tasks"
 #: completed.json / aborted.json would let a racing commit and abort both succeed;
 #: one outcome object per checkpoint makes the conditional create decide.
 OUTCOME = "outcome"
@@ -145,6 +147,10 @@ class PipelineStore(Protocol):
     def claim(self, claim: CheckpointClaim) -> None: ...
 
     def write_sidecar(self, checkpoint_id: int, part: str, doc: Mapping[str, object], once: bool = True) -> None: ...
+
+    def record_write_tasks(self, checkpoint_id: int, tasks: int) -> int: ...
+
+    def write_tasks(self, checkpoint_id: int) -> int | None: ...
 
     def record_run_failure(self, failure: RunFailure) -> None: ...
 
@@ -309,6 +315,32 @@ class CheckpointStore:
     def sidecar(self, checkpoint_id: int, part: str) -> dict[str, Any] | None:
         found = self._get(self._key(checkpoint_id, part))
         return found[0] if found is not None else None
+
+    def record_write_tasks(self, checkpoint_id: int, tasks: int) -> int:
+        """Record, before a run writes, how many tasks (transactional ids ``0 .. tasks-1``) it writes with, so
+        that recovery fences those and not every id the claim's ``sink.parallelism: auto`` allows. Written
+        once: a later attempt gets the first attempt's number back and writes with it (its ids then fence
+        the earlier attempt's, whatever the cluster's cores are now)."""
+        doc = {"tasks": tasks}
+        try:
+            self._create(self._key(checkpoint_id, WRITE_TASKS_PART), doc)
+        except _Conflict:
+            recorded = self.write_tasks(checkpoint_id)
+            if recorded is None:
+                raise
+            return recorded
+        return tasks
+
+    def write_tasks(self, checkpoint_id: int) -> int | None:
+        """The tasks a run of the checkpoint recorded before writing (`record_write_tasks`); None when no
+        run did (it never reached its write, or it was a version that did not record it)."""
+        doc = self.sidecar(checkpoint_id, WRITE_TASKS_PART)
+        tasks = doc.get("tasks") if isinstance(doc, dict) else None
+        if doc is not None and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1):
+            raise MetadataError(self.url(self._key(checkpoint_id, WRITE_TASKS_PART)),
+                                f"tasks must be a positive integer, got {tasks!r}; delete the file to have recovery "
+                                "fence every id the claim allows")
+        return tasks if doc is not None else None
 
     def record_dry_run(self, plan: CheckpointClaim) -> None:
         """Keep the latest dry run's plan, the claim it did not make, for the Checkpoints page
