@@ -358,7 +358,8 @@ def _checkpoints(p: PipelineOverview, ctx: Ctx) -> CheckpointsView | None:
     hidden = sum(i.count for i in items if isinstance(i, EmptyRun))
     empties = sum(1 for r in c.rows if r.empty)
     ids = [r.checkpoint_id for r in c.rows]
-    summary = f"checkpoints {min(ids)}–{max(ids)}, {len(ids)} of {c.total}"
+    stored = f"{c.oldest}–{c.newest}" if c.oldest is not None and c.newest is not None else "?"
+    summary = f"checkpoints {min(ids)}–{max(ids)} of {stored} stored"
     if ctx.params.show_empty:
         toggle = Toggle(f"{empties} empty shown", ctx.params.url(pipeline=p.name, show_empty=False),
                         "fold empty ones") if empties else None

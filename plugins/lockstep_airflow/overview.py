@@ -132,7 +132,10 @@ class CheckpointsSection(Section):
     ``newer``: whether newer checkpoints exist; ``newer_before`` is the next newer page's
     ``before``, None when that page is the newest (no ``before`` at all)."""
 
-    total: int = 0
+    #: The oldest and the newest checkpoint id stored (the page lists no more than it shows, so it does not
+    #: count them: retention and savepoints leave gaps).
+    oldest: int | None = None
+    newest: int | None = None
     older_before: int | None = None
     newer: bool = False
     newer_before: int | None = None
@@ -281,7 +284,7 @@ def select_window(ids: list[int], limit: int, before: int | None = None, checkpo
     ``checkpoint`` wins over ``before``: the page holding that id, with it roughly in the middle.
     A ``checkpoint`` that is not stored (deleted by retention, a typo) gives the newest page and
     ``missing`` set, so the page can say so."""
-    page = CheckpointsSection(total=len(ids))
+    page = CheckpointsSection()
     n = len(ids)
     if checkpoint is not None and checkpoint in ids:
         i = bisect_left(ids, checkpoint)
@@ -344,14 +347,60 @@ def _views(store: Any, ids: list[int]) -> list[CheckpointView]:
 
 
 def checkpoint_page(store: Any, query: PageQuery) -> CheckpointsSection:
-    """One page of checkpoints: every id is listed (cheap), only the shown ones are read."""
+    """One page of checkpoints. Only the ids around the page are listed (`window_ids`) and only the
+    shown checkpoints are read, so the page costs the same at 10,000 checkpoints as at 20."""
     try:
-        ids = list(store.checkpoint_ids())
-        shown, page = select_window(ids, query.limit, query.before, query.checkpoint)
+        newest = store.newest_checkpoint_id()
+        ids, missing = window_ids(store, query, newest)
+        shown, page = select_window(ids, query.limit, query.before if query.checkpoint is None else None,
+                                    None if missing else query.checkpoint)
+        page.missing = missing
+        page.oldest = next(iter(store.checkpoint_ids()), None) if ids else None
+        page.newest = newest
         page.rows = [checkpoint_row(v) for v in _views(store, shown)]
     except Exception as exc:  # noqa: BLE001 - as _guarded
         return CheckpointsSection(error=describe_error(exc))
     return page
+
+
+def window_ids(store: Any, query: PageQuery, newest: int | None) -> tuple[list[int], int | None]:
+    """The stored ids (ascending) that `select_window` needs to place the page ``query`` asks for, the
+    same page and links as over every id: up to ``limit + 1`` below the page's anchor (the ``before``, the
+    asked ``checkpoint``, or past the newest) and ``2 * limit + 1`` from it up. Also the asked checkpoint
+    when it is not stored (the newest page is shown then). ``newest``: the highest id stored."""
+    limit = max(1, query.limit)
+    anchor = query.checkpoint if query.checkpoint is not None else query.before
+    if anchor is not None:
+        above = _ids_from(store, anchor - 1, count=2 * limit + 1)
+        if query.checkpoint is None or (above and above[0] == query.checkpoint):
+            return _ids_below(store, anchor, limit + 1) + above, None
+    ids = [] if newest is None else _ids_below(store, newest + 1, limit + 1)
+    return ids, query.checkpoint
+
+
+def _ids_from(store: Any, after: int | None, stop: int | None = None, count: int | None = None) -> list[int]:
+    """Ids above ``after`` (all, when None), below ``stop``, at most ``count`` of them."""
+    found: list[int] = []
+    for cid in store.checkpoint_ids(after=after if after is not None and after >= 1 else None):
+        if stop is not None and cid >= stop:
+            break
+        found.append(cid)
+        if count is not None and len(found) >= count:
+            break
+    return found
+
+
+def _ids_below(store: Any, anchor: int, count: int) -> list[int]:
+    """The ``count`` highest ids below ``anchor``, ascending (fewer: all there are). Ids are dense but for
+    the gaps retention and savepoints leave, so the first listing, from ``anchor - count``, mostly
+    suffices; each further one starts four times as far down."""
+    span = count
+    while True:
+        start = anchor - span - 1
+        found = _ids_from(store, start, stop=anchor)
+        if len(found) >= count or start < 1:
+            return found[-count:]
+        span *= 4
 
 
 def find_run_checkpoints(store: Any, run_id: str, window: int = RUN_SEARCH_WINDOW) -> tuple[list[CheckpointRow], int]:

@@ -52,6 +52,9 @@ class FakeStore:
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]:
         return iter([k for k in sorted(self.views) if after is None or k > after])
 
+    def newest_checkpoint_id(self) -> int | None:
+        return max(self.views, default=None)
+
     def run_failure(self, checkpoint_id: int) -> RunFailure | None:
         return self.failures.get(checkpoint_id)
 

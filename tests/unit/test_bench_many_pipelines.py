@@ -130,7 +130,7 @@ def test_report_shows_parse_loop_plan_and_page_figures(tmp_path: Path) -> None:
     assert "| JSON, newest page | 20 | 50 |" in text
     assert "stays interactive at 10,000 checkpoints (every view under 500 ms, its size within 10% of the same " \
            "page at 20 checkpoints) — met: the slowest view, HTML, newest page, answers in 120 ms" in text
-    assert "The newest HTML page takes 2.0× its time at 20 checkpoints" in text
+    assert "The newest HTML page takes 2.00× its time at 20 checkpoints" in text
 
 
 def test_page_verdict_fails_when_slow_or_growing(tmp_path: Path) -> None:

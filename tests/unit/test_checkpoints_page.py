@@ -39,6 +39,7 @@ from lockstep_airflow.overview import (
     find_run_checkpoints,
     gather,
     select_window,
+    window_ids,
 )
 
 NOW = datetime(2025, 1, 1, 1, 0, tzinfo=UTC)
@@ -52,11 +53,13 @@ def _error(code: str, status: int) -> ClientError:
 
 
 class FakeS3:
-    """The calls CheckpointStore makes, on a dict; ``calls`` counts them by operation."""
+    """The calls CheckpointStore makes, on a dict; ``calls`` counts them by operation. A listing page holds
+    ``page_size`` keys or prefixes (S3: 1,000)."""
 
-    def __init__(self) -> None:
+    def __init__(self, page_size: int = 1000) -> None:
         self.objects: dict[str, bytes] = {}
         self.calls: dict[str, int] = {}
+        self.page_size = page_size
 
     def _count(self, op: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
@@ -94,9 +97,9 @@ class FakeS3:
                     entries.append((common, True))
             else:
                 entries.append((key, False))
-        for start in range(0, max(len(entries), 1), 1000):  # S3 pages hold 1,000 keys or prefixes
+        for start in range(0, max(len(entries), 1), self.page_size):
             self._count("list_objects_v2")
-            chunk = entries[start:start + 1000]
+            chunk = entries[start:start + self.page_size]
             yield {"CommonPrefixes": [{"Prefix": k} for k, common in chunk if common],
                    "Contents": [{"Key": k} for k, common in chunk if not common]}
 
@@ -197,18 +200,21 @@ def test_consecutive_empty_checkpoints_collapse_into_one_row():
 
 # ---- the store side, with 500 checkpoints -------------------------------------------------------------------
 def test_a_page_of_500_checkpoints_reads_only_what_it_shows(specs_dir):
-    s3 = FakeS3()
+    s3 = FakeS3(page_size=50)  # a listing answers 50 ids, so listing all 500 would take 10 calls
     seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 500, empty=range(470, 490))
     s3.calls.clear()
     overview = _gather(specs_dir, s3, PageQuery(limit=20), lag_for=_lag_store_reads)
     html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
     page = overview.pipelines[0].checkpoints
-    assert [r.checkpoint_id for r in page.rows] == list(range(500, 480, -1)) and page.total == 500
-    # ids: 1 LIST; page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed, once for the lag and
-    # the "last completed" line: pointer GET + LIST + 1 view; the lag's checkpoints after it: 1 LIST;
-    # the last dry run: 1 GET. The count of calls, not a time, shows the page does not grow with history.
-    assert s3.calls["get_object"] <= 20 * 3 + 1 + 3 + 1, s3.calls
-    assert s3.calls["list_objects_v2"] <= 4, s3.calls
+    assert [r.checkpoint_id for r in page.rows] == list(range(500, 480, -1))
+    assert (page.oldest, page.newest, page.older_before, page.newer) == (1, 500, 481, False)
+    # ids: the newest (pointer GET + LIST after it), the page's (1 LIST from 479), the oldest (1 LIST);
+    # page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed, once for the lag and the "last
+    # completed" line: pointer GET + LIST + 1 view; the lag's checkpoints after it: 1 LIST; the last dry
+    # run: 1 GET. The count of calls, not a time, shows the page does not grow with history.
+    assert s3.calls["get_object"] <= 20 * 3 + 2 + 3 + 1, s3.calls
+    assert s3.calls["list_objects_v2"] <= 7, s3.calls
+    assert "checkpoints 481–500 of 1–500 stored" in html
     assert "checkpoints 481–489: 9 empty, completed" in html
 
 
@@ -219,6 +225,32 @@ def test_checkpoint_query_finds_an_old_checkpoint_and_before_pages(specs_dir):
     assert 42 in [r.checkpoint_id for r in page.rows] and page.highlight == 42
     page = _gather(specs_dir, s3, PageQuery(limit=10, before=100)).pipelines[0].checkpoints
     assert [r.checkpoint_id for r in page.rows] == list(range(99, 89, -1))
+
+
+@pytest.mark.parametrize("query", [PageQuery(limit=20), PageQuery(limit=20, before=300), PageQuery(limit=20, before=25),
+                                   PageQuery(limit=20, before=9), PageQuery(limit=20, before=10_000),
+                                   PageQuery(limit=20, checkpoint=160), PageQuery(limit=20, checkpoint=3),
+                                   PageQuery(limit=20, checkpoint=399), PageQuery(limit=20, checkpoint=150),
+                                   PageQuery(limit=7, checkpoint=131), PageQuery(limit=20, checkpoint=5_000)])
+def test_the_ids_around_a_page_place_it_as_every_id_would_gaps_included(query: PageQuery):
+    """Stored ids with the gaps retention and savepoints leave: 1-4, 120-130, 140-400 (so 5-119 and
+    131-139 are gone). The window and links from `window_ids` are those from the whole listing."""
+    s3 = FakeS3(page_size=50)
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    stored = [*range(1, 5), *range(120, 131), *range(140, 401)]
+    for cid in stored:
+        s3.put_object(Bucket="lockstep", Key=f"unit/orders/checkpoints/{cid:012d}/claim.json", Body=b"{}")
+    newest = max(stored)
+    ids, missing = window_ids(store, query, newest)
+    before = query.before if query.checkpoint is None else None
+    asked = query.checkpoint if query.checkpoint in stored else None
+    expected = select_window(stored, query.limit, before, asked)
+    got = select_window(ids, query.limit, before, None if missing else query.checkpoint)
+    assert got[0] == expected[0]
+    assert (got[1].older_before, got[1].newer, got[1].newer_before, got[1].highlight) == \
+        (expected[1].older_before, expected[1].newer, expected[1].newer_before, expected[1].highlight)
+    assert missing == (query.checkpoint if query.checkpoint is not None and asked is None else None)
+    assert len(ids) <= 3 * query.limit + 2
 
 
 def test_run_search_is_bounded_and_finds_the_run():

@@ -135,6 +135,8 @@ class PipelineStore(Protocol):
 
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]: ...
 
+    def newest_checkpoint_id(self) -> int | None: ...
+
     def run_failure(self, checkpoint_id: int) -> RunFailure | None: ...
 
     def sidecar(self, checkpoint_id: int, part: str) -> dict[str, Any] | None: ...
@@ -460,6 +462,16 @@ class CheckpointStore:
 
         except BotoCoreError as exc:
             raise _unreachable(exc, self._ckpt_prefix()) from exc
+    def newest_checkpoint_id(self) -> int | None:
+        """The highest checkpoint id stored (claimed, whatever its status), without listing the whole
+        history: the ids after the latest-completed pointer, else the pointer's own."""
+        pointer = self._get(self._pointer_key())
+        start = _pointer_id(pointer[0], self.url(self._pointer_key()), self.pipeline) if pointer else None
+        newest = start
+        for checkpoint_id in self.checkpoint_ids(after=start):
+            newest = checkpoint_id
+        return newest
+
     def latest_completed(self) -> CheckpointView | None:
         """The newest completed checkpoint, without listing the whole history."""
         return self.history().latest
