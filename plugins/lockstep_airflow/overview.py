@@ -373,7 +373,9 @@ def window_ids(store: Any, query: PageQuery, newest: int | None) -> tuple[list[i
     if anchor is not None:
         above = _ids_from(store, anchor - 1, count=2 * limit + 1)
         if query.checkpoint is None or (above and above[0] == query.checkpoint):
-            return _ids_below(store, anchor, limit + 1) + above, None
+            # A `before` past the newest id: nothing lies between, so search down from the newest.
+            below_from = anchor if newest is None else min(anchor, newest + 1)
+            return _ids_below(store, below_from, limit + 1) + above, None
     ids = [] if newest is None else _ids_below(store, newest + 1, limit + 1)
     return ids, query.checkpoint
 

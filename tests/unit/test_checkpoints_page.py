@@ -253,6 +253,17 @@ def test_the_ids_around_a_page_place_it_as_every_id_would_gaps_included(query: P
     assert len(ids) <= 3 * query.limit + 2
 
 
+def test_a_before_far_past_the_newest_id_lists_from_the_newest_down():
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    for cid in range(1, 31):
+        s3.put_object(Bucket="lockstep", Key=f"unit/orders/checkpoints/{cid:012d}/claim.json", Body=b"{}")
+    s3.calls.clear()
+    ids, missing = window_ids(store, PageQuery(limit=20, before=10**9), 30)
+    assert ids == list(range(10, 31)) and missing is None
+    assert s3.calls["list_objects_v2"] == 2, s3.calls  # the ids from the anchor up, then one listing down
+
+
 def test_run_search_is_bounded_and_finds_the_run():
     s3 = FakeS3()
     store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")

@@ -462,11 +462,16 @@ class CheckpointStore:
 
         except BotoCoreError as exc:
             raise _unreachable(exc, self._ckpt_prefix()) from exc
+
+    def _pointer_checkpoint_id(self) -> int | None:
+        """The checkpoint the latest-completed pointer names (None: no pointer yet)."""
+        pointer = self._get(self._pointer_key())
+        return _pointer_id(pointer[0], self.url(self._pointer_key()), self.pipeline) if pointer else None
+
     def newest_checkpoint_id(self) -> int | None:
         """The highest checkpoint id stored (claimed, whatever its status), without listing the whole
         history: the ids after the latest-completed pointer, else the pointer's own."""
-        pointer = self._get(self._pointer_key())
-        start = _pointer_id(pointer[0], self.url(self._pointer_key()), self.pipeline) if pointer else None
+        start = self._pointer_checkpoint_id()
         newest = start
         for checkpoint_id in self.checkpoint_ids(after=start):
             newest = checkpoint_id
@@ -485,8 +490,7 @@ class CheckpointStore:
         silent fall back to older offsets.
         """
         pointer_url = self.url(self._pointer_key())
-        pointer = self._get(self._pointer_key())
-        start = _pointer_id(pointer[0], pointer_url, self.pipeline) if pointer else None
+        start = self._pointer_checkpoint_id()
         # Listing the ids after the pointer is cheap (1000 per page); views cost 4 GETs each, so read
         # them newest first and stop at the first completed one: the ones read before it are the
         # checkpoints after it.
