@@ -74,7 +74,8 @@ class SinkSpec:
 class TriggerSpec:
     """``checkpoints.trigger``: start a checkpoint when the source's unread records reach
     ``lag_records``, or when some have waited ``max_wait_s`` since the last checkpoint completed;
-    never while the topic is idle. The source is looked at every ``poll_s``."""
+    never while the topic is idle (unless ``state.event_time.idle_advance`` makes a window due). The
+    source is looked at every ``poll_s``."""
 
     lag_records: int
     max_wait_s: int
@@ -133,11 +134,14 @@ class EventTime:
     ``column`` is a Spark SQL expression over the transform's output: a TIMESTAMP, or a number of
     epoch seconds. The watermark is the minimum over the source partitions of (the largest event
     time seen - ``out_of_orderness_ms``); a partition without records for ``idle_timeout_ms`` no
-    longer holds it back."""
+    longer holds it back. With ``idle_advance``, once every partition has been idle that long, event
+    time is taken to go on with the claim's pinned clock, so the last windows of a burst fire while the
+    source is quiet (`lockstep.rules.watermarks.advance`)."""
 
     column: str
     out_of_orderness_ms: int
     idle_timeout_ms: int
+    idle_advance: bool = False
 
 
 @dataclass(frozen=True)
@@ -581,11 +585,12 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
         ratio = default.max_delta_ratio
     compaction = CompactionPolicy(max_deltas=c.integer(k, "state.compaction", "max_deltas", default.max_deltas, 0, 1000),
                                   max_delta_ratio=float(ratio))
-    e = c.section(d.get("event_time", _MISSING), "state.event_time", {"column", "out_of_orderness", "idle_timeout"},
-                  optional=False)
+    e = c.section(d.get("event_time", _MISSING), "state.event_time",
+                  {"column", "out_of_orderness", "idle_timeout", "idle_advance"}, optional=False)
     event_time = EventTime(column=_expression(c, e, "state.event_time", "column"),
                            out_of_orderness_ms=_duration(c, e, "state.event_time", "out_of_orderness", "0s"),
-                           idle_timeout_ms=_duration(c, e, "state.event_time", "idle_timeout", "5m", positive=True))
+                           idle_timeout_ms=_duration(c, e, "state.event_time", "idle_timeout", "5m", positive=True),
+                           idle_advance=c.boolean(e, "state.event_time", "idle_advance", False))
     kinds = [k for k in ("window", "dedup", "function") if d.get(k) is not None]
     if len(kinds) != 1:
         c.fail("state", "needs exactly one operator: window, dedup or function" if not kinds

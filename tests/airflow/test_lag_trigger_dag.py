@@ -7,6 +7,7 @@ import re
 import time
 
 from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.rules.lag_trigger import Fired
 
 from ..integration.engine_helpers import open_transactions, store, verify
 from ..support.data import produce_orders
@@ -62,4 +63,54 @@ def test_a_lag_triggered_pipeline_runs_on_a_burst_and_stays_still_when_idle(airf
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["expected_outputs"] == report["actual_outputs"] == 60
+    assert open_transactions(pipeline) == []
+
+
+def test_a_lag_triggered_windowed_pipeline_fires_its_last_windows_when_the_source_goes_quiet(airflow, bootstrap):
+    import yaml
+
+    from ..integration.test_state import T0, WINDOW, expected_windows, produce, window_outputs
+
+    idle_s, poll_s = 15, 1
+    pipeline = airflow.new_pipeline(bootstrap, "quiet")
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["transform"] = "lockstep_examples.orders:parse"
+    doc["state"] = {**WINDOW, "event_time": {**WINDOW["event_time"], "idle_timeout": f"{idle_s}s", "idle_advance": True}}
+    doc["checkpoints"].update(trigger={"lag_records": 21, "max_wait": "1h", "poll_interval": poll_s})
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+    dag_id = pipeline.spec().dag_id
+    client = airflow.client_for(dag_id)
+    [first] = _settled(client, dag_id, 1)  # the first, empty checkpoint
+    assert first["state"] == "success", explain(client, dag_id, first["dag_run_id"])
+
+    produced = list(range(21))  # event times T0 .. T0+20: the burst's checkpoint leaves the watermark at T0+17
+    produce(pipeline, produced)
+    burst = _settled(client, dag_id, 2)[1]
+    assert burst["state"] == "success", explain(client, dag_id, burst["dag_run_id"])
+    s = store(pipeline)
+    after_burst = s.latest_completed()
+    assert after_burst.prepared.records_in == 21 and after_burst.completed.state.watermark_ms == (T0 + 17) * 1000
+    assert after_burst.completed.state.timers > 0, "windows [T0+10, +20) and [T0+20, +30) wait for the watermark"
+
+    # Nothing more arrives. Once both partitions have been idle for 15 s, event time has gone on to
+    # T0+20+15-2 = T0+33 by the clock: the watcher starts a run, and its checkpoint fires both windows.
+    quiet = _settled(client, dag_id, 3)[2]
+    assert quiet["state"] == "success", explain(client, dag_id, quiet["dag_run_id"])
+    last = s.latest_completed()
+    assert last.claim.run_id == quiet["dag_run_id"] and last.claim.fires_timers and last.prepared.records_in == 0
+    fired_at = Fired.from_json(s.trigger_fired())
+    quiet_since = after_burst.claim.clock / 1000
+    assert fired_at is not None and fired_at.at_s - quiet_since <= idle_s + poll_s + 2, \
+        f"the watcher started the run {fired_at.at_s - quiet_since:.1f} s after the last records were read"
+    plan_log = client.task_log(dag_id, quiet["dag_run_id"], "plan")
+    assert "state.event_time.idle_advance" in plan_log, plan_log[-3000:]
+    state = last.completed.state
+    assert state.timers == 0 and state.watermark_ms >= (T0 + 30) * 1000
+    found = dict(window_outputs(pipeline, produced))
+    assert found == expected_windows(produced, state.watermark_ms)
+    assert {start for _, start in found} == {T0, T0 + 10, T0 + 20}, "every window of the burst fired"
+    time.sleep(6)
+    assert len(_runs(client, dag_id)) == 3, "nothing is due any more: still again"
+    report = verify(pipeline)
+    assert report["ok"] and report["state_mismatched"] == 0, report
     assert open_transactions(pipeline) == []

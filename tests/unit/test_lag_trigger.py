@@ -62,3 +62,17 @@ def test_a_new_pipeline_runs_a_first_checkpoint_to_find_where_to_start() -> None
 def test_a_missing_or_damaged_marker_is_no_marker(doc) -> None:
     assert Fired.from_json(doc) is None
     assert Fired.from_json(Fired(12.5, 3).to_json()) == Fired(12.5, 3)
+
+
+def test_an_idle_source_starts_a_run_once_a_window_is_due_by_idle_advance():
+    from lockstep.rules.lag_trigger import SourceLook, start_reason
+    from lockstep.spec import TriggerSpec
+
+    trigger = TriggerSpec(lag_records=100, max_wait_s=3600, poll_s=1.0)
+    waiting = SourceLook(unread=0, newest_checkpoint=4, in_flight_age_s=None, since_completed_s=5.0, timers_due_in_s=2.5)
+    assert start_reason(waiting, trigger, None, 1_000.0, 900.0) is None
+    due = SourceLook(unread=0, newest_checkpoint=4, in_flight_age_s=None, since_completed_s=8.0, timers_due_in_s=0.0)
+    assert "idle_advance" in start_reason(due, trigger, None, 1_000.0, 900.0)
+    from lockstep.rules.lag_trigger import Fired
+
+    assert start_reason(due, trigger, Fired(999.0, 4), 1_000.0, 900.0) is None, "edge-triggered, as for the lag"

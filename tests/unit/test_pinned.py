@@ -398,3 +398,66 @@ def test_a_commit_refuses_to_commit_on_the_sink_cluster_the_pipeline_left(no_gro
     with pytest.raises(CheckpointError, match="aborted"):
         coordinator.commit(p, 7)
     assert old.fenced == ["old-7-0", "old-7-1"] and store.view(7).status is CheckpointStatus.ABORTED
+
+
+# ---- the clock a claim pins (rules.pinned.pinned_clock) ---------------------------------------------------
+def _attempt(cid: int, starts: dict[int, int], clock_ms: int | None, base: int | None = None) -> CheckpointView:
+    from lockstep.model.state import StateManifest
+
+    state = None if base is None else StateManifest(operator="window", key_groups=8, written_by=base, files={},
+                                                    columns={}, watermark_ms=None, partitions={})
+    ranges = tuple(OffsetRange("in", p, s, s + 10) for p, s in sorted(starts.items()))
+    claim = CheckpointClaim("orders", cid, f"run-{cid}", "2026-11-27T00:00:00+00:00", ranges, "checkpoint",
+                            state_base=state, clock_ms=clock_ms)
+    return CheckpointView(claim)
+
+
+def test_a_replay_of_an_aborted_checkpoint_takes_its_clock_the_newest_first():
+    from lockstep.rules.pinned import pinned_clock
+
+    starts = {"in:0": 5, "in:1": 7}
+    earlier = [_attempt(4, {0: 5, 1: 7}, 111, base=3), _attempt(5, {0: 5, 1: 7}, 222, base=3)]
+    assert pinned_clock(starts, 3, earlier, NOW) == (222, 5)
+    assert pinned_clock(starts, 3, list(reversed(earlier)), NOW) == (222, 5), "by checkpoint id, not listing order"
+
+
+@pytest.mark.parametrize("starts, base, why", [
+    ({"in:0": 5, "in:1": 8}, 3, "another start offset"),
+    ({"in:0": 5}, 3, "another set of partitions"),
+    ({"in:0": 5, "in:1": 7}, 2, "another base state (a restore)"),
+    ({"in:0": 5, "in:1": 7}, None, "no base state"),
+])
+def test_a_checkpoint_that_replays_no_aborted_one_reads_the_clock_now(starts, base, why):
+    from lockstep.rules.pinned import pinned_clock
+
+    assert pinned_clock(starts, base, [_attempt(4, {0: 5, 1: 7}, 111, base=3)], NOW) == (NOW, None), why
+
+
+def test_an_aborted_claim_of_an_earlier_version_pins_nothing_to_inherit():
+    from lockstep.rules.pinned import pinned_clock
+
+    assert pinned_clock({"in:0": 5}, None, [_attempt(4, {0: 5}, None)], NOW) == (NOW, None)
+
+
+def test_a_claim_round_trips_its_clock_and_reads_claimed_at_without_one():
+    claim = _attempt(4, {0: 5}, 1_234).claim
+    doc = claim.to_json()
+    assert doc["clock_ms"] == 1_234 and CheckpointClaim.from_json(doc).clock == 1_234
+    older = {k: v for k, v in doc.items() if k != "clock_ms"}
+    assert CheckpointClaim.from_json(older).clock_ms is None
+    assert CheckpointClaim.from_json(older).clock == 1_795_737_600_000, "claimed_at, 2026-11-27T00:00:00Z"
+    with pytest.raises(MetadataError, match="clock_ms"):
+        CheckpointClaim.from_json({**doc, "clock_ms": "soon"})
+
+
+def test_a_claim_that_fires_timers_round_trips_and_counts_one_task_without_records():
+    from dataclasses import replace as copy
+
+    quiet = _attempt(4, {0: 5}, 1_234).claim
+    quiet = copy(quiet, ranges=tuple(OffsetRange(r.topic, r.partition, r.start, r.start) for r in quiet.ranges))
+    assert quiet.task_count == 0 and "fires_timers" not in quiet.to_json()
+    firing = copy(quiet, fires_timers=True)
+    assert firing.task_count == 1
+    assert CheckpointClaim.from_json(firing.to_json()).fires_timers is True
+    with pytest.raises(MetadataError, match="fires_timers"):
+        CheckpointClaim.from_json({**firing.to_json(), "fires_timers": "yes"})

@@ -125,3 +125,73 @@ def test_changed_key_groups_are_refused_naming_both_numbers(world: FakeWorld):
     world.store.state_files().record_rekey(64, 128, "2026-01-01T00:00:00+00:00")
     assert coordinator.plan(world.pipeline, "run-3", run_alive=dead).claim.state_base is not None, \
         "after `lockstep state rekey` the plan takes the new key groups"
+
+
+# ---- the clock a claim pins -----------------------------------------------------------------------------
+def test_a_claim_pins_the_wall_clock_its_run_reads(world: FakeWorld):
+    plan = coordinator.plan(world.pipeline, "run-1", run_alive=dead)
+    assert plan.claim.clock_ms == world.clock()
+    assert world.store.view(1).claim.clock == world.clock(), "the stored claim carries it"
+
+
+def test_a_checkpoint_replanned_minutes_after_its_abort_takes_the_aborted_ones_clock(world: FakeWorld):
+    _, base = complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 5)
+    first = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    world.prepare(first, state=written(world.store.state_files(), 2))
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)  # the broker times it out
+    again = coordinator.plan(world.pipeline, "run-3", run_alive=dead)
+    assert world.store.view(2).status is CheckpointStatus.ABORTED
+    assert again.claim.checkpoint_id == 3 and again.claim.ranges == first.claim.ranges
+    assert again.claim.state_base == first.claim.state_base == base
+    assert again.claim.clock_ms == first.claim.clock_ms != world.clock(), "the replay reads the first attempt's clock"
+
+    world.prepare(again, state=written(world.store.state_files(), 3))
+    coordinator.commit(world.pipeline, 3)
+    world.source.produce(SOURCE, 1, 5)
+    after = coordinator.plan(world.pipeline, "run-4", run_alive=dead)
+    assert after.claim.clock_ms == world.clock(), "a checkpoint that replays nothing reads the clock anew"
+
+
+# ---- idle_advance: a checkpoint without records that fires what the quiet made due ------------------------
+QUIET = {**STATE, "event_time": {"column": "created_at", "out_of_orderness": "1s", "idle_timeout": "1m",
+                                 "idle_advance": True}}
+
+
+def test_a_quiet_source_gets_a_checkpoint_that_fires_its_due_windows_once_every_partition_is_idle(monkeypatch):
+    w = fake_world(monkeypatch, spec(state=QUIET), partitions=2)
+    w.source.produce(SOURCE, 0, 3)
+    w.source.produce(SOURCE, 1, 3)
+    plan = coordinator.plan(w.pipeline, "run-1", run_alive=dead)
+    t = plan.claim.clock
+    parts = {f"{SOURCE}:0": PartitionTime(50_000, t), f"{SOURCE}:1": PartitionTime(55_000, t)}
+    w.prepare(plan, state=StateManifest(operator="window", key_groups=128, written_by=1, files={}, columns={},
+                                        watermark_ms=49_000, partitions=parts, timers=1, next_timer_ms=60_000))
+    coordinator.commit(w.pipeline, 1)
+
+    w.clock.advance(30_000)  # quiet, but not idle yet
+    soon = coordinator.plan(w.pipeline, "run-2", run_alive=dead)
+    assert not soon.claim.fires_timers and soon.claim.task_count == 0
+    w.prepare(soon, state=soon.claim.state_base.carried_forward())
+    coordinator.commit(w.pipeline, 2)
+
+    w.clock.advance(31_000)  # every partition idle for more than a minute: 55 s + 61 s - 1 s passes 60 s
+    due = coordinator.plan(w.pipeline, "run-3", run_alive=dead)
+    assert due.claim.fires_timers and all(r.is_empty for r in due.claim.ranges)
+    assert due.claim.task_count == 1, "its one transaction is fenced by recovery like any other"
+    assert w.store.view(3).claim.fires_timers, "the stored claim says so"
+
+
+def test_without_idle_advance_or_for_dedup_a_quiet_source_fires_nothing(monkeypatch):
+    dedup = {"event_time": QUIET["event_time"], "dedup": {"key": "order_id", "ttl": "1m"}}
+    for state in (STATE, dedup):
+        w = fake_world(monkeypatch, spec(state=state), partitions=1)
+        w.source.produce(SOURCE, 0, 3)
+        plan = coordinator.plan(w.pipeline, "run-1", run_alive=dead)
+        w.prepare(plan, state=StateManifest(
+            operator="window" if state is STATE else "dedup", key_groups=128, written_by=1, files={}, columns={},
+            watermark_ms=1_000, partitions={f"{SOURCE}:0": PartitionTime(2_000, plan.claim.clock)}, timers=1,
+            next_timer_ms=3_000))
+        coordinator.commit(w.pipeline, 1)
+        w.clock.advance(3_600_000)
+        assert not coordinator.plan(w.pipeline, "run-2", run_alive=dead).claim.fires_timers

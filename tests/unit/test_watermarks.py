@@ -9,6 +9,8 @@ from lockstep.model.state import PartitionTime, StateManifest
 from lockstep.rules.watermarks import (
     advance,
     fired,
+    fires_without_records,
+    idle_due_at,
     key_group_refusal,
     operator_refusal,
     schema_change,
@@ -93,6 +95,64 @@ def test_the_watermark_never_moves_backwards() -> None:
     # a new partition's first records are older than the watermark: it stays too
     newer = advance({"in:0": at(30_000)}, 15_000, {"in:1": 5_000}, ["in:0", "in:1"], NOW, BOUND, IDLE)
     assert newer.after == 15_000
+
+
+# ---- idle_advance: event time goes on with the pinned clock while every partition is quiet --------------
+def test_with_idle_advance_the_watermark_goes_on_with_the_clock_once_every_partition_is_idle() -> None:
+    base = {"in:0": at(3_000, IDLE + 7_000), "in:1": at(7_000, IDLE + 5_000)}
+    clock = advance(base, 1_000, {}, ["in:0", "in:1"], NOW, BOUND, IDLE, idle_advance=True)
+    assert clock.idle == ("in:0", "in:1")
+    # the furthest event time, plus the time since the latest activity (in:1's), less the bound
+    assert clock.after == 7_000 + IDLE + 5_000 - BOUND
+    without = advance(base, 1_000, {}, ["in:0", "in:1"], NOW, BOUND, IDLE)
+    assert without.after == 7_000 - BOUND, "off by default: the furthest partition's, as before"
+
+
+def test_idle_advance_waits_for_every_partition_and_is_a_function_of_the_clock() -> None:
+    base = {"in:0": at(3_000, IDLE + 7_000), "in:1": at(7_000, 1_000)}
+    busy = advance(base, 1_000, {}, ["in:0", "in:1"], NOW, BOUND, IDLE, idle_advance=True)
+    assert busy.idle == ("in:0",) and busy.after == 7_000 - BOUND, "in:1 is not idle: it holds the watermark"
+    quiet = {"in:0": at(3_000, IDLE + 7_000), "in:1": at(7_000, IDLE + 1)}
+    twice = [advance(quiet, 1_000, {}, ["in:0", "in:1"], NOW, BOUND, IDLE, idle_advance=True) for _ in range(2)]
+    assert twice[0] == twice[1] and twice[0].after == 7_000 + IDLE + 1 - BOUND
+
+
+def test_a_record_after_an_idle_advance_does_not_move_the_watermark_back() -> None:
+    advanced = advance({"in:0": at(7_000, IDLE + 50_000)}, None, {}, ["in:0"], NOW, BOUND, IDLE, idle_advance=True)
+    later = advance(advanced.partitions, advanced.after, {"in:0": 8_000}, ["in:0"], NOW + 1_000, BOUND, IDLE,
+                    idle_advance=True)
+    assert later.after == advanced.after == 7_000 + IDLE + 50_000 - BOUND
+
+
+def pending(partitions: dict[str, PartitionTime], next_timer_ms: int | None, watermark: int | None = None
+            ) -> StateManifest:
+    return StateManifest(operator="window", key_groups=8, written_by=7, files={}, columns={}, watermark_ms=watermark,
+                         partitions=partitions, timers=1, next_timer_ms=next_timer_ms)
+
+
+def test_idle_due_at_is_the_first_clock_at_which_a_checkpoint_without_records_reaches_the_timer() -> None:
+    parts = {"in:0": at(3_000, 2_000), "in:1": at(7_000, 1_000)}
+    latest = NOW - 1_000
+    # a timer just past the furthest event: due once every partition is idle
+    assert idle_due_at(pending(parts, 7_500), ["in:0", "in:1"], BOUND, IDLE) == latest + IDLE + 1
+    # a timer far ahead: once the clock has carried event time to it (plus the bound)
+    far = 7_000 + 5 * IDLE
+    due = idle_due_at(pending(parts, far), ["in:0", "in:1"], BOUND, IDLE)
+    assert due == latest + 5 * IDLE + BOUND
+    for clock_ms, fires in ((due - 1, False), (due, True)):
+        assert fires_without_records(pending(parts, far), ["in:0", "in:1"], clock_ms, BOUND, IDLE) is fires
+        by_advance = advance(parts, None, {}, ["in:0", "in:1"], clock_ms, BOUND, IDLE, idle_advance=True)
+        assert (by_advance.after is not None and by_advance.after >= far) is fires, "the same rule as the run's"
+
+
+@pytest.mark.parametrize("state, claimed, why", [
+    (None, ["in:0"], "no state"),
+    (pending({"in:0": at(3_000)}, None), ["in:0"], "no timer pending"),
+    (pending({"in:0": at(3_000)}, 5_000), ["in:0", "in:1"], "a partition the state has not seen holds it back"),
+    (pending({"in:0": at(None)}, 5_000), ["in:0"], "no event time seen"),
+])
+def test_idle_due_at_is_none_when_no_quiet_would_fire_anything(state, claimed, why) -> None:
+    assert idle_due_at(state, claimed, BOUND, IDLE) is None, why
 
 
 # ---- firing and windows -----------------------------------------------------------------------------------

@@ -240,6 +240,25 @@ class CheckpointClaim:
     #: A stateful pipeline's state this checkpoint starts from: the manifest of the checkpoint (or
     #: savepoint) its start offsets come from; None for a stateless pipeline or the first checkpoint.
     state_base: StateManifest | None = None
+    #: The wall-clock time (epoch ms) the checkpoint's run may read, pinned when planned: the "now" of
+    #: the watermark's idleness. Every attempt over this claim reads this one, so a retry, a repair or
+    #: a replay decides as the first attempt did (`lockstep.rules.pinned.pinned_clock`). None in claims
+    #: of earlier versions, whose clock is then their ``claimed_at``.
+    clock_ms: int | None = None
+    #: The claim reads no records and still runs its stateful operator: with ``idle_advance``, the
+    #: watermark moves with the pinned clock past a pending timer (a window, a function's timer) while
+    #: the source is quiet (`lockstep.rules.watermarks.fires_without_records`). It then writes through
+    #: one transaction, which recovery must fence like any other.
+    fires_timers: bool = False
+
+    @property
+    def clock(self) -> int:
+        """The pinned wall-clock time in epoch ms (``claimed_at`` for claims of earlier versions)."""
+        if self.clock_ms is not None:
+            return self.clock_ms
+        from datetime import datetime
+
+        return int(datetime.fromisoformat(self.claimed_at).timestamp() * 1000)
 
     @property
     def end_offsets(self) -> dict[str, int]:
@@ -250,7 +269,7 @@ class CheckpointClaim:
         """The most Spark tasks, and so transactional ids ``0 .. task_count-1``, the run may write with:
         one per non-empty range, at most ``sink.parallelism`` as planned (``auto``: at most
         ``MAX_AUTO_PARALLELISM``; claims of earlier versions: one per non-empty range)."""
-        ranges = sum(1 for r in self.ranges if not r.is_empty)
+        ranges = sum(1 for r in self.ranges if not r.is_empty) or (1 if self.fires_timers else 0)
         bound = self.planned_with.sink_parallelism if self.planned_with is not None else None
         if bound == "auto":
             bound = MAX_AUTO_PARALLELISM
@@ -268,6 +287,10 @@ class CheckpointClaim:
             doc["topic_ids"] = dict(self.topic_ids)
         if self.state_base is not None:
             doc["state_base"] = self.state_base.to_json()
+        if self.clock_ms is not None:
+            doc["clock_ms"] = self.clock_ms
+        if self.fires_timers:
+            doc["fires_timers"] = True
         return doc
 
     @classmethod
@@ -283,6 +306,8 @@ class CheckpointClaim:
             restored_from=r.get("restored_from", str, optional=True), skipped=r.offsets("skipped"),
             planned_with=planned_with, topic_ids=r.topic_ids("topic_ids"),
             state_base=optional_manifest(r.doc, key, "state_base"),
+            clock_ms=r.get("clock_ms", int, optional=True) if "clock_ms" in r.doc else None,
+            fires_timers=r.get("fires_timers", bool) if "fires_timers" in r.doc else False,
         ))
 
 

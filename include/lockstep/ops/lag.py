@@ -298,4 +298,20 @@ def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin |
     flying = [v for v in unsettled if v.status in _UNSETTLED]
     in_flight_age = (now - datetime.fromisoformat(flying[-1].claim.claimed_at)).total_seconds() if flying else None
     return SourceLook(unread=lag.totals["unread"], newest_checkpoint=newest, in_flight_age_s=in_flight_age,
-                      since_completed_s=lag.last_completed_age_s)
+                      since_completed_s=lag.last_completed_age_s,
+                      timers_due_in_s=_timers_due_in_s(spec, store, lag, now))
+
+
+def _timers_due_in_s(spec: PipelineSpec, store: CheckpointStore, lag: PipelineLag, now: datetime) -> float | None:
+    """Seconds until a checkpoint without records would fire the committed state's earliest timer
+    (``state.event_time.idle_advance``; negative once due), or None when none would."""
+    from lockstep.rules.watermarks import idle_due_at
+
+    state = spec.state
+    if state is None or not state.event_time.idle_advance or state.dedup is not None or lag.last_completed is None:
+        return None
+    latest = store.latest_completed()
+    manifest = latest.completed.state if latest is not None and latest.completed is not None else None
+    due = idle_due_at(manifest, [p.partition for p in lag.partitions], state.event_time.out_of_orderness_ms,
+                      state.event_time.idle_timeout_ms)
+    return None if due is None else due / 1000 - now.timestamp()

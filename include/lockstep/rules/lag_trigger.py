@@ -2,7 +2,8 @@
 
 The watcher (``lockstep_airflow.triggers``) looks at the source every ``poll_s`` and asks `start_reason`.
 A checkpoint starts when the unread records reach ``lag_records``, or when some have waited
-``max_wait_s`` since the last checkpoint completed; never while the topic is idle.
+``max_wait_s`` since the last checkpoint completed; while the topic is idle, only when a stateful
+pipeline with ``state.event_time.idle_advance`` has a window or timer that the quiet has made due.
 
 The condition "lag ≥ N" stays true until the checkpoint it starts has committed, and Airflow restarts a
 watcher from its arguments after each event, so a watcher that only looked at the lag would fire again
@@ -54,6 +55,9 @@ class SourceLook:
     in_flight_age_s: float | None
     #: seconds since the last checkpoint completed; None before the first
     since_completed_s: float | None
+    #: seconds until a checkpoint without records would fire a pending window or timer of the committed
+    #: state (``state.event_time.idle_advance``; 0 or less: due now); None when none would
+    timers_due_in_s: float | None = None
 
 
 def start_reason(look: SourceLook, trigger: TriggerSpec, fired: Fired | None, now_s: float,
@@ -77,4 +81,7 @@ def start_reason(look: SourceLook, trigger: TriggerSpec, fired: Fired | None, no
         since = "no checkpoint completed" if look.since_completed_s is None else \
             f"the last checkpoint completed {look.since_completed_s:.0f} s ago"
         return f"{look.unread:,} records unread and {since}, at least checkpoints.trigger.max_wait ({trigger.max_wait_s} s)"
+    if look.timers_due_in_s is not None and look.timers_due_in_s <= 0:
+        return ("the source has been idle long enough for the watermark to pass a pending window or timer "
+                "(state.event_time.idle_advance): a checkpoint without records fires it")
     return None

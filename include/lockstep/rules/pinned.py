@@ -8,7 +8,7 @@ changes cannot be honoured that way; `refusal` says which, and how to get out.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -169,3 +169,25 @@ def transactions_deadline_ms(prepared: PreparedCheckpoint, timeout_ms: int) -> i
 
 def _changed(change: SpecChange, cid: int) -> str:
     return f"{change.field} changed from {change.old!r} to {change.new!r} since checkpoint {cid} was planned"
+
+
+def pinned_clock(starts: Mapping[str, int], base_written_by: int | None, earlier: Sequence[CheckpointView],
+                 now_ms: int) -> tuple[int, int | None]:
+    """The wall-clock time a new checkpoint's claim pins, and the earlier checkpoint it comes from (or None).
+
+    A checkpoint is a function of its claim (DESIGN.md, invariant 11), and the clock is part of the
+    claim: the watermark's idleness is measured against it, nothing in the run reads the wall clock.
+    A checkpoint that starts where an aborted one started (the same start offsets and the same base
+    state) replays it, so it takes that one's clock: a run aborted after prepare and planned again
+    minutes later fires the same windows, calls the same records late and expires the same keys.
+    ``earlier``: the checkpoints after the latest completed one (aborted or failed attempts), any order.
+    Otherwise the clock is ``now_ms``.
+    """
+    for view in sorted(earlier, key=lambda v: v.checkpoint_id, reverse=True):
+        claim = view.claim
+        if claim.clock_ms is None:
+            continue
+        base = claim.state_base.written_by if claim.state_base is not None else None
+        if base == base_written_by and {r.tp.key: r.start for r in claim.ranges} == dict(starts):
+            return claim.clock_ms, view.checkpoint_id
+    return now_ms, None

@@ -126,12 +126,13 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
     if view.status is not CheckpointStatus.CLAIMED:
         raise CheckpointError(checkpoint_id, f"is {view.status.value}; the Spark run only writes claimed checkpoints")
     ranges = tuple(r for r in view.claim.ranges if not r.is_empty)
+    fires = not ranges and view.claim.fires_timers  # no records, but windows or timers are due
     started = time.monotonic()
     committables: list[PreparedTransaction] = []
     rows_out = 0
     stateful = None
     state = None
-    if ranges:
+    if ranges or fires:
         assert spark is not None  # only a checkpoint without records runs without Spark (steps.run)
         resolved = values_for_run(spec, view)
         notice = resolved.notice(Step.RUN)
@@ -141,6 +142,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         kafka = kafka_config(planned.source_kafka_conn_id, JAVA)
         # At most sink.parallelism tasks (transactions), each reading whole source partitions.
         tasks = write_tasks(planned.sink_parallelism, len(ranges), lambda: default_parallelism(spark))
+        if fires:
+            ranges = view.claim.ranges  # read as they are, empty: the transform's columns, no rows
         if planned.sink_parallelism == "auto":  # the claim allows up to 256 ids: tell recovery how many
             tasks = store.record_write_tasks(checkpoint_id, tasks)
         df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks)

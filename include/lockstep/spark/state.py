@@ -139,8 +139,11 @@ def _check_columns(spec: PipelineSpec, df: DataFrame) -> None:
 
 
 def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transformed: DataFrame,
-          files: StateFiles, now_ms: int | None = None) -> StatefulRun:
-    """Apply the spec's stateful operator to this checkpoint's transformed records."""
+          files: StateFiles) -> StatefulRun:
+    """Apply the spec's stateful operator to this checkpoint's transformed records.
+
+    Nothing here reads the wall clock: idleness is measured against the clock the claim pinned
+    (``claim.clock``), so every attempt over the claim decides the same way."""
     from pyspark.sql import functions as F
 
     assert spec.state is not None
@@ -165,8 +168,9 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     seen = (good.groupBy("topic", "partition").agg(F.max(EVENT).alias("m")).collect())
     clock = advance(base.partitions if base else {}, base.watermark_ms if base else None,
                     {f"{r['topic']}:{r['partition']}": int(r["m"]) for r in seen},
-                    [r.tp.key for r in claim.ranges], int(time.time() * 1000) if now_ms is None else now_ms,
-                    state.event_time.out_of_orderness_ms, state.event_time.idle_timeout_ms)
+                    [r.tp.key for r in claim.ranges], claim.clock,
+                    state.event_time.out_of_orderness_ms, state.event_time.idle_timeout_ms,
+                    state.event_time.idle_advance)
     metrics = {"watermark_seconds": round(time.monotonic() - started, 3)}
     log.info("checkpoint %d: watermark %s -> %s%s", cid, _when(clock.before), _when(clock.after),
              f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")

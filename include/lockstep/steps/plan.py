@@ -20,7 +20,8 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
-from lockstep.rules.pinned import planned_with
+from lockstep.model.transactions import utc_text
+from lockstep.rules.pinned import pinned_clock, planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.start_offsets import (
     READ_BEFORE,
@@ -37,6 +38,7 @@ from lockstep.rules.start_offsets import (
     restore_diff,
     restore_totals,
 )
+from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.commit import publish_end_offsets
 from lockstep.steps.pipeline import Pipeline, now_iso
 from lockstep.steps.recover import check_in_flight, recover
@@ -125,11 +127,23 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     for tp, skipped in ranges.skipped.items():
         log.warning("checkpoint %d: skipping %d records of %s deleted by retention (skip_deleted_ranges)",
                     next_id, skipped, tp.key)
+    state_base = _state_base(p, restore, latest, next_id)
+    clock_ms, replays = pinned_clock({r.tp.key: r.start for r in ranges.ranges},
+                                     state_base.written_by if state_base is not None else None, history.after,
+                                     p.wall_ms())
+    if replays is not None and p.spec.state is not None:
+        log.info("checkpoint %d: starts where aborted checkpoint %d started, and takes its clock (%s) so that "
+                 "its watermark and timers decide as that one's did", next_id, replays, utc_text(clock_ms))
+    fires = _fires_timers(p, ranges, state_base, clock_ms)
+    if fires:
+        log.info("checkpoint %d: no new records, and every source partition has been idle long enough for the "
+                 "watermark to pass a pending timer (state.event_time.idle_advance): the checkpoint fires what is "
+                 "due", next_id)
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
-        state_base=_state_base(p, restore, latest, next_id),
+        state_base=state_base, clock_ms=clock_ms, fires_timers=fires,
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
@@ -141,6 +155,17 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
              time.monotonic() - started, ranges.backlog_remaining)
     failpoints.hit("plan.after_claim")
     return result
+
+
+def _fires_timers(p: Pipeline, ranges: RangePlan, base: StateManifest | None, clock_ms: int) -> bool:
+    """A checkpoint without records that must still run its operator (``idle_advance``, a timer due)."""
+    state = p.spec.state
+    if state is None or not state.event_time.idle_advance or state.dedup is not None or base is None:
+        return False  # dedup's expiries are lazy: nothing to emit
+    if any(not r.is_empty for r in ranges.ranges):
+        return False  # the run starts anyway, and its operator fires whatever is due
+    return fires_without_records(base, [r.tp.key for r in ranges.ranges], clock_ms,
+                                 state.event_time.out_of_orderness_ms, state.event_time.idle_timeout_ms)
 
 
 def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
