@@ -63,7 +63,7 @@ class FakeWorld:
 
     def prepare(self, plan: Plan, records_per_task: int | None = None,
                 sources: dict[int, tuple[TopicPartition, ...] | None] | None = None,
-                state: StateManifest | None = None) -> PreparedCheckpoint:
+                state: StateManifest | None = None, output_tasks: int | None = None) -> PreparedCheckpoint:
         """What a successful Spark run leaves: one open transaction per non-empty range, flushed,
         and the prepared metadata naming them (the committables). Each carries its range's source
         partition, unless ``sources`` says otherwise for its task (a shuffle; None: not recorded). A
@@ -80,7 +80,7 @@ class FakeWorld:
         prepared = PreparedCheckpoint(claim.pipeline, claim.checkpoint_id, "2026-01-01T00:00:00+00:00", tuple(txns),
                                       records_in=sum(r.count for r in claim.ranges),
                                       records_out=sum(t.records for t in txns), records_dead_lettered=0,
-                                      spark_seconds=1.0, state=state)
+                                      spark_seconds=1.0, state=state, output_tasks=output_tasks)
         self.store.write_prepared(prepared)
         return prepared
 

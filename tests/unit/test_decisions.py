@@ -464,14 +464,32 @@ def stateful(*txns: PreparedTransaction) -> PreparedCheckpoint:
 LOST_AFTER_COMMIT = (obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT))
 
 
-def test_a_stateful_checkpoint_with_a_lost_transaction_is_stuck_even_with_disjoint_sources() -> None:
+def test_a_stateful_checkpoint_of_an_earlier_version_with_a_lost_transaction_is_stuck() -> None:
     exact = decide_with_claim(prepared(sourced(0, 0), sourced(1, 1)), *LOST_AFTER_COMMIT)
     assert exact.kind is K.REPAIR, "the same checkpoint without state is repaired exactly"
     d = decide_with_claim(stateful(sourced(0, 0), sourced(1, 1)), *LOST_AFTER_COMMIT)
-    assert d.kind is K.STUCK
+    assert d.kind is K.STUCK, "no output_tasks: its output was not placed by rule"
     assert d.commit == () and d.abort == () and d.replay == ()
-    assert "keyed state already holds the effect of the lost transactions' records" in d.message
+    assert "earlier version of Lockstep" in d.message and "keyed state already holds the effect" in d.message
     assert "--accept duplicates" in d.message and "--accept loss" in d.message
+
+
+@pytest.mark.parametrize("observations, rerun, commit", [
+    (LOST_AFTER_COMMIT, (1,), ()),
+    ((obs(0, S.COMPLETE_ABORT), obs(1, S.COMPLETE_COMMIT), obs(2)), (0,), (f"{PREFIX}-42-2",)),
+    ((obs(0, S.COMPLETE_COMMIT), obs(1, S.COMPLETE_ABORT), obs(2, S.EMPTY, pid=555, epoch=0)), (1, 2), ()),
+])
+def test_a_stateful_partial_commit_is_repaired_by_computing_the_lost_tasks_share_again(observations, rerun,
+                                                                                      commit) -> None:
+    txns = [sourced(i, i) for i in range(len(observations))]
+    d = decide_with_claim(replace(stateful(*txns), output_tasks=len(txns)), *observations)
+    assert d.kind is K.REPAIR and d.accepted is None
+    assert d.rerun == rerun and d.of_tasks == len(txns)
+    assert d.replay == (), "no input goes back: the state already holds every record's effect"
+    assert d.commit == commit and d.abort == tuple(f"{PREFIX}-42-{t}" for t in rerun)
+    assert "computes checkpoint 42 again from its claim" in d.message
+    # The next checkpoint starts where this one ends: nothing is read again as new input.
+    assert end_offsets_after_repair(CLAIMED, d.replay) == {r.tp.key: r.end for r in CLAIMED}
 
 
 def test_a_stuck_stateful_checkpoint_accepted_as_loss_gives_nothing_back() -> None:

@@ -195,3 +195,40 @@ def test_without_idle_advance_or_for_dedup_a_quiet_source_fires_nothing(monkeypa
         coordinator.commit(w.pipeline, 1)
         w.clock.advance(3_600_000)
         assert not coordinator.plan(w.pipeline, "run-2", run_alive=dead).claim.fires_timers
+
+
+# ---- repair of a stateful partial commit -----------------------------------------------------------------
+def test_a_stateful_partial_commit_completes_with_its_state_and_the_next_checkpoint_writes_its_lost_share(
+        world: FakeWorld):
+    from lockstep.model.checkpoint import Rerun
+
+    complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 5)
+    world.source.produce(SOURCE, 1, 5)
+    plan = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    second = written(world.store.state_files(), 2)
+    prepared = world.prepare(plan, state=second, output_tasks=2)  # its output placed by rules.output_tasks
+    kept, lost = prepared.transactions
+    world.committer.commit(kept.transactional_id, kept.producer_id, kept.epoch)
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)  # the broker times the other out
+
+    outcome = coordinator.commit(world.pipeline, 2)  # no manual step
+    done = world.store.view(2).completed
+    assert outcome.repair is not None and outcome.repair.accepted is None
+    assert outcome.repair.rerun_tasks == (lost.task_index,) and outcome.repair.of_tasks == 2
+    assert outcome.repair.replayed == () and done.end_offsets == plan.claim.end_offsets, "no input goes back"
+    assert done.state == second, "the state is the prepared one: it holds every record's effect"
+    assert world.store.view(2).status_text == "completed after repair"
+
+    # The next checkpoint (no new records) writes the lost share again; a replay of it after a crash too.
+    third = coordinator.plan(world.pipeline, "run-3", run_alive=dead)
+    assert third.claim.rerun == Rerun(2, (lost.task_index,), 2) and third.claim.needs_spark
+    assert third.claim.task_count == 1 and all(r.is_empty for r in third.claim.ranges)
+    world.start(third)  # its run dies
+    fourth = coordinator.plan(world.pipeline, "run-4", run_alive=dead)
+    assert world.store.view(3).status is CheckpointStatus.ABORTED
+    assert fourth.claim.rerun == third.claim.rerun
+    world.prepare(fourth, state=second, output_tasks=1)
+    coordinator.commit(world.pipeline, 4)
+    world.source.produce(SOURCE, 0, 1)
+    assert coordinator.plan(world.pipeline, "run-5", run_alive=dead).claim.rerun is None, "written once"

@@ -218,6 +218,34 @@ class PlannedWith:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """The share of an earlier stateful checkpoint's output that a claim writes again: the output of
+    tasks ``tasks`` (of ``of_tasks``) of checkpoint ``checkpoint``, whose transactions the broker
+    aborted after others were committed. The run computes that checkpoint again from its own claim
+    (its ranges, its base state, its pinned clock) and writes only those tasks' records
+    (`lockstep.rules.output_tasks`)."""
+
+    checkpoint: int
+    tasks: tuple[int, ...]
+    of_tasks: int
+
+    def __post_init__(self) -> None:
+        if not self.tasks or any(not 0 <= t < self.of_tasks for t in self.tasks):
+            raise ValueError(f"a rerun names tasks in [0, {self.of_tasks}), got {self.tasks}")
+
+    def to_json(self) -> dict[str, object]:
+        return {"checkpoint": self.checkpoint, "tasks": list(self.tasks), "of_tasks": self.of_tasks}
+
+    @classmethod
+    def from_json(cls, doc: object, key: str, path: str = "rerun") -> Rerun:
+        r = _Reader(doc, key, None, path)
+        tasks = r.get("tasks", list)
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in tasks):
+            raise MetadataError(key, f"field '{path}.tasks' must list task indexes")
+        return _build(key, lambda: cls(r.get("checkpoint", int), tuple(tasks), r.get("of_tasks", int)))
+
+
+@dataclass(frozen=True)
 class CheckpointClaim:
     """Written first, with a conditional create: whoever writes it owns the checkpoint id.
 
@@ -250,6 +278,14 @@ class CheckpointClaim:
     #: the source is quiet (`lockstep.rules.watermarks.fires_without_records`). It then writes through
     #: one transaction, which recovery must fence like any other.
     fires_timers: bool = False
+    #: The lost share of the previous checkpoint's output that this one writes again (a stateful
+    #: partial commit's repair), or None.
+    rerun: Rerun | None = None
+
+    @property
+    def needs_spark(self) -> bool:
+        """Whether the run starts Spark: it has records to read, timers to fire, or a share to write again."""
+        return any(not r.is_empty for r in self.ranges) or self.fires_timers or self.rerun is not None
 
     @property
     def clock(self) -> int:
@@ -269,7 +305,7 @@ class CheckpointClaim:
         """The most Spark tasks, and so transactional ids ``0 .. task_count-1``, the run may write with:
         one per non-empty range, at most ``sink.parallelism`` as planned (``auto``: at most
         ``MAX_AUTO_PARALLELISM``; claims of earlier versions: one per non-empty range)."""
-        ranges = sum(1 for r in self.ranges if not r.is_empty) or (1 if self.fires_timers else 0)
+        ranges = sum(1 for r in self.ranges if not r.is_empty) or (1 if self.fires_timers or self.rerun else 0)
         bound = self.planned_with.sink_parallelism if self.planned_with is not None else None
         if bound == "auto":
             bound = MAX_AUTO_PARALLELISM
@@ -291,6 +327,8 @@ class CheckpointClaim:
             doc["clock_ms"] = self.clock_ms
         if self.fires_timers:
             doc["fires_timers"] = True
+        if self.rerun is not None:
+            doc["rerun"] = self.rerun.to_json()
         return doc
 
     @classmethod
@@ -308,6 +346,7 @@ class CheckpointClaim:
             state_base=optional_manifest(r.doc, key, "state_base"),
             clock_ms=r.get("clock_ms", int, optional=True) if "clock_ms" in r.doc else None,
             fires_timers=r.get("fires_timers", bool) if "fires_timers" in r.doc else False,
+            rerun=Rerun.from_json(r.doc["rerun"], key) if r.doc.get("rerun") is not None else None,
         ))
 
 
@@ -371,6 +410,10 @@ class PreparedCheckpoint:
     spark_seconds: float
     #: A stateful pipeline's state after this checkpoint (files written before this document)
     state: StateManifest | None = None
+    #: A stateful run's output went to its transactions by `lockstep.rules.output_tasks` over this many
+    #: tasks, so a lost transaction's share can be computed again; None for stateless runs and runs of
+    #: earlier versions (a partial loss of those stateful checkpoints cannot be repaired).
+    output_tasks: int | None = None
 
     def __post_init__(self) -> None:
         ids = [t.transactional_id for t in self.transactions]
@@ -399,6 +442,7 @@ class PreparedCheckpoint:
             "records_in": self.records_in, "records_out": self.records_out,
             "records_dead_lettered": self.records_dead_lettered, "spark_seconds": self.spark_seconds,
             **({"state": self.state.to_json()} if self.state is not None else {}),
+            **({"output_tasks": self.output_tasks} if self.output_tasks is not None else {}),
         }
 
     @classmethod
@@ -411,6 +455,7 @@ class PreparedCheckpoint:
             prepared_at=r.get("prepared_at", str), transactions=txns, records_in=r.get("records_in", int),
             records_out=r.get("records_out", int), records_dead_lettered=r.get("records_dead_lettered", int),
             spark_seconds=float(r.get("spark_seconds", (int, float))), state=optional_manifest(r.doc, key),
+            output_tasks=r.get("output_tasks", int) if "output_tasks" in r.doc else None,
         ))
 
 
@@ -425,6 +470,11 @@ class Repair:
     #: None for an exact repair; "duplicates" or "loss" when a user settled a checkpoint that could not
     #: be repaired exactly (``lockstep transactions resolve --accept``).
     accepted: str | None = None
+    #: A stateful checkpoint's exact repair: the lost transactions' tasks (of ``of_tasks``), whose
+    #: output the next checkpoint writes again by computing this one again (`Rerun`); its input is not
+    #: given back, since its state already holds the effect of every record.
+    rerun_tasks: tuple[int, ...] = ()
+    of_tasks: int = 0
 
     def __post_init__(self) -> None:
         if not self.lost:
@@ -433,15 +483,25 @@ class Repair:
     @property
     def summary(self) -> str:
         """'transaction p-5-1 lost; orders:1[40,80) given back to the next checkpoint'."""
+        lost = f"transaction{'s' if len(self.lost) > 1 else ''} {', '.join(sorted(self.lost))} lost; "
+        if self.rerun_tasks:
+            return (lost + f"the next checkpoint computes this one again from its base state and clock, and writes "
+                           f"the output of task{'s' if len(self.rerun_tasks) > 1 else ''} "
+                           f"{', '.join(map(str, self.rerun_tasks))} again")
         ranges = ", ".join(str(r) for r in self.replayed) or "no input ranges"
         accepted = f" ({self.accepted} accepted)" if self.accepted else ""
-        return (f"transaction{'s' if len(self.lost) > 1 else ''} {', '.join(sorted(self.lost))} lost; "
-                f"{ranges} given back to the next checkpoint{accepted}")
+        return lost + f"{ranges} given back to the next checkpoint{accepted}"
+
+    def rerun(self, checkpoint_id: int) -> Rerun | None:
+        """What the next checkpoint writes again of checkpoint ``checkpoint_id``, or None."""
+        return Rerun(checkpoint_id, self.rerun_tasks, self.of_tasks) if self.rerun_tasks else None
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {"lost": dict(self.lost), "replayed": [r.to_json() for r in self.replayed]}
         if self.accepted is not None:
             doc["accepted"] = self.accepted
+        if self.rerun_tasks:
+            doc["rerun_tasks"], doc["of_tasks"] = list(self.rerun_tasks), self.of_tasks
         return doc
 
     @classmethod
@@ -453,7 +513,12 @@ class Repair:
         accepted = r.doc.get("accepted")
         if accepted is not None and not isinstance(accepted, str):
             raise MetadataError(key, f"field '{path}.accepted' must be a string, got {accepted!r}")
-        return _build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed"), accepted=accepted))
+        tasks = r.get("rerun_tasks", list) if "rerun_tasks" in r.doc else []
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in tasks):
+            raise MetadataError(key, f"field '{path}.rerun_tasks' must list task indexes")
+        return _build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed"), accepted=accepted,
+                                       rerun_tasks=tuple(tasks),
+                                       of_tasks=r.get("of_tasks", int) if "of_tasks" in r.doc else 0))
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,10 @@ class CommitDecision:
     #: REPAIR of a checkpoint that could not be repaired exactly: what the user accepted
     #: ("duplicates" or "loss", see `ACCEPT`).
     accepted: str | None = None
+    #: REPAIR of a stateful checkpoint: the lost transactions' tasks (of ``of_tasks``), whose output the
+    #: next checkpoint computes again from this one's claim and writes (`rerun_tasks`).
+    rerun: tuple[int, ...] = ()
+    of_tasks: int = 0
     already_committed: tuple[str, ...] = ()
     #: per transactional id, why it cannot be committed.
     problems: Mapping[str, str] = field(default_factory=dict)
@@ -145,7 +149,13 @@ def decide_commit(
     if started and by_kind.get("bad"):
         lost = tuple(by_kind["bad"])
         detail = "; ".join(problems[t] for t in lost)
-        replay, why_not = repair_ranges(prepared, lost, ranges)
+        rerun: tuple[int, ...] = ()
+        replay: tuple[OffsetRange, ...] | None
+        if prepared.state is not None:
+            found, why_not = rerun_tasks(prepared, lost)
+            rerun, replay = (found, ()) if found else ((), None)
+        else:
+            replay, why_not = repair_ranges(prepared, lost, ranges)
         accepted = None
         if replay is None and accept is not None:
             replay, accepted = accepted_ranges(prepared, lost, ranges, accept), accept
@@ -162,10 +172,14 @@ def decide_commit(
         given = (f"the input of the lost transaction{'s' if len(lost) > 1 else ''} "
                  f"({', '.join(str(r) for r in replay)}) goes back to the next checkpoint, which reads and writes it "
                  "again" if replay else "no input goes back")
+        if rerun:
+            given = (f"its state stands, and the next checkpoint computes checkpoint {cid} again from its claim (its "
+                     f"ranges, base state and clock) and writes the output of task{'s' if len(rerun) > 1 else ''} "
+                     f"{', '.join(map(str, rerun))} again")
         choice = f" as accepted ({accepted}: {ACCEPT[accepted]})" if accepted else ""
         return CommitDecision(
             DecisionKind.REPAIR, cid, commit=to_commit, abort=lost, already_committed=committed, problems=problems,
-            replay=replay, accepted=accepted,
+            replay=replay, accepted=accepted, rerun=rerun, of_tasks=(prepared.output_tasks or 0) if rerun else 0,
             message=(f"checkpoint {cid} is partially committed ({', '.join(started)}) but {detail}. Repairing "
                      f"it{choice}: {rest}{given}"),
         )
@@ -210,6 +224,26 @@ def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str],
     if outside:
         return None, f"the lost transactions carry records of {', '.join(outside)}, which the claim does not cover"
     return tuple(sorted(claimed[tp] for tp in lost_sources)), ""
+
+
+def rerun_tasks(prepared: PreparedCheckpoint, lost: Sequence[str]) -> tuple[tuple[int, ...], str]:
+    """The tasks of a stateful checkpoint whose output ``lost`` held, to be computed again and written by
+    the next checkpoint, or ((), why that would not be exact).
+
+    Exact when the run placed its output by `lockstep.rules.output_tasks` (``output_tasks`` recorded): the
+    same claim, base state and clock give the same output, and the rule the same tasks, so the lost
+    transactions' records are exactly those of their tasks, given a deterministic transform. The state
+    is the prepared one: it already holds the effect of every record, so no input is read again."""
+    if prepared.output_tasks is None:
+        return (), ("it was written by an earlier version of Lockstep, which did not place a stateful output in "
+                    "its transactions by rule, so the lost transactions' share cannot be computed again, and its "
+                    "keyed state already holds the effect of their records, so reading them again would count them "
+                    "twice")
+    by_id = {t.transactional_id: t for t in prepared.transactions}
+    tasks = tuple(sorted({by_id[tid].task_index for tid in lost}))
+    if any(not 0 <= t < prepared.output_tasks for t in tasks):
+        return (), f"the lost transactions' tasks {tasks} are not among its {prepared.output_tasks} output tasks"
+    return tasks, ""
 
 
 def accepted_ranges(prepared: PreparedCheckpoint, lost: Sequence[str], ranges: Sequence[OffsetRange],

@@ -22,7 +22,13 @@ from lockstep.connections import kafka_config
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model import failpoints
-from lockstep.model.checkpoint import CheckpointStatus, CheckpointView, PreparedCheckpoint, PreparedTransaction
+from lockstep.model.checkpoint import (
+    CheckpointStatus,
+    CheckpointView,
+    PreparedCheckpoint,
+    PreparedTransaction,
+    Rerun,
+)
 from lockstep.model.output_contract import (
     ACCEPTED_TYPES,
     OPTIONAL_COLUMNS,
@@ -45,6 +51,11 @@ from lockstep.spec import PipelineSpec
 from lockstep.transform import load_transform, ship_to_executors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame
+
+    from lockstep.spark.state import StatefulRun
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
 
@@ -114,6 +125,30 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
             forget_read_settings(spark)  # the source connection's settings leave the session with the run
 
 
+def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: dict[str, object], rerun: Rerun,
+           transform: Callable[[DataFrame], DataFrame], checkpoint_id: int) -> tuple[DataFrame, StatefulRun]:
+    """The share of checkpoint ``rerun.checkpoint``'s output its lost transactions held, computed again from
+    that checkpoint's own claim: its ranges, its base state and its pinned clock (a stateful partial
+    commit's repair). Its state is not written again: the completed checkpoint already holds it."""
+    from lockstep.spark import state as keyed_state
+    from lockstep.spark.output_tasks import share
+
+    earlier = store.view(rerun.checkpoint)
+    if earlier is None or earlier.completed is None:
+        raise CheckpointError(checkpoint_id, f"must write again the output that checkpoint {rerun.checkpoint} lost, but "
+                                             f"checkpoint {rerun.checkpoint} is no longer in the store; raise "
+                                             "checkpoints.retain, and settle it with `lockstep transactions resolve`")
+    claim = earlier.claim
+    read = tuple(r for r in claim.ranges if not r.is_empty)
+    df = read_ranges(spark, kafka, read or claim.ranges, headers=spec.replay_of is not None, tasks=max(1, len(read)))
+    again = keyed_state.start(spark, spec, claim, transform(df), store.state_files())
+    log.warning("checkpoint %d: writes again the output of task%s %s of checkpoint %d, whose transactions the broker "
+                "aborted after others were committed: computed again from checkpoint %d's claim (%d records, its base "
+                "state and its clock)", checkpoint_id, "s" if len(rerun.tasks) > 1 else "",
+                ", ".join(map(str, rerun.tasks)), rerun.checkpoint, rerun.checkpoint, sum(r.count for r in read))
+    return share(again.output, claim.ranges, rerun.of_tasks, rerun.tasks), again
+
+
 def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession | None, store: PipelineStore,
                         view: CheckpointView | None) -> PreparedCheckpoint:
     view = view if view is not None else store.view(checkpoint_id)
@@ -126,13 +161,14 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
     if view.status is not CheckpointStatus.CLAIMED:
         raise CheckpointError(checkpoint_id, f"is {view.status.value}; the Spark run only writes claimed checkpoints")
     ranges = tuple(r for r in view.claim.ranges if not r.is_empty)
-    fires = not ranges and view.claim.fires_timers  # no records, but windows or timers are due
+    # No records, but windows or timers are due, or a lost share of the previous checkpoint to write again.
+    without_records = not ranges and view.claim.needs_spark
     started = time.monotonic()
     committables: list[PreparedTransaction] = []
     rows_out = 0
-    stateful = None
+    stateful = rerun = None
     state = None
-    if ranges or fires:
+    if ranges or without_records:
         assert spark is not None  # only a checkpoint without records runs without Spark (steps.run)
         resolved = values_for_run(spec, view)
         notice = resolved.notice(Step.RUN)
@@ -142,7 +178,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         kafka = kafka_config(planned.source_kafka_conn_id, JAVA)
         # At most sink.parallelism tasks (transactions), each reading whole source partitions.
         tasks = write_tasks(planned.sink_parallelism, len(ranges), lambda: default_parallelism(spark))
-        if fires:
+        if without_records:
             ranges = view.claim.ranges  # read as they are, empty: the transform's columns, no rows
         if planned.sink_parallelism == "auto":  # the claim allows up to 256 ids: tell recovery how many
             tasks = store.record_write_tasks(checkpoint_id, tasks)
@@ -165,11 +201,16 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         out = transform(df)
         if spec.state is not None:
             from lockstep.spark import state as keyed_state
+            from lockstep.spark.output_tasks import place
 
             stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files())
-            # The state's shuffle spreads the output over more partitions: back to at most `tasks`
-            # (concatenated whole: each source partition's records stay together, in order).
-            out = stateful.output.coalesce(tasks)
+            output = stateful.output
+            if view.claim.rerun is not None:
+                again, rerun = _rerun(spark, spec, store, kafka, view.claim.rerun, transform, checkpoint_id)
+                output = output.unionByName(again)
+            # Each record in the transaction of its source partition's task (rules.output_tasks), in
+            # offset order: a lost transaction's share can then be computed again exactly.
+            out = place(output, view.claim.ranges, tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
@@ -195,6 +236,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         if stateful is not None:
             # The state files before prepared.json, which names them: the decision covers both.
             state = stateful.finish()
+            if rerun is not None:
+                rerun.discard()
     elif spec.state is not None and view.claim.state_base is not None:
         state = view.claim.state_base.carried_forward()  # no records: the state stays as it was
     failpoints.hit("job.before_prepared")
@@ -205,6 +248,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         records_out=sum(t.records for t in committables),
         records_dead_lettered=sum(t.dead_letters for t in committables),
         spark_seconds=round(time.monotonic() - started, 3), state=state,
+        output_tasks=tasks if stateful is not None else None,
     )
     # A stateful operator regroups records by key on purpose, and its checkpoints are never repaired
     # (docs/state.md, "Failures"): the warning is for stateless transforms that shuffle.

@@ -66,9 +66,16 @@ class StatefulRun:
     clock: EventClock
     _finish: Callable[[], StateManifest]
     metrics: dict[str, float] = field(default_factory=dict)
+    #: the frames the run keeps (persisted) until its state is written, or it is discarded
+    cached: list[DataFrame] = field(default_factory=list)
 
     def finish(self) -> StateManifest:
         return self._finish()
+
+    def discard(self) -> None:
+        """Let go of what the run kept without writing its state (a repair's recomputation)."""
+        for frame in self.cached:
+            frame.unpersist()
 
 
 def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int | None) -> str | None:
@@ -230,7 +237,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
                  metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"], manifest.timers)
         return replace(manifest, metrics=dict(metrics))
 
-    return StatefulRun(everything, clock, finish, metrics)
+    return StatefulRun(everything, clock, finish, metrics, cached)
 
 
 def _when(ms: int | None) -> str:

@@ -109,7 +109,8 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
         if decision.kind is DecisionKind.REPAIR:
             # Fence first: once the checkpoint says its input goes back, nothing of these may commit.
             _abort_transactions(committer, prepared, decision.abort)
-            repair = Repair({tid: decision.problems[tid] for tid in decision.abort}, decision.replay, decision.accepted)
+            repair = Repair({tid: decision.problems[tid] for tid in decision.abort}, decision.replay, decision.accepted,
+                            decision.rerun, decision.of_tasks)
         failpoints.hit("commit.after_verify")
         _commit_transactions(committer, prepared, decision.commit)
         _await_markers(committer, checkpoint_id, decision.commit)
@@ -125,8 +126,8 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
                                     state=view.claim.state_base if reverted else prepared.state)
     p.store.mark_completed(completed)
     if repair:
-        log.warning("checkpoint %d: completed after repair: %s, which reads and writes them again", checkpoint_id,
-                    repair.summary)
+        log.warning("checkpoint %d: completed after repair: %s%s", checkpoint_id, repair.summary,
+                    "" if repair.rerun_tasks else ", which reads and writes them again")
     else:
         log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
                  prepared.records_out, prepared.records_dead_lettered, len(committed))

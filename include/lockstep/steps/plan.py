@@ -17,6 +17,7 @@ from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
     CheckpointClaim,
     CheckpointView,
+    Rerun,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
@@ -143,7 +144,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
-        state_base=state_base, clock_ms=clock_ms, fires_timers=fires,
+        state_base=state_base, clock_ms=clock_ms, fires_timers=fires, rerun=_rerun(restore, latest),
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
@@ -155,6 +156,20 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
              time.monotonic() - started, ranges.backlog_remaining)
     failpoints.hit("plan.after_claim")
     return result
+
+
+def _rerun(restore: str | None, latest: CheckpointView | None) -> Rerun | None:
+    """The lost share of the latest completed checkpoint's output that the next one writes again (a
+    stateful partial commit's repair): while no later checkpoint has completed, each one planned from it
+    carries it; a restore starts elsewhere and carries none."""
+    if restore is not None or latest is None or latest.completed is None or latest.completed.repair is None:
+        return None
+    rerun = latest.completed.repair.rerun(latest.checkpoint_id)
+    if rerun is not None:
+        log.warning("checkpoint %d was completed after a repair: this checkpoint writes again the output of its lost "
+                    "task%s %s", latest.checkpoint_id, "s" if len(rerun.tasks) > 1 else "",
+                    ", ".join(map(str, rerun.tasks)))
+    return rerun
 
 
 def _fires_timers(p: Pipeline, ranges: RangePlan, base: StateManifest | None, clock_ms: int) -> bool:

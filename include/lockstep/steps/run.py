@@ -74,11 +74,11 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore,
 
     Starting Spark costs ~10 s; an empty checkpoint only has to record that it
     prepared nothing, so it is written here directly (the empty-checkpoint invariant), unless its
-    claim fires timers (a stateful pipeline's windows due while the source is quiet).
+    claim fires timers (a stateful pipeline's windows due while the source is quiet) or writes again
+    the lost share of a stateful partial commit.
     """
     view = store.view(checkpoint_id)
-    if view is not None and view.status is CheckpointStatus.CLAIMED and not view.claim.fires_timers \
-            and all(r.is_empty for r in view.claim.ranges):
+    if view is not None and view.status is CheckpointStatus.CLAIMED and not view.claim.needs_spark:
         started = time.monotonic()
         run_checkpoint_job(spec, checkpoint_id, spark=None, store=store, view=view)
         log.info("checkpoint %d: no new records; prepared without starting Spark", checkpoint_id)

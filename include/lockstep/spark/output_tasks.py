@@ -1,0 +1,49 @@
+"""A stateful checkpoint's output placed in the Spark partitions, and so the transactions, that
+`lockstep.rules.output_tasks` assigns it to; and the share of a recomputed checkpoint's output that
+lost transactions held (what a stateful partial commit's repair writes again)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import chain
+from typing import TYPE_CHECKING
+
+from lockstep.model.offsets import OffsetRange
+from lockstep.rules.output_tasks import slots, task_of_partition
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+TASK, SLOT = "__ls_task", "__ls_slot"
+
+
+def task_column(ranges: Iterable[OffsetRange], tasks: int) -> Column:
+    """Each output row's task, from its provenance's source partition (``topic``, ``partition``)."""
+    from pyspark.sql import functions as F
+
+    assigned = task_of_partition(ranges, tasks)
+    name = F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"))
+    by_hash = F.pmod(F.xxhash64(F.col("topic"), F.col("partition").cast("int")), F.lit(tasks)).cast("int")
+    if not assigned:
+        return by_hash
+    mapping = F.create_map(*chain.from_iterable((F.lit(k), F.lit(v)) for k, v in sorted(assigned.items())))
+    return F.coalesce(F.try_element_at(mapping, name), by_hash).cast("int")
+
+
+def place(output: DataFrame, ranges: Iterable[OffsetRange], tasks: int) -> DataFrame:
+    """``output`` in exactly ``tasks`` Spark partitions, partition ``t`` holding the rows of task ``t``,
+    each source partition's rows in offset order (dedup's order guarantee; a window's outputs by the
+    offsets of their latest records)."""
+    from pyspark.sql import functions as F
+
+    slot_of = F.array(*[F.lit(v) for v in slots(tasks)])
+    return (output.withColumn(SLOT, F.get(slot_of, task_column(ranges, tasks)))
+            .repartition(tasks, F.col(SLOT))
+            .sortWithinPartitions("topic", "partition", "offset")
+            .drop(SLOT))
+
+
+def share(output: DataFrame, ranges: Iterable[OffsetRange], of_tasks: int, tasks: Sequence[int]) -> DataFrame:
+    """The rows of ``output`` that tasks ``tasks`` (of ``of_tasks``) held: what the lost transactions of a
+    checkpoint computed again from its claim wrote."""
+
+    return output.filter(task_column(ranges, of_tasks).isin(list(tasks)))
