@@ -124,8 +124,10 @@ class StateFiles:
                 return target
             if placed is None:
                 raise MetadataError(self.url(target), f"holds other bytes (digest {theirs}) than its name says "
-                                                      f"({ours}): it was changed outside Lockstep; "
-                                                      + RESTORE_WAY_OUT)
+                                                      f"({ours}), so checkpoint {self.checkpoint_of(key)} cannot "
+                                                      "write its state file: it was changed outside Lockstep; "
+                                                      "delete it (no manifest can use it: its digest is wrong) "
+                                                      "and run again")
             target = placed
 
     def _create_if_absent(self, key: str, body: bytes) -> str | None:
