@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,22 @@ def lockstep(*args: str, failpoints: str | None = None, timeout: int = 600) -> s
 
 def run(pipeline: PipelineUnderTest, *extra: str, failpoints: str | None = None) -> subprocess.CompletedProcess:
     return lockstep("run", "--spec", str(pipeline.spec_path), *extra, failpoints=failpoints)
+
+
+def crash_at(pipeline: PipelineUnderTest, point: str, *extra: str) -> subprocess.CompletedProcess:
+    """Run with failpoint ``point`` armed to crash, and check that the failpoint is what stopped the run,
+    not any failure with the same exit code: its own words (`lockstep.model.failpoints.hit`) are in the
+    log, from the CLI's process or relayed from the Spark job's output; the CLI died with the
+    failpoint's exit code, or reports the Spark run that the crash killed."""
+    from lockstep.model.failpoints import CRASH_EXIT_CODE
+
+    result = run(pipeline, *extra, failpoints=f"{point}=crash")
+    assert result.returncode in (CRASH_EXIT_CODE, 2), (point, result.returncode, result.stderr[-3000:])
+    assert re.search(rf"lockstep failpoint {re.escape(point)}\b.*: crashing the process", result.stderr), \
+        (point, "the failpoint did not fire", result.stderr[-3000:])
+    if result.returncode == 2:
+        assert "Spark run failed" in result.stderr, (point, result.stderr[-3000:])
+    return result
 
 
 def verify(pipeline: PipelineUnderTest, *extra: str) -> dict:

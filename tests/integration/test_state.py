@@ -14,7 +14,7 @@ from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
 from lockstep.model.output_contract import ERROR_HEADER, WRITER_FAILPOINTS
 
 from ..support.data import read_committed
-from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
 
 T0 = 1_700_000_000  # epoch seconds of order 0; order i is created at T0 + i
 SIZE_S = 10
@@ -118,8 +118,7 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
         batch = range(40 * n, 40 * (n + 1))
         produce(pipeline, batch)
         produced += batch
-        crashed = run(pipeline, failpoints=f"{point}=crash")
-        assert crashed.returncode in (CRASH_EXIT_CODE, 2), (point, crashed.stderr[-3000:])
+        crash_at(pipeline, point)  # the failpoint itself fired, not another failure with its exit code
     produce(pipeline, range(40 * len(points), 40 * len(points) + 40))
     produced += range(40 * len(points), 40 * len(points) + 40)
     late = 3 if mode == "connect" else 0
@@ -196,8 +195,8 @@ def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, boo
         producer.produce(pipeline.source, json.dumps(doc).encode(), partition=i % 2)
         sent.append(f"o{n}")
     producer.flush(30)
-    assert run(pipeline, failpoints="job.after_prepared=crash").returncode == CRASH_EXIT_CODE
-    assert run(pipeline, failpoints="commit.between_commits=crash").returncode == CRASH_EXIT_CODE
+    assert crash_at(pipeline, "job.after_prepared").returncode == CRASH_EXIT_CODE
+    assert crash_at(pipeline, "commit.between_commits").returncode == CRASH_EXIT_CODE
     done = run(pipeline, "--checkpoints", "4")
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -253,8 +252,7 @@ def test_a_state_function_keeps_running_counts_and_timers_exactly_once(tmp_path,
     stateful(pipeline, SESSIONS)
     produce(pipeline, range(100))
     for point in ("job.before_prepared", "job.after_prepared", "commit.between_commits"):
-        crashed = run(pipeline, failpoints=f"{point}=crash")
-        assert crashed.returncode == CRASH_EXIT_CODE, (point, crashed.stderr[-3000:])
+        assert crash_at(pipeline, point).returncode == CRASH_EXIT_CODE, point
     assert run(pipeline, "--checkpoints", "3").returncode == 0
     # Two orders far later in event time move the watermark past every session's gap: all close.
     produce(pipeline, [1000, 1001], created_at=T0 + 1000)

@@ -721,3 +721,51 @@ def test_racing_commit_and_abort_settle_on_exactly_one_outcome(store: Checkpoint
         assert status in (CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)
         assert results[(i, winner)] == "ok"
         assert results[(i, "abort" if winner == "complete" else "complete")] == "refused"
+
+
+# ---- state files: no attempt overwrites another's -----------------------------------------------------
+def state_table(customer: str, orders: int) -> bytes:
+    """One key group's base: a Parquet file as the run writes it."""
+    import pyarrow as pa
+
+    from lockstep.store import state_chain
+
+    return state_chain.parquet(pa.table({"__ls_key": [customer], "__ls_key_group": [1], "orders": [orders]}))
+
+
+def test_a_taken_state_file_name_keeps_its_bytes_and_a_manifest_of_the_retry_still_reads(
+        store: CheckpointStore, s3_client) -> None:
+    from lockstep.model.state import GroupState, PartitionTime, StateManifest
+    from lockstep.store.state_cache import digest
+    from lockstep.store.state_files import StateFiles, content_key
+
+    files = StateFiles(s3_client, store.bucket, store.root, cache=None)  # every read checks the digest on S3
+    key = files.key(7, 1)
+    retry, late = state_table("c1", 2), state_table("c1", 3)  # two attempts that computed different state
+    # The run task's retry writes the file and its prepared manifest names it.
+    assert files.put_table(key, retry) == (key, digest(retry))
+    manifest = StateManifest(operator="window", key_groups=4, written_by=7, files={1: (key,)},
+                             columns={"__ls_key": "string", "orders": "bigint"}, watermark_ms=1000,
+                             partitions={"in:0": PartitionTime(1000, 7)}, keys=1, rows=1, bytes=len(retry),
+                             groups={1: GroupState(keys=1, rows=1, file_bytes=(len(retry),), digests=(digest(retry),))})
+    # The slow first attempt uploads afterwards: its bytes go under their own name, the retry's stay.
+    assert files.put_table(key, late) == (content_key(key, digest(late)), digest(late))
+    assert raw(s3_client, store, key) == retry
+    assert files.read_state(manifest).to_pylist() == [{"__ls_key": "c1", "__ls_key_group": 1, "orders": 2}]
+    # A deterministic attempt's same bytes reuse the file: nothing new is written.
+    assert files.put_table(key, retry) == (key, digest(retry))
+    assert sorted(files.listing()) == sorted([key, content_key(key, digest(late))])
+
+    # Two attempts racing for one name on the server's conditional create: each ends with its own bytes.
+    racing = files.key(8, 1)
+    bodies = [state_table("c2", n) for n in (1, 2)]
+    barrier = threading.Barrier(2)
+
+    def attempt(body: bytes) -> tuple[str, str]:
+        barrier.wait()
+        return files.put_table(racing, body)
+
+    with ThreadPoolExecutor(2) as pool:
+        placed = list(pool.map(attempt, bodies))
+    assert sorted(k == racing for k, _ in placed) == [False, True]
+    assert [raw(s3_client, store, k) for k, _ in placed] == bodies

@@ -177,13 +177,55 @@ def test_remainder_goes_to_lowest_partitions_deterministically() -> None:
     assert [r.count for r in plan.ranges] == [3, 3, 2, 2]
 
 
+def test_the_remainder_starts_where_the_previous_checkpoint_stopped() -> None:
+    starts = {tp(i): 0 for i in range(4)}
+    big = {tp(i): 1000 for i in range(4)}
+    counts = [[r.count for r in plan_ranges(starts, {t: 0 for t in starts}, big, max_records=10,
+                                            checkpoint_id=cid).ranges] for cid in (1, 2, 3)]
+    assert counts == [[2, 2, 3, 3], [3, 3, 2, 2], [2, 2, 3, 3]]
+
+
+@pytest.mark.parametrize("partitions,budget", [(7, 3), (10, 1), (5, 4), (4, 10), (9, 6)])
+def test_a_small_budget_moves_every_backlogged_partition_and_shares_it_evenly_over_checkpoints(
+        partitions: int, budget: int) -> None:
+    starts = {tp(i): 0 for i in range(partitions)}
+    lso = {tp(i): 10_000 for i in range(partitions)}
+    first = 41
+    for cid in range(first, first + 3 * partitions):
+        plan = plan_ranges(starts, {t: 0 for t in starts}, lso, max_records=budget, checkpoint_id=cid)
+        assert plan.total_records == budget
+        for r in plan.ranges:
+            assert r.start == starts[r.tp]  # tiling holds
+        starts = plan.end_offsets
+    assert all(starts[t] > 0 for t in starts), starts  # no partition starved
+    assert max(starts.values()) - min(starts.values()) <= 1, starts  # the budget's rounding, no more
+
+
+def test_a_partly_drained_backlog_still_advances_every_partition_in_turn() -> None:
+    # Partition 0 has 2 records; the six others a long backlog; the budget is 4 a checkpoint.
+    starts = {tp(i): 0 for i in range(7)}
+    lso = {tp(0): 2, **{tp(i): 10_000 for i in range(1, 7)}}
+    moved = {t: 0 for t in starts}
+    for cid in range(1, 31):
+        plan = plan_ranges(starts, {t: 0 for t in starts}, lso, max_records=4, checkpoint_id=cid)
+        assert plan.total_records == 4
+        for r in plan.ranges:
+            moved[r.tp] += r.count
+        starts = plan.end_offsets
+    assert moved[tp(0)] == 2
+    rest = [moved[tp(i)] for i in range(1, 7)]
+    # At most one record of rounding while partition 0 was drained, and one since (the round-robin
+    # starts afresh over the partitions still backlogged).
+    assert min(rest) > 0 and max(rest) - min(rest) <= 2, moved
+
+
 def test_water_fill_properties_on_random_inputs() -> None:
     rng = random.Random(7)
     for _ in range(500):
         n = rng.randint(1, 8)
         backlog = {tp(i): rng.choice([0, 1, 2, 5, 50, 1000, rng.randint(0, 300)]) for i in range(n)}
         budget = rng.randint(1, 1500)
-        shares = water_fill(backlog, budget)
+        shares = water_fill(backlog, budget, rotation=rng.randint(0, 10**6))
         assert sum(shares.values()) == min(budget, sum(backlog.values()))
         assert all(0 <= shares[t] <= backlog[t] for t in backlog)
         # fairness: a partition only gets less than its backlog if nobody got more than it + 1

@@ -8,11 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from lockstep.errors import MetadataError
 from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.state import PartitionTime, StateManifest
 from lockstep.store.checkpoint_store import CheckpointStore
-from lockstep.store.state_files import StateFiles, unreferenced
+from lockstep.store.state_cache import digest
+from lockstep.store.state_files import StateFiles, content_key, placement, unreferenced
 from tests.support.fake_s3 import FakeS3
 
 BUCKET, ROOT, PIPELINE = "lockstep", "tests/orders", "orders"
@@ -32,6 +34,46 @@ def test_unreferenced_keeps_the_latest_completed_checkpoints_own_unnamed_files()
     of = {"s/3/extra": 3}
     assert unreferenced(of, referenced=set(), checkpoint_of=of, settled_below=3, aborted=set()) == []
     assert unreferenced(of, referenced=set(), checkpoint_of=of, settled_below=3, aborted={3}) == ["s/3/extra"]
+
+
+# ---- where a state file goes when its name is taken (pure) ---------------------------------------------------
+KEY = "tests/orders/state/000000000003/kg-00001.delta.parquet"
+
+
+def test_a_content_key_sits_beside_the_layouts_name_and_names_the_bytes() -> None:
+    assert content_key(KEY, "ab" * 16) == f"tests/orders/state/000000000003/kg-00001.delta.{'ab' * 16}.parquet"
+    assert content_key(KEY, "ab" * 16) != content_key(KEY, "cd" * 16)
+
+
+def test_a_taken_name_is_reused_only_for_the_same_bytes_and_never_replaced() -> None:
+    assert placement(KEY, ours="a", taken=KEY, theirs="a") == KEY  # a deterministic retry: the same file
+    assert placement(KEY, ours="a", taken=KEY, theirs="b") == content_key(KEY, "a")  # another attempt's file
+    assert placement(KEY, ours="a", taken=content_key(KEY, "a"), theirs="a") == content_key(KEY, "a")
+    # the content's name holding other bytes: changed outside Lockstep, nowhere left to go
+    assert placement(KEY, ours="a", taken=content_key(KEY, "a"), theirs="b") is None
+
+
+# ---- create over an S3 that honours If-None-Match ------------------------------------------------------------
+def test_no_attempt_replaces_a_state_file_another_attempt_wrote(s3: FakeS3) -> None:
+    files = StateFiles(s3, BUCKET, ROOT, cache=None)
+    key = files.key(3, 1, delta=True)
+    assert files.put_table(key, b"attempt 2's delta") == (key, digest(b"attempt 2's delta"))
+    assert files.put_table(key, b"attempt 2's delta") == (key, digest(b"attempt 2's delta")), "a retry reuses it"
+    late = files.put_table(key, b"attempt 1's other delta")  # the slow first attempt uploads after the retry
+    assert late == (content_key(key, digest(b"attempt 1's other delta")), digest(b"attempt 1's other delta"))
+    assert s3.body(BUCKET, key) == b"attempt 2's delta"
+    assert files.put_table(key, b"attempt 1's other delta") == late
+    assert s3.keys(BUCKET, files.prefix) == sorted([key, late[0]])
+
+
+def test_a_content_named_file_changed_outside_lockstep_is_refused_not_replaced(s3: FakeS3) -> None:
+    files = StateFiles(s3, BUCKET, ROOT, cache=None)
+    key = files.key(3, 1)
+    files.put_table(key, b"one")
+    files.put(content_key(key, digest(b"two")), b"tampered")
+    with pytest.raises(MetadataError, match="changed outside Lockstep"):
+        files.create(key, b"two")
+    assert s3.body(BUCKET, key) == b"one" and s3.body(BUCKET, content_key(key, digest(b"two"))) == b"tampered"
 
 
 # ---- collect_state_garbage over real documents ------------------------------------------------------------
@@ -91,6 +133,23 @@ def test_garbage_collection_deletes_aborted_and_stray_files_and_keeps_state_and_
     assert deleted == sorted([files.key(1, 3), files.key(3, 0), files.key(3, 1)])
     assert s3.keys(BUCKET, files.prefix) == sorted([*m1.all_files, *m2.all_files, files.key(4, 2)])
     assert store.collect_state_garbage() == [], "nothing more to delete"
+
+
+def test_garbage_collection_deletes_the_losing_attempts_file_under_its_content_name(store: CheckpointStore,
+                                                                                   s3: FakeS3) -> None:
+    files = store.state_files()
+    files.cache = None
+    m1 = complete(store, 1, None, write_state(files, 1))
+    store.claim(claim(2, m1))
+    mine, _ = files.put_table(files.key(2, 0), b"the retry's base")  # the retry's file, which its manifest names
+    theirs, _ = files.put_table(files.key(2, 0), b"the slow first attempt's base")
+    assert theirs == content_key(files.key(2, 0), digest(b"the slow first attempt's base"))
+    m2 = replace(m1, written_by=2, files={0: (mine,)})
+    store.write_prepared(prepared(2, m2))
+    store.mark_completed(completed(2, m2))
+    complete(store, 3, m2, m2.carried_forward())
+    assert store.collect_state_garbage() == [theirs], "named by no manifest, of a settled checkpoint"
+    assert s3.keys(BUCKET, files.prefix) == sorted([*m1.all_files, mine])
 
 
 def test_the_state_of_a_prepared_checkpoint_that_was_aborted_is_garbage(store: CheckpointStore, s3: FakeS3) -> None:

@@ -1,7 +1,7 @@
 """A stateful pipeline's keyed state as the checkpoint records it: the state manifest.
 
 The state itself is immutable Parquet files in S3, under the pipeline's checkpoint prefix
-(``<prefix>/<pipeline>/state/<checkpoint>/kg-<group>[.delta].parquet``): per key group that holds
+(``<prefix>/<pipeline>/state/<checkpoint>/kg-<group>[.delta][.<digest>].parquet``): per key group that holds
 keys, a chain of a base and the deltas written since (`lockstep.store.state_chain`). The manifest
 names them, with each group's figures (format 2), with what the next checkpoint needs besides: the event-time position of
 each source partition (for the watermark), the watermark, the pending timers (windows not yet

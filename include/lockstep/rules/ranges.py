@@ -42,7 +42,9 @@ def plan_ranges(
     """Fix `[start, end)` per partition: end is the last stable offset, capped by the record budget.
 
     The budget is water-filled so a hot partition cannot starve the others, and the sum of all
-    ranges never exceeds `max_records`. Records lost to retention fail the plan unless the spec
+    ranges never exceeds `max_records`. What an even split leaves over goes round-robin, starting
+    where the previous checkpoint's stopped (rotated by `checkpoint_id`), so a budget smaller than the
+    number of backlogged partitions still moves each of them in turn. Records lost to retention fail the plan unless the spec
     accepts the loss (`skip_deleted`), in which case the skipped counts are returned for logging.
     """
     if max_records <= 0:
@@ -59,17 +61,22 @@ def plan_ranges(
     skipped = {TopicPartition.from_key(key): log_start - start for key, start, log_start in deleted}
     effective = {tp: starts[tp] + skipped.get(tp, 0) for tp in tps}
     backlog = {tp: stable_end_offsets[tp] - effective[tp] for tp in tps}
-    shares = water_fill(backlog, max_records)
+    shares = water_fill(backlog, max_records, rotation=checkpoint_id or 0)
     ranges = tuple(OffsetRange(tp.topic, tp.partition, effective[tp], effective[tp] + shares[tp]) for tp in tps)
     total = sum(shares.values())
     return RangePlan(ranges, skipped, total, sum(backlog.values()) - total)
 
 
-def water_fill(backlog: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+def water_fill(backlog: Mapping[TopicPartition, int], budget: int, rotation: int = 0) -> dict[TopicPartition, int]:
     """Share `budget` across partitions: small backlogs are taken whole, the rest split evenly.
 
-    The remainder of the even split goes one each to the first partitions in sorted order, so the
-    result is deterministic and no two unsatisfied partitions differ by more than one.
+    The remainder of the even split goes one each to consecutive partitions in sorted order, from
+    position ``rotation * remainder`` (wrapping around): the checkpoint's id as ``rotation`` starts each
+    checkpoint where the previous one stopped. Always giving it to the first partitions would starve
+    the last ones whenever the budget is smaller than the number of backlogged partitions (their
+    records would come late to keyed state). Deterministic (the id is in the claim), and no two
+    unsatisfied partitions differ by more than one, within a checkpoint and, while the same
+    partitions stay backlogged, summed over consecutive checkpoints.
     """
     shares = {tp: 0 for tp in backlog}
     remaining = budget
@@ -83,6 +90,8 @@ def water_fill(backlog: Mapping[TopicPartition, int], budget: int) -> dict[Topic
         remaining -= backlog[tp]
     if pending:
         even, extra = divmod(remaining, len(pending))
-        for i, tp in enumerate(sorted(pending)):
+        ordered = sorted(pending)
+        first = (rotation * extra) % len(ordered)
+        for i, tp in enumerate(ordered[first:] + ordered[:first]):
             shares[tp] = even + (1 if i < extra else 0)
     return shares

@@ -544,8 +544,8 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
 
     def put(group: int, body: bytes, kind: str) -> tuple[str, str]:
         nonlocal written, size
-        key = files.key(cid, group, delta=kind == "delta")
-        name = files.put_table(key, body)
+        # Where another attempt of this checkpoint already wrote other bytes, ours go under another name.
+        key, name = files.put_table(files.key(cid, group, delta=kind == "delta"), body)
         written += 1
         size += len(body)
         by_kind[kind] += len(body)

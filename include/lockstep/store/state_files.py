@@ -9,6 +9,14 @@ A checkpoint's run writes its files before ``prepared.json``; nothing ever rewri
 are the pipeline's state is decided by the completed checkpoint's manifest
 (`lockstep.model.state.StateManifest`), never by listing: files of a checkpoint that did not complete
 are not read, and :func:`unreferenced` picks them for deletion.
+
+Two attempts of one checkpoint's run (the run task's retry, and a slow first attempt still going) may
+both upload a group's file. Each state file is created only if its name is free
+(:meth:`StateFiles.create`, S3 ``If-None-Match: *``, as claims are), so no attempt replaces a file a
+manifest may already name: when the name is taken by the same bytes (a deterministic retry) the file
+is reused; when by other bytes, this attempt's file goes under a name of its content beside it::
+
+    state/000000000043/kg-00007.delta.3f9a…(32 hex).parquet   (`content_key`)
 """
 from __future__ import annotations
 
@@ -59,6 +67,8 @@ class StateFiles:
         return f"s3://{self.bucket}/{key}"
 
     def put(self, key: str, body: bytes) -> None:
+        """Write ``key`` whatever is there: for records meant to be replaced (``rekey.json``). A state
+        file a manifest may name is written with :meth:`create` instead."""
         try:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=body,  # type: ignore[attr-defined]
                                 ContentType="application/vnd.apache.parquet")
@@ -93,16 +103,68 @@ class StateFiles:
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not list state files under {self.url(self.prefix)}: {exc}") from exc
 
-    def put_table(self, key: str, body: bytes) -> str:
-        """Write a state file; its digest for the manifest. The decoded file goes to the local cache, so
-        that the next checkpoint on this host reads it without S3 or Parquet."""
+    def create(self, key: str, body: bytes) -> str:
+        """Write a state file under ``key`` unless that name is taken; the key that holds ``body``.
+
+        Why a conditional create and not a name unique to each attempt: an attempt has no identity the
+        claim pins (a run reads no clock and no random), and a deterministic retry, the common case,
+        then writes nothing new and keeps the layout's plain names. What matters is that a name, once
+        created, always holds the same bytes, so the digest a manifest records for it stays true: a
+        taken name is reused only when it holds our bytes (`placement`); other bytes go under their
+        content's name (`content_key`), again only if free. Two names of one checkpoint's folder can
+        then exist; garbage collection deletes whichever no retained manifest names."""
+        ours = digest(body)
+        target = key
+        while True:  # at most twice: the layout's name, then the content's
+            theirs = self._create_if_absent(target, body)
+            if theirs is None:
+                return target
+            placed = placement(key, ours, target, theirs)
+            if placed == target:
+                return target
+            if placed is None:
+                raise MetadataError(self.url(target), f"holds other bytes (digest {theirs}) than its name says "
+                                                      f"({ours}), so checkpoint {self.checkpoint_of(key)} cannot "
+                                                      "write its state file: it was changed outside Lockstep; "
+                                                      "delete it (no manifest can use it: its digest is wrong) "
+                                                      "and run again")
+            target = placed
+
+    def _create_if_absent(self, key: str, body: bytes) -> str | None:
+        """Create ``key`` with ``body`` only if absent: None when we created it, else the digest of
+        what is there."""
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",  # type: ignore[attr-defined]
+                                ContentType="application/vnd.apache.parquet")
+            return None
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise TransientError(f"could not write state file {self.url(key)}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise TransientError(f"could not write state file {self.url(key)}: {exc}") from exc
+        try:
+            existing = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()  # type: ignore[attr-defined]
+        except ClientError as exc:
+            # Another upload of the name is still under way (S3's 409), or the file went again: a retry
+            # of the run finds the name settled.
+            raise TransientError(f"state file {self.url(key)} is taken by another attempt of the checkpoint's "
+                                 f"run but could not be read ({exc}): a retry of the run decides where this "
+                                 "attempt's file goes") from exc
+        except BotoCoreError as exc:
+            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
+        return digest(bytes(existing))
+
+    def put_table(self, key: str, body: bytes) -> tuple[str, str]:
+        """Create a state file (under ``key``, or where :meth:`create` puts it); the key that holds it
+        and its digest, for the manifest. The decoded file goes to the local cache, so that the next
+        checkpoint on this host reads it without S3 or Parquet."""
         from lockstep.store import state_chain
 
-        self.put(key, body)
+        where = self.create(key, body)
         name = digest(body)
         if self.cache is not None:
             self.cache.put(name, state_chain.read(body))
-        return name
+        return where, name
 
     def table(self, key: str, checkpoint: int, expected: str | None) -> pa.Table:
         """A state file, decoded: from the local cache when its digest is there, else from S3, checked
@@ -192,6 +254,27 @@ class StateFiles:
         rest = key[len(self.prefix):] if key.startswith(self.prefix) else ""
         folder = rest.split("/", 1)[0]
         return int(folder) if folder.isdigit() else None
+
+
+def content_key(key: str, content_digest: str) -> str:
+    """The name of a state file by its content, beside the layout's name ``key`` (pure):
+    ``…/kg-00007.delta.parquet`` -> ``…/kg-00007.delta.<digest>.parquet``. Unique to the bytes, so
+    two attempts that computed different files never share it, and one that computed the same reuses it."""
+    stem = key[:-len(".parquet")] if key.endswith(".parquet") else key
+    return f"{stem}.{content_digest}.parquet"
+
+
+def placement(key: str, ours: str, taken: str, theirs: str) -> str | None:
+    """Where a state file of digest ``ours`` goes when the name ``taken`` holds a file of digest
+    ``theirs`` (pure). ``key`` is the layout's name for it. ``taken`` itself when the bytes are the same
+    (a deterministic retry reuses the file); the content's name when ``taken`` is the layout's name
+    and holds other bytes (another attempt's file, which a manifest may name: never replaced); None
+    when the content's name holds other bytes, which only a change outside Lockstep can cause."""
+    if ours == theirs:
+        return taken
+    if taken == key:
+        return content_key(key, ours)
+    return None
 
 
 def unreferenced(keys: Iterable[str], referenced: set[str], checkpoint_of: dict[str, int | None],
