@@ -21,7 +21,10 @@ watermark has passed::
   (without ``error``/``headers``) and ``event_time_ms``. Empty when only timers fired.
 - ``state``: the declared fields of the key's state, or None for a key without state.
 - ``rows``: the output records, each a dict with ``value`` (str, bytes, or a dict/list written as JSON)
-  and optionally ``key`` (the state key by default); or a pandas DataFrame with those columns.
+  and optionally ``key`` (the state key by default) and ``headers`` (a dict of name -> value, or a
+  list of (name, value) pairs; values str, bytes or None), which the record carries after Lockstep's
+  provenance headers; or a pandas DataFrame with those columns. The records' own input headers are
+  not given to the function: an output carries only the headers it returns.
 - ``new_state``: a dict of declared fields (missing ones are null), or None to delete the key.
 - ``ctx.fired_timers``: the event times of this key's timers the watermark has passed;
   ``ctx.register_timer(at_ms)`` asks for a call once the watermark passes ``at_ms``.

@@ -100,3 +100,15 @@ def parse(df: DataFrame) -> DataFrame:
             .withColumn("amount", F.col("order.amount"))
             .withColumn("created_at", F.col("order.created_at"))
             .drop("order"))
+
+
+#: The header `parse_with_headers` puts on each record: the input offset it was parsed from.
+PARSED_OFFSET_HEADER = "parsed.offset"
+
+
+def parse_with_headers(df: DataFrame) -> DataFrame:
+    """``parse``, plus a `PARSED_OFFSET_HEADER` header on every record (its input offset): a stateful
+    pipeline's outputs that are records of the transform (dedup's, dead letters) keep their own
+    headers, so each carries the offset of the record it came from; a fired window carries none."""
+    header = F.struct(F.lit(PARSED_OFFSET_HEADER).alias("key"), F.col("offset").cast("string").cast("binary").alias("value"))
+    return parse(df).withColumn("headers", F.array(header))

@@ -44,8 +44,9 @@ def _new() -> dict[str, Any]:
 
 
 def _closed(key: str, session: dict[str, Any]) -> dict[str, Any]:
+    """A closed session's record; its ``headers`` tell a consumer what it is without reading the value."""
     return {"value": {"customer": key, "closed": True, "orders": session["orders"],
-                      "total_cents": session["total_cents"]}}
+                      "total_cents": session["total_cents"]}, "headers": {"session": "closed"}}
 
 
 def process_v2(key: str, records: Any, state: dict[str, Any] | None,

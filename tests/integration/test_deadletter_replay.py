@@ -60,6 +60,17 @@ def test_replay_writes_each_fixed_dead_letter_once(tmp_path, bootstrap, unique):
     [r1] = replay(fixed)
     assert (r1["status"], r1["replayed"], r1["to_sink"], r1["dead_lettered_again"]) == \
         ("completed", 6, 4, 2), r1
+    # Which task (transaction) wrote which original offset, for a repair to leave out a lost one's:
+    # the record's partitions are the writer's, so every task named opened a transaction.
+    from lockstep.spark.replay import REPLAYED_PART, Replayed, replay_spec
+    from lockstep.spec import load_spec
+    from lockstep.steps.client_factory import checkpoint_store
+
+    rstore = checkpoint_store(replay_spec(load_spec(fixed)))
+    recorded = Replayed.from_json(rstore.sidecar(r1["replay_checkpoint"], REPLAYED_PART))
+    assert recorded.tasks and sorted(o for xs in recorded.tasks.values() for o in xs) == sorted(recorded.fed)
+    written = rstore.view(r1["replay_checkpoint"]).prepared.transactions
+    assert set(recorded.tasks) == {t.task_index for t in written}, (recorded.tasks, written)
     r2 = lockstep("deadletters", "replay", "--spec", str(fixed))  # only what r1 rejected again: nothing new in the sink
     assert r2.returncode == 0, r2.stderr[-3000:]
     print(r2.stdout)

@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
-from lockstep.model.output_contract import ERROR_HEADER, WRITER_FAILPOINTS
+from lockstep.model.output_contract import ERROR_HEADER, SOURCE_OFFSET, WRITER_FAILPOINTS
+from lockstep_examples.orders import PARSED_OFFSET_HEADER
 
 from ..support.data import read_committed
 from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
@@ -93,6 +94,13 @@ def window_outputs(pipeline, produced: list[int], slide_s: int = SIZE_S) -> list
         assert source == (newest % 2, newest // 2), (doc, source, newest)
         found.append(((doc["customer"], start), (doc["orders"], doc["amount_cents"])))
     return found
+
+
+def own_headers(records) -> list[tuple[bytes | None, bytes | None]]:
+    """Per record, (the `parse_with_headers` header, its provenance offset): equal when the record
+    carries the header of the input record it came from."""
+    return [(dict(m.headers() or []).get(PARSED_OFFSET_HEADER), dict(m.headers() or []).get(SOURCE_OFFSET))
+            for m in records]
 
 
 def dead_letter_errors(pipeline) -> Counter:
@@ -186,7 +194,7 @@ DEDUP = {"key_groups": 4, "event_time": {"column": "created_at", "out_of_orderne
 
 def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, bootstrap, unique, spark_connect):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=30)
-    stateful(pipeline, DEDUP)
+    stateful(pipeline, DEDUP, "lockstep_examples.orders:parse_with_headers")
     producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
     sent: list[str] = []
     for i in range(120):  # order o{n} is sent three times: at i, i + 1 (other partition) and i + 40 (later checkpoints)
@@ -203,6 +211,11 @@ def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, boo
     out = [json.loads(m.value())["order_id"] for m in read_committed(pipeline.bootstrap, pipeline.sink)]
     assert sorted(out) == sorted(set(sent))  # every order once, whichever checkpoint saw its copies
     assert dead_letter_errors(pipeline) == Counter({"duplicate": len(sent) - len(set(sent))})
+    # Passing records and duplicates are the transform's records: each keeps its own headers.
+    for records in (read_committed(pipeline.bootstrap, pipeline.sink),
+                    read_committed(pipeline.bootstrap, pipeline.dead_letters)):
+        carried = own_headers(records)
+        assert carried and all(mine == source for mine, source in carried), carried
     manifest = store(pipeline).latest_completed().completed.state
     assert manifest.operator == "dedup" and manifest.keys == len(set(sent))
     report = verify(pipeline)
@@ -265,6 +278,13 @@ def test_a_state_function_keeps_running_counts_and_timers_exactly_once(tmp_path,
     per_customer = Counter(f"c{i % CUSTOMERS}" for i in valid)
     assert sorted(counts) == sorted((c, n) for c, total in per_customer.items() for n in range(1, total + 1))
     closed = {o["customer"]: o for o in out if o.get("closed")}
+    # The headers the function returned are on its records, after Lockstep's; rows without have none.
+    extra = Counter(tuple(k for k, _ in m.headers() if not k.startswith("lockstep."))
+                    for m in read_committed(pipeline.bootstrap, pipeline.sink))
+    ended = sum(1 for o in out if o.get("closed"))
+    assert extra == Counter({("session",): ended, (): len(out) - ended}), extra
+    assert {dict(m.headers())["session"] for m in read_committed(pipeline.bootstrap, pipeline.sink)
+            if "session" in dict(m.headers())} == {b"closed"}
     assert {c: o["orders"] for c, o in closed.items()} == dict(per_customer)
     cents = {f"c{c}": sum(round(((i % 13) + 0.25) * 100) for i in valid if i % CUSTOMERS == c) for c in range(CUSTOMERS)}
     assert {c: o["total_cents"] for c, o in closed.items()} == cents
@@ -296,9 +316,14 @@ def test_savepoints_carry_the_state_to_a_restore_and_to_another_pipeline(tmp_pat
     from .engine_helpers import lockstep
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=100)
-    stateful(pipeline, WINDOW)
+    stateful(pipeline, WINDOW, "lockstep_examples.orders:parse_with_headers")
     produce(pipeline, range(100))
     assert run(pipeline).returncode == 0
+    # A fired window is many records' aggregate: Lockstep's headers only. A dead letter keeps its own.
+    windows = list(read_committed(pipeline.bootstrap, pipeline.sink))
+    assert windows and not [m.headers() for m in windows if PARSED_OFFSET_HEADER in dict(m.headers())]
+    bad = own_headers(read_committed(pipeline.bootstrap, pipeline.dead_letters))
+    assert len(bad) == 10 and all(mine == source for mine, source in bad), bad
     saved = lockstep("savepoint", "create", "sp", "--spec", str(pipeline.spec_path))
     assert saved.returncode == 0, saved.stderr[-2000:]
     produce(pipeline, range(100, 160))

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -769,3 +770,44 @@ def test_a_taken_state_file_name_keeps_its_bytes_and_a_manifest_of_the_retry_sti
         placed = list(pool.map(attempt, bodies))
     assert sorted(k == racing for k, _ in placed) == [False, True]
     assert [raw(s3_client, store, k) for k, _ in placed] == bodies
+
+
+class RacingS3(CountingS3):
+    """The real client, with ``before_put[key]`` called once just before ``key`` is put."""
+
+    def __init__(self, real: Any) -> None:
+        super().__init__(real)
+        self.before_put: dict[str, Any] = {}
+
+    def put_object(self, **kwargs: Any) -> Any:
+        hook = self.before_put.pop(kwargs["Key"], None)
+        if hook:
+            hook()
+        return self._real.put_object(**kwargs)
+
+
+def test_a_savepoint_whose_checkpoint_a_commit_collects_meanwhile_is_refused_on_the_real_server(
+        platform, s3_client, root: str) -> None:
+    from lockstep.model.state import StateManifest
+
+    racing = RacingS3(s3_client)
+    store = CheckpointStore(racing, platform.s3.bucket, root, PIPELINE)
+    files = store.state_files()
+    manifests: list[StateManifest] = []
+    for cid in (1, 2, 3):  # each checkpoint writes a new state file; its claim names the one before
+        files.put(files.key(cid, 0), f"state {cid}".encode())
+        manifests.append(StateManifest(operator="dedup", key_groups=1, written_by=cid, files={0: (files.key(cid, 0),)},
+                                       columns={"__ls_key": "string"}, watermark_ms=cid, partitions={}, keys=1))
+        store.claim(replace(claim_of(cid), state_base=manifests[-2] if cid > 1 else None))
+        store.write_prepared(replace(prepared_of(cid), state=manifests[-1]))
+        store.mark_completed(replace(completed_of(cid), state=manifests[-1]))
+
+    def commit_meanwhile() -> None:  # the savepoint has read checkpoint 1's manifest, not written itself
+        assert store.apply_retention(1) == [1, 2]
+        assert files.key(1, 0) in store.collect_state_garbage()
+
+    racing.before_put[f"{root}/savepoints/old.json"] = commit_meanwhile
+    with pytest.raises(TerminalError, match="retention deleted checkpoint 1 while the savepoint was being written"):
+        store.create_savepoint("old", 1, created_at="2025-01-01T01:00:00Z")
+    assert keys_under(s3_client, store, "savepoints/") == [], "no savepoint names the deleted file"
+    assert store.create_savepoint("new", None, created_at="2025-01-01T01:00:00Z").state == manifests[2]

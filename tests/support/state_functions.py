@@ -41,3 +41,18 @@ def from_v1(state: dict[str, Any], version: int) -> dict[str, Any] | None:
     if not state["n"]:
         return None
     return {"count": state["n"] * 1, "last_at": None}
+
+
+def with_headers(key: str, records: Any, state: dict[str, Any] | None,
+                 ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """One output per record with the record's offset as a header (a dict), and one with repeated
+    headers (pairs, bytes and a header without value)."""
+    rows: list[dict[str, Any]] = [{"value": "r", "headers": {"offset": str(r.offset)}} for r in records.itertuples()]
+    rows.append({"value": "pairs", "headers": [("tag", "a"), ("tag", b"\xff\x00"), ("empty", None)]})
+    return rows, None
+
+
+def bad_headers(key: str, records: Any, state: dict[str, Any] | None,
+                ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Returns a header whose value is a number."""
+    return [{"value": "x", "headers": {"n": 1}}], None

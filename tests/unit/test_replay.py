@@ -2,6 +2,8 @@
 provenance, what completed replays count for dedup, and verify's accounting."""
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +11,8 @@ from typing import Any
 import pytest
 
 from lockstep.errors import CheckpointError, TerminalError
-from lockstep.model.offsets import OffsetRange
+from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction, Repair
+from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
     ERROR_HEADER,
@@ -20,7 +23,9 @@ from lockstep.model.output_contract import (
     SOURCE_TOPIC,
 )
 from lockstep.model.transactional_ids import parse_transactional_id, transactional_id
+from lockstep.model.transactions import TransactionObservation, TransactionState
 from lockstep.ops.verify import account
+from lockstep.rules.commit_decision import DecisionKind, decide_commit
 from lockstep.spark.conf import submit_command
 from lockstep.spark.replay import (
     FROM_START,
@@ -111,9 +116,26 @@ def test_a_dead_letter_names_its_original_record():
 
 
 @dataclass
+class Txn:
+    transactional_id: str
+    task_index: int
+
+
+@dataclass
+class Prepared:
+    transactions: tuple[Txn, ...]
+
+
+@dataclass
+class Completed:
+    repair: Repair | None = None
+
+
+@dataclass
 class View:
     claim: Any
-    completed: Any
+    completed: Completed | None
+    prepared: Prepared | None = None
 
 
 @dataclass
@@ -131,9 +153,13 @@ class FakeStore:
         self.parts: dict[tuple[int, str], dict] = {}
 
     def add(self, cid: int, completed: bool, replayed: Replayed | None, selection: Selection = Selection(),
-            records: int = 5) -> None:
+            records: int = 5, tasks: int = 1, lost: tuple[int, ...] = ()) -> None:
+        """Replay checkpoint ``cid``, written by ``tasks`` transactions (``r-<cid>-<task>``), of which a
+        repair lost those of the tasks ``lost``."""
         ranges = (OffsetRange("dlq", 0, 0, records),)
-        self.views[cid] = View(Claim(ranges), object() if completed else None)
+        txns = tuple(Txn(f"r-{cid}-{t}", t) for t in range(tasks))
+        repair = Repair({f"r-{cid}-{t}": "timed out" for t in lost}, ranges) if lost else None
+        self.views[cid] = View(Claim(ranges), Completed(repair) if completed else None, Prepared(txns))
         self.parts[(cid, SELECTION_PART)] = selection.to_json()
         if replayed is not None:
             self.parts[(cid, REPLAYED_PART)] = replayed.to_json()
@@ -169,6 +195,58 @@ def test_replayed_round_trips():
     r = Replayed(fed=(A, B), to_sink=(A,), skipped_duplicates=2, skipped_too_large=1, not_selected=3,
                  warnings=("w",), read=9)
     assert Replayed.from_json(r.to_json()) == r
+    by_task = dataclasses.replace(r, tasks={0: (A,), 3: (B,)})
+    assert Replayed.from_json(json.loads(json.dumps(by_task.to_json()))) == by_task
+
+
+D = ("in", 1, 6)
+
+
+def test_a_repaired_replay_counts_only_what_its_kept_transactions_wrote():
+    """Checkpoint 1's transaction of task 1 (C, D to the sink; B dead-lettered again) was lost: those
+    records never reached the sink, so they are due again and nothing expects their outputs."""
+    store = FakeStore()
+    written = Replayed(fed=(A, B, C, D), to_sink=(A, C, D), tasks={0: (A,), 1: (B, C, D)})
+    store.add(1, True, written, tasks=2, lost=(1,))
+    replays = completed_replays(store)
+    assert already_in_sink(replays) == {A}, "the next replay writes C and D, which the sink does not hold"
+    assert fed_counter(replays) == Counter({A: 1}), "no output of B, C, D is expected of checkpoint 1"
+    store.add(2, True, Replayed(fed=(B, C, D), to_sink=(C, D), tasks={0: (B, C), 1: (D,)}), tasks=2)
+    replays = completed_replays(store)
+    assert already_in_sink(replays) == {A, C, D} and fed_counter(replays) == Counter({A: 1, B: 1, C: 1, D: 1})
+
+
+def test_without_tasks_leaves_out_the_lost_tasks_records_only():
+    r = Replayed(fed=(A, B, C), to_sink=(A, C), tasks={0: (A, B), 2: (C,)})
+    assert r.without_tasks(set()) == r
+    kept = r.without_tasks({0})
+    assert (kept.fed, kept.to_sink, kept.tasks) == ((C,), (C,), {2: (C,)})
+    with pytest.raises(ValueError, match="not recorded"):
+        Replayed(fed=(A,), to_sink=(A,)).without_tasks({0})
+
+
+def test_a_repaired_replay_of_an_earlier_version_is_taken_as_written_with_a_warning(caplog):
+    store = FakeStore()
+    store.add(1, True, Replayed(fed=(A, B), to_sink=(A, B)), tasks=2, lost=(1,))
+    assert already_in_sink(completed_replays(store)) == {A, B}
+    assert "did not record which transaction wrote which record" in caplog.text
+
+
+def test_a_partial_commit_of_a_replay_is_repaired_by_giving_back_its_whole_range():
+    """A replay's transactions carry the ORIGINAL partitions, not the dead-letter ranges it read: the
+    general rule finds them outside the claim and gets stuck; the replay's dedup makes re-reading
+    everything exact."""
+    txn = lambda task, tp: PreparedTransaction(f"r-7-{task}", 100 + task, 0, (TopicPartition("out", 0),), 2, 0,
+                                               task, 1_000, (TopicPartition(*tp),))
+    prepared = PreparedCheckpoint("orders-replay", 7, "t", (txn(0, ("in", 0)), txn(1, ("in", 1))), 4, 4, 0, 1.0)
+    ranges = (OffsetRange("dlq", 0, 10, 14), OffsetRange("dlq", 1, 3, 3))
+    observed = {"r-7-0": TransactionObservation("r-7-0", TransactionState.COMPLETE_COMMIT, 100, 0, 60_000, 0, ()),
+                "r-7-1": TransactionObservation("r-7-1", TransactionState.COMPLETE_ABORT, 101, 0, 60_000, 0, ())}
+    stuck = decide_commit(prepared, observed, 2_000, 0, ranges)
+    assert stuck.kind is DecisionKind.STUCK and "does not cover" in stuck.message
+    repaired = decide_commit(prepared, observed, 2_000, 0, ranges, deduplicated=True)
+    assert repaired.kind is DecisionKind.REPAIR and repaired.abort == ("r-7-1",)
+    assert repaired.replay == (OffsetRange("dlq", 0, 10, 14),), "every non-empty range of the claim goes back"
 
 
 def test_accounting_of_replayed_outputs():

@@ -4,15 +4,24 @@ tests/support/fake_s3.FakeS3 with real checkpoint documents), and the state save
 adopted savepoints copy."""
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from lockstep.errors import MetadataError
-from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint
+from lockstep.errors import MetadataError, TerminalError
+from lockstep.model.checkpoint import (
+    AbortedCheckpoint,
+    CheckpointClaim,
+    CompletedCheckpoint,
+    PreparedCheckpoint,
+    Savepoint,
+)
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.state import PartitionTime, StateManifest
-from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.store.checkpoint_store import CheckpointStore, savepoint_pinned
 from lockstep.store.state_cache import digest
 from lockstep.store.state_files import StateFiles, content_key, placement, unreferenced
 from tests.support.fake_s3 import FakeS3
@@ -196,6 +205,120 @@ def test_a_savepoint_carries_its_checkpoints_state_manifest(store: CheckpointSto
     assert taken.state == m1
     assert store.get_savepoint("nightly").state == m1
     assert store.create_savepoint("latest", None, AT).state == store.view(2).completed.state
+
+
+class PausingS3(FakeS3):
+    """A FakeS3 that calls ``before_put[key]`` before putting ``key`` and ``after_list[prefix]``
+    after listing ``prefix``, once each: where a test interleaves a savepoint with a collection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_put: dict[str, Callable[[], None]] = {}
+        self.after_list: dict[str, Callable[[], None]] = {}
+
+    def put_object(self, **kwargs: Any) -> dict[str, Any]:
+        hook = self.before_put.pop(kwargs["Key"], None)
+        if hook:
+            hook()
+        return super().put_object(**kwargs)
+
+    def list_objects_v2(self, **kwargs: Any) -> dict[str, Any]:
+        page = super().list_objects_v2(**kwargs)
+        hook = self.after_list.pop(kwargs.get("Prefix", ""), None)
+        if hook:
+            hook()
+        return page
+
+
+def three_checkpoints(store: CheckpointStore) -> StateManifest:
+    """Checkpoints 1-3, each with new state files: once retention keeps only 3, checkpoint 1's files
+    are named by nothing but a savepoint (2's claim named them as its base, 3's names 2's)."""
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    m2 = complete(store, 2, m1, write_state(files, 2))
+    complete(store, 3, m2, write_state(files, 3))
+    return m1
+
+
+def test_a_savepoint_whose_checkpoint_retention_deletes_before_it_is_written_is_refused_and_removed() -> None:
+    s3 = PausingS3()
+    store = CheckpointStore(s3, BUCKET, ROOT, PIPELINE)
+    m1 = three_checkpoints(store)
+    key = f"{ROOT}/savepoints/old.json"
+
+    def commit_meanwhile() -> None:  # after the savepoint read checkpoint 1's manifest, before it is written
+        assert store.apply_retention(1) == [1, 2]
+        assert set(m1.all_files) <= set(store.collect_state_garbage())
+
+    s3.before_put[key] = commit_meanwhile
+    with pytest.raises(TerminalError, match=r"cannot take savepoint 'old' of checkpoint 1: retention deleted "
+                                            r"checkpoint 1 .* Take it of a retained checkpoint"):
+        store.create_savepoint("old", 1, AT)
+    assert key not in s3.keys(BUCKET), "a savepoint naming deleted files is never left behind"
+
+
+def test_a_collection_that_listed_the_savepoints_before_one_was_written_cannot_delete_its_files_unnoticed() -> None:
+    """The interleaving a check of the files' existence misses: the collection lists the savepoints
+    before the savepoint is written and deletes after the savepoint checked, on threads paused at
+    those points. The savepoint must not survive naming the deleted files."""
+    s3 = PausingS3()
+    store = CheckpointStore(s3, BUCKET, ROOT, PIPELINE)
+    m1 = three_checkpoints(store)
+    read, listed, settled = threading.Event(), threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def savepoint_paused_before_its_write() -> None:
+        read.set()
+        assert listed.wait(10)
+
+    def collection_paused_after_listing_savepoints() -> None:
+        listed.set()
+        assert settled.wait(10)
+
+    def take() -> None:
+        try:
+            outcome.append(store.create_savepoint("old", 1, AT))
+        except TerminalError as exc:
+            outcome.append(exc)
+        finally:
+            settled.set()
+
+    s3.before_put[f"{ROOT}/savepoints/old.json"] = savepoint_paused_before_its_write
+    s3.after_list[f"{ROOT}/savepoints/"] = collection_paused_after_listing_savepoints
+    taker = threading.Thread(target=take)
+    taker.start()
+    assert read.wait(10)
+    assert store.apply_retention(1) == [1, 2]
+    deleted = store.collect_state_garbage()  # pauses after its listing until the savepoint is settled
+    taker.join(10)
+    assert set(m1.all_files) <= set(deleted), "the collection did delete checkpoint 1's files"
+    [result] = outcome
+    assert isinstance(result, TerminalError) and "retention deleted checkpoint 1" in str(result), result
+    assert store.list_savepoints() == []
+
+
+def test_a_savepoint_of_a_checkpoint_retention_keeps_survives_a_collection_meanwhile() -> None:
+    s3 = PausingS3()
+    store = CheckpointStore(s3, BUCKET, ROOT, PIPELINE)
+    three_checkpoints(store)
+
+    def commit_meanwhile() -> None:
+        assert store.apply_retention(2) == [1]
+        store.collect_state_garbage()
+
+    s3.before_put[f"{ROOT}/savepoints/kept.json"] = commit_meanwhile
+    taken = store.create_savepoint("kept", 2, AT)
+    assert taken.state is not None and set(taken.state.all_files) <= set(s3.keys(BUCKET))
+    assert store.get_savepoint("kept") == taken
+
+
+def test_savepoint_pinned_refuses_only_a_stateful_savepoint_whose_checkpoint_is_no_longer_completed() -> None:
+    state = write_state(StateFiles(FakeS3(), BUCKET, ROOT, cache=None), 4)
+    sp = Savepoint(name="sp", pipeline=PIPELINE, checkpoint_id=4, created_at=AT, end_offsets={"in:0": 40},
+                   ranges=(), state=state)
+    assert savepoint_pinned(sp, completed(4, state)) is None
+    assert "retention deleted checkpoint 4" in (savepoint_pinned(sp, None) or "")
+    assert savepoint_pinned(replace(sp, state=None), None) is None, "no state: no files to lose"
 
 
 def test_an_adopted_savepoint_copies_its_state_files_under_the_adopting_pipeline(store: CheckpointStore,

@@ -17,11 +17,13 @@ from lockstep.spark.state_worker import (
     GROUP,
     KEY,
     KIND,
+    OUT_HEADERS,
     OUT_KEY,
     STATE_COLUMNS,
     TIMERS,
     FunctionSettings,
     apply_function,
+    encode_headers,
     migrate_rows,
     result_columns,
     state_columns,
@@ -152,3 +154,41 @@ def test_a_state_function_that_raised_fails_the_run_for_good_and_a_lost_executor
     lost = Exception("Job aborted due to stage failure: most recent failure: Lost task 0.3 in stage 2.0: "
                      "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)")
     assert not job_outcome(lost)[1]
+
+
+def decoded(text: str | None) -> list[tuple[str, bytes | None]] | None:
+    """`OUT_HEADERS` as the Spark side reads it back (from_json, unbase64)."""
+    import base64
+
+    if text is None:
+        return None
+    return [(h["key"], None if h["value"] is None else base64.b64decode(h["value"])) for h in json.loads(text)]
+
+
+def test_an_output_rows_headers_travel_with_it_in_order_and_rows_without_have_none():
+    out, new = split(apply_function(settings("with_headers"))(
+        ("ivy",), records("ivy", (1.0, "in", 0, 7, 1_000), (2.0, "in", 1, 3, 2_000)), no_state()))
+    assert [decoded(r[OUT_HEADERS]) for r in out] == [
+        [("offset", b"7")], [("offset", b"3")], [("tag", b"a"), ("tag", b"\xff\x00"), ("empty", None)]], \
+        "each row its own headers: a dict, or pairs (a name may repeat, bytes pass as they are, None has no value)"
+    assert not new
+    plain, state_rows = split(apply_function(settings())(("jo",), records("jo", (1.0, "in", 0, 1, 1_000)), no_state()))
+    assert [r[OUT_HEADERS] for r in plain] == [None] and [r[OUT_HEADERS] for r in state_rows] == [None]
+
+
+@pytest.mark.parametrize("headers,message", [
+    ({"n": 1}, "header 'n'.s value must be str, bytes or None, got int"),
+    ("a=b", "must be a dict of name -> value or a list of .name, value. pairs, got str"),
+    ([("a", "b", "c")], r"header 0 must be a \(name, value\) pair with a str name"),
+    ([(1, "b")], r"header 0 must be a \(name, value\) pair with a str name"),
+])
+def test_headers_the_writers_cannot_write_are_refused_naming_the_row(headers, message):
+    with pytest.raises(TypeError, match=message):
+        encode_headers(headers, "row 3's headers")
+    assert encode_headers({}, "row") is None and encode_headers([], "row") is None, "no headers: none written"
+
+
+def test_a_function_returning_bad_headers_fails_naming_the_function_key_and_row():
+    with pytest.raises(TypeError, match=r"state function tests.support.state_functions:bad_headers, key 'kim': "
+                                        r"output row 0's headers: header 'n'"):
+        apply_function(settings("bad_headers"))(("kim",), records("kim", (1.0, "in", 0, 1, 1_000)), no_state())

@@ -142,7 +142,7 @@ def _commit_decisions(p: Pipeline, plan: RecoveryPlan, views: dict[int, Checkpoi
         with p.committer(cluster) as committer:
             observed = committer.describe(t.transactional_id for t in view.prepared.transactions)
         decisions[cid] = decide_commit(view.prepared, observed, now_ms, p.spec.transactions.commit_margin_ms,
-                                       view.claim.ranges, accept)
+                                       view.claim.ranges, accept, deduplicated=p.spec.replay_of is not None)
     return decisions
 
 

@@ -118,6 +118,7 @@ def decide_commit(
     margin_ms: int,
     ranges: Sequence[OffsetRange],
     accept: str | None = None,
+    deduplicated: bool = False,
 ) -> CommitDecision:
     """All or nothing (the all-or-nothing-commit invariant), with roll-forward once anything was committed.
 
@@ -127,7 +128,8 @@ def decide_commit(
     committed checkpoint); any uncommittable = ABORT all; otherwise COMMIT the rest or
     ALREADY_COMMITTED. Empty committables (nothing produced) are ignored: the broker never saw a
     transaction for them. ``accept`` (a key of `ACCEPT`) turns a STUCK checkpoint into an inexact
-    REPAIR the user chose.
+    REPAIR the user chose. ``deduplicated``: the pipeline skips on a re-read what its completed
+    checkpoints wrote (a dead-letter replay), so a repair may give back every range (`repair_ranges`).
     """
     cid = prepared.checkpoint_id
     live = [t for t in prepared.transactions if not t.is_empty]
@@ -155,7 +157,7 @@ def decide_commit(
             found, why_not = rerun_tasks(prepared, lost)
             rerun, replay = (found, ()) if found else ((), None)
         else:
-            replay, why_not = repair_ranges(prepared, lost, ranges)
+            replay, why_not = repair_ranges(prepared, lost, ranges, deduplicated)
         accepted = None
         if replay is None and accept is not None:
             replay, accepted = accepted_ranges(prepared, lost, ranges, accept), accept
@@ -195,15 +197,23 @@ def decide_commit(
                           message=f"checkpoint {cid}: commit {', '.join(to_commit)}{note}")
 
 
-def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str],
-                  ranges: Sequence[OffsetRange]) -> tuple[tuple[OffsetRange, ...] | None, str]:
+def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str], ranges: Sequence[OffsetRange],
+                  deduplicated: bool = False) -> tuple[tuple[OffsetRange, ...] | None, str]:
     """The claim's input ranges to give back to the next checkpoint when the transactions ``lost``
     were aborted and the others kept, or (None, why that would not be exact).
 
     Exact when each lost transaction says which source partitions its records came from, and no
     other transaction of the checkpoint carries records of those partitions: re-reading a whole
     range then re-creates exactly the lost output (a deterministic transform), nothing of the kept.
+
+    A ``deduplicated`` pipeline (a dead-letter replay, `lockstep.spark.replay`) gets every range of
+    the claim back: its transactions' records name the original input, not the ranges it read, but
+    the next checkpoint skips every original offset the kept transactions wrote to the sink (the
+    replay's accounting leaves out the lost transactions' records), so re-reading all of it writes
+    exactly what was lost.
     """
+    if deduplicated and prepared.state is None:
+        return tuple(sorted(r for r in ranges if not r.is_empty)), ""
     if prepared.state is not None:
         return None, ("the checkpoint's keyed state already holds the effect of the lost transactions' records, so "
                       "reading them again would count them twice")

@@ -223,6 +223,9 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
                  planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
         write = write_with_jvm if planned.sink_writer == "jvm" else write_with_python
         if replay is not None:
+            # Kept as computed, so that the replay's record of which task writes which original offset
+            # is the writer's partitioning (a repair leaves out the lost transactions' records).
+            out = out.localCheckpoint(eager=True)
             replay.record(out.select(*columns))  # before the decision: only read once it is completed
         results = write(spark, out.select(*columns), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),

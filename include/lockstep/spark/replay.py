@@ -14,6 +14,12 @@ Exactly once: a replay checkpoint's range over the dead-letter topic is tracked 
 only for completed checkpoints) lists the original offsets it wrote to the sink, so no original
 offset reaches the sink twice whatever is replayed again.
 
+A partial commit is repaired like any other (`lockstep.rules.commit_decision.repair_ranges`): the
+broker aborted some of its transactions, so their records never reached the sink. `REPLAYED_PART`
+says which original offsets each Spark task (each transaction) wrote, and `completed_replays` leaves
+the lost transactions' ones out, so they are due again; the repair gives the checkpoint's whole
+range back, and the next replay checkpoint writes them, and skips what the kept transactions wrote.
+
 The pure parts (derived spec, selection, header parsing, accounting) are apart from the Spark and
 store code so they can be tested without either.
 """
@@ -42,6 +48,7 @@ from lockstep.spec import PipelineSpec, SourceSpec
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row
 
+    from lockstep.model.checkpoint import CheckpointView
     from lockstep.store.checkpoint_store import PipelineStore
     from lockstep.transform import Transform
 
@@ -196,23 +203,47 @@ class Replayed:
     not_selected: int = 0
     warnings: tuple[str, ...] = field(default=())
     read: int = 0  #: dead letters in the checkpoint's range (its offsets also count transaction markers)
+    #: per writing Spark task (its transaction's ``task_index``), the original offsets whose output it
+    #: wrote (to the sink or dead-lettered again); None in documents of earlier versions
+    tasks: Mapping[int, tuple[Original, ...]] | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
-                "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
-                "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
-                "warnings": list(self.warnings), "read": self.read}
+        doc: dict[str, object] = {
+            "schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
+            "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
+            "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
+            "warnings": list(self.warnings), "read": self.read}
+        if self.tasks is not None:
+            doc["tasks"] = {str(task): [list(o) for o in originals] for task, originals in sorted(self.tasks.items())}
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Replayed:  # a sidecar as json.loads read it
         as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)
+        tasks = doc.get("tasks")
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
-                   int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)))
+                   int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)),
+                   None if tasks is None else {int(task): as_tuples(xs) for task, xs in tasks.items()})
+
+    def without_tasks(self, lost: set[int]) -> Replayed:
+        """What the checkpoint delivered once the transactions of tasks ``lost`` were aborted after
+        the others committed (a repaired partial commit): their records never reached the sink, so
+        their original offsets are neither written (``to_sink``, the dedup set) nor fed (each fed one
+        expects an output, `lockstep.ops.verify`); they are due again. Needs ``tasks``."""
+        if not lost:
+            return self
+        if self.tasks is None:
+            raise ValueError("which task wrote which record is not recorded")
+        gone = {o for task in lost for o in self.tasks.get(task, ())}
+        return dataclasses.replace(self, fed=tuple(o for o in self.fed if o not in gone),
+                                   to_sink=tuple(o for o in self.to_sink if o not in gone),
+                                   tasks={t: xs for t, xs in self.tasks.items() if t not in lost})
 
 
 def completed_replays(store: PipelineStore) -> dict[int, Replayed]:
-    """`Replayed` of every COMPLETED replay checkpoint (a prepared or aborted one decides nothing).
+    """`Replayed` of every COMPLETED replay checkpoint (a prepared or aborted one decides nothing),
+    as delivered: of a repaired one, without the records of its lost transactions (`lost_tasks`).
 
     A completed checkpoint with records but without its `REPLAYED_PART` cannot be accounted for."""
     result: dict[int, Replayed] = {}
@@ -227,8 +258,26 @@ def completed_replays(store: PipelineStore) -> dict[int, Replayed]:
                                            "missing, so which dead letters it replayed is unknown; restore it "
                                            "from a backup of the store before replaying again")
             continue
-        result[cid] = Replayed.from_json(doc)
+        replayed = Replayed.from_json(doc)
+        lost = lost_tasks(view)
+        if lost and replayed.tasks is None:
+            log.warning("checkpoint %d of %s was completed after repair (%s) by a version of Lockstep that did not "
+                        "record which transaction wrote which record: all of its %d records are taken as written; "
+                        "see `lockstep deadletters list` and replay the missing ones with --checkpoint or --since",
+                        cid, store.pipeline, view.completed.repair.summary if view.completed.repair else "",
+                        len(replayed.to_sink))
+        elif lost:
+            replayed = replayed.without_tasks(lost)
+        result[cid] = replayed
     return result
+
+
+def lost_tasks(view: CheckpointView) -> set[int]:
+    """The task indexes of the transactions a repair of the completed checkpoint ``view`` lost."""
+    repair = view.completed.repair if view.completed is not None else None
+    if repair is None or view.prepared is None:
+        return set()
+    return {t.task_index for t in view.prepared.transactions if t.transactional_id in repair.lost}
 
 
 def already_in_sink(replays: Mapping[int, Replayed]) -> set[Original]:
@@ -332,18 +381,26 @@ class ReplayRun:
     def record(self, out: DataFrame) -> Replayed:
         """Write `REPLAYED_PART` from the transform's output (the columns the writer reads): a row
         without ``error`` goes to the sink; one the transform still rejects is dead-lettered again
-        and not counted as replayed, so a later replay takes it."""
+        and not counted as replayed, so a later replay takes it. ``out`` must be what the writer
+        writes, partition for partition (`lockstep.spark.job` keeps it as a local checkpoint): each
+        row's Spark partition is the task, and so the transaction, that writes it (``tasks``)."""
         from pyspark.sql import functions as F
 
-        accepted = out.filter(F.col("error").isNull()) if "error" in out.columns else out
-        to_sink = tuple(sorted(as_original(r) for r in accepted.select("topic", "partition", "offset").collect()))
+        error = F.col("error").isNull() if "error" in out.columns else F.lit(True)
+        rows = out.select("topic", "partition", "offset", error.alias("_to_sink"),
+                          F.spark_partition_id().alias("_task")).collect()
+        to_sink = tuple(sorted(as_original(r) for r in rows if r["_to_sink"]))
+        by_task: dict[int, list[Original]] = {}
+        for r in rows:
+            by_task.setdefault(int(r["_task"]), []).append(as_original(r))
+        tasks = {task: tuple(sorted(originals)) for task, originals in by_task.items()}
         warnings: tuple[str, ...] = ()
         if self.counts["too_large"]:
             warnings = (f"{self.counts['too_large']} dead letters were too large to keep their key and value "
                         "(lockstep.original.size): nothing to replay, skipped",)
             log.warning("checkpoint %d: %s", self.checkpoint_id, warnings[0])
         replayed = Replayed(self.fed, to_sink, self.counts["duplicates"], self.counts["too_large"],
-                            self.counts["read"] - self.counts["selected"], warnings, self.counts["read"])
+                            self.counts["read"] - self.counts["selected"], warnings, self.counts["read"], tasks)
         self.store.write_sidecar(self.checkpoint_id, REPLAYED_PART, replayed.to_json(), once=False)
         log.info("checkpoint %d: replaying %d dead letters (%d to the sink, %d rejected again); skipped %d "
                  "duplicates, %d too large, %d not selected", self.checkpoint_id, len(self.fed), len(to_sink),

@@ -15,6 +15,10 @@ watermark past their end plus the allowed lateness.
   keeps each source partition's order.
 - A record of a window that already fired, or older than the dedup TTL, goes to the dead-letter
   topic with the error ``late``, in the checkpoint's transactions like every other dead letter.
+- The transform's own ``headers`` stay on every output that is one of its records: dedup's passing
+  records, and every dead letter (bad, late, duplicate). A fired window is no one record's, so its
+  output carries Lockstep's provenance headers only; a state function's outputs carry the headers
+  it returns with them (`lockstep.state_function`).
 
 The state is incremental (`lockstep.store.state_chain`, `lockstep.rules.state_reads`): the driver
 reads, of each key group the records touch, the rows of the touched keys (every row of a group with
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING, cast
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import CheckpointClaim
+from lockstep.model.output_contract import ACCEPTED_TYPES
 from lockstep.model.state import StateManifest
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
@@ -54,6 +59,8 @@ INTERNAL = (KEY, EVENT, GROUP)
 #: Columns of the transform's output that are never state: the output record's own fields.
 NOT_STATE = ("value", "key", "headers", "error")
 PROVENANCE = ("topic", "partition", "offset")
+#: The Spark type of the writers' ``headers`` column (Spark's Kafka header type).
+HEADERS_TYPE = ACCEPTED_TYPES["headers"][0]
 #: The dead-letter errors of the stateful operators.
 LATE, DUPLICATE = "late", "duplicate"
 
@@ -143,6 +150,12 @@ def _check_columns(spec: PipelineSpec, df: DataFrame) -> None:
         raise TerminalError(f"{spec.path}: transform {spec.transform} returned columns {df.columns}, missing {missing}: a "
                             "stateful pipeline's transform keeps the input's value, topic, partition and offset (bad "
                             "and late records go to the dead-letter topic with them)")
+    if "headers" in df.columns:
+        kind = df.schema["headers"].dataType.simpleString()
+        if kind not in ACCEPTED_TYPES["headers"]:
+            raise TerminalError(f"{spec.path}: transform {spec.transform} returned `headers` of type {kind}; the "
+                                f"writers take {HEADERS_TYPE} (Spark's Kafka header type): cast it, or drop the "
+                                "column")
 
 
 def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transformed: DataFrame,
@@ -167,8 +180,10 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         # dead-letter topic as they came (errors, and records late against the base's watermark) keep
         # theirs in the cached frame, which is then a fraction of the input's bytes.
         before = base.watermark_ms if base else None
-        x = x.withColumn("value", F.when(F.col("error").isNotNull() | _late_for_windows(state.window, before),
-                                         F.col("value")))
+        as_record = F.col("error").isNotNull() | _late_for_windows(state.window, before)
+        x = x.withColumn("value", F.when(as_record, F.col("value")))
+        if "headers" in x.columns:  # the same for the transform's headers: only dead letters write them
+            x = x.withColumn("headers", F.when(as_record, F.col("headers")))
     x = x.persist()
     started = time.monotonic()
     good = x.filter(F.col("error").isNull())
@@ -249,13 +264,22 @@ def _when(ms: int | None) -> str:
 
 
 def _records(rows: DataFrame) -> DataFrame:
-    """Rows of the transform's output as the writer takes them (dead letters keep the input's value)."""
+    """Rows of the transform's output as the writer takes them (dead letters keep the input's value),
+    with the transform's own ``headers`` (null without them: the writers then write only Lockstep's)."""
     from pyspark.sql import functions as F
 
     key = F.col("key").cast("binary") if "key" in rows.columns else F.lit(None).cast("binary")
+    headers = F.col("headers") if "headers" in rows.columns else no_headers()
     return rows.select(F.col("value").cast("binary").alias("value"), key.alias("key"), "topic",
                        F.col("partition").cast("int").alias("partition"), F.col("offset").cast("bigint").alias("offset"),
-                       F.col("error").cast("string").alias("error"))
+                       F.col("error").cast("string").alias("error"), headers.alias("headers"))
+
+
+def no_headers() -> Column:
+    """The ``headers`` of an output that is no one record of the transform's (a fired window)."""
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast(HEADERS_TYPE)
 
 
 @dataclass
@@ -424,7 +448,8 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
     output = fired.select(window_value(w).cast("binary").alias("value"), F.col(KEY).cast("binary").alias("key"),
                           F.col("__ls_from.topic").alias("topic"), F.col("__ls_from.partition").cast("int").alias("partition"),
                           F.col("__ls_from.offset").cast("bigint").alias("offset"),
-                          F.lit(None).cast("string").alias("error"))
+                          F.lit(None).cast("string").alias("error"),
+                          no_headers().alias("headers"))  # many records' aggregate: provenance headers only
     keep = (_last_end(w, F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
     return _records(late).unionByName(output), rows.filter(keep)
 
@@ -491,6 +516,8 @@ def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: Data
 
     from lockstep.spark.state_worker import (
         KIND,
+        OUT_HEADERS,
+        OUT_HEADERS_SCHEMA,
         OUT_KEY,
         FunctionSettings,
         apply_function,
@@ -507,8 +534,12 @@ def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: Data
     result = (records.groupBy(KEY).cogroup(loaded.groupBy(KEY))
               .applyInPandas(apply_function(settings), schema_ddl(result_columns(f.fields))))
     result = result.localCheckpoint(eager=True)
+    # The headers the function gave an output row, from their JSON text back to Spark's Kafka header type.
+    headers = F.transform(F.from_json(F.col(OUT_HEADERS), OUT_HEADERS_SCHEMA),
+                          lambda h: F.struct(h["key"].alias("key"), F.unbase64(h["value"]).alias("value")))
     output = result.filter(F.col(KIND) == "out").select(
-        "value", F.col(OUT_KEY).alias("key"), "topic", "partition", "offset", F.lit(None).cast("string").alias("error"))
+        "value", F.col(OUT_KEY).alias("key"), "topic", "partition", "offset", F.lit(None).cast("string").alias("error"),
+        headers.cast(HEADERS_TYPE).alias("headers"))
     # Timers are a JSON list of epoch ms (an array column did not survive pandas -> Arrow in cogroup,
     # pyspark 4.0.0); `lockstep.store.state_chain.timers` counts them.
     return output, result.filter(F.col(KIND) == "state").select(*[n for n, _ in state_columns(f.fields)])

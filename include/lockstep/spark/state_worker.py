@@ -7,6 +7,7 @@ as plain values in the closure, never the spec's connections.
 """
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import re
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-KIND, OUT_KEY = "__ls_kind", "__ls_out_key"
+KIND, OUT_KEY, OUT_HEADERS = "__ls_kind", "__ls_out_key", "__ls_out_headers"
 KEY, EVENT, GROUP = "__ls_key", "__ls_event_ms", "__ls_key_group"
 TIMERS, FROM_TOPIC, FROM_PARTITION, FROM_OFFSET = "__ls_timers", "__ls_from_topic", "__ls_from_partition", "__ls_from_offset"
 #: The state rows' own columns, before the declared fields.
@@ -23,8 +24,13 @@ STATE_COLUMNS = ((KEY, "string"), (GROUP, "int"), (EVENT, "bigint"), (TIMERS, "s
 #: How the errors below begin ("state function module:function failed for key ..." and the like): a
 #: failed run whose cause matches is the user's function failing, terminal (`lockstep.spark.job.job_outcome`).
 USER_FAILURE = re.compile(r"\bstate function [\w.]+:\w+(,|:| failed)")
+#: An output row's headers travel as JSON text (``[{"key": name, "value": base64 or null}]``, see
+#: `encode_headers`): like the timers, an array column did not survive pandas -> Arrow in cogroup
+#: (pyspark 4.0.0). `lockstep.spark.state` turns it back into Spark's Kafka header type.
 OUT_COLUMNS = ((KIND, "string"), ("value", "binary"), (OUT_KEY, "binary"), ("topic", "string"),
-               ("partition", "int"), ("offset", "bigint"))
+               ("partition", "int"), ("offset", "bigint"), (OUT_HEADERS, "string"))
+#: The JSON schema of `OUT_HEADERS`, for Spark's ``from_json``.
+OUT_HEADERS_SCHEMA = "array<struct<key:string,value:string>>"
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,33 @@ def _as_bytes(value: object, what: str) -> bytes | None:
     raise TypeError(f"{what} must be str, bytes, or a dict/list (written as JSON), got {type(value).__name__}")
 
 
+def encode_headers(headers: object, what: str) -> str | None:
+    """An output row's ``headers`` as `OUT_HEADERS` text, or None without any.
+
+    The function may give a dict (name -> value) or a list of (name, value) pairs (a name may then
+    repeat, as Kafka allows); a value is str (written as UTF-8), bytes, or None (a header without a
+    value). They follow Lockstep's provenance headers on the record, as a stateless transform's do."""
+    if headers is None:
+        return None
+    if isinstance(headers, dict):
+        pairs = list(headers.items())
+    elif isinstance(headers, (list, tuple)):
+        pairs = list(headers)
+    else:
+        raise TypeError(f"{what} must be a dict of name -> value or a list of (name, value) pairs, "
+                        f"got {type(headers).__name__}")
+    encoded = []
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError(f"{what}: header {i} must be a (name, value) pair with a str name, got {pair!r}")
+        name, value = pair
+        if value is not None and not isinstance(value, (str, bytes)):
+            raise TypeError(f"{what}: header {name!r}'s value must be str, bytes or None, got {type(value).__name__}")
+        raw = value.encode() if isinstance(value, str) else value
+        encoded.append({"key": name, "value": None if raw is None else base64.b64encode(raw).decode("ascii")})
+    return json.dumps(encoded, separators=(",", ":")) if encoded else None
+
+
 def apply_function(settings: FunctionSettings) -> Callable[[Any, Any, Any], Any]:
     """The function ``applyInPandas`` calls per key: (key tuple, the key's new records, its state row)."""
     from lockstep.state_function import Context
@@ -109,10 +142,12 @@ def apply_function(settings: FunctionSettings) -> Callable[[Any, Any, Any], Any]
         for i, r in enumerate(rows.to_dict("records") if isinstance(rows, pd.DataFrame) else rows or []):
             if not isinstance(r, dict) or "value" not in r:
                 raise TypeError(f"state function {settings.process}, key {k!r}: output row {i} must be a dict "
-                                f"with 'value' (and optionally 'key'), got {r!r}")
+                                f"with 'value' (and optionally 'key', 'headers'), got {r!r}")
             out.append({KIND: "out", "value": _as_bytes(r["value"], f"output row {i}'s value"),
                         OUT_KEY: _as_bytes(r.get("key", k), f"output row {i}'s key"),
-                        "topic": origin[0], "partition": origin[1], "offset": origin[2]})
+                        "topic": origin[0], "partition": origin[1], "offset": origin[2],
+                        OUT_HEADERS: encode_headers(r.get("headers"), f"state function {settings.process}, key "
+                                                                      f"{k!r}: output row {i}'s headers")})
         if new_state is not None:
             if not isinstance(new_state, dict):
                 raise TypeError(f"state function {settings.process}, key {k!r}: the new state must be a dict of "

@@ -87,7 +87,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     with _claim_committer(p, resolved) as committer:
         observed = committer.describe(t.transactional_id for t in prepared.transactions)
         decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms,
-                                 view.claim.ranges, accept)
+                                 view.claim.ranges, accept, deduplicated=p.spec.replay_of is not None)
         (log.warning if decision.kind is DecisionKind.REPAIR else log.info)(
             "checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
         committing = DecisionKind.COMMIT if decision.kind is DecisionKind.REPAIR and decision.commit else decision.kind

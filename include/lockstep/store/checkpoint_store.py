@@ -620,6 +620,22 @@ class CheckpointStore:
             raise _unreachable(exc, key) from exc
     # ---- savepoints ------------------------------------------------------------
     def create_savepoint(self, name: str, checkpoint_id: int | None, created_at: str) -> Savepoint:
+        """A savepoint of a completed checkpoint (the latest one without ``checkpoint_id``).
+
+        Its state files must not be collected between reading the checkpoint's manifest and writing
+        the savepoint that names them: a commit's retention may delete the checkpoint meanwhile and its
+        garbage collection (`collect_state_garbage`) then the files. So the savepoint object is written
+        first, which pins the files for every collection that lists savepoints after it, and then the
+        checkpoint's outcome is read again (`savepoint_pinned`). Still completed: no collection can
+        have deleted a file it names, whatever the interleaving. A collection reads every retained
+        checkpoint's view before it lists the savepoints; one that read this checkpoint before the
+        re-read found it completed (an outcome, once deleted, never comes back) and kept its manifest's
+        files, one that read it after lists the savepoint. Gone: a collection may have deleted them
+        between its listing of the savepoints and its deletes, so the savepoint is removed and the error
+        says to take one of a retained checkpoint. Checking that each file still exists would not do:
+        such a collection may delete them after the check. (A crash between the write and the re-read
+        leaves the savepoint unconfirmed; if it lost that race, a restore from it fails on its first
+        missing file, naming it.)"""
         self._savepoint_key(name)  # validates the name before any S3 call
         view = self.latest_completed() if checkpoint_id is None else self.view(checkpoint_id)
         if view is None or view.completed is None:
@@ -630,7 +646,12 @@ class CheckpointStore:
                               created_at=created_at, end_offsets=dict(view.completed.end_offsets),
                               ranges=view.claim.ranges, topic_ids=dict(view.claim.topic_ids),
                               state=view.completed.state)
-        return self._store_savepoint(savepoint)
+        self._store_savepoint(savepoint)
+        refused = savepoint_pinned(savepoint, self._outcome(view.checkpoint_id))
+        if refused:
+            self._delete(self._savepoint_key(name))
+            raise TerminalError(refused)
+        return savepoint
 
     def adopt_savepoint(self, savepoint: Savepoint, created_at: str, source_bucket: str | None = None) -> Savepoint:
         """Keep another pipeline's savepoint here, e.g. to replay its offsets into another topic. Its state
@@ -690,12 +711,29 @@ class CheckpointStore:
 
     def delete_savepoint(self, name: str) -> None:
         self.get_savepoint(name)
+        self._delete(self._savepoint_key(name))
+
+    def _delete(self, key: str) -> None:
         try:
-            self._s3.delete_object(Bucket=self.bucket, Key=self._savepoint_key(name))
+            self._s3.delete_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            raise _classify(exc, self._savepoint_key(name)) from exc
+            raise _classify(exc, key) from exc
         except BotoCoreError as exc:
-            raise _unreachable(exc, self._savepoint_key(name)) from exc
+            raise _unreachable(exc, key) from exc
+
+
+def savepoint_pinned(savepoint: Savepoint, outcome: CompletedCheckpoint | AbortedCheckpoint | None) -> str | None:
+    """Whether a savepoint just written names state files no garbage collection can have deleted
+    (pure): None when its checkpoint, read again after the savepoint was written, is still completed
+    (`CheckpointStore.create_savepoint` says why that is enough), else why the savepoint is refused
+    and the way out. A savepoint without state names no files: nothing can be collected under it."""
+    if savepoint.state is None or isinstance(outcome, CompletedCheckpoint):
+        return None
+    cid = savepoint.checkpoint_id
+    return (f"cannot take savepoint {savepoint.name!r} of checkpoint {cid}: retention deleted checkpoint {cid} while "
+            "the savepoint was being written, so garbage collection may have deleted state files it names; the "
+            f"savepoint was removed. Take it of a retained checkpoint (`lockstep savepoint create {savepoint.name}` "
+            "takes the latest completed one), or raise checkpoints.retain to keep older checkpoints longer")
 
 
 class _Conflict(Exception):
