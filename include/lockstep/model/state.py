@@ -6,7 +6,7 @@ keys, a chain of a base and the deltas written since (`lockstep.store.state_chai
 names them, with each group's figures (format 2), with what the next checkpoint needs besides: the event-time position of
 each source partition (for the watermark), the watermark, the pending timers (windows not yet
 fired), and the state's schema. A run writes the files first and the manifest in ``prepared.json``;
-the commit copies it into ``completed.json``. The completed checkpoint's manifest *is* the committed
+the commit copies it into the completed ``outcome.json``. The completed checkpoint's manifest *is* the committed
 state: a checkpoint that never completes leaves files nobody reads (and garbage collection deletes).
 
 Pure data, no I/O (`lockstep.store.state_files` moves the bytes, `lockstep.spark.state` computes).

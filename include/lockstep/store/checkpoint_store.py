@@ -589,7 +589,7 @@ class CheckpointStore:
             if view.aborted is not None:
                 aborted.add(cid)
             # A prepared manifest is the state only until the checkpoint settles: an aborted checkpoint's
-            # never becomes the pipeline's, and a completed one's is what its completed.json names (the
+            # never becomes the pipeline's, and a completed one's is what its outcome.json names (the
             # claim's base instead, when a user accepted duplicates).
             in_flight = view.prepared.state if view.prepared and view.completed is None and view.aborted is None \
                 else None
