@@ -233,6 +233,9 @@ def test_judge_drops_copies_of_held_records_on_either_side_and_passes_what_is_be
     assert judge([r(30), r(170, 1)], [100], 60, None) == {r(30): PASS, r(170, 1): PASS}
     assert judge([r(45), r(150, 1)], [100], 60, 100) == {r(45): DUPLICATE, r(150, 1): DUPLICATE}
     assert judge([r(40)], [100], 60, 100) == {r(40): LATE}
+    # Neither the least nor the greatest held time covers them, the one between does: the fold finds it.
+    assert judge([r(95), r(105, 1)], [0, 100, 200], 60, None) == {r(95): DUPLICATE, r(105, 1): DUPLICATE}
+    assert judge([r(30), r(150, 1)], [0, 100, 200], 60, None) == {r(30): DUPLICATE, r(150, 1): DUPLICATE}
 
 
 def test_kept_and_retained_hold_a_passed_record_for_twice_the_ttl() -> None:

@@ -88,9 +88,9 @@ def judge(records: Iterable[Record], held: Sequence[int], ttl_ms: int, before: i
     those :func:`retained` at ``before``) and the watermark the checkpoint started from.
 
     Written as the Spark operator computes it: a key the state does not hold whose records lie
-    within ``ttl`` of its first passes its first (the common new key); a key with a held record
-    within ``ttl`` of its first and its last record drops them all (the common repeat); any other
-    key is folded over its records in order."""
+    within ``ttl`` of its first passes its first (the common new key); a key whose least or greatest
+    held time is within ``ttl`` of its first and its last record drops them all (the common repeat);
+    any other key is folded over its records in order."""
     verdicts = {r: LATE for r in records if is_late(r.event_ms, ttl_ms, before)}
     fresh = sorted(r for r in records if r not in verdicts)
     if not fresh:
@@ -98,7 +98,8 @@ def judge(records: Iterable[Record], held: Sequence[int], ttl_ms: int, before: i
     first, last = fresh[0], fresh[-1]
     if not held and is_copy(last.event_ms, first.event_ms, ttl_ms):
         passed = [first]
-    elif any(is_copy(first.event_ms, h, ttl_ms) and is_copy(last.event_ms, h, ttl_ms) for h in held):
+    elif held and any(is_copy(first.event_ms, h, ttl_ms) and is_copy(last.event_ms, h, ttl_ms)
+                      for h in (min(held), max(held))):
         passed = []
     else:
         passed = _fold(fresh, held, ttl_ms)

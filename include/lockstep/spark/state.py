@@ -429,13 +429,16 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
     a copy; a checkpoint judges a key's records in order of (event time, provenance).
 
     Each key is first judged by an aggregate, not a window over the records: only one narrow row per
-    key is shuffled (its first record, its last event time), beside the event times the state holds
-    of it. A key the state does not hold whose records lie within the TTL of its first passes its
-    first; a key with a held time within the TTL of its first and last record passes none. Those are
-    the common cases. Any other key (records that span the TTL, or held times that cover only some)
-    has its records collected, sorted and folded in order (``aggregate`` over the array, in the JVM).
-    The records that pass are kept (a row each) and marked in the records by a join that AQE
-    broadcasts once it sees how few they are: the output and the new state read that one judgement.
+    key is shuffled (its first record, its last event time), beside the least and greatest event
+    time the state holds of it. A key the state does not hold whose records lie within the TTL of
+    its first passes its first; a key whose least or greatest held time is within the TTL of its
+    first and last record passes none. Those are the common cases, and only the other keys are kept
+    (persisted, with their first record). Of those, a key that is not new (records that span the
+    TTL, or held times that cover only some) has its records and held times collected, sorted and
+    folded in order (:func:`_fold`, ``aggregate`` over the array, in the JVM); one look at the kept
+    keys (``isEmpty``) leaves the fold out of the plan when there is none, as in most checkpoints.
+    The records that pass are marked in the records by a join that AQE broadcasts once it sees how
+    few they are: the output and the new state read that one judgement.
     ``additions``: the new state is only the records that passed, which the driver puts beside the
     loaded rows (:func:`_beside_loaded`); else every row, loaded and added."""
     from pyspark.sql import functions as F
@@ -458,14 +461,13 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
 
     new = F.col("__ls_hmin").isNull() & (last - first < F.lit(ttl))
     covered = F.coalesce(covers(F.col("__ls_hmin")) | covers(F.col("__ls_hmax")), F.lit(False))
-    # Kept: the keys that are not all copies (few, in the common case), each with its first record.
+    # Kept: the keys not all copies (few, in the common case), each with its first record.
     open_keys = (keys.filter(~covered)
                  .select(KEY, GROUP, *[F.col(f"__ls_f.{c}").alias(c) for c in (EVENT, *PROVENANCE)], new.alias("__ls_new"))
                  .persist())
     kept_frames = [open_keys]
     firsts = open_keys.filter(F.col("__ls_new")).drop("__ls_new")
-    # The rest: a held time between the least and the greatest may still cover them; the fold finds
-    # out. Most checkpoints have none: one look at the kept keys spares planning the fold.
+    # The rest (a held time between the least and the greatest may still cover them: the fold finds out).
     mixed = open_keys.filter(~F.col("__ls_new")).select(KEY)
     if mixed.isEmpty():
         added = firsts
