@@ -159,7 +159,8 @@ class WindowSpec:
 
 @dataclass(frozen=True)
 class DedupSpec:
-    """The first record of each key passes; later ones within ``ttl_ms`` of event time are duplicates."""
+    """A record within ``ttl_ms`` of event time of a passed record of its key is a duplicate; the
+    rule, its late cut and its retention are `lockstep.rules.dedup`'s."""
 
     key: str
     ttl_ms: int

@@ -168,16 +168,18 @@ def test_merged_deltas_do_over_any_base_what_the_deltas_did_in_turn() -> None:
     assert sorted(merged.filter(pc.field(TOMBSTONE))[KEY].to_pylist()) == ["e"]  # e's tombstone kept for the base
 
 
-def test_a_dedups_added_keys_go_beside_the_loaded_rows_and_keys_expired_at_the_base_read_as_absent() -> None:
+def test_a_dedups_passed_records_go_beside_the_loaded_rows_and_rows_let_go_at_the_base_read_as_absent() -> None:
     dedup = spec(dedup={"key": "order_id", "ttl": "10s"}).state
     held = rows(("a", 1_000, 0), ("b", 20_000, 0), group=1).select([KEY, GROUP, EVENT])
     loaded = Loaded(frame=None, selected={1: held, 2: rows(("c", 25_000, 0), group=2).select([EVENT, KEY, GROUP])})
-    added = pa.table({KEY: ["a", "d"], GROUP: pa.array([1, 2], pa.int32()), EVENT: pa.array([30_000, 31_000], pa.int64())})
-    clock = EventClock(before=12_000, after=33_000, partitions={}, idle=())
+    added = pa.table({KEY: ["a", "d", "b"], GROUP: pa.array([1, 2, 1], pa.int32()),
+                      EVENT: pa.array([30_000, 31_000, 35_000], pa.int64())})
+    clock = EventClock(before=22_000, after=33_000, partitions={}, idle=())
     table = _beside_loaded(dedup, clock, loaded, added)
-    # a expired at the base's watermark (1 s + 10 s <= 12 s): Spark read it as absent and added it again
+    # a was let go at the base's watermark (1 s + twice 10 s <= 22 s): Spark read it as absent and
+    # added it again; b passed again more than the TTL after its held record: it holds both
     assert sorted(zip(table[KEY].to_pylist(), table[EVENT].to_pylist())) == \
-        [("a", 30_000), ("b", 20_000), ("c", 25_000), ("d", 31_000)]
+        [("a", 30_000), ("b", 20_000), ("b", 35_000), ("c", 25_000), ("d", 31_000)]
     assert table.schema == added.schema
     assert _beside_loaded(dedup, clock, Loaded(frame=None), added) is added
 
@@ -204,12 +206,14 @@ def test_window_timers_count_each_pending_key_and_window_once() -> None:
     assert state_chain.timers(table, state, 21_000) == (0, None)
 
 
-def test_dedup_timers_are_expiries_and_expired_keys_are_dropped() -> None:
+def test_dedup_timers_are_releases_at_twice_the_ttl_and_released_rows_are_dropped() -> None:
     state = spec(**DEDUP).state
-    table = rows(("a", 1_000, 0), ("b", 50_000, 0))
-    assert state_chain.timers(table, state, None) == (2, 61_000)
-    assert as_set(state_chain.unexpired(table, state, 61_000)) == {("b", 50_000, 0)}
-    assert state_chain.unexpired(table, state, None).num_rows == 2
+    table = rows(("a", 1_000, 0), ("b", 50_000, 0), ("b", 115_000, 0))
+    assert state_chain.timers(table, state, None) == (3, 121_000)
+    assert as_set(state_chain.unexpired(table, state, 120_999)) == as_set(table)
+    assert as_set(state_chain.unexpired(table, state, 121_000)) == {("b", 50_000, 0), ("b", 115_000, 0)}
+    assert as_set(state_chain.unexpired(table, state, 170_000)) == {("b", 115_000, 0)}
+    assert state_chain.unexpired(table, state, None).num_rows == 3
 
 
 def manifest(groups: dict[int, GroupState], key_groups: int = 4, version: int = 2) -> StateManifest:

@@ -4,14 +4,15 @@ in one batch, without its state files or checkpoint boundaries, and compare with
 - **Windows**: every window the final watermark has passed, aggregated over every valid input record
   except those dead-lettered as ``late``, must be in the sink exactly once with the same value; no
   (key, window) may be there twice, and none the recompute does not expect.
-- **Dedup**: every key of the valid input (less ``late`` records) is in the sink; no key twice
-  within the TTL of its event time; every input record is accounted for exactly once (passed,
-  dead-lettered as ``duplicate`` or ``late``, or dropped as a duplicate).
+- **Dedup**, by `lockstep.rules.dedup`'s definition of a copy: no two passed records of a key within
+  the TTL of each other; every valid input record not dead-lettered as ``late`` passed or is a copy
+  of a record that passed; every input record is accounted for exactly once (passed, dead-lettered
+  as ``duplicate`` or ``late``, or dropped as a duplicate).
 - **The committed state** (windows, dedup): the latest completed checkpoint's state files, each key
   group's chain of base and deltas merged, must hold exactly what the recompute leaves pending: the
-  rows of every window the final watermark has not closed; each key's latest passed record's event
-  time while it is within the TTL (expired keys a chain still holds are not counted: they are
-  dropped when read).
+  rows of every window the final watermark has not closed; a dedup's passed records' event times
+  until the watermark passes them plus twice the TTL (rows past that a chain still holds are not
+  counted: they are dropped when read).
 - **A state function**: run once over the whole input (one call per key, the final watermark); its
   outputs, as a multiset of values, must equal the sink's. A function whose output depends on how
   the input was cut into checkpoints differs by design: the report says so, it does not hide it.
@@ -292,33 +293,44 @@ def _check_window_state(spec: PipelineSpec, good: DataFrame, watermark: int | No
 
 def _check_dedup(spec: PipelineSpec, good: DataFrame, sink: list[SinkRecord], report: StateVerifyReport,
                  watermark: int | None = None, committed: Any = None) -> None:
+    """The sink against `lockstep.rules.dedup`'s rule (``audit``), the definition the operator and the
+    state's retention follow. Which records pass may depend on where checkpoints cut the input (a
+    key whose records span more than the TTL), so the checks are the rule's, not a recomputed set:
+    each key at least once (``expected_outputs`` counts keys), no two passed records of a key within
+    the TTL (duplicated), every valid record not dead-lettered as late passed or is a copy of one
+    that did (lost), and the committed state holds each passed record the watermark has not let go."""
+    from lockstep.rules.dedup import Record, audit, retained
     from lockstep.spark.state import DUPLICATE, EVENT, KEY
 
     assert spec.state is not None and spec.state.dedup is not None
     rows = good.select(KEY, EVENT, "topic", "partition", "offset").collect()
-    key_of = {(r["topic"], r["partition"], r["offset"]): (r[KEY], r[EVENT]) for r in rows}
+    key_of = {(r["topic"], r["partition"], r["offset"]): (r[KEY], Record(r[EVENT], r["topic"], r["partition"], r["offset"]))
+              for r in rows}
+    records: dict[str, list[Record]] = {}
+    for key, record in key_of.values():
+        records.setdefault(key, []).append(record)
     passed = [key_of.get(r.provenance) for r in sink if r.topic == spec.sink.topic and r.provenance]
     duplicates = sum(1 for r in sink if r.error == DUPLICATE)
-    report.expected_outputs = len({k for k, _ in key_of.values()})
+    report.expected_outputs = len(records)
     report.actual_outputs = len(passed)
     report.unexpected = sorted(f"{r.provenance}" for r in sink if r.topic == spec.sink.topic
                                and r.provenance not in key_of)
-    seen: dict[str, list[int]] = {}
+    by_key: dict[str, list[Record]] = {}
     for found in passed:
         if found is not None:
-            seen.setdefault(found[0], []).append(found[1])
-    report.lost = sorted(k for k in {k for k, _ in key_of.values()} if k not in seen)
+            by_key.setdefault(found[0], []).append(found[1])
     ttl = spec.state.dedup.ttl_ms
-    report.duplicated = sorted(k for k, times in seen.items()
-                               if any(b - a < ttl for a, b in zip(sorted(times), sorted(times)[1:], strict=False)))
+    checked = audit(records, by_key, ttl, watermark)
+    report.lost = [f"{k} at {r.topic}:{r.partition}:{r.offset} (event {r.event_ms} ms)" for k, r in checked.uncovered]
+    report.duplicated = checked.too_close
     if spec.state.dedup.duplicates == "dead_letter" and len(passed) + duplicates != len(key_of):
         report.wrong.append(f"{len(key_of)} valid input records, but {len(passed)} passed and {duplicates} "
                             "dead-lettered as duplicates")
-    # The state: each key's latest passed record's event time, while within the TTL of the watermark.
-    expected = Counter((k, max(times)) for k, times in seen.items() if watermark is None or max(times) + ttl > watermark)
+    # The state: each passed record's event time, until the watermark lets it go (rows past that are
+    # not counted: they are dropped when read).
     live = [] if committed is None else \
-        [r for r in committed.select([KEY, EVENT]).to_pylist() if watermark is None or r[EVENT] + ttl > watermark]
-    _differ(report, expected, Counter((r[KEY], r[EVENT]) for r in live))
+        [r for r in committed.select([KEY, EVENT]).to_pylist() if retained(r[EVENT], ttl, watermark)]
+    _differ(report, checked.held, Counter((r[KEY], r[EVENT]) for r in live))
 
 
 def _check_function(spec: PipelineSpec, good: DataFrame, watermark: int | None, outputs: list[SinkRecord],

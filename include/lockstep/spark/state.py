@@ -10,11 +10,13 @@ watermark past their end plus the allowed lateness.
   but ``value``, ``key``, ``headers`` and ``error``), so any Spark SQL aggregate is computed exactly
   when its window fires, over the rows of every checkpoint that fed it. A fired window's output
   names, as its provenance, the latest record (by event time) that it counted.
-- **Dedup** keeps each key's first event time until the watermark passes it plus the TTL; the first
-  record of a key passes, later ones are dropped or dead-lettered (error ``duplicate``). Its output
-  keeps each source partition's order.
-- A record of a window that already fired, or older than the dedup TTL, goes to the dead-letter
-  topic with the error ``late``, in the checkpoint's transactions like every other dead letter.
+- **Dedup** follows `lockstep.rules.dedup`: a record within the TTL of a passed record of its key is
+  a copy, dropped or dead-lettered (error ``duplicate``); the state holds each passed record's event
+  time until the watermark passes it plus twice the TTL. Its output keeps each source partition's
+  order.
+- A record of a window that already fired, or older than the watermark less the dedup TTL, goes to
+  the dead-letter topic with the error ``late``, in the checkpoint's transactions like every other
+  dead letter.
 - The transform's own ``headers`` stay on every output that is one of its records: dedup's passing
   records, and every dead letter (bad, late, duplicate). A fired window is no one record's, so its
   output carries Lockstep's provenance headers only; a state function's outputs carry the headers
@@ -40,6 +42,7 @@ from lockstep.model import failpoints
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.output_contract import ACCEPTED_TYPES
 from lockstep.model.state import StateManifest
+from lockstep.rules.dedup import retention_ms, state_lifetime_ms
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
 from lockstep.spark.state_worker import state_columns
@@ -212,8 +215,9 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         log.info("checkpoint %d: reading and writing the whole state: %s", cid, plan.why)
     loaded = _load(spark, spec, cid, base, files, shape, good, plan)
     current = loaded.frame
-    if state.ttl_ms is not None and clock.before is not None:  # expired keys read as absent (and are dropped)
-        current = current.filter(F.col(EVENT) + F.lit(state.ttl_ms) > F.lit(clock.before))
+    lifetime = state_lifetime_ms(state)
+    if lifetime is not None and clock.before is not None:  # rows past their lifetime read as absent (and are dropped)
+        current = current.filter(F.col(EVENT) + F.lit(lifetime) > F.lit(clock.before))
     metrics["load_seconds"] = round(time.monotonic() - started, 3)
     metrics["rows_loaded"] = float(sum(t.num_rows for t in loaded.selected.values()))
     metrics["groups_read"] = float(len(loaded.chains))
@@ -225,8 +229,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     if state.window is not None:
         output, new_state = _windows(state, clock, good, current, data_columns)
     elif state.dedup is not None:
-        output, new_state, added = _dedup(state, clock, good, current, additions)
-        cached.append(added)
+        output, new_state, judged = _dedup(state, clock, good, current, additions)
+        cached += judged
     else:
         output, new_state = _function(state, clock, good, current,
                                       [c for c in transformed.columns if c not in ("error", "headers")])
@@ -455,46 +459,100 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
 
 
 def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-           additions: bool) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(output, new state, the kept frame to unpersist). Each key's first fresh record (by event time,
-    then provenance) is found by an aggregate, not a window over the records: only one narrow row
-    per key is shuffled. The keys the state does not hold are kept (a row per added key, with its
-    first record's provenance) and marked in the records by a join that AQE broadcasts once it sees
-    how few they are: the output and the new state read that one judgement. ``additions``: the new
-    state is only the keys added, which the driver puts beside the loaded rows (:func:`_beside_loaded`);
-    else every row, loaded and added."""
+           additions: bool) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
+    """(output, new state, the kept frames to unpersist), by `lockstep.rules.dedup`'s rule (whose
+    ``judge`` is this function in Python): a record within the TTL of a passed record of its key is
+    a copy; a checkpoint judges a key's records in order of (event time, provenance).
+
+    Each key is first judged by an aggregate, not a window over the records: only one narrow row per
+    key is shuffled (its first record, its last event time), beside the least and greatest event
+    time the state holds of it. A key the state does not hold whose records lie within the TTL of
+    its first passes its first; a key whose least or greatest held time is within the TTL of its
+    first and last record passes none. Those are the common cases, and only the other keys are kept
+    (persisted, with their first record). Of those, a key that is not new (records that span the
+    TTL, or held times that cover only some) has its records and held times collected, sorted and
+    folded in order (:func:`_fold`, ``aggregate`` over the array, in the JVM); one look at the kept
+    keys (``isEmpty``) leaves the fold out of the plan when there is none, as in most checkpoints.
+    The records that pass are marked in the records by a join that AQE broadcasts once it sees how
+    few they are: the output and the new state read that one judgement.
+    ``additions``: the new state is only the records that passed, which the driver puts beside the
+    loaded rows (:func:`_beside_loaded`); else every row, loaded and added."""
     from pyspark.sql import functions as F
 
     d = state.dedup
     assert d is not None
-    ttl = F.lit(d.ttl_ms)
+    ttl = d.ttl_ms
     before, after = clock.before, clock.after
-    is_late = (F.col(EVENT) + ttl <= F.lit(before)) if before is not None else F.lit(False)
+    is_late = (F.col(EVENT) + F.lit(ttl) <= F.lit(before)) if before is not None else F.lit(False)
     late = good.filter(is_late).withColumn("error", F.lit(LATE))
     fresh = good.filter(~is_late)
-    firsts = (fresh.groupBy(KEY).agg(F.min(F.struct(EVENT, *PROVENANCE)).alias("__ls_f"), F.first(GROUP).alias(GROUP))
-              .select(KEY, GROUP, *[F.col(f"__ls_f.{c}").alias(c) for c in (EVENT, *PROVENANCE)]))
-    added = firsts.join(loaded.select(KEY).distinct(), KEY, "left_anti").persist()
+    record = F.struct(EVENT, *PROVENANCE)
+    keys = (fresh.groupBy(KEY).agg(F.min(record).alias("__ls_f"), F.max(EVENT).alias("__ls_last"),
+                                   F.first(GROUP).alias(GROUP))
+            .join(loaded.groupBy(KEY).agg(F.min(EVENT).alias("__ls_hmin"), F.max(EVENT).alias("__ls_hmax")), KEY, "left"))
+    first, last = F.col(f"__ls_f.{EVENT}"), F.col("__ls_last")
+
+    def covers(h: Column) -> Column:  # a held time within the TTL of the key's first and last record
+        return (F.abs(first - h) < F.lit(ttl)) & (F.abs(last - h) < F.lit(ttl))
+
+    new = F.col("__ls_hmin").isNull() & (last - first < F.lit(ttl))
+    covered = F.coalesce(covers(F.col("__ls_hmin")) | covers(F.col("__ls_hmax")), F.lit(False))
+    # Kept: the keys not all copies (few, in the common case), each with its first record.
+    open_keys = (keys.filter(~covered)
+                 .select(KEY, GROUP, *[F.col(f"__ls_f.{c}").alias(c) for c in (EVENT, *PROVENANCE)], new.alias("__ls_new"))
+                 .persist())
+    kept_frames = [open_keys]
+    firsts = open_keys.filter(F.col("__ls_new")).drop("__ls_new")
+    # The rest (a held time between the least and the greatest may still cover them: the fold finds out).
+    mixed = open_keys.filter(~F.col("__ls_new")).select(KEY)
+    if mixed.isEmpty():
+        added = firsts
+    else:
+        added = firsts.unionByName(_fold(fresh, loaded, F.broadcast(mixed), ttl)).persist()
+        kept_frames.append(added)
     marks = added.select(KEY, *PROVENANCE, F.lit(True).alias("__ls_first"))
     judged = fresh.join(marks, [KEY, *PROVENANCE], "left")
-    first = judged.filter(F.col("__ls_first").isNotNull()).drop("__ls_first")
-    parts = [_records(late), _records(first)]
+    first_rows = judged.filter(F.col("__ls_first").isNotNull()).drop("__ls_first")
+    parts = [_records(late), _records(first_rows)]
     if d.duplicates == "dead_letter":
         parts.append(_records(judged.filter(F.col("__ls_first").isNull()).drop("__ls_first")
                               .withColumn("error", F.lit(DUPLICATE))))
     output = parts[0]
     for part in parts[1:]:
         output = output.unionByName(part)
-    # Each source partition's records in offset order, in one task: the dedup's shuffle undone.
-    output = output.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset")
-    new_keys = added.select(*INTERNAL)
-    kept = new_keys if additions else loaded.unionByName(new_keys)
-    return output, kept.filter(F.col(EVENT) + ttl > F.lit(after)) if after is not None else kept, added
+    # Each source partition's records go to one task, in offset order, when the run places the output
+    # (`lockstep.spark.output_tasks.place`): that shuffle undoes the dedup's, so none is needed here.
+    new_rows = added.select(*INTERNAL)
+    kept = new_rows if additions else loaded.unionByName(new_rows)
+    if after is not None:
+        kept = kept.filter(F.col(EVENT) + F.lit(retention_ms(ttl)) > F.lit(after))
+    return output, kept, kept_frames
+
+
+def _fold(fresh: DataFrame, loaded: DataFrame, mixed: DataFrame, ttl: int) -> DataFrame:
+    """The records that pass of the ``mixed`` keys: each key's records sorted by (event time,
+    provenance) and folded in order, a record passing unless a held time or a record passed before it
+    is within the TTL (`lockstep.rules.dedup`). Records and held times meet in one aggregate."""
+    from pyspark.sql import functions as F
+
+    records = fresh.join(mixed, KEY).select(KEY, GROUP, F.struct(EVENT, *PROVENANCE).alias("__ls_r"),
+                                            F.lit(None).cast("bigint").alias("__ls_h"))
+    held = loaded.join(mixed, KEY).select(KEY, GROUP, F.lit(None).cast(records.schema["__ls_r"].dataType).alias("__ls_r"),
+                                          F.col(EVENT).alias("__ls_h"))
+    both = records.unionByName(held)
+    chains = both.groupBy(KEY).agg(F.array_sort(F.collect_list("__ls_r")).alias("__ls_r"),
+                                   F.collect_list("__ls_h").alias("__ls_held"), F.first(GROUP).alias(GROUP))
+    fold = F.expr(f"aggregate(__ls_r, filter(__ls_r, r -> false), (acc, r) -> "
+                  f"IF(exists(__ls_held, h -> abs(r.{EVENT} - h) < {ttl}) "
+                  f"OR exists(acc, p -> abs(r.{EVENT} - p.{EVENT}) < {ttl}), acc, concat(acc, array(r))))")
+    return (chains.select(KEY, GROUP, F.explode(fold).alias("__ls_p"))
+            .select(KEY, GROUP, *[F.col(f"__ls_p.{c}").alias(c) for c in (EVENT, *PROVENANCE)]))
 
 
 def _beside_loaded(state: StateSpec, clock: EventClock, loaded: Loaded, added: pa.Table) -> pa.Table:
-    """A dedup's new state of the keys it read or added: the rows loaded (those the TTL had expired at
-    the base's watermark read as absent, as Spark read them) and the keys Spark added."""
+    """A dedup's new state of the keys it read or gave records to: the rows loaded (less those the
+    base's watermark had let go, which Spark read as absent) and the records that passed, as Spark
+    added them. A key may hold several rows: a passed record each (`lockstep.rules.dedup`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -503,8 +561,9 @@ def _beside_loaded(state: StateSpec, clock: EventClock, loaded: Loaded, added: p
     held = pa.concat_tables([t.select([c for c in added.column_names if c in t.column_names])
                              for t in loaded.selected.values()], promote_options="default")
     held = pa.table({c: held[c].cast(added.schema.field(c).type) for c in added.column_names})
-    if state.ttl_ms is not None and clock.before is not None:
-        held = held.filter(pc.greater(pc.add(held[EVENT], state.ttl_ms), clock.before))
+    lifetime = state_lifetime_ms(state)
+    if lifetime is not None and clock.before is not None:
+        held = held.filter(pc.greater(pc.add(held[EVENT], lifetime), clock.before))
     return pa.concat_tables([held, added], promote_options="default")
 
 

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from lockstep.rules.dedup import retention_ms, state_lifetime_ms
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -194,7 +196,7 @@ EVENT, TIMERS = "__ls_event_ms", "__ls_timers"
 def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> tuple[int, int | None]:
     """The pending timers of state rows and the earliest (epoch ms), at ``watermark``:
     - windows: each (key, window) whose end plus the allowed lateness the watermark has not reached;
-    - dedup: each key's expiry (its first event time plus the TTL);
+    - dedup: each passed record's release (its event time plus twice the TTL, `lockstep.rules.dedup`);
     - a state function: the timers it set (a TTL expires keys lazily: they are dropped when read)."""
     import json
 
@@ -218,16 +220,17 @@ def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> t
         pairs = pa.table({"k": ids[pending], "s": starts[pending]}).group_by(["k", "s"]).aggregate([])
         return pairs.num_rows, int(ends[pending].min())
     if state.dedup is not None:
-        return table.num_rows, int(pc.min(table[EVENT]).as_py()) + state.dedup.ttl_ms
+        return table.num_rows, int(pc.min(table[EVENT]).as_py()) + retention_ms(state.dedup.ttl_ms)
     times = [int(t) for raw in table[TIMERS].to_pylist() for t in json.loads(raw or "[]")]
     return len(times), min(times) if times else None
 
 
 def unexpired(table: pa.Table, state: StateSpec, watermark: int | None) -> pa.Table:
-    """The rows whose key has not outlived the state's TTL at ``watermark`` (all of them without a TTL)."""
+    """The rows that have not outlived their lifetime at ``watermark`` (`lockstep.rules.dedup.state_lifetime_ms`:
+    a dedup's twice its TTL, a function's TTL; all of them without one)."""
     import pyarrow.compute as pc
 
-    ttl = state.ttl_ms
-    if ttl is None or watermark is None or not table.num_rows:
+    lifetime = state_lifetime_ms(state)
+    if lifetime is None or watermark is None or not table.num_rows:
         return table
-    return table.filter(pc.greater(pc.add(table[EVENT], ttl), watermark))
+    return table.filter(pc.greater(pc.add(table[EVENT], lifetime), watermark))

@@ -1,0 +1,110 @@
+"""The Spark dedup operator (`lockstep.spark.state._dedup`) against its Python reference
+(`lockstep.rules.dedup.judge`) on random keys, in a Spark Connect session: run as a script by
+test_state.py, so the Connect client never shares the test's Python process.
+
+    python dedup_against_rule.py sc://HOST:PORT SEED
+
+Each round makes a few hundred keys of random records (copies near each other, records more than
+the TTL apart, late ones) and random held times, runs the operator once with the driver putting
+the passed records beside the loaded rows and once as a re-keying does (every row from Spark), and
+prints one JSON document: the verdicts and state rows that differ from the reference's, and how
+often each of the reference's paths was taken (so the test knows the rare ones ran).
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+from lockstep.rules.dedup import PASS, Record, judge, kept, retained
+from lockstep.rules.watermarks import EventClock
+from lockstep.spark.state import _dedup
+from lockstep.spec import parse_spec
+
+GOOD = ("value binary, key binary, topic string, partition int, offset bigint, error string, "
+        "__ls_key string, __ls_event_ms bigint, __ls_key_group int")
+LOADED = "__ls_key string, __ls_event_ms bigint, __ls_key_group int"
+
+
+def state(ttl_s: int):
+    return parse_spec({"name": "d", "source": {"topics": ["in"]}, "transform": "lockstep_examples.orders:parse",
+                       "sink": {"topic": "out", "dead_letter_topic": "dlq"}, "checkpoints": {"store": "s3://lockstep/d"},
+                       "state": {"key_groups": 4, "event_time": {"column": "created_at"},
+                                 "dedup": {"key": "order_id", "ttl": f"{ttl_s}s", "duplicates": "dead_letter"}}},
+                      "d.yaml").state
+
+
+def inputs(rng: random.Random, ttl: int, keys: int) -> tuple[list[tuple], list[tuple]]:
+    records, held = [], []
+    offsets = [0, 0, 0]
+    for k in range(keys):
+        key, base = f"k{k}", rng.randint(0, 5 * ttl)
+        if rng.random() < 0.5:
+            held += [(key, base + rng.randint(-2 * ttl, 3 * ttl), k % 4) for _ in range(rng.randint(1, 3))]
+        for _ in range(rng.randint(1, 5)):
+            p = rng.randrange(3)
+            event = base + rng.choice([0, rng.randint(-ttl, ttl), rng.randint(-3 * ttl, 3 * ttl)])
+            records.append((b"v", None, "in", p, offsets[p], None, key, event, k % 4))
+            offsets[p] += 1
+    return records, held
+
+
+def paths(records: list[Record], held: list[int], ttl: int) -> str:
+    """Which of the operator's paths a key takes (as `judge` takes them)."""
+    times = sorted(r.event_ms for r in records)
+    if not held and times[-1] - times[0] < ttl:
+        return "new"
+    if held and any(abs(times[0] - h) < ttl and abs(times[-1] - h) < ttl for h in (min(held), max(held))):
+        return "covered"
+    return "folded"
+
+
+def main(url: str, seed: int) -> None:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    rng = random.Random(seed)
+    report: dict[str, object] = {"differ": [], "paths": {}, "rounds": 0}
+    taken: dict[str, int] = report["paths"]  # type: ignore[assignment]
+    for ttl_s, before in ((10, None), (60, 100_000), (1, 3_000)):
+        ttl, after = ttl_s * 1000, None if before is None else before + 30_000
+        records, held = inputs(rng, ttl, 150)
+        live = [h for h in held if retained(h[1], ttl, before)]  # as the run loads its base
+        by_key: dict[str, list[Record]] = {}
+        for row in records:
+            by_key.setdefault(row[6], []).append(Record(row[7], row[2], row[3], row[4]))
+        want: dict[tuple, str | None] = {}
+        passed: dict[str, list[Record]] = {}
+        for key, rs in by_key.items():
+            mine = [t for k, t, _ in live if k == key]
+            verdicts = judge(rs, mine, ttl, before)
+            want.update({(r.topic, r.partition, r.offset): None if v == PASS else v for r, v in verdicts.items()})
+            passed[key] = [r for r, v in verdicts.items() if v == PASS]
+            fresh = [r for r, v in verdicts.items() if v != "late"]
+            if fresh:
+                path = paths(fresh, mine, ttl)
+                taken[path] = taken.get(path, 0) + 1
+        good, loaded = spark.createDataFrame(records, GOOD), spark.createDataFrame(live, LOADED)
+        for additions in (True, False):
+            output, new_state, frames = _dedup(state(ttl_s), EventClock(before, after, {}, ()), good, loaded, additions)
+            got = {(r["topic"], r["partition"], r["offset"]): r["error"] for r in output.collect()}
+            rows = sorted((r["__ls_key"], r["__ls_event_ms"]) for r in new_state.collect())
+            for frame in frames:
+                frame.unpersist()
+            expected = sorted((k, t) for k, ps in passed.items() for t in kept([], ps, ttl, after))
+            if not additions:  # every row: the loaded ones too, less what the new watermark lets go
+                expected = sorted([*expected, *((k, t) for k, t, _ in live if retained(t, ttl, after))])
+            report["differ"] += [f"ttl {ttl_s}s {k}: {got.get(k)} (rule: {v})"  # type: ignore[operator]
+                                 for k, v in want.items() if got.get(k, "missing") != v]
+            if rows != expected:
+                report["differ"].append(f"ttl {ttl_s}s, additions {additions}: state "  # type: ignore[attr-defined]
+                                        f"{sorted(set(rows) ^ set(expected))[:10]}")
+            report["rounds"] = int(report["rounds"]) + 1  # type: ignore[call-overload]
+        report.setdefault("late", 0)
+        report["late"] = int(report["late"]) + sum(v == "late" for v in want.values())  # type: ignore[call-overload]
+    print(json.dumps(report))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
