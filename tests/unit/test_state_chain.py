@@ -13,13 +13,14 @@ import pyarrow.compute as pc
 import pytest
 
 from lockstep.model.state import GroupState, PartitionTime, StateManifest
+from lockstep.model.state_rows import EVENT, GROUP, KEY, TOMBSTONE
+from lockstep.rules.compaction import Compaction, compaction_due, deltas_to_merge
 from lockstep.rules.state_reads import read_plan
 from lockstep.rules.watermarks import EventClock
 from lockstep.spark.state import Loaded, _beside_loaded, _write
 from lockstep.spec import CompactionPolicy, parse_spec
 from lockstep.store import state_chain
 from lockstep.store.state_cache import StateCache
-from lockstep.store.state_chain import EVENT, GROUP, KEY, TOMBSTONE, Compaction
 from lockstep.store.state_files import StateFiles, unreferenced
 from tests.support.fake_s3 import FakeS3
 
@@ -95,17 +96,17 @@ def test_a_delta_holds_the_new_rows_and_a_tombstone_per_key_that_lost_its_state(
 ])
 def test_compaction_is_due_on_too_many_or_too_big_deltas(chain: tuple[int, ...], new: int, due: Compaction) -> None:
     # checkpoint 1, group 0: not the group's turn ((1 + 0) % 3 != 0)
-    assert state_chain.compaction_due(chain, new, CompactionPolicy(max_deltas=3, max_delta_ratio=1.0)) is due
+    assert compaction_due(chain, new, CompactionPolicy(max_deltas=3, max_delta_ratio=1.0)) is due
 
 
 def test_at_its_turn_a_group_gets_a_new_base_only_if_its_deltas_reach_a_share_of_the_base() -> None:
     policy = CompactionPolicy(max_deltas=4, max_delta_ratio=1000)
     turn = dict(group=3, checkpoint_id=5)  # (5 + 3) % 4 == 0
-    assert state_chain.compaction_due([100, 20], 5, policy, **turn) is Compaction.BASE  # 25 >= 100 / 4
-    assert state_chain.compaction_due([100, 2], 1, policy, **turn) is Compaction.NONE  # 3 bytes: not worth 100
-    assert state_chain.compaction_due([100, 20], 5, policy, group=3, checkpoint_id=6) is Compaction.NONE  # not its turn
+    assert compaction_due([100, 20], 5, policy, **turn) is Compaction.BASE  # 25 >= 100 / 4
+    assert compaction_due([100, 2], 1, policy, **turn) is Compaction.NONE  # 3 bytes: not worth 100
+    assert compaction_due([100, 20], 5, policy, group=3, checkpoint_id=6) is Compaction.NONE  # not its turn
     # Its turn alone does not compact a chain without a delta yet.
-    assert state_chain.compaction_due([100], 1, policy, **turn) is Compaction.NONE
+    assert compaction_due([100], 1, policy, **turn) is Compaction.NONE
 
 
 def test_groups_touched_by_every_checkpoint_take_turns_to_compact() -> None:
@@ -115,7 +116,7 @@ def test_groups_touched_by_every_checkpoint_take_turns_to_compact() -> None:
     for cid in range(1, 21):
         compacted = 0
         for g, chain in chains.items():
-            step = state_chain.compaction_due(chain, 10, policy, g, cid)
+            step = compaction_due(chain, 10, policy, g, cid)
             if step is Compaction.BASE:
                 chains[g] = [100]
                 compacted += 1
@@ -136,10 +137,10 @@ def test_tiny_deltas_never_rewrite_the_base_and_the_chain_stays_bounded() -> Non
     for base in (10_000_000, 1_000_000_000):  # the same changes over a state 100 times bigger
         chain, written = [base], 0
         for cid in range(1, 2001):
-            step = state_chain.compaction_due(chain, 10, policy, 0, cid)
+            step = compaction_due(chain, 10, policy, 0, cid)
             assert step is not Compaction.BASE
             if step is Compaction.DELTAS:
-                n = state_chain.deltas_to_merge(chain, 10)
+                n = deltas_to_merge(chain, 10)
                 chain = [*chain[:-n], sum(chain[-n:]) + 10]
             else:
                 chain.append(10)
@@ -152,10 +153,10 @@ def test_tiny_deltas_never_rewrite_the_base_and_the_chain_stays_bounded() -> Non
 
 
 def test_the_newest_deltas_merge_while_they_are_no_bigger_than_what_comes_after_them() -> None:
-    assert state_chain.deltas_to_merge([1000, 10, 10, 10, 10], 10) == 4  # all small: all merge
-    assert state_chain.deltas_to_merge([1000, 80, 40, 30, 20], 10) == 4  # 10+20=30, +30=60, +40=100, +80
-    assert state_chain.deltas_to_merge([1000, 80, 40, 30, 10], 10) == 1  # 30 > 10+10: the two newest
-    assert state_chain.deltas_to_merge([1000, 500, 10], 10) == 1  # the big merged delta stays
+    assert deltas_to_merge([1000, 10, 10, 10, 10], 10) == 4  # all small: all merge
+    assert deltas_to_merge([1000, 80, 40, 30, 20], 10) == 4  # 10+20=30, +30=60, +40=100, +80
+    assert deltas_to_merge([1000, 80, 40, 30, 10], 10) == 1  # 30 > 10+10: the two newest
+    assert deltas_to_merge([1000, 500, 10], 10) == 1  # the big merged delta stays
 
 
 def test_merged_deltas_do_over_any_base_what_the_deltas_did_in_turn() -> None:

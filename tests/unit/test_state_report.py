@@ -14,9 +14,9 @@ from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointView, CompletedCheckpoint
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_rows import EVENT, GROUP, KEY
 from lockstep.ops import state_report as sr
-from lockstep.rules.watermarks import key_group_refusal
-from lockstep.spark.state import EVENT, GROUP, KEY
+from lockstep.rules.state_base import key_group_refusal
 from lockstep.store.state_files import StateFiles
 from tests.support.fake_store import FakeStore
 

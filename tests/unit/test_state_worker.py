@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from lockstep.model.state_rows import FUNCTION_COLUMNS
 from lockstep.spark.state_worker import (
     EVENT,
     FROM_OFFSET,
@@ -19,7 +20,6 @@ from lockstep.spark.state_worker import (
     KIND,
     OUT_HEADERS,
     OUT_KEY,
-    STATE_COLUMNS,
     TIMERS,
     FunctionSettings,
     apply_function,
@@ -134,7 +134,7 @@ def test_migrate_rows_maps_old_state_through_the_migration_and_drops_what_it_del
     [batch] = list(migrate_rows(migration, ("n",))(iter([old])))
     assert list(batch.columns) == [n for n, _ in state_columns(FIELDS)]
     [row] = batch.to_dict("records")
-    assert {c: row[c] for c, _ in STATE_COLUMNS} == old.iloc[1][[c for c, _ in STATE_COLUMNS]].to_dict(), \
+    assert {c: row[c] for c, _ in FUNCTION_COLUMNS} == old.iloc[1][[c for c, _ in FUNCTION_COLUMNS]].to_dict(), \
         "Lockstep's own columns pass through unchanged"
     assert (row["count"], row["last_at"]) == (3, None)
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import pytest
 
 from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.rules.state_base import key_group_refusal, operator_refusal, schema_change
 from lockstep.rules.watermarks import (
     advance,
     fired,
     fires_without_records,
     idle_due_at,
-    key_group_refusal,
-    operator_refusal,
-    schema_change,
     window_starts,
 )
 

@@ -158,6 +158,16 @@ class StateManifest:
             raise bad(f"is invalid: {exc!r}") from exc
 
 
+def iso_ms(ms: int | None) -> str:
+    """Epoch milliseconds (an event time, a watermark) as ISO 8601 in UTC with a Z
+    (``2026-11-20T10:00:00.000Z``); "none" for None. How logs, reports and pages show state's times."""
+    from datetime import UTC, datetime
+
+    if ms is None:
+        return "none"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def optional_manifest(doc: Mapping[str, object], key: str, name: str = "state") -> StateManifest | None:
     """The manifest a document carries under ``name``, or None (stateless pipelines, earlier versions)."""
     raw = doc.get(name)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import CheckpointStatus
-from lockstep.model.state import StateManifest
-from lockstep.spark.state import EVENT, GROUP, KEY
+from lockstep.model.state import StateManifest, iso_ms
+from lockstep.model.state_rows import EVENT, GROUP, KEY
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,13 +29,6 @@ if TYPE_CHECKING:
 USER_NAMES = {KEY: "key", EVENT: "event_time", GROUP: "key_group"}
 #: Metrics of the manifest shown as seconds, in this order.
 SECONDS = ("load_seconds", "apply_seconds", "write_seconds", "watermark_seconds")
-
-
-def iso_ms(ms: int | None) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC with a Z (``2026-11-20T10:00:00.000Z``); "none" for None."""
-    if ms is None:
-        return "none"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def stateless(spec: PipelineSpec) -> TerminalError:

@@ -182,9 +182,9 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     if final is None or not ranges:
         report.unchecked.append("no state and no input recorded yet")
         return report
-    from lockstep.spark.state import _when
+    from lockstep.model.state import iso_ms
 
-    report.watermark = _when(final.watermark_ms)
+    report.watermark = iso_ms(final.watermark_ms)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     x = keyed(spec, load_transform(spec)(read_ranges(spark, kafka_config(spec.source.kafka_conn_id, JAVA), ranges)))
     sink = read_sink(spec, progress)
@@ -246,7 +246,8 @@ def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, o
                    report: StateVerifyReport) -> None:
     from pyspark.sql import functions as F
 
-    from lockstep.spark.state import KEY, window_starts_column, window_value
+    from lockstep.model.state_rows import KEY
+    from lockstep.spark.state import window_starts_column, window_value
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
@@ -279,7 +280,7 @@ def _check_window_state(spec: PipelineSpec, good: DataFrame, watermark: int | No
     """The state holds each valid record of every window the watermark has not closed, once."""
     from pyspark.sql import functions as F
 
-    from lockstep.spark.state import EVENT, KEY
+    from lockstep.model.state_rows import EVENT, KEY
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
@@ -299,8 +300,9 @@ def _check_dedup(spec: PipelineSpec, good: DataFrame, sink: list[SinkRecord], re
     each key at least once (``expected_outputs`` counts keys), no two passed records of a key within
     the TTL (duplicated), every valid record not dead-lettered as late passed or is a copy of one
     that did (lost), and the committed state holds each passed record the watermark has not let go."""
+    from lockstep.model.state_rows import EVENT, KEY
     from lockstep.rules.dedup import Record, audit, retained
-    from lockstep.spark.state import DUPLICATE, EVENT, KEY
+    from lockstep.spark.state import DUPLICATE
 
     assert spec.state is not None and spec.state.dedup is not None
     rows = good.select(KEY, EVENT, "topic", "partition", "offset").collect()
@@ -337,7 +339,8 @@ def _check_function(spec: PipelineSpec, good: DataFrame, watermark: int | None, 
                     report: StateVerifyReport) -> None:
     from pyspark.sql import functions as F
 
-    from lockstep.spark.state import EVENT, INTERNAL, _empty
+    from lockstep.model.state_rows import EVENT, INTERNAL
+    from lockstep.spark.state import empty_frame
     from lockstep.spark.state_worker import (
         KEY,
         KIND,
@@ -353,7 +356,7 @@ def _check_function(spec: PipelineSpec, good: DataFrame, watermark: int | None, 
     columns = [c for c in good.columns if c not in ("error", "headers") and c not in INTERNAL]
     seen = [c if c != EVENT else "event_time_ms" for c in (*columns, EVENT)]
     settings = FunctionSettings(f.process, f.fields, watermark, tuple(seen))
-    empty = _empty(good.sparkSession, state_columns(f.fields))
+    empty = empty_frame(good.sparkSession, state_columns(f.fields))
     result = (good.select(*columns, *INTERNAL).groupBy(KEY).cogroup(empty.groupBy(KEY))
               .applyInPandas(apply_function(settings), schema_ddl(result_columns(f.fields))))
     expected = Counter(bytes(r["value"]) for r in result.filter(F.col(KIND) == "out").select("value").collect())

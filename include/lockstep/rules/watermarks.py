@@ -1,5 +1,5 @@
-"""Event time for stateful pipelines (pure): the watermark, idleness, lateness, and what state a
-checkpoint may start from.
+"""Event time for stateful pipelines (pure): the watermark, idleness and lateness (what state a
+checkpoint may start from is `lockstep.rules.state_base`).
 
 A checkpoint is a batch: it judges every record against the watermark its base checkpoint left
 (``before``), and leaves the watermark its own records move to (``after``). So a record is late when
@@ -99,35 +99,3 @@ def window_starts(event_ms: int, size_ms: int, slide_ms: int) -> list[int]:
     """The starts of the windows an event belongs to (``start <= event < start + size``), oldest first."""
     last = event_ms - event_ms % slide_ms
     return list(range(last - size_ms + slide_ms, last + 1, slide_ms))
-
-
-def schema_change(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
-    """Why state with columns ``old`` cannot be read as ``new`` (empty when it can): a new column is
-    accepted (old rows read it as null); a removed column or a changed type is not."""
-    problems = [f"field {name!r} ({kind}) is gone from the state's new schema" for name, kind in old.items()
-                if name not in new]
-    problems += [f"field {name!r} changed type from {kind} to {new[name]}" for name, kind in old.items()
-                 if name in new and new[name] != kind]
-    return problems
-
-
-def key_group_refusal(base: StateManifest | None, key_groups: int, rekey_to: int | None) -> str | None:
-    """Why a checkpoint may not start from ``base`` with ``key_groups`` key groups, or None.
-
-    The number of key groups is fixed when the pipeline first writes state: changing it moves every
-    key to another group. Only an explicit ``lockstep state rekey`` (``rekey_to``) allows it."""
-    if base is None or base.key_groups == key_groups:
-        return None
-    if rekey_to == key_groups:
-        return None
-    return (f"state.key_groups is {key_groups}, but the pipeline's state (checkpoint {base.written_by}) has "
-            f"{base.key_groups} key groups. Set state.key_groups back to {base.key_groups}, or re-key the state "
-            f"explicitly with `lockstep state rekey --spec <the pipeline's spec> --key-groups {key_groups}`")
-
-
-def operator_refusal(base: StateManifest | None, operator: str) -> str | None:
-    """State of one operator (window, dedup) is never read by another."""
-    if base is None or base.operator == operator:
-        return None
-    return (f"the pipeline's state (checkpoint {base.written_by}) belongs to a {base.operator} operator, and the "
-            f"spec now declares {operator}. A changed operator starts without state: give the pipeline a new name")

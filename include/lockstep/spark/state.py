@@ -41,10 +41,13 @@ from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.output_contract import ACCEPTED_TYPES
-from lockstep.model.state import StateManifest
+from lockstep.model.state import StateManifest, iso_ms
+from lockstep.model.state_rows import EVENT, GROUP, INTERNAL, KEY
 from lockstep.rules.dedup import retention_ms, state_lifetime_ms
+from lockstep.rules.state_base import base_refusal, schema_change
+from lockstep.rules.state_manifest import Figures
 from lockstep.rules.state_reads import ReadPlan, read_plan
-from lockstep.rules.watermarks import EventClock, advance, key_group_refusal, operator_refusal, schema_change
+from lockstep.rules.watermarks import EventClock, advance
 from lockstep.spark.state_worker import state_columns
 from lockstep.spec import PipelineSpec, StateSpec, WindowSpec
 
@@ -57,8 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KEY, EVENT, GROUP = "__ls_key", "__ls_event_ms", "__ls_key_group"
-INTERNAL = (KEY, EVENT, GROUP)
 #: Columns of the transform's output that are never state: the output record's own fields.
 NOT_STATE = ("value", "key", "headers", "error")
 PROVENANCE = ("topic", "partition", "offset")
@@ -86,26 +87,6 @@ class StatefulRun:
         """Let go of what the run kept without writing its state (a repair's recomputation)."""
         for frame in self.cached:
             frame.unpersist()
-
-
-def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int | None) -> str | None:
-    """Why the checkpoint may not start from ``base`` (the plan checks before it claims, the run again).
-
-    A state function declares its state's schema, so a change that old state cannot be read as is
-    refused here, naming the field, unless the spec names a migration."""
-    assert spec.state is not None
-    refused = operator_refusal(base, spec.state.operator) or key_group_refusal(base, spec.state.key_groups, rekey_to)
-    f = spec.state.function
-    if refused or f is None or base is None:
-        return refused
-    problems = schema_change(base.columns, dict(state_columns(f.fields)))
-    if f.version < base.schema_version:
-        problems.append(f"state.function.version is {f.version}, older than the state's version {base.schema_version}")
-    if problems and f.migrate is None:
-        return (f"the state of checkpoint {base.written_by} (version {base.schema_version}) does not fit "
-                f"state.function.state: {'; '.join(problems)}. Keep the field (a new nullable field is fine), or "
-                "name a migration in state.function.migrate (module:function taking the old state and its version)")
-    return None
 
 
 def function_modules(spec: PipelineSpec) -> tuple[str, ...]:
@@ -197,12 +178,12 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
                     state.event_time.out_of_orderness_ms, state.event_time.idle_timeout_ms,
                     state.event_time.idle_advance)
     metrics = {"watermark_seconds": round(time.monotonic() - started, 3)}
-    log.info("checkpoint %d: watermark %s -> %s%s", cid, _when(clock.before), _when(clock.after),
+    log.info("checkpoint %d: watermark %s -> %s%s", cid, iso_ms(clock.before), iso_ms(clock.after),
              f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")
     data_columns = [c for c in transformed.columns if c not in NOT_STATE and c not in INTERNAL]
     started = time.monotonic()
     if state.function is not None:
-        shape = _empty(spark, state_columns(state.function.fields))
+        shape = empty_frame(spark, state_columns(state.function.fields))
     elif state.window is not None:
         shape = x.select(*INTERNAL, *data_columns)
     else:
@@ -257,14 +238,6 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         return replace(manifest, metrics=dict(metrics))
 
     return StatefulRun(everything, clock, finish, metrics, cached)
-
-
-def _when(ms: int | None) -> str:
-    if ms is None:
-        return "none"
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _records(rows: DataFrame) -> DataFrame:
@@ -354,7 +327,7 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     return loaded
 
 
-def _empty(spark: JobSession, columns: tuple[tuple[str, str], ...]) -> DataFrame:
+def empty_frame(spark: JobSession, columns: tuple[tuple[str, str], ...]) -> DataFrame:
     from lockstep.spark.state_worker import schema_ddl
 
     return cast("SparkSession", spark).createDataFrame([], schema_ddl(columns))
@@ -612,13 +585,14 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     ``table`` holds the new rows of every key the checkpoint read or gave records to. A group read
     whole gets a new base; another gets a delta of those keys (tombstones for keys whose state is
     gone), merged with the chain's deltas into one when they are too many, or a new base when the
-    deltas are big against the base (`state_chain.compaction_due`; a new base drops expired keys).
+    deltas are big against the base (`lockstep.rules.compaction`; a new base drops expired keys).
     A group left with no rows leaves the manifest."""
     import pyarrow.compute as pc
 
     from lockstep.model.state import GroupState
+    from lockstep.rules.compaction import Compaction, compaction_due, deltas_to_merge
+    from lockstep.rules.state_manifest import after_delta, as_base, manifest
     from lockstep.store import state_chain
-    from lockstep.store.state_chain import Compaction
 
     state = spec.state
     assert state is not None
@@ -662,26 +636,19 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                 unchanged += 1
                 continue  # nothing changed in the group: its files stay as they are
             body = state_chain.parquet(change)
-            step = state_chain.compaction_due(old.file_bytes, len(body), state.compaction, group, cid)
+            step = compaction_due(old.file_bytes, len(body), state.compaction, group, cid)
             if step is not Compaction.BASE:
                 chain, digests = files_by_group[group], old.digests
                 file_bytes = old.file_bytes
                 if step is Compaction.DELTAS:  # the newest deltas become one; the base stays as it is
                     merges += 1
-                    n = state_chain.deltas_to_merge(old.file_bytes, len(body))
+                    n = deltas_to_merge(old.file_bytes, len(body))
                     body = state_chain.parquet(state_chain.merge_deltas([*loaded.chains[group][-n:], change]))
                     chain, digests, file_bytes = chain[:-n], digests[:-n], file_bytes[:-n]
                 key, name = put(group, body, "delta")
                 files_by_group[group] = (*chain, key)
-                n_old, _ = state_chain.timers(before, state, clock.before)
-                n_new, next_new = state_chain.timers(rows, state, clock.after)
-                nexts = [t for t in (old.next_timer_ms, next_new) if t is not None]
-                groups[group] = GroupState(
-                    keys=old.keys - state_chain.key_count(before) + state_chain.key_count(rows),
-                    rows=old.rows - (before.num_rows if before is not None else 0) + rows.num_rows,
-                    file_bytes=(*file_bytes, len(body)), timers=old.timers - n_old + n_new,
-                    next_timer_ms=min(nexts) if nexts else None,
-                    digests=(*digests, name) if len(digests) == len(file_bytes) else ())
+                groups[group] = after_delta(old, _figures(before, state, clock.before), _figures(rows, state, clock.after),
+                                            file_bytes, digests, len(body), name)
                 continue
             compactions += 1
             merged = state_chain.merge([*loaded.chains[group], change])
@@ -694,17 +661,20 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         body = state_chain.parquet(whole)
         key, name = put(group, body, "compaction" if compacting else "base")
         files_by_group[group] = (key,)
-        n, nxt = state_chain.timers(whole, state, clock.after)
-        groups[group] = GroupState(keys=state_chain.key_count(whole), rows=whole.num_rows, file_bytes=(len(body),),
-                                   timers=n, next_timer_ms=nxt, digests=(name,))
+        groups[group] = as_base(_figures(whole, state, clock.after), len(body), name)
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
                    groups_unchanged=float(unchanged),
                    compactions=float(compactions), delta_merges=float(merges), delta_bytes=float(by_kind["delta"]),
                    compaction_bytes=float(by_kind["compaction"]), base_bytes=float(by_kind["base"]))
-    nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]
-    return StateManifest(
-        operator=state.operator, key_groups=state.key_groups, written_by=cid, files=files_by_group,
-        columns=columns, watermark_ms=clock.after, partitions=clock.partitions,
-        keys=sum(g.keys for g in groups.values()), rows=sum(g.rows for g in groups.values()),
-        bytes=sum(sum(g.file_bytes) for g in groups.values()), timers=sum(g.timers for g in groups.values()),
-        next_timer_ms=min(nexts) if nexts else None, schema_version=state.schema_version, groups=groups)
+    return manifest(state.operator, state.key_groups, cid, files_by_group, groups, columns, clock.after,
+                    clock.partitions, state.schema_version)
+
+
+def _figures(table: pa.Table | None, state: StateSpec, watermark: int | None) -> Figures:
+    """The keys, rows and pending timers of some state rows (none: all zero)."""
+    from lockstep.store import state_chain
+
+    if table is None:
+        return Figures()
+    timers, earliest = state_chain.timers(table, state, watermark)
+    return Figures(state_chain.key_count(table), table.num_rows, timers, earliest)

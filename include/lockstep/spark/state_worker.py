@@ -15,12 +15,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from lockstep.model.state_rows import (
+    EVENT,
+    FROM_OFFSET,
+    FROM_PARTITION,
+    FROM_TOPIC,
+    FUNCTION_COLUMNS,
+    GROUP,
+    KEY,
+    TIMERS,
+    function_state_columns,
+)
+
 KIND, OUT_KEY, OUT_HEADERS = "__ls_kind", "__ls_out_key", "__ls_out_headers"
-KEY, EVENT, GROUP = "__ls_key", "__ls_event_ms", "__ls_key_group"
-TIMERS, FROM_TOPIC, FROM_PARTITION, FROM_OFFSET = "__ls_timers", "__ls_from_topic", "__ls_from_partition", "__ls_from_offset"
-#: The state rows' own columns, before the declared fields.
-STATE_COLUMNS = ((KEY, "string"), (GROUP, "int"), (EVENT, "bigint"), (TIMERS, "string"),
-                 (FROM_TOPIC, "string"), (FROM_PARTITION, "int"), (FROM_OFFSET, "bigint"))
 #: How the errors below begin ("state function module:function failed for key ..." and the like): a
 #: failed run whose cause matches is the user's function failing, terminal (`lockstep.spark.job.job_outcome`).
 USER_FAILURE = re.compile(r"\bstate function [\w.]+:\w+(,|:| failed)")
@@ -49,7 +56,7 @@ def schema_ddl(columns: tuple[tuple[str, str], ...]) -> str:
 
 
 def state_columns(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return STATE_COLUMNS + fields
+    return function_state_columns(fields)
 
 
 def result_columns(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -182,7 +189,7 @@ def migrate_rows(settings: FunctionSettings, old_fields: tuple[str, ...]) -> Cal
                 new = fn(old, settings.from_version)
                 if new is None:
                     continue
-                out.append({**{c: row[c] for c, _ in STATE_COLUMNS}, **{n: new.get(n) for n in declared}})
+                out.append({**{c: row[c] for c, _ in FUNCTION_COLUMNS}, **{n: new.get(n) for n in declared}})
             yield _frame(out, names)
 
     return migrate

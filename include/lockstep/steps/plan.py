@@ -39,6 +39,7 @@ from lockstep.rules.start_offsets import (
     restore_diff,
     restore_totals,
 )
+from lockstep.rules.state_base import base_refusal
 from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.commit import publish_end_offsets
 from lockstep.steps.pipeline import Pipeline, now_iso
@@ -200,7 +201,6 @@ def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
         base = view.completed.state if view is not None and view.completed is not None else None
     else:
         base = p.store.get_savepoint(restore).state
-    from lockstep.spark.state import base_refusal
 
     refused = base_refusal(p.spec, base, p.store.state_files().rekey_to())
     if refused:

@@ -1,0 +1,31 @@
+"""The state manifest's bookkeeping (lockstep.rules.state_manifest): a group's figures after a delta or
+a new base, and the totals a checkpoint that read only some groups still knows."""
+from __future__ import annotations
+
+from lockstep.model.state import GroupState, PartitionTime
+from lockstep.rules.state_manifest import Figures, after_delta, as_base, manifest
+
+
+def test_a_delta_replaces_the_touched_keys_figures_and_keeps_the_earliest_timer():
+    old = GroupState(keys=10, rows=40, file_bytes=(100, 7), timers=5, next_timer_ms=2_000, digests=("a", "b"))
+    new = after_delta(old, Figures(2, 8, 1, 3_000), Figures(3, 9, 2, 2_500), (100, 7), ("a", "b"), 11, "c")
+    assert (new.keys, new.rows, new.timers) == (11, 41, 6)
+    assert new.file_bytes == (100, 7, 11) and new.digests == ("a", "b", "c")
+    assert new.next_timer_ms == 2_000, "early, never late: the older earliest stays"
+    merged = after_delta(old, Figures(), Figures(1, 1, 1, 1_000), (100,), ("a",), 9, "d")  # deltas merged into one
+    assert merged.file_bytes == (100, 9) and merged.digests == ("a", "d") and merged.next_timer_ms == 1_000
+
+
+def test_a_chain_without_digests_gets_none_and_a_base_starts_afresh():
+    old = GroupState(keys=1, rows=1, file_bytes=(100,), digests=())
+    assert after_delta(old, Figures(), Figures(1, 1), (100,), (), 5, "x").digests == ()
+    base = as_base(Figures(4, 6, 2, 9_000), 50, "z")
+    assert base == GroupState(keys=4, rows=6, file_bytes=(50,), timers=2, next_timer_ms=9_000, digests=("z",))
+
+
+def test_the_manifest_sums_every_groups_figures_read_or_not():
+    groups = {0: GroupState(2, 3, (10, 5), 1, 7_000), 3: GroupState(4, 4, (20,), 0, None)}
+    m = manifest("window", 8, 12, {0: ("a", "b"), 3: ("c",)}, groups, {"__ls_key": "string"}, 6_000,
+                 {"in:0": PartitionTime(9_000, 1)}, 1)
+    assert (m.keys, m.rows, m.bytes, m.timers, m.next_timer_ms) == (6, 7, 35, 1, 7_000)
+    assert m.written_by == 12 and m.incremental and m.file_count == 3 and m.delta_count == 1
