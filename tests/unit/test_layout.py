@@ -314,3 +314,37 @@ def test_the_airflow_plugin_builds_no_html_in_python_strings():
 def test_the_html_check_sees_markup():
     assert _HTML_TAG.search('<td class="n">') and _HTML_TAG.search("</table>")
     assert not _HTML_TAG.search("/plugin/<URL_ROUTE>") and not _HTML_TAG.search("a < b > c")
+
+
+def _role(module: str) -> str:
+    """The unit whose private names stay inside it: a core role package (``lockstep.spark``) or a
+    top-level core module, or another top-level package (``lockstep_airflow``)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == ENGINE and len(parts) > 1 else parts[0]
+
+
+def private_imports() -> list[str]:
+    """``from X import _name`` where X belongs to another role than the importing module (tests aside)."""
+    import ast
+
+    modules = module_files()
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                target = _ours(node.module, set(modules))
+                if target is None or _role(target) == _role(module):
+                    continue
+                found += [f"{module} imports {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return sorted(found)
+
+
+def test_no_module_imports_another_packages_private_names():
+    assert private_imports() == []
+
+
+def test_the_private_name_check_tells_roles_apart():
+    assert _role("lockstep.spark.state") == _role("lockstep.spark.job") != _role("lockstep.ops.verify_state")
+    assert _role("lockstep_airflow.overview") == _role("lockstep_airflow.checkpoints_page")
+    assert _role("lockstep.spec") != _role("lockstep.errors")
