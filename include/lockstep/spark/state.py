@@ -515,9 +515,15 @@ def _fold(fresh: DataFrame, loaded: DataFrame, mixed: DataFrame, ttl: int) -> Da
     both = records.unionByName(held)
     chains = both.groupBy(KEY).agg(F.array_sort(F.collect_list("__ls_r")).alias("__ls_r"),
                                    F.collect_list("__ls_h").alias("__ls_held"), F.first(GROUP).alias(GROUP))
-    fold = F.expr(f"aggregate(__ls_r, filter(__ls_r, r -> false), (acc, r) -> "
-                  f"IF(exists(__ls_held, h -> abs(r.{EVENT} - h) < {ttl}) "
-                  f"OR exists(acc, p -> abs(r.{EVENT} - p.{EVENT}) < {ttl}), acc, concat(acc, array(r))))")
+    # The records come sorted, so of those passed before a record the last is the nearest: the fold
+    # carries its time and the indexes of the passes (a hot key may pass many times in a checkpoint:
+    # copying ints, not records, and comparing once, not with every pass).
+    e = f"__ls_r[i].{EVENT}"
+    fold = F.expr(f"aggregate(sequence(0, size(__ls_r) - 1), named_struct('last', CAST(NULL AS BIGINT), "
+                  f"'passed', CAST(array() AS ARRAY<INT>)), (acc, i) -> "
+                  f"IF(exists(__ls_held, h -> abs({e} - h) < {ttl}) OR coalesce(abs({e} - acc.last) < {ttl}, false), "
+                  f"acc, named_struct('last', {e}, 'passed', concat(acc.passed, array(i)))), "
+                  f"acc -> transform(acc.passed, i -> __ls_r[i]))")
     return (chains.select(KEY, GROUP, F.explode(fold).alias("__ls_p"))
             .select(KEY, GROUP, *[F.col(f"__ls_p.{c}").alias(c) for c in (EVENT, *PROVENANCE)]))
 
