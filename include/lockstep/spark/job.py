@@ -126,10 +126,16 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
 
 
 def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: dict[str, object], rerun: Rerun,
-           transform: Callable[[DataFrame], DataFrame], checkpoint_id: int) -> tuple[DataFrame, StatefulRun]:
+           transform: Callable[[DataFrame], DataFrame], checkpoint_id: int,
+           runs: list[StatefulRun]) -> DataFrame:
     """The share of checkpoint ``rerun.checkpoint``'s output its lost transactions held, computed again from
     that checkpoint's own claim: its ranges, its base state and its pinned clock (a stateful partial
-    commit's repair). Its state is not written again: the completed checkpoint already holds it."""
+    commit's repair). Its state is not written again: the completed checkpoint already holds it.
+
+    That checkpoint's output includes what it wrote again itself of an earlier repaired checkpoint (its
+    own claim's ``rerun``), which its lost transactions may have held too: that share is computed again
+    the same way, as far back as the chain of repairs goes. ``runs`` collects the recomputations, whose
+    kept frames the caller lets go once the output is written."""
     from lockstep.spark import state as keyed_state
     from lockstep.spark.output_tasks import share
 
@@ -142,11 +148,15 @@ def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: d
     read = tuple(r for r in claim.ranges if not r.is_empty)
     df = read_ranges(spark, kafka, read or claim.ranges, headers=spec.replay_of is not None, tasks=max(1, len(read)))
     again = keyed_state.start(spark, spec, claim, transform(df), store.state_files())
+    runs.append(again)
+    output = again.output
+    if claim.rerun is not None:  # what that checkpoint itself wrote again of an earlier one
+        output = output.unionByName(_rerun(spark, spec, store, kafka, claim.rerun, transform, checkpoint_id, runs))
     log.warning("checkpoint %d: writes again the output of task%s %s of checkpoint %d, whose transactions the broker "
                 "aborted after others were committed: computed again from checkpoint %d's claim (%d records, its base "
                 "state and its clock)", checkpoint_id, "s" if len(rerun.tasks) > 1 else "",
                 ", ".join(map(str, rerun.tasks)), rerun.checkpoint, rerun.checkpoint, sum(r.count for r in read))
-    return share(again.output, claim.ranges, rerun.of_tasks, rerun.tasks), again
+    return share(output, claim.ranges, rerun.of_tasks, rerun.tasks)
 
 
 def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession | None, store: PipelineStore,
@@ -166,7 +176,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
     started = time.monotonic()
     committables: list[PreparedTransaction] = []
     rows_out = 0
-    stateful = rerun = None
+    stateful = None
+    reruns: list[StatefulRun] = []
     state = None
     if ranges or without_records:
         assert spark is not None  # only a checkpoint without records runs without Spark (steps.run)
@@ -206,8 +217,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files())
             output = stateful.output
             if view.claim.rerun is not None:
-                again, rerun = _rerun(spark, spec, store, kafka, view.claim.rerun, transform, checkpoint_id)
-                output = output.unionByName(again)
+                output = output.unionByName(_rerun(spark, spec, store, kafka, view.claim.rerun, transform,
+                                                   checkpoint_id, reruns))
             # Each record in the transaction of its source partition's task (rules.output_tasks), in
             # offset order: a lost transaction's share can then be computed again exactly.
             out = place(output, view.claim.ranges, tasks)
@@ -239,8 +250,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         if stateful is not None:
             # The state files before prepared.json, which names them: the decision covers both.
             state = stateful.finish()
-            if rerun is not None:
-                rerun.discard()
+            for recomputed in reruns:
+                recomputed.discard()
     elif spec.state is not None and view.claim.state_base is not None:
         state = view.claim.state_base.carried_forward()  # no records: the state stays as it was
     failpoints.hit("job.before_prepared")
