@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -48,6 +49,12 @@ from lockstep_soak.schedule import (
 
 ALL_KINDS = tuple(FaultKind)
 SOURCE_PARTITIONS = 3
+SINK_PARALLELISM = 2
+#: duplicate_run: the retry starts at ``at`` times this share of the expected cycle after the run step
+#: started, so that the first attempt is still in its Spark run (spark-submit alone takes ~10 s).
+DUPLICATE_DELAY_SHARE = 0.4
+#: partial_commit: how much longer than the transaction timeout the soak waits for the broker to abort.
+ABORT_GRACE_S = 30.0
 SINK_MAX_MESSAGE_BYTES = 16_384
 OVERSIZE_PAD = 20_000
 STEPS = ("plan", "run", "commit")
@@ -57,6 +64,7 @@ T0 = 1_700_000_000
 CUSTOMERS = 5
 WINDOW_S = 10
 EVENTS_PER_SECOND = 2
+REPAIRED = "completed after repair"  # CheckpointView.status_text of a repaired checkpoint
 LATE_BY_S = 3600  # a late order is created this long before T0: its window fired with the first watermark
 
 
@@ -94,6 +102,12 @@ class Injected:
     healed_at: float | None = None     # service back / S3 normal again
     recovered_at: float | None = None  # the first completed checkpoint after healing
     note: str = ""
+    #: partial_commit: the checkpoint whose commit was killed
+    checkpoint: int | None = None
+    #: how the fault ended, for the report's per-kind outcome: a partial commit's checkpoint status once a
+    #: later cycle settled it (``CheckpointView.status_text``: "completed after repair" when the broker
+    #: had aborted the rest); a duplicate run's two attempts ("retry ok, first attempt failed")
+    status: str | None = None
 
     @property
     def recovery_s(self) -> float | None:
@@ -103,7 +117,9 @@ class Injected:
 
     def to_json(self) -> dict:
         return {**self.fault.to_json(), "target": self.target, "injected": self.injected_at is not None,
-                "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1), "note": self.note}
+                "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1), "note": self.note,
+                **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {}),
+                **({"status": self.status} if self.status is not None else {})}
 
 
 @dataclass
@@ -135,6 +151,11 @@ class SoakResult:
     stuck: str | None
     started: str
     seconds: float
+    #: checkpoints left in the store at the end, by status (``CheckpointView.status_text``)
+    statuses: dict[str, int] = field(default_factory=dict)
+    #: every checkpoint seen "completed after repair": in the store at the end, or when its partial
+    #: commit was settled (retention may have deleted it since)
+    repaired: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +169,7 @@ class SoakResult:
                 "lso_longest_s": round(self.lso_longest_s, 1),
                 "lso_after_last_fault_s": round(self.lso_after_last_fault_s, 1),
                 "lso_open_at_end": self.lso_open_at_end,
+                "statuses": self.statuses, "repaired": self.repaired,
                 "audit": self.audit.to_json() if self.audit else None,
                 "cycles": [c.to_json() for c in self.cycles], "faults": [i.to_json() for i in self.injected]}
 
@@ -173,6 +195,8 @@ class Soak:
         self.injections: list[Injected] = []
         self._current: subprocess.Popen | None = None
         self._current_step: str | None = None
+        #: a duplicated run's first attempt, still running after the step's result (its retry's) was taken
+        self._straggler: tuple[subprocess.Popen, Path, Injected] | None = None
         self._checkpoint: int | None = None
         self.proxy: proxy.FaultProxy | None = None
         self.spec_path = self.work / "pipeline.yaml"
@@ -226,6 +250,9 @@ transform: {transform}
   topic: {self.sink}
   dead_letter_topic: {self.dead_letters}
   writer: {c.writer}
+  # Two transactions per checkpoint over the three source partitions, whatever the cores: a commit
+  # killed between its EndTxns (partial_commit) leaves one committed and one to repair.
+  parallelism: {SINK_PARALLELISM}
 checkpoints:
   store: s3://{self.platform.s3.bucket}/soak
   aws_conn_id: aws_soak
@@ -302,34 +329,97 @@ spark:
             raise RuntimeError(f"soak input of cycle {cycle}: {left} records undelivered, errors {failures[:3]}")
 
     # ---- one cycle -------------------------------------------------------------------------------
-    def _step(self, cycle: int, step: str, env: dict[str, str]) -> tuple[int, str]:
+    def _spawn(self, cycle: int, step: str, env: dict[str, str], suffix: str = "") -> tuple[subprocess.Popen, Path]:
+        """Start one step's process; its log is ``cycle-NNNN-<step><suffix>.log``."""
         args = [sys.executable, "-m", "lockstep_soak.step", step, str(self.spec_path)]
         if step != "plan":
             args.append(str(self._checkpoint))
-        log_path = self.logs / f"cycle-{cycle:04d}-{step}.log"
+        log_path = self.logs / f"cycle-{cycle:04d}-{step}{suffix}.log"
         with open(log_path, "w") as log:
             proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
                                     text=True)
-            self._current, self._current_step = proc, step
-            try:
-                stdout, _ = proc.communicate(timeout=900)
-            except subprocess.TimeoutExpired:
-                kill.kill_tree(proc.pid)
-                stdout, _ = proc.communicate()
-                return -9, "the step ran for 900 s and was killed by the soak"
-            except BaseException:
-                kill.kill_tree(proc.pid)  # the soak itself is stopped (Ctrl-C, SIGTERM): leave no step behind
-                raise
-            finally:
-                self._current, self._current_step = None, None
+        return proc, log_path
+
+    def _finish(self, proc: subprocess.Popen, log_path: Path, step: str) -> tuple[int, str]:
+        """Wait for a step's process (at most 900 s, then kill its tree); its exit code and why it failed."""
+        try:
+            stdout, _ = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            kill.kill_tree(proc.pid)
+            proc.communicate()
+            return -9, "the step ran for 900 s and was killed by the soak"
+        except BaseException:
+            kill.kill_tree(proc.pid)  # the soak itself is stopped (Ctrl-C, SIGTERM): leave no step behind
+            raise
         if proc.returncode == 0:
             doc = json.loads(stdout.strip().splitlines()[-1])
             if step == "plan":
                 self._checkpoint = doc["checkpoint_id"]
             return 0, ""
         if proc.returncode == -9:
-            return -9, "killed with SIGKILL (the kill_run fault)"
+            return -9, "killed with SIGKILL (by a kill_run or partial_commit fault)"
         return proc.returncode, _last_line(log_path)
+
+    def _step(self, cycle: int, step: str, env: dict[str, str]) -> tuple[int, str]:
+        proc, log_path = self._spawn(cycle, step, env)
+        self._current, self._current_step = proc, step
+        try:
+            return self._finish(proc, log_path, step)
+        finally:
+            self._current, self._current_step = None, None
+
+    def _run_twice(self, cycle: int, env: dict[str, str], inj: Injected, expected_s: float) -> tuple[int, str]:
+        """The run step with a slow duplicate attempt, as Airflow retries a run task that timed out while
+        its first attempt is still alive: the first attempt is stopped (SIGSTOP, a hung process as far as
+        anyone can tell) at the fault's moment, the retry starts, and the first goes on after the hold
+        time. Both work on the same claimed checkpoint: each one's producers fence the other's, state
+        files are conditional creates and so is ``prepared.json``. The step's result is the retry's (the
+        attempt Airflow waits for); the first attempt may go on into the commit step, and the cycle ends
+        only once it is gone (`_end_straggler`)."""
+        first, first_log = self._spawn(cycle, "run", env)
+        self._current, self._current_step = first, "run"
+        stopped: set[int] = set()
+        try:
+            delay = inj.fault.at * DUPLICATE_DELAY_SHARE * expected_s
+            try:
+                first.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                pass
+            if first.poll() is not None:
+                inj.note = f"missed: the run ended within {delay:.1f} s, before its duplicate started"
+                return self._finish(first, first_log, "run")
+            stopped = kill.stop_tree(first.pid)
+            retry, retry_log = self._spawn(cycle, "run", env, "-retry")
+            inj.injected_at = time.monotonic()
+            inj.target = (f"checkpoint {self._checkpoint}: retry {delay:.1f} s into the run, the first attempt "
+                          f"({len(stopped)} processes) stopped for {inj.fault.hold_s:.1f} s")
+            resume = threading.Timer(inj.fault.hold_s, kill.continue_all, args=(stopped,))
+            resume.start()
+            self._current = retry
+            self._straggler = (first, first_log, inj)
+            rc, reason = self._finish(retry, retry_log, "run")
+            inj.note = f"retry exited {rc}" + (f" ({reason[:160]})" if reason else "")
+            inj.status = f"retry {'ok' if rc == 0 else 'failed'}"
+            return rc, reason
+        except BaseException:
+            kill.kill_tree(first.pid)
+            raise
+        finally:
+            if stopped and first.poll() is None and self._straggler is None:
+                kill.continue_all(stopped)
+            self._current, self._current_step = None, None
+
+    def _end_straggler(self) -> None:
+        """Wait for a duplicated run's first attempt (no two checkpoints' runs overlap) and say how it ended."""
+        if self._straggler is None:
+            return
+        first, first_log, inj = self._straggler
+        self._straggler = None
+        kill.continue_all(kill.descendants(first.pid))  # in case the cycle ended within the hold time
+        rc, reason = self._finish(first, first_log, "run")
+        inj.healed_at = time.monotonic()
+        inj.note = f"first attempt exited {rc}" + (f" ({reason[:160]})" if reason else "") + f"; {inj.note}"
+        inj.status = f"{inj.status}, first attempt {'ok' if rc == 0 else 'failed'}"
 
     def run_cycle(self, cycle: int, faults: list[Fault], expected_s: float, env: dict[str, str]) -> CycleResult:
         """One checkpoint, with its faults at their moments (fractions of ``expected_s``)."""
@@ -350,7 +440,7 @@ spark:
                 thread = threading.Thread(target=self._inject_at_anchor,
                                           args=(inj, self.logs / "signals" / str(inj.fault.anchor), steps_done),
                                           daemon=True)
-            elif inj.fault.kind is not FaultKind.COMMIT_LATE:
+            elif inj.fault.kind not in (FaultKind.COMMIT_LATE, FaultKind.DUPLICATE_RUN):
                 thread = threading.Thread(target=self._inject, args=(inj, started + inj.fault.at * expected_s),
                                           daemon=True)
             else:
@@ -358,6 +448,7 @@ spark:
             thread.start()
             self._threads.append(thread)
         result = CycleResult(cycle, None, ok=False, seconds=0.0)
+        duplicate = next((i for i in injections if i.fault.kind is FaultKind.DUPLICATE_RUN), None)
         for step in STEPS:
             if step == "commit":
                 late = next((i for i in injections if i.fault.kind is FaultKind.COMMIT_LATE), None)
@@ -367,13 +458,17 @@ spark:
                     late.note = f"commit started {wait_s:.0f} s after the run"
                     time.sleep(wait_s)
                     late.healed_at = time.monotonic()
-            rc, reason = self._step(cycle, step, env)
+            if step == "run" and duplicate is not None:
+                rc, reason = self._run_twice(cycle, env, duplicate, expected_s)
+            else:
+                rc, reason = self._step(cycle, step, env)
             if rc != 0:
                 result.failed_step = step
                 result.reason = reason or f"exit code {rc}"
                 break
         else:
             result.ok = True
+        self._end_straggler()
         steps_done.set()
         result.seconds = time.monotonic() - started
         result.checkpoint_id = self._checkpoint
@@ -387,6 +482,8 @@ spark:
         for inj in injections:
             if inj.fault.kind is FaultKind.COMMIT_LATE and inj.injected_at is None:
                 inj.note = f"missed: the cycle ended in {result.failed_step} before its commit"
+            if inj.fault.kind is FaultKind.DUPLICATE_RUN and inj.injected_at is None and not inj.note:
+                inj.note = f"missed: the cycle ended in {result.failed_step} before its run"
         result.faults = [i.fault.kind.value for i in injections]
         return result
 
@@ -434,6 +531,8 @@ spark:
         try:
             if kind is FaultKind.KILL_RUN:
                 self._kill_run(inj)
+            elif kind is FaultKind.PARTIAL_COMMIT:
+                self._partial_commit(inj)
             elif kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER):
                 self._kill_broker(inj)
             elif kind is FaultKind.S3_RESTART:
@@ -465,6 +564,65 @@ spark:
         killed = kill.kill_tree(*roots)
         inj.injected_at = inj.healed_at = time.monotonic()
         inj.target = f"{step} ({len(killed)} processes)"
+
+    def _partial_commit(self, inj: Injected) -> None:
+        """The step paused at ``commit.between_commits`` (one transaction committed) is killed; then the
+        soak waits until the broker has aborted the others (transactions.timeout_ms), so that the next
+        run finds a partial commit to repair, not one it could still roll forward."""
+        step = self._current_step
+        self._kill_run(inj)
+        if inj.injected_at is None:
+            return
+        # The commit step commits this cycle's checkpoint; a plan rolling an earlier one forward, that one.
+        inj.checkpoint = self._checkpoint if step == "commit" else None
+        inj.target = f"checkpoint {inj.checkpoint if inj.checkpoint is not None else '(an earlier one)'}: {inj.target}"
+        deadline = time.monotonic() + self.config.timeout_ms / 1000 + ABORT_GRACE_S
+        open_ids = self._open_transactions()
+        while open_ids and time.monotonic() < deadline and not self._stop_faults:
+            time.sleep(1.0)
+            open_ids = self._open_transactions()
+        inj.healed_at = time.monotonic()
+        waited = inj.healed_at - inj.injected_at
+        inj.note = (f"the broker aborted the rest {waited:.0f} s after the kill" if not open_ids else
+                    f"still open {waited:.0f} s after the kill: {', '.join(sorted(open_ids))}")
+
+    def _open_transactions(self) -> set[str]:
+        """The pipeline's transactional ids the broker still holds open (ListTransactions)."""
+        from lockstep.kafka.internals import KafkaTransactionAdmin
+        from lockstep.model.transactions import OPEN_STATES
+
+        admin = KafkaTransactionAdmin(self.platform.kafka.bootstrap)
+        try:
+            return {t.transactional_id for t in admin.list_transactions(OPEN_STATES)
+                    if t.transactional_id.startswith(f"{self.name}-")}
+        finally:
+            admin.close()
+
+    def _statuses(self, env: dict[str, str], ids: list[int] | None = None) -> dict[int, str | None]:
+        """``CheckpointView.status_text`` of ``ids`` (every checkpoint in the store: None), read in a
+        process of its own like the steps; {} when it cannot be read (S3 down: asked again later)."""
+        args = [sys.executable, "-m", "lockstep_soak.step", "status", str(self.spec_path), *map(str, ids or [])]
+        log_path = self.logs / "status.log"
+        with open(log_path, "a") as log:
+            try:
+                out = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=log, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                return {}
+        if out.returncode != 0 or not out.stdout.strip():
+            return {}
+        doc = json.loads(out.stdout.strip().splitlines()[-1])
+        return {int(k): v for k, v in doc["statuses"].items()}
+
+    def _settle_partial_commits(self, env: dict[str, str]) -> None:
+        """Record how each partial commit's checkpoint ended once a later cycle settled it."""
+        pending = [i for i in self.injections if i.fault.kind is FaultKind.PARTIAL_COMMIT
+                   and i.checkpoint is not None and i.status in (None, "prepared", "claimed")]
+        if not pending:
+            return
+        found = self._statuses(env, sorted({i.checkpoint for i in pending if i.checkpoint is not None}))
+        for inj in pending:
+            if inj.checkpoint in found:
+                inj.status = found[inj.checkpoint]
 
     def _kill_broker(self, inj: Injected) -> None:
         service = self._coordinator_service() if inj.fault.kind is FaultKind.BROKER_COORDINATOR \
@@ -545,6 +703,7 @@ spark:
                 cycle_started = time.monotonic()
                 result = self.run_cycle(cycle, mine, expected, env)
                 cycles.append(result)
+                self._settle_partial_commits(env)
                 if result.ok:
                     now = time.monotonic()
                     for inj in self.injections:
@@ -571,12 +730,18 @@ spark:
             except Exception:  # noqa: BLE001
                 pass
         finally:
+            if self._straggler is not None:  # the soak was stopped mid-cycle: leave no run behind
+                kill.kill_tree(self._straggler[0].pid)
             self._stop_all_faults()
             watch.stop()
             self.proxy.close()
         last_fault = max((i.healed_at or i.injected_at or 0.0 for i in self.injections if i.injected_at), default=0.0)
         after = [((p.until or time.monotonic()) - max(p.since, last_fault))
                  for p in watch.pins if (p.until or time.monotonic()) >= last_fault] if last_fault else []
+        # Direct to S3 from here on: the fault proxy is closed.
+        statuses = self._statuses(self._direct_env(env))
+        repaired = sorted({cid for cid, text in statuses.items() if text == REPAIRED}
+                          | {i.checkpoint for i in self.injections if i.status == REPAIRED and i.checkpoint is not None})
         self._say("auditing: reading the sink and dead-letter topics read_committed ...")
         if c.stateful:
             result_audit, late_unplanned = audit_dead_letters(self.kafka, self.source, self.sink, self.dead_letters,
@@ -597,19 +762,16 @@ spark:
             cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),
             lso_after_last_fault_s=max(after, default=0.0),
             lso_open_at_end=[f"{p.partition} at {p.lso} for {p.seconds:.0f} s" for p in watch.open_pins()],
-            stuck=stuck, started=started_at, seconds=time.monotonic() - began)
+            stuck=stuck, started=started_at, seconds=time.monotonic() - began,
+            statuses=dict(Counter(text or "unreadable" for text in statuses.values())), repaired=repaired)
 
     def _audit_state(self, env: dict[str, str], late_unplanned: int) -> StateFigures:
         """``lockstep verify --json`` (the windows recomputed from the whole committed input) and the
         latest completed checkpoint's state manifest, each in a process of its own with the steps'
         environment, against the orders the soak produced."""
-        from lockstep_dev import s3 as s3_svc
         from lockstep_soak.audit import committed_offsets
 
-        # The fault proxy is closed by now: the audit talks to S3 directly.
-        env = {**env, "AIRFLOW_CONN_AWS_SOAK": json.dumps({
-            "conn_type": "aws", "login": s3_svc.ACCESS_KEY, "password": s3_svc.SECRET_KEY,
-            "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.platform.s3.endpoint}})}
+        env = self._direct_env(env)
         errors: list[str] = []
         runs = {"verify": [sys.executable, "-c", "import sys; from lockstep.cli import main; sys.exit(main())",
                            "verify", "--spec", str(self.spec_path), "--json"],
@@ -640,6 +802,14 @@ spark:
         if errors:
             figures.error = "; ".join(errors)
         return figures
+
+    def _direct_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The steps' environment with S3 reached directly: the fault proxy is closed once the cycles end."""
+        from lockstep_dev import s3 as s3_svc
+
+        return {**env, "AIRFLOW_CONN_AWS_SOAK": json.dumps({
+            "conn_type": "aws", "login": s3_svc.ACCESS_KEY, "password": s3_svc.SECRET_KEY,
+            "extra": {"region_name": s3_svc.REGION, "endpoint_url": self.platform.s3.endpoint}})}
 
     def _injected(self) -> int:
         return sum(1 for i in self.injections if i.injected_at is not None)

@@ -71,3 +71,23 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_tree(*roots: int) -> set[int]:
+    """SIGSTOP the trees under ``roots`` until no new process appears (a hung step, as far as anything
+    outside can tell); `continue_all` lets them go on."""
+    stopped: set[int] = set()
+    for _ in range(20):
+        new = (descendants(*roots) | descendants(*stopped)) - stopped
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= new
+    return stopped
+
+
+def continue_all(pids: set[int]) -> None:
+    """SIGCONT every one of ``pids`` (those still alive)."""
+    for pid in pids:
+        _signal(pid, signal.SIGCONT)

@@ -53,6 +53,7 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         f"| longest recovery | {_s(max(recoveries, default=None))} (fault to the next completed checkpoint; "
         f"median {_s(statistics.median(recoveries) if recoveries else None)}) |",
         f"| faults never recovered from | {len(unrecovered)} |",
+        f"| checkpoints completed after repair | {_repaired(doc)} |",
         f"| input records produced | {audit.get('produced', 0)} ({audit.get('covered', 0)} covered by the "
         f"consumer group's offsets, {audit.get('uncovered', 0)} not) |",
         f"| records audited in {per_record} | {audit.get('outputs', 0)} |",
@@ -70,8 +71,8 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         *(state_table(state, doc["config"]) if stateful else []),
         "## Faults by kind",
         "",
-        "| kind | what is done | injected | missed | longest recovery | median recovery |",
-        "|---|---|---:|---:|---:|---:|",
+        "| kind | what is done | injected | missed | longest recovery | median recovery | outcome |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for kind in FaultKind:
         mine = [f for f in faults if f["kind"] == kind.value]
@@ -79,8 +80,10 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
             continue
         hit = [f for f in mine if f["injected"]]
         rec = [f["recovery_s"] for f in hit if f["recovery_s"] is not None]
+        outcomes = Counter(f["status"] for f in hit if f.get("status"))
+        outcome = "; ".join(f"{text}: {n}" for text, n in sorted(outcomes.items())) or "-"
         lines.append(f"| `{kind.value}` | {DESCRIPTIONS[kind]} | {len(hit)} | {len(mine) - len(hit)} | "
-                     f"{_s(max(rec, default=None))} | {_s(statistics.median(rec) if rec else None)} |")
+                     f"{_s(max(rec, default=None))} | {_s(statistics.median(rec) if rec else None)} | {outcome} |")
     lines += [
         "",
         "## Bad input",
@@ -180,6 +183,17 @@ def state_table(state: dict[str, Any] | None, config: dict[str, Any]) -> list[st
     if samples:
         lines.append(f"| samples | {_cell(samples, 600)} |")
     return [*lines, ""]
+
+
+def _repaired(doc: dict[str, Any]) -> str:
+    """The checkpoints the store calls "completed after repair", and how every checkpoint left in the
+    store ended (``CheckpointView.status_text``)."""
+    repaired = doc.get("repaired") or []
+    statuses = doc.get("statuses") or {}
+    text = f"{len(repaired)}" + (f" (checkpoints {', '.join(map(str, repaired))})" if repaired else "")
+    if statuses:
+        text += "; every checkpoint left in the store: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    return text
 
 
 def _cell(text: str, limit: int) -> str:

@@ -2,8 +2,10 @@
 
 A cycle is one checkpoint: plan -> Spark run -> commit, each a process of its own like the DAG's
 three tasks. A fault's ``at`` is a fraction of the cycle's expected duration (the driver scales it
-by what clean cycles took); ``hold_s`` is how long a stopped service stays down or a slow / failing
-S3 lasts. Bad input is placed the same way: which records of a cycle's input are which bad case.
+by what clean cycles took; a ``duplicate_run`` counts it from the start of the run step); ``hold_s``
+is how long a stopped service stays down or a slow / failing S3 lasts (or a duplicated run's first
+attempt stays stopped). Bad input is placed the same way: which records of a cycle's input are which
+bad case.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ class FaultKind(str, Enum):
     S3_SLOW = "s3_slow"                        # S3 answers every request late for a while
     S3_ERRORS = "s3_errors"                    # S3 answers 503 (and drops open connections) for a while
     COMMIT_LATE = "commit_late"                # the commit step starts after transactions.timeout_ms
+    PARTIAL_COMMIT = "partial_commit"          # the commit killed between its EndTxns; the broker aborts the rest
+    DUPLICATE_RUN = "duplicate_run"            # a second run step of the same checkpoint races the first
 
     @property
     def describe(self) -> str:
@@ -38,6 +42,12 @@ DESCRIPTIONS = {
     FaultKind.S3_SLOW: "every S3 request delayed by the fault proxy for the hold time",
     FaultKind.S3_ERRORS: "S3 answers 503 Slow Down to every request, open connections dropped, for the hold time",
     FaultKind.COMMIT_LATE: "the commit step starts only after transactions.timeout_ms, so the broker aborts first",
+    FaultKind.PARTIAL_COMMIT: "kill -9 of the commit after its first transaction is committed (failpoint "
+                              "commit.between_commits), then the soak waits until the broker has timed the "
+                              "others out: the next run must repair the checkpoint (completed after repair)",
+    FaultKind.DUPLICATE_RUN: "a second run step of the same checkpoint (Airflow's retry of a timed-out task) "
+                             "started while the first is in its Spark run; the first is stopped (SIGSTOP) for the "
+                             "hold time, then both race to upload state files and write prepared.json",
 }
 
 #: Faults that stop a service need a topology where the service can come back by itself.
@@ -49,7 +59,9 @@ class Fault:
     cycle: int
     kind: FaultKind
     at: float       # fraction of the expected cycle duration, in [0, 1)
-    hold_s: float   # how long the service stays down / S3 stays slow or failing (0: not applicable)
+    #: how long the service stays down / S3 stays slow or failing / a duplicated run's first attempt stays
+    #: stopped (0: not applicable)
+    hold_s: float
     #: A failpoint the fault waits for instead of ``at``: the step pauses there and the fault lands at
     #: that exact moment (``anchor_faults``).
     anchor: str | None = None
@@ -81,8 +93,17 @@ STATELESS_CASES = (BadCase.OVERSIZE, BadCase.NOT_UTF8, BadCase.NULL_VALUE, BadCa
 STATEFUL_CASES = (BadCase.NOT_UTF8, BadCase.NULL_VALUE, BadCase.POISON, BadCase.LATE)
 
 
-#: Relative frequency of each kind: a late commit costs a whole transaction timeout, so it is rarer.
+#: Relative frequency of each kind: a late commit costs a whole transaction timeout, so it is rarer. A
+#: partial commit costs one too, but it is the case a transaction timeout makes hard, so it stays common.
 WEIGHTS = {FaultKind.COMMIT_LATE: 0.4}
+
+#: Faults that decide their whole cycle, so they are never paired: a late commit's cycle waits out the
+#: transaction timeout, and a partial commit must be killed at its failpoint, not by another fault first.
+SOLO = (FaultKind.COMMIT_LATE, FaultKind.PARTIAL_COMMIT)
+
+#: Where a partial commit lands: the commit step pauses there (one transaction committed, the rest
+#: not) and is killed.
+PARTIAL_COMMIT_ANCHOR = "commit.between_commits"
 
 
 def family(kind: FaultKind) -> str:
@@ -99,7 +120,8 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
     """Faults for ``cycles`` cycles: every ``clean_every``-th cycle has none (the pipeline must make
     progress between faults), the others one (each kind once before any repeats), and with
     probability ``more`` each, up to ``per_cycle`` in all, of other families at other moments.
-    ``commit_late`` is never paired: it decides the whole cycle."""
+    The `SOLO` kinds are never paired: each decides the whole cycle. A ``partial_commit`` is anchored
+    at `PARTIAL_COMMIT_ANCHOR` in the stateless soak as in the stateful one."""
     if not kinds:
         return []
     rng = random.Random(seed)
@@ -111,13 +133,15 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
             continue
         first = first_round.pop() if first_round else _pick(rng, kinds)
         chosen = [first]
-        while first is not FaultKind.COMMIT_LATE and len(chosen) < per_cycle:
+        while first not in SOLO and len(chosen) < per_cycle:
             taken = {family(k) for k in chosen}
-            others = tuple(k for k in kinds if family(k) not in taken and k is not FaultKind.COMMIT_LATE)
+            others = tuple(k for k in kinds if family(k) not in taken and k not in SOLO)
             if not others or rng.random() >= more:
                 break
             chosen.append(_pick(rng, others))
-        faults.extend(Fault(cycle, kind, rng.random(), _hold(rng, kind, hold_s)) for kind in chosen)
+        faults.extend(Fault(cycle, kind, rng.random(), _hold(rng, kind, hold_s),
+                            anchor=PARTIAL_COMMIT_ANCHOR if kind is FaultKind.PARTIAL_COMMIT else None)
+                      for kind in chosen)
     return faults
 
 
@@ -137,7 +161,7 @@ def anchor_faults(faults: list[Fault], seed: int, anchors: tuple[str, ...] = STA
     last). A random generator of its own, so the other cycles' faults stay what ``plan_faults`` made
     them."""
     rng = random.Random(f"{seed}/anchors")
-    anchored: dict[int, Fault] = {}
+    anchored: dict[int, Fault] = {f.cycle: f for f in faults if f.anchor}  # a partial commit is anchored already
     for fault in faults:
         if fault.kind in ANCHORABLE and fault.cycle not in anchored and rng.random() < share:
             anchored[fault.cycle] = replace(fault, anchor=rng.choice(anchors))
@@ -149,7 +173,7 @@ def _pick(rng: random.Random, kinds: tuple[FaultKind, ...]) -> FaultKind:
 
 
 def _hold(rng: random.Random, kind: FaultKind, bounds: tuple[float, float]) -> float:
-    if kind in (FaultKind.KILL_RUN, FaultKind.COMMIT_LATE):
+    if kind in (FaultKind.KILL_RUN, FaultKind.COMMIT_LATE, FaultKind.PARTIAL_COMMIT):
         return 0.0
     return rng.uniform(*bounds)
 

@@ -1,7 +1,9 @@
 """One step of a soak cycle in a process of its own, as each is an Airflow task process of its own:
 ``python -m lockstep_soak.step plan|run|commit SPEC [CHECKPOINT]``. They call what the DAG's
 operators call (``coordinator.plan``, ``steps.run.run_checkpoint``, ``coordinator.commit``).
-``state SPEC`` prints the latest completed checkpoint's state manifest, for the stateful soak's audit.
+``state SPEC`` prints the latest completed checkpoint's state manifest, for the stateful soak's audit;
+``status SPEC [CHECKPOINT ...]`` each checkpoint's status as users read it (``CheckpointView.status_text``,
+"completed after repair" for a repaired one), every checkpoint in the store when none is named.
 The last line of stdout is JSON for the driver; failures end with the error's message, exit 2."""
 from __future__ import annotations
 
@@ -41,8 +43,12 @@ def main(argv: list[str]) -> int:
             manifest = latest.completed.state if latest is not None and latest.completed is not None else None
             doc = {"checkpoint": latest.checkpoint_id if latest is not None else None,
                    "manifest": manifest.to_json() if manifest is not None else None}
+        elif step == "status":
+            ids = [int(r) for r in rest] if rest else list(p.store.checkpoint_ids())
+            views = {cid: p.store.view(cid) for cid in ids}
+            doc = {"statuses": {str(cid): (v.status_text if v is not None else None) for cid, v in views.items()}}
         else:
-            raise SystemExit(f"unknown step {step!r}: plan, run, commit or state")
+            raise SystemExit(f"unknown step {step!r}: plan, run, commit, state or status")
     except LockstepError as exc:
         print(f"lockstep soak step {step}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2

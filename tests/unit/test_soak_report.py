@@ -100,3 +100,29 @@ def test_a_stateful_report_says_what_each_case_is_to_the_stateful_transform():
     assert "| poison | a JSON order whose amount is not a number: the transform gives it an error | 4 |" in text
     assert "| valid | a valid JSON order (counted in its window, not written itself) | 26 |" in text
     assert "row function raise" in render(result(), "x")
+
+
+def test_the_report_counts_the_repaired_checkpoints_and_each_kinds_outcomes():
+    doc = result()
+    doc["repaired"], doc["statuses"] = [4, 9], {"completed": 7, "completed after repair": 1, "aborted": 2}
+    doc["faults"] += [
+        {"cycle": 3, "kind": "partial_commit", "at": 0.1, "hold_s": 0.0, "anchor": "commit.between_commits",
+         "target": "commit (3 processes) at commit.between_commits, checkpoint 4", "injected": True,
+         "recovery_s": 70.0, "note": "", "checkpoint": 4, "status": "completed after repair"},
+        {"cycle": 8, "kind": "partial_commit", "at": 0.1, "hold_s": 0.0, "anchor": "commit.between_commits",
+         "target": "commit at commit.between_commits, checkpoint 9", "injected": True, "recovery_s": 65.0,
+         "note": "", "checkpoint": 9, "status": "completed after repair"},
+        {"cycle": 5, "kind": "duplicate_run", "at": 0.3, "hold_s": 5.0, "target": "checkpoint 6: retry 3.0 s",
+         "injected": True, "recovery_s": 40.0, "note": "", "status": "retry ok, first attempt failed"}]
+    text = render(doc, "x")
+    assert "| checkpoints completed after repair | 2 (checkpoints 4, 9); every checkpoint left in the store: " \
+           "2 aborted, 7 completed, 1 completed after repair |" in text
+    assert "| `partial_commit` | kill -9 of the commit after its first transaction" in text
+    assert "| 2 | 0 | 70.0 s | 67.5 s | completed after repair: 2 |" in text
+    assert "| `duplicate_run` | a second run step of the same checkpoint" in text
+    assert "| 1 | 0 | 40.0 s | 40.0 s | retry ok, first attempt failed: 1 |" in text
+    assert "| `kill_run` |" in text and "| 1 | 0 | 31.0 s | 31.0 s | - |" in text
+
+
+def test_a_report_of_a_soak_without_repairs_says_none():
+    assert "| checkpoints completed after repair | 0 |" in render(result(), "x")

@@ -6,6 +6,8 @@ from collections import Counter
 from lockstep.model.failpoints import FAILPOINTS
 from lockstep_soak.schedule import (
     ANCHORABLE,
+    DESCRIPTIONS,
+    PARTIAL_COMMIT_ANCHOR,
     STATE_ANCHORS,
     STATEFUL_CASES,
     STATELESS_CASES,
@@ -46,7 +48,7 @@ def test_a_cycle_never_holds_two_faults_of_one_family_nor_a_paired_late_commit()
     for fs in by_cycle.values():
         assert len({family(f.kind) for f in fs}) == len(fs)
         if len(fs) > 1:
-            assert FaultKind.COMMIT_LATE not in {f.kind for f in fs}
+            assert not {FaultKind.COMMIT_LATE, FaultKind.PARTIAL_COMMIT} & {f.kind for f in fs}
 
 
 def test_one_fault_per_cycle_when_asked():
@@ -57,7 +59,7 @@ def test_one_fault_per_cycle_when_asked():
 def test_moments_and_hold_times_stay_in_their_bounds():
     for f in plan_faults(5, 200, ALL, hold_s=(2.0, 12.0)):
         assert 0.0 <= f.at < 1.0
-        if f.kind in (FaultKind.KILL_RUN, FaultKind.COMMIT_LATE):
+        if f.kind in (FaultKind.KILL_RUN, FaultKind.COMMIT_LATE, FaultKind.PARTIAL_COMMIT):
             assert f.hold_s == 0.0
         else:
             assert 2.0 <= f.hold_s <= 12.0
@@ -90,7 +92,7 @@ def test_a_stateful_soak_anchors_some_faults_to_the_state_moments_and_changes_no
     planned = plan_faults(11, 200, ALL, per_cycle=3, more=0.8)
     anchored = anchor_faults(planned, 11)
     assert anchored == anchor_faults(planned, 11)  # replayable from the seed
-    moved = [f for f in anchored if f.anchor]
+    moved = [f for f in anchored if f.anchor and f.kind is not FaultKind.PARTIAL_COMMIT]
     alone = {f.cycle for f in moved}
     # The other cycles keep their faults; an anchored fault's cycle holds it alone, as planned but for its moment.
     assert [f for f in anchored if f.cycle not in alone] == [f for f in planned if f.cycle not in alone]
@@ -103,3 +105,38 @@ def test_a_stateful_soak_anchors_some_faults_to_the_state_moments_and_changes_no
     assert 0.3 < len(moved) / len(anchorable_cycles) < 0.7
     assert moved[0].to_json()["anchor"] == moved[0].anchor
     assert "anchor" not in next(f for f in anchored if not f.anchor).to_json()
+    # A partial commit is planned at its own anchor already, and stays as planned.
+    partial = [f for f in anchored if f.kind is FaultKind.PARTIAL_COMMIT]
+    assert partial and partial == [f for f in planned if f.kind is FaultKind.PARTIAL_COMMIT]
+
+
+def test_a_partial_commit_lands_alone_at_the_commit_between_its_transactions_in_either_soak():
+    planned = plan_faults(21, 400, ALL, per_cycle=3, more=0.9)
+    partial = [f for f in planned if f.kind is FaultKind.PARTIAL_COMMIT]
+    assert len(partial) > 20
+    assert {f.anchor for f in partial} == {PARTIAL_COMMIT_ANCHOR} and PARTIAL_COMMIT_ANCHOR in FAILPOINTS
+    assert PARTIAL_COMMIT_ANCHOR == "commit.between_commits"
+    assert all(f.hold_s == 0.0 for f in partial)
+    for f in partial:  # never paired: another fault could kill or fail the cycle before its commit
+        assert [g.kind for g in planned if g.cycle == f.cycle] == [FaultKind.PARTIAL_COMMIT]
+    assert {f.anchor for f in planned if f.kind is not FaultKind.PARTIAL_COMMIT} == {None}  # the stateless soak's
+    assert [f for f in anchor_faults(planned, 21) if f.kind is FaultKind.PARTIAL_COMMIT] == partial  # the stateful's
+    assert partial[0].to_json()["anchor"] == PARTIAL_COMMIT_ANCHOR
+
+
+def test_a_duplicate_run_is_paired_like_any_fault_and_holds_the_first_attempt_within_the_bounds():
+    planned = plan_faults(23, 400, ALL, per_cycle=3, more=0.9, hold_s=(2.0, 12.0))
+    duplicates = [f for f in planned if f.kind is FaultKind.DUPLICATE_RUN]
+    assert len(duplicates) > 20
+    assert all(2.0 <= f.hold_s <= 12.0 and 0.0 <= f.at < 1.0 and f.anchor is None for f in duplicates)
+    assert any(len([g for g in planned if g.cycle == f.cycle]) > 1 for f in duplicates)
+    assert FaultKind.DUPLICATE_RUN not in ANCHORABLE  # it is timed from its run step's start, not at a failpoint
+
+
+def test_every_kind_is_described_and_a_partial_commit_is_weighed_like_the_common_kinds():
+    assert set(DESCRIPTIONS) == set(FaultKind)
+    counts = Counter(f.kind for f in plan_faults(9, 2000, ALL))
+    # A partial commit is never a cycle's second or third fault, so it is rarer than a kill, but it
+    # costs a transaction timeout without the late commit's lower weight.
+    assert 1.5 * counts[FaultKind.COMMIT_LATE] < counts[FaultKind.PARTIAL_COMMIT] < counts[FaultKind.KILL_RUN]
+    assert 0.7 * counts[FaultKind.KILL_RUN] < counts[FaultKind.DUPLICATE_RUN], counts
