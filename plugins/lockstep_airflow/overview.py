@@ -226,9 +226,11 @@ def duration_seconds(start: str | None, end: str | None) -> float | None:
 
 
 def is_empty_view(view: CheckpointView) -> bool:
+    """A completed checkpoint that read and wrote nothing (collapsed on the page). One that read no records
+    but wrote (windows fired by ``idle_advance``, a repair's lost share written again) is not."""
     prepared = view.prepared
     return (view.status is CheckpointStatus.COMPLETED and all(r.is_empty for r in view.claim.ranges)
-            and (prepared is None or prepared.records_in == 0))
+            and (prepared is None or (prepared.records_in == 0 and not prepared.transactions)))
 
 
 def checkpoint_row(view: CheckpointView) -> CheckpointRow:

@@ -527,3 +527,24 @@ def test_a_checkpoint_completed_after_repair_says_so_with_what_was_lost_and_give
     plain = replace(row, repair=None)
     overview.pipelines[0].checkpoints.rows[0] = plain
     assert "after repair" not in render_page(overview, Ctx(tz=AMSTERDAM))
+
+
+def test_a_checkpoint_that_read_no_records_but_wrote_is_not_collapsed_as_empty():
+    from lockstep.model.checkpoint import (
+        CheckpointClaim,
+        CheckpointView,
+        CompletedCheckpoint,
+        PreparedCheckpoint,
+        PreparedTransaction,
+    )
+    from lockstep.model.offsets import OffsetRange, TopicPartition
+    from lockstep_airflow.overview import is_empty_view
+
+    claim = CheckpointClaim("orders", 7, "r", "2026-11-27T00:00:00+00:00", (OffsetRange("orders", 0, 5, 5),),
+                            "checkpoint", fires_timers=True)
+    done = CompletedCheckpoint("orders", 7, "t", {"orders:0": 5}, ("p-7-0",))
+    fired = PreparedTransaction("p-7-0", 1, 0, (TopicPartition("out", 0),), 3, 0, 0, 1)
+    wrote = PreparedCheckpoint("orders", 7, "t", (fired,), 0, 3, 0, 1.0)
+    assert not is_empty_view(CheckpointView(claim, wrote, done)), "windows fired while the source was quiet"
+    nothing = PreparedCheckpoint("orders", 7, "t", (), 0, 0, 0, 0.0)
+    assert is_empty_view(CheckpointView(claim, nothing, done))
