@@ -277,8 +277,7 @@ class LockstepCommitOperator(_LockstepOperator):
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
                  prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
         if outcome.repair:
-            log.warning("checkpoint %d: completed after repair: %s%s", checkpoint_id, outcome.repair.summary,
-                        "" if outcome.repair.rerun_tasks else ", which reads and writes them again")
+            log.warning("checkpoint %d: completed after repair: %s", checkpoint_id, outcome.repair.told)
         _send_lag(p)
         metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, outcome.time_left_ms)
         if prepared.records_out + prepared.records_dead_lettered == 0:

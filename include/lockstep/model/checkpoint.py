@@ -492,6 +492,11 @@ class Repair:
         accepted = f" ({self.accepted} accepted)" if self.accepted else ""
         return lost + f"{ranges} given back to the next checkpoint{accepted}"
 
+    @property
+    def told(self) -> str:
+        """The summary as a commit's log line ends: what happens next, said once for both kinds of repair."""
+        return self.summary if self.rerun_tasks else f"{self.summary}, which reads and writes them again"
+
     def rerun(self, checkpoint_id: int) -> Rerun | None:
         """What the next checkpoint writes again of checkpoint ``checkpoint_id``, or None."""
         return Rerun(checkpoint_id, self.rerun_tasks, self.of_tasks) if self.rerun_tasks else None

@@ -126,8 +126,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
                                     state=view.claim.state_base if reverted else prepared.state)
     p.store.mark_completed(completed)
     if repair:
-        log.warning("checkpoint %d: completed after repair: %s%s", checkpoint_id, repair.summary,
-                    "" if repair.rerun_tasks else ", which reads and writes them again")
+        log.warning("checkpoint %d: completed after repair: %s", checkpoint_id, repair.told)
     else:
         log.info("checkpoint %d: completed (%d records out, %d dead-lettered, %d transactions)", checkpoint_id,
                  prepared.records_out, prepared.records_dead_lettered, len(committed))
