@@ -229,7 +229,7 @@ LAYERS = (
      "lockstep.transform"},
     {"lockstep.model"},
     {"lockstep.rules"},
-    {"lockstep.store", "lockstep.kafka", "lockstep.connections"},
+    {"lockstep.store", "lockstep.kafka", "lockstep.connections", "lockstep.registry"},
     {"lockstep.spark"},
     {"lockstep.steps"},
     {"lockstep.ops"},

@@ -244,15 +244,18 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
     """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
     ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error."""
     from lockstep.errors import root_cause
+    from lockstep.spark.codecs import Formats
 
     transform = load_transform(spec)
+    formats = Formats(spec)  # records that do not decode are dead letters, never the transform's
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Lockstep's reader (Java kafka-clients)
     expected: Counter[Offset] = Counter()
     for cid, rs in ranges.items():
         if not rs:
             continue
         try:
-            rows = transform(read_ranges(spark, kafka, rs)).select("topic", "partition", "offset").collect()
+            out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform)
+            rows = formats.with_dead_letters(out, decoded, ("topic", "partition", "offset")).collect()
         except Exception as exc:
             if unchecked is None:
                 raise

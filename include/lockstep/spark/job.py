@@ -37,6 +37,7 @@ from lockstep.model.output_contract import (
 )
 from lockstep.model.transactional_ids import write_tasks
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
+from lockstep.spark.codecs import Formats
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
@@ -127,7 +128,7 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
 
 def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: dict[str, object], rerun: Rerun,
            transform: Callable[[DataFrame], DataFrame], checkpoint_id: int,
-           runs: list[StatefulRun]) -> DataFrame:
+           runs: list[StatefulRun], formats: Formats) -> DataFrame:
     """The share of checkpoint ``rerun.checkpoint``'s output its lost transactions held, computed again from
     that checkpoint's own claim: its ranges, its base state and its pinned clock (a stateful partial
     commit's repair). Its state is not written again: the completed checkpoint already holds it.
@@ -147,11 +148,13 @@ def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: d
     claim = earlier.claim
     read = tuple(r for r in claim.ranges if not r.is_empty)
     df = read_ranges(spark, kafka, read or claim.ranges, headers=spec.replay_of is not None, tasks=max(1, len(read)))
-    again = keyed_state.start(spark, spec, claim, transform(df), store.state_files())
+    out, decoded = formats.transformed(df, transform)
+    again = keyed_state.start(spark, spec, claim, out, store.state_files(), formats.window_encoder())
     runs.append(again)
-    output = again.output
+    output = formats.with_dead_letters(again.output, decoded, again.output.columns)
     if claim.rerun is not None:  # what that checkpoint itself wrote again of an earlier one
-        output = output.unionByName(_rerun(spark, spec, store, kafka, claim.rerun, transform, checkpoint_id, runs))
+        output = output.unionByName(_rerun(spark, spec, store, kafka, claim.rerun, transform, checkpoint_id, runs,
+                                           formats))
     log.warning("checkpoint %d: writes again the output of task%s %s of checkpoint %d, whose transactions the broker "
                 "aborted after others were committed: computed again from checkpoint %d's claim (%d records, its base "
                 "state and its clock)", checkpoint_id, "s" if len(rerun.tasks) > 1 else "",
@@ -209,20 +212,28 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         shipped = ship_to_executors(spark, spec, (("lockstep",) if uses_lockstep else ()) + functions)
         if shipped:
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
-        out = transform(df)
+        formats = Formats(spec)
+        if formats.readings or formats.writings:
+            log.info("checkpoint %d: formats: %s", checkpoint_id, formats.describe())
+        out, decoded = formats.transformed(df, transform)
+        from lockstep.spark.output_tasks import place
+
         if spec.state is not None:
             from lockstep.spark import state as keyed_state
-            from lockstep.spark.output_tasks import place
 
-            stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files())
-            output = stateful.output
+            stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files(), formats.window_encoder())
+            output = formats.with_dead_letters(stateful.output, decoded, stateful.output.columns)
             if view.claim.rerun is not None:
                 output = output.unionByName(_rerun(spark, spec, store, kafka, view.claim.rerun, transform,
-                                                   checkpoint_id, reruns))
+                                                   checkpoint_id, reruns, formats))
             # Each record in the transaction of its source partition's task (rules.output_tasks), in
             # offset order: a lost transaction's share can then be computed again exactly.
             out = place(output, view.claim.ranges, tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
+        if decoded is not None and spec.state is None:
+            # The records that did not decode never met the transform: beside its output, each in the
+            # transaction of its source partition's task, as a stateful checkpoint places its output.
+            out = place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks)
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))

@@ -43,7 +43,7 @@ from lockstep.model.output_contract import (
     SOURCE_TOPIC,
 )
 from lockstep.rules.start_offsets import parse_restore_time
-from lockstep.spec import PipelineSpec, SourceSpec
+from lockstep.spec import FormatSpec, PipelineSpec, SourceSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row
@@ -83,11 +83,20 @@ def replay_spec(spec: PipelineSpec) -> PipelineSpec:
         name=spec.name + SUFFIX,
         description=f"dead-letter replay of {spec.name}",
         source=SourceSpec(topics=(spec.sink.dead_letter_topic,), kafka_conn_id=spec.sink.kafka_conn_id,
-                          auto_offset_reset="earliest", consumer_group=spec.source.consumer_group + SUFFIX),
+                          auto_offset_reset="earliest", consumer_group=spec.source.consumer_group + SUFFIX,
+                          # dead letters are the input as it came: decoded as the source's, by its subjects
+                          key=_as_source(spec.source.key, spec.source.topics[0], "key"),
+                          value=_as_source(spec.source.value, spec.source.topics[0], "value"),
+                          registry_conn_id=spec.source.registry_conn_id),
         transactions=dataclasses.replace(spec.transactions, id_prefix=spec.transactions.id_prefix + SUFFIX),
         checkpoints=dataclasses.replace(spec.checkpoints, retain=KEEP_ALL),
         replay_of=spec.name,
     )
+
+
+def _as_source(fmt: FormatSpec, topic: str, part: str) -> FormatSpec:
+    """The source's format, read from the dead-letter topic: a registry format keeps the source topic's subject."""
+    return dataclasses.replace(fmt, subject=fmt.subject_for(topic, part)) if fmt.registry else fmt
 
 
 # ---- selection -------------------------------------------------------------------------------------

@@ -143,8 +143,11 @@ def _check_columns(spec: PipelineSpec, df: DataFrame) -> None:
 
 
 def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transformed: DataFrame,
-          files: StateFiles) -> StatefulRun:
+          files: StateFiles, window_encoder: Callable[[Column], Column] | None = None) -> StatefulRun:
     """Apply the spec's stateful operator to this checkpoint's transformed records.
+
+    ``window_encoder``: how a fired window's record becomes its value in the sink's format
+    (`lockstep.spark.codecs.window_encoder`); None: JSON.
 
     Nothing here reads the wall clock: idleness is measured against the clock the claim pinned
     (``claim.clock``), so every attempt over the claim decides the same way."""
@@ -208,7 +211,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     # beside the rows it loaded (not when re-keying, where Spark computes every row's new key group).
     additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
     if state.window is not None:
-        output, new_state = _windows(state, clock, good, current, data_columns)
+        output, new_state = _windows(state, clock, good, current, data_columns, window_encoder)
     elif state.dedup is not None:
         output, new_state, judged = _dedup(state, clock, good, current, additions)
         cached += judged
@@ -346,13 +349,14 @@ def _migrated(spec: PipelineSpec, base: StateManifest, frame: DataFrame) -> Data
     return frame.mapInPandas(migrate_rows(settings, old), schema_ddl(state_columns(f.fields)))  # type: ignore[arg-type]
 
 
-def window_value(w: WindowSpec) -> Column:
-    """A fired window's output value, from a row of (``__ls_key``, ``__ls_start``, the aggregates):
-    JSON of the key (as ``key_name``), ``window_start``/``window_end`` in ISO-8601 UTC, the aggregates."""
+def window_value(w: WindowSpec, encode: Callable[[Column], Column] | None = None) -> Column:
+    """A fired window's output value, from a row of (``__ls_key``, ``__ls_start``, the aggregates): the
+    key (as ``key_name``), ``window_start``/``window_end`` in ISO-8601 UTC, the aggregates, as JSON or
+    as ``encode`` makes the record (the sink's format)."""
     from pyspark.sql import functions as F
 
     fmt = "yyyy-MM-dd'T'HH:mm:ss" + (".SSS" if w.slide_ms % 1000 or w.size_ms % 1000 else "") + "'Z'"
-    return F.to_json(F.struct(
+    return (encode or F.to_json)(F.struct(
         F.col(KEY).alias(w.key_name),
         F.date_format(F.timestamp_millis(F.col("__ls_start")), fmt).alias("window_start"),
         F.date_format(F.timestamp_millis(F.col("__ls_start") + F.lit(w.size_ms)), fmt).alias("window_end"),
@@ -403,7 +407,7 @@ def _late_for_windows(w: WindowSpec, before: int | None) -> Column:
 
 
 def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-             data_columns: list[str]) -> tuple[DataFrame, DataFrame]:
+             data_columns: list[str], encode: Callable[[Column], Column] | None = None) -> tuple[DataFrame, DataFrame]:
     from pyspark.sql import functions as F
 
     w = state.window
@@ -422,7 +426,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
              .groupBy(KEY, "__ls_start")
              .agg(*[F.expr(expr).alias(name) for name, expr in w.aggregates],
                   F.max_by(F.struct(*PROVENANCE), F.struct(EVENT, *PROVENANCE)).alias("__ls_from")))
-    output = fired.select(window_value(w).cast("binary").alias("value"), F.col(KEY).cast("binary").alias("key"),
+    output = fired.select(window_value(w, encode).cast("binary").alias("value"), F.col(KEY).cast("binary").alias("key"),
                           F.col("__ls_from.topic").alias("topic"), F.col("__ls_from.partition").cast("int").alias("partition"),
                           F.col("__ls_from.offset").cast("bigint").alias("offset"),
                           F.lit(None).cast("string").alias("error"),

@@ -22,6 +22,7 @@ from lockstep.model.checkpoint import (
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
 from lockstep.model.transactions import utc_text
+from lockstep.registry.schemas import sink_refusal
 from lockstep.rules.pinned import pinned_clock, planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.start_offsets import (
@@ -141,6 +142,11 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         log.info("checkpoint %d: no new records, and every source partition has been idle long enough for the "
                  "watermark to pass a pending timer (state.event_time.idle_advance): the checkpoint fires what is "
                  "due", next_id)
+    if any(f.registry for f in (p.spec.sink.key, p.spec.sink.value)):
+        # The sink's schema before anything is written: one the registry would reject is refused here.
+        refused = sink_refusal(p.spec, dry_run=dry_run)
+        if refused is not None:
+            raise TerminalError(f"checkpoint {next_id}: not claimed: {refused}")
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,

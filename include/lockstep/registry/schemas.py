@@ -1,0 +1,174 @@
+"""The schemas a checkpoint reads and writes with, resolved on the driver before any record moves.
+
+- **Reading** (a source's key or value): for a registry format, every version of the topic's subject
+  (the writer schemas its records may carry, by id) and the reader schema every record is decoded
+  into: the spec's declared schema, else the subject's latest version. A record whose id is no version
+  of the subject is dead-lettered (`lockstep.model.schemas.UNKNOWN_ID`).
+- **Writing** (the sink's key or value): the schema written with and, for a registry format, its id
+  under the sink's subject. A declared schema the subject does not hold is registered only with
+  ``auto_register``, and only after the registry's own compatibility check passes; otherwise the
+  plan refuses it (`sink_refusal`), naming the subject and the registry's reasons, before any
+  transaction opens.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from lockstep.errors import TerminalError
+from lockstep.registry.client import RegistryError, SchemaRegistry, registry_for
+from lockstep.spec import REGISTRY_FORMATS, FormatSpec, PipelineSpec
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How one part (``value`` or ``key``) of the source's records is decoded."""
+
+    part: str
+    format: FormatSpec
+    #: The schema every record is decoded into (Avro or JSON Schema text), None for string/bytes/schemaless JSON.
+    reader: str | None
+    #: Registry formats: writer schema text by id, for each topic's subject.
+    writers: Mapping[int, str] = field(default_factory=dict)
+    #: Registry formats: topic -> the subject its records' ids must be versions of.
+    subjects: Mapping[str, str] = field(default_factory=dict)
+    #: Registry formats: topic -> the ids of its subject's versions.
+    ids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Writing:
+    """How the transform's ``data`` (or ``key_data``) is encoded into the sink's value (or key)."""
+
+    part: str
+    format: FormatSpec
+    schema: str | None
+    schema_id: int | None = None
+    subject: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The schema, as messages name it."""
+        if self.subject is not None:
+            return f"subject {self.subject}, id {self.schema_id}"
+        return self.format.schema_from or "no schema"
+
+
+def readings(spec: PipelineSpec) -> tuple[Reading, ...]:
+    """The source's decoded parts (none for a source of raw bytes)."""
+    out = []
+    for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
+        if not fmt.decoded:
+            continue
+        if not fmt.registry:
+            out.append(Reading(part, fmt, fmt.schema))
+            continue
+        registry = registry_for(spec.source.registry_conn_id)
+        subjects = {topic: fmt.subject_for(topic, part) for topic in spec.source.topics}
+        writers: dict[int, str] = {}
+        ids: dict[str, tuple[int, ...]] = {}
+        latest = None
+        for topic, subject in subjects.items():
+            try:
+                versions = registry.subject_schemas(subject)
+            except RegistryError as exc:
+                if exc.status != 404:
+                    raise
+                raise TerminalError(f"{spec.path}: source.{part}: subject {subject!r} (topic {topic}) is not in schema "
+                                    f"registry {registry.name}; its records cannot be decoded. Register the topic's "
+                                    f"schema, or set source.{part}.subject") from None
+            _check_type(spec, f"source.{part}", fmt, versions[-1].schema_type, subject)
+            writers.update({v.id: v.text for v in versions})
+            ids[topic] = tuple(sorted(v.id for v in versions))
+            latest = latest or versions[-1].text
+        out.append(Reading(part, fmt, fmt.schema or latest, writers, subjects, ids))
+    return tuple(out)
+
+
+def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False) -> tuple[Writing, ...]:
+    """The sink's encoded parts. ``register``: the plan's call, which may register a declared schema
+    (``auto_register``); the run only looks it up (a checkpoint writes with what its plan accepted).
+    ``dry_run``: a schema that ``auto_register`` would register is accepted, without its id."""
+    out = []
+    for part, fmt in (("value", spec.sink.value), ("key", spec.sink.key)):
+        if not fmt.decoded:
+            continue
+        if not fmt.registry:
+            out.append(Writing(part, fmt, fmt.schema))
+            continue
+        registry = registry_for(spec.sink.registry_conn_id)
+        subject = fmt.subject_for(spec.sink.topic, part)
+        out.append(_registered(spec, registry, part, fmt, subject, register, dry_run))
+    return tuple(out)
+
+
+def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: FormatSpec, subject: str,
+                register: bool, dry_run: bool = False) -> Writing:
+    where = f"{spec.path}: sink.{part}"
+    kind = REGISTRY_FORMATS[fmt.format]
+    if fmt.schema is None:  # write with the subject's latest version
+        try:
+            latest = registry.version(subject)
+        except RegistryError as exc:
+            if exc.status != 404:
+                raise
+            raise TerminalError(f"{where}: subject {subject!r} has no schema in registry {registry.name}, and the "
+                                f"spec declares none: declare sink.{part}.schema (with auto_register: true to register "
+                                "it), or register one") from None
+        _check_type(spec, f"sink.{part}", fmt, latest.schema_type, subject)
+        return Writing(part, fmt, latest.text, latest.id, subject)
+    found = registry.lookup(subject, fmt.schema, kind)
+    if found is not None:
+        return Writing(part, fmt, fmt.schema, found.id, subject)
+    problems = registry.compatibility_problems(subject, fmt.schema, kind)
+    if problems and kind == "AVRO" and not registry.gave_reasons:
+        problems = _avro_reasons(registry, subject, fmt.schema) or problems
+    if problems:
+        raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is incompatible with subject {subject!r} "
+                            f"in registry {registry.name}: {'; '.join(problems)}. Nothing was written; change the "
+                            "schema so the subject's compatibility accepts it (a new field needs a default)")
+    if not fmt.auto_register:
+        raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is not registered under subject {subject!r} in "
+                            f"registry {registry.name} (it would be compatible). Nothing was written; register it, or "
+                            f"set sink.{part}.auto_register: true")
+    if dry_run:
+        return Writing(part, fmt, fmt.schema, None, subject)
+    if not register:
+        raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is not registered under subject {subject!r}; "
+                            "the checkpoint's plan registers it (auto_register): plan again")
+    if fmt.compatibility is not None:
+        registry.set_compatibility(subject, fmt.compatibility)
+    schema_id = registry.register(subject, fmt.schema, kind)
+    return Writing(part, fmt, fmt.schema, schema_id, subject)
+
+
+def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[str]:
+    """Why the registry refused ``schema`` under ``subject``'s compatibility level, field by field
+    (`lockstep.model.schemas.avro_read_problems`), for a registry that only answers yes or no."""
+    from lockstep.model.schemas import avro_read_problems
+
+    latest = registry.version(subject).text
+    level = registry.compatibility(subject)
+    reasons = []
+    if level.startswith(("BACKWARD", "FULL")):  # the new schema reads the subject's records
+        reasons += [f"{p} (the subject is {level})" for p in avro_read_problems(schema, latest)]
+    if level.startswith(("FORWARD", "FULL")):  # the subject's latest schema reads the new records
+        reasons += [f"{p} (the subject is {level}: readers with the latest schema)" for p in avro_read_problems(latest, schema)]
+    return reasons
+
+
+def _check_type(spec: PipelineSpec, where: str, fmt: FormatSpec, found: str, subject: str) -> None:
+    wanted = REGISTRY_FORMATS[fmt.format]
+    if found.upper() != wanted:
+        raise TerminalError(f"{spec.path}: {where}: format {fmt.format} reads {wanted} schemas, but subject {subject!r} "
+                            f"holds a {found} schema; set the format to the subject's")
+
+
+def sink_refusal(spec: PipelineSpec, dry_run: bool = False) -> str | None:
+    """Why the sink's declared schemas cannot be written with (the plan refuses the checkpoint), or None;
+    registers an ``auto_register`` schema that the registry finds compatible (not in a ``dry_run``)."""
+    try:
+        writings(spec, register=not dry_run, dry_run=dry_run)
+    except TerminalError as exc:
+        return str(exc)
+    return None

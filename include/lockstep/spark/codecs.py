@@ -1,0 +1,285 @@
+"""The spec's record formats as Spark expressions: decode the source's keys and values before the
+transform, encode the transform's output after it (docs/formats.md).
+
+Every record is parsed once, in the JVM: Avro by Spark's ``from_avro``/``to_avro`` (spark-avro), JSON
+by ``from_json``/``to_json`` or ``try_parse_json`` (a VARIANT, when no schema is declared). The
+registry's framing is read with column functions: the magic byte, the schema id, then the payload,
+decoded with its own writer schema (one ``from_avro`` per version of the subject, chosen by the id)
+into the reader schema, so a topic whose records carry several schema versions decodes all of them
+into one shape.
+
+A record that does not decode (a bad magic byte, an id that is no version of the subject, bytes its
+writer schema cannot read) never reaches the transform: it goes to the dead-letter topic as it came,
+with the reason (`lockstep.model.schemas`), in the checkpoint's transactions. Because the transform
+may drop rows, those dead letters are kept apart from its input and put back beside its output
+(`with_undecodable`), in the transaction of their source partition's task (`lockstep.spark.output_tasks`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from lockstep.errors import TerminalError
+from lockstep.model import schemas as wire
+from lockstep.registry.schemas import Reading, Writing, readings, writings
+from lockstep.spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+#: The column the transform receives each decoded part in, and returns the part to encode in.
+DATA_COLUMN = {"value": "data", "key": "key_data"}
+#: Why a record did not decode (internal: the input's dead letters are split off by it).
+DECODE_ERROR = "__ls_decode_error"
+_PERMISSIVE = {"mode": "PERMISSIVE"}
+
+
+# ---- one run's formats ------------------------------------------------------------------------------------
+class Formats:
+    """The spec's record formats for one run (`lockstep.spark.codecs`), resolved once on the driver: the
+    source's schemas by id, the sink's schema and its id."""
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self.spec = spec
+        self.readings = readings(spec)
+        self.writings = writings(spec)
+
+    def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, DataFrame | None]:
+        """The transform's output over the records that decode, and the decoded input (None: nothing is
+        decoded), whose records that did not decode `with_dead_letters` writes."""
+        if not self.readings:
+            return self._encoded(transform(df)), None
+        decoded = decode(df, self.readings)
+        return self._encoded(transform(decodable(decoded))), decoded
+
+    def _encoded(self, out: DataFrame) -> DataFrame:
+        if self.writings:
+            return encode(out, self.writings, self.spec.transform)
+        # the decoded parts are the input's: a transform that kept them writes its value, not them
+        return out.drop(*[c for c in DATA_COLUMN.values() if c in out.columns])
+
+    def window_encoder(self) -> Callable[[Column], Column] | None:
+        return window_encoder(self.writings)
+
+    @staticmethod
+    def with_dead_letters(output: DataFrame, decoded: DataFrame | None, columns: tuple[str, ...] | list[str]) -> DataFrame:
+        """``output`` and the input's records that did not decode, as dead letters, in ``columns``."""
+        if decoded is None:
+            return output
+        return output.select(*columns).unionByName(undecodable(decoded, columns))
+
+    def describe(self) -> str:
+        return describe(self.readings, self.writings)
+
+
+# ---- decoding ---------------------------------------------------------------------------------------------
+def decode(df: DataFrame, readings: Sequence[Reading]) -> DataFrame:
+    """``df`` (the read's columns) with each decoded part in its `DATA_COLUMN` and `DECODE_ERROR` set for a
+    record that did not decode."""
+    from pyspark.sql import functions as F
+
+    errors = []
+    for reading in readings:
+        data, error = _decoder(reading)
+        df = df.withColumn(DATA_COLUMN[reading.part], data)
+        errors.append(error)
+    return df.withColumn(DECODE_ERROR, F.coalesce(*errors) if errors else F.lit(None).cast("string"))
+
+
+def decodable(decoded: DataFrame) -> DataFrame:
+    """The records the transform receives: those that decoded."""
+    from pyspark.sql import functions as F
+
+    return decoded.filter(F.col(DECODE_ERROR).isNull()).drop(DECODE_ERROR)
+
+
+def undecodable(decoded: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """The records that did not decode, as dead letters in the writer's ``columns``: their own key and value,
+    no headers of the transform's, the reason as their error."""
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.state import HEADERS_TYPE
+
+    bad = decoded.filter(F.col(DECODE_ERROR).isNotNull())
+    made = {"value": F.col("value"), "key": F.col("key"), "topic": F.col("topic"),
+            "partition": F.col("partition").cast("int"), "offset": F.col("offset").cast("bigint"),
+            "headers": F.lit(None).cast(HEADERS_TYPE), "error": F.col(DECODE_ERROR)}
+    return bad.select(*[made[c].alias(c) for c in columns])
+
+
+def _decoder(r: Reading) -> tuple[Column, Column]:
+    """(the decoded column, its error column) of one part."""
+    from pyspark.sql import functions as F
+
+    raw = F.col(r.part)
+    kind = r.format.format
+    present = raw.isNotNull()
+    if kind == "string":
+        return raw.cast("string"), F.lit(None).cast("string")
+    if kind == "json" and r.reader is None:
+        data = F.try_parse_json(raw.cast("string"))
+        return data, F.when(present & data.isNull(), F.lit(wire.NOT_JSON.format(part=r.part)))
+    if kind == "json":
+        data = F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE)
+        return data, _missing(data, wire.json_required_fields(r.reader or "{}"), present, wire.DOES_NOT_MATCH.format(
+            part=r.part, where=r.format.schema_from, why="required field {field} is missing or null, or it is not JSON"))
+    if kind == "avro":
+        data = _from_avro(raw, r.reader or "", None)
+        return data, _missing(data, wire.avro_required_fields(r.reader or ""), present, wire.DOES_NOT_MATCH.format(
+            part=r.part, where=r.format.schema_from, why="it does not decode as Avro (required field {field} is null)"))
+    return _registry_decoder(r, raw, present)
+
+
+def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column, Column]:
+    from pyspark.sql import functions as F
+
+    framed = (F.length(raw) >= F.lit(wire.HEADER_BYTES)) & (F.substring(raw, 1, 1) == F.lit(bytes([wire.MAGIC_BYTE])))
+    schema_id = F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("long")
+    payload = F.expr(f"substring(`{r.part}`, {wire.HEADER_BYTES + 1})")
+    ids = sorted(r.writers)
+    if len(set(r.subjects.values())) == 1:
+        known = schema_id.isin(ids) if ids else F.lit(False)
+    else:  # each topic's records carry versions of its own subject
+        by_topic = F.create_map(*[x for topic in sorted(r.subjects) for x in (
+            F.lit(topic), F.array(*[F.lit(i) for i in r.ids[topic]]).cast("array<bigint>"))])
+        known = F.coalesce(F.array_contains(F.try_element_at(by_topic, F.col("topic")), schema_id), F.lit(False))
+    subject = (F.lit(next(iter(r.subjects.values()))) if len(set(r.subjects.values())) == 1
+               else F.try_element_at(F.create_map(*[x for t, s in sorted(r.subjects.items()) for x in (F.lit(t), F.lit(s))]),
+                                     F.col("topic")))
+    if r.format.format == "avro-confluent":
+        data = None
+        for schema_id_value in ids:  # each record with its own writer schema, into the reader schema
+            decoded = _from_avro(payload, r.writers[schema_id_value], r.reader)
+            data = (F.when(schema_id == F.lit(schema_id_value), decoded) if data is None
+                    else data.when(schema_id == F.lit(schema_id_value), decoded))
+        reader_required = wire.avro_required_fields(r.reader or "")
+        why = "its payload does not decode (required field {field} is null)"
+    else:  # json-confluent: any version's JSON reads into the reader schema by name
+        data = F.from_json(payload.cast("string"), _json_ddl(r), _PERMISSIVE)
+        reader_required = wire.json_required_fields(r.reader or "{}")
+        why = "required field {field} is missing or null, or it is not JSON"
+    if data is None:  # a subject without versions: nothing decodes
+        data = F.lit(None)
+    data = F.when(present & framed & known, data)
+    unknown = F.format_string(wire.UNKNOWN_ID.replace("{part}", r.part).replace("{id}", "%d").replace("{subject}", "%s"),
+                              schema_id, subject)
+    undecoded = _missing(data, reader_required, F.lit(True), wire.UNDECODABLE.replace("{part}", r.part)
+                         .replace("{id}", "%d").replace("{why}", why.replace("%", "%%")), schema_id)
+    error = (F.when(present & ~framed, F.lit(wire.BAD_MAGIC.format(part=r.part)))
+             .when(present & ~known, unknown)
+             .when(present, undecoded))
+    return data, error
+
+
+def _missing(data: Column, required: Sequence[str], present: Column, template: str, *args: Column) -> Column:
+    """The error of a decoded record whose required field is null (or None): ``template`` with ``{field}``."""
+    from pyspark.sql import functions as F
+
+    error = None
+    for name in required:
+        text = template.replace("{field}", name)
+        message = F.format_string(text, *args) if args else F.lit(text)
+        cond = present & data.getField(name).isNull()
+        error = F.when(cond, message) if error is None else error.when(cond, message)
+    nothing = present & data.isNull()
+    text = template.replace("{field}", "(all)")
+    whole = F.format_string(text, *args) if args else F.lit(text)
+    return F.when(nothing, whole) if error is None else F.when(nothing, whole).otherwise(error)
+
+
+def _from_avro(payload: Column, writer: str, reader: str | None) -> Column:
+    from pyspark.sql.avro.functions import from_avro
+
+    options = dict(_PERMISSIVE)
+    if reader is not None and reader != writer:
+        options["avroSchema"] = reader
+    return from_avro(payload, writer, options)
+
+
+def _json_ddl(r: Reading) -> str:
+    try:
+        return wire.json_schema_ddl(r.reader or "{}")
+    except wire.UnsupportedSchema as exc:
+        raise TerminalError(f"source.{r.part}: its JSON Schema ({r.format.schema_from or 'the registry'}) has no "
+                            f"Spark type: {exc}") from None
+
+
+# ---- encoding ---------------------------------------------------------------------------------------------
+def encode(out: DataFrame, writings: Sequence[Writing], transform: str) -> DataFrame:
+    """The transform's output with each encoded part's `DATA_COLUMN` encoded into ``value`` (or ``key``).
+
+    A dead letter (``error`` set) keeps the value it has (the input's); an output the sink's schema cannot
+    hold (a required field null) becomes one, with the reason (`lockstep.model.schemas.DOES_NOT_FIT`)."""
+    from pyspark.sql import functions as F
+
+    for w in writings:
+        column = DATA_COLUMN[w.part]
+        if column not in out.columns:
+            raise TerminalError(f"transform {transform} returned no `{column}` column, but sink.{w.part} is "
+                                f"{w.format.format}: return the record to write as `{column}` (a struct of the "
+                                "sink schema's fields), and Lockstep encodes it")
+        if "error" not in out.columns:
+            out = out.withColumn("error", F.lit(None).cast("string"))
+        encoded, misfit = encoder(w, column)(F.col(column))
+        ok = F.col("error").isNull()
+        kept = F.col(w.part) if w.part in out.columns else F.lit(None).cast("binary")
+        out = (out.withColumn("error", F.when(ok, misfit).otherwise(F.col("error")))
+                  .withColumn(w.part, F.when(F.col("error").isNull(), encoded).otherwise(kept.cast("binary")))
+                  .drop(column))
+    return out
+
+
+def encoder(w: Writing, column: str = "data") -> Callable[[Column], tuple[Column, Column]]:
+    """A function from the record's column to (its encoded bytes, why it does not fit or null): what the
+    sink's records are made of, for the transform's output and a fired window's alike."""
+    from pyspark.sql import functions as F
+
+    kind = w.format.format
+    header = F.lit(wire.header(w.schema_id)) if w.schema_id is not None else None
+    schema = w.schema or ""
+
+    def misfit_of(data: Column, required: Sequence[str]) -> Column:
+        error = F.lit(None).cast("string")
+        for name in reversed(required):
+            error = F.when(data.getField(name).isNull(), F.lit(wire.DOES_NOT_FIT.format(
+                column=f"`{column}`", where=w.where, why=f"required field {name} is null"))).otherwise(error)
+        return F.when(data.isNull(), F.lit(wire.DOES_NOT_FIT.format(column=f"`{column}`", where=w.where,
+                                                                    why="it is null"))).otherwise(error)
+
+    def encode_one(data: Column) -> tuple[Column, Column]:
+        from pyspark.sql.avro.functions import to_avro
+
+        if kind == "string":
+            return data.cast("string").cast("binary"), F.lit(None).cast("string")
+        if kind in ("json", "json-confluent"):
+            text = F.to_json(data).cast("binary")
+            misfit = misfit_of(data, wire.json_required_fields(schema)) if w.schema else F.lit(None).cast("string")
+            return (F.concat(header, text) if header is not None else text), misfit
+        misfit = misfit_of(data, wire.avro_required_fields(schema))
+        body = F.when(misfit.isNull(), to_avro(data, schema))
+        return (F.concat(header, body) if header is not None else body), misfit
+
+    return encode_one
+
+
+def window_encoder(writings: Sequence[Writing]) -> Callable[[Column], Column] | None:
+    """How a fired window's record (a struct of the key, the bounds, the aggregates) becomes its value in
+    the sink's value format; None: JSON, as before formats existed."""
+    chosen = [w for w in writings if w.part == "value"]
+    if not chosen:
+        return None
+    encode_one = encoder(chosen[0], "window")
+
+    def value(record: Column) -> Column:
+        return encode_one(record)[0]
+    return value
+
+
+def describe(readings: Sequence[Reading], writings: Sequence[Writing]) -> str:
+    """One line for the run's log: what is decoded and encoded with what."""
+    parts = [f"source.{r.part} {r.format.format}" + (f" ({len(r.writers)} writer schemas of "
+                                                     f"{', '.join(sorted(set(r.subjects.values())))})"
+                                                     if r.writers else "") for r in readings]
+    parts += [f"sink.{w.part} {w.format.format} ({w.where})" for w in writings]
+    return "; ".join(parts) if parts else "raw bytes"
+
