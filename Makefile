@@ -1,7 +1,7 @@
 # Lockstep developer entry points. Everything a fresh machine needs is installed
 # from here: the venv (Python deps pinned in requirements.lock), full pyspark,
-# the Kafka / Spark-Kafka jars resolved from Maven Central and the MinIO S3 server
-# built from its Go module. Build outputs go to .cache/; downloads stay in the tools'
+# the Kafka / Spark-Kafka jars and the Schema Registry (Apicurio) resolved from Maven Central and the
+# MinIO S3 server built from its Go module. Build outputs go to .cache/; downloads stay in the tools'
 # own per-user caches (uv's, Maven's ~/.m2, Go's), shared by every clone on the machine.
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -19,8 +19,16 @@ WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # pin is the module proxy's pseudo-version of a master commit. Change it here only.
 MINIO_MODULE := github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_BIN := .cache/bin/minio
+# Apicurio Registry, the local Schema Registry of `lockstep dev` (docs/platform.md); its version is
+# lockstep.paths.REGISTRY_VERSION, read from there so the two never disagree.
+REGISTRY_VERSION := $(shell sed -n 's/^REGISTRY_VERSION = "\(.*\)"$$/\1/p' include/lockstep/paths.py)
+REGISTRY_DIR := .cache/apicurio-registry-$(REGISTRY_VERSION)
+REGISTRY_STAMP := $(REGISTRY_DIR)/.unpacked
+# Maven's local repository: the registry's archive is unpacked from there. The default one, as every
+# `mvn -s $(MAVEN_SETTINGS)` here uses (those settings name no other); override both with MAVEN_REPO=...
+MAVEN_REPO ?= $(HOME)/.m2/repository
 
-setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR) $(MINIO_BIN)
+setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR) $(MINIO_BIN) $(REGISTRY_STAMP)
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -77,6 +85,19 @@ $(MINIO_BIN): $(MINIO_PIN)
 	@command -v go >/dev/null || { echo "Go is required to build the local S3 server, MinIO (go not found on PATH; install Go 1.24 or newer from https://go.dev/dl/)"; exit 1; }
 	mkdir -p .cache/bin && touch $(MINIO_PIN)
 	GOFLAGS=-modcacherw GOBIN=$(CURDIR)/.cache/bin go install $(MINIO_MODULE)
+	touch $@
+
+# Apicurio Registry's ready Quarkus application (the tar.gz with classifier `all`, 158 MB) from Maven
+# Central into Maven's own cache, unpacked with GNU tar: maven-dependency-plugin's unpack truncates the
+# archive's long (pax) file names. It runs on Java 21+ (lockstep.paths.registry_java finds one); Maven
+# itself runs on any Java.
+$(REGISTRY_STAMP):
+	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
+	mvn -q -B -s $(MAVEN_SETTINGS) -Dmaven.repo.local=$(MAVEN_REPO) dependency:get -Dtransitive=false \
+	    -Dartifact=io.apicurio:apicurio-registry-app:$(REGISTRY_VERSION):tar.gz:all
+	rm -rf $(REGISTRY_DIR) && mkdir -p $(REGISTRY_DIR)
+	tar -xzf $(MAVEN_REPO)/io/apicurio/apicurio-registry-app/$(REGISTRY_VERSION)/apicurio-registry-app-$(REGISTRY_VERSION)-all.tar.gz \
+	    -C $(REGISTRY_DIR)
 	touch $@
 
 # Regenerate the lock after editing pyproject.toml dependencies.

@@ -90,7 +90,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
 
     state_dir = tmp_path_factory.mktemp("platform")
     plat = Platform(state_dir=state_dir, ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
-                                                "spark-connect": 0})
+                                                "spark-connect": 0, "registry": 0, "registry-management": 0})
     plat.up(with_connect=True)  # connect is the default run mode: most pipelines run there
     saved = {k: os.environ.get(k) for k in plat.client_env()}
     os.environ.update(plat.client_env())  # the library resolves connections like Airflow does

@@ -6,6 +6,7 @@ found from this file; ``LOCKSTEP_HOME`` overrides it (e.g. an installed copy).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -73,6 +74,98 @@ def minio_binary() -> Path:
             f"the local S3 server (MinIO) is missing ({binary}); run `make setup` to build it (needs Go)"
         )
     return binary
+
+
+#: Apicurio Registry, the local Schema Registry; the Makefile reads this line to unpack the same version.
+REGISTRY_VERSION = "3.3.3"
+#: A JDK for the registry, which needs Java 21 or newer (the rest of the platform runs on Java 17).
+REGISTRY_JAVA_HOME_ENV = "LOCKSTEP_REGISTRY_JAVA_HOME"
+REGISTRY_MIN_JAVA = 21
+#: Where JDKs are installed side by side on Debian and Ubuntu (and by Temurin's packages).
+JVM_DIR = Path("/usr/lib/jvm")
+
+
+def registry_app_dir() -> Path:
+    """Apicurio Registry's Quarkus application (``quarkus-run.jar`` and its ``lib/``), unpacked by ``make setup``."""
+    folder = cache_dir() / f"apicurio-registry-{REGISTRY_VERSION}"
+    if not (folder / "quarkus-run.jar").is_file():
+        raise FileNotFoundError(
+            f"the local Schema Registry (Apicurio Registry {REGISTRY_VERSION}) is missing ({folder}); "
+            "run `make setup` to resolve it from Maven Central"
+        )
+    return folder
+
+
+def java_major(java_home: Path) -> int | None:
+    """The major Java version of a JDK folder, from its ``release`` file (``JAVA_VERSION="25.0.3"``;
+    ``"1.8.0_402"`` is 8), or None if the folder has no readable one. Reading the file instead of
+    running ``java -version`` keeps the choice cheap and testable on fake folders."""
+    try:
+        text = (java_home / "release").read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() != "JAVA_VERSION":
+            continue
+        parts = value.strip().strip('"').split(".")
+        try:
+            major = int(parts[0].split("-")[0].split("+")[0])
+            return int(parts[1]) if major == 1 and len(parts) > 1 else major
+        except ValueError:
+            return None
+    return None
+
+
+def registry_java(env: Mapping[str, str] | None = None, jvm_dir: Path = JVM_DIR) -> Path:
+    """The ``java`` that runs the registry: Java 21 or newer, which the registry needs and the
+    machine's default Java (17 here) is not.
+
+    In order: ``$LOCKSTEP_REGISTRY_JAVA_HOME`` (used as given, refused if older than 21), else
+    ``$JAVA_HOME`` if it is 21 or newer, else the newest JDK of 21 or newer under ``/usr/lib/jvm``.
+    A JDK counts when its ``release`` file names its version and ``bin/java`` exists."""
+    env = os.environ if env is None else env
+    looked: list[str] = []
+
+    def usable(home: Path) -> int | None:
+        major = java_major(home)
+        if major is None or not (home / "bin" / "java").is_file():
+            return None
+        return major
+
+    explicit = env.get(REGISTRY_JAVA_HOME_ENV)
+    if explicit:
+        home = Path(explicit)
+        major = usable(home)
+        if major is None or major < REGISTRY_MIN_JAVA:
+            what = "no JDK (no release file or bin/java)" if major is None else f"Java {major}"
+            raise FileNotFoundError(
+                f"{REGISTRY_JAVA_HOME_ENV}={explicit} is {what}; the Schema Registry needs Java "
+                f"{REGISTRY_MIN_JAVA} or newer: point it at such a JDK, or unset it to search JAVA_HOME and {jvm_dir}"
+            )
+        return home / "bin" / "java"
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        major = usable(Path(java_home))
+        if major is not None and major >= REGISTRY_MIN_JAVA:
+            return Path(java_home) / "bin" / "java"
+        looked.append(f"JAVA_HOME={java_home} ({'no JDK' if major is None else f'Java {major}'})")
+    found: list[tuple[int, str, Path]] = []
+    if jvm_dir.is_dir():
+        for home in sorted(p for p in jvm_dir.iterdir() if p.is_dir()):  # not the .jinfo files beside them
+            major = usable(home)
+            looked.append(f"{home} ({'no JDK' if major is None else f'Java {major}'})")
+            if major is not None and major >= REGISTRY_MIN_JAVA:
+                found.append((major, home.name, home))
+    else:
+        looked.append(f"{jvm_dir} (no such folder)")
+    if found:  # the newest; on a tie the last name, so the choice never depends on the listing order
+        return max(found)[2] / "bin" / "java"
+    raise FileNotFoundError(
+        f"no Java {REGISTRY_MIN_JAVA} or newer for the Schema Registry (Apicurio Registry {REGISTRY_VERSION}); "
+        f"looked at: {', '.join(looked) or 'nothing'}. Install a JDK 21+ (e.g. Temurin 21 or 25) and set "
+        f"{REGISTRY_JAVA_HOME_ENV} to its folder"
+    )
 
 
 def dev_state_dir() -> Path:

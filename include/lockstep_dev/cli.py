@@ -6,15 +6,21 @@ import argparse
 import json
 import shlex
 
+#: The services' ports that `up` takes as --<name>-port.
+PORT_NAMES = ("kafka", "controller", "s3", "airflow", "spark-connect", "registry", "registry-management")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     dev_sub = parser.add_subparsers(dest="dev_command", required=True)
-    up = dev_sub.add_parser("up", help="start Kafka, the S3 server and a Spark Connect server (and Airflow with "
-                                       "--with airflow); idempotent")
+    up = dev_sub.add_parser("up", help="start Kafka, the S3 server, a Schema Registry and a Spark Connect server "
+                                       "(and Airflow with --with airflow); idempotent")
     up.add_argument("--with", dest="with_", action="append", default=[], choices=["airflow"],
                     help="also start this optional service")
     up.add_argument("--no-spark-connect", dest="spark_connect", action="store_false",
                     help="do not start the Spark Connect server (checkpoints in connect mode, the default, need it)")
+    up.add_argument("--no-registry", dest="registry", action="store_false",
+                    help="do not start the Schema Registry (Apicurio; needs Java 21+; pipelines with a "
+                         "registry-framed format need it)")
     up.add_argument("--cluster", action="store_true",
                     help="3 Kafka brokers (replication factor 3, min ISR 2) and a Spark standalone master with "
                          "2 workers instead of one broker and Spark in local mode")
@@ -22,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="one Kafka broker and Spark in local mode (the default for a new platform)")
     up.set_defaults(cluster=None)  # neither flag: keep the topology the platform was last started with
     up.add_argument("--free-ports", action="store_true", help="pick free ports for every service not yet running")
-    for name in ("kafka", "controller", "s3", "airflow", "spark-connect"):
+    for name in PORT_NAMES:
         up.add_argument(f"--{name}-port", type=int, default=None,
                         help=f"{name} port (0 = any free port)"
                         + ("; single-node topology" if name in ("kafka", "controller") else ""))
@@ -37,11 +43,11 @@ def main(args: argparse.Namespace) -> int:
     from lockstep_dev.platform import Platform
 
     if args.dev_command == "up":
-        ports = {n: getattr(args, f"{n.replace('-', '_')}_port") for n in ("kafka", "controller", "s3", "airflow",
-                                                                             "spark-connect")}
+        ports = {n: getattr(args, f"{n.replace('-', '_')}_port") for n in PORT_NAMES}
         platform = Platform(ports={k: v for k, v in ports.items() if v is not None}, cluster=args.cluster,
                             free_ports=args.free_ports)
-        platform.up(with_airflow="airflow" in args.with_, with_connect=args.spark_connect)
+        platform.up(with_airflow="airflow" in args.with_, with_connect=args.spark_connect,
+                    with_registry=args.registry)
         print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')
         return 0
     platform = Platform()

@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
 def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     say = lambda text: print(text, file=out, flush=True)
     platform = Platform()
-    say("1/5 starting the local platform (Kafka, S3, Spark Connect, Airflow) ...")
+    say("1/5 starting the local platform (Kafka, S3, Schema Registry, Spark Connect, Airflow) ...")
     platform.up(with_airflow=True, with_connect=True, out=out)
     import os
 

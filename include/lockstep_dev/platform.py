@@ -18,6 +18,7 @@ from lockstep.paths import dev_state_dir
 from lockstep_dev import airflow as airflow_svc
 from lockstep_dev import kafka as kafka_svc
 from lockstep_dev import procs
+from lockstep_dev import registry as registry_svc
 from lockstep_dev import s3 as s3_svc
 from lockstep_dev import security as security_svc
 from lockstep_dev import spark as spark_svc
@@ -26,9 +27,10 @@ from lockstep_dev import spark_connect as connect_svc
 SINGLE, CLUSTER = "single", "cluster"
 CLUSTER_BROKERS = 3
 CLUSTER_WORKERS = 2
-DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080, "spark-connect": 15002}
+DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080, "spark-connect": 15002,
+                 "registry": 18090, "registry-management": 18091}
 CLUSTER_PORTS = {
-    "s3": 19000, "airflow": 8080, "spark-connect": 15002,
+    "s3": 19000, "airflow": 8080, "spark-connect": 15002, "registry": 18090, "registry-management": 18091,
     "kafka-1": 19092, "controller-1": 19093, "kafka-2": 19094, "controller-2": 19095,
     "kafka-3": 19096, "controller-3": 19097,
     "kafka-secure-1": 19192, "kafka-secure-2": 19194, "kafka-secure-3": 19196,
@@ -37,7 +39,7 @@ CLUSTER_PORTS = {
 #: Which service a port belongs to, when it is not the service's own name.
 PORT_OWNER = {"controller": "kafka", **{f"controller-{i}": f"kafka-{i}" for i in range(1, CLUSTER_BROKERS + 1)},
               **{f"kafka-secure-{i}": f"kafka-{i}" for i in range(1, CLUSTER_BROKERS + 1)},
-              "spark-master-ui": "spark-master",
+              "spark-master-ui": "spark-master", "registry-management": "registry",
               **{f"spark-worker-{i}-ui": f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)}}
 
 
@@ -48,7 +50,7 @@ def marker(service: str) -> str:
     if service.startswith("spark-worker"):
         return spark_svc.WORKER_MARKER
     return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER,
-            "spark-connect": connect_svc.MARKER}[service]
+            "spark-connect": connect_svc.MARKER, "registry": registry_svc.MARKER}[service]
 
 
 @dataclass
@@ -60,9 +62,9 @@ class PlatformState:
 
 
 class Platform:
-    """The local platform: S3, Kafka (one node, or three with ``cluster=True``), a Spark standalone
-    master with two workers (cluster only), and optionally a Spark Connect server (on the cluster's
-    master, else ``local[*]``) and Airflow."""
+    """The local platform: S3, a Schema Registry, Kafka (one node, or three with ``cluster=True``), a
+    Spark standalone master with two workers (cluster only), and optionally a Spark Connect server (on
+    the cluster's master, else ``local[*]``) and Airflow."""
 
     def __init__(self, state_dir: Path | None = None, ports: dict[str, int] | None = None, bucket: str = "lockstep",
                  cluster: bool | None = None, free_ports: bool = False):
@@ -89,7 +91,8 @@ class Platform:
                 )
             state.topology = wanted
             defaults = CLUSTER_PORTS if wanted == CLUSTER else DEFAULT_PORTS
-            state.ports = {**defaults, **{k: v for k, v in state.ports.items() if k in ("s3", "airflow")}}
+            state.ports = {**defaults, **{k: v for k, v in state.ports.items()
+                                          if k in ("s3", "airflow", "registry", "registry-management")}}
         for name, port in (CLUSTER_PORTS if state.topology == CLUSTER else DEFAULT_PORTS).items():
             state.ports.setdefault(name, port)  # a port added since this platform.json was written
         if free_ports:
@@ -118,8 +121,8 @@ class Platform:
     def services(self) -> tuple[str, ...]:
         """Every service of this topology, in start order (Airflow last)."""
         if not self.is_cluster:
-            return ("s3", "kafka", "spark-connect", "airflow")
-        return ("s3", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
+            return ("s3", "registry", "kafka", "spark-connect", "airflow")
+        return ("s3", "registry", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
                 *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "spark-connect", "airflow")
 
     # ---- configs -----------------------------------------------------------
@@ -170,6 +173,11 @@ class Platform:
                                          self.spark_master)
 
     @property
+    def registry(self) -> registry_svc.RegistryConfig:
+        return registry_svc.RegistryConfig(self.state.ports["registry"], self.state.ports["registry-management"],
+                                           self.state_dir / "registry")
+
+    @property
     def airflow(self) -> airflow_svc.AirflowConfig:
         return airflow_svc.AirflowConfig(self.state.ports["airflow"], self.state_dir / "airflow")
 
@@ -177,9 +185,15 @@ class Platform:
         return self.state_dir / "logs" / f"{name}.log"
 
     # ---- up / down ---------------------------------------------------------
-    def up(self, with_airflow: bool = False, with_connect: bool = False, out=sys.stdout) -> None:
+    def up(self, with_airflow: bool = False, with_connect: bool = False, with_registry: bool = True,
+           out=sys.stdout) -> None:
         self._up_s3(out)
+        # The registry's JVM is waited for after Kafka's: its start-up overlaps theirs.
+        if with_registry:
+            self._launch_registry()
         self._up_kafka(out)
+        if with_registry:
+            self._up_registry(out, launch=False)
         if self.is_cluster:
             self._up_spark(out)
         if with_connect:
@@ -208,6 +222,21 @@ class Platform:
                              alive=lambda: self.running("s3"), log_file=self.log_file("s3"))
         s3_svc.ensure_bucket(config)
         print(f"s3       running  {config.endpoint} (bucket {config.bucket})", file=out)
+
+    def _launch_registry(self) -> None:
+        config = self.registry
+        if not self.running("registry"):
+            self._claim_ports("registry", config.port, config.management_port)
+            self._start("registry", registry_svc.start(config, self.log_file("registry")))
+
+    def _up_registry(self, out, launch: bool = True) -> None:
+        if launch:  # else launched already: one that died since is reported below, not started twice
+            self._launch_registry()
+        config = self.registry
+        procs.wait_until(lambda: registry_svc.is_ready(config), f"Schema Registry on {config.url}", 120,
+                         alive=lambda: self.running("registry"), log_file=self.log_file("registry"))
+        print(f"registry running  {config.url} (Apicurio, Confluent API; health on 127.0.0.1:"
+              f"{config.management_port}, data in {config.data_dir})", file=out)
 
     def _up_kafka(self, out) -> None:
         config = self.kafka
@@ -250,16 +279,20 @@ class Platform:
                                              cluster_id or kafka_svc.cluster_id(self.kafka)))
 
     def start(self, name: str, out=sys.stdout) -> None:
-        """Start one stopped S3, Spark Connect or Kafka service again and wait until it serves (a test or the soak
-        bringing back what it killed), leaving every other stopped service down."""
+        """Start one stopped S3, Schema Registry, Spark Connect or Kafka service again and wait until it serves
+        (a test or the soak bringing back what it killed), leaving every other stopped service down."""
         if name == "s3":
             self._up_s3(out)
+            return
+        if name == "registry":
+            self._up_registry(out)
             return
         if name == "spark-connect":
             self._up_connect(out)
             return
         if not name.startswith("kafka"):
-            raise ValueError(f"start({name!r}): only s3, spark-connect and the Kafka nodes are restarted one by one")
+            raise ValueError(f"start({name!r}): only s3, registry, spark-connect and the Kafka nodes are restarted "
+                             "one by one")
         if not self.running(name):
             self.start_kafka_node(self.kafka_node(name))
         config = self.kafka
@@ -340,7 +373,7 @@ class Platform:
             return self.spark_connect.url
         if service.startswith("spark-worker"):
             return f"http://127.0.0.1:{self.state.ports[service + '-ui']}"
-        return {"s3": self.s3.endpoint, "airflow": self.airflow.url}[service]
+        return {"s3": self.s3.endpoint, "airflow": self.airflow.url, "registry": self.registry.url}[service]
 
     def status(self) -> dict[str, dict]:
         return {
@@ -374,6 +407,11 @@ class Platform:
         # that is down says which address and connection it tried (`lockstep dev up` starts it).
         connect = {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect.port}
         env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(connect)
+        # The Schema Registry, named the same way, running or not (lockstep.schema_registry reads extra.url).
+        # No login: like Kafka's PLAINTEXT listener, it listens on 127.0.0.1 only.
+        registry = {"conn_type": "http", "host": "127.0.0.1", "port": self.registry.port, "login": None,
+                    "password": None, "extra": {"url": self.registry.url}}
+        env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = json.dumps(registry)
         return env
 
     def client_env(self) -> dict[str, str]:

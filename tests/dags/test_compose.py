@@ -23,7 +23,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements.lock"
 MAVEN = ROOT / "buildsrc" / "maven"
 
-INFRA = ("kafka", "minio", "postgres")
+INFRA = ("kafka", "minio", "postgres", "registry")
 AIRFLOW_COMMANDS = {"db migrate", "api-server", "scheduler", "dag-processor", "triggerer"}
 # Broker properties that name addresses or paths differ between the two setups on purpose.
 KAFKA_ADDRESS_KEYS = {"controller.quorum.voters", "listeners", "advertised.listeners",
@@ -208,7 +208,7 @@ def test_dockerignore_keeps_local_state_out_of_the_context():
 # ---- health and start order -----------------------------------------------
 def test_long_running_services_have_healthchecks(services):
     one_shot = _one_shot(services)
-    assert {"minio-init", "airflow-init"} <= one_shot
+    assert {"minio-init", "airflow-init", "registry-init"} <= one_shot
     for name, svc in services.items():
         if name in one_shot:
             assert str(svc.get("restart", "no")) == "no", f"one-shot {name} must not restart"
@@ -324,7 +324,7 @@ def test_named_volumes_are_declared(compose, services):
 def test_connections_match_lockstep_dev_env(services, platform):
     expected = platform.connection_env()
     assert set(expected) == {"AIRFLOW_CONN_KAFKA_DEFAULT", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT",
-                             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"}
+                             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"}
     for name, svc in _airflow_services(services).items():
         env = _env(svc)
         for var, raw in expected.items():
@@ -375,3 +375,21 @@ def test_the_spark_connect_service_runs_locksteps_server_and_airflow_is_pointed_
     assert entry[entry.index("--host") + 1] == "0.0.0.0"
     conn = json.loads(_env(next(iter(_airflow_services(services).values())))[f"AIRFLOW_CONN_{SPARK_CONNECT_CONN_ID.upper()}"])
     assert connect_url(conn["host"], conn["port"]) == f"sc://spark-connect:{port}"
+
+
+def test_the_registry_service_is_the_local_platforms_and_airflow_is_pointed_at_it(services):
+    """The Apicurio version `lockstep dev up` runs, its data in a file on its volume (not in memory), and
+    the schema_registry_default connection naming its Confluent-compatible API inside the network."""
+    from lockstep.paths import REGISTRY_VERSION
+    from lockstep_dev.registry import CCOMPAT_PATH
+
+    registry = services["registry"]
+    assert registry["image"] == f"apicurio/apicurio-registry:{REGISTRY_VERSION}"
+    datasource = _env(registry)["APICURIO_DATASOURCE_URL"]
+    assert datasource.startswith("jdbc:h2:file:")
+    mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in registry["volumes"]}
+    assert any(datasource.removeprefix("jdbc:h2:file:").startswith(target + "/") for target in mounts), mounts
+    assert services["registry-init"]["volumes"] == registry["volumes"], "the init service prepares that volume"
+    conn = json.loads(_env(next(iter(_airflow_services(services).values())))["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"])
+    assert conn["extra"]["url"] == f"http://registry:{conn['port']}{CCOMPAT_PATH}" and conn["host"] == "registry"
+    assert any(str(p).endswith(f":{conn['port']}") for p in registry["ports"]), "the API's container port"

@@ -33,7 +33,8 @@ def _group_members(pgid: int) -> list[int]:
 def test_up_status_env_down_leaves_no_process(tmp_path):
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
     up = _run(["dev", "up", "--with", "airflow", "--kafka-port", "0", "--controller-port", "0",
-               "--s3-port", "0", "--airflow-port", "0", "--spark-connect-port", "0"], env)
+               "--s3-port", "0", "--airflow-port", "0", "--spark-connect-port", "0", "--registry-port", "0",
+               "--registry-management-port", "0"], env)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "login admin / " in up.stdout
@@ -42,7 +43,8 @@ def test_up_status_env_down_leaves_no_process(tmp_path):
         assert again.returncode == 0, again.stderr
 
         status = json.loads(_run(["dev", "status", "--json"], env).stdout)
-        assert {name for name, s in status.items() if s["running"]} == {"kafka", "s3", "spark-connect", "airflow"}
+        assert {name for name, s in status.items() if s["running"]} == {"kafka", "s3", "registry", "spark-connect",
+                                                                         "airflow"}
         pids = {name: s["pid"] for name, s in status.items()}
 
         exports = _run(["dev", "env"], env).stdout
@@ -51,6 +53,8 @@ def test_up_status_env_down_leaves_no_process(tmp_path):
         assert status["s3"]["address"] in exports
         connect_port = status["spark-connect"]["address"].rsplit(":", 1)[1]
         assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" in exports and f'"port": {connect_port}' in exports
+        assert 'AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT=\'{"conn_type": "http", "host": "127.0.0.1", "port": ' in exports
+        assert f'"url": "{status["registry"]["address"]}"' in exports
         # Airflow's children (scheduler, api-server, ...) share its process group.
         assert len(_group_members(pids["airflow"])) > 1
     finally:
@@ -82,7 +86,8 @@ def test_checkpoints_survive_down_and_go_with_wipe(tmp_path):
     from lockstep_dev.platform import Platform
 
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
-    free_ports = ["--kafka-port", "0", "--controller-port", "0", "--s3-port", "0", "--no-spark-connect"]
+    free_ports = ["--kafka-port", "0", "--controller-port", "0", "--s3-port", "0", "--no-spark-connect",
+                  "--no-registry"]
     claim = CheckpointClaim(pipeline="orders", checkpoint_id=1, run_id="before-down", claimed_at="2025-01-01T00:00:00Z",
                             ranges=(OffsetRange("orders-in", 0, 0, 10),), start_source="auto.offset.reset")
 
