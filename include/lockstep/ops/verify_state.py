@@ -186,7 +186,13 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
 
     report.watermark = iso_ms(final.watermark_ms)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    x = keyed(spec, load_transform(spec)(read_ranges(spark, kafka_config(spec.source.kafka_conn_id, JAVA), ranges)))
+    from lockstep.spark.codecs import Formats
+
+    # The transform's input and output in the spec's formats, as the run made them (the records that do
+    # not decode are dead letters, never the state's).
+    transformed, _ = Formats(spec).transformed(read_ranges(spark, kafka_config(spec.source.kafka_conn_id, JAVA), ranges),
+                                               load_transform(spec))
+    x = keyed(spec, transformed)
     sink = read_sink(spec, progress)
     late = [r.provenance for r in sink if r.error == LATE and r.provenance is not None]
     report.late = len(late)
@@ -197,7 +203,7 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     outputs = [r for r in sink if r.topic == spec.sink.topic]
     committed = store.state_files().read_state(final)
     if spec.state.window is not None:
-        _check_windows(spec, good, final.watermark_ms, outputs, report)
+        _check_windows(spec, good, final.watermark_ms, outputs, report, _value_docs(spark, spec, outputs))
         _check_window_state(spec, good, final.watermark_ms, committed, report)
     elif spec.state.dedup is not None:
         _check_dedup(spec, good, sink, report, final.watermark_ms, committed)
@@ -242,8 +248,27 @@ def _compare(report: StateVerifyReport, expected: dict[str, Any], actual: list[t
                           if k in values and values[k] != expected[k])
 
 
+def _value_docs(spark: JobSession, spec: PipelineSpec, outputs: list[SinkRecord]) -> list[dict[str, Any]]:
+    """The sink records' values as JSON documents: decoded with the sink's schemas (by each record's id) when
+    the sink writes Avro or the registry's JSON, else read as the JSON they are."""
+    from typing import cast
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.codecs import DATA_COLUMN, decode, sink_reading
+
+    reading = sink_reading(spec)
+    if reading is None:
+        return [json.loads(r.value) for r in outputs]
+    frame = cast(SparkSession, spark).createDataFrame([(spec.sink.topic, r.value) for r in outputs],
+                                                      "topic string, value binary")
+    rows = decode(frame, [reading]).select(F.to_json(DATA_COLUMN["value"]).alias("doc")).collect()
+    return [json.loads(r["doc"]) if r["doc"] is not None else {} for r in rows]
+
+
 def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, outputs: list[SinkRecord],
-                   report: StateVerifyReport) -> None:
+                   report: StateVerifyReport, docs: list[dict[str, Any]] | None = None) -> None:
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import KEY
@@ -263,8 +288,7 @@ def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, o
         doc = json.loads(row["v"])
         expected[f"{doc[w.key_name]}@{doc['window_start']}"] = doc
     actual = []
-    for r in outputs:
-        doc = json.loads(r.value)
+    for doc in docs if docs is not None else [json.loads(r.value) for r in outputs]:
         actual.append((f"{doc.get(w.key_name)}@{doc.get('window_start')}", doc))
     _compare(report, expected, actual)
 

@@ -53,7 +53,10 @@ class Formats:
         return self._encoded(transform(decodable(decoded))), decoded
 
     def _encoded(self, out: DataFrame) -> DataFrame:
-        if self.writings:
+        state = self.spec.state
+        # A window's outputs are its aggregates, which the window encoder writes; a state function's are its
+        # own: only a stateless transform's records, and the records dedup passes, are the transform's `data`.
+        if self.writings and (state is None or state.dedup is not None):
             return encode(out, self.writings, self.spec.transform)
         # the decoded parts are the input's: a transform that kept them writes its value, not them
         return out.drop(*[c for c in DATA_COLUMN.values() if c in out.columns])
@@ -70,6 +73,22 @@ class Formats:
 
     def describe(self) -> str:
         return describe(self.readings, self.writings)
+
+
+def sink_reading(spec: PipelineSpec) -> Reading | None:
+    """How to read back the sink's values in its format (an audit's), every version of the sink's subject
+    by id; None when they are JSON (or bytes, or strings) already."""
+    from lockstep.registry.client import registry_for
+
+    fmt = spec.sink.value
+    if fmt.format == "avro":
+        return Reading("value", fmt, fmt.schema)
+    if not fmt.registry:
+        return None
+    subject = fmt.subject_for(spec.sink.topic, "value")
+    versions = registry_for(spec.sink.registry_conn_id).subject_schemas(subject)
+    return Reading("value", fmt, fmt.schema or versions[-1].text, {v.id: v.text for v in versions},
+                   {spec.sink.topic: subject}, {spec.sink.topic: tuple(sorted(v.id for v in versions))})
 
 
 # ---- decoding ---------------------------------------------------------------------------------------------
