@@ -47,6 +47,34 @@ def produce_orders(bootstrap: str, topic: str, count: int, start: int = 0, malfo
         raise RuntimeError(f"{remaining} generated records were not delivered to {topic}")
 
 
+def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: int, start: int = 0,
+                        malformed_every: int = 0) -> None:
+    """``count`` orders framed by Confluent's own AvroSerializer (``lockstep_examples/schemas/order.avsc``,
+    registered under ``<topic>-value``), round-robin over the topic's partitions; every ``malformed_every``-th
+    is bytes outside the registry's wire format instead (a dead letter of the pipeline's)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from lockstep.paths import project_root
+
+    schema = (project_root() / "include" / "lockstep_examples" / "schemas" / "order.avsc").read_text()
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), schema)
+    context = SerializationContext(topic, MessageField.VALUE)
+    partitions = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+    for i in range(start, start + count):
+        if malformed_every and i % malformed_every == 0:
+            value = f"not avro {i}".encode()
+        else:
+            value = serialize(json.loads(order(i)), context)
+        producer.produce(topic, value, key=f"o{i}".encode(), partition=i % partitions)
+        producer.poll(0)
+    producer.flush(60)
+
+
 def ensure_topics(bootstrap: str, topics: dict[str, int]) -> None:
     """Create missing topics with the given partition counts (replication factor 1)."""
     from confluent_kafka.admin import AdminClient, NewTopic

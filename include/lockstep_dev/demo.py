@@ -1,7 +1,7 @@
-"""``make demo`` / ``lockstep demo``: the platform with Airflow, the two example pipelines fed with
-generated orders (``orders-enrich``, stateless, and ``orders-per-customer``, event-time windows with
-keyed state), three checkpoints of each run by the real scheduler, a summary, and everything left
-running to explore."""
+"""``make demo`` / ``lockstep demo``: the platform with Airflow, the three example pipelines fed with
+generated orders (``orders-enrich``, stateless JSON; ``orders-per-customer``, event-time windows with
+keyed state; ``orders-avro``, Avro in and out through the Schema Registry), three checkpoints of each
+run by the real scheduler, a summary, and everything left running to explore."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ import time
 from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
 from lockstep.spec import load_spec
-from lockstep_dev.datagen import ensure_topics, produce_orders
+from lockstep_dev.datagen import ensure_topics, produce_avro_orders, produce_orders
 from lockstep_dev.platform import Platform
 
 BATCH = 5_000
@@ -38,10 +38,15 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     os.environ.update(platform.client_env())
     spec = load_spec(pipelines_dir() / "orders.yaml")
     windows = load_spec(pipelines_dir() / "orders_per_customer.yaml")
-    specs = (spec, windows)
+    avro = load_spec(pipelines_dir() / "orders_avro.yaml")
+    specs = (spec, windows, avro)
     bootstrap = platform.kafka.bootstrap
     ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1,
-                              windows.sink.topic: 4, windows.sink.dead_letter_topic: 1})
+                              windows.sink.topic: 4, windows.sink.dead_letter_topic: 1,
+                              avro.source.topics[0]: 4, avro.sink.topic: 4, avro.sink.dead_letter_topic: 1})
+    from lockstep.registry.client import registry_for
+
+    registry_url = registry_for(avro.source.registry_conn_id).url
 
     client = AirflowClient(platform.airflow.url, "admin", platform.airflow.admin_password() or "")
     say(f"2/5 waiting for Airflow to parse {', '.join(s.dag_id for s in specs)} ...")
@@ -60,6 +65,8 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     for n in range(checkpoints):
         start = _next_index(bootstrap, spec.source.topics[0])
         produce_orders(bootstrap, spec.source.topics[0], BATCH, start=start, malformed_every=MALFORMED_EVERY)
+        produce_avro_orders(bootstrap, avro.source.topics[0], registry_url, BATCH,
+                            start=_next_index(bootstrap, avro.source.topics[0]), malformed_every=MALFORMED_EVERY)
         started = time.monotonic()
         runs = {s.dag_id: client.trigger(s.dag_id) for s in specs}
         for dag_id, run_id in runs.items():

@@ -253,3 +253,34 @@ def test_windows_over_avro_records_fire_in_the_sinks_avro_schema(tmp_path, boots
     report = verify(pipeline)
     assert report["ok"] and report["expected_outputs"] == len(expected), report
     assert (report["lost"], report["duplicated"], report["wrong"]) == (0, 0, 0), report
+
+
+def test_a_checkpoint_decodes_into_the_reader_schema_its_claim_pinned(tmp_path, bootstrap, unique, registry):
+    """The reader schema (the subject's latest version, the spec declaring none) is pinned when the
+    checkpoint is planned: a version registered between its plan and its run changes nothing for it (a
+    retried run, a repair and a replay decode alike); the next checkpoint reads into the new one."""
+    from confluent_kafka.schema_registry import Schema
+
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
+
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": "json"},
+                    "lockstep_examples.orders:passthrough", partitions=1)
+    subject = f"{pipeline.source}-value"
+    produce(pipeline, registry, [(i, order(i)) for i in range(1, 4)])
+    v1 = registry.get_latest_version(subject).schema_id
+    p = Pipeline.open(pipeline.spec())
+    cid = plan(p, run_id="planned-before-v2").claim.checkpoint_id
+    assert store(pipeline).view(cid).claim.schema_ids == {"source.value": v1}
+    registry.set_compatibility(subject, "BACKWARD")
+    with_channel = json.loads(ORDER)
+    with_channel["fields"].append({"name": "channel", "type": "string", "default": "web"})
+    v2 = registry.register_schema(subject, Schema(json.dumps(with_channel), "AVRO"))
+    run_checkpoint(p.spec, cid, p.store)
+    commit(p, cid)
+    produce(pipeline, registry, [(i, order(i)) for i in range(4, 6)])  # still written with version 1
+    assert run(pipeline).returncode == 0
+    assert store(pipeline).view(cid + 1).claim.schema_ids == {"source.value": v2}
+    channels = {json.loads(m.value())["order_id"]: json.loads(m.value()).get("channel")
+                for m in read_committed(pipeline.bootstrap, pipeline.sink)}
+    assert channels == {"o1": None, "o2": None, "o3": None, "o4": "web", "o5": "web"}

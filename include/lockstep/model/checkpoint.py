@@ -127,6 +127,14 @@ class _Reader:
             raise MetadataError(self.key, f"field {name!r} must map topic names to topic ids")
         return dict(raw)
 
+    def schema_ids(self, name: str) -> dict[str, int]:
+        """An optional map of a spec part (``source.value``, ``sink.key``, ...) -> a registry schema id."""
+        raw = self.doc.get(name) or {}
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                                for k, v in raw.items()):
+            raise MetadataError(self.key, f"field {name!r} must map spec parts to schema ids")
+        return dict(raw)
+
     def ranges(self, name: str) -> tuple[OffsetRange, ...]:
         raw = self.get(name, list)
         return self.convert(name, lambda: tuple(OffsetRange.from_json(r) for r in raw))
@@ -281,6 +289,12 @@ class CheckpointClaim:
     #: The lost share of the previous checkpoint's output that this one writes again (a stateful
     #: partial commit's repair), or None.
     rerun: Rerun | None = None
+    #: The registry schemas the checkpoint reads and writes with, pinned when planned: a source part's
+    #: reader schema (its subject's latest version, when the spec declares none) and a sink part's schema,
+    #: by spec part (``source.value``, ``sink.value``, ...). Every attempt, a repair's recomputation and a
+    #: replay decode into and encode with these, whatever versions are registered since. Empty for a
+    #: pipeline without registry formats and in claims of earlier versions.
+    schema_ids: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def needs_spark(self) -> bool:
@@ -329,6 +343,8 @@ class CheckpointClaim:
             doc["fires_timers"] = True
         if self.rerun is not None:
             doc["rerun"] = self.rerun.to_json()
+        if self.schema_ids:
+            doc["schema_ids"] = dict(self.schema_ids)
         return doc
 
     @classmethod
@@ -347,6 +363,7 @@ class CheckpointClaim:
             clock_ms=r.get("clock_ms", int, optional=True) if "clock_ms" in r.doc else None,
             fires_timers=r.get("fires_timers", bool) if "fires_timers" in r.doc else False,
             rerun=Rerun.from_json(r.doc["rerun"], key) if r.doc.get("rerun") is not None else None,
+            schema_ids=r.schema_ids("schema_ids"),
         ))
 
 

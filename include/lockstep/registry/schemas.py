@@ -54,8 +54,9 @@ class Writing:
         return self.format.schema_from or "no schema"
 
 
-def readings(spec: PipelineSpec) -> tuple[Reading, ...]:
-    """The source's decoded parts (none for a source of raw bytes)."""
+def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tuple[Reading, ...]:
+    """The source's decoded parts (none for a source of raw bytes). ``pinned``: the claim's schema ids
+    (`pin`); a part's reader schema is the one its claim pinned, else the declared one, else the latest."""
     out = []
     for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
         if not fmt.decoded:
@@ -81,13 +82,17 @@ def readings(spec: PipelineSpec) -> tuple[Reading, ...]:
             writers.update({v.id: v.text for v in versions})
             ids[topic] = tuple(sorted(v.id for v in versions))
             latest = latest or versions[-1].text
-        out.append(Reading(part, fmt, fmt.schema or latest, writers, subjects, ids))
+        reader = fmt.schema
+        if reader is None and pinned and f"source.{part}" in pinned:
+            reader = registry.schema(pinned[f"source.{part}"]).text
+        out.append(Reading(part, fmt, reader or latest, writers, subjects, ids))
     return tuple(out)
 
 
-def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False) -> tuple[Writing, ...]:
+def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
+             pinned: Mapping[str, int] | None = None) -> tuple[Writing, ...]:
     """The sink's encoded parts. ``register``: the plan's call, which may register a declared schema
-    (``auto_register``); the run only looks it up (a checkpoint writes with what its plan accepted).
+    (``auto_register``); the run writes with the schema its claim pinned (``pinned``), or looks it up.
     ``dry_run``: a schema that ``auto_register`` would register is accepted, without its id."""
     out = []
     for part, fmt in (("value", spec.sink.value), ("key", spec.sink.key)):
@@ -98,6 +103,10 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False) 
             continue
         registry = registry_for(spec.sink.registry_conn_id)
         subject = fmt.subject_for(spec.sink.topic, part)
+        if pinned and f"sink.{part}" in pinned:  # what the plan accepted, whatever the subject holds since
+            schema_id = pinned[f"sink.{part}"]
+            out.append(Writing(part, fmt, registry.schema(schema_id).text, schema_id, subject))
+            continue
         out.append(_registered(spec, registry, part, fmt, subject, register, dry_run))
     return tuple(out)
 
@@ -164,11 +173,23 @@ def _check_type(spec: PipelineSpec, where: str, fmt: FormatSpec, found: str, sub
                             f"holds a {found} schema; set the format to the subject's")
 
 
-def sink_refusal(spec: PipelineSpec, dry_run: bool = False) -> str | None:
-    """Why the sink's declared schemas cannot be written with (the plan refuses the checkpoint), or None;
-    registers an ``auto_register`` schema that the registry finds compatible (not in a ``dry_run``)."""
-    try:
-        writings(spec, register=not dry_run, dry_run=dry_run)
-    except TerminalError as exc:
-        return str(exc)
-    return None
+def pin(spec: PipelineSpec, dry_run: bool = False) -> dict[str, int]:
+    """The registry schemas a checkpoint is planned with (`CheckpointClaim.schema_ids`): each registry
+    source part's reader schema when the spec declares none (its subject's latest version now), and each
+    registry sink part's schema, checked against the subject (`writings`; registered with
+    ``auto_register``, not in a ``dry_run``). Raises `TerminalError` with why a sink schema cannot be
+    written with. A source subject the registry does not hold yet is left unpinned: its records, if any,
+    fail the run with the reason."""
+    ids: dict[str, int] = {}
+    for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
+        if fmt.registry and fmt.schema is None:
+            subject = fmt.subject_for(spec.source.topics[0], part)
+            try:
+                ids[f"source.{part}"] = registry_for(spec.source.registry_conn_id).version(subject).id
+            except RegistryError as exc:
+                if exc.status != 404:
+                    raise
+    for w in writings(spec, register=not dry_run, dry_run=dry_run):
+        if w.schema_id is not None:
+            ids[f"sink.{w.part}"] = w.schema_id
+    return ids

@@ -16,7 +16,7 @@ may drop rows, those dead letters are kept apart from its input and put back bes
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError
@@ -39,10 +39,12 @@ class Formats:
     """The spec's record formats for one run (`lockstep.spark.codecs`), resolved once on the driver: the
     source's schemas by id, the sink's schema and its id."""
 
-    def __init__(self, spec: PipelineSpec) -> None:
+    def __init__(self, spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> None:
+        """``pinned``: the claim's schema ids (`CheckpointClaim.schema_ids`); None (an audit): the
+        registry's latest versions and the declared schemas."""
         self.spec = spec
-        self.readings = readings(spec)
-        self.writings = writings(spec)
+        self.readings = readings(spec, pinned)
+        self.writings = writings(spec, pinned=pinned)
 
     def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, DataFrame | None]:
         """The transform's output over the records that decode, and the decoded input (None: nothing is

@@ -22,7 +22,7 @@ from lockstep.model.checkpoint import (
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
 from lockstep.model.transactions import utc_text
-from lockstep.registry.schemas import sink_refusal
+from lockstep.registry.schemas import pin
 from lockstep.rules.pinned import pinned_clock, planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.start_offsets import (
@@ -142,16 +142,25 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         log.info("checkpoint %d: no new records, and every source partition has been idle long enough for the "
                  "watermark to pass a pending timer (state.event_time.idle_advance): the checkpoint fires what is "
                  "due", next_id)
-    if any(f.registry for f in (p.spec.sink.key, p.spec.sink.value)):
-        # The sink's schema before anything is written: one the registry would reject is refused here.
-        refused = sink_refusal(p.spec, dry_run=dry_run)
-        if refused is not None:
-            raise TerminalError(f"checkpoint {next_id}: not claimed: {refused}")
+    schema_ids: dict[str, int] = {}
+    if any(f.registry for f in (p.spec.source.key, p.spec.source.value, p.spec.sink.key, p.spec.sink.value)):
+        # The schemas before anything is written: a sink schema the registry would reject is refused here,
+        # and the ones the checkpoint reads into and writes with are pinned in its claim.
+        try:
+            schema_ids = pin(p.spec, dry_run=dry_run)
+        except TerminalError as exc:
+            raise TerminalError(f"checkpoint {next_id}: not claimed: {exc}") from None
+    if replays is not None and schema_ids:
+        # The aborted attempt's schemas too, as its clock: the replay reads and writes as it would have.
+        aborted = next((v for v in history.after if v.checkpoint_id == replays), None)
+        if aborted is not None and aborted.claim.schema_ids:
+            schema_ids = {**schema_ids, **aborted.claim.schema_ids}
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
         state_base=state_base, clock_ms=clock_ms, fires_timers=fires, rerun=_rerun(restore, latest),
+        schema_ids=schema_ids,
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
