@@ -62,7 +62,7 @@ def produce(pipeline: PipelineUnderTest, registry, records: list[tuple[int, byte
 
 
 def make(tmp_path: Path, bootstrap: str, unique: str, source: dict, sink: dict, transform: str,
-         partitions: int = 2) -> PipelineUnderTest:
+         partitions: int = 2, spark: dict | None = None) -> PipelineUnderTest:
     name = f"f-{unique}"
     pipeline = PipelineUnderTest.create(tmp_path, bootstrap, name, unique, partitions)
     spec = {
@@ -72,6 +72,7 @@ def make(tmp_path: Path, bootstrap: str, unique: str, source: dict, sink: dict, 
         "sink": {"topic": pipeline.sink, "dead_letter_topic": pipeline.dead_letters, **sink},
         "checkpoints": {"store": f"s3://lockstep/tests/{unique}", "max_records": 100_000, "retain": 100},
         "transactions": {"id_prefix": pipeline.prefix, "timeout_ms": 900_000},
+        **({"spark": spark} if spark else {}),
     }
     pipeline.spec_path.write_text(yaml.safe_dump(spec))
     return pipeline
@@ -192,7 +193,8 @@ def test_an_incompatible_sink_schema_is_refused_before_any_transaction_opens(tmp
 
 def test_json_schema_records_of_confluents_serializer_round_trip(tmp_path, bootstrap, unique, registry):
     """JSON Schema framed by Confluent's JSONSerializer in, and out under the sink's subject (registered by
-    the plan: auto_register), read back by Confluent's JSONDeserializer."""
+    the plan: auto_register), read back by Confluent's JSONDeserializer. In submit mode: the spark-submit
+    job is handed the registry's connection, as it is the Kafka and S3 ones."""
     order_schema = json.dumps({"type": "object", "title": "Order", "properties": {
         "order_id": {"type": "string"}, "customer": {"type": "string"}, "amount": {"type": "number"},
         "currency": {"type": "string"}, "created_at": {"type": ["integer", "null"]}},
@@ -203,7 +205,7 @@ def test_json_schema_records_of_confluents_serializer_round_trip(tmp_path, boots
         "required": ["order_id", "amount_cents"]}
     pipeline = make(tmp_path, bootstrap, unique, {"value": "json-confluent"},
                     {"value": {"format": "json-confluent", "schema": out_schema, "auto_register": True}},
-                    "lockstep_examples.avro_orders:enrich", partitions=1)
+                    "lockstep_examples.avro_orders:enrich", partitions=1, spark={"mode": "submit"})
     produced = [order(i) for i in range(1, 12)]
     produce(pipeline, registry, list(enumerate(produced, 1)), schema=order_schema, serializer="json")
     result = run(pipeline)

@@ -224,8 +224,11 @@ def run_spark_job(spec: PipelineSpec, checkpoint_id: int, env: Mapping[str, str]
     """
     argv = submit_command(spec.path, checkpoint_id, master or spark_target(spec).address, spec.spark.conf,
                           spec.replay_of is not None)
+    registries = [conn for fmts, conn in (((spec.source.key, spec.source.value), spec.source.registry_conn_id),
+                                          ((spec.sink.key, spec.sink.value), spec.sink.registry_conn_id))
+                  if any(f.registry for f in fmts)]
     job_env = {**(os.environ if env is None else env), **connection_env(
-        [spec.source.kafka_conn_id, spec.sink.kafka_conn_id, spec.checkpoints.aws_conn_id])}
+        [spec.source.kafka_conn_id, spec.sink.kafka_conn_id, spec.checkpoints.aws_conn_id, *registries])}
     started = time.monotonic()
     log.info("checkpoint %d: spark-submit %s", checkpoint_id, " ".join(argv[1:3]))
     proc = subprocess.Popen(argv, env=job_environment(job_env), stdout=subprocess.PIPE,
