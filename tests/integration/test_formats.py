@@ -231,9 +231,10 @@ def test_windows_over_avro_records_fire_in_the_sinks_avro_schema(tmp_path, boots
                     {"value": {"format": "avro-confluent", "schema": WINDOW_SCHEMA, "auto_register": True}},
                     "lockstep_examples.avro_orders:flatten")
     doc = yaml.safe_load(pipeline.spec_path.read_text())
-    doc["state"] = {"key_groups": 4, "event_time": {"column": "created_at"},
-                    "window": {"key": "customer", "size": "10s", "aggregates": {"orders": "count(*)",
-                                                                                "total": "sum(amount)"}}}
+    # The key and the event time read the decoded record; the aggregates read the transform's flat columns.
+    doc["state"] = {"key_groups": 4, "event_time": {"column": "data.created_at"},
+                    "window": {"key": "data.customer", "key_name": "customer", "size": "10s",
+                               "aggregates": {"orders": "count(*)", "total": "sum(amount)"}}}
     pipeline.spec_path.write_text(yaml.safe_dump(doc))
     produced = [order(i) for i in range(40)]
     produce(pipeline, registry, list(enumerate(produced)))
@@ -286,3 +287,23 @@ def test_a_checkpoint_decodes_into_the_reader_schema_its_claim_pinned(tmp_path, 
     channels = {json.loads(m.value())["order_id"]: json.loads(m.value()).get("channel")
                 for m in read_committed(pipeline.bootstrap, pipeline.sink)}
     assert channels == {"o1": None, "o2": None, "o3": None, "o4": "web", "o5": "web"}
+
+
+def test_dedup_over_avro_records_passes_each_order_once_in_the_sinks_avro(tmp_path, bootstrap, unique, registry):
+    """Dedup keyed by a field of the decoded record: the copies are dropped, the records it passes are
+    encoded from the transform's `data` in the sink's schema, read back by Confluent's AvroDeserializer."""
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"},
+                    {"value": {"format": "avro-confluent", "schema": json.loads(ORDER), "auto_register": True}},
+                    "lockstep_examples.orders:passthrough")
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["state"] = {"key_groups": 4, "event_time": {"column": "data.created_at"},
+                    "dedup": {"key": "data.order_id", "ttl": "1h"}}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+    orders = [order(i) for i in range(12)]
+    produce(pipeline, registry, [(i, o) for i, o in enumerate(orders)] + [(i + 1, orders[i]) for i in range(0, 12, 3)])
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(deserialized(pipeline, registry, pipeline.sink), key=lambda r: r["order_id"]) == \
+        sorted(orders, key=lambda r: r["order_id"])
+    report = verify(pipeline)
+    assert report["ok"] and (report["lost"], report["duplicated"]) == (0, 0), report

@@ -58,8 +58,12 @@ class Formats:
         state = self.spec.state
         # A window's outputs are its aggregates, which the window encoder writes; a state function's are its
         # own: only a stateless transform's records, and the records dedup passes, are the transform's `data`.
+        # A stateful operator's key and event time may read `data` (`data.customer`): it stays until they
+        # are computed (`lockstep.spark.state.keyed`), and is never kept in the state.
         if self.writings and (state is None or state.dedup is not None):
-            return encode(out, self.writings, self.spec.transform)
+            return encode(out, self.writings, self.spec.transform, keep=state is not None)
+        if state is not None:
+            return out
         # the decoded parts are the input's: a transform that kept them writes its value, not them
         return out.drop(*[c for c in DATA_COLUMN.values() if c in out.columns])
 
@@ -226,8 +230,9 @@ def _json_ddl(r: Reading) -> str:
 
 
 # ---- encoding ---------------------------------------------------------------------------------------------
-def encode(out: DataFrame, writings: Sequence[Writing], transform: str) -> DataFrame:
-    """The transform's output with each encoded part's `DATA_COLUMN` encoded into ``value`` (or ``key``).
+def encode(out: DataFrame, writings: Sequence[Writing], transform: str, keep: bool = False) -> DataFrame:
+    """The transform's output with each encoded part's `DATA_COLUMN` encoded into ``value`` (or ``key``),
+    and dropped unless ``keep``.
 
     A dead letter (``error`` set) keeps the value it has (the input's); an output the sink's schema cannot
     hold (a required field null) becomes one, with the reason (`lockstep.model.schemas.DOES_NOT_FIT`)."""
@@ -245,8 +250,9 @@ def encode(out: DataFrame, writings: Sequence[Writing], transform: str) -> DataF
         ok = F.col("error").isNull()
         kept = F.col(w.part) if w.part in out.columns else F.lit(None).cast("binary")
         out = (out.withColumn("error", F.when(ok, misfit).otherwise(F.col("error")))
-                  .withColumn(w.part, F.when(F.col("error").isNull(), encoded).otherwise(kept.cast("binary")))
-                  .drop(column))
+                  .withColumn(w.part, F.when(F.col("error").isNull(), encoded).otherwise(kept.cast("binary"))))
+        if not keep:
+            out = out.drop(column)
     return out
 
 
