@@ -153,7 +153,7 @@ def test_two_schema_versions_decode_and_bad_records_are_dead_lettered_with_their
     assert result.returncode == 0, result.stderr[-3000:]
 
     values = [json.loads(m.value()) for m in read_committed(pipeline.bootstrap, pipeline.sink)]
-    assert sorted(values, key=lambda r: r["order_id"]) == [
+    assert values == [  # in the source partition's order, though dead letters were placed beside them
         {k: v for k, v in order(i).items() if k != "created_at" or i >= 4} for i in range(1, 7)]
     assert errors(pipeline) == sorted([
         "value is not in the schema registry's wire format (its first byte is not the magic byte 0)",

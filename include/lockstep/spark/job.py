@@ -235,7 +235,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         if decoded is not None and spec.state is None:
             # The records that did not decode never met the transform: beside its output, each in the
             # transaction of its source partition's task, as a stateful checkpoint places its output.
-            out = place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks)
+            # A source partition's sink records all come from one reader task, in offset order (no sort).
+            out = place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False)
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
