@@ -307,3 +307,52 @@ def test_dedup_over_avro_records_passes_each_order_once_in_the_sinks_avro(tmp_pa
         sorted(orders, key=lambda r: r["order_id"])
     report = verify(pipeline)
     assert report["ok"] and (report["lost"], report["duplicated"]) == (0, 0), report
+
+
+def test_the_formats_without_a_registry_decode_and_encode_in_spark(spark_connect):
+    """string, json without a schema (a VARIANT), json with a JSON Schema and plain Avro, on a Spark
+    Connect session: what decodes, what is dead-lettered with which reason, and what the sink encodes."""
+    import io
+
+    import fastavro
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from lockstep.registry.schemas import Reading, Writing
+    from lockstep.spark import codecs
+    from lockstep.spec import FormatSpec
+
+    spark = SparkSession.builder.remote(spark_connect).getOrCreate()
+    avro = json.dumps({"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"},
+                                                                 {"name": "n", "type": "long"}]})
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(json.loads(avro)), {"id": "a", "n": 7})
+    json_schema = json.dumps({"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}},
+                              "required": ["id"]})
+    rows = [(b'{"id": "a", "n": 7}', buf.getvalue()), (b"{not json", b"\x02"), (None, None)]
+    df = spark.createDataFrame(rows, "value binary, key binary").withColumn("topic", F.lit("t"))
+
+    def decoded(reading: Reading) -> list[tuple]:
+        out = codecs.decode(df, [reading]).select(F.to_json(F.struct(codecs.DATA_COLUMN[reading.part])).alias("d"),
+                                                 codecs.DECODE_ERROR)
+        return [(json.loads(r[0]).get(codecs.DATA_COLUMN[reading.part]), r[1]) for r in out.collect()]
+
+    assert decoded(Reading("value", FormatSpec("string"), None))[0] == ('{"id": "a", "n": 7}', None)
+    schemaless = decoded(Reading("value", FormatSpec("json"), None))
+    assert schemaless[0] == ({"id": "a", "n": 7}, None) and schemaless[1] == (None, "value is not JSON")
+    assert schemaless[2] == (None, None)  # a null value (a tombstone) is not an error
+    typed = decoded(Reading("value", FormatSpec("json", json_schema, "s.json"), json_schema))
+    assert typed[0] == ({"id": "a", "n": 7}, None)
+    assert "value does not match its schema (s.json): required field id is missing or null" in typed[1][1]
+    keyed = decoded(Reading("key", FormatSpec("avro", avro, "o.avsc"), avro))
+    assert keyed[0] == ({"id": "a", "n": 7}, None)
+    assert "key does not match its schema (o.avsc)" in keyed[1][1]
+
+    out = spark.createDataFrame([("a", 7, None), ("b", None, None), ("c", 1, "bad")],
+                                "id string, n bigint, error string").withColumn("data", F.struct("id", "n"))
+    out = out.withColumn("value", F.lit(b"raw"))
+    encoded = codecs.encode(out, [Writing("value", FormatSpec("avro", avro, "o.avsc"), avro)], "m:f").collect()
+    assert fastavro.schemaless_reader(io.BytesIO(encoded[0]["value"]), fastavro.parse_schema(json.loads(avro))) == \
+        {"id": "a", "n": 7}
+    assert encoded[1]["error"] == "the transform's `data` does not fit the sink's schema (o.avsc): required field n is null"
+    assert encoded[1]["value"] == b"raw" and (encoded[2]["error"], encoded[2]["value"]) == ("bad", b"raw")
