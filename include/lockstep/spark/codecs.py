@@ -62,10 +62,10 @@ class Formats:
         # are computed (`lockstep.spark.state.keyed`), and is never kept in the state.
         if self.writings and (state is None or state.dedup is not None):
             return encode(out, self.writings, self.spec.transform, keep=state is not None)
-        if state is not None:
+        if state is not None or not self.readings:
             return out
         # the decoded parts are the input's: a transform that kept them writes its value, not them
-        return out.drop(*[c for c in DATA_COLUMN.values() if c in out.columns])
+        return out.drop(*[DATA_COLUMN[r.part] for r in self.readings])
 
     def window_encoder(self) -> Callable[[Column], Column] | None:
         return window_encoder(self.writings)
@@ -79,6 +79,12 @@ class Formats:
 
     def describe(self) -> str:
         return describe(self.readings, self.writings)
+
+
+def decoded_columns(spec: PipelineSpec) -> tuple[str, ...]:
+    """The columns in which the transform receives the source's decoded parts."""
+    return tuple(DATA_COLUMN[part] for part, fmt in (("value", spec.source.value), ("key", spec.source.key))
+                 if fmt.decoded)
 
 
 def sink_reading(spec: PipelineSpec) -> Reading | None:

@@ -48,7 +48,7 @@ from lockstep.rules.state_base import base_refusal, schema_change
 from lockstep.rules.state_manifest import Figures
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance
-from lockstep.spark.codecs import DATA_COLUMN
+from lockstep.spark.codecs import decoded_columns
 from lockstep.spark.state_worker import state_columns
 from lockstep.spec import PipelineSpec, StateSpec, WindowSpec
 
@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 #: Columns of the transform's output that are never state: the output record's own fields.
 NOT_STATE = ("value", "key", "headers", "error")
-#: The decoded input the formats hand the transform: never state.
-DATA_COLUMNS = tuple(DATA_COLUMN.values())
 PROVENANCE = ("topic", "partition", "offset")
 #: The Spark type of the writers' ``headers`` column (Spark's Kafka header type).
 HEADERS_TYPE = ACCEPTED_TYPES["headers"][0]
@@ -166,7 +164,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
     # The decoded input (`data`, `key_data`: docs/formats.md) served the key and the event time; the state
     # keeps the transform's own columns.
-    x = keyed(spec, transformed).drop(*DATA_COLUMNS)
+    decoded = decoded_columns(spec)
+    x = keyed(spec, transformed).drop(*decoded)
     if state.window is not None:
         # A window's output is its aggregate, never a record's value: only the records that go to the
         # dead-letter topic as they came (errors, and records late against the base's watermark) keep
@@ -188,7 +187,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     metrics = {"watermark_seconds": round(time.monotonic() - started, 3)}
     log.info("checkpoint %d: watermark %s -> %s%s", cid, iso_ms(clock.before), iso_ms(clock.after),
              f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")
-    data_columns = [c for c in transformed.columns if c not in NOT_STATE and c not in INTERNAL and c not in DATA_COLUMNS]
+    data_columns = [c for c in transformed.columns if c not in NOT_STATE and c not in INTERNAL and c not in decoded]
     started = time.monotonic()
     if state.function is not None:
         shape = empty_frame(spark, state_columns(state.function.fields))
@@ -222,7 +221,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         cached += judged
     else:
         output, new_state = _function(state, clock, good, current,
-                                      [c for c in transformed.columns if c not in ("error", "headers", *DATA_COLUMNS)])
+                                      [c for c in transformed.columns if c not in ("error", "headers", *decoded)])
     columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
     everything = _records(bad).unionByName(output)
 
