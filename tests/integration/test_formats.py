@@ -28,7 +28,8 @@ def registry(platform):
 
     from lockstep.registry.client import registry_for
 
-    return SchemaRegistryClient({"url": registry_for("schema_registry_default").url})
+    # A timeout: without one, a request whose answer never arrives waits forever (seen once against Apicurio).
+    return SchemaRegistryClient({"url": registry_for("schema_registry_default").url, "timeout": 10})
 
 
 def order(i: int) -> dict:

@@ -77,6 +77,13 @@ class Formats:
             return output
         return output.select(*columns).unionByName(undecodable(decoded, columns))
 
+    @staticmethod
+    def undecodable_count(decoded: DataFrame) -> int:
+        """How many of the input's records do not decode (a Spark job: a read and a decode, no shuffle)."""
+        from pyspark.sql import functions as F
+
+        return decoded.filter(F.col(DECODE_ERROR).isNotNull()).count()
+
     def describe(self) -> str:
         return describe(self.readings, self.writings)
 
@@ -106,14 +113,20 @@ def sink_reading(spec: PipelineSpec) -> Reading | None:
 # ---- decoding ---------------------------------------------------------------------------------------------
 def decode(df: DataFrame, readings: Sequence[Reading]) -> DataFrame:
     """``df`` (the read's columns) with each decoded part in its `DATA_COLUMN` and `DECODE_ERROR` set for a
-    record that did not decode."""
+    record that did not decode.
+
+    Each record is decoded once. The decoded column is nondeterministic to Spark's optimizer (it is
+    guarded by ``spark_partition_id() >= 0``, which always holds): the optimizer then neither merges its
+    projection into the ones that read it nor pushes a filter on the error below it, either of which
+    would copy the decoding expression into every reference (each required field's check, the error,
+    the filter), since conditional branches are not shared by its subexpression elimination."""
     from pyspark.sql import functions as F
 
     errors = []
     for reading in readings:
-        data, error = _decoder(reading)
-        df = df.withColumn(DATA_COLUMN[reading.part], data)
-        errors.append(error)
+        data, error_of = _decoder(reading)
+        df = df.withColumn(DATA_COLUMN[reading.part], F.when(F.spark_partition_id() >= F.lit(0), data))
+        errors.append(error_of(F.col(DATA_COLUMN[reading.part])))
     return df.withColumn(DECODE_ERROR, F.coalesce(*errors) if errors else F.lit(None).cast("string"))
 
 
@@ -138,30 +151,32 @@ def undecodable(decoded: DataFrame, columns: Sequence[str]) -> DataFrame:
     return bad.select(*[made[c].alias(c) for c in columns])
 
 
-def _decoder(r: Reading) -> tuple[Column, Column]:
-    """(the decoded column, its error column) of one part."""
+def _decoder(r: Reading) -> tuple[Column, Callable[[Column], Column]]:
+    """(the decoded column, its error as a function of the decoded record) of one part."""
     from pyspark.sql import functions as F
 
     raw = F.col(r.part)
     kind = r.format.format
     present = raw.isNotNull()
     if kind == "string":
-        return raw.cast("string"), F.lit(None).cast("string")
+        return raw.cast("string"), lambda d: F.lit(None).cast("string")
     if kind == "json" and r.reader is None:
-        data = F.try_parse_json(raw.cast("string"))
-        return data, F.when(present & data.isNull(), F.lit(wire.NOT_JSON.format(part=r.part)))
+        return F.try_parse_json(raw.cast("string")), lambda d: F.when(present & d.isNull(),
+                                                                     F.lit(wire.NOT_JSON.format(part=r.part)))
     if kind == "json":
-        data = F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE)
-        return data, _missing(data, wire.json_required_fields(r.reader or "{}"), present, wire.DOES_NOT_MATCH.format(
-            part=r.part, where=r.format.schema_from, why="required field {field} is missing or null, or it is not JSON"))
+        required = wire.json_required_fields(r.reader or "{}")
+        text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from,
+                                          why="required field {field} is missing or null, or it is not JSON")
+        return F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE), lambda d: _missing(d, required, present, text)
     if kind == "avro":
-        data = _from_avro(raw, r.reader or "", None)
-        return data, _missing(data, wire.avro_required_fields(r.reader or ""), present, wire.DOES_NOT_MATCH.format(
-            part=r.part, where=r.format.schema_from, why="it does not decode as Avro (required field {field} is null)"))
+        required = wire.avro_required_fields(r.reader or "")
+        text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from,
+                                          why="it does not decode as Avro (required field {field} is null)")
+        return _from_avro(raw, r.reader or "", None), lambda d: _missing(d, required, present, text)
     return _registry_decoder(r, raw, present)
 
 
-def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column, Column]:
+def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column, Callable[[Column], Column]]:
     from pyspark.sql import functions as F
 
     framed = (F.length(raw) >= F.lit(wire.HEADER_BYTES)) & (F.substring(raw, 1, 1) == F.lit(bytes([wire.MAGIC_BYTE])))
@@ -177,8 +192,8 @@ def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column,
     subject = (F.lit(next(iter(r.subjects.values()))) if len(set(r.subjects.values())) == 1
                else F.try_element_at(F.create_map(*[x for t, s in sorted(r.subjects.items()) for x in (F.lit(t), F.lit(s))]),
                                      F.col("topic")))
+    data: Column | None = None
     if r.format.format == "avro-confluent":
-        data = None
         for schema_id_value in ids:  # each record with its own writer schema, into the reader schema
             decoded = _from_avro(payload, r.writers[schema_id_value], r.reader)
             data = (F.when(schema_id == F.lit(schema_id_value), decoded) if data is None
@@ -194,12 +209,13 @@ def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column,
     data = F.when(present & framed & known, data)
     unknown = F.format_string(wire.UNKNOWN_ID.replace("{part}", r.part).replace("{id}", "%d").replace("{subject}", "%s"),
                               schema_id, subject)
-    undecoded = _missing(data, reader_required, F.lit(True), wire.UNDECODABLE.replace("{part}", r.part)
-                         .replace("{id}", "%d").replace("{why}", why.replace("%", "%%")), schema_id)
-    error = (F.when(present & ~framed, F.lit(wire.BAD_MAGIC.format(part=r.part)))
-             .when(present & ~known, unknown)
-             .when(present, undecoded))
-    return data, error
+    template = wire.UNDECODABLE.replace("{part}", r.part).replace("{id}", "%d").replace("{why}", why.replace("%", "%%"))
+
+    def error_of(d: Column) -> Column:
+        return (F.when(present & ~framed, F.lit(wire.BAD_MAGIC.format(part=r.part)))
+                .when(present & ~known, unknown)
+                .when(present, _missing(d, reader_required, F.lit(True), template, schema_id)))
+    return data, error_of
 
 
 def _missing(data: Column, required: Sequence[str], present: Column, template: str, *args: Column) -> Column:
