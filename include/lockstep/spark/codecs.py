@@ -185,8 +185,9 @@ def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column,
     undecoded = _missing(data, reader_required, F.lit(True), wire.UNDECODABLE.replace("{part}", r.part)
                          .replace("{id}", "%d").replace("{why}", why.replace("%", "%%")), schema_id)
     if protobuf_error is not None:
-        undecoded = F.format_string(wire.UNDECODABLE.replace("{part}", r.part).replace("{id}", "%d")
-                                    .replace("{why}", "%s"), schema_id, protobuf_error)
+        undecoded = F.when(protobuf_error.isNotNull(), F.format_string(
+            wire.UNDECODABLE.replace("{part}", r.part).replace("{id}", "%d").replace("{why}", "%s"), schema_id,
+            protobuf_error))
     error = (F.when(present & ~framed, F.lit(wire.BAD_MAGIC.format(part=r.part)))
              .when(present & ~known, unknown)
              .when(present, undecoded))

@@ -1,0 +1,138 @@
+"""Protobuf records end to end on real services: written by Confluent's own ``ProtobufSerializer`` through the
+platform's Schema Registry (Apicurio), decoded in the JVM by Lockstep's codec (docs/formats-protobuf.md),
+transformed, encoded as ``protobuf-confluent`` and read back by Confluent's ``ProtobufDeserializer``, exactly
+once through a crash between the commits of a checkpoint's transactions."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lockstep.model.schemas import frame
+
+from ..support.data import read_committed
+from .engine_helpers import crash_at, open_transactions, run, verify
+from .test_formats import enriched, errors, make, order, registry  # noqa: F401 (registry: the shared fixture)
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "include" / "lockstep_examples" / "schemas"
+PACKAGE = "dev.lockstep.examples"
+
+
+@pytest.fixture(scope="module")
+def classes() -> dict[str, type]:
+    """The message classes of ``orders.desc``, made at runtime from its descriptors (no generated code)."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    from lockstep.model.protobuf import descriptor_set
+
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_set((SCHEMAS / "orders.desc").read_bytes(), "orders.desc").file:
+        pool.Add(file)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+            for name in ("Order", "EnrichedOrder")}
+
+
+def produce(pipeline, registry, classes, records: list[tuple[int, bytes | dict]]) -> None:  # noqa: F811
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = ProtobufSerializer(classes["Order"], registry, {"use.deprecated.format": False})
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
+    for i, record in records:
+        value = record if isinstance(record, bytes) else serialize(
+            classes["Order"](**record), SerializationContext(pipeline.source, MessageField.VALUE))
+        producer.produce(pipeline.source, value, key=f"o{i}".encode(), partition=i % 2)
+    producer.flush(30)
+
+
+def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path, bootstrap, unique, registry,  # noqa: F811
+                                                                          classes):
+    """Orders framed by ProtobufSerializer are decoded with the subject's schema, enriched, and written as
+    EnrichedOrder (the second message of the file: message indexes [1]) under the sink's subject, which the plan
+    registers; ProtobufDeserializer reads each once, through a crash between the commits. A bad magic byte, an
+    id of another subject, message indexes naming another message and bytes that do not parse are dead-lettered
+    as they came, each with its reason."""
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    shutil.copy(SCHEMAS / "orders.desc", tmp_path / "orders.desc")
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "protobuf-confluent"},
+                    {"value": {"format": "protobuf-confluent", "schema": "orders.desc", "message": "EnrichedOrder",
+                               "auto_register": True}},
+                    "lockstep_examples.avro_orders:enrich")
+    first = [(i, order(i)) for i in range(1, 13)]
+    produce(pipeline, registry, classes, first)
+    crash_at(pipeline, "commit.between_commits")
+
+    subject = f"{pipeline.source}-value"
+    written = registry.get_latest_version(subject).schema_id
+    other = registry.register_schema(f"other-{unique}-value", Schema('{"type": "long"}', "AVRO"))
+    payload = classes["Order"](order_id="x", customer="c", amount=1.0, currency="EUR").SerializeToString()
+    bad = [(13, b"\x01not framed"), (14, frame(other, b"\x00" + payload)), (15, frame(written, b"\x02\x0a" + payload)),
+           (16, frame(written, b"\x00\xff\xff"))]
+    second = [(i, order(i)) for i in range(17, 24)]
+    produce(pipeline, registry, classes, bad + second)
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    produced = [o for _, o in first + second]
+    good = [enriched(o) for o in produced if o["amount"] >= 0]
+    deserialize = ProtobufDeserializer(classes["EnrichedOrder"], {"use.deprecated.format": False})
+    read = []
+    for m in read_committed(pipeline.bootstrap, pipeline.sink):
+        assert m.value()[5:7] == b"\x02\x02"  # message indexes [1]: EnrichedOrder, the file's second message
+        e = deserialize(m.value(), SerializationContext(pipeline.sink, MessageField.VALUE))
+        read.append({f: getattr(e, f) for f in ("order_id", "customer", "amount", "currency", "amount_cents",
+                                                "priority")})
+    assert sorted(read, key=lambda r: r["order_id"]) == sorted(good, key=lambda r: r["order_id"])
+
+    reasons = errors(pipeline)
+    undecodable = f"value does not decode with its writer schema (id {written}): "
+    assert [r for r in reasons if r != "negative amount"] == sorted([
+        "value is not in the schema registry's wire format (its first byte is not the magic byte 0)",
+        f"value carries schema id {other}, which is not a version of subject {subject}",
+        undecodable + "its message indexes [5] do not name the message read ([0] in its writer schema)",
+        next(r for r in reasons if r.startswith(undecodable + f"it is not a Protobuf {PACKAGE}.Order: "))])
+    assert reasons.count("negative amount") == len(produced) - len(good)
+    dead = sorted(m.value() for m in read_committed(pipeline.bootstrap, pipeline.dead_letters))
+    assert [d for d in dead if d in {b for _, b in bad}] == sorted(b for _, b in bad)  # as they came
+    assert open_transactions(pipeline) == []
+
+    sink_schema = registry.get_latest_version(f"{pipeline.sink}-value").schema
+    assert sink_schema.schema_type == "PROTOBUF"  # registered by the plan, in the form Confluent's clients read
+
+
+def test_plain_protobuf_in_and_out_in_a_classic_session(tmp_path, bootstrap, unique, classes):
+    """``protobuf`` without a registry: the payload is the message, read with the spec's descriptor set and
+    written with it; bytes that do not parse are dead-lettered naming the schema file. In submit mode (a classic
+    session, where the Java UDFs are registered through py4j, not Spark Connect)."""
+    import yaml
+    from confluent_kafka import Producer
+
+    shutil.copy(SCHEMAS / "orders.desc", tmp_path / "orders.desc")
+    pipeline = make(tmp_path, bootstrap, unique, {"value": {"format": "protobuf", "schema": "orders.desc"}},
+                    {"value": {"format": "protobuf", "schema": "orders.desc", "message": "EnrichedOrder"}},
+                    "lockstep_examples.avro_orders:enrich", partitions=1)
+    pipeline.spec_path.write_text(yaml.safe_dump({**yaml.safe_load(pipeline.spec_path.read_text()),
+                                                  "spark": {"mode": "submit"}}))
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    produced = [order(i) for i in range(1, 6)]
+    for o in produced:
+        producer.produce(pipeline.source, classes["Order"](**o).SerializeToString())
+    producer.produce(pipeline.source, b"\xff\xff")
+    producer.flush(30)
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    read = [classes["EnrichedOrder"].FromString(m.value()) for m in read_committed(pipeline.bootstrap, pipeline.sink)]
+    assert [(e.order_id, e.amount_cents, e.priority) for e in read] == [
+        (e["order_id"], e["amount_cents"], e["priority"]) for e in map(enriched, produced)]
+    assert errors(pipeline) == [f"value does not match its schema ({tmp_path / 'orders.desc'}): it is not a Protobuf "
+                                f"{PACKAGE}.Order: While parsing a protocol message, the input ended unexpectedly "
+                                "in the middle of a field.  This could mean either that the input has been truncated "
+                                "or that an embedded message misreported its own length."]
