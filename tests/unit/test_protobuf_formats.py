@@ -179,3 +179,11 @@ def test_bad_protobuf_sections_are_refused_naming_the_field(tmp_path: Path, sect
         load_spec(spec_in(tmp_path, source_value=section))
     found = {p.field: p.reason for p in info.value.problems}
     assert reason in found.get(field, ""), found
+
+
+def test_a_proto2_group_is_refused_naming_the_field() -> None:
+    fds = every_kind()
+    fds.file[0].message_type[1].field.add(name="legacy", number=30, type=FDP.TYPE_GROUP, type_name=".t.Inner",
+                                          label=FDP.LABEL_OPTIONAL)
+    with pytest.raises(protobuf.UnsupportedProtobuf, match="field legacy: a group"):
+        protobuf.message_ddl(fds, "t.Kinds")

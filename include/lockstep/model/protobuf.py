@@ -119,7 +119,9 @@ def _struct(found: Messages, name: str, seen: tuple[str, ...], where: str) -> st
 
 def _field(found: Messages, f: descriptor_pb2.FieldDescriptorProto, seen: tuple[str, ...], where: str) -> str:
     repeated = f.label == FDP.LABEL_REPEATED
-    if f.type in (FDP.TYPE_MESSAGE, FDP.TYPE_GROUP):
+    if f.type == FDP.TYPE_GROUP:
+        raise UnsupportedProtobuf(f"field {where}: a group (proto2's) is not supported; make it a message field")
+    if f.type == FDP.TYPE_MESSAGE:
         target = f.type_name.lstrip(".")
         if target not in found:
             raise UnsupportedProtobuf(f"field {where}: its type {target} is not in the schema")

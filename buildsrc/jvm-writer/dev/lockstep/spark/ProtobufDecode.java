@@ -17,12 +17,32 @@ import org.apache.spark.sql.api.java.UDF5;
  */
 public final class ProtobufDecode implements UDF5<byte[], Long, byte[], String, String, Row> {
     private static final long serialVersionUID = 1L;
+    /**
+     * Per thread, the last call's (key, indexes, a copy of the payload, result). The plan the codec builds asks
+     * for each record twice (the filter of the records that decode is pushed below the projection of their
+     * data, and both call the UDF): the second call is answered by comparing a few bytes instead of parsing.
+     */
+    private static final ThreadLocal<Object[]> LAST = ThreadLocal.withInitial(() -> new Object[4]);
 
     @Override
     public Row call(byte[] payload, Long key, byte[] descriptorSet, String message, String indexes) {
         if (payload == null) {
             return null;
         }
+        Object[] last = LAST.get();
+        if (last[3] != null && key.equals(last[0]) && java.util.Objects.equals(indexes, last[1])
+                && java.util.Arrays.equals(payload, (byte[]) last[2])) {
+            return (Row) last[3];
+        }
+        Row result = decode(payload, key, descriptorSet, message, indexes);
+        last[0] = key;
+        last[1] = indexes;
+        last[2] = payload.clone(); // the caller's array may be a buffer it reuses
+        last[3] = result;
+        return result;
+    }
+
+    private static Row decode(byte[] payload, Long key, byte[] descriptorSet, String message, String indexes) {
         ProtobufCodec codec = ProtobufCodec.of(key, descriptorSet, message);
         int offset = 0;
         if (indexes != null) {
