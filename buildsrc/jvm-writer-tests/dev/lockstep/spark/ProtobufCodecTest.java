@@ -95,6 +95,10 @@ class ProtobufCodecTest {
         assertArrayEquals(order("o1", 2.5, 0L, 1, 2), codec().encode(row, plans));
         Row defaults = new GenericRowWithSchema(new Object[] {"", 0.0, null, null}, ROW);
         assertArrayEquals(new byte[0], codec().encode(defaults, plans));
+        StructType reversed = new StructType().add("created_at", DataTypes.LongType).add("amount", DataTypes.DoubleType)
+                .add("order_id", DataTypes.StringType);
+        assertArrayEquals(order("o2", 1.5, 7L), codec().encode(new GenericRowWithSchema(new Object[] {7L, 1.5, "o2"},
+                reversed), plans));
     }
 
     @Test
