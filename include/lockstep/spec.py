@@ -78,8 +78,8 @@ class FormatSpec:
     auto_register: bool = False
     #: Sink only: the compatibility level the plan sets on the subject when it registers a schema.
     compatibility: str | None = None
-    #: Protobuf formats: the message type (its full name once a declared schema resolved it); None: the
-    #: first message of the schema's main file.
+    #: Protobuf formats: the message type, as the spec names it (its full name, or its short name when one
+    #: message has it); None: the first message of the schema's main file.
     message: str | None = None
 
     @property
@@ -488,10 +488,14 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
 
 def _protobuf_schema(c: _Checker, value: object, message: str | None, path: str,
                      folder: Path | None) -> tuple[str | None, str | None, str | None]:
-    """A Protobuf format's declared schema: a descriptor set file beside the spec, as its text form
-    (`lockstep.model.protobuf.schema_text`), its origin, and the message's full name; the message as given
-    when no schema is declared (the registry's schema resolves it)."""
-    from lockstep.model import protobuf
+    """A Protobuf format's declared schema: a descriptor set file beside the spec, as its text form (the base64
+    of the file, `lockstep.model.protobuf`), its origin, and the message as given, checked to be one of the set's
+    (`lockstep.model.protobuf.resolve_message` gives its full name, and `message_ddl` its Spark type, when the
+    run resolves its schemas)."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
 
     if value is None:
         return None, None, message
@@ -505,22 +509,35 @@ def _protobuf_schema(c: _Checker, value: object, message: str | None, path: str,
     except OSError as exc:
         c.fail(f"{path}.schema", f"cannot read descriptor set file {str(file)!r}: {exc.strerror or exc}")
         return None, None, message
+    fds = descriptor_pb2.FileDescriptorSet()
     try:
-        fds = protobuf.descriptor_set(data, str(file))
-    except protobuf.UnsupportedProtobuf as exc:
-        c.fail(f"{path}.schema", str(exc))
+        fds.ParseFromString(data)
+    except DecodeError:
+        pass
+    if not fds.file or not all(f.name for f in fds.file):
+        c.fail(f"{path}.schema", f"{file} is not a Protobuf descriptor set (made by protoc --include_imports "
+                                 "--descriptor_set_out)")
         return None, None, message
-    try:
-        full = protobuf.resolve_message(fds, message)
-    except protobuf.UnsupportedProtobuf as exc:
-        c.fail(f"{path}.message", f"{exc} ({file})")
+    names = _protobuf_messages(fds)
+    if message is not None and message.lstrip(".") not in names and message not in {n.rsplit(".", 1)[-1] for n in names}:
+        c.fail(f"{path}.message", f"the schema has no message {message!r} (it has {', '.join(sorted(names)) or 'none'}; "
+                                  f"{file})")
         return None, None, message
-    try:
-        protobuf.message_ddl(fds, full)
-    except protobuf.UnsupportedProtobuf as exc:
-        c.fail(f"{path}.schema", f"message {full} of {file} has no Spark type: {exc}")
-        return None, None, message
-    return protobuf.schema_text(fds), str(file), full
+    return base64.b64encode(data).decode("ascii"), str(file), message
+
+
+def _protobuf_messages(fds: Any) -> set[str]:
+    """The full names of a descriptor set's messages (nested ones too)."""
+    names: set[str] = set()
+
+    def walk(prefix: str, types: Any) -> None:
+        for m in types:
+            names.add(prefix + m.name)
+            walk(f"{prefix}{m.name}.", m.nested_type)
+
+    for f in fds.file:
+        walk(f"{f.package}." if f.package else "", f.message_type)
+    return names
 
 
 def _schema(c: _Checker, value: object, where: str, folder: Path | None) -> tuple[str | None, str | None]:

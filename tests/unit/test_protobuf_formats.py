@@ -157,12 +157,16 @@ def spec_in(tmp_path: Path, **sections: Any) -> Path:
 
 
 def test_a_protobuf_format_names_a_descriptor_set_beside_the_spec_and_a_message(tmp_path: Path) -> None:
+    from lockstep.registry.schemas import readings
+
     spec = load_spec(spec_in(tmp_path))
-    assert spec.source.value.message == "dev.lockstep.examples.Order"
-    assert spec.sink.value.message == "dev.lockstep.examples.EnrichedOrder" and spec.sink.value.registry
+    assert (spec.source.value.message, spec.sink.value.message) == ("Order", "EnrichedOrder")
+    assert spec.sink.value.registry and not spec.source.value.registry
     assert protobuf.load(spec.source.value.schema or "") == protobuf.descriptor_set(
         (EXAMPLES / "orders.desc").read_bytes(), "orders.desc")
     assert spec.source.value.schema_from == str(tmp_path / "orders.desc")
+    (reading,) = readings(spec)  # the run reads with the message's full name
+    assert reading.message == "dev.lockstep.examples.Order" and reading.reader == spec.source.value.schema
 
 
 @pytest.mark.parametrize(("section", "field", "reason"), [

@@ -68,7 +68,7 @@ def readings(spec: PipelineSpec) -> tuple[Reading, ...]:
         if not fmt.decoded:
             continue
         if not fmt.registry:
-            out.append(Reading(part, fmt, fmt.schema, message=fmt.message))
+            out.append(Reading(part, fmt, fmt.schema, message=_declared_message(spec, f"source.{part}", fmt)))
             continue
         registry = registry_for(spec.source.registry_conn_id)
         subjects = {topic: fmt.subject_for(topic, part) for topic in spec.source.topics}
@@ -96,6 +96,23 @@ def readings(spec: PipelineSpec) -> tuple[Reading, ...]:
     return tuple(out)
 
 
+def _declared_message(spec: PipelineSpec, where: str, fmt: FormatSpec) -> str | None:
+    """The full name of a declared Protobuf schema's message, checked to have a Spark type; a message the
+    schema cannot give one is terminal, naming the field."""
+    from lockstep.model import protobuf
+
+    if fmt.schema is None:
+        return fmt.message
+    try:
+        fds = protobuf.load(fmt.schema)
+        message = protobuf.resolve_message(fds, fmt.message)
+        protobuf.message_ddl(fds, message)
+    except protobuf.UnsupportedProtobuf as exc:
+        raise TerminalError(f"{spec.path}: {where}: message {fmt.message or '(the first)'} of {fmt.schema_from} "
+                            f"cannot be read or written: {exc}") from None
+    return message
+
+
 def _protobuf_reader(spec: PipelineSpec, where: str, fmt: FormatSpec, latest: str | None,
                      subject: str) -> tuple[str | None, str | None]:
     """(the descriptor set every record is decoded with, its message): the declared one, else the subject's
@@ -103,7 +120,7 @@ def _protobuf_reader(spec: PipelineSpec, where: str, fmt: FormatSpec, latest: st
     from lockstep.model import protobuf
 
     if fmt.schema is not None:
-        return fmt.schema, fmt.message
+        return fmt.schema, _declared_message(spec, where, fmt)
     if latest is None:
         return None, fmt.message
     try:
@@ -125,7 +142,7 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False) 
         if not fmt.decoded:
             continue
         if not fmt.registry:
-            out.append(Writing(part, fmt, fmt.schema, message=fmt.message))
+            out.append(Writing(part, fmt, fmt.schema, message=_declared_message(spec, f"sink.{part}", fmt)))
             continue
         registry = registry_for(spec.sink.registry_conn_id)
         subject = fmt.subject_for(spec.sink.topic, part)
@@ -152,17 +169,19 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
             return Writing(part, fmt, text, latest.id, subject, message)
         return Writing(part, fmt, latest.text, latest.id, subject)
     registered = fmt.schema  # what the registry holds: Protobuf in its own form (one file's descriptor)
+    message = None
     if fmt.protobuf:
         from lockstep.model import protobuf
 
+        message = _declared_message(spec, f"sink.{part}", fmt)
         try:
-            registered = protobuf.registry_text(protobuf.load(fmt.schema), fmt.message or "")
+            registered = protobuf.registry_text(protobuf.load(fmt.schema), message or "")
         except protobuf.UnsupportedProtobuf as exc:
             raise TerminalError(f"{where}: the schema ({fmt.schema_from}) cannot be used with subject {subject!r}: "
                                 f"{exc}") from None
     found = registry.lookup(subject, registered, kind)
     if found is not None:
-        return Writing(part, fmt, fmt.schema, found.id, subject, fmt.message)
+        return Writing(part, fmt, fmt.schema, found.id, subject, message)
     problems = registry.compatibility_problems(subject, registered, kind)
     if problems and kind == "AVRO" and not registry.gave_reasons:
         problems = _avro_reasons(registry, subject, fmt.schema) or problems
@@ -175,14 +194,14 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
                             f"registry {registry.name} (it would be compatible). Nothing was written; register it, or "
                             f"set sink.{part}.auto_register: true")
     if dry_run:
-        return Writing(part, fmt, fmt.schema, None, subject, fmt.message)
+        return Writing(part, fmt, fmt.schema, None, subject, message)
     if not register:
         raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is not registered under subject {subject!r}; "
                             "the checkpoint's plan registers it (auto_register): plan again")
     if fmt.compatibility is not None:
         registry.set_compatibility(subject, fmt.compatibility)
     schema_id = registry.register(subject, registered, kind)
-    return Writing(part, fmt, fmt.schema, schema_id, subject, fmt.message)
+    return Writing(part, fmt, fmt.schema, schema_id, subject, message)
 
 
 def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[str]:
