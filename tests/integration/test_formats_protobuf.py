@@ -21,35 +21,41 @@ PACKAGE = "dev.lockstep.examples"
 
 @pytest.fixture(scope="module")
 def classes() -> dict[str, type]:
-    """The message classes of ``orders.desc``, made at runtime from its descriptors (no generated code)."""
-    from google.protobuf import descriptor_pool, message_factory
+    """The message classes of ``orders.desc``, made at runtime from its descriptors (no generated code), and
+    ``OrderV2``: the next version of ``Order``, with a field added."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     from lockstep.model.protobuf import descriptor_set
 
-    pool = descriptor_pool.DescriptorPool()
+    pool, pool_v2 = descriptor_pool.DescriptorPool(), descriptor_pool.DescriptorPool()
     for file in descriptor_set((SCHEMAS / "orders.desc").read_bytes(), "orders.desc").file:
         pool.Add(file)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+        file.message_type[0].field.add(name="note", number=6, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                                       label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+        pool_v2.Add(file)
+    made = {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
             for name in ("Order", "EnrichedOrder")}
+    return {**made, "OrderV2": message_factory.GetMessageClass(pool_v2.FindMessageTypeByName(f"{PACKAGE}.Order"))}
 
 
-def produce(pipeline, registry, classes, records: list[tuple[int, bytes | dict]]) -> None:  # noqa: F811
+def produce(pipeline, registry, classes, records: list[tuple[int, bytes | dict]], kind: str = "Order") -> None:  # noqa: F811
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    serialize = ProtobufSerializer(classes["Order"], registry, {"use.deprecated.format": False})
+    serialize = ProtobufSerializer(classes[kind], registry, {"use.deprecated.format": False})
     producer = Producer({"bootstrap.servers": pipeline.bootstrap, "linger.ms": 5})
     for i, record in records:
         value = record if isinstance(record, bytes) else serialize(
-            classes["Order"](**record), SerializationContext(pipeline.source, MessageField.VALUE))
+            classes[kind](**record), SerializationContext(pipeline.source, MessageField.VALUE))
         producer.produce(pipeline.source, value, key=f"o{i}".encode(), partition=i % 2)
     producer.flush(30)
 
 
 def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path, bootstrap, unique, registry,  # noqa: F811
                                                                           classes):
-    """Orders framed by ProtobufSerializer are decoded with the subject's schema, enriched, and written as
+    """Orders framed by ProtobufSerializer, with two versions of the subject's schema (a field added), are all
+    decoded with its latest, enriched, and written as
     EnrichedOrder (the second message of the file: message indexes [1]) under the sink's subject, which the plan
     registers; ProtobufDeserializer reads each once, through a crash between the commits. A bad magic byte, an
     id of another subject, message indexes naming another message and bytes that do not parse are dead-lettered
@@ -57,6 +63,8 @@ def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path
     from confluent_kafka.schema_registry import Schema
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from lockstep.registry.client import registry_for
 
     shutil.copy(SCHEMAS / "orders.desc", tmp_path / "orders.desc")
     pipeline = make(tmp_path, bootstrap, unique, {"value": "protobuf-confluent"},
@@ -74,7 +82,9 @@ def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path
     bad = [(13, b"\x01not framed"), (14, frame(other, b"\x00" + payload)), (15, frame(written, b"\x02\x0a" + payload)),
            (16, frame(written, b"\x00\xff\xff"))]
     second = [(i, order(i)) for i in range(17, 24)]
-    produce(pipeline, registry, classes, bad + second)
+    produce(pipeline, registry, classes, bad + second[:3])
+    produce(pipeline, registry, classes, [(i, {**o, "note": "v2"}) for i, o in second[3:]], kind="OrderV2")
+    assert len(registry_for("schema_registry_default").versions(subject)) == 2  # (not the client's cached latest)
     finished = run(pipeline)
     assert finished.returncode == 0, finished.stderr[-3000:]
 
