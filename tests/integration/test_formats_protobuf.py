@@ -13,10 +13,22 @@ from lockstep.model.schemas import frame
 
 from ..support.data import read_committed
 from .engine_helpers import crash_at, open_transactions, run, verify
-from .test_formats import enriched, errors, make, order, registry  # noqa: F401 (registry: the shared fixture)
+from .test_formats import enriched, errors, make, order
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "include" / "lockstep_examples" / "schemas"
 PACKAGE = "dev.lockstep.examples"
+
+
+@pytest.fixture(scope="module")
+def registry(platform):
+    """Confluent's registry client, with a request timeout: seen here, a request that Apicurio answered (a 404 of
+    the serializer's ``/associations`` lookup, on a reused connection) never reached the client, which without a
+    timeout waits for ever; a timed-out request is retried by the client."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from lockstep.registry.client import registry_for
+
+    return SchemaRegistryClient({"url": registry_for("schema_registry_default").url, "timeout": 10})
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +50,7 @@ def classes() -> dict[str, type]:
     return {**made, "OrderV2": message_factory.GetMessageClass(pool_v2.FindMessageTypeByName(f"{PACKAGE}.Order"))}
 
 
-def produce(pipeline, registry, classes, records: list[tuple[int, bytes | dict]], kind: str = "Order") -> None:  # noqa: F811
+def produce(pipeline, registry, classes, records: list[tuple[int, bytes | dict]], kind: str = "Order") -> None:
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -52,7 +64,7 @@ def produce(pipeline, registry, classes, records: list[tuple[int, bytes | dict]]
     producer.flush(30)
 
 
-def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path, bootstrap, unique, registry,  # noqa: F811
+def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path, bootstrap, unique, registry,
                                                                           classes):
     """Orders framed by ProtobufSerializer, with two versions of the subject's schema (a field added), are all
     decoded with its latest, enriched, and written as
@@ -146,3 +158,31 @@ def test_plain_protobuf_in_and_out_in_a_classic_session(tmp_path, bootstrap, uni
                                 f"{PACKAGE}.Order: While parsing a protocol message, the input ended unexpectedly "
                                 "in the middle of a field.  This could mean either that the input has been truncated "
                                 "or that an embedded message misreported its own length."]
+
+
+def test_an_incompatible_protobuf_sink_schema_is_refused_naming_the_field(tmp_path, bootstrap, unique, registry):
+    """A sink descriptor whose EnrichedOrder changes a field's type is refused by the plan before any
+    transaction, naming the field, though Apicurio answers only "incompatible"; nothing is registered."""
+    from confluent_kafka.schema_registry import Schema
+
+    from lockstep.model import protobuf
+
+    fds = protobuf.descriptor_set((SCHEMAS / "orders.desc").read_bytes(), "orders.desc")
+    original = protobuf.registry_text(fds, f"{PACKAGE}.EnrichedOrder")
+    next(f for f in fds.file[0].message_type[1].field if f.name == "amount_cents").type = 9  # int64 -> string
+    (tmp_path / "changed.desc").write_bytes(fds.SerializeToString())
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "protobuf-confluent"},
+                    {"value": {"format": "protobuf-confluent", "schema": "changed.desc", "message": "EnrichedOrder",
+                               "auto_register": True}},
+                    "lockstep_examples.avro_orders:enrich", partitions=1)
+    subject = f"{pipeline.sink}-value"
+    registry.register_schema(subject, Schema(original, "PROTOBUF"))
+    registry.set_compatibility(subject, "BACKWARD")
+    registry.register_schema(f"{pipeline.source}-value", Schema(original, "PROTOBUF"))
+    refused = run(pipeline)
+    assert refused.returncode != 0
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "checkpoint 1: not claimed" in last and subject in last and "incompatible" in last, refused.stderr[-2000:]
+    assert "field amount_cents (5) was int64, now string" in last, last
+    assert read_committed(pipeline.bootstrap, pipeline.sink) == [] and open_transactions(pipeline) == []
+    assert registry.get_versions(subject) == [1]

@@ -120,6 +120,22 @@ def test_well_known_imports_are_resolved_and_others_refused() -> None:
         protobuf.registry_text(descriptor_pb2.FileDescriptorSet(file=[f]), "t.At")
 
 
+def test_changes_name_removed_and_retyped_fields_into_nested_messages() -> None:
+    new = every_kind()
+    kinds = new.file[0].message_type[1]
+    fields = {f.name: f for f in kinds.field}
+    fields["d"].type = FDP.TYPE_STRING
+    fields["tags"].label = FDP.LABEL_OPTIONAL
+    new.file[0].message_type[0].field[0].type = FDP.TYPE_INT64  # Inner.n
+    new.file[0].message_type[0].field.add(name="m", number=2, type=FDP.TYPE_BOOL, label=FDP.LABEL_OPTIONAL)  # added
+    kinds.field.remove(fields["raw"])
+    assert protobuf.changes(every_kind(), new, "t.Kinds") == [
+        "field d (1) was double, now string", "field raw (13) was removed", "field inner.n (1) was sint32, now int64",
+        "field inners.n (1) was sint32, now int64", "field tags (23) was repeated string, now string",
+        "field counts.value.n (1) was sint32, now int64"]
+    assert protobuf.changes(every_kind(), every_kind(), "t.Kinds") == []
+
+
 def test_a_schema_registered_as_proto_text_is_refused_with_the_way_out() -> None:
     with pytest.raises(protobuf.UnsupportedProtobuf, match=r"\.proto text.*declare the schema in the spec"):
         protobuf.from_registry('syntax = "proto3"; message A { string a = 1; }')

@@ -139,6 +139,37 @@ def _field(found: Messages, f: descriptor_pb2.FieldDescriptorProto, seen: tuple[
     return f"array<{kind}>" if repeated else kind
 
 
+def changes(old: descriptor_pb2.FileDescriptorSet, new: descriptor_pb2.FileDescriptorSet, message: str) -> list[str]:
+    """How ``message`` differs in ``new`` from ``old``, field by field (by number, into nested messages): a field
+    removed, or whose type or cardinality changed. The registry decides compatibility; this names the fields,
+    for registries that only answer yes or no (Apicurio's Confluent-compatible API gives no reasons)."""
+    before, after = messages(old), messages(new)
+    out: list[str] = []
+
+    def walk(name: str, where: str, seen: frozenset[str]) -> None:
+        if name not in before or name not in after or name in seen:
+            return
+        was = {f.number: f for f in before[name][0].field}
+        now = {f.number: f for f in after[name][0].field}
+        for number, f in sorted(was.items()):
+            path = f"{where}{f.name}"
+            if number not in now:
+                out.append(f"field {path} ({number}) was removed")
+            elif _kind(now[number]) != _kind(f):
+                out.append(f"field {path} ({number}) was {_kind(f)}, now {_kind(now[number])}")
+            elif f.type == FDP.TYPE_MESSAGE:
+                walk(f.type_name.lstrip("."), path + ".", seen | {name})
+
+    walk(message, "", frozenset())
+    return out
+
+
+def _kind(f: descriptor_pb2.FieldDescriptorProto) -> str:
+    kind = f.type_name.lstrip(".") if f.type in (FDP.TYPE_MESSAGE, FDP.TYPE_ENUM) else \
+        FDP.Type.Name(f.type).removeprefix("TYPE_").lower()
+    return f"repeated {kind}" if f.label == FDP.LABEL_REPEATED else kind
+
+
 # ---- the registry's message indexes ----------------------------------------------------------------------------
 def index_path(fds: descriptor_pb2.FileDescriptorSet, message: str) -> tuple[int, ...] | None:
     """Where ``message`` is in its file, as the registry's framing names it (``(0,)``: the file's first

@@ -185,6 +185,8 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
     problems = registry.compatibility_problems(subject, registered, kind)
     if problems and kind == "AVRO" and not registry.gave_reasons:
         problems = _avro_reasons(registry, subject, fmt.schema) or problems
+    elif problems and kind == "PROTOBUF" and not registry.gave_reasons:
+        problems = _protobuf_reasons(registry, subject, registered, message or "") or problems
     if problems:
         raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is incompatible with subject {subject!r} "
                             f"in registry {registry.name}: {'; '.join(problems)}. Nothing was written; change the "
@@ -217,6 +219,20 @@ def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[s
     if level.startswith(("FORWARD", "FULL")):  # the subject's latest schema reads the new records
         reasons += [f"{p} (the subject is {level}: readers with the latest schema)" for p in avro_read_problems(latest, schema)]
     return reasons
+
+
+def _protobuf_reasons(registry: SchemaRegistry, subject: str, registered: str, message: str) -> list[str]:
+    """How the message differs from the subject's latest version, field by field, for a registry that only
+    answers yes or no (`lockstep.model.protobuf.changes`)."""
+    from lockstep.model import protobuf
+
+    try:
+        latest, _ = protobuf.from_registry(registry.version(subject).text)
+        new, _ = protobuf.from_registry(registered)
+    except protobuf.UnsupportedProtobuf:
+        return []
+    level = registry.compatibility(subject)
+    return [f"{p} (the subject is {level})" for p in protobuf.changes(latest, new, message)]
 
 
 def _check_type(spec: PipelineSpec, where: str, fmt: FormatSpec, found: str, subject: str) -> None:
