@@ -3,8 +3,8 @@
 #
 #   buildsrc/build-jvm-writer.sh PYTHON SPARK_KAFKA_JARS_DIR OUT_JAR [JUNIT_JARS_DIR]
 #
-# Compiled with javac against the jars the job runs with (the jars/ of PYTHON's pyspark and
-# the kafka-clients jar of the Spark Kafka connector), so nothing is downloaded and the
+# Compiled with javac against the jars the job runs with (the jars/ of PYTHON's pyspark, and
+# the kafka-clients and protobuf-java jars of SPARK_KAFKA_JARS_DIR), so nothing is downloaded and the
 # classes match what spark-submit loads. Used by `make setup` and the Dockerfile.
 #
 # With JUNIT_JARS_DIR (a folder holding junit-platform-console-standalone, buildsrc/maven/junit-pom.xml;
@@ -20,10 +20,12 @@ command -v javac >/dev/null || { echo "javac (a JDK 17) is required to build $ou
 spark_jars=$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
 kafka_clients=$(ls "$connector"/kafka-clients-*.jar 2>/dev/null | head -1)
 [ -n "$kafka_clients" ] || { echo "no kafka-clients jar in $connector (run the Maven step first)" >&2; exit 1; }
+protobuf=$(ls "$connector"/protobuf-java-*.jar 2>/dev/null | head -1)
+[ -n "$protobuf" ] || { echo "no protobuf-java jar in $connector (run the Maven step first)" >&2; exit 1; }
 [ -d "$spark_jars" ] || { echo "pyspark's jars folder not found: $spark_jars" >&2; exit 1; }
 classes=$(mktemp -d)
 trap 'rm -rf "$classes"' EXIT
-javac --release 17 -nowarn -encoding UTF-8 -cp "$spark_jars/*:$kafka_clients" -d "$classes/main" \
+javac --release 17 -nowarn -encoding UTF-8 -cp "$spark_jars/*:$kafka_clients:$protobuf" -d "$classes/main" \
     $(find "$src" -name '*.java' | sort)
 
 if [ -n "$junit" ]; then
@@ -32,7 +34,7 @@ if [ -n "$junit" ]; then
     # The tests run python_side.py as a child process: give them an absolute interpreter path.
     case $python in */*) python_path=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;;
                     *) python_path=$(command -v "$python") ;; esac
-    cp="$classes/main:$spark_jars/*:$kafka_clients"
+    cp="$classes/main:$spark_jars/*:$kafka_clients:$protobuf"
     javac --release 17 -nowarn -encoding UTF-8 -cp "$cp:$launcher" -d "$classes/test" \
         $(find "$tests" -name '*.java' | sort)
     started=$(date +%s%N)

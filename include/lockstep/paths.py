@@ -39,13 +39,14 @@ def kafka_jars_dir() -> Path:
 
 
 def spark_kafka_jars() -> list[str]:
-    """The Spark Kafka connector, Spark's Avro functions and the few jars they need beyond Spark's own.
+    """The Spark Kafka connector, Spark's Avro functions, protobuf-java (the Protobuf formats' codec in
+    Lockstep's jar) and the few jars they need beyond Spark's own.
 
     Maven also copies Hadoop/Scala jars that pyspark already ships; passing them
     twice invites class conflicts, so only the connector's own closure is used.
     """
     folder = cache_dir() / "jars" / "spark-kafka"
-    wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2", "spark-avro")
+    wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2", "spark-avro", "protobuf-java")
     jars = sorted(str(p) for p in folder.glob("*.jar") if p.name.startswith(wanted))
     if len(jars) < len(wanted):
         raise FileNotFoundError(

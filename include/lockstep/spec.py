@@ -41,17 +41,16 @@ class StoreLocation(NamedTuple):
 
 #: Record formats of a key or a value (docs/formats.md): raw ``bytes`` (the default), ``string``,
 #: ``json`` (with a declared JSON Schema or without: then a VARIANT), ``avro`` (with a declared schema),
-#: and the Confluent Schema Registry's framing (a magic byte, a 4-byte schema id, then the payload):
-#: ``avro-confluent`` and ``json-confluent``.
-FORMATS = ("bytes", "string", "json", "avro", "avro-confluent", "json-confluent")
+#: ``protobuf`` (a descriptor set and a message), and the Confluent Schema Registry's framing (a magic
+#: byte, a 4-byte schema id, then the payload): ``avro-confluent``, ``json-confluent`` and
+#: ``protobuf-confluent`` (whose payload starts with the message indexes).
+FORMATS = ("bytes", "string", "json", "avro", "protobuf", "avro-confluent", "json-confluent", "protobuf-confluent")
 #: Formats a schema registry frames, and the registry's name of their schema type.
-REGISTRY_FORMATS = {"avro-confluent": "AVRO", "json-confluent": "JSON"}
-#: Named by the issue and Flink, refused with the reason: Spark's protobuf functions (spark-protobuf) are not
-#: served by the Maven Central this project installs from, and a per-record Python decoder is not on offer.
-UNSUPPORTED_FORMATS = {"protobuf": "Protobuf is not supported yet: Spark's protobuf functions (spark-protobuf) "
-                                   "cannot be installed here (docs/formats.md)",
-                       "protobuf-confluent": "Protobuf is not supported yet: Spark's protobuf functions "
-                                             "(spark-protobuf) cannot be installed here (docs/formats.md)"}
+REGISTRY_FORMATS = {"avro-confluent": "AVRO", "json-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}
+#: Formats whose schema is a Protobuf descriptor set (`lockstep.model.protobuf`) and a message.
+PROTOBUF_FORMATS = ("protobuf", "protobuf-confluent")
+#: Formats named elsewhere that Lockstep refuses, with the reason (none today).
+UNSUPPORTED_FORMATS: dict[str, str] = {}
 COMPATIBILITY_LEVELS = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
                         "FULL_TRANSITIVE", "NONE")
 DEFAULT_REGISTRY_CONN_ID = "schema_registry_default"
@@ -66,8 +65,9 @@ class FormatSpec:
     ``data`` / ``key_data`` into ``value`` / ``key`` (`lockstep.spark.codecs`)."""
 
     format: str = "bytes"
-    #: The declared schema's text (Avro or JSON Schema, as JSON), read from ``schema`` when the spec is
-    #: loaded; on a source with a registry it is the reader schema, on a sink the schema written with.
+    #: The declared schema's text (Avro or JSON Schema, as JSON; Protobuf: the base64 of its descriptor set,
+    #: `lockstep.model.protobuf`), read from ``schema`` when the spec is loaded; on a source with a registry
+    #: it is the reader schema, on a sink the schema written with.
     schema: str | None = None
     #: Where the schema came from (a file, or "inline"), for messages.
     schema_from: str | None = None
@@ -78,6 +78,13 @@ class FormatSpec:
     auto_register: bool = False
     #: Sink only: the compatibility level the plan sets on the subject when it registers a schema.
     compatibility: str | None = None
+    #: Protobuf formats: the message type, as the spec names it (its full name, or its short name when one
+    #: message has it); None: the first message of the schema's main file.
+    message: str | None = None
+
+    @property
+    def protobuf(self) -> bool:
+        return self.format in PROTOBUF_FORMATS
 
     @property
     def registry(self) -> bool:
@@ -441,7 +448,7 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
         return BYTES
     if isinstance(doc, str):  # `value: avro-confluent`, the short form
         doc = {"format": doc}
-    allowed = {"format", "schema", "subject"} | ({"auto_register", "compatibility"} if sink else set())
+    allowed = {"format", "schema", "subject", "message"} | ({"auto_register", "compatibility"} if sink else set())
     d = c.section(doc, path, allowed)
     kind = c.text(d, path, "format", "bytes")
     if kind in UNSUPPORTED_FORMATS:
@@ -450,7 +457,16 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
     if kind is not None and kind not in FORMATS:
         c.fail(f"{path}.format", f"must be one of {', '.join(FORMATS)}, got {kind!r}")
         return BYTES
-    schema, where = _schema(c, d.get("schema"), f"{path}.schema", folder)
+    message = c.text(d, path, "message", None)
+    if kind in PROTOBUF_FORMATS:
+        schema, where, message = _protobuf_schema(c, d.get("schema"), message, path, folder)
+    else:
+        if "message" in d:
+            c.fail(f"{path}.message", f"is for the Protobuf formats ({', '.join(PROTOBUF_FORMATS)}), not {kind}")
+        schema, where = _schema(c, d.get("schema"), f"{path}.schema", folder)
+    if kind == "protobuf" and schema is None and "schema" not in d:
+        c.fail(f"{path}.schema", "is required for format protobuf: a descriptor set file beside the spec (protoc "
+                                 "--include_imports --descriptor_set_out); protobuf-confluent takes it from the registry")
     if kind == "avro" and schema is None and "schema" not in d:
         c.fail(f"{path}.schema", "is required for format avro: the Avro schema (a .avsc file beside the spec, or "
                                  "inline); avro-confluent takes it from the registry")
@@ -467,7 +483,61 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
         c.fail(f"{path}.compatibility", f"must be one of {', '.join(COMPATIBILITY_LEVELS)}, got {level!r}")
         level = None
     return FormatSpec(format=kind or "bytes", schema=schema, schema_from=where, subject=subject, auto_register=bool(auto),
-                      compatibility=level.upper() if level else None)
+                      compatibility=level.upper() if level else None, message=message)
+
+
+def _protobuf_schema(c: _Checker, value: object, message: str | None, path: str,
+                     folder: Path | None) -> tuple[str | None, str | None, str | None]:
+    """A Protobuf format's declared schema: a descriptor set file beside the spec, as its text form (the base64
+    of the file, `lockstep.model.protobuf`), its origin, and the message as given, checked to be one of the set's
+    (`lockstep.model.protobuf.resolve_message` gives its full name, and `message_ddl` its Spark type, when the
+    run resolves its schemas)."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    if value is None:
+        return None, None, message
+    if not isinstance(value, str) or not value.strip():
+        c.fail(f"{path}.schema", f"must be a descriptor set file beside the spec (protoc --include_imports "
+                                 f"--descriptor_set_out), got {_kind(value)}")
+        return None, None, message
+    file = (folder / value.strip()) if folder is not None else Path(value.strip())
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        c.fail(f"{path}.schema", f"cannot read descriptor set file {str(file)!r}: {exc.strerror or exc}")
+        return None, None, message
+    fds = descriptor_pb2.FileDescriptorSet()
+    try:
+        fds.ParseFromString(data)
+    except DecodeError:
+        pass
+    if not fds.file or not all(f.name for f in fds.file):
+        c.fail(f"{path}.schema", f"{file} is not a Protobuf descriptor set (made by protoc --include_imports "
+                                 "--descriptor_set_out)")
+        return None, None, message
+    names = _protobuf_messages(fds)
+    if message is not None and message.lstrip(".") not in names and message not in {n.rsplit(".", 1)[-1] for n in names}:
+        c.fail(f"{path}.message", f"the schema has no message {message!r} (it has {', '.join(sorted(names)) or 'none'}; "
+                                  f"{file})")
+        return None, None, message
+    return base64.b64encode(data).decode("ascii"), str(file), message
+
+
+def _protobuf_messages(fds: Any) -> set[str]:
+    """The full names of a descriptor set's messages (nested ones too)."""
+    names: set[str] = set()
+
+    def walk(prefix: str, types: Any) -> None:
+        for m in types:
+            names.add(prefix + m.name)
+            walk(f"{prefix}{m.name}.", m.nested_type)
+
+    for f in fds.file:
+        walk(f"{f.package}." if f.package else "", f.message_type)
+    return names
 
 
 def _schema(c: _Checker, value: object, where: str, folder: Path | None) -> tuple[str | None, str | None]:

@@ -60,11 +60,6 @@ def test_bad_formats_are_refused_naming_the_field(tmp_path):
     assert "is for the registry formats" in found["sink.key.subject"]
 
 
-def test_protobuf_is_refused_with_the_reason():
-    found = problems({"value": "protobuf-confluent"})
-    assert "spark-protobuf" in found["source.value.format"]
-
-
 def test_a_source_cannot_auto_register_and_a_schema_must_be_json():
     found = problems({"value": {"format": "avro-confluent", "auto_register": True}},
                      {"value": {"format": "avro", "schema": "{not json"}})

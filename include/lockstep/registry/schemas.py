@@ -9,6 +9,9 @@
   ``auto_register``, and only after the registry's own compatibility check passes; otherwise the
   plan refuses it (`sink_refusal`), naming the subject and the registry's reasons, before any
   transaction opens.
+
+Protobuf schemas (`lockstep.model.protobuf`) are carried as the base64 of a descriptor set: the registry's
+form (one file's descriptor) is turned into it here, and a declared one is registered in the registry's form.
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ class Reading:
     subjects: Mapping[str, str] = field(default_factory=dict)
     #: Registry formats: topic -> the ids of its subject's versions.
     ids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Protobuf formats: the full name of the message every record is decoded as.
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Writing:
     schema: str | None
     schema_id: int | None = None
     subject: str | None = None
+    #: Protobuf formats: the full name of the message written.
+    message: str | None = None
 
     @property
     def where(self) -> str:
@@ -62,7 +69,7 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tup
         if not fmt.decoded:
             continue
         if not fmt.registry:
-            out.append(Reading(part, fmt, fmt.schema))
+            out.append(Reading(part, fmt, fmt.schema, message=_declared_message(spec, f"source.{part}", fmt)))
             continue
         registry = registry_for(spec.source.registry_conn_id)
         subjects = {topic: fmt.subject_for(topic, part) for topic in spec.source.topics}
@@ -82,11 +89,52 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tup
             writers.update({v.id: v.text for v in versions})
             ids[topic] = tuple(sorted(v.id for v in versions))
             latest = latest or versions[-1].text
-        reader = fmt.schema
-        if reader is None and pinned and f"source.{part}" in pinned:
-            reader = registry.schema(pinned[f"source.{part}"]).text
-        out.append(Reading(part, fmt, reader or latest, writers, subjects, ids))
+        # The reader schema its claim pinned, else the declared one, else the subject's latest version.
+        key = f"source.{part}"
+        pinned_text = registry.schema(pinned[key]).text if fmt.schema is None and pinned and key in pinned else None
+        if fmt.protobuf:
+            reader, message = _protobuf_reader(spec, key, fmt, pinned_text or latest, next(iter(subjects.values())))
+            out.append(Reading(part, fmt, reader, writers, subjects, ids, message))
+            continue
+        out.append(Reading(part, fmt, fmt.schema or pinned_text or latest, writers, subjects, ids))
     return tuple(out)
+
+
+def _declared_message(spec: PipelineSpec, where: str, fmt: FormatSpec) -> str | None:
+    """The full name of a declared Protobuf schema's message, checked to have a Spark type; a message the
+    schema cannot give one is terminal, naming the field."""
+    from lockstep.model import protobuf
+
+    if fmt.schema is None:
+        return fmt.message
+    try:
+        fds = protobuf.load(fmt.schema)
+        message = protobuf.resolve_message(fds, fmt.message)
+        protobuf.message_ddl(fds, message)
+    except protobuf.UnsupportedProtobuf as exc:
+        raise TerminalError(f"{spec.path}: {where}: message {fmt.message or '(the first)'} of {fmt.schema_from} "
+                            f"cannot be read or written: {exc}") from None
+    return message
+
+
+def _protobuf_reader(spec: PipelineSpec, where: str, fmt: FormatSpec, latest: str | None,
+                     subject: str) -> tuple[str | None, str | None]:
+    """(the descriptor set every record is decoded with, its message): the declared one, else the subject's
+    latest version, in `lockstep.model.protobuf`'s text form; a schema Lockstep cannot read is terminal."""
+    from lockstep.model import protobuf
+
+    if fmt.schema is not None:
+        return fmt.schema, _declared_message(spec, where, fmt)
+    if latest is None:
+        return None, fmt.message
+    try:
+        fds, main = protobuf.from_registry(latest)
+        message = protobuf.resolve_message(fds, fmt.message, main)
+        protobuf.message_ddl(fds, message)
+    except protobuf.UnsupportedProtobuf as exc:
+        raise TerminalError(f"{spec.path}: {where}: the Protobuf schema of subject {subject!r} cannot be read: {exc}; "
+                            f"or declare {where}.schema (a descriptor set file)") from None
+    return protobuf.schema_text(fds), message
 
 
 def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
@@ -99,13 +147,18 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
         if not fmt.decoded:
             continue
         if not fmt.registry:
-            out.append(Writing(part, fmt, fmt.schema))
+            out.append(Writing(part, fmt, fmt.schema, message=_declared_message(spec, f"sink.{part}", fmt)))
             continue
         registry = registry_for(spec.sink.registry_conn_id)
         subject = fmt.subject_for(spec.sink.topic, part)
         if pinned and f"sink.{part}" in pinned:  # what the plan accepted, whatever the subject holds since
             schema_id = pinned[f"sink.{part}"]
-            out.append(Writing(part, fmt, registry.schema(schema_id).text, schema_id, subject))
+            registered = registry.schema(schema_id).text
+            if fmt.protobuf:
+                text, message = _protobuf_reader(spec, f"sink.{part}", fmt, registered, subject)
+                out.append(Writing(part, fmt, text, schema_id, subject, message))
+            else:
+                out.append(Writing(part, fmt, registered, schema_id, subject))
             continue
         out.append(_registered(spec, registry, part, fmt, subject, register, dry_run))
     return tuple(out)
@@ -125,13 +178,29 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
                                 f"spec declares none: declare sink.{part}.schema (with auto_register: true to register "
                                 "it), or register one") from None
         _check_type(spec, f"sink.{part}", fmt, latest.schema_type, subject)
+        if fmt.protobuf:
+            text, message = _protobuf_reader(spec, f"sink.{part}", fmt, latest.text, subject)
+            return Writing(part, fmt, text, latest.id, subject, message)
         return Writing(part, fmt, latest.text, latest.id, subject)
-    found = registry.lookup(subject, fmt.schema, kind)
+    registered = fmt.schema  # what the registry holds: Protobuf in its own form (one file's descriptor)
+    message = None
+    if fmt.protobuf:
+        from lockstep.model import protobuf
+
+        message = _declared_message(spec, f"sink.{part}", fmt)
+        try:
+            registered = protobuf.registry_text(protobuf.load(fmt.schema), message or "")
+        except protobuf.UnsupportedProtobuf as exc:
+            raise TerminalError(f"{where}: the schema ({fmt.schema_from}) cannot be used with subject {subject!r}: "
+                                f"{exc}") from None
+    found = registry.lookup(subject, registered, kind)
     if found is not None:
-        return Writing(part, fmt, fmt.schema, found.id, subject)
-    problems = registry.compatibility_problems(subject, fmt.schema, kind)
+        return Writing(part, fmt, fmt.schema, found.id, subject, message)
+    problems = registry.compatibility_problems(subject, registered, kind)
     if problems and kind == "AVRO" and not registry.gave_reasons:
         problems = _avro_reasons(registry, subject, fmt.schema) or problems
+    elif problems and kind == "PROTOBUF" and not registry.gave_reasons:
+        problems = _protobuf_reasons(registry, subject, registered, message or "") or problems
     if problems:
         raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is incompatible with subject {subject!r} "
                             f"in registry {registry.name}: {'; '.join(problems)}. Nothing was written; change the "
@@ -141,14 +210,14 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
                             f"registry {registry.name} (it would be compatible). Nothing was written; register it, or "
                             f"set sink.{part}.auto_register: true")
     if dry_run:
-        return Writing(part, fmt, fmt.schema, None, subject)
+        return Writing(part, fmt, fmt.schema, None, subject, message)
     if not register:
         raise TerminalError(f"{where}: the schema ({fmt.schema_from}) is not registered under subject {subject!r}; "
                             "the checkpoint's plan registers it (auto_register): plan again")
     if fmt.compatibility is not None:
         registry.set_compatibility(subject, fmt.compatibility)
-    schema_id = registry.register(subject, fmt.schema, kind)
-    return Writing(part, fmt, fmt.schema, schema_id, subject)
+    schema_id = registry.register(subject, registered, kind)
+    return Writing(part, fmt, fmt.schema, schema_id, subject, message)
 
 
 def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[str]:
@@ -164,6 +233,20 @@ def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[s
     if level.startswith(("FORWARD", "FULL")):  # the subject's latest schema reads the new records
         reasons += [f"{p} (the subject is {level}: readers with the latest schema)" for p in avro_read_problems(latest, schema)]
     return reasons
+
+
+def _protobuf_reasons(registry: SchemaRegistry, subject: str, registered: str, message: str) -> list[str]:
+    """How the message differs from the subject's latest version, field by field, for a registry that only
+    answers yes or no (`lockstep.model.protobuf.changes`)."""
+    from lockstep.model import protobuf
+
+    try:
+        latest, _ = protobuf.from_registry(registry.version(subject).text)
+        new, _ = protobuf.from_registry(registered)
+    except protobuf.UnsupportedProtobuf:
+        return []
+    level = registry.compatibility(subject)
+    return [f"{p} (the subject is {level})" for p in protobuf.changes(latest, new, message)]
 
 
 def _check_type(spec: PipelineSpec, where: str, fmt: FormatSpec, found: str, subject: str) -> None:

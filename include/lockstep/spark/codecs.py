@@ -2,7 +2,9 @@
 transform, encode the transform's output after it (docs/formats.md).
 
 Every record is parsed once, in the JVM: Avro by Spark's ``from_avro``/``to_avro`` (spark-avro), JSON
-by ``from_json``/``to_json`` or ``try_parse_json`` (a VARIANT, when no schema is declared). The
+by ``from_json``/``to_json`` or ``try_parse_json`` (a VARIANT, when no schema is declared), Protobuf by
+Lockstep's own Java UDFs (``ProtobufDecode``/``ProtobufEncode`` in its jar, over protobuf-java: Spark's
+spark-protobuf cannot be installed here), registered in the run's session by `register_protobuf`. The
 registry's framing is read with column functions: the magic byte, the schema id, then the payload,
 decoded with its own writer schema (one ``from_avro`` per version of the subject, chosen by the id)
 into the reader schema, so a topic whose records carry several schema versions decodes all of them
@@ -122,12 +124,20 @@ def decode(df: DataFrame, readings: Sequence[Reading]) -> DataFrame:
     the filter), since conditional branches are not shared by its subexpression elimination."""
     from pyspark.sql import functions as F
 
+    register_protobuf(df.sparkSession, readings, ())
     errors = []
+    seen = []
     for reading in readings:
-        data, error_of = _decoder(reading)
-        df = df.withColumn(DATA_COLUMN[reading.part], F.when(F.spark_partition_id() >= F.lit(0), data))
-        errors.append(error_of(F.col(DATA_COLUMN[reading.part])))
-    return df.withColumn(DECODE_ERROR, F.coalesce(*errors) if errors else F.lit(None).cast("string"))
+        data, error_of, seen_of = _decoder(reading)
+        column = DATA_COLUMN[reading.part]
+        df = df.withColumn(column, F.when(F.spark_partition_id() >= F.lit(0), data))
+        errors.append(error_of(F.col(column)))
+        if seen_of is not None:
+            seen.append((column, seen_of(F.col(column))))
+    df = df.withColumn(DECODE_ERROR, F.coalesce(*errors) if errors else F.lit(None).cast("string"))
+    for column, value in seen:
+        df = df.withColumn(column, value)
+    return df
 
 
 def decodable(decoded: DataFrame) -> DataFrame:
@@ -151,32 +161,41 @@ def undecodable(decoded: DataFrame, columns: Sequence[str]) -> DataFrame:
     return bad.select(*[made[c].alias(c) for c in columns])
 
 
-def _decoder(r: Reading) -> tuple[Column, Callable[[Column], Column]]:
-    """(the decoded column, its error as a function of the decoded record) of one part."""
+Decoder = tuple["Column", Callable[["Column"], "Column"], Callable[["Column"], "Column"] | None]
+
+
+def _decoder(r: Reading) -> Decoder:
+    """(the decoded column, its error as a function of it, and what of it the transform sees: None, all of
+    it) of one part."""
     from pyspark.sql import functions as F
 
     raw = F.col(r.part)
     kind = r.format.format
     present = raw.isNotNull()
     if kind == "string":
-        return raw.cast("string"), lambda d: F.lit(None).cast("string")
+        return raw.cast("string"), lambda d: F.lit(None).cast("string"), None
     if kind == "json" and r.reader is None:
         return F.try_parse_json(raw.cast("string")), lambda d: F.when(present & d.isNull(),
-                                                                     F.lit(wire.NOT_JSON.format(part=r.part)))
+                                                                     F.lit(wire.NOT_JSON.format(part=r.part))), None
     if kind == "json":
         required = wire.json_required_fields(r.reader or "{}")
         text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from,
                                           why="required field {field} is missing or null, or it is not JSON")
-        return F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE), lambda d: _missing(d, required, present, text)
+        return F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE), lambda d: _missing(d, required, present, text), None
+    if kind == "protobuf":  # the decoder's result is (data, error), decoded once; the transform sees its data
+        protobuf_text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from, why="\0")
+        return (_protobuf_decode(r, raw, F.lit(None).cast("string")),
+                lambda d: F.when(present & d.getField("error").isNotNull(), _filled(protobuf_text, d.getField("error"))),
+                lambda d: d.getField("data"))
     if kind == "avro":
         required = wire.avro_required_fields(r.reader or "")
         text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from,
                                           why="it does not decode as Avro (required field {field} is null)")
-        return _from_avro(raw, r.reader or "", None), lambda d: _missing(d, required, present, text)
+        return _from_avro(raw, r.reader or "", None), lambda d: _missing(d, required, present, text), None
     return _registry_decoder(r, raw, present)
 
 
-def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column, Callable[[Column], Column]]:
+def _registry_decoder(r: Reading, raw: Column, present: Column) -> Decoder:
     from pyspark.sql import functions as F
 
     framed = (F.length(raw) >= F.lit(wire.HEADER_BYTES)) & (F.substring(raw, 1, 1) == F.lit(bytes([wire.MAGIC_BYTE])))
@@ -192,8 +211,18 @@ def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column,
     subject = (F.lit(next(iter(r.subjects.values()))) if len(set(r.subjects.values())) == 1
                else F.try_element_at(F.create_map(*[x for t, s in sorted(r.subjects.items()) for x in (F.lit(t), F.lit(s))]),
                                      F.col("topic")))
+    protobuf = r.format.format == "protobuf-confluent"
     data: Column | None = None
-    if r.format.format == "avro-confluent":
+    if protobuf:  # any version's message reads with the reader's descriptor
+        expected = None
+        for schema_id_value in ids:  # the message's indexes in each writer schema
+            path = F.lit(_writer_indexes(r.writers[schema_id_value], r.message or ""))
+            expected = (F.when(schema_id == F.lit(schema_id_value), path) if expected is None
+                        else expected.when(schema_id == F.lit(schema_id_value), path))
+        data = _protobuf_decode(r, payload, expected if expected is not None else F.lit("!")) if ids else None
+        reader_required: tuple[str, ...] = ()
+        why = ""
+    elif r.format.format == "avro-confluent":
         for schema_id_value in ids:  # each record with its own writer schema, into the reader schema
             decoded = _from_avro(payload, r.writers[schema_id_value], r.reader)
             data = (F.when(schema_id == F.lit(schema_id_value), decoded) if data is None
@@ -210,12 +239,18 @@ def _registry_decoder(r: Reading, raw: Column, present: Column) -> tuple[Column,
     unknown = F.format_string(wire.UNKNOWN_ID.replace("{part}", r.part).replace("{id}", "%d").replace("{subject}", "%s"),
                               schema_id, subject)
     template = wire.UNDECODABLE.replace("{part}", r.part).replace("{id}", "%d").replace("{why}", why.replace("%", "%%"))
+    protobuf_template = wire.UNDECODABLE.replace("{part}", r.part).replace("{id}", "%d").replace("{why}", "%s")
 
     def error_of(d: Column) -> Column:
+        undecoded = (F.when(d.getField("error").isNotNull(), F.format_string(protobuf_template, schema_id,
+                                                                             d.getField("error")))
+                     if protobuf else _missing(d, reader_required, F.lit(True), template, schema_id))
         return (F.when(present & ~framed, F.lit(wire.BAD_MAGIC.format(part=r.part)))
                 .when(present & ~known, unknown)
-                .when(present, _missing(d, reader_required, F.lit(True), template, schema_id)))
-    return data, error_of
+                .when(present, undecoded))
+    if protobuf:  # the decoder's result is (data, error), decoded once; the transform sees its data
+        return data, error_of, lambda d: d.getField("data")
+    return data, error_of, None
 
 
 def _missing(data: Column, required: Sequence[str], present: Column, template: str, *args: Column) -> Column:
@@ -251,6 +286,79 @@ def _json_ddl(r: Reading) -> str:
                             f"Spark type: {exc}") from None
 
 
+# ---- Protobuf ---------------------------------------------------------------------------------------------
+_DECODE_CLASS = "dev.lockstep.spark.ProtobufDecode"
+_ENCODE_CLASS = "dev.lockstep.spark.ProtobufEncode"
+
+
+def _protobuf_name(verb: str, schema: str | None, message: str | None) -> str:
+    """The session's name of the UDF that decodes (or encodes) ``message``: one per schema and message, as
+    its Spark type is theirs."""
+    from lockstep.model import protobuf
+
+    return f"lockstep_protobuf_{verb}_{protobuf.codec_key(schema or '', message or ''):016x}"
+
+
+def register_protobuf(session: object, readings: Sequence[Reading], writings: Sequence[Writing]) -> None:
+    """Register the Protobuf formats' Java UDFs in ``session`` (classic or Spark Connect: both serve
+    ``registerJavaFunction``) with their Spark types, derived from the descriptor by
+    `lockstep.model.protobuf.message_ddl` as the JVM's codec builds them."""
+    from lockstep.model import protobuf
+
+    for verb, part, fmt, schema, message in (
+            [("decode", r.part, r.format, r.reader, r.message) for r in readings]
+            + [("encode", w.part, w.format, w.schema, w.message) for w in writings]):
+        if not fmt.protobuf or schema is None:
+            continue
+        side = "source" if verb == "decode" else "sink"
+        try:
+            ddl = protobuf.message_ddl(protobuf.load(schema), message or "")
+        except (protobuf.UnsupportedProtobuf, KeyError) as exc:
+            raise TerminalError(f"{side}.{part}: message {message} of its Protobuf schema "
+                                f"({fmt.schema_from or 'the registry'}) has no Spark type: {exc}") from None
+        returned = f"struct<data:{ddl},error:string>" if verb == "decode" else "struct<payload:binary,error:string>"
+        session.udf.registerJavaFunction(  # type: ignore[attr-defined]
+            _protobuf_name(verb, schema, message), _DECODE_CLASS if verb == "decode" else _ENCODE_CLASS, returned)
+
+
+def _protobuf_decode(r: Reading, payload: Column, indexes: Column) -> Column:
+    """The decoder's struct<data, error> of ``payload`` (``indexes``: null for a plain payload; else the message's
+    expected indexes after the registry's header, `_writer_indexes`)."""
+    import base64
+
+    from pyspark.sql import functions as F
+
+    from lockstep.model import protobuf
+
+    schema = r.reader or ""
+    return F.call_function(_protobuf_name("decode", schema, r.message), payload,
+                           F.lit(protobuf.codec_key(schema, r.message or "")).cast("bigint"),
+                           F.lit(base64.b64decode(schema)), F.lit(r.message), indexes)
+
+
+def _writer_indexes(writer: str, message: str) -> str:
+    """The message's indexes in a writer schema (as the registry holds it), dot-separated, as the JVM's decoder
+    expects them after a record's header; ``!`` and the reason when that schema cannot name the message."""
+    from lockstep.model import protobuf
+
+    try:
+        fds, _ = protobuf.from_registry(writer)
+    except protobuf.UnsupportedProtobuf as exc:
+        return f"!its writer schema cannot be read: {exc}"
+    path = protobuf.index_path(fds, message)
+    if path is None:
+        return f"!its writer schema has no message {message}"
+    return ".".join(str(i) for i in path)
+
+
+def _filled(template: str, why: Column) -> Column:
+    """``template`` with its one ``\0`` replaced by the column ``why``."""
+    from pyspark.sql import functions as F
+
+    before, after = template.split("\0")
+    return F.concat(F.lit(before), why, F.lit(after))
+
+
 # ---- encoding ---------------------------------------------------------------------------------------------
 def encode(out: DataFrame, writings: Sequence[Writing], transform: str, keep: bool = False) -> DataFrame:
     """The transform's output with each encoded part's `DATA_COLUMN` encoded into ``value`` (or ``key``),
@@ -260,6 +368,7 @@ def encode(out: DataFrame, writings: Sequence[Writing], transform: str, keep: bo
     hold (a required field null) becomes one, with the reason (`lockstep.model.schemas.DOES_NOT_FIT`)."""
     from pyspark.sql import functions as F
 
+    register_protobuf(out.sparkSession, (), writings)
     for w in writings:
         column = DATA_COLUMN[w.part]
         if column not in out.columns:
@@ -296,7 +405,11 @@ def encoder(w: Writing, column: str = "data") -> Callable[[Column], tuple[Column
                                                                     why="it is null"))).otherwise(error)
 
     def encode_one(data: Column) -> tuple[Column, Column]:
+        import base64
+
         from pyspark.sql.avro.functions import to_avro
+
+        from lockstep.model import protobuf
 
         if kind == "string":
             return data.cast("string").cast("binary"), F.lit(None).cast("string")
@@ -304,6 +417,17 @@ def encoder(w: Writing, column: str = "data") -> Callable[[Column], tuple[Column
             text = F.to_json(data).cast("binary")
             misfit = misfit_of(data, wire.json_required_fields(schema)) if w.schema else F.lit(None).cast("string")
             return (F.concat(header, text) if header is not None else text), misfit
+        if w.format.protobuf:
+            result = F.call_function(_protobuf_name("encode", w.schema, w.message), data,
+                                     F.lit(protobuf.codec_key(schema, w.message or "")).cast("bigint"),
+                                     F.lit(base64.b64decode(schema)), F.lit(w.message))
+            misfit = F.when(result.getField("error").isNotNull(), _filled(wire.DOES_NOT_FIT.format(
+                column=f"`{column}`", where=w.where, why="\0"), result.getField("error")))
+            body = result.getField("payload")
+            if header is not None:  # then the message's indexes in the registered file
+                indexes = protobuf.encode_indexes(protobuf.index_path(protobuf.load(schema), w.message or "") or (0,))
+                return F.concat(header, F.lit(indexes), body), misfit
+            return body, misfit
         misfit = misfit_of(data, wire.avro_required_fields(schema))
         body = F.when(misfit.isNull(), to_avro(data, schema))
         return (F.concat(header, body) if header is not None else body), misfit
