@@ -54,7 +54,7 @@ def test_bad_formats_are_refused_naming_the_field(tmp_path):
                      {"value": {"format": "avro-confluent", "schema": "missing.avsc", "compatibility": "LOOSE"},
                       "key": {"format": "string", "subject": "s"}}, file=str(tmp_path / "p.yaml"))
     assert "is required for format avro" in found["source.value.schema"]
-    assert "must be one of bytes, string, json, avro, avro-confluent, json-confluent" in found["source.key.format"]
+    assert "must be one of bytes, string, json, avro, protobuf, avro-confluent" in found["source.key.format"]
     assert "cannot read schema file" in found["sink.value.schema"] and "missing.avsc" in found["sink.value.schema"]
     assert "must be one of BACKWARD" in found["sink.value.compatibility"]
     assert "is for the registry formats" in found["sink.key.subject"]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError
 from lockstep.model import schemas as wire
+from lockstep.model.output_contract import ACCEPTED_TYPES
 from lockstep.registry.schemas import Reading, Writing, readings, writings
 from lockstep.spec import PipelineSpec
 
@@ -152,12 +153,10 @@ def undecodable(decoded: DataFrame, columns: Sequence[str]) -> DataFrame:
     no headers of the transform's, the reason as their error."""
     from pyspark.sql import functions as F
 
-    from lockstep.spark.state import HEADERS_TYPE
-
     bad = decoded.filter(F.col(DECODE_ERROR).isNotNull())
     made = {"value": F.col("value"), "key": F.col("key"), "topic": F.col("topic"),
             "partition": F.col("partition").cast("int"), "offset": F.col("offset").cast("bigint"),
-            "headers": F.lit(None).cast(HEADERS_TYPE), "error": F.col(DECODE_ERROR)}
+            "headers": F.lit(None).cast(ACCEPTED_TYPES["headers"][0]), "error": F.col(DECODE_ERROR)}
     return bad.select(*[made[c].alias(c) for c in columns])
 
 
