@@ -313,6 +313,13 @@ def test_dedup_over_avro_records_passes_each_order_once_in_the_sinks_avro(tmp_pa
 def test_the_formats_without_a_registry_decode_and_encode_in_spark(spark_connect):
     """string, json without a schema (a VARIANT), json with a JSON Schema and plain Avro, on a Spark
     Connect session: what decodes, what is dead-lettered with which reason, and what the sink encodes."""
+    from lockstep.spark.connect import connect_mode
+
+    with connect_mode():  # this process's environment as it was after: later tests start classic sessions
+        _formats_without_a_registry(spark_connect)
+
+
+def _formats_without_a_registry(spark_connect: str) -> None:
     import io
 
     import fastavro
