@@ -172,11 +172,13 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         f"producer, one Python process), JSON {_rate(inp.get('json_records_per_s'))} records/s "
         f"({inp.get('json_seconds', '?')} s, the project's generator).",
     ]
-    for name in (formats.LOCKSTEP_AVRO, formats.LOCKSTEP_JSON):
+    for name, stage in ((formats.LOCKSTEP_AVRO, "read, decode, transform, encode, write"),
+                        (formats.LOCKSTEP_JSON, "read, transform, write")):
         row = table.get(name)
         if row:
-            lines.append(f"- {LABELS[name]}: the Spark stage (read, decode, transform, encode, write) "
-                         f"{row['spark_seconds']:.1f} s of {row['wall_s']:.1f} s, {row['transactions']} transactions, "
+            lines.append(f"- {LABELS[name]}: the Spark stage ({stage}) "
+                         f"{row['spark_seconds']:.1f} s of {row['wall_s']:.1f} s, "
+                         f"{' or '.join(str(t) for t in row['transactions'])} transactions, "
                          f"CPU {row['cpu_s']:.0f} s of which the Spark Connect server "
                          f"{row['connect_server_cpu_s']:.0f} s; the broker {row['broker_cpu_s']:.0f} s.")
     parts = race.get("parts") or []
@@ -186,7 +188,11 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   "The Avro and the JSON input read again by Lockstep's own reader in a Connect session, in as many "
                   "tasks as the checkpoints read with, into Spark's `noop` sink: no Kafka write, no transaction, "
                   "no commit. Each part's Connect server CPU seconds, and per record; \"beyond the read\" is the "
-                  "part's CPU minus the read's alone.", "",
+                  "part's CPU minus the read's alone. A checkpoint does more than the parts: with a decoded source "
+                  "it also writes the records that did not decode to the dead-letter topic (a second branch over "
+                  "the same read, `lockstep.spark.codecs.Formats.with_dead_letters`) and places every output "
+                  "record in its source partition's task (`lockstep.spark.output_tasks.place`: a shuffle and a "
+                  "sort), then produces and commits.", "",
                   "| part | noop s | records/s | server CPU s | CPU µs per record | beyond the read, µs per record |",
                   "|---|---:|---:|---:|---:|---:|"]
         for p in parts:

@@ -103,3 +103,22 @@ def test_a_summary_survives_the_page_round_trip(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     formats_report.write(results(), page)
     assert formats_report.read_summary(page) == json.loads(json.dumps(formats_report.summary(results())))
+
+
+def test_make_bench_keeps_the_formats_section_and_the_committed_page_has_it(tmp_path: Path) -> None:
+    """docs/BENCHMARKS.md's "Formats" comes from docs/BENCHMARKS-formats.md, so `make bench`, which does not
+    measure it, writes it again; the committed BENCHMARKS.md holds exactly what the next `make bench` writes."""
+    from lockstep_bench import report
+    from lockstep_bench.results import Results
+
+    root = Path(__file__).resolve().parents[2]
+    section = formats_report.section(root / formats_report.PAGE)
+    assert formats_report.read_summary(root / formats_report.PAGE) is not None  # the committed page has its figures
+    res = Results(settings={"records": 1000, "partitions": 4, "repeats": 1, "partition_records": 1000},
+                  environment={"cpus": 2}, seconds=60.0)
+    out = tmp_path / "BENCH.md"
+    report.write(res, out)
+    generated = out.read_text()
+    assert f"{section}\n\n## Making Lockstep faster" in generated
+    assert generated.index("## Keyed state") < generated.index("## Formats")
+    assert f"{section}\n\n## Making Lockstep faster" in (root / "docs" / "BENCHMARKS.md").read_text()
