@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := buildsrc/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows soak soak-state up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-formats soak soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -169,6 +169,14 @@ bench-state: setup
 # platform; rewrites docs/BENCHMARKS-windows.md (about 10 minutes; sets up the peers as `bench` does).
 bench-windows: setup
 	$(BIN)/lockstep bench --windows-only --results var/bench/windows-results.json --report docs/BENCHMARKS-windows.md
+
+# 10,000,000 orders as registry-framed Avro through Lockstep (parse, filter, encode, connect mode), the JSON
+# benchmark transform beside it, and kafka-producer-perf-test with as many producers as Lockstep's transactions,
+# alternated, every sink read back, then where the time goes (decode, encode); on its own platform (with the
+# Schema Registry); rewrites docs/BENCHMARKS-formats.md, whose figures docs/BENCHMARKS.md's "Formats" states
+# (about 20 minutes; --formats-records, --repeats in `lockstep bench --help`).
+bench-formats: setup
+	$(BIN)/lockstep bench --formats-only --results var/bench/formats-results.json --report docs/BENCHMARKS-formats.md
 
 up: setup
 	$(BIN)/lockstep dev up --with airflow

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import cache_dir, project_root
-from lockstep_bench import history, keyed_state, peers, windowed, workloads
+from lockstep_bench import formats, history, keyed_state, peers, windowed, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
 from lockstep_bench.results import (
@@ -293,12 +293,13 @@ def _gib(meminfo: str) -> str:
 
 @contextmanager
 def isolated_platform(root: Path) -> Iterator[Any]:
-    """A Kafka + S3 + Spark Connect platform of the benchmark's own on free ports, its clients' environment
+    """A Kafka + S3 + Schema Registry + Spark Connect platform of the benchmark's own on free ports, its clients' environment
     set in this process (and so in the runs it starts) while it is up; wiped afterwards."""
     from lockstep_dev.platform import Platform
 
     platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
-                                                            "spark-connect": 0})
+                                                            "spark-connect": 0, "registry": 0,
+                                                            "registry-management": 0})
     log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
     platform.up(with_connect=True, out=sys.stderr)
     saved = {k: os.environ.get(k) for k in platform.client_env()}
@@ -448,6 +449,33 @@ def run_windows_bench(settings: windowed.WindowSettings) -> Path:
     return report_path
 
 
+def run_formats_bench(settings: formats.FormatSettings) -> Path:
+    """``--formats-only``: Avro through the Schema Registry against the perf tool (lockstep_bench.formats)."""
+    from lockstep_bench import formats_report
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-formats-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}}
+    results_path = settings.results or (root / "results.json")
+    with isolated_platform(root) as platform:
+        results["environment"] = environment(platform.kafka.bootstrap)
+        race = formats.FormatsRace(settings, platform, root, log)
+        results["race"] = race.measure()
+        results["load"]["end"] = os.getloadavg()
+    results["seconds"] = round(time.monotonic() - started, 1)
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(results, indent=1, default=str))
+    log(f"raw results in {results_path}")
+    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
+    formats_report.write(results, report_path)
+    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    for line in formats_report.headline(results):
+        log(line)
+    return report_path
+
+
 # ---- CLI ------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     ints = lambda text: tuple(int(x) for x in text.split(",") if x)
@@ -502,6 +530,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     windows.add_argument("--windows-records", type=int, help="input records of the race (default 1,000,000)")
     windows.add_argument("--windows-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                          help="which engines race (default lockstep-connect,flink-sql,quix-streams)")
+    fmt = parser.add_argument_group("formats (--formats-only: only this, report docs/BENCHMARKS-formats.md)")
+    fmt.add_argument("--formats-only", action="store_true",
+                     help="Avro framed for the Schema Registry through Lockstep (parse, filter, encode), the JSON "
+                          "benchmark transform beside it, and kafka-producer-perf-test with as many producers as "
+                          "Lockstep's transactions, alternated, every sink read back; nothing else (--partitions "
+                          "and --repeats apply, default 8 and 2)")
+    fmt.add_argument("--formats-records", type=int, help="input records of the formats race (default 10,000,000)")
+    fmt.add_argument("--formats-no-parts", dest="formats_parts", action="store_false", default=None,
+                     help="skip \"where the time goes\" (the input read into Spark's noop sink: alone, with the "
+                          "Avro decode, with decode + transform + encode, with the JSON transform)")
     state.add_argument("--state-key-groups", type=int, help="the stateful pipeline's state.key_groups (default 32)")
     state.add_argument("--state-no-flink", dest="state_flink", action="store_false", default=None,
                        help="skip Flink SQL's RocksDB restore of the largest state (and its set-up in .cache/bench/)")
@@ -534,6 +572,13 @@ def windows_settings_from_args(args: argparse.Namespace) -> windowed.WindowSetti
                                       if getattr(args, arg, None) is not None})
 
 
+def formats_settings_from_args(args: argparse.Namespace) -> formats.FormatSettings:
+    names = {"formats_records": "records", "formats_parts": "parts", "partitions": "partitions", "repeats": "repeats",
+             "report": "report", "results": "results", "state_dir": "state_dir"}
+    return formats.FormatSettings(**{field: getattr(args, arg) for arg, field in names.items()
+                                     if getattr(args, arg, None) is not None})
+
+
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
     """Render the report again from saved results (e.g. after a fix to the writer)."""
     from lockstep_bench import report
@@ -550,6 +595,17 @@ def rewrite_report(results: Path, report_path: Path, baseline: Path | None = Non
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.formats_only:
+        if args.from_results:
+            from lockstep_bench import formats_report
+
+            path = args.report or formats.FormatSettings().report
+            path = path if path.is_absolute() else project_root() / path
+            formats_report.write(json.loads(args.from_results.read_text()), path, rerendered=True)
+            log(f"report rewritten to {path} from {args.from_results}")
+        else:
+            run_formats_bench(formats_settings_from_args(args))
+        return 0
     if args.windows_only:
         if args.from_results:
             from lockstep_bench import windowed_report

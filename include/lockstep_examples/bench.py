@@ -5,6 +5,9 @@ generated input), add ``amount_cents``, serialize back to compact JSON. ``transf
 Spark version (Lockstep's transform contract: ``DataFrame -> DataFrame`` keeping ``topic``,
 ``partition``, ``offset``), used by Lockstep and by Spark's own at-least-once job;
 ``transform_value`` is the same function on one record's bytes, used by the raw client loop.
+``avro_transform`` is the same work on decoded records (``lockstep bench --formats-only``): Lockstep
+decodes the registry-framed Avro ``ORDER_SCHEMA`` into ``data`` and encodes the returned ``data`` in
+``ENRICHED_SCHEMA``, so the transform only filters and adds the field.
 """
 from __future__ import annotations
 
@@ -29,6 +32,27 @@ def transform(df):
             .filter(F.col("o.amount") >= MIN_AMOUNT)
             .withColumn("value", out.cast("binary"))
             .drop("o"))
+
+
+#: The benchmark's order as Avro (``lockstep_dev.datagen.order`` with ``note``, the padding): the formats
+#: benchmark's input, registered under ``<topic>-value``.
+ORDER_SCHEMA = {"type": "record", "name": "BenchOrder", "namespace": "dev.lockstep.bench",
+                "fields": [{"name": name, "type": kind} for name, kind in FIELDS]}
+#: What ``avro_transform`` returns: the order and ``amount_cents``, the sink's schema (auto-registered).
+ENRICHED_SCHEMA = {"type": "record", "name": "BenchEnrichedOrder", "namespace": "dev.lockstep.bench",
+                   "fields": ORDER_SCHEMA["fields"] + [{"name": "amount_cents", "type": "long"}]}
+
+
+def avro_transform(df):
+    """Parse → filter → encode with formats: the same filter and field as ``transform``, on the decoded
+    ``data`` column (``source.value: avro-confluent``); Lockstep encodes the returned ``data`` in the
+    sink's schema (``sink.value: avro-confluent``)."""
+    from pyspark.sql import functions as F
+
+    order = F.col("data")
+    enriched = F.struct(*[order[name].alias(name) for name, _ in FIELDS],
+                        F.round(order["amount"] * 100).cast("long").alias("amount_cents"))
+    return df.filter(order["amount"] >= MIN_AMOUNT).withColumn("data", enriched)
 
 
 def identity(df):
