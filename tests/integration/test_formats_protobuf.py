@@ -1,5 +1,5 @@
 """Protobuf records end to end on real services: written by Confluent's own ``ProtobufSerializer`` through the
-platform's Schema Registry (Apicurio), decoded in the JVM by Lockstep's codec (docs/formats-protobuf.md),
+platform's Schema Registry (Apicurio), decoded in the JVM by Lockstep's codec (docs/formats.md, "Protobuf"),
 transformed, encoded as ``protobuf-confluent`` and read back by Confluent's ``ProtobufDeserializer``, exactly
 once through a crash between the commits of a checkpoint's transactions."""
 from __future__ import annotations

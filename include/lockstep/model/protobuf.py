@@ -1,4 +1,4 @@
-"""Protobuf schemas as the formats use them (docs/formats-protobuf.md): a descriptor set and a message.
+"""Protobuf schemas as the formats use them (docs/formats.md, "Protobuf"): a descriptor set and a message.
 
 Pure: no Spark, no registry. A Protobuf schema travels as text (`FormatSpec.schema`, `Reading.reader`)
 in one form, the base64 of a serialized ``FileDescriptorSet`` whose files come dependencies first (what
