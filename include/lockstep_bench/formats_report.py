@@ -189,10 +189,11 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   "tasks as the checkpoints read with, into Spark's `noop` sink: no Kafka write, no transaction, "
                   "no commit. Each part's Connect server CPU seconds, and per record; \"beyond the read\" is the "
                   "part's CPU minus the read's alone. A checkpoint does more than the parts: with a decoded source "
-                  "it also writes the records that did not decode to the dead-letter topic (a second branch over "
-                  "the same read, `lockstep.spark.codecs.Formats.with_dead_letters`) and places every output "
-                  "record in its source partition's task (`lockstep.spark.output_tasks.place`: a shuffle and a "
-                  "sort), then produces and commits.", "",
+                  "it first counts the records that do not decode (a second read and decode of the input, "
+                  "`lockstep.spark.codecs.Formats.undecodable_count`), and only when there are some writes them "
+                  "to the dead-letter topic beside the output, placing every record in its source partition's "
+                  "task (`lockstep.spark.output_tasks.place`: a shuffle); then it produces, with Lockstep's "
+                  "headers on every record, and commits.", "",
                   "| part | noop s | records/s | server CPU s | CPU µs per record | beyond the read, µs per record |",
                   "|---|---:|---:|---:|---:|---:|"]
         for p in parts:
