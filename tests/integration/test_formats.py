@@ -94,6 +94,32 @@ def errors(pipeline: PipelineUnderTest) -> list[str]:
                   read_committed(pipeline.bootstrap, pipeline.dead_letters))
 
 
+def crash_at_every_failpoint(pipeline: PipelineUnderTest, produce_batch, already: int = 0) -> list[dict]:
+    """Twelve orders (``produce_batch([(i, order), ...])``) before each run, and each run crashed at the next
+    failpoint a connect-mode checkpoint passes outside the writers' tasks (the writers encode nothing: their
+    failpoints are format-blind, and test_failpoints.py crashes them); then a run that recovers and completes,
+    and `lockstep verify`: every order's output exactly once (``already``: the records the pipeline read
+    before). Returns the orders produced."""
+    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
+    from lockstep.model.output_contract import WRITER_FAILPOINTS
+
+    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
+    produced: list[dict] = []
+    for n, point in enumerate(points):
+        batch = [(i, order(i)) for i in range(n * 12, n * 12 + 12)]
+        produce_batch(batch)
+        produced += [o for _, o in batch]
+        crashed = run(pipeline, failpoints=f"{point}=crash")
+        assert crashed.returncode != 0, (point, crashed.stderr[-2000:])
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["covered_offsets"] == already + len(produced)
+    assert open_transactions(pipeline) == []
+    return produced
+
+
 def test_avro_in_and_out_exactly_once_through_a_crash_at_every_failpoint(tmp_path, bootstrap, unique, registry):
     """Records written by Confluent's AvroSerializer are decoded, enriched and written as Avro under the
     sink's registered subject, read back by Confluent's AvroDeserializer: each once, through a crash at
@@ -101,27 +127,11 @@ def test_avro_in_and_out_exactly_once_through_a_crash_at_every_failpoint(tmp_pat
     nothing: their failpoints are format-blind and test_failpoints.py crashes them)."""
     from confluent_kafka.schema_registry import Schema
 
-    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
-    from lockstep.model.output_contract import WRITER_FAILPOINTS
-
     pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"},
                     {"value": {"format": "avro-confluent", "schema": json.loads(ENRICHED)}},
                     "lockstep_examples.avro_orders:enrich")
     registry.register_schema(f"{pipeline.sink}-value", Schema(ENRICHED, "AVRO"))  # auto_register is off
-    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
-    produced: list[dict] = []
-    for n, point in enumerate(points):
-        batch = [(i, order(i)) for i in range(n * 12, n * 12 + 12)]
-        produce(pipeline, registry, batch)
-        produced += [o for _, o in batch]
-        crashed = run(pipeline, failpoints=f"{point}=crash")
-        assert crashed.returncode != 0, (point, crashed.stderr[-2000:])
-    finished = run(pipeline)
-    assert finished.returncode == 0, finished.stderr[-3000:]
-
-    report = verify(pipeline)
-    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
-    assert report["covered_offsets"] == len(produced)
+    produced = crash_at_every_failpoint(pipeline, lambda batch: produce(pipeline, registry, batch))
     good = [o for o in produced if o["amount"] >= 0]
     assert sorted(deserialized(pipeline, registry, pipeline.sink), key=lambda r: r["order_id"]) == \
         sorted((enriched(o) for o in good), key=lambda r: r["order_id"])
@@ -210,6 +220,9 @@ def test_json_schema_records_of_confluents_serializer_round_trip(tmp_path, boots
     produce(pipeline, registry, list(enumerate(produced, 1)), schema=order_schema, serializer="json")
     result = run(pipeline)
     assert result.returncode == 0, result.stderr[-3000:]
+    pipeline.rewrite(spark={"mode": "connect"})  # then through a crash at every failpoint, in connect mode
+    produced += crash_at_every_failpoint(pipeline, lambda batch: produce(
+        pipeline, registry, [(i + 100, o) for i, o in batch], schema=order_schema, serializer="json"), len(produced))
     good = [enriched(o) for o in produced if o["amount"] >= 0]
     assert sorted(deserialized(pipeline, registry, pipeline.sink, "json"), key=lambda r: r["order_id"]) == \
         sorted(good, key=lambda r: r["order_id"])

@@ -186,3 +186,23 @@ def test_an_incompatible_protobuf_sink_schema_is_refused_naming_the_field(tmp_pa
     assert "field amount_cents (5) was int64, now string" in last, last
     assert read_committed(pipeline.bootstrap, pipeline.sink) == [] and open_transactions(pipeline) == []
     assert registry.get_versions(subject) == [1]
+
+
+def test_protobuf_exactly_once_through_a_crash_at_every_failpoint(tmp_path, bootstrap, unique, registry, classes):
+    """ProtobufSerializer's orders in, protobuf-confluent out, through a crash at every failpoint a connect-mode
+    checkpoint passes outside the writers' tasks; ProtobufDeserializer reads each output once."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from .test_formats import crash_at_every_failpoint
+
+    shutil.copy(SCHEMAS / "orders.desc", tmp_path / "orders.desc")
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "protobuf-confluent"},
+                    {"value": {"format": "protobuf-confluent", "schema": "orders.desc", "message": "EnrichedOrder",
+                               "auto_register": True}},
+                    "lockstep_examples.avro_orders:enrich")
+    produced = crash_at_every_failpoint(pipeline, lambda batch: produce(pipeline, registry, classes, batch))
+    deserialize = ProtobufDeserializer(classes["EnrichedOrder"], {"use.deprecated.format": False})
+    read = [deserialize(m.value(), SerializationContext(pipeline.sink, MessageField.VALUE))
+            for m in read_committed(pipeline.bootstrap, pipeline.sink)]
+    assert sorted(e.order_id for e in read) == sorted(o["order_id"] for o in produced if o["amount"] >= 0)
