@@ -594,15 +594,20 @@ def rewrite_report(results: Path, report_path: Path, baseline: Path | None = Non
     return path
 
 
+def _rerender(write: Any, default: Path, report: Path | None, results: Path) -> None:
+    """Write a section's report again from its saved results (``--from-results``), with its ``write``."""
+    path = report or default
+    path = path if path.is_absolute() else project_root() / path
+    write(json.loads(results.read_text()), path, rerendered=True)
+    log(f"report rewritten to {path} from {results}")
+
+
 def main(args: argparse.Namespace) -> int:
     if args.formats_only:
         if args.from_results:
             from lockstep_bench import formats_report
 
-            path = args.report or formats.FormatSettings().report
-            path = path if path.is_absolute() else project_root() / path
-            formats_report.write(json.loads(args.from_results.read_text()), path, rerendered=True)
-            log(f"report rewritten to {path} from {args.from_results}")
+            _rerender(formats_report.write, formats.FormatSettings().report, args.report, args.from_results)
         else:
             run_formats_bench(formats_settings_from_args(args))
         return 0
@@ -610,10 +615,7 @@ def main(args: argparse.Namespace) -> int:
         if args.from_results:
             from lockstep_bench import windowed_report
 
-            path = args.report or windowed.WindowSettings().report
-            path = path if path.is_absolute() else project_root() / path
-            windowed_report.write(json.loads(args.from_results.read_text()), path, rerendered=True)
-            log(f"report rewritten to {path} from {args.from_results}")
+            _rerender(windowed_report.write, windowed.WindowSettings().report, args.report, args.from_results)
         else:
             run_windows_bench(windows_settings_from_args(args))
         return 0
@@ -621,10 +623,7 @@ def main(args: argparse.Namespace) -> int:
         if args.from_results:
             from lockstep_bench import keyed_state_report
 
-            path = args.report or keyed_state.StateSettings().report
-            path = path if path.is_absolute() else project_root() / path
-            keyed_state_report.write(json.loads(args.from_results.read_text()), path, rerendered=True)
-            log(f"report rewritten to {path} from {args.from_results}")
+            _rerender(keyed_state_report.write, keyed_state.StateSettings().report, args.report, args.from_results)
         else:
             run_state_bench(state_settings_from_args(args))
         return 0
