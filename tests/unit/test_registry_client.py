@@ -86,3 +86,11 @@ def test_the_connection_names_the_registry_and_its_password_is_redacted(monkeypa
     monkeypatch.setenv("AIRFLOW_CONN_REG_NONE", json.dumps({"conn_type": "http"}))
     with pytest.raises(TerminalError, match="names no schema registry"):
         registry_for("reg_none")
+
+
+def test_a_password_in_the_registry_url_is_refused_without_showing_it(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_REG_URLPASS", json.dumps({"conn_type": "http", "extra": {
+        "url": f"http://lockstep:{SECRET}@127.0.0.1:1/apis/ccompat/v7"}}))
+    with pytest.raises(TerminalError, match="carries a password") as refused:
+        registry_for("reg_urlpass")
+    assert SECRET not in str(refused.value)

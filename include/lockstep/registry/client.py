@@ -174,6 +174,10 @@ def registry_for(conn_id: str) -> SchemaRegistry:
         if not url and conn.host:
             host = conn.host if "://" in conn.host else f"http://{conn.host}"
             url = f"{host}:{conn.port}" if conn.port and host.count(":") < 2 else host
+        if url and urllib.parse.urlsplit(str(url)).password is not None:
+            # A password in the URL would be in every message that names the registry: refused, unshown.
+            raise TerminalError(f"connection {conn_id!r}: its registry URL carries a password; give the URL without "
+                                "it, and the user and password as the connection's login and password")
         if not url:
             raise TerminalError(f"connection {conn_id!r} names no schema registry: set its extra's \"url\" (the "
                                 "Confluent-compatible API, e.g. http://host:8080/apis/ccompat/v7) or its host")
