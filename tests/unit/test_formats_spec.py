@@ -102,3 +102,18 @@ def test_avro_read_problems_name_the_field(reader, writer, expected):
     w = {"type": "record", "name": "R", "fields": base + ([writer] if writer else [])}
     found = wire.avro_read_problems(json.dumps(r), json.dumps(w))
     assert len(found) == len(expected) and all(f.startswith(e) for f, e in zip(found, expected, strict=True)), found
+
+
+@pytest.mark.parametrize("fmt, schema", [
+    ("json", {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}),
+    ("avro", {"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}]}),
+])
+def test_a_declared_json_or_avro_schema_is_never_read_as_a_protobuf_descriptor_set(fmt, schema):
+    """Only a Protobuf part has a message: a JSON Schema or an Avro schema is not base64 (whose decoding
+    failed on some of them, by their length, and let others through by chance)."""
+    from lockstep.registry.schemas import readings, writings
+
+    part = {"format": fmt, "schema": json.dumps(schema)}
+    s = spec({"value": part}, {"value": part})
+    assert [(r.part, json.loads(r.reader or ""), r.message) for r in readings(s)] == [("value", schema, None)]
+    assert [(w.part, json.loads(w.schema or ""), w.message) for w in writings(s)] == [("value", schema, None)]

@@ -69,7 +69,8 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tup
         if not fmt.decoded:
             continue
         if not fmt.registry:
-            out.append(Reading(part, fmt, fmt.schema, message=_declared_message(spec, f"source.{part}", fmt)))
+            message = _declared_message(spec, f"source.{part}", fmt) if fmt.protobuf else None
+            out.append(Reading(part, fmt, fmt.schema, message=message))
             continue
         registry = registry_for(spec.source.registry_conn_id)
         subjects = {topic: fmt.subject_for(topic, part) for topic in spec.source.topics}
@@ -147,7 +148,8 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
         if not fmt.decoded:
             continue
         if not fmt.registry:
-            out.append(Writing(part, fmt, fmt.schema, message=_declared_message(spec, f"sink.{part}", fmt)))
+            message = _declared_message(spec, f"sink.{part}", fmt) if fmt.protobuf else None
+            out.append(Writing(part, fmt, fmt.schema, message=message))
             continue
         registry = registry_for(spec.sink.registry_conn_id)
         subject = fmt.subject_for(spec.sink.topic, part)
