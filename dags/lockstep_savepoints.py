@@ -9,11 +9,11 @@ from datetime import datetime
 from airflow.sdk import DAG, Param
 
 from lockstep.paths import pipelines_dir
-from lockstep.spec import load_specs
+from lockstep.spec import load_each
 from lockstep_airflow.operators import LockstepSavepointOperator
 from lockstep_airflow.params import RESTORE_PATTERN
 
-names = sorted(spec.name for spec in load_specs(pipelines_dir())) or ["(no pipelines)"]
+names = sorted(spec.name for spec in load_each(pipelines_dir())[0]) or ["(no pipelines)"]
 
 with DAG(
     dag_id="lockstep_savepoints",

@@ -921,20 +921,36 @@ def load_spec(path: str | Path) -> PipelineSpec:
     return parse_spec(doc, file)
 
 
+def spec_files(directory: str | Path) -> list[Path]:
+    """The spec files of a directory: its *.yaml and *.yml, by name."""
+    return sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
 def load_specs(directory: str | Path) -> list[PipelineSpec]:
-    """Load every *.yaml/*.yml in a directory and check the specs do not collide with each other."""
-    files = sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    """Load every *.yaml/*.yml in a directory and check the specs do not collide with each other; any
+    problem in any spec raises (a command that acts on them all). `load_each` keeps the good ones."""
+    specs, problems = load_each(directory)
+    if problems:
+        raise SpecError(problems)
+    return specs
+
+
+def load_each(directory: str | Path) -> tuple[list[PipelineSpec], list[SpecProblem]]:
+    """The specs of a directory that validate and collide with no other, and the problems of the rest:
+    one bad spec leaves every other pipeline its DAG, its page and its savepoints.
+
+    Two specs that collide (`cross_check`) are both left out: either could fence the other's
+    transactions, and which of them already runs is not known here."""
     specs: list[PipelineSpec] = []
     problems: list[SpecProblem] = []
-    for file in files:
+    for file in spec_files(directory):
         try:
             specs.append(load_spec(file))
         except SpecError as exc:
             problems.extend(exc.problems)
-    problems.extend(cross_check(specs))
-    if problems:
-        raise SpecError(problems)
-    return specs
+    clashes = _clashes(specs)
+    clashed = {path for a, b, _ in clashes for path in (a.path, b.path)}
+    return [s for s in specs if s.path not in clashed], problems + [problem for _, _, problem in clashes]
 
 
 def cross_check(specs: list[PipelineSpec]) -> list[SpecProblem]:
@@ -944,21 +960,26 @@ def cross_check(specs: list[PipelineSpec]) -> list[SpecProblem]:
     prefix, so `orders` and `orders-enrich` as prefixes would let one pipeline abort the other's
     transactions.
     """
-    problems: list[SpecProblem] = []
+    return [problem for _, _, problem in _clashes(specs)]
+
+
+def _clashes(specs: list[PipelineSpec]) -> list[tuple[PipelineSpec, PipelineSpec, SpecProblem]]:
+    """Each pair of specs that collide, with the problem (named on the later one)."""
+    problems: list[tuple[PipelineSpec, PipelineSpec, SpecProblem]] = []
     for i, a in enumerate(specs):
         for b in specs[i + 1:]:
             if a.name == b.name:
-                problems.append(SpecProblem(b.path, "name", f"{b.name!r} is also used by {a.path}"))
+                problems.append((a, b, SpecProblem(b.path, "name", f"{b.name!r} is also used by {a.path}")))
             elif a.dag_id == b.dag_id:
-                problems.append(SpecProblem(b.path, "name", f"DAG id {b.dag_id} is also the DAG id of {a.path}"))
+                problems.append((a, b, SpecProblem(b.path, "name", f"DAG id {b.dag_id} is also the DAG id of {a.path}")))
             pa, pb = a.transactions.id_prefix, b.transactions.id_prefix
             if pa == pb:
-                problems.append(SpecProblem(b.path, "transactions.id_prefix", f"{pb!r} is also used by {a.path}"))
+                problems.append((a, b, SpecProblem(b.path, "transactions.id_prefix", f"{pb!r} is also used by {a.path}")))
             elif pb.startswith(pa + "-") or pa.startswith(pb + "-"):
                 short, long_ = sorted((pa, pb), key=len)
-                problems.append(SpecProblem(
+                problems.append((a, b, SpecProblem(
                     b.path, "transactions.id_prefix",
                     f"{pb!r} and {pa!r} ({a.path}) overlap: ids under {long_!r} also start with {short + '-'!r}, "
                     "so fencing one pipeline would abort the other's transactions",
-                ))
+                )))
     return problems

@@ -71,9 +71,9 @@ def topic_assets(spec: Any) -> list[Asset]:
 def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
     """The sink topic's Asset of ``pipeline``: schedule a DAG on it to run after each commit with records."""
     from lockstep.paths import pipelines_dir as default_dir
-    from lockstep.spec import load_specs
+    from lockstep.spec import load_each
 
-    for spec in load_specs(pipelines_dir or default_dir()):
+    for spec in load_each(pipelines_dir or default_dir())[0]:
         if spec.name == pipeline:
             return topic_assets(spec)[0]
     raise ValueError(f"no pipeline named {pipeline!r} in {pipelines_dir or default_dir()}")
@@ -81,13 +81,12 @@ def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
 
 def sink_assets(pipelines_dir: Path | None = None) -> list[Asset]:
     """The sink topics' Assets of every pipeline (an unreadable spec folder: none)."""
-    from lockstep.errors import SpecError
     from lockstep.paths import pipelines_dir as default_dir
-    from lockstep.spec import load_specs
+    from lockstep.spec import load_each
 
     try:
-        return [topic_assets(spec)[0] for spec in load_specs(pipelines_dir or default_dir())]
-    except (SpecError, OSError) as exc:
+        return [topic_assets(spec)[0] for spec in load_each(pipelines_dir or default_dir())[0]]
+    except OSError as exc:
         log.warning("no pipeline assets: %s", exc)
         return []
 
@@ -140,7 +139,34 @@ def build_dag(spec: Any) -> DAG:
 
 
 def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
+    """A DAG for each spec that validates: a spec that does not is left out (`spec_problems` shows why, as
+    the import error of dags/lockstep_spec_errors.py), and every other pipeline keeps its DAG and runs."""
     from lockstep.paths import pipelines_dir as default_dir
-    from lockstep.spec import load_specs
+    from lockstep.spec import load_each
 
-    return {spec.dag_id: build_dag(spec) for spec in load_specs(pipelines_dir or default_dir())}
+    specs, problems = load_each(pipelines_dir or default_dir())
+    for problem in problems:
+        log.warning("pipeline spec left out (no DAG until it is fixed): %s", problem)
+    return {spec.dag_id: build_dag(spec) for spec in specs}
+
+
+class InvalidPipelineSpecs(Exception):
+    """The specs that do not validate, each with its problems: what Airflow shows as an import error."""
+
+
+def raise_spec_problems(pipelines_dir: Path | None = None) -> None:
+    """Raise `InvalidPipelineSpecs` naming every problem of the specs that `pipeline_dags` leaves out (a DAG
+    file's import error is what Airflow's UI shows for a file that cannot be loaded); nothing if there is none."""
+    from lockstep.paths import pipelines_dir as default_dir
+    from lockstep.spec import load_each, spec_files
+
+    directory = pipelines_dir or default_dir()
+    specs, problems = load_each(directory)
+    if problems:
+        kept = {s.path for s in specs}
+        left_out = [f.name for f in spec_files(directory) if str(f) not in kept]
+        raise InvalidPipelineSpecs("\n".join([
+            f"{len(left_out)} pipeline spec{'s' if len(left_out) != 1 else ''} in {directory} "
+            f"{'have' if len(left_out) != 1 else 'has'} no DAG until fixed ({', '.join(left_out)}); every other "
+            "pipeline keeps its DAG. Check specs with `lockstep validate` before merging them:",
+            *(f"  {p}" for p in problems)]))

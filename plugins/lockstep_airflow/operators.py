@@ -304,11 +304,11 @@ class LockstepSavepointOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from lockstep.model.checkpoint import validate_savepoint_name
-        from lockstep.spec import load_specs
+        from lockstep.spec import load_each
         from lockstep.steps.client_factory import checkpoint_store
 
         params = context["params"]
-        specs = {s.name: s for s in load_specs(self.pipelines_dir)}
+        specs = {s.name: s for s in load_each(self.pipelines_dir)[0]}
         if params["pipeline"] not in specs:
             raise ValueError(f"pipeline {params['pipeline']!r} not found; known: {', '.join(sorted(specs))}")
         store = checkpoint_store(specs[params["pipeline"]])

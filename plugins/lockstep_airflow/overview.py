@@ -21,13 +21,13 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lockstep.errors import SpecError, TerminalError, TransientError
+from lockstep.errors import TerminalError, TransientError
 from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
 from lockstep.model.offsets import TopicPartition
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag
 from lockstep.ops.state_report import iso_ms
-from lockstep.spec import PipelineSpec, load_spec, load_specs
+from lockstep.spec import PipelineSpec, load_each
 
 T = TypeVar("T")
 #: Seconds to wait for Kafka metadata; a page view should fail fast, the DAG tasks may wait longer.
@@ -487,20 +487,12 @@ def read_savepoints(spec: PipelineSpec) -> list[SavepointRow]:
 
 
 def load_pipeline_specs(directory: Path) -> tuple[list[PipelineSpec], list[str]]:
-    """All specs that parse, and every problem found: one bad file must not hide the other pipelines."""
+    """All specs that validate, and every problem found: one bad file must not hide the other pipelines."""
     try:
-        return load_specs(directory), []
-    except SpecError as exc:
-        errors = [str(p) for p in exc.problems]
+        specs, problems = load_each(directory)
     except OSError as exc:
         return [], [f"cannot read pipeline specs from {directory}: {exc}"]
-    specs = []
-    for file in sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()):
-        try:
-            specs.append(load_spec(file))
-        except SpecError:
-            pass  # already listed in errors
-    return specs, errors
+    return specs, [str(p) for p in problems]
 
 
 def _utcnow() -> datetime:

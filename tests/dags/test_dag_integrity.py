@@ -26,10 +26,50 @@ def test_there_are_dag_files():
     assert DAG_FILES, "dags/ has no DAG files"
 
 
+#: The DAG file that declares no DAG: it shows the specs that do not validate as its import error.
+SPEC_ERRORS = ROOT / "dags" / "lockstep_spec_errors.py"
+
+
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
 def test_dag_file_imports_without_errors(dagbag, path):
     assert str(path) not in dagbag.import_errors, dagbag.import_errors.get(str(path))
-    assert any(d.fileloc == str(path) for d in dagbag.dags.values()), f"{path.name} declares no DAG"
+    declares = any(d.fileloc == str(path) for d in dagbag.dags.values())
+    assert declares != (path == SPEC_ERRORS), f"{path.name} declares {'no' if not declares else 'a'} DAG"
+
+
+def test_a_spec_that_does_not_validate_leaves_every_other_pipeline_its_dag(tmp_path):
+    """Beside the repository's specs, one with a bad field and two that collide: every valid pipeline keeps
+    its DAG (and the savepoints DAG lists it); the bad one and the colliding pair have none, and
+    lockstep_spec_errors.py's import error names each file and field. Airflow marks every DAG of a file
+    with an import error stale, so the error is another file's."""
+    import shutil
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from airflow.dag_processing.dagbag import DagBag
+
+    from lockstep.spec import load_specs
+
+    for spec in ("orders.yaml", "orders_per_customer.yaml"):  # two that name no schema file beside them
+        shutil.copy(ROOT / "include" / "pipelines" / spec, tmp_path / spec)
+    good = load_specs(tmp_path)
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump({**doc, "name": "broken", "checkpoints": {
+        **doc["checkpoints"], "max_records": "many"}, "transactions": {"id_prefix": "broken"}}))
+    for twin in ("twin_a", "twin_b"):
+        (tmp_path / f"{twin}.yaml").write_text(yaml.safe_dump({**doc, "name": twin, "transactions": {"id_prefix": "twin"}}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCKSTEP_PIPELINES_DIR", str(tmp_path))
+        bag = DagBag(str(ROOT / "dags"))
+    pipelines = str(ROOT / "dags" / "lockstep_pipelines.py")
+    assert pipelines not in bag.import_errors, bag.import_errors.get(pipelines)
+    assert {d for d, dag in bag.dags.items() if dag.fileloc == pipelines} == {s.dag_id for s in good}
+    assert set(bag.dags["lockstep_savepoints"].params.get_param("pipeline").schema["enum"]) == {s.name for s in good}
+    error = bag.import_errors[str(SPEC_ERRORS)]
+    assert "3 pipeline specs" in error and "every other pipeline keeps its DAG" in error, error
+    assert f"{tmp_path / 'broken.yaml'}: checkpoints.max_records:" in error, error
+    assert f"{tmp_path / 'twin_b.yaml'}: transactions.id_prefix: 'twin' is also used by {tmp_path / 'twin_a.yaml'}" in error
 
 
 def test_one_dag_per_pipeline_spec_with_plan_run_commit(dagbag):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lockstep.errors import SpecError, TerminalError
-from lockstep.spec import PipelineSpec, load_spec, load_specs, parse_spec
+from lockstep.spec import PipelineSpec, load_each, load_spec, load_specs, parse_spec
 
 FULL_YAML = textwrap.dedent(
     """
@@ -317,6 +317,19 @@ def test_load_specs_reports_problems_of_all_files(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_specs(tmp_path)
     assert {(Path(p.file).name, p.field) for p in info.value.problems} == {("a.yaml", "name"), ("b.yaml", "transform")}
+
+
+def test_load_each_keeps_the_specs_that_validate_and_collide_with_none(tmp_path: Path) -> None:
+    """One bad spec, and a pair whose id prefixes overlap (both left out: either could fence the other's
+    transactions), leave the good ones usable; every problem is reported."""
+    write(tmp_path, "a.yaml", spec_doc("alpha"))
+    write(tmp_path, "b.yaml", minimal(name="Bad"))
+    write(tmp_path, "c.yaml", spec_doc("orders"))
+    write(tmp_path, "d.yaml", spec_doc("orders-enrich"))
+    write(tmp_path, "e.yml", spec_doc("zeta"))
+    specs, problems = load_each(tmp_path)
+    assert [s.name for s in specs] == ["alpha", "zeta"]
+    assert [(Path(p.file).name, p.field) for p in problems] == [("b.yaml", "name"), ("d.yaml", "transactions.id_prefix")]
 
 
 def test_duplicate_names_and_prefixes_across_specs(tmp_path: Path) -> None:
