@@ -305,6 +305,23 @@ class StateSpec:
         return self.function.version if self.function is not None else 1
 
 
+#: A DAG's owner when the spec names none.
+DEFAULT_OWNER = "lockstep"
+EMAIL_RE = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+")
+TAG_RE = re.compile(r"[^\s,][^,]{0,99}")
+
+
+@dataclass(frozen=True)
+class AlertsSpec:
+    """Whom a failed checkpoint notifies, once per checkpoint (`lockstep.rules.alerts`): a webhook
+    (an Airflow connection of type http: a JSON POST whose ``text`` a chat's incoming webhook shows) and
+    e-mail addresses (sent through an SMTP connection)."""
+
+    webhook_conn_id: str | None = None
+    email: tuple[str, ...] = ()
+    smtp_conn_id: str = "smtp_default"
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     name: str
@@ -323,6 +340,12 @@ class PipelineSpec:
     #: Set on the derived pipeline that replays dead letters (``lockstep.spark.replay.replay_spec``): the
     #: name of the pipeline whose dead letters it replays. Never read from YAML.
     replay_of: str | None = None
+    #: Who runs the pipeline: its DAG's owner in Airflow (the DAG list filters by it).
+    owner: str = DEFAULT_OWNER
+    #: Tags added to its DAG's own (``lockstep``, source, sink).
+    tags: tuple[str, ...] = ()
+    #: Whom a failed checkpoint notifies; None: no one.
+    alerts: AlertsSpec | None = None
 
     @property
     def dag_id(self) -> str:
@@ -876,7 +899,7 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
     """Validate one parsed YAML document; raises SpecError listing every problem found."""
     c = _Checker(file)
     top = {"name", "description", "source", "transform", "sink", "checkpoints", "transactions", "spark", "producer",
-           "state"}
+           "state", "owner", "tags", "alerts"}
     d = c.section(doc, "", top, optional=False)
     name = c.text(d, "", "name", pattern=NAME_RE, rule="allowed is [a-z0-9][a-z0-9_-]{0,62}")
     description = d.get("description") or ""
@@ -898,10 +921,38 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         producer=_producer(c, d.get("producer")),
         path=file,
         state=_state(c, d.get("state")),
+        owner=c.text(d, "", "owner", DEFAULT_OWNER) or DEFAULT_OWNER,
+        tags=_tags(c, d.get("tags")),
+        alerts=_alerts(c, d.get("alerts")),
     )
     if c.problems:
         raise SpecError(c.problems)
     return spec
+
+
+def _tags(c: _Checker, value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(t, str) and TAG_RE.fullmatch(t) for t in value):
+        c.fail("tags", f"must be a list of tags (text of 1 to 100 characters, no commas), got {_kind(value)}")
+        return ()
+    return tuple(dict.fromkeys(value))
+
+
+def _alerts(c: _Checker, doc: object) -> AlertsSpec | None:
+    if doc is None:
+        return None
+    d = c.section(doc, "alerts", {"webhook_conn_id", "email", "smtp_conn_id"})
+    webhook = c.text(d, "alerts", "webhook_conn_id", None)
+    email = d.get("email") or []
+    if isinstance(email, str):
+        email = [email]
+    if not isinstance(email, list) or not all(isinstance(e, str) and EMAIL_RE.fullmatch(e) for e in email):
+        c.fail("alerts.email", f"must be an e-mail address or a list of them, got {_kind(d.get('email'))}")
+        email = []
+    if d and webhook is None and not email and not any(p.field.startswith("alerts") for p in c.problems):
+        c.fail("alerts", "names no one: set webhook_conn_id (an http connection) or email (addresses)")
+    return AlertsSpec(webhook, tuple(email), c.text(d, "alerts", "smtp_conn_id", "smtp_default") or "smtp_default")
 
 
 def _normalise_transform(value: str) -> str:

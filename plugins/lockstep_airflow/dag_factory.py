@@ -44,6 +44,12 @@ def doc_md(spec: Any) -> str:
         f"Budget {c.max_records} records per checkpoint; transactions time out after "
         f"{spec.transactions.timeout_ms} ms; {c.retain} completed checkpoints retained. Spec: `{spec.path}`.",
         "",
+        f"Owner: **{spec.owner}**. " + (
+            "A failed checkpoint alerts " + " and ".join(
+                ([f"webhook connection `{spec.alerts.webhook_conn_id}`"] if spec.alerts.webhook_conn_id else [])
+                + ([", ".join(spec.alerts.email)] if spec.alerts.email else []))
+            + ", once per checkpoint." if spec.alerts is not None else "No alerts (`alerts` in the spec)."),
+        "",
         "**Params**: `restore_from` (savepoint or `checkpoint:ID`, replays from there), `max_records`, "
         "`dry_run`. A failed checkpoint's task log ends with one line naming the checkpoint, the cause "
         "and the way out; the next run recovers by itself.",
@@ -118,9 +124,9 @@ def build_dag(spec: Any) -> DAG:
         description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
         tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
-              *([f"trigger:lag>={lag.lag_records}"] if lag is not None else [])],
+              *([f"trigger:lag>={lag.lag_records}"] if lag is not None else []), *spec.tags],
         params=pipeline_params(read_restore_points(spec)),
-        default_args={"owner": "lockstep"},
+        default_args={"owner": spec.owner},
     ) as dag:
         plan = LockstepPlanOperator(task_id="plan", spec_path=spec.path, retries=2,
                                     retry_delay=timedelta(seconds=10), retry_exponential_backoff=True,

@@ -1,22 +1,32 @@
-"""Writes each Lockstep DAG run's note when the run ends (an Airflow listener, in the scheduler).
+"""Writes each Lockstep DAG run's note when the run ends, and sends a failed run's alert (an Airflow
+listener, in the scheduler).
 
 A task cannot set its own run's note in Airflow 3.3 (the Task SDK has no call for it), so the
 scheduler does it: when a run succeeds or fails, this reads what the run's tasks left in XCom
 and sets the note ``run_notes.run_note`` composes, on the run object the scheduler is about to
 commit. Runs of other DAGs, and notes a user wrote, are left alone. A failure here is logged and
 never affects the run (Airflow catches listener errors too).
+
+A failed run notifies its spec's ``alerts`` once per checkpoint (`lockstep.rules.alerts`): the run that
+finished before it tells whether the checkpoint was already stuck. The alert is sent from a thread, so
+a slow webhook never holds the scheduler.
 """
 from __future__ import annotations
 
 import logging
+import re
+import threading
 from typing import Any
 
 from airflow.listeners import hookimpl
 
+from lockstep.rules.alerts import Failure, should_notify
 from lockstep_airflow.run_notes import FAILURE_KEY, may_replace, run_note
 
 log = logging.getLogger(__name__)
 TASKS = ("plan", "run", "commit")
+#: A summary line's checkpoint (`lockstep_airflow.operators._loud`: "lockstep <name> <step> failed: checkpoint N: ...").
+_FAILED_ON = re.compile(r" failed: checkpoint (\d+):")
 
 
 def _xcoms(dag_run: Any, session: Any) -> dict[tuple[str, str], Any]:
@@ -65,3 +75,75 @@ def on_dag_run_success(dag_run: Any, msg: str) -> None:
 @hookimpl
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
     _write_note(dag_run)
+    _alert(dag_run)
+
+
+def failure_of(dag_run: Any, session: Any) -> Failure | None:
+    """What a finished Lockstep run failed on; None if it did not fail, or is not a Lockstep run."""
+    state = getattr(dag_run.state, "value", dag_run.state)
+    if state != "failed":
+        return None
+    values = _xcoms(dag_run, session)
+    plan = values.get(("plan", "return_value"))
+    plan = plan if isinstance(plan, dict) else {}
+    failures = [values[(t, FAILURE_KEY)] for t in TASKS if (t, FAILURE_KEY) in values]
+    failure = failures[-1] if failures and isinstance(failures[-1], dict) else {}
+    pipeline = plan.get("pipeline") or failure.get("pipeline")
+    if not pipeline:
+        return None
+    checkpoint = plan.get("checkpoint_id")
+    if checkpoint is None and (named := _FAILED_ON.search(str(failure.get("summary") or ""))):
+        checkpoint = named.group(1)  # a plan that failed recovering it
+    summary = failure.get("summary") or (f"lockstep {pipeline}: a task failed without a Lockstep summary (killed, "
+                                         "timed out or lost): see its log")
+    return Failure(str(pipeline), dag_run.run_id, int(checkpoint) if checkpoint is not None else None, str(summary))
+
+
+def _previous_run(dag_run: Any, session: Any) -> Any:
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    return session.scalars(
+        select(DagRun).where(DagRun.dag_id == dag_run.dag_id, DagRun.run_id != dag_run.run_id,
+                             DagRun.state.in_(("success", "failed")), DagRun.start_date < dag_run.start_date)
+        .order_by(DagRun.start_date.desc()).limit(1)).first()
+
+
+def _alert(dag_run: Any) -> None:
+    from sqlalchemy.orm import object_session
+
+    session = object_session(dag_run)
+    if session is None:
+        return
+    try:
+        failure = failure_of(dag_run, session)
+        if failure is None:
+            return
+        previous = _previous_run(dag_run, session)
+        if not should_notify(failure, failure_of(previous, session) if previous is not None else None):
+            log.info("%s: checkpoint %s failed again; its alert was sent when it first failed", failure.pipeline,
+                     failure.checkpoint_id)
+            return
+        from lockstep.paths import pipelines_dir
+        from lockstep.spec import load_each
+
+        spec = next((s for s in load_each(pipelines_dir())[0] if s.name == failure.pipeline), None)
+        if spec is None or spec.alerts is None:
+            return
+        threading.Thread(target=_send, args=(spec, failure), name=f"lockstep-alert-{spec.name}", daemon=True).start()
+    except Exception:
+        log.exception("could not alert about %s %s", dag_run.dag_id, dag_run.run_id)
+
+
+def _send(spec: Any, failure: Failure) -> None:
+    from airflow.configuration import conf
+
+    from lockstep.ops.alerts import notify
+    from lockstep_airflow.links import checkpoint_url, pipeline_url
+
+    base = conf.get("api", "base_url", fallback="").rstrip("/")
+    link = (checkpoint_url(spec.name, failure.checkpoint_id, base) if failure.checkpoint_id is not None
+            else pipeline_url(spec.name, base))
+    sent = notify(spec, failure, link)
+    if sent:
+        log.info("%s: alert about %s sent: %s", spec.name, failure.run_id, "; ".join(sent))
