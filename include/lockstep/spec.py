@@ -313,7 +313,7 @@ TAG_RE = re.compile(r"[^\s,][^,]{0,99}")
 
 @dataclass(frozen=True)
 class AlertsSpec:
-    """Whom a failed checkpoint notifies, once per checkpoint (`lockstep.rules.alerts`): a webhook
+    """Whom a failed checkpoint notifies, once per failure streak (`lockstep.rules.alerts`): a webhook
     (an Airflow connection of type http: a JSON POST whose ``text`` a chat's incoming webhook shows) and
     e-mail addresses (sent through an SMTP connection)."""
 

@@ -48,7 +48,7 @@ def doc_md(spec: Any) -> str:
             "A failed checkpoint alerts " + " and ".join(
                 ([f"webhook connection `{spec.alerts.webhook_conn_id}`"] if spec.alerts.webhook_conn_id else [])
                 + ([", ".join(spec.alerts.email)] if spec.alerts.email else []))
-            + ", once per checkpoint." if spec.alerts is not None else "No alerts (`alerts` in the spec)."),
+            + " once, until a run succeeds again." if spec.alerts is not None else "No alerts (`alerts` in the spec)."),
         "",
         "**Params**: `restore_from` (savepoint or `checkpoint:ID`, replays from there), `max_records`, "
         "`dry_run`. A failed checkpoint's task log ends with one line naming the checkpoint, the cause "

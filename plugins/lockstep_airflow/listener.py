@@ -7,8 +7,8 @@ and sets the note ``run_notes.run_note`` composes, on the run object the schedul
 commit. Runs of other DAGs, and notes a user wrote, are left alone. A failure here is logged and
 never affects the run (Airflow catches listener errors too).
 
-A failed run notifies its spec's ``alerts`` once per checkpoint (`lockstep.rules.alerts`): the run that
-finished before it tells whether the checkpoint was already stuck. The alert is sent from a thread, so
+A failed run notifies its spec's ``alerts`` once per failure streak (`lockstep.rules.alerts`): the run
+that finished before it tells whether the pipeline was already failing. The alert is sent from a thread, so
 a slow webhook never holds the scheduler.
 """
 from __future__ import annotations
@@ -121,8 +121,8 @@ def _alert(dag_run: Any) -> None:
             return
         previous = _previous_run(dag_run, session)
         if not should_notify(failure, failure_of(previous, session) if previous is not None else None):
-            log.info("%s: checkpoint %s failed again; its alert was sent when it first failed", failure.pipeline,
-                     failure.checkpoint_id)
+            log.info("%s: run %s failed too; the alert went out when the pipeline first failed", failure.pipeline,
+                     failure.run_id)
             return
         from lockstep.paths import pipelines_dir
         from lockstep.spec import load_each

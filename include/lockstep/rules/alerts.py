@@ -1,9 +1,9 @@
-"""Whom a failed checkpoint notifies, and when: once per checkpoint (pure).
+"""Whom a failed checkpoint notifies, and when: once per failure streak (pure).
 
-A DAG run that fails on a checkpoint notifies the spec's ``alerts``. A checkpoint that stays stuck (the
-next runs fail on it again, as a terminal cause does until someone acts) says nothing new, so it does not
-notify again; the next failure of another checkpoint, or after a run that succeeded, does. A run that
-failed before it claimed a checkpoint is told apart by its summary line.
+A DAG run that fails notifies the spec's ``alerts``. A pipeline that stays stuck says nothing new when
+its next runs fail too (a terminal cause fails each of them until someone acts, each on a new
+checkpoint over the same records, since a failed checkpoint is aborted and its ranges replayed): those
+do not notify again. The first failure after a run that succeeded does.
 """
 from __future__ import annotations
 
@@ -23,12 +23,8 @@ class Failure:
 
 def should_notify(failure: Failure, previous: Failure | None) -> bool:
     """``previous``: the pipeline's run that finished before this one, if it failed (None: it succeeded,
-    or there was none)."""
-    if previous is None:
-        return True
-    if failure.checkpoint_id is not None or previous.checkpoint_id is not None:
-        return failure.checkpoint_id != previous.checkpoint_id
-    return failure.summary != previous.summary
+    or there was none). Only the first failure of a streak notifies."""
+    return previous is None
 
 
 def alert_text(failure: Failure, owner: str, link: str) -> str:
@@ -39,5 +35,5 @@ def alert_text(failure: Failure, owner: str, link: str) -> str:
         f"Lockstep pipeline {failure.pipeline} (owner {owner}): {what} failed in DAG run {failure.run_id}.",
         f"lockstep-cause: {failure.summary}",
         f"Checkpoint: {link}",
-        "It is not repeated while the next runs fail on the same checkpoint.",
+        "No further alert until a run of the pipeline succeeds.",
     ])
