@@ -231,8 +231,8 @@ def _status(spec: PipelineSpec, args: argparse.Namespace) -> int:
     target = metrics.resolve_target(args.statsd)  # a bad --statsd is refused before any read
     result = lag.read_lag(spec, checkpoint_store(spec))
     sent = metrics.send_gauges(spec.name, result.gauges(), target)
-    _emit(args, result.to_json(), lag.describe(result) + (f"\n{sent} gauges sent to StatsD at {target.host}:"
-                                                           f"{target.port}" if sent and target else ""))
+    _emit(args, result.to_json(), lag.describe(result) + (f"\n{sent} gauges sent to {target.where}"
+                                                           if sent and target else ""))
     return 0
 
 

@@ -1,14 +1,19 @@
-"""Lockstep's gauges over StatsD, the protocol Airflow already speaks.
+"""Lockstep's gauges, over StatsD or OpenTelemetry: the protocols Airflow already speaks.
 
 Where they go, first found wins:
 
-1. an explicit ``host:port`` (``lockstep status --statsd``);
-2. ``LOCKSTEP_STATSD=host:port`` in the environment;
-3. inside Airflow, Airflow's own ``[metrics]`` settings (``statsd_on``, ``statsd_host``,
-   ``statsd_port``, ``statsd_prefix``), so the gauges land beside Airflow's metrics.
+1. an explicit ``host:port`` (``lockstep status --statsd``): StatsD;
+2. ``LOCKSTEP_STATSD=host:port`` in the environment: StatsD;
+3. ``LOCKSTEP_OTLP=http(s)://host:port`` in the environment: OpenTelemetry (OTLP over HTTP, to
+   ``<url>/v1/metrics``);
+4. inside Airflow, Airflow's own ``[metrics]`` settings, so the gauges land beside Airflow's metrics:
+   with ``otel_on``, OpenTelemetry to ``otel_host``/``otel_port`` (``otel_ssl_active``, ``otel_prefix``),
+   as Airflow sends its own; else with ``statsd_on``, StatsD to ``statsd_host``/``statsd_port``
+   (``statsd_prefix``).
 
-Names are ``<prefix>.lockstep.<pipeline>.<gauge>`` (prefix ``airflow`` unless Airflow's says
-otherwise). Sending is fire-and-forget UDP: a metrics outage never fails a checkpoint.
+Names are ``<prefix>.lockstep.<pipeline>.<gauge>`` either way (prefix ``airflow`` unless Airflow's
+says otherwise); an OpenTelemetry gauge also carries the attribute ``pipeline``. Sending never fails a
+checkpoint: StatsD is fire-and-forget UDP, and an OTLP export that fails is logged.
 """
 from __future__ import annotations
 
@@ -37,6 +42,27 @@ class StatsdTarget:
     port: int
     prefix: str = DEFAULT_PREFIX
 
+    @property
+    def where(self) -> str:
+        return f"StatsD at {self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class OtelTarget:
+    """An OTLP/HTTP metrics endpoint (``http(s)://host:port/v1/metrics``)."""
+
+    endpoint: str
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def where(self) -> str:
+        return f"OpenTelemetry at {self.endpoint}"
+
+
+Target = StatsdTarget | OtelTarget
+OTLP_ENV = "LOCKSTEP_OTLP"
+OTLP_TIMEOUT_S = 10
+
 
 def parse_target(value: str, prefix: str = DEFAULT_PREFIX, where: str = ENV) -> StatsdTarget:
     host, sep, port = value.strip().rpartition(":")
@@ -45,13 +71,25 @@ def parse_target(value: str, prefix: str = DEFAULT_PREFIX, where: str = ENV) -> 
     return StatsdTarget(host.strip("[]"), int(port), prefix)
 
 
-def _airflow_target() -> StatsdTarget | None:
-    """Airflow's StatsD settings, only in a process that already runs Airflow (never imported for it)."""
+def parse_otlp(value: str, prefix: str = DEFAULT_PREFIX, where: str = OTLP_ENV) -> OtelTarget:
+    url = value.strip().rstrip("/")
+    if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+        raise TerminalError(f"{where}={value!r}: expected an OTLP/HTTP URL, e.g. http://localhost:4318")
+    return OtelTarget(url if url.endswith("/v1/metrics") else f"{url}/v1/metrics", prefix)
+
+
+def _airflow_target() -> Target | None:
+    """Airflow's metrics settings, only in a process that already runs Airflow (never imported for it)."""
     if "airflow" not in sys.modules:
         return None
     try:
         from airflow.configuration import conf
 
+        if conf.getboolean("metrics", "otel_on", fallback=False):
+            scheme = "https" if conf.getboolean("metrics", "otel_ssl_active", fallback=False) else "http"
+            return OtelTarget(f"{scheme}://{conf.get('metrics', 'otel_host', fallback='localhost')}:"
+                              f"{conf.getint('metrics', 'otel_port', fallback=8889)}/v1/metrics",
+                              conf.get("metrics", "otel_prefix", fallback=DEFAULT_PREFIX) or DEFAULT_PREFIX)
         if not conf.getboolean("metrics", "statsd_on", fallback=False):
             return None
         return StatsdTarget(conf.get("metrics", "statsd_host", fallback="localhost"),
@@ -62,21 +100,28 @@ def _airflow_target() -> StatsdTarget | None:
         return None
 
 
-def resolve_target(explicit: str | None = None) -> StatsdTarget | None:
+def resolve_target(explicit: str | None = None) -> Target | None:
     if explicit:
         return parse_target(explicit, where="--statsd")
     if os.environ.get(ENV):
         return parse_target(os.environ[ENV])
+    if os.environ.get(OTLP_ENV):
+        return parse_otlp(os.environ[OTLP_ENV])
     return _airflow_target()
+
+
+def names(prefix: str, pipeline: str, gauges: Mapping[str, float]) -> dict[str, float]:
+    """Each gauge's full name, ``<prefix>.lockstep.<pipeline>.<gauge>``, made of safe characters."""
+    base = ".".join(_UNSAFE.sub("_", part) for part in (prefix, "lockstep", pipeline) if part)
+    return {f"{base}.{_UNSAFE.sub('_', name)}": value for name, value in sorted(gauges.items())}
 
 
 def lines(prefix: str, pipeline: str, gauges: Mapping[str, float]) -> list[str]:
     """StatsD gauge lines, ``name:value|g``, names made of StatsD-safe characters."""
-    base = ".".join(_UNSAFE.sub("_", part) for part in (prefix, "lockstep", pipeline) if part)
     out = []
-    for name, value in sorted(gauges.items()):
+    for name, value in names(prefix, pipeline, gauges).items():
         number = f"{value:.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(int(value))
-        out.append(f"{base}.{_UNSAFE.sub('_', name)}:{number}|g")
+        out.append(f"{name}:{number}|g")
     return out
 
 
@@ -95,10 +140,12 @@ def datagrams(gauge_lines: list[str], limit: int = MAX_DATAGRAM) -> list[bytes]:
     return packets
 
 
-def send_gauges(pipeline: str, gauges: Mapping[str, float], target: StatsdTarget | None) -> int:
+def send_gauges(pipeline: str, gauges: Mapping[str, float], target: Target | None) -> int:
     """Send; returns the number of gauges sent (0 with no target). Never raises."""
     if target is None or not gauges:
         return 0
+    if isinstance(target, OtelTarget):
+        return _export(pipeline, gauges, target)
     payload = lines(target.prefix, pipeline, gauges)
     try:
         family = socket.AF_INET6 if ":" in target.host else socket.AF_INET
@@ -112,8 +159,40 @@ def send_gauges(pipeline: str, gauges: Mapping[str, float], target: StatsdTarget
     return len(payload)
 
 
+def _export(pipeline: str, gauges: Mapping[str, float], target: OtelTarget) -> int:
+    """One OTLP/HTTP export of the gauges, through the OpenTelemetry SDK: recorded by a meter provider of
+    its own, collected once and handed to the exporter, whose answer says whether they arrived (a task
+    sends its gauges once; no export thread is left behind)."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportResult
+        from opentelemetry.sdk.resources import Resource
+
+        reader = InMemoryMetricReader()
+        provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": "lockstep"}))
+        meter = provider.get_meter("lockstep")
+        for name, value in names(target.prefix, pipeline, gauges).items():
+            meter.create_gauge(name).set(value, {"pipeline": pipeline})
+        data = reader.get_metrics_data()
+        provider.shutdown()
+        exporter = OTLPMetricExporter(endpoint=target.endpoint, timeout=OTLP_TIMEOUT_S)
+        try:
+            result = exporter.export(data, timeout_millis=OTLP_TIMEOUT_S * 1000) if data is not None else None
+        finally:
+            exporter.shutdown()
+    except Exception as exc:  # noqa: BLE001 - metrics never fail a checkpoint
+        log.warning("metrics of %s not sent to %s: %s", pipeline, target.where, exc)
+        return 0
+    if result is not MetricExportResult.SUCCESS:
+        log.warning("metrics of %s not sent to %s: the export failed", pipeline, target.where)
+        return 0
+    log.info("sent %d gauges of %s to %s", len(gauges), pipeline, target.where)
+    return len(gauges)
+
+
 def send_commit_time_left(pipeline: str, timeout_ms: int, left_ms: int | None,
-                          target: StatsdTarget | None = None) -> int:
+                          target: Target | None = None) -> int:
     """The share of the transaction timeout left when a commit began, as the gauge
     ``commit_time_left_percent`` (to the resolved target unless one is given): an alert on it warns
     before commits start to miss the timeout. Never raises; returns the gauges sent."""
