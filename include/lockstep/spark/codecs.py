@@ -18,8 +18,6 @@ may drop rows, those dead letters are kept apart from its input and put back bes
 """
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,18 +28,13 @@ from lockstep.registry.schemas import Reading, Writing, readings, writings
 from lockstep.spec import PipelineSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Observation
+    from pyspark.sql import Column, DataFrame
 
 #: The column the transform receives each decoded part in, and returns the part to encode in.
 DATA_COLUMN = {"value": "data", "key": "key_data"}
 #: Why a record did not decode (internal: the input's dead letters are split off by it).
 DECODE_ERROR = "__ls_decode_error"
 _PERMISSIVE = {"mode": "PERMISSIVE"}
-_ROWS, _UNDECODABLE = "rows", "undecodable"
-#: How long the observed counts may take to reach the driver after the action that computed them
-#: (a classic session hands them over on its listener bus).
-_OBSERVED_WAIT_S = 10.0
-log = logging.getLogger(__name__)
 
 
 # ---- one run's formats ------------------------------------------------------------------------------------
@@ -55,40 +48,14 @@ class Formats:
         self.spec = spec
         self.readings = readings(spec, pinned)
         self.writings = writings(spec, pinned=pinned)
-        self._observation: Observation | None = None
 
-    def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame],
-                    observe: bool = False) -> tuple[DataFrame, DataFrame | None]:
+    def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, DataFrame | None]:
         """The transform's output over the records that decode, and the decoded input (None: nothing is
-        decoded), whose records that did not decode `with_dead_letters` writes.
-
-        ``observe``: the records that do not decode are counted while the output is computed (an
-        observation, read by `undecodable_after` once an action has run over it)."""
+        decoded), whose records that did not decode `with_dead_letters` writes."""
         if not self.readings:
             return self._encoded(transform(df)), None
         decoded = decode(df, self.readings)
-        seen = decoded
-        if observe:
-            from pyspark.sql import functions as F
-
-            self._observation = _observation_for(decoded)
-            seen = decoded.observe(self._observation, F.count(F.lit(1)).alias(_ROWS),
-                                   F.count_if(F.col(DECODE_ERROR).isNotNull()).alias(_UNDECODABLE))
-        return self._encoded(transform(decodable(seen))), decoded
-
-    def undecodable_after(self, decoded: DataFrame, records: int) -> int:
-        """How many of the input's records do not decode, once the output `transformed` observed was
-        written: what the write counted when it went through all ``records`` (the claim's offsets, one record
-        each, as in a topic without transactions or compaction), else a count (a read and a decode).
-
-        The write may not have gone through all of them: a transform can stop early (a ``limit``, a join with
-        an empty table), and a transactional topic has offsets that are no records."""
-        observed = _observed(self._observation) if self._observation is not None else None
-        if observed is not None and observed.get(_ROWS) == records:
-            return int(observed[_UNDECODABLE])
-        log.info("the write read %s of the claim's %d offsets: counting the records that do not decode apart",
-                 "an unknown number" if observed is None else observed.get(_ROWS), records)
-        return Formats.undecodable_count(decoded)
+        return self._encoded(transform(decodable(decoded))), decoded
 
     def _encoded(self, out: DataFrame) -> DataFrame:
         state = self.spec.state
@@ -122,33 +89,6 @@ class Formats:
 
     def describe(self) -> str:
         return describe(self.readings, self.writings)
-
-
-def _observation_for(df: DataFrame) -> Observation:
-    """A new observation of the kind ``df``'s session takes (Spark Connect's or a classic session's)."""
-    if type(df).__module__.startswith("pyspark.sql.connect"):
-        from pyspark.sql.connect.observation import Observation as ConnectObservation
-
-        return ConnectObservation()  # type: ignore[return-value]
-    from pyspark.sql.observation import Observation
-
-    return Observation()
-
-
-def _observed(observation: Observation) -> dict[str, int] | None:
-    """An observation's counts, None when the action that ran did not compute them (Spark left the
-    observed part of the plan out). A Spark Connect session returns them with the action's result (an
-    empty result: none came); a classic session's `Observation.get` would wait for ever, so its future
-    is polled."""
-    jo = getattr(observation, "_jo", None)
-    if jo is None:  # Spark Connect
-        return dict(observation.get) or None
-    deadline = time.monotonic() + _OBSERVED_WAIT_S
-    while not jo.future().isCompleted():
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-    return dict(observation.get)
 
 
 def decoded_columns(spec: PipelineSpec) -> tuple[str, ...]:

@@ -217,10 +217,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         formats = Formats(spec, view.claim.schema_ids)
         if formats.readings or formats.writings:
             log.info("checkpoint %d: formats: %s", checkpoint_id, formats.describe())
-        # A stateless checkpoint counts its records that do not decode while it writes (a replay records
-        # what each task writes before it writes: it counts them first, as a stateful one places them).
-        counted_while_writing = spec.state is None and replay is None
-        out, decoded = formats.transformed(df, transform, observe=counted_while_writing)
+        out, decoded = formats.transformed(df, transform)
         from lockstep.spark.output_tasks import place
 
         if spec.state is not None:
@@ -235,20 +232,15 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             # offset order: a lost transaction's share can then be computed again exactly.
             out = place(output, view.claim.ranges, tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-
-        def with_undecodable(bad: int) -> DataFrame:
+        if decoded is not None and spec.state is None and (bad := Formats.undecodable_count(decoded)):
             # The records that did not decode never met the transform: beside its output, each in the
             # transaction of its source partition's task, as a stateful checkpoint places its output.
             # A source partition's sink records all come from one reader task, in offset order (no sort).
-            # Only when there are some: placing every output record costs a shuffle.
+            # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
+            # placing every output record when, as in most checkpoints, every record decodes.
             log.info("checkpoint %d: %d records do not decode; they go to the dead-letter topic with the reason",
                      checkpoint_id, bad)
-            assert decoded is not None
-            return place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False)
-
-        if decoded is not None and spec.state is None and not counted_while_writing and (
-                bad := Formats.undecodable_count(decoded)):
-            out = with_undecodable(bad)
+            out = place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False)
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
@@ -265,13 +257,6 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             out = out.localCheckpoint(eager=True)
             replay.record(out.select(*columns))  # before the decision: only read once it is completed
         results = write(spark, out.select(*columns), settings)
-        if decoded is not None and counted_while_writing and (
-                bad := formats.undecodable_after(decoded, sum(r.count for r in ranges))):
-            # Seen only now, as most checkpoints have none: that write's transactions are aborted (never
-            # prepared, never committed) and the output written again with the dead letters placed.
-            abort_written(checkpoint_id, planned.sink_kafka_conn_id, results)
-            out = with_undecodable(bad)
-            results = write(spark, out.select(*columns), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)
         for line in results:
@@ -313,19 +298,3 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
              prepared.spark_seconds)
     failpoints.hit("job.after_prepared")
     return prepared
-
-
-def abort_written(checkpoint_id: int, conn_id: str, results: list[str]) -> None:
-    """Abort the transactions a write opened (its tasks' result documents), which its checkpoint will
-    not prepare: a write that is done again."""
-    from lockstep.kafka.committer import TransactionCommitter
-    from lockstep.kafka.internals import KafkaTransactionAdmin
-
-    written = [PreparedTransaction.from_json(committable, f"task {task}")
-               for task, _, committable in map(parse_task_result, results) if committable is not None]
-    with TransactionCommitter(KafkaTransactionAdmin.for_connection(conn_id)) as committer:
-        for txn in written:
-            if not txn.is_empty:
-                committer.abort(txn.transactional_id, txn.producer_id, txn.epoch)
-    log.info("checkpoint %d: aborted the %d transactions of a write done again", checkpoint_id,
-             sum(not t.is_empty for t in written))
