@@ -353,3 +353,62 @@ def test_connect_checks_the_stored_state_by_the_plans_rule(tmp_path: Path, conne
     if stored_state is not None:
         assert spec.to_json()["state"] == {"checkpoint": 7, "operator": stored_state.operator,
                                            "key_groups": stored_state.key_groups, "rekey_to": rekey_to}
+
+
+class FakeRegistry:
+    """Subjects and the one schema each holds; compatible with anything, as a registry with no version is."""
+
+    name = "fake"
+    gave_reasons = False
+
+    def __init__(self, subjects: dict[str, str]) -> None:
+        self.subjects = subjects
+
+    def _held(self, subject: str) -> str:
+        from lockstep.registry.client import RegistryError
+
+        if subject not in self.subjects:
+            raise RegistryError(f"Subject '{subject}' not found.", 404, 40401)
+        return self.subjects[subject]
+
+    def versions(self, subject: str) -> list[int]:
+        self._held(subject)
+        return [1]
+
+    def version(self, subject: str, version: Any = "latest") -> Any:
+        from lockstep.registry.client import RegisteredSchema
+
+        return RegisteredSchema(1, "AVRO", self._held(subject), 1)
+
+    def lookup(self, subject: str, text: str, schema_type: str) -> Any:
+        from lockstep.registry.client import RegisteredSchema
+
+        return RegisteredSchema(1, "AVRO", text, 1) if self.subjects.get(subject) == text else None
+
+    def compatibility_problems(self, subject: str, text: str, schema_type: str) -> list[str]:
+        return []
+
+
+@pytest.mark.parametrize(("held", "problems"), [
+    ({"orders-value": '"string"', "orders-enriched-value": '{"type": "string"}'}, []),
+    ({"orders-enriched-value": '{"type": "string"}'}, [("source.value", "subject 'orders-value' (topic orders) is not "
+                                                                         "in schema registry fake")]),
+    ({"orders-value": '"string"'}, [("sink.value", "the schema (inline) is not registered under subject "
+                                                   "'orders-enriched-value' in registry fake")]),
+])
+def test_connect_checks_registry_subjects_and_the_sinks_schema_as_the_plan_would(
+        tmp_path: Path, connections: None, monkeypatch: pytest.MonkeyPatch, held: dict[str, str],
+        problems: list[tuple[str, str]]) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT", json.dumps({"conn_type": "http", "host": "nowhere"}))
+    registry = FakeRegistry(held)
+    monkeypatch.setattr("lockstep.registry.client.registry_for", lambda conn_id: registry)
+    monkeypatch.setattr("lockstep.registry.schemas.registry_for", lambda conn_id: registry)
+    stored(monkeypatch, FakeStore(None))
+    path = write(tmp_path, "p.yaml", source={"value": "avro-confluent"},
+                 sink={"value": {"format": "avro-confluent", "schema": {"type": "string"}}})
+    report = v.validate([path], connect=True,
+                        services=FakeServices({"orders": 4, "orders-enriched": 4, "orders-enriched-dlq": 1}))
+    (spec,) = report.specs
+    assert [(p.field, p.reason[:len(start)]) for p, (_, start) in zip(spec.problems, problems)] == problems
+    assert len(spec.problems) == len(problems) and report.exit_code() == (1 if problems else 0)
+    assert spec.subjects == ({"orders-value": 1} if "orders-value" in held else {})

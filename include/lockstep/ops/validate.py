@@ -9,7 +9,8 @@ against each other (`lockstep.spec.cross_check`: names, DAG ids, transactional i
   ``process`` (key, records, state, ctx), its ``migrate`` (state, version).
 - **With ``connect``**: the services, through the spec's connections as the steps reach them: the
   connections are defined; the source topics, the sink topic and the dead-letter topic exist (their
-  partition counts go in the report); the registry holds the subjects of registry-framed source parts;
+  partition counts go in the report); the registry holds the subjects of registry-framed source parts,
+  and a registry-framed sink part's schema is one the plan would write with (`writings`, as a dry run);
   the checkpoint store answers, and a stateful pipeline's stored state fits the spec, by the rule the
   plan refuses a checkpoint with (`lockstep.rules.state_base.base_refusal`: the operator, the key
   groups unless re-keyed, a state function's schema).
@@ -243,6 +244,8 @@ def check_connect(spec: PipelineSpec, report: SpecReport, services: Services) ->
         errors += _topics(spec, report, services, "sink", spec.sink.kafka_conn_id, wanted)
     if spec.source.registry_conn_id in usable:
         errors += _subjects(spec, report)
+    if spec.sink.registry_conn_id in usable:
+        errors += _sink_schemas(spec, report)
     if spec.checkpoints.aws_conn_id in usable:
         errors += _store(spec, report, services.timeout_s)
     return errors
@@ -313,6 +316,25 @@ def _subjects(spec: PipelineSpec, report: SpecReport) -> list[str]:
             return [f"{spec.path}: source.{part}: {exc}"]
         except TerminalError as exc:
             report.problem("source.registry_conn_id", str(exc))
+    return []
+
+
+def _sink_schemas(spec: PipelineSpec, report: SpecReport) -> list[str]:
+    """A registry sink part's schema is one the plan would write with: the plan's own check
+    (`lockstep.registry.schemas.writings`) as a dry run, which registers nothing."""
+    from lockstep.errors import TransientError
+    from lockstep.registry.schemas import writings
+
+    if not (spec.sink.key.registry or spec.sink.value.registry):
+        return []
+    try:
+        writings(spec, dry_run=True)
+    except TransientError as exc:
+        return [f"{spec.path}: sink: {exc}"]
+    except TerminalError as exc:  # "<file>: sink.<part>: <reason>", or the connection's own message
+        text = str(exc).removeprefix(f"{spec.path}: ")
+        where, _, reason = text.partition(": ")
+        report.problem(*((where, reason) if where in ("sink.value", "sink.key") else ("sink.registry_conn_id", text)))
     return []
 
 
