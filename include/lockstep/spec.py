@@ -22,7 +22,6 @@ TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 ID_PREFIX_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 TRANSFORM_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*|[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-CRON_FIELD_RE = re.compile(r"[0-9A-Za-z*?/,#-]+")
 SCHEDULE_PRESETS = frozenset(
     {"@once", "@continuous", "@hourly", "@daily", "@midnight", "@weekly",
      "@monthly", "@quarterly", "@yearly", "@annually"}
@@ -190,7 +189,9 @@ class SparkSpec:
     remote: str | None = None
 
 
-DURATION_RE = re.compile(r"(\d+)(ms|s|m|h|d)")
+DURATION_RE = re.compile(r"(\d+)\s*(ms|s|m|h|d)?")
+#: What every duration field of a spec takes (`duration_ms`), as its messages say it.
+DURATION_RULE = "a number with ms, s, m, h or d (500ms, 30s, 15m, 2h, 1d), or whole seconds"
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What the stateful operators name their output's key field when ``key`` is an expression, not a column.
@@ -656,28 +657,26 @@ def _schedule(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker
         if value in SCHEDULE_PRESETS:
             return value
         c.fail("checkpoints.schedule", f"unknown preset {value!r} (known: {', '.join(sorted(SCHEDULE_PRESETS))})")
-    elif len(value.split()) in (5, 6) and all(CRON_FIELD_RE.fullmatch(f) for f in value.split()):
+    elif (reason := cron_problem(value)) is None:
         return value
     else:
-        c.fail("checkpoints.schedule", f"{value!r} is not a cron expression with 5 fields")
+        c.fail("checkpoints.schedule", f"{value!r} is not a valid cron expression: {reason}")
     return None
 
 
-_DURATION_RE = re.compile(r"([1-9][0-9]*)\s*(s|m|h)?")
-_UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600}
+def cron_problem(value: str) -> str | None:
+    """Why Airflow would refuse ``value`` as a cron schedule, or None: croniter, which Airflow's cron
+    timetable parses with, decides, so a spec that passes here also gets its DAG (``99 * * * *`` does not).
+    Five fields (six with seconds), as Airflow takes them."""
+    from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-
-def _duration_s(c: _Checker, d: Section, path: str, key: str, default: int) -> Any:
-    """Seconds from an integer or a string like ``90s``, ``15m``, ``2h``."""
-    value = d.get(key, default)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    found = _DURATION_RE.fullmatch(value.strip()) if isinstance(value, str) else None
-    if found is None:
-        c.fail(f"{path}.{key}", f"must be a duration: seconds, or a number with s, m or h (30s, 15m, 2h), "
-                                f"got {value!r}")
-        return None
-    return int(found.group(1)) * _UNIT_S[found.group(2)]
+    if len(value.split()) not in (5, 6):
+        return f"it has {len(value.split())} fields; a cron expression has 5 (minute hour day month weekday)"
+    try:
+        croniter(value)
+    except (CroniterBadCronError, CroniterBadDateError, ValueError, KeyError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def _trigger(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker's
@@ -690,8 +689,8 @@ def _trigger(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker'
         c.fail("checkpoints.schedule", "must be null (or left out) when checkpoints.trigger is set: the lag starts "
                                        "checkpoints, not a schedule")
     lag = c.integer(t, "checkpoints.trigger", "lag_records", 1, 1, None)
-    wait = _duration_s(c, t, "checkpoints.trigger", "max_wait", 3600)
-    poll = _duration_s(c, t, "checkpoints.trigger", "poll_interval", 5)
+    wait = _duration(c, t, "checkpoints.trigger", "max_wait", 3600, positive=True, unit_ms=1000)
+    poll = _duration(c, t, "checkpoints.trigger", "poll_interval", 5, positive=True, unit_ms=1000)
     if None in (lag, wait, poll):
         return None
     return TriggerSpec(lag_records=lag, max_wait_s=wait, poll_s=poll)
@@ -767,17 +766,22 @@ def _producer(c: _Checker, doc: object) -> dict[str, object]:
 
 
 def duration_ms(value: object) -> int | None:
-    """``"10s"``, ``"1m"``, ``"500ms"``, ``"2h"``, ``"1d"`` or a whole number of seconds, in ms; None if not one."""
+    """``"500ms"``, ``"10s"``, ``"1m"``, ``"2h"``, ``"1d"`` (a space before the unit is allowed) or a whole
+    number of seconds (an integer, or digits alone), in ms; None if not one. The one grammar of every
+    duration field of a spec (`DURATION_RULE`)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value * 1000 if value >= 0 else None
     if isinstance(value, str) and (m := DURATION_RE.fullmatch(value.strip())):
-        return int(m.group(1)) * _DURATION_MS[m.group(2)]
+        return int(m.group(1)) * _DURATION_MS[m.group(2) or "s"]
     return None
 
 
-def _duration(c: _Checker, d: Section, path: str, key: str, default: object = _MISSING, positive: bool = False) -> Any:
+def _duration(c: _Checker, d: Section, path: str, key: str, default: object = _MISSING, positive: bool = False,
+              unit_ms: int = 1) -> Any:
+    """A duration field, in the unit its spec field keeps (ms, or seconds with ``unit_ms=1000``): every
+    field reads the same grammar (`duration_ms`) and says the same thing when it cannot."""
     value = d.get(key, default)
     where = _join(path, key)
     if value is _MISSING:
@@ -785,11 +789,13 @@ def _duration(c: _Checker, d: Section, path: str, key: str, default: object = _M
         return None
     ms = duration_ms(value)
     if ms is None:
-        c.fail(where, f"must be a duration such as 10s, 1m, 500ms, 2h (or whole seconds), got {_kind(value)}")
+        c.fail(where, f"must be a duration: {DURATION_RULE}, got {_kind(value)}")
     elif positive and ms == 0:
         c.fail(where, "must be more than 0")
+    elif ms % unit_ms:
+        c.fail(where, f"must be a whole number of seconds, got {_kind(value)}")
     else:
-        return ms
+        return ms // unit_ms
     return None
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lockstep.errors import SpecError, TerminalError
-from lockstep.spec import PipelineSpec, load_each, load_spec, load_specs, parse_spec
+from lockstep.spec import DURATION_RULE, PipelineSpec, load_each, load_spec, load_specs, parse_spec
 
 FULL_YAML = textwrap.dedent(
     """
@@ -245,9 +245,57 @@ def test_valid_schedules(schedule: str) -> None:
     assert parse_spec(minimal(checkpoints={"store": "s3://b1b", "schedule": schedule}), "p.yaml").checkpoints.schedule == schedule
 
 
-@pytest.mark.parametrize("schedule", ["@sometimes", "every ten minutes", "* * *", 10])
+@pytest.mark.parametrize("schedule", ["@sometimes", "every ten minutes", "* * *", 10, "99 * * * *", "0 25 * * *",
+                                      "0 0 * * FUNDAY", "*/0 * * * *", "0 0 * * * * 2026"])
 def test_invalid_schedules(schedule: Any) -> None:
     assert "checkpoints.schedule" in problems(minimal(checkpoints={"store": "s3://b1b", "schedule": schedule}))
+
+
+def test_a_cron_airflow_would_refuse_is_refused_naming_the_value() -> None:
+    """croniter decides, as in Airflow's cron timetable: a minute of 99 fits the fields' characters but
+    no clock, and used to pass here only to fail when the DAG was built."""
+    reason = problems(minimal(checkpoints={"store": "s3://b1b", "schedule": "99 * * * *"}))["checkpoints.schedule"]
+    assert reason.startswith("'99 * * * *' is not a valid cron expression: ")
+
+
+@pytest.mark.parametrize(("section", "key"), [
+    ("checkpoints.trigger", "max_wait"), ("checkpoints.trigger", "poll_interval"),
+    ("state.event_time", "out_of_orderness"), ("state.dedup", "ttl"),
+])
+@pytest.mark.parametrize(("value", "ms"), [("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("2h", 7_200_000),
+                                           ("1d", 86_400_000), ("1 d", 86_400_000), (90, 90_000), ("90", 90_000)])
+def test_every_duration_field_reads_one_grammar(section: str, key: str, value: Any, ms: int) -> None:
+    """``ttl: 7d`` and ``max_wait: 1d`` alike; each field keeps its unit (the trigger's are seconds)."""
+    seconds = section == "checkpoints.trigger"
+    if seconds and ms % 1000:
+        return  # a seconds field refuses a part of a second: test_a_bad_lag_trigger_is_named
+    doc = with_duration(section, key, value)
+    spec = parse_spec(doc, "p.yaml")
+    if seconds:
+        assert spec.checkpoints.trigger is not None
+        assert getattr(spec.checkpoints.trigger, {"max_wait": "max_wait_s", "poll_interval": "poll_s"}[key]) == ms // 1000
+    else:
+        assert spec.state is not None
+        got = spec.state.event_time.out_of_orderness_ms if key == "out_of_orderness" else spec.state.ttl_ms
+        assert got == ms
+
+
+@pytest.mark.parametrize(("section", "key"), [
+    ("checkpoints.trigger", "max_wait"), ("state.event_time", "out_of_orderness"), ("state.dedup", "ttl"),
+])
+@pytest.mark.parametrize("value", ["soon", "1w", "1.5h", "-5s", -5, True, "s"])
+def test_every_duration_field_refuses_with_one_message(section: str, key: str, value: Any) -> None:
+    found = problems(with_duration(section, key, value))
+    assert found[f"{section}.{key}"] == f"must be a duration: {DURATION_RULE}, got {type(value).__name__} {value!r}"
+
+
+def with_duration(section: str, key: str, value: Any) -> dict[str, Any]:
+    """A valid spec with ``value`` in the duration field ``section.key`` (a lag trigger, or dedup state)."""
+    if section == "checkpoints.trigger":
+        return minimal(checkpoints={"store": "s3://b1b", "trigger": {"lag_records": 10, key: value}})
+    state: dict[str, Any] = {"event_time": {"column": "created_at"}, "dedup": {"key": "order_id", "ttl": "1h"}}
+    state["event_time" if section == "state.event_time" else "dedup"][key] = value
+    return minimal(transform="lockstep_examples.orders:parse", state=state)
 
 
 @pytest.mark.parametrize("topic", [".", "..", "a" * 250, "with space", "ü", ""])
@@ -491,7 +539,8 @@ def test_a_lag_trigger_takes_records_and_durations_instead_of_a_schedule() -> No
     ({"max_wait": "1h"}, None, "checkpoints.trigger.lag_records", "is required"),
     ({"lag_records": 0}, None, "checkpoints.trigger.lag_records", "must be >= 1"),
     ({"lag_records": 10, "max_wait": "soon"}, None, "checkpoints.trigger.max_wait", "must be a duration"),
-    ({"lag_records": 10, "max_wait": "0s"}, None, "checkpoints.trigger.max_wait", "must be a duration"),
+    ({"lag_records": 10, "max_wait": "0s"}, None, "checkpoints.trigger.max_wait", "must be more than 0"),
+    ({"lag_records": 10, "poll_interval": "1500ms"}, None, "checkpoints.trigger.poll_interval", "whole number of seconds"),
     ({"lag_records": 10, "lag": 3}, None, "checkpoints.trigger.lag", "unknown key"),
 ])
 def test_a_bad_lag_trigger_is_named(trigger, schedule, field: str, reason: str) -> None:

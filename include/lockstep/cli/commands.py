@@ -1,5 +1,5 @@
 """Engine subcommands of the ``lockstep`` CLI: run, restore-plan, transactions, status, checkpoints,
-savepoint, state, verify, deadletters, failpoints. They call the coordinator functions the Airflow tasks
+savepoint, state, verify, deadletters, failpoints, validate. They call the coordinator functions the Airflow tasks
 call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
 from __future__ import annotations
 
@@ -113,6 +113,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fp = sub.add_parser("failpoints", help="list the named failpoints and their actions (LOCKSTEP_FAILPOINTS=name=action)")
     fp.add_argument("--json", action="store_true")
 
+    val = sub.add_parser("validate", help="check spec files before they are merged (CI, pre-commit): exit 0 all valid, "
+                                          "1 some spec has problems, 2 the check could not run in full")
+    val.add_argument("paths", nargs="*", metavar="PATH", help="spec files or folders of them (default: the pipelines "
+                                                              "folder, $LOCKSTEP_PIPELINES_DIR or include/pipelines)")
+    val.add_argument("--connect", action="store_true", help="also reach the services through each spec's connections: "
+                     "topics and partitions, registry subjects, the checkpoint store and the stored state's key groups")
+    val.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
 
 def _spec(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", required=True, help="pipeline spec YAML (include/pipelines/*.yaml)")
@@ -122,6 +130,8 @@ def _spec(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "failpoints":
         return _failpoints(args)
+    if args.command == "validate":
+        return _validate(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     from lockstep.logs import quiet_clients
 
@@ -409,6 +419,24 @@ def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
     doc = {**report.to_json(), "drift": [f.to_json() for f in findings], "drift_ok": not flagged}
     _emit(args, doc, report.summary() + "\n" + drift.summary(findings))
     return exit_code(report, drift_ok=not flagged)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """Specs are checked without being loaded first: a spec that does not parse is a result, not a failure."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    from lockstep.logs import quiet_clients
+    from lockstep.ops.validate import validate
+    from lockstep.paths import pipelines_dir
+
+    quiet_clients()
+    report = validate(args.paths or [pipelines_dir()], connect=args.connect)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, default=str))
+    else:
+        print("\n".join(report.lines()))
+        for error in report.errors:
+            print(f"lockstep validate: {error}", file=sys.stderr)
+    return report.exit_code()
 
 
 def _failpoints(args: argparse.Namespace) -> int:

@@ -1,0 +1,391 @@
+"""``lockstep validate``: a folder of specs checked before it is merged, in CI or a pre-commit hook.
+
+Every spec is checked on its own, so one bad spec hides nothing of the others' results, then the specs
+against each other (`lockstep.spec.cross_check`: names, DAG ids, transactional id prefixes).
+
+- **Offline** (no service): the spec's own parse (`lockstep.spec.load_spec`: its schema, cron by
+  croniter, durations by one grammar), and the Python it names imported as the run imports it, each
+  callable taking the arguments Lockstep calls it with: the transform one DataFrame, a state function's
+  ``process`` (key, records, state, ctx), its ``migrate`` (state, version).
+- **With ``connect``**: the services, through the spec's connections as the steps reach them: the
+  connections are defined; the source topics, the sink topic and the dead-letter topic exist (their
+  partition counts go in the report); the registry holds the subjects of registry-framed source parts,
+  and a registry-framed sink part's schema is one the plan would write with (`writings`, as a dry run);
+  the checkpoint store answers, and a stateful pipeline's stored state fits the spec, by the rule the
+  plan refuses a checkpoint with (`lockstep.rules.state_base.base_refusal`: the operator, the key
+  groups unless re-keyed, a state function's schema).
+
+A problem is the spec's (``file: field: reason``, as `SpecError` prints it); an error is the check's own
+(a path that does not exist, a service that does not answer). Exit codes follow ``lockstep verify``'s:
+0 every spec valid, 1 some spec has problems, 2 none found but the check could not run in full.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from lockstep.errors import SpecError, SpecProblem, TerminalError
+from lockstep.spec import PipelineSpec, cross_check, load_spec
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
+
+log = logging.getLogger(__name__)
+
+#: What Lockstep passes to each callable a spec names (`lockstep.spark.job`, `lockstep.spark.state_worker`).
+TRANSFORM_ARGS: tuple[str, ...] = ("df",)
+PROCESS_ARGS: tuple[str, ...] = ("key", "records", "state", "ctx")
+MIGRATE_ARGS: tuple[str, ...] = ("state", "version")
+#: How long a service may take to answer one look under ``connect``: a CI job waits for a dead one this long.
+CONNECT_TIMEOUT_S = 10.0
+
+
+# ---- the report (pure) -----------------------------------------------------------------------------
+@dataclass
+class SpecReport:
+    """One spec file's result: its problems, and under ``connect`` what was found for it."""
+
+    path: str
+    #: the spec's name (as the file declares it when the spec does not parse), None without one
+    name: str | None = None
+    problems: list[SpecProblem] = field(default_factory=list)
+    #: under ``connect``: each topic the spec names, with its field and its partition count (None: missing)
+    topics: list[dict[str, object]] = field(default_factory=list)
+    #: under ``connect``: each registry subject of a registry-framed source part, with its version count
+    subjects: dict[str, int] = field(default_factory=dict)
+    #: under ``connect``, a stateful spec: the stored state's checkpoint, operator and key groups (None: none yet)
+    state: dict[str, object] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def problem(self, field_path: str, reason: str) -> None:
+        self.problems.append(SpecProblem(self.path, field_path, reason))
+
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {"path": self.path, "name": self.name, "ok": self.ok,
+                                  "problems": [{"field": p.field, "reason": p.reason} for p in self.problems]}
+        if self.topics:
+            doc["topics"] = self.topics
+        if self.subjects:
+            doc["subjects"] = self.subjects
+        if self.state is not None:
+            doc["state"] = self.state
+        return doc
+
+
+@dataclass
+class ValidateReport:
+    specs: list[SpecReport]
+    #: what kept the check from running in full (a path, a service), one line each
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(s.ok for s in self.specs)
+
+    def exit_code(self) -> int:
+        """0: every spec valid and every check ran; 1: some spec has problems; 2: none found, but not
+        everything could be checked (as ``lockstep verify``: what is known wrong outranks what is unknown)."""
+        if not all(s.ok for s in self.specs):
+            return 1
+        return 2 if self.errors else 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "specs": [s.to_json() for s in self.specs], "errors": list(self.errors)}
+
+    def lines(self) -> list[str]:
+        """The text form: each problem as ``file: field: reason``, a line per valid spec, a summary."""
+        out: list[str] = []
+        for s in self.specs:
+            out += [str(p) for p in s.problems] if s.problems else [f"{s.path}: ok ({s.name})"]
+        bad = sum(not s.ok for s in self.specs)
+        out.append(f"{len(self.specs)} spec{'s' if len(self.specs) != 1 else ''} checked: {len(self.specs) - bad} "
+                   f"valid, {bad} with problems" + (f"; {len(self.errors)} check{'s' if len(self.errors) != 1 else ''} "
+                                                    "could not run" if self.errors else ""))
+        return out
+
+
+def signature_problem(function: Callable[..., Any], args: Sequence[str]) -> str | None:
+    """Why ``function`` cannot be called with ``args`` as positional arguments, or None (also None when
+    Python cannot tell: a builtin without a signature)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        wanted = f"{len(args)} positional argument{'s' if len(args) != 1 else ''} ({', '.join(args)})"
+        return f"must take {wanted}; its signature is {signature} ({exc})"
+    return None
+
+
+# ---- the files -------------------------------------------------------------------------------------
+def spec_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
+    """The spec files named: a file as is, a folder's *.yaml / *.yml (as Airflow's DAG file loads them,
+    `lockstep.spec.load_specs`); and an error for each path that names none."""
+    files: dict[Path, Path] = {}
+    errors: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+            if not found:
+                errors.append(f"{path}: no spec files (*.yaml, *.yml) in this folder")
+            for p in found:
+                files.setdefault(p.resolve(), p)
+        elif path.is_file():
+            files.setdefault(path.resolve(), path)
+        else:
+            errors.append(f"{path}: no such file or folder")
+    return list(files.values()), errors
+
+
+# ---- offline checks --------------------------------------------------------------------------------
+def check_offline(file: Path) -> tuple[SpecReport, PipelineSpec | None]:
+    """The spec's parse, then the Python it names; the spec (None when it does not parse) for what follows."""
+    report = SpecReport(str(file))
+    try:
+        spec = load_spec(file)
+    except SpecError as exc:
+        report.problems.extend(exc.problems)
+        report.name = _declared_name(file)
+        return report, None
+    report.name = spec.name
+    for field_path, target, args in callables(spec):
+        reason = callable_problem(target, args)
+        if reason is not None:
+            report.problem(field_path, reason)
+    return report, spec
+
+
+def callables(spec: PipelineSpec) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The ``module:function`` targets a spec names, with their field and the arguments they are called with."""
+    found = [("transform", spec.transform, TRANSFORM_ARGS)]
+    f = spec.state.function if spec.state is not None else None
+    if f is not None:
+        found.append(("state.function.process", f.process, PROCESS_ARGS))
+        if f.migrate:
+            found.append(("state.function.migrate", f.migrate, MIGRATE_ARGS))
+    return found
+
+
+def callable_problem(target: str, args: Sequence[str]) -> str | None:
+    """Why ``module:function`` cannot be imported and called with ``args``, or None. Imported as the run's
+    driver imports it: from this process's Python path (run with the Airflow workers' PYTHONPATH)."""
+    module_name, _, function_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - an ImportError, or whatever the module raises as it is imported
+        return f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+    function = getattr(module, function_name, None)
+    if function is None:
+        return f"module {module_name!r} has no attribute {function_name!r}"
+    if not callable(function):
+        return f"{module_name}.{function_name} is a {type(function).__name__}, not a function"
+    reason = signature_problem(function, args)
+    return f"{target} {reason}" if reason else None
+
+
+def _declared_name(file: Path) -> str | None:
+    try:
+        doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) else None
+
+
+# ---- connect checks --------------------------------------------------------------------------------
+class Services:
+    """The services under ``connect``, each reached once per connection for all the specs checked: a
+    folder of fifty specs on one cluster lists its topics once, and a dead one is waited for once."""
+
+    def __init__(self, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._metadata: dict[str, ClusterMetadata | Exception] = {}
+
+    def topics(self, conn_id: str) -> ClusterMetadata:
+        """Every topic of the connection's cluster (a listing: a metadata request naming a topic could
+        create it on a broker with auto.create.topics.enable); raises what reaching it raised."""
+        if conn_id not in self._metadata:
+            from lockstep.steps.client_factory import kafka_admin
+
+            try:
+                admin = kafka_admin(conn_id, self.timeout_s)
+                self._metadata[conn_id] = admin.list_topics(timeout=self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - kept, and raised again for every spec that asks
+                self._metadata[conn_id] = exc
+        found = self._metadata[conn_id]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+def check_connect(spec: PipelineSpec, report: SpecReport, services: Services) -> list[str]:
+    """The spec's services, found as its steps find them; its problems go in ``report``, and what could
+    not be reached is returned."""
+    errors: list[str] = []
+    usable = _connections(spec, report)
+    if spec.source.kafka_conn_id in usable:
+        wanted = [(f"source.topics[{i}]", t) for i, t in enumerate(spec.source.topics)]
+        errors += _topics(spec, report, services, "source", spec.source.kafka_conn_id, wanted)
+    if spec.sink.kafka_conn_id in usable:
+        wanted = [("sink.topic", spec.sink.topic), ("sink.dead_letter_topic", spec.sink.dead_letter_topic)]
+        errors += _topics(spec, report, services, "sink", spec.sink.kafka_conn_id, wanted)
+    if spec.source.registry_conn_id in usable:
+        errors += _subjects(spec, report)
+    if spec.sink.registry_conn_id in usable:
+        errors += _sink_schemas(spec, report)
+    if spec.checkpoints.aws_conn_id in usable:
+        errors += _store(spec, report, services.timeout_s)
+    return errors
+
+
+def _connections(spec: PipelineSpec, report: SpecReport) -> set[str]:
+    """The connection ids the spec uses that are defined; a problem on each field naming one that is not."""
+    from lockstep.connections import get_connection
+
+    fields = [("source.kafka_conn_id", spec.source.kafka_conn_id), ("sink.kafka_conn_id", spec.sink.kafka_conn_id),
+              ("checkpoints.aws_conn_id", spec.checkpoints.aws_conn_id)]
+    if spec.source.key.registry or spec.source.value.registry:
+        fields.append(("source.registry_conn_id", spec.source.registry_conn_id))
+    if spec.sink.key.registry or spec.sink.value.registry:
+        fields.append(("sink.registry_conn_id", spec.sink.registry_conn_id))
+    usable: set[str] = set()
+    for field_path, conn_id in fields:
+        try:
+            get_connection(conn_id)
+        except TerminalError as exc:
+            report.problem(field_path, str(exc))
+            continue
+        usable.add(conn_id)
+    return usable
+
+
+def _topics(spec: PipelineSpec, report: SpecReport, services: Services, side: str, conn_id: str,
+            wanted: list[tuple[str, str]]) -> list[str]:
+    try:
+        metadata = services.topics(conn_id)
+    except TerminalError as exc:  # the brokers answered, and refused the connection's credentials
+        report.problem(f"{side}.kafka_conn_id", str(exc))
+        return []
+    except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException: no broker answered in time
+        return [f"{spec.path}: Kafka connection {conn_id!r} ({side}) could not be reached: {exc}"]
+    for field_path, topic in wanted:
+        found = metadata.topics.get(topic)
+        partitions = len(found.partitions) if found is not None and found.error is None else 0
+        report.topics.append({"field": field_path, "topic": topic, "partitions": partitions or None})
+        if not partitions:
+            report.problem(field_path, f"topic {topic!r} does not exist on Kafka connection {conn_id!r}"
+                                       f"{f' ({found.error})' if found is not None and found.error else ''} (or "
+                                       "the connection may not describe it); create it, or fix the name")
+    return []
+
+
+def _subjects(spec: PipelineSpec, report: SpecReport) -> list[str]:
+    """Each registry-framed source part's subjects hold a schema: without one, no record of the topic decodes."""
+    from lockstep.errors import TransientError
+    from lockstep.registry.client import RegistryError, registry_for
+
+    for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
+        if not fmt.registry:
+            continue
+        try:
+            registry = registry_for(spec.source.registry_conn_id)
+            for topic in spec.source.topics:
+                subject = fmt.subject_for(topic, part)
+                try:
+                    report.subjects[subject] = len(registry.versions(subject))
+                except RegistryError as exc:
+                    if exc.status != 404:
+                        raise
+                    report.problem(f"source.{part}", f"subject {subject!r} (topic {topic}) is not in schema registry "
+                                                     f"{registry.name}; its records cannot be decoded. Register the "
+                                                     f"topic's schema, or set source.{part}.subject")
+        except TransientError as exc:
+            return [f"{spec.path}: source.{part}: {exc}"]
+        except TerminalError as exc:
+            report.problem("source.registry_conn_id", str(exc))
+    return []
+
+
+def _sink_schemas(spec: PipelineSpec, report: SpecReport) -> list[str]:
+    """A registry sink part's schema is one the plan would write with: the plan's own check
+    (`lockstep.registry.schemas.writings`) as a dry run, which registers nothing."""
+    from lockstep.errors import TransientError
+    from lockstep.registry.schemas import writings
+
+    if not (spec.sink.key.registry or spec.sink.value.registry):
+        return []
+    try:
+        writings(spec, dry_run=True)
+    except TransientError as exc:
+        return [f"{spec.path}: sink: {exc}"]
+    except TerminalError as exc:  # "<file>: sink.<part>: <reason>", or the connection's own message
+        text = str(exc).removeprefix(f"{spec.path}: ")
+        where, _, reason = text.partition(": ")
+        report.problem(*((where, reason) if where in ("sink.value", "sink.key") else ("sink.registry_conn_id", text)))
+    return []
+
+
+def _store(spec: PipelineSpec, report: SpecReport, timeout_s: float) -> list[str]:
+    """The checkpoint store answers; a stateful pipeline's stored state is one its next plan would start from."""
+    from lockstep.errors import TransientError
+    from lockstep.rules.state_base import base_refusal, key_group_refusal, operator_refusal
+    from lockstep.steps.client_factory import checkpoint_store
+
+    try:
+        store = checkpoint_store(spec, timeout_s)
+        latest = store.history().latest
+        if spec.state is None:
+            return []
+        base = latest.completed.state if latest is not None and latest.completed is not None else None
+        rekey_to = store.state_files().rekey_to()
+    except TransientError as exc:
+        return [f"{spec.path}: checkpoint store {spec.checkpoints.store} could not be reached: {exc}"]
+    except TerminalError as exc:
+        report.problem("checkpoints.store", f"{spec.checkpoints.store}: {exc}")
+        return []
+    assert spec.state is not None
+    if base is not None:
+        report.state = {"checkpoint": base.written_by, "operator": base.operator, "key_groups": base.key_groups,
+                        "rekey_to": rekey_to}
+    refused = base_refusal(spec, base, rekey_to)
+    if refused is not None:
+        field_path = ("state" if operator_refusal(base, spec.state.operator) else
+                      "state.key_groups" if key_group_refusal(base, spec.state.key_groups, rekey_to) else
+                      "state.function.state")
+        report.problem(field_path, refused)
+    return []
+
+
+# ---- the whole check -------------------------------------------------------------------------------
+def validate(paths: Iterable[str | Path], connect: bool = False, services: Services | None = None) -> ValidateReport:
+    """Check every spec under ``paths``, each on its own, then against each other; with ``connect``,
+    against the services too."""
+    files, errors = spec_files(paths)
+    reports: list[SpecReport] = []
+    specs: list[PipelineSpec] = []
+    services = services or Services()
+    for file in files:
+        report, spec = check_offline(file)
+        reports.append(report)
+        if spec is None:
+            continue
+        specs.append(spec)
+        if connect:
+            errors += check_connect(spec, report, services)
+    by_path = {r.path: r for r in reports}
+    for problem in cross_check(specs):
+        by_path[problem.file].problems.append(problem)
+    return ValidateReport(reports, errors)
