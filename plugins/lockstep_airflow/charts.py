@@ -72,6 +72,8 @@ class Chart:
     checkpoint_ids: tuple[int, ...]
     #: One mark under the axis per checkpoint (its id as text), figure or not: where each slot is.
     slots: tuple[Tick, ...] = ()
+    #: The points' radius: smaller when slots are close (a page of 200 checkpoints), so points stay apart.
+    radius: float = 2.5
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -198,7 +200,16 @@ def line_chart(key: str, title: str, checkpoint_ids: Sequence[int], series: Sequ
     y_ticks = tuple(Tick(scale(t, lo, hi), (tick_fmt or fmt)(t)) for t in ticks)
     x_ticks = tuple(Tick(xs[i], str(ids[i])) for i in label_indexes(len(ids)))
     slots = tuple(Tick(x, str(cid)) for cid, x in zip(ids, xs))
-    return Chart(key, title, chart_label(title, ids, lines, noun), tuple(lines), y_ticks, x_ticks, ids, slots)
+    return Chart(key, title, chart_label(title, ids, lines, noun), tuple(lines), y_ticks, x_ticks, ids, slots,
+                 point_radius(len(ids)))
+
+
+def point_radius(count: int, largest: float = 2.5, smallest: float = 1.0) -> float:
+    """A point's radius for ``count`` slots: ``largest`` while points have room, down to ``smallest``."""
+    xs = x_positions(count)
+    if len(xs) < 2:
+        return largest
+    return round(max(smallest, min(largest, (xs[1] - xs[0]) / 3)), 2)
 
 
 def chart_label(title: str, ids: Sequence[int], lines: Sequence[Line], noun: str = "") -> str:

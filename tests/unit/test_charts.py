@@ -17,6 +17,7 @@ from lockstep_airflow.charts import (
     line_chart,
     nice_step,
     path_data,
+    point_radius,
     scale,
     value_ticks,
     x_positions,
@@ -115,3 +116,9 @@ def test_series_of_the_wrong_length_are_refused():
 def test_compact_tick_text():
     assert [compact_count(v) for v in (0, 950, 1000, 1500, 20_000, 3_000_000)] == ["0", "950", "1k", "1.5k", "20k", "3M"]
     assert [compact_duration(v) for v in (0, 45, 90, 3600, 2 * 86400)] == ["0 s", "45 s", "1.5 min", "1 h", "2 d"]
+
+
+def test_points_shrink_when_many_checkpoints_share_the_width():
+    assert point_radius(0) == point_radius(1) == point_radius(20) == 2.5
+    assert point_radius(200) == 1.0 and 1.0 < point_radius(60) < 2.5
+    assert _chart([1] * 200).radius == 1.0
