@@ -98,15 +98,33 @@ def nice_step(span: float, count: int = 4, integer: bool = False) -> float:
     return 10 * power  # not reached: factor 10 always covers raw
 
 
-def value_ticks(values: Sequence[float], count: int = 4, integer: bool = False) -> list[float]:
+#: Steps of a duration axis, in seconds: what a clock reads in (30 s, 5 min, 1 h), not 250 s = "4.17 min".
+DURATION_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def duration_step(span: float, count: int = 4) -> float:
+    """The smallest of ``DURATION_STEPS`` that cuts ``span`` seconds into at most ``count`` parts (below a
+    second, and past a day in days, the plain round steps of `nice_step`)."""
+    raw = span / max(count, 1)
+    if raw <= 1:
+        return nice_step(span, count)
+    for step in DURATION_STEPS:
+        if step >= raw:
+            return float(step)
+    return 86400 * nice_step(span / 86400, count)
+
+
+def value_ticks(values: Sequence[float], count: int = 4, integer: bool = False,
+                step_for: Callable[[float, int], float] | None = None) -> list[float]:
     """Round tick values from 0 (or below, for negative figures) to at least the largest value.
 
-    Counts start at 0 so that bar heights compare; all zeros, or none, still give an axis 0..1."""
+    Counts start at 0 so that heights compare; all zeros, or none, still give an axis 0..1. ``step_for``
+    picks the step (`duration_step` for durations) instead of `nice_step`."""
     lo = min([0.0, *values])
     hi = max([0.0, *values])
     if hi == lo:  # nothing to compare: a bare axis from the value up
         return [_whole(lo), _whole(lo + 1)]
-    step = nice_step(hi - lo, count, integer)
+    step = step_for(hi - lo, count) if step_for is not None else nice_step(hi - lo, count, integer)
     start = math.floor(lo / step) * step
     ticks = [start]
     while ticks[-1] < hi - 1e-9 * step:
@@ -168,11 +186,12 @@ def _num(value: float) -> str:
 
 def line_chart(key: str, title: str, checkpoint_ids: Sequence[int], series: Sequence[SeriesInput],
                fmt: Callable[[float], str], noun: str = "", tick_fmt: Callable[[float], str] | None = None,
-               integer: bool = False) -> Chart:
+               integer: bool = False, duration: bool = False) -> Chart:
     """A chart of ``series`` over ``checkpoint_ids`` (oldest first, one value per id in each series).
 
     ``fmt`` writes a value as the page does (thousands, a duration), ``tick_fmt`` (default ``fmt``) an axis
-    tick in the little room left of the axis (whole numbers only with ``integer``); ``noun`` follows a
+    tick in the little room left of the axis (whole numbers only with ``integer``, clock steps with
+    ``duration``: values in seconds); ``noun`` follows a
     series' value in the label ("20 records in"). The label names the chart, the checkpoints and each
     line's newest figure, so a screen reader (and the tooltip) says what a sighted reader sees at the
     right-hand end."""
@@ -181,7 +200,7 @@ def line_chart(key: str, title: str, checkpoint_ids: Sequence[int], series: Sequ
         if len(s.values) != len(ids):
             raise ValueError(f"series {s.key!r} has {len(s.values)} values for {len(ids)} checkpoints")
     known = [float(v) for s in series for v in s.values if v is not None]
-    ticks = value_ticks(known, integer=integer)
+    ticks = value_ticks(known, integer=integer, step_for=duration_step if duration else None)
     lo, hi = ticks[0], ticks[-1]
     xs = x_positions(len(ids))
     lines = []

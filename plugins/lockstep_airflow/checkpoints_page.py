@@ -407,7 +407,8 @@ def charts_view(p: PipelineOverview) -> list[Chart]:
                     SeriesInput("dead", "dead-lettered", s.records_dead_lettered)],
                    thousands, noun="records", tick_fmt=compact_count, integer=True),
         line_chart("duration", "Duration, claim to completion", ids,
-                   [SeriesInput("duration", "from claim to end", s.duration_s)], _duration, tick_fmt=compact_duration),
+                   [SeriesInput("duration", "from claim to end", s.duration_s)], _duration,
+                   tick_fmt=compact_duration, duration=True),
         line_chart("lag", "Records behind each checkpoint's end", ids,
                    [SeriesInput("behind", "behind", s.records_behind)], thousands, noun="records",
                    tick_fmt=compact_count, integer=True),
@@ -415,7 +416,7 @@ def charts_view(p: PipelineOverview) -> list[Chart]:
     if s.watermark_delay_s is not None:
         charts.append(line_chart("watermark", "Watermark behind the checkpoint's clock", ids,
                                  [SeriesInput("watermark", "behind", s.watermark_delay_s)], _duration,
-                                 tick_fmt=compact_duration))
+                                 tick_fmt=compact_duration, duration=True))
     return charts
 
 

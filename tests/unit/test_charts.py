@@ -13,6 +13,7 @@ from lockstep_airflow.charts import (
     SeriesInput,
     compact_count,
     compact_duration,
+    duration_step,
     label_indexes,
     line_chart,
     nice_step,
@@ -122,3 +123,12 @@ def test_points_shrink_when_many_checkpoints_share_the_width():
     assert point_radius(0) == point_radius(1) == point_radius(20) == 2.5
     assert point_radius(200) == 1.0 and 1.0 < point_radius(60) < 2.5
     assert _chart([1] * 200).radius == 1.0
+
+
+def test_duration_axes_step_as_a_clock_does():
+    assert duration_step(900) == 300 and duration_step(125) == 60 and duration_step(40) == 10
+    assert duration_step(3 * 3600) == 3600 and duration_step(2) == 0.5 and duration_step(30 * 86400) == 10 * 86400
+    assert value_ticks([125, 900], step_for=duration_step) == [0, 300, 600, 900]
+    c = line_chart("duration", "Duration", [1, 2], [SeriesInput("duration", "d", [125.0, 1000.0])], str,
+                   tick_fmt=compact_duration, duration=True)
+    assert [t.text for t in c.y_ticks] == ["0 s", "5 min", "10 min", "15 min", "20 min"]
