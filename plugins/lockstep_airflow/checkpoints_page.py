@@ -49,6 +49,7 @@ from lockstep.ops.lag import PartitionLag
 from lockstep.ops.state_report import size_text
 from lockstep.paths import pipelines_dir
 from lockstep.rules.run_ownership import parse_cli_run_id
+from lockstep_airflow.charts import Chart, SeriesInput, compact_count, compact_duration, line_chart
 from lockstep_airflow.links import URL_PREFIX, checkpoint_url, dag_run_url, dag_url, pipeline_url, task_url
 from lockstep_airflow.overview import (
     RUN_SEARCH_WINDOW,
@@ -393,6 +394,32 @@ def lag_title(p: PipelineOverview) -> str:
                     if total is not None else "")
 
 
+def charts_view(p: PipelineOverview) -> list[Chart]:
+    """The pipeline's charts over the checkpoints shown (``PipelineOverview.series``, which the JSON carries
+    too): records, duration, records behind, and for a stateful pipeline the watermark's delay."""
+    s = p.series
+    if s is None:
+        return []
+    ids = s.checkpoint_ids
+    charts = [
+        line_chart("records", "Records per checkpoint", ids,
+                   [SeriesInput("in", "in", s.records_in), SeriesInput("out", "out", s.records_out),
+                    SeriesInput("dead", "dead-lettered", s.records_dead_lettered)],
+                   thousands, noun="records", tick_fmt=compact_count, integer=True),
+        line_chart("duration", "Duration, claim to completion", ids,
+                   [SeriesInput("duration", "from claim to end", s.duration_s)], _duration,
+                   tick_fmt=compact_duration, duration=True),
+        line_chart("lag", "Records behind each checkpoint's end", ids,
+                   [SeriesInput("behind", "behind", s.records_behind)], thousands, noun="records",
+                   tick_fmt=compact_count, integer=True),
+    ]
+    if s.watermark_delay_s is not None:
+        charts.append(line_chart("watermark", "Watermark behind the checkpoint's clock", ids,
+                                 [SeriesInput("watermark", "behind", s.watermark_delay_s)], _duration,
+                                 tick_fmt=compact_duration, duration=True))
+    return charts
+
+
 @dataclass(frozen=True)
 class Refresh:
     """The page's reload: every ``seconds`` (0: paused), and the link that pauses or resumes it."""
@@ -438,7 +465,7 @@ _env.globals.update(
     static_url=static_url, when=when, relative_age=relative_age, source_text=source_text,
     airflow_links=airflow_links, checkpoint_link=checkpoint_link, savepoint_link=savepoint_link,
     dag_url=dag_url, pipeline_url=pipeline_url, checkpoint_url=checkpoint_url,
-    checkpoints_view=_checkpoints, lag_view=_lag, transaction_view=_transaction, lag_title=lag_title,
+    checkpoints_view=_checkpoints, charts_view=charts_view, lag_view=_lag, transaction_view=_transaction, lag_title=lag_title,
     CHECKPOINT_COLUMNS=columns(CHECKPOINT_HEADERS), LAG_COLUMNS=columns(LAG_HEADERS),
     TRANSACTION_COLUMNS=columns(TRANSACTION_HEADERS), SAVEPOINT_COLUMNS=columns(SAVEPOINT_HEADERS),
     RUN_SEARCH_WINDOW=RUN_SEARCH_WINDOW, URL_PREFIX=URL_PREFIX,

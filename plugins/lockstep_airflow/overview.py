@@ -66,6 +66,12 @@ class CheckpointRow:
     state_keys: int | None = None
     state_bytes: int | None = None
     watermark: str | None = None
+    #: How far the watermark is behind the checkpoint's pinned clock (the "now" its run read), in seconds:
+    #: event time falling behind shows here before any window is late. None when stateless or no watermark.
+    watermark_delay_s: float | None = None
+    #: The end offset the claim pinned per partition (``topic:partition``): where the next checkpoint starts,
+    #: and what the lag chart counts from (`records_behind`). Read from the claim the row is built from.
+    end_offsets: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -180,8 +186,15 @@ class PipelineOverview:
     def in_flight(self) -> int:
         return sum(r.in_flight for r in self.lag.rows) if self.lag.error is None else 0
 
+    @property
+    def series(self) -> CheckpointSeries | None:
+        """What the charts plot (and the JSON carries as ``series``), from the sections already read."""
+        return checkpoint_series(self.checkpoints, self.lag)
+
     def to_json(self) -> dict[str, Any]:
-        doc = {**asdict(self), "total_lag": self.total_lag, "in_flight": self.in_flight}
+        series = self.series
+        doc = {**asdict(self), "total_lag": self.total_lag, "in_flight": self.in_flight,
+               "series": asdict(series) if series is not None else None}
         for row, obj in zip(doc["lag"]["rows"], self.lag.rows):
             row["not_committed"] = obj.not_committed
         doc["transactions"] = {"rows": [r.to_json() for r in self.transactions.rows],
@@ -250,7 +263,77 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
         empty=is_empty_view(view), repair=completed.repair.summary if completed and completed.repair else None,
         state_keys=state.keys if state else None, state_bytes=state.bytes if state else None,
         watermark=iso_ms(state.watermark_ms) if state and state.watermark_ms is not None else None,
+        watermark_delay_s=watermark_delay(view.claim, state.watermark_ms if state else None),
+        end_offsets=dict(view.claim.end_offsets),
     )
+
+
+def watermark_delay(claim: CheckpointClaim, watermark_ms: int | None) -> float | None:
+    """Seconds from the watermark to the claim's pinned clock (``clock_ms``, else its ``claimed_at``)."""
+    if watermark_ms is None:
+        return None
+    try:
+        return round((claim.clock - watermark_ms) / 1000, 3)
+    except (TypeError, ValueError):  # a claim of an earlier version with an unreadable claimed_at
+        return None
+
+
+@dataclass(frozen=True)
+class CheckpointSeries:
+    """The figures the page's charts plot, one per checkpoint shown, oldest first (the table is newest
+    first). Built from the rows and the lag section the page has already read: no store call of its own.
+
+    ``records_behind``: records past each checkpoint's end offsets (`records_behind`). ``watermark_delay_s``
+    is None for a stateless pipeline (no row carries state)."""
+
+    checkpoint_ids: list[int]
+    records_in: list[int | None]
+    records_out: list[int | None]
+    records_dead_lettered: list[int | None]
+    duration_s: list[float | None]
+    records_behind: list[int | None]
+    watermark_delay_s: list[float | None] | None = None
+
+
+def checkpoint_series(checkpoints: CheckpointsSection, lag: Section) -> CheckpointSeries | None:
+    """The charts' figures for one pipeline's page of checkpoints; None when there is no row to plot.
+
+    The newest checkpoint's lag is read against the lag section's last stable offsets ("now"), but only
+    when the page holds the newest checkpoint stored: on an older page, the next claim is off the page."""
+    if checkpoints.error is not None or not checkpoints.rows:
+        return None
+    rows = sorted(checkpoints.rows, key=lambda r: r.checkpoint_id)
+    now = None
+    if not checkpoints.newer and lag.error is None and lag.rows and all(r.last_stable is not None for r in lag.rows):
+        now = {r.partition: r.last_stable for r in lag.rows}
+    stateful = any(r.state_keys is not None for r in rows)
+    return CheckpointSeries(
+        checkpoint_ids=[r.checkpoint_id for r in rows], records_in=[r.records_in for r in rows],
+        records_out=[r.records_out for r in rows], records_dead_lettered=[r.records_dead_lettered for r in rows],
+        duration_s=[r.duration_s for r in rows], records_behind=records_behind(rows, now),
+        watermark_delay_s=[r.watermark_delay_s for r in rows] if stateful else None,
+    )
+
+
+def records_behind(rows: list[CheckpointRow], now: dict[str, int] | None = None) -> list[int | None]:
+    """Per checkpoint (``rows`` oldest first), the records past its end offsets when the next one was
+    claimed: the next claim's end offsets less its own, summed over partitions. A claim ends at the last
+    stable offset unless the record budget (``max_records``) cut it short, so this is the lag as the next
+    checkpoint found it, or a lower bound of it. The newest row is measured against ``now`` (last stable
+    offsets by partition, from the lag section), when given.
+
+    No figure (None) for an aborted checkpoint (nothing of it was committed: the next one replays its
+    ranges), for a row whose next claim ends behind its own end (a restore went back), or with nothing to
+    compare."""
+    out: list[int | None] = []
+    for i, row in enumerate(rows):
+        following = rows[i + 1].end_offsets if i + 1 < len(rows) else now
+        if row.status == CheckpointStatus.ABORTED.value or not row.end_offsets or following is None:
+            out.append(None)
+            continue
+        gaps = [following[p] - end for p, end in row.end_offsets.items() if p in following]
+        out.append(sum(gaps) if gaps and min(gaps) >= 0 else None)
+    return out
 
 
 def collapse_empty(rows: list[CheckpointRow], keep: Iterable[int] = ()) -> list[CheckpointRow | EmptyRun]:

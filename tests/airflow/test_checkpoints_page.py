@@ -241,6 +241,13 @@ def test_json_api_returns_the_same_data(airflow, seeded):
             rows[1]["transactions"], rows[1]["duration_s"]) == ("completed", 20, 18, 2, 2, 125.0)
     assert rows[2]["status"] == "aborted" and rows[2]["abort_reason"] == ABORT_REASON.format(prefix=seeded.name)
     assert rows[3]["status"] == "claimed" and rows[3]["records_in"] is None and rows[3]["duration_s"] is None
+    # The charts' figures, oldest first: 3 is claimed (no counts, no duration); 2 aborted has no lag figure;
+    # 1 left 15 records to checkpoint 2's claim; 7, the newest, leaves the 10 unread records of the lag.
+    series = p["series"]
+    assert series["checkpoint_ids"] == [1, 2, 3, 4, 5, 6, 7]
+    assert series["records_in"] == [20, 15, None, 0, 0, 0, 0] and series["records_dead_lettered"] == [2, 0, None, 0, 0, 0, 0]
+    assert series["duration_s"] == [125.0, 900.0, None, 1.0, 1.0, 1.0, 1.0]
+    assert series["records_behind"] == [15, None, 0, 0, 0, 0, 10] and series["watermark_delay_s"] is None
     assert p["savepoints"] == {"rows": [{"name": SAVEPOINT, "checkpoint_id": 1,
                                          "created_at": "2025-01-01T00:05:00+00:00"}], "error": None}
     assert resp.json()["spec_errors"] == []
@@ -317,6 +324,18 @@ FRAME = ("(Array.from(document.querySelectorAll('iframe')).map(f => { try { retu
 RUN_LINK = '#checkpoint-1 a[data-airflow][title^="DAG run"]'
 
 
+#: The seeded pipeline's charts as the browser lays them out: size, slots, visible points, label, colour.
+CHARTS = """Array.from(document.getElementById('pipeline-NAME').querySelectorAll('figure.chart')).map(f => {
+  const svg = f.querySelector('svg'), box = svg.getBoundingClientRect();
+  const visible = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  return {id: f.id, width: box.width, height: box.height, label: svg.getAttribute('aria-label'),
+          title: svg.querySelector('title').textContent.split(',')[0],
+          slots: Array.from(svg.querySelectorAll('line.slot')).map(l => Number(l.dataset.checkpoint)),
+          points: Array.from(svg.querySelectorAll('circle')).filter(visible).map(c => Number(c.dataset.checkpoint)),
+          stroke: getComputedStyle(svg.querySelector('g.series path')).stroke};
+})"""
+
+
 def test_page_in_headless_chromium(airflow, seeded, browser):
     artifacts = project_root() / "artifacts"
 
@@ -332,6 +351,16 @@ def test_page_in_headless_chromium(airflow, seeded, browser):
                      "2025-01-01 00:00 UTC"):
         assert expected in text, f"{expected!r} not shown; page text:\n{text[:3000]}"
     assert "did not answer" in text  # the unreachable pipeline's section
+    charts = browser.evaluate(CHARTS.replace("NAME", seeded.name))
+    assert [c["id"] for c in charts] == [f"chart-{seeded.name}-{k}" for k in ("records", "duration", "lag")], charts
+    for c in charts:
+        assert c["width"] > 200 and c["height"] > 60, c  # laid out and visible, not collapsed
+        assert c["slots"] == [1, 2, 3, 4, 5, 6, 7], c  # one slot per checkpoint shown, oldest first
+        assert c["label"].startswith(c["title"]) and "checkpoints 1–7; latest: " in c["label"], c
+    # A point per figure: checkpoint 3 (claimed) has no counts or duration, aborted 2 no lag figure.
+    assert [c["points"] for c in charts] == [[1, 2, 4, 5, 6, 7] * 3, [1, 2, 4, 5, 6, 7], [1, 3, 4, 5, 6, 7]], charts
+    assert charts[0]["stroke"] == "rgb(9, 105, 218)"  # the series colour from checkpoints.css
+    assert "latest: 10 records behind (checkpoint 7)" in charts[2]["label"]
     shot = browser.screenshot(artifacts / "checkpoints-page.png")
     assert shot.stat().st_size > 10_000
     browser.screenshot(artifacts / "page-legend.png")
@@ -343,6 +372,8 @@ def test_page_in_headless_chromium(airflow, seeded, browser):
         f"f.contentDocument.body && f.contentDocument.body.innerText.includes({seeded.name!r}))",
         "the Checkpoints page inside the Airflow UI's iframe", timeout=60)
     browser.wait_for("document.body.innerText.includes('Checkpoints')", "the nav entry 'Checkpoints'")
+    browser.wait_for(f"{FRAME}.querySelectorAll('figure.chart svg circle').length > 0",
+                     "the charts drawn inside the UI's iframe")
     browser.screenshot(artifacts / "checkpoints-in-airflow-ui.png")
 
 

@@ -548,3 +548,126 @@ def test_a_checkpoint_that_read_no_records_but_wrote_is_not_collapsed_as_empty()
     assert not is_empty_view(CheckpointView(claim, wrote, done)), "windows fired while the source was quiet"
     nothing = PreparedCheckpoint("orders", 7, "t", (), 0, 0, 0, 0.0)
     assert is_empty_view(CheckpointView(claim, nothing, done))
+
+
+# ---- charts ----------------------------------------------------------------------------------------------
+def _figures(row: CheckpointRow, **changes) -> CheckpointRow:
+    from dataclasses import replace
+
+    return replace(row, **changes)
+
+
+def test_rows_carry_their_claims_end_offsets_and_the_watermarks_delay_behind_its_clock():
+    from lockstep.model.checkpoint import CheckpointView
+    from lockstep.model.state import StateManifest
+    from lockstep_airflow.overview import checkpoint_row
+
+    claim = CheckpointClaim("orders", 9, "r", _at(9), (OffsetRange("orders", 0, 5, 25), OffsetRange("orders", 1, 7, 7)),
+                            "checkpoint:8", clock_ms=1_735_690_000_000)
+    state = StateManifest(operator="window", key_groups=4, written_by=9, files={}, columns={},
+                          watermark_ms=1_735_690_000_000 - 95_500, partitions={}, keys=3)
+    prepared = PreparedCheckpoint("orders", 9, _at(10), (), 20, 20, 0, 1.0, state=state)
+    row = checkpoint_row(CheckpointView(claim, prepared))
+    assert row.end_offsets == {"orders:0": 25, "orders:1": 7} and row.watermark_delay_s == 95.5
+    stateless = checkpoint_row(CheckpointView(claim, PreparedCheckpoint("orders", 9, _at(10), (), 20, 20, 0, 1.0)))
+    assert stateless.watermark_delay_s is None
+    old_claim = CheckpointClaim("orders", 9, "r", "2025-01-01T00:00:00+00:00", claim.ranges, "checkpoint:8")
+    older = checkpoint_row(CheckpointView(old_claim, prepared))  # no clock_ms: its claimed_at is the clock
+    assert older.watermark_delay_s == round((1_735_689_600_000 - state.watermark_ms) / 1000, 3)
+
+
+def test_records_behind_each_checkpoint_are_the_next_claims_ends_less_its_own():
+    from lockstep_airflow.overview import records_behind
+
+    def row(cid: int, ends: dict[str, int], status: str = "completed") -> CheckpointRow:
+        return _figures(_row(cid, False, status), end_offsets=ends)
+
+    rows = [row(1, {"o:0": 10, "o:1": 10}), row(2, {"o:0": 20, "o:1": 15}, "aborted"),
+            row(3, {"o:0": 25, "o:1": 15}), row(4, {"o:0": 5, "o:1": 5}),  # 4 restored from an older savepoint
+            row(5, {"o:0": 30, "o:1": 16}, "claimed")]
+    now = {"o:0": 42, "o:1": 16}
+    # 1: (20-10)+(15-10); 2 aborted: its end was never reached; 3: the next went back (a restore), no figure;
+    # 4: (30-5)+(16-5); 5, the newest and in flight: what is unread past its end now.
+    assert records_behind(rows, now) == [15, None, None, 36, 12]
+    assert records_behind(rows) == [15, None, None, 36, None]  # no lag reading: nothing for the newest
+    assert records_behind([row(1, {})], now) == [None]
+
+
+def test_series_come_from_the_rows_and_lag_already_read_and_the_json_carries_them(specs_dir):
+    from lockstep_airflow.overview import checkpoint_series
+
+    s3 = FakeS3()
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 30, empty=range(27, 29))
+    lag = [PartitionLag("orders:0", 280, 280, 0, 7, 287)]
+    overview = _gather(specs_dir, s3, PageQuery(limit=5), lag=lag)
+    p = overview.pipelines[0]
+    s = p.series
+    assert s is not None and s.checkpoint_ids == [26, 27, 28, 29, 30]  # oldest first, the page's five
+    assert s.records_in == [10, 0, 0, 10, 10] and s.records_dead_lettered == [0] * 5 and s.duration_s == [0.0] * 5
+    assert s.records_behind == [0, 0, 10, 10, 7]  # the newest against the lag section's last stable offsets
+    assert s.watermark_delay_s is None  # stateless
+    doc = overview.to_json()["pipelines"][0]["series"]
+    assert doc["checkpoint_ids"] == s.checkpoint_ids and doc["records_behind"] == s.records_behind
+    json.dumps(overview.to_json())
+    # An older page: its newest checkpoint's next claim is off the page, and "now" is not its lag.
+    older = _gather(specs_dir, s3, PageQuery(limit=5, before=20), lag=lag).pipelines[0]
+    assert older.series.checkpoint_ids == [15, 16, 17, 18, 19] and older.series.records_behind == [10, 10, 10, 10, None]
+    broken = _gather(specs_dir, s3, PageQuery(limit=5), lag_for=lambda *a: (_ for _ in ()).throw(OSError("down")))
+    assert broken.pipelines[0].lag.error and broken.pipelines[0].series.records_behind[-1] is None
+    assert checkpoint_series(_gather(specs_dir, FakeS3(), PageQuery()).pipelines[0].checkpoints, p.lag) is None
+
+
+def test_charts_add_no_store_call_to_the_page(specs_dir):
+    """The charts plot the rows the page reads anyway: gathering costs what it did (3 GETs per checkpoint
+    shown, plus the constant reads of the 500-checkpoint test above) and rendering reads nothing."""
+    s3 = FakeS3(page_size=50)
+    seed(CheckpointStore(s3, "lockstep", "unit/orders", "orders"), 200)
+    s3.calls.clear()
+    overview = _gather(specs_dir, s3, PageQuery(limit=20), lag_for=_lag_store_reads)
+    gathered = dict(s3.calls)
+    assert gathered["get_object"] <= 20 * 3 + 2 + 3 + 1, gathered
+    html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
+    overview.to_json()
+    assert s3.calls == gathered, "rendering the charts (or the JSON series) read the store"
+    svg = re.search(r'<figure class="chart" id="chart-orders-records">.*?</figure>', html).group(0)
+    assert svg.count("<circle ") == 3 * 20 and svg.count('class="slot"') == 20
+
+
+def test_the_page_draws_records_duration_and_lag_charts_as_inline_svg(specs_dir):
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 3)
+    store.claim(CheckpointClaim("orders", 4, "scheduled__4", _at(4), (OffsetRange("orders", 0, 30, 45),),
+                                "checkpoint:3"))  # claimed: no figures yet, a gap
+    overview = _gather(specs_dir, s3, PageQuery(), lag=[PartitionLag("orders:0", 30, 45, 15, 5, 50)])
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    charts = re.search(r'<div class="charts">(.*?)</div>', html).group(1)
+    assert re.findall(r'<figure class="chart" id="chart-orders-(\w+)">', charts) == ["records", "duration", "lag"]
+    assert "<script" not in charts and "http" not in charts.replace("http://www.w3.org", "")  # nothing fetched
+    records = re.search(r'id="chart-orders-records">(.*?)</figure>', charts).group(1)
+    label = ("Records per checkpoint, checkpoints 1–4; latest: 10 records in (checkpoint 3), 10 records out "
+             "(checkpoint 3), 0 records dead-lettered (checkpoint 3)")
+    assert f'role="img" aria-label="{label}" data-checkpoints="1 2 3 4"><title>{label}</title>' in records
+    assert re.findall(r'<g class="series s-in"><path d="(M[^"]*)"', records) == [
+        re.search(r'<g class="series s-in"><path d="([^"]*)"', records).group(1)]
+    assert [int(i) for i in re.findall(r'<circle [^>]*data-checkpoint="(\d+)"', records)] == [1, 2, 3] * 3
+    assert "<title>checkpoint 2: 10 records in</title>" in records
+    lag = re.search(r'id="chart-orders-lag">(.*?)</figure>', charts).group(1)
+    # 1-3 each left the next claim's 10 records; 4 (claimed to 45) leaves 5 below the last stable offset 50.
+    assert "latest: 5 records behind (checkpoint 4)" in lag
+    assert [int(i) for i in re.findall(r'data-checkpoint="(\d+)"><title>', lag)] == [1, 2, 3, 4]
+    css = (_page_module().STATIC / "checkpoints.css").read_text()
+    for key in ("in", "out", "dead", "duration", "behind", "watermark"):
+        assert f".s-{key}{{color:" in css  # every series key has its colour in the page's stylesheet
+
+
+def test_a_stateful_pipeline_also_charts_its_watermarks_delay(specs_dir):
+    overview = _gather(specs_dir, FakeS3(), PageQuery())
+    rows = [_figures(_row(cid, False), state_keys=5, state_bytes=100, watermark=_at(cid - 2),
+                     watermark_delay_s=120.0 + cid) for cid in (3, 2, 1)]
+    overview.pipelines[0].checkpoints.rows.extend(rows)
+    html = render_page(overview, Ctx(tz=AMSTERDAM))
+    watermark = re.search(r'id="chart-orders-watermark">(.*?)</figure>', html).group(1)
+    assert "Watermark behind the checkpoint&#39;s clock, checkpoints 1–3; latest: 2 min 3 s behind (checkpoint 3)" \
+        in watermark
+    assert overview.to_json()["pipelines"][0]["series"]["watermark_delay_s"] == [121.0, 122.0, 123.0]
