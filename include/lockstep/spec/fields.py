@@ -12,6 +12,7 @@ with rules across sections; a declaration the checker reads keeps both.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ class Field:
     refused: tuple[str, ...] = ()
     #: Strings: the empty string is accepted too.
     empty_ok: bool = False
+    #: Strings with an enum: spaces anywhere are accepted too (``map<string, bigint>``).
+    spaces_ok: bool = False
     #: Durations: more than 0; kept in this many ms (1000: whole seconds).
     positive: bool = False
     unit_ms: int = 1
@@ -136,6 +139,9 @@ def _core(f: Field) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "string"} if f.empty_ok else {"type": "string", "minLength": 1}
         if f.enum:
             out = {"enum": [*f.enum, *(w.lower() for w in f.enum if f.any_case and w.lower() != w)]}
+        if f.enum and f.spaces_ok:
+            spaced = "|".join(" *".join(re.escape(c) for c in word) for word in f.enum)
+            out = {"anyOf": [out, {"type": "string", "pattern": _anchored(f" *(?:{spaced}) *")}]}
         if f.pattern:
             out["pattern"] = _anchored(f.pattern)
         if f.refused:
@@ -191,7 +197,11 @@ def render(f: Field) -> dict[str, Any]:
     """A field's JSON Schema: its forms (``oneOf`` when it has several, ``null`` among them when it is
     nullable), its description (with a default that depends on other fields, in words) and its default."""
     forms = [_core(f), *(_core(a) for a in f.alternatives)]
-    if f.nullable:
+    if f.nullable and len(forms) == 1 and isinstance(forms[0].get("type"), str):
+        forms[0]["type"] = [forms[0]["type"], "null"]  # a section's keys stay at the top, for editors
+    elif f.nullable and len(forms) == 1 and "enum" in forms[0]:
+        forms[0]["enum"].append(None)
+    elif f.nullable:
         forms.append({"type": "null"})
     out: dict[str, Any] = {"description": f.doc + (f" Default: {f.default_doc}." if f.default_doc else "")}
     if len(forms) == 1:
@@ -214,6 +224,6 @@ def render_section(s: Section, describe: bool = True) -> dict[str, Any]:
     return out
 
 
-def json_schema(root: Section, title: str, schema_id: str) -> dict[str, Any]:
+def json_schema(root: Section, title: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a document whose top level is ``root``."""
-    return {"$schema": JSON_SCHEMA_DIALECT, "$id": schema_id, "title": title, **render_section(root)}
+    return {"$schema": JSON_SCHEMA_DIALECT, "title": title, **render_section(root)}

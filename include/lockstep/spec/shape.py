@@ -10,9 +10,10 @@ croniter) stays code in the checker, with its messages. Pure data.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from lockstep.spec.fields import UNSET, Field, Section
+from lockstep.spec.fields import UNSET, Field, Section, json_schema
 
 #: Patterns a whole value must match (Python's and ECMA's regular expressions alike).
 NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,62}"
@@ -212,7 +213,8 @@ FUNCTION = _section("A Python function per key, with its declared state and time
     "process": _text("module:function called with (key, records, state, ctx).", required=True,
                      pattern=TRANSFORM_PATTERN),
     "state": Field("mapping", "The state's fields and their Spark types, in order.", required=True, min_items=1,
-                   key_pattern=STATE_FIELD_PATTERN, items=Field("string", "A Spark type.", enum=STATE_FIELD_TYPES)),
+                   key_pattern=STATE_FIELD_PATTERN,
+                   items=Field("string", "A Spark type.", enum=STATE_FIELD_TYPES, spaces_ok=True)),
     "version": Field("integer", "The state's schema version; raise it when the fields change.", default=1, low=1),
     "migrate": _text("module:function turning a state of an earlier version into this one.",
                      pattern=TRANSFORM_PATTERN),
@@ -267,3 +269,13 @@ SPEC = Section("A Lockstep pipeline: Kafka -> transform (Spark) -> Kafka, exactl
                   items=Field("string", "A tag: 1 to 100 characters, no commas.", pattern=TAG_PATTERN)),
     "alerts": ALERTS,
 })
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """The spec's JSON Schema (draft 2020-12), rendered from `SPEC`: what `lockstep spec schema` prints."""
+    return json_schema(SPEC, "Lockstep pipeline spec")
+
+
+def spec_json_schema_text() -> str:
+    """The schema as the file docs/lockstep-spec.schema.json holds it (a test keeps the two equal)."""
+    return json.dumps(spec_json_schema(), indent=2, ensure_ascii=False) + "\n"
