@@ -215,3 +215,23 @@ def test_lockstep_spec_schema_prints_or_writes_the_schema(tmp_path, capsys):
     assert (tmp_path / "s.json").read_text() == spec_json_schema_text()
     assert main(["spec", "schema", "--output", str(tmp_path / "no" / "s.json")]) == 2
     assert "cannot write the spec's schema to" in capsys.readouterr().err
+
+
+def test_the_spec_classes_defaults_are_the_declared_ones():
+    """The dataclasses keep defaults for specs built in code (replay, tests); they must say what the YAML's do."""
+    from lockstep.spec import AlertsSpec, CompactionPolicy, FormatSpec, SinkSpec, SourceSpec, TransactionSpec, TriggerSpec
+
+    declared = {path: f.default for path, f in fields()}
+    pairs = {
+        "state.compaction.max_deltas": CompactionPolicy().max_deltas,
+        "state.compaction.max_delta_ratio": CompactionPolicy().max_delta_ratio,
+        "transactions.warn_time_left_percent": TransactionSpec("p", 1, 0).warn_time_left_percent,
+        "checkpoints.trigger.poll_interval": TriggerSpec(1, 1).poll_s,
+        "source.on_topic_recreated": SourceSpec((), "k", "earliest", "g").on_topic_recreated,
+        "source.registry_conn_id": SourceSpec((), "k", "earliest", "g").registry_conn_id,
+        "sink.writer": SinkSpec("o", "d", "k").writer,
+        "source.value.format": FormatSpec().format,
+        "sink.value.auto_register": FormatSpec().auto_register,
+        "alerts.smtp_conn_id": AlertsSpec().smtp_conn_id,
+    }
+    assert {path: declared[path] for path in pairs} == pairs
