@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "docs" / "lockstep-spec.schema.json"
 EXAMPLES = sorted((ROOT / "include" / "pipelines").glob("*.y*ml"))
 VALIDATOR = jsonschema.Draft202012Validator(spec_json_schema())
+#: The same schema read as draft-07, as VS Code's YAML extension reads schemas: it uses only keywords that mean
+#: the same in both drafts, so an editor refuses and accepts what the published draft 2020-12 does.
+DRAFT_7 = jsonschema.Draft7Validator(spec_json_schema())
 
 #: A spec with every section the declaration has but the other two stateful operators, each field set.
 FULL: dict[str, Any] = {
@@ -119,12 +122,14 @@ def bad_specs() -> Iterator[Any]:
 def test_the_bases_of_the_bad_specs_are_valid_to_both(doc):
     parse_spec(copy.deepcopy(doc), "p.yaml")
     VALIDATOR.validate(doc)
+    DRAFT_7.validate(doc)
 
 
 @pytest.mark.parametrize(("section", "field", "value"), list(bad_specs()))
 def test_the_schema_and_the_checker_both_refuse_a_bad_spec(section, field, value):
     doc = changed(base_for(section), field, value)
     assert not VALIDATOR.is_valid(doc), f"the schema accepts {field} = {value!r}"
+    assert not DRAFT_7.is_valid(doc), f"the schema read as draft-07 accepts {field} = {value!r}"
     with pytest.raises(SpecError) as refused:
         parse_spec(doc, "p.yaml")
     named = [p.field for p in refused.value.problems]
@@ -151,6 +156,7 @@ def test_the_published_schema_is_the_rendering_of_the_declaration():
 def test_the_schema_is_draft_2020_12_and_closes_every_section():
     schema = spec_json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft7Validator.check_schema(schema)
     assert schema["additionalProperties"] is False and schema["required"] == ["name", "source", "transform", "sink",
                                                                               "checkpoints"]
     timeout = schema["properties"]["transactions"]["properties"]["timeout_ms"]
@@ -162,6 +168,7 @@ def test_the_schema_is_draft_2020_12_and_closes_every_section():
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_every_example_spec_validates_against_the_schema(path):
     VALIDATOR.validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    DRAFT_7.validate(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
 RECORDER = textwrap.dedent(
@@ -203,8 +210,8 @@ def test_every_spec_the_unit_tests_parse_as_valid_validates_against_the_schema(t
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     docs = pickle.loads(out.read_bytes())
     assert len(docs) > 100
-    refused = [(json.dumps(doc, default=str)[:300], error.message) for doc in docs
-               if (error := jsonschema.exceptions.best_match(VALIDATOR.iter_errors(doc))) is not None]
+    refused = [(json.dumps(doc, default=str)[:300], error.message) for doc in docs for validator in (VALIDATOR, DRAFT_7)
+               if (error := jsonschema.exceptions.best_match(validator.iter_errors(doc))) is not None]
     assert not refused, refused[:5]
 
 

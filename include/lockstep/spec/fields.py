@@ -225,5 +225,6 @@ def render_section(s: Section, describe: bool = True) -> dict[str, Any]:
 
 
 def json_schema(root: Section, title: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a document whose top level is ``root``."""
+    """The JSON Schema (draft 2020-12) of a document whose top level is ``root``. Only keywords that mean the
+    same in draft-07 are used (no ``$defs``, no ``prefixItems``): editors' YAML support reads draft-07."""
     return {"$schema": JSON_SCHEMA_DIALECT, "title": title, **render_section(root)}
