@@ -961,7 +961,7 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
     """Validate one parsed YAML document; raises SpecError listing every problem found."""
     c = _Checker(file)
     d = c.section(doc, "", _keys(""), optional=False)
-    name = c.text(d, "", "name", pattern=NAME_RE, rule="allowed is [a-z0-9][a-z0-9_-]{0,62}")
+    name = c.text(d, "", "name", pattern=NAME_RE, rule=f"allowed is {NAME_PATTERN}")
     description = d.get("description") or ""
     if not isinstance(description, str):
         c.fail("description", f"must be a string, got {_kind(description)}")
