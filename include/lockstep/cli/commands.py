@@ -1,5 +1,5 @@
 """Engine subcommands of the ``lockstep`` CLI: run, restore-plan, transactions, status, checkpoints,
-savepoint, state, verify, deadletters, failpoints, validate. They call the coordinator functions the Airflow tasks
+savepoint, state, verify, deadletters, failpoints, validate, spec schema. They call the coordinator functions the Airflow tasks
 call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
 from __future__ import annotations
 
@@ -121,6 +121,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                      "topics and partitions, registry subjects, the checkpoint store and the stored state's key groups")
     val.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    sc = sub.add_parser("spec", help="the pipeline spec's own description")
+    sc_sub = sc.add_subparsers(dest="action", required=True)
+    schema = sc_sub.add_parser("schema", help="print the spec's JSON Schema (draft 2020-12) for editors and CI "
+                                              "(docs/lockstep-spec.schema.json is the same)")
+    schema.add_argument("--output", metavar="FILE", help="write it to FILE instead of stdout")
+
 
 def _spec(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", required=True, help="pipeline spec YAML (include/pipelines/*.yaml)")
@@ -132,6 +138,8 @@ def run_command(args: argparse.Namespace) -> int:
         return _failpoints(args)
     if args.command == "validate":
         return _validate(args)
+    if args.command == "spec":
+        return _spec_schema(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     from lockstep.logs import quiet_clients
 
@@ -437,6 +445,25 @@ def _validate(args: argparse.Namespace) -> int:
         for error in report.errors:
             print(f"lockstep validate: {error}", file=sys.stderr)
     return report.exit_code()
+
+
+def _spec_schema(args: argparse.Namespace) -> int:
+    """The JSON Schema rendered from the spec's one declaration (`lockstep.spec.shape`), the shape the checker
+    reads: an editor completes and checks against the same keys, defaults and bounds."""
+    from lockstep.errors import TerminalError
+    from lockstep.spec.shape import spec_json_schema_text
+
+    text = spec_json_schema_text()
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                out.write(text)
+        except OSError as exc:
+            raise TerminalError(f"cannot write the spec's schema to {args.output}: {exc.strerror or exc}") from exc
+        print(f"wrote the spec's JSON Schema to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _failpoints(args: argparse.Namespace) -> int:

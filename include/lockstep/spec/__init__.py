@@ -16,18 +16,42 @@ from typing import Any, NamedTuple
 import yaml
 
 from lockstep.errors import SpecError, SpecProblem
-
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
-TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
-ID_PREFIX_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
-TRANSFORM_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*|[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
-BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-SCHEDULE_PRESETS = frozenset(
-    {"@once", "@continuous", "@hourly", "@daily", "@midnight", "@weekly",
-     "@monthly", "@quarterly", "@yearly", "@annually"}
+from lockstep.spec.fields import UNSET, Field
+from lockstep.spec.shape import (
+    BUCKET_PATTERN,
+    COMPATIBILITY_LEVELS,
+    DEFAULT_KEY_GROUPS,
+    DEFAULT_KEY_NAME,
+    DEFAULT_OWNER,
+    DEFAULT_REGISTRY_CONN_ID,
+    DUPLICATE_ACTIONS,
+    EMAIL_PATTERN,
+    FORMATS,
+    ID_PREFIX_PATTERN,
+    IDENTIFIER_PATTERN,
+    NAME_PATTERN,
+    RESERVED_PRODUCER_KEYS,
+    SCHEDULE_PRESETS,
+    SPARK_MODES,
+    SPEC,
+    STATE_FIELD_TYPES,
+    TAG_PATTERN,
+    TOPIC_PATTERN,
+    TRANSFORM_PATTERN,
+    WRITERS,
 )
-#: Producer settings Lockstep sets itself; overriding them would break fencing or the commit margin.
-RESERVED_PRODUCER_KEYS = frozenset({"transactional.id", "enable.idempotence", "transaction.timeout.ms"})
+
+# The spec's shape (keys, defaults, bounds, words, patterns) is declared once in `lockstep.spec.shape`;
+# these names stay here for the code that imports them from the spec.
+__all__ = ["COMPATIBILITY_LEVELS", "DEFAULT_KEY_GROUPS", "DEFAULT_KEY_NAME", "DEFAULT_OWNER", "DEFAULT_REGISTRY_CONN_ID",
+           "DUPLICATE_ACTIONS", "FORMATS", "RESERVED_PRODUCER_KEYS", "SCHEDULE_PRESETS", "SPARK_MODES",
+           "STATE_FIELD_TYPES", "WRITERS"]
+
+NAME_RE = re.compile(NAME_PATTERN)
+TOPIC_RE = re.compile(TOPIC_PATTERN)
+ID_PREFIX_RE = re.compile(ID_PREFIX_PATTERN)
+TRANSFORM_RE = re.compile(TRANSFORM_PATTERN)
+BUCKET_RE = re.compile(BUCKET_PATTERN)
 _MISSING = object()
 
 
@@ -42,17 +66,13 @@ class StoreLocation(NamedTuple):
 #: ``json`` (with a declared JSON Schema or without: then a VARIANT), ``avro`` (with a declared schema),
 #: ``protobuf`` (a descriptor set and a message), and the Confluent Schema Registry's framing (a magic
 #: byte, a 4-byte schema id, then the payload): ``avro-confluent``, ``json-confluent`` and
-#: ``protobuf-confluent`` (whose payload starts with the message indexes).
-FORMATS = ("bytes", "string", "json", "avro", "protobuf", "avro-confluent", "json-confluent", "protobuf-confluent")
+#: ``protobuf-confluent`` (whose payload starts with the message indexes). ``FORMATS`` lists them.
 #: Formats a schema registry frames, and the registry's name of their schema type.
 REGISTRY_FORMATS = {"avro-confluent": "AVRO", "json-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}
 #: Formats whose schema is a Protobuf descriptor set (`lockstep.model.protobuf`) and a message.
 PROTOBUF_FORMATS = ("protobuf", "protobuf-confluent")
 #: Formats named elsewhere that Lockstep refuses, with the reason (none today).
 UNSUPPORTED_FORMATS: dict[str, str] = {}
-COMPATIBILITY_LEVELS = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
-                        "FULL_TRANSITIVE", "NONE")
-DEFAULT_REGISTRY_CONN_ID = "schema_registry_default"
 
 
 @dataclass(frozen=True)
@@ -118,9 +138,6 @@ class SourceSpec:
     #: The Schema Registry connection of the registry formats.
     registry_conn_id: str = DEFAULT_REGISTRY_CONN_ID
 
-
-WRITERS = ("jvm", "python")
-SPARK_MODES = ("submit", "connect")
 
 
 @dataclass(frozen=True)
@@ -193,12 +210,7 @@ DURATION_RE = re.compile(r"(\d+)\s*(ms|s|m|h|d)?")
 #: What every duration field of a spec takes (`duration_ms`), as its messages say it.
 DURATION_RULE = "a number with ms, s, m, h or d (500ms, 30s, 15m, 2h, 1d), or whole seconds"
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: What the stateful operators name their output's key field when ``key`` is an expression, not a column.
-DEFAULT_KEY_NAME = "key"
-#: Key groups when the spec names none (Flink's default maximum parallelism).
-DEFAULT_KEY_GROUPS = 128
-DUPLICATE_ACTIONS = ("drop", "dead_letter")
+IDENTIFIER_RE = re.compile(IDENTIFIER_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -242,9 +254,6 @@ class DedupSpec:
     duplicates: str
 
 
-#: Spark types a state function's declared fields may have (``simpleString`` spelling).
-STATE_FIELD_TYPES = ("string", "boolean", "int", "bigint", "double", "float", "binary", "timestamp", "date",
-                     "array<string>", "array<bigint>", "array<double>", "map<string,string>", "map<string,bigint>")
 FUNCTION_RE = TRANSFORM_RE
 
 
@@ -306,10 +315,8 @@ class StateSpec:
         return self.function.version if self.function is not None else 1
 
 
-#: A DAG's owner when the spec names none.
-DEFAULT_OWNER = "lockstep"
-EMAIL_RE = re.compile(r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+")
-TAG_RE = re.compile(r"[^\s,][^,]{0,99}")
+EMAIL_RE = re.compile(EMAIL_PATTERN)
+TAG_RE = re.compile(TAG_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -445,6 +452,48 @@ def _kind(value: object) -> str:
     return "nothing" if value is None else f"{type(value).__name__} {value!r}"
 
 
+# The declaration's side of the checker: what `lockstep.spec.shape` says of a field, as the readers take it.
+
+def _keys(path: str) -> set[str]:
+    """The keys a section allows (``""``: the top level)."""
+    return SPEC.section_at(path).keys
+
+
+def _declared(path: str, key: str) -> Field:
+    return SPEC.at(_join(path, key))
+
+
+def _default(path: str, key: str) -> Any:
+    """A field's declared default: None for an optional one without (null allowed), _MISSING for a required one."""
+    f = _declared(path, key)
+    if f.default is UNSET:
+        return None if f.nullable else _MISSING
+    return f.default
+
+
+def _integer(c: _Checker, d: Section, path: str, key: str) -> Any:
+    """An integer field with its declared default and bounds (a required one's default is its low bound: its
+    absence is reported once, by the caller)."""
+    f = _declared(path, key)
+    low, high = f.bounds
+    return c.integer(d, path, key, f.default if isinstance(f.default, int) else low, low, high)
+
+
+def _enum(path: str, key: str) -> tuple[str, ...]:
+    return _declared(path, key).enum
+
+
+def _one_of(words: tuple[str, ...]) -> str:
+    """``must be fail, earliest or latest``."""
+    return f"must be {', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else f"must be {words[0]}"
+
+
+def _word(c: _Checker, d: Section, path: str, key: str) -> Any:
+    """A text field that takes one of its declared words; a wrong one is refused as its pattern would be."""
+    words = _enum(path, key)
+    return c.text(d, path, key, _default(path, key), re.compile("|".join(map(re.escape, words))), _one_of(words))
+
+
 TOPIC_RULE = "Kafka topic names are 1-249 characters of [A-Za-z0-9._-] and not '.' or '..'"
 
 
@@ -472,14 +521,13 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
         return BYTES
     if isinstance(doc, str):  # `value: avro-confluent`, the short form
         doc = {"format": doc}
-    allowed = {"format", "schema", "subject", "message"} | ({"auto_register", "compatibility"} if sink else set())
-    d = c.section(doc, path, allowed)
-    kind = c.text(d, path, "format", "bytes")
+    d = c.section(doc, path, _keys(path))
+    kind = c.text(d, path, "format", _default(path, "format"))
     if kind in UNSUPPORTED_FORMATS:
         c.fail(f"{path}.format", UNSUPPORTED_FORMATS[kind])
         return BYTES
-    if kind is not None and kind not in FORMATS:
-        c.fail(f"{path}.format", f"must be one of {', '.join(FORMATS)}, got {kind!r}")
+    if kind is not None and kind not in _enum(path, "format"):
+        c.fail(f"{path}.format", f"must be one of {', '.join(_enum(path, 'format'))}, got {kind!r}")
         return BYTES
     message = c.text(d, path, "message", None)
     if kind in PROTOBUF_FORMATS:
@@ -499,12 +547,12 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
     subject = c.text(d, path, "subject", None)
     if subject is not None and kind not in REGISTRY_FORMATS:
         c.fail(f"{path}.subject", f"is for the registry formats ({', '.join(REGISTRY_FORMATS)}), not {kind}")
-    auto = c.boolean(d, path, "auto_register", False) if sink else False
+    auto = c.boolean(d, path, "auto_register", _default(path, "auto_register")) if sink else False
     if auto and schema is None:
         c.fail(f"{path}.auto_register", "needs a schema to register")
     level = c.text(d, path, "compatibility", None) if sink else None
-    if level is not None and level.upper() not in COMPATIBILITY_LEVELS:
-        c.fail(f"{path}.compatibility", f"must be one of {', '.join(COMPATIBILITY_LEVELS)}, got {level!r}")
+    if level is not None and level.upper() not in _enum(path, "compatibility"):
+        c.fail(f"{path}.compatibility", f"must be one of {', '.join(_enum(path, 'compatibility'))}, got {level!r}")
         level = None
     return FormatSpec(format=kind or "bytes", schema=schema, schema_from=where, subject=subject, auto_register=bool(auto),
                       compatibility=level.upper() if level else None, message=message)
@@ -595,45 +643,42 @@ def _schema(c: _Checker, value: object, where: str, folder: Path | None) -> tupl
 
 
 def _source(c: _Checker, doc: object, name: str, folder: Path | None = None) -> SourceSpec:
-    d = c.section(doc, "source", {"topics", "kafka_conn_id", "auto_offset_reset", "consumer_group", "on_topic_recreated",
-                                  "key", "value", "registry_conn_id"}, optional=False)
+    d = c.section(doc, "source", _keys("source"), optional=False)
     checked = _topics(c, d.get("topics"))
-    reset = c.text(d, "source", "auto_offset_reset", "earliest", re.compile("earliest|latest"), "must be earliest or latest")
+    reset = _word(c, d, "source", "auto_offset_reset")
     return SourceSpec(
         topics=tuple(checked),
-        kafka_conn_id=c.text(d, "source", "kafka_conn_id", "kafka_default"),
+        kafka_conn_id=c.text(d, "source", "kafka_conn_id", _default("source", "kafka_conn_id")),
         auto_offset_reset=reset,
         consumer_group=c.text(d, "source", "consumer_group", f"lockstep-{name}"),
-        on_topic_recreated=c.text(d, "source", "on_topic_recreated", "fail", re.compile("fail|earliest|latest"),
-                                  "must be fail, earliest or latest"),
+        on_topic_recreated=_word(c, d, "source", "on_topic_recreated"),
         key=_format(c, d.get("key"), "source.key", folder, sink=False),
         value=_format(c, d.get("value"), "source.value", folder, sink=False),
-        registry_conn_id=c.text(d, "source", "registry_conn_id", DEFAULT_REGISTRY_CONN_ID),
+        registry_conn_id=c.text(d, "source", "registry_conn_id", _default("source", "registry_conn_id")),
     )
 
 
 def _sink(c: _Checker, doc: object, source: SourceSpec, folder: Path | None = None) -> SinkSpec:
-    d = c.section(doc, "sink", {"topic", "dead_letter_topic", "kafka_conn_id", "writer", "parallelism", "key", "value",
-                                "registry_conn_id"}, optional=False)
+    d = c.section(doc, "sink", _keys("sink"), optional=False)
     topic, dlq = _topic(c, d, "sink", "topic"), _topic(c, d, "sink", "dead_letter_topic")
     if topic and topic in source.topics:
         c.fail("sink.topic", f"{topic!r} is also a source topic; a pipeline must not feed itself")
     if dlq and dlq == topic:
         c.fail("sink.dead_letter_topic", "must differ from sink.topic, or bad records would look like output")
-    conn = c.text(d, "sink", "kafka_conn_id", source.kafka_conn_id or "kafka_default")
-    writer = c.text(d, "sink", "writer", "jvm")
-    if writer not in WRITERS:
-        c.fail("sink.writer", f"must be one of {', '.join(WRITERS)}, got {writer!r}")
+    conn = c.text(d, "sink", "kafka_conn_id", source.kafka_conn_id or _default("source", "kafka_conn_id"))
+    writer = c.text(d, "sink", "writer", _default("sink", "writer"))
+    if writer not in _enum("sink", "writer"):
+        c.fail("sink.writer", f"must be one of {', '.join(_enum('sink', 'writer'))}, got {writer!r}")
     parallelism = None
     if isinstance(d.get("parallelism"), str) and d["parallelism"] != "auto":
         c.fail("sink.parallelism", f"must be auto or a positive integer, got {d['parallelism']!r}")
     elif d.get("parallelism", "auto") != "auto":
-        parallelism = c.integer(d, "sink", "parallelism", 0, 1, 100_000)
+        parallelism = _integer(c, d, "sink", "parallelism")
     return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn, writer=writer, parallelism=parallelism,
                     key=_format(c, d.get("key"), "sink.key", folder, sink=True),
                     value=_format(c, d.get("value"), "sink.value", folder, sink=True),
                     registry_conn_id=c.text(d, "sink", "registry_conn_id", source.registry_conn_id
-                                            or DEFAULT_REGISTRY_CONN_ID))
+                                            or _default("source", "registry_conn_id")))
 
 
 def parse_store_url(url: str) -> StoreLocation | None:
@@ -654,7 +699,7 @@ def _schedule(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker
     if not isinstance(value, str):
         c.fail("checkpoints.schedule", f"must be a cron string, an Airflow preset or null, got {_kind(value)}")
     elif value.startswith("@"):
-        if value in SCHEDULE_PRESETS:
+        if value in _enum("checkpoints", "schedule"):
             return value
         c.fail("checkpoints.schedule", f"unknown preset {value!r} (known: {', '.join(sorted(SCHEDULE_PRESETS))})")
     elif (reason := cron_problem(value)) is None:
@@ -682,23 +727,22 @@ def cron_problem(value: str) -> str | None:
 def _trigger(c: _Checker, d: Section) -> Any:  # a reader's result, as _Checker's
     if d.get("trigger") is None:
         return None
-    t = c.section(d["trigger"], "checkpoints.trigger", {"lag_records", "max_wait", "poll_interval"})
+    t = c.section(d["trigger"], "checkpoints.trigger", _keys("checkpoints.trigger"))
     if "lag_records" not in t:
         c.fail("checkpoints.trigger.lag_records", "is required: the unread records that start a checkpoint")
     if d.get("schedule") is not None:
         c.fail("checkpoints.schedule", "must be null (or left out) when checkpoints.trigger is set: the lag starts "
                                        "checkpoints, not a schedule")
-    lag = c.integer(t, "checkpoints.trigger", "lag_records", 1, 1, None)
-    wait = _duration(c, t, "checkpoints.trigger", "max_wait", 3600, positive=True, unit_ms=1000)
-    poll = _duration(c, t, "checkpoints.trigger", "poll_interval", 5, positive=True, unit_ms=1000)
+    lag = _integer(c, t, "checkpoints.trigger", "lag_records")
+    wait = _declared_duration(c, t, "checkpoints.trigger", "max_wait")
+    poll = _declared_duration(c, t, "checkpoints.trigger", "poll_interval")
     if None in (lag, wait, poll):
         return None
     return TriggerSpec(lag_records=lag, max_wait_s=wait, poll_s=poll)
 
 
 def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
-    allowed = {"store", "aws_conn_id", "schedule", "max_records", "retain", "skip_deleted_ranges", "trigger"}
-    d = c.section(doc, "checkpoints", allowed, optional=False)
+    d = c.section(doc, "checkpoints", _keys("checkpoints"), optional=False)
     store = c.text(d, "checkpoints", "store")
     location = parse_store_url(store) if store else None
     if store and location is None:
@@ -707,32 +751,32 @@ def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
         store=store,
         bucket=location.bucket if location else "",
         prefix=location.prefix if location else "",
-        aws_conn_id=c.text(d, "checkpoints", "aws_conn_id", "aws_default"),
+        aws_conn_id=c.text(d, "checkpoints", "aws_conn_id", _default("checkpoints", "aws_conn_id")),
         schedule=_schedule(c, d),
-        max_records=c.integer(d, "checkpoints", "max_records", 100_000, 1, None),
-        retain=c.integer(d, "checkpoints", "retain", 20, 1, None),
-        skip_deleted_ranges=c.boolean(d, "checkpoints", "skip_deleted_ranges", False),
+        max_records=_integer(c, d, "checkpoints", "max_records"),
+        retain=_integer(c, d, "checkpoints", "retain"),
+        skip_deleted_ranges=c.boolean(d, "checkpoints", "skip_deleted_ranges", _default("checkpoints", "skip_deleted_ranges")),
         trigger=_trigger(c, d),
     )
 
 
 def _transactions(c: _Checker, doc: object, name: str) -> TransactionSpec:
-    d = c.section(doc, "transactions", {"id_prefix", "timeout_ms", "commit_margin_ms", "warn_time_left_percent"})
+    d = c.section(doc, "transactions", _keys("transactions"))
     prefix = c.text(d, "transactions", "id_prefix", name or "x", ID_PREFIX_RE, "allowed are 1-200 of [A-Za-z0-9._-]")
-    timeout = c.integer(d, "transactions", "timeout_ms", 900_000, 1000, 3_600_000)
-    margin = c.integer(d, "transactions", "commit_margin_ms", 60_000, 0, None)
+    timeout = _integer(c, d, "transactions", "timeout_ms")
+    margin = _integer(c, d, "transactions", "commit_margin_ms")
     if timeout is not None and margin is not None and margin >= timeout:
         c.fail("transactions.commit_margin_ms", f"must be less than transactions.timeout_ms ({timeout}), got {margin}")
-    warn = c.integer(d, "transactions", "warn_time_left_percent", 25, 0, 99)
+    warn = _integer(c, d, "transactions", "warn_time_left_percent")
     return TransactionSpec(id_prefix=prefix, timeout_ms=timeout, commit_margin_ms=margin, warn_time_left_percent=warn)
 
 
 def _spark(c: _Checker, doc: object) -> SparkSpec:
-    d = c.section(doc, "spark", {"master", "conf", "mode", "remote"})
+    d = c.section(doc, "spark", _keys("spark"))
     master = c.text(d, "spark", "master", None)
     mode = c.text(d, "spark", "mode", None)
-    if mode is not None and mode not in SPARK_MODES:
-        c.fail("spark.mode", f"must be one of {', '.join(SPARK_MODES)}, got {mode!r}")
+    if mode is not None and mode not in _enum("spark", "mode"):
+        c.fail("spark.mode", f"must be one of {', '.join(_enum('spark', 'mode'))}, got {mode!r}")
     remote = c.text(d, "spark", "remote", None)
     if remote is not None and not remote.startswith("sc://"):
         c.fail("spark.remote", f"must be a Spark Connect URL (sc://HOST:PORT), got {remote!r}")
@@ -758,7 +802,7 @@ def _spark(c: _Checker, doc: object) -> SparkSpec:
 
 def _producer(c: _Checker, doc: object) -> dict[str, object]:
     d = c.mapping(doc, "producer")
-    for key in sorted(RESERVED_PRODUCER_KEYS.intersection(d)):
+    for key in sorted(set(_declared("", "producer").refused_keys).intersection(d)):
         c.fail(f"producer[{key}]", "is set by Lockstep (it owns transactional ids and timeouts); "
                                    "use transactions.* instead")
     # keys as the YAML has them, unchecked: a producer client refuses a key that is not a string
@@ -776,6 +820,15 @@ def duration_ms(value: object) -> int | None:
     if isinstance(value, str) and (m := DURATION_RE.fullmatch(value.strip())):
         return int(m.group(1)) * _DURATION_MS[m.group(2) or "s"]
     return None
+
+
+def _declared_duration(c: _Checker, d: Section, path: str, key: str, default: object = _MISSING) -> Any:
+    """A duration field as declared: its default (unless the caller's depends on another field), whether it
+    must be more than 0, and its unit."""
+    f = _declared(path, key)
+    if default is _MISSING and f.default is not UNSET:
+        default = f.default
+    return _duration(c, d, path, key, default, positive=f.positive, unit_ms=f.unit_ms)
 
 
 def _duration(c: _Checker, d: Section, path: str, key: str, default: object = _MISSING, positive: bool = False,
@@ -814,22 +867,24 @@ def _expression(c: _Checker, d: Section, path: str, key: str) -> Any:
 def _state(c: _Checker, doc: object) -> StateSpec | None:
     if doc is None or doc is _MISSING:
         return None
-    d = c.section(doc, "state", {"key_groups", "event_time", "window", "dedup", "function", "compaction"})
-    groups = c.integer(d, "state", "key_groups", DEFAULT_KEY_GROUPS, 1, 32_768)
-    k = c.section(d.get("compaction"), "state.compaction", {"max_deltas", "max_delta_ratio"})
-    default = CompactionPolicy()
-    ratio = k.get("max_delta_ratio", default.max_delta_ratio)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1000:
-        c.fail("state.compaction.max_delta_ratio", f"must be a number above 0 (at most 1000), got {_kind(ratio)}")
-        ratio = default.max_delta_ratio
-    compaction = CompactionPolicy(max_deltas=c.integer(k, "state.compaction", "max_deltas", default.max_deltas, 0, 1000),
+    d = c.section(doc, "state", _keys("state"))
+    groups = _integer(c, d, "state", "key_groups")
+    k = c.section(d.get("compaction"), "state.compaction", _keys("state.compaction"))
+    r = _declared("state.compaction", "max_delta_ratio")
+    ratio = k.get("max_delta_ratio", r.default)
+    assert r.low is not None and r.high is not None and r.low_exclusive
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not r.low < ratio <= r.high:
+        c.fail("state.compaction.max_delta_ratio",
+               f"must be a number above {r.low:g} (at most {r.high:g}), got {_kind(ratio)}")
+        ratio = r.default
+    compaction = CompactionPolicy(max_deltas=_integer(c, k, "state.compaction", "max_deltas"),
                                   max_delta_ratio=float(ratio))
-    e = c.section(d.get("event_time", _MISSING), "state.event_time",
-                  {"column", "out_of_orderness", "idle_timeout", "idle_advance"}, optional=False)
+    e = c.section(d.get("event_time", _MISSING), "state.event_time", _keys("state.event_time"), optional=False)
     event_time = EventTime(column=_expression(c, e, "state.event_time", "column"),
-                           out_of_orderness_ms=_duration(c, e, "state.event_time", "out_of_orderness", "0s"),
-                           idle_timeout_ms=_duration(c, e, "state.event_time", "idle_timeout", "5m", positive=True),
-                           idle_advance=c.boolean(e, "state.event_time", "idle_advance", False))
+                           out_of_orderness_ms=_declared_duration(c, e, "state.event_time", "out_of_orderness"),
+                           idle_timeout_ms=_declared_duration(c, e, "state.event_time", "idle_timeout"),
+                           idle_advance=c.boolean(e, "state.event_time", "idle_advance",
+                                                  _default("state.event_time", "idle_advance")))
     kinds = [k for k in ("window", "dedup", "function") if d.get(k) is not None]
     if len(kinds) != 1:
         c.fail("state", "needs exactly one operator: window, dedup or function" if not kinds
@@ -837,11 +892,10 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
         return None
     window = dedup = function = None
     if kinds == ["window"]:
-        w = c.section(d["window"], "state.window", {"key", "key_name", "size", "slide", "allowed_lateness",
-                                                   "aggregates"})
+        w = c.section(d["window"], "state.window", _keys("state.window"))
         key = _expression(c, w, "state.window", "key")
-        size = _duration(c, w, "state.window", "size", positive=True)
-        slide = _duration(c, w, "state.window", "slide", w.get("size", "0s"), positive=True)
+        size = _declared_duration(c, w, "state.window", "size")
+        slide = _declared_duration(c, w, "state.window", "slide", w.get("size", "0s"))
         if size and slide and (slide > size or size % slide):
             c.fail("state.window.slide", f"must divide state.window.size ({size} ms) and not exceed it, got {slide} ms")
         name = c.text(w, "state.window", "key_name", key if key and IDENTIFIER_RE.fullmatch(key) else DEFAULT_KEY_NAME,
@@ -861,33 +915,35 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
             else:
                 checked.append((field_name, expr.strip()))
         window = WindowSpec(key=key, key_name=name, size_ms=size, slide_ms=slide,
-                            allowed_lateness_ms=_duration(c, w, "state.window", "allowed_lateness", "0s"),
+                            allowed_lateness_ms=_declared_duration(c, w, "state.window", "allowed_lateness"),
                             aggregates=tuple(checked))
     elif kinds == ["function"]:
         function = _function(c, d["function"])
     else:
-        x = c.section(d["dedup"], "state.dedup", {"key", "ttl", "duplicates"})
-        action = c.text(x, "state.dedup", "duplicates", "drop")
-        if action is not None and action not in DUPLICATE_ACTIONS:
-            c.fail("state.dedup.duplicates", f"must be one of {', '.join(DUPLICATE_ACTIONS)}, got {action!r}")
+        x = c.section(d["dedup"], "state.dedup", _keys("state.dedup"))
+        action = c.text(x, "state.dedup", "duplicates", _default("state.dedup", "duplicates"))
+        if action is not None and action not in _enum("state.dedup", "duplicates"):
+            c.fail("state.dedup.duplicates", f"must be one of {', '.join(_enum('state.dedup', 'duplicates'))}, "
+                                             f"got {action!r}")
         dedup = DedupSpec(key=_expression(c, x, "state.dedup", "key"),
-                          ttl_ms=_duration(c, x, "state.dedup", "ttl", positive=True), duplicates=action)
+                          ttl_ms=_declared_duration(c, x, "state.dedup", "ttl"), duplicates=action)
     return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup, function=function,
                      compaction=compaction)
 
 
 def _function(c: _Checker, doc: object) -> FunctionSpec:
     path = "state.function"
-    f = c.section(doc, path, {"key", "process", "state", "version", "migrate", "ttl"})
+    f = c.section(doc, path, _keys(path))
     rule = 'expected "module.path:function"'
     fields = c.mapping(f.get("state", _MISSING), f"{path}.state", optional=False)
     checked: list[tuple[str, str]] = []
+    types = _declared(path, "state").items.enum  # type: ignore[union-attr]
     for name, kind in fields.items():
         where = f"{path}.state.{name}"
         if not isinstance(name, str) or not IDENTIFIER_RE.fullmatch(name) or name.startswith("__"):
             c.fail(where, "state field names are letters, digits and _, not starting with __")
-        elif not isinstance(kind, str) or kind.replace(" ", "") not in STATE_FIELD_TYPES:
-            c.fail(where, f"must be one of {', '.join(STATE_FIELD_TYPES)}, got {_kind(kind)}")
+        elif not isinstance(kind, str) or kind.replace(" ", "") not in types:
+            c.fail(where, f"must be one of {', '.join(types)}, got {_kind(kind)}")
         else:
             checked.append((name, kind.replace(" ", "")))
     if not fields and not any(p.field == f"{path}.state" for p in c.problems):
@@ -896,18 +952,16 @@ def _function(c: _Checker, doc: object) -> FunctionSpec:
     migrate = c.text(f, path, "migrate", None, FUNCTION_RE, rule)
     return FunctionSpec(key=_expression(c, f, path, "key"),
                         process=_normalise_transform(process) if process else "",
-                        fields=tuple(checked), version=c.integer(f, path, "version", 1, 1, None),
+                        fields=tuple(checked), version=_integer(c, f, path, "version"),
                         migrate=_normalise_transform(migrate) if migrate else None,
-                        ttl_ms=_duration(c, f, path, "ttl", positive=True) if f.get("ttl") is not None else None)
+                        ttl_ms=_declared_duration(c, f, path, "ttl") if f.get("ttl") is not None else None)
 
 
 def parse_spec(doc: object, file: str) -> PipelineSpec:
     """Validate one parsed YAML document; raises SpecError listing every problem found."""
     c = _Checker(file)
-    top = {"name", "description", "source", "transform", "sink", "checkpoints", "transactions", "spark", "producer",
-           "state", "owner", "tags", "alerts"}
-    d = c.section(doc, "", top, optional=False)
-    name = c.text(d, "", "name", pattern=NAME_RE, rule="allowed is [a-z0-9][a-z0-9_-]{0,62}")
+    d = c.section(doc, "", _keys(""), optional=False)
+    name = c.text(d, "", "name", pattern=NAME_RE, rule=f"allowed is {NAME_PATTERN}")
     description = d.get("description") or ""
     if not isinstance(description, str):
         c.fail("description", f"must be a string, got {_kind(description)}")
@@ -927,7 +981,7 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         producer=_producer(c, d.get("producer")),
         path=file,
         state=_state(c, d.get("state")),
-        owner=c.text(d, "", "owner", DEFAULT_OWNER) or DEFAULT_OWNER,
+        owner=c.text(d, "", "owner", _default("", "owner")) or DEFAULT_OWNER,
         tags=_tags(c, d.get("tags")),
         alerts=_alerts(c, d.get("alerts")),
     )
@@ -948,7 +1002,7 @@ def _tags(c: _Checker, value: object) -> tuple[str, ...]:
 def _alerts(c: _Checker, doc: object) -> AlertsSpec | None:
     if doc is None:
         return None
-    d = c.section(doc, "alerts", {"webhook_conn_id", "email", "smtp_conn_id"})
+    d = c.section(doc, "alerts", _keys("alerts"))
     webhook = c.text(d, "alerts", "webhook_conn_id", None)
     email = d.get("email") or []
     if isinstance(email, str):
@@ -958,7 +1012,8 @@ def _alerts(c: _Checker, doc: object) -> AlertsSpec | None:
         email = []
     if d and webhook is None and not email and not any(p.field.startswith("alerts") for p in c.problems):
         c.fail("alerts", "names no one: set webhook_conn_id (an http connection) or email (addresses)")
-    return AlertsSpec(webhook, tuple(email), c.text(d, "alerts", "smtp_conn_id", "smtp_default") or "smtp_default")
+    smtp = _default("alerts", "smtp_conn_id")
+    return AlertsSpec(webhook, tuple(email), c.text(d, "alerts", "smtp_conn_id", smtp) or smtp)
 
 
 def _normalise_transform(value: str) -> str:
