@@ -195,7 +195,7 @@ RECORDER = textwrap.dedent(
 )
 #: The unit tests whose specs are recorded: those that build specs as YAML or dicts.
 SPEC_TESTS = ("test_spec.py", "test_formats_spec.py", "test_alerts.py", "test_validate.py", "test_state_chain.py",
-              "test_dedup_rule.py", "test_protobuf_formats.py")
+              "test_dedup_rule.py", "test_protobuf_formats.py", "test_sql.py")
 
 
 def test_every_spec_the_unit_tests_parse_as_valid_validates_against_the_schema(tmp_path):

@@ -6,14 +6,17 @@ against each other (`lockstep.spec.cross_check`: names, DAG ids, transactional i
 - **Offline** (no service): the spec's own parse (`lockstep.spec.load_spec`: its schema, cron by
   croniter, durations by one grammar), and the Python it names imported as the run imports it, each
   callable taking the arguments Lockstep calls it with: the transform one DataFrame, a state function's
-  ``process`` (key, records, state, ctx), its ``migrate`` (state, version).
+  ``process`` (key, records, state, ctx), its ``migrate`` (state, version). An SQL pipeline's query is read
+  (``sql_file``) and refused when empty; nothing is imported for it.
 - **With ``connect``**: the services, through the spec's connections as the steps reach them: the
   connections are defined; the source topics, the sink topic and the dead-letter topic exist (their
   partition counts go in the report); the registry holds the subjects of registry-framed source parts,
   and a registry-framed sink part's schema is one the plan would write with (`writings`, as a dry run);
   the checkpoint store answers, and a stateful pipeline's stored state fits the spec, by the rule the
   plan refuses a checkpoint with (`lockstep.rules.state_base.base_refusal`: the operator, the key
-  groups unless re-keyed, a state function's schema).
+  groups unless re-keyed, a state function's schema); an SQL pipeline's query is analyzed by Spark over an
+  empty input of the source's columns when the ``spark_connect_default`` connection names a Spark Connect
+  server (its line and position on ``transform.sql``), and said to be not analyzed when it names none.
 
 A problem is the spec's (``file: field: reason``, as `SpecError` prints it); an error is the check's own
 (a path that does not exist, a service that does not answer). Exit codes follow ``lockstep verify``'s:
@@ -25,6 +28,7 @@ import importlib
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +66,8 @@ class SpecReport:
     subjects: dict[str, int] = field(default_factory=dict)
     #: under ``connect``, a stateful spec: the stored state's checkpoint, operator and key groups (None: none yet)
     state: dict[str, object] | None = None
+    #: what was not checked, and why (an SQL query without a Spark Connect endpoint): not problems
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +85,8 @@ class SpecReport:
             doc["subjects"] = self.subjects
         if self.state is not None:
             doc["state"] = self.state
+        if self.notes:
+            doc["notes"] = self.notes
         return doc
 
 
@@ -107,6 +115,7 @@ class ValidateReport:
         out: list[str] = []
         for s in self.specs:
             out += [str(p) for p in s.problems] if s.problems else [f"{s.path}: ok ({s.name})"]
+            out += [f"{s.path}: note: {n}" for n in s.notes]
         bad = sum(not s.ok for s in self.specs)
         out.append(f"{len(self.specs)} spec{'s' if len(self.specs) != 1 else ''} checked: {len(self.specs) - bad} "
                    f"valid, {bad} with problems" + (f"; {len(self.errors)} check{'s' if len(self.errors) != 1 else ''} "
@@ -170,7 +179,7 @@ def check_offline(file: Path) -> tuple[SpecReport, PipelineSpec | None]:
 
 def callables(spec: PipelineSpec) -> list[tuple[str, str, tuple[str, ...]]]:
     """The ``module:function`` targets a spec names, with their field and the arguments they are called with."""
-    found = [("transform", spec.transform, TRANSFORM_ARGS)]
+    found = [] if spec.is_sql else [("transform", spec.transform, TRANSFORM_ARGS)]  # SQL: analyzed under connect
     f = spec.state.function if spec.state is not None else None
     if f is not None:
         found.append(("state.function.process", f.process, PROCESS_ARGS))
@@ -213,6 +222,29 @@ class Services:
     def __init__(self, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
         self._metadata: dict[str, ClusterMetadata | Exception] = {}
+        self._spark: list[Any] = []
+
+    def spark(self) -> Any:
+        """A Spark Connect session on the ``spark_connect_default`` connection's endpoint, made once, for the SQL
+        pipelines' queries; None when that connection is not defined. Raises what reaching it raised."""
+        if not self._spark:
+            from lockstep.connections import get_connection
+            from lockstep.spark.connect import new_session
+            from lockstep.spark.target import SPARK_CONNECT_CONN_ID, connect_url
+
+            try:
+                conn = get_connection(SPARK_CONNECT_CONN_ID)
+            except TerminalError:
+                conn = None
+            host = getattr(conn, "host", None)
+            self._spark.append(new_session(connect_url(host, getattr(conn, "port", None))) if host else None)
+        return self._spark[0]
+
+    def close(self) -> None:
+        """Stop the Spark session, if one was made."""
+        if self._spark and self._spark[0] is not None:
+            self._spark[0].stop()
+        self._spark.clear()
 
     def topics(self, conn_id: str) -> ClusterMetadata:
         """Every topic of the connection's cluster (a listing: a metadata request naming a topic could
@@ -248,7 +280,45 @@ def check_connect(spec: PipelineSpec, report: SpecReport, services: Services) ->
         errors += _sink_schemas(spec, report)
     if spec.checkpoints.aws_conn_id in usable:
         errors += _store(spec, report, services.timeout_s)
+    if spec.is_sql and (spec.source.registry_conn_id in usable or not _registry_parts(spec)):
+        errors += _sql(spec, report, services)
     return errors
+
+
+def _registry_parts(spec: PipelineSpec) -> bool:
+    """Whether the source's records are decoded with a registry's schemas (the query reads them as ``data``)."""
+    return spec.source.key.registry or spec.source.value.registry
+
+
+def _sql(spec: PipelineSpec, report: SpecReport, services: Services) -> list[str]:
+    """An SQL pipeline's query analyzed by Spark over an empty input of the reader's columns, decoded as the
+    run decodes them: a syntax error or an unknown column is a problem on ``transform.sql`` with Spark's line
+    and position. Needs a Spark Connect endpoint (`Services.spark`); without one the query is not analyzed,
+    which is said, and is no error. The problem is on ``transform.sql`` or ``transform.sql_file``, as the spec
+    gives the query."""
+    from lockstep.errors import TransientError
+    from lockstep.spark.sql import analyze
+
+    try:
+        spark = services.spark()
+    except Exception as exc:  # noqa: BLE001 - a server that does not answer: the check could not run
+        return [f"{spec.path}: transform.sql: not analyzed: the Spark Connect server could not be reached: "
+                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"]
+    if spark is None:
+        report.notes.append("transform.sql: not analyzed (no Spark Connect endpoint: define the "
+                            "spark_connect_default connection to analyze SQL against the source's columns)")
+        return []
+    try:
+        refused = analyze(spark, spec)
+    except TransientError as exc:
+        return [f"{spec.path}: transform.sql: not analyzed: {exc}"]
+    except TerminalError as exc:  # a format's schema the registry refuses: its own field says it
+        refused = str(exc)
+    if refused is not None:  # "<file>: transform.sql[_file (<its file>)]: <reason>": the reason on the spec's field
+        where = "transform.sql" if spec.transform_sql_from == "inline" else "transform.sql_file"
+        reason = refused.removeprefix(f"{spec.path}: ").removeprefix(f"{where}: ")
+        report.problem(where, reason.removeprefix(f"{where} ({spec.transform_sql_from}): "))
+    return []
 
 
 def _connections(spec: PipelineSpec, report: SpecReport) -> set[str]:
@@ -377,15 +447,28 @@ def validate(paths: Iterable[str | Path], connect: bool = False, services: Servi
     reports: list[SpecReport] = []
     specs: list[PipelineSpec] = []
     services = services or Services()
-    for file in files:
-        report, spec = check_offline(file)
-        reports.append(report)
-        if spec is None:
-            continue
-        specs.append(spec)
-        if connect:
-            errors += check_connect(spec, report, services)
+    with ExitStack() as stack:
+        if connect:  # a Connect session (SQL pipelines) marks this process's environment; put it back after
+            from lockstep.spark.connect import connect_mode
+
+            stack.enter_context(connect_mode())
+        _check_all(files, connect, services, reports, specs, errors)
     by_path = {r.path: r for r in reports}
     for problem in cross_check(specs):
         by_path[problem.file].problems.append(problem)
     return ValidateReport(reports, errors)
+
+
+def _check_all(files: list[Path], connect: bool, services: Services, reports: list[SpecReport],
+               specs: list[PipelineSpec], errors: list[str]) -> None:
+    try:
+        for file in files:
+            report, spec = check_offline(file)
+            reports.append(report)
+            if spec is None:
+                continue
+            specs.append(spec)
+            if connect:
+                errors += check_connect(spec, report, services)
+    finally:
+        services.close()

@@ -38,6 +38,7 @@ from lockstep.spec.shape import (
     TAG_PATTERN,
     TOPIC_PATTERN,
     TRANSFORM_PATTERN,
+    TRANSFORM_SQL,
     WRITERS,
 )
 
@@ -354,6 +355,17 @@ class PipelineSpec:
     tags: tuple[str, ...] = ()
     #: Whom a failed checkpoint notifies; None: no one.
     alerts: AlertsSpec | None = None
+    #: An SQL pipeline's query over the view ``input`` (``transform: {sql: ...}`` or ``{sql_file: ...}``), as
+    #: read when the spec is loaded; None for a Python transform. ``transform`` then only names it for people
+    #: (``SQL (query.sql)``), and `lockstep.transform.load_transform` runs the query instead of importing.
+    transform_sql: str | None = None
+    #: Where the query came from: its file (as read), or ``inline``; for messages.
+    transform_sql_from: str | None = None
+
+    @property
+    def is_sql(self) -> bool:
+        """Whether the transform is an SQL query (`transform_sql`) rather than a Python function."""
+        return self.transform_sql is not None
 
     @property
     def dag_id(self) -> str:
@@ -368,7 +380,8 @@ class PipelineSpec:
 
     @property
     def transform_target(self) -> tuple[str, str]:
-        """(module, function) of the transform, whichever of the two accepted syntaxes was used."""
+        """(module, function) of the transform, whichever of the two accepted syntaxes was used. An SQL
+        pipeline (`transform_sql`) has none: check `is_sql` first."""
         module, _, function = self.transform.partition(":")
         return module, function
 
@@ -967,13 +980,12 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         c.fail("description", f"must be a string, got {_kind(description)}")
     folder = Path(file).parent if file and not file.startswith("<") else None
     source = _source(c, d.get("source", _MISSING), name or "", folder)
-    transform = c.text(d, "", "transform", pattern=TRANSFORM_RE,
-                       rule='expected "module.path:function" or "module.path.function"')
+    transform, sql, sql_from = _transform(c, d.get("transform", _MISSING), d, folder)
     spec = PipelineSpec(
         name=name,
         description=description if isinstance(description, str) else "",
         source=source,
-        transform=_normalise_transform(transform) if transform else "",
+        transform=transform or "",
         sink=_sink(c, d.get("sink", _MISSING), source, folder),
         checkpoints=_checkpoints(c, d.get("checkpoints", _MISSING)),
         transactions=_transactions(c, d.get("transactions"), name or ""),
@@ -984,10 +996,49 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         owner=c.text(d, "", "owner", _default("", "owner")) or DEFAULT_OWNER,
         tags=_tags(c, d.get("tags")),
         alerts=_alerts(c, d.get("alerts")),
+        transform_sql=sql,
+        transform_sql_from=sql_from,
     )
     if c.problems:
         raise SpecError(c.problems)
     return spec
+
+
+def _transform(c: _Checker, value: object, d: Section,
+               folder: Path | None) -> tuple[str | None, str | None, str | None]:
+    """``transform``: a Python target (``module.path:function``), or an SQL query given inline (``sql``) or in a
+    file beside the spec (``sql_file``, read as the formats' schema files are). Returns what ``transform`` says
+    (the target, or ``SQL (<where>)`` for people), the query (None for Python) and where the query came from."""
+    if not isinstance(value, dict):
+        target = c.text(d, "", "transform", pattern=TRANSFORM_RE,
+                        rule='expected "module.path:function" or "module.path.function", or a section with sql or '
+                             'sql_file')
+        return (_normalise_transform(target) if target else None), None, None
+    t = c.section(value, "transform", TRANSFORM_SQL.section.keys if TRANSFORM_SQL.section else set())
+    given = [k for k in ("sql", "sql_file") if t.get(k) is not None]
+    if len(given) != 1:
+        c.fail("transform", "takes one of sql (the query) or sql_file (a file beside the spec), not both" if given
+               else "needs sql (the query) or sql_file (a file beside the spec), or is module.path:function")
+        return None, None, None
+    key = given[0]
+    text = c.text(t, "transform", key)
+    if text is None:
+        return None, None, None
+    origin = "inline"
+    if key == "sql_file":
+        file = (folder / text) if folder is not None else Path(text)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            c.fail("transform.sql_file", f"cannot read SQL file {str(file)!r}: {exc.strerror or exc}")
+            return None, None, None
+        origin = str(file)
+    query = text.strip()
+    if not query or all(not line.strip() or line.strip().startswith("--") for line in query.splitlines()):
+        c.fail(f"transform.{key}", f"the query ({origin}) is empty: write one SELECT over the view input, for "
+                                   "example SELECT * FROM input WHERE value IS NOT NULL")
+        return None, None, None
+    return f"SQL ({t[key] if key == 'sql_file' else 'inline'})", query, origin
 
 
 def _tags(c: _Checker, value: object) -> tuple[str, ...]:

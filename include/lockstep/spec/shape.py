@@ -248,14 +248,23 @@ ALERTS = _section("Whom a failed checkpoint notifies, once per failure streak.",
     "smtp_conn_id": _text("The SMTP connection e-mails go through.", "smtp_default"),
 })
 
+#: ``transform``'s SQL form: one query over the view ``input`` (docs/formats.md, "SQL transforms"); the checker
+#: takes exactly one of its two keys.
+TRANSFORM_SQL = _section("An SQL query over the view input (the records read, decoded), run by Spark in the "
+                         "checkpoint's session; it keeps the columns topic, partition and offset (SELECT *, ...).", {
+    "sql": _text("The query itself (Spark SQL, one SELECT; not with sql_file)."),
+    "sql_file": _text("A file beside the spec holding the query (not with sql)."),
+})
+
 #: The whole spec: one YAML file per pipeline (include/pipelines/*.yaml).
 SPEC = Section("A Lockstep pipeline: Kafka -> transform (Spark) -> Kafka, exactly once, in checkpoints stored on S3.", {
     "name": _text("The pipeline's name; its DAG is lockstep_<name>.", required=True, pattern=NAME_PATTERN),
     "description": Field("string", "What the pipeline does (the DAG's description).", nullable=True, default="",
                          empty_ok=True),
     "source": SOURCE,
-    "transform": _text("The transform: module.path:function (or module.path.function), given the source's "
-                       "DataFrame.", required=True, pattern=TRANSFORM_PATTERN),
+    "transform": Field("string", "The transform: module.path:function (or module.path.function), given the source's "
+                                 "DataFrame; or an SQL query over the view input (sql, or sql_file).", required=True,
+                       pattern=TRANSFORM_PATTERN, alternatives=(TRANSFORM_SQL,)),
     "sink": SINK,
     "checkpoints": CHECKPOINTS,
     "transactions": TRANSACTIONS,

@@ -1,0 +1,36 @@
+"""An SQL pipeline's query analyzed without reading anything: ``lockstep validate --connect`` runs it over an
+empty input with the reader's columns, decoded as the run decodes them, so Spark's refusal (a syntax error,
+an unknown column) is reported before the spec is merged. The run applies the query with
+`lockstep.transform.sql_transform`, which this uses too.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lockstep.errors import TerminalError
+from lockstep.transform import run_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lockstep.spec import PipelineSpec
+
+#: The columns Lockstep's Kafka reader gives each record (``KafkaRangesSource.schema`` in the writer's jar).
+READER_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
+                 "timestampType int")
+
+
+def analyze(spark: SparkSession, spec: PipelineSpec) -> str | None:
+    """Why Spark refuses the spec's query over an empty input with the reader's columns, decoded as the run
+    decodes them (``data`` with a source format), or None when it takes it (``lockstep validate --connect``).
+    No record is read."""
+    from lockstep.registry.schemas import readings
+    from lockstep.spark.codecs import decodable, decode
+
+    empty = spark.createDataFrame([], READER_SCHEMA)
+    parts = readings(spec)  # the source's schemas as the run reads them (a registry's latest): no sink lookups
+    try:
+        run_query(spec, decodable(decode(empty, parts)) if parts else empty)
+    except TerminalError as exc:
+        return str(exc)
+    return None
