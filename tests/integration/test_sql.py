@@ -1,0 +1,112 @@
+"""SQL pipelines end to end on real services (connect mode, the default): a query over the view ``input``
+filters and reshapes Avro orders (``data.<field>``), dead-letters through its ``error`` column, exactly
+once and `lockstep verify` clean; a query with a misspelt column fails the checkpoint terminally before
+any transaction opens, its one last line naming the spec, Spark's line and position (docs/formats.md,
+"SQL transforms")."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.data import produce_orders, read_committed, topic_partitions
+
+from .engine_helpers import make_pipeline, open_transactions, run, store, verify
+from .test_formats import make, order, produce, registry  # noqa: F401 - registry is a fixture used here
+
+pytestmark = pytest.mark.integration
+
+QUERY = """
+SELECT topic, partition, offset, key,
+       to_json(named_struct('order', data.order_id, 'cents', CAST(round(data.amount * 100) AS BIGINT))) AS value,
+       CASE WHEN data.amount < 0 THEN 'negative amount' END AS error
+FROM input
+WHERE data.currency = 'EUR'
+"""
+
+
+def test_an_sql_pipeline_filters_reshapes_and_dead_letters_exactly_once(tmp_path, bootstrap, unique, registry):  # noqa: F811
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {}, {"sql_file": "orders.sql"})
+    (pipeline.spec_path.parent / "orders.sql").write_text(QUERY)  # beside the spec, as the spec names it
+    # every 9th order has a negative amount (a dead letter), every 4th is in USD (filtered out)
+    orders = [(i, {**order(i), "currency": "USD" if i % 4 == 0 else "EUR"}) for i in range(1, 25)]
+    produce(pipeline, registry, orders[:12])
+    first = run(pipeline)
+    assert first.returncode == 0, first.stderr[-3000:]
+    produce(pipeline, registry, orders[12:])
+    second = run(pipeline)
+    assert second.returncode == 0, second.stderr[-3000:]
+
+    eur = [o for _, o in orders if o["currency"] == "EUR"]
+    got = sorted((json.loads(m.value()) for m in read_committed(pipeline.bootstrap, pipeline.sink)),
+                 key=lambda r: r["order"])
+    assert got == sorted(({"order": o["order_id"], "cents": round(o["amount"] * 100)} for o in eur if o["amount"] >= 0),
+                         key=lambda r: r["order"])
+    dead = [dict(m.headers() or [])["lockstep.error"].decode()
+            for m in read_committed(pipeline.bootstrap, pipeline.dead_letters)]
+    assert dead == ["negative amount"] * sum(o["amount"] < 0 for o in eur) and dead
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["covered_offsets"] == len(orders)
+    assert open_transactions(pipeline) == []
+
+
+def test_a_misspelt_column_fails_terminally_before_any_transaction_opens(tmp_path, bootstrap, unique):
+    from confluent_kafka import Consumer, TopicPartition
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2,
+                             transform={"sql": "SELECT *,\n       upper(CAST(valeu AS STRING)) AS shout\nFROM input"})
+    produce_orders(pipeline, 10)
+
+    result = run(pipeline)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("lockstep: checkpoint 1: the Spark run failed after"), last
+    assert f"{pipeline.spec_path}: transform.sql: Spark refused the query: line 2, position " in last, last
+    assert "`valeu` cannot be resolved" in last and "a retry fails the same way: fix the cause" in last, last
+    assert open_transactions(pipeline) == []
+    assert store(pipeline).view(1).prepared is None
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"peek-{unique}"})
+    try:  # nothing in the sink, not even uncommitted: no producer wrote to it
+        for topic in (pipeline.sink, pipeline.dead_letters):
+            assert all(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] == 0
+                       for p in topic_partitions(consumer, topic)), topic
+    finally:
+        consumer.close()
+
+
+def test_in_a_connect_session_each_application_keeps_its_own_input_and_validate_analyzes(tmp_path, spark_connect):
+    """Spark Connect analyzes ``spark.sql`` lazily, by name: a run that applies the query twice (a stateful repair,
+    `lockstep verify`) must not see its first output read the second input. And `lockstep validate --connect`'s
+    analysis over an empty input of the reader's columns: a good query passes, a misspelt column is refused
+    with Spark's line and position."""
+    import dataclasses
+
+    from lockstep.spark.connect import connect_mode, new_session
+    from lockstep.spark.sql import analyze
+    from lockstep.spec import parse_spec
+    from lockstep.transform import load_transform
+
+    spec = parse_spec({"name": "s", "source": {"topics": ["a"]}, "sink": {"topic": "b", "dead_letter_topic": "c"},
+                       "checkpoints": {"store": "s3://lockstep/x"},
+                       "transform": {"sql": "SELECT * FROM input WHERE offset % 2 = 0"}}, str(tmp_path / "s.yaml"))
+    with connect_mode():
+        spark = new_session(spark_connect)
+        try:
+            def records(start: int):
+                return spark.range(start, start + 4).selectExpr(
+                    "CAST(CAST(id AS STRING) AS BINARY) AS value", "'a' AS topic", "0 AS partition", "id AS offset")
+
+            transform = load_transform(spec)
+            first, second = transform(records(0)), transform(records(100))
+            assert sorted(r["offset"] for r in first.collect()) == [0, 2]
+            assert sorted(r["offset"] for r in second.collect()) == [100, 102]
+
+            assert analyze(spark, spec) is None
+            bad = dataclasses.replace(spec, transform_sql="SELECT *,\n  timestmap FROM input")
+            refused = analyze(spark, bad)
+            assert refused is not None and refused.startswith(
+                f"{spec.path}: transform.sql: Spark refused the query: line 2, position 2: "), refused
+            assert "`timestmap` cannot be resolved" in refused and "\n" not in refused, refused
+        finally:
+            spark.stop()
