@@ -111,9 +111,8 @@ def refusal(spec_path: str, origin: str, message: str, query: str, start_index: 
     where = "transform.sql" if origin == "inline" else f"transform.sql_file ({origin})"
     at = position(message, query, start_index)
     place = f"line {at[0]}, position {at[1]}: " if at else ""
-    return (f"{spec_path}: {where}: Spark refused the query: {place}{first_line(message)}. Fix the query and run "
-            f"the checkpoint again (nothing was written to Kafka; the view {INPUT_VIEW} has the records read, decoded as "
-            "data with a source format)")
+    return (f"{spec_path}: {where}: Spark refused the query: {place}{first_line(message)}. Fix the query (nothing "
+            f"was written to Kafka; the view {INPUT_VIEW} has the records read, decoded as data with a source format)")
 
 
 def dropped(spec_path: str, origin: str, missing: Sequence[str], columns: Sequence[str]) -> str:
