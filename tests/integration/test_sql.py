@@ -1,8 +1,8 @@
 """SQL pipelines end to end on real services (connect mode, the default): a query over the view ``input``
 filters and reshapes Avro orders (``data.<field>``), dead-letters through its ``error`` column, exactly
 once and `lockstep verify` clean; a query with a misspelt column fails the checkpoint terminally before
-any transaction opens, its one last line naming the spec, Spark's line and position (docs/formats.md,
-"SQL transforms")."""
+any transaction opens, its one last line naming the spec, Spark's line and position; a stateful pipeline's
+windows read an SQL query's columns (docs/formats.md, "SQL transforms")."""
 from __future__ import annotations
 
 import json
@@ -110,3 +110,35 @@ def test_in_a_connect_session_each_application_keeps_its_own_input_and_validate_
             assert "`timestmap` cannot be resolved" in refused and "\n" not in refused, refused
         finally:
             spark.stop()
+
+
+PARSE = """
+SELECT *,
+       CASE WHEN get_json_object(CAST(value AS STRING), '$.order_id') IS NULL
+            THEN 'not a JSON order with order_id' END AS error,
+       get_json_object(CAST(value AS STRING), '$.customer') AS customer,
+       CAST(get_json_object(CAST(value AS STRING), '$.amount') AS DOUBLE) AS amount,
+       CAST(get_json_object(CAST(value AS STRING), '$.created_at') AS BIGINT) AS created_at
+FROM input
+"""
+
+
+def test_a_stateful_pipeline_takes_an_sql_transform(tmp_path, bootstrap, unique):
+    """Event-time windows over an SQL query's columns, as over a Python transform's: every window the watermark
+    passed is emitted once with its counts, the unparsable orders are dead letters, and verify agrees."""
+    from .test_state import WINDOW, dead_letter_errors, expected_windows, produce, stateful, window_outputs
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    stateful(pipeline, WINDOW, {"sql": PARSE})
+    produced = list(range(40))
+    produce(pipeline, produced)
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    manifest = store(pipeline).latest_completed().completed.state
+    found = window_outputs(pipeline, produced)
+    assert found and sorted(found) == sorted(expected_windows(produced, manifest.watermark_ms).items())
+    assert dead_letter_errors(pipeline) == {"not a JSON order with order_id": 4}
+    report = verify(pipeline)
+    assert report["ok"] and report["complete"] and report["state_mismatched"] == 0, report
+    assert open_transactions(pipeline) == []
