@@ -220,3 +220,36 @@ def test_validate_connect_reports_spark_s_refusal_on_transform_sql(tmp_path: Pat
     (problem,) = report.specs[0].problems
     assert problem.field == "transform.sql"
     assert problem.reason.startswith("Spark refused the query: line 1, position 14: [PARSE_SYNTAX_ERROR]")
+
+
+class Unreachable(Services):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.asked = 0
+
+    def spark(self) -> Any:
+        self.asked += 1
+        raise RuntimeError("UNAVAILABLE: failed to connect to all addresses\nmore detail")
+
+
+def test_validate_connect_with_a_server_that_does_not_answer_could_not_check(tmp_path: Path, connected: None) -> None:
+    services = Unreachable()
+    report = v.validate([write(tmp_path, doc())], connect=True, services=services)
+    assert report.exit_code() == 2 and report.specs[0].ok
+    assert report.errors == [f"{tmp_path / 'p.yaml'}: transform.sql: not analyzed: UNAVAILABLE: failed to connect to "
+                             "all addresses"]
+
+
+def test_validate_connect_makes_no_session_without_the_connection(connected: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", raising=False)
+    monkeypatch.setattr("lockstep.connections._lookup", _undefined)
+    services = v.Services()
+    assert services.spark() is None and services.spark_url is None
+    services.close()
+
+
+def _undefined(conn_id: str) -> Any:
+    from lockstep.errors import TerminalError
+
+    raise TerminalError(f"connection {conn_id!r} is not defined")

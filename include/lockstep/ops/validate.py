@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from lockstep.errors import SpecError, SpecProblem, TerminalError
+from lockstep.spark.target import SPARK_CONNECT_CONN_ID  # whose Connect server analyzes SQL queries
 from lockstep.spec import PipelineSpec, cross_check, load_spec
 
 if TYPE_CHECKING:
@@ -223,26 +224,34 @@ class Services:
         self.timeout_s = timeout_s
         self._metadata: dict[str, ClusterMetadata | Exception] = {}
         self._spark: list[Any] = []
+        #: the Spark Connect endpoint `spark` found (None: none, or not looked for yet)
+        self.spark_url: str | None = None
 
     def spark(self) -> Any:
         """A Spark Connect session on the ``spark_connect_default`` connection's endpoint, made once, for the SQL
-        pipelines' queries; None when that connection is not defined. Raises what reaching it raised."""
+        pipelines' queries; None when that connection is not defined. Raises what making it raised, each time."""
         if not self._spark:
             from lockstep.connections import get_connection
             from lockstep.spark.connect import new_session
-            from lockstep.spark.target import SPARK_CONNECT_CONN_ID, connect_url
+            from lockstep.spark.target import connect_url
 
             try:
                 conn = get_connection(SPARK_CONNECT_CONN_ID)
             except TerminalError:
                 conn = None
             host = getattr(conn, "host", None)
-            self._spark.append(new_session(connect_url(host, getattr(conn, "port", None))) if host else None)
+            self.spark_url = connect_url(host, getattr(conn, "port", None)) if host else None
+            try:
+                self._spark.append(new_session(self.spark_url) if self.spark_url else None)
+            except Exception as exc:  # noqa: BLE001 - kept, and raised again for every spec that asks
+                self._spark.append(exc)
+        if isinstance(self._spark[0], Exception):
+            raise self._spark[0]
         return self._spark[0]
 
     def close(self) -> None:
         """Stop the Spark session, if one was made."""
-        if self._spark and self._spark[0] is not None:
+        if self._spark and self._spark[0] is not None and not isinstance(self._spark[0], Exception):
             self._spark[0].stop()
         self._spark.clear()
 
@@ -296,24 +305,24 @@ def _sql(spec: PipelineSpec, report: SpecReport, services: Services) -> list[str
     and position. Needs a Spark Connect endpoint (`Services.spark`); without one the query is not analyzed,
     which is said, and is no error. The problem is on ``transform.sql`` or ``transform.sql_file``, as the spec
     gives the query."""
-    from lockstep.errors import TransientError
     from lockstep.spark.sql import analyze
 
     try:
         spark = services.spark()
-    except Exception as exc:  # noqa: BLE001 - a server that does not answer: the check could not run
-        return [f"{spec.path}: transform.sql: not analyzed: the Spark Connect server could not be reached: "
-                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"]
-    if spark is None:
-        report.notes.append("transform.sql: not analyzed (no Spark Connect endpoint: define the "
-                            "spark_connect_default connection to analyze SQL against the source's columns)")
-        return []
-    try:
+        if spark is None:
+            report.notes.append("transform.sql: not analyzed (no Spark Connect endpoint: define the "
+                                "spark_connect_default connection to analyze SQL against the source's columns)")
+            return []
         refused = analyze(spark, spec)
-    except TransientError as exc:
-        return [f"{spec.path}: transform.sql: not analyzed: {exc}"]
-    except TerminalError as exc:  # a format's schema the registry refuses: its own field says it
-        refused = str(exc)
+    except TerminalError as exc:  # the source's schemas could not be had (the registry's check names why)
+        report.notes.append(f"transform.sql: not analyzed: {str(exc).splitlines()[0]}")
+        return []
+    except Exception as exc:  # noqa: BLE001 - the server (or the registry) did not answer: the check could not run
+        from lockstep.spark.connect import server_away
+
+        cause = server_away(exc, services.spark_url or "", f"connection {SPARK_CONNECT_CONN_ID}") \
+            or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return [f"{spec.path}: transform.sql: not analyzed: {cause}"]
     if refused is not None:  # "<file>: transform.sql[_file (<its file>)]: <reason>": the reason on the spec's field
         where = "transform.sql" if spec.transform_sql_from == "inline" else "transform.sql_file"
         reason = refused.removeprefix(f"{spec.path}: ").removeprefix(f"{where}: ")
