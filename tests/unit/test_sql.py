@@ -253,3 +253,15 @@ def _undefined(conn_id: str) -> Any:
     from lockstep.errors import TerminalError
 
     raise TerminalError(f"connection {conn_id!r} is not defined")
+
+
+def test_a_query_s_wrong_types_are_told_as_sql() -> None:
+    from lockstep.errors import TerminalError
+    from lockstep.spark.job import check_output_schema
+
+    fields = {"value": "binary", "topic": "string", "partition": "int", "offset": "bigint", "error": "int"}
+    with pytest.raises(TerminalError) as info:
+        check_output_schema(parse_spec(doc(), "p.yaml"), fields)
+    assert str(info.value).startswith("p.yaml: transform SQL (inline) returned columns of the wrong type: `error` is "
+                                      "int (expected string). Cast them in the query (for example `CAST(error AS "
+                                      "STRING) AS error`).")

@@ -81,7 +81,8 @@ def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str
     if wrong:
         raise TerminalError(
             f"{spec.path}: transform {spec.transform} returned columns of the wrong type: {'; '.join(wrong)}. "
-            "Cast them (for example `F.col('error').cast('string')`)."
+            + ("Cast them in the query (for example `CAST(error AS STRING) AS error`)." if spec.is_sql else
+               "Cast them (for example `F.col('error').cast('string')`).")
         )
     return columns
 
