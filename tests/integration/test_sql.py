@@ -108,6 +108,8 @@ def test_in_a_connect_session_each_application_keeps_its_own_input_and_validate_
             assert refused is not None and refused.startswith(
                 f"{spec.path}: transform.sql: Spark refused the query: line 2, position 2: "), refused
             assert "`timestmap` cannot be resolved" in refused and "\n" not in refused, refused
+            syntax = analyze(spark, dataclasses.replace(spec, transform_sql="SELECT * FORM input"))
+            assert syntax is not None and "line 1, position 14: [PARSE_SYNTAX_ERROR]" in syntax, syntax
         finally:
             spark.stop()
 
