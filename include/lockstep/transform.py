@@ -111,8 +111,8 @@ def refusal(spec_path: str, origin: str, message: str, query: str, start_index: 
     where = "transform.sql" if origin == "inline" else f"transform.sql_file ({origin})"
     at = position(message, query, start_index)
     place = f"line {at[0]}, position {at[1]}: " if at else ""
-    return (f"{spec_path}: {where}: Spark refused the query: {place}{first_line(message)}. Fix the query (nothing "
-            f"was written to Kafka; the view {INPUT_VIEW} has the records read, decoded as data with a source format)")
+    return (f"{spec_path}: {where}: Spark refused the query: {place}{first_line(message)}. Fix the query (it is analyzed "
+            f"before anything is written; the view {INPUT_VIEW} has the records read, decoded as data with a source format)")
 
 
 def dropped(spec_path: str, origin: str, missing: Sequence[str], columns: Sequence[str]) -> str:
@@ -120,7 +120,7 @@ def dropped(spec_path: str, origin: str, missing: Sequence[str], columns: Sequen
     where = "transform.sql" if origin == "inline" else f"transform.sql_file ({origin})"
     return (f"{spec_path}: {where}: the query returns columns {list(columns)}, missing {list(missing)}: keep the "
             f"input's {', '.join(PROVENANCE)} (they become provenance headers) and the record's value, for example "
-            f"SELECT *, ... FROM {INPUT_VIEW} (nothing was written to Kafka)")
+            f"SELECT *, ... FROM {INPUT_VIEW} (it is checked before anything is written)")
 
 
 def sql_transform(spec: PipelineSpec) -> Callable[[DataFrame], DataFrame]:
