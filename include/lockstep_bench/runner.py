@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,6 +379,25 @@ def restart_connect(platform: Any) -> int:
     return int(platform.state.pids["spark-connect"])
 
 
+def _opening(settings: Any) -> dict[str, Any]:
+    """The first fields of a focused bench's results: its settings, when, at which commit, the load."""
+    return {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}}
+
+
+def _kept(results: dict[str, Any], settings: Any, results_path: Path, started: float,
+          write: Callable[[dict[str, Any], Path], object]) -> Path:
+    """A focused bench's end: its duration, the raw results and the report (``write``) on disk."""
+    results["seconds"] = round(time.monotonic() - started, 1)
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(results, indent=1, default=str))
+    log(f"raw results in {results_path}")
+    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
+    write(results, report_path)
+    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    return report_path
+
+
 def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     """``--state-only``: what keyed state costs per checkpoint by state size (lockstep_bench.keyed_state)."""
     from lockstep_bench import keyed_state_report
@@ -386,8 +405,7 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-state-"))
     root.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                               "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}, "notes": []}
+    results: dict[str, Any] = {**_opening(settings), "notes": []}
     if settings.flink:  # before any measurement: may download
         peers.ensure(peers.FLINK, cache_dir(), log)
         results["peers"] = {k: v for k, v in peers.versions().items() if k.startswith(("pyflink", "flink"))}
@@ -407,14 +425,7 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
         os.environ.pop("LOCKSTEP_STATE_CACHE", None)
     else:
         os.environ["LOCKSTEP_STATE_CACHE"] = saved_cache
-    results["seconds"] = round(time.monotonic() - started, 1)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    results_path.write_text(json.dumps(results, indent=1, default=str))
-    log(f"raw results in {results_path}")
-    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
-    keyed_state_report.write(results, report_path)
-    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
-    return report_path
+    return _kept(results, settings, results_path, started, keyed_state_report.write)
 
 
 def run_windows_bench(settings: windowed.WindowSettings) -> Path:
@@ -424,8 +435,7 @@ def run_windows_bench(settings: windowed.WindowSettings) -> Path:
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-windows-"))
     root.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                               "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}}
+    results = _opening(settings)
     if set(settings.engines) - {windowed.LOCKSTEP}:
         results["peers"] = peers.setup_all(log)  # before any measurement: may download
     results_path = settings.results or (root / "results.json")
@@ -435,13 +445,7 @@ def run_windows_bench(settings: windowed.WindowSettings) -> Path:
                                    platform.state.pids["spark-connect"], root, log)
         results["race"] = race.measure()
         results["load"]["end"] = os.getloadavg()
-    results["seconds"] = round(time.monotonic() - started, 1)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    results_path.write_text(json.dumps(results, indent=1, default=str))
-    log(f"raw results in {results_path}")
-    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
-    windowed_report.write(results, report_path)
-    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    report_path = _kept(results, settings, results_path, started, windowed_report.write)
     wrong = [r["check"]["summary"] for r in results["race"]["runs"] + results["race"]["warm_up"]
              if r["pipeline"] == windowed.LOCKSTEP and not r["check"]["exact"]]
     if wrong:
@@ -456,21 +460,14 @@ def run_formats_bench(settings: formats.FormatSettings) -> Path:
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-formats-"))
     root.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                               "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}}
+    results = _opening(settings)
     results_path = settings.results or (root / "results.json")
     with isolated_platform(root) as platform:
         results["environment"] = environment(platform.kafka.bootstrap)
         race = formats.FormatsRace(settings, platform, root, log)
         results["race"] = race.measure()
         results["load"]["end"] = os.getloadavg()
-    results["seconds"] = round(time.monotonic() - started, 1)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    results_path.write_text(json.dumps(results, indent=1, default=str))
-    log(f"raw results in {results_path}")
-    report_path = settings.report if settings.report.is_absolute() else project_root() / settings.report
-    formats_report.write(results, report_path)
-    log(f"report written to {report_path} ({results['seconds']:.0f} s in all)")
+    report_path = _kept(results, settings, results_path, started, formats_report.write)
     for line in formats_report.headline(results):
         log(line)
     return report_path
