@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep_bench import formats
-from lockstep_bench.measure import median
+from lockstep_bench.measure import load_at, median
 
 FULL_COMMAND = ("lockstep bench --formats-only --results var/bench/formats-results.json "
                 "--report docs/BENCHMARKS-formats.md")
@@ -217,18 +217,13 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                      f"{own} |")
     lines += ["", "## Machine and versions", "",
               f"- machine: {env.get('cpus', '?')} cores ({env.get('cpu_model', '?')}), {env.get('memory', '?')}, "
-              f"Linux {env.get('kernel', '?')}; load average {_load(results, 'start')} at the start, "
-              f"{_load(results, 'end')} at the end",
+              f"Linux {env.get('kernel', '?')}; load average {load_at(results, 'start')} at the start, "
+              f"{load_at(results, 'end')} at the end",
               f"- Spark {env.get('spark', '?')}, Kafka {env.get('kafka', '?')} (broker and perf tool), "
               f"{env.get('java', '?')}, Python {env.get('python', '?')}, confluent-kafka "
               f"{env.get('confluent_kafka', '?')}; Apicurio Registry (the platform's)", "",
               SUMMARY_MARK + json.dumps(sm, sort_keys=True) + " -->", ""]
     return "\n".join(lines)
-
-
-def _load(results: dict[str, Any], when: str) -> str:
-    load = results.get("load", {}).get(when)
-    return f"{load[0]:.2f}" if load else "?"
 
 
 def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None:

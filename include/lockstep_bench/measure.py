@@ -163,6 +163,12 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def load_at(results: dict[str, Any], when: str) -> str:
+    """A focused bench's 1-minute load average at ``when`` ("start" or "end"), as a report prints it."""
+    load = results.get("load", {}).get(when)
+    return f"{load[0]:.2f}" if load else "?"
+
+
 @dataclass
 class Summary:
     """Medians over the repeats of one competitor."""

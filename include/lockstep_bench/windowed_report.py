@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep_bench import windowed
-from lockstep_bench.measure import median
+from lockstep_bench.measure import load_at, median
 
 FULL_COMMAND = "lockstep bench --windows-only --results var/bench/windows-results.json --report docs/BENCHMARKS-windows.md"
 LABELS = {windowed.LOCKSTEP: "Lockstep (connect mode)", windowed.FLINK: "Flink SQL (RocksDB, incremental)",
@@ -96,18 +96,13 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                      f"{'exact' if run['check']['exact'] else 'NOT EXACT'} | {own} |")
     lines += ["", "## Machine and versions", "",
               f"- machine: {env.get('cpus', '?')} cores, {env.get('memory', '?')}; load average "
-              f"{_load(results, 'start')} at the start, {_load(results, 'end')} at the end",
+              f"{load_at(results, 'start')} at the start, {load_at(results, 'end')} at the end",
               f"- Spark {env.get('spark', '?')}, Kafka {env.get('kafka', '?')}, "
               + ", ".join(f"{k} {v}" for k, v in peers.items()),
               f"- input produced in {race.get('input_seconds', '?')} s; Flink checkpoints every "
               f"{windowed.FLINK_CHECKPOINT_S} s, parallelism = cores; Lockstep: one checkpoint over the input, "
               f"{windowed.KEY_GROUPS} key groups", ""]
     return "\n".join(lines)
-
-
-def _load(results: dict[str, Any], when: str) -> str:
-    load = results.get("load", {}).get(when)
-    return f"{load[0]:.2f}" if load else "?"
 
 
 def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None:
