@@ -123,31 +123,18 @@ def avro_payload_writer() -> Callable[[dict[str, Any]], bytes]:
 def produce_avro(bootstrap: str, topic: str, records: int, partitions: int, schema_id: int) -> tuple[float, int]:
     """The Avro input: ``records`` orders framed with ``schema_id``, record i into partition ``i % partitions``.
     Returns (seconds, bytes of the framed values)."""
-    from confluent_kafka import Producer
-
     from lockstep.model.schemas import header
+    from lockstep_dev.datagen import send
 
     write = avro_payload_writer()
     head = header(schema_id)
     note = "x" * workloads.PAD
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000, "log_level": 3})
-    total = 0
     started = time.monotonic()
-    for i in range(records):
-        value = head + write(avro_record(i, note))
-        total += len(value)
-        while True:
-            try:
-                producer.produce(topic, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(300)
-    if remaining:
-        raise RunFailed(f"{remaining} generated Avro records were not delivered to {topic}")
+    try:
+        total = send(bootstrap, topic, ((head + write(avro_record(i, note)), i % partitions, None)
+                                        for i in range(records)), timeout_s=300)
+    except RuntimeError as exc:
+        raise RunFailed(str(exc)) from exc
     return time.monotonic() - started, total
 
 

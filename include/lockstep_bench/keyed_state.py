@@ -106,24 +106,13 @@ def produce(bootstrap: str, topic: str, indices: list[int], partitions: int,
             place: Callable[[int, int], tuple[int, bytes | None]] | None = None) -> None:
     """The orders of ``indices`` (about 200 bytes each, as the main bench's), round-robin over the
     partitions without a key, or where ``place(n, i)`` says: (partition, key) of the n-th order, order i."""
-    from confluent_kafka import Producer
+    from lockstep_dev.datagen import order, send
 
-    from lockstep_dev.datagen import order
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000, "log_level": 3})
-    for n, i in enumerate(indices):
+    def placed(n: int, i: int) -> tuple[bytes, int, bytes | None]:
         partition, key = place(n, i) if place else (n % partitions, None)
-        while True:
-            try:
-                producer.produce(topic, order(i, pad=workloads.PAD), key=key, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if n % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError(f"generated records were not all delivered to {topic}")
+        return order(i, pad=workloads.PAD), partition, key
+
+    send(bootstrap, topic, (placed(n, i) for n, i in enumerate(indices)))
 
 
 class StateBench:

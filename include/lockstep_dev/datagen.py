@@ -7,7 +7,7 @@ exercised. A valid order is about 100-200 bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 CURRENCIES = ("EUR", "USD", "GBP")
 
@@ -22,29 +22,45 @@ def order(i: int, malformed_every: int = 0, pad: int = 0) -> bytes:
     return json.dumps(doc).encode()
 
 
-def produce_orders(bootstrap: str, topic: str, count: int, start: int = 0, malformed_every: int = 0,
-                   pad: int = 0, partitions: int | None = None) -> None:
-    """Produce ``count`` orders round-robin over ``partitions`` (all of the topic's by default)."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
+#: A bulk producer's settings: large lz4 batches, a deep queue.
+BULK = {"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000,
+        "log_level": 3}
 
-    if partitions is None:
-        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic]
-        partitions = len(meta.partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
-    for i in range(start, start + count):
+
+def send(bootstrap: str, topic: str, records: Iterable[tuple[bytes, int, bytes | None]], timeout_s: float = 120) -> int:
+    """Produce ``records`` ((value, partition, key) each) to ``topic``, waiting out a full queue, and raise if
+    any is not delivered within ``timeout_s``; returns the bytes of the values sent."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **BULK})
+    total = 0
+    for n, (value, partition, key) in enumerate(records):
+        total += len(value)
         while True:
             try:
-                producer.produce(topic, order(i, malformed_every, pad), partition=i % partitions)
+                producer.produce(topic, value, key=key, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.1)
-        if i % 10_000 == 0:
+        if n % 10_000 == 0:
             producer.poll(0)
-    remaining = producer.flush(120)
+    remaining = producer.flush(timeout_s)
     if remaining:
         raise RuntimeError(f"{remaining} generated records were not delivered to {topic}")
+    return total
+
+
+def partition_count(bootstrap: str, topic: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def produce_orders(bootstrap: str, topic: str, count: int, start: int = 0, malformed_every: int = 0,
+                   pad: int = 0, partitions: int | None = None) -> None:
+    """Produce ``count`` orders round-robin over ``partitions`` (all of the topic's by default)."""
+    parts = partitions if partitions is not None else partition_count(bootstrap, topic)
+    send(bootstrap, topic, ((order(i, malformed_every, pad), i % parts, None) for i in range(start, start + count)))
 
 
 def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: int, start: int = 0,
@@ -52,8 +68,6 @@ def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: in
     """``count`` orders framed by Confluent's own AvroSerializer (``lockstep_examples/schemas/order.avsc``,
     registered under ``<topic>-value``), round-robin over the topic's partitions; every ``malformed_every``-th
     is bytes outside the registry's wire format instead (a dead letter of the pipeline's)."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -63,16 +77,14 @@ def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: in
     schema = (project_root() / "include" / "lockstep_examples" / "schemas" / "order.avsc").read_text()
     serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), schema)
     context = SerializationContext(topic, MessageField.VALUE)
-    partitions = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
-    for i in range(start, start + count):
+    parts = partition_count(bootstrap, topic)
+
+    def value(i: int) -> bytes:
         if malformed_every and i % malformed_every == 0:
-            value = f"not avro {i}".encode()
-        else:
-            value = serialize(json.loads(order(i)), context)
-        producer.produce(topic, value, key=f"o{i}".encode(), partition=i % partitions)
-        producer.poll(0)
-    producer.flush(60)
+            return f"not avro {i}".encode()
+        return serialize(json.loads(order(i)), context)
+
+    send(bootstrap, topic, ((value(i), i % parts, f"o{i}".encode()) for i in range(start, start + count)))
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int]) -> None:

@@ -1,0 +1,53 @@
+"""The input generators of the demo and the benchmarks (one bulk producer, `lockstep_dev.datagen.send`) deliver
+every record they are asked for, where they are asked to, or fail saying how many did not arrive."""
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import Consumer
+
+from lockstep_bench.formats import high_watermarks, produce_avro
+from lockstep_bench.keyed_state import produce
+from lockstep_dev.datagen import produce_avro_orders, produce_orders
+
+from ..support.topics import create_topics
+
+
+def _per_partition(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "datagen-test"})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
+    finally:
+        consumer.close()
+
+
+def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
+    from lockstep.model.schemas import MAGIC_BYTE
+    from lockstep.registry.client import registry_for
+    from lockstep_examples.bench import ORDER_SCHEMA
+
+    names = {kind: f"datagen-{kind}-{unique}" for kind in ("json", "avro", "framed", "state")}
+    create_topics(bootstrap, {topic: 3 for topic in names.values()})
+    produce_orders(bootstrap, names["json"], 301)
+    registry = registry_for("schema_registry_default")
+    produce_avro_orders(bootstrap, names["avro"], registry.url, 30, malformed_every=10)
+    schema_id = registry.register(f"{names['framed']}-value", json.dumps(ORDER_SCHEMA), "AVRO")
+    seconds, total = produce_avro(bootstrap, names["framed"], 300, 3, schema_id)
+    produce(bootstrap, names["state"], list(range(90)), 3)
+
+    assert _per_partition(bootstrap, names["json"]) == {0: 101, 1: 100, 2: 100}
+    assert _per_partition(bootstrap, names["avro"]) == {0: 10, 1: 10, 2: 10}
+    assert high_watermarks(bootstrap, names["framed"]) == 300 and total > 300 * 5 and seconds > 0
+    assert _per_partition(bootstrap, names["state"]) == {0: 30, 1: 30, 2: 30}
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"datagen-{unique}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([names["avro"]])
+    seen = []
+    while len(seen) < 30:
+        seen += [m for m in consumer.consume(30, timeout=5) if not m.error()]
+    consumer.close()
+    framed = [m for m in seen if m.value()[:1] == bytes([MAGIC_BYTE])]
+    assert len(framed) == 27 and all(m.key().startswith(b"o") for m in seen)
