@@ -38,6 +38,7 @@ import yaml
 from lockstep.errors import SpecError, SpecProblem, TerminalError
 from lockstep.spark.target import SPARK_CONNECT_CONN_ID  # whose Connect server analyzes SQL queries
 from lockstep.spec import PipelineSpec, cross_check, load_spec
+from lockstep.spec import spec_files as folder_specs
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import ClusterMetadata
@@ -142,13 +143,13 @@ def signature_problem(function: Callable[..., Any], args: Sequence[str]) -> str 
 # ---- the files -------------------------------------------------------------------------------------
 def spec_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
     """The spec files named: a file as is, a folder's *.yaml / *.yml (as Airflow's DAG file loads them,
-    `lockstep.spec.load_specs`); and an error for each path that names none."""
+    `lockstep.spec.spec_files`); and an error for each path that names none."""
     files: dict[Path, Path] = {}
     errors: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+            found = folder_specs(path)
             if not found:
                 errors.append(f"{path}: no spec files (*.yaml, *.yml) in this folder")
             for p in found:
