@@ -189,3 +189,22 @@ def test_an_unreachable_server_fails_the_run_naming_its_address_and_connection(t
     assert "checkpoint 1" in last and "point the spark_connect_default connection at one that does" in last
     assert "Traceback" not in result.stderr and "grpc._channel" not in result.stderr, result.stderr[-3000:]
     assert store(pipeline).view(1).status is CheckpointStatus.CLAIMED
+
+
+def test_a_runs_kept_results_stay_in_its_own_session_while_another_session_is_open(spark_connect):
+    """pyspark binds a local checkpoint's result to the thread's active session, and a session made
+    while another is open does not become the active one: the kept result then named a relation of
+    another session ("No DataFrame with id ... is found in the session", a state function's run in CI
+    after an earlier session in the same process). The run's session is the active one while it runs."""
+    from lockstep.spark.connect import checkpoint_session, connect_mode, new_session
+
+    with connect_mode():
+        other = new_session(spark_connect)  # left open, as a verify or a validate in the process leaves it
+        try:
+            with checkpoint_session(spark_connect, "kept-results", 1) as run:
+                kept = run.spark.range(5).localCheckpoint(eager=True)
+                assert [f.name for f in kept.schema.fields] == ["id"]
+                assert kept.filter("id > 1").count() == 3
+            assert other.range(2).count() == 2, "the other session is untouched, and still works"
+        finally:
+            other.stop()

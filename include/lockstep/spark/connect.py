@@ -133,6 +133,26 @@ def server_away(exc: BaseException, url: str, source: str | None = None) -> str 
             f"retries (10-15 s): {detail}. {way_out}")
 
 
+@contextmanager
+def _active(spark: ConnectSession) -> Iterator[None]:
+    """``spark`` as this thread's active session while the run uses it, the one before it after.
+
+    pyspark 4.0 binds what a local checkpoint keeps (``localCheckpoint``) to the thread's *active*
+    session, not to the session that made it, and a session made while another one is open does not
+    become the active one: the kept result then names a relation the run's session has and the other
+    one does not ("No DataFrame with id ... is found in the session"). pyspark has no public setter.
+    """
+    from pyspark.sql.connect.session import SparkSession
+
+    local = SparkSession._active_session
+    before = getattr(local, "session", None)
+    local.session = spark
+    try:
+        yield
+    finally:
+        local.session = before
+
+
 def _forget(spark: ConnectSession) -> None:
     """Drop a session the server refused, so pyspark does not keep it as this thread's active one."""
     try:
@@ -204,7 +224,8 @@ def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[Co
              time.monotonic() - started)
     run = ConnectRun(spark, url)
     try:
-        yield run
+        with _active(spark):
+            yield run
     finally:
         try:
             spark.stop()  # releases the session on the server
