@@ -30,7 +30,9 @@ def doc_md(spec: Any) -> str:
         spec.description or "",
         "",
         f"Reads **{', '.join(spec.source.topics)}** (`{spec.source.kafka_conn_id}`), applies `{spec.transform}`, "
-        f"writes **{spec.sink.topic}** with dead letters in **{spec.sink.dead_letter_topic}**, exactly once.",
+        f"writes **{spec.sink.topic}**"
+        + (f" and, by its routes, **{', '.join(t for t, _ in spec.sink.routes)}**" if spec.sink.routes else "")
+        + f" with dead letters in **{spec.sink.dead_letter_topic}**, exactly once.",
         "",
         "One run = one checkpoint: `plan` fixes the offset ranges and claims the checkpoint in "
         f"`{c.store}`; `run` writes them in Kafka transactions without committing; `commit` verifies and "
@@ -71,7 +73,8 @@ def topic_assets(spec: Any) -> list[Asset]:
         server = spec.sink.kafka_conn_id
     return [Asset(uri=f"kafka://{server}/{topic}", name=asset_name(spec.name, role), group="lockstep",
                   extra={"pipeline": spec.name, "role": role})
-            for role, topic in (("sink", spec.sink.topic), ("dead letters", spec.sink.dead_letter_topic))]
+            for role, topic in (("sink", spec.sink.topic), ("dead letters", spec.sink.dead_letter_topic),
+                                *((f"route {t}", t) for t, _ in spec.sink.routes))]
 
 
 def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:

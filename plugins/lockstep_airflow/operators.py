@@ -288,7 +288,10 @@ class LockstepCommitOperator(_LockstepOperator):
                  "end_offsets": dict(view.completed.end_offsets) if view.completed else {}}
         for asset in self.outlets:
             role = asset.extra.get("role")
-            records = prepared.records_out if role == "sink" else prepared.records_dead_lettered
+            # With sink.routes, the sink's count is every output's, whatever its route: the transactions
+            # count records per task, not per topic; a route's event carries none.
+            records = (prepared.records_out if role == "sink" else prepared.records_dead_lettered
+                       if role == "dead letters" else None)
             context["outlet_events"][asset].extra = {**extra, "records": records}
         return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
                 "dead_lettered": prepared.records_dead_lettered,

@@ -163,7 +163,7 @@ class PipelineOverview:
     dag_id: str
     description: str
     topics: list[str]
-    sink_topic: str
+    sink_topic: str  #: sink.topic, then the sink.routes topics
     dead_letter_topic: str
     consumer_group: str
     store: str
@@ -587,7 +587,7 @@ def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savep
                       transactions: Section | None = None) -> PipelineOverview:
     return PipelineOverview(
         name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
-        sink_topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
+        sink_topic=", ".join(spec.sink.topics), dead_letter_topic=spec.sink.dead_letter_topic,
         consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
         last_dry_run=last_dry_run or Section(), transactions=transactions or Section(),

@@ -40,13 +40,17 @@ REPLAY_HEADER = "lockstep.replay"
 LEADING_HEADERS = (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET, CHECKPOINT_HEADER, PIPELINE_HEADER)
 
 # ---- the transform's output columns ----------------------------------------------------------------
+#: The topic a record goes to when the spec has ``sink.routes``: set by Lockstep after the transform
+#: (`lockstep.transform.route`), never by the transform itself; null: ``sink.topic``. A dead letter goes
+#: to the dead-letter topic whatever it holds.
+ROUTE_COLUMN = "_lockstep_route"
 REQUIRED_COLUMNS = ("value", "topic", "partition", "offset")
-OPTIONAL_COLUMNS = ("key", "headers", "error")
+OPTIONAL_COLUMNS = ("key", "headers", "error", ROUTE_COLUMN)
 #: Spark types (``DataType.simpleString()``) each writer can turn into a Kafka record field.
 ACCEPTED_TYPES: Mapping[str, tuple[str, ...]] = {
     "value": ("binary", "string"), "key": ("binary", "string"), "topic": ("string",),
     "partition": ("int", "bigint"), "offset": ("bigint", "int"),
-    "headers": ("array<struct<key:string,value:binary>>",), "error": ("string",),
+    "headers": ("array<struct<key:string,value:binary>>",), "error": ("string",), ROUTE_COLUMN: ("string",),
 }
 
 # ---- record size ---------------------------------------------------------------------------------
@@ -162,6 +166,7 @@ def jvm_contract() -> dict[str, object]:
         "leading_headers": list(LEADING_HEADERS),
         "required_columns": list(REQUIRED_COLUMNS),
         "optional_columns": list(OPTIONAL_COLUMNS),
+        "route_column": ROUTE_COLUMN,
         "accepted_types": {name: list(types) for name, types in ACCEPTED_TYPES.items()},
         "record_size": {"batch_overhead": BATCH_OVERHEAD, "record_overhead": RECORD_OVERHEAD,
                         "header_overhead": HEADER_OVERHEAD, "compression_slack": COMPRESSION_SLACK},

@@ -104,7 +104,7 @@ def look(p: Pipeline, run_id: str = VIEWER, accept: str | None = None) -> Consol
         return admins[cluster]
 
     watched = [(source_cluster, tp) for tp in _partitions(admin(source_cluster), spec.source.topics)]
-    watched += [(None, tp) for tp in _partitions(admin(None), [spec.sink.topic, spec.sink.dead_letter_topic])]
+    watched += [(None, tp) for tp in _partitions(admin(None), [*spec.sink.topics, spec.sink.dead_letter_topic])]
     offsets: dict[tuple[str | None, TopicPartition], tuple[int, int]] = {}
     watch = set(watched)
     for cluster, found in observed.items():

@@ -282,7 +282,8 @@ def check_connect(spec: PipelineSpec, report: SpecReport, services: Services) ->
         wanted = [(f"source.topics[{i}]", t) for i, t in enumerate(spec.source.topics)]
         errors += _topics(spec, report, services, "source", spec.source.kafka_conn_id, wanted)
     if spec.sink.kafka_conn_id in usable:
-        wanted = [("sink.topic", spec.sink.topic), ("sink.dead_letter_topic", spec.sink.dead_letter_topic)]
+        wanted = [("sink.topic", spec.sink.topic), ("sink.dead_letter_topic", spec.sink.dead_letter_topic),
+                  *((f"sink.routes.{t}", t) for t, _ in spec.sink.routes)]
         errors += _topics(spec, report, services, "sink", spec.sink.kafka_conn_id, wanted)
     if spec.source.registry_conn_id in usable:
         errors += _subjects(spec, report)

@@ -33,12 +33,14 @@ from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
     PIPELINE_HEADER,
     REPLAY_HEADER,
+    ROUTE_COLUMN,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
 from lockstep.spark.kafka_reader import forget_read_settings, read_ranges
 from lockstep.spark.replay import SUFFIX, Original, completed_replays, fed_counter
+from lockstep.spark.routes import routed
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.transform import load_transform
@@ -164,6 +166,9 @@ class VerifyReport:
     #: Checkpoints completed after a repair, with what was lost and given back to the next checkpoint
     #: (whose ranges, and so this check, cover the given-back input).
     repaired: dict[int, str] = field(default_factory=dict)
+    #: With ``sink.routes``: input offsets whose output is in another of the sink topics than the routes
+    #: send it to (or in a sink topic when it is a dead letter), as ``(input, topic found, topic expected)``.
+    misrouted: list[tuple[Offset, str, str]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -174,7 +179,7 @@ class VerifyReport:
     def ok(self) -> bool:
         r = self.replay
         return not (self.lost or self.duplicated or self.unexpected or r.lost or r.duplicated or r.unexpected
-                    or r.sink_twice)
+                    or r.sink_twice or self.misrouted)
 
     def to_json(self) -> dict[str, object]:
         sample = lambda xs: [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
@@ -195,13 +200,23 @@ class VerifyReport:
                 "unchecked_offsets": sum(u.range.count for u in self.unchecked),
                 "unreadable": len(self.unreadable), "unreadable_sample": self.unreadable[:20],
                 "other_producers": len(self.other_producers), "other_producers_sample": self.other_producers[:20],
-                "repaired": {str(cid): text for cid, text in self.repaired.items()}}
+                "repaired": {str(cid): text for cid, text in self.repaired.items()},
+                "misrouted": len(self.misrouted),
+                "misrouted_sample": [f"{t}:{p}@{o} in {found}, expected {want}"
+                                     for (t, p, o), found, want in self.misrouted[:20]]}
 
     def summary(self) -> str:
         return (f"verified {len(self.checkpoints)} completed checkpoints covering {self.covered_offsets} input offsets: "
                 f"{self.expected_outputs} outputs expected, {self.actual_outputs} found; {len(self.lost)} lost, "
-                f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected" + self._replay_summary()
-                + self._gaps_summary())
+                f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected" + self._routes_summary()
+                + self._replay_summary() + self._gaps_summary())
+
+    def _routes_summary(self) -> str:
+        if not self.misrouted:
+            return ""
+        (t, p, o), found, want = self.misrouted[0]
+        return (f"\nmisrouted: {len(self.misrouted)} outputs are in another topic than sink.routes send them to, "
+                f"for example the output of {t}:{p}@{o} in {found} (expected {want})")
 
     def _gaps_summary(self) -> str:
         lines = [f"\ncheckpoint {cid} completed after repair: {text}" for cid, text in sorted(self.repaired.items())]
@@ -240,13 +255,16 @@ def completed_ranges(store: CheckpointStore, since: int | None,
 
 
 def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]],
-                     unchecked: list[Unchecked] | None = None) -> Counter[Offset]:
+                     unchecked: list[Unchecked] | None = None,
+                     topics: dict[Offset, set[str]] | None = None) -> Counter[Offset]:
     """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
-    ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error."""
+    ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error.
+    With ``sink.routes``, ``topics`` gets the topic each offset's outputs go to: its route's (or
+    ``sink.topic``), the dead-letter topic for a dead letter."""
     from lockstep.errors import root_cause
     from lockstep.spark.codecs import Formats
 
-    transform = load_transform(spec)
+    transform = routed(spec, load_transform(spec))  # a condition Spark refuses leaves the range unchecked
     formats = Formats(spec)  # records that do not decode are dead letters, never the transform's
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Lockstep's reader (Java kafka-clients)
     expected: Counter[Offset] = Counter()
@@ -255,7 +273,9 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
             continue
         try:
             out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform)
-            rows = formats.with_dead_letters(out, decoded, ("topic", "partition", "offset")).collect()
+            columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
+                                                         if spec.sink.routes and c in out.columns))
+            rows = formats.with_dead_letters(out, decoded, columns).collect()
         except Exception as exc:
             if unchecked is None:
                 raise
@@ -265,6 +285,10 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
         finally:
             forget_read_settings(spark)  # each read's settings (credentials) leave the session once it is done
         expected.update((r["topic"], r["partition"], r["offset"]) for r in rows)
+        if topics is not None and spec.sink.routes:
+            for r in (row.asDict() for row in rows):
+                to = spec.sink.dead_letter_topic if r.get("error") is not None else r[ROUTE_COLUMN] or spec.sink.topic
+                topics.setdefault((r["topic"], r["partition"], r["offset"]), set()).add(to)
     return expected
 
 
@@ -273,6 +297,8 @@ class Outputs:
     """What the sink topics hold, per original input offset."""
 
     actual: Counter[Offset] = field(default_factory=Counter)  #: the pipeline's own outputs (from ``since`` on)
+    #: The sink topic (``sink.topic`` or a route's) each of the pipeline's own outputs is in, with routes.
+    topics: dict[Offset, set[str]] = field(default_factory=dict)
     replayed: Counter[Original] = field(default_factory=Counter)  #: outputs of dead-letter replays
     in_sink: Counter[Original] = field(default_factory=Counter)  #: sink records of both
     unreadable: list[str] = field(default_factory=list)
@@ -299,12 +325,15 @@ class Outputs:
             self.replayed[original] += 1
         else:
             self.actual[original] += 1
-        if topic == spec.sink.topic:
+            if spec.sink.routes and topic in spec.sink.topics:
+                self.topics.setdefault(original, set()).add(topic)
+        if topic in spec.sink.topics:
             self.in_sink[original] += 1
 
 
 def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None) -> Outputs:
-    """Every committed record of the sink and dead-letter topics, sorted into `Outputs`."""
+    """Every committed record of the sink topics (``sink.topic`` and the routes') and the dead-letter topic,
+    sorted into `Outputs`."""
     from confluent_kafka import Consumer, TopicPartition
 
     config = kafka_config(spec.sink.kafka_conn_id)
@@ -313,7 +342,7 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
     outputs = Outputs()
     try:
         assignment = []
-        for topic in (spec.sink.topic, spec.sink.dead_letter_topic):
+        for topic in (*spec.sink.topics, spec.sink.dead_letter_topic):
             metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
             if metadata is not None and metadata.error is None:
                 assignment += [TopicPartition(topic, p, 0) for p in metadata.partitions]
@@ -354,7 +383,8 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
     if log_starts is None:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
-    expected = expected_outputs(spec, spark, ranges, unchecked)
+    routes: dict[Offset, set[str]] = {}
+    expected = expected_outputs(spec, spark, ranges, unchecked, routes)
     replays = completed_replays(replay_store)
     outputs = read_outputs(spec, since, progress)
     gone = [u.range for u in unchecked]
@@ -366,7 +396,22 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
                           replay_checkpoints=sorted(replays), unchecked=unchecked, unreadable=outputs.unreadable,
                           other_producers=outputs.other_producers, repaired=repaired)
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
+    report.misrouted = misrouted(routes, outputs.topics, gone)
     return report
+
+
+def misrouted(expected: Mapping[Offset, set[str]], found: Mapping[Offset, set[str]],
+              gone: list[OffsetRange]) -> list[tuple[Offset, str, str]]:
+    """The outputs found in a sink topic other than the one the routes send them to (an input offset whose
+    recomputed output is a dead letter expects only the dead-letter topic), as ``(input, found, expected)``.
+    Offsets not recomputed (not covered, or gone) are left to the counts."""
+    wrong = []
+    for offset, topics in sorted(found.items()):
+        want = expected.get(offset)
+        if want is None or within(offset, gone):
+            continue
+        wrong += [(offset, topic, " or ".join(sorted(want))) for topic in sorted(topics - want)]
+    return wrong
 
 
 def source_log_starts(spec: PipelineSpec, ranges: dict[int, tuple[OffsetRange, ...]]) -> dict[TopicPartition, int]:

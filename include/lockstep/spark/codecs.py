@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError
 from lockstep.model import schemas as wire
-from lockstep.model.output_contract import ACCEPTED_TYPES
+from lockstep.model.output_contract import ACCEPTED_TYPES, ROUTE_COLUMN
 from lockstep.registry.schemas import Reading, Writing, readings, writings
 from lockstep.spec import PipelineSpec
 
@@ -156,7 +156,8 @@ def undecodable(decoded: DataFrame, columns: Sequence[str]) -> DataFrame:
     bad = decoded.filter(F.col(DECODE_ERROR).isNotNull())
     made = {"value": F.col("value"), "key": F.col("key"), "topic": F.col("topic"),
             "partition": F.col("partition").cast("int"), "offset": F.col("offset").cast("bigint"),
-            "headers": F.lit(None).cast(ACCEPTED_TYPES["headers"][0]), "error": F.col(DECODE_ERROR)}
+            "headers": F.lit(None).cast(ACCEPTED_TYPES["headers"][0]), "error": F.col(DECODE_ERROR),
+            ROUTE_COLUMN: F.lit(None).cast("string")}
     return bad.select(*[made[c].alias(c) for c in columns])
 
 

@@ -33,6 +33,7 @@ from lockstep.model.output_contract import (
     ACCEPTED_TYPES,
     OPTIONAL_COLUMNS,
     REQUIRED_COLUMNS,
+    ROUTE_COLUMN,
     parse_task_result,
 )
 from lockstep.model.transactional_ids import write_tasks
@@ -41,6 +42,7 @@ from lockstep.spark.codecs import Formats
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
+from lockstep.spark.routes import routed
 from lockstep.spark.writer_settings import (
     check_transaction_timeout,
     sink_admin,
@@ -75,6 +77,10 @@ def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str
             "The output needs `value` and must keep the input's `topic`, `partition`, `offset` columns "
             "(they become provenance headers); withColumn/filter-style transforms keep them."
         )
+    if ROUTE_COLUMN in fields and not spec.sink.routes:
+        raise TerminalError(f"{spec.path}: transform {spec.transform} returned a column `{ROUTE_COLUMN}`, a name "
+                            "Lockstep keeps for sink.routes: rename it (to send records to several topics, declare "
+                            "sink.routes in the spec)")
     columns = REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in fields)
     wrong = [f"`{c}` is {fields[c]} (expected {' or '.join(ACCEPTED_TYPES[c])})"
              for c in columns if fields[c] not in ACCEPTED_TYPES[c]]
@@ -200,7 +206,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         if planned.sink_parallelism == "auto":  # the claim allows up to 256 ids: tell recovery how many
             tasks = store.record_write_tasks(checkpoint_id, tasks)
         df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks)
-        transform = load_transform(spec)
+        transform = routed(spec, load_transform(spec))
         replay = None
         if spec.replay_of is not None:
             from lockstep.spark.replay import start_replay
@@ -245,11 +251,14 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
+        routes = tuple(topic for topic, _ in spec.sink.routes)
         settings = writer_settings(planned, checkpoint_id, dict(spec.producer), topic_limits(
-            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic), admin), pipeline=spec.name)
+            planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic, *routes), admin),
+            pipeline=spec.name, routes=routes)
         log.info("checkpoint %d: reading %d ranges (%s records at most) in %d tasks (sink.parallelism %s), writing "
                  "to %s / %s with the %s writer under transactional ids %s-%d-<task>", checkpoint_id, len(ranges),
-                 sum(r.count for r in ranges), tasks, planned.sink_parallelism, planned.sink_topic,
+                 sum(r.count for r in ranges), tasks, planned.sink_parallelism,
+                 planned.sink_topic + (f" (routes: {', '.join(routes)})" if routes else ""),
                  planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
         write = write_with_jvm if planned.sink_writer == "jvm" else write_with_python
         if replay is not None:

@@ -42,6 +42,7 @@ def jvm_settings(settings: WriterSettings) -> dict[str, object]:
         "sink_topic": settings.sink_topic, "dead_letter_topic": settings.dead_letter_topic,
         "sink_max_bytes": settings.sink_max_bytes, "sink_limit": settings.sink_limit,
         "dead_letter_max_bytes": settings.dead_letter_max_bytes, "dead_letter_limit": settings.dead_letter_limit,
+        "routes": [{"topic": t, "max_bytes": m, "limit": why} for t, m, why in settings.routes],
         "failpoints": settings.failpoints,
         "contract": jvm_contract(),
     }

@@ -39,6 +39,7 @@ from lockstep.model.output_contract import (
     MID_PRODUCE_AFTER_RECORDS,
     ORIGINAL_SIZE_HEADER,
     PIPELINE_HEADER,
+    ROUTE_COLUMN,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
@@ -550,6 +551,9 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
     errors = column("error").to_pylist() if "error" in names else None
     if errors is not None and column("error").null_count == n:
         errors = None
+    routed = column(ROUTE_COLUMN)
+    routes = routed.to_pylist() if routed is not None and routed.null_count < n else None
+    route_limits = {topic: (most, why) for topic, most, why in settings.routes}
     if user_headers is not None and column("headers").null_count == n:
         user_headers = None
     checkpoint = (CHECKPOINT_HEADER, str(settings.checkpoint_id).encode())
@@ -583,10 +587,14 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
         reason = None
         if error is None:
             size = record_size(key_size, value_sizes[i], header_bytes, len(headers))
-            if size <= sink_max:
-                produce(sink, values[i], key=keys[i] if keys is not None else None, headers=headers)
+            target, most, why = sink, sink_max, settings.sink_limit
+            if routes is not None and routes[i] is not None:
+                target = routes[i]
+                most, why = route_limits[target]
+            if size <= most:
+                produce(target, values[i], key=keys[i] if keys is not None else None, headers=headers)
             else:
-                reason = too_large(size, sink_max, "sink", settings.sink_limit)
+                reason = too_large(size, most, "sink", why)
         else:
             error = str(error).encode()
             size = record_size(key_size, value_sizes[i], header_bytes + error_header_bytes + len(error),

@@ -48,6 +48,9 @@ class WriterSettings:
     sink_limit: str = "the producer's default"
     dead_letter_max_bytes: int = DEFAULT_PRODUCER_LIMIT
     dead_letter_limit: str = "the producer's default"
+    #: ``sink.routes``' topics: (topic, its largest record, where that limit comes from), in the spec's
+    #: order; a record whose `ROUTE_COLUMN` names one goes there instead of ``sink_topic``.
+    routes: tuple[tuple[str, int, str], ...] = ()
     #: The writer failpoints (``job.*``) armed where the job is driven, handed to both writers' tasks:
     #: a Spark Connect server's workers do not share the driving process's environment.
     failpoints: dict[str, str] = field(default_factory=dict)
@@ -128,10 +131,12 @@ def _topic_config(admin: AdminClient, resource: ConfigResource) -> dict[str, Con
 
 
 def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientConfig,
-                    topic_max_bytes: dict[str, int] | None = None, *, pipeline: str) -> WriterSettings:
+                    topic_max_bytes: dict[str, int] | None = None, *, pipeline: str,
+                    routes: tuple[str, ...] = ()) -> WriterSettings:
     """Everything a task writes with comes from what the checkpoint was planned with (its claim),
     never from the spec as it is now: ids, topics, timeout, and the sink connection in the dialect
-    of the planned writer.
+    of the planned writer. ``routes``, ``sink.routes``' topics, are the transform's part (as the
+    transform, they are the spec's as it is now).
 
     ``topic_max_bytes`` (each topic's ``max.message.bytes``, from `topic_limits`) bounds the record
     size per topic together with the producer's own limit; ``batch.size`` is capped at the smaller
@@ -147,14 +152,16 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientCo
 
     sink_max, sink_source = limit(planned.sink_topic)
     dead_max, dead_source = limit(planned.dead_letter_topic)
+    routed = tuple((topic, *limit(topic)) for topic in routes)
     config = {**sink, **producer}
     batch = int(config.get("batch.size", THROUGHPUT_PRODUCER_CONFIG["batch.size"]))
-    if min(sink_max, dead_max) < batch:
-        config["batch.size"] = min(sink_max, dead_max)
+    smallest = min(sink_max, dead_max, *(m for _, m, _ in routed))
+    if smallest < batch:
+        config["batch.size"] = smallest
     return WriterSettings(
         bootstrap=config.pop("bootstrap.servers"), producer_config=config,
         id_prefix=planned.id_prefix, pipeline=pipeline, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
         sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
         sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
-        failpoints=failpoints.armed(prefix="job."),
+        routes=routed, failpoints=failpoints.armed(prefix="job."),
     )

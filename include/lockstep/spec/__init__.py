@@ -158,6 +158,15 @@ class SinkSpec:
     key: FormatSpec = BYTES
     value: FormatSpec = BYTES
     registry_conn_id: str = DEFAULT_REGISTRY_CONN_ID
+    #: ``sink.routes``: (topic, Spark SQL condition over the transform's output), in the spec's order. A
+    #: record goes to the first route whose condition holds, else to ``topic``; a dead letter, whatever
+    #: its route, to ``dead_letter_topic``. All of a checkpoint's topics are written in its transactions.
+    routes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics outputs go to: ``topic`` (the records no route takes), then each route's."""
+        return (self.topic, *(t for t, _ in self.routes))
 
 
 @dataclass(frozen=True)
@@ -687,11 +696,42 @@ def _sink(c: _Checker, doc: object, source: SourceSpec, folder: Path | None = No
         c.fail("sink.parallelism", f"must be auto or a positive integer, got {d['parallelism']!r}")
     elif d.get("parallelism", "auto") != "auto":
         parallelism = _integer(c, d, "sink", "parallelism")
+    key = _format(c, d.get("key"), "sink.key", folder, sink=True)
+    value = _format(c, d.get("value"), "sink.value", folder, sink=True)
     return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn, writer=writer, parallelism=parallelism,
-                    key=_format(c, d.get("key"), "sink.key", folder, sink=True),
-                    value=_format(c, d.get("value"), "sink.value", folder, sink=True),
+                    key=key, value=value,
                     registry_conn_id=c.text(d, "sink", "registry_conn_id", source.registry_conn_id
-                                            or _default("source", "registry_conn_id")))
+                                            or _default("source", "registry_conn_id")),
+                    routes=_routes(c, d.get("routes"), source, topic, dlq, (("key", key), ("value", value))))
+
+
+def _routes(c: _Checker, doc: object, source: SourceSpec, topic: str | None, dlq: str | None,
+            formats: tuple[tuple[str, FormatSpec], ...]) -> tuple[tuple[str, str], ...]:
+    """``sink.routes``: topic -> a Spark SQL condition, in order (docs/formats.md, *Routes*)."""
+    if doc is None:
+        return ()
+    routes = c.mapping(doc, "sink.routes")
+    checked: list[tuple[str, str]] = []
+    for name, condition in routes.items():
+        where = f"sink.routes.{name}"
+        if not isinstance(name, str) or not TOPIC_RE.fullmatch(name) or name in (".", ".."):
+            c.fail(where, f"a route's key is the topic it writes to: {TOPIC_RULE}")
+        elif name in source.topics:
+            c.fail(where, f"{name!r} is also a source topic; a pipeline must not feed itself")
+        elif name in (topic, dlq):
+            c.fail(where, f"{name!r} is sink.{'topic' if name == topic else 'dead_letter_topic'} already: "
+                          "records no route takes go to sink.topic, and dead letters to sink.dead_letter_topic")
+        elif not isinstance(condition, str) or not condition.strip():
+            c.fail(where, "must be a Spark SQL condition over the transform's output, such as "
+                          f"\"data.country = 'DE'\", got {_kind(condition)}")
+        else:
+            checked.append((name, condition.strip()))
+    for part, fmt in formats:
+        if checked and fmt.registry and not fmt.subject:
+            c.fail(f"sink.{part}.subject", "is required with sink.routes: the routed topics are written with one "
+                   "schema, so name its registry subject (each topic's own subject, <topic>-" + part + ", is not "
+                   "supported with routes yet)")
+    return tuple(checked)
 
 
 def parse_store_url(url: str) -> StoreLocation | None:
@@ -999,6 +1039,10 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         transform_sql=sql,
         transform_sql_from=sql_from,
     )
+    if spec.state is not None and spec.sink.routes:
+        c.fail("sink.routes", "are not supported with state yet (a window's and a state function's records are "
+                              "made after the transform); route in a second, stateless pipeline that reads this one's "
+                              "sink topic")
     if c.problems:
         raise SpecError(c.problems)
     return spec

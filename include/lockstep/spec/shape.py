@@ -126,6 +126,10 @@ SINK = _section("The Kafka topic written, in transactions committed with the che
     "value": _format("value", sink=True),
     "registry_conn_id": _text("The Schema Registry connection of the registry formats.",
                               default_doc="source.registry_conn_id"),
+    "routes": Field("mapping", "Topic -> a Spark SQL condition over the transform's output, in order: a record goes "
+                               "to the first route whose condition holds, else to topic; all in the checkpoint's "
+                               "transactions.", nullable=True, key_pattern=TOPIC_PATTERN,
+                    items=Field("expression", "A Spark SQL condition (data.country = 'DE').")),
 }, required=True)
 
 TRIGGER = _section("Lag-driven checkpoints instead of a schedule: start one when lag_records are unread, or "

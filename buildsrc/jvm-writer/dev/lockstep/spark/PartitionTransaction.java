@@ -301,10 +301,24 @@ final class PartitionTransaction {
     long size;
     if (error == null) {
       size = contract.recordSize(keyAndValue, headerBytes, headers.size());
-      if (size <= settings.sinkMaxBytes) {
-        producer.send(new ProducerRecord<>(settings.sinkTopic, null, key, value, headers), toSink);
+      String target = layout.route(row);
+      int most = settings.sinkMaxBytes;
+      String why = settings.sinkLimit;
+      if (target == null) {
+        target = settings.sinkTopic;
       } else {
-        reason = contract.tooLarge(size, settings.sinkMaxBytes, "sink", settings.sinkLimit);
+        Integer routed = settings.routeMaxBytes.get(target);
+        if (routed == null) {
+          throw new IllegalStateException("a record is routed to " + target + ", which is not one of the "
+              + "writer's routes " + settings.routeMaxBytes.keySet());
+        }
+        most = routed;
+        why = settings.routeLimits.get(target);
+      }
+      if (size <= most) {
+        producer.send(new ProducerRecord<>(target, null, key, value, headers), toSink);
+      } else {
+        reason = contract.tooLarge(size, most, "sink", why);
       }
     } else {
       byte[] errorBytes = error.getBytes(StandardCharsets.UTF_8);

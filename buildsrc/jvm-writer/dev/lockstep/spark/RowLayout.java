@@ -30,6 +30,7 @@ final class RowLayout implements Serializable {
   final boolean offsetIsLong;
   final int headers; // -1 when absent
   final int error; // -1 when absent
+  final int route; // -1 when absent (no sink.routes)
 
   private RowLayout(StructType schema, TransactionalKafkaWriter.OutputContract contract) {
     check(schema, contract);
@@ -44,6 +45,7 @@ final class RowLayout implements Serializable {
     offsetIsLong = isType(schema, offset, "bigint");
     headers = optional(schema, "headers");
     error = optional(schema, "error");
+    route = optional(schema, contract.routeColumn);
     if (value < 0 || topic < 0 || partition < 0 || offset < 0) {
       throw new IllegalArgumentException(
           "the output contract does not require the columns this writer reads (value, topic, partition, offset): "
@@ -65,6 +67,11 @@ final class RowLayout implements Serializable {
 
   String error(InternalRow row) {
     return error < 0 || row.isNullAt(error) ? null : row.getUTF8String(error).toString();
+  }
+
+  /** The sink.routes topic the record goes to; null: the sink topic. */
+  String route(InternalRow row) {
+    return route < 0 || row.isNullAt(route) ? null : row.getUTF8String(route).toString();
   }
 
   long partition(InternalRow row) {

@@ -44,6 +44,9 @@ public final class TransactionalKafkaWriter {
     final String sinkLimit;
     final int deadLetterMaxBytes;
     final String deadLetterLimit;
+    /** sink.routes' topics: each one's largest record and where that limit comes from (writer_settings.routes). */
+    final java.util.Map<String, Integer> routeMaxBytes = new java.util.HashMap<>();
+    final java.util.Map<String, String> routeLimits = new java.util.HashMap<>();
     final java.util.Map<String, String> failpoints;
     final OutputContract contract;
 
@@ -66,6 +69,13 @@ public final class TransactionalKafkaWriter {
       sinkLimit = doc.get("sink_limit").asText();
       deadLetterMaxBytes = doc.get("dead_letter_max_bytes").asInt();
       deadLetterLimit = doc.get("dead_letter_limit").asText();
+      JsonNode routes = doc.get("routes");
+      if (routes != null) {
+        routes.forEach(r -> {
+          routeMaxBytes.put(r.get("topic").asText(), r.get("max_bytes").asInt());
+          routeLimits.put(r.get("topic").asText(), r.get("limit").asText());
+        });
+      }
       failpoints = strings(doc.get("failpoints"));
       failpoints.forEach((name, action) -> {
         if (!PartitionTransaction.FAILPOINT_ACTIONS.contains(action)) {
@@ -119,6 +129,8 @@ public final class TransactionalKafkaWriter {
     final String originalSize;
     final List<String> requiredColumns = new ArrayList<>();
     final List<String> optionalColumns = new ArrayList<>();
+    /** The column that names a record's sink.routes topic (null: the sink topic). */
+    final String routeColumn;
     final Map<String, List<String>> acceptedTypes = new java.util.HashMap<>();
     final int batchOverhead;
     final int recordOverhead;
@@ -145,6 +157,7 @@ public final class TransactionalKafkaWriter {
       originalSize = require(headers, "original_size");
       doc.get("required_columns").forEach(c -> requiredColumns.add(c.asText()));
       doc.get("optional_columns").forEach(c -> optionalColumns.add(c.asText()));
+      routeColumn = doc.get("route_column").asText();
       doc.get("accepted_types").fields().forEachRemaining(e -> {
         List<String> types = new ArrayList<>();
         e.getValue().forEach(t -> types.add(t.asText()));

@@ -1,0 +1,112 @@
+"""Several sink topics in one checkpoint (``sink.routes``, docs/formats.md, *Routes*), on real services in
+connect mode: each record goes to the first route whose condition holds (read on the transform's output
+before it is encoded, ``data.<field>``), else to ``sink.topic``, and a dead letter to the dead-letter topic;
+all in the checkpoint's transactions, so each record is in exactly one topic once, through a crash at every
+failpoint, with either writer. `lockstep verify` recomputes the routes and finds a record in the wrong topic;
+a condition Spark refuses fails the checkpoint for good before any transaction opens."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from lockstep_dev.datagen import ensure_topics
+from tests.support.data import read_committed, topic_partitions
+
+from .engine_helpers import open_transactions, run, store, verify
+from .test_formats import crash_at_every_failpoint, errors, make, order, produce, registry  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.integration
+
+#: First match wins: an order of 100 or more is big whoever placed it; then customer c0's; the rest to sink.topic.
+ROUTES = {"big": "data.priority", "c0": "data.customer = 'c0'"}
+
+
+def routed(tmp_path, bootstrap, unique, writer: str):
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": "json", "writer": writer},
+                    "lockstep_examples.avro_orders:enrich")
+    topics = {name: f"{pipeline.sink}.{name}" for name in ROUTES}
+    ensure_topics(bootstrap, {topic: 2 for topic in topics.values()})
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["sink"]["routes"] = {topics[name]: condition for name, condition in ROUTES.items()}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return pipeline, topics
+
+
+def expected_topics(pipeline, topics: dict[str, str], orders: list[dict]) -> dict[str, list[str]]:
+    """Each topic's order ids, computed here from the orders (a negative amount is a dead letter)."""
+    into: dict[str, list[str]] = {t: [] for t in (pipeline.sink, *topics.values())}
+    for o in orders:
+        if o["amount"] < 0:
+            continue
+        topic = topics["big"] if o["amount"] >= 100 else topics["c0"] if o["customer"] == "c0" else pipeline.sink
+        into[topic].append(o["order_id"])
+    return {t: sorted(ids) for t, ids in into.items()}
+
+
+def found_topics(pipeline, topics: dict[str, str]) -> dict[str, list[str]]:
+    return {t: sorted(json.loads(m.value())["order_id"] for m in read_committed(pipeline.bootstrap, t))
+            for t in (pipeline.sink, *topics.values())}
+
+
+def test_each_record_goes_to_its_route_exactly_once_through_a_crash_at_every_failpoint(tmp_path, bootstrap, unique,
+                                                                                       registry):  # noqa: F811
+    pipeline, topics = routed(tmp_path, bootstrap, unique, "jvm")
+    produced = crash_at_every_failpoint(pipeline, lambda batch: produce(pipeline, registry, batch))
+    expected = expected_topics(pipeline, topics, produced)
+    assert all(expected.values()), "every topic has records to get"
+    assert found_topics(pipeline, topics) == expected
+    assert errors(pipeline) == ["negative amount"] * sum(o["amount"] < 0 for o in produced)
+    report = verify(pipeline)
+    assert report["misrouted"] == 0 and report["ok"], report
+    assert open_transactions(pipeline) == []
+
+
+def test_the_python_writer_routes_alike_and_verify_finds_a_record_in_the_wrong_topic(tmp_path, bootstrap, unique,
+                                                                                     registry):  # noqa: F811
+    pipeline, topics = routed(tmp_path, bootstrap, unique, "python")
+    orders = [order(i) for i in range(95, 125)]  # amounts 95.25 to 124.25: some big, some not
+    produce(pipeline, registry, list(enumerate(orders, start=95)))
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"(routes: {', '.join(topics.values())})" in done.stderr
+    assert found_topics(pipeline, topics) == expected_topics(pipeline, topics, orders)
+    prepared = store(pipeline).view(1).prepared
+    written = {p.topic for t in prepared.transactions for p in t.partitions}
+    assert written == {pipeline.sink, *topics.values(), pipeline.dead_letters}, "all in the checkpoint's transactions"
+    assert verify(pipeline)["misrouted"] == 0
+
+    # The routes swapped in the spec: what the sink holds is no longer where they send it, and verify says so.
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["sink"]["routes"] = {topics["big"]: ROUTES["c0"], topics["c0"]: ROUTES["big"]}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    report = verify(pipeline)
+    assert not report["ok"] and report["misrouted"] > 0, report
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert any(s.endswith(f"in {topics['big']}, expected {topics['c0']}") for s in report["misrouted_sample"]), report
+
+
+def test_a_condition_spark_refuses_fails_for_good_before_any_transaction_opens(tmp_path, bootstrap, unique,
+                                                                              registry):  # noqa: F811
+    from confluent_kafka import Consumer, TopicPartition
+
+    pipeline, topics = routed(tmp_path, bootstrap, unique, "jvm")
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["sink"]["routes"][topics["c0"]] = "data.custmer = 'c0'"
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    produce(pipeline, registry, [(i, order(i)) for i in range(1, 5)])
+
+    result = run(pipeline)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"{pipeline.spec_path}: sink.routes.{topics['c0']}: Spark refused the condition" in last, last
+    assert "custmer" in last and "a retry fails the same way" in last, last
+    assert open_transactions(pipeline) == [] and store(pipeline).view(1).prepared is None
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"peek-{unique}"})
+    try:  # nothing in any of its topics, not even uncommitted
+        for topic in (pipeline.sink, *topics.values(), pipeline.dead_letters):
+            assert all(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] == 0
+                       for p in topic_partitions(consumer, topic)), topic
+    finally:
+        consumer.close()
