@@ -157,3 +157,11 @@ def test_a_timeout_above_the_cap_is_terminal_and_names_both_and_the_fix() -> Non
     assert message.startswith("checkpoint 7: transactions.timeout_ms is 3600000 ms, above the sink cluster's "
                               "transaction.max.timeout.ms of 900000 ms")
     assert "Lower transactions.timeout_ms to at most 900000" in message
+
+
+def test_each_route_gets_its_own_limit_and_batch_size_fits_the_smallest_topic() -> None:
+    settings = writer_settings(planned(), 1, {}, {"out": 5_000_000, "dlq": 5_000_000, "out.big": 3000}, pipeline="p",
+                               routes=("out.big", "out.eu"))
+    assert settings.routes == (("out.big", 3000, "max.message.bytes of topic out.big"),
+                               ("out.eu", DEFAULT_PRODUCER_LIMIT, "the producer's default"))
+    assert settings.producer_config["batch.size"] == 3000

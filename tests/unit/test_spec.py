@@ -546,3 +546,29 @@ def test_a_lag_trigger_takes_records_and_durations_instead_of_a_schedule() -> No
 def test_a_bad_lag_trigger_is_named(trigger, schedule, field: str, reason: str) -> None:
     checkpoints = {**minimal()["checkpoints"], "trigger": trigger, "schedule": schedule}
     assert reason in problems(minimal(checkpoints=checkpoints))[field]
+
+
+def test_sink_routes_are_topics_and_conditions_in_order_and_refuse_what_would_write_twice_or_nowhere() -> None:
+    sink = {"topic": "out", "dead_letter_topic": "dlq"}
+    spec = parse_spec(minimal(sink={**sink, "routes": {"out.big": "data.amount >= 100", "out.eu": " data.eu "}}),
+                      "p.yaml")
+    assert spec.sink.routes == (("out.big", "data.amount >= 100"), ("out.eu", "data.eu"))
+    assert spec.sink.topics == ("out", "out.big", "out.eu")
+    assert parse_spec(minimal(sink=sink), "p.yaml").sink.topics == ("out",)
+    found = problems(minimal(sink={**sink, "routes": {"orders": "true", "out": "true", "dlq": "true", "a b": "true",
+                                                       "x": "", "y": 3}}))
+    assert "is also a source topic" in found["sink.routes.orders"]
+    assert "is sink.topic already" in found["sink.routes.out"]
+    assert "is sink.dead_letter_topic already" in found["sink.routes.dlq"]
+    assert "Kafka topic names" in found["sink.routes.a b"]
+    assert "must be a Spark SQL condition" in found["sink.routes.x"] and "got int 3" in found["sink.routes.y"]
+
+
+def test_sink_routes_with_a_registry_format_name_one_subject_and_are_not_for_stateful_pipelines() -> None:
+    registry = {"format": "avro-confluent", "schema": '{"type": "string"}'}
+    sink = {"topic": "out", "dead_letter_topic": "dlq", "routes": {"out.big": "true"}}
+    assert "is required with sink.routes" in problems(minimal(sink={**sink, "value": registry}))["sink.value.subject"]
+    named = parse_spec(minimal(sink={**sink, "value": {**registry, "subject": "orders-value"}}), "p.yaml")
+    assert named.sink.value.subject_for("out.big", "value") == named.sink.value.subject_for("out", "value")
+    stateful = minimal(sink=sink, state={"event_time": {"column": "ts"}, "dedup": {"key": "id", "ttl": "1h"}})
+    assert "not supported with state yet" in problems(stateful)["sink.routes"]

@@ -140,3 +140,24 @@ def test_records_of_another_pipeline_reading_the_same_source_are_other_producers
     assert dict(out.actual) == {(SOURCE, 0, 7): 1, (SOURCE, 0, 10): 1}
     assert dict(out.replayed) == {(SOURCE, 0, 9): 1}
     assert out.other_producers == [f"{SINK}:0@1"]
+
+
+def test_with_routes_an_output_in_another_topic_than_its_route_is_misrouted():
+    from lockstep.ops.verify import misrouted
+
+    s = spec(sink={"topic": SINK, "dead_letter_topic": DEAD_LETTERS, "routes": {"big": "data.big"}})
+    out = Outputs()
+    out.add(s, None, "big:0@0", "big", headers(offset=b"1"))
+    out.add(s, None, f"{SINK}:0@0", SINK, headers(offset=b"2"))
+    out.add(s, None, f"{DEAD_LETTERS}:0@0", DEAD_LETTERS, headers(offset=b"3"))  # dead letters are not routed
+    out.add(s, None, f"{SINK}:0@1", SINK, headers(offset=b"4"))
+    assert out.topics == {(SOURCE, 0, 1): {"big"}, (SOURCE, 0, 2): {SINK}, (SOURCE, 0, 4): {SINK}}
+    assert dict(out.in_sink) == {(SOURCE, 0, 1): 1, (SOURCE, 0, 2): 1, (SOURCE, 0, 4): 1}
+    expected = {(SOURCE, 0, 1): {"big"}, (SOURCE, 0, 2): {"big"}, (SOURCE, 0, 3): {DEAD_LETTERS},
+                (SOURCE, 0, 4): {DEAD_LETTERS}}
+    assert misrouted(expected, out.topics, []) == [((SOURCE, 0, 2), SINK, "big"), ((SOURCE, 0, 4), SINK, DEAD_LETTERS)]
+    assert misrouted(expected, out.topics, [OffsetRange(SOURCE, 0, 2, 3)]) == \
+        [((SOURCE, 0, 4), SINK, DEAD_LETTERS)], "an offset retention removed is left to the counts"
+    wrong = report(misrouted=[((SOURCE, 0, 2), SINK, "big")])
+    assert not wrong.ok and wrong.to_json()["misrouted_sample"] == [f"{SOURCE}:0@2 in {SINK}, expected big"]
+    assert "misrouted: 1 outputs are in another topic than sink.routes send them to" in wrong.summary()
