@@ -1,7 +1,8 @@
-"""``make demo`` / ``lockstep demo``: the platform with Airflow, the three example pipelines fed with
+"""``make demo`` / ``lockstep demo``: the platform with Airflow, the four example pipelines fed with
 generated orders (``orders-enrich``, stateless JSON; ``orders-per-customer``, event-time windows with
-keyed state; ``orders-avro``, Avro in and out through the Schema Registry), three checkpoints of each
-run by the real scheduler, a summary, and everything left running to explore."""
+keyed state; ``orders-avro``, Avro in and out through the Schema Registry; ``orders-by-size``, an SQL
+query over the same Avro orders whose ``sink.routes`` send them to three topics), three checkpoints of
+each run by the real scheduler, a summary, and everything left running to explore."""
 from __future__ import annotations
 
 import argparse
@@ -39,11 +40,13 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     spec = load_spec(pipelines_dir() / "orders.yaml")
     windows = load_spec(pipelines_dir() / "orders_per_customer.yaml")
     avro = load_spec(pipelines_dir() / "orders_avro.yaml")
-    specs = (spec, windows, avro)
+    by_size = load_spec(pipelines_dir() / "orders_by_size.yaml")
+    specs = (spec, windows, avro, by_size)
     bootstrap = platform.kafka.bootstrap
     ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1,
                               windows.sink.topic: 4, windows.sink.dead_letter_topic: 1,
-                              avro.source.topics[0]: 4, avro.sink.topic: 4, avro.sink.dead_letter_topic: 1})
+                              avro.source.topics[0]: 4, avro.sink.topic: 4, avro.sink.dead_letter_topic: 1,
+                              **{topic: 4 for topic in by_size.sink.topics}, by_size.sink.dead_letter_topic: 1})
     from lockstep.registry.client import registry_for
 
     registry_url = registry_for(avro.source.registry_conn_id).url
@@ -92,6 +95,8 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
         say(f"    {s.name} ({s.dag_id}):")
         for line in summary_lines(views, first_new[s.name], checkpoints):
             say(f"      {line}")
+        if s.sink.routes:
+            say(f"      by topic: {routed_counts(s)}")
         say(f"      verify: {report.summary()}".replace("\n", "\n      "))
     say(f"    Airflow UI: {platform.airflow.url}  (login admin / {platform.airflow.admin_password()})")
     say(f"    Checkpoints page: {platform.airflow.url}/lockstep/   DAGs: {', '.join(s.dag_id for s in specs)} "
@@ -100,6 +105,33 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     say("         .venv/bin/lockstep state stats --spec include/pipelines/orders_per_customer.yaml")
     say("    Stop everything: make down   (add --wipe to `lockstep dev down` to delete the data)")
     return 0 if ok else 1
+
+
+def routed_counts(spec) -> str:
+    """How many committed records each of a routed pipeline's topics holds (``orders-large: 812, ...``),
+    read as a downstream consumer does (``read_committed``)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from lockstep.connections import kafka_config
+
+    consumer = Consumer({**kafka_config(spec.sink.kafka_conn_id), "group.id": "lockstep-demo-probe",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    try:
+        assignment = [TopicPartition(topic, p, 0) for topic in spec.sink.topics
+                      for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions]
+        consumer.assign(assignment)
+        remaining, counts = {(tp.topic, tp.partition) for tp in assignment}, dict.fromkeys(spec.sink.topics, 0)
+        deadline = time.monotonic() + 120
+        while remaining and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=1):
+                if msg.error():
+                    remaining.discard((msg.topic(), msg.partition()))  # the end of a partition
+                else:
+                    counts[msg.topic()] += 1
+        return ", ".join(f"{topic}: {n:,}" for topic, n in counts.items())
+    finally:
+        consumer.close()
 
 
 def summary_lines(views: list, first_new: int, triggered: int) -> list[str]:

@@ -2,7 +2,7 @@
 connect mode: each record goes to the first route whose condition holds (read on the transform's output
 before it is encoded, ``data.<field>``), else to ``sink.topic``, and a dead letter to the dead-letter topic;
 all in the checkpoint's transactions, so each record is in exactly one topic once, through a crash at every
-failpoint, with either writer. `lockstep verify` recomputes the routes and finds a record in the wrong topic;
+failpoint, with either writer, after a Python transform or an SQL query. `lockstep verify` recomputes the routes and finds a record in the wrong topic;
 a condition Spark refuses fails the checkpoint for good before any transaction opens."""
 from __future__ import annotations
 
@@ -23,9 +23,19 @@ pytestmark = pytest.mark.integration
 ROUTES = {"big": "data.priority", "c0": "data.customer = 'c0'"}
 
 
-def routed(tmp_path, bootstrap, unique, writer: str):
+#: What ``lockstep_examples.avro_orders:enrich`` does, as an SQL pipeline (include/pipelines/orders_by_size.sql alike).
+QUERY = """
+SELECT topic, partition, offset, key,
+       named_struct('order_id', data.order_id, 'customer', data.customer, 'amount', data.amount,
+                    'priority', data.amount >= 100) AS data,
+       CASE WHEN data.amount < 0 THEN 'negative amount' END AS error
+FROM input
+"""
+
+
+def routed(tmp_path, bootstrap, unique, writer: str, transform: str | dict = "lockstep_examples.avro_orders:enrich"):
     pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": "json", "writer": writer},
-                    "lockstep_examples.avro_orders:enrich")
+                    transform)
     topics = {name: f"{pipeline.sink}.{name}" for name in ROUTES}
     ensure_topics(bootstrap, {topic: 2 for topic in topics.values()})
     doc = yaml.safe_load(pipeline.spec_path.read_text())
@@ -63,9 +73,9 @@ def test_each_record_goes_to_its_route_exactly_once_through_a_crash_at_every_fai
     assert open_transactions(pipeline) == []
 
 
-def test_the_python_writer_routes_alike_and_verify_finds_a_record_in_the_wrong_topic(tmp_path, bootstrap, unique,
-                                                                                     registry):  # noqa: F811
-    pipeline, topics = routed(tmp_path, bootstrap, unique, "python")
+def test_an_sql_pipeline_routes_alike_with_the_python_writer_and_verify_finds_a_record_in_the_wrong_topic(
+        tmp_path, bootstrap, unique, registry):  # noqa: F811
+    pipeline, topics = routed(tmp_path, bootstrap, unique, "python", {"sql": QUERY})
     orders = [order(i) for i in range(95, 125)]  # amounts 95.25 to 124.25: some big, some not
     produce(pipeline, registry, list(enumerate(orders, start=95)))
     done = run(pipeline)
