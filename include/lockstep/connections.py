@@ -7,6 +7,10 @@ fall back to Airflow's own lookup for connections defined in the UI.
 """
 from __future__ import annotations
 
+__all__ = [
+    "Connection", "connection_env", "get_connection", "kafka_config", "redact", "s3_client", "s3_client_kwargs",
+]
+
 import json
 import os
 from collections.abc import Iterable

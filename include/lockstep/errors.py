@@ -7,6 +7,12 @@ not, so its message must tell the user what happened and what to do.
 
 from __future__ import annotations
 
+__all__ = [
+    "CheckpointError", "DeletedRangesError", "JOB_CAUSE_PREFIX", "JOB_EXIT_TERMINAL", "JOB_EXIT_TRANSIENT",
+    "LockstepError", "MetadataError", "OffsetAheadError", "SpecError", "SpecProblem", "TerminalError",
+    "TopicRecreatedError", "TransientCheckpointError", "TransientError", "root_cause",
+]
+
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass

@@ -5,6 +5,10 @@ story (its ranges, counts, timings), not as the connection chatter of the client
 """
 from __future__ import annotations
 
+__all__ = [
+    "quiet_clients",
+]
+
 import logging
 import os
 

@@ -5,6 +5,11 @@ found from this file; ``LOCKSTEP_HOME`` overrides it (e.g. an installed copy).
 """
 from __future__ import annotations
 
+__all__ = [
+    "cache_dir", "dev_state_dir", "jvm_writer_jar", "kafka_jars_dir", "minio_binary", "pipelines_dir",
+    "project_root", "registry_app_dir", "registry_java", "spark_kafka_jars",
+]
+
 import os
 from collections.abc import Mapping
 from pathlib import Path

@@ -19,6 +19,10 @@ Only ``Exception`` is caught: a worker that dies (``SystemExit``, a signal) stil
 """
 from __future__ import annotations
 
+__all__ = [
+    "Guarded", "apply", "guarded",
+]
+
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, overload

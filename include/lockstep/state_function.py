@@ -35,6 +35,10 @@ output and the state written are the same call's even if the function is not det
 """
 from __future__ import annotations
 
+__all__ = [
+    "Context",
+]
+
 from dataclasses import dataclass, field
 
 

@@ -77,8 +77,7 @@ class _SessionReady(logging.Handler):
 def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     """plan → run → commit of one checkpoint, timed step by step (also used for the fixed cost)."""
     from lockstep.spec import load_spec
-    from lockstep.steps.coordinator import Pipeline, commit, plan
-    from lockstep.steps.run import run_checkpoint
+    from lockstep.steps.coordinator import Pipeline, commit, plan, run_checkpoint
 
     ready = _SessionReady()
     for name in ("lockstep.steps.run", "lockstep.spark.connect"):  # spark-submit's driver, or the Connect session

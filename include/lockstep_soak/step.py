@@ -21,8 +21,7 @@ def main(argv: list[str]) -> int:
     from lockstep.errors import LockstepError
     from lockstep.rules.run_ownership import cli_run_id
     from lockstep.spec import load_spec
-    from lockstep.steps.coordinator import Pipeline, commit, plan
-    from lockstep.steps.run import run_checkpoint
+    from lockstep.steps.coordinator import Pipeline, commit, plan, run_checkpoint
 
     step, spec_path, *rest = argv
     spec = load_spec(spec_path)

@@ -138,15 +138,14 @@ class LockstepPlanOperator(_LockstepOperator):
         from lockstep.errors import LockstepError
         from lockstep.model.failpoints import FailpointError
         from lockstep.spec import load_spec
-        from lockstep.steps.pipeline import Pipeline
-        from lockstep.steps.plan import plan
+        from lockstep.steps.coordinator import Pipeline, plan
 
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
         from airflow.sdk.exceptions import AirflowRescheduleException
 
-        from lockstep.steps.recover import CheckpointInFlight
+        from lockstep.steps.coordinator import CheckpointInFlight
 
         params = context["params"]
         dry_run = _dry_run(context)
@@ -219,7 +218,7 @@ class LockstepRunOperator(_LockstepOperator):
         from lockstep.errors import LockstepError
         from lockstep.spec import load_spec
         from lockstep.steps.client_factory import checkpoint_store
-        from lockstep.steps.run import run_checkpoint
+        from lockstep.steps.coordinator import run_checkpoint
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: the plan only showed the ranges")
@@ -256,8 +255,7 @@ class LockstepCommitOperator(_LockstepOperator):
         from lockstep.model.failpoints import FailpointError
         from lockstep.ops import metrics
         from lockstep.spec import load_spec
-        from lockstep.steps.commit import commit
-        from lockstep.steps.pipeline import Pipeline
+        from lockstep.steps.coordinator import Pipeline, commit
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: nothing to commit")

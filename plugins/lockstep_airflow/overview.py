@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 from lockstep.errors import TerminalError, TransientError
 from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
 from lockstep.model.offsets import TopicPartition
+from lockstep.model.state import iso_ms
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag
-from lockstep.ops.state_report import iso_ms
 from lockstep.spec import PipelineSpec, load_each
 
 T = TypeVar("T")
@@ -536,7 +536,7 @@ def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> lis
     from lockstep.connections import kafka_config
     from lockstep.ops.transaction_console import look
     from lockstep.steps.client_factory import committer_for_connection, kafka_admin
-    from lockstep.steps.pipeline import Pipeline
+    from lockstep.steps.coordinator import Pipeline
 
     def committer(conn_id: str) -> Any:
         return committer_for_connection(conn_id, retry_deadline_s=KAFKA_TIMEOUT_S)

@@ -9,7 +9,7 @@ import pytest
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import TopicPartition
-from lockstep.steps import commit as commit_step
+from lockstep.steps import pipeline as step_helpers
 from lockstep.steps.commit import _commit_transactions
 from tests.support.fake_kafka import FakeCommitter
 
@@ -76,7 +76,7 @@ def test_an_error_is_raised_after_every_other_commit_was_tried() -> None:
 
 
 def test_the_threads_are_bounded(monkeypatch) -> None:
-    monkeypatch.setattr(commit_step, "COMMIT_THREADS", 3)
+    monkeypatch.setattr(step_helpers, "COMMIT_THREADS", 3)
     seen: set[str] = set()
     committer = FakeCommitter(clock=lambda: 0)
     p = prepared(committer, 10)

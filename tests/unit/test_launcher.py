@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.spark.target import connection_master
+from lockstep.spark.target import connection_master, spark_target
 from lockstep.spec import load_spec
-from lockstep.steps.run import spark_target
 
 SPEC = """
 name: m

@@ -16,6 +16,7 @@ that each name there is a module with the entry points the CLI calls.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -226,7 +227,7 @@ def test_a_platform_error_of_a_tool_is_reported_like_an_engine_error(monkeypatch
 #: and sit at the bottom, except ``connections`` (it reads connections, so it is I/O) and ``cli``.
 LAYERS = (
     {"lockstep", "lockstep.errors", "lockstep.spec", "lockstep.paths", "lockstep.logs", "lockstep.rows",
-     "lockstep.transform"},
+     "lockstep.transform", "lockstep.state_function"},
     {"lockstep.model"},
     {"lockstep.rules"},
     {"lockstep.store", "lockstep.kafka", "lockstep.connections", "lockstep.registry"},
@@ -241,14 +242,27 @@ IO_LIBRARIES = {"boto3", "botocore", "confluent_kafka", "kafka", "pyspark", "req
                 "subprocess", "airflow", "pyarrow", "pandas", "yaml"}
 
 
-def layer_of(module: str) -> int:
-    parts = module.split(".")
-    for depth in (2, 1):
-        name = ".".join(parts[:depth])
-        for index, members in enumerate(LAYERS):
-            if name in members:
-                return index
+def layer_of(module: str, layers: tuple[set[str], ...] = LAYERS) -> int:
+    """The layer of the core's module: its role package's (``lockstep.spark`` for ``lockstep.spark.job``) or,
+    for a top-level module, its own; a module of no listed role or name fails (the package ``lockstep``
+    itself is no fallback)."""
+    name = ".".join(module.split(".")[:2])
+    for index, members in enumerate(layers):
+        if name in members:
+            return index
     raise AssertionError(f"{module} is in no layer of LAYERS: add it to one (and to docs/DESIGN.md's map)")
+
+
+def test_every_module_of_the_core_is_in_a_layer_and_an_unlisted_one_fails():
+    for module in engine_modules():
+        layer_of(module)
+    with pytest.raises(AssertionError, match="lockstep.planted is in no layer"):
+        layer_of("lockstep.planted")
+    with pytest.raises(AssertionError, match="lockstep.planted.module is in no layer"):
+        layer_of("lockstep.planted.module")
+    without = tuple(members - {"lockstep.state_function"} for members in LAYERS)
+    with pytest.raises(AssertionError, match="lockstep.state_function is in no layer"):
+        layer_of("lockstep.state_function", without)
 
 
 def engine_modules() -> dict[str, Path]:
@@ -348,3 +362,89 @@ def test_the_private_name_check_tells_roles_apart():
     assert _role("lockstep.spark.state") == _role("lockstep.spark.job") != _role("lockstep.ops.verify_state")
     assert _role("lockstep_airflow.overview") == _role("lockstep_airflow.checkpoints_page")
     assert _role("lockstep.spec") != _role("lockstep.errors")
+
+
+# ---- public surfaces (issue 45) ---------------------------------------------------------------------
+#: Python outside the packages that imports the core: the spark-submit driver, the DAG files, the JVM
+#: writer's Python side.
+SCRIPTS = {f"{folder}.{path.stem}": path for folder in ("jobs", "dags", "buildsrc")
+           for path in sorted((ROOT / folder).rglob("*.py"))}
+
+
+@functools.cache
+def _parsed(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _sources() -> dict[str, str]:
+    return {m: p.read_text() for m, p in {**module_files(), **SCRIPTS}.items()}
+
+
+def declared_all(text: str) -> set[str] | None:
+    """The names a module's ``__all__`` lists (None: it has none)."""
+    for node in _parsed(text).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return None
+
+
+def surface_violations(planted: dict[str, str] | None = None) -> list[str]:
+    """Every import of the core's from another role (another core role package or top-level module, the
+    Airflow plugin, the tools, ``jobs/``, ``dags/``, ``buildsrc/``; tests aside) of what its surface does not
+    offer: a module of a role package that the package's ``__init__`` does not list in ``__all__``, or a
+    name that its module's ``__all__`` does not list. ``planted``: module name -> source, added or replacing."""
+    texts = {**_sources(), **(planted or {})}
+    modules = {m for m in texts if package_of(m) in PACKAGES or m == "lockstep_plugin"}
+    surfaces = {m: declared_all(t) for m, t in texts.items() if package_of(m) == ENGINE}
+    found = []
+
+    def public_module(target: str) -> bool:
+        """A role package's submodule is public when the package lists it (top-level modules always are)."""
+        parts = target.split(".")
+        return len(parts) < 3 or parts[2] in (surfaces.get(".".join(parts[:2])) or set())
+
+    for module, text in sorted(texts.items()):
+        for node in ast.walk(_parsed(text)):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, None) for a in node.names if package_of(a.name) == ENGINE]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and package_of(node.module) == ENGINE:
+                targets = [(f"{node.module}.{a.name}", None) if f"{node.module}.{a.name}" in modules
+                           else (node.module, a.name) for a in node.names]
+            else:
+                continue
+            for target, name in targets:
+                owner = _ours(target, modules)
+                if owner is None or owner == ENGINE or _role(owner) == _role(module):
+                    continue
+                if not public_module(owner):
+                    found.append(f"{module} imports {owner}, which {'.'.join(owner.split('.')[:2])}.__all__ does not list")
+                elif name is not None and name not in (surfaces.get(owner) or set()):
+                    found.append(f"{module} imports {owner}.{name}, which {owner}.__all__ does not list")
+    return sorted(set(found))
+
+
+def test_every_import_of_the_core_from_another_role_is_of_its_public_surface():
+    assert surface_violations() == []
+
+
+def test_the_surface_check_fails_on_a_planted_private_import_and_a_private_module():
+    planted = {"lockstep_airflow.planted": "from lockstep.steps.plan import plan\n"
+                                           "from lockstep.spark.job import check_output_schema\n"
+                                           "from lockstep.model.checkpoint import CheckpointView\n"
+                                           "import lockstep.store.state_cache\n"}
+    assert surface_violations(planted) == [
+        "lockstep_airflow.planted imports lockstep.spark.job.check_output_schema, which lockstep.spark.job.__all__ "
+        "does not list",
+        "lockstep_airflow.planted imports lockstep.steps.plan, which lockstep.steps.__all__ does not list",
+        "lockstep_airflow.planted imports lockstep.store.state_cache, which lockstep.store.__all__ does not list",
+    ]
+    # Inside its own role a module may use what the role keeps to itself.
+    assert surface_violations({"lockstep.steps.planted": "from lockstep.steps.plan import plan\n"}) == []
+
+
+def test_every_role_package_and_top_level_module_of_the_core_declares_its_surface():
+    missing = sorted(m for m, p in module_files().items() if package_of(m) == ENGINE and m != ENGINE
+                     and (m.count(".") == 1) and declared_all(p.read_text()) is None
+                     and m not in ("lockstep.cli", "lockstep.__main__"))
+    assert missing == []

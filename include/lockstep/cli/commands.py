@@ -159,7 +159,7 @@ def _emit(args: argparse.Namespace, doc: object, text: str) -> None:
 
 def _run(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import metrics
-    from lockstep.steps.run import checkpoint_cycle
+    from lockstep.steps.coordinator import checkpoint_cycle
 
     results: list[dict[str, object]] = []
     for n in range(args.checkpoints):
@@ -197,8 +197,7 @@ def _transactions(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops.open_transactions import table
     from lockstep.ops.transaction_console import look, resolve_transactions
     from lockstep.rules.run_ownership import cli_run_id
-    from lockstep.steps.pipeline import Pipeline
-    from lockstep.steps.recover import CheckpointInFlight
+    from lockstep.steps.coordinator import CheckpointInFlight, Pipeline
 
     if args.accept and args.action != "resolve":
         raise TerminalError("--accept goes with resolve: lockstep transactions resolve --spec ... --accept ...")
@@ -228,8 +227,7 @@ def _transactions(spec: PipelineSpec, args: argparse.Namespace) -> int:
 
 def _restore_plan(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.rules.start_offsets import describe_restore
-    from lockstep.steps.pipeline import Pipeline
-    from lockstep.steps.plan import restore_plan
+    from lockstep.steps.coordinator import Pipeline, restore_plan
 
     planned = restore_plan(Pipeline.open(spec), args.restore_from)
     doc = planned.to_json()
@@ -519,7 +517,7 @@ def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.N
 def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
     from lockstep.spark.replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
-    from lockstep.steps.run import checkpoint_cycle
+    from lockstep.steps.coordinator import checkpoint_cycle
 
     if spec.state is not None:
         raise TerminalError(f"{spec.path}: {spec.name} is stateful: a replayed dead letter would land in windows or "

@@ -3,6 +3,10 @@ last stable offsets, high watermarks, offsets for a time, and consumer group off
 """
 from __future__ import annotations
 
+__all__ = [
+    "log_start_offsets",
+]
+
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING

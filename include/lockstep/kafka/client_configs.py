@@ -24,6 +24,10 @@ consumer settings do not concern a client that only sends transaction requests.
 """
 from __future__ import annotations
 
+__all__ = [
+    "CONFLUENT", "ClientConfig", "JAVA", "client_configs",
+]
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any

@@ -17,6 +17,10 @@ Repeating a commit that succeeded succeeds again (EndTxn is idempotent while the
 
 from __future__ import annotations
 
+__all__ = [
+    "Committer", "TransactionCommitter",
+]
+
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence

@@ -26,6 +26,10 @@ to EndTxn up to v4 — v5+ would switch it to v2 rules, hence `END_TXN_MAX_VERSI
 
 from __future__ import annotations
 
+__all__ = [
+    "KafkaTransactionAdmin",
+]
+
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager

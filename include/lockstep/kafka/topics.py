@@ -2,6 +2,10 @@
 (and their offsets, `lockstep.kafka.broker_offsets`) through; and the retry rule every admin call uses."""
 from __future__ import annotations
 
+__all__ = [
+    "TopicAdmin", "record_headers", "with_retries",
+]
+
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping

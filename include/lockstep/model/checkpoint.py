@@ -8,6 +8,12 @@ these documents decide what gets committed and must never be half-understood.
 
 from __future__ import annotations
 
+__all__ = [
+    "ABORTED_SCHEMA", "AbortedCheckpoint", "CheckpointClaim", "CheckpointStatus", "CheckpointView",
+    "CompletedCheckpoint", "History", "PlannedWith", "PreparedCheckpoint", "PreparedTransaction", "Repair",
+    "Rerun", "RunFailure", "Savepoint", "validate_savepoint_name",
+]
+
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field

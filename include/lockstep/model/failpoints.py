@@ -6,6 +6,10 @@ is a dictionary lookup and nothing else.
 """
 from __future__ import annotations
 
+__all__ = [
+    "ACTIONS", "FAILPOINTS", "FailpointError", "PAUSE_SIGNALS", "STATE_FAILPOINTS",
+]
+
 import os
 import sys
 from collections.abc import Mapping

@@ -6,6 +6,10 @@ half-open `[start, end)`, so consecutive checkpoints tile a partition when `star
 
 from __future__ import annotations
 
+__all__ = [
+    "OffsetRange", "Offsets", "TopicPartition", "offset_of", "offsets_from_json",
+]
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeGuard

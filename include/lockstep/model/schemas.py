@@ -6,6 +6,10 @@ tests and tools frame and check records with the same definitions.
 """
 from __future__ import annotations
 
+__all__ = [
+    "avro_read_problems", "header", "unframe",
+]
+
 import json
 import struct
 from collections.abc import Mapping

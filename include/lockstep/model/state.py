@@ -13,6 +13,10 @@ Pure data, no I/O (`lockstep.store.state_files` moves the bytes, `lockstep.spark
 """
 from __future__ import annotations
 
+__all__ = [
+    "GroupState", "PartitionTime", "StateManifest", "iso_ms",
+]
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 

@@ -15,6 +15,11 @@ them (`lockstep.ops.verify_state`): one definition here for all of them.
 """
 from __future__ import annotations
 
+__all__ = [
+    "EVENT", "FROM_OFFSET", "FROM_PARTITION", "FROM_TOPIC", "FUNCTION_COLUMNS", "GROUP", "INTERNAL", "KEY",
+    "TIMERS", "TOMBSTONE", "function_state_columns",
+]
+
 KEY, EVENT, GROUP = "__ls_key", "__ls_event_ms", "__ls_key_group"
 #: The columns every state row has, in order.
 INTERNAL = (KEY, EVENT, GROUP)

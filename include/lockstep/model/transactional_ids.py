@@ -5,6 +5,10 @@ A retried Spark task reuses its id, so its producer's InitProducerId fences the 
 """
 from __future__ import annotations
 
+__all__ = [
+    "parse_transactional_id", "transactional_id", "transactional_id_pattern", "write_tasks",
+]
+
 import re
 from collections.abc import Callable
 from typing import NamedTuple

@@ -5,6 +5,10 @@ the adapters that make them (``lockstep.kafka``), so neither depends on the othe
 """
 from __future__ import annotations
 
+__all__ = [
+    "OPEN_STATES", "TransactionObservation", "TransactionState", "utc_text",
+]
+
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum

@@ -5,6 +5,10 @@ Its answers are Airflow's JSON as ``json.loads`` returns it (Any): the client ha
 come, and its callers read the fields they know."""
 from __future__ import annotations
 
+__all__ = [
+    "AirflowClient", "AirflowError", "TERMINAL",
+]
+
 import json
 import time
 import urllib.error

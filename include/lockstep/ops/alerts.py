@@ -9,6 +9,10 @@ with ``extra.endpoint``; a ``password`` is sent as a bearer token (with a ``logi
 """
 from __future__ import annotations
 
+__all__ = [
+    "notify",
+]
+
 import base64
 import json
 import logging

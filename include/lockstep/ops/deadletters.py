@@ -1,6 +1,10 @@
 """The committed dead letters of a pipeline, read from its dead-letter topic (``lockstep deadletters``)."""
 from __future__ import annotations
 
+__all__ = [
+    "read_dead_letters",
+]
+
 from collections.abc import Iterable
 
 from lockstep.errors import TerminalError, TransientError

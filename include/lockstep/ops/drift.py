@@ -12,6 +12,10 @@ unexplained one makes ``verify`` exit 1 and says the way out.
 """
 from __future__ import annotations
 
+__all__ = [
+    "Finding", "asset_name",
+]
+
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 

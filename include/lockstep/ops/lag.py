@@ -14,6 +14,10 @@ The decisions here are pure; ``read_lag`` gathers the facts (store, broker) at t
 """
 from __future__ import annotations
 
+__all__ = [
+    "PartitionLag", "trigger_look",
+]
+
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping

@@ -9,6 +9,10 @@ only when it holds back readers of the pipeline's partitions, and never touched.
 """
 from __future__ import annotations
 
+__all__ = [
+    "duration", "table",
+]
+
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TypedDict

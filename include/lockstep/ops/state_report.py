@@ -8,6 +8,10 @@ pure; :func:`committed_state`, :func:`file_sizes` and :func:`read_rows` do the r
 """
 from __future__ import annotations
 
+__all__ = [
+    "size_text",
+]
+
 import io
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass

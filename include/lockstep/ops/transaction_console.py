@@ -10,6 +10,10 @@ reported.
 """
 from __future__ import annotations
 
+__all__ = [
+    "look", "resolve_transactions",
+]
+
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,8 +29,7 @@ from lockstep.ops.open_transactions import OpenTransaction
 from lockstep.rules.commit_decision import CommitDecision, decide_commit
 from lockstep.rules.recovery import RecoveryPlan, checkpoint_scope
 from lockstep.steps.client_factory import kafka_admin
-from lockstep.steps.pipeline import Pipeline
-from lockstep.steps.recover import CheckpointInFlight, RecoveryFacts, carry_out, check_in_flight, recovery_facts
+from lockstep.steps.coordinator import CheckpointInFlight, Pipeline, RecoveryFacts, carry_out, check_in_flight, recovery_facts
 
 log = logging.getLogger(__name__)
 

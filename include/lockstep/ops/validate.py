@@ -24,6 +24,10 @@ A problem is the spec's (``file: field: reason``, as `SpecError` prints it); an 
 """
 from __future__ import annotations
 
+__all__ = [
+    "validate",
+]
+
 import importlib
 import inspect
 import logging

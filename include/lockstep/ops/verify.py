@@ -19,6 +19,10 @@ unexpected outputs found) and 2 (no problem found, but not everything could be c
 """
 from __future__ import annotations
 
+__all__ = [
+    "exit_code", "verify_pipeline",
+]
+
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -437,9 +441,8 @@ def verify_pipeline(spec: PipelineSpec, since: int | None = None,
     for the expected outputs the Spark its checkpoints run on: a session of the pipeline's Spark
     Connect server in connect mode (no JVM to start here), else a local Spark session of its own.
     Either is stopped afterwards."""
-    from lockstep.spark.target import CONNECT
+    from lockstep.spark.target import CONNECT, spark_target
     from lockstep.steps.client_factory import checkpoint_store
-    from lockstep.steps.run import spark_target
 
     store = checkpoint_store(spec)
     target = spark_target(spec)

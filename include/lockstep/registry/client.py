@@ -11,6 +11,10 @@ does not have, or a schema it finds incompatible, is terminal.
 """
 from __future__ import annotations
 
+__all__ = [
+    "RegistryError", "registry_for",
+]
+
 import base64
 import json
 import urllib.error

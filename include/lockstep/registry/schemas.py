@@ -15,6 +15,10 @@ form (one file's descriptor) is turned into it here, and a declared one is regis
 """
 from __future__ import annotations
 
+__all__ = [
+    "Reading", "Writing", "pin", "readings", "writings",
+]
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 

@@ -1,3 +1,11 @@
 """Pure decisions over the values of ``model``: where to start, which ranges to read, what to commit
-or abort, what recovery does, who owns a run, what a checkpoint was planned with. No I/O: a rule is
-a function of its arguments, tested without services."""
+or abort, what recovery does, who owns a run, what a checkpoint was planned with, when to alert. No I/O:
+a rule is a function of its arguments, tested without services.
+
+Called by the steps, the Spark run, the store, ``ops``, the CLI and the Airflow plugin (the lag
+trigger, run ownership, alerts). Each module's ``__all__`` names what others may import."""
+
+__all__ = [
+    "alerts", "commit_decision", "compaction", "dedup", "lag_trigger", "output_tasks", "pinned", "ranges",
+    "recovery", "run_ownership", "start_offsets", "state_base", "state_manifest", "state_reads", "watermarks",
+]

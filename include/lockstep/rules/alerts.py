@@ -7,6 +7,10 @@ do not notify again. The first failure after a run that succeeded does.
 """
 from __future__ import annotations
 
+__all__ = [
+    "Failure", "alert_text", "should_notify",
+]
+
 from dataclasses import dataclass
 
 

@@ -12,6 +12,11 @@ exact when no source partition's records were split between a lost and a kept tr
 """
 from __future__ import annotations
 
+__all__ = [
+    "CommitDecision", "DecisionKind", "decide_commit", "end_offsets_after_repair", "late_commit_warning",
+    "time_left_ms",
+]
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum

@@ -6,6 +6,10 @@ keys it changed, not the keys the state holds (docs/state.md, *Incremental check
 """
 from __future__ import annotations
 
+__all__ = [
+    "Compaction", "compaction_due", "deltas_to_merge",
+]
+
 from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING

@@ -30,6 +30,10 @@ against a model that never forgets.
 """
 from __future__ import annotations
 
+__all__ = [
+    "Record", "audit", "retained", "retention_ms", "state_lifetime_ms",
+]
+
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field

@@ -13,6 +13,10 @@ until a newer checkpoint has been claimed, and while a checkpoint is in flight i
 """
 from __future__ import annotations
 
+__all__ = [
+    "Fired", "SourceLook", "start_reason",
+]
+
 from dataclasses import dataclass
 
 from lockstep.spec import TriggerSpec

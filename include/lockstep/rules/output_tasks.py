@@ -17,6 +17,10 @@ same hash (`murmur3_int`, Spark's ``Murmur3_x86_32.hashInt``), so no two tasks s
 """
 from __future__ import annotations
 
+__all__ = [
+    "slots", "task_of_partition",
+]
+
 from collections.abc import Iterable
 from functools import lru_cache
 

@@ -8,6 +8,11 @@ changes cannot be honoured that way; `refusal` says which, and how to get out.
 """
 from __future__ import annotations
 
+__all__ = [
+    "Resolved", "Step", "pinned_clock", "planned_with", "prefix_changes", "refusal", "resolve_pinned",
+    "transactions_deadline_ms",
+]
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum

@@ -2,6 +2,10 @@
 """
 from __future__ import annotations
 
+__all__ = [
+    "RangePlan", "plan_ranges",
+]
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 

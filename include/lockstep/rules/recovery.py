@@ -6,6 +6,10 @@ checkpoint was planned with (the fencing invariant), mark dead claims aborted wi
 """
 from __future__ import annotations
 
+__all__ = [
+    "RecoveryPlan", "checkpoint_scope", "listing_scopes", "recovery_plan", "replay_hint",
+]
+
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 

@@ -5,6 +5,10 @@ owner is alive; any other owner is presumed alive for its transactions' timeout.
 """
 from __future__ import annotations
 
+__all__ = [
+    "claim_in_flight", "cli_run_id", "parse_cli_run_id",
+]
+
 from collections.abc import Callable
 
 

@@ -5,6 +5,10 @@ unless a migration is named.
 """
 from __future__ import annotations
 
+__all__ = [
+    "base_refusal", "key_group_refusal", "operator_refusal", "schema_change",
+]
+
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 

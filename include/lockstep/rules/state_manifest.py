@@ -7,6 +7,10 @@ got a delta on its chain or a new base.
 """
 from __future__ import annotations
 
+__all__ = [
+    "Figures", "after_delta", "as_base", "manifest",
+]
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 

@@ -12,6 +12,10 @@ function's schema (every row changes).
 """
 from __future__ import annotations
 
+__all__ = [
+    "ReadPlan", "read_plan",
+]
+
 from dataclasses import dataclass
 
 from lockstep.model.state import StateManifest

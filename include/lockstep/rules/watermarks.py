@@ -10,6 +10,10 @@ decides the same way.
 """
 from __future__ import annotations
 
+__all__ = [
+    "EventClock", "advance", "fires_without_records", "idle_due_at",
+]
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 

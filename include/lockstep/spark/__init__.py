@@ -1,3 +1,13 @@
-"""The Spark side of a checkpoint: where the run goes (submit or connect), the settings every run
-needs, the job that reads the claimed ranges and pre-commits, the Python writer, and dead-letter
-replay as a mode of the job."""
+"""The Spark side of a checkpoint: where the run goes (``target``: submit or connect, ``connect``'s
+sessions), the settings every run needs (``conf``), the job that reads the claimed ranges and pre-commits
+(``job``, ``kafka_reader``), the two writers and what they write with (``python_writer``, ``jvm_writer``,
+``writer_settings``), the record formats (``codecs``), routes (``routes``), an SQL transform's analysis
+(``sql``), keyed state (``state``, ``state_worker``) and dead-letter replay as a mode of the job.
+
+Called by the run step, the spark-submit driver (``jobs/``), ``ops`` (verify recomputes with the same
+code) and the tools. ``output_tasks`` is the job's own."""
+
+__all__ = [
+    "codecs", "conf", "connect", "job", "jvm_writer", "kafka_reader", "python_writer", "replay", "routes", "sql",
+    "state", "state_worker", "target", "writer_settings",
+]

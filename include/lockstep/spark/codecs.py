@@ -18,6 +18,10 @@ may drop rows, those dead letters are kept apart from its input and put back bes
 """
 from __future__ import annotations
 
+__all__ = [
+    "DATA_COLUMN", "Formats", "decodable", "decode", "sink_reading",
+]
+
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 

@@ -6,6 +6,10 @@ safety settings.
 """
 from __future__ import annotations
 
+__all__ = [
+    "KAFKA_READ_OPTIONS", "job_environment", "local_session", "spark_conf", "spark_env", "submit_command",
+]
+
 from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, TypeVar
 

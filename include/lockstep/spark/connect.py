@@ -12,6 +12,10 @@ a stale task cannot re-initialise a transactional id after this attempt's tasks 
 """
 from __future__ import annotations
 
+__all__ = [
+    "checkpoint_session", "connect_mode", "new_session", "server_away",
+]
+
 import logging
 import time
 import uuid

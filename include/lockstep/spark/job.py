@@ -12,6 +12,10 @@ No Airflow import here: the job runs wherever spark-submit or the run step runs 
 """
 from __future__ import annotations
 
+__all__ = [
+    "job_outcome", "run_checkpoint_job", "values_for_run",
+]
+
 import logging
 import sys
 import time

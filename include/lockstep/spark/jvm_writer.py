@@ -2,6 +2,10 @@
 (``buildsrc/jvm-writer``), which keeps rows in the executor JVM."""
 from __future__ import annotations
 
+__all__ = [
+    "jvm_settings",
+]
+
 import json
 import uuid
 from typing import TYPE_CHECKING

@@ -13,6 +13,10 @@ read's options: under Spark Connect the options become the job's description in 
 """
 from __future__ import annotations
 
+__all__ = [
+    "default_parallelism", "forget_read_settings", "read_ranges",
+]
+
 import json
 import uuid
 from collections.abc import Mapping

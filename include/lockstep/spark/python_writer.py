@@ -21,6 +21,10 @@ writer that produced nothing returns no committable.
 
 from __future__ import annotations
 
+__all__ = [
+    "DEFAULT_PRODUCER_CONFIG",
+]
+
 import json
 import logging
 import time

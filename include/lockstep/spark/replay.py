@@ -25,6 +25,11 @@ store code so they can be tested without either.
 """
 from __future__ import annotations
 
+__all__ = [
+    "DeadLetter", "Original", "REPLAYED_PART", "Replayed", "SELECTION_PART", "SUFFIX", "Selection",
+    "already_in_sink", "completed_replays", "fed_counter", "last_unselective", "parse_dead_letter", "replay_spec",
+]
+
 import dataclasses
 import logging
 from collections import Counter

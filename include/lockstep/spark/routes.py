@@ -8,6 +8,10 @@ topics or in none. The conditions read the transform's output as it is before Lo
 """
 from __future__ import annotations
 
+__all__ = [
+    "routed",
+]
+
 from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError

@@ -5,6 +5,10 @@ an unknown column) is reported before the spec is merged. The run applies the qu
 """
 from __future__ import annotations
 
+__all__ = [
+    "analyze",
+]
+
 from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError

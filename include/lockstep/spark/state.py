@@ -31,6 +31,10 @@ read and wrote is in the manifest's ``metrics``.
 """
 from __future__ import annotations
 
+__all__ = [
+    "DUPLICATE", "LATE", "empty_frame", "keyed", "window_starts_column", "window_value",
+]
+
 import logging
 import time
 from collections.abc import Callable

@@ -7,6 +7,10 @@ as plain values in the closure, never the spec's connections.
 """
 from __future__ import annotations
 
+__all__ = [
+    "FunctionSettings", "KEY", "KIND", "apply_function", "result_columns", "schema_ddl", "state_columns",
+]
+
 import base64
 import importlib
 import json

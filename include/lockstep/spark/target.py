@@ -15,12 +15,17 @@ Connect one in the run step's process.
 """
 from __future__ import annotations
 
+__all__ = [
+    "CONNECT", "JobSession", "SPARK_CONNECT_CONN_ID", "SparkEndpoint", "SparkTarget", "connect_url",
+    "resolve_target", "spark_target",
+]
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lockstep.errors import TerminalError
-from lockstep.spec import SparkSpec
+from lockstep.errors import LockstepError, TerminalError
+from lockstep.spec import PipelineSpec, SparkSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -140,3 +145,18 @@ def resolve_target(spark: SparkSpec, lookup: Lookup) -> SparkTarget:
         f"{SPARK_CONNECT_CONN_ID} connection (for the local platform: `lockstep dev up` starts a Connect "
         "server and `lockstep dev env` exports it); or set spark.mode: submit to run a spark-submit per "
         "checkpoint")
+
+
+def spark_target(spec: PipelineSpec) -> SparkTarget:
+    """Where this checkpoint's run goes (`lockstep.spark.target`), with the connections looked up
+    here: from Airflow inside a task, from ``AIRFLOW_CONN_*`` in the CLI."""
+    from lockstep.connections import get_connection
+
+    def lookup(conn_id: str) -> SparkEndpoint | None:
+        try:
+            conn = get_connection(conn_id)
+        except LockstepError:  # not defined
+            return None
+        return SparkEndpoint(conn.conn_type, conn.host, conn.port)
+
+    return resolve_target(spec.spark, lookup)

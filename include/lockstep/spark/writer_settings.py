@@ -2,6 +2,10 @@
 the checkpoint was planned with, and the producer settings both writers share."""
 from __future__ import annotations
 
+__all__ = [
+    "THROUGHPUT_PRODUCER_CONFIG", "WriterSettings",
+]
+
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -44,9 +44,15 @@ from lockstep.spec.shape import (
 
 # The spec's shape (keys, defaults, bounds, words, patterns) is declared once in `lockstep.spec.shape`;
 # these names stay here for the code that imports them from the spec.
-__all__ = ["COMPATIBILITY_LEVELS", "DEFAULT_KEY_GROUPS", "DEFAULT_KEY_NAME", "DEFAULT_OWNER", "DEFAULT_REGISTRY_CONN_ID",
-           "DUPLICATE_ACTIONS", "FORMATS", "RESERVED_PRODUCER_KEYS", "SCHEDULE_PRESETS", "SPARK_MODES",
-           "STATE_FIELD_TYPES", "WRITERS"]
+#: The shape's constants re-exported, the names the rest of Lockstep imports from here, and ``shape`` (the
+#: spec's declaration, for ``lockstep spec schema``).
+__all__ = [
+    "COMPATIBILITY_LEVELS", "CompactionPolicy", "DEFAULT_KEY_GROUPS", "DEFAULT_KEY_NAME", "DEFAULT_OWNER",
+    "DEFAULT_REGISTRY_CONN_ID", "DUPLICATE_ACTIONS", "FORMATS", "FormatSpec", "PipelineSpec", "REGISTRY_FORMATS",
+    "RESERVED_PRODUCER_KEYS", "SCHEDULE_PRESETS", "SPARK_MODES", "STATE_FIELD_TYPES", "SourceSpec", "SparkSpec",
+    "StateSpec", "TriggerSpec", "WRITERS", "WindowSpec", "cross_check", "load_each", "load_spec", "shape",
+    "spec_files",
+]
 
 NAME_RE = re.compile(NAME_PATTERN)
 TOPIC_RE = re.compile(TOPIC_PATTERN)

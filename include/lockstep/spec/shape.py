@@ -10,6 +10,10 @@ croniter) stays code in the checker, with its messages. Pure data.
 
 from __future__ import annotations
 
+__all__ = [
+    "spec_json_schema_text",
+]
+
 import json
 from typing import Any
 

@@ -5,6 +5,10 @@ and tests can build the same objects the DAG tasks and the CLI use.
 """
 from __future__ import annotations
 
+__all__ = [
+    "checkpoint_store", "committer_for_connection", "kafka_admin",
+]
+
 import time
 from typing import TYPE_CHECKING
 

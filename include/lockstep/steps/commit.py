@@ -6,15 +6,16 @@ observations, calls it, and carries out the result, logging every step with the 
 """
 from __future__ import annotations
 
+__all__ = [
+    "commit",
+]
+
 import logging
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
-from lockstep.kafka import broker_offsets
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
     CheckpointStatus,
@@ -23,7 +24,6 @@ from lockstep.model.checkpoint import (
     PreparedCheckpoint,
     Repair,
 )
-from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.transactions import TransactionState
 from lockstep.rules.commit_decision import (
     DecisionKind,
@@ -33,7 +33,7 @@ from lockstep.rules.commit_decision import (
     time_left_ms,
 )
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
-from lockstep.steps.pipeline import Pipeline, mark_aborted, now_iso, unusable_sink
+from lockstep.steps.pipeline import Pipeline, each_together, mark_aborted, now_iso, publish_end_offsets, unusable_sink
 
 if TYPE_CHECKING:
     from lockstep.kafka.committer import Committer
@@ -172,9 +172,6 @@ def _await_markers(committer: Committer, checkpoint_id: int, tids: tuple[str, ..
         time.sleep(0.1)
 
 
-#: The most EndTxn requests a commit has in flight at once (one thread each; kafka-python's client sends
-#: them over its connections from its IO thread).
-COMMIT_THREADS = 16
 
 
 def _commit_transactions(committer: Committer, prepared: PreparedCheckpoint, tids: tuple[str, ...]) -> None:
@@ -203,56 +200,8 @@ def _commit_transactions(committer: Committer, prepared: PreparedCheckpoint, tid
         raise errors[0]
 
 
-def each_together(fn: Callable[[str], object], items: Sequence[str], threads: int | None = None) -> list[BaseException]:
-    """``fn`` on every item, each on a thread of its own (at most ``threads``, default `COMMIT_THREADS`), all
-    awaited; returns the errors in the items' order (none: every call returned)."""
-    if len(items) <= 1:
-        errors: list[BaseException] = []
-        for item in items:
-            try:
-                fn(item)
-            except Exception as exc:  # noqa: BLE001 - handed back like the threads' errors
-                errors.append(exc)
-        return errors
-    with ThreadPoolExecutor(min(threads or COMMIT_THREADS, len(items)), thread_name_prefix="lockstep-commit") as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        return [e for e in (f.exception() for f in futures) if e is not None]
-
-
 def _abort_transactions(committer: Committer, prepared: PreparedCheckpoint, tids: tuple[str, ...]) -> None:
     """Fence rather than EndTxn(abort): it works whatever state and epoch each id is in."""
     for tid in tids:
         committer.fence(tid)
         log.warning("checkpoint %d: transaction %s aborted", prepared.checkpoint_id, tid)
-
-
-def _is_latest_completed(p: Pipeline, checkpoint_id: int) -> bool:
-    latest = p.store.latest_completed()
-    return latest is not None and latest.checkpoint_id == checkpoint_id
-
-
-def publish_end_offsets(p: Pipeline, view: CheckpointView) -> None:
-    """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore and is
-    still the latest completed one (committing an older restore again must not undo what followed)."""
-    group = p.spec.source.consumer_group
-    moved = resolve_pinned(view.claim, p.spec).changed("source.kafka_conn_id")
-    if moved is not None:
-        log.warning("checkpoint %d: not publishing its end offsets to consumer group %s: they are offsets on the "
-                    "cluster of %r, and source.kafka_conn_id is now %r", view.checkpoint_id, group, moved.old,
-                    moved.new)
-        return
-    assert view.completed is not None  # only completed checkpoints are published
-    ends = offsets_from_json(view.completed.end_offsets)
-    current = broker_offsets.group_offsets(p.source_kafka, group, list(ends))
-    allow_backwards = view.claim.restored_from is not None and _is_latest_completed(p, view.checkpoint_id)
-    target: dict[TopicPartition, int] = {}
-    for tp, end in ends.items():
-        if tp in current and current[tp] > end and not allow_backwards:
-            log.warning("checkpoint %d: group %s is at %d on %s, ahead of %d; not moving it backwards",
-                        view.checkpoint_id, group, current[tp], tp.key, end)
-        elif current.get(tp) != end:
-            target[tp] = end
-    broker_offsets.publish_offsets(p.source_kafka, group, target)
-    if target:
-        log.info("checkpoint %d: published offsets of %d partitions to consumer group %s", view.checkpoint_id,
-                 len(target), group)

@@ -1,18 +1,29 @@
-"""A pipeline as its steps see it: the spec with the clients its steps use, and what more than one step does."""
+"""A pipeline as its steps see it: the spec with the clients its steps use, and what more than one step does
+(marking a checkpoint aborted, publishing its end offsets, awaiting calls on threads of their own). The steps
+(`plan`, `recover`, `commit`, `run`) are peers above this module: each imports it, none imports another
+for a helper."""
 from __future__ import annotations
+
+__all__ = [
+    "Pipeline",
+]
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
+from lockstep.kafka import broker_offsets
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointView,
 )
+from lockstep.model.offsets import TopicPartition, offsets_from_json
+from lockstep.rules.pinned import resolve_pinned
 from lockstep.rules.recovery import replay_hint
 from lockstep.spec import PipelineSpec
 from lockstep.steps.client_factory import (
@@ -81,3 +92,56 @@ def mark_aborted(p: Pipeline, view: CheckpointView, reason: str) -> AbortedCheck
     p.store.mark_aborted(aborted)
     log.error("checkpoint %d aborted: %s; %s", view.checkpoint_id, reason, hint)
     return aborted
+
+
+#: The most EndTxn requests a commit has in flight at once (one thread each; kafka-python's client sends
+#: them over its connections from its IO thread).
+COMMIT_THREADS = 16
+
+
+def each_together(fn: Callable[[str], object], items: Sequence[str], threads: int | None = None) -> list[BaseException]:
+    """``fn`` on every item, each on a thread of its own (at most ``threads``, default `COMMIT_THREADS`), all
+    awaited; returns the errors in the items' order (none: every call returned)."""
+    if len(items) <= 1:
+        errors: list[BaseException] = []
+        for item in items:
+            try:
+                fn(item)
+            except Exception as exc:  # noqa: BLE001 - handed back like the threads' errors
+                errors.append(exc)
+        return errors
+    with ThreadPoolExecutor(min(threads or COMMIT_THREADS, len(items)), thread_name_prefix="lockstep-commit") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        return [e for e in (f.exception() for f in futures) if e is not None]
+
+
+def _is_latest_completed(p: Pipeline, checkpoint_id: int) -> bool:
+    latest = p.store.latest_completed()
+    return latest is not None and latest.checkpoint_id == checkpoint_id
+
+
+def publish_end_offsets(p: Pipeline, view: CheckpointView) -> None:
+    """Publish end offsets for lag tools; never backwards unless this checkpoint was a restore and is
+    still the latest completed one (committing an older restore again must not undo what followed)."""
+    group = p.spec.source.consumer_group
+    moved = resolve_pinned(view.claim, p.spec).changed("source.kafka_conn_id")
+    if moved is not None:
+        log.warning("checkpoint %d: not publishing its end offsets to consumer group %s: they are offsets on the "
+                    "cluster of %r, and source.kafka_conn_id is now %r", view.checkpoint_id, group, moved.old,
+                    moved.new)
+        return
+    assert view.completed is not None  # only completed checkpoints are published
+    ends = offsets_from_json(view.completed.end_offsets)
+    current = broker_offsets.group_offsets(p.source_kafka, group, list(ends))
+    allow_backwards = view.claim.restored_from is not None and _is_latest_completed(p, view.checkpoint_id)
+    target: dict[TopicPartition, int] = {}
+    for tp, end in ends.items():
+        if tp in current and current[tp] > end and not allow_backwards:
+            log.warning("checkpoint %d: group %s is at %d on %s, ahead of %d; not moving it backwards",
+                        view.checkpoint_id, group, current[tp], tp.key, end)
+        elif current.get(tp) != end:
+            target[tp] = end
+    broker_offsets.publish_offsets(p.source_kafka, group, target)
+    if target:
+        log.info("checkpoint %d: published offsets of %d partitions to consumer group %s", view.checkpoint_id,
+                 len(target), group)

@@ -6,6 +6,10 @@ Where to start and where to stop are ``lockstep.rules.start_offsets`` and ``lock
 """
 from __future__ import annotations
 
+__all__ = [
+    "plan", "restore_plan",
+]
+
 import logging
 import time
 from collections.abc import Callable
@@ -42,8 +46,7 @@ from lockstep.rules.start_offsets import (
 )
 from lockstep.rules.state_base import base_refusal
 from lockstep.rules.watermarks import fires_without_records
-from lockstep.steps.commit import publish_end_offsets
-from lockstep.steps.pipeline import Pipeline, now_iso
+from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
 from lockstep.steps.recover import check_in_flight, recover
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,10 @@ carries the plan out.
 """
 from __future__ import annotations
 
+__all__ = [
+    "CheckpointInFlight", "RecoveryFacts", "carry_out", "check_in_flight", "recovery_facts",
+]
+
 import logging
 import os
 import socket
@@ -24,8 +28,8 @@ from lockstep.rules.pinned import Step, prefix_changes, resolve_pinned
 from lockstep.rules.recovery import RecoveryPlan, checkpoint_scope, listing_scopes, recovery_plan
 from lockstep.rules.run_ownership import claim_in_flight
 from lockstep.spec import PipelineSpec
-from lockstep.steps.commit import commit, each_together
-from lockstep.steps.pipeline import Pipeline, mark_aborted, unusable_sink
+from lockstep.steps.commit import commit
+from lockstep.steps.pipeline import Pipeline, each_together, mark_aborted, unusable_sink
 
 log = logging.getLogger(__name__)
 

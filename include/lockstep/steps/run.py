@@ -1,22 +1,23 @@
 """The run step of a checkpoint, for the CLI and Airflow alike: its Spark job through spark-submit,
 or in a session of a long-lived Spark Connect server (`lockstep.spark.target` decides).
 
-The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint`, so the target (mode,
-master or Connect endpoint), the command line, the environment (with the spec's connections),
-the failure classification and the empty-checkpoint shortcut are the same wherever a run starts.
-:func:`checkpoint_cycle` is the CLI's whole checkpoint (plan, run, commit),
-shared by ``lockstep run`` and ``lockstep deadletters replay``.
+The ``lockstep`` CLI and the DAG's run task call :func:`run_checkpoint` (through
+`lockstep.steps.coordinator`), so the target (mode, master or Connect endpoint, `lockstep.spark.target`),
+the command line, the environment (with the spec's connections), the failure classification and the
+empty-checkpoint shortcut are the same wherever a run starts. The CLI's whole checkpoint (plan, run,
+commit) is `lockstep.steps.cycle`.
 """
 from __future__ import annotations
 
+__all__ = [
+    "run_checkpoint",
+]
+
 import logging
 import os
-import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,16 +30,14 @@ from lockstep.errors import (
     TransientCheckpointError,
 )
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView, RunFailure
-from lockstep.rules.run_ownership import cli_run_id
 from lockstep.spark.conf import job_environment, submit_command
 from lockstep.spark.job import run_checkpoint_job, values_for_run
-from lockstep.spark.target import CONNECT, SparkEndpoint, SparkTarget, resolve_target
+from lockstep.spark.target import CONNECT, SparkTarget, spark_target
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import PipelineStore
 
 if TYPE_CHECKING:
-    from lockstep.steps.commit import CommitOutcome
-    from lockstep.steps.plan import Plan
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +49,6 @@ SPARK_NOISE = ("WARNING: Using incubator modules:", "[Stage ")
 
 def is_noise(line: str) -> bool:
     return line.lstrip("\r").startswith(SPARK_NOISE)
-
-
-def spark_target(spec: PipelineSpec) -> SparkTarget:
-    """Where this checkpoint's run goes (`lockstep.spark.target`), with the connections looked up
-    here: from Airflow inside a task, from ``AIRFLOW_CONN_*`` in the CLI."""
-    from lockstep.connections import get_connection
-
-    def lookup(conn_id: str) -> SparkEndpoint | None:
-        try:
-            conn = get_connection(conn_id)
-        except LockstepError:  # not defined
-            return None
-        return SparkEndpoint(conn.conn_type, conn.host, conn.port)
-
-    return resolve_target(spec.spark, lookup)
 
 
 def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore,
@@ -103,46 +87,6 @@ def run_checkpoint(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore,
                                                  f"({cause}); nothing is lost: the commit step, or the next run's "
                                                  "plan, commits them (roll forward)") from exc
         raise
-
-
-@dataclass(frozen=True)
-class Cycle:
-    """One checkpoint planned, run and committed in this process: what ``lockstep run`` and
-    ``lockstep deadletters replay`` do per checkpoint (Airflow does the same as three tasks)."""
-
-    planned: Plan
-    store: PipelineStore
-    seconds: float
-    outcome: CommitOutcome | None = None  # None after a dry run
-    view: CheckpointView | None = None  # the checkpoint as committed
-
-
-def checkpoint_cycle(spec: PipelineSpec, restore: str | Callable[[PipelineStore], str | None] | None = None,
-                     max_records: int | None = None, dry_run: bool = False,
-                     before_run: Callable[[PipelineStore, int], None] | None = None) -> Cycle:
-    """Plan (recovering first), run and commit one checkpoint under a run id of this process.
-
-    ``restore`` may be decided from the store once it is open; ``before_run`` records what the
-    run depends on next to the claim.
-    """
-    from lockstep.steps.commit import commit
-    from lockstep.steps.pipeline import Pipeline
-    from lockstep.steps.plan import plan
-
-    started = time.monotonic()
-    p = Pipeline.open(spec)
-    if callable(restore):
-        restore = restore(p.store)
-    run_id = cli_run_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
-    planned = plan(p, run_id=run_id, restore=restore, max_records=max_records, dry_run=dry_run)
-    if dry_run:
-        return Cycle(planned, p.store, time.monotonic() - started)
-    cid = planned.claim.checkpoint_id
-    if before_run is not None:
-        before_run(p.store, cid)
-    run_checkpoint(spec, cid, p.store)
-    outcome = commit(p, cid)
-    return Cycle(planned, p.store, time.monotonic() - started, outcome, p.store.view(cid))
 
 
 def _note_failure(store: PipelineStore, pipeline: str, checkpoint_id: int, cause: str) -> None:

@@ -17,6 +17,10 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 """
 from __future__ import annotations
 
+__all__ = [
+    "CheckpointStore", "PipelineStore", "S3Client",
+]
+
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, Required, TypedDict, TypeVar

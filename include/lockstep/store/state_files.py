@@ -20,6 +20,10 @@ is reused; when by other bytes, this attempt's file goes under a name of its con
 """
 from __future__ import annotations
 
+__all__ = [
+    "StateFiles",
+]
+
 import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
