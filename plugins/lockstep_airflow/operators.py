@@ -92,7 +92,7 @@ def _send_lag(p: Any) -> None:
     from lockstep.ops import lag, metrics
 
     try:
-        target = metrics.resolve_target()
+        target = metrics.metrics_target()
         if target is not None:
             metrics.send_gauges(p.spec.name, lag.read_lag(p.spec, p.store, p.source_admin).gauges(), target)
     except Exception as exc:  # noqa: BLE001 - e.g. Kafka slow to answer: the checkpoint is what matters

@@ -101,22 +101,22 @@ def test_gauges_reach_a_udp_listener_and_a_bad_target_is_refused(monkeypatch):
         server.bind(("127.0.0.1", 0))
         server.settimeout(5)
         monkeypatch.setenv(metrics.ENV, f"127.0.0.1:{server.getsockname()[1]}")
-        target = metrics.resolve_target()
+        target = metrics.metrics_target()
         assert metrics.send_gauges("orders", {"records_unread": 7}, target) == 1
         assert server.recv(2048) == b"airflow.lockstep.orders.records_unread:7|g"
     with pytest.raises(TerminalError, match="--statsd='nohost': expected host:port"):
-        metrics.resolve_target("nohost")
+        metrics.metrics_target("nohost")
 
 
 def test_inside_airflow_the_gauges_follow_airflows_statsd_settings(monkeypatch):
     pytest.importorskip("airflow.configuration")  # imported: the settings are read only where Airflow runs
     monkeypatch.delenv(metrics.ENV, raising=False)
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "False")
-    assert metrics.resolve_target() is None
+    assert metrics.metrics_target() is None
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "statsd.internal")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", "9125")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "prod")
-    assert metrics.resolve_target() == metrics.StatsdTarget("statsd.internal", 9125, "prod")
+    assert metrics.metrics_target() == metrics.StatsdTarget("statsd.internal", 9125, "prod")
     monkeypatch.setenv(metrics.ENV, "127.0.0.1:8125")  # the CLI's setting wins
-    assert metrics.resolve_target() == metrics.StatsdTarget("127.0.0.1", 8125, "airflow")
+    assert metrics.metrics_target() == metrics.StatsdTarget("127.0.0.1", 8125, "airflow")

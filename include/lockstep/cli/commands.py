@@ -244,7 +244,7 @@ def _status(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import lag, metrics
     from lockstep.steps.client_factory import checkpoint_store
 
-    target = metrics.resolve_target(args.statsd)  # a bad --statsd is refused before any read
+    target = metrics.metrics_target(args.statsd)  # a bad --statsd is refused before any read
     result = lag.read_lag(spec, checkpoint_store(spec))
     sent = metrics.send_gauges(spec.name, result.gauges(), target)
     _emit(args, result.to_json(), lag.describe(result) + (f"\n{sent} gauges sent to {target.where}"

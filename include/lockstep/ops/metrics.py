@@ -100,7 +100,7 @@ def _airflow_target() -> Target | None:
         return None
 
 
-def resolve_target(explicit: str | None = None) -> Target | None:
+def metrics_target(explicit: str | None = None) -> Target | None:
     if explicit:
         return parse_target(explicit, where="--statsd")
     if os.environ.get(ENV):
@@ -199,7 +199,7 @@ def send_commit_time_left(pipeline: str, timeout_ms: int, left_ms: int | None,
     if left_ms is None:
         return 0
     try:
-        target = target or resolve_target()
+        target = target or metrics_target()
     except TerminalError as exc:  # a malformed LOCKSTEP_STATSD: metrics never fail a checkpoint
         log.warning("commit metrics of %s not sent: %s", pipeline, exc)
         return 0

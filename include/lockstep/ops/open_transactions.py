@@ -101,7 +101,7 @@ def age_ms(o: TransactionObservation, now_ms: int) -> int | None:
     return now_ms - o.start_time_ms if o.start_time_ms >= 0 else None
 
 
-def time_left_ms(o: TransactionObservation, now_ms: int) -> int | None:
+def observed_time_left_ms(o: TransactionObservation, now_ms: int) -> int | None:
     """Start + timeout - now: how long until the broker aborts it (negative: overdue, it will shortly)."""
     if o.start_time_ms < 0 or o.timeout_ms < 0:
         return None
@@ -152,7 +152,7 @@ def rows(observed: Mapping[str | None, Sequence[TransactionObservation]], scopes
             holds = tuple(PartitionHold(tp.key, *offsets.get((cluster, tp), (None, None))) for tp in tps)
             common = _Observed(transactional_id=o.transactional_id, cluster=cluster, state=o.state,
                                producer_id=o.producer_id, epoch=o.epoch, age_ms=age_ms(o, now_ms),
-                               time_left_ms=time_left_ms(o, now_ms), partitions=holds)
+                               time_left_ms=observed_time_left_ms(o, now_ms), partitions=holds)
             if mine is None:
                 foreign.append(OpenTransaction(**common, foreign=True, checkpoint_id=None, task_index=None,
                                                checkpoint_status=None, run_id=None, action=FOREIGN))

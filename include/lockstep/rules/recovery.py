@@ -42,7 +42,9 @@ class RecoveryPlan:
 #: Where a checkpoint's transactions live: (sink connection id, or None for the spec's; id prefix).
 Scope = tuple["str | None", str]
 
-_UNSETTLED = (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED, CheckpointStatus.ABORTED)
+#: The statuses whose transactions recovery settles: in flight (claimed: fenced; prepared: rolled forward) or
+#: aborted (its transactions may still linger on the broker, and are fenced).
+_TO_RECOVER = (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED, CheckpointStatus.ABORTED)
 
 
 def checkpoint_scope(view: CheckpointView, id_prefix: str, sink_conn_id: str | None = None) -> Scope:
@@ -70,7 +72,7 @@ def listing_scopes(views: Sequence[CheckpointView], id_prefix: str,
     """
     scopes: dict[str | None, list[str]] = {None: [id_prefix]}
     for view in sorted(views, key=lambda v: v.checkpoint_id):
-        if view.status in _UNSETTLED:
+        if view.status in _TO_RECOVER:
             cluster, prefix = checkpoint_scope(view, id_prefix, sink_conn_id)
             if prefix not in scopes.setdefault(cluster, []):
                 scopes[cluster].append(prefix)
@@ -107,7 +109,7 @@ def recovery_plan(
     keep: set[tuple[str | None, str]] = set()
     for view in sorted(views, key=lambda v: v.checkpoint_id):
         cid = view.checkpoint_id
-        if view.status not in _UNSETTLED:
+        if view.status not in _TO_RECOVER:
             continue
         cluster, prefix = scope = checkpoint_scope(view, id_prefix, sink_conn_id)
         planned_in.setdefault(scope, set()).add(cid)
