@@ -325,24 +325,28 @@ def test_dedup_over_avro_records_passes_each_order_once_in_the_sinks_avro(tmp_pa
 def test_the_formats_without_a_registry_decode_and_encode_in_spark(spark_connect):
     """string, json without a schema (a VARIANT), json with a JSON Schema and plain Avro, on a Spark
     Connect session: what decodes, what is dead-lettered with which reason, and what the sink encodes."""
+    from pyspark.sql import SparkSession
+
     from lockstep.spark.connect import connect_mode
 
     with connect_mode():  # this process's environment as it was after: later tests start classic sessions
-        _formats_without_a_registry(spark_connect)
+        spark = SparkSession.builder.remote(spark_connect).getOrCreate()
+        try:
+            _formats_without_a_registry(spark)
+        finally:  # not left as this worker's active session for later tests
+            spark.stop()
 
 
-def _formats_without_a_registry(spark_connect: str) -> None:
+def _formats_without_a_registry(spark) -> None:
     import io
 
     import fastavro
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from lockstep.registry.schemas import Reading, Writing
     from lockstep.spark import codecs
     from lockstep.spec import FormatSpec
 
-    spark = SparkSession.builder.remote(spark_connect).getOrCreate()
     avro = json.dumps({"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"},
                                                                  {"name": "n", "type": "long"}]})
     buf = io.BytesIO()
