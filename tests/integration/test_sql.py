@@ -110,6 +110,14 @@ def test_in_a_connect_session_each_application_keeps_its_own_input_and_validate_
             assert "`timestmap` cannot be resolved" in refused and "\n" not in refused, refused
             syntax = analyze(spark, dataclasses.replace(spec, transform_sql="SELECT * FORM input"))
             assert syntax is not None and "line 1, position 14: [PARSE_SYNTAX_ERROR]" in syntax, syntax
+            # sink.routes' conditions read the query's output: one over a column it lacks is refused by name.
+            sink = dataclasses.replace(spec.sink, routes=(("b.even", "offset % 4 = 0"), ("b.odd", "offest = 1")))
+            routed = dataclasses.replace(spec, sink=sink)
+            misspelt = analyze(spark, routed)
+            assert misspelt is not None and misspelt.startswith(
+                f"{spec.path}: sink.routes.b.odd: Spark refused the condition 'offest = 1': "), misspelt
+            good = dataclasses.replace(routed, sink=dataclasses.replace(sink, routes=sink.routes[:1]))
+            assert analyze(spark, good) is None
         finally:
             spark.stop()
 

@@ -412,3 +412,27 @@ def test_connect_checks_registry_subjects_and_the_sinks_schema_as_the_plan_would
     assert [(p.field, p.reason[:len(start)]) for p, (_, start) in zip(spec.problems, problems)] == problems
     assert len(spec.problems) == len(problems) and report.exit_code() == (1 if problems else 0)
     assert spec.subjects == ({"orders-value": 1} if "orders-value" in held else {})
+
+
+def test_a_refused_route_condition_is_a_problem_on_its_route_and_a_refused_query_on_the_query(monkeypatch):
+    """Under --connect an SQL pipeline's query, then its routes' conditions, are analyzed (`spark.sql.analyze`,
+    on real Spark in tests/integration/test_sql.py); here, which field each refusal lands on."""
+    from lockstep.ops import validate
+    from lockstep.spark import sql
+    from lockstep.spec import parse_spec
+
+    spec = parse_spec({"name": "s", "source": {"topics": ["a"]}, "transform": {"sql": "SELECT * FROM input"},
+                       "sink": {"topic": "b", "dead_letter_topic": "c", "routes": {"b.odd": "offest = 1"}},
+                       "checkpoints": {"store": "s3://lockstep/x"}}, "s.yaml")
+    services = SimpleNamespace(spark=lambda: object(), spark_url="sc://x")
+
+    def problems(refused: str) -> list[tuple[str, str]]:
+        monkeypatch.setattr(sql, "analyze", lambda spark, analyzed: refused)
+        report = validate.SpecReport("s.yaml")
+        assert validate._sql(spec, report, services) == []
+        return [(p.field, p.reason) for p in report.problems]
+
+    assert problems("s.yaml: sink.routes.b.odd: Spark refused the condition 'offest = 1': no offest") == \
+        [("sink.routes.b.odd", "Spark refused the condition 'offest = 1': no offest")]
+    assert problems("s.yaml: transform.sql: Spark refused the query: line 1, position 7: no such") == \
+        [("transform.sql", "Spark refused the query: line 1, position 7: no such")]

@@ -329,7 +329,11 @@ def _sql(spec: PipelineSpec, report: SpecReport, services: Services) -> list[str
         cause = server_away(exc, services.spark_url or "", f"connection {SPARK_CONNECT_CONN_ID}") \
             or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return [f"{spec.path}: transform.sql: not analyzed: {cause}"]
-    if refused is not None:  # "<file>: transform.sql[_file (<its file>)]: <reason>": the reason on the spec's field
+    routes = f"{spec.path}: sink.routes."
+    if refused is not None and refused.startswith(routes):  # "<file>: sink.routes.<topic>: <reason>"
+        field, _, reason = refused.removeprefix(f"{spec.path}: ").partition(": ")
+        report.problem(field, reason)
+    elif refused is not None:  # "<file>: transform.sql[_file (<its file>)]: <reason>": the reason on the spec's field
         where = "transform.sql" if spec.transform_sql_from == "inline" else "transform.sql_file"
         reason = refused.removeprefix(f"{spec.path}: ").removeprefix(f"{where}: ")
         report.problem(where, reason.removeprefix(f"{where} ({spec.transform_sql_from}): "))

@@ -26,15 +26,18 @@ READER_SCHEMA = ("key binary, value binary, topic string, partition int, offset 
 
 def analyze(spark: SparkSession, spec: PipelineSpec) -> str | None:
     """Why Spark refuses the spec's query over an empty input with the reader's columns, decoded as the run
-    decodes them (``data`` with a source format), or None when it takes it (``lockstep validate --connect``).
-    No record is read."""
+    decodes them (``data`` with a source format), or None when it takes it (``lockstep validate --connect``);
+    then the conditions of ``sink.routes`` over the query's output. No record is read."""
     from lockstep.registry.schemas import readings
     from lockstep.spark.codecs import decodable, decode
+    from lockstep.spark.routes import route
 
     empty = spark.createDataFrame([], READER_SCHEMA)
     parts = readings(spec)  # the source's schemas as the run reads them (a registry's latest): no sink lookups
     try:
-        run_query(spec, decodable(decode(empty, parts)) if parts else empty)
+        out = run_query(spec, decodable(decode(empty, parts)) if parts else empty)
+        if spec.sink.routes:  # the routes' conditions read the query's output
+            route(spec, out)
     except TerminalError as exc:
         return str(exc)
     return None
