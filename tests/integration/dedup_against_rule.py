@@ -1,4 +1,4 @@
-"""The Spark dedup operator (`lockstep.spark.state._dedup`) against its Python reference
+"""The Spark dedup operator (`lockstep.spark.keyed_state._dedup`) against its Python reference
 (`lockstep.rules.dedup.judge`) on random keys, in a Spark Connect session: run as a script by
 test_state.py, so the Connect client never shares the test's Python process.
 
@@ -18,7 +18,7 @@ import sys
 
 from lockstep.rules.dedup import PASS, Record, judge, kept, retained
 from lockstep.rules.watermarks import EventClock
-from lockstep.spark.state import _dedup
+from lockstep.spark.keyed_state import _dedup
 from lockstep.spec import parse_spec
 
 GOOD = ("value binary, key binary, topic string, partition int, offset bigint, error string, "

@@ -359,7 +359,7 @@ def test_no_module_imports_another_packages_private_names():
 
 
 def test_the_private_name_check_tells_roles_apart():
-    assert _role("lockstep.spark.state") == _role("lockstep.spark.job") != _role("lockstep.ops.verify_state")
+    assert _role("lockstep.spark.keyed_state") == _role("lockstep.spark.job") != _role("lockstep.ops.verify_state")
     assert _role("lockstep_airflow.overview") == _role("lockstep_airflow.checkpoints_page")
     assert _role("lockstep.spec") != _role("lockstep.errors")
 

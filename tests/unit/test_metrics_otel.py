@@ -57,7 +57,7 @@ def test_with_airflows_otel_on_the_gauges_are_exported_over_otlp_with_the_statsd
     monkeypatch.setenv("AIRFLOW__METRICS__OTEL_HOST", "127.0.0.1")
     monkeypatch.setenv("AIRFLOW__METRICS__OTEL_PORT", str(collector))
     monkeypatch.setenv("AIRFLOW__METRICS__OTEL_PREFIX", "prod")
-    target = metrics.resolve_target()
+    target = metrics.metrics_target()
     assert target == metrics.OtelTarget(f"http://127.0.0.1:{collector}/v1/metrics", "prod")
     assert metrics.send_gauges("orders", {"records_unread": 7, "oldest_unread_age_s": 1.5}, target) == 2
     [(path, gauges)] = _Collector.received
@@ -71,12 +71,12 @@ def test_with_airflows_otel_on_the_gauges_are_exported_over_otlp_with_the_statsd
 def test_the_cli_env_names_an_otlp_endpoint_and_a_bad_one_is_refused(collector, monkeypatch):
     monkeypatch.delenv(metrics.ENV, raising=False)
     monkeypatch.setenv(metrics.OTLP_ENV, f"http://127.0.0.1:{collector}")
-    target = metrics.resolve_target()
+    target = metrics.metrics_target()
     assert metrics.send_commit_time_left("orders", 60_000, 15_000, target) == 1
     assert _Collector.received[0][1] == {"airflow.lockstep.orders.commit_time_left_percent": (25.0, {"pipeline": "orders"})}
     monkeypatch.setenv(metrics.OTLP_ENV, "collector:4318")
     with pytest.raises(TerminalError, match="LOCKSTEP_OTLP='collector:4318': expected an OTLP/HTTP URL"):
-        metrics.resolve_target()
+        metrics.metrics_target()
 
 
 def test_an_otlp_endpoint_that_is_down_never_fails_the_caller(monkeypatch, caplog):

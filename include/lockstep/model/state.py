@@ -9,7 +9,7 @@ fired), and the state's schema. A run writes the files first and the manifest in
 the commit copies it into the completed ``outcome.json``. The completed checkpoint's manifest *is* the committed
 state: a checkpoint that never completes leaves files nobody reads (and garbage collection deletes).
 
-Pure data, no I/O (`lockstep.store.state_files` moves the bytes, `lockstep.spark.state` computes).
+Pure data, no I/O (`lockstep.store.state_files` moves the bytes, `lockstep.spark.keyed_state` computes).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ state function's state) with Lockstep's own columns beside the operator's:
   key's latest record (``__ls_from_topic``, ``__ls_from_partition``, ``__ls_from_offset``), then the
   fields the spec declares.
 
-Spark computes with them (`lockstep.spark.state`, `lockstep.spark.state_worker`), the chains merge them
+Spark computes with them (`lockstep.spark.keyed_state`, `lockstep.spark.state_worker`), the chains merge them
 (`lockstep.store.state_chain`), the tools show them (`lockstep.ops.state_report`) and `verify` recomputes
 them (`lockstep.ops.verify_state`): one definition here for all of them.
 """

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from lockstep.store.checkpoint_store import PipelineStore
     from lockstep.store.state_files import StateFiles
 
-#: The internal columns of the state rows (`lockstep.spark.state`) and the names users read them by.
+#: The internal columns of the state rows (`lockstep.spark.keyed_state`) and the names users read them by.
 USER_NAMES = {KEY: "key", EVENT: "event_time", GROUP: "key_group"}
 #: Metrics of the manifest shown as seconds, in this order.
 SECONDS = ("load_seconds", "apply_seconds", "write_seconds", "watermark_seconds")

@@ -154,7 +154,7 @@ def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None)
 def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSession,
                     progress: Callable[[int], None] | None = None) -> StateVerifyReport:
     from lockstep.spark.kafka_reader import read_ranges
-    from lockstep.spark.state import LATE, keyed
+    from lockstep.spark.keyed_state import LATE, keyed
     from lockstep.transform import load_transform
 
     assert spec.state is not None
@@ -272,7 +272,7 @@ def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, o
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import KEY
-    from lockstep.spark.state import window_starts_column, window_value
+    from lockstep.spark.keyed_state import window_starts_column, window_value
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
@@ -326,7 +326,7 @@ def _check_dedup(spec: PipelineSpec, good: DataFrame, sink: list[SinkRecord], re
     that did (lost), and the committed state holds each passed record the watermark has not let go."""
     from lockstep.model.state_rows import EVENT, KEY
     from lockstep.rules.dedup import Record, audit, retained
-    from lockstep.spark.state import DUPLICATE
+    from lockstep.spark.keyed_state import DUPLICATE
 
     assert spec.state is not None and spec.state.dedup is not None
     rows = good.select(KEY, EVENT, "topic", "partition", "offset").collect()
@@ -364,7 +364,7 @@ def _check_function(spec: PipelineSpec, good: DataFrame, watermark: int | None, 
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import EVENT, INTERNAL
-    from lockstep.spark.state import empty_frame
+    from lockstep.spark.keyed_state import empty_frame
     from lockstep.spark.state_worker import (
         KEY,
         KIND,

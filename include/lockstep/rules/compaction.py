@@ -1,5 +1,5 @@
 """When a key group's chain of state files is compacted (pure): the policy, apart from the merging
-itself (`lockstep.store.state_chain`) and the Spark run that carries it out (`lockstep.spark.state`).
+itself (`lockstep.store.state_chain`) and the Spark run that carries it out (`lockstep.spark.keyed_state`).
 
 The base is rewritten only when the deltas are worth it, so that what a checkpoint uploads follows the
 keys it changed, not the keys the state holds (docs/state.md, *Incremental checkpoints*).

@@ -1,4 +1,4 @@
-"""Dedup's one definition of a copy (pure). The Spark operator (`lockstep.spark.state`), the state's
+"""Dedup's one definition of a copy (pure). The Spark operator (`lockstep.spark.keyed_state`), the state's
 retention (`lockstep.store.state_chain`, the run's read of its base) and `lockstep verify`
 (`lockstep.ops.verify_state`) all follow it, so that a copy is a copy whichever of them asks, and
 whatever the order in which a key's records arrive across checkpoints.

@@ -1,7 +1,7 @@
 """The state manifest's bookkeeping (pure): each key group's figures after a checkpoint wrote it, and
 the manifest's totals, so that a checkpoint that reads only some groups still knows the figures of all.
 
-The run (`lockstep.spark.state`) counts the rows it wrote and removed (their keys, rows and pending
+The run (`lockstep.spark.keyed_state`) counts the rows it wrote and removed (their keys, rows and pending
 timers, with `lockstep.store.state_chain`); here they become the group's new figures, whether the group
 got a delta on its chain or a new base.
 """

@@ -66,7 +66,7 @@ class Formats:
         # A window's outputs are its aggregates, which the window encoder writes; a state function's are its
         # own: only a stateless transform's records, and the records dedup passes, are the transform's `data`.
         # A stateful operator's key and event time may read `data` (`data.customer`): it stays until they
-        # are computed (`lockstep.spark.state.keyed`), and is never kept in the state.
+        # are computed (`lockstep.spark.keyed_state.keyed`), and is never kept in the state.
         if self.writings and (state is None or state.dedup is not None):
             return encode(out, self.writings, self.spec.transform, keep=state is not None)
         if state is not None or not self.readings:

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from lockstep.spark.state import StatefulRun
+    from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
 
@@ -148,7 +148,7 @@ def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: d
     own claim's ``rerun``), which its lost transactions may have held too: that share is computed again
     the same way, as far back as the chain of repairs goes. ``runs`` collects the recomputations, whose
     kept frames the caller lets go once the output is written."""
-    from lockstep.spark import state as keyed_state
+    from lockstep.spark import keyed_state
     from lockstep.spark.output_tasks import share
 
     earlier = store.view(rerun.checkpoint)
@@ -218,7 +218,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             df, transform, replay = start_replay(spec, checkpoint_id, df, transform, store)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
         # So does a transform that uses `lockstep.rows` (its UDFs run `lockstep.rows.guarded` there).
-        from lockstep.spark.state import function_modules
+        from lockstep.spark.keyed_state import function_modules
 
         functions = function_modules(spec)  # a state function runs in the Python workers, with Lockstep's wrapper
         uses_lockstep = planned.sink_writer == "python" or "lockstep.rows" in sys.modules or bool(functions)
@@ -232,7 +232,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         from lockstep.spark.output_tasks import place
 
         if spec.state is not None:
-            from lockstep.spark import state as keyed_state
+            from lockstep.spark import keyed_state
 
             stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files(), formats.window_encoder())
             output = formats.with_dead_letters(stateful.output, decoded, stateful.output.columns)

@@ -8,7 +8,7 @@ from the last file that names it, tombstoned keys dropped: :func:`merge`.
 **Compaction** (when: `lockstep.rules.compaction`; how: :func:`merge`, :func:`merge_deltas`) merges a
 chain into a new base when its deltas are big against the base, dropping expired rows on the way, and
 merges the deltas alone into one when they are only many. Nothing here does I/O: the Spark
-run (`lockstep.spark.state`) and the tools (`lockstep.ops.state_report`) bring the bytes.
+run (`lockstep.spark.keyed_state`) and the tools (`lockstep.ops.state_report`) bring the bytes.
 """
 from __future__ import annotations
 
