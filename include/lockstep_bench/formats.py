@@ -229,7 +229,9 @@ def decode_sink_avro(values: list[bytes], registry: Any, subject: str) -> tuple[
             problems.append(f"schema id {schema_id} is no version of {subject} ({sorted(ids)})")
             continue
         schema = fastavro.parse_schema(json.loads(ids[schema_id].text))
-        out.append(fastavro.schemaless_reader(io.BytesIO(payload), schema, None))
+        record = fastavro.schemaless_reader(io.BytesIO(payload), schema, None)
+        assert isinstance(record, dict)  # the subject's schemas are records
+        out.append(record)
     return out, problems
 
 

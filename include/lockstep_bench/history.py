@@ -15,10 +15,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import OffsetRange, TopicPartition
+
+if TYPE_CHECKING:
+    from lockstep.steps.pipeline import Pipeline
+    from lockstep.store.checkpoint_store import CheckpointStore
 
 
 @dataclass
@@ -105,12 +109,23 @@ class RequestCounter:
         return self.calls - calls, self.keys - keys
 
 
+def s3_store(p: Pipeline) -> tuple[CheckpointStore, Any]:
+    """The pipeline's checkpoint store on S3 and the boto3 client under it (the store keeps it private):
+    the bench counts that client's calls, writes past checkpoints through it and reads object sizes,
+    which the store's ``S3Client`` protocol leaves out."""
+    from lockstep.store.checkpoint_store import CheckpointStore
+
+    store = p.store
+    assert isinstance(store, CheckpointStore)  # Pipeline.open's store: the one on S3
+    return store, store._s3
+
+
 def measure(spec: Any, tiers: list[int], topic: str, ends: dict[int, int], repeats: int = 5,
             log: Any = print) -> list[HistoryPoint]:
     from lockstep.steps.coordinator import Pipeline, plan
 
     p = Pipeline.open(spec)
-    store, s3 = p.store, p.store._s3
+    store, s3 = s3_store(p)
     counter = RequestCounter(s3)
     points: list[HistoryPoint] = []
     written = 0

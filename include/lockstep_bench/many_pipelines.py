@@ -147,7 +147,7 @@ class Fleet:
         from lockstep.steps.coordinator import Pipeline
 
         p = Pipeline.open(load_spec(spec_path))
-        history.fill(p.store, p.store._s3, 1, count, topic, _end_offsets(self.bootstrap, topic))
+        history.fill(*history.s3_store(p), 1, count, topic, _end_offsets(self.bootstrap, topic))
 
     def parse_times(self) -> dict[str, Any]:
         one = self.work_dir / "parse-one"
@@ -156,7 +156,7 @@ class Fleet:
         points = []
         for folder, count in ((one, 1), (self.specs[0].parent, len(self.specs))):
             runs = [self._parse_once(folder) for _ in range(self.settings.parse_repeats)]
-            errors = next((r["errors"] for r in runs if r["errors"]), {})
+            errors: dict[str, Any] = next((r["errors"] for r in runs if r["errors"]), {})
             seconds = [r["seconds"] for r in runs]
             point = {"specs": count, "dags": runs[-1]["dags"], "seconds": [round(x, 3) for x in seconds],
                      "median_s": _median(seconds), "per_dag_s": _median(seconds) / max(1, runs[-1]["dags"]),
@@ -278,7 +278,7 @@ class Fleet:
         for spec_path in self.specs:
             try:
                 p = Pipeline.open(load_spec(spec_path))
-                counter = history.RequestCounter(p.store._s3)
+                counter = history.RequestCounter(history.s3_store(p)[1])
                 c, k = counter.count(lambda p=p: plan(p, run_id="bench-fleet-plan", dry_run=True))
                 calls.append(c)
                 keys.append(k)

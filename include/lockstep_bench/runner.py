@@ -68,7 +68,7 @@ class Settings:
 
     @classmethod
     def quick_settings(cls, **overrides: Any) -> Settings:
-        base = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
+        base: dict[str, Any] = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
                     partition_records=10_000, large_records=0, history=(10, 100), fixed_repeats=1, quick=True,
                     peers=False, pipelines=3)  # the smoke test stays offline of PyFlink; --peers forces them on
         base.update({k: v for k, v in overrides.items() if v is not None})
