@@ -272,6 +272,7 @@ class LockstepCommitOperator(_LockstepOperator):
         except (LockstepError, FailpointError) as exc:
             raise _loud("commit", spec.name, checkpoint_id, exc, context) from exc
         view = p.store.view(checkpoint_id)
+        assert view is not None and view.prepared is not None  # committed, so prepared
         prepared = view.prepared
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
