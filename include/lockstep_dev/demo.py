@@ -9,14 +9,16 @@ import argparse
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from lockstep.model.checkpoint import CheckpointView
 from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
 from lockstep.spec import PipelineSpec, load_spec
 from lockstep_dev.datagen import ensure_topics, produce_avro_orders, produce_orders
 from lockstep_dev.platform import Platform
+
+if TYPE_CHECKING:
+    from lockstep.model.checkpoint import CheckpointView
 
 BATCH = 5_000
 MALFORMED_EVERY = 50

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from lockstep.paths import minio_binary
-from lockstep.store.checkpoint_store import S3Client
 from lockstep_dev import procs
+
+if TYPE_CHECKING:
+    from lockstep.store.checkpoint_store import S3Client
 
 #: In MinIO's command line (``<repo>/.cache/bin/minio server <data> ...``).
 MARKER = "/bin/minio server"
@@ -33,13 +35,14 @@ class _ListBucketsOutput(TypedDict, total=False):
     Buckets: list[_Bucket]
 
 
-class DevS3Client(S3Client, Protocol):
-    """A boto3 S3 client of the local server: the store's calls, and the bucket calls the platform
-    makes to find out whether the server is up and to create the bucket."""
+if TYPE_CHECKING:  # the store's module imports botocore, which `lockstep dev` commands need not load
+    class DevS3Client(S3Client, Protocol):
+        """A boto3 S3 client of the local server: the store's calls, and the bucket calls the platform
+        makes to find out whether the server is up and to create the bucket."""
 
-    def list_buckets(self) -> _ListBucketsOutput: ...
+        def list_buckets(self) -> _ListBucketsOutput: ...
 
-    def create_bucket(self, *, Bucket: str) -> object: ...
+        def create_bucket(self, *, Bucket: str) -> object: ...
 
 
 @dataclass(frozen=True)

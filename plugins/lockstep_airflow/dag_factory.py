@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow.sdk import DAG, Asset, AssetWatcher
 
 from lockstep.ops.drift import asset_name
-from lockstep.spec import PipelineSpec
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 from lockstep_airflow.params import pipeline_params, read_restore_points
+
+if TYPE_CHECKING:
+    from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 START_DATE = datetime(2024, 1, 1)
