@@ -104,10 +104,11 @@ $(REGISTRY_STAMP):
 lock: $(VENV)/bin/python
 	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock -q
 
-# Lint (pyproject.toml configures both): ruff over every Python file of the project, mypy over the
-# core library. Needs the venv only; `make test` runs it first.
+# Lint (pyproject.toml configures both): ruff over every Python file of the project, mypy (strict)
+# over the core library, the Airflow plugin, the DAG files, the Spark job and the bench, soak, dev and
+# example packages. Needs the venv only; `make test` runs it first.
 lint: $(STAMP)
-	$(BIN)/ruff check include plugins jobs dags tests scripts
+	$(BIN)/ruff check include plugins jobs dags tests scripts buildsrc
 	$(BIN)/mypy
 
 # Tiers (docs/testing.md): `unit` needs the venv only (no Java, Maven, Go or service) and runs

@@ -13,6 +13,7 @@ Paused at creation like any DAG; unpause it to see it react to commits.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from airflow.sdk import DAG, AssetAny, task
 
@@ -32,7 +33,7 @@ if assets:
         tags=["lockstep", "example"],
     ):
         @task
-        def committed_output(**context) -> list[dict]:
+        def committed_output(**context: Any) -> list[dict[str, Any]]:
             received = []
             for asset, events in context["triggering_asset_events"].items():
                 for event in events:

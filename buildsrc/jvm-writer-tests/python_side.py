@@ -21,7 +21,7 @@ from lockstep.spark.jvm_writer import jvm_settings
 from lockstep.spark.writer_settings import WriterSettings
 
 
-def settings() -> dict:
+def settings() -> dict[str, object]:
     writer = WriterSettings(bootstrap="127.0.0.1:9", producer_config={"acks": "all"}, id_prefix="ls", pipeline="orders",
                             checkpoint_id=7, timeout_ms=60_000, sink_topic="out", dead_letter_topic="out.dlq")
     return {"settings": jvm_settings(writer), "committable_schema": contract.COMMITTABLE_SCHEMA,
@@ -34,7 +34,7 @@ def settings() -> dict:
                 failpoints.RAISE_FIRST_ATTEMPT)}
 
 
-def parse(line: str) -> list:
+def parse(line: str) -> list[object]:
     task, rows, committable = contract.parse_task_result(line)
     if committable is not None:
         PreparedTransaction.from_json(committable, f"task {task}")  # the checkpoint reader's types too

@@ -16,10 +16,13 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.ops.airflow_client import TERMINAL, AirflowClient
 from lockstep_bench import many_pipelines, workloads
+
+if TYPE_CHECKING:
+    from lockstep_dev.platform import Platform
 
 
 def _seconds(start: str | None, end: str | None) -> float:
@@ -44,7 +47,7 @@ def _run_once(client: AirflowClient, dag_id: str, timeout: float = 300) -> dict[
             "overhead_s": round(wall - sum(tasks.values()), 2), "per_task_s": {k: round(v, 2) for k, v in tasks.items()}}
 
 
-def measure(platform: Any, work_dir: Path, repeats: int, log: Callable[[str], None],
+def measure(platform: Platform, work_dir: Path, repeats: int, log: Callable[[str], None],
             fleet: Any = None) -> list[dict[str, Any]]:
     """The overhead runs; ``fleet`` (``many_pipelines.Fleet``) measures with the same Airflow: its scheduler
     logs at DEBUG, ``fleet.airflow_ready()`` once it answers, ``fleet.with_airflow(client)`` after the runs."""

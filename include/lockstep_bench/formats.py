@@ -40,11 +40,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep_bench import pipelines as pl
 from lockstep_bench import workloads
 from lockstep_bench.measure import Run, RunFailed, execute
+
+if TYPE_CHECKING:
+    from lockstep_dev.platform import Platform
 
 LOCKSTEP_AVRO, LOCKSTEP_JSON, PERF = "lockstep-connect-avro", "lockstep-connect-json", "kafka-producer-perf-k"
 COMPETITORS = (LOCKSTEP_AVRO, LOCKSTEP_JSON, PERF)
@@ -229,7 +232,9 @@ def decode_sink_avro(values: list[bytes], registry: Any, subject: str) -> tuple[
             problems.append(f"schema id {schema_id} is no version of {subject} ({sorted(ids)})")
             continue
         schema = fastavro.parse_schema(json.loads(ids[schema_id].text))
-        out.append(fastavro.schemaless_reader(io.BytesIO(payload), schema, None))
+        record = fastavro.schemaless_reader(io.BytesIO(payload), schema, None)
+        assert isinstance(record, dict)  # the subject's schemas are records
+        out.append(record)
     return out, problems
 
 
@@ -253,7 +258,7 @@ class Inputs:
 class FormatsRace:
     """The three competitors over the same records, alternating, every sink checked."""
 
-    def __init__(self, settings: FormatSettings, platform: Any, work_dir: Path, log: Callable[[str], None]) -> None:
+    def __init__(self, settings: FormatSettings, platform: Platform, work_dir: Path, log: Callable[[str], None]) -> None:
         self.s = settings
         self.platform = platform
         self.bootstrap = platform.kafka.bootstrap

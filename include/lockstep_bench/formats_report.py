@@ -174,13 +174,13 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     ]
     for name, stage in ((formats.LOCKSTEP_AVRO, "read, decode, transform, encode, write"),
                         (formats.LOCKSTEP_JSON, "read, transform, write")):
-        row = table.get(name)
-        if row:
+        measured = table.get(name)
+        if measured:
             lines.append(f"- {LABELS[name]}: the Spark stage ({stage}) "
-                         f"{row['spark_seconds']:.1f} s of {row['wall_s']:.1f} s, "
-                         f"{' or '.join(str(t) for t in row['transactions'])} transactions, "
-                         f"CPU {row['cpu_s']:.0f} s of which the Spark Connect server "
-                         f"{row['connect_server_cpu_s']:.0f} s; the broker {row['broker_cpu_s']:.0f} s.")
+                         f"{measured['spark_seconds']:.1f} s of {measured['wall_s']:.1f} s, "
+                         f"{' or '.join(str(t) for t in measured['transactions'])} transactions, "
+                         f"CPU {measured['cpu_s']:.0f} s of which the Spark Connect server "
+                         f"{measured['connect_server_cpu_s']:.0f} s; the broker {measured['broker_cpu_s']:.0f} s.")
     parts = race.get("parts") or []
     if parts:
         read = next((p for p in parts if p["part"] == "read"), None)

@@ -12,13 +12,19 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import OffsetRange, TopicPartition
+
+if TYPE_CHECKING:
+    from lockstep.spec import PipelineSpec
+    from lockstep.steps.pipeline import Pipeline
+    from lockstep.store.checkpoint_store import CheckpointStore
 
 
 @dataclass
@@ -52,7 +58,7 @@ def _body(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, indent=1).encode()  # as CheckpointStore writes them
 
 
-def fill(store: Any, s3: Any, first: int, last: int, topic: str, ends: dict[int, int], threads: int = 16) -> None:
+def fill(store: CheckpointStore, s3: Any, first: int, last: int, topic: str, ends: dict[int, int], threads: int = 16) -> None:
     """Write completed checkpoints ``first..last``; ``last`` through the public API."""
     def put(cid: int) -> None:
         claim, prepared, completed = _documents(store.pipeline, cid, topic, ends)
@@ -68,7 +74,7 @@ def fill(store: Any, s3: Any, first: int, last: int, topic: str, ends: dict[int,
     store.mark_completed(completed)
 
 
-def _timed_ms(fn: Any, repeats: int) -> float:
+def _timed_ms(fn: Callable[[], object], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -99,18 +105,29 @@ class RequestCounter:
         if isinstance(parsed, dict):
             self.keys += len(parsed.get("Contents", [])) + len(parsed.get("CommonPrefixes", []))
 
-    def count(self, fn: Any) -> tuple[int, int]:
+    def count(self, fn: Callable[[], object]) -> tuple[int, int]:
         calls, keys = self.calls, self.keys
         fn()
         return self.calls - calls, self.keys - keys
 
 
-def measure(spec: Any, tiers: list[int], topic: str, ends: dict[int, int], repeats: int = 5,
-            log: Any = print) -> list[HistoryPoint]:
+def s3_store(p: Pipeline) -> tuple[CheckpointStore, Any]:
+    """The pipeline's checkpoint store on S3 and the boto3 client under it (the store keeps it private):
+    the bench counts that client's calls, writes past checkpoints through it and reads object sizes,
+    which the store's ``S3Client`` protocol leaves out."""
+    from lockstep.store.checkpoint_store import CheckpointStore
+
+    store = p.store
+    assert isinstance(store, CheckpointStore)  # Pipeline.open's store: the one on S3
+    return store, store._s3
+
+
+def measure(spec: PipelineSpec, tiers: list[int], topic: str, ends: dict[int, int], repeats: int = 5,
+            log: Callable[[str], None] = print) -> list[HistoryPoint]:
     from lockstep.steps.coordinator import Pipeline, plan
 
     p = Pipeline.open(spec)
-    store, s3 = p.store, p.store._s3
+    store, s3 = s3_store(p)
     counter = RequestCounter(s3)
     points: list[HistoryPoint] = []
     written = 0

@@ -20,6 +20,7 @@ Four figures, taken around the scheduling-overhead measurement so that ``airflow
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -34,10 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import project_root
 from lockstep_bench import history, workloads
+
+if TYPE_CHECKING:
+    from lockstep.ops.airflow_client import AirflowClient
+    from lockstep_dev.platform import Platform
 
 #: Every generated pipeline's cron: the scheduler has them all due every minute.
 SCHEDULE = "* * * * *"
@@ -101,7 +106,7 @@ def _median(values: list[float]) -> float:
 class Fleet:
     """The generated pipelines and what is measured with them; ``results`` is what the report reads."""
 
-    platform: Any
+    platform: Platform
     work_dir: Path
     settings: FleetSettings
     log: Callable[[str], None]
@@ -147,7 +152,7 @@ class Fleet:
         from lockstep.steps.coordinator import Pipeline
 
         p = Pipeline.open(load_spec(spec_path))
-        history.fill(p.store, p.store._s3, 1, count, topic, _end_offsets(self.bootstrap, topic))
+        history.fill(*history.s3_store(p), 1, count, topic, _end_offsets(self.bootstrap, topic))
 
     def parse_times(self) -> dict[str, Any]:
         one = self.work_dir / "parse-one"
@@ -156,7 +161,7 @@ class Fleet:
         points = []
         for folder, count in ((one, 1), (self.specs[0].parent, len(self.specs))):
             runs = [self._parse_once(folder) for _ in range(self.settings.parse_repeats)]
-            errors = next((r["errors"] for r in runs if r["errors"]), {})
+            errors: dict[str, Any] = next((r["errors"] for r in runs if r["errors"]), {})
             seconds = [r["seconds"] for r in runs]
             point = {"specs": count, "dags": runs[-1]["dags"], "seconds": [round(x, 3) for x in seconds],
                      "median_s": _median(seconds), "per_dag_s": _median(seconds) / max(1, runs[-1]["dags"]),
@@ -185,7 +190,7 @@ class Fleet:
         """Airflow answers; its overhead runs (1 pipeline) are next: their scheduler loops start here."""
         self._log_offset = self._log_size()
 
-    def with_airflow(self, client: Any) -> None:
+    def with_airflow(self, client: AirflowClient) -> None:
         """After the overhead runs: the 1-pipeline loop sample, then every generated pipeline unpaused."""
         one = loop_stats(self._log_since(self._log_offset))
         self.results["loops_one"] = {**one, "during": "the scheduling-overhead runs of 1 pipeline"}
@@ -208,7 +213,7 @@ class Fleet:
         self.results["page"] = self.page_times(client)
         self.results["plans"] = self.plan_requests()
 
-    def _sample(self, client: Any, dag_ids: list[str]) -> None:
+    def _sample(self, client: AirflowClient, dag_ids: list[str]) -> None:
         since = datetime.now(UTC).isoformat()
         offset = self._log_size()
         started = time.monotonic()
@@ -230,7 +235,7 @@ class Fleet:
                                       "load_average": [round(x, 1) for x in load]}
         self.log(f"fleet: scheduler loops with {len(dag_ids)} pipelines: {self.results['loops_many']}")
 
-    def _drain(self, client: Any) -> None:
+    def _drain(self, client: AirflowClient) -> None:
         """Up to ``drain_s`` for the paused pipelines' last runs to end; what is still open is recorded."""
         started = time.monotonic()
         while True:
@@ -241,7 +246,7 @@ class Fleet:
         self.results["drain"] = {"seconds": round(time.monotonic() - started, 1), "runs_open_after": still}
         self.log(f"fleet: paused; after {self.results['drain']['seconds']:.0f} s still open: {still}")
 
-    def page_times(self, client: Any) -> dict[str, Any]:
+    def page_times(self, client: AirflowClient) -> dict[str, Any]:
         """The Checkpoints page (HTML and JSON) of the filled pipelines, newest page and one deep in history."""
         from lockstep.spec import load_spec
 
@@ -278,8 +283,8 @@ class Fleet:
         for spec_path in self.specs:
             try:
                 p = Pipeline.open(load_spec(spec_path))
-                counter = history.RequestCounter(p.store._s3)
-                c, k = counter.count(lambda p=p: plan(p, run_id="bench-fleet-plan", dry_run=True))
+                counter = history.RequestCounter(history.s3_store(p)[1])
+                c, k = counter.count(functools.partial(plan, p, run_id="bench-fleet-plan", dry_run=True))
                 calls.append(c)
                 keys.append(k)
             except Exception as exc:  # noqa: BLE001 - one pipeline's failure is reported, not fatal
@@ -310,7 +315,7 @@ def _get(url: str, token: str) -> bytes:
         return bytes(resp.read())
 
 
-def _set_paused(client: Any, dag_ids: list[str], paused: bool, attempts: int = 6) -> None:
+def _set_paused(client: AirflowClient, dag_ids: list[str], paused: bool, attempts: int = 6) -> None:
     """Each of ``dag_ids`` paused or unpaused, retried: under 50 active DAGs, standalone's SQLite answers a
     write with "database is locked" now and then (HTTP 500)."""
     from lockstep.ops.airflow_client import AirflowError
@@ -332,11 +337,11 @@ def _q(text: str) -> str:
     return urllib.parse.quote(text, safe="")
 
 
-def _open_runs(client: Any) -> dict[str, int]:
+def _open_runs(client: AirflowClient) -> dict[str, int]:
     return {state: _count(client, f"/api/v2/dags/~/dagRuns?state={state}") for state in ("queued", "running")}
 
 
-def _count(client: Any, path: str) -> int:
+def _count(client: AirflowClient, path: str) -> int:
     return int(client._call("GET", path + ("&" if "?" in path else "?") + "limit=1")["total_entries"])
 
 

@@ -6,6 +6,7 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -158,9 +159,10 @@ def execute(name: str, command: Command, records: int, partitions: int, timeout_
                round(sampler.cpu_s, 2), inner, repeat)
 
 
-def median(values: list[float]) -> float:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else float("nan")
+def median(values: Sequence[float | None]) -> float:
+    """The median of the values present (None: not measured); NaN when none is."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else float("nan")
 
 
 def load_at(results: dict[str, Any], when: str) -> str:

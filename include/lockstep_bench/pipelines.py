@@ -96,8 +96,9 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     outcome = commit(p, cid)
     t3 = time.monotonic()
     view = p.store.view(cid)
+    assert view is not None and view.prepared is not None  # committed, so prepared
     prepared = view.prepared
-    result = {"checkpoint": cid, "status": outcome.status.value, "plan_s": round(t1 - t0, 3),
+    result: dict[str, Any] = {"checkpoint": cid, "status": outcome.status.value, "plan_s": round(t1 - t0, 3),
               "run_s": round(t2 - t1, 3), "commit_s": round(t3 - t2, 3), "total_s": round(t3 - t0, 3),
               "spark_seconds": prepared.spark_seconds, "session_seconds": ready.seconds,
               "records_in": prepared.records_in, "records_out": prepared.records_out,
@@ -167,14 +168,17 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
             if msg.error():
                 continue
             p, offset = msg.partition(), msg.offset()
+            if p is None or offset is None:  # a consumed record has both
+                continue
             end = remaining.get(p)
             if end is None or offset >= end:
                 continue
             records_in += 1
-            value = transform_value(msg.value())
+            raw = msg.value()
+            value = transform_value(raw) if raw is not None else None  # a tombstone is no order: filtered out
             if value is not None:
-                headers = [(SOURCE_TOPIC, topic_bytes), (SOURCE_PARTITION, str(p).encode()),
-                           (SOURCE_OFFSET, str(offset).encode())]
+                headers: list[tuple[str, str | bytes | None]] = [
+                    (SOURCE_TOPIC, topic_bytes), (SOURCE_PARTITION, str(p).encode()), (SOURCE_OFFSET, str(offset).encode())]
                 while True:
                     try:
                         producer.produce(sink, value, headers=headers)

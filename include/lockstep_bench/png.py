@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from collections.abc import Mapping, Sequence
 
 # 5x7 glyphs, one string of 7 rows x 5 columns per character.
 _FONT_ROWS = {
@@ -108,7 +109,7 @@ def _human(v: float) -> str:
     return f"{v:g}"
 
 
-def line_plot(series: dict[str, list[tuple[float, float]]], title: str, x_label: str, y_label: str,
+def line_plot(series: Mapping[str, Sequence[tuple[float, float]]], title: str, x_label: str, y_label: str,
               width: int = 1300, height: int = 540) -> bytes:
     """Log-x, linear-y line plot of ``{name: [(x, y), ...]}``; returns PNG bytes."""
     c = Canvas(width, height)

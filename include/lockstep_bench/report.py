@@ -85,7 +85,7 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×"
 
 
-def write(res: Results, path: Path, baseline: dict | None = None, rerendered: bool = False) -> None:
+def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rerendered: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     plot = path.with_name(path.stem.lower() + "-throughput.png")
     env, s = res.environment, res.settings
@@ -426,7 +426,7 @@ def _many_pipelines(add: Any, res: Results) -> None:
         _checkpoints_page(add, page)
 
 
-def _checkpoints_page(add: Any, page: dict) -> None:
+def _checkpoints_page(add: Any, page: dict[str, Any]) -> None:
     rows = page["rows"]
     big = max(r["checkpoints"] for r in rows)
     small = min(r["checkpoints"] for r in rows)
@@ -501,20 +501,20 @@ def _fixed(add: Any, res: Results) -> None:
     add("")
 
 
-def _rows_by(runs: list[dict], key: str) -> dict[int, dict[str, dict]]:
-    table: dict[int, dict[str, list[dict]]] = {}
+def _rows_by(runs: list[dict[str, Any]], key: str) -> dict[int, dict[str, dict[str, Any]]]:
+    table: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for r in runs:
         table.setdefault(r[key], {}).setdefault(r["pipeline"], []).append(r)
     return {k: {p: {"records_per_s": median([x["records_per_s"] for x in rs]), "wall_s": median([x["wall_s"] for x in rs])}
                 for p, rs in v.items()} for k, v in sorted(table.items())}
 
 
-def _present(rows: dict[int, dict[str, dict]]) -> list[str]:
+def _present(rows: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
     """The pipelines of ``ORDER`` measured at some point of the table (the peers only when they ran)."""
     return [p for p in ORDER if p in PIPELINES or any(p in by for by in rows.values())]
 
 
-def _scaling_table(add: Any, rows: dict[int, dict[str, dict]], first: str) -> None:
+def _scaling_table(add: Any, rows: dict[int, dict[str, dict[str, Any]]], first: str) -> None:
     shown = _present(rows)
     add(f"| {first} | " + " | ".join(f"{LABELS[p]} rec/s (wall s)" for p in shown) + " | Connect ÷ Spark | "
         "spark-submit ÷ Spark | Connect ÷ raw |")
@@ -641,7 +641,7 @@ def _large(add: Any, res: Results) -> None:
         add("")
 
 
-def _lockstep_steps(runs: list[dict], pipeline: str = LOCKSTEP_CONNECT) -> dict[int, dict[str, float]]:
+def _lockstep_steps(runs: list[dict[str, Any]], pipeline: str = LOCKSTEP_CONNECT) -> dict[int, dict[str, float]]:
     """Per partition count, the medians of a Lockstep pipeline's (connect mode by default) plan, run and
     commit seconds and transactions per checkpoint."""
     found: dict[int, dict[str, list[float]]] = {}
@@ -653,7 +653,7 @@ def _lockstep_steps(runs: list[dict], pipeline: str = LOCKSTEP_CONNECT) -> dict[
     return {parts: {k: median(vs) for k, vs in by.items()} for parts, by in found.items()}
 
 
-def _rate_cell(by: dict[str, dict], pipeline: str) -> str:
+def _rate_cell(by: dict[str, dict[str, Any]], pipeline: str) -> str:
     return f"{_fmt_rate(by[pipeline]['records_per_s'])} ({by[pipeline]['wall_s']:.1f})" if pipeline in by else "–"
 
 
@@ -726,7 +726,7 @@ def _writers(res: Results) -> str:
     return "\n".join(rows)
 
 
-def _before_after(add: Any, baseline: dict, res: Results) -> None:
+def _before_after(add: Any, baseline: dict[str, Any], res: Results) -> None:
     before, after = summarize(baseline.get("main", [])), summarize(res.main)
     add("### Before / after (this run against `--baseline`)")
     add("")

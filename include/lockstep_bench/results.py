@@ -43,14 +43,14 @@ RUN_FIELDS = ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu
 class Results:
     settings: dict[str, Any]
     environment: dict[str, Any] = field(default_factory=dict)
-    main: list[dict] = field(default_factory=list)
-    fixed: list[dict] = field(default_factory=list)
-    sizes: list[dict] = field(default_factory=list)
-    partitions: list[dict] = field(default_factory=list)
+    main: list[dict[str, Any]] = field(default_factory=list)
+    fixed: list[dict[str, Any]] = field(default_factory=list)
+    sizes: list[dict[str, Any]] = field(default_factory=list)
+    partitions: list[dict[str, Any]] = field(default_factory=list)
     #: The large input: Lockstep (connect mode), the raw client and kafka-producer-perf-test on it, alternated.
-    large: list[dict] = field(default_factory=list)
-    history: list[dict] = field(default_factory=list)
-    airflow: list[dict] = field(default_factory=list)
+    large: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    airflow: list[dict[str, Any]] = field(default_factory=list)
     #: Many generated pipelines in one Airflow (``lockstep_bench.many_pipelines``): parse, loop, plan, page.
     many_pipelines: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -59,12 +59,12 @@ class Results:
     load: dict[str, Any] = field(default_factory=dict)
 
 
-def run_of(doc: dict) -> Run:
+def run_of(doc: dict[str, Any]) -> Run:
     """A saved run read back."""
     return Run(**{k: doc[k] for k in RUN_FIELDS})
 
 
-def summarize(runs: list[dict]) -> dict[str, Summary]:
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Summary]:
     by_name: dict[str, list[Run]] = {}
     for doc in runs:
         by_name.setdefault(doc["pipeline"], []).append(run_of(doc))

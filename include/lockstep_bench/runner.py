@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import cache_dir, project_root
 from lockstep_bench import formats, history, keyed_state, peers, windowed, workloads
@@ -40,6 +40,9 @@ from lockstep_bench.results import (
     Results,
     run_of,
 )
+
+if TYPE_CHECKING:
+    from lockstep_dev.platform import Platform
 
 
 @dataclass
@@ -68,7 +71,7 @@ class Settings:
 
     @classmethod
     def quick_settings(cls, **overrides: Any) -> Settings:
-        base = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
+        base: dict[str, Any] = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
                     partition_records=10_000, large_records=0, history=(10, 100), fixed_repeats=1, quick=True,
                     peers=False, pipelines=3)  # the smoke test stays offline of PyFlink; --peers forces them on
         base.update({k: v for k, v in overrides.items() if v is not None})
@@ -80,7 +83,7 @@ def log(message: str) -> None:
 
 
 class Bench:
-    def __init__(self, settings: Settings, platform: Any, work_dir: Path) -> None:
+    def __init__(self, settings: Settings, platform: Platform, work_dir: Path) -> None:
         self.s = settings
         self.platform = platform
         self.bootstrap = platform.kafka.bootstrap
@@ -371,7 +374,7 @@ def commit_of(root: Path) -> str:
     return f"{head} with uncommitted changes" if dirty else head
 
 
-def restart_connect(platform: Any) -> int:
+def restart_connect(platform: Platform) -> int:
     """The platform's Spark Connect server stopped and started again, a new JVM (the keyed-state bench's cold
     checkpoint); returns its pid. ``start`` waits until it serves and runs its one warm-up query."""
     platform.stop("spark-connect", out=sys.stderr)

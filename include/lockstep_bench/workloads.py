@@ -117,9 +117,9 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
 
 
 def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int, master: str = "local[*]",
-               producer: dict | None = None, spark_conf: dict | None = None, retain: int = 20,
+               producer: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None, retain: int = 20,
                writer: str = "jvm", remote: str | None = None, transform: str = TRANSFORM,
-               state: dict | None = None, schedule: str | None = None, source_value: Any = None,
+               state: dict[str, Any] | None = None, schedule: str | None = None, source_value: Any = None,
                sink_value: Any = None) -> Path:
     """A Lockstep pipeline over ``source`` with the benchmark transform and a fresh checkpoint root;
     ``remote``: its checkpoints run in sessions of that Spark Connect server (``spark.mode: connect``);

@@ -9,12 +9,16 @@ import argparse
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING, TextIO
 
 from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
-from lockstep.spec import load_spec
+from lockstep.spec import PipelineSpec, load_spec
 from lockstep_dev.datagen import ensure_topics, produce_avro_orders, produce_orders
 from lockstep_dev.platform import Platform
+
+if TYPE_CHECKING:
+    from lockstep.model.checkpoint import CheckpointView
 
 BATCH = 5_000
 MALFORMED_EVERY = 50
@@ -29,7 +33,7 @@ def main(args: argparse.Namespace) -> int:
     return run_demo(args.checkpoints)
 
 
-def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
+def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     say = lambda text: print(text, file=out, flush=True)
     platform = Platform()
     say("1/5 starting the local platform (Kafka, S3, Schema Registry, Spark Connect, Airflow) ...")
@@ -107,7 +111,7 @@ def run_demo(checkpoints: int = 3, out=sys.stdout) -> int:
     return 0 if ok else 1
 
 
-def routed_counts(spec) -> str:
+def routed_counts(spec: PipelineSpec) -> str:
     """How many committed records each of a routed pipeline's topics holds (``orders-large: 812, ...``),
     read as a downstream consumer does (``read_committed``)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -127,27 +131,28 @@ def routed_counts(spec) -> str:
             for msg in consumer.consume(1000, timeout=1):
                 if msg.error():
                     remaining.discard((msg.topic(), msg.partition()))  # the end of a partition
-                else:
-                    counts[msg.topic()] += 1
+                elif (topic := msg.topic()) is not None:  # a consumed record always names its topic
+                    counts[topic] += 1
         return ", ".join(f"{topic}: {n:,}" for topic, n in counts.items())
     finally:
         consumer.close()
 
 
-def summary_lines(views: list, first_new: int, triggered: int) -> list[str]:
-    """The summary's checkpoint lines, from the completed checkpoints that verify audited:
-    ``first_new`` is the first one this demo could have made, ``triggered`` how many runs it made."""
+def summary_lines(views: list[CheckpointView], first_new: int, triggered: int) -> list[str]:
+    """The summary's checkpoint lines, from the completed checkpoints that verify audited (each one
+    prepared): ``first_new`` is the first one this demo could have made, ``triggered`` how many runs it made."""
     new = [v for v in views if v.checkpoint_id >= first_new]
     older = len(views) - len(new)
-    empty = sum(1 for v in new if v.prepared.records_in == 0)
+    prepared = [v.prepared for v in new if v.prepared is not None]  # all of them: the caller passes prepared ones
+    empty = sum(1 for p in prepared if p.records_in == 0)
     lines = [f"checkpoints completed by this demo: {_id_list([v.checkpoint_id for v in new])} ({triggered} "
              f"triggered runs; {max(0, len(new) - triggered)} more by the DAG's schedule; "
              f"{empty} without new records)"]
     if older:
         lines.append(f"checkpoints completed before this demo: {older}")
-    lines.append(f"records in: {sum(v.prepared.records_in for v in new)}  out: "
-                 f"{sum(v.prepared.records_out for v in new)}  dead-lettered: "
-                 f"{sum(v.prepared.records_dead_lettered for v in new)}")
+    lines.append(f"records in: {sum(p.records_in for p in prepared)}  out: "
+                 f"{sum(p.records_out for p in prepared)}  dead-lettered: "
+                 f"{sum(p.records_dead_lettered for p in prepared)}")
     return lines
 
 

@@ -74,8 +74,14 @@ class KafkaConfig:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     @property
+    def secure_listener(self) -> SecureListener | None:
+        """``secure`` when every node serves a SASL_SSL listener with it, else None (one check that
+        also narrows the type for the callers that read the listener's files)."""
+        return self.secure if self.secure is not None and all(n.secure_port for n in self.nodes) else None
+
+    @property
     def has_secure_listener(self) -> bool:
-        return self.secure is not None and all(n.secure_port for n in self.nodes)
+        return self.secure_listener is not None
 
     @property
     def secure_bootstrap(self) -> str:
@@ -95,7 +101,8 @@ class KafkaConfig:
 
     def _listener_properties(self, node: KafkaNode) -> list[str]:
         plain = f"PLAINTEXT://127.0.0.1:{node.port}"
-        if not (self.has_secure_listener and node.secure_port):
+        listener = self.secure_listener
+        if listener is None or not node.secure_port:
             return [
                 f"listeners={plain},CONTROLLER://127.0.0.1:{node.controller_port}",
                 f"advertised.listeners={plain}",
@@ -103,7 +110,7 @@ class KafkaConfig:
                 "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             ]
-        secure, mechanism = f"SASL_SSL://127.0.0.1:{node.secure_port}", self.secure.mechanism
+        secure, mechanism = f"SASL_SSL://127.0.0.1:{node.secure_port}", listener.mechanism
         prefix = "listener.name.sasl_ssl"
         return [
             f"listeners={plain},CONTROLLER://127.0.0.1:{node.controller_port},{secure}",
@@ -116,9 +123,9 @@ class KafkaConfig:
             f"{prefix}.sasl.enabled.mechanisms={mechanism}",
             f"{prefix}.{mechanism.lower()}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
             f"{prefix}.ssl.keystore.type=PEM",
-            f"{prefix}.ssl.keystore.location={self.secure.keystore_file}",
+            f"{prefix}.ssl.keystore.location={listener.keystore_file}",
             f"{prefix}.ssl.truststore.type=PEM",
-            f"{prefix}.ssl.truststore.location={self.secure.ca_file}",
+            f"{prefix}.ssl.truststore.location={listener.ca_file}",
             f"{prefix}.ssl.client.auth=none",
         ]
 

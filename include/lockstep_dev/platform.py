@@ -13,6 +13,7 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TextIO, TypedDict
 
 from lockstep.paths import dev_state_dir
 from lockstep_dev import airflow as airflow_svc
@@ -51,6 +52,15 @@ def marker(service: str) -> str:
         return spark_svc.WORKER_MARKER
     return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER,
             "spark-connect": connect_svc.MARKER, "registry": registry_svc.MARKER}[service]
+
+
+class ServiceStatus(TypedDict):
+    """One service in ``status()`` (and ``lockstep dev status --json``)."""
+
+    running: bool
+    pid: int | None
+    address: str
+    log: str
 
 
 @dataclass
@@ -159,6 +169,14 @@ class Platform:
             ports["spark-master"], ports["spark-master-ui"],
             tuple(ports[f"spark-worker-{i}-ui"] for i in range(1, CLUSTER_WORKERS + 1)), self.state_dir / "spark")
 
+    def _spark_cluster(self) -> spark_svc.SparkClusterConfig:
+        """The standalone Spark cluster, which only the cluster topology runs."""
+        spark = self.spark
+        if spark is None:
+            raise procs.PlatformError(f"the platform in {self.state_dir} runs the {self.state.topology} topology: "
+                                      "it has no Spark standalone master (`lockstep dev up --cluster` starts one)")
+        return spark
+
     @property
     def spark_master(self) -> str:
         return self.spark.master_url if self.spark is not None else "local[*]"
@@ -186,7 +204,7 @@ class Platform:
 
     # ---- up / down ---------------------------------------------------------
     def up(self, with_airflow: bool = False, with_connect: bool = False, with_registry: bool = True,
-           out=sys.stdout) -> None:
+           out: TextIO = sys.stdout) -> None:
         self._up_s3(out)
         # The registry's JVM is waited for after Kafka's: its start-up overlaps theirs.
         if with_registry:
@@ -213,7 +231,7 @@ class Platform:
         self.state.pids[name] = pid
         self._save()
 
-    def _up_s3(self, out) -> None:
+    def _up_s3(self, out: TextIO) -> None:
         config = self.s3
         if not self.running("s3"):
             self._claim_ports("s3", config.port)
@@ -229,7 +247,7 @@ class Platform:
             self._claim_ports("registry", config.port, config.management_port)
             self._start("registry", registry_svc.start(config, self.log_file("registry")))
 
-    def _up_registry(self, out, launch: bool = True) -> None:
+    def _up_registry(self, out: TextIO, launch: bool = True) -> None:
         if launch:  # else launched already: one that died since is reported below, not started twice
             self._launch_registry()
         config = self.registry
@@ -238,7 +256,7 @@ class Platform:
         print(f"registry running  {config.url} (Apicurio, Confluent API; health on 127.0.0.1:"
               f"{config.management_port}, data in {config.data_dir})", file=out)
 
-    def _up_kafka(self, out) -> None:
+    def _up_kafka(self, out: TextIO) -> None:
         config = self.kafka
         stopped = [n for n in config.nodes if not self.running(self._kafka_service(n))]
         if stopped:
@@ -251,9 +269,9 @@ class Platform:
                              alive=lambda: all(self.running(self._kafka_service(n)) for n in stopped),
                              log_file=self.log_file(first))
             kafka_svc.warm_up(config.bootstrap)
-            if config.has_secure_listener:
+            if (listener := config.secure_listener) is not None:
                 # The SCRAM user, then every node's SASL_SSL listener authenticating it.
-                kafka_svc.add_scram_user(config.bootstrap, config.secure)
+                kafka_svc.add_scram_user(config.bootstrap, listener)
                 procs.wait_until(lambda: kafka_svc.is_secure_ready(config),
                                  f"Kafka SASL_SSL listeners on {config.secure_bootstrap}", 60,
                                  alive=lambda: all(self.running(self._kafka_service(n)) for n in stopped),
@@ -265,9 +283,9 @@ class Platform:
         if self.is_cluster:
             print(f"         {len(config.nodes)} brokers, replication factor {config.replication_factor}, "
                   f"min.insync.replicas {config.min_insync_replicas}", file=out)
-        if config.has_secure_listener:
-            print(f"         SASL_SSL: {config.secure.mechanism} user {config.secure.user} (password in "
-                  f"{config.secure.password_file}), CA {config.secure.ca_file}; connection kafka_secure", file=out)
+        if (listener := config.secure_listener) is not None:
+            print(f"         SASL_SSL: {listener.mechanism} user {listener.user} (password in "
+                  f"{listener.password_file}), CA {listener.ca_file}; connection kafka_secure", file=out)
 
     def start_kafka_node(self, node: kafka_svc.KafkaNode, cluster_id: str | None = None) -> None:
         """Start one Kafka node (``up``, or a test restarting a broker it stopped) without waiting."""
@@ -278,7 +296,7 @@ class Platform:
         self._start(service, kafka_svc.start(self.kafka, node, self.log_file(service),
                                              cluster_id or kafka_svc.cluster_id(self.kafka)))
 
-    def start(self, name: str, out=sys.stdout) -> None:
+    def start(self, name: str, out: TextIO = sys.stdout) -> None:
         """Start one stopped S3, Schema Registry, Spark Connect or Kafka service again and wait until it serves
         (a test or the soak bringing back what it killed), leaving every other stopped service down."""
         if name == "s3":
@@ -301,12 +319,12 @@ class Platform:
                          log_file=self.log_file(name))
         print(f"{name:8} running again (pid {self.state.pids[name]})", file=out)
 
-    def _up_spark(self, out) -> None:
-        config = self.spark
+    def _up_spark(self, out: TextIO) -> None:
+        config = self._spark_cluster()
         if not self.running("spark-master"):
             self._claim_ports("spark-master", config.master_port, config.master_ui_port)
             self._start("spark-master", spark_svc.start_master(config, self.log_file("spark-master")))
-            procs.wait_until(lambda: spark_svc.master_state(config), f"Spark master on {config.master_url}", 60,
+            procs.wait_until(lambda: bool(spark_svc.master_state(config)), f"Spark master on {config.master_url}", 60,
                              alive=lambda: self.running("spark-master"), log_file=self.log_file("spark-master"))
         for i in range(1, CLUSTER_WORKERS + 1):
             name = f"spark-worker-{i}"
@@ -320,7 +338,7 @@ class Platform:
         print(f"spark    running  {config.master_url} (standalone: master + {CLUSTER_WORKERS} workers, "
               f"{config.worker_cores} core / {config.worker_memory} each; UI {config.ui_url})", file=out)
 
-    def _up_connect(self, out) -> None:
+    def _up_connect(self, out: TextIO) -> None:
         config = self.spark_connect
         if not self.running("spark-connect"):
             # A server just killed (a test, the soak) may hold its port for a moment longer.
@@ -334,7 +352,7 @@ class Platform:
         print(f"spark-connect running  {config.url} (master {config.master}; checkpoints in connect mode, the "
               f"default, use it through the spark_connect_default connection)", file=out)
 
-    def _up_airflow(self, out) -> None:
+    def _up_airflow(self, out: TextIO) -> None:
         config = self.airflow
         if not self.running("airflow"):
             self._claim_ports("airflow", config.port)
@@ -346,7 +364,7 @@ class Platform:
                              alive=lambda: self.running("airflow"), log_file=self.log_file("airflow"))
         print(f"airflow  running  {config.url} (login admin / {config.admin_password() or '?'})", file=out)
 
-    def stop(self, name: str, out=sys.stdout, kill: bool = False) -> None:
+    def stop(self, name: str, out: TextIO = sys.stdout, kill: bool = False) -> None:
         """Stop one service (and its whole process group) if ``up`` started it; ``kill``: SIGKILL at once."""
         pid = self.state.pids.pop(name, None)
         if pid is None:
@@ -355,7 +373,7 @@ class Platform:
         print(f"{name:8} {'killed' if kill else 'stopped'} (pid {pid})", file=out)
         self._save()
 
-    def down(self, wipe: bool = False, out=sys.stdout, kill: bool = False) -> None:
+    def down(self, wipe: bool = False, out: TextIO = sys.stdout, kill: bool = False) -> None:
         """Stop every service, the last started first; ``kill``: SIGKILL at once (a test session's
         platform, whose data is thrown away: a broker that flushes hundreds of topics takes seconds)."""
         for name in reversed(self.services()):
@@ -368,14 +386,14 @@ class Platform:
         if service.startswith("kafka"):
             return f"127.0.0.1:{self.kafka_node(service).port}"
         if service == "spark-master":
-            return self.spark.master_url
+            return self._spark_cluster().master_url
         if service == "spark-connect":
             return self.spark_connect.url
         if service.startswith("spark-worker"):
             return f"http://127.0.0.1:{self.state.ports[service + '-ui']}"
         return {"s3": self.s3.endpoint, "airflow": self.airflow.url, "registry": self.registry.url}[service]
 
-    def status(self) -> dict[str, dict]:
+    def status(self) -> dict[str, ServiceStatus]:
         return {
             name: {"running": self.running(name), "pid": self.state.pids.get(name), "address": self.address(name),
                    "log": str(self.log_file(name))}
@@ -399,7 +417,8 @@ class Platform:
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
         }
         config = self.kafka
-        if config.has_secure_listener and config.secure.password_file.exists():
+        listener = config.secure_listener
+        if listener is not None and listener.password_file.exists():
             # The same cluster through its SASL_SSL listeners (SCRAM-SHA-512 over TLS).
             secure = {"conn_type": "kafka", "extra": config.secure_client_config()}
             env["AIRFLOW_CONN_KAFKA_SECURE"] = json.dumps(secure)

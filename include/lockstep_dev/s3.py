@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from lockstep.paths import minio_binary
 from lockstep_dev import procs
+
+if TYPE_CHECKING:
+    from lockstep.store.checkpoint_store import S3Client
 
 #: In MinIO's command line (``<repo>/.cache/bin/minio server <data> ...``).
 MARKER = "/bin/minio server"
@@ -21,6 +25,24 @@ MARKER = "/bin/minio server"
 ACCESS_KEY = "lockstep"
 SECRET_KEY = "lockstep-secret"
 REGION = "us-east-1"
+
+
+class _Bucket(TypedDict):
+    Name: str
+
+
+class _ListBucketsOutput(TypedDict, total=False):
+    Buckets: list[_Bucket]
+
+
+if TYPE_CHECKING:  # the store's module imports botocore, which `lockstep dev` commands need not load
+    class DevS3Client(S3Client, Protocol):
+        """A boto3 S3 client of the local server: the store's calls, and the bucket calls the platform
+        makes to find out whether the server is up and to create the bucket."""
+
+        def list_buckets(self) -> _ListBucketsOutput: ...
+
+        def create_bucket(self, *, Bucket: str) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -35,10 +57,15 @@ class S3Config:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def drive_dir(self) -> Path:
+    def server_dir(self) -> Path:
+        """``data_dir``, which only starting the server needs (a client knows the port only)."""
         if self.data_dir is None:
             raise ValueError("S3Config.data_dir is needed to start the S3 server")
-        return self.data_dir / "data"
+        return self.data_dir
+
+    @property
+    def drive_dir(self) -> Path:
+        return self.server_dir / "data"
 
 
 def start(config: S3Config, log_file: Path) -> int:
@@ -52,7 +79,7 @@ def start(config: S3Config, log_file: Path) -> int:
         "--address", f"127.0.0.1:{config.port}",
         # Without these MinIO creates ~/.minio and ~/.minio/certs (nothing is kept there: no TLS, and
         # the configuration lives on the drive).
-        "--config-dir", str(config.data_dir / "config"), "--certs-dir", str(config.data_dir / "certs"),
+        "--config-dir", str(config.server_dir / "config"), "--certs-dir", str(config.server_dir / "certs"),
         # No banner and no update check against dl.min.io; errors are still logged.
         "--quiet", "--anonymous",
     ]
@@ -66,7 +93,7 @@ def start(config: S3Config, log_file: Path) -> int:
     return procs.start_detached("s3", argv, log_file, env=env)
 
 
-def client(config: S3Config, max_attempts: int | None = None):
+def client(config: S3Config, max_attempts: int | None = None) -> DevS3Client:
     import boto3
     from botocore.config import Config
 

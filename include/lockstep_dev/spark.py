@@ -13,6 +13,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lockstep_dev import procs
 
@@ -53,7 +54,10 @@ def _daemon_env(config: SparkClusterConfig) -> dict[str, str]:
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env = spark_env(env)
-    env["SPARK_HOME"] = str(Path(find_spec("pyspark").origin).parent)  # spark-class would ask `python3`
+    pyspark = find_spec("pyspark")
+    if pyspark is None or pyspark.origin is None:
+        raise procs.PlatformError("pyspark is not installed in this venv. Run `make setup`.")
+    env["SPARK_HOME"] = str(Path(pyspark.origin).parent)  # spark-class would ask `python3`
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env["SPARK_DAEMON_MEMORY"] = DAEMON_MEMORY
     env["SPARK_LOG_DIR"] = str(config.data_dir / "logs")
@@ -77,7 +81,7 @@ def start_worker(config: SparkClusterConfig, index: int, log_file: Path) -> int:
     return procs.start_detached(f"spark-worker-{index}", argv, log_file, env=_daemon_env(config), cwd=work_dir)
 
 
-def master_state(config: SparkClusterConfig) -> dict:
+def master_state(config: SparkClusterConfig) -> dict[str, Any]:
     """The master's own view (its web UI's JSON): alive workers, running applications."""
     with urllib.request.urlopen(f"{config.ui_url}/json/", timeout=3) as resp:
         return json.loads(resp.read())

@@ -12,6 +12,10 @@ decodes the registry-framed Avro ``ORDER_SCHEMA`` into ``data`` and encodes the 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 MIN_AMOUNT = 30.0
 
@@ -19,7 +23,7 @@ FIELDS = (("order_id", "string"), ("customer", "string"), ("amount", "double"), 
           ("created_at", "long"), ("note", "string"))
 
 
-def transform(df):
+def transform(df: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -36,14 +40,14 @@ def transform(df):
 
 #: The benchmark's order as Avro (``lockstep_dev.datagen.order`` with ``note``, the padding): the formats
 #: benchmark's input, registered under ``<topic>-value``.
-ORDER_SCHEMA = {"type": "record", "name": "BenchOrder", "namespace": "dev.lockstep.bench",
-                "fields": [{"name": name, "type": kind} for name, kind in FIELDS]}
+_ORDER_FIELDS = [{"name": name, "type": kind} for name, kind in FIELDS]
+ORDER_SCHEMA = {"type": "record", "name": "BenchOrder", "namespace": "dev.lockstep.bench", "fields": _ORDER_FIELDS}
 #: What ``avro_transform`` returns: the order and ``amount_cents``, the sink's schema (auto-registered).
 ENRICHED_SCHEMA = {"type": "record", "name": "BenchEnrichedOrder", "namespace": "dev.lockstep.bench",
-                   "fields": ORDER_SCHEMA["fields"] + [{"name": "amount_cents", "type": "long"}]}
+                   "fields": [*_ORDER_FIELDS, {"name": "amount_cents", "type": "long"}]}
 
 
-def avro_transform(df):
+def avro_transform(df: DataFrame) -> DataFrame:
     """Parse → filter → encode with formats: the same filter and field as ``transform``, on the decoded
     ``data`` column (``source.value: avro-confluent``); Lockstep encodes the returned ``data`` in the
     sink's schema (``sink.value: avro-confluent``)."""
@@ -55,7 +59,7 @@ def avro_transform(df):
     return df.filter(order["amount"] >= MIN_AMOUNT).withColumn("data", enriched)
 
 
-def identity(df):
+def identity(df: DataFrame) -> DataFrame:
     """Every record as it came: the large-input benchmark's measure of Lockstep's own path (read, write in
     transactions, commit) apart from the transform's work."""
     return df
@@ -71,7 +75,7 @@ def transform_value(value: bytes) -> bytes | None:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def window_input(df):
+def window_input(df: DataFrame) -> DataFrame:
     """The windowed race's transform (``lockstep_bench.windowed``): the order's ``customer`` and
     ``created_at`` (epoch seconds) as columns, the only fields the window needs, as the peers parse
     only those; a record without them gets an ``error`` (the dead-letter topic)."""

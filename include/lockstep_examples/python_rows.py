@@ -3,8 +3,12 @@ an order the function raises for is dead-lettered with the exception, the others
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from lockstep.rows import apply, guarded
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 @guarded(returns="binary")
@@ -14,5 +18,5 @@ def order_in_cents(value: bytes) -> bytes:
     return json.dumps({**order, "amount_cents": round(float(order["amount"]) * 100)}).encode()
 
 
-def enrich(df):
+def enrich(df: DataFrame) -> DataFrame:
     return apply(df, order_in_cents, "value")

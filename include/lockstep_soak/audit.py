@@ -13,9 +13,11 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lockstep.kafka.topics import record_headers
 from lockstep.model.output_contract import (
     ERROR_HEADER,
     ORIGINAL_SIZE_HEADER,
@@ -23,6 +25,9 @@ from lockstep.model.output_contract import (
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 Offset = tuple[int, int]  # (source partition, offset)
 VALID = "valid"
@@ -42,9 +47,9 @@ class CaseOutcome:
     records: int = 0
     to_sink: int = 0
     dead_lettered: int = 0
-    reasons: Counter = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"records": self.records, "to_sink": self.to_sink, "dead_lettered": self.dead_lettered,
                 "reasons": dict(self.reasons.most_common(3))}
 
@@ -71,7 +76,7 @@ class AuditResult:
         return (not (self.lost or self.duplicated or self.unexpected or self.mismatched)
                 and (self.state is None or self.state.ok))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"produced": self.produced, "covered": self.covered, "uncovered": self.uncovered,
                 "outputs": self.outputs, "lost": len(self.lost), "duplicated": len(self.duplicated),
                 "unexpected": len(self.unexpected), "mismatched": len(self.mismatched),
@@ -87,15 +92,15 @@ def audit(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter
     covered_to = committed_offsets(kafka, source_topic, group)
     covered = {key for key in produced if key[1] < covered_to.get(key[0], 0)}
     result = AuditResult(produced=len(produced), covered=len(covered), outputs=0)
-    seen: Counter = Counter()
+    seen: Counter[Offset] = Counter()
     for case in sorted({p.case for p in produced.values()}):
         result.cases[case] = CaseOutcome()
-    for key, rec in produced.items():
+    for key, planned in produced.items():
         if key in covered:
-            result.cases[rec.case].records += 1
+            result.cases[planned.case].records += 1
     for topic, msg in read_committed(kafka, (sink_topic, dead_letter_topic)):
         result.outputs += 1
-        headers = dict(msg.headers() or [])
+        headers = _headers(msg)
         where = f"{topic}:{msg.partition()}@{msg.offset()}"
         try:
             if headers[SOURCE_TOPIC].decode() != source_topic:
@@ -168,7 +173,7 @@ class StateFigures:
         return (self.error is None and self.complete and self.state_equal
                 and not (self.lost or self.duplicated or self.unexpected or self.wrong or self.late_unplanned))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "windows_expected": self.windows_expected, "windows_found": self.windows_found,
                 "lost": self.lost, "duplicated": self.duplicated, "unexpected": self.unexpected, "wrong": self.wrong,
                 "late": self.late, "late_unplanned": self.late_unplanned, "complete": self.complete,
@@ -183,7 +188,7 @@ def window_end_ms(event_ms: int, size_ms: int) -> int:
     return event_ms - event_ms % size_ms + size_ms
 
 
-def expected_state_rows(events: list[int | None], size_ms: int, watermark_ms: int | None,
+def expected_state_rows(events: Sequence[int | None], size_ms: int, watermark_ms: int | None,
                         allowed_lateness_ms: int = 0) -> int:
     """The rows a tumbling-window state holds after the watermark reached ``watermark_ms``: one per
     valid order (``events`` are their event times; None is an order without one, never state) whose
@@ -193,7 +198,7 @@ def expected_state_rows(events: list[int | None], size_ms: int, watermark_ms: in
                and (watermark_ms is None or window_end_ms(t, size_ms) + allowed_lateness_ms > watermark_ms))
 
 
-def state_figures(verified: dict[str, Any], manifest: dict[str, Any] | None, events: list[int | None],
+def state_figures(verified: dict[str, Any], manifest: dict[str, Any] | None, events: Sequence[int | None],
                   size_ms: int, late_unplanned: int = 0) -> StateFigures:
     """The figures from ``lockstep verify --json``'s document and the latest completed checkpoint's
     state manifest (``StateManifest.to_json()`` plus its ``checkpoint``), ``events`` the event times
@@ -231,18 +236,18 @@ def audit_dead_letters(kafka: dict[str, Any], source_topic: str, sink_topic: str
     covered_to = committed_offsets(kafka, source_topic, group)
     covered = {key for key in produced if key[1] < covered_to.get(key[0], 0)}
     result = AuditResult(produced=len(produced), covered=len(covered), outputs=0)
-    seen: Counter = Counter()
+    seen: Counter[Offset] = Counter()
     late_unplanned = 0
     for case in sorted({p.case for p in produced.values()}):
         result.cases[case] = CaseOutcome()
-    for key, rec in produced.items():
+    for key, planned in produced.items():
         if key in covered:
-            result.cases[rec.case].records += 1
+            result.cases[planned.case].records += 1
     for topic, msg in read_committed(kafka, (sink_topic, dead_letter_topic)):
         result.outputs += 1
         if topic == sink_topic:
             continue  # windows: checked against their recomputation
-        headers = dict(msg.headers() or [])
+        headers = _headers(msg)
         where = f"{topic}:{msg.partition()}@{msg.offset()}"
         try:
             if headers[SOURCE_TOPIC].decode() != source_topic:
@@ -273,7 +278,15 @@ def audit_dead_letters(kafka: dict[str, Any], source_topic: str, sink_topic: str
     return result, late_unplanned
 
 
+def _headers(msg: Message) -> dict[str, bytes]:
+    """A sink or dead-letter record's headers by name; one with a null value counts as missing (Lockstep
+    writes none: its provenance and error headers always carry a value)."""
+    return {name: value for name, value in record_headers(msg) if value is not None}
+
+
 def _order_id(value: bytes | None) -> str | None:
+    if value is None:  # a tombstone is not an order
+        return None
     try:
         return json.loads(value)["order_id"]
     except Exception:  # noqa: BLE001 - anything that is not an order is a mismatch
@@ -312,7 +325,7 @@ def committed_offsets(kafka: dict[str, Any], topic: str, group: str, patience_s:
         time.sleep(1.0)
 
 
-def read_committed(kafka: dict[str, Any], topics: tuple[str, ...]):
+def read_committed(kafka: dict[str, Any], topics: tuple[str, ...]) -> Iterator[tuple[str, Message]]:
     """Every record of ``topics`` up to their last stable offsets, as a read_committed consumer sees them."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -330,12 +343,14 @@ def read_committed(kafka: dict[str, Any], topics: tuple[str, ...]):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"auditor: could not read to the end of {sorted(remaining)} in 300 s")
             for msg in consumer.consume(1000, timeout=2):
-                if msg.error():
-                    if msg.error().code() == -191:  # _PARTITION_EOF
-                        remaining.discard((msg.topic(), msg.partition()))
+                name, error = msg.topic(), msg.error()
+                if error:
+                    if error.code() == -191:  # _PARTITION_EOF
+                        remaining.discard((name, msg.partition()))
                         continue
-                    raise RuntimeError(f"auditor: reading {msg.topic()}: {msg.error()}")
-                yield msg.topic(), msg
+                    raise RuntimeError(f"auditor: reading {name}: {error}")
+                assert name is not None  # a record read from a topic names it
+                yield name, msg
     finally:
         consumer.close()
 

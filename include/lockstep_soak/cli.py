@@ -9,6 +9,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from lockstep_soak.schedule import FaultKind
 
@@ -81,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def summary(doc: dict) -> str:
+def summary(doc: dict[str, Any]) -> str:
     audit = doc["audit"] or {}
     injected = [f for f in doc["faults"] if f["injected"]]
     recoveries = [f["recovery_s"] for f in injected if f["recovery_s"] is not None]
@@ -95,7 +96,7 @@ def summary(doc: dict) -> str:
             + (f"; STUCK: {doc['stuck']}" if doc["stuck"] else ""))
 
 
-def _state_summary(state: dict) -> str:
+def _state_summary(state: dict[str, Any]) -> str:
     return (f"; windows: {state['windows_expected']} expected, {state['windows_found']} found, {state['lost']} lost, "
             f"{state['duplicated']} duplicated, {state['unexpected']} unexpected, {state['wrong']} wrong value, "
             f"{state['late']} late records ({state['late_unplanned']} not produced late); state "

@@ -8,6 +8,7 @@ a row is reported stuck and the soak stops.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -21,7 +22,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from lockstep.model.failpoints import PAUSE_SIGNALS
 from lockstep_soak import kill, proxy
@@ -46,6 +47,9 @@ from lockstep_soak.schedule import (
     plan_bad_input,
     plan_faults,
 )
+
+if TYPE_CHECKING:
+    from lockstep_dev.platform import Platform
 
 ALL_KINDS = tuple(FaultKind)
 SOURCE_PARTITIONS = 3
@@ -115,7 +119,7 @@ class Injected:
             return None
         return self.recovered_at - self.injected_at
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {**self.fault.to_json(), "target": self.target, "injected": self.injected_at is not None,
                 "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1), "note": self.note,
                 **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {}),
@@ -132,7 +136,7 @@ class CycleResult:
     reason: str = ""
     faults: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"cycle": self.cycle, "checkpoint": self.checkpoint_id, "ok": self.ok, "seconds": round(self.seconds, 1),
                 "failed_step": self.failed_step, "reason": self.reason, "faults": self.faults}
 
@@ -141,7 +145,7 @@ class CycleResult:
 class SoakResult:
     seed: int
     topology: str
-    config: dict
+    config: dict[str, Any]
     cycles: list[CycleResult]
     injected: list[Injected]
     audit: AuditResult | None
@@ -163,7 +167,7 @@ class SoakResult:
                 and not self.lso_open_at_end
                 and self.lso_after_last_fault_s <= self.config["timeout_ms"] / 1000)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "seed": self.seed, "topology": self.topology, "config": self.config,
                 "started": self.started, "seconds": round(self.seconds, 1), "stuck": self.stuck,
                 "lso_longest_s": round(self.lso_longest_s, 1),
@@ -175,7 +179,7 @@ class SoakResult:
 
 
 class Soak:
-    def __init__(self, platform: Any, config: SoakConfig, out: TextIO = sys.stdout) -> None:
+    def __init__(self, platform: Platform, config: SoakConfig, out: TextIO = sys.stdout) -> None:
         self.platform = platform
         self.config = config
         self.seed = config.resolved_seed()
@@ -186,17 +190,17 @@ class Soak:
         self.work = config.work_dir / self.name
         self.logs = self.work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.kafka = {"bootstrap.servers": platform.kafka.bootstrap}
+        self.kafka: dict[str, Any] = {"bootstrap.servers": platform.kafka.bootstrap}
         self.produced: dict[tuple[int, int], Produced] = {}
         self._next_record = 0
         self._platform_lock = threading.Lock()
         self._family_locks = {"kafka": threading.Lock(), "s3": threading.Lock()}
         self._threads: list[threading.Thread] = []
         self.injections: list[Injected] = []
-        self._current: subprocess.Popen | None = None
+        self._current: subprocess.Popen[str] | None = None
         self._current_step: str | None = None
         #: a duplicated run's first attempt, still running after the step's result (its retry's) was taken
-        self._straggler: tuple[subprocess.Popen, Path, Injected] | None = None
+        self._straggler: tuple[subprocess.Popen[str], Path, Injected] | None = None
         self._checkpoint: int | None = None
         self.proxy: proxy.FaultProxy | None = None
         self.spec_path = self.work / "pipeline.yaml"
@@ -322,14 +326,14 @@ spark:
             rec.size = len(value or b"")
             pending[i] = rec
             producer.produce(self.source, value, key=f"k{i}".encode(), partition=i % SOURCE_PARTITIONS,
-                             on_delivery=lambda err, msg, rec=rec: delivered(err, msg, rec))
+                             on_delivery=functools.partial(delivered, rec=rec))
             producer.poll(0)
         left = producer.flush(120)
         if left or failures:
             raise RuntimeError(f"soak input of cycle {cycle}: {left} records undelivered, errors {failures[:3]}")
 
     # ---- one cycle -------------------------------------------------------------------------------
-    def _spawn(self, cycle: int, step: str, env: dict[str, str], suffix: str = "") -> tuple[subprocess.Popen, Path]:
+    def _spawn(self, cycle: int, step: str, env: dict[str, str], suffix: str = "") -> tuple[subprocess.Popen[str], Path]:
         """Start one step's process; its log is ``cycle-NNNN-<step><suffix>.log``."""
         args = [sys.executable, "-m", "lockstep_soak.step", step, str(self.spec_path)]
         if step != "plan":
@@ -340,7 +344,7 @@ spark:
                                     text=True)
         return proc, log_path
 
-    def _finish(self, proc: subprocess.Popen, log_path: Path, step: str) -> tuple[int, str]:
+    def _finish(self, proc: subprocess.Popen[str], log_path: Path, step: str) -> tuple[int, str]:
         """Wait for a step's process (at most 900 s, then kill its tree); its exit code and why it failed."""
         try:
             stdout, _ = proc.communicate(timeout=900)
@@ -776,7 +780,7 @@ spark:
         runs = {"verify": [sys.executable, "-c", "import sys; from lockstep.cli import main; sys.exit(main())",
                            "verify", "--spec", str(self.spec_path), "--json"],
                 "state": [sys.executable, "-m", "lockstep_soak.step", "state", str(self.spec_path)]}
-        docs: dict[str, dict] = {}
+        docs: dict[str, dict[str, Any]] = {}
         for name, args in runs.items():
             log_path = self.logs / f"audit-{name}.log"
             with open(log_path, "w") as log:

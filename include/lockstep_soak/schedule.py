@@ -66,7 +66,7 @@ class Fault:
     #: that exact moment (``anchor_faults``).
     anchor: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"cycle": self.cycle, "kind": self.kind.value, "at": round(self.at, 3), "hold_s": round(self.hold_s, 1),
                 **({"anchor": self.anchor} if self.anchor else {})}
 

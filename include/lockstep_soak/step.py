@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
 
     step, spec_path, *rest = argv
     spec = load_spec(spec_path)
+    doc: dict[str, object]
     try:
         p = Pipeline.open(spec)
         if step == "plan":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from airflow.sdk import DAG, Asset, AssetWatcher
 
@@ -19,11 +19,14 @@ from lockstep.ops.drift import asset_name
 from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
 from lockstep_airflow.params import pipeline_params, read_restore_points
 
+if TYPE_CHECKING:
+    from lockstep.spec import PipelineSpec
+
 log = logging.getLogger(__name__)
 START_DATE = datetime(2024, 1, 1)
 
 
-def doc_md(spec: Any) -> str:
+def doc_md(spec: PipelineSpec) -> str:
     c = spec.checkpoints
     return "\n".join([
         f"# Lockstep pipeline `{spec.name}`",
@@ -58,7 +61,7 @@ def doc_md(spec: Any) -> str:
     ])
 
 
-def topic_assets(spec: Any) -> list[Asset]:
+def topic_assets(spec: PipelineSpec) -> list[Asset]:
     """The sink and dead-letter topics as Kafka Assets (``kafka://<first bootstrap server>/<topic>``,
     the Kafka provider's form), so downstream DAGs can be scheduled on committed output. A connection
     that cannot be read while the DAG file is parsed falls back to its id as the server part."""
@@ -100,23 +103,26 @@ def sink_assets(pipelines_dir: Path | None = None) -> list[Asset]:
         return []
 
 
-def lag_asset(spec: Any) -> Asset:
+def lag_asset(spec: PipelineSpec) -> Asset:
     """The Asset a lag-triggered pipeline's DAG is scheduled on: its watcher fires when a checkpoint
     should start (``lockstep_airflow.triggers``)."""
     from lockstep_airflow.triggers import LockstepLagTrigger
 
+    lag = spec.checkpoints.trigger
+    if lag is None:
+        raise ValueError(f"pipeline {spec.name}: only a spec with checkpoints.trigger has a lag Asset")
     name = f"lockstep_{spec.name}_lag"
-    trigger = LockstepLagTrigger(spec_path=str(spec.path), pipeline=spec.name, poll_s=spec.checkpoints.trigger.poll_s)
+    trigger = LockstepLagTrigger(spec_path=str(spec.path), pipeline=spec.name, poll_s=lag.poll_s)
     return Asset(name=name, group="lockstep", extra={"pipeline": spec.name, "role": "lag trigger"},
                  watchers=[AssetWatcher(name=name, trigger=trigger)])
 
 
-def schedule_of(spec: Any) -> Any:
+def schedule_of(spec: PipelineSpec) -> list[Asset] | str | None:
     """The spec's cron schedule, or for ``checkpoints.trigger`` its lag Asset."""
     return [lag_asset(spec)] if spec.checkpoints.trigger is not None else spec.checkpoints.schedule
 
 
-def build_dag(spec: Any) -> DAG:
+def build_dag(spec: PipelineSpec) -> DAG:
     lag = spec.checkpoints.trigger
     with DAG(
         dag_id=spec.dag_id,

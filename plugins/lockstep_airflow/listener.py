@@ -16,12 +16,18 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.listeners import hookimpl
 
 from lockstep.rules.alerts import Failure, should_notify
 from lockstep_airflow.run_notes import FAILURE_KEY, may_replace, run_note
+
+if TYPE_CHECKING:
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy.orm import Session
+
+    from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 TASKS = ("plan", "run", "commit")
@@ -29,7 +35,7 @@ TASKS = ("plan", "run", "commit")
 _FAILED_ON = re.compile(r" failed: checkpoint (\d+):")
 
 
-def _xcoms(dag_run: Any, session: Any) -> dict[tuple[str, str], Any]:
+def _xcoms(dag_run: DagRun, session: Session) -> dict[tuple[str, str], Any]:
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
@@ -39,7 +45,7 @@ def _xcoms(dag_run: Any, session: Any) -> dict[tuple[str, str], Any]:
     return {(row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
 
 
-def note_for(dag_run: Any, session: Any) -> str | None:
+def note_for(dag_run: DagRun, session: Session) -> str | None:
     values = _xcoms(dag_run, session)
     plan = values.get(("plan", "return_value"))
     commit = values.get(("commit", "return_value"))
@@ -53,7 +59,7 @@ def note_for(dag_run: Any, session: Any) -> str | None:
                     commit if isinstance(commit, dict) else None, (failure or {}).get("summary"))
 
 
-def _write_note(dag_run: Any) -> None:
+def _write_note(dag_run: DagRun) -> None:
     from sqlalchemy.orm import object_session
 
     session = object_session(dag_run)
@@ -68,17 +74,17 @@ def _write_note(dag_run: Any) -> None:
 
 
 @hookimpl
-def on_dag_run_success(dag_run: Any, msg: str) -> None:
+def on_dag_run_success(dag_run: DagRun, msg: str) -> None:
     _write_note(dag_run)
 
 
 @hookimpl
-def on_dag_run_failed(dag_run: Any, msg: str) -> None:
+def on_dag_run_failed(dag_run: DagRun, msg: str) -> None:
     _write_note(dag_run)
     _alert(dag_run)
 
 
-def failure_of(dag_run: Any, session: Any) -> Failure | None:
+def failure_of(dag_run: DagRun, session: Session) -> Failure | None:
     """What a finished Lockstep run failed on; None if it did not fail, or is not a Lockstep run."""
     state = getattr(dag_run.state, "value", dag_run.state)
     if state != "failed":
@@ -99,7 +105,7 @@ def failure_of(dag_run: Any, session: Any) -> Failure | None:
     return Failure(str(pipeline), dag_run.run_id, int(checkpoint) if checkpoint is not None else None, str(summary))
 
 
-def _previous_run(dag_run: Any, session: Any) -> Any:
+def _previous_run(dag_run: DagRun, session: Session) -> DagRun | None:
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select
 
@@ -109,7 +115,7 @@ def _previous_run(dag_run: Any, session: Any) -> Any:
         .order_by(DagRun.start_date.desc()).limit(1)).first()
 
 
-def _alert(dag_run: Any) -> None:
+def _alert(dag_run: DagRun) -> None:
     from sqlalchemy.orm import object_session
 
     session = object_session(dag_run)
@@ -135,7 +141,7 @@ def _alert(dag_run: Any) -> None:
         log.exception("could not alert about %s %s", dag_run.dag_id, dag_run.run_id)
 
 
-def _send(spec: Any, failure: Failure) -> None:
+def _send(spec: PipelineSpec, failure: Failure) -> None:
     from airflow.configuration import conf
 
     from lockstep.ops.alerts import notify

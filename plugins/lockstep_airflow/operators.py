@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
@@ -19,13 +20,21 @@ from lockstep.logs import quiet_clients
 from lockstep_airflow.links import checkpoint_url
 from lockstep_airflow.run_notes import FAILURE_KEY
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.types import TaskInstanceKey
+    from pydantic import JsonValue
+
+    from lockstep.steps.pipeline import Pipeline
+    from lockstep.steps.run import Stoppable
+
 log = logging.getLogger(__name__)
 quiet_clients()  # task logs start with Lockstep's lines, not the clients' connection chatter
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
 
 
-def _arm_failpoints(context: Any) -> None:
+def _arm_failpoints(context: Context) -> None:
     """Crash tests through Airflow: a run's conf may arm failpoints for that run only
     (``{"lockstep_failpoints": "commit.between_commits=raise"}``); without it nothing changes."""
     armed = (context["dag_run"].conf or {}).get("lockstep_failpoints")
@@ -34,7 +43,7 @@ def _arm_failpoints(context: Any) -> None:
         log.warning("failpoints armed for this run: %s", armed)
 
 
-def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception, context: Any = None) -> Exception:
+def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception, context: Context | None = None) -> Exception:
     """The one line a user reads first: which checkpoint, what failed, what happens next.
 
     The error's class decides retries: a ``TerminalError`` fails the task at once
@@ -70,7 +79,7 @@ class CheckpointLink(BaseOperatorLink):
 
     name = "Checkpoint"
 
-    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return getattr(operator, "checkpoint_link", "") or ""
 
 
@@ -86,7 +95,7 @@ class _LockstepOperator(BaseOperator):
         self.checkpoint_link = checkpoint_url(pipeline, checkpoint_id)
 
 
-def _send_lag(p: Any) -> None:
+def _send_lag(p: Pipeline) -> None:
     """The pipeline's lag as StatsD gauges where Airflow sends its metrics (``[metrics] statsd_on``);
     nothing is read when metrics are off. Metrics never fail a task."""
     from lockstep.ops import lag, metrics
@@ -99,18 +108,18 @@ def _send_lag(p: Any) -> None:
         log.warning("lag metrics of %s not sent: %s", p.spec.name, exc)
 
 
-def _dry_run(context: Any) -> bool:
+def _dry_run(context: Context) -> bool:
     return bool(context["params"].get("dry_run"))
 
 
-def _planned_checkpoint(context: Any) -> int:
+def _planned_checkpoint(context: Context) -> int:
     planned = context["ti"].xcom_pull(task_ids="plan")
     if not planned or "checkpoint_id" not in planned:
         raise RuntimeError("the plan task left no checkpoint id in XCom; re-run the whole DAG run")
     return int(planned["checkpoint_id"])
 
 
-def _lag_trigger_reasons(context: Any) -> list[str]:
+def _lag_trigger_reasons(context: Context) -> list[str]:
     """Why the lag watcher started this run (``checkpoints.trigger``): the reasons its asset events carry."""
     reasons: list[str] = []
     try:
@@ -134,7 +143,7 @@ class LockstepPlanOperator(_LockstepOperator):
 
     ui_color = "#e8f1fb"
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from lockstep.errors import LockstepError
         from lockstep.model.failpoints import FailpointError
         from lockstep.spec import load_spec
@@ -180,7 +189,7 @@ class LockstepPlanOperator(_LockstepOperator):
                 "restore": result.restore_summary}
 
     @staticmethod
-    def _run_alive(context: Any) -> Any:
+    def _run_alive(context: Context) -> Callable[[str], bool | None]:
         """Whether another run of this DAG is still going, from Airflow itself; None if not ours."""
         from lockstep.rules.run_ownership import parse_cli_run_id
 
@@ -210,9 +219,9 @@ class LockstepRunOperator(_LockstepOperator):
 
     def __init__(self, *, spec_path: str, **kwargs: Any) -> None:
         super().__init__(spec_path=spec_path, **kwargs)
-        self._run: Any = None  # lockstep.steps.run.Stoppable
+        self._run: Stoppable | None = None
 
-    def execute(self, context: Any) -> None:
+    def execute(self, context: Context) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
 
         from lockstep.errors import LockstepError
@@ -232,7 +241,7 @@ class LockstepRunOperator(_LockstepOperator):
             raise _loud("run", spec.name, checkpoint_id, exc, context) from exc
         log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
 
-    def _started(self, run: Any) -> None:
+    def _started(self, run: Stoppable) -> None:
         self._run = run
 
     def on_kill(self) -> None:
@@ -248,7 +257,7 @@ class LockstepCommitOperator(_LockstepOperator):
 
     ui_color = "#e6f4ea"
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
         from lockstep.errors import LockstepError
@@ -270,6 +279,7 @@ class LockstepCommitOperator(_LockstepOperator):
         except (LockstepError, FailpointError) as exc:
             raise _loud("commit", spec.name, checkpoint_id, exc, context) from exc
         view = p.store.view(checkpoint_id)
+        assert view is not None and view.prepared is not None  # committed, so prepared
         prepared = view.prepared
         log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
                  checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
@@ -282,7 +292,7 @@ class LockstepCommitOperator(_LockstepOperator):
             # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
             raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "
                                        "the sink and dead-letter assets are not updated")
-        extra = {"pipeline": spec.name, "checkpoint_id": checkpoint_id,
+        extra: dict[str, JsonValue] = {"pipeline": spec.name, "checkpoint_id": checkpoint_id,
                  "end_offsets": dict(view.completed.end_offsets) if view.completed else {}}
         for asset in self.outlets:
             role = asset.extra.get("role")
@@ -303,7 +313,7 @@ class LockstepSavepointOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pipelines_dir = pipelines_dir
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from lockstep.model.checkpoint import validate_savepoint_name
         from lockstep.spec import load_each
         from lockstep.steps.client_factory import checkpoint_store

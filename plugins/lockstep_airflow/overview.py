@@ -620,6 +620,10 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                 return pool.submit(Section, [], store_errors[spec.name])
             return pool.submit(_guarded, Section(), lambda: read(stores.get(spec.name)))
 
+        def of(spec: PipelineSpec, read: Callable[[PipelineSpec, Any, datetime], list[Any]]) -> Callable[[Any], list[Any]]:
+            """``read`` for this spec, bound now: the sections read later, in the pool's threads."""
+            return lambda st: read(spec, st, moment)
+
         def checkpoints(spec: PipelineSpec) -> Any:
             if spec.name in store_errors:
                 return pool.submit(CheckpointsSection, [], store_errors[spec.name])
@@ -627,10 +631,10 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
 
         futures = [(spec, checkpoints(spec),
                     section(spec, lambda st: [savepoint_row(x) for x in st.list_savepoints()]),
-                    section(spec, lambda st, s=spec: lag_for(s, st, moment), needs_store=False),
+                    section(spec, of(spec, lag_for), needs_store=False),
                     section(spec, lambda st: last_completed_row(st.latest_completed(), moment)),
                     section(spec, lambda st: dry_run_row(st.last_dry_run())),
-                    section(spec, lambda st, s=spec: transactions_for(s, st, moment)))
+                    section(spec, of(spec, transactions_for)))
                    for spec in specs]
         pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result(), dry.result(),
                                        txns.result())

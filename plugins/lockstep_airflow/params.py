@@ -11,9 +11,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param
+
+if TYPE_CHECKING:
+    from lockstep.model.checkpoint import CheckpointView, Savepoint
+    from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 RESTORE_PATTERN = r"^(checkpoint:[0-9]+|time:[0-9][0-9T:.+Z-]{9,40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
@@ -51,20 +55,20 @@ def _when(iso: str | None) -> str:
         return iso or ""
 
 
-def restore_points(savepoints: Iterable[Any], views: Iterable[Any], limit: int = PROPOSED_CHECKPOINTS
-                   ) -> list[RestorePoint]:
+def restore_points(savepoints: Iterable[Savepoint], views: Iterable[CheckpointView],
+                   limit: int = PROPOSED_CHECKPOINTS) -> list[RestorePoint]:
     """Savepoints (by name) then the newest completed checkpoints with records, as form choices."""
     points = [RestorePoint(s.name, f"savepoint {s.name} (checkpoint {s.checkpoint_id}, {_when(s.created_at)})")
               for s in sorted(savepoints, key=lambda s: s.created_at, reverse=True)]
-    completed = [v for v in views if v.completed is not None and v.prepared is not None and v.prepared.records_in]
-    for v in sorted(completed, key=lambda v: v.checkpoint_id, reverse=True)[:limit]:
-        points.append(RestorePoint(f"checkpoint:{v.checkpoint_id}",
-                                   f"checkpoint {v.checkpoint_id} (completed {_when(v.completed.completed_at)}, "
-                                   f"{v.prepared.records_in:,} records)"))
+    completed = [(v.checkpoint_id, v.completed, v.prepared) for v in views
+                 if v.completed is not None and v.prepared is not None and v.prepared.records_in]
+    for cid, done, prepared in sorted(completed, key=lambda c: c[0], reverse=True)[:limit]:
+        points.append(RestorePoint(f"checkpoint:{cid}", f"checkpoint {cid} (completed {_when(done.completed_at)}, "
+                                                        f"{prepared.records_in:,} records)"))
     return points
 
 
-def read_restore_points(spec: Any) -> list[RestorePoint]:
+def read_restore_points(spec: PipelineSpec) -> list[RestorePoint]:
     """The restore points of ``spec``'s store, or none when the store cannot be read right now.
 
     Only the DAG processor's parse feeds the trigger form: a worker parsing the file to run one

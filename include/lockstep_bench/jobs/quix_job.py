@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {"in": 0, "out": 0}
     topic_bytes = args.source.encode()
 
-    def count_in(_value: dict) -> None:
+    def count_in(_value: dict[str, Any]) -> None:
         counts["in"] += 1
         ctx = message_context()
         if ctx.offset + 1 >= remaining.get(ctx.partition, 0):
@@ -58,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             if not remaining:
                 app.stop()
 
-    def with_cents(order: dict) -> dict:
+    def with_cents(order: dict[str, Any]) -> dict[str, Any]:
         counts["out"] += 1
         order["amount_cents"] = round(order["amount"] * 100)
         return order
 
-    def headers(_value: dict, _key: object, _timestamp: int, _headers: object) -> list[tuple[str, bytes]]:
+    def headers(_value: dict[str, Any], _key: object, _timestamp: int, _headers: object) -> list[tuple[str, bytes]]:
         ctx = message_context()
         return [(SOURCE_TOPIC, topic_bytes), (SOURCE_PARTITION, str(ctx.partition).encode()),
                 (SOURCE_OFFSET, str(ctx.offset).encode())]

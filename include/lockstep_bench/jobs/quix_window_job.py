@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     remaining = {p: e for p, e in ends.items() if e > 0}
     counts = {"in": 0}
 
-    def count_in(_value: dict) -> None:
+    def count_in(_value: dict[str, Any]) -> None:
         counts["in"] += 1
         ctx = message_context()
         if ctx.offset + 1 >= remaining.get(ctx.partition, 0):
