@@ -23,7 +23,7 @@ from lockstep.model.offsets import OffsetRange, TopicPartition
 
 if TYPE_CHECKING:
     from lockstep.spec import PipelineSpec
-    from lockstep.steps.pipeline import Pipeline
+    from lockstep.steps.coordinator import Pipeline
     from lockstep.store.checkpoint_store import CheckpointStore
 
 

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
     from pydantic import JsonValue
 
-    from lockstep.steps.pipeline import Pipeline
-    from lockstep.steps.run import Stoppable
+    from lockstep.steps.coordinator import Pipeline, Stoppable
 
 log = logging.getLogger(__name__)
 quiet_clients()  # task logs start with Lockstep's lines, not the clients' connection chatter

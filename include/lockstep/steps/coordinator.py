@@ -11,7 +11,7 @@ from lockstep.steps.cycle import Cycle, checkpoint_cycle
 from lockstep.steps.pipeline import Pipeline
 from lockstep.steps.plan import Plan, RestorePlan, plan, restore_plan
 from lockstep.steps.recover import CheckpointInFlight, RecoveryFacts, carry_out, check_in_flight, recover, recovery_facts
-from lockstep.steps.run import run_checkpoint
+from lockstep.steps.run import Stoppable, run_checkpoint
 
 __all__ = [
     "CheckpointInFlight",
@@ -21,6 +21,7 @@ __all__ = [
     "Plan",
     "RecoveryFacts",
     "RestorePlan",
+    "Stoppable",
     "carry_out",
     "check_in_flight",
     "checkpoint_cycle",

@@ -10,7 +10,7 @@ commit) is `lockstep.steps.cycle`.
 from __future__ import annotations
 
 __all__ = [
-    "run_checkpoint",
+    "Stoppable", "run_checkpoint",
 ]
 
 import logging
