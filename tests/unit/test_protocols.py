@@ -126,6 +126,19 @@ def test_confluent_kafkas_admin_client_and_the_fake_source_are_a_topic_admin():
     assert protocol_gaps(FakeSource().admin, TopicAdmin) == []
 
 
+def test_confluent_kafkas_admin_client_is_a_config_admin_and_its_consumer_a_record_consumer():
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    from lockstep.kafka.reader import RecordConsumer
+    from lockstep.kafka.topics import ConfigAdmin
+    from tests.unit.test_kafka_reader import FakeConsumer
+
+    assert protocol_gaps(AdminClient, ConfigAdmin) == []
+    assert protocol_gaps(Consumer, RecordConsumer) == []
+    assert protocol_gaps(FakeConsumer({}, {}, []), RecordConsumer) == []
+
+
 # ---- Spark -----------------------------------------------------------------------------------------
 def test_classic_and_connect_sessions_and_the_fake_are_what_the_job_uses():
     from pyspark.sql import SparkSession

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lockstep.cli import main
+from lockstep.kafka.topics import ListedTopic
 from lockstep.ops import validate as v
 from lockstep.rules.state_manifest import manifest
 from lockstep.spec import DURATION_RULE
@@ -237,11 +238,10 @@ class FakeServices(v.Services):
         super().__init__()
         self.found = topics
 
-    def topics(self, conn_id: str) -> Any:
+    def topics(self, conn_id: str) -> dict[str, ListedTopic]:
         if isinstance(self.found, Exception):
             raise self.found
-        return SimpleNamespace(topics={t: SimpleNamespace(partitions=dict.fromkeys(range(n)), error=None)
-                                       for t, n in self.found.items()})
+        return {t: ListedTopic(n) for t, n in self.found.items()}
 
 
 class FakeStore:
