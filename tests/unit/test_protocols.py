@@ -88,7 +88,7 @@ def boto3_s3():
 
 
 def test_boto3_and_the_in_memory_s3_are_what_the_store_calls(boto3_s3):
-    from lockstep.store.checkpoint_store import S3Client, S3Paginator
+    from lockstep.store.s3 import S3Client, S3Paginator
     from tests.support.fake_s3 import FakeS3
 
     assert protocol_gaps(boto3_s3, S3Client) == []

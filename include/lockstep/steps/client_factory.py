@@ -7,15 +7,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lockstep.connections import kafka_config, s3_client
+from lockstep.connections import kafka_config, s3_client_kwargs
 from lockstep.kafka.client_configs import KAFKA_PYTHON
 from lockstep.kafka.clients import CREDENTIALS_CHECK_S, checked_admin
 from lockstep.spec import PipelineSpec
+from lockstep.store import s3
 from lockstep.store.checkpoint_store import CheckpointStore
 
 if TYPE_CHECKING:
     from lockstep.kafka.committer import TransactionCommitter
     from lockstep.kafka.topics import TopicAdmin
+    from lockstep.store.s3 import S3Client
+
+
+def s3_client(conn_id: str, timeout_s: float | None = None) -> S3Client:
+    """An S3 client of the AWS connection ``conn_id`` (`lockstep.store.s3.s3_client`): patient by default
+    (DAG tasks), or one that gives up after about ``timeout_s`` seconds per call (a page view, a DAG file
+    being parsed)."""
+    return s3.s3_client(s3_client_kwargs(conn_id), timeout_s)
 
 
 def checkpoint_store(spec: PipelineSpec, timeout_s: float | None = None) -> CheckpointStore:
