@@ -295,6 +295,18 @@ def test_connect_refuses_a_missing_topic_and_gives_partition_counts(tmp_path: Pa
         {"field": "sink.dead_letter_topic", "topic": "orders-enriched-dlq", "partitions": 1}]
 
 
+def test_a_topic_listing_counts_each_topics_partitions_and_keeps_its_error() -> None:
+    from lockstep.kafka.topics import topic_listing
+
+    class Admin:
+        def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+            assert topic is None  # one listing of every topic: naming one could create it
+            return SimpleNamespace(topics={"orders": SimpleNamespace(partitions=dict.fromkeys(range(4)), error=None),
+                                           "broken": SimpleNamespace(partitions={}, error="LEADER_NOT_AVAILABLE")})
+
+    assert topic_listing(Admin(), 1.0) == {"orders": ListedTopic(4), "broken": ListedTopic(0, "LEADER_NOT_AVAILABLE")}
+
+
 def test_connect_names_an_undefined_connection(tmp_path: Path, connections: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT")
     monkeypatch.setattr("lockstep.connections._lookup", _undefined(monkeypatch))
