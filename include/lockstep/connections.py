@@ -4,24 +4,26 @@ A spec names connection ids (``kafka_default``, ``aws_default``). Airflow reads
 ``AIRFLOW_CONN_<ID>`` environment variables (JSON) before its database; the CLI,
 the Spark job and tests read the same variables, and inside an Airflow worker we
 fall back to Airflow's own lookup for connections defined in the UI.
+
+This module resolves connections into client settings (`kafka_config`, `s3_client_kwargs`); it makes no
+client. The clients are made from those settings by ``lockstep.kafka`` (``kafka.clients``) and
+``lockstep.store`` (``store.s3``), which never import this module: ``lockstep.steps.client_factory``
+puts the two together for a connection id.
 """
 from __future__ import annotations
 
 __all__ = [
-    "Connection", "connection_env", "get_connection", "kafka_config", "redact", "s3_client", "s3_client_kwargs",
+    "Connection", "connection_env", "get_connection", "kafka_config", "redact", "s3_client_kwargs",
 ]
 
 import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lockstep.errors import TerminalError
 from lockstep.kafka.client_configs import CONFLUENT, ClientConfig, client_configs
-
-if TYPE_CHECKING:
-    from lockstep.store.checkpoint_store import S3Client
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,8 @@ def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> ClientConfig:
 
 
 def s3_client_kwargs(conn_id: str) -> dict[str, object]:
-    """boto3 client arguments from an Airflow AWS connection (login/password = key/secret)."""
+    """The S3 client's arguments from an Airflow AWS connection (login/password = key/secret), for
+    `lockstep.store.s3.s3_client`."""
     conn = get_connection(conn_id)
     extra = conn.extra
     kwargs: dict[str, object] = {}
@@ -144,19 +147,3 @@ def s3_client_kwargs(conn_id: str) -> dict[str, object]:
     if extra.get("region_name"):
         kwargs["region_name"] = extra["region_name"]
     return kwargs
-
-
-def s3_client(conn_id: str, timeout_s: float | None = None) -> S3Client:
-    """A boto3 S3 client of the connection: patient by default (DAG tasks), or one that gives up
-    after about ``timeout_s`` seconds per call (a page view, a DAG file being parsed)."""
-    import boto3
-    from botocore.config import Config
-
-    kwargs = s3_client_kwargs(conn_id)
-    # Path-style addressing works against MinIO, moto and AWS alike.
-    if timeout_s is None:
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"})
-    else:
-        config = Config(s3={"addressing_style": "path"}, connect_timeout=timeout_s, read_timeout=timeout_s,
-                        retries={"max_attempts": 2, "mode": "standard"})
-    return boto3.client("s3", config=config, **kwargs)

@@ -127,9 +127,8 @@ def test_a_pipeline_runs_over_sasl_ssl_and_its_password_is_written_nowhere(tmp_p
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["covered_offsets"] == RECORDS and report["actual_outputs"] == RECORDS, report
 
-    from lockstep.connections import s3_client
     from lockstep.spec import load_spec
-    from lockstep.steps.client_factory import transaction_committer
+    from lockstep.steps.client_factory import s3_client, transaction_committer
 
     loaded = load_spec(spec)
     with transaction_committer(loaded) as committer:  # kafka-python over SASL_SSL

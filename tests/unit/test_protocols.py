@@ -88,7 +88,7 @@ def boto3_s3():
 
 
 def test_boto3_and_the_in_memory_s3_are_what_the_store_calls(boto3_s3):
-    from lockstep.store.checkpoint_store import S3Client, S3Paginator
+    from lockstep.store.s3 import S3Client, S3Paginator
     from tests.support.fake_s3 import FakeS3
 
     assert protocol_gaps(boto3_s3, S3Client) == []
@@ -124,6 +124,19 @@ def test_confluent_kafkas_admin_client_and_the_fake_source_are_a_topic_admin():
 
     assert protocol_gaps(AdminClient, TopicAdmin) == []
     assert protocol_gaps(FakeSource().admin, TopicAdmin) == []
+
+
+def test_confluent_kafkas_admin_client_is_a_config_admin_and_its_consumer_a_record_consumer():
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    from lockstep.kafka.reader import RecordConsumer
+    from lockstep.kafka.topics import ConfigAdmin
+    from tests.unit.test_kafka_reader import FakeConsumer
+
+    assert protocol_gaps(AdminClient, ConfigAdmin) == []
+    assert protocol_gaps(Consumer, RecordConsumer) == []
+    assert protocol_gaps(FakeConsumer({}, {}, []), RecordConsumer) == []
 
 
 # ---- Spark -----------------------------------------------------------------------------------------

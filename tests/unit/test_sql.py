@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from lockstep.errors import SpecError
+from lockstep.kafka.topics import ListedTopic
 from lockstep.ops import validate as v
 from lockstep.spec import load_spec, parse_spec
 from lockstep.spec.shape import spec_json_schema
@@ -173,11 +174,8 @@ class Services(v.Services):
         super().__init__()
         self.session = spark
 
-    def topics(self, conn_id: str) -> Any:
-        from types import SimpleNamespace
-
-        return SimpleNamespace(topics={t: SimpleNamespace(partitions={0: None}, error=None)
-                                       for t in ("orders", "orders-big", "orders-big-dlq")})
+    def topics(self, conn_id: str) -> dict[str, ListedTopic]:
+        return {t: ListedTopic(1) for t in ("orders", "orders-big", "orders-big-dlq")}
 
     def spark(self) -> Any:
         return self.session

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lockstep.cli import main
+from lockstep.kafka.topics import ListedTopic
 from lockstep.ops import validate as v
 from lockstep.rules.state_manifest import manifest
 from lockstep.spec import DURATION_RULE
@@ -237,11 +238,10 @@ class FakeServices(v.Services):
         super().__init__()
         self.found = topics
 
-    def topics(self, conn_id: str) -> Any:
+    def topics(self, conn_id: str) -> dict[str, ListedTopic]:
         if isinstance(self.found, Exception):
             raise self.found
-        return SimpleNamespace(topics={t: SimpleNamespace(partitions=dict.fromkeys(range(n)), error=None)
-                                       for t, n in self.found.items()})
+        return {t: ListedTopic(n) for t, n in self.found.items()}
 
 
 class FakeStore:
@@ -293,6 +293,18 @@ def test_connect_refuses_a_missing_topic_and_gives_partition_counts(tmp_path: Pa
         {"field": "source.topics[0]", "topic": "orders", "partitions": 4},
         {"field": "sink.topic", "topic": "orders-enriched", "partitions": None},
         {"field": "sink.dead_letter_topic", "topic": "orders-enriched-dlq", "partitions": 1}]
+
+
+def test_a_topic_listing_counts_each_topics_partitions_and_keeps_its_error() -> None:
+    from lockstep.kafka.topics import topic_listing
+
+    class Admin:
+        def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+            assert topic is None  # one listing of every topic: naming one could create it
+            return SimpleNamespace(topics={"orders": SimpleNamespace(partitions=dict.fromkeys(range(4)), error=None),
+                                           "broken": SimpleNamespace(partitions={}, error="LEADER_NOT_AVAILABLE")})
+
+    assert topic_listing(Admin(), 1.0) == {"orders": ListedTopic(4), "broken": ListedTopic(0, "LEADER_NOT_AVAILABLE")}
 
 
 def test_connect_names_an_undefined_connection(tmp_path: Path, connections: None, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ consumer settings do not concern a client that only sends transaction requests.
 from __future__ import annotations
 
 __all__ = [
-    "CONFLUENT", "ClientConfig", "JAVA", "client_configs",
+    "CONFLUENT", "ClientConfig", "JAVA", "KAFKA_PYTHON", "client_configs",
 ]
 
 from collections.abc import Mapping

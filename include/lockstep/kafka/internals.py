@@ -5,8 +5,9 @@ recorded producer id and epoch, as Flink's `resumeTransaction` does. librdkafka 
 only ends its own transactions), so this module speaks the protocol with kafka-python (pinned to
 3.0.12), through its private connection manager (`_manager.send` / `run`) and raw request classes.
 Fencing re-initialises an id with a confluent-kafka producer (InitProducerId). Both clients take
-their settings from the connection translation every client uses (`lockstep.kafka.client_configs`,
-through `lockstep.connections.kafka_config`).
+their settings from the connection translation every client uses (`lockstep.kafka.client_configs`),
+handed in by the caller (`lockstep.steps.client_factory.committer_for_connection` resolves the
+connection through `lockstep.connections.kafka_config`: this package never resolves one itself).
 
 The operations are small and typed: each returns plain values and the Kafka error name the broker
 answered with (``NoError`` on success), or raises `RetriableKafkaError` when the client itself
@@ -36,8 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from lockstep.connections import kafka_config
-from lockstep.kafka.client_configs import KAFKA_PYTHON
+from lockstep.kafka.client_configs import ClientConfig
 from lockstep.model.offsets import TopicPartition
 from lockstep.model.transactions import TransactionState
 
@@ -126,7 +126,7 @@ class KafkaTransactionAdmin:
 
     `client_config` holds kafka-python `KafkaAdminClient` settings (security, client_id, ...);
     `producer_config` holds confluent-kafka settings used only by `fence`. Without them the cluster
-    is a PLAINTEXT one (tests, tools); pipelines use `for_connection`.
+    is a PLAINTEXT one (tests, tools); pipelines use `from_configs`.
     """
 
     def __init__(self, bootstrap: str, client_config: Mapping[str, object] | None = None,
@@ -138,10 +138,11 @@ class KafkaTransactionAdmin:
         self._producer_config = {k: v for k, v in (producer_config or {}).items() if k != "bootstrap.servers"}
 
     @classmethod
-    def for_connection(cls, conn_id: str) -> KafkaTransactionAdmin:
-        """The cluster of a Kafka connection, in each client's dialect of that connection."""
-        client = kafka_config(conn_id, KAFKA_PYTHON)  # the admin client: EndTxn, DescribeTransactions
-        producer = kafka_config(conn_id)  # confluent-kafka: fence() re-initialises ids
+    def from_configs(cls, client: ClientConfig, producer: ClientConfig) -> KafkaTransactionAdmin:
+        """The cluster of a Kafka connection, given in each client's dialect of that connection:
+        ``client`` in kafka-python's (the admin client: EndTxn, DescribeTransactions), ``producer`` in
+        confluent-kafka's (fence() re-initialises ids)."""
+        client = dict(client)
         return cls(client.pop("bootstrap_servers"), client, producer)
 
     def close(self) -> None:

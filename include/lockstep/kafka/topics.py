@@ -1,14 +1,17 @@
-"""Topics as the Kafka cluster reports them: their partitions; the admin client Lockstep reads them
-(and their offsets, `lockstep.kafka.broker_offsets`) through; and the retry rule every admin call uses."""
+"""Topics as the Kafka cluster reports them: their partitions, a listing of them all, topic and broker
+configs; the admin clients Lockstep reads them (and their offsets, `lockstep.kafka.broker_offsets`)
+through; and the retry rule every admin call uses."""
 from __future__ import annotations
 
 __all__ = [
-    "TopicAdmin", "record_headers", "with_retries",
+    "ConfigAdmin", "ListedTopic", "TopicAdmin", "broker_config", "record_headers", "topic_config", "topic_listing",
+    "with_retries",
 ]
 
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from lockstep.errors import TerminalError, TransientError
@@ -19,7 +22,14 @@ if TYPE_CHECKING:
 
     from confluent_kafka import IsolationLevel, Message, TopicCollection
     from confluent_kafka import TopicPartition as KafkaTopicPartition
-    from confluent_kafka.admin import ClusterMetadata, ListOffsetsResultInfo, OffsetSpec, TopicDescription
+    from confluent_kafka.admin import (
+        ClusterMetadata,
+        ConfigEntry,
+        ConfigResource,
+        ListOffsetsResultInfo,
+        OffsetSpec,
+        TopicDescription,
+    )
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
@@ -39,6 +49,17 @@ class TopicAdmin(Protocol):
     def list_offsets(self, topic_partition_offsets: dict[KafkaTopicPartition, OffsetSpec], /, *,
                      isolation_level: IsolationLevel, request_timeout: float
                      ) -> Mapping[KafkaTopicPartition, Future[ListOffsetsResultInfo]]: ...
+
+
+class ConfigAdmin(Protocol):
+    """What Lockstep reads of a cluster's configuration through an admin client: its brokers (a
+    metadata listing) and topic or broker configs. confluent-kafka's ``AdminClient``
+    (`lockstep.kafka.clients.admin_client`); in tests, fakes of the two calls."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...
+
+    def describe_configs(self, resources: list[ConfigResource], /) -> Mapping[ConfigResource, Future[
+            dict[str, ConfigEntry]]]: ...
 
 
 def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S) -> T:
@@ -71,6 +92,46 @@ def partitions(admin: TopicAdmin, topics: Iterable[str]) -> list[TopicPartition]
                                 f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
         result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
     return result
+
+
+@dataclass(frozen=True)
+class ListedTopic:
+    """A topic as a cluster's metadata listing shows it: its partition count, or the error it reports."""
+
+    partitions: int
+    error: str | None = None
+
+
+def topic_listing(admin: TopicAdmin, timeout_s: float) -> dict[str, ListedTopic]:
+    """Every topic of the cluster, from one listing: a metadata request naming a topic could create it on
+    a broker with auto.create.topics.enable. Raises what the admin client raised (no broker answered)."""
+    metadata = admin.list_topics(timeout=timeout_s)
+    return {name: ListedTopic(len(t.partitions), str(t.error) if t.error is not None else None)
+            for name, t in metadata.topics.items()}
+
+
+def topic_config(admin: ConfigAdmin, topic: str) -> dict[str, str | None]:
+    """A topic's config, by name (``max.message.bytes``, ...); a value Kafka does not show is None."""
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return with_retries(f"reading the config of topic {topic}", lambda: _config_values(admin, resource))
+
+
+def broker_config(admin: ConfigAdmin, cluster: str) -> dict[str, str | None]:
+    """One broker's config, by name (the broker of lowest id: cluster-wide settings such as
+    ``transaction.max.timeout.ms`` are alike on every broker in practice). ``cluster`` names the
+    cluster in errors (``"the sink's"``)."""
+    from confluent_kafka.admin import ConfigResource
+
+    brokers = with_retries(f"listing {cluster} brokers", lambda: admin.list_topics(timeout=TIMEOUT_S)).brokers
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+    return with_retries("reading the broker config", lambda: _config_values(admin, resource))
+
+
+def _config_values(admin: ConfigAdmin, resource: ConfigResource) -> dict[str, str | None]:
+    entries = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT_S)
+    return {name: entry.value for name, entry in entries.items()}
 
 
 def topic_ids(admin: TopicAdmin, topics: Iterable[str]) -> dict[str, str]:

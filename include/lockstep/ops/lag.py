@@ -19,7 +19,6 @@ __all__ = [
 ]
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,7 +28,6 @@ from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 
 if TYPE_CHECKING:
-    from lockstep.kafka.client_configs import ClientConfig
     from lockstep.kafka.topics import TopicAdmin
     from lockstep.rules.lag_trigger import SourceLook
     from lockstep.spec import PipelineSpec
@@ -217,46 +215,6 @@ def describe(lag: PipelineLag) -> str:
 
 
 # ---- I/O at the edge -------------------------------------------------------------------------------
-def oldest_unread_timestamps(config: ClientConfig, at: Mapping[str, int],
-                             timeout_s: float = TIMESTAMP_TIMEOUT_S) -> dict[str, int]:
-    """Timestamp (ms) of the first readable record at or after each given ``topic:partition`` offset:
-    one consumer assigned to those offsets (it joins no group and commits nothing), given
-    ``timeout_s`` in all. Partitions that yield nothing in time are left out."""
-    import time
-
-    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
-    from confluent_kafka import TopicPartition as KTP
-
-    if not at:
-        return {}
-    settings = {k: v for k, v in config.items() if k != "log_level"}
-    consumer = Consumer({**settings, "group.id": f"lockstep-lag-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": False, "log_level": 3})
-    found: dict[str, int] = {}
-    try:
-        consumer.assign([KTP(tp.topic, tp.partition, offset)
-                         for tp, offset in ((TopicPartition.from_key(k), o) for k, o in at.items())])
-        deadline = time.monotonic() + timeout_s
-        while len(found) < len(at):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            for msg in consumer.consume(num_messages=len(at), timeout=min(remaining, 1.0)):
-                key = f"{msg.topic()}:{msg.partition()}"
-                if msg.error() is not None or key in found:
-                    continue
-                kind, ms = msg.timestamp()
-                if kind != TIMESTAMP_NOT_AVAILABLE:
-                    found[key] = ms
-                topic, partition = msg.topic(), msg.partition()
-                assert topic is not None and partition is not None  # a consumed record has both
-                consumer.pause([KTP(topic, partition)])
-    finally:
-        consumer.close()
-    return found
-
-
 def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin | None = None,
              now: datetime | None = None, timestamp_timeout_s: float = TIMESTAMP_TIMEOUT_S,
              list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None,
@@ -266,6 +224,7 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
     unread records' ages (a consumer's read: the lag watcher, which looks every few seconds, needs no ages)."""
     from lockstep.connections import kafka_config
     from lockstep.kafka import broker_offsets, topics
+    from lockstep.kafka.reader import record_timestamps
     from lockstep.steps.client_factory import kafka_admin
 
     now = now or datetime.now(UTC)
@@ -280,8 +239,8 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
     if not ages:
         return result
     try:
-        stamps = oldest_unread_timestamps(config, {p.partition: p.read_to for p in result.partitions
-                                                   if p.unread and p.read_to is not None}, timestamp_timeout_s)
+        stamps = record_timestamps(config, {p.partition: p.read_to for p in result.partitions
+                                            if p.unread and p.read_to is not None}, timestamp_timeout_s)
     except Exception as exc:  # noqa: BLE001 - the ages are extra: without them the lag still stands
         log.info("ages of the oldest unread records not read: %s", exc)
         stamps = {}

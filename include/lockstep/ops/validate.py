@@ -45,7 +45,7 @@ from lockstep.spec import PipelineSpec, cross_check, load_spec
 from lockstep.spec import spec_files as folder_specs
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import ClusterMetadata
+    from lockstep.kafka.topics import ListedTopic
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class Services:
 
     def __init__(self, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
-        self._metadata: dict[str, ClusterMetadata | Exception] = {}
+        self._listings: dict[str, dict[str, ListedTopic] | Exception] = {}
         self._spark: list[Any] = []
         #: the Spark Connect endpoint `spark` found (None: none, or not looked for yet)
         self.spark_url: str | None = None
@@ -260,18 +260,18 @@ class Services:
             self._spark[0].stop()
         self._spark.clear()
 
-    def topics(self, conn_id: str) -> ClusterMetadata:
-        """Every topic of the connection's cluster (a listing: a metadata request naming a topic could
-        create it on a broker with auto.create.topics.enable); raises what reaching it raised."""
-        if conn_id not in self._metadata:
+    def topics(self, conn_id: str) -> dict[str, ListedTopic]:
+        """Every topic of the connection's cluster (`lockstep.kafka.topics.topic_listing`: a listing, as a
+        metadata request naming a topic could create it); raises what reaching it raised."""
+        if conn_id not in self._listings:
+            from lockstep.kafka.topics import topic_listing
             from lockstep.steps.client_factory import kafka_admin
 
             try:
-                admin = kafka_admin(conn_id, self.timeout_s)
-                self._metadata[conn_id] = admin.list_topics(timeout=self.timeout_s)
+                self._listings[conn_id] = topic_listing(kafka_admin(conn_id, self.timeout_s), self.timeout_s)
             except Exception as exc:  # noqa: BLE001 - kept, and raised again for every spec that asks
-                self._metadata[conn_id] = exc
-        found = self._metadata[conn_id]
+                self._listings[conn_id] = exc
+        found = self._listings[conn_id]
         if isinstance(found, Exception):
             raise found
         return found
@@ -364,15 +364,15 @@ def _connections(spec: PipelineSpec, report: SpecReport) -> set[str]:
 def _topics(spec: PipelineSpec, report: SpecReport, services: Services, side: str, conn_id: str,
             wanted: list[tuple[str, str]]) -> list[str]:
     try:
-        metadata = services.topics(conn_id)
+        listing = services.topics(conn_id)
     except TerminalError as exc:  # the brokers answered, and refused the connection's credentials
         report.problem(f"{side}.kafka_conn_id", str(exc))
         return []
     except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException: no broker answered in time
         return [f"{spec.path}: Kafka connection {conn_id!r} ({side}) could not be reached: {exc}"]
     for field_path, topic in wanted:
-        found = metadata.topics.get(topic)
-        partitions = len(found.partitions) if found is not None and found.error is None else 0
+        found = listing.get(topic)
+        partitions = found.partitions if found is not None and found.error is None else 0
         report.topics.append({"field": field_path, "topic": topic, "partitions": partitions or None})
         if not partitions:
             report.problem(field_path, f"topic {topic!r} does not exist on Kafka connection {conn_id!r}"

@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.connections import kafka_config
-from lockstep.errors import TransientError
 from lockstep.kafka.client_configs import JAVA
-from lockstep.kafka.topics import record_headers
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
@@ -338,37 +336,20 @@ class Outputs:
 def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None) -> Outputs:
     """Every committed record of the sink topics (``sink.topic`` and the routes') and the dead-letter topic,
     sorted into `Outputs`."""
-    from confluent_kafka import Consumer, TopicPartition
+    from lockstep.kafka.reader import read_committed
 
-    config = kafka_config(spec.sink.kafka_conn_id)
-    consumer = Consumer({**config, "group.id": f"lockstep-verify-{spec.name}", "isolation.level": "read_committed",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     outputs = Outputs()
-    try:
-        assignment = []
-        for topic in (*spec.sink.topics, spec.sink.dead_letter_topic):
-            metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
-            if metadata is not None and metadata.error is None:
-                assignment += [TopicPartition(topic, p, 0) for p in metadata.partitions]
-        consumer.assign(assignment)
-        remaining = {(tp.topic, tp.partition) for tp in assignment}
-        seen = 0
-        while remaining:
-            for msg in consumer.consume(1000, timeout=5):
-                error = msg.error()
-                if error:
-                    if error.code() == -191:  # _PARTITION_EOF: reached the last stable offset
-                        remaining.discard((msg.topic(), msg.partition()))
-                        continue
-                    raise TransientError(f"reading {msg.topic()} to verify {spec.name}: {error}; try again")
-                where = msg.topic()
-                assert where is not None  # a consumed record has its topic
-                outputs.add(spec, since, f"{where}:{msg.partition()}@{msg.offset()}", where, dict(record_headers(msg)))
-                seen += 1
-            if progress:
-                progress(seen)
-    finally:
-        consumer.close()
+    seen = 0
+
+    def batch_read() -> None:
+        if progress:
+            progress(seen)
+
+    for record in read_committed(kafka_config(spec.sink.kafka_conn_id), (*spec.sink.topics, spec.sink.dead_letter_topic),
+                                 f"lockstep-verify-{spec.name}", lambda topic: f"reading {topic} to verify {spec.name}",
+                                 after_batch=batch_read):
+        outputs.add(spec, since, record.where, record.topic, dict(record.headers))
+        seen += 1
     return outputs
 
 

@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockstep.connections import kafka_config
-from lockstep.errors import TransientError
 from lockstep.kafka.client_configs import JAVA
-from lockstep.kafka.topics import record_headers
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.output_contract import ERROR_HEADER, PIPELINE_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from lockstep.spec import PipelineSpec
@@ -112,42 +110,27 @@ class SinkRecord:
 
 def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None) -> list[SinkRecord]:
     """This pipeline's committed records in the sink and dead-letter topics."""
-    from confluent_kafka import Consumer, TopicPartition
+    from lockstep.kafka.reader import read_committed
 
-    config = kafka_config(spec.sink.kafka_conn_id)
-    consumer = Consumer({**config, "group.id": f"lockstep-verify-{spec.name}", "isolation.level": "read_committed",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     found: list[SinkRecord] = []
-    try:
-        assignment = []
-        for topic in (spec.sink.topic, spec.sink.dead_letter_topic):
-            metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
-            if metadata is not None and metadata.error is None:
-                assignment += [TopicPartition(topic, p, 0) for p in metadata.partitions]
-        consumer.assign(assignment)
-        remaining = {(tp.topic, tp.partition) for tp in assignment}
-        while remaining:
-            for msg in consumer.consume(1000, timeout=5):
-                error = msg.error()
-                if error:
-                    if error.code() == -191:  # _PARTITION_EOF
-                        remaining.discard((msg.topic(), msg.partition()))
-                        continue
-                    raise TransientError(f"reading {msg.topic()} to verify {spec.name}: {error}; try again")
-                headers = dict(record_headers(msg))
-                owner = headers.get(PIPELINE_HEADER)
-                if owner is not None and owner.decode(errors="replace") != spec.name:
-                    continue
-                prov = None
-                if headers.get(SOURCE_TOPIC) is not None:
-                    prov = (headers[SOURCE_TOPIC].decode(), int(headers[SOURCE_PARTITION] or b"-1"),  # type: ignore[union-attr]
-                            int(headers[SOURCE_OFFSET] or b"-1"))
-                err = headers.get(ERROR_HEADER)
-                found.append(SinkRecord(str(msg.topic()), msg.value() or b"", err.decode() if err else None, prov))
-            if progress:
-                progress(len(found))
-    finally:
-        consumer.close()
+
+    def batch_read() -> None:
+        if progress:
+            progress(len(found))
+
+    for record in read_committed(kafka_config(spec.sink.kafka_conn_id), (spec.sink.topic, spec.sink.dead_letter_topic),
+                                 f"lockstep-verify-{spec.name}", lambda topic: f"reading {topic} to verify {spec.name}",
+                                 after_batch=batch_read):
+        headers = dict(record.headers)
+        owner = headers.get(PIPELINE_HEADER)
+        if owner is not None and owner.decode(errors="replace") != spec.name:
+            continue
+        prov = None
+        source_topic = headers.get(SOURCE_TOPIC)
+        if source_topic is not None:
+            prov = (source_topic.decode(), int(headers[SOURCE_PARTITION] or b"-1"), int(headers[SOURCE_OFFSET] or b"-1"))
+        err = headers.get(ERROR_HEADER)
+        found.append(SinkRecord(record.topic, record.value or b"", err.decode() if err else None, prov))
     return found
 
 

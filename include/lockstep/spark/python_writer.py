@@ -33,6 +33,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from lockstep.errors import TerminalError, TransientError
+from lockstep.kafka.clients import producer as confluent_producer
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PreparedTransaction
 from lockstep.model.offsets import TopicPartition
@@ -176,7 +177,7 @@ class TransactionalWriter:
         self._wall_ms = wall_ms
         self._monotonic = monotonic
         self._config = self._build_config(bootstrap, transaction_timeout_ms, extra_config or {})
-        self._factory = producer_factory or _confluent_producer
+        self._factory = producer_factory or confluent_producer
         #: set by `open`; dropped (None) when the transaction is prepared, aborted or found empty
         self._producer: Producer | None = None
         self._opened_at_ms = -1
@@ -472,13 +473,6 @@ class TransactionalWriter:
                 f"transaction {self.transactional_id}: producer failed fatally ({self._fatal}); most likely a "
                 "newer attempt re-initialised this transactional id, which now owns the output"
             )
-
-
-def _confluent_producer(config: ClientConfig) -> Producer:
-    """Import lazily so modules that only read committables do not need confluent-kafka."""
-    from confluent_kafka import Producer
-
-    return Producer(config)
 
 
 # ---- the Spark task ---------------------------------------------------------------------------------

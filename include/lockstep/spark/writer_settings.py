@@ -9,18 +9,15 @@ __all__ = [
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
 from lockstep.errors import CheckpointError
 from lockstep.kafka.client_configs import CONFLUENT, JAVA, ClientConfig
+from lockstep.kafka.clients import admin_client
+from lockstep.kafka.topics import ConfigAdmin, broker_config, topic_config
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PlannedWith
 from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT
-
-if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource
 
 log = logging.getLogger(__name__)
 
@@ -67,52 +64,39 @@ def producer_limit(producer: ClientConfig) -> tuple[int, str]:
     return DEFAULT_PRODUCER_LIMIT, "the producer's default"
 
 
-def topic_limits(conn_id: str, topics: tuple[str, ...], admin: AdminClient | None = None) -> dict[str, int]:
+def topic_limits(conn_id: str, topics: tuple[str, ...], admin: ConfigAdmin | None = None) -> dict[str, int]:
     """Each topic's ``max.message.bytes``, read once on the driver with the admin API.
 
     A topic whose config cannot be read (no DescribeConfigs permission, say) is left out with a
     warning: its records are then checked against the producer's limit only."""
-    from lockstep.kafka.topics import with_retries
-
     if admin is None:
         admin = sink_admin(conn_id)
-    from confluent_kafka.admin import ConfigResource
-
     limits = {}
     for topic in dict.fromkeys(topics):
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
-            entries = with_retries(f"reading the config of topic {topic}", partial(_topic_config, admin, resource))
-            # a config without a value (None) makes int() raise, and the warning below says so
-            limits[topic] = int(entries["max.message.bytes"].value)  # type: ignore[arg-type]
+            value = topic_config(admin, topic)["max.message.bytes"]
+            if value is None:
+                raise ValueError("the broker shows no value for it")
+            limits[topic] = int(value)
         except Exception as exc:  # noqa: BLE001 - the run can go on with the producer's limit
             log.warning("could not read max.message.bytes of topic %s (%s); its records are checked against the "
                         "producer's limit only, so one larger than the topic takes would fail the task", topic, exc)
     return limits
 
 
-def sink_admin(conn_id: str) -> AdminClient:
+def sink_admin(conn_id: str) -> ConfigAdmin:
     """The admin client the driver reads the sink's limits through (`topic_limits`, `transaction_timeout_cap`)."""
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(kafka_config(conn_id, CONFLUENT))
+    return admin_client(kafka_config(conn_id, CONFLUENT))
 
 
-def transaction_timeout_cap(conn_id: str, admin: AdminClient | None = None) -> int | None:
+def transaction_timeout_cap(conn_id: str, admin: ConfigAdmin | None = None) -> int | None:
     """The sink cluster's ``transaction.max.timeout.ms`` (a broker's config, read on the driver), or
     None when it cannot be read (no DescribeConfigs permission, say): the writers then find out at
     ``initTransactions``."""
-    from confluent_kafka.admin import ConfigResource
-
-    from lockstep.kafka.topics import with_retries
-
     if admin is None:
         admin = sink_admin(conn_id)
     try:
-        brokers = with_retries("listing the sink's brokers", lambda: admin.list_topics(timeout=30)).brokers
-        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
-        entries = with_retries("reading the broker config", partial(_topic_config, admin, resource))
-        value = entries["transaction.max.timeout.ms"].value
+        value = broker_config(admin, "the sink's")["transaction.max.timeout.ms"]
         return int(value) if value is not None else None
     except Exception as exc:  # noqa: BLE001 - the run goes on; initTransactions refuses a timeout above the cap
         log.warning("could not read transaction.max.timeout.ms of the sink cluster (%s); a transactions.timeout_ms "
@@ -128,10 +112,6 @@ def check_transaction_timeout(checkpoint_id: int, timeout_ms: int, cap_ms: int |
             checkpoint_id, f"transactions.timeout_ms is {timeout_ms} ms, above the sink cluster's "
             f"transaction.max.timeout.ms of {cap_ms} ms: its brokers refuse to open such transactions. Lower "
             f"transactions.timeout_ms to at most {cap_ms}, or raise the brokers' transaction.max.timeout.ms")
-
-
-def _topic_config(admin: AdminClient, resource: ConfigResource) -> dict[str, ConfigEntry]:
-    return admin.describe_configs([resource])[resource].result(timeout=30)
 
 
 def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientConfig,

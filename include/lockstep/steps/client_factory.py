@@ -6,22 +6,29 @@ and tests can build the same objects the DAG tasks and the CLI use.
 from __future__ import annotations
 
 __all__ = [
-    "checkpoint_store", "committer_for_connection", "kafka_admin",
+    "checkpoint_store", "committer_for_connection", "kafka_admin", "s3_client",
 ]
 
-import time
 from typing import TYPE_CHECKING
 
-from lockstep.connections import kafka_config, s3_client
-from lockstep.errors import TerminalError
+from lockstep.connections import kafka_config, s3_client_kwargs
+from lockstep.kafka.client_configs import KAFKA_PYTHON
+from lockstep.kafka.clients import CREDENTIALS_CHECK_S, checked_admin
 from lockstep.spec import PipelineSpec
+from lockstep.store import s3
 from lockstep.store.checkpoint_store import CheckpointStore
 
 if TYPE_CHECKING:
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient
-
     from lockstep.kafka.committer import TransactionCommitter
+    from lockstep.kafka.topics import TopicAdmin
+    from lockstep.store.s3 import S3Client
+
+
+def s3_client(conn_id: str, timeout_s: float | None = None) -> S3Client:
+    """An S3 client of the AWS connection ``conn_id`` (`lockstep.store.s3.s3_client`): patient by default
+    (DAG tasks), or one that gives up after about ``timeout_s`` seconds per call (a page view, a DAG file
+    being parsed)."""
+    return s3.s3_client(s3_client_kwargs(conn_id), timeout_s)
 
 
 def checkpoint_store(spec: PipelineSpec, timeout_s: float | None = None) -> CheckpointStore:
@@ -30,45 +37,10 @@ def checkpoint_store(spec: PipelineSpec, timeout_s: float | None = None) -> Chec
     return CheckpointStore(s3_client(spec.checkpoints.aws_conn_id, timeout_s), bucket, root, spec.name)
 
 
-#: How long opening an admin client waits to tell refused credentials from a slow cluster.
-CREDENTIALS_CHECK_S = 10.0
-
-
-class KafkaCredentialsError(TerminalError):
-    """The brokers refused a connection's credentials or its TLS settings; a retry cannot help."""
-
-
-def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> AdminClient:
-    """A confluent-kafka admin client of the connection, once the brokers accepted its credentials.
-
-    librdkafka (and kafka-python) retry a refused SASL authentication or TLS handshake until their
-    timeouts and then report a transport failure: a wrong password would look like an unreachable
-    cluster, 30 s later. The first metadata request tells them apart here: refused credentials are a
-    TerminalError within a second or two; an unreachable cluster is left to the step's own timeouts.
-    """
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient
-
-    events: list[KafkaError] = []
-    # confluent-kafka's stub leaves callbacks out of a config's value types; error_cb is one all the same
-    admin = AdminClient({**kafka_config(conn_id), "log_level": 3, "error_cb": events.append})  # type: ignore[dict-item]
-    deadline = time.monotonic() + check_s
-    while time.monotonic() < deadline:
-        try:
-            admin.list_topics(timeout=1)
-            return admin
-        except Exception:  # noqa: BLE001 - KafkaException; the reason arrives through error_cb
-            admin.poll(0)
-        refused = [e for e in events if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)]
-        if refused:
-            what = ("the broker rejected its credentials; check sasl.mechanism, sasl.username and sasl.password"
-                    if refused[0].code() == KafkaError._AUTHENTICATION else
-                    "the TLS handshake with the broker failed; check ssl.ca.location (the CA that signed the "
-                    "brokers' certificates) and ssl.endpoint.identification.algorithm")
-            raise KafkaCredentialsError(f"Kafka connection {conn_id!r}: {what} in its extra ({refused[0].str()})")
-        if any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in events):
-            break  # nothing listens: the step's own timeouts and messages say so
-    return admin
+def kafka_admin(conn_id: str, check_s: float = CREDENTIALS_CHECK_S) -> TopicAdmin:
+    """An admin client of the Kafka connection, once the brokers accepted its credentials
+    (`lockstep.kafka.clients.checked_admin`: refused credentials are a ``KafkaCredentialsError``)."""
+    return checked_admin(kafka_config(conn_id), conn_id, check_s)
 
 
 def transaction_committer(spec: PipelineSpec) -> TransactionCommitter:
@@ -82,4 +54,5 @@ def committer_for_connection(conn_id: str, retry_deadline_s: float = 60.0) -> Tr
     from lockstep.kafka.committer import TransactionCommitter
     from lockstep.kafka.internals import KafkaTransactionAdmin
 
-    return TransactionCommitter(KafkaTransactionAdmin.for_connection(conn_id), retry_deadline_s=retry_deadline_s)
+    admin = KafkaTransactionAdmin.from_configs(kafka_config(conn_id, KAFKA_PYTHON), kafka_config(conn_id))
+    return TransactionCommitter(admin, retry_deadline_s=retry_deadline_s)

@@ -22,8 +22,8 @@ __all__ = [
 ]
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol, Required, TypedDict, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -42,6 +42,7 @@ from lockstep.model.checkpoint import (
     validate_savepoint_name,
 )
 from lockstep.model.state import StateManifest
+from lockstep.store.s3 import ListObjectsArgs, S3Client
 from lockstep.store.state_files import StateFiles, unreferenced
 
 # Any in this module is a document as ``json.loads`` read it from S3: whatever the object holds, until
@@ -59,62 +60,6 @@ OUTCOME = "outcome"
 
 class CheckpointAlreadyClaimed(CheckpointError):
     """Another run owns this checkpoint id (lost the conditional create)."""
-
-
-# ---- the S3 client the store uses ------------------------------------------------------------------
-class Body(Protocol):
-    def read(self) -> bytes: ...
-
-
-class GetObjectOutput(TypedDict):
-    Body: Body
-    ETag: str
-
-
-class ObjectSummary(TypedDict):
-    Key: str
-
-
-class CommonPrefix(TypedDict):
-    Prefix: str
-
-
-class ListObjectsOutput(TypedDict, total=False):
-    """A page of ``list_objects_v2``: S3 leaves out the lists that would be empty."""
-
-    Contents: list[ObjectSummary]
-    CommonPrefixes: list[CommonPrefix]
-
-
-class ListObjectsArgs(TypedDict, total=False):
-    Bucket: Required[str]
-    Prefix: Required[str]
-    Delimiter: str
-    StartAfter: str
-
-
-class S3Paginator(Protocol):
-    def paginate(self, *, Bucket: str, Prefix: str, Delimiter: str = ...,
-                 StartAfter: str = ...) -> Iterable[ListObjectsOutput]: ...
-
-
-class S3Client(Protocol):
-    """The S3 calls the store makes, with the arguments it passes and the fields it reads: a boto3 S3
-    client (``connections.s3_client``), or an in-memory S3 in tests (``tests/support/fake_s3.FakeS3``).
-    Failures are botocore's ``ClientError`` / ``BotoCoreError`` either way."""
-
-    def get_object(self, *, Bucket: str, Key: str) -> GetObjectOutput: ...
-
-    def put_object(self, *, Bucket: str, Key: str, Body: bytes, IfNoneMatch: str = ..., IfMatch: str = ...,
-                   ContentType: str = ...) -> object: ...
-
-    def head_object(self, *, Bucket: str, Key: str) -> object: ...
-
-    def delete_object(self, *, Bucket: str, Key: str) -> object: ...
-
-    def list_objects_v2(self, *, Bucket: str, Prefix: str) -> ListObjectsOutput: ...
-
-    def get_paginator(self, operation_name: str, /) -> S3Paginator: ...
 
 
 # ---- the store ---------------------------------------------------------------------------------------

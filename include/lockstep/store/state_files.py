@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lockstep.model.state import StateManifest
+    from lockstep.store.s3 import S3Client
 
 ID_WIDTH = 12
 #: The way out of state files changed or deleted outside Lockstep (the last words of those errors).
@@ -46,7 +47,7 @@ REKEY_SCHEMA = "lockstep.state.rekey/1"
 
 
 class StateFiles:
-    def __init__(self, s3: object, bucket: str, root: str, cache: StateCache | None | bool = True) -> None:
+    def __init__(self, s3: S3Client, bucket: str, root: str, cache: StateCache | None | bool = True) -> None:
         self._s3 = s3
         self.bucket = bucket
         self.root = root.strip("/")
@@ -74,14 +75,14 @@ class StateFiles:
         """Write ``key`` whatever is there: for records meant to be replaced (``rekey.json``). A state
         file a manifest may name is written with :meth:`create` instead."""
         try:
-            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body,  # type: ignore[attr-defined]
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body,
                                 ContentType="application/vnd.apache.parquet")
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not write state file {self.url(key)}: {exc}") from exc
 
     def get(self, key: str, checkpoint: int) -> bytes:
         try:
-            return bytes(self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())  # type: ignore[attr-defined]
+            return bytes(self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
                 raise MetadataError(self.url(key), f"is named by the state manifest of checkpoint {checkpoint} but "
@@ -94,14 +95,14 @@ class StateFiles:
     def copy(self, source_key: str, key: str, source_bucket: str | None = None) -> None:
         """Copy a state file (of another pipeline, possibly in another bucket of the same S3) to ``key``."""
         try:
-            self._s3.copy_object(Bucket=self.bucket, Key=key,  # type: ignore[attr-defined]
+            self._s3.copy_object(Bucket=self.bucket, Key=key,
                                  CopySource={"Bucket": source_bucket or self.bucket, "Key": source_key})
         except (ClientError, BotoCoreError) as exc:
             raise TransientError(f"could not copy state file {self.url(source_key)} to {self.url(key)}: {exc}") from exc
 
     def listing(self) -> list[str]:
         try:
-            pages = self._s3.get_paginator("list_objects_v2").paginate(  # type: ignore[attr-defined]
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix)
             return [o["Key"] for page in pages for o in page.get("Contents", [])]
         except (ClientError, BotoCoreError) as exc:
@@ -138,7 +139,7 @@ class StateFiles:
         """Create ``key`` with ``body`` only if absent: None when we created it, else the digest of
         what is there."""
         try:
-            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",  # type: ignore[attr-defined]
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",
                                 ContentType="application/vnd.apache.parquet")
             return None
         except ClientError as exc:
@@ -147,7 +148,7 @@ class StateFiles:
         except BotoCoreError as exc:
             raise TransientError(f"could not write state file {self.url(key)}: {exc}") from exc
         try:
-            existing = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()  # type: ignore[attr-defined]
+            existing = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         except ClientError as exc:
             # Another upload of the name is still under way (S3's 409), or the file went again: a retry
             # of the run finds the name settled.
@@ -214,7 +215,7 @@ class StateFiles:
         """Key -> size in bytes of the files in checkpoint ``checkpoint_id``'s folder (one listing)."""
         folder = f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/"
         try:
-            pages = self._s3.get_paginator("list_objects_v2").paginate(  # type: ignore[attr-defined]
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=folder)
             return {o["Key"]: int(o["Size"]) for page in pages for o in page.get("Contents", []) if "Size" in o}
         except (ClientError, BotoCoreError) as exc:
@@ -223,7 +224,7 @@ class StateFiles:
     def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
             try:
-                self._s3.delete_object(Bucket=self.bucket, Key=key)  # type: ignore[attr-defined]
+                self._s3.delete_object(Bucket=self.bucket, Key=key)
             except (ClientError, BotoCoreError) as exc:
                 raise TransientError(f"could not delete state file {self.url(key)}: {exc}") from exc
 
@@ -239,7 +240,7 @@ class StateFiles:
     def rekey_to(self) -> int | None:
         """The key groups a user accepted with ``lockstep state rekey``, or None."""
         try:
-            raw = self._s3.get_object(Bucket=self.bucket, Key=self.rekey_key)["Body"].read()  # type: ignore[attr-defined]
+            raw = self._s3.get_object(Bucket=self.bucket, Key=self.rekey_key)["Body"].read()
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
                 return None
