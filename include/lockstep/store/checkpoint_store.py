@@ -42,6 +42,7 @@ from lockstep.model.checkpoint import (
     validate_savepoint_name,
 )
 from lockstep.model.state import StateManifest
+from lockstep.store.keys import checkpoint_folder
 from lockstep.store.s3 import ListObjectsArgs, S3Client
 from lockstep.store.state_files import StateFiles, unreferenced
 
@@ -50,7 +51,6 @@ from lockstep.store.state_files import StateFiles, unreferenced
 
 T = TypeVar("T")
 POINTER_SCHEMA = "lockstep.latest-completed/1"
-ID_WIDTH = 12
 #: A checkpoint's record of how many tasks its run writes with (`record_write_tasks`).
 WRITE_TASKS_PART = "write-tasks"
 #: completed.json / aborted.json would let a racing commit and abort both succeed;
@@ -132,7 +132,7 @@ class CheckpointStore:
         return f"{self.root}/checkpoints/"
 
     def _key(self, checkpoint_id: int, part: str) -> str:
-        return f"{self._ckpt_prefix()}{checkpoint_id:0{ID_WIDTH}d}/{part}.json"
+        return f"{checkpoint_folder(self._ckpt_prefix(), checkpoint_id)}{part}.json"
 
     def _pointer_key(self) -> str:
         return f"{self.root}/latest-completed.json"
@@ -398,7 +398,7 @@ class CheckpointStore:
         """Ids in ascending order, optionally only those after ``after`` (S3 StartAfter)."""
         kwargs = ListObjectsArgs(Bucket=self.bucket, Prefix=self._ckpt_prefix(), Delimiter="/")
         if after is not None:
-            kwargs["StartAfter"] = f"{self._ckpt_prefix()}{after:0{ID_WIDTH}d}/~"
+            kwargs["StartAfter"] = f"{checkpoint_folder(self._ckpt_prefix(), after)}~"
         paginator = self._s3.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(**kwargs):
@@ -509,7 +509,7 @@ class CheckpointStore:
         keep_from = completed[-retain]
         doomed = [i for i in ids if i < keep_from]
         for checkpoint_id in doomed:
-            prefix = f"{self._ckpt_prefix()}{checkpoint_id:0{ID_WIDTH}d}/"
+            prefix = checkpoint_folder(self._ckpt_prefix(), checkpoint_id)
             listing = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
             keys = [{"Key": o["Key"]} for o in listing.get("Contents", [])]
             # Claim last: a half-deleted checkpoint must still not look unclaimed.

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lockstep.errors import MetadataError, TransientError
+from lockstep.store.keys import checkpoint_folder
 from lockstep.store.state_cache import StateCache, digest
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from lockstep.model.state import StateManifest
     from lockstep.store.s3 import S3Client
 
-ID_WIDTH = 12
 #: The way out of state files changed or deleted outside Lockstep (the last words of those errors).
 RESTORE_WAY_OUT = ("restore the pipeline from a savepoint or an earlier completed checkpoint whose state is intact "
                    "(lockstep run --restore-from <savepoint> or checkpoint:<id>)")
@@ -60,7 +60,7 @@ class StateFiles:
 
     def key(self, checkpoint_id: int, group: int, delta: bool = False) -> str:
         """A base (``kg-00007.parquet``) or a delta (``kg-00007.delta.parquet``, `lockstep.store.state_chain`)."""
-        return f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/kg-{group:05d}{'.delta' if delta else ''}.parquet"
+        return f"{checkpoint_folder(self.prefix, checkpoint_id)}kg-{group:05d}{'.delta' if delta else ''}.parquet"
 
     def adopted_key(self, savepoint: str, source_key: str) -> str:
         """Where an adopted savepoint's state file is kept: ``state/adopted/<savepoint>/<its folder>/<its
@@ -213,7 +213,7 @@ class StateFiles:
 
     def sizes(self, checkpoint_id: int) -> dict[str, int]:
         """Key -> size in bytes of the files in checkpoint ``checkpoint_id``'s folder (one listing)."""
-        folder = f"{self.prefix}{checkpoint_id:0{ID_WIDTH}d}/"
+        folder = checkpoint_folder(self.prefix, checkpoint_id)
         try:
             pages = self._s3.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=folder)
