@@ -201,7 +201,7 @@ LOG4J2 = "status = warn\nrootLogger.level = warn\nappender.c.type = Console\napp
 
 
 def _java(tool: str, args: list[str], work_dir: Path) -> list[str]:
-    from lockstep_dev.kafka import classpath, java_binary
+    from lockstep_dev.kafka_nodes import classpath, java_binary
 
     work_dir.mkdir(parents=True, exist_ok=True)
     log4j = work_dir / "perf-log4j2.properties"

@@ -17,12 +17,12 @@ from typing import TextIO, TypedDict
 
 from lockstep.paths import dev_state_dir
 from lockstep_dev import airflow as airflow_svc
-from lockstep_dev import kafka as kafka_svc
+from lockstep_dev import kafka_nodes as kafka_svc
 from lockstep_dev import procs
 from lockstep_dev import registry as registry_svc
 from lockstep_dev import s3 as s3_svc
 from lockstep_dev import security as security_svc
-from lockstep_dev import spark as spark_svc
+from lockstep_dev import spark_cluster as spark_svc
 from lockstep_dev import spark_connect as connect_svc
 
 SINGLE, CLUSTER = "single", "cluster"

@@ -269,7 +269,7 @@ def test_kafka_is_configured_for_transactions_on_one_node(services):
 
 
 def test_kafka_broker_settings_match_the_local_platform(services, tmp_path):
-    from lockstep_dev.kafka import KafkaConfig, KafkaNode
+    from lockstep_dev.kafka_nodes import KafkaConfig, KafkaNode
 
     node = KafkaNode(1, 1, 2, tmp_path)
     props = dict(line.split("=", 1) for line in KafkaConfig((node,)).server_properties(node).splitlines() if line)

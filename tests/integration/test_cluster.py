@@ -180,7 +180,7 @@ def test_commit_survives_the_coordinator_broker_being_killed_after_prepare(tmp_p
         assert outcome.status is CheckpointStatus.COMPLETED, outcome
     finally:
         on_cluster.start_kafka_node(on_cluster.kafka_node(service))
-        from lockstep_dev import kafka as kafka_svc
+        from lockstep_dev import kafka_nodes as kafka_svc
         from lockstep_dev.procs import wait_until
 
         wait_until(lambda: kafka_svc.is_ready(on_cluster.kafka.bootstrap, 3), "the killed broker back", 120)
