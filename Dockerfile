@@ -9,7 +9,7 @@
 # ---- stage 1: Spark Kafka connector jars, resolved from Maven Central -------------
 # The same pom and settings as `make setup`, so the image and a laptop get the same jars.
 FROM maven:3.9.9-eclipse-temurin-17 AS jars
-COPY buildsrc/maven/ /build/maven/
+COPY jvm/maven/ /build/maven/
 RUN mvn -q -B -s /build/maven/settings.xml -f /build/maven/spark-kafka-pom.xml \
         dependency:copy-dependencies \
         -DoutputDirectory=/opt/lockstep/.cache/jars/spark-kafka -DincludeScope=runtime
@@ -63,9 +63,9 @@ COPY --from=jars --chown=airflow:0 /opt/lockstep/.cache/jars/spark-kafka /opt/lo
 # Then Lockstep's JVM writer (sink.writer: jvm), built by the same script as `make setup`; given no
 # JUnit folder, the script skips the writer's unit tests, which `make setup` runs on these sources.
 COPY --chown=airflow:0 include/ /opt/lockstep/include/
-COPY --chown=airflow:0 buildsrc/ /opt/lockstep/buildsrc/
+COPY --chown=airflow:0 jvm/ /opt/lockstep/jvm/
 RUN pip install --no-cache-dir --no-deps -e /opt/lockstep
-RUN bash /opt/lockstep/buildsrc/build-jvm-writer.sh python /opt/lockstep/.cache/jars/spark-kafka \
+RUN bash /opt/lockstep/jvm/build-jvm-writer.sh python /opt/lockstep/.cache/jars/spark-kafka \
         /opt/lockstep/.cache/jars/lockstep/lockstep-jvm-writer.jar \
     && python -c "from lockstep.spark.conf import spark_conf; print(spark_conf()['spark.jars'])" \
     && java -version

@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 UV := $(BIN)/uv
 STAMP := $(VENV)/.lockstep-installed
-MAVEN_SETTINGS := buildsrc/maven/settings.xml
+MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
 .PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-formats soak soak-state up down status clean lock
@@ -46,33 +46,33 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(UV) pip install --python $(BIN)/python -q --no-deps -e .
 	touch $@
 
-.cache/jars/.resolved: buildsrc/maven/kafka-pom.xml buildsrc/maven/spark-kafka-pom.xml
+.cache/jars/.resolved: jvm/maven/kafka-pom.xml jvm/maven/spark-kafka-pom.xml
 	@command -v java >/dev/null || { echo "Java 17 is required (java not found on PATH)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
 	rm -rf .cache/jars/kafka .cache/jars/spark-kafka
-	mvn -q -B -s $(MAVEN_SETTINGS) -f buildsrc/maven/kafka-pom.xml dependency:copy-dependencies \
+	mvn -q -B -s $(MAVEN_SETTINGS) -f jvm/maven/kafka-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/kafka -DincludeScope=runtime
-	mvn -q -B -s $(MAVEN_SETTINGS) -f buildsrc/maven/spark-kafka-pom.xml dependency:copy-dependencies \
+	mvn -q -B -s $(MAVEN_SETTINGS) -f jvm/maven/spark-kafka-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/spark-kafka -DincludeScope=runtime
 	touch $@
 
-# JUnit's console launcher, which runs the JVM writer's unit tests (buildsrc/jvm-writer-tests).
-.cache/jars/.junit-resolved: buildsrc/maven/junit-pom.xml
+# JUnit's console launcher, which runs the JVM writer's unit tests (jvm/jvm-writer-tests).
+.cache/jars/.junit-resolved: jvm/maven/junit-pom.xml
 	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
 	rm -rf .cache/jars/junit
-	mvn -q -B -s $(MAVEN_SETTINGS) -f buildsrc/maven/junit-pom.xml dependency:copy-dependencies \
+	mvn -q -B -s $(MAVEN_SETTINGS) -f jvm/maven/junit-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/junit -DincludeScope=runtime
 	touch $@
 
 # Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients, after
 # its JUnit tests pass (a failing test fails the build). The tests check the writer against the Python
 # side's contract and settings, so a change there runs them again too.
-$(WRITER_JAR): $(STAMP) .cache/jars/.resolved .cache/jars/.junit-resolved buildsrc/build-jvm-writer.sh \
-               $(shell find buildsrc/jvm-writer buildsrc/jvm-writer-tests -name '*.java' -o -name '*.py') \
+$(WRITER_JAR): $(STAMP) .cache/jars/.resolved .cache/jars/.junit-resolved jvm/build-jvm-writer.sh \
+               $(shell find jvm/jvm-writer jvm/jvm-writer-tests -name '*.java' -o -name '*.py') \
                include/lockstep/model/output_contract.py include/lockstep/model/checkpoint.py \
                include/lockstep/model/failpoints.py \
                include/lockstep/spark/writer_settings.py include/lockstep/spark/jvm_writer.py
-	bash buildsrc/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@ .cache/jars/junit
+	bash jvm/build-jvm-writer.sh $(BIN)/python .cache/jars/spark-kafka $@ .cache/jars/junit
 
 # Go's module and build caches stay where Go keeps them for every project of this user (`go env
 # GOMODCACHE GOCACHE`, ~/go/pkg/mod and ~/.cache/go-build), as Maven's ~/.m2 and uv's ~/.cache/uv
@@ -108,7 +108,7 @@ lock: $(VENV)/bin/python
 # over the core library, the Airflow plugin, the DAG files, the Spark job and the bench, soak, dev and
 # example packages. Needs the venv only; `make test` runs it first.
 lint: $(STAMP)
-	$(BIN)/ruff check include plugins jobs dags tests scripts buildsrc
+	$(BIN)/ruff check include plugins jobs dags tests scripts jvm
 	$(BIN)/mypy
 
 # Tiers (docs/testing.md): `unit` needs the venv only (no Java, Maven, Go or service) and runs

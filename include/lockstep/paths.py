@@ -61,10 +61,10 @@ def spark_kafka_jars() -> list[str]:
 
 
 def jvm_writer_jar() -> str:
-    """Lockstep's JVM writer (``buildsrc/jvm-writer``), built by ``make setup``.
+    """Lockstep's JVM writer (``jvm/jvm-writer``), built by ``make setup``.
 
     ``LOCKSTEP_WRITER_JAR`` points at another build of it (a jar built from a changed source tree
-    with ``buildsrc/build-jvm-writer.sh``, tested without replacing the shared one)."""
+    with ``jvm/build-jvm-writer.sh``, tested without replacing the shared one)."""
     env = os.environ.get("LOCKSTEP_WRITER_JAR")
     jar = Path(env).resolve() if env else cache_dir() / "jars" / "lockstep" / "lockstep-jvm-writer.jar"
     if not jar.is_file():

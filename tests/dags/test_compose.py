@@ -21,7 +21,7 @@ COMPOSE = ROOT / "docker-compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements.lock"
-MAVEN = ROOT / "buildsrc" / "maven"
+MAVEN = ROOT / "jvm" / "maven"
 
 INFRA = ("kafka", "minio", "postgres", "registry")
 AIRFLOW_COMMANDS = {"db migrate", "api-server", "scheduler", "dag-processor", "triggerer"}
@@ -184,10 +184,10 @@ def test_dockerfile_resolves_spark_kafka_jars_where_the_library_looks(dockerfile
 def test_dockerfile_builds_the_jvm_writer_where_the_library_looks(dockerfile, monkeypatch):
     home = re.search(r"^ENV\s.*\bLOCKSTEP_HOME=(\S+)", dockerfile, flags=re.M).group(1)
     build = re.search(r"bash (\S+/build-jvm-writer\.sh) python (\S+) \\?\s*(\S+\.jar)", dockerfile)
-    assert build, "Dockerfile does not build Lockstep's JVM writer with buildsrc/build-jvm-writer.sh"
-    assert build.group(1) == f"{home}/buildsrc/build-jvm-writer.sh"
-    # The script finds the Java sources beside it (buildsrc/jvm-writer): the whole folder is copied.
-    assert re.search(rf"^COPY .*\bbuildsrc/ {home}/buildsrc/", dockerfile, flags=re.M)
+    assert build, "Dockerfile does not build Lockstep's JVM writer with jvm/build-jvm-writer.sh"
+    assert build.group(1) == f"{home}/jvm/build-jvm-writer.sh"
+    # The script finds the Java sources beside it (jvm/jvm-writer): the whole folder is copied.
+    assert re.search(rf"^COPY .*\bjvm/ {home}/jvm/", dockerfile, flags=re.M)
     from lockstep import paths
 
     monkeypatch.setenv("LOCKSTEP_HOME", home)

@@ -367,7 +367,7 @@ def test_the_private_name_check_tells_roles_apart():
 # ---- public surfaces (issue 45) ---------------------------------------------------------------------
 #: Python outside the packages that imports the core: the spark-submit driver, the DAG files, the JVM
 #: writer's Python side.
-SCRIPTS = {f"{folder}.{path.stem}": path for folder in ("jobs", "dags", "buildsrc")
+SCRIPTS = {f"{folder}.{path.stem}": path for folder in ("jobs", "dags", "jvm")
            for path in sorted((ROOT / folder).rglob("*.py"))}
 
 
@@ -391,7 +391,7 @@ def declared_all(text: str) -> set[str] | None:
 
 def surface_violations(planted: dict[str, str] | None = None) -> list[str]:
     """Every import of the core's from another role (another core role package or top-level module, the
-    Airflow plugin, the tools, ``jobs/``, ``dags/``, ``buildsrc/``; tests aside) of what its surface does not
+    Airflow plugin, the tools, ``jobs/``, ``dags/``, ``jvm/``; tests aside) of what its surface does not
     offer: a module of a role package that the package's ``__init__`` does not list in ``__all__``, or a
     name that its module's ``__all__`` does not list. ``planted``: module name -> source, added or replacing."""
     texts = {**_sources(), **(planted or {})}

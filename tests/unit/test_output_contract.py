@@ -14,7 +14,7 @@ from lockstep.model.checkpoint import PreparedTransaction
 from lockstep.model.failpoints import FAILPOINTS, FailpointError
 from lockstep.model.offsets import TopicPartition
 
-JAVA_SOURCES = Path(__file__).resolve().parents[2] / "buildsrc" / "jvm-writer"
+JAVA_SOURCES = Path(__file__).resolve().parents[2] / "jvm" / "jvm-writer"
 
 PREPARED = PreparedTransaction(transactional_id="p-1-0", producer_id=7, epoch=2,
                                partitions=(TopicPartition("out", 0), TopicPartition("dlq", 1)), records=3,

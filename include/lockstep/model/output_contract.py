@@ -1,7 +1,7 @@
 """What a checkpoint's output looks like, defined once for both writers.
 
 Lockstep has two writers — the Python one (`lockstep.spark.python_writer`, driven by `lockstep.spark.job`)
-and the JVM one (`buildsrc/jvm-writer`) — and they must be indistinguishable downstream: the same
+and the JVM one (`jvm/jvm-writer`) — and they must be indistinguishable downstream: the same
 headers in the same order, the same columns accepted from the transform, the same records
 dead-lettered for their size, the same committable, the same failpoint behaviour. Everything they
 must agree on lives here. The Python writer reads these names; the JVM writer receives them in its

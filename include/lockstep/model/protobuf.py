@@ -3,7 +3,7 @@
 Pure: no Spark, no registry. A Protobuf schema travels as text (`FormatSpec.schema`, `Reading.reader`)
 in one form, the base64 of a serialized ``FileDescriptorSet`` whose files come dependencies first (what
 ``protoc --include_imports --descriptor_set_out`` writes), so the Avro and JSON paths' plumbing carries
-it unchanged. The JVM's codec (``buildsrc/jvm-writer/.../ProtobufCodec.java``) builds the message's
+it unchanged. The JVM's codec (``jvm/jvm-writer/.../ProtobufCodec.java``) builds the message's
 descriptor from the same bytes, and derives the same Spark type as `message_ddl`, field by field.
 
 A Schema Registry holds a Protobuf schema as one file: Confluent's serializers register the base64 of

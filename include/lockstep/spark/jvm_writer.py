@@ -1,5 +1,5 @@
 """The JVM writer, driven from Python: its settings document and the write through its data source
-(``buildsrc/jvm-writer``), which keeps rows in the executor JVM."""
+(``jvm/jvm-writer``), which keeps rows in the executor JVM."""
 from __future__ import annotations
 
 __all__ = [
@@ -53,7 +53,7 @@ def jvm_settings(settings: WriterSettings) -> dict[str, object]:
 
 
 def write_with_jvm(spark: JobSession, out: DataFrame, settings: WriterSettings) -> list[str]:
-    """Rows stay in the executor JVM: the ``lockstep-kafka`` data source (``buildsrc/jvm-writer``,
+    """Rows stay in the executor JVM: the ``lockstep-kafka`` data source (``jvm/jvm-writer``,
     built by ``make setup``) writes each Spark task's rows in one Kafka transaction, with the same
     transaction contract and the output contract it receives in its settings. Only the DataFrame API
     is used, so a classic session and a Spark Connect session take this same path.

@@ -1,5 +1,5 @@
 """A checkpoint's read: exactly its planned ``[start, end)`` of each source partition, committed records
-only, through Lockstep's reader (``lockstep-kafka-ranges``, ``buildsrc/jvm-writer``, built with the writer).
+only, through Lockstep's reader (``lockstep-kafka-ranges``, ``jvm/jvm-writer``, built with the writer).
 
 Spark's own Kafka source makes a task and a consumer per source partition; at 1,024 partitions a
 checkpoint spent most of its time creating consumers and fetching one partition at a time (docs/

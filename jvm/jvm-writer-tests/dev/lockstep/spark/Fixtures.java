@@ -123,7 +123,7 @@ final class Fixtures {
   private static String property(String name) {
     String value = System.getProperty(name);
     if (value == null || value.isEmpty()) {
-      throw new AssertionError("-D" + name + " is not set (buildsrc/build-jvm-writer.sh sets it)");
+      throw new AssertionError("-D" + name + " is not set (jvm/build-jvm-writer.sh sets it)");
     }
     return value;
   }

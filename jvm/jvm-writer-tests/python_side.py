@@ -1,4 +1,4 @@
-"""The Python side of the JVM writer's unit tests (buildsrc/jvm-writer-tests), run by them as a child
+"""The Python side of the JVM writer's unit tests (jvm/jvm-writer-tests), run by them as a child
 process with the project's Python, so the tests hold the writer to what the Python code really sends
 and really parses, not to a copy of it.
 

@@ -6,7 +6,7 @@ import org.apache.kafka.clients.producer.Producer;
 
 /**
  * Where the writer's Kafka producers come from: kafka-clients' {@link KafkaProducer} ({@link
- * Kafka#INSTANCE}) in every run. The writer's unit tests (buildsrc/jvm-writer-tests) pass one that
+ * Kafka#INSTANCE}) in every run. The writer's unit tests (jvm/jvm-writer-tests) pass one that
  * hands out in-memory producers instead, so its result document and abort paths are tested without a
  * broker. Serializable: it travels to the tasks inside {@link LockstepBatchWrite.Factory}.
  */

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds Lockstep's JVM writer (buildsrc/jvm-writer) into one small jar, after its unit tests pass.
+# Builds Lockstep's JVM writer (jvm/jvm-writer) into one small jar, after its unit tests pass.
 #
-#   buildsrc/build-jvm-writer.sh PYTHON SPARK_KAFKA_JARS_DIR OUT_JAR [JUNIT_JARS_DIR]
+#   jvm/build-jvm-writer.sh PYTHON SPARK_KAFKA_JARS_DIR OUT_JAR [JUNIT_JARS_DIR]
 #
 # Compiled with javac against the jars the job runs with (the jars/ of PYTHON's pyspark, and
 # the kafka-clients and protobuf-java jars of SPARK_KAFKA_JARS_DIR), so nothing is downloaded and the
 # classes match what spark-submit loads. Used by `make setup` and the Dockerfile.
 #
-# With JUNIT_JARS_DIR (a folder holding junit-platform-console-standalone, buildsrc/maven/junit-pom.xml;
-# `make setup` passes .cache/jars/junit), the JUnit tests in buildsrc/jvm-writer-tests are compiled and
+# With JUNIT_JARS_DIR (a folder holding junit-platform-console-standalone, jvm/maven/junit-pom.xml;
+# `make setup` passes .cache/jars/junit), the JUnit tests in jvm/jvm-writer-tests are compiled and
 # run first, with PYTHON for the Python side they check against (python_side.py: PYTHON must have
 # lockstep installed), and a failing test fails the build: no jar is written. Without it (the
 # Dockerfile, which builds the sources `make setup` tested) the tests are skipped.
@@ -49,7 +49,7 @@ if [ -n "$junit" ]; then
         printf 'JVM writer JUnit tests: %s passed, 0 failed (%d.%d s)\n' "$summary" $((ms / 1000)) $((ms % 1000 / 100))
     else
         cat "$classes/junit.log" >&2
-        echo "JVM writer JUnit tests failed (buildsrc/jvm-writer-tests); $out not built" >&2
+        echo "JVM writer JUnit tests failed (jvm/jvm-writer-tests); $out not built" >&2
         exit 1
     fi
 else
