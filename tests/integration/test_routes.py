@@ -15,7 +15,16 @@ from lockstep_dev.datagen import ensure_topics
 from tests.support.data import read_committed, topic_partitions
 
 from .engine_helpers import open_transactions, run, store, verify
-from .test_formats import crash_at_every_failpoint, errors, make, order, produce, registry  # noqa: F401 - a fixture
+from .test_formats import (  # noqa: F401 - registry is a fixture
+    ENRICHED,
+    crash_at_every_failpoint,
+    deserialized,
+    errors,
+    make,
+    order,
+    produce,
+    registry,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +42,9 @@ FROM input
 """
 
 
-def routed(tmp_path, bootstrap, unique, writer: str, transform: str | dict = "lockstep_examples.avro_orders:enrich"):
-    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": "json", "writer": writer},
+def routed(tmp_path, bootstrap, unique, writer: str, transform: str | dict = "lockstep_examples.avro_orders:enrich",
+           value: str | dict = "json"):
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": value, "writer": writer},
                     transform)
     topics = {name: f"{pipeline.sink}.{name}" for name in ROUTES}
     ensure_topics(bootstrap, {topic: 2 for topic in topics.values()})
@@ -120,3 +130,25 @@ def test_a_condition_spark_refuses_fails_for_good_before_any_transaction_opens(t
                        for p in topic_partitions(consumer, topic)), topic
     finally:
         consumer.close()
+
+
+def test_each_route_topic_is_written_with_its_own_subjects_schema(tmp_path, bootstrap, unique, registry):  # noqa: F811
+    """Avro through the registry under the topic name strategy: the plan registers the sink schema under each
+    topic's own subject (``<topic>-value``) and pins every id in the claim; each topic's records carry their
+    subject's id, so Confluent's deserializer reads every topic."""
+    value = {"format": "avro-confluent", "schema": json.loads(ENRICHED), "auto_register": True}
+    pipeline, topics = routed(tmp_path, bootstrap, unique, "jvm", value=value)
+    orders = [order(i) for i in range(95, 125)]
+    produce(pipeline, registry, list(enumerate(orders, start=95)))
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    pinned = {k: v for k, v in store(pipeline).view(1).claim.schema_ids.items() if k.startswith("sink.")}
+    # Each topic's subject holds the schema (the registry gives one text one id, whatever the subject).
+    ids = {t: registry.get_latest_version(f"{t}-value").schema_id for t in (pipeline.sink, *topics.values())}
+    assert pinned == {"sink.value": ids[pipeline.sink], **{f"sink.value@{t}": ids[t] for t in topics.values()}}
+    found = {t: sorted(r["order_id"] for r in deserialized(pipeline, registry, t)) for t in ids}
+    assert found == expected_topics(pipeline, topics, orders)
+    for t in ids:  # each record framed with its own topic's subject's id
+        assert {int.from_bytes(m.value()[1:5], "big") for m in read_committed(pipeline.bootstrap, t)} == {ids[t]}, t
+    assert verify(pipeline)["misrouted"] == 0

@@ -564,11 +564,7 @@ def test_sink_routes_are_topics_and_conditions_in_order_and_refuse_what_would_wr
     assert "must be a Spark SQL condition" in found["sink.routes.x"] and "got int 3" in found["sink.routes.y"]
 
 
-def test_sink_routes_with_a_registry_format_name_one_subject_and_are_not_for_stateful_pipelines() -> None:
-    registry = {"format": "avro-confluent", "schema": '{"type": "string"}'}
+def test_sink_routes_are_not_for_stateful_pipelines() -> None:
     sink = {"topic": "out", "dead_letter_topic": "dlq", "routes": {"out.big": "true"}}
-    assert "is required with sink.routes" in problems(minimal(sink={**sink, "value": registry}))["sink.value.subject"]
-    named = parse_spec(minimal(sink={**sink, "value": {**registry, "subject": "orders-value"}}), "p.yaml")
-    assert named.sink.value.subject_for("out.big", "value") == named.sink.value.subject_for("out", "value")
     stateful = minimal(sink=sink, state={"event_time": {"column": "ts"}, "dedup": {"key": "id", "ttl": "1h"}})
     assert "not supported with state yet" in problems(stateful)["sink.routes"]

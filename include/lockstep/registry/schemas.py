@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lockstep.errors import TerminalError
 from lockstep.registry.client import RegistryError, SchemaRegistry, registry_for
@@ -56,6 +56,14 @@ class Writing:
     subject: str | None = None
     #: Protobuf formats: the full name of the message written.
     message: str | None = None
+    #: With ``sink.routes`` and the topic name strategy (no declared ``subject``): the route's topic this
+    #: writing is for (its subject is ``<topic>-<part>``); None: ``sink.topic``'s, or every topic's.
+    topic: str | None = None
+
+    @property
+    def pin_key(self) -> str:
+        """Its schema id's key in the claim (`pin`): ``sink.value``, or ``sink.value@<route topic>``."""
+        return f"sink.{self.part}" + (f"@{self.topic}" if self.topic is not None else "")
 
     @property
     def where(self) -> str:
@@ -156,17 +164,22 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
             out.append(Writing(part, fmt, fmt.schema, message=message))
             continue
         registry = registry_for(spec.sink.registry_conn_id)
-        subject = fmt.subject_for(spec.sink.topic, part)
-        if pinned and f"sink.{part}" in pinned:  # what the plan accepted, whatever the subject holds since
-            schema_id = pinned[f"sink.{part}"]
-            registered = registry.schema(schema_id).text
-            if fmt.protobuf:
-                text, message = _protobuf_reader(spec, f"sink.{part}", fmt, registered, subject)
-                out.append(Writing(part, fmt, text, schema_id, subject, message))
-            else:
-                out.append(Writing(part, fmt, registered, schema_id, subject))
-            continue
-        out.append(_registered(spec, registry, part, fmt, subject, register, dry_run))
+        # Each route's topic has a subject of its own under the topic name strategy; a declared one is shared.
+        routed = (None, *(t for t, _ in spec.sink.routes)) if fmt.subject is None else (None,)
+        for topic in routed:
+            subject = fmt.subject_for(topic or spec.sink.topic, part)
+            key = Writing(part, fmt, None, topic=topic).pin_key
+            if pinned and key in pinned:  # what the plan accepted, whatever the subject holds since
+                schema_id = pinned[key]
+                registered = registry.schema(schema_id).text
+                if fmt.protobuf:
+                    text, message = _protobuf_reader(spec, f"sink.{part}", fmt, registered, subject)
+                    out.append(Writing(part, fmt, text, schema_id, subject, message, topic))
+                else:
+                    out.append(Writing(part, fmt, registered, schema_id, subject, topic=topic))
+                continue
+            out.append(replace(_registered(spec, registry, part, fmt, subject, register, dry_run),
+                                           topic=topic))
     return tuple(out)
 
 
@@ -280,5 +293,5 @@ def pin(spec: PipelineSpec, dry_run: bool = False) -> dict[str, int]:
                     raise
     for w in writings(spec, register=not dry_run, dry_run=dry_run):
         if w.schema_id is not None:
-            ids[f"sink.{w.part}"] = w.schema_id
+            ids[w.pin_key] = w.schema_id
     return ids

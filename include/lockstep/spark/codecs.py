@@ -373,7 +373,9 @@ def encode(out: DataFrame, writings: Sequence[Writing], transform: str, keep: bo
     from pyspark.sql import functions as F
 
     register_protobuf(out.sparkSession, (), writings)
-    for w in writings:
+    for part in dict.fromkeys(w.part for w in writings):
+        mine = [w for w in writings if w.part == part]
+        w = next(w for w in mine if w.topic is None)
         column = DATA_COLUMN[w.part]
         if column not in out.columns:
             raise TerminalError(f"transform {transform} returned no `{column}` column, but sink.{w.part} is "
@@ -382,6 +384,11 @@ def encode(out: DataFrame, writings: Sequence[Writing], transform: str, keep: bo
         if "error" not in out.columns:
             out = out.withColumn("error", F.lit(None).cast("string"))
         encoded, misfit = encoder(w, column)(F.col(column))
+        for routed in (r for r in mine if r.topic is not None):  # a route's topic, with its own subject's schema
+            to_route = F.col(ROUTE_COLUMN) == F.lit(routed.topic)
+            routed_encoded, routed_misfit = encoder(routed, column)(F.col(column))
+            encoded = F.when(to_route, routed_encoded).otherwise(encoded)
+            misfit = F.when(to_route, routed_misfit).otherwise(misfit)
         ok = F.col("error").isNull()
         kept = F.col(w.part) if w.part in out.columns else F.lit(None).cast("binary")
         out = (out.withColumn("error", F.when(ok, misfit).otherwise(F.col("error")))

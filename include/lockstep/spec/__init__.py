@@ -708,11 +708,11 @@ def _sink(c: _Checker, doc: object, source: SourceSpec, folder: Path | None = No
                     key=key, value=value,
                     registry_conn_id=c.text(d, "sink", "registry_conn_id", source.registry_conn_id
                                             or _default("source", "registry_conn_id")),
-                    routes=_routes(c, d.get("routes"), source, topic, dlq, (("key", key), ("value", value))))
+                    routes=_routes(c, d.get("routes"), source, topic, dlq))
 
 
-def _routes(c: _Checker, doc: object, source: SourceSpec, topic: str | None, dlq: str | None,
-            formats: tuple[tuple[str, FormatSpec], ...]) -> tuple[tuple[str, str], ...]:
+def _routes(c: _Checker, doc: object, source: SourceSpec, topic: str | None,
+            dlq: str | None) -> tuple[tuple[str, str], ...]:
     """``sink.routes``: topic -> a Spark SQL condition, in order (docs/formats.md, *Routes*)."""
     if doc is None:
         return ()
@@ -732,11 +732,6 @@ def _routes(c: _Checker, doc: object, source: SourceSpec, topic: str | None, dlq
                           f"\"data.country = 'DE'\", got {_kind(condition)}")
         else:
             checked.append((name, condition.strip()))
-    for part, fmt in formats:
-        if checked and fmt.registry and not fmt.subject:
-            c.fail(f"sink.{part}.subject", "is required with sink.routes: the routed topics are written with one "
-                   "schema, so name its registry subject (each topic's own subject, <topic>-" + part + ", is not "
-                   "supported with routes yet)")
     return tuple(checked)
 
 
