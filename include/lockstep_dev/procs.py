@@ -23,10 +23,45 @@ class PlatformError(LockstepError, RuntimeError):
     so the CLI reports it as it reports the engine's errors (exit 2, message only)."""
 
 
+#: Ports this process has handed out, never handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
+def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port_range(ephemeral: tuple[int, int]) -> range:
+    """Where `free_port` looks: below the ephemeral range (above it when that leaves too few)."""
+    low, high = ephemeral
+    return range(10_000, low) if low - 10_000 >= 5_000 else range(high + 1, 65_536)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, outside the kernel's ephemeral range. A port the kernel picked
+    (``bind`` to 0) is an ephemeral one: an outgoing connection (one Kafka node dialing another while it
+    starts) may take it as its local port before the service that was given it binds, and that service
+    then fails with "Address already in use" (seen starting the three-node cluster)."""
+    import random
+
+    ports = free_port_range(ephemeral_range())
+    for _ in range(200):
+        port = random.choice(ports)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise PlatformError(f"no free port found in {ports.start}-{ports.stop - 1} after 200 tries")
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
