@@ -114,28 +114,14 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
 def routed_counts(spec: PipelineSpec) -> str:
     """How many committed records each of a routed pipeline's topics holds (``orders-large: 812, ...``),
     read as a downstream consumer does (``read_committed``)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from collections import Counter
 
     from lockstep.connections import kafka_config
+    from lockstep.kafka.reader import read_committed
 
-    consumer = Consumer({**kafka_config(spec.sink.kafka_conn_id), "group.id": "lockstep-demo-probe",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False})
-    try:
-        assignment = [TopicPartition(topic, p, 0) for topic in spec.sink.topics
-                      for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions]
-        consumer.assign(assignment)
-        remaining, counts = {(tp.topic, tp.partition) for tp in assignment}, dict.fromkeys(spec.sink.topics, 0)
-        deadline = time.monotonic() + 120
-        while remaining and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=1):
-                if msg.error():
-                    remaining.discard((msg.topic(), msg.partition()))  # the end of a partition
-                elif (topic := msg.topic()) is not None:  # a consumed record always names its topic
-                    counts[topic] += 1
-        return ", ".join(f"{topic}: {n:,}" for topic, n in counts.items())
-    finally:
-        consumer.close()
+    counts = Counter(r.topic for r in read_committed(kafka_config(spec.sink.kafka_conn_id), spec.sink.topics,
+                                                     "lockstep-demo-probe", lambda topic: f"reading {topic}"))
+    return ", ".join(f"{topic}: {counts[topic]:,}" for topic in spec.sink.topics)
 
 
 def summary_lines(views: list[CheckpointView], first_new: int, triggered: int) -> list[str]:

@@ -92,6 +92,9 @@ def test_an_sql_pipeline_routes_alike_with_the_python_writer_and_verify_finds_a_
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"(routes: {', '.join(topics.values())})" in done.stderr
     assert found_topics(pipeline, topics) == expected_topics(pipeline, topics, orders)
+    from lockstep_dev.demo import routed_counts  # the demo's summary line counts the same
+
+    assert routed_counts(pipeline.spec()) == ", ".join(f"{t}: {len(ids):,}" for t, ids in found_topics(pipeline, topics).items())
     prepared = store(pipeline).view(1).prepared
     written = {p.topic for t in prepared.transactions for p in t.partitions}
     assert written == {pipeline.sink, *topics.values(), pipeline.dead_letters}, "all in the checkpoint's transactions"
