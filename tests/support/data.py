@@ -53,13 +53,14 @@ def produce_orders(pipeline: Any, count: int, start: int = 0, timestamp_ms: int 
 
 def read_committed(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
     """Every record of ``topic`` a read_committed consumer sees, up to the last stable offset."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})
     try:
         parts = topic_partitions(consumer, topic)
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        # from each partition's log start, which deleted records move past offset 0
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         remaining, records = set(parts), []
         deadline = time.monotonic() + timeout
         while remaining:

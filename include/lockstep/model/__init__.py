@@ -7,5 +7,5 @@ plugin, the JVM writer's Python side, the tools). Each module's ``__all__`` name
 
 __all__ = [
     "checkpoint", "failpoints", "offsets", "output_contract", "protobuf", "schemas", "state", "state_rows",
-    "transactional_ids", "transactions",
+    "tables", "transactional_ids", "transactions",
 ]

@@ -24,6 +24,14 @@ from lockstep.errors import CheckpointError, LockstepError, MetadataError, Termi
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
 from lockstep.model.state import StateManifest, optional_manifest
+from lockstep.model.tables import (
+    TablePin,
+    TableVersion,
+    pins_from_json,
+    pins_to_json,
+    tables_from_json,
+    tables_to_json,
+)
 from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
 
 T = TypeVar("T")
@@ -301,6 +309,9 @@ class CheckpointClaim:
     #: replay decode into and encode with these, whatever versions are registered since. Empty for a
     #: pipeline without registry formats and in claims of earlier versions.
     schema_ids: Mapping[str, int] = field(default_factory=dict)
+    #: Each table of the spec (`lockstep.model.tables`): the version the checkpoint starts from and the
+    #: offsets of its topic it reads on top, pinned when planned. Empty without tables.
+    tables: Mapping[str, TablePin] = field(default_factory=dict)
 
     @property
     def needs_spark(self) -> bool:
@@ -351,6 +362,8 @@ class CheckpointClaim:
             doc["rerun"] = self.rerun.to_json()
         if self.schema_ids:
             doc["schema_ids"] = dict(self.schema_ids)
+        if self.tables:
+            doc["tables"] = pins_to_json(self.tables)
         return doc
 
     @classmethod
@@ -369,7 +382,7 @@ class CheckpointClaim:
             clock_ms=r.get("clock_ms", int, optional=True) if "clock_ms" in r.doc else None,
             fires_timers=r.get("fires_timers", bool) if "fires_timers" in r.doc else False,
             rerun=Rerun.from_json(r.doc["rerun"], key) if r.doc.get("rerun") is not None else None,
-            schema_ids=r.schema_ids("schema_ids"),
+            schema_ids=r.schema_ids("schema_ids"), tables=pins_from_json(r.doc, key),
         ))
 
 
@@ -437,6 +450,8 @@ class PreparedCheckpoint:
     #: tasks, so a lost transaction's share can be computed again; None for stateless runs and runs of
     #: earlier versions (a partial loss of those stateful checkpoints cannot be repaired).
     output_tasks: int | None = None
+    #: The tables after this checkpoint (files written before this document); empty without tables
+    tables: Mapping[str, TableVersion] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         ids = [t.transactional_id for t in self.transactions]
@@ -466,6 +481,7 @@ class PreparedCheckpoint:
             "records_dead_lettered": self.records_dead_lettered, "spark_seconds": self.spark_seconds,
             **({"state": self.state.to_json()} if self.state is not None else {}),
             **({"output_tasks": self.output_tasks} if self.output_tasks is not None else {}),
+            **({"tables": tables_to_json(self.tables)} if self.tables else {}),
         }
 
     @classmethod
@@ -479,6 +495,7 @@ class PreparedCheckpoint:
             records_out=r.get("records_out", int), records_dead_lettered=r.get("records_dead_lettered", int),
             spark_seconds=float(r.get("spark_seconds", (int, float))), state=optional_manifest(r.doc, key),
             output_tasks=r.get("output_tasks", int) if "output_tasks" in r.doc else None,
+            tables=tables_from_json(r.doc, key),
         ))
 
 
@@ -567,6 +584,8 @@ class CompletedCheckpoint:
     #: The committed keyed state of a stateful pipeline: its prepared manifest (or, when a user
     #: accepted duplicates for a stuck checkpoint, the state it started from)
     state: StateManifest | None = None
+    #: The committed tables: the prepared ones (`lockstep.model.tables`)
+    tables: Mapping[str, TableVersion] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -579,6 +598,8 @@ class CompletedCheckpoint:
             doc["repair"] = self.repair.to_json()
         if self.state is not None:
             doc["state"] = self.state.to_json()
+        if self.tables:
+            doc["tables"] = tables_to_json(self.tables)
         return doc
 
     @classmethod
@@ -592,7 +613,7 @@ class CompletedCheckpoint:
             completed_at=r.get("completed_at", str), end_offsets=r.offsets("end_offsets"), committed=tuple(committed),
             topic_ids=r.topic_ids("topic_ids"),
             repair=Repair.from_json(r.doc["repair"], key) if r.doc.get("repair") is not None else None,
-            state=optional_manifest(r.doc, key),
+            state=optional_manifest(r.doc, key), tables=tables_from_json(r.doc, key),
         )
 
 
@@ -657,6 +678,8 @@ class Savepoint:
     topic_ids: Mapping[str, str] = field(default_factory=dict)
     #: The keyed state of its checkpoint (stateful pipelines): a restore starts from it
     state: StateManifest | None = None
+    #: The tables of its checkpoint: a restore starts from them
+    tables: Mapping[str, TableVersion] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_savepoint_name(self.name)
@@ -671,6 +694,8 @@ class Savepoint:
             doc["topic_ids"] = dict(self.topic_ids)
         if self.state is not None:
             doc["state"] = self.state.to_json()
+        if self.tables:
+            doc["tables"] = tables_to_json(self.tables)
         return doc
 
     @classmethod
@@ -680,6 +705,7 @@ class Savepoint:
             name=r.get("name", str), pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             created_at=r.get("created_at", str), end_offsets=r.offsets("end_offsets"), ranges=r.ranges("ranges"),
             topic_ids=r.topic_ids("topic_ids"), state=optional_manifest(r.doc, key),
+            tables=tables_from_json(r.doc, key),
         ))
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.connections import kafka_config
+from lockstep.errors import MetadataError
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import (
@@ -48,6 +49,8 @@ from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.transform import load_transform
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from lockstep.ops.verify_state import StateVerifyReport
     from lockstep.spark.target import JobSession
 
@@ -258,11 +261,14 @@ def completed_ranges(store: CheckpointStore, since: int | None,
 
 def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]],
                      unchecked: list[Unchecked] | None = None,
-                     topics: dict[Offset, set[str]] | None = None) -> Counter[Offset]:
+                     topics: dict[Offset, set[str]] | None = None,
+                     store: CheckpointStore | None = None) -> Counter[Offset]:
     """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
     ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error.
     With ``sink.routes``, ``topics`` gets the topic each offset's outputs go to: its route's (or
-    ``sink.topic``), the dead-letter topic for a dead letter."""
+    ``sink.topic``), the dead-letter topic for a dead letter. With tables, each checkpoint's records meet
+    the table versions its completed checkpoint records, read from ``store``'s files (never from the
+    tables' topics, which Kafka may have compacted since)."""
     from lockstep.errors import root_cause
     from lockstep.spark.codecs import Formats
 
@@ -274,7 +280,8 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
         if not rs:
             continue
         try:
-            out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform)
+            enrich = _tables_of(spec, spark, store, cid) if spec.tables else None
+            out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich)
             columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
                                                          if spec.sink.routes and c in out.columns))
             rows = formats.with_dead_letters(out, decoded, columns).collect()
@@ -292,6 +299,28 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
                 to = spec.sink.dead_letter_topic if r.get("error") is not None else r[ROUTE_COLUMN] or spec.sink.topic
                 topics.setdefault((r["topic"], r["partition"], r["offset"]), set()).add(to)
     return expected
+
+
+def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | None,
+               checkpoint_id: int) -> Callable[[DataFrame], DataFrame] | None:
+    """Checkpoint ``checkpoint_id``'s tables as its run had them: views of their names (for SQL), and the
+    joins the spec declares (None: none declared)."""
+    from functools import partial
+
+    from lockstep.spark.tables import MaterializedTables, join_tables, stored_rows, table_frame
+
+    assert store is not None, "verifying a pipeline with tables needs its store"
+    view = store.view(checkpoint_id)
+    versions = view.completed.tables if view is not None and view.completed is not None else {}
+    files = store.state_files()
+    tables = MaterializedTables()
+    for table in spec.tables:
+        version = versions.get(table.name)
+        if version is None:
+            raise MetadataError(f"checkpoint {checkpoint_id}", f"records no version of table {table.name}")
+        tables.frames[table.name] = table_frame(spark, table, stored_rows(files, version))
+    tables.register_views()
+    return partial(join_tables, spec, tables) if any(t.join is not None for t in spec.tables) else None
 
 
 @dataclass
@@ -369,7 +398,7 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
     routes: dict[Offset, set[str]] = {}
-    expected = expected_outputs(spec, spark, ranges, unchecked, routes)
+    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store)
     replays = completed_replays(replay_store)
     outputs = read_outputs(spec, since, progress)
     gone = [u.range for u in unchecked]

@@ -9,5 +9,5 @@ code) and the tools. ``output_tasks`` is the job's own."""
 
 __all__ = [
     "codecs", "conf", "connect", "job", "jvm_writer", "kafka_reader", "keyed_state", "python_writer", "replay", "routes", "sql",
-    "state_worker", "target", "writer_settings",
+    "state_worker", "tables", "target", "writer_settings",
 ]

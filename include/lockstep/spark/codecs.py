@@ -19,7 +19,7 @@ may drop rows, those dead letters are kept apart from its input and put back bes
 from __future__ import annotations
 
 __all__ = [
-    "DATA_COLUMN", "Formats", "decodable", "decode", "sink_reading",
+    "DATA_COLUMN", "DECODE_ERROR", "Formats", "decodable", "decode", "sink_reading",
 ]
 
 from collections.abc import Callable, Mapping, Sequence
@@ -53,12 +53,24 @@ class Formats:
         self.readings = readings(spec, pinned)
         self.writings = writings(spec, pinned=pinned)
 
-    def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, DataFrame | None]:
+    def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame],
+                    enrich: Callable[[DataFrame], DataFrame] | None = None) -> tuple[DataFrame, DataFrame | None]:
         """The transform's output over the records that decode, and the decoded input (None: nothing is
-        decoded), whose records that did not decode `with_dead_letters` writes."""
-        if not self.readings:
+        decoded), whose records that did not decode `with_dead_letters` writes.
+
+        ``enrich`` (the tables' joins, `lockstep.spark.tables.join_tables`) runs between the decode and the
+        transform, over every record with its `DECODE_ERROR`: it may add columns, drop records, or set the
+        error of a record that must go to the dead-letter topic as it came."""
+        if not self.readings and enrich is None:
             return self._encoded(transform(df)), None
-        decoded = decode(df, self.readings)
+        if self.readings:
+            decoded = decode(df, self.readings)
+        else:
+            from pyspark.sql import functions as F
+
+            decoded = df.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
+        if enrich is not None:
+            decoded = enrich(decoded)
         return self._encoded(transform(decodable(decoded))), decoded
 
     def _encoded(self, out: DataFrame) -> DataFrame:

@@ -20,6 +20,7 @@ import logging
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
@@ -95,6 +96,13 @@ def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str
                "Cast them (for example `F.col('error').cast('string')`).")
         )
     return columns
+
+
+def _may_dead_letter(spec: PipelineSpec, formats: Formats) -> bool:
+    """Whether some input record may go to the dead-letter topic before the transform: one that does not
+    decode, or one an inner join's table has no row for (``missing: dead_letter``)."""
+    return bool(formats.readings) or any(t.join is not None and t.join.how == "inner" and
+                                         t.join.missing == "dead_letter" for t in spec.tables)
 
 
 def job_outcome(exc: BaseException) -> tuple[str, bool]:
@@ -193,6 +201,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
     committables: list[PreparedTransaction] = []
     rows_out = 0
     stateful = None
+    # Each table's version: the one the run writes, else (no records) the one the claim starts from.
+    table_versions = {name: pin.base for name, pin in view.claim.tables.items() if pin.base is not None}
     reruns: list[StatefulRun] = []
     state = None
     if ranges or without_records:
@@ -228,7 +238,16 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         formats = Formats(spec, view.claim.schema_ids)
         if formats.readings or formats.writings:
             log.info("checkpoint %d: formats: %s", checkpoint_id, formats.describe())
-        out, decoded = formats.transformed(df, transform)
+        enrich = None
+        if spec.tables:
+            from lockstep.spark.tables import join_tables, materialize
+
+            tables = materialize(spark, spec, checkpoint_id, view.claim.tables, store.state_files(), kafka)
+            table_versions = tables.versions
+            tables.register_views()  # SQL transforms read each table by its name
+            if any(t.join is not None for t in spec.tables):
+                enrich = partial(join_tables, spec, tables)
+        out, decoded = formats.transformed(df, transform, enrich)
         from lockstep.spark.output_tasks import place
 
         if spec.state is not None:
@@ -243,14 +262,15 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             # offset order: a lost transaction's share can then be computed again exactly.
             out = place(output, view.claim.ranges, tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-        if decoded is not None and spec.state is None and (bad := Formats.undecodable_count(decoded)):
+        if decoded is not None and spec.state is None and _may_dead_letter(spec, formats) and \
+                (bad := Formats.undecodable_count(decoded)):
             # The records that did not decode never met the transform: beside its output, each in the
             # transaction of its source partition's task, as a stateful checkpoint places its output.
             # A source partition's sink records all come from one reader task, in offset order (no sort).
             # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
             # placing every output record when, as in most checkpoints, every record decodes.
-            log.info("checkpoint %d: %d records do not decode; they go to the dead-letter topic with the reason",
-                     checkpoint_id, bad)
+            log.info("checkpoint %d: %d records do not decode%s; they go to the dead-letter topic with the reason",
+                     checkpoint_id, bad, " or have no row in an inner join's table" if spec.tables else "")
             out = place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False)
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
@@ -294,7 +314,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         records_out=sum(t.records for t in committables),
         records_dead_lettered=sum(t.dead_letters for t in committables),
         spark_seconds=round(time.monotonic() - started, 3), state=state,
-        output_tasks=tasks if stateful is not None else None,
+        output_tasks=tasks if stateful is not None else None, tables=table_versions,
     )
     # A stateful operator regroups records by key on purpose, and its checkpoints are never repaired
     # (docs/state.md, "Failures"): the warning is for stateless transforms that shuffle.

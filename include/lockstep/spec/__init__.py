@@ -17,6 +17,7 @@ import yaml
 
 from lockstep.errors import SpecError, SpecProblem
 from lockstep.spec.fields import UNSET, Field
+from lockstep.spec.fields import Section as SectionShape
 from lockstep.spec.shape import (
     BUCKET_PATTERN,
     COMPATIBILITY_LEVELS,
@@ -31,10 +32,12 @@ from lockstep.spec.shape import (
     IDENTIFIER_PATTERN,
     NAME_PATTERN,
     RESERVED_PRODUCER_KEYS,
+    RESERVED_TABLE_NAMES,
     SCHEDULE_PRESETS,
     SPARK_MODES,
     SPEC,
     STATE_FIELD_TYPES,
+    TABLE,
     TAG_PATTERN,
     TOPIC_PATTERN,
     TRANSFORM_PATTERN,
@@ -50,8 +53,8 @@ __all__ = [
     "COMPATIBILITY_LEVELS", "CompactionPolicy", "DEFAULT_KEY_GROUPS", "DEFAULT_KEY_NAME", "DEFAULT_OWNER",
     "DEFAULT_REGISTRY_CONN_ID", "DUPLICATE_ACTIONS", "FORMATS", "FormatSpec", "PipelineSpec", "REGISTRY_FORMATS",
     "RESERVED_PRODUCER_KEYS", "SCHEDULE_PRESETS", "SPARK_MODES", "STATE_FIELD_TYPES", "SourceSpec", "SparkSpec",
-    "StateSpec", "TriggerSpec", "WRITERS", "WindowSpec", "cross_check", "load_each", "load_spec", "shape",
-    "spec_files",
+    "StateSpec", "TableJoin", "TableSpec", "TriggerSpec", "WRITERS", "WindowSpec", "cross_check", "load_each",
+    "load_spec", "shape", "spec_files",
 ]
 
 NAME_RE = re.compile(NAME_PATTERN)
@@ -336,6 +339,31 @@ TAG_RE = re.compile(TAG_PATTERN)
 
 
 @dataclass(frozen=True)
+class TableJoin:
+    """``tables.<name>.join``: join the table into every input record before the transform, on ``by`` (a
+    Spark SQL expression over the decoded input) equal to the table's key (docs/joins.md)."""
+
+    #: ``by``: a Spark SQL expression over the decoded input, equal to the table's key
+    by: str
+    #: ``left``: every record (the table's column null without a row); ``inner``: records with a row only
+    how: str = "left"
+    #: an inner join's records without a row: ``drop`` them or ``dead_letter`` them
+    missing: str = "drop"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """``tables.<name>``: the latest value per key of ``topic`` as of each checkpoint's pinned offsets,
+    kept by Lockstep (`lockstep.spark.tables`); a view named ``name`` in SQL transforms."""
+
+    name: str
+    topic: str
+    key: FormatSpec = FormatSpec(format="string")
+    value: FormatSpec = field(default_factory=FormatSpec)
+    join: TableJoin | None = None
+
+
+@dataclass(frozen=True)
 class AlertsSpec:
     """Whom a failed checkpoint notifies, once per failure streak (`lockstep.rules.alerts`): a webhook
     (an Airflow connection of type http: a JSON POST whose ``text`` a chat's incoming webhook shows) and
@@ -376,6 +404,8 @@ class PipelineSpec:
     transform_sql: str | None = None
     #: Where the query came from: its file (as read), or ``inline``; for messages.
     transform_sql_from: str | None = None
+    #: Tables by name (``tables:``), in the spec's order; empty without.
+    tables: tuple[TableSpec, ...] = ()
 
     @property
     def is_sql(self) -> bool:
@@ -543,20 +573,25 @@ def _topics(c: _Checker, value: object) -> tuple[str, ...]:
     return tuple(t for t in checked if t)
 
 
-def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool) -> FormatSpec:
-    """One ``key:`` or ``value:`` section: its format, its schema (a file beside the spec, or inline)."""
+def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool,
+            declared: SectionShape | None = None) -> FormatSpec:
+    """One ``key:`` or ``value:`` section: its format, its schema (a file beside the spec, or inline).
+    ``declared``: its shape, when it is not at ``path`` in the spec's (a table's, under a name of the user's)."""
+    shape = declared if declared is not None else SPEC.section_at(path)
+    fallback = FormatSpec(format=str(shape.fields["format"].default))
     if doc is None or doc is _MISSING:
-        return BYTES
+        return fallback
     if isinstance(doc, str):  # `value: avro-confluent`, the short form
         doc = {"format": doc}
-    d = c.section(doc, path, _keys(path))
-    kind = c.text(d, path, "format", _default(path, "format"))
+    d = c.section(doc, path, shape.keys)
+    kind = c.text(d, path, "format", shape.fields["format"].default)
+    words = shape.fields["format"].enum
     if kind in UNSUPPORTED_FORMATS:
         c.fail(f"{path}.format", UNSUPPORTED_FORMATS[kind])
-        return BYTES
-    if kind is not None and kind not in _enum(path, "format"):
-        c.fail(f"{path}.format", f"must be one of {', '.join(_enum(path, 'format'))}, got {kind!r}")
-        return BYTES
+        return fallback
+    if kind is not None and kind not in words:
+        c.fail(f"{path}.format", f"must be one of {', '.join(words)}, got {kind!r}")
+        return fallback
     message = c.text(d, path, "message", None)
     if kind in PROTOBUF_FORMATS:
         schema, where, message = _protobuf_schema(c, d.get("schema"), message, path, folder)
@@ -733,6 +768,59 @@ def _routes(c: _Checker, doc: object, source: SourceSpec, topic: str | None,
         else:
             checked.append((name, condition.strip()))
     return tuple(checked)
+
+
+def _tables(c: _Checker, doc: object, source: SourceSpec, folder: Path | None) -> tuple[TableSpec, ...]:
+    """``tables``: name -> a table section (docs/joins.md)."""
+    if doc is None:
+        return ()
+    shape = TABLE.section
+    assert shape is not None
+    join_shape = shape.fields["join"].section
+    assert join_shape is not None
+    tables: list[TableSpec] = []
+    for name, raw in c.mapping(doc, "tables").items():
+        path = f"tables.{name}"
+        if not isinstance(name, str) or not IDENTIFIER_RE.fullmatch(name):
+            c.fail(path, f"a table's name is the view SQL reads it by: {IDENTIFIER_PATTERN}")
+            continue
+        if name.lower() in RESERVED_TABLE_NAMES:
+            c.fail(path, f"{name!r} is the view of the input; give the table another name")
+            continue
+        d = c.section(raw, path, shape.keys, optional=False)
+        topic = _topic(c, d, path, "topic")
+        if topic is not None and topic in source.topics:
+            c.fail(f"{path}.topic", f"{topic!r} is a source topic; a table reads a topic of its own")
+        key = _format(c, d.get("key"), f"{path}.key", folder, sink=False, declared=shape.fields["key"].section)
+        value = _format(c, d.get("value"), f"{path}.value", folder, sink=False,
+                        declared=shape.fields["value"].section)
+        join = None
+        if d.get("join") is not None:
+            j = c.section(d["join"], f"{path}.join", join_shape.keys)
+            on = j.get("by", _MISSING)
+            if on is _MISSING:
+                c.fail(f"{path}.join.by", "is required: a Spark SQL expression over the input equal to the table's "
+                                          "key (data.customer_id)")
+            elif not isinstance(on, str) or not on.strip():
+                c.fail(f"{path}.join.by", f"must be a Spark SQL expression, got {_kind(on)}")
+            how = _choice(c, j, f"{path}.join", "how", join_shape)
+            missing = _choice(c, j, f"{path}.join", "missing", join_shape)
+            if how == "left" and "missing" in j:
+                c.fail(f"{path}.join.missing", "is for an inner join: a left join keeps every record")
+            if isinstance(on, str) and on.strip() and how and missing:
+                join = TableJoin(on.strip(), how, missing)
+        if topic is not None:
+            tables.append(TableSpec(name, topic, key, value, join))
+    topics = [t.topic for t in tables]
+    for t in sorted({t for t in topics if topics.count(t) > 1}):
+        c.fail("tables", f"topic {t!r} is read by more than one table")
+    return tuple(tables)
+
+
+def _choice(c: _Checker, d: Section, path: str, key: str, shape: SectionShape) -> Any:
+    words = shape.fields[key].enum
+    return c.text(d, path, key, shape.fields[key].default, re.compile("|".join(map(re.escape, words))),
+                  _one_of(words))
 
 
 def parse_store_url(url: str) -> StoreLocation | None:
@@ -1039,7 +1127,15 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         alerts=_alerts(c, d.get("alerts")),
         transform_sql=sql,
         transform_sql_from=sql_from,
+        tables=_tables(c, d.get("tables"), source, folder),
     )
+    for table in spec.tables:
+        if table.topic in (spec.sink.topic, spec.sink.dead_letter_topic, *(t for t, _ in spec.sink.routes)):
+            c.fail(f"tables.{table.name}.topic", f"{table.topic!r} is written by this pipeline; a pipeline must "
+                                                 "not feed itself")
+    if spec.tables and spec.state is not None:
+        c.fail("tables", "are not supported with state yet; join in a stateless pipeline whose sink topic the "
+                         "stateful one reads")
     if spec.state is not None and spec.sink.routes:
         c.fail("sink.routes", "are not supported with state yet (a window's and a state function's records are "
                               "made after the transform); route in a second, stateless pipeline that reads this one's "

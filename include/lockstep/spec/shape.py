@@ -48,6 +48,13 @@ SPARK_MODES = ("submit", "connect")
 OFFSET_RESETS = ("earliest", "latest")
 TOPIC_RECREATED_POLICIES = ("fail", "earliest", "latest")
 DUPLICATE_ACTIONS = ("drop", "dead_letter")
+#: How a table is joined into the input (docs/joins.md).
+JOIN_KINDS = ("left", "inner")
+MISSING_ACTIONS = ("drop", "dead_letter")
+#: The formats a table's key or value may have (the registry's and Protobuf are not supported for tables yet).
+TABLE_FORMATS = ("bytes", "string", "json", "avro")
+#: The table names that would shadow the query's own view.
+RESERVED_TABLE_NAMES = ("input",)
 #: Spark types a state function's declared fields may have (``simpleString`` spelling).
 STATE_FIELD_TYPES = ("string", "boolean", "int", "bigint", "double", "float", "binary", "timestamp", "date",
                      "array<string>", "array<bigint>", "array<double>", "map<string,string>", "map<string,bigint>")
@@ -256,6 +263,42 @@ ALERTS = _section("Whom a failed checkpoint notifies, once per failure streak.",
     "smtp_conn_id": _text("The SMTP connection e-mails go through.", "smtp_default"),
 })
 
+def _table_format(part: str) -> Field:
+    """A table's ``key`` / ``value``: a format's word, or a section, as a source's (without the registry)."""
+    declared = _format(part, sink=False)
+    assert declared.section is not None
+    fields = dict(declared.section.fields)
+    fields["format"] = Field("string", "How the bytes are encoded.", default="string" if part == "key" else "bytes",
+                             enum=TABLE_FORMATS)
+    fields.pop("subject")
+    fields.pop("message")
+    doc = (f"How the table topic's {part}s are encoded: the view's {'key' if part == 'key' else 'data'} column; "
+           f"{'a string' if part == 'key' else 'raw bytes (value)'} by default.")
+    return Field("section", doc, section=Section(doc, fields), nullable=True,
+                 default="string" if part == "key" else "bytes",
+                 alternatives=(Field("string", "the format alone", enum=TABLE_FORMATS),))
+
+
+JOIN = _section("Join the table into every input record before the transform: the record gets a column named "
+                "after the table (a struct of the table's row, null without one).", {
+    "by": Field("expression", "A Spark SQL expression over the input (decoded: data.customer_id) equal to the "
+                              "table's key (not on: YAML reads that key as true).", required=True),
+    "how": _text("left: every record, with null when its key has no row; inner: only records with a row.", "left",
+                 enum=JOIN_KINDS),
+    "missing": _text("An inner join's records without a row: drop them, or dead_letter them (error: no row).",
+                     "drop", enum=MISSING_ACTIONS),
+})
+
+TABLE = Field("section", "A table: the latest value per key of a (compacted) topic, as of each checkpoint's pinned "
+                         "offsets; a view of its name in SQL transforms.", section=Section(
+    "A table: the latest value per key of a (compacted) topic.", {
+        "topic": _text("The table's topic (compacted, usually): a record sets its key's row, a null value deletes "
+                       "it.", required=True, **_TOPIC),
+        "key": _table_format("key"),
+        "value": _table_format("value"),
+        "join": JOIN,
+    }))
+
 #: ``transform``'s SQL form: one query over the view ``input`` (docs/formats.md, "SQL transforms"); the checker
 #: takes exactly one of its two keys.
 TRANSFORM_SQL = _section("An SQL query over the view input (the records read, decoded), run by Spark in the "
@@ -285,6 +328,9 @@ SPEC = Section("A Lockstep pipeline: Kafka -> transform (Spark) -> Kafka, exactl
     "tags": Field("list", "Tags added to the DAG's own (lockstep, source, sink).", nullable=True,
                   items=Field("string", "A tag: 1 to 100 characters, no commas.", pattern=TAG_PATTERN)),
     "alerts": ALERTS,
+    "tables": Field("mapping", "Tables by name (docs/joins.md): each the latest value per key of a topic, pinned "
+                               "per checkpoint.", nullable=True, key_pattern=IDENTIFIER_PATTERN,
+                    refused_keys=RESERVED_TABLE_NAMES, items=TABLE),
 })
 
 

@@ -123,7 +123,8 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     reverted = repair is not None and repair.accepted == "duplicates" and prepared.state is not None
     completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), end_offsets, committed,
                                     view.claim.topic_ids, repair,
-                                    state=view.claim.state_base if reverted else prepared.state)
+                                    state=view.claim.state_base if reverted else prepared.state,
+                                    tables=prepared.tables)
     p.store.mark_completed(completed)
     if repair:
         log.warning("checkpoint %d: completed after repair: %s", checkpoint_id, repair.told)
@@ -136,7 +137,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     deleted = p.store.apply_retention(p.spec.checkpoints.retain)
     if deleted:
         log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
-    if completed.state is not None or p.spec.state is not None:
+    if completed.state is not None or p.spec.state is not None or completed.tables or p.spec.tables:
         garbage = p.store.collect_state_garbage()
         if garbage:
             log.info("checkpoint %d: deleted %d state files no checkpoint or savepoint names", checkpoint_id,

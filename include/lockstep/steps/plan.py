@@ -25,6 +25,7 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
+from lockstep.model.tables import TablePin
 from lockstep.model.transactions import utc_text
 from lockstep.registry.schemas import pin
 from lockstep.rules.pinned import pinned_clock, planned_with
@@ -45,6 +46,7 @@ from lockstep.rules.start_offsets import (
     restore_totals,
 )
 from lockstep.rules.state_base import base_refusal
+from lockstep.rules.tables import table_pin
 from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
 from lockstep.steps.recover import check_in_flight, recover
@@ -158,12 +160,13 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         aborted = next((v for v in history.after if v.checkpoint_id == replays), None)
         if aborted is not None and aborted.claim.schema_ids:
             schema_ids = {**schema_ids, **aborted.claim.schema_ids}
+    tables = _table_pins(p, restore, latest, next_id, any(not r.is_empty for r in ranges.ranges))
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
         state_base=state_base, clock_ms=clock_ms, fires_timers=fires, rerun=_rerun(restore, latest),
-        schema_ids=schema_ids,
+        schema_ids=schema_ids, tables=tables,
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
@@ -224,6 +227,35 @@ def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
     if refused:
         raise TerminalError(f"checkpoint {checkpoint_id}: {refused}")
     return base
+
+
+def _table_pins(p: Pipeline, restore: str | None, latest: CheckpointView | None, checkpoint_id: int,
+                reads: bool) -> dict[str, TablePin]:
+    """Each table's pin (`lockstep.rules.tables.table_pin`): its version where the start offsets come from
+    (the latest completed checkpoint, or the checkpoint or savepoint restored from; a restore by time
+    keeps the latest one's), and its topic's offsets up to the last stable ones now."""
+    if not p.spec.tables:
+        return {}
+    if restore is None or restore.startswith(TIME_PREFIX):
+        bases = latest.completed.tables if latest is not None and latest.completed is not None else {}
+    elif restore.startswith("checkpoint:"):
+        view = p.store.view(int(restore.split(":", 1)[1]))
+        bases = view.completed.tables if view is not None and view.completed is not None else {}
+    else:
+        bases = p.store.get_savepoint(restore).tables
+    pins = {}
+    for table in p.spec.tables:
+        tps = topics.partitions(p.source_admin, [table.topic])
+        log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
+        stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+        pin = table_pin(table.name, table.topic, bases.get(table.name), {tp.partition: o for tp, o in log_start.items()},
+                        {tp.partition: o for tp, o in stable_end.items()}, reads, checkpoint_id)
+        if pin.records:
+            log.info("checkpoint %d: table %s: reads %d offsets of %s on top of %s", checkpoint_id, table.name,
+                     pin.records, table.topic, f"its version of checkpoint {pin.base.written_by}" if pin.base
+                     else "nothing (its first version)")
+        pins[table.name] = pin
+    return pins
 
 
 def _republish(p: Pipeline, latest: CheckpointView) -> None:

@@ -42,6 +42,7 @@ from lockstep.model.checkpoint import (
     validate_savepoint_name,
 )
 from lockstep.model.state import StateManifest
+from lockstep.model.tables import TableVersion
 from lockstep.store.keys import checkpoint_folder
 from lockstep.store.s3 import ListObjectsArgs, S3Client
 from lockstep.store.state_files import StateFiles, unreferenced
@@ -545,9 +546,19 @@ class CheckpointStore:
             for manifest in (view.claim.state_base, in_flight, view.completed.state if view.completed else None):
                 if manifest is not None:
                     referenced.update(manifest.all_files)
+            # Tables alike: the versions a claim starts from, an unsettled prepared one's, the completed ones.
+            tables = [pin.base for pin in view.claim.tables.values() if pin.base is not None]
+            if view.prepared and view.completed is None and view.aborted is None:
+                tables += view.prepared.tables.values()
+            if view.completed is not None:
+                tables += view.completed.tables.values()
+            for table in tables:
+                referenced.update(table.files)
         for savepoint in self.list_savepoints():
             if savepoint.state is not None:
                 referenced.update(savepoint.state.all_files)
+            for table in savepoint.tables.values():
+                referenced.update(table.files)
         doomed = unreferenced(keys, referenced, {k: files.checkpoint_of(k) for k in keys}, latest.checkpoint_id,
                               aborted)
         files.delete(doomed[:1])
@@ -594,7 +605,7 @@ class CheckpointStore:
         savepoint = Savepoint(name=name, pipeline=self.pipeline, checkpoint_id=view.checkpoint_id,
                               created_at=created_at, end_offsets=dict(view.completed.end_offsets),
                               ranges=view.claim.ranges, topic_ids=dict(view.claim.topic_ids),
-                              state=view.completed.state)
+                              state=view.completed.state, tables=dict(view.completed.tables))
         self._store_savepoint(savepoint)
         refused = savepoint_pinned(savepoint, self._outcome(view.checkpoint_id))
         if refused:
@@ -609,8 +620,26 @@ class CheckpointStore:
         adopted = Savepoint(name=savepoint.name, pipeline=self.pipeline, checkpoint_id=savepoint.checkpoint_id,
                             created_at=created_at, end_offsets=dict(savepoint.end_offsets), ranges=savepoint.ranges,
                             topic_ids=dict(savepoint.topic_ids),
-                            state=self._adopt_state(savepoint.state, savepoint.name, source_bucket or self.bucket))
+                            state=self._adopt_state(savepoint.state, savepoint.name, source_bucket or self.bucket),
+                            tables=self._adopt_tables(savepoint.tables, savepoint.name, source_bucket or self.bucket))
         return self._store_savepoint(adopted)
+
+    def _adopt_tables(self, tables: Mapping[str, TableVersion], savepoint_name: str,
+                      source_bucket: str) -> dict[str, TableVersion]:
+        """Another pipeline's table versions, their files copied under this pipeline's prefix (as state's)."""
+        from dataclasses import replace
+
+        files = self.state_files()
+        adopted = {}
+        for name, table in tables.items():
+            mine = []
+            for key in table.files:
+                target = files.adopted_key(savepoint_name, key)
+                if target != key or source_bucket != self.bucket:
+                    files.copy(key, target, source_bucket)
+                mine.append(target)
+            adopted[name] = replace(table, files=tuple(mine))
+        return adopted
 
     def _adopt_state(self, state: StateManifest | None, savepoint_name: str,
                      source_bucket: str) -> StateManifest | None:

@@ -62,6 +62,11 @@ class StateFiles:
         """A base (``kg-00007.parquet``) or a delta (``kg-00007.delta.parquet``, `lockstep.store.state_chain`)."""
         return f"{checkpoint_folder(self.prefix, checkpoint_id)}kg-{group:05d}{'.delta' if delta else ''}.parquet"
 
+    def table_key(self, checkpoint_id: int, name: str, delta: bool = False) -> str:
+        """A table's base (``table-customers.parquet``) or delta (``table-customers.delta.parquet``) written by
+        checkpoint ``checkpoint_id`` (`lockstep.spark.tables`)."""
+        return f"{checkpoint_folder(self.prefix, checkpoint_id)}table-{name}{'.delta' if delta else ''}.parquet"
+
     def adopted_key(self, savepoint: str, source_key: str) -> str:
         """Where an adopted savepoint's state file is kept: ``state/adopted/<savepoint>/<its folder>/<its
         name>``, apart from this pipeline's own checkpoints' folders (the same checkpoint id is another

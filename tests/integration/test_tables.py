@@ -1,0 +1,223 @@
+"""Tables from Kafka topics joined into a stream (``tables:``, docs/joins.md), on real services in connect mode.
+
+Orders (JSON) are enriched with a ``customers`` table (the latest JSON value per key of its own topic) by a
+declared inner join that dead-letters an order whose customer has no row, then reshaped by an SQL query that
+also reads the table's view. Between checkpoints customers change, one is deleted (a tombstone) and one is
+added; each run is crashed at the next failpoint, then one completes. Every output is checked against a
+recomputation made here, from the table topic's own records up to the offsets each checkpoint pinned: each
+order once, enriched with its customer as of its checkpoint, or dead-lettered once with the reason. The
+table topic's records are then deleted: `lockstep verify` still recomputes every checkpoint (from the
+stored versions, not the topic), and a restore from a savepoint joins against the savepoint's version and the
+updates since, as its claim pins.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from lockstep_dev.datagen import ensure_topics
+from tests.support.data import read_committed
+
+from .engine_helpers import crash_at, lockstep, open_transactions, run, store, verify
+from .test_formats import make
+
+pytestmark = pytest.mark.integration
+
+CUSTOMER_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "tier": {"type": "string"}},
+                   "required": ["name"]}
+ORDER_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "customer": {"type": "string"},
+                                                 "amount": {"type": "number"}}, "required": ["order_id"]}
+#: The enrichment: the joined row's fields (a struct column named after the table) and, from the table's view,
+#: how many customers share the order's tier.
+QUERY = """
+SELECT /*+ BROADCAST(t) */ i.topic, i.partition, i.offset, i.key,
+       named_struct('order_id', i.data.order_id, 'customer', i.data.customer, 'name', i.customers.data.name,
+                    'tier', i.customers.data.tier, 'same_tier', t.n) AS data
+FROM input i LEFT JOIN (SELECT data.tier AS tier, count(*) AS n FROM customers GROUP BY data.tier) t
+  ON i.customers.data.tier <=> t.tier
+"""
+NO_ROW = "no row in table customers for data.customer (tables.customers.join)"
+
+
+def with_table(tmp_path, bootstrap, unique):
+    pipeline = make(tmp_path, bootstrap, unique, {"value": {"format": "json", "schema": ORDER_SCHEMA}},
+                    {"value": "json"}, {"sql": QUERY})
+    table_topic = f"{pipeline.source}.customers"
+    ensure_topics(bootstrap, {table_topic: 2})
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["tables"] = {"customers": {"topic": table_topic, "value": {"format": "json", "schema": CUSTOMER_SCHEMA},
+                                   "join": {"by": "data.customer", "how": "inner", "missing": "dead_letter"}}}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return pipeline, table_topic
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[str, dict | None]], partitions: int = 2) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in records:
+        producer.produce(topic, None if value is None else json.dumps(value).encode(), key=key.encode(),
+                         partition=int(key[1:]) % partitions)
+    producer.flush(30)
+
+
+def order(i: int) -> tuple[str, dict]:
+    return f"o{i}", {"order_id": f"o{i}", "customer": f"c{i % 6}", "amount": i + 0.5}
+
+
+def table_as_of(records: list, ends: dict[int, int]) -> dict[str, dict]:
+    """The table a checkpoint that pinned ``ends`` joins against, recomputed from the topic's records."""
+    table: dict[str, dict] = {}
+    for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
+        if m.offset() < ends.get(m.partition(), 0):
+            if m.value() is None:
+                table.pop(m.key().decode(), None)
+            else:
+                table[m.key().decode()] = json.loads(m.value())
+    return table
+
+
+def expected_outputs(pipeline, table_records: list, since: int = 0) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Each completed checkpoint's orders (from ``since``), enriched by the table it pinned, recomputed here;
+    and the dead letters (order id, error)."""
+    s = store(pipeline)
+    orders = {(m.partition(), m.offset()): json.loads(m.value()) for m in read_committed(pipeline.bootstrap,
+                                                                                          pipeline.source)}
+    out, dead = [], []
+    for cid in s.checkpoint_ids():
+        view = s.view(cid)
+        if view is None or view.completed is None or cid < since:
+            continue
+        pin = view.claim.tables["customers"]
+        ends = {**(pin.base.ends if pin.base else {}), **{r.partition: r.end for r in pin.ranges}}
+        table = table_as_of(table_records, ends)
+        assert dict(view.completed.tables["customers"].ends) == ends
+        for r in view.delivered_ranges:
+            for offset in range(r.start, r.end):
+                o = orders[(r.partition, offset)]
+                row = table.get(o["customer"])
+                if row is None:
+                    dead.append((o["order_id"], NO_ROW))
+                    continue
+                same = sum(1 for c in table.values() if c.get("tier") == row.get("tier"))
+                out.append({"order_id": o["order_id"], "customer": o["customer"], "name": row["name"],
+                            "tier": row.get("tier"), "same_tier": same})
+    return sorted(out, key=lambda r: r["order_id"]), sorted(dead)
+
+
+def found_outputs(pipeline, since_offsets: dict | None = None) -> tuple[list[dict], list[tuple[str, str]]]:
+    out = [json.loads(m.value()) for m in read_committed(pipeline.bootstrap, pipeline.sink)]
+    dead = [(json.loads(m.value())["order_id"], dict(m.headers() or [])["lockstep.error"].decode())
+            for m in read_committed(pipeline.bootstrap, pipeline.dead_letters)]
+    return sorted(out, key=lambda r: r["order_id"]), sorted(dead)
+
+
+def test_a_stream_table_join_is_exactly_once_against_each_checkpoints_pinned_table(tmp_path, bootstrap, unique):
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+
+    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
+    from lockstep.model.output_contract import WRITER_FAILPOINTS
+
+    pipeline, table_topic = with_table(tmp_path, bootstrap, unique)
+    # c0..c3 to start with; c4 and c5 have no row (their orders are dead letters until c4 is added)
+    produce(bootstrap, table_topic, [(f"c{i}", {"name": f"customer {i}", "tier": "gold" if i % 2 else "silver"})
+                                     for i in range(4)])
+    produce(bootstrap, pipeline.source, [order(i) for i in range(-12, 0)])
+    assert run(pipeline).returncode == 0  # a first checkpoint against the first version of the table
+    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
+    for n, point in enumerate(points):
+        produce(bootstrap, pipeline.source, [order(i) for i in range(n * 12, n * 12 + 12)])
+        # a customer changes before every run; c1 is deleted (a tombstone) at the 3rd, c4 added at the 5th
+        produce(bootstrap, table_topic, [(f"c{n % 4}", {"name": f"customer {n % 4} v{n}", "tier": f"t{n % 3}"})])
+        if n == 2:
+            produce(bootstrap, table_topic, [("c1", None)])
+        if n == 4:
+            produce(bootstrap, table_topic, [("c4", {"name": "customer 4", "tier": "t1"})])
+        crash_at(pipeline, point)  # and the failpoint is what stopped it
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    table_records = read_committed(bootstrap, table_topic)
+    expected = expected_outputs(pipeline, table_records)
+    assert expected[0] and expected[1], "some orders are enriched and some dead-lettered"
+    versions = {json.dumps(v.completed.tables["customers"].ends, sort_keys=True)
+                for v in map(store(pipeline).view, store(pipeline).checkpoint_ids()) if v and v.completed}
+    assert len(versions) >= 3, "orders met several versions of the table"
+    assert {r["tier"] for r in expected[0]} >= {"gold", "silver", "t0"}
+    assert found_outputs(pipeline) == expected
+    assert open_transactions(pipeline) == []
+    s = store(pipeline)
+    latest = s.latest_completed()
+    final = latest.completed.tables["customers"] if latest is not None and latest.completed else None
+    assert final is not None and final.keys == len(table_as_of(table_records, dict(final.ends)))
+
+    # Garbage collection kept the files of every completed checkpoint's version and deleted the rest (the
+    # versions of the checkpoints the crashes aborted).
+    named = {f for v in map(s.view, s.checkpoint_ids()) if v and v.completed for t in v.completed.tables.values()
+             for f in t.files}
+    listed = {k for k in s.state_files().listing() if "/table-" in k}
+    assert named <= listed and listed - named == set(), sorted(listed - named)
+
+    # The table topic's records are deleted (retention, or a compaction that dropped old versions): verify
+    # recomputes every checkpoint from the versions the checkpoints stored, never from the topic.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    ends = {p: o for p, o in latest.completed.tables["customers"].ends.items()}
+    for future in admin.delete_records([KafkaPartition(table_topic, p, o) for p, o in ends.items()]).values():
+        future.result(30)
+    report = verify(pipeline)
+    assert report["ok"] and (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["covered_offsets"] == 12 * (len(points) + 1)
+
+    # A savepoint, then orders and a customer change; a restore from the savepoint starts from its table
+    # version and reads the table's updates since (the deleted records are not read again).
+    created = lockstep("savepoint", "create", "before-last", "--spec", str(pipeline.spec_path))
+    assert created.returncode == 0, created.stderr
+    saved = s.get_savepoint("before-last")
+    assert saved.tables["customers"] == latest.completed.tables["customers"]
+    produce(bootstrap, pipeline.source, [order(i) for i in range(1000, 1012)])
+    produce(bootstrap, table_topic, [("c5", {"name": "customer 5", "tier": "gold"})])
+    assert run(pipeline).returncode == 0
+    restored = run(pipeline, "--restore-from", "before-last")
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    again = s.latest_completed()
+    assert again.claim.restored_from == "before-last"
+    pin = again.claim.tables["customers"]
+    assert pin.base == saved.tables["customers"] and pin.records == 1  # c5's record only
+    table_records += read_committed(bootstrap, table_topic)  # the records since the deletion: c5's
+    expected_out, expected_dead = expected_outputs(pipeline, table_records, since=again.checkpoint_id)
+    restored_ids = {f"o{i}" for i in range(1000, 1012)}
+    out, dead = found_outputs(pipeline)
+    # the restore wrote the last 12 orders again, each against the restored checkpoint's pinned table
+    again_out = [r for r in out if r["order_id"] in restored_ids]
+    assert sorted({json.dumps(r, sort_keys=True) for r in again_out}) == sorted(
+        json.dumps(r, sort_keys=True) for r in expected_out)
+    assert all(r["name"] == "customer 5" for r in expected_out if r["customer"] == "c5")
+    report = verify(pipeline, "--since-checkpoint", str(again.checkpoint_id))
+    assert report["ok"], report
+
+
+def test_an_sql_join_reads_the_tables_view_and_a_left_join_keeps_every_record(tmp_path, bootstrap, unique):
+    """Without a declared join, an SQL query joins the table's view itself (here a LEFT JOIN on the raw key):
+    every order once, with null where its customer has no row."""
+    query = """
+    SELECT i.topic, i.partition, i.offset, i.key,
+           named_struct('order_id', i.data.order_id, 'name', c.data.name) AS data
+    FROM input i LEFT JOIN customers c ON i.data.customer = c.key
+    """
+    pipeline, table_topic = with_table(tmp_path, bootstrap, unique)
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["transform"] = {"sql": query}
+    del doc["tables"]["customers"]["join"]
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    produce(bootstrap, table_topic, [("c1", {"name": "one"}), ("c2", {"name": "two"})])
+    produce(bootstrap, pipeline.source, [order(i) for i in range(12)])
+    first = run(pipeline)
+    assert first.returncode == 0, first.stderr[-3000:]
+    got = {r["order_id"]: r.get("name") for r in (json.loads(m.value())
+                                                  for m in read_committed(bootstrap, pipeline.sink))}
+    assert got == {f"o{i}": {1: "one", 2: "two"}.get(i % 6) for i in range(12)}
+    report = verify(pipeline)
+    assert report["ok"] and report["covered_offsets"] == 12, report
