@@ -221,3 +221,17 @@ def test_an_sql_join_reads_the_tables_view_and_a_left_join_keeps_every_record(tm
     assert got == {f"o{i}": {1: "one", 2: "two"}.get(i % 6) for i in range(12)}
     report = verify(pipeline)
     assert report["ok"] and report["covered_offsets"] == 12, report
+
+    # `lockstep validate --connect` finds the table's topic and analyzes the query against the table's view
+    checked = lockstep("validate", str(pipeline.spec_path), "--connect", "--json", timeout=120)
+    (found,) = json.loads(checked.stdout)["specs"]
+    assert checked.returncode == 0 and {"field": "tables.customers.topic", "topic": table_topic,
+                                        "partitions": 2} in found["topics"], found
+    doc["transform"] = {"sql": query.replace("c.data.name", "c.data.nmae")}
+    doc["tables"]["customers"]["topic"] = f"{table_topic}.missing"
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    checked = lockstep("validate", str(pipeline.spec_path), "--connect", "--json", timeout=120)
+    (found,) = json.loads(checked.stdout)["specs"]
+    assert checked.returncode == 1, found
+    assert {p["field"] for p in found["problems"]} == {"tables.customers.topic", "transform.sql"}, found
+    assert any("nmae" in p["reason"] for p in found["problems"]), found

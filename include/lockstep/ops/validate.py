@@ -284,6 +284,7 @@ def check_connect(spec: PipelineSpec, report: SpecReport, services: Services) ->
     usable = _connections(spec, report)
     if spec.source.kafka_conn_id in usable:
         wanted = [(f"source.topics[{i}]", t) for i, t in enumerate(spec.source.topics)]
+        wanted += [(f"tables.{t.name}.topic", t.topic) for t in spec.tables]
         errors += _topics(spec, report, services, "source", spec.source.kafka_conn_id, wanted)
     if spec.sink.kafka_conn_id in usable:
         wanted = [("sink.topic", spec.sink.topic), ("sink.dead_letter_topic", spec.sink.dead_letter_topic),

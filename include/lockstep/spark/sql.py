@@ -26,16 +26,25 @@ READER_SCHEMA = ("key binary, value binary, topic string, partition int, offset 
 
 def analyze(spark: SparkSession, spec: PipelineSpec) -> str | None:
     """Why Spark refuses the spec's query over an empty input with the reader's columns, decoded as the run
-    decodes them (``data`` with a source format), or None when it takes it (``lockstep validate --connect``);
-    then the conditions of ``sink.routes`` over the query's output. No record is read."""
+    decodes them (``data`` with a source format), with the tables' views and declared joins, or None when it takes
+    it (``lockstep validate --connect``); then the conditions of ``sink.routes`` over the query's output. No record
+    is read."""
+    from pyspark.sql import functions as F
+
     from lockstep.registry.schemas import readings
-    from lockstep.spark.codecs import decodable, decode
+    from lockstep.spark.codecs import DECODE_ERROR, decodable, decode
     from lockstep.spark.routes import route
+    from lockstep.spark.tables import MaterializedTables, join_tables, table_frame
 
     empty = spark.createDataFrame([], READER_SCHEMA)
     parts = readings(spec)  # the source's schemas as the run reads them (a registry's latest): no sink lookups
     try:
-        out = run_query(spec, decodable(decode(empty, parts)) if parts else empty)
+        decoded = decode(empty, parts) if parts else empty.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
+        if spec.tables:  # each table's view, empty, and the declared joins' columns, as the run has them
+            tables = MaterializedTables({t.name: table_frame(spark, t, None) for t in spec.tables})
+            tables.register_views()
+            decoded = join_tables(spec, tables, decoded)
+        out = run_query(spec, decodable(decoded))
         if spec.sink.routes:  # the routes' conditions read the query's output
             route(spec, out)
     except TerminalError as exc:

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 #: The columns of a table's rows in its files, besides ``__ls_key`` (the key's bytes in hex) and, in a
 #: delta, ``__ls_tombstone``.
 ROW_COLUMNS = ("key", "value", "partition", "offset", "timestamp_ms")
+ROW_DDL = "key binary, value binary, partition int, offset bigint, timestamp_ms bigint"
 #: The columns of a table's view, in order (``data`` only with a value format).
 VIEW_COLUMNS = ("key", "value", "data", "partition", "offset", "timestamp")
 #: Why an inner join dead-letters a record (`TableJoin.missing`).
@@ -173,14 +174,6 @@ def _delta(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.
     })
 
 
-def _empty_rows() -> pa.Table:
-    import pyarrow as pa
-
-    return pa.table({KEY: pa.array([], pa.string()), "key": pa.array([], pa.binary()),
-                     "value": pa.array([], pa.binary()), "partition": pa.array([], pa.int32()),
-                     "offset": pa.array([], pa.int64()), "timestamp_ms": pa.array([], pa.int64())})
-
-
 def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
     """The table's view: its rows decoded by its formats (`VIEW_COLUMNS`); a row that does not decode is
     left out. Broadcast: joins against it keep the input's partitioning."""
@@ -189,8 +182,11 @@ def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> D
     from lockstep.registry.schemas import Reading
     from lockstep.spark.codecs import DATA_COLUMN, DECODE_ERROR, decode
 
-    arrow = (rows if rows is not None else _empty_rows()).select(list(ROW_COLUMNS)).combine_chunks()
-    frame = cast("SparkSession", spark).createDataFrame(arrow)
+    session = cast("SparkSession", spark)
+    if rows is None or not rows.num_rows:  # no rows to infer a schema from (a Connect session refuses to)
+        frame = session.createDataFrame([], ROW_DDL)
+    else:
+        frame = session.createDataFrame(rows.select(list(ROW_COLUMNS)).combine_chunks())
     readings = [Reading(part, fmt, fmt.schema) for part, fmt in (("value", table.value), ("key", table.key))
                 if fmt.decoded]
     if readings:
