@@ -12,10 +12,16 @@ from collections.abc import Iterable, Iterator
 CURRENCIES = ("EUR", "USD", "GBP")
 
 
+#: The customers the orders name (``customer-<i % CUSTOMERS>``, `order`).
+CUSTOMERS = 997
+TIERS = ("bronze", "silver", "gold")
+COUNTRIES = ("DE", "FR", "NL", "PL")
+
+
 def order(i: int, malformed_every: int = 0, pad: int = 0) -> bytes:
     if malformed_every and i % malformed_every == 0:
         return f"not json {i}".encode() if i % (2 * malformed_every) else json.dumps({"order_id": f"o{i}"}).encode()
-    doc = {"order_id": f"o{i}", "customer": f"customer-{i % 997}", "amount": round((i * 7919 % 30000) / 100, 2),
+    doc = {"order_id": f"o{i}", "customer": f"customer-{i % CUSTOMERS}", "amount": round((i * 7919 % 30000) / 100, 2),
            "currency": CURRENCIES[i % 3], "created_at": 1_700_000_000 + i}
     if pad:
         doc["note"] = "x" * pad
@@ -87,13 +93,28 @@ def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: in
     send(bootstrap, topic, ((value(i), i % parts, f"o{i}".encode()) for i in range(start, start + count)))
 
 
-def ensure_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    """Create missing topics with the given partition counts (replication factor 1)."""
+def customer(i: int, version: int = 0) -> bytes:
+    """Customer ``i`` as JSON (the demo's ``customers`` table); its tier changes with ``version``."""
+    return json.dumps({"name": f"Customer {i}", "tier": TIERS[(i + version) % len(TIERS)],
+                       "country": COUNTRIES[i % len(COUNTRIES)]}).encode()
+
+
+def produce_customers(bootstrap: str, topic: str, version: int = 0, every: int = 1, missing_every: int = 0) -> int:
+    """The customers (keyed ``customer-<i>``) whose ``i`` is a multiple of ``every`` at ``version``, but for every
+    ``missing_every``-th one, which never gets a row (its orders have no customer); returns how many were sent."""
+    parts = partition_count(bootstrap, topic)
+    chosen = [i for i in range(0, CUSTOMERS, every) if not (missing_every and i % missing_every == 0)]
+    send(bootstrap, topic, ((customer(i, version), i % parts, f"customer-{i}".encode()) for i in chosen))
+    return len(chosen)
+
+
+def ensure_topics(bootstrap: str, topics: dict[str, int], config: dict[str, str] | None = None) -> None:
+    """Create missing topics with the given partition counts (replication factor 1) and ``config``."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = set(admin.list_topics(timeout=30).topics)
-    missing = [NewTopic(name, n, 1) for name, n in topics.items() if name not in existing]
+    missing = [NewTopic(name, n, 1, config=dict(config or {})) for name, n in topics.items() if name not in existing]
     for future in (admin.create_topics(missing).values() if missing else []):
         future.result(timeout=30)
 

@@ -1,8 +1,10 @@
-"""``make demo`` / ``lockstep demo``: the platform with Airflow, the four example pipelines fed with
+"""``make demo`` / ``lockstep demo``: the platform with Airflow, the five example pipelines fed with
 generated orders (``orders-enrich``, stateless JSON; ``orders-per-customer``, event-time windows with
 keyed state; ``orders-avro``, Avro in and out through the Schema Registry; ``orders-by-size``, an SQL
-query over the same Avro orders whose ``sink.routes`` send them to three topics), three checkpoints of
-each run by the real scheduler, a summary, and everything left running to explore."""
+query over the same Avro orders whose ``sink.routes`` send them to three topics; ``orders-with-customers``,
+the same Avro orders joined with the ``customers`` table, a compacted topic whose customers change tier
+between checkpoints), three checkpoints of each run by the real scheduler, a summary, and everything left
+running to explore."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
 from lockstep.spec import PipelineSpec, load_spec
-from lockstep_dev.datagen import ensure_topics, produce_avro_orders, produce_orders
+from lockstep_dev.datagen import ensure_topics, produce_avro_orders, produce_customers, produce_orders
 from lockstep_dev.platform import Platform
 
 if TYPE_CHECKING:
@@ -22,6 +24,10 @@ if TYPE_CHECKING:
 
 BATCH = 5_000
 MALFORMED_EVERY = 50
+#: Every 40th customer never gets a row in the customers table: its orders are the join's dead letters.
+NO_CUSTOMER_EVERY = 40
+#: Before each checkpoint run, every 10th customer changes tier (a new version of its row).
+CHANGED_EVERY = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,12 +51,17 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     windows = load_spec(pipelines_dir() / "orders_per_customer.yaml")
     avro = load_spec(pipelines_dir() / "orders_avro.yaml")
     by_size = load_spec(pipelines_dir() / "orders_by_size.yaml")
-    specs = (spec, windows, avro, by_size)
+    joined = load_spec(pipelines_dir() / "orders_with_customers.yaml")
+    specs = (spec, windows, avro, by_size, joined)
     bootstrap = platform.kafka.bootstrap
     ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1,
                               windows.sink.topic: 4, windows.sink.dead_letter_topic: 1,
                               avro.source.topics[0]: 4, avro.sink.topic: 4, avro.sink.dead_letter_topic: 1,
-                              **{topic: 4 for topic in by_size.sink.topics}, by_size.sink.dead_letter_topic: 1})
+                              **{topic: 4 for topic in by_size.sink.topics}, by_size.sink.dead_letter_topic: 1,
+                              joined.sink.topic: 4, joined.sink.dead_letter_topic: 1})
+    customers = joined.tables[0].topic
+    ensure_topics(bootstrap, {customers: 2}, {"cleanup.policy": "compact"})  # a table's topic keeps each key's last
+    produce_customers(bootstrap, customers, missing_every=NO_CUSTOMER_EVERY)
     from lockstep.registry.client import registry_for
 
     registry_url = registry_for(avro.source.registry_conn_id).url
@@ -74,6 +85,8 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
         produce_orders(bootstrap, spec.source.topics[0], BATCH, start=start, malformed_every=MALFORMED_EVERY)
         produce_avro_orders(bootstrap, avro.source.topics[0], registry_url, BATCH,
                             start=_next_index(bootstrap, avro.source.topics[0]), malformed_every=MALFORMED_EVERY)
+        if n:  # some customers change tier: each checkpoint joins against the table as its claim pins it
+            produce_customers(bootstrap, customers, version=n, every=CHANGED_EVERY, missing_every=NO_CUSTOMER_EVERY)
         started = time.monotonic()
         runs = {s.dag_id: client.trigger(s.dag_id) for s in specs}
         for dag_id, run_id in runs.items():
@@ -101,6 +114,8 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
             say(f"      {line}")
         if s.sink.routes:
             say(f"      by topic: {routed_counts(s)}")
+        for line in table_lines(views):
+            say(f"      {line}")
         say(f"      verify: {report.summary()}".replace("\n", "\n      "))
     say(f"    Airflow UI: {platform.airflow.url}  (login admin / {platform.airflow.admin_password()})")
     say(f"    Checkpoints page: {platform.airflow.url}/lockstep/   DAGs: {', '.join(s.dag_id for s in specs)} "
@@ -109,6 +124,21 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     say("         .venv/bin/lockstep state stats --spec include/pipelines/orders_per_customer.yaml")
     say("    Stop everything: make down   (add --wipe to `lockstep dev down` to delete the data)")
     return 0 if ok else 1
+
+
+def table_lines(views: list[CheckpointView]) -> list[str]:
+    """Per table, the version the last of ``views`` joined against (its keys, its checkpoint, its files) and
+    how many versions the checkpoints joined against in all."""
+    done = [v for v in views if v.completed is not None and v.completed.tables]
+    if not done:
+        return []
+    lines = []
+    for name, last in sorted(done[-1].completed.tables.items()):  # type: ignore[union-attr]
+        versions = {v.completed.tables[name].written_by for v in done  # type: ignore[union-attr]
+                    if name in v.completed.tables}  # type: ignore[union-attr]
+        lines.append(f"table {name}: {last.keys:,} keys as of checkpoint {last.written_by} ({len(last.files)} "
+                     f"files, {last.bytes:,} bytes); {len(versions)} versions joined by these checkpoints")
+    return lines
 
 
 def routed_counts(spec: PipelineSpec) -> str:

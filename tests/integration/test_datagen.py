@@ -8,7 +8,7 @@ from confluent_kafka import Consumer
 
 from lockstep_bench.formats import high_watermarks, produce_avro
 from lockstep_bench.keyed_state import produce
-from lockstep_dev.datagen import produce_avro_orders, produce_orders
+from lockstep_dev.datagen import CUSTOMERS, produce_avro_orders, produce_customers, produce_orders
 
 from ..support.topics import create_topics
 
@@ -29,7 +29,7 @@ def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
     from lockstep.registry.client import registry_for
     from lockstep_examples.bench import ORDER_SCHEMA
 
-    names = {kind: f"datagen-{kind}-{unique}" for kind in ("json", "avro", "framed", "state")}
+    names = {kind: f"datagen-{kind}-{unique}" for kind in ("json", "avro", "framed", "state", "customers")}
     create_topics(bootstrap, {topic: 3 for topic in names.values()})
     produce_orders(bootstrap, names["json"], 301)
     registry = registry_for("schema_registry_default")
@@ -37,11 +37,16 @@ def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
     schema_id = registry.register(f"{names['framed']}-value", json.dumps(ORDER_SCHEMA), "AVRO")
     seconds, total = produce_avro(bootstrap, names["framed"], 300, 3, schema_id)
     produce(bootstrap, names["state"], list(range(90)), 3)
+    sent = produce_customers(bootstrap, names["customers"], missing_every=40)
+    changed = produce_customers(bootstrap, names["customers"], version=1, every=10, missing_every=40)
 
     assert _per_partition(bootstrap, names["json"]) == {0: 101, 1: 100, 2: 100}
     assert _per_partition(bootstrap, names["avro"]) == {0: 10, 1: 10, 2: 10}
     assert high_watermarks(bootstrap, names["framed"]) == 300 and total > 300 * 5 and seconds > 0
     assert _per_partition(bootstrap, names["state"]) == {0: 30, 1: 30, 2: 30}
+    # every customer but each 40th, then every 10th again (a new version) but each 40th
+    assert (sent, changed) == (CUSTOMERS - 25, 100 - 25)
+    assert sum(_per_partition(bootstrap, names["customers"]).values()) == sent + changed
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"datagen-{unique}", "auto.offset.reset": "earliest"})
     consumer.subscribe([names["avro"]])

@@ -24,3 +24,19 @@ def test_a_second_demo_counts_its_own_checkpoints_and_says_how_many_came_before(
     assert lines[0].startswith("checkpoints completed by this demo: 3 (1 triggered runs; 0 more")
     assert lines[1] == "checkpoints completed before this demo: 2"
     assert lines[2] == "records in: 5000  out: 4900  dead-lettered: 100"
+
+
+def test_a_joined_pipelines_summary_names_its_tables_last_version_and_how_many_versions_it_met():
+    from lockstep.model.checkpoint import CompletedCheckpoint
+    from lockstep.model.tables import TableVersion
+    from lockstep_dev.demo import table_lines
+
+    def done(cid: int, written_by: int) -> CheckpointView:
+        v = view(cid, 5000)
+        table = TableVersion("customers", "customers", written_by, {0: cid}, ("a", "b"), ("x", "y"), (1000, 234), 972)
+        return CheckpointView(v.claim, v.prepared, CompletedCheckpoint("orders", cid, "t", {}, (),
+                                                                       tables={"customers": table}))
+
+    assert table_lines([view(1, 5000)]) == []  # a pipeline without tables
+    assert table_lines([done(1, 1), done(2, 2), done(3, 2)]) == [
+        "table customers: 972 keys as of checkpoint 2 (2 files, 1,234 bytes); 2 versions joined by these checkpoints"]
