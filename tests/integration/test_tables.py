@@ -38,7 +38,7 @@ SELECT /*+ BROADCAST(t) */ i.topic, i.partition, i.offset, i.key,
 FROM input i LEFT JOIN (SELECT data.tier AS tier, count(*) AS n FROM customers GROUP BY data.tier) t
   ON i.customers.data.tier <=> t.tier
 """
-NO_ROW = "no row in table customers for data.customer (tables.customers.join)"
+NO_ROW = "no row in table customers for data.customer = {} (tables.customers.join)"
 
 
 def with_table(tmp_path, bootstrap, unique):
@@ -99,7 +99,7 @@ def expected_outputs(pipeline, table_records: list, since: int = 0) -> tuple[lis
                 o = orders[(r.partition, offset)]
                 row = table.get(o["customer"])
                 if row is None:
-                    dead.append((o["order_id"], NO_ROW))
+                    dead.append((o["order_id"], NO_ROW.format(o["customer"])))
                     continue
                 same = sum(1 for c in table.values() if c.get("tier") == row.get("tier"))
                 out.append({"order_id": o["order_id"], "customer": o["customer"], "name": row["name"],
@@ -235,3 +235,111 @@ def test_an_sql_join_reads_the_tables_view_and_a_left_join_keeps_every_record(tm
     assert checked.returncode == 1, found
     assert {p["field"] for p in found["problems"]} == {"tables.customers.topic", "transform.sql"}, found
     assert any("nmae" in p["reason"] for p in found["problems"]), found
+
+
+# ---- an event-time (temporal) join ------------------------------------------------------------------------------
+T0 = 1_700_000_000  # epoch seconds
+PRICE_SCHEMA = {"type": "object", "properties": {"price": {"type": "number"}}}
+ORDER_AT_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}, "product": {"type": "string"},
+                                                    "created_at": {"type": "integer"}}, "required": ["order_id"]}
+TEMPORAL_QUERY = """
+SELECT topic, partition, offset, key,
+       named_struct('order_id', data.order_id, 'product', data.product, 'price', prices.data.price,
+                    'priced_at', prices.offset) AS data
+FROM input
+"""
+
+
+def temporal(tmp_path, bootstrap, unique):
+    pipeline = make(tmp_path, bootstrap, unique, {"value": {"format": "json", "schema": ORDER_AT_SCHEMA}},
+                    {"value": "json"}, {"sql": TEMPORAL_QUERY})
+    table_topic = f"{pipeline.source}.prices"
+    # compacted, as a table's topic is: time retention would delete versions timestamped in 2023 at once
+    ensure_topics(bootstrap, {table_topic: 2}, {"cleanup.policy": "compact"})
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["tables"] = {"prices": {"topic": table_topic, "value": {"format": "json", "schema": PRICE_SCHEMA},
+                                "versions": "30d",
+                                "join": {"by": "data.product", "as_of": "data.created_at", "how": "inner",
+                                         "missing": "dead_letter"}}}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return pipeline, table_topic
+
+
+def produce_prices(bootstrap: str, topic: str, versions: list[tuple[str, int, float | None]]) -> None:
+    """(product, seconds after T0, price or None: deleted) each, timestamped then."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for product, at, price in versions:
+        producer.produce(topic, None if price is None else json.dumps({"price": price}).encode(),
+                         key=product.encode(), partition=int(product[1:]) % 2, timestamp=(T0 + at) * 1000)
+    producer.flush(30)
+
+
+def price_as_of(records: list, ends: dict[int, int], product: str, at_ms: int) -> tuple[float, int] | None:
+    """The price (and its offset) ``product`` had at ``at_ms``, among the versions a checkpoint pinned: the last
+    at or before it by (timestamp, partition, offset); None when that is a deletion or there is none."""
+    versions = sorted((m.timestamp()[1], m.partition(), m.offset(), m.value()) for m in records
+                      if m.key().decode() == product and m.offset() < ends.get(m.partition(), 0))
+    valid = [v for v in versions if v[0] <= at_ms]
+    if not valid or valid[-1][3] is None:
+        return None
+    return json.loads(valid[-1][3])["price"], valid[-1][2]
+
+
+def test_a_temporal_join_meets_each_record_with_the_version_valid_at_its_event_time(tmp_path, bootstrap, unique):
+    """Prices change, are deleted and corrected late (a version older than ones already read) between
+    checkpoints, each run crashed at the next failpoint: every order meets the price its product had at the
+    order's event time among the versions its checkpoint pinned, recomputed here; an order before its product's
+    first price, after a deletion, or of a product without prices is dead-lettered once with the reason."""
+    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
+    from lockstep.model.output_contract import WRITER_FAILPOINTS
+
+    pipeline, table_topic = temporal(tmp_path, bootstrap, unique)
+    produce_prices(bootstrap, table_topic, [("p0", 0, 10.0), ("p0", 100, 11.0), ("p0", 200, None), ("p0", 300, 12.0),
+                                            ("p1", 50, 20.0)])
+
+    def orders(n: int) -> list[tuple[str, dict]]:  # 12 orders of p0..p2 between T0 - 50 s and T0 + 400 s
+        return [(f"o{i}", {"order_id": f"o{i}", "product": f"p{i % 3}", "created_at": T0 - 50 + (i * 37) % 450})
+                for i in range(n * 12, n * 12 + 12)]
+
+    produce(bootstrap, pipeline.source, orders(0))
+    assert run(pipeline).returncode == 0
+    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
+    late = [("p1", 10, 19.0), ("p1", 250, 21.0), ("p0", 150, 11.5), ("p1", 120, None), ("p0", 350, 12.5)]
+    for n, point in enumerate(points, start=1):
+        produce(bootstrap, pipeline.source, orders(n))
+        if n <= len(late):  # a version between checkpoints, some of them older than versions already read
+            produce_prices(bootstrap, table_topic, [late[n - 1]])
+        crash_at(pipeline, point)
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    s = store(pipeline)
+    records = read_committed(bootstrap, table_topic)
+    sent = {(m.partition(), m.offset()): json.loads(m.value()) for m in read_committed(bootstrap, pipeline.source)}
+    want, dead = [], []
+    for cid in s.checkpoint_ids():
+        view = s.view(cid)
+        if view is None or view.completed is None:
+            continue
+        ends = dict(view.completed.tables["prices"].ends)
+        for r in view.delivered_ranges:
+            for offset in range(r.start, r.end):
+                o = sent[(r.partition, offset)]
+                found = price_as_of(records, ends, o["product"], o["created_at"] * 1000)
+                if found is None:
+                    dead.append((o["order_id"], f"no row in table prices for data.product = {o['product']} as of "
+                                                f"{o['created_at'] * 1000} (epoch ms) (tables.prices.join)"))
+                else:
+                    want.append({"order_id": o["order_id"], "product": o["product"], "price": found[0],
+                                 "priced_at": found[1]})
+    got = sorted((json.loads(m.value()) for m in read_committed(bootstrap, pipeline.sink)), key=lambda r: r["order_id"])
+    got_dead = sorted((json.loads(m.value())["order_id"], dict(m.headers() or [])["lockstep.error"].decode())
+                      for m in read_committed(bootstrap, pipeline.dead_letters))
+    assert got == sorted(want, key=lambda r: r["order_id"]) and len(got) > 12
+    assert got_dead == sorted(dead) and dead
+    assert {r["price"] for r in got} >= {10.0, 11.0, 12.0, 20.0}, "orders met several versions"
+    assert open_transactions(pipeline) == []
+    report = verify(pipeline)
+    assert report["ok"] and report["covered_offsets"] == 12 * (len(points) + 1), report

@@ -4,6 +4,7 @@ table files over tests/support/fake_s3.FakeS3 with real checkpoint documents."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -22,6 +23,9 @@ from lockstep.rules.tables import compact_table, table_pin
 from lockstep.spec import load_spec
 from lockstep.store.checkpoint_store import CheckpointStore
 from tests.support.fake_s3 import FakeS3
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 AT = "2026-01-01T00:00:00+00:00"
 V1 = TableVersion("customers", "customers", 1, {0: 5, 1: 3}, ("s/1/table-customers.parquet",), ("d1",), (120,), 7)
@@ -174,3 +178,74 @@ def test_garbage_collection_keeps_every_version_a_checkpoint_or_savepoint_names_
     assert deleted == [files.table_key(2, "customers", delta=True)]
     assert s3.keys("lockstep", files.prefix) == sorted({*v1.files, *v3.files, *v4.files})
     assert store.get_savepoint("keep").tables == {"customers": v3}
+
+
+# ---- a versioned table's rows (pure pyarrow) ---------------------------------------------------------------------
+def rows(*versions: tuple[str, int, str | None, int]) -> pa.Table:
+    """(key, timestamp ms, value or None: a deletion, offset) each, in partition 0."""
+    import pyarrow as pa
+
+    from lockstep.model.state_rows import KEY
+
+    return pa.table({KEY: [v[0] for v in versions], "key": [v[0].encode() for v in versions],
+                     "value": pa.array([None if v[2] is None else v[2].encode() for v in versions], pa.binary()),
+                     "partition": pa.array([0] * len(versions), pa.int32()),
+                     "offset": pa.array([v[3] for v in versions], pa.int64()),
+                     "timestamp_ms": pa.array([v[1] for v in versions], pa.int64())})
+
+
+def listed(table: pa.Table | None) -> list[tuple]:
+    from lockstep.model.state_rows import KEY, TOMBSTONE
+
+    if table is None:
+        return []
+    out = []
+    for r in table.to_pylist():
+        value = r["value"].decode() if r["value"] is not None else None
+        out.append((r[KEY], r["timestamp_ms"], value, bool(r.get(TOMBSTONE))))
+    return sorted(out, key=lambda t: (t[0], t[1] or 0))
+
+
+def test_a_versioned_delta_keeps_each_touched_keys_versions_within_retention_and_the_value_at_the_cutoff() -> None:
+    from lockstep.store.table_chain import versioned_delta
+
+    base = rows(("a", 100, "a1", 0), ("a", 200, "a2", 1), ("b", 100, "b1", 2), ("c", 50, "c1", 3))
+    new = rows(("a", 1000, "a3", 4), ("c", 990, None, 5))
+    delta = versioned_delta(base, new, retention_ms=750)  # newest 1000: cutoff 250
+    assert listed(delta) == [
+        ("a", 200, "a2", False),   # at the cutoff, a's value was a2 (a1 is older than that: dropped)
+        ("a", 1000, "a3", False),
+        ("c", 50, "c1", False),    # c's value at the cutoff, then its deletion: both kept
+        ("c", 990, None, False),
+    ], "b is untouched: no row of it in the delta"
+
+
+def test_a_key_whose_last_version_before_the_cutoff_is_a_deletion_and_nothing_after_is_tombstoned() -> None:
+    from lockstep.store.table_chain import versioned_delta
+
+    base = rows(("a", 100, "a1", 0))
+    delta = versioned_delta(base, rows(("a", 200, None, 1), ("z", 5000, "z1", 2)), retention_ms=1000)
+    assert listed(delta) == [("a", None, None, True), ("z", 5000, "z1", False)]
+
+
+def test_the_latest_rows_are_each_keys_last_version_by_time_then_offset_and_leave_out_deletions() -> None:
+    from lockstep.store.table_chain import latest_rows
+
+    table = rows(("a", 100, "a1", 0), ("a", 300, "a3", 1), ("a", 200, "a2", 2),  # a2 came later, older in time
+                 ("b", 100, "b1", 3), ("b", 100, None, 4),                       # same time: the later offset wins
+                 ("c", 10, "c1", 5))
+    assert listed(latest_rows(table)) == [("a", 300, "a3", False), ("c", 10, "c1", False)]
+    assert latest_rows(None) is None
+
+
+def test_versions_need_a_join_as_of_and_as_of_needs_versions(tmp_path: Path) -> None:
+    spec = load_spec(spec_with(tmp_path, {"prices": {"topic": "prices", "versions": "7d", "join": {
+        "by": "data.product", "as_of": "data.created_at"}}}))
+    (table,) = spec.tables
+    assert table.versions_ms == 7 * 86_400_000 and table.join is not None and table.join.as_of == "data.created_at"
+    with pytest.raises(SpecError) as refused:
+        load_spec(spec_with(tmp_path, {"prices": {"topic": "prices", "join": {"by": "k", "as_of": "t"}}}))
+    assert [(p.field, p.reason.split(":")[0]) for p in refused.value.problems] == [
+        ("tables.prices.versions", "is required for a join as_of an event time")]
+    with pytest.raises(SpecError, match="tables.prices.versions: must be a duration"):
+        load_spec(spec_with(tmp_path, {"prices": {"topic": "prices", "versions": "forever"}}))

@@ -34,14 +34,16 @@ def analyze(spark: SparkSession, spec: PipelineSpec) -> str | None:
     from lockstep.registry.schemas import readings
     from lockstep.spark.codecs import DECODE_ERROR, decodable, decode
     from lockstep.spark.routes import route
-    from lockstep.spark.tables import MaterializedTables, join_tables, table_frame
+    from lockstep.spark.tables import MaterializedTables, join_tables
 
     empty = spark.createDataFrame([], READER_SCHEMA)
     parts = readings(spec)  # the source's schemas as the run reads them (a registry's latest): no sink lookups
     try:
         decoded = decode(empty, parts) if parts else empty.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
         if spec.tables:  # each table's view, empty, and the declared joins' columns, as the run has them
-            tables = MaterializedTables({t.name: table_frame(spark, t, None) for t in spec.tables})
+            tables = MaterializedTables()
+            for t in spec.tables:
+                tables.add(spark, t, None)
             tables.register_views()
             decoded = join_tables(spec, tables, decoded)
         out = run_query(spec, decodable(decoded))

@@ -29,16 +29,18 @@ in one task, in offset order, as the writers' repair needs.
 from __future__ import annotations
 
 __all__ = [
-    "MaterializedTables", "NO_ROW", "VIEW_COLUMNS", "join_tables", "materialize", "stored_rows", "table_frame",
+    "MaterializedTables", "VIEW_COLUMNS", "event_ms", "join_tables", "materialize", "stored_rows", "table_frame",
+    "versions_frame",
 ]
 
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
-from lockstep.errors import CheckpointError
+from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.state_rows import KEY, TOMBSTONE
 from lockstep.model.tables import TablePin, TableVersion
 from lockstep.rules.tables import compact_table
@@ -46,7 +48,7 @@ from lockstep.spec import PipelineSpec, TableSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from lockstep.spark.target import JobSession
     from lockstep.store.state_files import StateFiles
@@ -59,8 +61,6 @@ ROW_COLUMNS = ("key", "value", "partition", "offset", "timestamp_ms")
 ROW_DDL = "key binary, value binary, partition int, offset bigint, timestamp_ms bigint"
 #: The columns of a table's view, in order (``data`` only with a value format).
 VIEW_COLUMNS = ("key", "value", "data", "partition", "offset", "timestamp")
-#: Why an inner join dead-letters a record (`TableJoin.missing`).
-NO_ROW = "no row in table {table} for {by} (tables.{table}.join)"
 
 
 @dataclass
@@ -69,7 +69,15 @@ class MaterializedTables:
 
     frames: dict[str, DataFrame] = field(default_factory=dict)
     versions: dict[str, TableVersion] = field(default_factory=dict)
+    #: a versioned table's every version (`versions_frame`), for joins as_of an event time
+    histories: dict[str, DataFrame] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+
+    def add(self, spark: JobSession, table: TableSpec, rows: pa.Table | None) -> None:
+        """Table ``table`` with ``rows`` (its files' rows): its view, and its versions when a join reads them."""
+        self.frames[table.name] = table_frame(spark, table, rows)
+        if table.join is not None and table.join.as_of is not None:
+            self.histories[table.name] = versions_frame(spark, table, rows)
 
     def register_views(self) -> None:
         """Each table as a temporary view of its name, in the frames' own session (SQL transforms read them)."""
@@ -91,7 +99,7 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
         started = time.monotonic()
         rows, version = _update(spark, table, checkpoint_id, pin, files, kafka)
         out.versions[table.name] = version
-        out.frames[table.name] = table_frame(spark, table, rows)
+        out.add(spark, table, rows)
         out.metrics[f"table_{table.name}_seconds"] = round(time.monotonic() - started, 3)
         out.metrics[f"table_{table.name}_keys"] = float(version.keys)
         log.info("checkpoint %d: table %s: %d keys after %d offsets of %s (%s, %d files, %d bytes) in %.1f s",
@@ -124,7 +132,12 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
     if not pin.records:
         version = base if base is not None else TableVersion(table.name, table.topic, checkpoint_id, ends)
         return current, version
-    delta = _delta(spark, pin, kafka)
+    if table.versions_ms is not None:
+        from lockstep.store.table_chain import versioned_delta
+
+        delta = versioned_delta(current, _records(spark, pin, kafka), table.versions_ms)
+    else:
+        delta = _delta(spark, pin, kafka)
     chain = [] if base is None else list(base.files)
     body = state_chain.parquet(delta)
     if compact_table(list(base.file_bytes) if base is not None else [], len(body), checkpoint_id):
@@ -142,7 +155,34 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
         keys, digests, sizes = (*chain, where), (*base.digests, digest), (*base.file_bytes, len(body))
         rows = state_chain.merge([t for t in (current, delta) if t is not None])
     return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
-                              state_chain.key_count(rows))
+                              _live_keys(table, rows))
+
+
+def _live_keys(table: TableSpec, rows: pa.Table | None) -> int:
+    """How many keys have a row now (a versioned table's rows hold earlier values and deletions too)."""
+    from lockstep.store import state_chain
+    from lockstep.store.table_chain import latest_rows
+
+    return state_chain.key_count(latest_rows(rows) if table.versioned else rows)
+
+
+def _records(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.Table:
+    """Every pinned record with a key, each a version of its key (a versioned table's; collected)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.kafka_reader import read_ranges
+
+    ranges = tuple(r for r in pin.ranges if not r.is_empty)
+    collected = (read_ranges(spark, kafka, ranges).filter(F.col("key").isNotNull())
+                 .select(F.hex(F.col("key")).alias(KEY), "key", "value", F.col("partition").cast("int"),
+                         F.col("offset").cast("bigint"), F.unix_millis(F.col("timestamp")).alias("timestamp_ms"))
+                 .toArrow())
+    return pa.table({
+        KEY: collected[KEY].cast(pa.string()), "key": collected["key"].cast(pa.binary()),
+        "value": collected["value"].cast(pa.binary()), "partition": collected["partition"].cast(pa.int32()),
+        "offset": collected["offset"].cast(pa.int64()), "timestamp_ms": collected["timestamp_ms"].cast(pa.int64()),
+    })
 
 
 def _delta(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.Table:
@@ -175,8 +215,25 @@ def _delta(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.
 
 
 def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
-    """The table's view: its rows decoded by its formats (`VIEW_COLUMNS`); a row that does not decode is
-    left out. Broadcast: joins against it keep the input's partitioning."""
+    """The table's view: each key's row (a versioned table's latest value) decoded by its formats
+    (`VIEW_COLUMNS`); a row that does not decode is left out. Broadcast: joins against it keep the input's
+    partitioning."""
+    from pyspark.sql import functions as F
+
+    from lockstep.store.table_chain import latest_rows
+
+    frame = _decoded(spark, table, latest_rows(rows) if table.versioned else rows)
+    return F.broadcast(frame.select(*VIEW_COLUMNS[:2], *(["data"] if table.value.decoded else []),
+                                    *VIEW_COLUMNS[3:]))
+
+
+def versions_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
+    """A versioned table's every version, decoded (the view's columns and ``timestamp_ms``; a deletion has a
+    null ``value``), for joins ``as_of`` an event time."""
+    return _decoded(spark, table, rows)
+
+
+def _decoded(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
     from pyspark.sql import functions as F
 
     from lockstep.registry.schemas import Reading
@@ -195,15 +252,18 @@ def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> D
     if table.value.decoded:
         columns.append(F.col("data"))
     columns += [F.col("partition"), F.col("offset"),
-                F.timestamp_millis(F.col("timestamp_ms")).alias("timestamp")]
-    return F.broadcast(frame.select(*columns))
+                F.timestamp_millis(F.col("timestamp_ms")).alias("timestamp"), F.col("timestamp_ms")]
+    return frame.select(*columns)
 
 
 def join_tables(spec: PipelineSpec, tables: MaterializedTables, decoded: DataFrame) -> DataFrame:
     """``decoded`` (the input, each record's `DECODE_ERROR` set when it did not decode) with every table
     that declares ``join`` joined in, in the spec's order: a column of the table's name, a struct of its
-    row. An inner join drops the records without a row, or sets their `DECODE_ERROR` to `NO_ROW` so that
-    they go to the dead-letter topic as they came (`lockstep.spark.codecs.undecodable`)."""
+    row (the view's columns), null without one. With ``as_of``, the row is the version the key had at the
+    record's event time: the last of its versions (by timestamp, partition, offset) at or before it, none
+    when that is a deletion or there is none. An inner join drops the records without a row, or sets their
+    `DECODE_ERROR` to why (`NO_ROW`) so that they go to the dead-letter topic as they came
+    (`lockstep.spark.codecs.undecodable`)."""
     from pyspark.sql import functions as F
 
     from lockstep.spark.codecs import DECODE_ERROR
@@ -212,19 +272,73 @@ def join_tables(spec: PipelineSpec, tables: MaterializedTables, decoded: DataFra
         j = table.join
         if j is None:
             continue
-        frame = tables.frames[table.name]
         row = "__ls_row_" + table.name
         match = "__ls_match_" + table.name
-        right = F.broadcast(frame.select(F.col("key").alias(match),
-                                         F.struct(*[F.col(c) for c in frame.columns]).alias(row)))
         left = decoded.withColumn(match, F.expr(j.by))
-        joined = left.join(right, on=match, how="left").drop(match)
+        at = None
+        if j.as_of is None:
+            frame = tables.frames[table.name]
+            right = F.broadcast(frame.select(F.col("key").alias(match),
+                                             F.struct(*[F.col(c) for c in frame.columns]).alias(row)))
+            joined = left.join(right, on=match, how="left")
+        else:
+            at = "__ls_at_" + table.name
+            history = "__ls_versions_" + table.name
+            left = left.withColumn(at, event_ms(spec, f"tables.{table.name}.join.as_of", j.as_of, left))
+            joined = left.join(F.broadcast(_histories(tables.histories[table.name], match, history)), on=match,
+                               how="left")
+            chosen = F.try_element_at(F.filter(F.col(history), partial(_valid_at, F.col(at))), F.lit(-1))
+            joined = joined.withColumn(row, F.when(chosen.isNotNull() & ~chosen["gone"], chosen["row"])) \
+                .drop(history)
         present = F.col(row).isNotNull()
         if j.how == "inner" and j.missing == "drop":
             joined = joined.filter(present | F.col(DECODE_ERROR).isNotNull())
         elif j.how == "inner":
-            why = F.lit(NO_ROW.format(table=table.name, by=j.by))
+            why = F.concat(F.lit(f"no row in table {table.name} for {j.by} = "),
+                           F.coalesce(F.col(match).cast("string"), F.lit("null")),
+                           *([F.lit(" as of "), F.coalesce(F.col(at).cast("string"), F.lit("null")),
+                              F.lit(" (epoch ms)")] if at is not None else []),
+                           F.lit(f" (tables.{table.name}.join)"))
             joined = joined.withColumn(DECODE_ERROR, F.when(F.col(DECODE_ERROR).isNull() & ~present, why)
                                        .otherwise(F.col(DECODE_ERROR)))
-        decoded = joined.withColumnRenamed(row, table.name)
+        decoded = joined.drop(match, *([at] if at is not None else [])).withColumnRenamed(row, table.name)
     return decoded
+
+
+def _valid_at(at: Column, version: Column) -> Column:
+    """Whether ``version`` had begun at event time ``at`` (ms)."""
+    return version["t"] <= at
+
+
+def _histories(versions: DataFrame, match: str, column: str) -> DataFrame:
+    """Per key, its versions in order: (t: timestamp ms, p, o, gone: a deletion, row: the view's columns)."""
+    from pyspark.sql import functions as F
+
+    view = [c for c in versions.columns if c != "timestamp_ms"]
+    entries = versions.select(F.col("key").alias(match), F.struct(
+        F.col("timestamp_ms").alias("t"), F.col("partition").alias("p"), F.col("offset").alias("o"),
+        F.col("value").isNull().alias("gone"), F.struct(*[F.col(c) for c in view]).alias("row")).alias("v"))
+
+    def before(a: Column, b: Column) -> Column:
+        return (F.when(a["t"] < b["t"], -1).when(a["t"] > b["t"], 1).when(a["p"] < b["p"], -1)
+                .when(a["p"] > b["p"], 1).when(a["o"] < b["o"], -1).when(a["o"] > b["o"], 1).otherwise(0))
+
+    return entries.groupBy(match).agg(F.array_sort(F.collect_list("v"), before).alias(column))
+
+
+def event_ms(spec: PipelineSpec, field: str, expr: str, df: DataFrame) -> Column:
+    """An event time in epoch ms, from a Spark SQL expression over ``df`` giving a TIMESTAMP or a number of
+    epoch seconds; refused naming the spec's ``field`` otherwise."""
+    from pyspark.sql import functions as F
+
+    try:
+        kind = df.select(F.expr(expr)).schema.fields[0].dataType.simpleString()
+    except Exception as exc:
+        raise TerminalError(f"{spec.path}: {field} {expr!r} is not an expression over the input's columns "
+                            f"({', '.join(df.columns)}): {str(exc).splitlines()[0]}") from exc
+    if kind.startswith("timestamp"):
+        return F.expr(f"unix_millis(CAST(({expr}) AS TIMESTAMP))")
+    if kind in ("tinyint", "smallint", "int", "bigint", "float", "double") or kind.startswith("decimal"):
+        return F.expr(f"CAST(({expr}) * 1000 AS BIGINT)")
+    raise TerminalError(f"{spec.path}: {field} {expr!r} is {kind}; it must be a TIMESTAMP or a number of epoch "
+                        "seconds (cast it: CAST(created_at AS BIGINT))")

@@ -349,6 +349,9 @@ class TableJoin:
     how: str = "left"
     #: an inner join's records without a row: ``drop`` them or ``dead_letter`` them
     missing: str = "drop"
+    #: an event-time (temporal) join: the record's event time (a Spark SQL expression: a TIMESTAMP or epoch
+    #: seconds); each record meets the version its key had then. None: the latest version.
+    as_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,13 @@ class TableSpec:
     key: FormatSpec = FormatSpec(format="string")
     value: FormatSpec = field(default_factory=FormatSpec)
     join: TableJoin | None = None
+    #: ``versions``: how long (ms) each key's earlier values are kept behind the table's newest record, for
+    #: joins ``as_of`` an event time; None: the latest value only.
+    versions_ms: int | None = None
+
+    @property
+    def versioned(self) -> bool:
+        return self.versions_ms is not None
 
 
 @dataclass(frozen=True)
@@ -807,10 +817,19 @@ def _tables(c: _Checker, doc: object, source: SourceSpec, folder: Path | None) -
             missing = _choice(c, j, f"{path}.join", "missing", join_shape)
             if how == "left" and "missing" in j:
                 c.fail(f"{path}.join.missing", "is for an inner join: a left join keeps every record")
+            as_of = j.get("as_of")
+            if as_of is not None and (not isinstance(as_of, str) or not as_of.strip()):
+                c.fail(f"{path}.join.as_of", f"must be a Spark SQL expression (the record's event time), got "
+                                             f"{_kind(as_of)}")
+                as_of = None
+            elif as_of is not None and d.get("versions") is None:
+                c.fail(f"{path}.versions", "is required for a join as_of an event time: how long to keep each key's "
+                                           "earlier values (7d, say)")
             if isinstance(on, str) and on.strip() and how and missing:
-                join = TableJoin(on.strip(), how, missing)
+                join = TableJoin(on.strip(), how, missing, as_of.strip() if isinstance(as_of, str) else None)
+        versions = _duration(c, d, path, "versions", None, positive=True) if d.get("versions") is not None else None
         if topic is not None:
-            tables.append(TableSpec(name, topic, key, value, join))
+            tables.append(TableSpec(name, topic, key, value, join, versions))
     topics = [t.topic for t in tables]
     for t in sorted({t for t in topics if topics.count(t) > 1}):
         c.fail("tables", f"topic {t!r} is read by more than one table")

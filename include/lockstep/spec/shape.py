@@ -287,6 +287,9 @@ JOIN = _section("Join the table into every input record before the transform: th
                  enum=JOIN_KINDS),
     "missing": _text("An inner join's records without a row: drop them, or dead_letter them (error: no row).",
                      "drop", enum=MISSING_ACTIONS),
+    "as_of": Field("expression", "An event-time (temporal) join: the record's event time, a Spark SQL expression "
+                                 "over the input (a TIMESTAMP or epoch seconds); each record meets the value its key "
+                                 "had then (by the table records' timestamps). Needs versions.", nullable=True),
 })
 
 TABLE = Field("section", "A table: the latest value per key of a (compacted) topic, as of each checkpoint's pinned "
@@ -296,6 +299,9 @@ TABLE = Field("section", "A table: the latest value per key of a (compacted) top
                        "it.", required=True, **_TOPIC),
         "key": _table_format("key"),
         "value": _table_format("value"),
+        "versions": _duration("Keep each key's earlier values this long behind the table's newest record (by the "
+                              "records' timestamps), for joins as_of an event time.", positive=True, nullable=True,
+                              default_doc="none: the latest value only"),
         "join": JOIN,
     }))
 
