@@ -53,6 +53,8 @@ class Context:
     fired_timers: list[int] = field(default_factory=list)
     #: the key's timers still pending after this call (registered ones included)
     timers: list[int] = field(default_factory=list)
+    #: what Lockstep's own state functions are told besides the records (an interval join's sides and bounds)
+    options: dict[str, object] = field(default_factory=dict)
 
     def register_timer(self, at_ms: int) -> None:
         """Call the function for this key again once the watermark passes ``at_ms`` (event time)."""

@@ -227,7 +227,7 @@ def test_a_platform_error_of_a_tool_is_reported_like_an_engine_error(monkeypatch
 #: and sit at the bottom, except ``connections`` (it reads connections, so it is I/O) and ``cli``.
 LAYERS = (
     {"lockstep", "lockstep.errors", "lockstep.spec", "lockstep.paths", "lockstep.logs", "lockstep.rows",
-     "lockstep.transform", "lockstep.state_function"},
+     "lockstep.transform", "lockstep.state_function", "lockstep.interval_join"},
     {"lockstep.model"},
     {"lockstep.rules"},
     {"lockstep.store", "lockstep.kafka", "lockstep.connections", "lockstep.registry"},

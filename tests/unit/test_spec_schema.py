@@ -60,8 +60,13 @@ DEDUP = {**FULL, "state": {"event_time": {"column": "ts"}, "dedup": {"key": "id"
 FUNCTION = {**FULL, "state": {"event_time": {"column": "ts"}, "function": {
     "key": "id", "process": "m:process", "state": {"n": "bigint"}, "version": 2, "migrate": "m:migrate", "ttl": "7d"}}}
 
+JOINED = {**FULL, "source": {**FULL["source"], "topics": ["a", "b"]}, "state": {"event_time": {"column": "ts"},
+          "interval_join": {"key": "id", "left": "a", "right": "b", "after": "15m", "before": "1m", "how": "left"}}}
+
 
 def base_for(path: str) -> dict[str, Any]:
+    if path.startswith("state.interval_join"):
+        return JOINED
     return DEDUP if path.startswith("state.dedup") else FUNCTION if path.startswith("state.function") else FULL
 
 
@@ -118,7 +123,7 @@ def bad_specs() -> Iterator[Any]:
             yield pytest.param(path, path, "@nope" if f.kind == "schedule" else "nope", id=f"bad word {path}")
 
 
-@pytest.mark.parametrize("doc", [FULL, DEDUP, FUNCTION], ids=["window", "dedup", "function"])
+@pytest.mark.parametrize("doc", [FULL, DEDUP, FUNCTION, JOINED], ids=["window", "dedup", "function", "interval_join"])
 def test_the_bases_of_the_bad_specs_are_valid_to_both(doc):
     parse_spec(copy.deepcopy(doc), "p.yaml")
     VALIDATOR.validate(doc)

@@ -362,7 +362,7 @@ def _check_function(spec: PipelineSpec, good: DataFrame, watermark: int | None, 
     f = spec.state.function
     columns = [c for c in good.columns if c not in ("error", "headers") and c not in INTERNAL]
     seen = [c if c != EVENT else "event_time_ms" for c in (*columns, EVENT)]
-    settings = FunctionSettings(f.process, f.fields, watermark, tuple(seen))
+    settings = FunctionSettings(f.process, f.fields, watermark, tuple(seen), options=tuple(f.options.items()))
     empty = empty_frame(good.sparkSession, state_columns(f.fields))
     result = (good.select(*columns, *INTERNAL).groupBy(KEY).cogroup(empty.groupBy(KEY))
               .applyInPandas(apply_function(settings), schema_ddl(result_columns(f.fields))))

@@ -579,7 +579,7 @@ def _function(state: StateSpec, clock: EventClock, good: DataFrame, loaded: Data
     f = state.function
     assert f is not None
     seen = [c if c != EVENT else "event_time_ms" for c in (*record_columns, EVENT)]
-    settings = FunctionSettings(f.process, f.fields, clock.after, tuple(seen))
+    settings = FunctionSettings(f.process, f.fields, clock.after, tuple(seen), options=tuple(f.options.items()))
     records = good.select(*record_columns, *[c for c in INTERNAL if c not in record_columns])
     result = (records.groupBy(KEY).cogroup(loaded.groupBy(KEY))
               .applyInPandas(apply_function(settings), schema_ddl(result_columns(f.fields))))

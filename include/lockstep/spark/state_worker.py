@@ -53,6 +53,8 @@ class FunctionSettings:
     record_columns: tuple[str, ...]
     migrate: str | None = None
     from_version: int = 1
+    #: ``ctx.options`` (`lockstep.spec.FunctionSpec.options`), as (name, value) pairs
+    options: tuple[tuple[str, object], ...] = ()
 
 
 def schema_ddl(columns: tuple[tuple[str, str], ...]) -> str:
@@ -135,7 +137,7 @@ def apply_function(settings: FunctionSettings) -> Callable[[Any, Any, Any], Any]
             return _frame([{**row, KIND: "state"}], names)  # nothing happened to this key
         records = records.sort_values([EVENT, "topic", "partition", "offset"]).reset_index(drop=True)
         given = records.rename(columns={EVENT: "event_time_ms"})[list(settings.record_columns)]
-        ctx = Context(k, wm, due, [t for t in timers if t not in due])
+        ctx = Context(k, wm, due, [t for t in timers if t not in due], dict(settings.options))
         current = None if row is None else {n: _plain(row[n]) for n in declared}
         try:
             result = process(k, given, current, ctx)

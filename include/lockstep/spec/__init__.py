@@ -290,6 +290,29 @@ class FunctionSpec:
     migrate: str | None = None
     #: event-time TTL: a key whose last record is older than the watermark by this much loses its state
     ttl_ms: int | None = None
+    #: what Lockstep's own functions are told besides the records (``ctx.options``; an interval join's sides)
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IntervalJoinSpec:
+    """``state.interval_join``: records of ``left`` and ``right`` with the same key, the right one's event time
+    within ``[left's - before, left's + after]`` (docs/joins.md, `lockstep.interval_join`)."""
+
+    key: str
+    left: str
+    right: str
+    after_ms: int = 0
+    before_ms: int = 0
+    how: str = "inner"
+
+    def function(self) -> FunctionSpec:
+        """The state function that runs it."""
+        from lockstep.interval_join import PROCESS, STATE_FIELDS
+
+        return FunctionSpec(key=self.key, process=PROCESS, fields=STATE_FIELDS, version=1, options={
+            "left": self.left, "right": self.right, "after_ms": self.after_ms, "before_ms": self.before_ms,
+            "how": self.how})
 
 
 @dataclass(frozen=True)
@@ -311,6 +334,9 @@ class StateSpec:
     window: WindowSpec | None = None
     dedup: DedupSpec | None = None
     function: FunctionSpec | None = None
+    #: ``interval_join``: run as Lockstep's own state function (`lockstep.interval_join`), which ``function``
+    #: then names; this keeps what the spec said, and the operator's name
+    interval_join: IntervalJoinSpec | None = None
     #: when a key group's chain of delta files is merged into a new base (`lockstep.store.state_chain`)
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
@@ -321,6 +347,8 @@ class StateSpec:
 
     @property
     def operator(self) -> str:
+        if self.interval_join is not None:
+            return "interval_join"
         return "window" if self.window is not None else "dedup" if self.dedup is not None else "function"
 
     @property
@@ -1046,12 +1074,13 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
                            idle_timeout_ms=_declared_duration(c, e, "state.event_time", "idle_timeout"),
                            idle_advance=c.boolean(e, "state.event_time", "idle_advance",
                                                   _default("state.event_time", "idle_advance")))
-    kinds = [k for k in ("window", "dedup", "function") if d.get(k) is not None]
+    kinds = [k for k in ("window", "dedup", "function", "interval_join") if d.get(k) is not None]
     if len(kinds) != 1:
-        c.fail("state", "needs exactly one operator: window, dedup or function" if not kinds
+        c.fail("state", "needs exactly one operator: window, dedup, function or interval_join" if not kinds
                else f"has {' and '.join(kinds)}; a pipeline has one stateful operator")
         return None
     window = dedup = function = None
+    interval: IntervalJoinSpec | None = None
     if kinds == ["window"]:
         w = c.section(d["window"], "state.window", _keys("state.window"))
         key = _expression(c, w, "state.window", "key")
@@ -1080,6 +1109,15 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
                             aggregates=tuple(checked))
     elif kinds == ["function"]:
         function = _function(c, d["function"])
+    elif kinds == ["interval_join"]:
+        path = "state.interval_join"
+        j = c.section(d["interval_join"], path, _keys(path))
+        how = _word(c, j, path, "how")
+        interval = IntervalJoinSpec(key=_expression(c, j, path, "key"), left=_topic(c, j, path, "left"),
+                                    right=_topic(c, j, path, "right"),
+                                    after_ms=_declared_duration(c, j, path, "after"),
+                                    before_ms=_declared_duration(c, j, path, "before"), how=how or "inner")
+        function = interval.function()
     else:
         x = c.section(d["dedup"], "state.dedup", _keys("state.dedup"))
         action = c.text(x, "state.dedup", "duplicates", _default("state.dedup", "duplicates"))
@@ -1089,7 +1127,7 @@ def _state(c: _Checker, doc: object) -> StateSpec | None:
         dedup = DedupSpec(key=_expression(c, x, "state.dedup", "key"),
                           ttl_ms=_declared_duration(c, x, "state.dedup", "ttl"), duplicates=action)
     return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup, function=function,
-                     compaction=compaction)
+                     interval_join=interval, compaction=compaction)
 
 
 def _function(c: _Checker, doc: object) -> FunctionSpec:
@@ -1152,6 +1190,17 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         if table.topic in (spec.sink.topic, spec.sink.dead_letter_topic, *(t for t, _ in spec.sink.routes)):
             c.fail(f"tables.{table.name}.topic", f"{table.topic!r} is written by this pipeline; a pipeline must "
                                                  "not feed itself")
+    j = spec.state.interval_join if spec.state is not None else None
+    if j is not None and j.left and j.right:
+        if j.left == j.right:
+            c.fail("state.interval_join.right", "must be another topic than left")
+        for side, topic in (("left", j.left), ("right", j.right)):
+            if topic not in spec.source.topics:
+                c.fail(f"state.interval_join.{side}", f"{topic!r} is not one of source.topics")
+        others = [t for t in spec.source.topics if t not in (j.left, j.right)]
+        if others:
+            c.fail("source.topics", f"{', '.join(others)}: neither side of state.interval_join; its records would meet "
+                                    "nothing")
     if spec.tables and spec.state is not None:
         c.fail("tables", "are not supported with state yet; join in a stateless pipeline whose sink topic the "
                          "stateful one reads")

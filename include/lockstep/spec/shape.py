@@ -50,6 +50,7 @@ TOPIC_RECREATED_POLICIES = ("fail", "earliest", "latest")
 DUPLICATE_ACTIONS = ("drop", "dead_letter")
 #: How a table is joined into the input (docs/joins.md).
 JOIN_KINDS = ("left", "inner")
+INTERVAL_JOIN_KINDS = ("inner", "left", "right", "full")
 MISSING_ACTIONS = ("drop", "dead_letter")
 #: The formats a table's key or value may have (the registry's and Protobuf are not supported for tables yet).
 TABLE_FORMATS = ("bytes", "string", "json", "avro")
@@ -237,6 +238,17 @@ FUNCTION = _section("A Python function per key, with its declared state and time
                      positive=True, nullable=True, default_doc="none"),
 })
 
+INTERVAL_JOIN = _section("Two source topics joined on a key within an event-time interval (docs/joins.md).", {
+    "key": Field("expression", "The join key: a column or a Spark SQL expression over the transform's output.",
+                 required=True),
+    "left": _text("The left side's source topic.", required=True, **_TOPIC),
+    "right": _text("The right side's source topic.", required=True, **_TOPIC),
+    "after": _duration("A right record meets a left one at most this long after it.", "0s"),
+    "before": _duration("A right record meets a left one at most this long before it.", "0s"),
+    "how": _text("inner: pairs only; left, right, full: also each record of that side (both) that met no "
+                 "partner, once the watermark passes its interval.", "inner", enum=INTERVAL_JOIN_KINDS),
+})
+
 COMPACTION = _section("When a key group's chain of delta files is merged into a new base.", {
     "max_deltas": Field("integer", "Compact when the chain would hold more deltas than this.", default=16, low=0,
                         high=1000),
@@ -244,14 +256,15 @@ COMPACTION = _section("When a key group's chain of delta files is merged into a 
                              default=1.0, low=0, low_exclusive=True, high=1000),
 })
 
-STATE = _section("The keyed state of a stateful pipeline: one operator (window, dedup or function), its event time "
-                 "and its key groups.", {
+STATE = _section("The keyed state of a stateful pipeline: one operator (window, dedup, function or interval_join), "
+                 "its event time and its key groups.", {
     "key_groups": Field("integer", "Keys are hashed into this many groups, fixed once state exists (lockstep state "
                                    "rekey changes it).", default=DEFAULT_KEY_GROUPS, low=1, high=32_768),
     "event_time": EVENT_TIME,
     "window": WINDOW,
     "dedup": DEDUP,
     "function": FUNCTION,
+    "interval_join": INTERVAL_JOIN,
     "compaction": COMPACTION,
 })
 
