@@ -108,6 +108,25 @@ def produce_customers(bootstrap: str, topic: str, version: int = 0, every: int =
     return len(chosen)
 
 
+def payment(i: int) -> tuple[int, bytes] | None:
+    """Order ``i``'s payment, if it has one (two orders in three): its minutes after the order (0 to 19, so some
+    come after the demo's 15-minute interval) and its JSON."""
+    if i % 3 == 0:
+        return None
+    minutes = i % 20
+    return minutes, json.dumps({"payment_id": f"pay{i}", "order_id": f"o{i}", "created_at": 1_700_000_000 + i
+                                + minutes * 60, "amount": round((i * 7919 % 30000) / 100, 2)}).encode()
+
+
+def produce_payments(bootstrap: str, topic: str, count: int, start: int = 0) -> int:
+    """The payments of orders ``start`` to ``start + count`` (`payment`), round-robin over the topic's partitions;
+    returns how many were sent."""
+    parts = partition_count(bootstrap, topic)
+    made = [(p[1], i % parts, f"o{i}".encode()) for i in range(start, start + count) if (p := payment(i)) is not None]
+    send(bootstrap, topic, made)
+    return len(made)
+
+
 def ensure_topics(bootstrap: str, topics: dict[str, int], config: dict[str, str] | None = None) -> None:
     """Create missing topics with the given partition counts (replication factor 1) and ``config``."""
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -1,9 +1,10 @@
-"""``make demo`` / ``lockstep demo``: the platform with Airflow, the five example pipelines fed with
+"""``make demo`` / ``lockstep demo``: the platform with Airflow, the six example pipelines fed with
 generated orders (``orders-enrich``, stateless JSON; ``orders-per-customer``, event-time windows with
 keyed state; ``orders-avro``, Avro in and out through the Schema Registry; ``orders-by-size``, an SQL
 query over the same Avro orders whose ``sink.routes`` send them to three topics; ``orders-with-customers``,
 the same Avro orders joined with the ``customers`` table, a compacted topic whose customers change tier
-between checkpoints), three checkpoints of each run by the real scheduler, a summary, and everything left
+between checkpoints; ``orders-with-payments``, the JSON orders and their payments in an interval join), three
+checkpoints of each run by the real scheduler, a summary, and everything left
 running to explore."""
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from typing import TYPE_CHECKING, TextIO
 from lockstep.ops.airflow_client import AirflowClient
 from lockstep.paths import pipelines_dir
 from lockstep.spec import PipelineSpec, load_spec
-from lockstep_dev.datagen import ensure_topics, produce_avro_orders, produce_customers, produce_orders
+from lockstep_dev.datagen import (
+    ensure_topics,
+    produce_avro_orders,
+    produce_customers,
+    produce_orders,
+    produce_payments,
+)
 from lockstep_dev.platform import Platform
 
 if TYPE_CHECKING:
@@ -52,13 +59,15 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     avro = load_spec(pipelines_dir() / "orders_avro.yaml")
     by_size = load_spec(pipelines_dir() / "orders_by_size.yaml")
     joined = load_spec(pipelines_dir() / "orders_with_customers.yaml")
-    specs = (spec, windows, avro, by_size, joined)
+    paid = load_spec(pipelines_dir() / "orders_with_payments.yaml")
+    specs = (spec, windows, avro, by_size, joined, paid)
     bootstrap = platform.kafka.bootstrap
     ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1,
                               windows.sink.topic: 4, windows.sink.dead_letter_topic: 1,
                               avro.source.topics[0]: 4, avro.sink.topic: 4, avro.sink.dead_letter_topic: 1,
                               **{topic: 4 for topic in by_size.sink.topics}, by_size.sink.dead_letter_topic: 1,
-                              joined.sink.topic: 4, joined.sink.dead_letter_topic: 1})
+                              joined.sink.topic: 4, joined.sink.dead_letter_topic: 1,
+                              paid.source.topics[1]: 4, paid.sink.topic: 4, paid.sink.dead_letter_topic: 1})
     customers = joined.tables[0].topic
     ensure_topics(bootstrap, {customers: 2}, {"cleanup.policy": "compact"})  # a table's topic keeps each key's last
     produce_customers(bootstrap, customers, missing_every=NO_CUSTOMER_EVERY)
@@ -83,6 +92,7 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     for n in range(checkpoints):
         start = _next_index(bootstrap, spec.source.topics[0])
         produce_orders(bootstrap, spec.source.topics[0], BATCH, start=start, malformed_every=MALFORMED_EVERY)
+        produce_payments(bootstrap, paid.source.topics[1], BATCH, start=start)
         produce_avro_orders(bootstrap, avro.source.topics[0], registry_url, BATCH,
                             start=_next_index(bootstrap, avro.source.topics[0]), malformed_every=MALFORMED_EVERY)
         if n:  # some customers change tier: each checkpoint joins against the table as its claim pins it

@@ -8,7 +8,7 @@ from confluent_kafka import Consumer
 
 from lockstep_bench.formats import high_watermarks, produce_avro
 from lockstep_bench.keyed_state import produce
-from lockstep_dev.datagen import CUSTOMERS, produce_avro_orders, produce_customers, produce_orders
+from lockstep_dev.datagen import CUSTOMERS, produce_avro_orders, produce_customers, produce_orders, produce_payments
 
 from ..support.topics import create_topics
 
@@ -29,7 +29,7 @@ def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
     from lockstep.registry.client import registry_for
     from lockstep_examples.bench import ORDER_SCHEMA
 
-    names = {kind: f"datagen-{kind}-{unique}" for kind in ("json", "avro", "framed", "state", "customers")}
+    names = {kind: f"datagen-{kind}-{unique}" for kind in ("json", "avro", "framed", "state", "customers", "payments")}
     create_topics(bootstrap, {topic: 3 for topic in names.values()})
     produce_orders(bootstrap, names["json"], 301)
     registry = registry_for("schema_registry_default")
@@ -39,6 +39,7 @@ def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
     produce(bootstrap, names["state"], list(range(90)), 3)
     sent = produce_customers(bootstrap, names["customers"], missing_every=40)
     changed = produce_customers(bootstrap, names["customers"], version=1, every=10, missing_every=40)
+    payments = produce_payments(bootstrap, names["payments"], 30, start=0)
 
     assert _per_partition(bootstrap, names["json"]) == {0: 101, 1: 100, 2: 100}
     assert _per_partition(bootstrap, names["avro"]) == {0: 10, 1: 10, 2: 10}
@@ -47,6 +48,7 @@ def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
     # every customer but each 40th, then every 10th again (a new version) but each 40th
     assert (sent, changed) == (CUSTOMERS - 25, 100 - 25)
     assert sum(_per_partition(bootstrap, names["customers"]).values()) == sent + changed
+    assert payments == 20 and _per_partition(bootstrap, names["payments"]) == {0: 0, 1: 10, 2: 10}  # 2 in 3 orders
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"datagen-{unique}", "auto.offset.reset": "earliest"})
     consumer.subscribe([names["avro"]])
