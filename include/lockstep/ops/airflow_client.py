@@ -69,9 +69,20 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
-    def trigger(self, dag_id: str, conf: Mapping[str, object] | None = None) -> str:
-        run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
-        return run["dag_run_id"]
+    def trigger(self, dag_id: str, conf: Mapping[str, object] | None = None, attempts: int = 3) -> str:
+        """Start a run of ``dag_id``. An answer of 500 (Airflow's own database busy: SQLite, under load, refuses
+        a write while the scheduler holds it) is tried again, up to ``attempts`` times; the API rolled the
+        request back, so no run was made by it."""
+        for attempt in range(1, attempts + 1):
+            try:
+                run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None,
+                                                                              "conf": conf or {}})
+                return str(run["dag_run_id"])
+            except AirflowError as exc:
+                if attempt == attempts or ": HTTP 500:" not in str(exc):
+                    raise
+                time.sleep(2 * attempt)
+        raise AssertionError("unreachable")
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.dag_run(dag_id, run_id)["state"]

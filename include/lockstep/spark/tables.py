@@ -155,15 +155,16 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
         keys, digests, sizes = (*chain, where), (*base.digests, digest), (*base.file_bytes, len(body))
         rows = state_chain.merge([t for t in (current, delta) if t is not None])
     return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
-                              _live_keys(table, rows))
+                              _live_keys(rows))
 
 
-def _live_keys(table: TableSpec, rows: pa.Table | None) -> int:
-    """How many keys have a row now (a versioned table's rows hold earlier values and deletions too)."""
+def _live_keys(rows: pa.Table | None) -> int:
+    """How many keys have a row now (a versioned table's rows hold earlier values and deletions too, and so may a
+    table whose spec dropped ``versions`` since, until its keys are touched)."""
     from lockstep.store import state_chain
     from lockstep.store.table_chain import latest_rows
 
-    return state_chain.key_count(latest_rows(rows) if table.versioned else rows)
+    return state_chain.key_count(latest_rows(rows))
 
 
 def _records(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.Table:
@@ -222,7 +223,7 @@ def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> D
 
     from lockstep.store.table_chain import latest_rows
 
-    frame = _decoded(spark, table, latest_rows(rows) if table.versioned else rows)
+    frame = _decoded(spark, table, latest_rows(rows))  # one row per key, even of rows kept with versions before
     return F.broadcast(frame.select(*VIEW_COLUMNS[:2], *(["data"] if table.value.decoded else []),
                                     *VIEW_COLUMNS[3:]))
 
