@@ -1,5 +1,5 @@
-"""The demo's and tests' Airflow REST client against a small HTTP server on this host: a trigger that Airflow's
-database refused once (HTTP 500) is tried again, and any other refusal is not."""
+"""The demo's and tests' Airflow REST client against a small HTTP server on this host: a request Airflow's database
+refused ("Database error", HTTP 500) is tried again, up to four times, and any other refusal is not."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ def serve(answers: list[int]) -> tuple[HTTPServer, list[str]]:
             else:
                 posts.append(self.path)
                 code = answers.pop(0)
-                body = {"dag_run_id": f"manual__{len(posts)}"} if code == 200 else {"detail": "Database error"}
+                body = {"dag_run_id": f"manual__{len(posts)}"} if code == 200 else {"detail": {"reason": "Database error"}}
             raw = json.dumps(body).encode()
             self.send_response(code)
             self.send_header("Content-Length", str(len(raw)))
@@ -50,13 +50,13 @@ def test_a_trigger_refused_by_a_busy_database_is_tried_again(monkeypatch: pytest
 
 def test_a_trigger_refused_for_another_reason_or_too_often_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("time.sleep", lambda s: None)
-    server, posts = serve([404, 500, 500, 500])
+    server, posts = serve([404, 500, 500, 500, 500])
     try:
         client = AirflowClient(f"http://127.0.0.1:{server.server_port}", "admin", "pw")
         with pytest.raises(AirflowError, match="HTTP 404"):
             client.trigger("missing")
         with pytest.raises(AirflowError, match="HTTP 500"):
             client.trigger("lockstep_orders")
-        assert len(posts) == 4
+        assert len(posts) == 5  # the 404 once, the 500 four times
     finally:
         server.shutdown()

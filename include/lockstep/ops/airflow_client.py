@@ -21,7 +21,10 @@ TERMINAL = {"success", "failed"}
 
 
 class AirflowError(RuntimeError):
-    pass
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        #: Airflow's database refused the request ("Database error"): the same request may pass again
+        self.busy = busy
 
 
 class AirflowClient:
@@ -38,7 +41,20 @@ class AirflowClient:
         return self._token
 
     def _call(self, method: str, path: str, payload: object = None, auth: bool = True,
-              accept: str = "application/json") -> Any:
+              accept: str = "application/json", attempts: int = 4) -> Any:
+        """One request. Airflow's "Database error" (HTTP 500: its SQLite database busy under load, a write refused
+        while the scheduler holds it) is tried again, up to ``attempts`` times: the API rolled the request back,
+        so nothing of it was done (no run made, no DAG unpaused)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._request(method, path, payload, auth, accept)
+            except AirflowError as exc:
+                if attempt == attempts or not exc.busy:
+                    raise
+                time.sleep(2 * attempt)
+        raise AssertionError("unreachable")
+
+    def _request(self, method: str, path: str, payload: object, auth: bool, accept: str) -> Any:
         data = json.dumps(payload).encode() if payload is not None else None
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
@@ -49,7 +65,9 @@ class AirflowClient:
             with urllib.request.urlopen(request, timeout=30) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
-            raise AirflowError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:2000]}") from exc
+            body = exc.read().decode(errors="replace")[:2000]
+            raise AirflowError(f"{method} {path}: HTTP {exc.code}: {body}",
+                               busy=exc.code == 500 and "Database error" in body) from exc
         return json.loads(raw) if raw else None
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
@@ -69,20 +87,9 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
-    def trigger(self, dag_id: str, conf: Mapping[str, object] | None = None, attempts: int = 3) -> str:
-        """Start a run of ``dag_id``. An answer of 500 (Airflow's own database busy: SQLite, under load, refuses
-        a write while the scheduler holds it) is tried again, up to ``attempts`` times; the API rolled the
-        request back, so no run was made by it."""
-        for attempt in range(1, attempts + 1):
-            try:
-                run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None,
-                                                                              "conf": conf or {}})
-                return str(run["dag_run_id"])
-            except AirflowError as exc:
-                if attempt == attempts or ": HTTP 500:" not in str(exc):
-                    raise
-                time.sleep(2 * attempt)
-        raise AssertionError("unreachable")
+    def trigger(self, dag_id: str, conf: Mapping[str, object] | None = None) -> str:
+        run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return str(run["dag_run_id"])
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.dag_run(dag_id, run_id)["state"]
