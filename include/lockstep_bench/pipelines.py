@@ -74,6 +74,23 @@ class _SessionReady(logging.Handler):
             self.seconds = float(found.group(1))
 
 
+class _TableLines(logging.Handler):
+    """Picks each table's materialization out of the run's log (``lockstep.spark.tables``): "checkpoint N:
+    table NAME: K keys after R offsets of TOPIC (...) in X s"."""
+
+    pattern = re.compile(r"table (\S+): (\d+) keys after (\d+) offsets of \S+ \((?:[^)]*)\) in ([0-9.]+) s")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.tables: dict[str, dict[str, float]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.pattern.search(record.getMessage())
+        if found:
+            name, keys, offsets, seconds = found.groups()
+            self.tables[name] = {"keys": int(keys), "offsets": int(offsets), "seconds": float(seconds)}
+
+
 def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     """plan → run → commit of one checkpoint, timed step by step (also used for the fixed cost)."""
     from lockstep.spec import load_spec
@@ -85,6 +102,10 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
         spark_log.addHandler(ready)
         spark_log.setLevel(logging.INFO)
         spark_log.propagate = False
+    tables = _TableLines()
+    tables_log = logging.getLogger("lockstep.spark.tables")
+    tables_log.addHandler(tables)
+    tables_log.setLevel(logging.INFO)
     spec = load_spec(spec_path)
     t0 = time.monotonic()
     p = Pipeline.open(spec)
@@ -104,6 +125,8 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
               "records_in": prepared.records_in, "records_out": prepared.records_out,
               "records_dead_lettered": prepared.records_dead_lettered,
               "transactions": len(prepared.transactions)}
+    if tables.tables:  # a pipeline with tables: each one's materialization (the join race)
+        result["tables"] = tables.tables
     # A stateful pipeline's committed state: its size and what its checkpoint measured (the keyed-state bench).
     state = view.completed.state if view.completed is not None else prepared.state
     if state is not None:
