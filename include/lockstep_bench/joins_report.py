@@ -30,31 +30,28 @@ def labels(flink_join: str) -> dict[str, str]:
 
 def time_split(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Medians of where a Lockstep checkpoint's time goes: the process (wall), plan, the Spark run and, inside it,
-    the Connect session and the table's materialization (read its topic, write its files, build the view),
-    the rest of the run (read, join, transform, write the transactions) and commit; what is left of the wall
-    time is the process's own start (Python imports, the spec)."""
+    the Connect session, the tables' materialization (read the topic, write the files, build the view), the
+    preparation before the writers start (the query's analysis and the count of the records that do not
+    decode: a pass over the input, with the join) and the writers' pass (``pipelines._RunPhases``), then
+    commit. What is left of the wall time is the process's own start (Python imports, the spec)."""
     def m(get: Any) -> float:
         values = [get(r) for r in runs]
         return median([v for v in values if v is not None])
+
+    def inner(key: str) -> Any:
+        return lambda r: r.get("inner", {}).get(key)
+
+    def phase(key: str) -> Any:
+        return lambda r: (r.get("inner", {}).get("phases") or {}).get(key)
 
     def table_s(r: dict[str, Any]) -> float | None:
         tables = r.get("inner", {}).get("tables") or {}
         return sum(float(t["seconds"]) for t in tables.values()) if tables else None
 
-    def rest(r: dict[str, Any]) -> float | None:
-        inner = r.get("inner", {})
-        if inner.get("spark_seconds") is None:
-            return None
-        return float(inner["spark_seconds"]) - (table_s(r) or 0.0)
-
-    return {"wall_s": m(lambda r: float(r["wall_s"])),
-            "plan_s": m(lambda r: r.get("inner", {}).get("plan_s")),
-            "session_s": m(lambda r: r.get("inner", {}).get("session_seconds")),
-            "run_s": m(lambda r: r.get("inner", {}).get("run_s")),
-            "spark_s": m(lambda r: r.get("inner", {}).get("spark_seconds")),
-            "table_s": m(table_s),
-            "rest_of_run_s": m(rest),
-            "commit_s": m(lambda r: r.get("inner", {}).get("commit_s"))}
+    return {"wall_s": m(lambda r: float(r["wall_s"])), "plan_s": m(inner("plan_s")),
+            "session_s": m(inner("session_seconds")), "run_s": m(inner("run_s")), "spark_s": m(inner("spark_seconds")),
+            "table_s": m(table_s), "prepare_s": m(phase("prepare_s")), "write_s": m(phase("write_s")),
+            "commit_s": m(inner("commit_s"))}
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
@@ -138,28 +135,38 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         lines += [f"- run {i}, {run['pipeline']}: {run['check']['summary']}; samples "
                   f"`{run['check'].get('samples', {})}`" for i, run in inexact]
     mine = [run for run in race["runs"] if run["pipeline"] == joins.LOCKSTEP]
+    plain = [run for run in race["runs"] if run["pipeline"] == joins.LOCKSTEP_NO_JOIN]
     if mine:
         t = time_split(mine)
+        p = time_split(plain) if plain else None
+
+        def split_row(label: str, key: str) -> str:
+            if p is None:
+                return f"| {label} | {_s(t[key])} |"
+            without = 0.0 if key == "table_s" else p[key]
+            return f"| {label} | {_s(t[key])} | {_s(without)} | {_s(t[key] - without)} |"
+
         lines += ["", "## Where Lockstep's time goes", "",
-                  "Medians of the measured Lockstep runs with the table, from the checkpoint's own timings (the "
-                  "table's line in the run's log: \"table customers: N keys after M offsets ... in X s\").", "",
-                  "| | seconds |", "|---|---:|",
-                  f"| process, start to exit (wall) | {_s(t['wall_s'])} |",
-                  f"| plan (the claim: source ranges and the table's offsets) | {_s(t['plan_s'])} |",
-                  f"| run (Spark), of which: | {_s(t['run_s'])} |",
-                  f"| — Connect session ready | {_s(t['session_s'])} |",
-                  f"| — table materialized (read the topic, write its files to S3, build the view) | "
-                  f"{_s(t['table_s'])} |",
-                  f"| — read, join, transform and write the transactions | {_s(t['rest_of_run_s'])} |",
-                  f"| commit | {_s(t['commit_s'])} |"]
-        plain = [run for run in race["runs"] if run["pipeline"] == joins.LOCKSTEP_NO_JOIN]
-        if plain:
-            p = time_split(plain)
-            lines += ["", f"The same pipeline without the table (reference): {_s(p['wall_s'])} s wall, "
-                      f"{_s(p['spark_s'])} s in Spark. The table and the join cost "
-                      f"{_s(t['wall_s'] - p['wall_s'])} s of wall time, {_s(t['table_s'])} s of it to materialize "
-                      f"the table and {_s(t['rest_of_run_s'] - p['spark_s'])} s more in reading, joining and "
-                      "writing than without it."]
+                  "Medians of the measured Lockstep runs, from the checkpoint's own timings: its steps, the table's "
+                  "line in the run's log (\"table customers: N keys after M offsets ... in X s\") and the times of the "
+                  "run's log lines before and after the writers' pass"
+                  + (", beside the same pipeline without the table (the reference)." if p else "."), "",
+                  "| | with the table, s | without, s | the table's cost, s |\n|---|---:|---:|---:|" if p else
+                  "| | seconds |\n|---|---:|",
+                  split_row("process, start to exit (wall)", "wall_s"),
+                  split_row("plan (the claim: the source's ranges, the table's offsets)", "plan_s"),
+                  split_row("run (Spark), of which:", "run_s"),
+                  split_row("— Connect session ready", "session_s"),
+                  split_row("— table materialized (read its records, write its files to S3, build the view)", "table_s"),
+                  split_row("— before the writers: the query analyzed, and a pass over the input (read, decode, join) "
+                      "counting the records that do not decode", "prepare_s"),
+                  split_row("— the writers' pass: read, decode, join, transform, write the transactions", "write_s"),
+                  split_row("commit", "commit_s")]
+        if p is not None:
+            lines += ["", "The table's cost is in three places: its materialization, the join in the writers' pass, and "
+                      "the join again in the pass that counts the records that do not decode (that count reads the "
+                      "joined input, so it joins too, although a join whose missing rows are dropped sends no record "
+                      "to the dead-letter topic)."]
     lines += ["", "## Every run", "", "The first runs, one per engine, are the warm-up, not counted in the medians.", "",
               "| # | engine | wall s | records/s | CPU s | peak RSS MB | records out | sink | engine's own figures |",
               "|---:|---|---:|---:|---:|---:|---:|---|---|"]

@@ -201,6 +201,26 @@ def test_the_tables_materialization_is_picked_out_of_the_runs_log() -> None:
     assert handler.tables == {"customers": {"keys": 100000, "offsets": 100000, "seconds": 3.4}}
 
 
+def test_the_phases_before_and_during_the_writers_pass_come_from_the_times_of_the_runs_log_lines() -> None:
+    from lockstep_bench.pipelines import _RunPhases
+
+    handler = _RunPhases()
+    for at, message in ((10.0, "checkpoint 1: formats: source.value json; sink.value json (no schema)"),
+                        (12.5, "checkpoint 1: table customers: 100 keys after 100 offsets of c (written, 1 files, "
+                               "9 bytes) in 2.5 s"),
+                        (16.0, "checkpoint 1: reading 8 ranges (1000000 records at most) in 2 tasks (...)"),
+                        (16.1, "checkpoint 1: shipped lockstep to the executors"),
+                        (26.0, "checkpoint 1: 2 Spark tasks wrote their transactions in 16.0 s")):
+        record = logging.LogRecord("lockstep.spark.job", logging.INFO, __file__, 1, message, None, None)
+        record.created = at
+        handler.emit(record)
+    assert handler.phases() == {"prepare_s": 3.5, "write_s": 10.0}  # from the table's line, the later one
+    del handler.at["table"]
+    assert handler.phases() == {"prepare_s": 6.0, "write_s": 10.0}  # without a table: from the formats line
+    del handler.at["written"]
+    assert handler.phases() == {}  # a milestone missing: nothing rather than a wrong figure
+
+
 def test_customers_can_be_stamped_before_the_orders(monkeypatch: pytest.MonkeyPatch) -> None:
     import confluent_kafka
 
@@ -230,7 +250,8 @@ def test_customers_can_be_stamped_before_the_orders(monkeypatch: pytest.MonkeyPa
 # ---- the report ------------------------------------------------------------------------------------------
 def _run(engine: str, wall: float, exact: bool = True, table_s: float | None = None) -> dict[str, Any]:
     inner: dict[str, Any] = {"job_seconds": wall - 1} if engine == joins.FLINK else \
-        {"plan_s": 0.5, "run_s": wall - 1.5, "commit_s": 0.3, "spark_seconds": wall - 2, "session_seconds": 0.4}
+        {"plan_s": 0.5, "run_s": wall - 1.5, "commit_s": 0.3, "spark_seconds": wall - 2, "session_seconds": 0.4,
+         "phases": {"prepare_s": (wall - 4) / 3, "write_s": (wall - 4) * 2 / 3}}
     if table_s is not None:
         inner["tables"] = {"customers": {"keys": 100_000, "offsets": 100_000, "seconds": table_s}}
     return {"pipeline": engine, "wall_s": wall, "records_per_s": 1_000_000 / wall, "cpu_s": wall * 1.5,
@@ -260,9 +281,12 @@ def test_the_ratio_is_lockstep_over_flink_from_medians_and_the_target_is_stated(
     assert "**Target (issue 41): Lockstep ≥ 1.0× Flink SQL's temporal join — met: 2.25×**" in text
     assert "load average 1.50 at the start, 2.25 at the end (2 cores)" in text
     assert "| Flink SQL, event-time temporal join (RocksDB, incremental) | 27,778 | 36.0 |" in text
-    assert "| — table materialized (read the topic, write its files to S3, build the view) | 3.0 |" in text
-    # without the table: 12 s wall, 10 s in Spark; with it 16 s wall, 14 s in Spark of which 3 s the table
-    assert "The table and the join cost 4.0 s of wall time, 3.0 s of it to materialize the table and 1.0 s more" in text
+    # with the table (median 16 s wall): 3 s materializing it, 4 s before the writers, 8 s writing; without it
+    # (12 s wall): no table, 8/3 s before the writers, 16/3 s writing
+    assert "| process, start to exit (wall) | 16.0 | 12.0 | 4.0 |" in text
+    assert "| — table materialized (read its records, write its files to S3, build the view) | 3.0 | 0.0 | 3.0 |" in text
+    assert "counting the records that do not decode | 4.0 | 2.7 | 1.3 |" in text
+    assert "| — the writers' pass: read, decode, join, transform, write the transactions | 8.0 | 5.3 | 2.7 |" in text
     assert "```yaml\nname: x\n```" in text and "```sql\nCREATE x;\n\nINSERT y;\n```" in text
     slow = joins_report.summary(_results((40.0,), (20.0,)))
     assert slow["met"] is False and slow["ratio"] == pytest.approx(0.5)
