@@ -174,7 +174,7 @@ bench-windows: setup
 # 1,000,000 orders enriched from a table of 100,000 customers (a compacted topic), exactly-once Kafka to Kafka,
 # Lockstep's `tables:` join (connect mode) against Flink SQL's event-time temporal join on an upsert-kafka table,
 # and Lockstep without the table as a reference, every sink checked order by order, on its own platform; rewrites
-# docs/BENCHMARKS-joins.md, whose figures docs/BENCHMARKS.md's "Joins" states (about 9 minutes; --joins-records,
+# docs/BENCHMARKS-joins.md, whose figures docs/BENCHMARKS.md's "Joins" states (about 9 to 11 minutes; --joins-records,
 # --joins-keys in `lockstep bench --help`). The first run sets up the Flink SQL peer in .cache/bench/.
 bench-joins: setup
 	$(BIN)/lockstep bench --joins-only --results var/bench/joins-results.json --report docs/BENCHMARKS-joins.md
