@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-formats soak soak-state up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-joins bench-formats soak soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -170,6 +170,14 @@ bench-state: setup
 # platform; rewrites docs/BENCHMARKS-windows.md (about 10 minutes; sets up the peers as `bench` does).
 bench-windows: setup
 	$(BIN)/lockstep bench --windows-only --results var/bench/windows-results.json --report docs/BENCHMARKS-windows.md
+
+# 1,000,000 orders enriched from a table of 100,000 customers (a compacted topic), exactly-once Kafka to Kafka,
+# Lockstep's `tables:` join (connect mode) against Flink SQL's event-time temporal join on an upsert-kafka table,
+# and Lockstep without the table as a reference, every sink checked order by order, on its own platform; rewrites
+# docs/BENCHMARKS-joins.md, whose figures docs/BENCHMARKS.md's "Joins" states (about 9 to 11 minutes; --joins-records,
+# --joins-keys in `lockstep bench --help`). The first run sets up the Flink SQL peer in .cache/bench/.
+bench-joins: setup
+	$(BIN)/lockstep bench --joins-only --results var/bench/joins-results.json --report docs/BENCHMARKS-joins.md
 
 # 10,000,000 orders as registry-framed Avro through Lockstep (parse, filter, encode, connect mode), the JSON
 # benchmark transform beside it, and kafka-producer-perf-test with as many producers as Lockstep's transactions,

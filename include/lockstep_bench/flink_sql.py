@@ -11,6 +11,7 @@ computes in SQL. Two sinks share one scan: the exactly-once Kafka sink and a one
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from lockstep_examples.bench import FIELDS, MIN_AMOUNT
@@ -134,6 +135,96 @@ def window_statements(bootstrap: str, source: str, sink: str, ends: Mapping[int,
     """(DDL, the insert) of the windowed count per customer."""
     return ([window_source_table(bootstrap, source, ends, group, out_of_orderness_s),
              window_sink_table(bootstrap, sink, transactional_id_prefix)], insert_windows(window_s))
+
+
+# ---- the join race (lockstep_bench.joins) --------------------------------------------------------------
+def join_orders_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str, out_of_orderness_s: int) -> str:
+    """The orders (bounded, read_committed, JSON) with ``created_at`` as their rowtime: the time each
+    order looks its customer up AS OF."""
+    options = source_options(bootstrap, topic, ends, group)
+    return ("CREATE TEMPORARY TABLE orders (\n  `order_id` STRING,\n  `customer` STRING,\n  `amount` DOUBLE,\n"
+            "  `created_at` BIGINT,\n  `ts` AS TO_TIMESTAMP_LTZ(`created_at`, 0),\n"
+            f"  WATERMARK FOR `ts` AS `ts` - INTERVAL '{out_of_orderness_s}' SECOND({len(str(out_of_orderness_s))})\n"
+            f") WITH (\n  {_with(options)}\n)")
+
+
+def customers_options(bootstrap: str, topic: str, ends: Mapping[int, int], group: str) -> dict[str, str]:
+    """``upsert-kafka`` over the customers topic: the key (raw bytes as text) is the primary key, the value
+    JSON (null: a delete), bounded at the runner's end offsets so that the job ends (upsert-kafka always
+    starts from the earliest offsets), read_committed like every reader of the race."""
+    return {
+        "connector": "upsert-kafka", "topic": topic, "properties.bootstrap.servers": bootstrap,
+        "properties.group.id": group, "properties.isolation.level": "read_committed",
+        "scan.bounded.mode": "specific-offsets", "scan.bounded.specific-offsets": specific_offsets(ends),
+        "key.format": "raw", "value.format": "json", "value.fields-include": "EXCEPT_KEY",
+        "value.json.fail-on-missing-field": "false",
+    }
+
+
+def join_customers_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str) -> str:
+    """The versioned table: primary key ``id`` (the record key), the version's time the Kafka record's
+    timestamp (the race produces every customer with a timestamp before the first order) and a watermark
+    on it, which an event-time temporal join requires of its versioned side."""
+    return ("CREATE TEMPORARY TABLE customers (\n  `id` STRING,\n  `name` STRING,\n  `tier` STRING,\n"
+            "  `country` STRING,\n  `version_ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,\n"
+            "  PRIMARY KEY (`id`) NOT ENFORCED,\n  WATERMARK FOR `version_ts` AS `version_ts`\n"
+            f") WITH (\n  {_with(customers_options(bootstrap, topic, ends, group))}\n)")
+
+
+#: The enriched order's columns, in order (every engine's output record).
+JOIN_OUTPUT = ("order_id", "customer", "amount", "name", "tier")
+
+
+def join_sink_table(bootstrap: str, topic: str, transactional_id_prefix: str) -> str:
+    """The enriched order as JSON, the customer as its key, exactly once."""
+    options = {**sink_options(bootstrap, topic, transactional_id_prefix), "key.format": "raw",
+               "key.fields": "customer", "value.format": "json", "value.fields-include": "ALL"}
+    return ("CREATE TEMPORARY TABLE sink (\n  `order_id` STRING,\n  `customer` STRING,\n  `amount` DOUBLE,\n"
+            f"  `name` STRING,\n  `tier` STRING\n) WITH (\n  {_with(options)}\n)")
+
+
+#: How the Flink job joins: ``temporal`` is the event-time temporal join the issue names; ``regular`` the
+#: closest equivalent without event time (a regular join on the upsert table, each order against its
+#: customer's latest row), the fallback the benchmark labels as such.
+JOIN_KINDS = ("temporal", "regular")
+
+
+def insert_join(kind: str = "temporal") -> str:
+    """Each order with its customer's name and tier (an inner join: an order without a customer has no output)."""
+    if kind not in JOIN_KINDS:
+        raise ValueError(f"join kind {kind!r}: one of {', '.join(JOIN_KINDS)}")
+    version = " FOR SYSTEM_TIME AS OF o.`ts`" if kind == "temporal" else ""
+    return ("INSERT INTO sink SELECT o.`order_id`, o.`customer`, o.`amount`, c.`name`, c.`tier` "
+            f"FROM orders AS o JOIN customers{version} AS c ON o.`customer` = c.`id`")
+
+
+def join_statements(bootstrap: str, orders: str, orders_ends: Mapping[int, int], customers: str,
+                    customers_ends: Mapping[int, int], sink: str, transactional_id_prefix: str, group: str,
+                    out_of_orderness_s: int, kind: str = "temporal") -> tuple[list[str], str]:
+    """(DDL, the insert) of the join race's enrichment."""
+    return ([join_orders_table(bootstrap, orders, orders_ends, group, out_of_orderness_s),
+             join_customers_table(bootstrap, customers, customers_ends, group),
+             join_sink_table(bootstrap, sink, transactional_id_prefix)], insert_join(kind))
+
+
+def checkpointed_configuration(scratch: str, parallelism: int, checkpoint_s: int, connector_jar_uri: str) -> dict[str, str]:
+    """The bounded streaming jobs' Flink settings (the windowed and the join race): the Kafka connector,
+    parallelism, UTC, RocksDB state with incremental exactly-once checkpoints every ``checkpoint_s`` into
+    ``scratch`` (a local folder, gone with the job)."""
+    checkpoints = (Path(scratch) / "checkpoints").as_uri()
+    return {
+        "pipeline.jars": connector_jar_uri,
+        "parallelism.default": str(parallelism),
+        "io.tmp.dirs": scratch,
+        "web.upload.dir": scratch,
+        "table.local-time-zone": "UTC",
+        "state.backend.type": "rocksdb",
+        "execution.checkpointing.incremental": "true",
+        "execution.checkpointing.interval": f"{checkpoint_s}s",
+        "execution.checkpointing.mode": "EXACTLY_ONCE",
+        "execution.checkpointing.dir": checkpoints,
+        "state.checkpoints.dir": checkpoints,
+    }
 
 
 # ---- the keyed-state restore (lockstep_bench.flink_restore) --------------------------------------------

@@ -145,6 +145,22 @@ def flink_window_command(cache: Path, root: Path, bootstrap: str, source: str, s
     return Command(argv, _env(root / "include"), parse_result)
 
 
+def flink_join_command(cache: Path, root: Path, bootstrap: str, orders: str, orders_ends: Mapping[int, int],
+                       customers: str, customers_ends: Mapping[int, int], sink: str, checkpoint_s: int,
+                       out_of_orderness_s: int, join: str = "temporal") -> Command:
+    """The join race's Flink job (``lockstep_bench.joins`` says what it runs)."""
+    def offsets(ends: Mapping[int, int]) -> str:
+        return json.dumps({str(p): e for p, e in ends.items()})
+
+    argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_join_job.py"), "--bootstrap", bootstrap,
+            "--orders", orders, "--orders-ends", offsets(orders_ends), "--customers", customers,
+            "--customers-ends", offsets(customers_ends), "--sink", sink, "--connector-jar", str(FLINK.jar(cache)),
+            "--parallelism", str(parallelism(len(orders_ends))), "--checkpoint-seconds", str(checkpoint_s),
+            "--out-of-orderness-seconds", str(out_of_orderness_s), "--join", join,
+            "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
+    return Command(argv, _env(root / "include"), parse_result)
+
+
 def flink_restore_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, group: str, partitions: int,
                           state_dir: Path, checkpoint_s: float, transactional_id_prefix: str,
                           restore_from: str | None = None, claim_mode: str = "CLAIM") -> Command:

@@ -74,6 +74,55 @@ class _SessionReady(logging.Handler):
             self.seconds = float(found.group(1))
 
 
+class _TableLines(logging.Handler):
+    """Picks each table's materialization out of the run's log (``lockstep.spark.tables``): "checkpoint N:
+    table NAME: K keys after R offsets of TOPIC (...) in X s"."""
+
+    pattern = re.compile(r"table (\S+): (\d+) keys after (\d+) offsets of \S+ \((?:[^)]*)\) in ([0-9.]+) s")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.tables: dict[str, dict[str, float]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.pattern.search(record.getMessage())
+        if found:
+            name, keys, offsets, seconds = found.groups()
+            self.tables[name] = {"keys": int(keys), "offsets": int(offsets), "seconds": float(seconds)}
+
+
+class _RunPhases(logging.Handler):
+    """When the run's milestones were logged (``lockstep.spark.job``, ``lockstep.spark.tables``), for the
+    phases between them: the formats line (the input's plan is made), the tables' lines (each table
+    materialized), "reading N ranges" (the writers start: everything before it is the query's analysis and,
+    for a source that may dead-letter, a first pass over the input that counts the records that do not
+    decode) and "Spark tasks wrote their transactions" (the write's pass: read, decode, join, transform,
+    write)."""
+
+    MARKS = (("formats", re.compile(r"checkpoint \d+: formats: ")), ("table", re.compile(r"checkpoint \d+: table \S+: ")),
+             ("reading", re.compile(r"checkpoint \d+: reading \d+ ranges")),
+             ("written", re.compile(r"checkpoint \d+: \d+ Spark tasks wrote their transactions")))
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.at: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        for name, pattern in self.MARKS:
+            if pattern.search(message):
+                self.at[name] = record.created  # the last of several (one line per table)
+
+    def phases(self) -> dict[str, float]:
+        """``prepare_s``: from the formats line or the last table's, whichever came later, to the writers'
+        start; ``write_s``: the writers' pass. Empty when a milestone is missing."""
+        start = max((self.at[k] for k in ("formats", "table") if k in self.at), default=None)
+        if start is None or "reading" not in self.at or "written" not in self.at:
+            return {}
+        return {"prepare_s": round(self.at["reading"] - start, 3),
+                "write_s": round(self.at["written"] - self.at["reading"], 3)}
+
+
 def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     """plan → run → commit of one checkpoint, timed step by step (also used for the fixed cost)."""
     from lockstep.spec import load_spec
@@ -85,6 +134,12 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
         spark_log.addHandler(ready)
         spark_log.setLevel(logging.INFO)
         spark_log.propagate = False
+    tables, phases = _TableLines(), _RunPhases()
+    for name, handlers in (("lockstep.spark.tables", (tables, phases)), ("lockstep.spark.job", (phases,))):
+        job_log = logging.getLogger(name)
+        for handler in handlers:
+            job_log.addHandler(handler)
+        job_log.setLevel(logging.INFO)
     spec = load_spec(spec_path)
     t0 = time.monotonic()
     p = Pipeline.open(spec)
@@ -104,6 +159,10 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
               "records_in": prepared.records_in, "records_out": prepared.records_out,
               "records_dead_lettered": prepared.records_dead_lettered,
               "transactions": len(prepared.transactions)}
+    if tables.tables:  # a pipeline with tables: each one's materialization (the join race)
+        result["tables"] = tables.tables
+    if phases.phases():
+        result["phases"] = phases.phases()
     # A stateful pipeline's committed state: its size and what its checkpoint measured (the keyed-state bench).
     state = view.completed.state if view.completed is not None else prepared.state
     if state is not None:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import project_root
-from lockstep_bench import formats_report
+from lockstep_bench import formats_report, joins_report
 from lockstep_bench.measure import median
 from lockstep_bench.png import line_plot
 from lockstep_bench.results import (
@@ -209,6 +209,9 @@ def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rere
     _large(add, res)
     _history(add, res)
     add(KEYED_STATE)
+    add("")
+    # Measured apart (make bench-joins): its figures, date and commit from the committed page.
+    add(joins_report.section(project_root() / joins_report.PAGE))
     add("")
     # Measured apart (make bench-formats): its figures, date and commit from the committed page.
     add(formats_report.section(project_root() / formats_report.PAGE))

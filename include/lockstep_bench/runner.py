@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import cache_dir, project_root
-from lockstep_bench import formats, history, keyed_state, peers, windowed, workloads
+from lockstep_bench import formats, history, joins, keyed_state, peers, windowed, workloads
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
 from lockstep_bench.results import (
@@ -456,6 +456,37 @@ def run_windows_bench(settings: windowed.WindowSettings) -> Path:
     return report_path
 
 
+def run_joins_bench(settings: joins.JoinSettings) -> Path:
+    """``--joins-only``: orders enriched from a table topic, Lockstep's join raced against Flink SQL's temporal
+    join (lockstep_bench.joins)."""
+    from lockstep_bench import joins_report
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-joins-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results = _opening(settings)
+    if joins.FLINK in settings.engines:  # before any measurement: may download
+        peers.ensure(peers.FLINK, cache_dir(), log)
+        results["peers"] = {k: v for k, v in peers.versions().items() if k.startswith(("pyflink", "flink"))}
+    results_path = settings.results or (root / "results.json")
+    with isolated_platform(root) as platform:
+        results["environment"] = environment(platform.kafka.bootstrap)
+        race = joins.JoinRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
+                              platform.state.pids["spark-connect"], root, log)
+        results["race"] = race.measure()
+        results["load"]["end"] = os.getloadavg()
+    report_path = _kept(results, settings, results_path, started, joins_report.write)
+    sm = joins_report.summary(results)
+    log(f"Lockstep ÷ Flink SQL ({sm['flink_join']} join): " + ("not measured (Flink did not run)" if sm["ratio"] is None
+        else f"{sm['ratio']}× (target {sm['target']}×: {'met' if sm['met'] else 'not met'})") +
+        f"; records/s {sm['rates']}")
+    wrong = [r["check"]["summary"] for r in results["race"]["runs"] + results["race"]["warm_up"]
+             if r["pipeline"] != joins.FLINK and not r["check"]["exact"]]
+    if wrong:
+        raise RunFailed(f"Lockstep's joined output was not exact in {len(wrong)} runs: {wrong[0]}")
+    return report_path
+
+
 def run_formats_bench(settings: formats.FormatSettings) -> Path:
     """``--formats-only``: Avro through the Schema Registry against the perf tool (lockstep_bench.formats)."""
     from lockstep_bench import formats_report
@@ -530,6 +561,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     windows.add_argument("--windows-records", type=int, help="input records of the race (default 1,000,000)")
     windows.add_argument("--windows-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                          help="which engines race (default lockstep-connect,flink-sql,quix-streams)")
+    join = parser.add_argument_group("join race (--joins-only: only this, report docs/BENCHMARKS-joins.md)")
+    join.add_argument("--joins-only", action="store_true",
+                      help="race Lockstep's stream-table join (tables:, connect mode) against Flink SQL's "
+                           "event-time temporal join, every sink checked order by order; nothing else "
+                           "(--partitions and --repeats apply)")
+    join.add_argument("--joins-records", type=int, help="orders of the race (default 1,000,000)")
+    join.add_argument("--joins-keys", type=int, help="customers in the table (default 100,000)")
+    join.add_argument("--joins-engines", type=lambda text: tuple(x for x in text.split(",") if x),
+                      help="which engines race (default lockstep-connect,flink-sql,lockstep-connect-no-join)")
+    join.add_argument("--joins-flink-join", choices=("temporal", "regular"),
+                      help="Flink's join: the event-time temporal join (default) or a regular join on the upsert "
+                           "table (the fallback, labeled as such in the report)")
     fmt = parser.add_argument_group("formats (--formats-only: only this, report docs/BENCHMARKS-formats.md)")
     fmt.add_argument("--formats-only", action="store_true",
                      help="Avro framed for the Schema Registry through Lockstep (parse, filter, encode), the JSON "
@@ -572,6 +615,14 @@ def windows_settings_from_args(args: argparse.Namespace) -> windowed.WindowSetti
                                       if getattr(args, arg, None) is not None})
 
 
+def joins_settings_from_args(args: argparse.Namespace) -> joins.JoinSettings:
+    names = {"joins_records": "records", "joins_keys": "keys", "joins_engines": "engines",
+             "joins_flink_join": "flink_join", "partitions": "partitions", "repeats": "repeats", "report": "report",
+             "results": "results", "state_dir": "state_dir"}
+    return joins.JoinSettings(**{field: getattr(args, arg) for arg, field in names.items()
+                                 if getattr(args, arg, None) is not None})
+
+
 def formats_settings_from_args(args: argparse.Namespace) -> formats.FormatSettings:
     names = {"formats_records": "records", "formats_parts": "parts", "partitions": "partitions", "repeats": "repeats",
              "report": "report", "results": "results", "state_dir": "state_dir"}
@@ -610,6 +661,14 @@ def main(args: argparse.Namespace) -> int:
             _rerender(formats_report.write, formats.FormatSettings().report, args.report, args.from_results)
         else:
             run_formats_bench(formats_settings_from_args(args))
+        return 0
+    if args.joins_only:
+        if args.from_results:
+            from lockstep_bench import joins_report
+
+            _rerender(joins_report.write, joins.JoinSettings().report, args.report, args.from_results)
+        else:
+            run_joins_bench(joins_settings_from_args(args))
         return 0
     if args.windows_only:
         if args.from_results:

@@ -118,18 +118,20 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
 
 def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int, master: str = "local[*]",
                producer: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None, retain: int = 20,
-               writer: str = "jvm", remote: str | None = None, transform: str = TRANSFORM,
+               writer: str = "jvm", remote: str | None = None, transform: str | dict[str, str] = TRANSFORM,
                state: dict[str, Any] | None = None, schedule: str | None = None, source_value: Any = None,
-               sink_value: Any = None) -> Path:
+               sink_value: Any = None, tables: dict[str, Any] | None = None) -> Path:
     """A Lockstep pipeline over ``source`` with the benchmark transform and a fresh checkpoint root;
     ``remote``: its checkpoints run in sessions of that Spark Connect server (``spark.mode: connect``);
     ``state``: the spec's ``state`` section (a stateful pipeline, with a transform that keeps its columns);
     ``schedule``: its DAG's cron (none: triggered only); ``source_value``/``sink_value``: the record formats of
-    the source's and the sink's values (the spec's ``source.value``/``sink.value``; none: bytes)."""
+    the source's and the sink's values (the spec's ``source.value``/``sink.value``; none: bytes); ``tables``: the
+    spec's ``tables`` section (docs/joins.md)."""
     spec = {
         "name": name,
         "source": {"topics": [source], "auto_offset_reset": "earliest",
                    **({"value": source_value} if source_value is not None else {})},
+        **({"tables": tables} if tables else {}),
         "transform": transform,
         **({"state": state} if state else {}),
         "sink": {"topic": sink, "dead_letter_topic": f"{sink}-dlq", "writer": writer,

@@ -33,9 +33,11 @@ BULK = {"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4", "qu
         "log_level": 3}
 
 
-def send(bootstrap: str, topic: str, records: Iterable[tuple[bytes, int, bytes | None]], timeout_s: float = 120) -> int:
+def send(bootstrap: str, topic: str, records: Iterable[tuple[bytes, int, bytes | None]], timeout_s: float = 120,
+         timestamp_ms: int | None = None) -> int:
     """Produce ``records`` ((value, partition, key) each) to ``topic``, waiting out a full queue, and raise if
-    any is not delivered within ``timeout_s``; returns the bytes of the values sent."""
+    any is not delivered within ``timeout_s``; returns the bytes of the values sent. ``timestamp_ms``: every
+    record's timestamp (default: the producer's clock), for data whose time must precede generated event times."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, **BULK})
@@ -44,7 +46,7 @@ def send(bootstrap: str, topic: str, records: Iterable[tuple[bytes, int, bytes |
         total += len(value)
         while True:
             try:
-                producer.produce(topic, value, key=key, partition=partition)
+                producer.produce(topic, value, key=key, partition=partition, timestamp=timestamp_ms or 0)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -256,7 +256,7 @@ def test_the_main_report_links_to_the_state_report_and_the_committed_page_has_th
     path = tmp_path / "BENCH.md"
     report.write(res, path)
     generated = path.read_text()
-    section = report.KEYED_STATE + "\n\n## Formats\n"  # the formats bench's section follows it
+    section = report.KEYED_STATE + "\n\n## Joins\n"  # the join race's section follows it
     assert section in generated and "(BENCHMARKS-state.md)" in report.KEYED_STATE
     assert generated.index("## Plan time and metadata") < generated.index("## Keyed state")
     # Added by hand to the committed page: exactly what the next `make bench` writes there.

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ends = {int(p): int(e) for p, e in json.loads(args.ends).items()}
 
-    from lockstep_bench.flink_sql import window_statements
+    from lockstep_bench.flink_sql import checkpointed_configuration, window_statements
 
     started = time.monotonic()
     from pyflink.common import Configuration
@@ -45,17 +45,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-flink-windows-") as scratch:
         conf = Configuration()
-        conf.set_string("pipeline.jars", Path(args.connector_jar).resolve().as_uri())
-        conf.set_string("parallelism.default", str(args.parallelism))
-        conf.set_string("io.tmp.dirs", scratch)
-        conf.set_string("web.upload.dir", scratch)
-        conf.set_string("table.local-time-zone", "UTC")
-        conf.set_string("state.backend.type", "rocksdb")
-        conf.set_string("execution.checkpointing.incremental", "true")
-        conf.set_string("execution.checkpointing.interval", f"{args.checkpoint_seconds}s")
-        conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
-        conf.set_string("execution.checkpointing.dir", Path(scratch, "checkpoints").as_uri())
-        conf.set_string("state.checkpoints.dir", Path(scratch, "checkpoints").as_uri())
+        for key, value in checkpointed_configuration(scratch, args.parallelism, args.checkpoint_seconds,
+                                                     Path(args.connector_jar).resolve().as_uri()).items():
+            conf.set_string(key, value)
         t_env = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode()
                                         .with_configuration(conf).build())
         session_seconds = time.monotonic() - started
