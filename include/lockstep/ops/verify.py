@@ -281,7 +281,8 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
             continue
         try:
             enrich = _tables_of(spec, spark, store, cid) if spec.tables else None
-            out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich)
+            out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich,
+                                               enrich_errors=enrich is not None)
             columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
                                                          if spec.sink.routes and c in out.columns))
             rows = formats.with_dead_letters(out, decoded, columns).collect()

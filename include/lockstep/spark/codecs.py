@@ -54,13 +54,16 @@ class Formats:
         self.writings = writings(spec, pinned=pinned)
 
     def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame],
-                    enrich: Callable[[DataFrame], DataFrame] | None = None) -> tuple[DataFrame, DataFrame | None]:
+                    enrich: Callable[[DataFrame], DataFrame] | None = None,
+                    enrich_errors: bool = False) -> tuple[DataFrame, DataFrame | None]:
         """The transform's output over the records that decode, and the decoded input (None: nothing is
         decoded), whose records that did not decode `with_dead_letters` writes.
 
         ``enrich`` (the tables' joins, `lockstep.spark.tables.join_tables`) runs between the decode and the
-        transform, over every record with its `DECODE_ERROR`: it may add columns, drop records, or set the
-        error of a record that must go to the dead-letter topic as it came."""
+        transform, over every record with its `DECODE_ERROR`: it may add columns, drop records without an
+        error, or (``enrich_errors``) set the error of a record that must go to the dead-letter topic as it
+        came. Without ``enrich_errors`` the returned input is the one before ``enrich``: its dead letters are
+        the same, and counting them (`undecodable_count`) does not run the joins again."""
         if not self.readings and enrich is None:
             return self._encoded(transform(df)), None
         if self.readings:
@@ -69,9 +72,8 @@ class Formats:
             from pyspark.sql import functions as F
 
             decoded = df.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
-        if enrich is not None:
-            decoded = enrich(decoded)
-        return self._encoded(transform(decodable(decoded))), decoded
+        enriched = enrich(decoded) if enrich is not None else decoded
+        return self._encoded(transform(decodable(enriched))), enriched if enrich_errors else decoded
 
     def _encoded(self, out: DataFrame) -> DataFrame:
         state = self.spec.state

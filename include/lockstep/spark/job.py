@@ -101,8 +101,12 @@ def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str
 def _may_dead_letter(spec: PipelineSpec, formats: Formats) -> bool:
     """Whether some input record may go to the dead-letter topic before the transform: one that does not
     decode, or one an inner join's table has no row for (``missing: dead_letter``)."""
-    return bool(formats.readings) or any(t.join is not None and t.join.how == "inner" and
-                                         t.join.missing == "dead_letter" for t in spec.tables)
+    return bool(formats.readings) or _join_dead_letters(spec)
+
+
+def _join_dead_letters(spec: PipelineSpec) -> bool:
+    """Whether a declared join dead-letters the records its table has no row for."""
+    return any(t.join is not None and t.join.how == "inner" and t.join.missing == "dead_letter" for t in spec.tables)
 
 
 def job_outcome(exc: BaseException) -> tuple[str, bool]:
@@ -247,7 +251,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             tables.register_views()  # SQL transforms read each table by its name
             if any(t.join is not None for t in spec.tables):
                 enrich = partial(join_tables, spec, tables)
-        out, decoded = formats.transformed(df, transform, enrich)
+        out, decoded = formats.transformed(df, transform, enrich, enrich_errors=_join_dead_letters(spec))
         from lockstep.spark.output_tasks import place
 
         if spec.state is not None:
