@@ -18,7 +18,7 @@ from lockstep.model.output_contract import WRITER_FAILPOINTS
 from lockstep_dev.datagen import ensure_topics
 
 from ..support.data import read_committed
-from .engine_helpers import crash_at, make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
 
 pytestmark = pytest.mark.integration
 
@@ -91,4 +91,37 @@ def test_an_interval_join_pairs_each_payment_with_its_order_once_and_writes_lone
     assert manifest.operator == "interval_join" and manifest.keys == 3  # far0, far1 and nobody still wait
     report = verify(pipeline)
     assert report["ok"] and report["complete"] and report["expected_outputs"] == len(out), report
+
+    # A savepoint, then orders and payments after it, one checkpoint; a restore from the savepoint reads them
+    # again from the savepoint's state and writes the same pairs and lone orders a second time.
+    assert lockstep("savepoint", "create", "sp", "--spec", str(pipeline.spec_path)).returncode == 0
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(12):
+        at = FAR + 600 + i * 60
+        producer.produce(pipeline.source, json.dumps({"order_id": f"r{i}", "at": at}).encode(), partition=i % 2)
+        for n, minutes in enumerate(payments_of(i)):
+            producer.produce(payments, json.dumps({"order_id": f"r{i}", "payment": f"q{i}-{n}",
+                                                   "at": at + minutes * 60}).encode(), partition=(i + n) % 2)
+    for p in (0, 1):  # and the watermark past them
+        producer.produce(pipeline.source, json.dumps({"order_id": f"farther{p}", "at": FAR + 10_000}).encode(),
+                         partition=p)
+        producer.produce(payments, json.dumps({"order_id": "nobody", "payment": "y", "at": FAR + 10_000}).encode(),
+                         partition=p)
+    producer.flush(30)
+    assert run(pipeline).returncode == 0
+    first = store(pipeline).latest_completed().checkpoint_id
+    restored = run(pipeline, "--restore-from", "sp")
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    s = store(pipeline)
+    again = s.latest_completed()
+    assert again.claim.state_base == s.get_savepoint("sp").state
+
+    def written_by(checkpoint: int) -> Counter:
+        return Counter(m.value() for m in read_committed(bootstrap, pipeline.sink)
+                       if dict(m.headers())["lockstep.checkpoint"] == str(checkpoint).encode())
+
+    assert written_by(again.checkpoint_id) == written_by(first) and written_by(first)
+    # the new orders' pairs and lone orders, and far0 and far1, which waited in the savepoint's state, alone
+    assert Counter(json.loads(v)["left"]["order_id"] for v in written_by(first).elements()) == Counter(
+        {f"r{i}": max(1, sum(1 for m in payments_of(i) if 0 <= m <= 15)) for i in range(12)} | {"far0": 1, "far1": 1})
     assert open_transactions(pipeline) == []

@@ -83,6 +83,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("--checkpoint", type=int, help="completed checkpoint id (default: latest)")
     show.add_argument("--key", help="only the rows of this key")
     show.add_argument("--limit", type=int, default=20, help="rows shown at most (default 20)")
+    show.add_argument("--table", help="a table's rows (its latest value per key) instead of the keyed state's")
     rekey = st_sub.add_parser("rekey", help="accept a new number of key groups: the next checkpoint writes the "
                                             "whole state in that many")
     _spec(rekey)
@@ -350,10 +351,13 @@ def _state(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.ops import state_report as sr
     from lockstep.steps.client_factory import checkpoint_store
 
-    if spec.state is None:
-        raise sr.stateless(spec)
     store = checkpoint_store(spec)
     files = store.state_files()
+    if spec.tables and args.state_command in ("stats", "show") and (spec.state is None or
+                                                                     getattr(args, "table", None)):
+        return _tables(spec, args, store)
+    if spec.state is None:
+        raise sr.stateless(spec)
     if args.state_command == "rekey":
         found = sr.committed_state(store)
         refused = sr.rekey_refusal(found, args.key_groups)
@@ -383,6 +387,32 @@ def _state(spec: PipelineSpec, args: argparse.Namespace) -> int:
     _emit(args, {"pipeline": spec.name, "checkpoint": found.checkpoint_id, "key": args.key, "rows": shown.rows,
                  "more": shown.more},
           sr.describe_rows(spec.name, found.checkpoint_id, manifest, shown, args.key))
+    return 0
+
+
+def _tables(spec: PipelineSpec, args: argparse.Namespace, store: PipelineStore) -> int:
+    """``lockstep state stats`` of a pipeline with tables and no keyed state, and ``state show --table``."""
+    from lockstep.errors import TerminalError
+    from lockstep.ops import state_report as sr
+
+    checkpoint, tables = sr.committed_tables(store, args.checkpoint)
+    if args.state_command == "stats":
+        doc = sr.table_stats(checkpoint, tables)
+        _emit(args, {"pipeline": spec.name, **doc}, sr.describe_table_stats(spec.name, doc))
+        return 0
+    name = args.table or spec.tables[0].name
+    if name not in {t.name for t in spec.tables}:
+        raise TerminalError(f"{spec.path}: no table {name!r} (tables: {', '.join(t.name for t in spec.tables)})")
+    if args.limit < 1:
+        raise TerminalError(f"--limit must be at least 1, got {args.limit}")
+    version = tables.get(name)
+    if checkpoint is None or version is None:
+        _emit(args, {"pipeline": spec.name, "checkpoint": checkpoint, "table": name, "rows": []},
+              f"{spec.name}: table {name} has no version yet (no completed checkpoint has read records)")
+        return 0
+    shown = sr.table_rows(store.state_files(), version, args.key, args.limit)
+    _emit(args, {"pipeline": spec.name, "checkpoint": checkpoint, "table": name, "key": args.key, "rows": shown.rows,
+                 "more": shown.more}, sr.describe_table_rows(spec.name, checkpoint, version, shown, args.key))
     return 0
 
 

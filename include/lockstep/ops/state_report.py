@@ -1,4 +1,5 @@
-"""``lockstep state``: what a stateful pipeline's keyed state holds (stats, rows) and its re-keying.
+"""``lockstep state``: what a stateful pipeline's keyed state holds (stats, rows) and its re-keying; and what a
+pipeline's tables hold (docs/joins.md).
 
 The committed state is the manifest of a completed checkpoint (`lockstep.model.state.StateManifest`);
 the figures of ``stats`` come from it, with the files' sizes from one listing of the folder that
@@ -21,6 +22,7 @@ from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.state import StateManifest, iso_ms
 from lockstep.model.state_rows import EVENT, GROUP, KEY
+from lockstep.model.tables import TableVersion
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -248,6 +250,74 @@ def describe_rows(pipeline: str, checkpoint_id: int, manifest: StateManifest, sh
     for row in shown.rows:
         rest = " ".join(f"{k}={_cell(v)}" for k, v in row.items() if k not in ("key", "event_time", "key_group"))
         lines.append(f"  {_cell(row.get('key')):24} {row.get('event_time', ''):24} kg={row.get('key_group')}  {rest}")
+    if not shown.rows:
+        lines.append(f"  no rows{f' for key {key!r}' if key is not None else ''}")
+    if shown.more:
+        lines.append(f"  ... more rows (showing the first {len(shown.rows)}; --limit shows more)")
+    return "\n".join(lines)
+
+
+# ---- tables --------------------------------------------------------------------------------------
+def committed_tables(store: PipelineStore, checkpoint: int | None = None) -> tuple[int | None, dict[str, TableVersion]]:
+    """The tables (`lockstep.model.tables`) of completed checkpoint ``checkpoint``, or of the latest completed one."""
+    if checkpoint is None:
+        latest = store.latest_completed()
+        if latest is None or latest.completed is None:
+            return None, {}
+        return latest.checkpoint_id, dict(latest.completed.tables)
+    view = store.view(checkpoint)
+    if view is None or view.status is not CheckpointStatus.COMPLETED or view.completed is None:
+        raise TerminalError(f"checkpoint {checkpoint} of {store.pipeline} is "
+                            f"{view.status.value if view else 'not in the store'}, not completed: only a completed "
+                            "checkpoint's tables are committed")
+    return checkpoint, dict(view.completed.tables)
+
+
+def table_stats(checkpoint_id: int | None, tables: Mapping[str, TableVersion]) -> dict[str, Any]:
+    """``lockstep state stats`` of a pipeline's tables: each one's version, files and offsets."""
+    return {"checkpoint": checkpoint_id, "tables": [
+        {"table": name, "topic": t.topic, "written_by": t.written_by, "keys": t.keys, "files": len(t.files),
+         "deltas": max(len(t.files) - 1, 0), "bytes": t.bytes,
+         "ends": {str(p): o for p, o in sorted(t.ends.items())}} for name, t in sorted(tables.items())]}
+
+
+def describe_table_stats(pipeline: str, doc: Mapping[str, Any]) -> str:
+    if doc["checkpoint"] is None:
+        return f"{pipeline}: no completed checkpoint yet, so no table yet"
+    lines = [f"{pipeline}: tables after checkpoint {doc['checkpoint']}"]
+    for t in doc["tables"]:
+        ends = ", ".join(f"{p}:{o}" for p, o in t["ends"].items())
+        lines.append(f"  {t['table']}: {t['keys']:,} keys, {t['files']} files ({t['deltas']} deltas), "
+                     f"{size_text(t['bytes'])}, written by checkpoint {t['written_by']}; {t['topic']} read up to {ends}")
+    return "\n".join(lines)
+
+
+def table_rows(files: StateFiles, version: TableVersion, key: str | None = None, limit: int = 20) -> ShownRows:
+    """Up to ``limit`` of a table's rows (its latest value per key; only key ``key``'s, its text, when given)."""
+    import pyarrow.compute as pc
+
+    from lockstep.store.table_chain import latest_rows
+
+    rows = latest_rows(files.read_table(version))
+    if rows is not None and key is not None:
+        rows = rows.filter(pc.equal(rows["key"], key.encode()))
+    found = [] if rows is None else rows.slice(0, limit + 1).to_pylist()
+
+    def text(raw: bytes | None) -> str | None:
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    shown = [{"key": text(r["key"]), "value": text(r["value"]), "partition": r["partition"], "offset": r["offset"],
+              "timestamp": iso_ms(r["timestamp_ms"])} for r in found]
+    return ShownRows(shown[:limit], len(shown) > limit, len(version.files))
+
+
+def describe_table_rows(pipeline: str, checkpoint_id: int, version: TableVersion, shown: ShownRows,
+                        key: str | None) -> str:
+    which = f"key {key!r}" if key is not None else f"{version.keys:,} keys"
+    lines = [f"{pipeline}: table {version.name} after checkpoint {checkpoint_id} ({which}; {version.topic})"]
+    for row in shown.rows:
+        lines.append(f"  {_cell(row['key']):24} {row['timestamp']:24} {row['partition']}@{row['offset']}  "
+                     f"{_cell(row['value'])}")
     if not shown.rows:
         lines.append(f"  no rows{f' for key {key!r}' if key is not None else ''}")
     if shown.more:

@@ -308,7 +308,7 @@ def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | N
     joins the spec declares (None: none declared)."""
     from functools import partial
 
-    from lockstep.spark.tables import MaterializedTables, join_tables, stored_rows
+    from lockstep.spark.tables import MaterializedTables, join_tables
 
     assert store is not None, "verifying a pipeline with tables needs its store"
     view = store.view(checkpoint_id)
@@ -319,7 +319,7 @@ def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | N
         version = versions.get(table.name)
         if version is None:
             raise MetadataError(f"checkpoint {checkpoint_id}", f"records no version of table {table.name}")
-        tables.add(spark, table, stored_rows(files, version))
+        tables.add(spark, table, files.read_table(version))
     tables.register_views()
     return partial(join_tables, spec, tables) if any(t.join is not None for t in spec.tables) else None
 

@@ -29,7 +29,7 @@ in one task, in offset order, as the writers' repair needs.
 from __future__ import annotations
 
 __all__ = [
-    "MaterializedTables", "VIEW_COLUMNS", "event_ms", "join_tables", "materialize", "stored_rows", "table_frame",
+    "MaterializedTables", "VIEW_COLUMNS", "event_ms", "join_tables", "materialize", "table_frame",
     "versions_frame",
 ]
 
@@ -109,24 +109,13 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
     return out
 
 
-def stored_rows(files: StateFiles, version: TableVersion | None) -> pa.Table | None:
-    """A table version's rows, its chain merged (None: no rows)."""
-    from lockstep.store import state_chain
-
-    if version is None or not version.files:
-        return None
-    digests = version.digests if len(version.digests) == len(version.files) else (None,) * len(version.files)
-    chain = [files.table(k, version.written_by, d) for k, d in zip(version.files, digests, strict=True)]
-    return state_chain.merge(chain)
-
-
 def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TablePin, files: StateFiles,
             kafka: Mapping[str, object]) -> tuple[pa.Table | None, TableVersion]:
     """The table's rows at this checkpoint and the version that holds them (the base's when nothing was read)."""
     from lockstep.store import state_chain
 
     base = pin.base
-    current = stored_rows(files, base)
+    current = files.read_table(base)
     ends = dict(base.ends) if base is not None else {}
     ends.update({r.partition: r.end for r in pin.ranges})
     if not pin.records:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lockstep.model.state import StateManifest
+    from lockstep.model.tables import TableVersion
     from lockstep.store.s3 import S3Client
 
 #: The way out of state files changed or deleted outside Lockstep (the last words of those errors).
@@ -215,6 +216,17 @@ class StateFiles:
             if merged is not None and merged.num_rows:
                 tables.append(merged)
         return pa.concat_tables(tables, promote_options="default") if tables else None
+
+    def read_table(self, version: TableVersion | None) -> pa.Table | None:
+        """A table version's rows (`lockstep.model.tables`), its chain merged; None without rows. A versioned
+        table's rows hold each key's kept versions (`lockstep.store.table_chain.latest_rows` takes the latest)."""
+        from lockstep.store import state_chain
+
+        if version is None or not version.files:
+            return None
+        digests = version.digests if len(version.digests) == len(version.files) else (None,) * len(version.files)
+        return state_chain.merge([self.table(k, version.written_by, d)
+                                  for k, d in zip(version.files, digests, strict=True)])
 
     def sizes(self, checkpoint_id: int) -> dict[str, int]:
         """Key -> size in bytes of the files in checkpoint ``checkpoint_id``'s folder (one listing)."""
