@@ -158,15 +158,15 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   split_row("run (Spark), of which:", "run_s"),
                   split_row("— Connect session ready", "session_s"),
                   split_row("— table materialized (read its records, write its files to S3, build the view)", "table_s"),
-                  split_row("— before the writers: the query analyzed, and a pass over the input (read, decode, join) "
-                      "counting the records that do not decode", "prepare_s"),
+                  split_row("— before the writers: the query analyzed, and a pass over the input (read, decode; not the "
+                            "join, which drops no record into the dead-letter topic) counting the records that do not "
+                            "decode", "prepare_s"),
                   split_row("— the writers' pass: read, decode, join, transform, write the transactions", "write_s"),
                   split_row("commit", "commit_s")]
         if p is not None:
-            lines += ["", "The table's cost is in three places: its materialization, the join in the writers' pass, and "
-                      "the join again in the pass that counts the records that do not decode (that count reads the "
-                      "joined input, so it joins too, although a join whose missing rows are dropped sends no record "
-                      "to the dead-letter topic)."]
+            lines += ["", "The table's cost is in its materialization and in the join in the writers' pass. The pass that "
+                      "counts the records that do not decode reads the input before the join (an inner join that drops "
+                      "records without a row sends none to the dead-letter topic), so it does not join."]
     lines += ["", "## Every run", "", "The first runs, one per engine, are the warm-up, not counted in the medians.", "",
               "| # | engine | wall s | records/s | CPU s | peak RSS MB | records out | sink | engine's own figures |",
               "|---:|---|---:|---:|---:|---:|---:|---|---|"]
