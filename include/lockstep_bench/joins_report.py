@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep_bench import joins
-from lockstep_bench.measure import load_at, median
+from lockstep_bench.measure import load_at, median, page_summary
 from lockstep_bench.windowed_report import medians, ratios
 
 FULL_COMMAND = "lockstep bench --joins-only --results var/bench/joins-results.json --report docs/BENCHMARKS-joins.md"
@@ -203,17 +203,7 @@ def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None
 
 def read_summary(page: Path) -> dict[str, Any] | None:
     """The headline figures a joins page carries (None: no page, or one without them)."""
-    try:
-        text = page.read_text()
-    except OSError:
-        return None
-    at = text.rfind(SUMMARY_MARK)
-    if at < 0:
-        return None
-    try:
-        return dict(json.loads(text[at + len(SUMMARY_MARK):].split(" -->", 1)[0]))
-    except ValueError:
-        return None
+    return page_summary(page, SUMMARY_MARK)
 
 
 def section(page: Path) -> str:

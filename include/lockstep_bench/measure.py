@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lockstep_bench.pipelines import Command
@@ -163,6 +164,24 @@ def median(values: Sequence[float | None]) -> float:
     """The median of the values present (None: not measured); NaN when none is."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else float("nan")
+
+
+def page_summary(page: Path, mark: str) -> dict[str, Any] | None:
+    """The headline figures a focused bench's page carries after ``mark`` (an HTML comment holding JSON), as its
+    report wrote them; None without a page, or a page without them."""
+    import json
+
+    try:
+        text = page.read_text()
+    except OSError:
+        return None
+    at = text.rfind(mark)
+    if at < 0:
+        return None
+    try:
+        return dict(json.loads(text[at + len(mark):].split(" -->", 1)[0]))
+    except ValueError:
+        return None
 
 
 def load_at(results: dict[str, Any], when: str) -> str:

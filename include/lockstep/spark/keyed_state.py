@@ -32,7 +32,7 @@ read and wrote is in the manifest's ``metrics``.
 from __future__ import annotations
 
 __all__ = [
-    "DUPLICATE", "LATE", "empty_frame", "keyed", "window_starts_column", "window_value",
+    "DUPLICATE", "LATE", "empty_frame", "event_ms", "keyed", "window_starts_column", "window_value",
 ]
 
 import logging
@@ -115,22 +115,28 @@ def function_modules(spec: PipelineSpec) -> tuple[str, ...]:
 
 
 def _event_ms(spec: PipelineSpec, df: DataFrame) -> Column:
-    """The event time in epoch ms, from a TIMESTAMP or a number of epoch seconds."""
+    """The state's event time in epoch ms (``state.event_time.column``)."""
+    assert spec.state is not None
+    return event_ms(spec, "state.event_time.column", spec.state.event_time.column, df, "the transform's output")
+
+
+def event_ms(spec: PipelineSpec, field: str, expr: str, df: DataFrame, over: str) -> Column:
+    """An event time in epoch ms, from a Spark SQL expression over ``df`` (``over`` says what that is) giving a
+    TIMESTAMP or a number of epoch seconds; refused naming the spec's ``field`` otherwise. The state's event time
+    and a temporal join's ``as_of`` (`lockstep.spark.tables`) read it alike."""
     from pyspark.sql import functions as F
 
-    assert spec.state is not None
-    expr = spec.state.event_time.column
     try:
         kind = df.select(F.expr(expr)).schema.fields[0].dataType.simpleString()
     except Exception as exc:
-        raise TerminalError(f"{spec.path}: state.event_time.column {expr!r} is not an expression over the transform's "
-                            f"columns ({', '.join(df.columns)}): {str(exc).splitlines()[0]}") from exc
+        raise TerminalError(f"{spec.path}: {field} {expr!r} is not an expression over {over} "
+                            f"({', '.join(df.columns)}): {str(exc).splitlines()[0]}") from exc
     if kind.startswith("timestamp"):
         return F.expr(f"unix_millis(CAST(({expr}) AS TIMESTAMP))")
     if kind in ("tinyint", "smallint", "int", "bigint", "float", "double") or kind.startswith("decimal"):
         return F.expr(f"CAST(({expr}) * 1000 AS BIGINT)")
-    raise TerminalError(f"{spec.path}: state.event_time.column {expr!r} is {kind}; it must be a TIMESTAMP or a number "
-                        "of epoch seconds (cast it in the transform, for example `CAST(created_at AS BIGINT)`)")
+    raise TerminalError(f"{spec.path}: {field} {expr!r} is {kind}; it must be a TIMESTAMP or a number of epoch "
+                        f"seconds (cast it in {over}, for example `CAST(created_at AS BIGINT)`)")
 
 
 def _check_columns(spec: PipelineSpec, df: DataFrame) -> None:

@@ -29,7 +29,7 @@ in one task, in offset order, as the writers' repair needs.
 from __future__ import annotations
 
 __all__ = [
-    "MaterializedTables", "VIEW_COLUMNS", "event_ms", "join_tables", "materialize", "table_frame",
+    "MaterializedTables", "VIEW_COLUMNS", "join_tables", "materialize", "table_frame",
     "versions_frame",
 ]
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
-from lockstep.errors import CheckpointError, TerminalError
+from lockstep.errors import CheckpointError
 from lockstep.model.state_rows import KEY, TOMBSTONE
 from lockstep.model.tables import TablePin, TableVersion
 from lockstep.rules.tables import compact_table
@@ -257,6 +257,7 @@ def join_tables(spec: PipelineSpec, tables: MaterializedTables, decoded: DataFra
     from pyspark.sql import functions as F
 
     from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.spark.keyed_state import event_ms
 
     for table in spec.tables:
         j = table.join
@@ -274,7 +275,7 @@ def join_tables(spec: PipelineSpec, tables: MaterializedTables, decoded: DataFra
         else:
             at = "__ls_at_" + table.name
             history = "__ls_versions_" + table.name
-            left = left.withColumn(at, event_ms(spec, f"tables.{table.name}.join.as_of", j.as_of, left))
+            left = left.withColumn(at, event_ms(spec, f"tables.{table.name}.join.as_of", j.as_of, left, "the input"))
             joined = left.join(F.broadcast(_histories(tables.histories[table.name], match, history)), on=match,
                                how="left")
             chosen = F.try_element_at(F.filter(F.col(history), partial(_valid_at, F.col(at))), F.lit(-1))
@@ -314,21 +315,3 @@ def _histories(versions: DataFrame, match: str, column: str) -> DataFrame:
                 .when(a["p"] > b["p"], 1).when(a["o"] < b["o"], -1).when(a["o"] > b["o"], 1).otherwise(0))
 
     return entries.groupBy(match).agg(F.array_sort(F.collect_list("v"), before).alias(column))
-
-
-def event_ms(spec: PipelineSpec, field: str, expr: str, df: DataFrame) -> Column:
-    """An event time in epoch ms, from a Spark SQL expression over ``df`` giving a TIMESTAMP or a number of
-    epoch seconds; refused naming the spec's ``field`` otherwise."""
-    from pyspark.sql import functions as F
-
-    try:
-        kind = df.select(F.expr(expr)).schema.fields[0].dataType.simpleString()
-    except Exception as exc:
-        raise TerminalError(f"{spec.path}: {field} {expr!r} is not an expression over the input's columns "
-                            f"({', '.join(df.columns)}): {str(exc).splitlines()[0]}") from exc
-    if kind.startswith("timestamp"):
-        return F.expr(f"unix_millis(CAST(({expr}) AS TIMESTAMP))")
-    if kind in ("tinyint", "smallint", "int", "bigint", "float", "double") or kind.startswith("decimal"):
-        return F.expr(f"CAST(({expr}) * 1000 AS BIGINT)")
-    raise TerminalError(f"{spec.path}: {field} {expr!r} is {kind}; it must be a TIMESTAMP or a number of epoch "
-                        "seconds (cast it: CAST(created_at AS BIGINT))")
