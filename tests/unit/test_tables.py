@@ -249,3 +249,19 @@ def test_versions_need_a_join_as_of_and_as_of_needs_versions(tmp_path: Path) -> 
         ("tables.prices.versions", "is required for a join as_of an event time")]
     with pytest.raises(SpecError, match="tables.prices.versions: must be a duration"):
         load_spec(spec_with(tmp_path, {"prices": {"topic": "prices", "versions": "forever"}}))
+
+
+def test_a_missing_table_topic_is_refused_naming_the_tables_field() -> None:
+    from types import SimpleNamespace
+
+    from lockstep.kafka import topics
+
+    class Admin:
+        def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+            return SimpleNamespace(topics={})
+
+    with pytest.raises(TerminalError, match=r"topic \(tables.customers.topic\) 'customers' does not exist .*; create "
+                                            r"it or fix tables.customers.topic"):
+        topics.partitions(Admin(), ["customers"], "tables.customers.topic")  # type: ignore[arg-type]
+    with pytest.raises(TerminalError, match="source topic 'orders' does not exist .*; create it or fix source.topics"):
+        topics.partitions(Admin(), ["orders"])  # type: ignore[arg-type]

@@ -79,7 +79,8 @@ def with_retries(what: str, call: Callable[[], T], deadline_s: float = TIMEOUT_S
             delay = min(delay * 2, 2.0)
 
 
-def partitions(admin: TopicAdmin, topics: Iterable[str]) -> list[TopicPartition]:
+def partitions(admin: TopicAdmin, topics: Iterable[str], field: str = "source.topics") -> list[TopicPartition]:
+    """The topics' partitions; a missing topic is refused naming the spec's ``field`` that names it."""
     result: list[TopicPartition] = []
     for topic in topics:
         try:
@@ -88,8 +89,9 @@ def partitions(admin: TopicAdmin, topics: Iterable[str]) -> list[TopicPartition]
             raise TransientError(f"cannot read metadata of topic {topic}: {exc}") from exc
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
-            raise TerminalError(f"source topic {topic!r} does not exist (or has no partitions): "
-                                f"{found.error if found is not None else 'unknown topic'}; create it or fix source.topics")
+            what = "source topic" if field == "source.topics" else f"topic ({field})"
+            raise TerminalError(f"{what} {topic!r} does not exist (or has no partitions): "
+                                f"{found.error if found is not None else 'unknown topic'}; create it or fix {field}")
         result.extend(TopicPartition(topic, p) for p in sorted(found.partitions))
     return result
 

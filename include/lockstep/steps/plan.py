@@ -245,7 +245,7 @@ def _table_pins(p: Pipeline, restore: str | None, latest: CheckpointView | None,
         bases = p.store.get_savepoint(restore).tables
     pins = {}
     for table in p.spec.tables:
-        tps = topics.partitions(p.source_admin, [table.topic])
+        tps = topics.partitions(p.source_admin, [table.topic], f"tables.{table.name}.topic")
         log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
         stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
         pin = table_pin(table.name, table.topic, bases.get(table.name), {tp.partition: o for tp, o in log_start.items()},
