@@ -71,7 +71,6 @@ class MaterializedTables:
     versions: dict[str, TableVersion] = field(default_factory=dict)
     #: a versioned table's every version (`versions_frame`), for joins as_of an event time
     histories: dict[str, DataFrame] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
 
     def add(self, spark: JobSession, table: TableSpec, rows: pa.Table | None) -> None:
         """Table ``table`` with ``rows`` (its files' rows): its view, and its versions when a join reads them."""
@@ -100,8 +99,6 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
         rows, version = _update(spark, table, checkpoint_id, pin, files, kafka)
         out.versions[table.name] = version
         out.add(spark, table, rows)
-        out.metrics[f"table_{table.name}_seconds"] = round(time.monotonic() - started, 3)
-        out.metrics[f"table_{table.name}_keys"] = float(version.keys)
         log.info("checkpoint %d: table %s: %d keys after %d offsets of %s (%s, %d files, %d bytes) in %.1f s",
                  checkpoint_id, table.name, version.keys, pin.records, table.topic,
                  "carried forward" if version.written_by != checkpoint_id else "written", len(version.files),
