@@ -51,7 +51,9 @@ from lockstep.transform import load_transform
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lockstep.model.tables import TableVersion
     from lockstep.ops.verify_state import StateVerifyReport
+    from lockstep.spark.tables import MaterializedTables
     from lockstep.spark.target import JobSession
 
 Offset = tuple[str, int, int]
@@ -245,10 +247,11 @@ class VerifyReport:
                 "offsets in the sink more than once")
 
 
-def completed_ranges(store: CheckpointStore, since: int | None,
-                     repaired: dict[int, str] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
+def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[int, str] | None = None,
+                     tables: dict[int, Mapping[str, TableVersion]] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
     """The input ranges each completed checkpoint from ``since`` on delivered: a repaired one's without
-    the ranges it gave back to the next checkpoint (put in ``repaired``, with what was lost)."""
+    the ranges it gave back to the next checkpoint (put in ``repaired``, with what was lost); each one's
+    table versions go in ``tables``."""
     result: dict[int, tuple[OffsetRange, ...]] = {}
     for cid in store.checkpoint_ids(after=since - 1 if since else None):
         view = store.view(cid)
@@ -256,19 +259,22 @@ def completed_ranges(store: CheckpointStore, since: int | None,
             result[cid] = view.delivered_ranges
             if view.completed.repair is not None and repaired is not None:
                 repaired[cid] = view.completed.repair.summary
+            if tables is not None:
+                tables[cid] = view.completed.tables
     return result
 
 
 def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]],
                      unchecked: list[Unchecked] | None = None,
-                     topics: dict[Offset, set[str]] | None = None,
-                     store: CheckpointStore | None = None) -> Counter[Offset]:
+                     topics: dict[Offset, set[str]] | None = None, store: CheckpointStore | None = None,
+                     tables: Mapping[int, Mapping[str, TableVersion]] | None = None) -> Counter[Offset]:
     """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
     ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error.
     With ``sink.routes``, ``topics`` gets the topic each offset's outputs go to: its route's (or
     ``sink.topic``), the dead-letter topic for a dead letter. With tables, each checkpoint's records meet
-    the table versions its completed checkpoint records, read from ``store``'s files (never from the
-    tables' topics, which Kafka may have compacted since)."""
+    the table versions its completed checkpoint records (``tables``, by checkpoint), read from ``store``'s
+    files (never from the tables' topics, which Kafka may have compacted since); checkpoints that carried a
+    version forward share its frames."""
     from lockstep.errors import root_cause
     from lockstep.spark.codecs import Formats
 
@@ -276,11 +282,12 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
     formats = Formats(spec)  # records that do not decode are dead letters, never the transform's
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Lockstep's reader (Java kafka-clients)
     expected: Counter[Offset] = Counter()
+    made: dict[tuple[tuple[str, tuple[str, ...]], ...], MaterializedTables] = {}
     for cid, rs in ranges.items():
         if not rs:
             continue
         try:
-            enrich = _tables_of(spec, spark, store, cid) if spec.tables else None
+            enrich = _tables_of(spec, spark, store, (tables or {}).get(cid, {}), cid, made) if spec.tables else None
             out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich,
                                                enrich_errors=enrich is not None)
             columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
@@ -303,24 +310,27 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
 
 
 def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | None,
-               checkpoint_id: int) -> Callable[[DataFrame], DataFrame] | None:
-    """Checkpoint ``checkpoint_id``'s tables as its run had them: views of their names (for SQL), and the
-    joins the spec declares (None: none declared)."""
+               versions: Mapping[str, TableVersion], checkpoint_id: int,
+               made: dict[tuple[tuple[str, tuple[str, ...]], ...], MaterializedTables]
+               ) -> Callable[[DataFrame], DataFrame] | None:
+    """Checkpoint ``checkpoint_id``'s tables (``versions``) as its run had them: views of their names (for
+    SQL), and the joins the spec declares (None: none declared). ``made`` keeps them by version: a version a
+    later checkpoint carried forward is not read and shipped to Spark again."""
     from functools import partial
 
     from lockstep.spark.tables import MaterializedTables, join_tables
 
     assert store is not None, "verifying a pipeline with tables needs its store"
-    view = store.view(checkpoint_id)
-    versions = view.completed.tables if view is not None and view.completed is not None else {}
-    files = store.state_files()
-    tables = MaterializedTables()
-    for table in spec.tables:
-        version = versions.get(table.name)
-        if version is None:
-            raise MetadataError(f"checkpoint {checkpoint_id}", f"records no version of table {table.name}")
-        tables.add(spark, table, files.read_table(version))
-    tables.register_views()
+    missing = [t.name for t in spec.tables if t.name not in versions]
+    if missing:
+        raise MetadataError(f"checkpoint {checkpoint_id}", f"records no version of table {', '.join(missing)}")
+    key = tuple((t.name, versions[t.name].files) for t in spec.tables)
+    tables = made.get(key)
+    if tables is None:
+        tables = made[key] = MaterializedTables()
+        for table in spec.tables:
+            tables.add(spark, table, store.state_files().read_table(versions[table.name]))
+    tables.register_views()  # the views this checkpoint's query reads, whatever an earlier one registered
     return partial(join_tables, spec, tables) if any(t.join is not None for t in spec.tables) else None
 
 
@@ -394,12 +404,13 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
 
         replay_store = checkpoint_store(replay_spec(spec))
     repaired: dict[int, str] = {}
-    covered = completed_ranges(store, since, repaired)
+    versions: dict[int, Mapping[str, TableVersion]] = {}
+    covered = completed_ranges(store, since, repaired, versions)
     if log_starts is None:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
     routes: dict[Offset, set[str]] = {}
-    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store)
+    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store, versions)
     replays = completed_replays(replay_store)
     outputs = read_outputs(spec, since, progress)
     gone = [u.range for u in unchecked]
