@@ -188,12 +188,11 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   "The Avro and the JSON input read again by Lockstep's own reader in a Connect session, in as many "
                   "tasks as the checkpoints read with, into Spark's `noop` sink: no Kafka write, no transaction, "
                   "no commit. Each part's Connect server CPU seconds, and per record; \"beyond the read\" is the "
-                  "part's CPU minus the read's alone. A checkpoint does more than the parts: with a decoded source "
-                  "it first counts the records that do not decode (a second read and decode of the input, "
-                  "`lockstep.spark.codecs.Formats.undecodable_count`), and only when there are some writes them "
-                  "to the dead-letter topic beside the output, placing every record in its source partition's "
-                  "task (`lockstep.spark.output_tasks.place`: a shuffle); then it produces, with Lockstep's "
-                  "headers on every record, and commits.", "",
+                  "part's CPU minus the read's alone. A checkpoint does more than the parts: it produces, with "
+                  "Lockstep's headers on every record, and commits. With a decoded source, the write's own pass "
+                  "also counts the records that do not decode (`lockstep.spark.codecs.watch`, connect mode); only "
+                  "when there are some does it write the output again with them beside it, each in its source "
+                  "partition's task (`lockstep.spark.output_tasks.place`: a shuffle).", "",
                   "| part | noop s | records/s | server CPU s | CPU µs per record | beyond the read, µs per record |",
                   "|---|---:|---:|---:|---:|---:|"]
         for p in parts:

@@ -5,6 +5,7 @@ back by Confluent's deserializers, exactly once through a crash at every failpoi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,10 @@ def test_two_schema_versions_decode_and_bad_records_are_dead_lettered_with_their
     produce(pipeline, registry, [(7, b"\x01not framed"), (8, frame(other, b"\x02")), (9, frame(v2.schema_id, b"\xff\xff"))])
     result = run(pipeline)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Counted by the write's own pass (connect mode), which then wrote the output again beside them: the
+    # first write's transactions, fenced by the second's, hold nothing a read_committed consumer sees.
+    assert "checkpoint 1: 3 records do not decode" in result.stderr
+    assert "counting those that do not decode apart" not in result.stderr
 
     values = [json.loads(m.value()) for m in read_committed(pipeline.bootstrap, pipeline.sink)]
     assert values == [  # in the source partition's order, though dead letters were placed beside them
@@ -175,6 +180,30 @@ def test_two_schema_versions_decode_and_bad_records_are_dead_lettered_with_their
     assert sorted(dead.values()) == sorted([b"\x01not framed", frame(other, b"\x02"), frame(v2.schema_id, b"\xff\xff")])
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+
+
+def test_a_record_that_does_not_decode_reaches_the_dead_letter_topic_when_the_transform_returns_no_error_column(
+        tmp_path, bootstrap, unique):
+    """JSON without a schema in, bytes out, a transform that returns the record's columns and no ``error``:
+    a record that is not JSON goes to the dead-letter topic with its reason, not to the sink (the writers
+    tell a dead letter by its error, which the output must then carry). Counted in the write's own pass."""
+    from confluent_kafka import Producer
+
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "json"}, {}, "lockstep_examples.orders:passthrough",
+                    partitions=1)
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    for i in range(6):
+        producer.produce(pipeline.source, b"not json" if i == 3 else json.dumps(order(i)).encode(), partition=0)
+    producer.flush(30)
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checkpoint 1: 1 records do not decode" in result.stderr
+    assert "counting those that do not decode apart" not in result.stderr
+    assert [json.loads(m.value())["order_id"] for m in read_committed(pipeline.bootstrap, pipeline.sink)] == \
+        [f"o{i}" for i in (0, 1, 2, 4, 5)]
+    assert [m.value() for m in read_committed(pipeline.bootstrap, pipeline.dead_letters)] == [b"not json"]
+    assert errors(pipeline) == ["value is not JSON"]
+    assert store(pipeline).view(1).prepared.records_dead_lettered == 1
 
 
 def test_an_incompatible_sink_schema_is_refused_before_any_transaction_opens(tmp_path, bootstrap, unique, registry):
@@ -380,3 +409,45 @@ def _formats_without_a_registry(spark) -> None:
         {"id": "a", "n": 7}
     assert encoded[1]["error"] == "the transform's `data` does not fit the sink's schema (o.avsc): required field n is null"
     assert encoded[1]["value"] == b"raw" and (encoded[2]["error"], encoded[2]["value"]) == ("bad", b"raw")
+
+
+def test_the_writes_own_count_of_dead_letters_is_trusted_only_when_it_saw_each_record_once(spark_connect):
+    """On a Connect session, as a run counts: an observation on the decoded input, read after an action
+    over the output. Every record seen: the count of those that did not decode. A transform that stops
+    reading (a limit) or keeps no row of the input (pruned by the optimizer): no count, the run counts apart.
+    Analyzing the output first (its schema) must not lose the count (the server's plan cache).
+    And a write again placed over more Spark partitions than tasks leaves the extra ones empty."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.spark import codecs
+    from lockstep.spark.connect import connect_mode
+    from lockstep.spark.output_tasks import place
+
+    with connect_mode():
+        spark = SparkSession.builder.remote(spark_connect).create()
+        try:
+            df = spark.range(0, 700, 1, 4).select(
+                F.lit("t").alias("topic"), (F.col("id") % 4).cast("int").alias("partition"), F.col("id").alias("offset"),
+                F.when(F.col("id") % 7 == 0, F.lit("bad")).alias(codecs.DECODE_ERROR))
+
+            def counted(transform) -> int | None:
+                observation = codecs.watch(spark)
+                assert observation is not None  # a Connect session counts in the write's pass
+                out = transform(codecs.decodable(codecs._observed(df, observation)))
+                out.schema  # noqa: B018 - analyzed first, as the run checks the output's columns
+                out.write.format("noop").mode("append").save()
+                return codecs.counted_undecodable(observation.get, 700)
+
+            assert counted(lambda d: d) == 100
+            assert counted(lambda d: d.limit(5)) is None
+            assert counted(lambda d: d.filter(F.lit(False))) is None
+
+            ranges = [OffsetRange("t", p, 0, 175) for p in range(4)]
+            placed = place(df, ranges, 2, sort=False, partitions=5)
+            rows = placed.select(F.spark_partition_id().alias("at"), "partition").distinct().collect()
+            assert re.search(r"hashpartitioning\(__ls_slot#\d+, 5\)", placed._explain_string())
+            assert sorted((r["at"], r["partition"]) for r in rows) == [(0, 0), (0, 2), (1, 1), (1, 3)]
+        finally:
+            spark.stop()

@@ -117,3 +117,25 @@ def test_a_declared_json_or_avro_schema_is_never_read_as_a_protobuf_descriptor_s
     s = spec({"value": part}, {"value": part})
     assert [(r.part, json.loads(r.reader or ""), r.message) for r in readings(s)] == [("value", schema, None)]
     assert [(w.part, json.loads(w.schema or ""), w.message) for w in writings(s)] == [("value", schema, None)]
+
+
+@pytest.mark.parametrize(("metrics", "records", "counted"), [
+    ({"records": 10, "undecodable": 3}, 10, 3),
+    ({"records": 10, "undecodable": 0}, 10, 0),
+    ({}, 10, None),  # the optimizer pruned the input: the write reported nothing
+    ({"records": 4, "undecodable": 0}, 10, None),  # a limit stopped the read; transaction markers in the offsets
+    ({"records": 20, "undecodable": 6}, 10, None),  # a stage Spark ran again counted twice
+    ({"records": 10, "undecodable": 11}, 10, None),
+    ({"records": 10}, 10, None),
+])
+def test_the_writes_own_count_of_dead_letters_is_taken_only_when_it_saw_each_record_once(metrics, records, counted):
+    from lockstep.spark.codecs import counted_undecodable
+
+    assert counted_undecodable(metrics, records) == counted
+
+
+def test_the_writers_columns_gain_an_error_column_for_dead_letters():
+    from lockstep.spark.codecs import with_error
+
+    assert with_error(("value", "topic")) == ("value", "topic", "error")
+    assert with_error(["value", "error"]) == ("value", "error")

@@ -14,16 +14,24 @@ A record that does not decode (a bad magic byte, an id that is no version of the
 writer schema cannot read) never reaches the transform: it goes to the dead-letter topic as it came,
 with the reason (`lockstep.model.schemas`), in the checkpoint's transactions. Because the transform
 may drop rows, those dead letters are kept apart from its input and put back beside its output
-(`with_undecodable`), in the transaction of their source partition's task (`lockstep.spark.output_tasks`).
+(`with_dead_letters`), in the transaction of their source partition's task (`lockstep.spark.output_tasks`).
+
+Whether there are any is known before the write (a look at the input: a read and a decode), or, in
+connect mode, from the write itself: the write's own pass counts the records it read and those that did
+not decode (an observation, `watch`), and only when some did not is the output written again with them
+(`counted_undecodable` says when that count can be trusted). Most checkpoints then read and decode their
+input once.
 """
 from __future__ import annotations
 
 __all__ = [
-    "DATA_COLUMN", "DECODE_ERROR", "Formats", "decodable", "decode", "sink_reading",
+    "DATA_COLUMN", "DECODE_ERROR", "Formats", "counted_undecodable", "decodable", "decode", "sink_reading", "watch",
+    "with_error",
 ]
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
 from lockstep.model import schemas as wire
@@ -38,6 +46,9 @@ if TYPE_CHECKING:
 DATA_COLUMN = {"value": "data", "key": "key_data"}
 #: Why a record did not decode (internal: the input's dead letters are split off by it).
 DECODE_ERROR = "__ls_decode_error"
+#: What the write's own pass counts on the decoded input (`watch`): the records, and those that did not decode.
+SEEN, UNDECODABLE = "records", "undecodable"
+_PLAN_CACHE = "spark.connect.session.planCache.enabled"
 _PERMISSIVE = {"mode": "PERMISSIVE"}
 
 
@@ -55,7 +66,7 @@ class Formats:
 
     def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame],
                     enrich: Callable[[DataFrame], DataFrame] | None = None,
-                    enrich_errors: bool = False) -> tuple[DataFrame, DataFrame | None]:
+                    enrich_errors: bool = False, observation: Any = None) -> tuple[DataFrame, DataFrame | None]:
         """The transform's output over the records that decode, and the decoded input (None: nothing is
         decoded), whose records that did not decode `with_dead_letters` writes.
 
@@ -63,7 +74,10 @@ class Formats:
         transform, over every record with its `DECODE_ERROR`: it may add columns, drop records without an
         error, or (``enrich_errors``) set the error of a record that must go to the dead-letter topic as it
         came. Without ``enrich_errors`` the returned input is the one before ``enrich``: its dead letters are
-        the same, and counting them (`undecodable_count`) does not run the joins again."""
+        the same, and counting them (`undecodable_count`) does not run the joins again.
+
+        ``observation`` (`watch`): the transform's input is counted on its way, every record and those that
+        must go to the dead-letter topic, by the action that writes the output."""
         if not self.readings and enrich is None:
             return self._encoded(transform(df)), None
         if self.readings:
@@ -72,8 +86,14 @@ class Formats:
             from pyspark.sql import functions as F
 
             decoded = df.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
-        enriched = enrich(decoded) if enrich is not None else decoded
-        return self._encoded(transform(decodable(enriched))), enriched if enrich_errors else decoded
+        # The records are counted where the dead letters are known, and before a join that may drop some.
+        # The frames returned carry no observation: a write again of the output beside them names it once.
+        observed = _observed(decoded, observation) if observation is not None and not enrich_errors else decoded
+        enriched = enrich(observed) if enrich is not None else observed
+        if observation is not None and enrich_errors:
+            errors, enriched = enriched, _observed(enriched, observation)
+            return self._encoded(transform(decodable(enriched))), errors
+        return self._encoded(transform(decodable(enriched))), (enriched if enrich_errors else decoded)
 
     def _encoded(self, out: DataFrame) -> DataFrame:
         state = self.spec.state
@@ -93,9 +113,16 @@ class Formats:
 
     @staticmethod
     def with_dead_letters(output: DataFrame, decoded: DataFrame | None, columns: tuple[str, ...] | list[str]) -> DataFrame:
-        """``output`` and the input's records that did not decode, as dead letters, in ``columns``."""
+        """``output`` and the input's records that did not decode, as dead letters, in ``columns`` and an
+        ``error`` column (null for the output's records when it has none: without it the writers would send
+        a dead letter to the sink)."""
         if decoded is None:
             return output
+        from pyspark.sql import functions as F
+
+        columns = with_error(columns)
+        if "error" not in output.columns:
+            output = output.withColumn("error", F.lit(None).cast("string"))
         return output.select(*columns).unionByName(undecodable(decoded, columns))
 
     @staticmethod
@@ -107,6 +134,49 @@ class Formats:
 
     def describe(self) -> str:
         return describe(self.readings, self.writings)
+
+
+# ---- counting the dead letters in the write's own pass -----------------------------------------------------
+def watch(spark: object) -> Any:
+    """An observation that counts, in the action that writes the output, the records the transform's input
+    saw and those that did not decode (`Formats.transformed`); None in a classic session, where reading an
+    observation whose plan the optimizer pruned (a transform that keeps no row) waits for ever: the run
+    counts them before the write instead."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None
+    from pyspark.sql.connect.observation import Observation
+
+    try:
+        # The server keeps each relation it analyzed (`out.schema`, a transform's `df.columns`) and takes
+        # the kept plan when that relation comes again in the write: an observation in it is then not
+        # registered for the write, which reports no metrics (measured, Spark 4.0). The run's session is
+        # its own (one per attempt): it keeps none.
+        spark.conf.set(_PLAN_CACHE, "false")  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a server that does not let a session set it: count apart, as classic does
+        return None
+    return Observation(f"lockstep-input-{uuid.uuid4().hex}")
+
+
+def _observed(df: DataFrame, observation: Any) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.observe(observation, F.count(F.lit(1)).alias(SEEN), F.count(F.col(DECODE_ERROR)).alias(UNDECODABLE))
+
+
+def counted_undecodable(metrics: Mapping[str, object], records: int) -> int | None:
+    """How many of the input's ``records`` did not decode, by the write's own count (`watch`'s metrics); None
+    when that pass did not see each record exactly once, so its count says nothing: no metrics (the plan
+    kept none of the input: the optimizer pruned it), fewer records (a transform that stops reading, as a
+    limit does; a source whose offsets hold transaction markers), more (a stage Spark ran again)."""
+    seen, bad = metrics.get(SEEN), metrics.get(UNDECODABLE)
+    if not isinstance(seen, int) or not isinstance(bad, int) or seen != records or not 0 <= bad <= seen:
+        return None
+    return bad
+
+
+def with_error(columns: Sequence[str]) -> tuple[str, ...]:
+    """The writer's ``columns`` with ``error``, which says that a record is a dead letter."""
+    return tuple(columns) if "error" in columns else (*columns, "error")
 
 
 def decoded_columns(spec: PipelineSpec) -> tuple[str, ...]:

@@ -43,7 +43,7 @@ from lockstep.model.output_contract import (
 )
 from lockstep.model.transactional_ids import write_tasks
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
-from lockstep.spark.codecs import Formats
+from lockstep.spark.codecs import Formats, counted_undecodable, watch, with_error
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
@@ -251,7 +251,12 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             tables.register_views()  # SQL transforms read each table by its name
             if any(t.join is not None for t in spec.tables):
                 enrich = partial(join_tables, spec, tables)
-        out, decoded = formats.transformed(df, transform, enrich, enrich_errors=_join_dead_letters(spec))
+        # A stateless checkpoint whose input may hold dead letters counts them in the write's own pass, when the
+        # session can (connect mode): most checkpoints then read and decode their input once.
+        counting = spec.state is None and replay is None and _may_dead_letter(spec, formats)
+        observation = watch(spark) if counting else None
+        out, decoded = formats.transformed(df, transform, enrich, enrich_errors=_join_dead_letters(spec),
+                                           observation=observation)
         from lockstep.spark.output_tasks import place
 
         if spec.state is not None:
@@ -266,16 +271,22 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             # offset order: a lost transaction's share can then be computed again exactly.
             out = place(output, view.claim.ranges, tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-        if decoded is not None and spec.state is None and _may_dead_letter(spec, formats) and \
-                (bad := Formats.undecodable_count(decoded)):
+
+        def with_dead_letters(bad: int, partitions: int | None = None) -> DataFrame:
             # The records that did not decode never met the transform: beside its output, each in the
             # transaction of its source partition's task, as a stateful checkpoint places its output.
             # A source partition's sink records all come from one reader task, in offset order (no sort).
-            # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
-            # placing every output record when, as in most checkpoints, every record decodes.
             log.info("checkpoint %d: %d records do not decode%s; they go to the dead-letter topic with the reason",
                      checkpoint_id, bad, " or have no row in an inner join's table" if spec.tables else "")
-            out = place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False)
+            assert decoded is not None  # what may dead-letter decodes (or joins) its input
+            return place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False,
+                         partitions=partitions).select(*with_error(columns))
+
+        if counting and observation is None and decoded is not None and (bad := Formats.undecodable_count(decoded)):
+            # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
+            # placing every output record when, as in most checkpoints, every record decodes.
+            out = with_dead_letters(bad)
+            columns = with_error(columns)
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
@@ -295,6 +306,19 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             out = out.localCheckpoint(eager=True)
             replay.record(out.select(*columns))  # before the decision: only read once it is completed
         results = write(spark, out.select(*columns), settings)
+        if observation is not None and decoded is not None:
+            records = sum(r.count for r in ranges)
+            counted = counted_undecodable(observation.get, records)
+            if counted is None:
+                log.info("checkpoint %d: the write's pass did not count each of the %d records it read once (%s): "
+                         "counting those that do not decode apart", checkpoint_id, records, observation.get)
+                counted = Formats.undecodable_count(decoded)
+            if counted:
+                # Written again with them, through the same transactional ids: each of this write's producers
+                # fences the transaction the first write left open under its id, and the partitions past the
+                # tasks (a transform that spread its output wider) close theirs with nothing in them.
+                columns = with_error(columns)
+                results = write(spark, with_dead_letters(counted, len(results)), settings)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)
         for line in results:

@@ -29,18 +29,24 @@ def task_column(ranges: Iterable[OffsetRange], tasks: int) -> Column:
     return F.coalesce(F.try_element_at(mapping, name), by_hash).cast("int")
 
 
-def place(output: DataFrame, ranges: Iterable[OffsetRange], tasks: int, sort: bool = True) -> DataFrame:
+def place(output: DataFrame, ranges: Iterable[OffsetRange], tasks: int, sort: bool = True,
+          partitions: int | None = None) -> DataFrame:
     """``output`` in exactly ``tasks`` Spark partitions, partition ``t`` holding the rows of task ``t``,
     each source partition's rows in offset order (dedup's order guarantee; a window's outputs by the
     offsets of their latest records).
 
     ``sort=False`` when each source partition's rows already come in offset order from one Spark partition
     of ``output`` (a stateless transform over the reader's partitions, beside other rows): a shuffle keeps
-    the order of the rows one map task sends to one reducer, so the sort would change nothing."""
+    the order of the rows one map task sends to one reducer, so the sort would change nothing.
+
+    ``partitions`` (more than ``tasks``): as many Spark partitions, those past ``tasks`` empty. Their
+    writers open and close their transactional ids with nothing in them, so a write again of a checkpoint's
+    output fences every transaction an earlier write of it left open."""
     from pyspark.sql import functions as F
 
-    slot_of = F.array(*[F.lit(v) for v in slots(tasks)])
-    placed = output.withColumn(SLOT, F.get(slot_of, task_column(ranges, tasks))).repartition(tasks, F.col(SLOT))
+    count = max(tasks, partitions or tasks)
+    slot_of = F.array(*[F.lit(v) for v in slots(count)])
+    placed = output.withColumn(SLOT, F.get(slot_of, task_column(ranges, tasks))).repartition(count, F.col(SLOT))
     return (placed.sortWithinPartitions("topic", "partition", "offset") if sort else placed).drop(SLOT)
 
 
