@@ -345,10 +345,18 @@ final class PartitionTransaction {
   }
 
   private Callback callback(AtomicLong counter) {
+    // The producer's I/O thread calls a callback for each record of a batch in turn, a batch's records all of
+    // one partition: the partition is noted when it changes, not once per record.
+    String[] last = {null};
+    int[] lastPartition = {-1};
     return (metadata, exception) -> {
       if (exception == null) {
         counter.incrementAndGet();
-        partitions.add(metadata.topic() + ":" + metadata.partition());
+        if (metadata.partition() != lastPartition[0] || !metadata.topic().equals(last[0])) {
+          last[0] = metadata.topic();
+          lastPartition[0] = metadata.partition();
+          partitions.add(metadata.topic() + ":" + metadata.partition());
+        }
       } else {
         failures.incrementAndGet();
         firstFailure.compareAndSet(null, "to " + (metadata == null ? "?" : metadata.topic() + "[" + metadata.partition() + "]")

@@ -2,6 +2,7 @@ package dev.lockstep.spark;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashSet;
@@ -9,6 +10,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
@@ -41,7 +43,13 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
   private final boolean headers;
   private final long stallTimeoutMs;
   private final List<KafkaRangesSource.Range> ranges;
-  private Iterator<ConsumerRecord<byte[], byte[]>> batch = java.util.Collections.emptyIterator();
+  /** The last poll's records, taken a source partition at a time: its end and topic looked up once. */
+  private ConsumerRecords<byte[], byte[]> polled = ConsumerRecords.empty();
+  private Iterator<TopicPartition> polledPartitions = Collections.emptyIterator();
+  private Iterator<ConsumerRecord<byte[], byte[]>> batch = Collections.emptyIterator();
+  private long batchEnd;
+  private UTF8String batchTopic;
+  private final Map<String, UTF8String> topicNames = new HashMap<>();
   private InternalRow current;
   private long lastProgressMs = System.currentTimeMillis();
   private long rows;
@@ -76,13 +84,20 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
     while (true) {
       while (batch.hasNext()) {
         ConsumerRecord<byte[], byte[]> r = batch.next();
-        TopicPartition tp = new TopicPartition(r.topic(), r.partition());
-        Long end = ends.get(tp);
-        if (end != null && r.offset() < end) {
-          current = row(r);
+        if (r.offset() < batchEnd) {
+          current = row(r, batchTopic);
           rows++;
           return true;
         }
+        batch = Collections.emptyIterator(); // in offset order: the rest of the partition's records are past its end
+      }
+      if (polledPartitions.hasNext()) {
+        TopicPartition tp = polledPartitions.next();
+        Long end = ends.get(tp);
+        batch = end == null ? Collections.emptyIterator() : polled.records(tp).iterator();
+        batchEnd = end == null ? Long.MIN_VALUE : end;
+        batchTopic = topicNames.computeIfAbsent(tp.topic(), UTF8String::fromString);
+        continue;
       }
       finishReached();
       if (open.isEmpty()) {
@@ -109,11 +124,11 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
 
   private void poll() {
     try {
-      var records = consumer.poll(POLL);
-      if (!records.isEmpty()) {
+      polled = consumer.poll(POLL);
+      if (!polled.isEmpty()) {
         lastProgressMs = System.currentTimeMillis();
       }
-      batch = records.iterator();
+      polledPartitions = polled.partitions().iterator();
     } catch (OffsetOutOfRangeException e) {
       List<String> gone = new ArrayList<>();
       e.offsetOutOfRangePartitions().forEach((tp, offset) ->
@@ -134,11 +149,11 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
     }
   }
 
-  private InternalRow row(ConsumerRecord<byte[], byte[]> r) {
+  private InternalRow row(ConsumerRecord<byte[], byte[]> r, UTF8String topic) {
     Object[] values = new Object[headers ? 8 : 7];
     values[0] = r.key();
     values[1] = r.value();
-    values[2] = UTF8String.fromString(r.topic());
+    values[2] = topic;
     values[3] = r.partition();
     values[4] = r.offset();
     values[5] = r.timestamp() * 1000L; // Spark timestamps are microseconds
