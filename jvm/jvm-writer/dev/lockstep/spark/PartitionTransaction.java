@@ -22,6 +22,7 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -75,6 +76,9 @@ final class PartitionTransaction {
   private Producer<byte[], byte[]> producer;
   private long lastPartition = Long.MIN_VALUE;
   private String lastTopic;
+  /** The last row's source topic as Spark holds it (a copy): a row of the same topic is told by its bytes. */
+  private UTF8String lastTopicUtf8;
+  private byte[] topicHeader;
   private byte[] partitionBytes;
   private long produced;
   private boolean prepared;
@@ -264,8 +268,13 @@ final class PartitionTransaction {
   }
 
   private void send(InternalRow row) {
-    String topic = row.getUTF8String(layout.topic).toString();
-    byte[] topicHeader = topicBytes.computeIfAbsent(topic, t -> t.getBytes(StandardCharsets.UTF_8));
+    UTF8String topicUtf8 = row.getUTF8String(layout.topic);
+    String topic = lastTopic;
+    if (!topicUtf8.equals(lastTopicUtf8)) { // a String and its bytes only when the topic changes
+      lastTopicUtf8 = topicUtf8.clone();
+      topic = topicUtf8.toString();
+      topicHeader = topicBytes.computeIfAbsent(topic, t -> t.getBytes(StandardCharsets.UTF_8));
+    }
     long partition = layout.partition(row);
     if (partition != lastPartition) {
       lastPartition = partition;
