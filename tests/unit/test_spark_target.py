@@ -182,3 +182,61 @@ def test_the_cluster_default_parallelism_is_asked_of_the_session():
     from tests.support.fake_spark import FakeSession
 
     assert default_parallelism(FakeSession(default_parallelism=6)) == 6
+
+
+def test_once_the_server_stopped_answering_the_runs_cleanup_calls_are_tried_once_each():
+    """The write failed through the client's retries (a killed server): the JVM writer's cleanup of the
+    session's conf, the reads' and the session's release then try once, instead of waiting the retries out
+    again each (a run took 51 s to fail, four times the retries). Any other failure leaves the retries be."""
+    from pyspark.errors.exceptions.base import RetriesExceeded
+
+    from lockstep.spark import jvm_writer
+    from lockstep.spark.connect import ONCE
+
+    calls: list[str] = []
+
+    class Client:
+        def set_retry_policies(self, policies):
+            calls.append(f"retries {policies[0].max_retries}")
+
+    class Conf:
+        def set(self, key, value):
+            calls.append("conf.set")
+
+        def unset(self, key):
+            calls.append("conf.unset")
+
+    class Writer:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def format(self, *_):
+            return self
+
+        def mode(self, *_):
+            return self
+
+        def option(self, *_):
+            return self
+
+        def save(self):
+            raise self.exc
+
+    class Session:
+        client, conf = Client(), Conf()
+
+    class Frame:
+        def __init__(self, exc):
+            self.write = Writer(exc)
+
+    settings = object.__new__(jvm_writer.WriterSettings)
+    away = RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jvm_writer, "jvm_settings", lambda s: {})
+        with pytest.raises(RetriesExceeded):
+            jvm_writer.write_with_jvm(Session(), Frame(away), settings)
+        assert calls == ["conf.set", f"retries {ONCE['max_retries']}", "conf.unset"]
+        calls.clear()
+        with pytest.raises(RuntimeError):
+            jvm_writer.write_with_jvm(Session(), Frame(RuntimeError("a task failed")), settings)
+        assert calls == ["conf.set", "conf.unset"]

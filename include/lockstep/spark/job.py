@@ -144,6 +144,11 @@ def run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession
     read here (the spark-submit driver). ``spark`` may be None for a checkpoint without records."""
     try:
         return _run_checkpoint_job(spec, checkpoint_id, spark, store, view)
+    except BaseException as exc:
+        from lockstep.spark.connect import fail_fast_after
+
+        fail_fast_after(spark, exc)  # a server that stopped answering: the cleanup below, and the release, once
+        raise
     finally:
         if spark is not None:
             forget_read_settings(spark)  # the source connection's settings leave the session with the run

@@ -67,6 +67,9 @@ def write_with_jvm(spark: JobSession, out: DataFrame, settings: WriterSettings) 
     try:
         out.write.format(JVM_SINK_FORMAT).mode("append").option(JVM_WRITE_ID_OPTION, write_id).save()
     except Exception as exc:
+        from lockstep.spark.connect import fail_fast_after
+
+        fail_fast_after(spark, exc)  # before the conf is cleaned below: a dead server refuses that at once
         if _data_source_missing(exc):
             raise TerminalError(
                 f"Lockstep's JVM writer (data source {JVM_SINK_FORMAT}) is not on Spark's classpath (spark.jars "
