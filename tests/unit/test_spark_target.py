@@ -222,8 +222,17 @@ def test_once_the_server_stopped_answering_the_runs_cleanup_calls_are_tried_once
         def save(self):
             raise self.exc
 
-    class Session:
+    class Session:  # as a Connect session (the module is what says so)
         client, conf = Client(), Conf()
+
+    Session.__module__ = "pyspark.sql.connect.session"
+
+    class Classic:  # a classic session's `client` raises
+        conf = Conf()
+
+        @property
+        def client(self):
+            raise RuntimeError("[ONLY_SUPPORTED_WITH_SPARK_CONNECT] SparkSession.client")
 
     class Frame:
         def __init__(self, exc):
@@ -240,3 +249,8 @@ def test_once_the_server_stopped_answering_the_runs_cleanup_calls_are_tried_once
         with pytest.raises(RuntimeError):
             jvm_writer.write_with_jvm(Session(), Frame(RuntimeError("a task failed")), settings)
         assert calls == ["conf.set", "conf.unset"]
+        calls.clear()
+        for exc in (away, RuntimeError("a task failed")):  # a classic session: its own failure, untouched
+            with pytest.raises(type(exc)):
+                jvm_writer.write_with_jvm(Classic(), Frame(exc), settings)
+        assert calls == ["conf.set", "conf.unset"] * 2

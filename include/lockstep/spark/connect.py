@@ -128,12 +128,12 @@ def fail_fast_after(spark: object, exc: BaseException) -> None:
     each at once. A classic session, or any other failure: nothing changes."""
     from pyspark.errors.exceptions.base import RetriesExceeded
 
-    client = getattr(spark, "client", None)
-    if client is None or not isinstance(exc, RetriesExceeded):
+    # Only a Connect session has a client: a classic one's `client` property raises.
+    if not isinstance(exc, RetriesExceeded) or not type(spark).__module__.startswith("pyspark.sql.connect"):
         return
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    client.set_retry_policies([DefaultPolicy(**ONCE)])
+    spark.client.set_retry_policies([DefaultPolicy(**ONCE)])  # type: ignore[attr-defined]
 
 
 def server_away(exc: BaseException, url: str, source: str | None = None) -> str | None:
