@@ -64,14 +64,19 @@ class LockstepLagTrigger(BaseEventTrigger):
                 return None
             store = checkpoint_store(spec, timeout_s=10)
             seen = trigger_look(spec, store)
-            fired = Fired.from_json(store.trigger_fired())
+            marker = store.trigger_fired()
+            fired = Fired.from_json(marker[0]) if marker is not None else None
             now = time.time()
             reason = start_reason(seen, spec.checkpoints.trigger, fired, now,
                                   in_flight_lease_s=spec.transactions.timeout_ms / 1000)
             if reason is None:
                 self._problem(None)
                 return None
-            store.record_trigger_fired(Fired(now, seen.newest_checkpoint).to_json())
+            if not store.record_trigger_fired(Fired(now, seen.newest_checkpoint).to_json(),
+                                              replacing=marker[1] if marker is not None else None):
+                log.info("pipeline %s: another instance of this watcher fired first; this one does not", self.pipeline)
+                self._problem(None)
+                return None
         except Exception as exc:  # noqa: BLE001 - logged and looked at again; see the module docstring
             self._problem(redact(f"{type(exc).__name__}: {exc}").splitlines()[0])
             return None

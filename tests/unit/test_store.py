@@ -263,3 +263,16 @@ def test_a_damaged_task_count_is_an_error_naming_the_file_and_the_way_out(store:
     s3.put_object(Bucket=BUCKET, Key=f"{ROOT}/checkpoints/{1:012d}/write-tasks.json", Body=b'{"tasks": 0}')
     with pytest.raises(MetadataError, match=r"write-tasks.json.*positive integer, got 0; delete the file"):
         store.write_tasks(1)
+
+
+def test_of_two_watchers_that_read_the_same_trigger_marker_only_the_first_to_write_fires(store: CheckpointStore):
+    # Two instances of one lag watcher (the triggerer handing the trigger over) both decide to fire on
+    # what they read; the marker's conditional write lets exactly one of them fire.
+    assert store.trigger_fired() is None
+    assert store.record_trigger_fired({"at_s": 1.0, "newest_checkpoint": None}, replacing=None)
+    assert not store.record_trigger_fired({"at_s": 1.1, "newest_checkpoint": None}, replacing=None)
+    doc, version = store.trigger_fired()
+    assert doc == {"at_s": 1.0, "newest_checkpoint": None}
+    assert store.record_trigger_fired({"at_s": 9.0, "newest_checkpoint": 1}, replacing=version)
+    assert not store.record_trigger_fired({"at_s": 9.1, "newest_checkpoint": 1}, replacing=version)
+    assert store.trigger_fired()[0] == {"at_s": 9.0, "newest_checkpoint": 1}

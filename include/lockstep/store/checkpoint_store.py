@@ -302,14 +302,28 @@ class CheckpointStore:
     def last_dry_run(self) -> CheckpointClaim | None:
         return self._read(self._dry_run_key(), CheckpointClaim.from_json)
 
-    def record_trigger_fired(self, doc: Mapping[str, object]) -> None:
-        """The lag watcher's marker of its last event (``lockstep.rules.lag_trigger.Fired``): kept here,
-        since Airflow restarts a watcher from its arguments after every event (overwritten each time)."""
-        self._overwrite(self._trigger_key(), doc)
+    def record_trigger_fired(self, doc: Mapping[str, object], replacing: str | None) -> bool:
+        """Write the lag watcher's marker of its event (``lockstep.rules.lag_trigger.Fired``), kept here since
+        Airflow restarts a watcher from its arguments after every event, only if the marker is still the
+        one the watcher decided on: ``replacing`` is that marker's version (`trigger_fired`), None if there
+        was none. False when another watcher wrote one in between (two instances of the same trigger run
+        while the triggerer hands it over): that one fires, this one must not."""
+        key = self._trigger_key()
+        body = json.dumps(doc, sort_keys=True, indent=1).encode()
+        condition = {"IfMatch": replacing} if replacing is not None else {"IfNoneMatch": "*"}
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **condition)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return False
+            raise _classify(exc, key) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, key) from exc
+        return True
 
-    def trigger_fired(self) -> object | None:
-        found = self._get(self._trigger_key())
-        return found[0] if found is not None else None
+    def trigger_fired(self) -> tuple[object, str] | None:
+        """The lag watcher's last marker as read, and its version for `record_trigger_fired`."""
+        return self._get(self._trigger_key())
 
     def _overwrite(self, key: str, doc: Mapping[str, object]) -> None:
         body = json.dumps(doc, sort_keys=True, indent=1).encode()
