@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lockstep_soak.schedule import FaultKind
+from lockstep_soak.schedule import FaultKind, kinds_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="replay the faults of an earlier soak (default: a new random seed)")
     parser.add_argument("--records", type=int, default=200, help="input records per cycle (default 200)")
     parser.add_argument("--bad", type=int, default=4, help="bad input records per cycle (default 4)")
-    parser.add_argument("--faults", default=",".join(k.value for k in FaultKind),
-                        help="fault kinds to inject, comma-separated (default: all)")
+    parser.add_argument("--faults", help="fault kinds to inject, comma-separated (default: every kind the mode has; "
+                                         f"{', '.join(k.value for k in FaultKind)})")
     parser.add_argument("--min-faults", type=int, default=0,
                         help="go on past --cycles (up to three times as many) until this many faults were injected")
     parser.add_argument("--faults-per-cycle", type=int, default=2, choices=[1, 2, 3],
@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the chance of each further fault in a cycle, up to --faults-per-cycle (default 0.5)")
     parser.add_argument("--topology", choices=["cluster", "single"], default="cluster",
                         help="cluster: 3 brokers + Spark standalone (default); single: 1 broker + local Spark")
+    parser.add_argument("--mode", choices=["connect", "submit"], default="connect",
+                        help="connect: every run a session on the platform's Spark Connect server, which kill_connect "
+                             "kills (the default, as users run); submit: a spark-submit per run")
     parser.add_argument("--spark-master", help="run the checkpoints' Spark here instead of the platform's master")
     parser.add_argument("--writer", choices=["jvm", "python"], default="jvm")
     parser.add_argument("--timeout-ms", type=int, default=60_000, help="transactions.timeout_ms of the soak pipeline")
@@ -47,7 +50,8 @@ def main(args: argparse.Namespace) -> int:
     from lockstep_soak.report import render
 
     try:
-        kinds = tuple(FaultKind(k.strip()) for k in args.faults.split(",") if k.strip())
+        kinds = kinds_for(args.mode, None if args.faults is None else
+                          tuple(FaultKind(k.strip()) for k in args.faults.split(",") if k.strip()))
     except ValueError as exc:
         raise SystemExit(f"lockstep soak --faults: {exc}; kinds: {', '.join(k.value for k in FaultKind)}") from exc
     work = project_root() / "var" / "soak"
@@ -56,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     config = SoakConfig(work_dir=work, cycles=args.cycles, seed=args.seed, records_per_cycle=args.records,
                         bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
                         more_faults=args.more, min_faults=args.min_faults, timeout_ms=args.timeout_ms,
-                        writer=args.writer, spark_master=args.spark_master, stateful=args.stateful)
+                        writer=args.writer, spark_master=args.spark_master, stateful=args.stateful, mode=args.mode)
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
     # platform stopped, instead of leaving them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -71,9 +75,9 @@ def main(args: argparse.Namespace) -> int:
     (work / f"{result.seed}.json").write_text(json.dumps(doc, indent=2))
     command = (f"lockstep soak --seed {result.seed} --cycles {args.cycles} --records {args.records} --bad {args.bad} "
                f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --more {args.more} "
-               f"--topology {args.topology} --writer {args.writer} --timeout-ms {args.timeout_ms}"
+               f"--topology {args.topology} --mode {args.mode} --writer {args.writer} --timeout-ms {args.timeout_ms}"
                + (" --stateful" if args.stateful else "")
-               + (f" --faults {shlex.quote(args.faults)}" if kinds != tuple(FaultKind) else "")
+               + (f" --faults {shlex.quote(args.faults)}" if args.faults is not None else "")
                + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))
     if args.report:
         Path(args.report).write_text(render(doc, command, commit))

@@ -44,6 +44,7 @@ from lockstep_soak.schedule import (
     FaultKind,
     anchor_faults,
     family,
+    kinds_for,
     plan_bad_input,
     plan_faults,
 )
@@ -51,7 +52,6 @@ from lockstep_soak.schedule import (
 if TYPE_CHECKING:
     from lockstep_dev.platform import Platform
 
-ALL_KINDS = tuple(FaultKind)
 SOURCE_PARTITIONS = 3
 SINK_PARALLELISM = 2
 #: duplicate_run: the retry starts at ``at`` times this share of the expected cycle after the run step
@@ -79,7 +79,7 @@ class SoakConfig:
     seed: int | None = None
     records_per_cycle: int = 200
     bad_per_cycle: int = 4
-    kinds: tuple[FaultKind, ...] = ALL_KINDS
+    kinds: tuple[FaultKind, ...] | None = None  # None: every kind the mode has (`schedule.kinds_for`)
     timeout_ms: int = 60_000
     commit_margin_ms: int = 10_000
     writer: str = "jvm"
@@ -89,8 +89,13 @@ class SoakConfig:
     min_faults: int = 0  # go on past ``cycles`` (up to 3x) until this many faults were injected
     drain_cycles: int = 6
     stuck_after: int = 6
-    first_cycle_s: float = 30.0  # what a cycle is expected to take before one has been measured
+    #: what a cycle is expected to take before a clean one has been measured (None: 8 s in connect mode,
+    #: 30 s in submit mode, whose spark-submit alone takes about 10 s)
+    first_cycle_s: float | None = None
     stateful: bool = False  # windows per customer (keyed state) instead of the stateless row transform
+    #: "connect": each run a session on the platform's Spark Connect server (the default path users
+    #: run); "submit": a spark-submit per run, whose driver is inside the run's own process tree
+    mode: str = "connect"
 
     def resolved_seed(self) -> int:
         if self.seed is None:
@@ -103,7 +108,7 @@ class Injected:
     fault: Fault
     target: str = ""
     injected_at: float | None = None   # monotonic
-    healed_at: float | None = None     # service back / S3 normal again
+    healed_at: float | None = None     # service back / S3 normal again (the end of the fault's own hold time)
     recovered_at: float | None = None  # the first completed checkpoint after healing
     note: str = ""
     #: partial_commit: the checkpoint whose commit was killed
@@ -112,17 +117,39 @@ class Injected:
     #: later cycle settled it (``CheckpointView.status_text``: "completed after repair" when the broker
     #: had aborted the rest); a duplicate run's two attempts ("retry ok, first attempt failed")
     status: str | None = None
+    #: whether the checkpoint of the fault's cycle failed (False: it completed despite the fault)
+    failed_checkpoint: bool | None = None
 
     @property
     def recovery_s(self) -> float | None:
+        """From the fault to the next completed checkpoint."""
         if self.injected_at is None or self.recovered_at is None:
             return None
         return self.recovered_at - self.injected_at
 
+    @property
+    def held_s(self) -> float | None:
+        """The fault's own hold time: a service down, S3 slow or failing, the broker's transaction timeout a
+        partial commit waits out, a duplicated run's first attempt; 0 for a kill."""
+        if self.injected_at is None or self.healed_at is None:
+            return None
+        return max(0.0, min(self.healed_at, self.recovered_at or self.healed_at) - self.injected_at)
+
+    @property
+    def recovery_after_hold_s(self) -> float | None:
+        """What recovery took once the fault itself was over: Lockstep's part."""
+        if self.recovery_s is None or self.held_s is None:
+            return None
+        return self.recovery_s - self.held_s
+
     def to_json(self) -> dict[str, object]:
         return {**self.fault.to_json(), "target": self.target, "injected": self.injected_at is not None,
-                "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1), "note": self.note,
+                "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1),
+                "held_s": None if self.held_s is None else round(self.held_s, 1),
+                "recovery_after_hold_s": None if self.recovery_after_hold_s is None
+                else round(self.recovery_after_hold_s, 1), "note": self.note,
                 **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {}),
+                **({"failed_checkpoint": self.failed_checkpoint} if self.failed_checkpoint is not None else {}),
                 **({"status": self.status} if self.status is not None else {})}
 
 
@@ -267,9 +294,9 @@ transactions:
   timeout_ms: {c.timeout_ms}
   commit_margin_ms: {c.commit_margin_ms}
 spark:
-  # The faults kill the run's own process tree (spark-submit, driver JVM, executors): a Connect
-  # server would be one more shared process, outside the tree each cycle kills.
-  mode: submit{master}
+  # connect: each run is a session on the platform's Spark Connect server, which kill_connect kills;
+  # submit: kill_run kills the run's own spark-submit, driver JVM and executors.
+  mode: {c.mode}{master}
   conf:
     spark.sql.shuffle.partitions: 2
 """)
@@ -489,6 +516,9 @@ spark:
             if inj.fault.kind is FaultKind.DUPLICATE_RUN and inj.injected_at is None and not inj.note:
                 inj.note = f"missed: the cycle ended in {result.failed_step} before its run"
         result.faults = [i.fault.kind.value for i in injections]
+        for inj in injections:
+            if inj.injected_at is not None:
+                inj.failed_checkpoint = not result.ok
         return result
 
     _stop_faults = False
@@ -535,9 +565,11 @@ spark:
         try:
             if kind is FaultKind.KILL_RUN:
                 self._kill_run(inj)
+            elif kind is FaultKind.KILL_CONNECT:
+                self._bounce("spark-connect", inj)
             elif kind is FaultKind.PARTIAL_COMMIT:
                 self._partial_commit(inj)
-            elif kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER):
+            elif kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER, FaultKind.BROKER_COMMIT):
                 self._kill_broker(inj)
             elif kind is FaultKind.S3_RESTART:
                 self._bounce("s3", inj)
@@ -560,8 +592,9 @@ spark:
             inj.note = "missed: no step was running"
             return
         roots = [proc.pid]
-        if step == "run" and self.platform.is_cluster:
-            # A standalone cluster's executors are children of the workers, not of the run.
+        if step == "run" and self.platform.is_cluster and self.config.mode == "submit":
+            # A standalone cluster's executors are children of the workers, not of the run. (In connect
+            # mode they are the server's, and the run is the client: kill_connect kills the server.)
             workers = [self.platform.state.pids.get(f"spark-worker-{i}") for i in (1, 2)]
             roots += [pid for pid in kill.descendants(*[w for w in workers if w])
                       if "CoarseGrainedExecutorBackend" in kill.cmdline(pid)]
@@ -629,7 +662,7 @@ spark:
                 inj.status = found[inj.checkpoint]
 
     def _kill_broker(self, inj: Injected) -> None:
-        service = self._coordinator_service() if inj.fault.kind is FaultKind.BROKER_COORDINATOR \
+        service = self._coordinator_service() if inj.fault.kind is not FaultKind.BROKER_SINK_LEADER \
             else self._sink_leader_service(inj.fault.cycle)
         self._bounce(service, inj)
 
@@ -641,9 +674,11 @@ spark:
             self.platform.stop(service, out=io.StringIO(), kill=True)
         inj.injected_at, inj.target = time.monotonic(), service
         time.sleep(inj.fault.hold_s)
+        restart = time.monotonic()
         with self._platform_lock:
             self.platform.start(service, out=io.StringIO())
         inj.healed_at = time.monotonic()
+        inj.note = f"down {restart - inj.injected_at:.1f} s, then {inj.healed_at - restart:.1f} s to start again"
 
     def _broker_service(self, broker_id: int) -> str:
         return f"kafka-{broker_id}" if self.platform.is_cluster else "kafka"
@@ -668,10 +703,23 @@ spark:
 
     # ---- the whole soak --------------------------------------------------------------------------
     def run(self) -> SoakResult:
+        """The soak and its audit. In connect mode, on the platform's Spark Connect server: started if
+        it is not running, and then stopped again at the end (on a cluster it holds the workers' cores)."""
+        started_server = self.config.mode == "connect" and not self.platform.running("spark-connect")
+        if started_server:
+            self.platform.start("spark-connect", out=io.StringIO())
+        try:
+            return self._run()
+        finally:
+            if started_server:
+                self.platform.stop("spark-connect", out=io.StringIO())
+
+    def _run(self) -> SoakResult:
         c = self.config
         began, started_at = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         max_cycles = c.cycles * 3 if c.min_faults else c.cycles
-        faults = plan_faults(self.seed, max_cycles, c.kinds, per_cycle=c.faults_per_cycle, more=c.more_faults)
+        kinds = kinds_for(c.mode, c.kinds)
+        faults = plan_faults(self.seed, max_cycles, kinds, per_cycle=c.faults_per_cycle, more=c.more_faults)
         if c.stateful:  # some faults land while the state is half uploaded or half collected
             faults = anchor_faults(faults, self.seed)
         self._say(f"lockstep soak: seed {self.seed}, {c.cycles} cycles of {c.records_per_cycle} records "
@@ -703,7 +751,8 @@ spark:
                 else:
                     self._produce(cycle, c.records_per_cycle)
                 mine = [] if draining else [f for f in faults if f.cycle == cycle]
-                expected = sum(clean[-5:]) / len(clean[-5:]) if clean else c.first_cycle_s
+                expected = sum(clean[-5:]) / len(clean[-5:]) if clean else \
+                    c.first_cycle_s or (8.0 if c.mode == "connect" else 30.0)
                 cycle_started = time.monotonic()
                 result = self.run_cycle(cycle, mine, expected, env)
                 cycles.append(result)
@@ -760,8 +809,9 @@ spark:
             config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,
                     "bad_per_cycle": c.bad_per_cycle,
                     "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle,
-                    "more_faults": c.more_faults, "kinds": [k.value for k in c.kinds],
+                    "more_faults": c.more_faults, "kinds": [k.value for k in kinds],
                     "spark_master": c.spark_master or self.platform.spark_master, "stateful": c.stateful,
+                    "mode": c.mode,
                     **({"window_s": WINDOW_S, "customers": CUSTOMERS} if c.stateful else {})},
             cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),
             lso_after_last_fault_s=max(after, default=0.0),

@@ -12,6 +12,16 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
+def _median(values: list[float]) -> str:
+    return _s(statistics.median(values) if values else None)
+
+
+def _mode(config: dict[str, Any]) -> str:
+    mode = config.get("mode", "submit")  # a soak from before connect mode ran in submit mode
+    return ("connect mode: every run a session on a Spark Connect server on the cluster" if mode == "connect"
+            else "submit mode: a spark-submit per run")
+
+
 def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
     """Markdown for a soak's ``SoakResult.to_json()``; ``command`` is how to run it again, ``commit``
     the code it ran."""
@@ -19,6 +29,9 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
     faults = doc["faults"]
     injected = [f for f in faults if f["injected"]]
     recoveries = [f["recovery_s"] for f in injected if f["recovery_s"] is not None]
+    after_hold = [f["recovery_after_hold_s"] for f in injected if f.get("recovery_after_hold_s") is not None]
+    failing = [f for f in injected if f.get("failed_checkpoint")]
+    after_failed = [f["recovery_after_hold_s"] for f in failing if f.get("recovery_after_hold_s") is not None]
     unrecovered = [f for f in injected if f["recovery_s"] is None]
     cycles = doc["cycles"]
     completed = sum(1 for c in cycles if c["ok"])
@@ -45,13 +58,19 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         "| | |",
         "|---|---|",
         f"| seed | {doc['seed']} |",
-        f"| topology | {doc['topology']} (Spark master `{doc['config']['spark_master']}`, {doc['config']['writer']} writer) |",
+        f"| topology | {doc['topology']} ({_mode(doc['config'])}, Spark master `{doc['config']['spark_master']}`, "
+        f"{doc['config']['writer']} writer) |",
         f"| cycles | {len(cycles)} ({doc['config']['cycles']} with new input and faults, the rest drain), "
         f"{completed} checkpoints completed, {len(cycles) - completed} failed and were recovered by later cycles |",
         f"| faults injected | {len(injected)} ({len(faults) - len(injected)} planned but missed: the cycle "
         "had already passed that moment) |",
-        f"| longest recovery | {_s(max(recoveries, default=None))} (fault to the next completed checkpoint; "
-        f"median {_s(statistics.median(recoveries) if recoveries else None)}) |",
+        f"| median recovery, the fault's own hold time excluded | **{_median(after_hold)}** (from the end of the "
+        "fault: the service back, S3 normal again, the broker done aborting, to the next completed checkpoint; "
+        f"longest {_s(max(after_hold, default=None))}) |",
+        f"| the same, of the {len(failing)} faults that failed their cycle's checkpoint | {_median(after_failed)} "
+        f"(longest {_s(max(after_failed, default=None))}; the other faults' checkpoints completed despite them) |",
+        f"| median recovery, from the fault | {_median(recoveries)} (fault to the next completed checkpoint; "
+        f"longest {_s(max(recoveries, default=None))}) |",
         f"| faults never recovered from | {len(unrecovered)} |",
         f"| checkpoints completed after repair | {_repaired(doc)} |",
         f"| input records produced | {audit.get('produced', 0)} ({audit.get('covered', 0)} covered by the "
@@ -71,8 +90,13 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         *(state_table(state, doc["config"]) if stateful else []),
         "## Faults by kind",
         "",
-        "| kind | what is done | injected | missed | longest recovery | median recovery | outcome |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "Recovery runs from the fault to the next completed checkpoint; its hold is the part that is the fault's own "
+        "(a service down, S3 slow or failing, the broker's transaction timeout, a stopped first attempt), and the "
+        "recovery after it is Lockstep's part.",
+        "",
+        "| kind | what is done | injected | missed | median hold | median recovery after the hold | "
+        "longest recovery after the hold | median recovery | outcome |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for kind in FaultKind:
         mine = [f for f in faults if f["kind"] == kind.value]
@@ -80,10 +104,13 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
             continue
         hit = [f for f in mine if f["injected"]]
         rec = [f["recovery_s"] for f in hit if f["recovery_s"] is not None]
+        held = [f["held_s"] for f in hit if f.get("held_s") is not None]
+        after = [f["recovery_after_hold_s"] for f in hit if f.get("recovery_after_hold_s") is not None]
         outcomes = Counter(f["status"] for f in hit if f.get("status"))
         outcome = "; ".join(f"{text}: {n}" for text, n in sorted(outcomes.items())) or "-"
         lines.append(f"| `{kind.value}` | {DESCRIPTIONS[kind]} | {len(hit)} | {len(mine) - len(hit)} | "
-                     f"{_s(max(rec, default=None))} | {_s(statistics.median(rec) if rec else None)} | {outcome} |")
+                     f"{_median(held)} | {_median(after)} | {_s(max(after, default=None))} | {_median(rec)} | "
+                     f"{outcome} |")
     lines += [
         "",
         "## Bad input",
@@ -119,10 +146,12 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         "",
         "## Every fault",
         "",
-        "| cycle | kind | at (fraction of the cycle) | held | target | recovery | note |",
-        "|---:|---|---:|---:|---|---:|---|",
-        *[f"| {f['cycle'] + 1} | `{f['kind']}` | {f['at']:.2f} | {f['hold_s']:.1f} s | {f['target']} | "
-          f"{_s(f['recovery_s'])} | {f['note']} |" for f in faults],
+        "| cycle | kind | at (fraction of the cycle) | hold planned | held | target | recovery | after the hold | "
+        "note |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---|",
+        *[f"| {f['cycle'] + 1} | `{f['kind']}` | {f['at']:.2f} | {f['hold_s']:.1f} s | {_s(f.get('held_s'))} | "
+          f"{f['target']} | {_s(f['recovery_s'])} | {_s(f.get('recovery_after_hold_s'))} | {f['note']} |"
+          for f in faults],
         "",
     ]
     return "\n".join(lines)

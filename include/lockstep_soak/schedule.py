@@ -26,6 +26,8 @@ class FaultKind(str, Enum):
     COMMIT_LATE = "commit_late"                # the commit step starts after transactions.timeout_ms
     PARTIAL_COMMIT = "partial_commit"          # the commit killed between its EndTxns; the broker aborts the rest
     DUPLICATE_RUN = "duplicate_run"            # a second run step of the same checkpoint races the first
+    KILL_CONNECT = "kill_connect"              # SIGKILL + restart of the Spark Connect server (connect mode)
+    BROKER_COMMIT = "broker_commit"            # SIGKILL + restart of the coordinator's broker as the EndTxns go out
 
     @property
     def describe(self) -> str:
@@ -48,10 +50,25 @@ DESCRIPTIONS = {
     FaultKind.DUPLICATE_RUN: "a second run step of the same checkpoint (Airflow's retry of a timed-out task) "
                              "started while the first is in its Spark run; the first is stopped (SIGSTOP) for the "
                              "hold time, then both race to upload state files and write prepared.json",
+    FaultKind.KILL_CONNECT: "SIGKILL of the Spark Connect server, the driver of every connect-mode run, at a random "
+                            "moment of the cycle; started again after the hold time, as its supervisor would",
+    FaultKind.BROKER_COMMIT: "SIGKILL of the broker leading the transaction coordinator of the checkpoint's "
+                             "transactional ids just as the commit sends its EndTxns together (failpoint "
+                             "commit.after_verify), restarted after the hold time",
 }
 
 #: Faults that stop a service need a topology where the service can come back by itself.
-SERVICE_FAULTS = (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER, FaultKind.S3_RESTART)
+SERVICE_FAULTS = (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER, FaultKind.S3_RESTART,
+                  FaultKind.BROKER_COMMIT)
+#: Faults that only mean something when the checkpoints run on a Spark Connect server.
+CONNECT_FAULTS = (FaultKind.KILL_CONNECT,)
+
+
+def kinds_for(mode: str, kinds: tuple[FaultKind, ...] | None = None) -> tuple[FaultKind, ...]:
+    """The fault kinds a soak in ``mode`` ("connect" or "submit") injects: ``kinds`` (every kind when
+    None) less those that need a Connect server when there is none."""
+    chosen = tuple(FaultKind) if kinds is None else kinds
+    return chosen if mode == "connect" else tuple(k for k in chosen if k not in CONNECT_FAULTS)
 
 
 @dataclass(frozen=True)
@@ -98,17 +115,23 @@ STATEFUL_CASES = (BadCase.NOT_UTF8, BadCase.NULL_VALUE, BadCase.POISON, BadCase.
 WEIGHTS = {FaultKind.COMMIT_LATE: 0.4}
 
 #: Faults that decide their whole cycle, so they are never paired: a late commit's cycle waits out the
-#: transaction timeout, and a partial commit must be killed at its failpoint, not by another fault first.
-SOLO = (FaultKind.COMMIT_LATE, FaultKind.PARTIAL_COMMIT)
+#: transaction timeout, and a partial commit or a broker lost during the commit must land at their
+#: failpoint, which another fault would keep the cycle from reaching.
+SOLO = (FaultKind.COMMIT_LATE, FaultKind.PARTIAL_COMMIT, FaultKind.BROKER_COMMIT)
 
 #: Where a partial commit lands: the commit step pauses there (one transaction committed, the rest
 #: not) and is killed.
 PARTIAL_COMMIT_ANCHOR = "commit.between_commits"
+#: Where a broker_commit lands: every transaction verified open; a second later the commit sends their
+#: EndTxns together, to a coordinator whose broker is down.
+BROKER_COMMIT_ANCHOR = "commit.after_verify"
+#: The kinds that always land at a failpoint, and which.
+ANCHORS = {FaultKind.PARTIAL_COMMIT: PARTIAL_COMMIT_ANCHOR, FaultKind.BROKER_COMMIT: BROKER_COMMIT_ANCHOR}
 
 
 def family(kind: FaultKind) -> str:
     """Faults of one family are never paired in a cycle (two broker kills could take the quorum)."""
-    if kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER):
+    if kind in (FaultKind.BROKER_COORDINATOR, FaultKind.BROKER_SINK_LEADER, FaultKind.BROKER_COMMIT):
         return "kafka"
     if kind in (FaultKind.S3_RESTART, FaultKind.S3_SLOW, FaultKind.S3_ERRORS):
         return "s3"
@@ -120,8 +143,8 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
     """Faults for ``cycles`` cycles: every ``clean_every``-th cycle has none (the pipeline must make
     progress between faults), the others one (each kind once before any repeats), and with
     probability ``more`` each, up to ``per_cycle`` in all, of other families at other moments.
-    The `SOLO` kinds are never paired: each decides the whole cycle. A ``partial_commit`` is anchored
-    at `PARTIAL_COMMIT_ANCHOR` in the stateless soak as in the stateful one."""
+    The `SOLO` kinds are never paired: each decides the whole cycle. The kinds of `ANCHORS` land at
+    their failpoint in the stateless soak as in the stateful one."""
     if not kinds:
         return []
     rng = random.Random(seed)
@@ -140,7 +163,7 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
                 break
             chosen.append(_pick(rng, others))
         faults.extend(Fault(cycle, kind, rng.random(), _hold(rng, kind, hold_s),
-                            anchor=PARTIAL_COMMIT_ANCHOR if kind is FaultKind.PARTIAL_COMMIT else None)
+                            anchor=ANCHORS.get(kind))
                       for kind in chosen)
     return faults
 

@@ -1,6 +1,7 @@
 """The short soak of `make test`: the soak driver on the session's cluster (3 brokers, Spark
-standalone, MinIO behind the fault proxy), every fault kind, then the independent audit.
-The long one (>= 200 faults) is `make soak`, which writes docs/RELIABILITY.md."""
+standalone with a Spark Connect server on it, MinIO behind the fault proxy), in connect mode, the
+default path, every fault kind once, then the independent audit. The long one (>= 200 faults) is
+`make soak`, which writes docs/RELIABILITY.md."""
 from __future__ import annotations
 
 import sys
@@ -12,27 +13,35 @@ from lockstep_soak.schedule import FaultKind
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-CYCLES = 6
+#: 14 cycles: 11 with faults (every 4th is clean), the first round of the schedule, so each of the 11
+#: kinds once; a partial commit waits out the 30 s transaction timeout, a late commit too.
+CYCLES = 14
+#: The kinds the default path added (issue 43): each must land, not only be planned.
+NEW_KINDS = {FaultKind.KILL_CONNECT, FaultKind.BROKER_COMMIT, FaultKind.PARTIAL_COMMIT, FaultKind.DUPLICATE_RUN}
 
 
 def test_short_soak_with_every_fault_kind_loses_and_duplicates_nothing(cluster, tmp_path):
-    # 6 cycles: 5 with faults (every 4th is clean), each a kind of the first round not seen before (5 of
-    # the 9: a partial commit, when drawn, waits out the 40 s transaction timeout);
     # `make soak` runs hundreds of faults, `make soak-state` a stateful pipeline under them.
     config = SoakConfig(work_dir=tmp_path, cycles=CYCLES, records_per_cycle=60, bad_per_cycle=4,
-                        timeout_ms=40_000, commit_margin_ms=8_000)
+                        timeout_ms=30_000, commit_margin_ms=8_000, faults_per_cycle=1)
+    server_was_running = cluster.running("spark-connect")
     result = Soak(cluster, config, out=sys.stderr).run()
     doc = result.to_json()
-    replay = f"replay: lockstep soak --seed {result.seed} --cycles {CYCLES} --records 60 --timeout-ms 40000"
+    replay = (f"replay: lockstep soak --seed {result.seed} --cycles {CYCLES} --records 60 --timeout-ms 30000 "
+              "--faults-per-cycle 1")
     audit = result.audit
     assert result.stuck is None, f"{result.stuck} ({replay})"
     assert audit.lost == [] and audit.duplicated == [], f"{doc['audit']} ({replay})"
     assert audit.unexpected == [] and audit.mismatched == [], f"{doc['audit']} ({replay})"
     assert audit.uncovered == 0 and audit.produced == CYCLES * 60
     assert not result.lso_open_at_end and result.lso_after_last_fault_s <= 40, doc
-    # The faults really happened: the schedule plans a different kind for each of the 5 fault cycles.
+    # The faults really happened: the schedule plans a different kind for each of the 11 fault cycles.
+    assert doc["config"]["mode"] == "connect" and {i.fault.kind for i in result.injected} == set(FaultKind)
     injected = {i.fault.kind for i in result.injected if i.injected_at is not None}
-    assert len(injected) >= 4, doc["faults"]  # a fault whose moment the cycle passed is missed
+    assert len(injected) >= 8, doc["faults"]  # a fault whose moment the cycle passed is missed
+    assert NEW_KINDS <= injected, doc["faults"]
+    # Each landed fault was recovered from: a later checkpoint completed.
+    assert all(i.recovery_s is not None for i in result.injected if i.injected_at is not None), doc["faults"]
     # A partial commit, when the seed plans one, is repaired by the next cycles.
     for inj in result.injected:
         if inj.fault.kind is FaultKind.PARTIAL_COMMIT and inj.checkpoint is not None:
@@ -45,3 +54,5 @@ def test_short_soak_with_every_fault_kind_loses_and_duplicates_nothing(cluster, 
         assert outcome.reasons, case
     # The faults healed: every service of the shared cluster runs again for the tests after this one.
     assert all(cluster.running(s) for s in cluster.services() if s not in ("airflow", "spark-connect"))
+    # A Connect server the soak started is stopped again: on the cluster it holds the workers' cores.
+    assert cluster.running("spark-connect") == server_was_running

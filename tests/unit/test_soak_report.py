@@ -22,7 +22,8 @@ def result(ok: bool = True, lost: int = 0) -> dict:
                    {"cycle": 2, "checkpoint": 3, "ok": True, "seconds": 15.0, "failed_step": None, "reason": "",
                     "faults": []}],
         "faults": [{"cycle": 0, "kind": "kill_run", "at": 0.5, "hold_s": 0.0, "target": "run (7 processes)",
-                    "injected": True, "recovery_s": 31.0, "note": ""},
+                    "injected": True, "recovery_s": 31.0, "held_s": 0.0, "recovery_after_hold_s": 31.0, "note": "",
+                    "failed_checkpoint": True},
                    {"cycle": 1, "kind": "s3_errors", "at": 0.9, "hold_s": 4.0, "target": "", "injected": False,
                     "recovery_s": None, "note": "missed: the cycle ended first"}],
     }
@@ -34,9 +35,15 @@ def test_the_report_carries_the_seed_the_command_and_the_figures():
     assert "## Result: PASSED" in text
     assert "| **lost** | **0** |" in text and "| **duplicated** | **0** |" in text
     assert "| faults injected | 1 (1 planned but missed" in text
-    assert "| longest recovery | 31.0 s" in text
+    assert "| median recovery, the fault's own hold time excluded | **31.0 s**" in text
+    assert "| median recovery, from the fault | 31.0 s" in text
+    assert "| the same, of the 1 faults that failed their cycle's checkpoint | 31.0 s" in text
     assert "limit: one transaction timeout, 40 s" in text
-    assert "| `kill_run` |" in text and "| 1 | 0 | 31.0 s |" in text
+    assert "| `kill_run` |" in text and "| 1 | 0 | 0.0 s | 31.0 s | 31.0 s | 31.0 s |" in text
+    assert "submit mode" in text  # a result from before connect mode says what it ran
+    connect = result()
+    connect["config"] = {**connect["config"], "mode": "connect"}
+    assert "| topology | cluster (connect mode: every run a session on a Spark Connect server" in render(connect, "x")
 
 
 def test_bad_input_rows_show_where_each_case_went_and_why():
@@ -108,20 +115,24 @@ def test_the_report_counts_the_repaired_checkpoints_and_each_kinds_outcomes():
     doc["faults"] += [
         {"cycle": 3, "kind": "partial_commit", "at": 0.1, "hold_s": 0.0, "anchor": "commit.between_commits",
          "target": "commit (3 processes) at commit.between_commits, checkpoint 4", "injected": True,
-         "recovery_s": 70.0, "note": "", "checkpoint": 4, "status": "completed after repair"},
+         "recovery_s": 70.0, "held_s": 50.0, "recovery_after_hold_s": 20.0, "note": "", "checkpoint": 4,
+         "status": "completed after repair"},
         {"cycle": 8, "kind": "partial_commit", "at": 0.1, "hold_s": 0.0, "anchor": "commit.between_commits",
          "target": "commit at commit.between_commits, checkpoint 9", "injected": True, "recovery_s": 65.0,
-         "note": "", "checkpoint": 9, "status": "completed after repair"},
+         "held_s": 45.0, "recovery_after_hold_s": 20.0, "note": "", "checkpoint": 9, "status": "completed after repair"},
         {"cycle": 5, "kind": "duplicate_run", "at": 0.3, "hold_s": 5.0, "target": "checkpoint 6: retry 3.0 s",
-         "injected": True, "recovery_s": 40.0, "note": "", "status": "retry ok, first attempt failed"}]
+         "injected": True, "recovery_s": 40.0, "held_s": 5.0, "recovery_after_hold_s": 35.0, "note": "",
+         "status": "retry ok, first attempt failed"}]
     text = render(doc, "x")
     assert "| checkpoints completed after repair | 2 (checkpoints 4, 9); every checkpoint left in the store: " \
            "2 aborted, 7 completed, 1 completed after repair |" in text
     assert "| `partial_commit` | kill -9 of the commit after its first transaction" in text
-    assert "| 2 | 0 | 70.0 s | 67.5 s | completed after repair: 2 |" in text
+    assert "| 2 | 0 | 47.5 s | 20.0 s | 20.0 s | 67.5 s | completed after repair: 2 |" in text
     assert "| `duplicate_run` | a second run step of the same checkpoint" in text
-    assert "| 1 | 0 | 40.0 s | 40.0 s | retry ok, first attempt failed: 1 |" in text
-    assert "| `kill_run` |" in text and "| 1 | 0 | 31.0 s | 31.0 s | - |" in text
+    assert "| 1 | 0 | 5.0 s | 35.0 s | 35.0 s | 40.0 s | retry ok, first attempt failed: 1 |" in text
+    assert "| `kill_run` |" in text and "| 1 | 0 | 0.0 s | 31.0 s | 31.0 s | 31.0 s | - |" in text
+    # the median over every fault, the hold excluded: 20, 20, 31, 35
+    assert "| median recovery, the fault's own hold time excluded | **25.5 s**" in text
 
 
 def test_a_report_of_a_soak_without_repairs_says_none():

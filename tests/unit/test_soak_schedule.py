@@ -6,6 +6,9 @@ from collections import Counter
 from lockstep.model.failpoints import FAILPOINTS
 from lockstep_soak.schedule import (
     ANCHORABLE,
+    ANCHORS,
+    BROKER_COMMIT_ANCHOR,
+    CONNECT_FAULTS,
     DESCRIPTIONS,
     PARTIAL_COMMIT_ANCHOR,
     STATE_ANCHORS,
@@ -15,6 +18,7 @@ from lockstep_soak.schedule import (
     FaultKind,
     anchor_faults,
     family,
+    kinds_for,
     plan_bad_input,
     plan_faults,
 )
@@ -28,7 +32,7 @@ def test_the_same_seed_plans_the_same_faults_and_another_seed_others():
 
 
 def test_every_kind_is_planned_once_before_any_repeats():
-    faults = plan_faults(7, 12, ALL)
+    faults = plan_faults(7, 16, ALL)  # 12 cycles with faults (every 4th is clean) for the 11 kinds
     first_of_each_cycle = [next(f for f in faults if f.cycle == c) for c in sorted({f.cycle for f in faults})]
     assert {f.kind for f in first_of_each_cycle[: len(ALL)]} == set(ALL)
 
@@ -92,7 +96,7 @@ def test_a_stateful_soak_anchors_some_faults_to_the_state_moments_and_changes_no
     planned = plan_faults(11, 200, ALL, per_cycle=3, more=0.8)
     anchored = anchor_faults(planned, 11)
     assert anchored == anchor_faults(planned, 11)  # replayable from the seed
-    moved = [f for f in anchored if f.anchor and f.kind is not FaultKind.PARTIAL_COMMIT]
+    moved = [f for f in anchored if f.anchor and f.kind not in ANCHORS]
     alone = {f.cycle for f in moved}
     # The other cycles keep their faults; an anchored fault's cycle holds it alone, as planned but for its moment.
     assert [f for f in anchored if f.cycle not in alone] == [f for f in planned if f.cycle not in alone]
@@ -119,7 +123,7 @@ def test_a_partial_commit_lands_alone_at_the_commit_between_its_transactions_in_
     assert all(f.hold_s == 0.0 for f in partial)
     for f in partial:  # never paired: another fault could kill or fail the cycle before its commit
         assert [g.kind for g in planned if g.cycle == f.cycle] == [FaultKind.PARTIAL_COMMIT]
-    assert {f.anchor for f in planned if f.kind is not FaultKind.PARTIAL_COMMIT} == {None}  # the stateless soak's
+    assert {f.anchor for f in planned if f.kind not in ANCHORS} == {None}  # the stateless soak's
     assert [f for f in anchor_faults(planned, 21) if f.kind is FaultKind.PARTIAL_COMMIT] == partial  # the stateful's
     assert partial[0].to_json()["anchor"] == PARTIAL_COMMIT_ANCHOR
 
@@ -140,3 +144,24 @@ def test_every_kind_is_described_and_a_partial_commit_is_weighed_like_the_common
     # costs a transaction timeout without the late commit's lower weight.
     assert 1.5 * counts[FaultKind.COMMIT_LATE] < counts[FaultKind.PARTIAL_COMMIT] < counts[FaultKind.KILL_RUN]
     assert 0.7 * counts[FaultKind.KILL_RUN] < counts[FaultKind.DUPLICATE_RUN], counts
+
+
+def test_a_broker_lost_during_the_commit_lands_alone_as_the_endtxns_go_out_to_the_coordinators_broker():
+    planned = plan_faults(29, 400, ALL, per_cycle=3, more=0.9)
+    lost = [f for f in planned if f.kind is FaultKind.BROKER_COMMIT]
+    assert len(lost) > 20
+    assert {f.anchor for f in lost} == {BROKER_COMMIT_ANCHOR} and BROKER_COMMIT_ANCHOR in FAILPOINTS
+    assert all(2.0 <= f.hold_s <= 12.0 for f in lost)  # the broker stays down for a hold time, then restarts
+    for f in lost:  # never paired: another fault could end the cycle before its commit
+        assert [g.kind for g in planned if g.cycle == f.cycle] == [FaultKind.BROKER_COMMIT]
+    assert family(FaultKind.BROKER_COMMIT) == family(FaultKind.BROKER_COORDINATOR) == "kafka"
+    assert [f for f in anchor_faults(planned, 29) if f.kind is FaultKind.BROKER_COMMIT] == lost  # the stateful's
+
+
+def test_a_soak_in_submit_mode_never_plans_a_kill_of_a_connect_server_it_does_not_use():
+    assert CONNECT_FAULTS == (FaultKind.KILL_CONNECT,)
+    assert kinds_for("connect") == ALL
+    assert FaultKind.KILL_CONNECT not in kinds_for("submit") and len(kinds_for("submit")) == len(ALL) - 1
+    chosen = (FaultKind.KILL_CONNECT, FaultKind.S3_SLOW)
+    assert kinds_for("connect", chosen) == chosen and kinds_for("submit", chosen) == (FaultKind.S3_SLOW,)
+    assert all(k in DESCRIPTIONS for k in ALL)
