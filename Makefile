@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-joins bench-formats soak soak-state up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-joins bench-formats soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -133,14 +133,21 @@ SOAK_ARGS ?= --seed 247 --cycles 80 --min-faults 200 --faults-per-cycle 3 --more
 soak: setup
 	$(BIN)/lockstep soak $(SOAK_ARGS) --report docs/RELIABILITY.md
 
+# The same in submit mode (a spark-submit per run), the seven kinds the soak had then; writes
+# docs/RELIABILITY-submit.md (80 min at 014f14d).
+SOAK_SUBMIT_ARGS ?= --seed 356608166 --cycles 80 --min-faults 200 --faults-per-cycle 3 --more 0.9 --records 200 \
+	--faults kill_run,broker_coordinator,broker_sink_leader,s3_restart,s3_slow,s3_errors,commit_late
+soak-submit: setup
+	$(BIN)/lockstep soak --mode submit $(SOAK_SUBMIT_ARGS) --report docs/RELIABILITY-submit.md
+
 # The stateful soak: the same faults on a windowed pipeline with keyed state in S3 (kill_run kills a
-# stateful run mid-way), on the single topology; the audit recomputes every window from the whole
-# input and checks the committed state against it. Writes docs/RELIABILITY-state.md; ~25 min on 2 cores.
-# Seed 1050's first 26 cycles plan 7 partial_commit and 7 duplicate_run faults (each partial commit
-# waits out a 60 s transaction timeout), so each lands at least 5 times; override for another seed.
-SOAK_STATE_ARGS ?= --seed 1050 --cycles 26 --min-faults 30 --faults-per-cycle 3 --more 0.9 --records 200
+# stateful run mid-way), on the cluster topology in connect mode; the audit recomputes every window from
+# the whole input and checks the committed state against it. Writes docs/RELIABILITY-state.md; ~25 min
+# on 2 cores. Seed 641's first 40 cycles plan 4 to 7 of each kind issue 43 added and 14 S3 faults or
+# kills anchored while state is half uploaded or half collected; override for another seed.
+SOAK_STATE_ARGS ?= --seed 641 --cycles 40 --faults-per-cycle 3 --more 0.9 --records 200 --timeout-ms 30000
 soak-state: setup
-	$(BIN)/lockstep soak --stateful --topology single $(SOAK_STATE_ARGS) --report docs/RELIABILITY-state.md
+	$(BIN)/lockstep soak --stateful $(SOAK_STATE_ARGS) --report docs/RELIABILITY-state.md
 
 # Debian's Chromium for the Checkpoints page browser test (no-op when present).
 browser:

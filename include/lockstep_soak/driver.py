@@ -68,6 +68,9 @@ T0 = 1_700_000_000
 CUSTOMERS = 5
 WINDOW_S = 10
 EVENTS_PER_SECOND = 2
+#: The kinds of state file a checkpoint uploads (``lockstep.spark.keyed_state``): what a fault at
+#: ``state.mid_upload`` interrupted.
+STATE_FILE_KINDS = ("delta", "base", "compaction")
 REPAIRED = "completed after repair"  # CheckpointView.status_text of a repaired checkpoint
 LATE_BY_S = 3600  # a late order is created this long before T0: its window fired with the first watermark
 
@@ -264,6 +267,8 @@ class Soak:
             retain = 100_000
             state = f"""state:
   key_groups: 8
+  # Often, so that faults at state.mid_upload land while a compaction's new base is uploaded too.
+  compaction: {{max_deltas: 4}}
   event_time: {{column: created_at, out_of_orderness: 2s, idle_timeout: 24h}}
   window:
     key: customer
@@ -546,7 +551,21 @@ spark:
         finally:
             release.join()
             signal.unlink(missing_ok=True)
-        inj.target = f"{inj.target} at {inj.fault.anchor}" if inj.target else str(inj.fault.anchor)
+        what = self._paused_at(inj.fault.cycle, str(inj.fault.anchor))
+        at = f"{inj.fault.anchor}{f' ({what})' if what else ''}"
+        inj.target = f"{inj.target} at {at}" if inj.target else at
+
+    def _paused_at(self, cycle: int, anchor: str) -> str | None:
+        """What a step paused at ``anchor`` was doing, from its log: which kind of state file it had just
+        uploaded at ``state.mid_upload`` (a delta, a new base or a compaction's new base)."""
+        if anchor != "state.mid_upload":
+            return None
+        for log_path in sorted(self.logs.glob(f"cycle-{cycle:04d}-*.log")):
+            for line in log_path.read_text(errors="replace").splitlines():
+                if f"lockstep failpoint {anchor} (" in line:
+                    words = line.split(", ", 1)[-1].split()
+                    return words[0] if words and words[0] in STATE_FILE_KINDS else None
+        return None
 
     def _inject(self, inj: Injected, at: float) -> None:
         while time.monotonic() < at:

@@ -111,6 +111,7 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         lines.append(f"| `{kind.value}` | {DESCRIPTIONS[kind]} | {len(hit)} | {len(mine) - len(hit)} | "
                      f"{_median(held)} | {_median(after)} | {_s(max(after, default=None))} | {_median(rec)} | "
                      f"{outcome} |")
+    lines += anchored_table(faults)
     lines += [
         "",
         "## Bad input",
@@ -170,6 +171,41 @@ STATEFUL_CASE_TEXT = {"valid": "a valid JSON order (counted in its window, not w
 
 def _yes(ok: bool) -> str:
     return "**yes**" if ok else "**NO**"
+
+
+#: What a fault anchored at each failpoint interrupted.
+ANCHOR_TEXT = {"state.mid_upload": "the checkpoint's state files half uploaded",
+               "commit.mid_state_gc": "the commit's garbage collection of state files half done",
+               "commit.between_commits": "the commit between its transactions' EndTxns",
+               "commit.after_verify": "the commit as it sends its EndTxns"}
+
+
+def anchored_table(faults: list[dict[str, Any]]) -> list[str]:
+    """Faults that landed at a failpoint, by failpoint, kind and (at ``state.mid_upload``) the kind of
+    state file just uploaded: a delta, a new base, or a compaction's new base."""
+    anchored = [f for f in faults if f.get("anchor")]
+    if not anchored:
+        return []
+    rows: Counter[tuple[str, str, str]] = Counter()
+    missed: Counter[tuple[str, str]] = Counter()
+    for f in anchored:
+        if not f["injected"]:
+            missed[(f["anchor"], f["kind"])] += 1
+            continue
+        target = f.get("target", "")
+        found = next((k for k in ("delta", "base", "compaction") if f"{f['anchor']} ({k})" in target), "")
+        rows[(f["anchor"], f["kind"], found)] += 1
+    lines = ["", "## Faults at a chosen moment", "",
+             "Faults anchored at a failpoint land when a step pauses there. At `state.mid_upload` the step had "
+             "just uploaded its first state file of the checkpoint: a delta, a new base, or a compaction's new "
+             "base (the soak compacts a key group once it has 4 deltas).", "",
+             "| failpoint | moment | kind | state file just uploaded | landed |", "|---|---|---|---|---:|"]
+    for (anchor, kind, found), n in sorted(rows.items()):
+        lines.append(f"| `{anchor}` | {ANCHOR_TEXT.get(anchor, '-')} | `{kind}` | {found or '-'} | {n} |")
+    for (anchor, kind), n in sorted(missed.items()):
+        lines.append(f"| `{anchor}` | {ANCHOR_TEXT.get(anchor, '-')} | `{kind}` | missed: the cycle never got "
+                     f"there | {n} planned |")
+    return lines
 
 
 def state_table(state: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:

@@ -137,3 +137,22 @@ def test_the_report_counts_the_repaired_checkpoints_and_each_kinds_outcomes():
 
 def test_a_report_of_a_soak_without_repairs_says_none():
     assert "| checkpoints completed after repair | 0 |" in render(result(), "x")
+
+
+def test_faults_at_a_chosen_moment_are_counted_by_failpoint_and_by_the_state_file_just_uploaded():
+    doc = stateful_result(STATE)
+    doc["faults"] += [
+        {"cycle": 4, "kind": "s3_restart", "at": 0.2, "hold_s": 5.0, "anchor": "state.mid_upload", "injected": True,
+         "target": "s3 at state.mid_upload (compaction)", "recovery_s": 20.0, "note": ""},
+        {"cycle": 6, "kind": "s3_restart", "at": 0.2, "hold_s": 5.0, "anchor": "state.mid_upload", "injected": True,
+         "target": "s3 at state.mid_upload (compaction)", "recovery_s": 22.0, "note": ""},
+        {"cycle": 8, "kind": "s3_errors", "at": 0.2, "hold_s": 5.0, "anchor": "state.mid_upload", "injected": True,
+         "target": "s3 proxy at state.mid_upload (delta)", "recovery_s": 12.0, "note": ""},
+        {"cycle": 9, "kind": "s3_slow", "at": 0.2, "hold_s": 5.0, "anchor": "commit.mid_state_gc", "injected": False,
+         "target": "", "recovery_s": None, "note": "missed: the cycle never reached commit.mid_state_gc"}]
+    text = render(doc, "x")
+    assert "| `state.mid_upload` | the checkpoint's state files half uploaded | `s3_restart` | compaction | 2 |" in text
+    assert "| `state.mid_upload` | the checkpoint's state files half uploaded | `s3_errors` | delta | 1 |" in text
+    assert "| `commit.mid_state_gc` | the commit's garbage collection of state files half done | `s3_slow` | " \
+           "missed: the cycle never got there | 1 planned |" in text
+    assert "## Faults at a chosen moment" not in render(result(), "x")

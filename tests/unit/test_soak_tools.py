@@ -4,6 +4,7 @@ from __future__ import annotations
 import http.client
 import os
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -148,3 +149,28 @@ def test_committed_offsets_asks_again_while_the_group_coordinator_moves(monkeypa
     answers[:] = [KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))]
     with pytest.raises(KafkaException):  # anything else fails at once
         committed_offsets({}, "in", "g")
+
+
+def test_a_fault_at_the_state_upload_says_which_kind_of_state_file_the_step_had_just_uploaded(tmp_path):
+    import types
+
+    from lockstep.model import failpoints
+    from lockstep_soak.driver import STATE_FILE_KINDS, Soak, SoakConfig
+
+    platform = types.SimpleNamespace(kafka=types.SimpleNamespace(bootstrap="127.0.0.1:9"))
+    soak = Soak(platform, SoakConfig(work_dir=tmp_path, stateful=True, seed=1))  # type: ignore[arg-type]
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    # The line the step's failpoint prints, as keyed_state's first upload of a checkpoint passes it.
+    log = soak.logs / "cycle-0003-run.log"
+    with open(log, "w") as stderr:
+        done = threading.Thread(target=lambda: (time.sleep(0.3), (signals / "state.mid_upload").unlink()))
+        done.start()
+        env = {"LOCKSTEP_FAILPOINTS": "state.mid_upload=pause", failpoints.PAUSE_SIGNALS: str(signals)}
+        code = ("import sys; from lockstep.model import failpoints; "
+                "failpoints.hit('state.mid_upload', ' (checkpoint 7, compaction s3://b/k/000000000007-g3.parquet)')")
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, stderr=stderr, check=True, timeout=60)
+        done.join()
+    assert soak._paused_at(3, "state.mid_upload") == "compaction" and "compaction" in STATE_FILE_KINDS
+    assert soak._paused_at(4, "state.mid_upload") is None  # another cycle's step
+    assert soak._paused_at(3, "commit.mid_state_gc") is None  # says nothing more there

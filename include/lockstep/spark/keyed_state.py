@@ -638,7 +638,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         size += len(body)
         by_kind[kind] += len(body)
         if written == 1:
-            failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {key})")
+            failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {kind} {key})")
         return key, name
 
     for group in sorted(new_groups | set(loaded.chains)):
