@@ -10,7 +10,7 @@ so the transform's top-level package (or single module) is zipped and handed to 
 from __future__ import annotations
 
 __all__ = [
-    "Transform", "first_line", "load_transform", "run_query", "ship_to_executors",
+    "Transform", "first_line", "is_connect_session", "load_transform", "run_query", "ship_to_executors",
 ]
 
 import atexit

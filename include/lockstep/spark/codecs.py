@@ -38,6 +38,7 @@ from lockstep.model import schemas as wire
 from lockstep.model.output_contract import ACCEPTED_TYPES, ROUTE_COLUMN
 from lockstep.registry.schemas import Reading, Writing, readings, writings
 from lockstep.spec import PipelineSpec
+from lockstep.transform import is_connect_session
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -142,7 +143,7 @@ def watch(spark: object) -> Any:
     saw and those that did not decode (`Formats.transformed`); None in a classic session, where reading an
     observation whose plan the optimizer pruned (a transform that keeps no row) waits for ever: the run
     counts them before the write instead."""
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+    if not is_connect_session(spark):
         return None
     from pyspark.sql.connect.observation import Observation
 

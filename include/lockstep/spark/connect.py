@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypedDict, cast
 
+from lockstep.transform import is_connect_session
+
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -129,7 +131,7 @@ def fail_fast_after(spark: object, exc: BaseException) -> None:
     from pyspark.errors.exceptions.base import RetriesExceeded
 
     # Only a Connect session has a client: a classic one's `client` property raises.
-    if not isinstance(exc, RetriesExceeded) or not type(spark).__module__.startswith("pyspark.sql.connect"):
+    if not isinstance(exc, RetriesExceeded) or not is_connect_session(spark):
         return
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
