@@ -196,9 +196,10 @@ def anchored_table(faults: list[dict[str, Any]]) -> list[str]:
         found = next((k for k in ("delta", "base", "compaction") if f"{f['anchor']} ({k})" in target), "")
         rows[(f["anchor"], f["kind"], found)] += 1
     lines = ["", "## Faults at a chosen moment", "",
-             "Faults anchored at a failpoint land when a step pauses there. At `state.mid_upload` the step had "
-             "just uploaded its first state file of the checkpoint: a delta, a new base, or a compaction's new "
-             "base (the soak compacts a key group once it has 4 deltas).", "",
+             "Faults anchored at a failpoint land when a step pauses there."
+             + (" At `state.mid_upload` the step had just uploaded its first state file of the checkpoint: a delta, "
+                "a new base, or a compaction's new base (the soak compacts a key group once it has 4 deltas)."
+                if any(f["anchor"] == "state.mid_upload" for f in anchored) else ""), "",
              "| failpoint | moment | kind | state file just uploaded | landed |", "|---|---|---|---|---:|"]
     for (anchor, kind, found), n in sorted(rows.items()):
         lines.append(f"| `{anchor}` | {ANCHOR_TEXT.get(anchor, '-')} | `{kind}` | {found or '-'} | {n} |")

@@ -254,3 +254,75 @@ def test_once_the_server_stopped_answering_the_runs_cleanup_calls_are_tried_once
             with pytest.raises(type(exc)):
                 jvm_writer.write_with_jvm(Classic(), Frame(exc), settings)
         assert calls == ["conf.set", "conf.unset"] * 2
+
+
+class _Rpc(Exception):
+    """A gRPC call's error as the Connect client sees it (an RpcError that is also a Call)."""
+
+    def __init__(self, code_name: str, details: str) -> None:
+        import grpc
+
+        super().__init__(details)
+        self._code, self._details = getattr(grpc.StatusCode, code_name), details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+
+def _rpc_error(code_name: str, details: str) -> BaseException:
+    import grpc
+
+    return type("RpcError", (_Rpc, grpc.RpcError), {})(code_name, details)
+
+
+REFUSED = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:20524: Failed to connect to "
+           "remote host: Connection refused")
+
+
+def test_a_session_open_on_its_server_gives_up_at_once_when_the_server_refuses_and_retries_anything_else():
+    """kill_connect in the soak: the run's write waited out 6 retries (16 s) against a refused port, though a
+    session cannot outlive its server. Once open, a refused connection ends the call at once (RetriesExceeded,
+    as before, so it is classified and reported alike); a dropped stream is still retried."""
+    from pyspark.errors.exceptions.base import RetriesExceeded
+    from pyspark.sql.connect.client.retries import Retrying
+
+    from lockstep.spark.connect import RETRIES, hold_to_session, refused, server_away
+
+    policies: list = []
+
+    class Session:
+        class client:
+            @staticmethod
+            def set_retry_policies(given):
+                policies[:] = given
+
+    hold_to_session(Session())  # type: ignore[arg-type]
+    assert policies[-1].max_retries == RETRIES["max_retries"]
+
+    def attempts(errors: list[BaseException]) -> tuple[int, list[float], BaseException | None]:
+        slept: list[float] = []
+        tries = 0
+        try:
+            for attempt in Retrying(policies, sleep=slept.append):
+                with attempt:
+                    tries += 1
+                    if errors:
+                        raise errors.pop(0)
+        except RetriesExceeded as exc:
+            return tries, slept, exc
+        return tries, slept, None
+
+    tries, slept, failed = attempts([_rpc_error("UNAVAILABLE", REFUSED)])
+    assert (tries, slept) == (1, []) and failed is not None and refused(failed.__cause__)
+    away = server_away(failed, "sc://127.0.0.1:20524", "connection spark_connect_default")
+    assert away is not None and "did not answer (it refused the connection: it is down or restarting" in away
+    # The stream dropped as the server died, then refused: one quick retry, then at once.
+    tries, slept, failed = attempts([_rpc_error("UNAVAILABLE", "Socket closed"), _rpc_error("UNAVAILABLE", REFUSED)])
+    assert tries == 2 and len(slept) == 1 and failed is not None
+    # Anything else unavailable is retried, and then succeeds.
+    tries, slept, failed = attempts([_rpc_error("UNAVAILABLE", "Socket closed")] * 3)
+    assert (tries, len(slept), failed) == (4, 3, None)
+    assert not refused(_rpc_error("INTERNAL", "Connection refused")) and not refused(ValueError("Connection refused"))

@@ -116,6 +116,42 @@ def new_session(url: str, session_id: str | None = None) -> ConnectSession:
     return spark
 
 
+def refused(exc: BaseException) -> bool:
+    """A gRPC error saying nothing listens at the server's address any more: it is down or restarting."""
+    import grpc
+
+    if not isinstance(exc, grpc.RpcError):
+        return False
+    try:
+        # an RpcError raised by a call is also a grpc.Call, which has code() and details()
+        return bool(exc.code() == grpc.StatusCode.UNAVAILABLE
+                    and "Connection refused" in (exc.details() or ""))
+    except AttributeError:
+        return False
+
+
+def hold_to_session(spark: ConnectSession) -> None:
+    """Once ``spark`` is open on its server: a refused connection fails the call at once instead of
+    through `RETRIES`. A session lives in its server's memory; a server that stopped (killed, restarted
+    by its supervisor) took it along, so no retry could bring it back: waiting them out (10-15 s) only
+    delayed the run's failure and so the retry of the checkpoint. Any other unavailability (a dropped
+    stream, a network hiccup) is retried as before, and a session not yet open waits for a restarting
+    server as before (`new_session`)."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy, RetryPolicy
+
+    class Refused(RetryPolicy):  # taken up, with no retry left: the call ends in RetriesExceeded at once
+        def can_retry(self, exception: BaseException) -> bool:
+            return refused(exception)
+
+    class OnItsServer(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            return not refused(e) and bool(super().can_retry(e))
+
+    # A refused call must still end in RetriesExceeded, as any exhausted retry does (`server_away`,
+    # `fail_fast_after`): an error no policy takes up would propagate as gRPC's own.
+    spark.client.set_retry_policies([Refused(max_retries=0), OnItsServer(**RETRIES)])
+
+
 #: The calls a run still makes once its server stopped answering (taking its settings out of the session's
 #: conf, releasing the session) are tried once each, not through `RETRIES` again.
 ONCE = RetryPolicy(max_retries=0, initial_backoff=100, backoff_multiplier=1.0, max_backoff=100)
@@ -157,8 +193,10 @@ def server_away(exc: BaseException, url: str, source: str | None = None) -> str 
     way_out = "Check that it runs (`lockstep dev status`, or the server's own supervisor)"
     if source and source.startswith("connection "):
         way_out += f", or point the {source.split()[1]} connection at one that does"
-    return (f"the Spark Connect server at {url}{where} did not answer through {RETRIES['max_retries']} "
-            f"retries (10-15 s): {detail}. {way_out}")
+    how = ("it refused the connection: it is down or restarting, and a run's session does not outlive its "
+           "server" if isinstance(cause, BaseException) and refused(cause)
+           else f"through {RETRIES['max_retries']} retries, 10-15 s")
+    return f"the Spark Connect server at {url}{where} did not answer ({how}): {detail}. {way_out}"
 
 
 @contextmanager
@@ -245,6 +283,7 @@ def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[Co
             spark = None
     if spark is None:
         spark = new_session(url, None)
+    hold_to_session(spark)
     if interrupted:
         log.warning("checkpoint %d: interrupted %d operation(s) an earlier attempt left running in Spark Connect "
                     "session %s", checkpoint_id, len(interrupted), spark.session_id)
