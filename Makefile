@@ -40,9 +40,12 @@ $(VENV)/bin/python:
 # plan task to a Spark worker, would compile boto3, pyspark and Airflow from source again.
 $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(UV) pip sync --python $(BIN)/python -q --compile-bytecode requirements.lock
-	# The spark provider's pyspark-client shares pyspark's Python files; reinstall
-	# full pyspark last so its Python side matches its jars.
-	$(UV) pip install --python $(BIN)/python -q --compile-bytecode --reinstall --no-deps pyspark==$(PYSPARK_VERSION)
+	# The spark provider's pyspark-client shares pyspark's Python files; install full pyspark
+	# again last so its Python side matches its jars. Uninstalled and installed, not --reinstall:
+	# that implies --refresh, and uv then built pyspark from its sdist again, 1.3 GB more in its
+	# cache at every fresh clone's set-up (46 GB after a day of CI rehearsals filled the disk).
+	$(UV) pip uninstall --python $(BIN)/python -q pyspark
+	$(UV) pip install --python $(BIN)/python -q --compile-bytecode --no-deps pyspark==$(PYSPARK_VERSION)
 	$(UV) pip install --python $(BIN)/python -q --no-deps -e .
 	touch $@
 
