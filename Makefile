@@ -131,7 +131,7 @@ integration: setup browser
 # free ports, under var/soak), in connect mode (a Spark Connect server on the cluster), then the audit;
 # writes docs/RELIABILITY.md. About an hour on 2 cores. Seed 247's first 215 faults hold at least 14 of
 # each kind issue 43 added (kill_connect, broker_commit, partial_commit, duplicate_run); each partial
-# commit waits out the 30 s transaction timeout. The short soak (14 cycles) is part of `make test`.
+# commit waits out the 30 s transaction timeout. The short soak (13 cycles) is part of `make test`.
 SOAK_ARGS ?= --seed 247 --cycles 80 --min-faults 200 --faults-per-cycle 3 --more 0.9 --records 200 --timeout-ms 30000
 soak: setup
 	$(BIN)/lockstep soak $(SOAK_ARGS) --report docs/RELIABILITY.md

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "kills (the default, as users run); submit: a spark-submit per run")
     parser.add_argument("--spark-master", help="run the checkpoints' Spark here instead of the platform's master")
     parser.add_argument("--writer", choices=["jvm", "python"], default="jvm")
+    parser.add_argument("--hold", default="2,12", metavar="MIN,MAX",
+                        help="seconds a fault holds a service down, S3 slow or failing, a duplicated run stopped "
+                             "(default 2,12)")
     parser.add_argument("--timeout-ms", type=int, default=60_000, help="transactions.timeout_ms of the soak pipeline")
     parser.add_argument("--stateful", action="store_true",
                         help="soak a stateful pipeline (event-time windows per customer, keyed state in S3); the audit "
@@ -50,6 +53,10 @@ def main(args: argparse.Namespace) -> int:
     from lockstep_soak.report import render
 
     try:
+        low, high = (float(v) for v in args.hold.split(","))
+    except ValueError as exc:
+        raise SystemExit(f"lockstep soak --hold: {args.hold!r} is not MIN,MAX in seconds, e.g. 2,12") from exc
+    try:
         kinds = kinds_for(args.mode, None if args.faults is None else
                           tuple(FaultKind(k.strip()) for k in args.faults.split(",") if k.strip()))
     except ValueError as exc:
@@ -60,7 +67,8 @@ def main(args: argparse.Namespace) -> int:
     config = SoakConfig(work_dir=work, cycles=args.cycles, seed=args.seed, records_per_cycle=args.records,
                         bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
                         more_faults=args.more, min_faults=args.min_faults, timeout_ms=args.timeout_ms,
-                        writer=args.writer, spark_master=args.spark_master, stateful=args.stateful, mode=args.mode)
+                        writer=args.writer, spark_master=args.spark_master, stateful=args.stateful, mode=args.mode,
+                        hold_s=(low, high))
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
     # platform stopped, instead of leaving them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -77,6 +85,7 @@ def main(args: argparse.Namespace) -> int:
                f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --more {args.more} "
                f"--topology {args.topology} --mode {args.mode} --writer {args.writer} --timeout-ms {args.timeout_ms}"
                + (" --stateful" if args.stateful else "")
+               + (f" --hold {args.hold}" if args.hold != "2,12" else "")
                + (f" --faults {shlex.quote(args.faults)}" if args.faults is not None else "")
                + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))
     if args.report:

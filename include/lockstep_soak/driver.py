@@ -99,6 +99,9 @@ class SoakConfig:
     #: "connect": each run a session on the platform's Spark Connect server (the default path users
     #: run); "submit": a spark-submit per run, whose driver is inside the run's own process tree
     mode: str = "connect"
+    #: the bounds of a fault's hold time: how long a stopped service stays down, S3 slow or failing, a
+    #: duplicated run's first attempt stopped
+    hold_s: tuple[float, float] = (2.0, 12.0)
 
     def resolved_seed(self) -> int:
         if self.seed is None:
@@ -738,7 +741,8 @@ spark:
         began, started_at = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         max_cycles = c.cycles * 3 if c.min_faults else c.cycles
         kinds = kinds_for(c.mode, c.kinds)
-        faults = plan_faults(self.seed, max_cycles, kinds, per_cycle=c.faults_per_cycle, more=c.more_faults)
+        faults = plan_faults(self.seed, max_cycles, kinds, per_cycle=c.faults_per_cycle, more=c.more_faults,
+                             hold_s=c.hold_s)
         if c.stateful:  # some faults land while the state is half uploaded or half collected
             faults = anchor_faults(faults, self.seed)
         self._say(f"lockstep soak: seed {self.seed}, {c.cycles} cycles of {c.records_per_cycle} records "
@@ -828,7 +832,7 @@ spark:
             config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,
                     "bad_per_cycle": c.bad_per_cycle,
                     "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle,
-                    "more_faults": c.more_faults, "kinds": [k.value for k in kinds],
+                    "more_faults": c.more_faults, "kinds": [k.value for k in kinds], "hold_s": list(c.hold_s),
                     "spark_master": c.spark_master or self.platform.spark_master, "stateful": c.stateful,
                     "mode": c.mode,
                     **({"window_s": WINDOW_S, "customers": CUSTOMERS} if c.stateful else {})},

@@ -13,9 +13,13 @@ from lockstep_soak.schedule import FaultKind
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-#: 14 cycles: 11 with faults (every 4th is clean), the first round of the schedule, so each of the 11
-#: kinds once; a partial commit waits out the 30 s transaction timeout, a late commit too.
-CYCLES = 14
+#: Every kind but commit_late (a commit after the transaction timeout: test_engine.py's
+#: test_transaction_timeout_aborts_the_whole_checkpoint_and_the_next_run_replays; in a soak it waits the
+#: timeout out): 10 kinds.
+KINDS = tuple(k for k in FaultKind if k is not FaultKind.COMMIT_LATE)
+#: 13 cycles: 10 with faults (every 4th is clean), the first round of the schedule, so each kind once; a
+#: partial commit waits out the 30 s transaction timeout. Services stay down 1-4 s (`make soak`: 2-12 s).
+CYCLES = 13
 #: The kinds the default path added (issue 43): each must land, not only be planned.
 NEW_KINDS = {FaultKind.KILL_CONNECT, FaultKind.BROKER_COMMIT, FaultKind.PARTIAL_COMMIT, FaultKind.DUPLICATE_RUN}
 
@@ -23,22 +27,22 @@ NEW_KINDS = {FaultKind.KILL_CONNECT, FaultKind.BROKER_COMMIT, FaultKind.PARTIAL_
 def test_short_soak_with_every_fault_kind_loses_and_duplicates_nothing(cluster, tmp_path):
     # `make soak` runs hundreds of faults, `make soak-state` a stateful pipeline under them.
     config = SoakConfig(work_dir=tmp_path, cycles=CYCLES, records_per_cycle=60, bad_per_cycle=4,
-                        timeout_ms=30_000, commit_margin_ms=8_000, faults_per_cycle=1)
+                        timeout_ms=30_000, commit_margin_ms=8_000, faults_per_cycle=1, kinds=KINDS, hold_s=(1.0, 4.0))
     server_was_running = cluster.running("spark-connect")
     result = Soak(cluster, config, out=sys.stderr).run()
     doc = result.to_json()
     replay = (f"replay: lockstep soak --seed {result.seed} --cycles {CYCLES} --records 60 --timeout-ms 30000 "
-              "--faults-per-cycle 1")
+              f"--faults-per-cycle 1 --hold 1,4 --faults {','.join(k.value for k in KINDS)}")
     audit = result.audit
     assert result.stuck is None, f"{result.stuck} ({replay})"
     assert audit.lost == [] and audit.duplicated == [], f"{doc['audit']} ({replay})"
     assert audit.unexpected == [] and audit.mismatched == [], f"{doc['audit']} ({replay})"
     assert audit.uncovered == 0 and audit.produced == CYCLES * 60
     assert not result.lso_open_at_end and result.lso_after_last_fault_s <= 40, doc
-    # The faults really happened: the schedule plans a different kind for each of the 11 fault cycles.
-    assert doc["config"]["mode"] == "connect" and {i.fault.kind for i in result.injected} == set(FaultKind)
+    # The faults really happened: the schedule plans a different kind for each of the 10 fault cycles.
+    assert doc["config"]["mode"] == "connect" and {i.fault.kind for i in result.injected} == set(KINDS)
     injected = {i.fault.kind for i in result.injected if i.injected_at is not None}
-    assert len(injected) >= 8, doc["faults"]  # a fault whose moment the cycle passed is missed
+    assert len(injected) >= 7, doc["faults"]  # a fault whose moment the cycle passed is missed
     assert NEW_KINDS <= injected, doc["faults"]
     # Each landed fault was recovered from: a later checkpoint completed.
     assert all(i.recovery_s is not None for i in result.injected if i.injected_at is not None), doc["faults"]
