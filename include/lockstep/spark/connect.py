@@ -13,7 +13,7 @@ a stale task cannot re-initialise a transactional id after this attempt's tasks 
 from __future__ import annotations
 
 __all__ = [
-    "checkpoint_session", "connect_mode", "fail_fast_after", "new_session", "server_away",
+    "checkpoint_session", "connect_mode", "fail_fast_after", "hold_to_session", "new_session", "refused", "server_away",
 ]
 
 import logging
