@@ -54,9 +54,12 @@ if TYPE_CHECKING:
 
 SOURCE_PARTITIONS = 3
 SINK_PARALLELISM = 2
-#: duplicate_run: the retry starts at ``at`` times this share of the expected cycle after the run step
-#: started, so that the first attempt is still in its Spark run (spark-submit alone takes ~10 s).
+#: duplicate_run: the retry starts at ``at`` times this share of what a clean run step takes (of the
+#: expected cycle until one was measured) after the run step started, so that the first attempt is
+#: still in its run: spark-submit alone takes ~10 s; a connect-mode run step of a soak cycle ~1-3 s, and
+#: a share of the whole cycle let 2 of 22 duplicates in the connect-mode soak start after it had ended.
 DUPLICATE_DELAY_SHARE = 0.4
+DUPLICATE_RUN_SHARE = 0.6
 #: partial_commit: how much longer than the transaction timeout the soak waits for the broker to abort.
 ABORT_GRACE_S = 30.0
 SINK_MAX_MESSAGE_BYTES = 16_384
@@ -235,6 +238,8 @@ class Soak:
         #: a duplicated run's first attempt, still running after the step's result (its retry's) was taken
         self._straggler: tuple[subprocess.Popen[str], Path, Injected] | None = None
         self._checkpoint: int | None = None
+        #: how long the run steps that succeeded took, for a duplicate_run's moment
+        self._run_seconds: list[float] = []
         self.proxy: proxy.FaultProxy | None = None
         self.spec_path = self.work / "pipeline.yaml"
 
@@ -400,12 +405,16 @@ spark:
         return proc.returncode, _last_line(log_path)
 
     def _step(self, cycle: int, step: str, env: dict[str, str]) -> tuple[int, str]:
+        started = time.monotonic()
         proc, log_path = self._spawn(cycle, step, env)
         self._current, self._current_step = proc, step
         try:
-            return self._finish(proc, log_path, step)
+            rc, reason = self._finish(proc, log_path, step)
         finally:
             self._current, self._current_step = None, None
+        if step == "run" and rc == 0:
+            self._run_seconds.append(time.monotonic() - started)
+        return rc, reason
 
     def _run_twice(self, cycle: int, env: dict[str, str], inj: Injected, expected_s: float) -> tuple[int, str]:
         """The run step with a slow duplicate attempt, as Airflow retries a run task that timed out while
@@ -419,7 +428,9 @@ spark:
         self._current, self._current_step = first, "run"
         stopped: set[int] = set()
         try:
-            delay = inj.fault.at * DUPLICATE_DELAY_SHARE * expected_s
+            runs = sorted(self._run_seconds[-5:])
+            delay = inj.fault.at * (DUPLICATE_RUN_SHARE * runs[len(runs) // 2] if runs
+                                    else DUPLICATE_DELAY_SHARE * expected_s)
             try:
                 first.wait(timeout=delay)
             except subprocess.TimeoutExpired:
