@@ -187,15 +187,8 @@ class CheckpointStore:
         caller must surface.
         """
         body = json.dumps(doc, sort_keys=True, indent=1).encode()
-        try:
-            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",
-                                ContentType="application/json")
+        if self._put_if(key, body, replacing=None):
             return True
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                raise _classify(exc, key) from exc
-        except BotoCoreError as exc:
-            raise _unreachable(exc, key) from exc
         existing = self._get(key)
         if existing is not None and existing[0] == json.loads(body):
             return False
@@ -308,8 +301,15 @@ class CheckpointStore:
         one the watcher decided on: ``replacing`` is that marker's version (`trigger_fired`), None if there
         was none. False when another watcher wrote one in between (two instances of the same trigger run
         while the triggerer hands it over): that one fires, this one must not."""
-        key = self._trigger_key()
-        body = json.dumps(doc, sort_keys=True, indent=1).encode()
+        return self._put_if(self._trigger_key(), json.dumps(doc, sort_keys=True, indent=1).encode(), replacing)
+
+    def trigger_fired(self) -> tuple[object, str] | None:
+        """The lag watcher's last marker as read, and its version for `record_trigger_fired`."""
+        return self._get(self._trigger_key())
+
+    def _put_if(self, key: str, body: bytes, replacing: str | None) -> bool:
+        """Write ``key`` only if it is still the version ``replacing`` (an ETag read with `_get`), or, with
+        None, only if it does not exist: S3's conditional write. False when that condition failed."""
         condition = {"IfMatch": replacing} if replacing is not None else {"IfNoneMatch": "*"}
         try:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **condition)
@@ -320,10 +320,6 @@ class CheckpointStore:
         except BotoCoreError as exc:
             raise _unreachable(exc, key) from exc
         return True
-
-    def trigger_fired(self) -> tuple[object, str] | None:
-        """The lag watcher's last marker as read, and its version for `record_trigger_fired`."""
-        return self._get(self._trigger_key())
 
     def _overwrite(self, key: str, doc: Mapping[str, object]) -> None:
         body = json.dumps(doc, sort_keys=True, indent=1).encode()
@@ -490,20 +486,11 @@ class CheckpointStore:
         for _ in range(10):
             current = self._get(self._pointer_key())
             doc = {"schema": POINTER_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": checkpoint_id}
-            body = json.dumps(doc).encode()
-            try:
-                if current is None:
-                    self._s3.put_object(Bucket=self.bucket, Key=self._pointer_key(), Body=body, IfNoneMatch="*")
-                elif _pointer_id(current[0], self.url(self._pointer_key()), self.pipeline) >= checkpoint_id:
-                    return
-                else:
-                    self._s3.put_object(Bucket=self.bucket, Key=self._pointer_key(), Body=body, IfMatch=current[1])
+            if current is not None and \
+                    _pointer_id(current[0], self.url(self._pointer_key()), self.pipeline) >= checkpoint_id:
                 return
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    raise _classify(exc, self._pointer_key()) from exc
-            except BotoCoreError as exc:
-                raise _unreachable(exc, self._pointer_key()) from exc
+            if self._put_if(self._pointer_key(), json.dumps(doc).encode(), current[1] if current else None):
+                return
         raise TransientError(f"could not move {self.url(self._pointer_key())} to checkpoint {checkpoint_id}: "
                              "it kept changing under us")
 
