@@ -65,15 +65,21 @@ ABORT_GRACE_S = 30.0
 SINK_MAX_MESSAGE_BYTES = 16_384
 OVERSIZE_PAD = 20_000
 STEPS = ("plan", "run", "commit")
-# The stateful soak: orders of a handful of customers in tumbling event-time windows. Order i is
-# created at T0 + i // EVENTS_PER_SECOND, so every cycle's input moves the watermark on.
+# The stateful soak: orders of many customers in tumbling event-time windows. Order i is created at
+# T0 + i // EVENTS_PER_SECOND, so every cycle's input moves the watermark on; a window spans several
+# cycles' orders (200 orders, 100 s, a cycle in `make soak-state`), so that between the checkpoints
+# that fire windows (every key group read whole and written as a new base) the key groups get deltas,
+# and compactions of their chains. A cycle's orders name a fifth of the customers, so a delta is
+# small against its base.
 T0 = 1_700_000_000
-CUSTOMERS = 5
-WINDOW_S = 10
+CUSTOMERS = 1000
+WINDOW_S = 400
+#: the soak's state.compaction.max_deltas
+MAX_DELTAS = 2
 EVENTS_PER_SECOND = 2
 #: The kinds of state file a checkpoint uploads (``lockstep.spark.keyed_state``): what a fault at
 #: ``state.mid_upload`` interrupted.
-STATE_FILE_KINDS = ("delta", "base", "compaction")
+STATE_FILE_KINDS = ("delta", "delta-merge", "base", "compaction")
 REPAIRED = "completed after repair"  # CheckpointView.status_text of a repaired checkpoint
 LATE_BY_S = 3600  # a late order is created this long before T0: its window fired with the first watermark
 
@@ -275,8 +281,9 @@ class Soak:
             retain = 100_000
             state = f"""state:
   key_groups: 8
-  # Often, so that faults at state.mid_upload land while a compaction's new base is uploaded too.
-  compaction: {{max_deltas: 4}}
+  # Often, so that faults at state.mid_upload land while a chain is compacted (a compaction's file is
+  # uploaded first): a base at a group's turn every 2 checkpoints, deltas merged past 2.
+  compaction: {{max_deltas: {MAX_DELTAS}}}
   event_time: {{column: created_at, out_of_orderness: 2s, idle_timeout: 24h}}
   window:
     key: customer

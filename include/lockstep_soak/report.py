@@ -193,12 +193,15 @@ def anchored_table(faults: list[dict[str, Any]]) -> list[str]:
             missed[(f["anchor"], f["kind"])] += 1
             continue
         target = f.get("target", "")
-        found = next((k for k in ("delta", "base", "compaction") if f"{f['anchor']} ({k})" in target), "")
+        found = next((k for k in ("delta", "delta-merge", "base", "compaction") if f"{f['anchor']} ({k})" in target), "")
         rows[(f["anchor"], f["kind"], found)] += 1
     lines = ["", "## Faults at a chosen moment", "",
              "Faults anchored at a failpoint land when a step pauses there."
-             + (" At `state.mid_upload` the step had just uploaded its first state file of the checkpoint: a delta, "
-                "a new base, or a compaction's new base (the soak compacts a key group once it has 4 deltas)."
+             + (" At `state.mid_upload` the step had just uploaded its first state file of the checkpoint, a "
+                "compaction's when it compacts a key group: a compaction's new base (`compaction`), deltas merged "
+                "into one (`delta-merge`), else a `delta` or a `base`. At `commit.mid_state_gc` the commit had "
+                "deleted the first of the state files no retained checkpoint names: those of a checkpoint whose "
+                "run failed in the cycle before."
                 if any(f["anchor"] == "state.mid_upload" for f in anchored) else ""), "",
              "| failpoint | moment | kind | state file just uploaded | landed |", "|---|---|---|---|---:|"]
     for (anchor, kind, found), n in sorted(rows.items()):

@@ -169,25 +169,50 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
 
 
 #: The moments of a stateful checkpoint a stateful soak's faults may be anchored to (failpoints, where
-#: the step pauses while the fault lands): its state files half uploaded (a delta, a base, or a
-#: compaction's new base), and the commit's garbage collection half done.
+#: the step pauses while the fault lands): its state files half uploaded (a compaction's first, when it
+#: compacts), and the commit's garbage collection half done.
 STATE_ANCHORS = STATE_FAILPOINTS
+UPLOAD_ANCHOR, GC_ANCHOR = STATE_FAILPOINTS
 #: The faults that mean something at such a moment: a kill -9 of the step, and every S3 fault.
 ANCHORABLE = (FaultKind.KILL_RUN, FaultKind.S3_RESTART, FaultKind.S3_SLOW, FaultKind.S3_ERRORS)
+#: Faults at the upload that leave garbage: the failed run's checkpoint is aborted by the next plan, and
+#: the state file it had uploaded is the next commit's to collect. A kill always fails the run; S3 down
+#: for longer than the client's retries too (in the soaks so far, 503s and slowness never did).
+LEAVES_GARBAGE = (FaultKind.KILL_RUN, FaultKind.S3_RESTART)
 
 
-def anchor_faults(faults: list[Fault], seed: int, anchors: tuple[str, ...] = STATE_ANCHORS,
-                  share: float = 0.5) -> list[Fault]:
-    """The stateful soak's faults with ``share`` of the anchorable ones, at most one per cycle, moved
-    from their moment to one of ``anchors``. A cycle with an anchored fault holds only that one: with
-    others beside it, the cycle seldom gets as far as its anchor (a commit's garbage collection comes
-    last). A random generator of its own, so the other cycles' faults stay what ``plan_faults`` made
-    them."""
+def anchor_faults(faults: list[Fault], seed: int, share: float = 0.8) -> list[Fault]:
+    """The stateful soak's faults with some anchorable ones, at most one per cycle, moved from their
+    moment to a state moment. A cycle with an anchored fault holds only that one: with others beside
+    it, the cycle seldom gets as far as its anchor (a commit's garbage collection comes last).
+
+    - ``share`` of the cycles with an anchorable fault get one at `UPLOAD_ANCHOR` (one of
+      `LEAVES_GARBAGE` when they have one and the next cycle an anchorable fault too);
+    - the cycle after such a fault at the upload gets one at `GC_ANCHOR` (an S3 fault when it has
+      one): that commit collects the failed checkpoint's file. Other commits seldom have garbage, since the
+      soak retains every checkpoint (its audit recomputes the state from the first input).
+
+    A random generator of its own, so the other cycles' faults stay what ``plan_faults`` made them."""
     rng = random.Random(f"{seed}/anchors")
+    by_cycle: dict[int, list[Fault]] = {}
+    for f in faults:
+        by_cycle.setdefault(f.cycle, []).append(f)
     anchored: dict[int, Fault] = {f.cycle: f for f in faults if f.anchor}  # a partial commit is anchored already
-    for fault in faults:
-        if fault.kind in ANCHORABLE and fault.cycle not in anchored and rng.random() < share:
-            anchored[fault.cycle] = replace(fault, anchor=rng.choice(anchors))
+    killed_at_upload: int | None = None
+    for cycle in sorted(by_cycle):
+        candidates = [f for f in by_cycle[cycle] if f.kind in ANCHORABLE]
+        if cycle in anchored or not candidates:
+            continue
+        if killed_at_upload == cycle - 1:
+            s3 = [f for f in candidates if f.kind is not FaultKind.KILL_RUN]
+            anchored[cycle] = replace((s3 or candidates)[0], anchor=GC_ANCHOR)
+        elif rng.random() < share:
+            # A kill only where the next cycle can have the fault at the collection of its garbage.
+            collects = any(f.kind in ANCHORABLE for f in by_cycle.get(cycle + 1, ())) and cycle + 1 not in anchored
+            kills = [f for f in candidates if f.kind in LEAVES_GARBAGE and collects]
+            anchored[cycle] = chosen = replace((kills or candidates)[0], anchor=UPLOAD_ANCHOR)
+            if chosen.kind in LEAVES_GARBAGE:
+                killed_at_upload = cycle
     return [anchored.get(f.cycle, f) for f in faults if f.cycle not in anchored or f.kind is anchored[f.cycle].kind]
 
 

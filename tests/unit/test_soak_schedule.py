@@ -10,10 +10,13 @@ from lockstep_soak.schedule import (
     BROKER_COMMIT_ANCHOR,
     CONNECT_FAULTS,
     DESCRIPTIONS,
+    GC_ANCHOR,
+    LEAVES_GARBAGE,
     PARTIAL_COMMIT_ANCHOR,
     STATE_ANCHORS,
     STATEFUL_CASES,
     STATELESS_CASES,
+    UPLOAD_ANCHOR,
     BadCase,
     FaultKind,
     anchor_faults,
@@ -106,12 +109,32 @@ def test_a_stateful_soak_anchors_some_faults_to_the_state_moments_and_changes_no
     assert {f.kind for f in moved} == set(ANCHORABLE)  # a kill -9 and every S3 fault, nothing else
     assert len({f.cycle for f in moved}) == len(moved)  # at most one anchored fault per cycle
     anchorable_cycles = {f.cycle for f in planned if f.kind in ANCHORABLE}
-    assert 0.3 < len(moved) / len(anchorable_cycles) < 0.7
+    assert 0.6 < len(moved) / len(anchorable_cycles) < 0.95
     assert moved[0].to_json()["anchor"] == moved[0].anchor
     assert "anchor" not in next(f for f in anchored if not f.anchor).to_json()
     # A partial commit is planned at its own anchor already, and stays as planned.
     partial = [f for f in anchored if f.kind is FaultKind.PARTIAL_COMMIT]
     assert partial and partial == [f for f in planned if f.kind is FaultKind.PARTIAL_COMMIT]
+
+
+def test_a_fault_at_the_garbage_collection_follows_a_run_failed_with_a_state_file_uploaded():
+    # The soak retains every checkpoint: a commit has state garbage to collect when the cycle before it
+    # failed its run after it uploaded a state file, which a kill (or S3 gone) at the upload does.
+    planned = plan_faults(683, 200, ALL, per_cycle=3, more=0.9)
+    anchored = anchor_faults(planned, 683)
+    by_cycle = {f.cycle: f for f in anchored if f.anchor in STATE_ANCHORS}
+    at_gc = [f for f in by_cycle.values() if f.anchor == GC_ANCHOR]
+    assert len(at_gc) >= 20
+    for f in at_gc:
+        before = by_cycle.get(f.cycle - 1)
+        assert before is not None and before.anchor == UPLOAD_ANCHOR and before.kind in LEAVES_GARBAGE
+        # An S3 fault when the cycle has one: that is what the collection's deletes meet.
+        s3 = [p for p in planned if p.cycle == f.cycle and p.kind in ANCHORABLE and p.kind is not FaultKind.KILL_RUN]
+        assert f.kind is not FaultKind.KILL_RUN or not s3
+    # A fault that leaves garbage at the upload is chosen where the next cycle can collect it under a fault.
+    leaving = [f for f in by_cycle.values() if f.anchor == UPLOAD_ANCHOR and f.kind in LEAVES_GARBAGE]
+    assert sum(1 for f in leaving if f.cycle + 1 in by_cycle and by_cycle[f.cycle + 1].anchor == GC_ANCHOR) == len(at_gc)
+    assert {FaultKind.KILL_RUN, FaultKind.S3_RESTART} == set(LEAVES_GARBAGE)
 
 
 def test_a_partial_commit_lands_alone_at_the_commit_between_its_transactions_in_either_soak():

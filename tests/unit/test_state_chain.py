@@ -323,6 +323,36 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
     assert again == world.manifests[-1] and again.incremental
 
 
+def test_a_checkpoint_that_compacts_uploads_the_compaction_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # state.mid_upload pauses (or crashes) the run after its first file: when the checkpoint compacts a
+    # chain, that is the compaction's file, so a fault aimed there meets a chain being rewritten.
+    from lockstep.model import failpoints
+
+    first: list[str] = []
+    monkeypatch.setattr(failpoints, "hit", lambda name, detail="": first.append(detail) if name == "state.mid_upload" else None)
+    world = World(CompactionPolicy(max_deltas=3, max_delta_ratio=1000))
+    rng = random.Random(5)
+    keys = [f"k{i}" for i in range(200)]
+    world.checkpoint({k: 0 for k in keys}, 1)
+    assert first == [f" (checkpoint 1, base {world.manifests[-1].files[0][0]})"]
+    seen = set()
+    for event in range(2, 40):
+        first.clear()
+        world.checkpoint({k: event for k in rng.sample(keys, 8)}, event)
+        kind = first[0].split(", ")[1].split()[0]
+        m = world.metrics
+        if m["compactions"]:
+            assert kind == "compaction", (world.cid, first, dict(m))
+        elif m["delta_merges"]:
+            assert kind == "delta-merge", (world.cid, first, dict(m))
+        else:
+            assert kind == "delta", (world.cid, first, dict(m))
+        seen.add((kind, m["files_written"] > 1))
+        assert len(first) == 1 and world.committed() == world.expected()
+    # A compaction came first in checkpoints that wrote other files after it (a delta in one that did not compact).
+    assert {("compaction", True), ("delta", True)} <= seen, seen
+
+
 def test_a_delta_is_the_size_of_the_keys_changed_not_of_the_state() -> None:
     written = {}
     for size in (2_000, 20_000):

@@ -24,8 +24,8 @@ FAILPOINTS: dict[str, str] = {
     "plan.after_claim": "plan: checkpoint id claimed in S3, before the Spark run",
     # Hit by both writers, in each Spark task; where exactly is part of the output contract.
     **WRITER_FAILPOINTS,
-    "state.mid_upload": "Spark driver: the checkpoint's first state file (a delta, a base or a compaction's new "
-                        "base) uploaded, the others not yet",
+    "state.mid_upload": "Spark driver: the checkpoint's first state file uploaded (a compaction's new base or "
+                        "merged delta when it compacts a key group, else a delta or a base), the others not yet",
     "job.before_prepared": "Spark driver: all committables collected, prepared metadata not written",
     "job.after_prepared": "Spark driver: prepared metadata written (decision: commit), job not finished",
     "commit.after_verify": "commit: every transaction verified open, nothing committed yet",

@@ -633,43 +633,62 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     def put(group: int, body: bytes, kind: str) -> tuple[str, str]:
         nonlocal written, size
         # Where another attempt of this checkpoint already wrote other bytes, ours go under another name.
-        key, name = files.put_table(files.key(cid, group, delta=kind == "delta"), body)
+        key, name = files.put_table(files.key(cid, group, delta=kind != "base" and kind != "compaction"), body)
         written += 1
         size += len(body)
-        by_kind[kind] += len(body)
+        by_kind["delta" if kind == "delta-merge" else kind] += len(body)
         if written == 1:
             failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {kind} {key})")
         return key, name
 
+    # First what becomes of each group (a delta needs its bytes to decide), then the uploads, a
+    # compaction's first: a checkpoint that compacts is interrupted at state.mid_upload (its first
+    # file) while it rewrites a chain, the moment the soak's S3 faults aim at. The order of the
+    # uploads is nobody else's business: the manifest, written after them all, names what counts.
+    whole_groups: set[int] = set()
+    deltas: dict[int, tuple[Compaction, pa.Table, pa.Table | None, pa.Table, bytes]] = {}
     for group in sorted(new_groups | set(loaded.chains)):
-        rows = table.filter(pc.equal(table[GROUP], group)) if group in new_groups else table.slice(0, 0)
         old = groups.get(group)
         if not incremental or old is None or plan.reads_whole(group):
-            whole: pa.Table | None = rows  # every row of the group: a new base
+            whole_groups.add(group)  # every row of the group: a new base (taken when uploaded)
+            continue
+        rows = _group_rows(table, group, new_groups)
+        before = loaded.selected.get(group)
+        same = state_chain.unchanged_keys(rows, before)
+        touched = before[KEY] if before is not None else rows[KEY].slice(0, 0)
+        if len(same):  # keys the checkpoint touched and left as they were: not in the delta
+            touched = pc.filter(touched, pc.invert(pc.is_in(touched, value_set=same)))
+            changed = rows.filter(pc.invert(pc.is_in(rows[KEY], value_set=same)))
         else:
-            before = loaded.selected.get(group)
-            same = state_chain.unchanged_keys(rows, before)
-            touched = before[KEY] if before is not None else rows[KEY].slice(0, 0)
-            if len(same):  # keys the checkpoint touched and left as they were: not in the delta
-                touched = pc.filter(touched, pc.invert(pc.is_in(touched, value_set=same)))
-                changed = rows.filter(pc.invert(pc.is_in(rows[KEY], value_set=same)))
-            else:
-                changed = rows
-            change = state_chain.delta(changed, touched, group)
-            if not change.num_rows:
-                unchanged += 1
-                continue  # nothing changed in the group: its files stay as they are
-            body = state_chain.parquet(change)
-            step = compaction_due(old.file_bytes, len(body), state.compaction, group, cid)
+            changed = rows
+        change = state_chain.delta(changed, touched, group)
+        if not change.num_rows:
+            unchanged += 1
+            continue  # nothing changed in the group: its files stay as they are
+        body = state_chain.parquet(change)
+        step = compaction_due(old.file_bytes, len(body), state.compaction, group, cid)
+        deltas[group] = (step, rows, before, change, body)
+
+    turn = {Compaction.BASE: 0, Compaction.DELTAS: 1, Compaction.NONE: 2}
+    for group in sorted([*deltas, *whole_groups], key=lambda g: (turn[deltas[g][0]] if g in deltas else 3, g)):
+        old = groups.get(group)
+        whole: pa.Table | None
+        if group in whole_groups:
+            whole = _group_rows(table, group, new_groups)
+        else:
+            step, rows, before, change, body = deltas.pop(group)
+            assert old is not None
             if step is not Compaction.BASE:
                 chain, digests = files_by_group[group], old.digests
                 file_bytes = old.file_bytes
+                kind = "delta"
                 if step is Compaction.DELTAS:  # the newest deltas become one; the base stays as it is
                     merges += 1
+                    kind = "delta-merge"
                     n = deltas_to_merge(old.file_bytes, len(body))
                     body = state_chain.parquet(state_chain.merge_deltas([*loaded.chains[group][-n:], change]))
                     chain, digests, file_bytes = chain[:-n], digests[:-n], file_bytes[:-n]
-                key, name = put(group, body, "delta")
+                key, name = put(group, body, kind)
                 files_by_group[group] = (*chain, key)
                 groups[group] = after_delta(old, _figures(before, state, clock.before), _figures(rows, state, clock.after),
                                             file_bytes, digests, len(body), name)
@@ -692,6 +711,12 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                    compaction_bytes=float(by_kind["compaction"]), base_bytes=float(by_kind["base"]))
     return manifest(state.operator, state.key_groups, cid, files_by_group, groups, columns, clock.after,
                     clock.partitions, state.schema_version)
+
+
+def _group_rows(table: pa.Table, group: int, new_groups: set[int]) -> pa.Table:
+    import pyarrow.compute as pc
+
+    return table.filter(pc.equal(table[GROUP], group)) if group in new_groups else table.slice(0, 0)
 
 
 def _figures(table: pa.Table | None, state: StateSpec, watermark: int | None) -> Figures:
