@@ -94,10 +94,14 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         "(a service down, S3 slow or failing, the broker's transaction timeout, a stopped first attempt), and the "
         "recovery after it is Lockstep's part.",
         "",
-        "| kind | what is done | injected | missed | median hold | median recovery after the hold | "
-        "longest recovery after the hold | median recovery | outcome |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "*Failed its checkpoint* counts the faults whose cycle's checkpoint failed, all of them and those that "
+        "landed alone in their cycle: with others beside it, a fault's cycle may have failed for another's sake.",
+        "",
+        "| kind | what is done | injected | missed | failed its checkpoint (alone in the cycle) | median hold | "
+        "median recovery after the hold | longest recovery after the hold | median recovery | outcome |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
+    landed_in: Counter[int] = Counter(f["cycle"] for f in faults if f["injected"])
     for kind in FaultKind:
         mine = [f for f in faults if f["kind"] == kind.value]
         if not mine:
@@ -108,9 +112,12 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         after = [f["recovery_after_hold_s"] for f in hit if f.get("recovery_after_hold_s") is not None]
         outcomes = Counter(f["status"] for f in hit if f.get("status"))
         outcome = "; ".join(f"{text}: {n}" for text, n in sorted(outcomes.items())) or "-"
+        alone = [f for f in hit if landed_in[f["cycle"]] == 1]
+        failed = sum(1 for f in hit if f.get("failed_checkpoint"))
+        failed_alone = sum(1 for f in alone if f.get("failed_checkpoint"))
         lines.append(f"| `{kind.value}` | {DESCRIPTIONS[kind]} | {len(hit)} | {len(mine) - len(hit)} | "
-                     f"{_median(held)} | {_median(after)} | {_s(max(after, default=None))} | {_median(rec)} | "
-                     f"{outcome} |")
+                     f"{failed} ({failed_alone} of {len(alone)}) | {_median(held)} | {_median(after)} | "
+                     f"{_s(max(after, default=None))} | {_median(rec)} | {outcome} |")
     lines += anchored_table(faults)
     lines += [
         "",

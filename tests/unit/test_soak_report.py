@@ -39,7 +39,7 @@ def test_the_report_carries_the_seed_the_command_and_the_figures():
     assert "| median recovery, from the fault | 31.0 s" in text
     assert "| the same, of the 1 faults that failed their cycle's checkpoint | 31.0 s" in text
     assert "limit: one transaction timeout, 40 s" in text
-    assert "| `kill_run` |" in text and "| 1 | 0 | 0.0 s | 31.0 s | 31.0 s | 31.0 s |" in text
+    assert "| `kill_run` |" in text and "| 1 | 0 | 1 (1 of 1) | 0.0 s | 31.0 s | 31.0 s | 31.0 s |" in text
     assert "submit mode" in text  # a result from before connect mode says what it ran
     connect = result()
     connect["config"] = {**connect["config"], "mode": "connect"}
@@ -122,17 +122,20 @@ def test_the_report_counts_the_repaired_checkpoints_and_each_kinds_outcomes():
          "held_s": 45.0, "recovery_after_hold_s": 20.0, "note": "", "checkpoint": 9, "status": "completed after repair"},
         {"cycle": 5, "kind": "duplicate_run", "at": 0.3, "hold_s": 5.0, "target": "checkpoint 6: retry 3.0 s",
          "injected": True, "recovery_s": 40.0, "held_s": 5.0, "recovery_after_hold_s": 35.0, "note": "",
-         "status": "retry ok, first attempt failed"}]
+         "status": "retry ok, first attempt failed", "failed_checkpoint": True},
+        {"cycle": 5, "kind": "kill_connect", "at": 0.5, "hold_s": 5.0, "target": "spark-connect", "injected": True,
+         "recovery_s": 30.0, "held_s": 5.0, "recovery_after_hold_s": 25.0, "note": "", "failed_checkpoint": True}]
     text = render(doc, "x")
     assert "| checkpoints completed after repair | 2 (checkpoints 4, 9); every checkpoint left in the store: " \
            "2 aborted, 7 completed, 1 completed after repair |" in text
     assert "| `partial_commit` | kill -9 of the commit after its first transaction" in text
-    assert "| 2 | 0 | 47.5 s | 20.0 s | 20.0 s | 67.5 s | completed after repair: 2 |" in text
+    assert "| 2 | 0 | 0 (0 of 2) | 47.5 s | 20.0 s | 20.0 s | 67.5 s | completed after repair: 2 |" in text
     assert "| `duplicate_run` | a second run step of the same checkpoint" in text
-    assert "| 1 | 0 | 5.0 s | 35.0 s | 35.0 s | 40.0 s | retry ok, first attempt failed: 1 |" in text
-    assert "| `kill_run` |" in text and "| 1 | 0 | 0.0 s | 31.0 s | 31.0 s | 31.0 s | - |" in text
-    # the median over every fault, the hold excluded: 20, 20, 31, 35
-    assert "| median recovery, the fault's own hold time excluded | **25.5 s**" in text
+    # The duplicate's checkpoint failed, but a kill of the Connect server landed in its cycle too: not alone.
+    assert "| 1 | 0 | 1 (0 of 0) | 5.0 s | 35.0 s | 35.0 s | 40.0 s | retry ok, first attempt failed: 1 |" in text
+    assert "| `kill_run` |" in text and "| 1 | 0 | 1 (1 of 1) | 0.0 s | 31.0 s | 31.0 s | 31.0 s | - |" in text
+    # the median over every fault, the hold excluded: 20, 20, 25, 31, 35
+    assert "| median recovery, the fault's own hold time excluded | **25.0 s**" in text
 
 
 def test_a_report_of_a_soak_without_repairs_says_none():

@@ -187,6 +187,60 @@ def test_after_retention_superseded_state_goes_and_a_savepoints_state_stays(stor
     assert s3.keys(BUCKET, files.prefix) == sorted([*m1.all_files, *m3.all_files, *m4.all_files])
 
 
+def test_s3_gone_during_retention_or_collection_is_transient_and_the_commit_completes_anyway(
+        store: CheckpointStore, s3: FakeS3, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The soak's S3 faults at commit.mid_state_gc: the checkpoint is completed by then, so its commit
+    # step must not fail for the housekeeping (the next commit finds the same garbage again).
+    from botocore.exceptions import EndpointConnectionError
+
+    from lockstep.errors import TransientError
+    from lockstep.steps.commit import tidy
+
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    m2 = complete(store, 2, m1, write_state(files, 2))
+    complete(store, 3, m2, write_state(files, 3))
+
+    def gone(**_: Any) -> None:
+        raise EndpointConnectionError(endpoint_url="http://s3.invalid")
+
+    with monkeypatch.context() as m:
+        m.setattr(s3, "delete_object", gone)
+        with pytest.raises(TransientError, match="unreachable"):
+            store.apply_retention(1)
+    assert store.apply_retention(1) == [1, 2]
+    with monkeypatch.context() as m:
+        m.setattr(s3, "delete_object", gone)
+        with pytest.raises(TransientError, match="could not delete state file"):
+            store.collect_state_garbage()
+        with caplog.at_level("WARNING", logger="lockstep.steps.commit"):
+            assert tidy(store, 3, 1, has_files=True) is False
+    assert "checkpoint 3: completed, but its retention and garbage collection stopped half-way" in caplog.text
+    assert "the next checkpoint's commit deletes what is left" in caplog.text
+    assert set(m1.all_files) <= set(s3.keys(BUCKET, files.prefix))
+    assert tidy(store, 3, 1, has_files=True) is True  # S3 back: the same garbage goes
+    assert not set(m1.all_files) & set(s3.keys(BUCKET, files.prefix)) and store.collect_state_garbage() == []
+
+
+def test_a_refused_delete_is_not_hidden_by_the_commit(store: CheckpointStore, s3: FakeS3,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.exceptions import ClientError
+
+    from lockstep.steps.commit import tidy
+
+    files = store.state_files()
+    m1 = complete(store, 1, None, write_state(files, 1))
+    complete(store, 2, m1, write_state(files, 2))
+
+    def refused(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"},
+                           "ResponseMetadata": {"HTTPStatusCode": 403}}, "DeleteObject")
+
+    monkeypatch.setattr(s3, "delete_object", refused)
+    with pytest.raises(TerminalError, match="AccessDenied"):
+        tidy(store, 2, 1, has_files=False)
+
+
 def test_without_a_completed_checkpoint_nothing_is_collected(store: CheckpointStore, s3: FakeS3) -> None:
     files = store.state_files()
     store.claim(claim(1, None))

@@ -33,7 +33,8 @@ FAILPOINTS: dict[str, str] = {
     "commit.after_kafka_commit": "commit: all transactions committed, checkpoint not marked completed",
     "commit.after_completed": "commit: checkpoint marked completed, offsets not published",
     "commit.after_offsets": "commit: offsets published to the consumer group, retention not applied",
-    "commit.mid_state_gc": "commit: the first state file no checkpoint or savepoint names deleted, the others not yet",
+    "commit.mid_state_gc": "commit: the state files no checkpoint or savepoint names listed, the first deleted (none "
+                           "when there is only one), the others not yet",
 }
 
 #: Failpoints only a stateful pipeline reaches (the second only when there is state to collect).

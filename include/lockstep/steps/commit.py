@@ -7,13 +7,13 @@ observations, calls it, and carries out the result, logging every step with the 
 from __future__ import annotations
 
 __all__ = [
-    "commit",
+    "commit", "tidy",
 ]
 
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.model import failpoints
@@ -134,15 +134,38 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     failpoints.hit("commit.after_completed")
     publish_end_offsets(p, CheckpointView(view.claim, prepared, completed))
     failpoints.hit("commit.after_offsets")
-    deleted = p.store.apply_retention(p.spec.checkpoints.retain)
-    if deleted:
-        log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
-    if completed.state is not None or p.spec.state is not None or completed.tables or p.spec.tables:
-        garbage = p.store.collect_state_garbage()
-        if garbage:
-            log.info("checkpoint %d: deleted %d state files no checkpoint or savepoint names", checkpoint_id,
-                     len(garbage))
+    tidy(p.store, checkpoint_id, p.spec.checkpoints.retain,
+         completed.state is not None or p.spec.state is not None or bool(completed.tables) or bool(p.spec.tables))
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms, repair)
+
+
+class _Tidied(Protocol):
+    def apply_retention(self, retain: int) -> list[int]: ...
+    def collect_state_garbage(self) -> list[str]: ...
+
+
+def tidy(store: _Tidied, checkpoint_id: int, retain: int, has_files: bool) -> bool:
+    """After a completed checkpoint: retention, then the state and table files nothing names any more.
+
+    Housekeeping, as Flink's subsumed-checkpoint cleanup: the checkpoint is completed and its offsets
+    published, so S3 unreachable here (a transient error) fails nothing. What was not deleted stays
+    garbage, which the next commit's collection finds again; the warning says so. Returns whether it
+    all ran. A terminal error (a bucket policy that refuses deletes, say) is raised: every commit
+    would meet it, and someone must fix it."""
+    try:
+        deleted = store.apply_retention(retain)
+        if deleted:
+            log.info("checkpoint %d: retention removed checkpoints %d-%d", checkpoint_id, deleted[0], deleted[-1])
+        if has_files:
+            garbage = store.collect_state_garbage()
+            if garbage:
+                log.info("checkpoint %d: deleted %d state files no checkpoint or savepoint names", checkpoint_id,
+                         len(garbage))
+    except TransientError as exc:
+        log.warning("checkpoint %d: completed, but its retention and garbage collection stopped half-way: %s; "
+                    "nothing is lost, the next checkpoint's commit deletes what is left", checkpoint_id, exc)
+        return False
+    return True
 
 
 def _claim_committer(p: Pipeline, resolved: Resolved) -> Committer:

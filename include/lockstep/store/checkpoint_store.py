@@ -512,12 +512,17 @@ class CheckpointStore:
         doomed = [i for i in ids if i < keep_from]
         for checkpoint_id in doomed:
             prefix = checkpoint_folder(self._ckpt_prefix(), checkpoint_id)
-            listing = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
-            keys = [{"Key": o["Key"]} for o in listing.get("Contents", [])]
-            # Claim last: a half-deleted checkpoint must still not look unclaimed.
-            keys.sort(key=lambda k: k["Key"].endswith("claim.json"))
-            for key in keys:
-                self._s3.delete_object(Bucket=self.bucket, Key=key["Key"])
+            try:
+                listing = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+                keys = [{"Key": o["Key"]} for o in listing.get("Contents", [])]
+                # Claim last: a half-deleted checkpoint must still not look unclaimed.
+                keys.sort(key=lambda k: k["Key"].endswith("claim.json"))
+                for key in keys:
+                    self._s3.delete_object(Bucket=self.bucket, Key=key["Key"])
+            except ClientError as exc:
+                raise _classify(exc, prefix) from exc
+            except BotoCoreError as exc:
+                raise _unreachable(exc, prefix) from exc
         return doomed
 
     def collect_state_garbage(self) -> list[str]:
@@ -562,10 +567,14 @@ class CheckpointStore:
                 referenced.update(table.files)
         doomed = unreferenced(keys, referenced, {k: files.checkpoint_of(k) for k in keys}, latest.checkpoint_id,
                               aborted)
-        files.delete(doomed[:1])
+        # Half-way: the first file deleted and the rest not yet; with a single file, before it, so that
+        # whatever lands at the failpoint (a crash, an S3 fault in the soak) meets a delete still to do.
+        first = doomed[:1] if len(doomed) > 1 else []
+        files.delete(first)
         if doomed:
-            failpoints.hit("commit.mid_state_gc", f" ({doomed[0]} deleted, {len(doomed) - 1} more to delete)")
-        files.delete(doomed[1:])
+            failpoints.hit("commit.mid_state_gc", f" ({len(first)} deleted, {len(doomed) - len(first)} more to delete: "
+                                                  f"{doomed[len(first)]}, ...)")
+        files.delete(doomed[len(first):])
         return doomed
 
     def _exists(self, key: str) -> bool:
