@@ -148,7 +148,7 @@ soak-submit: setup
 # the whole input and checks the committed state against it. Writes docs/RELIABILITY-state.md; ~25 min
 # on 2 cores. Seed 641's first 40 cycles plan 4 to 7 of each kind issue 43 added and 14 S3 faults or
 # kills anchored while state is half uploaded or half collected; override for another seed.
-SOAK_STATE_ARGS ?= --seed 683 --cycles 80 --faults-per-cycle 3 --more 0.9 --records 200 --timeout-ms 30000
+SOAK_STATE_ARGS ?= --seed 1120 --cycles 110 --faults-per-cycle 3 --more 0.9 --records 200 --timeout-ms 30000
 soak-state: setup
 	$(BIN)/lockstep soak --stateful $(SOAK_STATE_ARGS) --report docs/RELIABILITY-state.md
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lockstep_soak.driver import WINDOW_S
 from lockstep_soak.schedule import FaultKind, kinds_for
 
 
@@ -41,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stateful", action="store_true",
                         help="soak a stateful pipeline (event-time windows per customer, keyed state in S3); the audit "
                              "recomputes the windows and compares the committed state with the input")
+    parser.add_argument("--window-s", type=int, default=WINDOW_S,
+                        help=f"the stateful soak's window in seconds of event time; an order is 0.5 s after the one "
+                             f"before, so 200 orders a cycle move it on by 100 s (default {WINDOW_S}: 5 such cycles)")
+    parser.add_argument("--max-delta-ratio", type=float, default=1.0,
+                        help="the stateful soak's state.compaction.max_delta_ratio (default 1.0; a tiny one compacts "
+                             "every key group that gets a delta)")
     parser.add_argument("--report", help="write the report (Markdown) here, e.g. docs/RELIABILITY.md")
     parser.add_argument("--keep", action="store_true", help="leave the soak's platform running afterwards")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -68,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
                         bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
                         more_faults=args.more, min_faults=args.min_faults, timeout_ms=args.timeout_ms,
                         writer=args.writer, spark_master=args.spark_master, stateful=args.stateful, mode=args.mode,
-                        hold_s=(low, high))
+                        hold_s=(low, high), window_s=args.window_s, max_delta_ratio=args.max_delta_ratio)
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
     # platform stopped, instead of leaving them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -85,6 +92,8 @@ def main(args: argparse.Namespace) -> int:
                f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --more {args.more} "
                f"--topology {args.topology} --mode {args.mode} --writer {args.writer} --timeout-ms {args.timeout_ms}"
                + (" --stateful" if args.stateful else "")
+               + (f" --window-s {args.window_s}" if args.stateful and args.window_s != WINDOW_S else "")
+               + (f" --max-delta-ratio {args.max_delta_ratio}" if args.stateful and args.max_delta_ratio != 1.0 else "")
                + (f" --hold {args.hold}" if args.hold != "2,12" else "")
                + (f" --faults {shlex.quote(args.faults)}" if args.faults is not None else "")
                + (f" --spark-master {shlex.quote(args.spark_master)}" if args.spark_master else ""))

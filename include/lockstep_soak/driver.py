@@ -69,11 +69,12 @@ STEPS = ("plan", "run", "commit")
 # T0 + i // EVENTS_PER_SECOND, so every cycle's input moves the watermark on; a window spans several
 # cycles' orders (200 orders, 100 s, a cycle in `make soak-state`), so that between the checkpoints
 # that fire windows (every key group read whole and written as a new base) the key groups get deltas,
-# and compactions of their chains. A cycle's orders name a fifth of the customers, so a delta is
-# small against its base.
+# and compactions of their chains. Five cycles, not four: the fault schedule has a period of four (a
+# clean cycle every fourth), and the same period would put its anchored faults at the same moment of
+# the window every time. A cycle's orders name a fifth of the customers.
 T0 = 1_700_000_000
 CUSTOMERS = 1000
-WINDOW_S = 400
+WINDOW_S = 500
 #: the soak's state.compaction.max_deltas
 MAX_DELTAS = 2
 EVENTS_PER_SECOND = 2
@@ -105,6 +106,12 @@ class SoakConfig:
     #: 30 s in submit mode, whose spark-submit alone takes about 10 s)
     first_cycle_s: float | None = None
     stateful: bool = False  # windows per customer (keyed state) instead of the stateless row transform
+    #: the stateful soak's window: `WINDOW_S` is 5 cycles of 200 orders; a shorter soak with fewer orders
+    #: a cycle takes a shorter one, so that windows fire in it
+    window_s: int = WINDOW_S
+    #: the stateful soak's state.compaction.max_delta_ratio: a tiny one compacts every key group a
+    #: checkpoint gives a delta (a short soak's faults at the upload then meet a compaction)
+    max_delta_ratio: float = 1.0
     #: "connect": each run a session on the platform's Spark Connect server (the default path users
     #: run); "submit": a spark-submit per run, whose driver is inside the run's own process tree
     mode: str = "connect"
@@ -283,11 +290,11 @@ class Soak:
   key_groups: 8
   # Often, so that faults at state.mid_upload land while a chain is compacted (a compaction's file is
   # uploaded first): a base at a group's turn every 2 checkpoints, deltas merged past 2.
-  compaction: {{max_deltas: {MAX_DELTAS}}}
+  compaction: {{max_deltas: {MAX_DELTAS}, max_delta_ratio: {c.max_delta_ratio}}}
   event_time: {{column: created_at, out_of_orderness: 2s, idle_timeout: 24h}}
   window:
     key: customer
-    size: {WINDOW_S}s
+    size: {c.window_s}s
     aggregates: {{orders: "count(*)", amount_cents: "sum(CAST(round(amount * 100) AS BIGINT))"}}
 """
         self.spec_path.write_text(f"""# Written by lockstep soak (seed {self.seed}).
@@ -853,7 +860,8 @@ spark:
                     "more_faults": c.more_faults, "kinds": [k.value for k in kinds], "hold_s": list(c.hold_s),
                     "spark_master": c.spark_master or self.platform.spark_master, "stateful": c.stateful,
                     "mode": c.mode,
-                    **({"window_s": WINDOW_S, "customers": CUSTOMERS} if c.stateful else {})},
+                    **({"window_s": c.window_s, "customers": CUSTOMERS, "max_delta_ratio": c.max_delta_ratio}
+                       if c.stateful else {})},
             cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),
             lso_after_last_fault_s=max(after, default=0.0),
             lso_open_at_end=[f"{p.partition} at {p.lso} for {p.seconds:.0f} s" for p in watch.open_pins()],
@@ -893,7 +901,7 @@ spark:
         covered_to = committed_offsets(self.kafka, self.source, f"lockstep-{self.name}")
         events = [rec.event_ms for (p, o), rec in self.produced.items()
                   if o < covered_to.get(p, 0) and rec.event_ms is not None]
-        figures = state_figures(verified, manifest, events, WINDOW_S * 1000, late_unplanned)
+        figures = state_figures(verified, manifest, events, self.config.window_s * 1000, late_unplanned)
         if errors:
             figures.error = "; ".join(errors)
         return figures
