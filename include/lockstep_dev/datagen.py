@@ -16,6 +16,8 @@ CURRENCIES = ("EUR", "USD", "GBP")
 CUSTOMERS = 997
 TIERS = ("bronze", "silver", "gold")
 COUNTRIES = ("DE", "FR", "NL", "PL")
+#: Seconds a Schema Registry request may take (confluent-kafka's client waits forever without one).
+REGISTRY_TIMEOUT_S = 10
 
 
 def order(i: int, malformed_every: int = 0, pad: int = 0) -> bytes:
@@ -83,7 +85,9 @@ def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: in
     from lockstep.paths import project_root
 
     schema = (project_root() / "include" / "lockstep_examples" / "schemas" / "order.avsc").read_text()
-    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), schema)
+    # A timeout (seconds; the client's default is none): a request the registry never answered (seen once:
+    # a kept-alive connection gone quiet) then fails and is retried by the client, instead of hanging.
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url, "timeout": REGISTRY_TIMEOUT_S}), schema)
     context = SerializationContext(topic, MessageField.VALUE)
     parts = partition_count(bootstrap, topic)
 

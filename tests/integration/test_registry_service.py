@@ -18,7 +18,7 @@ def _avro(name: str, *fields: str) -> Schema:
 def _client() -> SchemaRegistryClient:
     """The client configured as the library will be: from the connection the platform exports."""
     conn = json.loads(os.environ["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"])
-    return SchemaRegistryClient({"url": conn["extra"]["url"]})
+    return SchemaRegistryClient({"url": conn["extra"]["url"], "timeout": 10})
 
 
 def test_the_registry_registers_and_serves_a_schema_through_confluents_client(platform, unique):
