@@ -37,6 +37,7 @@ from lockstep_soak.audit import (
     state_figures,
 )
 from lockstep_soak.schedule import (
+    STATE_FILE_KINDS,
     STATEFUL_CASES,
     STATELESS_CASES,
     BadCase,
@@ -78,9 +79,6 @@ WINDOW_S = 500
 #: the soak's state.compaction.max_deltas
 MAX_DELTAS = 2
 EVENTS_PER_SECOND = 2
-#: The kinds of state file a checkpoint uploads (``lockstep.spark.keyed_state``): what a fault at
-#: ``state.mid_upload`` interrupted.
-STATE_FILE_KINDS = ("delta", "delta-merge", "base", "compaction")
 REPAIRED = "completed after repair"  # CheckpointView.status_text of a repaired checkpoint
 LATE_BY_S = 3600  # a late order is created this long before T0: its window fired with the first watermark
 

@@ -5,7 +5,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from lockstep_soak.schedule import BAD_CASE_DESCRIPTIONS, DESCRIPTIONS, BadCase, FaultKind
+from lockstep_soak.schedule import BAD_CASE_DESCRIPTIONS, DESCRIPTIONS, STATE_FILE_KINDS, BadCase, FaultKind
 
 
 def _s(value: float | None) -> str:
@@ -200,15 +200,15 @@ def anchored_table(faults: list[dict[str, Any]]) -> list[str]:
             missed[(f["anchor"], f["kind"])] += 1
             continue
         target = f.get("target", "")
-        found = next((k for k in ("delta", "delta-merge", "base", "compaction") if f"{f['anchor']} ({k})" in target), "")
+        found = next((k for k in STATE_FILE_KINDS if f"{f['anchor']} ({k})" in target), "")
         rows[(f["anchor"], f["kind"], found)] += 1
     lines = ["", "## Faults at a chosen moment", "",
              "Faults anchored at a failpoint land when a step pauses there."
              + (" At `state.mid_upload` the step had just uploaded its first state file of the checkpoint, a "
                 "compaction's when it compacts a key group: a compaction's new base (`compaction`), deltas merged "
-                "into one (`delta-merge`), else a `delta` or a `base`. At `commit.mid_state_gc` the commit had "
-                "deleted the first of the state files no retained checkpoint names: those of a checkpoint whose "
-                "run failed in the cycle before."
+                "into one (`delta-merge`), else a `delta` or a `base`. At `commit.mid_state_gc` the commit was "
+                "deleting the state files no retained checkpoint names (the first already gone when there were more): "
+                "those of a checkpoint whose run failed in the cycle before."
                 if any(f["anchor"] == "state.mid_upload" for f in anchored) else ""), "",
              "| failpoint | moment | kind | state file just uploaded | landed |", "|---|---|---|---|---:|"]
     for (anchor, kind, found), n in sorted(rows.items()):

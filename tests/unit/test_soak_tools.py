@@ -155,7 +155,8 @@ def test_a_fault_at_the_state_upload_says_which_kind_of_state_file_the_step_had_
     import types
 
     from lockstep.model import failpoints
-    from lockstep_soak.driver import STATE_FILE_KINDS, Soak, SoakConfig
+    from lockstep_soak.driver import Soak, SoakConfig
+    from lockstep_soak.schedule import STATE_FILE_KINDS
 
     platform = types.SimpleNamespace(kafka=types.SimpleNamespace(bootstrap="127.0.0.1:9"))
     soak = Soak(platform, SoakConfig(work_dir=tmp_path, stateful=True, seed=1))  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ __all__ = [
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
 from lockstep.model import failpoints
@@ -37,6 +37,7 @@ from lockstep.steps.pipeline import Pipeline, each_together, mark_aborted, now_i
 
 if TYPE_CHECKING:
     from lockstep.kafka.committer import Committer
+    from lockstep.store.checkpoint_store import PipelineStore
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +140,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms, repair)
 
 
-class _Tidied(Protocol):
-    def apply_retention(self, retain: int) -> list[int]: ...
-    def collect_state_garbage(self) -> list[str]: ...
-
-
-def tidy(store: _Tidied, checkpoint_id: int, retain: int, has_files: bool) -> bool:
+def tidy(store: PipelineStore, checkpoint_id: int, retain: int, has_files: bool) -> bool:
     """After a completed checkpoint: retention, then the state and table files nothing names any more.
 
     Housekeeping, as Flink's subsumed-checkpoint cleanup: the checkpoint is completed and its offsets
