@@ -73,8 +73,9 @@ from lockstep_airflow.overview import (
 
 DEFAULT_LIMIT = 20
 DEFAULT_REFRESH_S = 30
-#: Task ids of the pipeline DAGs (dag_factory) whose logs a checkpoint row links to.
-RUN_TASK, COMMIT_TASK = "run", "commit"
+#: Task ids of the pipeline DAGs (dag_factory) whose logs a checkpoint row links to; a ``checkpoints.tasks: one``
+#: DAG has the one task doing all three steps.
+RUN_TASK, COMMIT_TASK, CHECKPOINT_TASK = "run", "commit", "checkpoint"
 
 #: The page's HTML (Jinja2 templates) and its stylesheet and script, next to this module in the plugins
 #: folder, which Airflow (and docker-compose.yaml's mount) takes whole.
@@ -217,7 +218,7 @@ def run_checkpoint_page(dag_id: str, run_id: str) -> HTMLResponse:
             error = describe_error(exc)
     ctx = Ctx(tz=airflow_timezone(), now=datetime.now(UTC), ui_base=airflow_ui_base())
     html = render_run_page(dag_id, run_id, spec.name if spec else None, str(directory), rows, searched, error, ctx,
-                           dry_run=dry)
+                           dry_run=dry, tasks=spec.checkpoints.tasks if spec else "three")
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
 
@@ -292,11 +293,15 @@ def source_text(r: CheckpointRow | DryRunRow) -> str:
 
 
 # ---- links into the Airflow UI ---------------------------------------------------------------------
-def airflow_links(dag_id: str, run_id: str, ui_base: str = "") -> dict[str, str] | None:
+def airflow_links(dag_id: str, run_id: str, ui_base: str = "", tasks: str = "three") -> dict[str, str] | None:
     """UI routes of the run that owns a checkpoint: the run, and the logs of its run and commit
-    tasks. None for a CLI run (``lockstep run``), which has no DAG run."""
+    tasks (``tasks``: the spec's ``checkpoints.tasks``; with ``one``, the checkpoint task's log, as
+    ``checkpoint_logs``). None for a CLI run (``lockstep run``), which has no DAG run."""
     if not run_id or parse_cli_run_id(run_id) is not None:
         return None
+    if tasks == "one":
+        return {"run": dag_run_url(dag_id, run_id, ui_base),
+                "checkpoint_logs": task_url(dag_id, run_id, CHECKPOINT_TASK, ui_base)}
     return {"run": dag_run_url(dag_id, run_id, ui_base), "run_logs": task_url(dag_id, run_id, RUN_TASK, ui_base),
             "commit_logs": task_url(dag_id, run_id, COMMIT_TASK, ui_base)}
 
@@ -490,7 +495,9 @@ def render_page(overview: Overview, ctx: Ctx | None = None) -> str:
 
 
 def render_run_page(dag_id: str, run_id: str, pipeline: str | None, pipelines_dir: str, rows: list[CheckpointRow],
-                    searched: int, error: str | None, ctx: Ctx, dry_run: DryRunRow | None = None) -> str:
+                    searched: int, error: str | None, ctx: Ctx, dry_run: DryRunRow | None = None,
+                    tasks: str = "three") -> str:
     """The per-run view (the DAG run's "Checkpoint" tab)."""
     return render("run.html", dag_id=dag_id, run_id=run_id, pipeline=pipeline, pipelines_dir=pipelines_dir,
-                  rows=rows, searched=searched, error=error, ctx=ctx, dry_run=dry_run, zone=zone_name(ctx.tz))
+                  rows=rows, searched=searched, error=error, ctx=ctx, dry_run=dry_run, zone=zone_name(ctx.tz),
+                  tasks=tasks)

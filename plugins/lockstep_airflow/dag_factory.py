@@ -1,4 +1,5 @@
-"""One DAG per pipeline spec: plan -> run (spark-submit) -> commit.
+"""One DAG per pipeline spec: plan -> run (spark-submit) -> commit, or with ``checkpoints.tasks: one`` a single
+``checkpoint`` task doing the three steps in one process.
 
 One DAG run is one checkpoint. Runs are kept strictly sequential by
 ``max_active_runs=1`` for scheduled and manual runs, and for backfills (which
@@ -16,7 +17,12 @@ from typing import TYPE_CHECKING
 from airflow.sdk import DAG, Asset, AssetWatcher
 
 from lockstep.ops.drift import asset_name
-from lockstep_airflow.operators import LockstepCommitOperator, LockstepPlanOperator, LockstepRunOperator
+from lockstep_airflow.operators import (
+    LockstepCheckpointOperator,
+    LockstepCommitOperator,
+    LockstepPlanOperator,
+    LockstepRunOperator,
+)
 from lockstep_airflow.params import pipeline_params, read_restore_points
 
 if TYPE_CHECKING:
@@ -37,10 +43,14 @@ def doc_md(spec: PipelineSpec) -> str:
         + (f" and, by its routes, **{', '.join(t for t, _ in spec.sink.routes)}**" if spec.sink.routes else "")
         + f" with dead letters in **{spec.sink.dead_letter_topic}**, exactly once.",
         "",
-        "One run = one checkpoint: `plan` fixes the offset ranges and claims the checkpoint in "
-        f"`{c.store}`; `run` writes them in Kafka transactions without committing; `commit` verifies and "
-        "commits every transaction, then publishes offsets to consumer group "
-        f"`{spec.source.consumer_group}`.",
+        ("One run = one checkpoint, in one task (`checkpoints.tasks: one`): `checkpoint` fixes the offset ranges "
+         f"and claims the checkpoint in `{c.store}`, writes them in Kafka transactions without committing, then "
+         "verifies and commits every transaction and publishes offsets to consumer group "
+         f"`{spec.source.consumer_group}`." if c.one_task else
+         "One run = one checkpoint: `plan` fixes the offset ranges and claims the checkpoint in "
+         f"`{c.store}`; `run` writes them in Kafka transactions without committing; `commit` verifies and "
+         "commits every transaction, then publishes offsets to consumer group "
+         f"`{spec.source.consumer_group}`."),
         "",
         *([f"**Lag-triggered** (`checkpoints.trigger`): a checkpoint starts when {c.trigger.lag_records:,} source "
            f"records are unread, or when some have waited {c.trigger.max_wait_s} s since the last checkpoint "
@@ -137,6 +147,15 @@ def build_dag(spec: PipelineSpec) -> DAG:
         params=pipeline_params(read_restore_points(spec)),
         default_args={"owner": spec.owner},
     ) as dag:
+        if spec.checkpoints.one_task:
+            # One process for the three steps; a retry plans again, which recovers this run's checkpoint first.
+            LockstepCheckpointOperator(task_id="checkpoint", spec_path=spec.path, retries=3,
+                                       retry_delay=timedelta(seconds=5), retry_exponential_backoff=True,
+                                       outlets=topic_assets(spec),
+                                       doc_md="Recover, claim this checkpoint's ranges, run them in open "
+                                              "transactions, then verify and commit every one; updates the sink "
+                                              "and dead-letter Assets when it completed with records.")
+            return dag
         plan = LockstepPlanOperator(task_id="plan", spec_path=spec.path, retries=2,
                                     retry_delay=timedelta(seconds=10), retry_exponential_backoff=True,
                                     doc_md="Recover, then fix and claim this checkpoint's offset ranges.")

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
-TASKS = ("plan", "run", "commit")
+#: The pipeline DAGs' task ids (dag_factory): three steps, or the one ``checkpoint`` task (``checkpoints.tasks: one``).
+TASKS = ("plan", "run", "commit", "checkpoint")
 #: A summary line's checkpoint (`lockstep_airflow.operators._loud`: "lockstep <name> <step> failed: checkpoint N: ...").
 _FAILED_ON = re.compile(r" failed: checkpoint (\d+):")
 
@@ -45,10 +46,20 @@ def _xcoms(dag_run: DagRun, session: Session) -> dict[tuple[str, str], Any]:
     return {(row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
 
 
+def _plan_and_commit(values: dict[tuple[str, str], Any]) -> tuple[Any, Any]:
+    """The plan's and the commit's XCom: the plan and commit tasks', or the one checkpoint task's (the plan's
+    fields once it claimed, the commit's added once it completed)."""
+    one = values.get(("checkpoint", "return_value"))
+    plan = values.get(("plan", "return_value")) or one
+    commit = values.get(("commit", "return_value"))
+    if commit is None and isinstance(one, dict) and "status" in one:
+        commit = one
+    return plan, commit
+
+
 def note_for(dag_run: DagRun, session: Session) -> str | None:
     values = _xcoms(dag_run, session)
-    plan = values.get(("plan", "return_value"))
-    commit = values.get(("commit", "return_value"))
+    plan, commit = _plan_and_commit(values)
     failures = [values[(t, FAILURE_KEY)] for t in TASKS if (t, FAILURE_KEY) in values]
     failure = failures[-1] if failures else None
     pipeline = (plan or {}).get("pipeline") or (failure or {}).get("pipeline")
@@ -90,7 +101,7 @@ def failure_of(dag_run: DagRun, session: Session) -> Failure | None:
     if state != "failed":
         return None
     values = _xcoms(dag_run, session)
-    plan = values.get(("plan", "return_value"))
+    plan, _commit = _plan_and_commit(values)
     plan = plan if isinstance(plan, dict) else {}
     failures = [values[(t, FAILURE_KEY)] for t in TASKS if (t, FAILURE_KEY) in values]
     failure = failures[-1] if failures and isinstance(failures[-1], dict) else {}

@@ -25,18 +25,30 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
     from pydantic import JsonValue
 
+    from lockstep.spec import PipelineSpec
     from lockstep.steps.coordinator import Pipeline, Stoppable
 
 log = logging.getLogger(__name__)
 quiet_clients()  # task logs start with Lockstep's lines, not the clients' connection chatter
+#: The XCom key of a task's return value (Airflow's own).
+RETURN_KEY = "return_value"
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
 
 
 def _arm_failpoints(context: Context) -> None:
     """Crash tests through Airflow: a run's conf may arm failpoints for that run only
-    (``{"lockstep_failpoints": "commit.between_commits=raise"}``); without it nothing changes."""
-    armed = (context["dag_run"].conf or {}).get("lockstep_failpoints")
+    (``{"lockstep_failpoints": "commit.between_commits=raise"}``), and only for its tasks' first N tries
+    (``"lockstep_failpoints_tries": N``: a retry that finds them disarmed shows what it recovers); without it
+    nothing changes."""
+    conf = context["dag_run"].conf or {}
+    armed = conf.get("lockstep_failpoints")
+    tries = conf.get("lockstep_failpoints_tries")
+    if armed and tries is not None and int(context["ti"].try_number) > int(tries):
+        log.warning("failpoints of this run (%s) not armed on try %s (lockstep_failpoints_tries: %s)", armed,
+                    context["ti"].try_number, tries)
+        os.environ.pop("LOCKSTEP_FAILPOINTS", None)
+        return
     if armed:
         os.environ["LOCKSTEP_FAILPOINTS"] = str(armed)
         log.warning("failpoints armed for this run: %s", armed)
@@ -132,6 +144,122 @@ def _lag_trigger_reasons(context: Context) -> list[str]:
     return reasons
 
 
+def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: Pipeline) -> dict[str, Any]:
+    """Recover, then fix and claim the next checkpoint's ranges: the plan task's work (its XCom)."""
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    from lockstep.errors import LockstepError
+    from lockstep.model.failpoints import FailpointError
+    from lockstep.steps.coordinator import CheckpointInFlight, plan
+
+    params = context["params"]
+    dry_run = _dry_run(context)
+    for reason in _lag_trigger_reasons(context):
+        log.info("%s: started by its lag watcher: %s", spec.name, reason)
+    started = time.monotonic()
+    try:
+        result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
+                      max_records=params.get("max_records"), dry_run=dry_run, run_alive=_run_alive(context))
+    except CheckpointInFlight as exc:
+        # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
+        log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
+        raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
+    except (LockstepError, FailpointError) as exc:
+        raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
+    claim = result.claim
+    if not dry_run:
+        op._link(spec.name, claim.checkpoint_id)
+        _send_lag(p)  # the claimed records are in flight now
+    ranges = [r for r in claim.ranges if not r.is_empty]
+    for r in ranges:
+        log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
+    if not ranges:
+        log.info("checkpoint %d: no new records in %d partitions", claim.checkpoint_id, len(claim.ranges))
+    log.info("checkpoint %d: planned %d records from %s in %.1f s%s", claim.checkpoint_id,
+             result.range_plan.total_records, claim.start_source, time.monotonic() - started,
+             " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
+    return {"pipeline": spec.name, "checkpoint_id": claim.checkpoint_id,
+            "records": result.range_plan.total_records, "ranges": [str(r) for r in ranges],
+            "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run,
+            "restore": result.restore_summary}
+
+
+def _run_alive(context: Context) -> Callable[[str], bool | None]:
+    """Whether another run of this DAG is still going, from Airflow itself; None if not ours."""
+    from lockstep.rules.run_ownership import parse_cli_run_id
+
+    def alive(run_id: str) -> bool | None:
+        if parse_cli_run_id(run_id) is not None:
+            return None  # a CLI run: the coordinator checks its process
+        try:
+            state = context["ti"].get_dagrun_state(dag_id=context["dag"].dag_id, run_id=run_id)
+        except Exception:  # noqa: BLE001 - not a run of this DAG
+            return None
+        return state in ("queued", "running")
+
+    return alive
+
+
+def _run_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, checkpoint_id: int,
+              on_start: Callable[[Stoppable], None]) -> None:
+    """The bounded Spark run of the planned checkpoint: the run task's work."""
+    from lockstep.errors import LockstepError
+    from lockstep.steps.client_factory import checkpoint_store
+    from lockstep.steps.coordinator import run_checkpoint
+
+    op._link(spec.name, checkpoint_id)
+    try:
+        seconds = run_checkpoint(spec, checkpoint_id, checkpoint_store(spec), on_start=on_start)
+    except LockstepError as exc:
+        raise _loud("run", spec.name, checkpoint_id, exc, context) from exc
+    log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
+
+
+def _commit_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: Pipeline,
+                 checkpoint_id: int) -> dict[str, Any]:
+    """Verify and commit every transaction, mark completed, publish offsets, set the outlets' events: the commit
+    task's work (its XCom). A checkpoint that completed with no new records raises ``AirflowSkipException``."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from lockstep.errors import LockstepError
+    from lockstep.model.failpoints import FailpointError
+    from lockstep.ops import metrics
+    from lockstep.steps.coordinator import commit
+
+    op._link(spec.name, checkpoint_id)
+    started = time.monotonic()
+    try:
+        outcome = commit(p, checkpoint_id)
+    except (LockstepError, FailpointError) as exc:
+        raise _loud("commit", spec.name, checkpoint_id, exc, context) from exc
+    view = p.store.view(checkpoint_id)
+    assert view is not None and view.prepared is not None  # committed, so prepared
+    prepared = view.prepared
+    log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
+             checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
+             prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
+    if outcome.repair:
+        log.warning("checkpoint %d: completed after repair: %s", checkpoint_id, outcome.repair.told)
+    _send_lag(p)
+    metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, outcome.time_left_ms)
+    if prepared.records_out + prepared.records_dead_lettered == 0:
+        # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
+        raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "
+                                   "the sink and dead-letter assets are not updated")
+    extra: dict[str, JsonValue] = {"pipeline": spec.name, "checkpoint_id": checkpoint_id,
+             "end_offsets": dict(view.completed.end_offsets) if view.completed else {}}
+    for asset in op.outlets:
+        role = asset.extra.get("role")
+        # With sink.routes, the sink's count is every output's, whatever its route: the transactions
+        # count records per task, not per topic; a route's event carries none.
+        records = (prepared.records_out if role == "sink" else prepared.records_dead_lettered
+                   if role == "dead letters" else None)
+        context["outlet_events"][asset].extra = {**extra, "records": records}
+    return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
+            "dead_lettered": prepared.records_dead_lettered,
+            **({"repair": outcome.repair.to_json()} if outcome.repair else {})}
+
+
 class LockstepPlanOperator(_LockstepOperator):
     """Recover, then fix and claim the next checkpoint's offset ranges (XCom: checkpoint id, ranges).
 
@@ -143,65 +271,12 @@ class LockstepPlanOperator(_LockstepOperator):
     ui_color = "#e8f1fb"
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from lockstep.errors import LockstepError
-        from lockstep.model.failpoints import FailpointError
         from lockstep.spec import load_spec
-        from lockstep.steps.coordinator import Pipeline, plan
+        from lockstep.steps.coordinator import Pipeline
 
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
-        p = Pipeline.open(spec)
-        from airflow.sdk.exceptions import AirflowRescheduleException
-
-        from lockstep.steps.coordinator import CheckpointInFlight
-
-        params = context["params"]
-        dry_run = _dry_run(context)
-        for reason in _lag_trigger_reasons(context):
-            log.info("%s: started by its lag watcher: %s", spec.name, reason)
-        started = time.monotonic()
-        try:
-            result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
-                          max_records=params.get("max_records"), dry_run=dry_run,
-                          run_alive=self._run_alive(context))
-        except CheckpointInFlight as exc:
-            # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
-            log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
-            raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
-        except (LockstepError, FailpointError) as exc:
-            raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
-        claim = result.claim
-        if not dry_run:
-            self._link(spec.name, claim.checkpoint_id)
-            _send_lag(p)  # the claimed records are in flight now
-        ranges = [r for r in claim.ranges if not r.is_empty]
-        for r in ranges:
-            log.info("checkpoint %d: range %s (%d records)", claim.checkpoint_id, r, r.count)
-        if not ranges:
-            log.info("checkpoint %d: no new records in %d partitions", claim.checkpoint_id, len(claim.ranges))
-        log.info("checkpoint %d: planned %d records from %s in %.1f s%s", claim.checkpoint_id,
-                 result.range_plan.total_records, claim.start_source, time.monotonic() - started,
-                 " (dry run: nothing claimed, run and commit are skipped)" if dry_run else "")
-        return {"pipeline": spec.name, "checkpoint_id": claim.checkpoint_id,
-                "records": result.range_plan.total_records, "ranges": [str(r) for r in ranges],
-                "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run,
-                "restore": result.restore_summary}
-
-    @staticmethod
-    def _run_alive(context: Context) -> Callable[[str], bool | None]:
-        """Whether another run of this DAG is still going, from Airflow itself; None if not ours."""
-        from lockstep.rules.run_ownership import parse_cli_run_id
-
-        def alive(run_id: str) -> bool | None:
-            if parse_cli_run_id(run_id) is not None:
-                return None  # a CLI run: the coordinator checks its process
-            try:
-                state = context["ti"].get_dagrun_state(dag_id=context["dag"].dag_id, run_id=run_id)
-            except Exception:  # noqa: BLE001 - not a run of this DAG
-                return None
-            return state in ("queued", "running")
-
-        return alive
+        return _plan_step(self, context, spec, Pipeline.open(spec))
 
 
 class LockstepRunOperator(_LockstepOperator):
@@ -223,22 +298,13 @@ class LockstepRunOperator(_LockstepOperator):
     def execute(self, context: Context) -> None:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from lockstep.errors import LockstepError
         from lockstep.spec import load_spec
-        from lockstep.steps.client_factory import checkpoint_store
-        from lockstep.steps.coordinator import run_checkpoint
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: the plan only showed the ranges")
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
-        checkpoint_id = _planned_checkpoint(context)
-        self._link(spec.name, checkpoint_id)
-        try:
-            seconds = run_checkpoint(spec, checkpoint_id, checkpoint_store(spec), on_start=self._started)
-        except LockstepError as exc:
-            raise _loud("run", spec.name, checkpoint_id, exc, context) from exc
-        log.info("checkpoint %d: run step finished in %.1f s", checkpoint_id, seconds)
+        _run_step(self, context, spec, _planned_checkpoint(context), self._started)
 
     def _started(self, run: Stoppable) -> None:
         self._run = run
@@ -259,50 +325,42 @@ class LockstepCommitOperator(_LockstepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from lockstep.errors import LockstepError
-        from lockstep.model.failpoints import FailpointError
-        from lockstep.ops import metrics
         from lockstep.spec import load_spec
-        from lockstep.steps.coordinator import Pipeline, commit
+        from lockstep.steps.coordinator import Pipeline
 
         if _dry_run(context):
             raise AirflowSkipException("dry run: nothing to commit")
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
-        checkpoint_id = _planned_checkpoint(context)
-        self._link(spec.name, checkpoint_id)
+        return _commit_step(self, context, spec, Pipeline.open(spec), _planned_checkpoint(context))
+
+
+class LockstepCheckpointOperator(LockstepRunOperator):
+    """Plan, run and commit one checkpoint in this task's process (``checkpoints.tasks: one``): the three tasks'
+    work, one after the other, as ``lockstep run`` does, without two task starts between them.
+
+    A retry plans again: the plan recovers this run's checkpoint first (a prepared one is committed, one that
+    was not is aborted and its ranges replayed), as the next run's plan does after a failed three-task run. The
+    plan's XCom is left as the task's return value as soon as the checkpoint is claimed; the commit's fields are
+    added when it completes.
+    """
+
+    ui_color = "#eef0fb"
+
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        from lockstep.spec import load_spec
+        from lockstep.steps.coordinator import Pipeline
+
+        _arm_failpoints(context)
+        spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
-        started = time.monotonic()
-        try:
-            outcome = commit(p, checkpoint_id)
-        except (LockstepError, FailpointError) as exc:
-            raise _loud("commit", spec.name, checkpoint_id, exc, context) from exc
-        view = p.store.view(checkpoint_id)
-        assert view is not None and view.prepared is not None  # committed, so prepared
-        prepared = view.prepared
-        log.info("checkpoint %d: %s in %.1f s: %d records in, %d out, %d dead-lettered, %d transactions",
-                 checkpoint_id, outcome.status.value, time.monotonic() - started, prepared.records_in,
-                 prepared.records_out, prepared.records_dead_lettered, len(outcome.committed))
-        if outcome.repair:
-            log.warning("checkpoint %d: completed after repair: %s", checkpoint_id, outcome.repair.told)
-        _send_lag(p)
-        metrics.send_commit_time_left(spec.name, spec.transactions.timeout_ms, outcome.time_left_ms)
-        if prepared.records_out + prepared.records_dead_lettered == 0:
-            # Completed, but nothing new in either topic: no asset event, so downstream DAGs do not run.
-            raise AirflowSkipException(f"checkpoint {checkpoint_id} completed with no new records; "
-                                       "the sink and dead-letter assets are not updated")
-        extra: dict[str, JsonValue] = {"pipeline": spec.name, "checkpoint_id": checkpoint_id,
-                 "end_offsets": dict(view.completed.end_offsets) if view.completed else {}}
-        for asset in self.outlets:
-            role = asset.extra.get("role")
-            # With sink.routes, the sink's count is every output's, whatever its route: the transactions
-            # count records per task, not per topic; a route's event carries none.
-            records = (prepared.records_out if role == "sink" else prepared.records_dead_lettered
-                       if role == "dead letters" else None)
-            context["outlet_events"][asset].extra = {**extra, "records": records}
-        return {"checkpoint_id": checkpoint_id, "status": outcome.status.value, "records_out": prepared.records_out,
-                "dead_lettered": prepared.records_dead_lettered,
-                **({"repair": outcome.repair.to_json()} if outcome.repair else {})}
+        planned = _plan_step(self, context, spec, p)
+        context["ti"].xcom_push(key=RETURN_KEY, value=planned)
+        if planned["dry_run"]:
+            return planned
+        checkpoint_id = int(planned["checkpoint_id"])
+        _run_step(self, context, spec, checkpoint_id, self._started)
+        return {**planned, **_commit_step(self, context, spec, p, checkpoint_id)}
 
 
 class LockstepSavepointOperator(BaseOperator):

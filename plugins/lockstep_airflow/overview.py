@@ -174,6 +174,8 @@ class PipelineOverview:
     last_dry_run: Section = field(default_factory=Section)
     #: open transactions of the pipeline, and foreign ones holding back its partitions (``OpenTransaction``).
     transactions: Section = field(default_factory=Section)
+    #: the spec's ``checkpoints.tasks``: which task logs a checkpoint row links to
+    tasks: str = "three"
 
     @property
     def total_lag(self) -> int | None:
@@ -591,6 +593,7 @@ def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savep
         consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
         last_dry_run=last_dry_run or Section(), transactions=transactions or Section(),
+        tasks=spec.checkpoints.tasks,
     )
 
 

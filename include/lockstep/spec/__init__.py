@@ -202,6 +202,12 @@ class CheckpointSpec:
     skip_deleted_ranges: bool
     #: Lag-driven checkpoints instead of a schedule (``schedule`` is then null).
     trigger: TriggerSpec | None = None
+    #: A DAG run's tasks: ``three`` (plan, run, commit) or ``one`` (a ``checkpoint`` task doing all three).
+    tasks: str = "three"
+
+    @property
+    def one_task(self) -> bool:
+        return self.tasks == "one"
 
 
 @dataclass(frozen=True)
@@ -946,6 +952,7 @@ def _checkpoints(c: _Checker, doc: object) -> CheckpointSpec:
         retain=_integer(c, d, "checkpoints", "retain"),
         skip_deleted_ranges=c.boolean(d, "checkpoints", "skip_deleted_ranges", _default("checkpoints", "skip_deleted_ranges")),
         trigger=_trigger(c, d),
+        tasks=_word(c, d, "checkpoints", "tasks"),
     )
 
 

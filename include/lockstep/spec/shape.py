@@ -47,6 +47,8 @@ WRITERS = ("jvm", "python")
 SPARK_MODES = ("submit", "connect")
 OFFSET_RESETS = ("earliest", "latest")
 TOPIC_RECREATED_POLICIES = ("fail", "earliest", "latest")
+#: ``checkpoints.tasks``: a DAG run's tasks, plan -> run -> commit, or one ``checkpoint`` task doing all three.
+CHECKPOINT_TASKS = ("three", "one")
 DUPLICATE_ACTIONS = ("drop", "dead_letter")
 #: How a table is joined into the input (docs/joins.md).
 JOIN_KINDS = ("left", "inner")
@@ -167,6 +169,10 @@ CHECKPOINTS = _section("Where checkpoints are stored, when they run, and how big
     "skip_deleted_ranges": Field("boolean", "Accept the loss when retention deleted records not yet read: start at "
                                             "the log start, record the skipped offsets, warn.", default=False),
     "trigger": TRIGGER,
+    "tasks": Field("string", "A DAG run's tasks: three (plan, run, commit: each step's log and retries apart) or one "
+                             "(a single checkpoint task plans, runs and commits in one process: two task starts fewer "
+                             "between a record and its commit, for checkpoints.trigger pipelines that want freshness).",
+                   default="three", enum=CHECKPOINT_TASKS),
 }, required=True)
 
 TRANSACTIONS = _section("The Kafka transactions of the writers.", {

@@ -1,0 +1,70 @@
+"""``checkpoints.tasks: one`` in a real Airflow: a DAG run is one ``checkpoint`` task that plans, runs and commits
+in one process (two task starts fewer between a record and its commit), with the same log lines, note, link and
+asset event as the three tasks; a retry recovers the checkpoint its failed try left, exactly once."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.model.checkpoint import CheckpointStatus
+
+from ..integration.engine_helpers import open_transactions, store, verify
+from ..support.data import produce_orders, read_committed
+from .test_pipeline_dag import checkpoint_link, explain, note, run_dag
+
+
+@pytest.fixture(scope="module")
+def pipeline(airflow, bootstrap):
+    p = airflow.new_pipeline(bootstrap, "one")
+    p.rewrite(checkpoints={"tasks": "one"})
+    return p
+
+
+@pytest.fixture(scope="module")
+def client(airflow, pipeline):
+    return airflow.client_for(pipeline.spec().dag_id)
+
+
+def test_one_task_plans_runs_and_commits_a_checkpoint(client, pipeline, bootstrap):
+    dag_id = pipeline.spec().dag_id
+    produce_orders(pipeline, 200)
+    run_id, state = run_dag(client, dag_id)
+    assert state == "success", explain(client, dag_id, run_id)
+    assert set(client.task_instances(dag_id, run_id)) == {"checkpoint"}
+    latest = store(pipeline).latest_completed()
+    cid = latest.checkpoint_id
+    assert latest.claim.run_id == run_id and latest.prepared.records_in == 200
+    log = client.task_log(dag_id, run_id, "checkpoint")
+    # The three steps' lines, in order, in the one log.
+    lines = [f"checkpoint {cid}: planned 200 records", f"checkpoint {cid}: prepared with 2 transactions",
+             f"checkpoint {cid}: completed"]
+    at = [log.find(line) for line in lines]
+    assert all(i >= 0 for i in at) and at == sorted(at), (at, log[-4000:])
+    page = f"/plugin/lockstep-checkpoints/lockstep/?pipeline={pipeline.name}&checkpoint={cid}#checkpoint-{cid}"
+    assert checkpoint_link(client, dag_id, run_id, "checkpoint") == page
+    assert note(client, dag_id, run_id).endswith(
+        f"completed: {latest.prepared.records_out:,} written, {latest.prepared.records_dead_lettered:,} dead-lettered")
+    assert client.xcom(dag_id, run_id, "checkpoint")["status"] == "completed"
+    assert len(read_committed(bootstrap, pipeline.sink)) == latest.prepared.records_out
+    report = verify(pipeline)
+    assert report["ok"] and report["actual_outputs"] == 200, report  # written and dead-lettered
+
+
+def test_a_retry_of_the_one_task_recovers_what_its_failed_try_left(client, pipeline):
+    """The first try commits every transaction and fails before marking the checkpoint completed; the retry's
+    plan finds it prepared and rolls it forward, so its records are visible once."""
+    dag_id = pipeline.spec().dag_id
+    produce_orders(pipeline, 60, start=5000)
+    before = store(pipeline).latest_completed().checkpoint_id
+    run_id, state = run_dag(client, dag_id, {"lockstep_failpoints": "commit.after_kafka_commit=raise",
+                                             "lockstep_failpoints_tries": 1})
+    assert state == "success", explain(client, dag_id, run_id)
+    ti = client.task_instances(dag_id, run_id)["checkpoint"]
+    assert ti["try_number"] == 2, ti
+    first = client.task_log(dag_id, run_id, "checkpoint", try_number=1)
+    assert f"lockstep {pipeline.name} commit failed: checkpoint {before + 1}:" in first, first[-3000:]
+    retry = client.task_log(dag_id, run_id, "checkpoint", try_number=2)
+    assert f"checkpoint {before + 1}: found prepared but not completed; rolling it forward" in retry, retry[-3000:]
+    assert store(pipeline).view(before + 1).status is CheckpointStatus.COMPLETED
+    assert open_transactions(pipeline) == []
+    report = verify(pipeline, "--since-checkpoint", str(before + 1))
+    assert report["ok"] and report["lost"] == report["duplicated"] == 0, report
