@@ -41,10 +41,26 @@ def test_having_fired_it_waits_for_the_run_to_claim_a_checkpoint_so_one_burst_is
     burst = look(unread=50_000, newest=7)
     fired = Fired(at_s=NOW - 30, newest_checkpoint=7)
     assert reason(burst, fired) is None  # the run it started has not planned yet
-    assert reason(look(unread=50_000, newest=8, in_flight_age=5.0), fired) is None  # its checkpoint is in flight
     assert reason(look(unread=50_000, newest=8), fired) is not None  # it completed: the rest is a new burst
     # A run that never claimed anything (failed before planning, DAG paused) does not hold it forever:
     assert reason(burst, Fired(at_s=NOW - REFIRE_AFTER_S, newest_checkpoint=7)) is not None
+
+
+def test_records_beyond_a_checkpoint_in_flight_queue_one_run_behind_it_and_no_more() -> None:
+    """The run the watcher started claimed checkpoint 8 (in flight); what arrived since is unread. At the mark the
+    watcher fires at once, so the next run waits in Airflow's queue for this one; having fired with checkpoint 8
+    newest, it fires no more until the queued run has claimed checkpoint 9."""
+    fired = Fired(at_s=NOW - 3, newest_checkpoint=7)
+    assert reason(look(unread=999, newest=8, in_flight_age=2.0), fired) is None  # below the mark
+    assert reason(look(unread=1000, newest=8, in_flight_age=2.0), fired) == (
+        "1,000 records unread beyond checkpoint 8, which is in flight, at least checkpoints.trigger.lag_records "
+        "(1,000): the next run waits for it and starts when it ends")
+    queued = Fired(at_s=NOW - 1, newest_checkpoint=8)
+    assert reason(look(unread=50_000, newest=8, in_flight_age=4.0), queued) is None  # one run ahead, no more
+    assert reason(look(unread=50_000, newest=8), queued) is None  # completed, the queued run not started yet
+    assert reason(look(unread=50_000, newest=9, in_flight_age=0.5), queued) is not None  # it claimed: one ahead again
+    # A trickle below the mark waits for the commit and max_wait, as before.
+    assert reason(look(unread=5, newest=8, in_flight_age=2.0, since_completed=400.0), fired) is None
 
 
 def test_a_checkpoint_left_in_flight_past_its_transactions_timeout_starts_a_run_to_recover_it() -> None:

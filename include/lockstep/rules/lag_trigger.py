@@ -9,7 +9,14 @@ The condition "lag ≥ N" stays true until the checkpoint it starts has committe
 watcher from its arguments after each event, so a watcher that only looked at the lag would fire again
 and again. The decision is edge-triggered with a marker the watcher writes when it fires (`Fired`,
 kept in the pipeline's store, which outlives any triggerer): having fired, it does not fire again
-until a newer checkpoint has been claimed, and while a checkpoint is in flight it waits for that one.
+until a newer checkpoint has been claimed.
+
+**One run ahead.** While a checkpoint is in flight, records that arrived after its plan fixed its ranges
+are unread; once they reach ``lag_records`` the watcher fires at once instead of waiting for the commit.
+Airflow keeps the asset event until the running DAG run ends (``max_active_runs=1``) and then starts the
+next run, so the next checkpoint begins as soon as the last one ends, without a poll and a trigger in
+between. The marker keeps it at one run ahead: the next fire waits until that run has claimed its
+checkpoint. The trickle rule (``max_wait``) and the timers' rule wait for the commit as before.
 """
 from __future__ import annotations
 
@@ -73,10 +80,14 @@ def start_reason(look: SourceLook, trigger: TriggerSpec, fired: Fired | None, no
     if fired is not None and fired.newest_checkpoint == look.newest_checkpoint and now_s - fired.at_s < REFIRE_AFTER_S:
         return None  # the run this watcher started has not claimed its checkpoint yet
     if look.in_flight_age_s is not None:
-        if look.in_flight_age_s < in_flight_lease_s:
-            return None  # a run is carrying it; the lag is looked at again once it completed
-        return (f"checkpoint {look.newest_checkpoint} has been in flight for {look.in_flight_age_s:.0f} s, longer than "
-                "its transactions' timeout: a run recovers it")
+        if look.in_flight_age_s >= in_flight_lease_s:
+            return (f"checkpoint {look.newest_checkpoint} has been in flight for {look.in_flight_age_s:.0f} s, "
+                    "longer than its transactions' timeout: a run recovers it")
+        if look.unread is not None and look.unread >= trigger.lag_records:
+            return (f"{look.unread:,} records unread beyond checkpoint {look.newest_checkpoint}, which is in flight, "
+                    f"at least checkpoints.trigger.lag_records ({trigger.lag_records:,}): the next run waits for it "
+                    "and starts when it ends")
+        return None  # a run is carrying it; the rest waits for its commit
     if look.unread is None:
         return "no checkpoint has completed yet: a first checkpoint finds where to start"
     if look.unread >= trigger.lag_records:
