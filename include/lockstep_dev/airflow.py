@@ -41,6 +41,10 @@ class AirflowConfig:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            # An idle scheduler looks again after this long (Airflow's default: 1 s). Each DAG run waits for a few
+            # such looks (the run created, started, its task queued, its end seen): at 0.25 s a lag-triggered
+            # checkpoint cycle is about 1.5 s shorter (docs/BENCHMARKS-freshness.md).
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             # Task processes report to the api-server's Execution API; its default URL
