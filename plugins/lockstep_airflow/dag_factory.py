@@ -5,7 +5,9 @@ One DAG run is one checkpoint. Runs are kept strictly sequential by
 ``max_active_runs=1`` for scheduled and manual runs, and for backfills (which
 Airflow does not bound by ``max_active_runs``) by the plan task itself: it waits
 while another run's checkpoint is still in flight, and the atomic claim in S3
-makes a second owner of a checkpoint impossible whatever Airflow does.
+makes a second owner of a checkpoint impossible whatever Airflow does. A
+lag-triggered one-task DAG lets its next run start while one is committing
+(`max_active_runs`): that run's plan waits for the checkpoint in flight.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from airflow.sdk import DAG, Asset, AssetWatcher
 
 from lockstep.ops.drift import asset_name
 from lockstep_airflow.operators import (
+    IN_FLIGHT_WAIT,
     LockstepCheckpointOperator,
     LockstepCommitOperator,
     LockstepPlanOperator,
@@ -132,6 +135,20 @@ def schedule_of(spec: PipelineSpec) -> list[Asset] | str | None:
     return [lag_asset(spec)] if spec.checkpoints.trigger is not None else spec.checkpoints.schedule
 
 
+#: ``max_active_runs`` of a lag-triggered one-task DAG: its watcher starts at most one run ahead of the one
+#: running (`lockstep.rules.lag_trigger`), whose task waits in its process for the checkpoint before it, so two
+#: runs are active at once; the claim in S3 keeps their checkpoints apart. Above two, so that Airflow's cached
+#: "at max_active_runs" flag, which its dag-processor can write stale after the scheduler cleared it (the
+#: next run then waits for the next parse: 11 s once in docs/BENCHMARKS-freshness.md's trials), is never set
+#: in steady state; the extra slots only let a manual run wait beside them.
+ONE_AHEAD_MAX_ACTIVE_RUNS = 4
+
+
+def max_active_runs(spec: PipelineSpec) -> int:
+    """1, or for a lag-triggered pipeline with one task per checkpoint `ONE_AHEAD_MAX_ACTIVE_RUNS`."""
+    return ONE_AHEAD_MAX_ACTIVE_RUNS if spec.checkpoints.trigger is not None and spec.checkpoints.one_task else 1
+
+
 def build_dag(spec: PipelineSpec) -> DAG:
     lag = spec.checkpoints.trigger
     with DAG(
@@ -139,7 +156,7 @@ def build_dag(spec: PipelineSpec) -> DAG:
         schedule=schedule_of(spec),
         start_date=START_DATE,
         catchup=False,
-        max_active_runs=1,
+        max_active_runs=max_active_runs(spec),
         description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
         tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
@@ -150,6 +167,7 @@ def build_dag(spec: PipelineSpec) -> DAG:
         if spec.checkpoints.one_task:
             # One process for the three steps; a retry plans again, which recovers this run's checkpoint first.
             LockstepCheckpointOperator(task_id="checkpoint", spec_path=spec.path, retries=3,
+                                       wait_in_flight=IN_FLIGHT_WAIT if lag is not None else None,
                                        retry_delay=timedelta(seconds=5), retry_exponential_backoff=True,
                                        outlets=topic_assets(spec),
                                        doc_md="Recover, claim this checkpoint's ranges, run them in open "

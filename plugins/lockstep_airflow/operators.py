@@ -34,6 +34,10 @@ quiet_clients()  # task logs start with Lockstep's lines, not the clients' conne
 RETURN_KEY = "return_value"
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
+#: How long a lag-triggered checkpoint task waits in its own process for the checkpoint before it, and how often
+#: it looks (`LockstepCheckpointOperator`): the run one ahead starts while the one before is committing.
+IN_FLIGHT_WAIT = timedelta(seconds=60)
+IN_FLIGHT_LOOK_S = 0.2
 
 
 def _arm_failpoints(context: Context) -> None:
@@ -144,8 +148,13 @@ def _lag_trigger_reasons(context: Context) -> list[str]:
     return reasons
 
 
-def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: Pipeline) -> dict[str, Any]:
-    """Recover, then fix and claim the next checkpoint's ranges: the plan task's work (its XCom)."""
+def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: Pipeline,
+               wait_in_flight: timedelta | None = None) -> dict[str, Any]:
+    """Recover, then fix and claim the next checkpoint's ranges: the plan task's work (its XCom).
+
+    ``wait_in_flight``: while another live run's checkpoint is in flight, look again every `IN_FLIGHT_LOOK_S`
+    in this process for this long (the run one ahead of a lag-triggered checkpoint task: it starts while the
+    one before commits), and only then give the slot back to Airflow until `IN_FLIGHT_POKE` has passed."""
     from airflow.sdk.exceptions import AirflowRescheduleException
 
     from lockstep.errors import LockstepError
@@ -157,15 +166,26 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
     for reason in _lag_trigger_reasons(context):
         log.info("%s: started by its lag watcher: %s", spec.name, reason)
     started = time.monotonic()
-    try:
-        result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
-                      max_records=params.get("max_records"), dry_run=dry_run, run_alive=_run_alive(context))
-    except CheckpointInFlight as exc:
-        # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
-        log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
-        raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
-    except (LockstepError, FailpointError) as exc:
-        raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
+    waited = False
+    while True:
+        try:
+            result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
+                          max_records=params.get("max_records"), dry_run=dry_run, run_alive=_run_alive(context))
+            break
+        except CheckpointInFlight as exc:
+            if wait_in_flight is not None and time.monotonic() - started < wait_in_flight.total_seconds():
+                if not waited:
+                    log.info("%s; looking again every %g s for up to %s", exc, IN_FLIGHT_LOOK_S, wait_in_flight)
+                    waited = True
+                time.sleep(IN_FLIGHT_LOOK_S)
+                continue
+            # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
+            log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
+            raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
+        except (LockstepError, FailpointError) as exc:
+            raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
+    if waited:
+        log.info("%s: the checkpoint in flight settled after %.1f s; planning", spec.name, time.monotonic() - started)
     claim = result.claim
     if not dry_run:
         op._link(spec.name, claim.checkpoint_id)
@@ -343,7 +363,15 @@ class LockstepCheckpointOperator(LockstepRunOperator):
     was not is aborted and its ranges replayed), as the next run's plan does after a failed three-task run. The
     plan's XCom is left as the task's return value as soon as the checkpoint is claimed; the commit's fields are
     added when it completes.
+
+    ``wait_in_flight``: a lag-triggered pipeline's next run starts while the one before is still committing
+    (its watcher fires one run ahead, and the DAG lets two runs be active): the task starts its process, then
+    its plan waits here for that checkpoint to settle and claims the next one at once.
     """
+
+    def __init__(self, *, spec_path: str, wait_in_flight: timedelta | None = None, **kwargs: Any) -> None:
+        super().__init__(spec_path=spec_path, **kwargs)
+        self.wait_in_flight = wait_in_flight
 
     ui_color = "#eef0fb"
 
@@ -354,7 +382,7 @@ class LockstepCheckpointOperator(LockstepRunOperator):
         _arm_failpoints(context)
         spec = load_spec(self.spec_path)
         p = Pipeline.open(spec)
-        planned = _plan_step(self, context, spec, p)
+        planned = _plan_step(self, context, spec, p, self.wait_in_flight)
         context["ti"].xcom_push(key=RETURN_KEY, value=planned)
         if planned["dry_run"]:
             return planned

@@ -68,3 +68,37 @@ def test_a_retry_of_the_one_task_recovers_what_its_failed_try_left(client, pipel
     assert open_transactions(pipeline) == []
     report = verify(pipeline, "--since-checkpoint", str(before + 1))
     assert report["ok"] and report["lost"] == report["duplicated"] == 0, report
+
+
+def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in_flight(airflow, bootstrap):
+    """A lag-triggered one-task DAG lets a second run start while one runs (its watcher fires one run ahead):
+    that run's plan waits in its own process for the checkpoint in flight and then claims the next one, so the
+    runs overlap and their checkpoints do not. Two manual runs, the second started while the first's task is
+    running, show it without depending on when the watcher looks."""
+    from .conftest import wait_for
+    from .test_lag_trigger_dag import _settled
+
+    p = airflow.new_pipeline(bootstrap, "ahead")
+    p.rewrite(checkpoints={"schedule": None, "tasks": "one",
+                           "trigger": {"lag_records": 1_000_000_000, "max_wait": "1h", "poll_interval": 1}})
+    dag_id = p.spec().dag_id
+    client = airflow.client_for(dag_id)
+    _settled(client, dag_id, 1)  # the watcher's first checkpoint, which finds where to start
+    produce_orders(p, 20_000)
+    first = client.trigger(dag_id)
+    wait_for(lambda: client.task_instances(dag_id, first).get("checkpoint", {}).get("state") == "running",
+             "the first run's task running", timeout=120, interval=0.2)
+    second = client.trigger(dag_id)
+    assert client.wait_for_run(dag_id, first, timeout=300) == "success", explain(client, dag_id, first)
+    assert client.wait_for_run(dag_id, second, timeout=300) == "success", explain(client, dag_id, second)
+    s = store(p)
+    a = next(v for v in map(s.view, s.checkpoint_ids()) if v.claim.run_id == first)
+    b = next(v for v in map(s.view, s.checkpoint_ids()) if v.claim.run_id == second)
+    assert a.prepared.records_in == 20_000 and b.checkpoint_id == a.checkpoint_id + 1
+    log = client.task_log(dag_id, second, "checkpoint")
+    assert f"checkpoint {a.checkpoint_id} is still in flight: its run {first} is still running" in log, log[-3000:]
+    assert "the checkpoint in flight settled after" in log, log[-3000:]
+    assert b.claim.claimed_at >= a.completed.completed_at, (a.completed, b.claim)
+    assert open_transactions(p) == []
+    report = verify(p)
+    assert report["ok"] and (report["lost"], report["duplicated"]) == (0, 0), report

@@ -131,3 +131,32 @@ def test_a_lag_triggered_pipeline_is_scheduled_on_its_watched_asset(tmp_path, mo
     assert kwargs == {"spec_path": str(spec.path), "pipeline": spec.name, "poll_s": 3}
     assert LockstepLagTrigger(**kwargs).serialize() == (classpath, kwargs)
     assert "trigger:lag>=5000" in dag.tags and "**Lag-triggered**" in dag.doc_md and "600 s" in dag.doc_md
+
+
+@pytest.mark.parametrize("trigger", [True, False])
+def test_one_task_per_checkpoint_and_its_run_ahead_room(tmp_path, trigger):
+    """checkpoints.tasks: one builds a DAG of the single checkpoint task with the sink Assets as its outlets. A
+    lag-triggered one lets its next run start while one commits (room for 4 active runs; the task waits in its
+    process for the checkpoint in flight); a cron one stays at one run at a time and does not wait in-process."""
+    import yaml
+
+    from lockstep.spec import load_specs
+
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from lockstep_airflow.dag_factory import ONE_AHEAD_MAX_ACTIVE_RUNS, build_dag
+    from lockstep_airflow.operators import IN_FLIGHT_WAIT, LockstepCheckpointOperator
+
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    doc["checkpoints"]["tasks"] = "one"
+    if trigger:
+        doc["checkpoints"].pop("schedule", None)
+        doc["checkpoints"]["trigger"] = {"lag_records": 1, "poll_interval": 1}
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(doc))
+    [spec] = load_specs(tmp_path)
+    dag = build_dag(spec)
+    [task] = dag.tasks
+    assert task.task_id == "checkpoint" and isinstance(task, LockstepCheckpointOperator)
+    assert {a.extra["role"] for a in task.outlets} == {"sink", "dead letters"}
+    assert dag.max_active_runs == (ONE_AHEAD_MAX_ACTIVE_RUNS if trigger else 1)
+    assert task.wait_in_flight == (IN_FLIGHT_WAIT if trigger else None)
+    assert "in one task (`checkpoints.tasks: one`)" in dag.doc_md

@@ -13,10 +13,12 @@ until a newer checkpoint has been claimed.
 
 **One run ahead.** While a checkpoint is in flight, records that arrived after its plan fixed its ranges
 are unread; once they reach ``lag_records`` the watcher fires at once instead of waiting for the commit.
-Airflow keeps the asset event until the running DAG run ends (``max_active_runs=1``) and then starts the
-next run, so the next checkpoint begins as soon as the last one ends, without a poll and a trigger in
-between. The marker keeps it at one run ahead: the next fire waits until that run has claimed its
-checkpoint. The trickle rule (``max_wait``) and the timers' rule wait for the commit as before.
+With three tasks Airflow keeps the asset event until the running DAG run ends (``max_active_runs=1``) and
+then starts the next run; with one task per checkpoint the next run starts at once and its plan waits in
+its process for the checkpoint in flight (``lockstep_airflow.dag_factory.max_active_runs``). Either way the
+next checkpoint begins as soon as the last one ends, without a poll and a trigger in between. The marker
+keeps it at one run ahead: the next fire waits until that run has claimed its checkpoint. The trickle rule
+(``max_wait``) and the timers' rule wait for the commit as before.
 """
 from __future__ import annotations
 
