@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-joins bench-formats soak soak-submit soak-state up down status clean lock
+.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -166,7 +166,10 @@ demo: setup
 # Lockstep against Spark's own Kafka pipeline and the raw client ceiling, on its own platform;
 # rewrites docs/BENCHMARKS.md (about 30 minutes; `lockstep bench --help` for smaller runs). The first
 # run sets up the Flink SQL and Quix Streams peers in .cache/bench/ (PyPI, Maven Central); --no-peers skips them.
+# First the peers' correctness test (tests/integration/test_bench_peers.py: each peer commits exactly what the shared
+# transform makes of its input), which `make test` skips: a peer that is wrong is not raced.
 bench: setup
+	LOCKSTEP_BENCH_PEERS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_bench_peers.py
 	$(BIN)/lockstep bench --results var/bench/results.json
 
 # What keyed state costs per checkpoint at 100,000, 1,000,000 and 10,000,000 keys (load, apply and write
@@ -198,6 +201,14 @@ bench-joins: setup
 # (about 20 minutes; --formats-records, --repeats in `lockstep bench --help`).
 bench-formats: setup
 	$(BIN)/lockstep bench --formats-only --results var/bench/formats-results.json --report docs/BENCHMARKS-formats.md
+
+# Produce-to-visible latency at steady rates (2k, 20k, 100k records/s, 150 s each): Lockstep through the real Airflow
+# scheduler (a lag-triggered pipeline, connect mode) against Flink SQL (checkpoints every 5 s) and Quix Streams (commit
+# every 5 s), every sink read back record by record, on its own platform; rewrites docs/BENCHMARKS-freshness.md and its
+# plot (about 35 minutes; --freshness-rates, --freshness-seconds in `lockstep bench --help`). The first run sets up the
+# peers in .cache/bench/.
+bench-freshness: setup
+	$(BIN)/lockstep bench --freshness-only --results var/bench/freshness-results.json --report docs/BENCHMARKS-freshness.md
 
 up: setup
 	$(BIN)/lockstep dev up --with airflow

@@ -101,6 +101,26 @@ def statements(bootstrap: str, source: str, sink: str, ends: Mapping[int, int], 
              counts_table(counts_path)], [insert_sink(), insert_counts()])
 
 
+# ---- the freshness race (lockstep_bench.freshness) ----------------------------------------------------
+def streaming_source_table(bootstrap: str, topic: str, partitions: int, group: str) -> str:
+    """``source_table`` without an end: every partition from offset 0, read as the records arrive."""
+    options = {k: v for k, v in source_options(bootstrap, topic, {p: 0 for p in range(partitions)}, group).items()
+               if not k.startswith("scan.bounded.")}
+    columns = ",\n  ".join(f"`{name}` {SQL_TYPES[kind]}" for name, kind in FIELDS)
+    return (f"CREATE TEMPORARY TABLE src (\n  {columns},\n"
+            "  `src_topic` STRING METADATA FROM 'topic' VIRTUAL,\n"
+            "  `src_partition` INT METADATA FROM 'partition' VIRTUAL,\n"
+            "  `src_offset` BIGINT METADATA FROM 'offset' VIRTUAL\n"
+            f") WITH (\n  {_with(options)}\n)")
+
+
+def streaming_statements(bootstrap: str, source: str, sink: str, partitions: int, transactional_id_prefix: str,
+                         group: str) -> tuple[list[str], str]:
+    """(DDL, the insert): the main race's transform over an unbounded source."""
+    return ([streaming_source_table(bootstrap, source, partitions, group),
+             sink_table(bootstrap, sink, transactional_id_prefix)], insert_sink())
+
+
 # ---- the windowed race (lockstep_bench.windowed) ------------------------------------------------------
 def window_source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str,
                         out_of_orderness_s: int) -> str:

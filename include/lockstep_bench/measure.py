@@ -26,6 +26,8 @@ class Run:
     cpu_s: float
     inner: dict[str, Any] = field(default_factory=dict)  # what the helper measured itself
     repeat: int = 0
+    #: its sink read back after the run (``lockstep_bench.sink_check.SinkCheck.to_json``); None: not read
+    sink: dict[str, Any] | None = None
 
     @property
     def records_per_s(self) -> float:
@@ -202,6 +204,8 @@ class Summary:
     cpu_s: float
     stage_records_per_s: float | None = None  # Spark stage alone / the tool's own figure
     spread: float = 0.0  # (max - min) / median of records/s
+    sink_checked: int = 0  # runs whose sink was read back
+    sink_exact: int = 0  # ... and held exactly what it should
 
     @classmethod
     def of(cls, runs: list[Run], stage_key: str | None = None) -> Summary:
@@ -215,4 +219,5 @@ class Summary:
         mid = median(rates)
         return cls(runs[0].pipeline, len(runs), mid, median([r.wall_s for r in runs]),
                    median([r.peak_rss_mb for r in runs]), median([r.cpu_s for r in runs]), stage,
-                   (max(rates) - min(rates)) / mid if mid else 0.0)
+                   (max(rates) - min(rates)) / mid if mid else 0.0,
+                   sum(1 for r in runs if r.sink is not None), sum(1 for r in runs if r.sink and r.sink.get("exact")))

@@ -133,6 +133,23 @@ def quix_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str
     return Command(argv, _env(root / "include"), parse_result)
 
 
+def flink_fresh_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, partitions: int,
+                        checkpoint_s: int) -> Command:
+    """The freshness race's Flink job: unbounded, checkpoints every ``checkpoint_s`` (``lockstep_bench.freshness``)."""
+    argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_fresh_job.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--partitions", str(partitions),
+            "--connector-jar", str(FLINK.jar(cache)), "--parallelism", str(parallelism(partitions)),
+            "--checkpoint-seconds", str(checkpoint_s), "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
+    return Command(argv, _env(root / "include"))
+
+
+def quix_fresh_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, commit_s: float) -> Command:
+    """The freshness race's Quix application: no end offsets, runs until stopped, commits every ``commit_s``."""
+    argv = [str(QUIX.venv_python(cache)), str(root / JOBS / "quix_job.py"), "--bootstrap", bootstrap,
+            "--source", source, "--sink", sink, "--commit-seconds", str(commit_s)]
+    return Command(argv, _env(root / "include"))
+
+
 def flink_window_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int],
                          window_s: int, out_of_orderness_s: int, checkpoint_s: int) -> Command:
     """The windowed race's Flink job (``lockstep_bench.windowed`` says what it runs)."""

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import project_root
-from lockstep_bench import formats_report, joins_report
-from lockstep_bench.measure import median
+from lockstep_bench import formats_report, freshness_report, joins_report
+from lockstep_bench.measure import Summary, median
 from lockstep_bench.png import line_plot
 from lockstep_bench.results import (
     CONSUMER_PERF,
@@ -63,6 +63,15 @@ KEYED_STATE = ("## Keyed state\n\n"
 CHANGES_TEMPLATE = Path("docs") / "benchmarks-making-faster.md"
 
 
+def _sink_cell(m: Summary, name: str) -> str:
+    if name == CONSUMER_PERF:
+        return "no sink"
+    if not m.sink_checked:
+        return "not read (results from before)"
+    text = f"{m.sink_exact} of {m.sink_checked} exact"
+    return text if m.sink_exact == m.sink_checked else f"**{text}**"
+
+
 def _changes(writers: str) -> str:
     """The section's prose with ``{writers}`` replaced by this run's table of the two writers."""
     text = (project_root() / CHANGES_TEMPLATE).read_text()
@@ -98,7 +107,9 @@ def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rere
         "default settings, as `make bench` runs it"
     add(f"Written by `lockstep bench` ({how}) "
         f"on {res.started_at}, in {res.seconds / 60:.1f} minutes. Every figure below comes from that one run on an "
-        "isolated local platform (Kafka broker, S3 server and Spark Connect server started by the benchmark). "
+        "isolated local platform (Kafka broker, S3 server and Spark Connect server started by the benchmark), "
+        "except where a section says otherwise: *Formats*, *Freshness* and *Joins* state their own runs, and *Making Lockstep "
+        "faster* is prose with figures measured by hand while developing (marked there). "
         "The machine is shared and noisy: "
         "absolute figures drift between runs, **ratios measured side by side hold** — competitors are alternated "
         "(A B C D E F, B C D E F A, C D E F A B, …: each round starts one place further, so no competitor "
@@ -131,6 +142,14 @@ def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rere
         "the source topic/partition/offset as headers (Lockstep always writes them, so the others do too).")
     add("- Producers: `linger.ms=20`, `batch.size=1000000`, `compression.type=lz4`, `acks=all` for all competitors "
         "(Lockstep's writer defaults; passed to Spark's Kafka sink and to the raw client).")
+    perf = [r for r in res.main + res.large if r["pipeline"] == PRODUCER_PERF]
+    if perf:
+        producers = sorted({int(r["inner"].get("producers", 1)) for r in perf})
+        add(f"- `kafka-producer-perf-test` runs as {' or '.join(map(str, producers))} processes at once, each with "
+            "its share of the records: as many producers as Lockstep's checkpoint over the same input has "
+            "transactions (one producer each). Its wall time is the first start to the last end, JVM starts "
+            "included; its own figure (_stage alone_, _tool's own figure_) is the records over the slowest tool's "
+            "own elapsed time, its send loop without its JVM start.")
     add(f"- Spark: `spark-submit --master local[*]` ({env.get('cpus', '?')} cores) with the settings of "
         "`lockstep.spark.conf` (driver memory 1g, speculation off) for both Spark-based competitors.")
     add(f"- Repeats: {s['repeats']} per competitor, alternated. records/s = input records / wall time of the whole "
@@ -154,16 +173,19 @@ def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rere
     add(f"## Throughput: Lockstep against Spark's own pipeline{peers_ran} and the client ceiling")
     add("")
     add("| competitor | runs | median records/s | median wall s | stage alone records/s | stage | peak memory MB "
-        "| CPU s | spread |")
-    add("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+        "| CPU s | spread | sink read back |")
+    add("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |")
     for name in (*ORDER, PRODUCER_PERF, CONSUMER_PERF, LOCKSTEP_PYTHON):
         if name in main:
             m = main[name]
             add(f"| {LABELS[name]} | {m.runs} | {_fmt_rate(m.records_per_s)} | {m.wall_s:.1f} | "
                 f"{_fmt_rate(m.stage_records_per_s)} | {STAGE_LABELS[name]} | {m.peak_rss_mb:,.0f} | {m.cpu_s:.0f} | "
-                f"{m.spread:.0%} |")
+                f"{m.spread:.0%} | {_sink_cell(m, name)} |")
     add("")
-    add("_spread_ = (max − min) / median of the end-to-end records/s over the repeats.")
+    add("_spread_ = (max − min) / median of the end-to-end records/s over the repeats. _sink read back_: after each "
+        "run its sink topic was read `read_committed` and every input the transform keeps had to be there once, "
+        "by the source partition and offset each output names, and nothing else (`lockstep_bench.sink_check`); "
+        "the producer perf tool's sink by its count; the consumer perf tool writes none.")
     add("")
     add("### Ratios (Lockstep ÷ competitor, medians of the same run)")
     add("")
@@ -216,7 +238,14 @@ def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rere
     # Measured apart (make bench-formats): its figures, date and commit from the committed page.
     add(formats_report.section(project_root() / formats_report.PAGE))
     add("")
+    # Measured apart (make bench-freshness), as Formats.
+    add(freshness_report.section(project_root() / freshness_report.PAGE))
+    add("")
     add("## Making Lockstep faster")
+    add("")
+    add("> **Measured by hand.** The figures in this section's prose were measured while each change was made, in "
+        "other runs on this machine, and are not from this page's run; they show the pattern that led to the "
+        "change. The table of the two writers in it is from this run.")
     add("")
     add(_changes(_writers(res)))
     if baseline:

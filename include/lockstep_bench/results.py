@@ -37,6 +37,8 @@ STAGE_KEYS = {LOCKSTEP: "spark_seconds", LOCKSTEP_CONNECT: "spark_seconds", LOCK
               PRODUCER_PERF: "tool", CONSUMER_PERF: "tool"}
 #: The fields of a saved run (``Run.to_json()``) that make a ``Run`` again.
 RUN_FIELDS = ("pipeline", "records", "partitions", "wall_s", "peak_rss_mb", "cpu_s", "inner", "repeat")
+#: Fields a saved run may lack (results from before they existed).
+OPTIONAL_RUN_FIELDS = ("sink",)
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Results:
 
 def run_of(doc: dict[str, Any]) -> Run:
     """A saved run read back."""
-    return Run(**{k: doc[k] for k in RUN_FIELDS})
+    return Run(**{k: doc[k] for k in RUN_FIELDS}, **{k: doc[k] for k in OPTIONAL_RUN_FIELDS if k in doc})
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Summary]:

@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import cache_dir, project_root
-from lockstep_bench import formats, history, joins, keyed_state, peers, windowed, workloads
+from lockstep_bench import (
+    formats,
+    freshness,
+    history,
+    joins,
+    keyed_state,
+    peers,
+    sink_check,
+    windowed,
+    workloads,
+)
 from lockstep_bench import pipelines as pl
 from lockstep_bench.measure import Run, RunFailed, execute
 from lockstep_bench.results import (
@@ -88,6 +98,10 @@ class Bench:
         self.platform = platform
         self.bootstrap = platform.kafka.bootstrap
         self.work_dir = work_dir
+        #: per input topic (and whether the transform keeps everything): which input offsets have an output
+        self._want: dict[tuple[str, bool], list[Any]] = {}
+        #: per input topic: the transactions of Lockstep's latest checkpoint over it (the perf tool's producers)
+        self._transactions: dict[str, int] = {}
         # How each competitor's process is made: name -> (workload, ends, sink topic, tag) -> Command.
         # A new competitor is one entry here, one name in ``results`` and its label in ``report``.
         self.commands: dict[str, Any] = {
@@ -102,8 +116,11 @@ class Bench:
                                                                       w.topic, sink, ends),
             QUIX: lambda w, ends, sink, tag: peers.quix_command(cache_dir(), project_root(), self.bootstrap, w.topic,
                                                                 sink, ends),
-            PRODUCER_PERF: lambda w, ends, sink, tag: pl.producer_perf_command(
-                self.bootstrap, sink, w.records, round(w.bytes / w.records), self.work_dir),
+            # As many producers as Lockstep's checkpoint has transactions (each writes with one producer):
+            # the tool's ceiling for the same number of writers.
+            PRODUCER_PERF: lambda w, ends, sink, tag: formats.perf_command(
+                self.bootstrap, sink, w.records, self._producers(w), round(w.bytes / w.records),
+                self.work_dir / f"perf-{tag}"),
             CONSUMER_PERF: lambda w, ends, sink, tag: pl.consumer_perf_command(self.bootstrap, w.topic, w.records,
                                                                                self.work_dir),
         }
@@ -131,14 +148,38 @@ class Bench:
             workloads.create_topic(self.bootstrap, sink, w.partitions)
         try:
             run = execute(name, self.commands[name](w, ends, sink, tag), w.records, w.partitions, repeat=repeat)
+            if name != CONSUMER_PERF:
+                run.sink = self._read_back(name, w, sink).to_json()
         finally:
             if name != CONSUMER_PERF:
                 workloads.delete_topic(self.bootstrap, sink)
         if run.inner.get("records_in", w.records) != w.records:
             raise RunFailed(f"{name} read {run.inner['records_in']} records, expected {w.records}")
+        if name in (LOCKSTEP, LOCKSTEP_CONNECT) and run.inner.get("transactions"):
+            self._transactions[w.topic] = int(run.inner["transactions"])
+        check = run.sink or {}
         log(f"{name:22} {w.label}: {run.wall_s:7.1f} s  {run.records_per_s:10,.0f} rec/s  "
-            f"peak {run.peak_rss_mb:,.0f} MB  cpu {run.cpu_s:.0f} s  {json.dumps(run.inner)}")
+            f"peak {run.peak_rss_mb:,.0f} MB  cpu {run.cpu_s:.0f} s  {json.dumps(run.inner)}"
+            + (f"  sink {sink_check.SinkCheck(**{k: v for k, v in check.items() if k != 'exact'}).summary()}"
+               if check else ""))
+        if check and not check["exact"] and name in (LOCKSTEP, LOCKSTEP_CONNECT, LOCKSTEP_CONNECT_IDENTITY, LOCKSTEP_PYTHON):
+            raise RunFailed(f"{name}'s sink {sink} was not exact: {check}")
         return run
+
+    def _producers(self, w: workloads.Workload) -> int:
+        """Lockstep's transactions over ``w`` as its latest run reported them, else one per partition (its
+        writer's default before any run, ``sink.parallelism: auto`` capped by the partitions)."""
+        return self._transactions.get(w.topic) or w.partitions
+
+    def _read_back(self, name: str, w: workloads.Workload, sink: str) -> sink_check.SinkCheck:
+        """The run's sink against its input (``lockstep_bench.sink_check``): the perf tool's by count."""
+        if name == PRODUCER_PERF:
+            return sink_check.read_back(self.bootstrap, sink, None, count=w.records)
+        keep_all = name == LOCKSTEP_CONNECT_IDENTITY
+        key = (w.topic, keep_all)
+        if key not in self._want:
+            self._want[key] = sink_check.expected(w.records, w.partitions, keep_all=keep_all)
+        return sink_check.read_back(self.bootstrap, sink, self._want[key])
 
     def alternate(self, w: workloads.Workload, names: tuple[str, ...], repeats: int) -> list[Run]:
         """Each round runs every competitor once; round r starts r places further along the list,
@@ -487,6 +528,33 @@ def run_joins_bench(settings: joins.JoinSettings) -> Path:
     return report_path
 
 
+def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
+    """``--freshness-only``: produce-to-visible latency at steady rates, Lockstep through Airflow against Flink SQL
+    and Quix (lockstep_bench.freshness)."""
+    from lockstep_bench import freshness_report
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-freshness-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results = _opening(settings)
+    if set(settings.engines) - {freshness.LOCKSTEP}:
+        results["peers"] = peers.setup_all(log)  # before any measurement: may download
+    results_path = settings.results or (root / "results.json")
+    with isolated_platform(root) as platform:
+        results["environment"] = environment(platform.kafka.bootstrap)
+        race = freshness.FreshnessRace(settings, platform, root, log)
+        results["race"] = race.measure()
+        results["load"]["end"] = os.getloadavg()
+    report_path = _kept(results, settings, results_path, started, freshness_report.write)
+    for line in freshness_report.headline(results):
+        log(line)
+    wrong = [f"{r['engine']} at {r['rate']}/s" for r in results["race"]["runs"]
+             if r["engine"] == freshness.LOCKSTEP and not r.get("exact")]
+    if wrong:
+        raise RunFailed(f"Lockstep's output was not exact (or the run failed): {', '.join(wrong)}")
+    return report_path
+
+
 def run_formats_bench(settings: formats.FormatSettings) -> Path:
     """``--formats-only``: Avro through the Schema Registry against the perf tool (lockstep_bench.formats)."""
     from lockstep_bench import formats_report
@@ -573,6 +641,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     join.add_argument("--joins-flink-join", choices=("temporal", "regular"),
                       help="Flink's join: the event-time temporal join (default) or a regular join on the upsert "
                            "table (the fallback, labeled as such in the report)")
+    fresh = parser.add_argument_group("freshness (--freshness-only: only this, report docs/BENCHMARKS-freshness.md)")
+    fresh.add_argument("--freshness-only", action="store_true",
+                       help="produce at steady rates and time each record from its produce to its visibility to a "
+                            "read_committed consumer: Lockstep through the real Airflow scheduler (lag trigger) "
+                            "against Flink SQL and Quix Streams, every sink read back; nothing else "
+                            "(--partitions applies)")
+    fresh.add_argument("--freshness-rates", type=ints, help="records/s of the loads (default 2000,20000,100000)")
+    fresh.add_argument("--freshness-seconds", type=float, help="each load's length, warm-up included (default 150)")
+    fresh.add_argument("--freshness-warm-up", type=float, help="the first seconds of each load that the latency "
+                                                                 "figures leave out (default 30)")
+    fresh.add_argument("--freshness-tasks", choices=("one", "three"),
+                       help="Lockstep's checkpoints.tasks: one task per checkpoint (default) or plan, run, commit")
+    fresh.add_argument("--freshness-engines", type=lambda text: tuple(x for x in text.split(",") if x),
+                       help="which engines race (default lockstep-airflow,flink-sql,quix-streams)")
     fmt = parser.add_argument_group("formats (--formats-only: only this, report docs/BENCHMARKS-formats.md)")
     fmt.add_argument("--formats-only", action="store_true",
                      help="Avro framed for the Schema Registry through Lockstep (parse, filter, encode), the JSON "
@@ -623,6 +705,15 @@ def joins_settings_from_args(args: argparse.Namespace) -> joins.JoinSettings:
                                  if getattr(args, arg, None) is not None})
 
 
+def freshness_settings_from_args(args: argparse.Namespace) -> freshness.FreshnessSettings:
+    names = {"freshness_rates": "rates", "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
+             "freshness_engines": "engines", "freshness_tasks": "tasks", "partitions": "partitions", "report": "report",
+             "results": "results",
+             "state_dir": "state_dir"}
+    return freshness.FreshnessSettings(**{field: getattr(args, arg) for arg, field in names.items()
+                                          if getattr(args, arg, None) is not None})
+
+
 def formats_settings_from_args(args: argparse.Namespace) -> formats.FormatSettings:
     names = {"formats_records": "records", "formats_parts": "parts", "partitions": "partitions", "repeats": "repeats",
              "report": "report", "results": "results", "state_dir": "state_dir"}
@@ -654,6 +745,14 @@ def _rerender(write: Any, default: Path, report: Path | None, results: Path) -> 
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.freshness_only:
+        if args.from_results:
+            from lockstep_bench import freshness_report
+
+            _rerender(freshness_report.write, freshness.FreshnessSettings().report, args.report, args.from_results)
+        else:
+            run_freshness_bench(freshness_settings_from_args(args))
+        return 0
     if args.formats_only:
         if args.from_results:
             from lockstep_bench import formats_report

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lockstep_bench.results import CONSUMER_PERF
+
 LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 
 
@@ -47,3 +49,10 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
                                                                for mode in ("connect", "submit")}
     assert [p["checkpoints"] for p in doc["history"]] == [10, 100]
     assert not doc.get("airflow")
+    # Every run's sink was read back and held exactly what it should (the consumer perf tool writes none).
+    for run in doc["main"] + doc["sizes"] + doc["partitions"]:
+        if run["pipeline"] == CONSUMER_PERF:
+            assert run.get("sink") is None, run
+        else:
+            assert run["sink"] and run["sink"]["exact"], run
+    assert "| sink read back |" in text and "**" not in text.split("| sink read back |", 1)[1].split("\n\n", 1)[0]

@@ -119,6 +119,6 @@ def test_make_bench_keeps_the_formats_section_and_the_committed_page_has_it(tmp_
     out = tmp_path / "BENCH.md"
     report.write(res, out)
     generated = out.read_text()
-    assert f"{section}\n\n## Making Lockstep faster" in generated
+    assert f"{section}\n\n## Freshness under sustained load" in generated
     assert generated.index("## Keyed state") < generated.index("## Formats")
-    assert f"{section}\n\n## Making Lockstep faster" in (root / "docs" / "BENCHMARKS.md").read_text()
+    assert f"{section}\n\n## Freshness under sustained load" in (root / "docs" / "BENCHMARKS.md").read_text()

@@ -188,10 +188,12 @@ def test_report_compares_lockstep_with_each_peer(tmp_path: Path) -> None:
 
 
 def test_report_without_peers_has_no_peer_rows_or_columns(tmp_path: Path) -> None:
-    # Its links to the windowed race and the join race (measured apart) name them.
+    # Its links to the windowed race, the join race and the freshness race (measured apart) name them.
     before, joins, after = _report(tmp_path, PIPELINES).replace(report.KEYED_STATE, "").partition("## Joins")
     assert joins
-    text = before + after.split("## Formats", 1)[1]
+    formats, fresh, rest = after.split("## Formats", 1)[1].partition("## Freshness under sustained load")
+    assert fresh
+    text = before + formats + rest.split("\n## ", 1)[1]
     assert "Flink SQL" not in text and "Quix" not in text
 
 

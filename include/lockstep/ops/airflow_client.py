@@ -87,6 +87,9 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": True})
+
     def trigger(self, dag_id: str, conf: Mapping[str, object] | None = None) -> str:
         run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
         return str(run["dag_run_id"])

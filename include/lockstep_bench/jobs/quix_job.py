@@ -11,6 +11,10 @@ PYTHONPATH for the header names and the threshold. ``processing_guarantee="exact
 input record and asks the application to stop once every partition reached its end offset; Quix
 finishes the message in hand and commits its last checkpoint on the way out. Prints one
 ``BENCH_RESULT {json}`` line: records in/out and the time from ``run()`` to its return.
+
+Without ``--ends`` (the freshness race, ``lockstep_bench.freshness``) it reads as records arrive, prints
+``BENCH_READY`` before ``run()`` and runs until stopped (SIGTERM, which Quix handles by finishing the message
+in hand and committing its checkpoint). ``--commit-seconds``: Quix's ``commit_interval`` (its default, 5 s).
 """
 from __future__ import annotations
 
@@ -29,9 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--sink", required=True)
-    parser.add_argument("--ends", required=True, help='{"partition": end offset} JSON')
+    parser.add_argument("--ends", help='{"partition": end offset} JSON; none: run until stopped')
+    parser.add_argument("--commit-seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
-    ends = {int(p): int(e) for p, e in json.loads(args.ends).items()}
+    until_stopped = args.ends is None
+    ends = {int(p): int(e) for p, e in json.loads(args.ends or "{}").items()}
 
     from quixstreams import Application, message_context
 
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     app = Application(
         broker_address=args.bootstrap, consumer_group=f"bench-quix-{uuid.uuid4().hex[:8]}", state_dir=state_dir,
         auto_offset_reset="earliest", processing_guarantee="exactly-once", auto_create_topics=False,
-        use_changelog_topics=False, loglevel="WARNING",
+        use_changelog_topics=False, loglevel="WARNING", commit_interval=args.commit_seconds,
         producer_extra_config={"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4", "acks": "all"})
     source = app.topic(args.source, value_deserializer="json")
     sink = app.topic(args.sink, value_serializer="json")
@@ -53,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def count_in(_value: dict[str, Any]) -> None:
         counts["in"] += 1
+        if until_stopped:
+            return
         ctx = message_context()
         if ctx.offset + 1 >= remaining.get(ctx.partition, 0):
             remaining.pop(ctx.partition, None)
@@ -76,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     sdf = sdf.set_headers(headers)
     sdf.to_topic(sink)
     run_started = time.monotonic()
-    if remaining:
+    if until_stopped:
+        print("BENCH_READY " + json.dumps({"session_seconds": round(run_started - started, 3)}), flush=True)
+        app.run()
+    elif remaining:
         app.run()
     job_seconds = time.monotonic() - run_started
     shutil.rmtree(state_dir, ignore_errors=True)

@@ -1,0 +1,388 @@
+"""``lockstep bench --freshness-only`` (``make bench-freshness``): how long after a record is produced its result
+is visible to a ``read_committed`` consumer, at a steady rate, for Lockstep through the real Airflow scheduler and
+for Flink SQL and Quix Streams on the same input.
+
+The work, the same for every engine: the main race's transform (``lockstep_examples.bench``: parse, keep
+``amount >= 30``, add ``amount_cents``, the source topic/partition/offset as headers) from a fresh 8-partition
+topic to a fresh sink topic, exactly once.
+
+* **Load** (``freshness_load.produce``): a producer process sends the benchmark's orders at a fixed rate for the
+  run's seconds, the first ``warm_up_s`` of them uncounted in the latency (every engine's first seconds: a JVM's
+  JIT, a first Spark job, Quix's first assignment) but checked like the rest.
+* **Visibility** (``freshness_load.watch``): a watcher process reads the sink ``read_committed`` and notes when
+  each record became visible; ``freshness_figures`` turns that and the producer's tick table into latencies,
+  checks that every kept record arrived once and nothing else did, and says whether the engine sustained the
+  rate (its lag did not grow, everything arrived within ``settle_s`` of the load's end).
+* **Lockstep**: a lag-triggered pipeline (``checkpoints.trigger``: ``lag_records: 1``, ``poll_interval: 1s``) in
+  connect mode, as a user would schedule it, through ``airflow standalone`` (scheduler, triggerer, dag-processor,
+  api-server): the watcher fires, Airflow starts a DAG run, the run's tasks plan, run and commit. Its CPU is that
+  of the Airflow processes (task processes included) and the Spark Connect server.
+* **Flink SQL**: the same statements as the main race over an unbounded source in streaming mode,
+  ``sink.delivery-guarantee = exactly-once``, checkpoints every ``peer_checkpoint_s`` seconds, each of which
+  commits the sink's transactions (``jobs/flink_fresh_job.py``).
+* **Quix Streams**: the main race's application, ``processing_guarantee="exactly-once"``,
+  ``commit_interval = peer_checkpoint_s`` (``jobs/quix_job.py`` without end offsets).
+
+The engines take turns at each rate, each round starting one place further, each on its own topics.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from array import array
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockstep.paths import cache_dir, project_root
+from lockstep_bench import freshness_figures, freshness_load, peers, workloads
+
+if TYPE_CHECKING:
+    from lockstep.ops.airflow_client import AirflowClient
+    from lockstep_dev.platform import Platform
+
+LOCKSTEP, FLINK, QUIX = "lockstep-airflow", "flink-sql", "quix-streams"
+#: The step lines of a Lockstep task log (``lockstep_airflow.operators``) and the seconds each reports.
+STEP_LINES = {"plan": re.compile(r"checkpoint \d+: planned \d+ records from .* in ([0-9.]+) s"),
+              "run": re.compile(r"checkpoint \d+: run step finished in ([0-9.]+) s"),
+              "commit": re.compile(r"checkpoint \d+: completed in ([0-9.]+) s")}
+#: How many of a run's later DAG runs have their task logs read for ``STEP_LINES``.
+STEP_LOGS = 8
+ENGINES = (LOCKSTEP, FLINK, QUIX)
+LABELS = {LOCKSTEP: "Lockstep through Airflow (lag trigger, connect mode)",
+          FLINK: "Flink SQL exactly-once (checkpoints every 5 s)",
+          QUIX: "Quix Streams exactly-once (commit every 5 s)"}
+
+
+@dataclass
+class FreshnessSettings:
+    rates: tuple[int, ...] = (2_000, 20_000, 100_000)
+    #: the load's length, warm-up included
+    seconds: float = 150.0
+    warm_up_s: float = 30.0
+    partitions: int = 8
+    #: how long after the load every record must have arrived
+    settle_s: float = 120.0
+    engines: tuple[str, ...] = ENGINES
+    #: Flink's checkpoint interval and Quix's commit interval
+    peer_checkpoint_s: int = 5
+    #: Lockstep's ``checkpoints.trigger.poll_interval``
+    poll_s: int = 1
+    #: Lockstep's ``checkpoints.tasks``: one task per checkpoint, the setting for freshness
+    tasks: str = "one"
+    state_dir: Path | None = None
+    results: Path | None = None
+    report: Path = Path("docs/BENCHMARKS-freshness.md")
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+def cpu_seconds(roots: tuple[int, ...]) -> float:
+    """User + system seconds of the processes under ``roots``, their reaped children included."""
+    import psutil
+
+    total = 0.0
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                continue
+    return total
+
+
+def _pause_quietly(client: AirflowClient, dag_id: str) -> None:
+    from lockstep.ops.airflow_client import AirflowError
+
+    for attempt in range(6):
+        try:
+            client.pause(dag_id)
+            return
+        except AirflowError:
+            time.sleep(2 * (attempt + 1))
+
+
+class FreshnessRace:
+    def __init__(self, settings: FreshnessSettings, platform: Platform, work_dir: Path,
+                 log: Callable[[str], None]) -> None:
+        self.s = settings
+        self.platform = platform
+        self.bootstrap = platform.kafka.bootstrap
+        self.work_dir = work_dir
+        self.log = log
+        self.kept: Any = None  # numpy uint8 array: the transform keeps pool record i
+        self.client: AirflowClient | None = None
+        self.specs: dict[int, Path] = {}
+        self.topics: dict[tuple[str, int], tuple[str, str]] = {}
+
+    # ---- set-up ---------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Every run's topics, and Lockstep's specs before Airflow starts (its DAG file reads the folder)."""
+        import numpy as np
+
+        from lockstep_examples.bench import transform_value
+
+        pool = freshness_load._pool(0)
+        self.kept = np.frombuffer(bytes(1 if transform_value(v) is not None else 0 for v in pool), dtype=np.uint8)
+        folder = self.work_dir / "freshness-specs"
+        for rate in self.s.rates:
+            for engine in self.s.engines:
+                name = f"fresh-{engine.split('-')[0]}-{rate}-{uuid.uuid4().hex[:6]}"
+                source, sink = f"{name}-in", f"{name}-out"
+                workloads.create_topic(self.bootstrap, source, self.s.partitions)
+                workloads.create_topic(self.bootstrap, sink, self.s.partitions)
+                workloads.create_topic(self.bootstrap, f"{sink}-dlq", 1)
+                self.topics[(engine, rate)] = (source, sink)
+                if engine == LOCKSTEP:
+                    self.specs[rate] = workloads.write_spec(
+                        folder, name, source, sink, max_records=max(100_000, rate * 60),
+                        remote=self.platform.spark_connect.url, retain=5,
+                        trigger={"lag_records": 1, "poll_interval": f"{self.s.poll_s}s"}, tasks=self.s.tasks)
+        if LOCKSTEP in self.s.engines:
+            os.environ["LOCKSTEP_PIPELINES_DIR"] = str(folder)
+            self.log("starting airflow standalone for Lockstep's lag-triggered pipelines")
+            started = time.monotonic()
+            self.platform.up(with_airflow=True, out=sys.stderr)
+            from lockstep.ops.airflow_client import AirflowClient
+
+            self.client = AirflowClient(self.platform.airflow.url, "admin", self.platform.airflow.admin_password() or "")
+            from lockstep.spec import load_spec
+
+            for path in self.specs.values():
+                self.client.wait_for_dag(load_spec(path).dag_id)
+            self.log(f"airflow ready after {time.monotonic() - started:.0f} s")
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.platform.stop("airflow", out=sys.stderr)
+            os.environ.pop("LOCKSTEP_PIPELINES_DIR", None)
+
+    # ---- engines --------------------------------------------------------------------------------------
+    @contextmanager
+    def _lockstep(self, rate: int) -> Iterator[tuple[int, ...]]:
+        from lockstep.spec import load_spec
+
+        assert self.client is not None
+        dag_id = load_spec(self.specs[rate]).dag_id
+        self.client.unpause(dag_id)
+        deadline = time.monotonic() + 300
+        while not any(r["state"] == "success" for r in self.client.dag_runs(dag_id)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{dag_id}: no DAG run succeeded within 300 s of unpausing it")
+            time.sleep(1)
+        try:
+            yield (self.platform.state.pids["airflow"], self.platform.state.pids["spark-connect"])
+        finally:
+            _pause_quietly(self.client, dag_id)
+            deadline = time.monotonic() + 120
+            while any(r["state"] in ("running", "queued") for r in self.client.dag_runs(dag_id)) and \
+                    time.monotonic() < deadline:
+                time.sleep(1)
+
+    @contextmanager
+    def _peer(self, engine: str, rate: int) -> Iterator[tuple[int, ...]]:
+        source, sink = self.topics[(engine, rate)]
+        root = project_root()
+        if engine == FLINK:
+            cmd = peers.flink_fresh_command(cache_dir(), root, self.bootstrap, source, sink, self.s.partitions,
+                                            self.s.peer_checkpoint_s)
+        else:
+            cmd = peers.quix_fresh_command(cache_dir(), root, self.bootstrap, source, sink, self.s.peer_checkpoint_s)
+        out_path = self.work_dir / f"{engine}-{rate}.log"
+        with out_path.open("w") as out:
+            proc = subprocess.Popen(cmd.argv, env=cmd.env, stdout=subprocess.PIPE, stderr=out, text=True,
+                                    start_new_session=True)
+            ready = threading.Event()
+            lines: list[str] = []
+
+            def pump() -> None:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    lines.append(line)
+                    if line.startswith("BENCH_READY"):
+                        ready.set()
+
+            threading.Thread(target=pump, daemon=True).start()
+            try:
+                deadline = time.monotonic() + 180
+                while not ready.wait(0.5):
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{engine} did not start (see {out_path}): {''.join(lines)[-2000:]}")
+                yield (proc.pid,)
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(60)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait(10)
+
+    # ---- one run --------------------------------------------------------------------------------------
+    def run(self, engine: str, rate: int) -> dict[str, Any]:
+        import numpy as np
+
+        source, sink = self.topics[(engine, rate)]
+        folder = self.work_dir / f"{engine}-{rate}"
+        folder.mkdir(parents=True, exist_ok=True)
+        py = sys.executable
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project_root() / "include"),
+                                                                          os.environ.get("PYTHONPATH")]))}
+        engine_cm = self._lockstep(rate) if engine == LOCKSTEP else self._peer(engine, rate)
+        with engine_cm as roots:
+            watcher = subprocess.Popen([py, "-m", "lockstep_bench.freshness_load", "watch", "--bootstrap",
+                                        self.bootstrap, "--topic", sink, "--partitions", str(self.s.partitions),
+                                        "--folder", str(folder)], env=env)
+            cpu_before = cpu_seconds(roots)
+            wall_started = time.monotonic()
+            producer = subprocess.run([py, "-m", "lockstep_bench.freshness_load", "produce", "--bootstrap",
+                                       self.bootstrap, "--topic", source, "--partitions", str(self.s.partitions),
+                                       "--rate", str(rate), "--seconds", str(self.s.seconds), "--out",
+                                       str(folder / "ticks.json")], env=env, check=False)
+            if producer.returncode:
+                watcher.kill()
+                raise RuntimeError(f"the load of {engine} at {rate}/s failed (exit {producer.returncode})")
+            ticks_doc = json.loads((folder / "ticks.json").read_text())
+            want = self._expected(ticks_doc["ends"])
+            deadline = time.monotonic() + self.s.settle_s
+            progress: dict[str, int] = {}
+            while time.monotonic() < deadline:
+                try:
+                    progress = json.loads((folder / "progress.json").read_text())
+                except (OSError, ValueError):
+                    progress = {}
+                if progress.get("seen", 0) >= want:
+                    break
+                time.sleep(0.5)
+            time.sleep(1.0)  # a duplicate written after the last expected record would arrive now
+            cpu = cpu_seconds(roots) - cpu_before
+            wall = time.monotonic() - wall_started
+            (folder / "stop").write_text("")
+            watcher.wait(120)
+        counts = json.loads((folder / "watch.json").read_text())
+        seen = []
+        for p in range(self.s.partitions):
+            a = array("d")
+            path = folder / f"seen-{p}.bin"
+            a.frombytes(path.read_bytes())
+            seen.append(np.frombuffer(a, dtype=np.float64))
+        ticks = freshness_figures.Ticks.from_json(ticks_doc)
+        assert self.kept is not None
+        figs = freshness_figures.figures(ticks, seen, self.kept, freshness_load.POOL, self.s.warm_up_s)
+        exact = figs["exact"] and not counts["duplicates"] and not counts["wrong"] and not counts["no_headers"]
+        row = {"engine": engine, "rate": rate, "records": ticks_doc["records"], "sent_s": ticks_doc["sent_s"],
+               "achieved_rate": round(ticks_doc["records"] / max(ticks_doc["sent_s"], 1e-9)),
+               "slowest_tick_s": ticks_doc["slowest_tick_s"], "watch": counts, **figs,
+               "exact": exact, "sustained": figs["sustained"] and exact,
+               "cpu_s": round(cpu, 1), "cpu_cores": round(cpu / wall, 2), "wall_s": round(wall, 1)}
+        if engine == LOCKSTEP:
+            row["airflow"] = self._dag_runs(rate, ticks_doc["started"])
+        lat = figs["latency_s"]
+        self.log(f"{engine} at {rate:,}/s: p50 {lat['p50']} s, p99 {lat['p99']} s, max {lat['max']} s; "
+                 f"{figs['found']:,} of {figs['expected']:,} found, {counts['duplicates']} duplicated, "
+                 f"{figs['unexpected']} unexpected, {'exact' if exact else 'NOT EXACT'}; "
+                 f"{'sustained' if row['sustained'] else 'not sustained'}; CPU {row['cpu_cores']} cores")
+        for topic in (source, sink):
+            workloads.delete_topic(self.bootstrap, topic)
+        return row
+
+    def _expected(self, ends: list[int]) -> int:
+        import numpy as np
+
+        assert self.kept is not None
+        total = 0
+        for p, end in enumerate(ends):
+            offsets = np.arange(end, dtype=np.int64)
+            total += int(self.kept[(offsets * self.s.partitions + p) % freshness_load.POOL].sum())
+        return total
+
+    def _dag_runs(self, rate: int, load_started: float) -> dict[str, Any]:
+        """The DAG runs during the load: how many, how long each took, and its tasks' own time."""
+        from datetime import datetime
+
+        from lockstep.spec import load_spec
+
+        assert self.client is not None
+        dag_id = load_spec(self.specs[rate]).dag_id
+
+        def ts(text: str | None) -> float | None:
+            return datetime.fromisoformat(text).timestamp() if text else None
+
+        runs: list[dict[str, Any]] = []
+        for r in self.client.dag_runs(dag_id):
+            start, end = ts(r.get("start_date")), ts(r.get("end_date"))
+            if start is None or end is None or start < load_started or r.get("state") != "success":
+                continue
+            tasks = self.client.task_instances(dag_id, r["dag_run_id"])
+            per_task = {t: round((ts(ti.get("end_date")) or 0) - (ts(ti.get("start_date")) or 0), 2)
+                        for t, ti in tasks.items()}
+            queued = ts(r.get("queued_at")) or start
+            runs.append({"run_id": r["dag_run_id"], "queued_at": queued, "start": start, "end": end,
+                         "wall_s": round(end - queued, 2), "tasks_s": per_task})
+        runs.sort(key=lambda r: r["start"])
+        # From one run's end to the next run's start: with the watcher one run ahead the next run is queued
+        # before this one ends, so what is left is Airflow starting it.
+        gaps = [b["start"] - a["end"] for a, b in zip(runs, runs[1:], strict=False)]
+        steps: dict[str, list[float]] = {}
+        for r in runs[len(runs) // 2:][:STEP_LOGS]:  # the later runs: past the warm-up
+            for task in r["tasks_s"]:
+                text = self.client.task_log(dag_id, r["run_id"], task)
+                for step, pattern in STEP_LINES.items():
+                    if (m := pattern.search(text)) is not None:
+                        steps.setdefault(step, []).append(float(m.group(1)))
+
+        def med(values: list[float]) -> float | None:
+            return round(sorted(values)[len(values) // 2], 2) if values else None
+
+        return {"runs": len(runs), "median_run_s": med([r["end"] - r["start"] for r in runs]),
+                "median_queued_s": med([r["wall_s"] for r in runs]),
+                "median_gap_s": med(gaps),
+                "median_task_s": {t: med([r["tasks_s"].get(t, 0.0) for r in runs]) for t in
+                                  (runs[0]["tasks_s"] if runs else {})},
+                "median_step_s": {k: med(v) for k, v in steps.items()}}
+
+    def measure(self) -> dict[str, Any]:
+        rows = []
+        self.prepare()
+        try:
+            turn = 0
+            for rate in self.s.rates:
+                order = list(self.s.engines[turn % len(self.s.engines):]) + list(self.s.engines[:turn % len(self.s.engines)])
+                turn += 1
+                for engine in order:
+                    self.log(f"freshness: {engine} at {rate:,} records/s for {self.s.seconds:.0f} s")
+                    try:
+                        rows.append(self.run(engine, rate))
+                    except Exception as exc:  # noqa: BLE001 - one engine's failure is a row, not the end
+                        self.log(f"freshness: {engine} at {rate:,}/s failed: {exc}")
+                        rows.append({"engine": engine, "rate": rate, "error": str(exc)[:2000]})
+        finally:
+            self.close()
+        return {"settings": self.s.to_json(), "runs": rows}
+
+
+def highest_sustained(rows: list[dict[str, Any]], engine: str) -> int | None:
+    rates = [r["rate"] for r in rows if r.get("engine") == engine and r.get("sustained")]
+    return max(rates) if rates else None
+
+
+__all__ = ["ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "FreshnessRace", "FreshnessSettings", "cpu_seconds",
+           "highest_sustained"]

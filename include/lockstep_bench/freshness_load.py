@@ -1,0 +1,204 @@
+"""The freshness benchmark's two helper processes: a producer at a fixed rate and a sink watcher.
+
+    python -m lockstep_bench.freshness_load produce --bootstrap B --topic T --partitions 8 --rate 20000 \
+        --seconds 120 --out ticks.json
+    python -m lockstep_bench.freshness_load watch --bootstrap B --topic T-out --partitions 8 --folder DIR
+
+Each runs in a process of its own, so neither shares a GIL with the other or with an engine's Python.
+
+**produce** sends the benchmark's orders (``lockstep_dev.datagen.order`` with padding, from a pool of
+`POOL` so no JSON is built while producing) at ``rate`` records/s for ``seconds``: every `TICK_S` it sends what
+the clock says is due, round-robin over the partitions with an explicit partition, so the record at offset
+``o`` of partition ``p`` is ``pool[(o * partitions + p) % POOL]`` (`pool_index`) and which records an engine
+keeps is known without reading the input back. It is the topic's only, idempotent writer, so the offsets of
+one partition follow the order of the sends; it writes a tick table (the time of each tick and how many records
+each partition had been sent by its end) that dates every record (`lockstep_bench.freshness_figures`).
+
+**watch** reads the sink with ``isolation.level=read_committed``, as a downstream consumer would, and records
+when each output record became visible, by the source partition and offset every engine writes as headers
+(``lockstep.model.output_contract``). A record seen twice is counted as a duplicate; a record whose source
+offset should have been filtered out as unexpected. One record in `CHECK_EVERY` is parsed and compared with the
+benchmark transform's output for its input. It stops when the harness creates ``<folder>/stop`` and leaves the
+visibility times in ``<folder>/seen-<partition>.bin`` (native doubles, NaN for offsets not seen) and its
+counts in ``<folder>/watch.json``; ``<folder>/progress.json`` says how many it has seen, every half second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from array import array
+from pathlib import Path
+
+#: Orders generated once per producer; a record's value is ``pool[pool_index(...)]``.
+POOL = 60_000
+#: How often the producer sends what is due.
+TICK_S = 0.005
+#: One visible record in this many is parsed and compared with what the transform makes of its input.
+CHECK_EVERY = 97
+#: The watcher's fetch wait: a read_committed consumer that waited librdkafka's default 500 ms for more data
+#: would add up to half a second to every engine's figure.
+FETCH_WAIT_MS = 5
+
+
+def pool_index(partition: int, offset: int, partitions: int) -> int:
+    return (offset * partitions + partition) % POOL
+
+
+def _pool(pad: int) -> list[bytes]:
+    from lockstep_bench.workloads import PAD
+    from lockstep_dev.datagen import order
+
+    return [order(i, pad=pad or PAD) for i in range(POOL)]
+
+
+def kept_mask(pad: int = 0) -> bytes:
+    """``mask[i]`` is 1 when the benchmark transform keeps ``pool[i]`` (its amount is at least the threshold)."""
+    from lockstep_examples.bench import MIN_AMOUNT
+
+    return bytes(1 if json.loads(v)["amount"] >= MIN_AMOUNT else 0 for v in _pool(pad))
+
+
+def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out: Path, pad: int = 0) -> int:
+    from confluent_kafka import Producer
+
+    pool = _pool(pad)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000,
+                         "log_level": 3})
+    sent = [0] * partitions
+    total = 0
+    ticks: list[list[float | int]] = []
+    started = time.time()
+    end = started + seconds
+    next_p = 0
+    behind_s = 0.0
+    while True:
+        now = time.time()
+        if now >= end:
+            due = int(rate * seconds)
+        else:
+            due = int(rate * (now - started))
+        if due > total:
+            for _ in range(due - total):
+                p = next_p
+                value = pool[(sent[p] * partitions + p) % POOL]
+                while True:
+                    try:
+                        producer.produce(topic, value, partition=p)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                sent[p] += 1
+                next_p = (p + 1) % partitions
+            total = due
+            ticks.append([now, *sent])
+            behind_s = max(behind_s, time.time() - now)
+        producer.poll(0)
+        if now >= end:
+            break
+        time.sleep(max(0.0, TICK_S - (time.time() - now)))
+    sent_s = time.time() - started
+    remaining = producer.flush(120)
+    if remaining:
+        raise RuntimeError(f"{remaining} records were not delivered to {topic}")
+    out.write_text(json.dumps({"started": started, "rate": rate, "seconds": seconds, "partitions": partitions,
+                               "records": total, "sent_s": round(sent_s, 3), "slowest_tick_s": round(behind_s, 4),
+                               "ends": sent, "ticks": ticks}))
+    return total
+
+
+def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 0) -> dict[str, int]:
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION
+    from lockstep_examples.bench import transform_value
+
+    pool = _pool(pad)
+    mask = bytes(1 if transform_value(v) is not None else 0 for v in pool)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
+    consumer.subscribe([topic])
+    seen = [array("d") for _ in range(partitions)]
+    counts = {"seen": 0, "duplicates": 0, "unexpected": 0, "checked": 0, "wrong": 0, "no_headers": 0}
+    stop = folder / "stop"
+    progress = folder / "progress.json"
+    last_progress = 0.0
+    nan = math.nan
+    try:
+        while True:
+            batch = consumer.consume(num_messages=10_000, timeout=0.05)
+            now = time.time()
+            for msg in batch:
+                if msg.error():
+                    continue
+                p = o = None
+                for key, value in msg.headers() or []:  # type: ignore[str-unpack] # (name, bytes) pairs
+                    if key == SOURCE_PARTITION and value is not None:
+                        p = int(value)
+                    elif key == SOURCE_OFFSET and value is not None:
+                        o = int(value)
+                if p is None or o is None or not 0 <= p < partitions:
+                    counts["no_headers"] += 1
+                    continue
+                row = seen[p]
+                if o >= len(row):
+                    row.extend([nan] * (o + 1 - len(row) + 4096))
+                if row[o] == row[o]:  # not NaN: seen before
+                    counts["duplicates"] += 1
+                    continue
+                row[o] = now
+                counts["seen"] += 1
+                index = (o * partitions + p) % POOL
+                if not mask[index]:
+                    counts["unexpected"] += 1
+                elif o % CHECK_EVERY == 0:
+                    counts["checked"] += 1
+                    if msg.value() != transform_value(pool[index]) and \
+                            json.loads(msg.value() or b"null") != json.loads(transform_value(pool[index]) or b"null"):
+                        counts["wrong"] += 1
+            if now - last_progress >= 0.5:
+                progress.write_text(json.dumps(counts))
+                last_progress = now
+                if stop.exists():
+                    break
+    finally:
+        consumer.close()
+    for p, row in enumerate(seen):
+        with (folder / f"seen-{p}.bin").open("wb") as f:
+            row.tofile(f)
+    (folder / "watch.json").write_text(json.dumps(counts))
+    progress.write_text(json.dumps(counts))
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int, required=True)
+    p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    w = sub.add_parser("watch")
+    w.add_argument("--bootstrap", required=True)
+    w.add_argument("--topic", required=True)
+    w.add_argument("--partitions", type=int, required=True)
+    w.add_argument("--folder", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.what == "produce":
+        produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out)
+    else:
+        watch(args.bootstrap, args.topic, args.partitions, args.folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
