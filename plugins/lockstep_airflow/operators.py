@@ -165,15 +165,16 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
     dry_run = _dry_run(context)
     for reason in _lag_trigger_reasons(context):
         log.info("%s: started by its lag watcher: %s", spec.name, reason)
-    started = time.monotonic()
+    first_look = time.monotonic()
     waited = False
     while True:
+        started = time.monotonic()
         try:
             result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
                           max_records=params.get("max_records"), dry_run=dry_run, run_alive=_run_alive(context))
             break
         except CheckpointInFlight as exc:
-            if wait_in_flight is not None and time.monotonic() - started < wait_in_flight.total_seconds():
+            if wait_in_flight is not None and time.monotonic() - first_look < wait_in_flight.total_seconds():
                 if not waited:
                     log.info("%s; looking again every %g s for up to %s", exc, IN_FLIGHT_LOOK_S, wait_in_flight)
                     waited = True
@@ -185,7 +186,8 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
     if waited:
-        log.info("%s: the checkpoint in flight settled after %.1f s; planning", spec.name, time.monotonic() - started)
+        log.info("%s: the checkpoint in flight settled after %.1f s; planned after it", spec.name,
+                 started - first_look)
     claim = result.claim
     if not dry_run:
         op._link(spec.name, claim.checkpoint_id)
