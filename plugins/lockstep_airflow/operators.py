@@ -154,38 +154,42 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
 
     ``wait_in_flight``: while another live run's checkpoint is in flight, look again every `IN_FLIGHT_LOOK_S`
     in this process for this long (the run one ahead of a lag-triggered checkpoint task: it starts while the
-    one before commits), and only then give the slot back to Airflow until `IN_FLIGHT_POKE` has passed."""
+    one before commits), and only then give the slot back to Airflow until `IN_FLIGHT_POKE` has passed. Two
+    such runs may also plan at the same moment, before either has claimed: the one that loses the claim (the
+    conditional create in S3) waits the same way and plans again after the winner's checkpoint settled."""
     from airflow.sdk.exceptions import AirflowRescheduleException
 
     from lockstep.errors import LockstepError
     from lockstep.model.failpoints import FailpointError
-    from lockstep.steps.coordinator import CheckpointInFlight, plan
+    from lockstep.steps.coordinator import CheckpointAlreadyClaimed, CheckpointInFlight, plan
 
     params = context["params"]
     dry_run = _dry_run(context)
     for reason in _lag_trigger_reasons(context):
         log.info("%s: started by its lag watcher: %s", spec.name, reason)
     first_look = time.monotonic()
-    waited = False
+    told: set[type[Exception]] = set()
     while True:
         started = time.monotonic()
         try:
             result = plan(p, run_id=context["run_id"], restore=params.get("restore_from") or None,
                           max_records=params.get("max_records"), dry_run=dry_run, run_alive=_run_alive(context))
             break
-        except CheckpointInFlight as exc:
+        except (CheckpointInFlight, CheckpointAlreadyClaimed) as exc:
             if wait_in_flight is not None and time.monotonic() - first_look < wait_in_flight.total_seconds():
-                if not waited:
+                if type(exc) not in told:
                     log.info("%s; looking again every %g s for up to %s", exc, IN_FLIGHT_LOOK_S, wait_in_flight)
-                    waited = True
+                    told.add(type(exc))
                 time.sleep(IN_FLIGHT_LOOK_S)
                 continue
+            if isinstance(exc, CheckpointAlreadyClaimed):
+                raise _loud("plan", spec.name, exc.checkpoint_id, exc, context) from exc
             # Backfills are not bounded by max_active_runs: wait for the other run, do not fail.
             log.info("%s; checking again in %s", exc, IN_FLIGHT_POKE)
             raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
-    if waited:
+    if told:
         log.info("%s: the checkpoint in flight settled after %.1f s; planned after it", spec.name,
                  started - first_look)
     claim = result.claim

@@ -12,8 +12,10 @@ from lockstep.steps.pipeline import Pipeline
 from lockstep.steps.plan import Plan, RestorePlan, plan, restore_plan
 from lockstep.steps.recover import CheckpointInFlight, RecoveryFacts, carry_out, check_in_flight, recover, recovery_facts
 from lockstep.steps.run import Stoppable, run_checkpoint
+from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed
 
 __all__ = [
+    "CheckpointAlreadyClaimed",
     "CheckpointInFlight",
     "CommitOutcome",
     "Cycle",
