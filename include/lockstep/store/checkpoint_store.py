@@ -18,7 +18,7 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 __all__ = [
-    "CheckpointStore", "PipelineStore", "S3Client",
+    "CheckpointAlreadyClaimed", "CheckpointStore", "PipelineStore", "S3Client",
 ]
 
 import json
