@@ -137,10 +137,7 @@ class FreshnessRace:
         """Every run's topics, and Lockstep's specs before Airflow starts (its DAG file reads the folder)."""
         import numpy as np
 
-        from lockstep_examples.bench import transform_value
-
-        pool = freshness_load._pool(0)
-        self.kept = np.frombuffer(bytes(1 if transform_value(v) is not None else 0 for v in pool), dtype=np.uint8)
+        self.kept = np.frombuffer(freshness_load.kept_mask(freshness_load._pool(0)), dtype=np.uint8)
         folder = self.work_dir / "freshness-specs"
         for rate in self.s.rates:
             for engine in self.s.engines:

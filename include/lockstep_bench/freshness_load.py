@@ -54,11 +54,12 @@ def _pool(pad: int) -> list[bytes]:
     return [order(i, pad=pad or PAD) for i in range(POOL)]
 
 
-def kept_mask(pad: int = 0) -> bytes:
-    """``mask[i]`` is 1 when the benchmark transform keeps ``pool[i]`` (its amount is at least the threshold)."""
-    from lockstep_examples.bench import MIN_AMOUNT
+def kept_mask(pool: list[bytes]) -> bytes:
+    """``mask[i]`` is 1 when the benchmark transform keeps ``pool[i]``: the watcher's check and the harness's count
+    of what must arrive, one definition."""
+    from lockstep_examples.bench import transform_value
 
-    return bytes(1 if json.loads(v)["amount"] >= MIN_AMOUNT else 0 for v in _pool(pad))
+    return bytes(1 if transform_value(v) is not None else 0 for v in pool)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out: Path, pad: int = 0) -> int:
@@ -119,7 +120,7 @@ def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 
     from lockstep_examples.bench import transform_value
 
     pool = _pool(pad)
-    mask = bytes(1 if transform_value(v) is not None else 0 for v in pool)
+    mask = kept_mask(pool)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
