@@ -83,14 +83,17 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
                    take: Callable[[Any], Any] | None = None, timeout_s: float = 1800) -> tuple[int, list[Any]]:
     """The committed records of ``topic`` from ``starts`` (0 where absent) up to ``ends`` (read_committed):
     how many, and ``take(message)`` of each when given (a count alone keeps nothing: millions of records)."""
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, KafkaError
     from confluent_kafka import TopicPartition as KTP
 
     from lockstep_bench.measure import RunFailed
 
     todo = {p: e for p, e in ends.items() if e > starts.get(p, 0)}
+    # A transactional partition ends with a commit marker, which the consumer's position never passes:
+    # the partition's end-of-file event (its fetch position reached the end) says it is read.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-check-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 3})
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 3,
+                         "enable.partition.eof": True})
     count, taken = 0, []
     deadline = time.monotonic() + timeout_s
     quiet = 0  # consecutive empty polls: the records before a partition's end may all be aborted or markers
@@ -103,7 +106,12 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
             quiet = 0 if batch else quiet + 1
             for msg in batch:
                 offset, partition = msg.offset(), msg.partition()
-                if msg.error() or offset is None or partition is None or offset >= ends.get(partition, 0):
+                if msg.error() is not None:
+                    if (msg.error().code() == KafkaError._PARTITION_EOF and partition in todo
+                            and offset is not None and offset >= todo[partition]):
+                        todo.pop(partition)
+                    continue
+                if offset is None or partition is None or offset >= ends.get(partition, 0):
                     continue
                 count += 1
                 if take is not None:
