@@ -106,8 +106,9 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
             quiet = 0 if batch else quiet + 1
             for msg in batch:
                 offset, partition = msg.offset(), msg.partition()
-                if msg.error() is not None:
-                    if (msg.error().code() == KafkaError._PARTITION_EOF and partition in todo
+                error = msg.error()
+                if error is not None:
+                    if (error.code() == KafkaError._PARTITION_EOF and partition in todo
                             and offset is not None and offset >= todo[partition]):
                         todo.pop(partition)
                     continue
