@@ -619,11 +619,60 @@ def _partitions(add: Any, res: Results) -> None:
     most = max(rows, default=None)
     if base and most and most > 8 and LOCKSTEP_CONNECT in rows[most]:
         ratio = rows[most][LOCKSTEP_CONNECT]["records_per_s"] / base
-        verdict = "met" if ratio >= PARTITION_TARGET else "not met"
-        add(f"- Target: at {most:,} partitions ≥ {PARTITION_TARGET}× the throughput at 8 — {verdict}: {ratio:.2f}×, "
-            f"through {_num(steps.get(most, {}).get('transactions'), 0)} transactions per checkpoint (one per "
-            "partition before `sink.parallelism`).")
+        add(f"- One run each: {most:,} partitions at {ratio:.2f}× the throughput at 8, through "
+            f"{_num(steps.get(most, {}).get('transactions'), 0)} transactions per checkpoint (one per partition "
+            "before `sink.parallelism`). Single runs swing by a third on this machine: the target is judged on the "
+            "alternated rounds below.")
         add("")
+    _partition_pairs(add, res)
+
+
+def partition_rounds(runs: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any], dict[str, Any], float]]:
+    """The alternated pair's rounds: (round, the few-partition run, the many-partition run, many ÷ few in
+    records/s), rounds where both ran, in round order."""
+    by_round: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in runs:
+        by_round.setdefault(int(r["repeat"]), {})[int(r["partitions"])] = r
+    out = []
+    for rnd, by in sorted(by_round.items()):
+        if len(by) == 2:
+            few, many = (by[p] for p in sorted(by))
+            out.append((rnd, few, many, many["records_per_s"] / few["records_per_s"]))
+    return out
+
+
+def _pair_cell(run: dict[str, Any]) -> str:
+    inner = run.get("inner", {})
+    steps = " / ".join(_num(inner.get(k), 2) for k in ("plan_s", "run_s", "commit_s"))
+    exact = (run.get("sink") or {}).get("exact")
+    return (f"{_fmt_rate(run['records_per_s'])} ({run['wall_s']:.1f}) | {steps} | {run['cpu_s']:.0f} | "
+            f"{'exact' if exact else ('NOT exact' if exact is False else '–')}")
+
+
+def _partition_pairs(add: Any, res: Results) -> None:
+    rounds = partition_rounds(res.partition_pairs)
+    if not rounds:
+        return
+    few, many = rounds[0][1]["partitions"], rounds[0][2]["partitions"]
+    add(f"### {few:,} against {many:,} partitions, alternated")
+    add("")
+    add(f"The same {rounds[0][1]['records']:,} records over {few:,} and over {many:,} partitions (the sink topic has "
+        f"as many), {LABELS[LOCKSTEP_CONNECT]}, one checkpoint each: {len(rounds)} rounds, each running both, the "
+        "order swapped every round, after one uncounted run of each. Every sink read back (`read_committed`, record "
+        "by record). CPU: the run's process and the Spark Connect server's.")
+    add("")
+    add(f"| round | {few:,} partitions rec/s (wall s) | plan / run / commit s | CPU s | sink | "
+        f"{many:,} partitions rec/s (wall s) | plan / run / commit s | CPU s | sink | {many:,} ÷ {few:,} |")
+    add("| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |")
+    for rnd, a, b, ratio in rounds:
+        add(f"| {rnd + 1} | {_pair_cell(a)} | {_pair_cell(b)} | {ratio:.2f}× |")
+    add("")
+    ratios = [r[3] for r in rounds]
+    mid = median(ratios)
+    verdict = "met" if mid >= PARTITION_TARGET else "not met"
+    add(f"- Target: at {many:,} partitions ≥ {PARTITION_TARGET}× the throughput at {few:,}, median of the rounds — "
+        f"{verdict}: {mid:.2f}× (rounds {min(ratios):.2f}–{max(ratios):.2f}×).")
+    add("")
 
 
 #: Issue 28's target at the large input: Lockstep at least this share of kafka-producer-perf-test's records/s.

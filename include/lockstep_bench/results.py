@@ -49,6 +49,8 @@ class Results:
     fixed: list[dict[str, Any]] = field(default_factory=list)
     sizes: list[dict[str, Any]] = field(default_factory=list)
     partitions: list[dict[str, Any]] = field(default_factory=list)
+    #: Lockstep (connect mode) over few and many partitions, alternated round by round (``repeat`` the round).
+    partition_pairs: list[dict[str, Any]] = field(default_factory=list)
     #: The large input: Lockstep (connect mode), the raw client and kafka-producer-perf-test on it, alternated.
     large: list[dict[str, Any]] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)

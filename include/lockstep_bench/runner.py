@@ -63,6 +63,9 @@ class Settings:
     sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000, 5_000_000)
     partition_counts: tuple[int, ...] = (1, 8, 64, 256, 1024)
     partition_records: int = 1_000_000
+    #: Few and many partitions, Lockstep alternating between them over ``partition_rounds`` rounds (issue 44).
+    partition_pair: tuple[int, int] = (8, 1024)
+    partition_rounds: int = 3
     #: The large input's records (0: skipped), over ``partitions``.
     large_records: int = 10_000_000
     history: tuple[int, ...] = (10, 1_000, 10_000)
@@ -82,7 +85,8 @@ class Settings:
     @classmethod
     def quick_settings(cls, **overrides: Any) -> Settings:
         base: dict[str, Any] = dict(records=10_000, partitions=4, repeats=1, sizes=(10_000,), partition_counts=(4,),
-                    partition_records=10_000, large_records=0, history=(10, 100), fixed_repeats=1, quick=True,
+                    partition_records=10_000, partition_pair=(2, 8), partition_rounds=1, large_records=0,
+                    history=(10, 100), fixed_repeats=1, quick=True,
                     peers=False, pipelines=3)  # the smoke test stays offline of PyFlink; --peers forces them on
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
@@ -272,6 +276,23 @@ class Bench:
             res.partitions += [{**r.to_json(), "reused": (self.s.partition_records, parts) in reuse} for r in runs
                                if r.pipeline in PARTITION_PIPELINES]
 
+    def partition_pairs(self, res: Results) -> None:
+        """The same ``partition_records`` over few and many partitions, Lockstep (connect mode) alternating
+        between them: each round runs both, the order swapped every round, after one uncounted run of each.
+        A fixed cost per partition shows only side by side, once the few-partition run is fast (issue 44:
+        single runs put it at 1.04×, alternated rounds at 0.52-0.85×)."""
+        few, many = self.s.partition_pair
+        inputs = {p: workloads.make_input(self.bootstrap, self.s.partition_records, p) for p in (few, many)}
+        ends = {p: workloads.end_offsets(self.bootstrap, w.topic) for p, w in inputs.items()}
+        if not self.s.quick:  # the quick run's figures mean nothing: no warm-up
+            took = [f"{p} partitions {self.run_one(LOCKSTEP_CONNECT, inputs[p], ends[p], repeat=-1).wall_s:.1f} s"
+                    for p in (few, many)]
+            res.notes.append(f"warm-up before the alternated partition rounds, not counted: {', '.join(took)}")
+        for r in range(self.s.partition_rounds):
+            for p in ((few, many) if r % 2 == 0 else (many, few)):
+                res.partition_pairs.append(self.run_one(LOCKSTEP_CONNECT, inputs[p], ends[p], repeat=r).to_json())
+        for w in inputs.values():
+            workloads.delete_topic(self.bootstrap, w.topic)
 
     def large_input(self, res: Results) -> None:
         """``large_records`` over ``partitions``: Lockstep in connect mode (with the benchmark transform, and with
@@ -378,6 +399,7 @@ def run_bench(settings: Settings) -> Path:
         main_runs = [run_of(d) for d in res.main]
         bench.fixed_cost(res)
         bench.scaling(res, main, main_runs)
+        bench.partition_pairs(res)
         bench.large_input(res)
         res.load["end"] = os.getloadavg()
         if settings.airflow:  # last: Airflow's own load must not touch the figures above
@@ -585,6 +607,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "(default 10000,100000,1000000,5000000)")
     parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,8,64,256,1024)")
     parser.add_argument("--partition-records", type=int, help="records per partition-scaling point (default 1000000)")
+    parser.add_argument("--partition-pair", type=ints, help="few,many partitions that Lockstep alternates between, "
+                                                            "round by round (default 8,1024)")
+    parser.add_argument("--partition-rounds", type=int, help="rounds of the alternated partition pair (default 3)")
     parser.add_argument("--large-records", type=int, help="records of the large input, run by Lockstep (connect), the "
                                                           "raw client and kafka-producer-perf-test (default 10000000; "
                                                           "0 skips it)")
@@ -672,7 +697,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
-                                                 "partition_records", "large_records", "history", "perf_tools",
+                                                 "partition_records", "partition_pair", "partition_rounds",
+                                                 "large_records", "history", "perf_tools",
                                                  "python_writer", "airflow", "pipelines", "peers", "report", "results",
                                                  "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \

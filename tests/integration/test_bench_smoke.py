@@ -50,7 +50,10 @@ def test_quick_bench_writes_a_complete_report(tmp_path: Path) -> None:
     assert [p["checkpoints"] for p in doc["history"]] == [10, 100]
     assert not doc.get("airflow")
     # Every run's sink was read back and held exactly what it should (the consumer perf tool writes none).
-    for run in doc["main"] + doc["sizes"] + doc["partitions"]:
+    # The alternated partition pair: each round both counts, the order swapped from round to round.
+    assert [(r["repeat"], r["partitions"]) for r in doc["partition_pairs"]] == [(0, 2), (0, 8)]
+    assert "### 2 against 8 partitions, alternated" in text
+    for run in doc["main"] + doc["sizes"] + doc["partitions"] + doc["partition_pairs"]:
         if run["pipeline"] == CONSUMER_PERF:
             assert run.get("sink") is None, run
         else:
