@@ -53,6 +53,10 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
   private InternalRow current;
   private long lastProgressMs = System.currentTimeMillis();
   private long rows;
+  /** Nanoseconds spent in the consumer's polls and in checking which partitions are done: the read's own time. */
+  private long pollNanos;
+  private long finishNanos;
+  private int polls;
 
   RangeGroupReader(Map<String, String> consumerConfig, List<KafkaRangesSource.Range> ranges, boolean headers,
                    long stallTimeoutMs) {
@@ -109,6 +113,7 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
 
   /** Partitions whose position reached their end are done: paused, never fetched again. */
   private void finishReached() {
+    long started = System.nanoTime();
     List<TopicPartition> done = new ArrayList<>();
     for (TopicPartition tp : open) {
       if (consumer.position(tp) >= ends.get(tp)) {
@@ -120,10 +125,13 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
       consumer.pause(done);
       lastProgressMs = System.currentTimeMillis();
     }
+    finishNanos += System.nanoTime() - started;
   }
 
   private void poll() {
+    long started = System.nanoTime();
     try {
+      polls++;
       polled = consumer.poll(POLL);
       if (!polled.isEmpty()) {
         lastProgressMs = System.currentTimeMillis();
@@ -133,10 +141,12 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
       List<String> gone = new ArrayList<>();
       e.offsetOutOfRangePartitions().forEach((tp, offset) ->
           gone.add(tp + " at offset " + offset + " (planned up to " + ends.get(tp) + ")"));
+      pollNanos += System.nanoTime() - started;
       throw new IllegalStateException(
           "the planned ranges of " + String.join(", ", gone) + " are no longer on the broker (retention deleted "
               + "them, or the topic was recreated) [lockstep-kafka-ranges]", e);
     }
+    pollNanos += System.nanoTime() - started;
     long stalled = System.currentTimeMillis() - lastProgressMs;
     if (stalled > stallTimeoutMs) {
       List<String> waiting = new ArrayList<>();
@@ -175,7 +185,9 @@ final class RangeGroupReader implements PartitionReader<InternalRow> {
 
   @Override
   public void close() {
-    LOG.info("read {} records from {} source partitions with one consumer", rows, ranges.size());
+    LOG.info("read {} records from {} source partitions with one consumer: {} polls in {} s, partition ends checked "
+        + "in {} s", rows, ranges.size(), polls, String.format("%.2f", pollNanos / 1e9),
+        String.format("%.2f", finishNanos / 1e9));
     consumer.close(Duration.ofSeconds(1));
   }
 }
