@@ -85,8 +85,9 @@ def tally(want: Sequence[np.ndarray], seen: Sequence[np.ndarray], records: int, 
 
 
 def read_back(bootstrap: str, topic: str, want: Sequence[np.ndarray] | None, count: int | None = None,
-              timeout_s: float = 1800) -> SinkCheck:
-    """Read ``topic`` to its last stable offsets and check it against ``want`` (`expected`), or, with ``want``
+              timeout_s: float = 1800, starts: dict[int, int] | None = None) -> SinkCheck:
+    """Read ``topic`` from ``starts`` (its offsets before the run, when earlier runs wrote to it; the start
+    by default) to its last stable offsets and check it against ``want`` (`expected`), or, with ``want``
     None, its record count against ``count``."""
     from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION
     from lockstep_bench import workloads
@@ -114,7 +115,7 @@ def read_back(bootstrap: str, topic: str, want: Sequence[np.ndarray] | None, cou
         if row[o] < 255:
             row[o] += 1
 
-    n, _ = workloads.read_committed(bootstrap, topic, {}, ends, take=None if want is None else take,
+    n, _ = workloads.read_committed(bootstrap, topic, starts or {}, ends, take=None if want is None else take,
                                     timeout_s=timeout_s)
     if want is None:
         return SinkCheck(records=n, expected=count or 0, by_count=True)

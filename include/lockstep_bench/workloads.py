@@ -52,6 +52,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, 
         time.sleep(0.2)
 
 
+def touch_partitions(bootstrap: str, topic: str, partitions: int) -> None:
+    """One small record into each partition of ``topic``: a sink a pipeline has been writing to has had
+    its first write in every partition, and the broker's cost of a partition's first write (its log's
+    first segment files) is no cost of the runs measured after."""
+    from lockstep_dev.datagen import send
+
+    send(bootstrap, topic, ((b"warm-up", p, None) for p in range(partitions)))
+
+
 def delete_topic(bootstrap: str, topic: str) -> None:
     """Best effort: sink topics of finished runs are deleted to keep the broker's disk small."""
     from confluent_kafka.admin import AdminClient
