@@ -115,13 +115,18 @@ def produce(bootstrap: str, topic: str, indices: list[int], partitions: int,
     send(bootstrap, topic, (placed(n, i) for n, i in enumerate(indices)))
 
 
+#: The restore's checkpoints at the largest size, in the order they run (`StateBench.cold_and_warm`).
+TEMPERATURES = ("cold", "warmed", "warm")
+
+
 class StateBench:
     """The two pipelines of every state size, each checkpoint one process timed by ``measure.execute``."""
 
     def __init__(self, settings: StateSettings, bootstrap: str, remote: str, connect_pid: int, work_dir: Path,
-                 log: Callable[[str], None], restart_connect: Callable[[], int] | None = None) -> None:
-        """``restart_connect``: stops and starts the platform's Spark Connect server, returns its new pid
-        (the cold checkpoint's restart); without it the cold checkpoint only empties the cache."""
+                 log: Callable[[str], None], restart_connect: Callable[[bool], int] | None = None) -> None:
+        """``restart_connect(warm_checkpoints)``: stops and starts the platform's Spark Connect server (with
+        the platform's warm-up checkpoints or without), returns its new pid (the cold checkpoints'
+        restarts); without it the cold checkpoints only empty the cache."""
         self.s = settings
         self.bootstrap = bootstrap
         self.remote = remote
@@ -183,28 +188,30 @@ class StateBench:
                                     for kind in order})
 
     def cold_and_warm(self, size: dict[str, Any], n: int) -> None:
-        """At the largest size: a restore's first checkpoint (cold: the Spark Connect server restarted,
-        a new JVM, and the local cache of decoded state files emptied, as on a new host: every touched
-        group's files downloaded and decoded), then the next checkpoint (warm: the server and the cache
-        as the cold one left them), each over its own records. The server's restart is timed apart
-        from the checkpoint (``server_start_s``)."""
+        """At the largest size, each over its own records: a restore's first checkpoint on a new host
+        (``cold``: the Spark Connect server restarted, a new JVM with its one warm-up query, and the
+        local cache of decoded state files emptied: every touched group's files downloaded and
+        decoded); the same with a server that ran the platform's warm-up checkpoints when it started
+        (``warmed``: `lockstep_dev.warm_checkpoints`, the cache emptied after them); then the next
+        checkpoint (``warm``: the server and the cache as the warmed one left them). The server's
+        restart, warm-up included, is timed apart from the checkpoint (``server_start_s``)."""
         import os
         import shutil
 
         keys = size["keys"]
         cache = os.environ.get("LOCKSTEP_STATE_CACHE")
         runs = {}
-        for i, temperature in enumerate(("cold", "warm")):
+        for i, temperature in enumerate(TEMPERATURES):
             produce(self.bootstrap, size["topic"],
                     checkpoint_indices(keys, self.s.records, self.s.new_keys, n + i, self.s.touched), self.s.partitions)
             restart: dict[str, float] = {}
-            if temperature == "cold":
+            if temperature != "warm":
                 if self.restart_connect is not None:
                     started = time.monotonic()
-                    self.connect_pid = self.restart_connect()
+                    self.connect_pid = self.restart_connect(temperature == "warmed")
                     restart["server_start_s"] = round(time.monotonic() - started, 3)
                     self.log(f"Spark Connect server restarted in {restart['server_start_s']:.1f} s "
-                             f"(pid {self.connect_pid})")
+                             f"(pid {self.connect_pid}{', warm-up checkpoints included' if temperature == 'warmed' else ''})")
                 if cache:
                     shutil.rmtree(cache, ignore_errors=True)
             runs[temperature] = {**self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
@@ -239,7 +246,7 @@ class StateBench:
             largest = max(sizes, key=lambda size: size["keys"])
             self.cold_and_warm(largest, self.s.checkpoints)
             if self.s.flink:  # after every Lockstep checkpoint: the topic then holds what Lockstep's state read
-                self.flink_restore(largest, self.s.checkpoints + 2)
+                self.flink_restore(largest, self.s.checkpoints + len(TEMPERATURES))
             return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
         finally:
             for size in sizes:

@@ -451,11 +451,16 @@ def commit_of(root: Path) -> str:
     return f"{head} with uncommitted changes" if dirty else head
 
 
-def restart_connect(platform: Platform) -> int:
+def restart_connect(platform: Platform, warm_checkpoints: bool = False) -> int:
     """The platform's Spark Connect server stopped and started again, a new JVM (the keyed-state bench's cold
-    checkpoint); returns its pid. ``start`` waits until it serves and runs its one warm-up query."""
+    checkpoints); returns its pid. ``start`` waits until it serves and runs its one warm-up query, and with
+    ``warm_checkpoints`` the platform's warm-up checkpoints (`lockstep_dev.warm_checkpoints`)."""
     platform.stop("spark-connect", out=sys.stderr)
-    platform.start("spark-connect", out=sys.stderr)
+    platform.warm_checkpoints = warm_checkpoints
+    try:
+        platform.start("spark-connect", out=sys.stderr)
+    finally:
+        platform.warm_checkpoints = False
     return int(platform.state.pids["spark-connect"])
 
 
@@ -498,7 +503,7 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
         results["environment"] = environment(platform.kafka.bootstrap)
         bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,
                                        platform.state.pids["spark-connect"], root, log,
-                                       restart_connect=lambda: restart_connect(platform))
+                                       restart_connect=lambda warm: restart_connect(platform, warm))
         results["sizes"] = bench.measure()
         results["load"]["end"] = os.getloadavg()
     if saved_cache is None:

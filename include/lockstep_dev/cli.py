@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="also start this optional service")
     up.add_argument("--no-spark-connect", dest="spark_connect", action="store_false",
                     help="do not start the Spark Connect server (checkpoints in connect mode, the default, need it)")
+    up.add_argument("--warm-checkpoints", action="store_true",
+                    help="warm a Spark Connect server it starts up with a few tiny real checkpoints (stateless, dedup, "
+                         "windows; about 15 s), so that the first checkpoint on it does not pay for a new JVM")
     up.add_argument("--no-registry", dest="registry", action="store_false",
                     help="do not start the Schema Registry (Apicurio; needs Java 21+; pipelines with a "
                          "registry-framed format need it)")
@@ -45,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dev_command == "up":
         ports = {n: getattr(args, f"{n.replace('-', '_')}_port") for n in PORT_NAMES}
         platform = Platform(ports={k: v for k, v in ports.items() if v is not None}, cluster=args.cluster,
-                            free_ports=args.free_ports)
+                            free_ports=args.free_ports, warm_checkpoints=args.warm_checkpoints)
         platform.up(with_airflow="airflow" in args.with_, with_connect=args.spark_connect,
                     with_registry=args.registry)
         print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')

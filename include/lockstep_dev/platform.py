@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO, TypedDict
@@ -77,7 +78,10 @@ class Platform:
     the cluster's master, else ``local[*]``) and Airflow."""
 
     def __init__(self, state_dir: Path | None = None, ports: dict[str, int] | None = None, bucket: str = "lockstep",
-                 cluster: bool | None = None, free_ports: bool = False):
+                 cluster: bool | None = None, free_ports: bool = False, warm_checkpoints: bool = False):
+        """``warm_checkpoints``: a Spark Connect server this platform starts is warmed up with tiny real
+        checkpoints (`lockstep_dev.warm_checkpoints`) before it is reported running."""
+        self.warm_checkpoints = warm_checkpoints
         self.state_dir = (state_dir or dev_state_dir()).resolve()
         self._state_file = self.state_dir / "platform.json"
         self.state = self._load(ports or {}, bucket, cluster, free_ports)
@@ -349,6 +353,15 @@ class Platform:
             procs.wait_until(lambda: connect_svc.is_ready(config), f"Spark Connect server on {config.url}", 120,
                              alive=lambda: self.running("spark-connect"), log_file=self.log_file("spark-connect"))
             connect_svc.warm_up(config)
+            if self.warm_checkpoints:
+                from lockstep.spark.conf import job_environment
+                from lockstep_dev import warm_checkpoints
+
+                began = time.monotonic()
+                done = warm_checkpoints.run(config.url, self.state.bucket,
+                                            job_environment({**os.environ, **self.client_env()}))
+                print(f"spark-connect warmed up by {len(done)} checkpoints in {time.monotonic() - began:.1f} s "
+                      "(" + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in done.items()) + ")", file=out)
         print(f"spark-connect running  {config.url} (master {config.master}; checkpoints in connect mode, the "
               f"default, use it through the spark_connect_default connection)", file=out)
 

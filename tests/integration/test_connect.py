@@ -208,3 +208,25 @@ def test_a_runs_kept_results_stay_in_its_own_session_while_another_session_is_op
             assert other.range(2).count() == 2, "the other session is untouched, and still works"
         finally:
             other.stop()
+
+
+def test_a_servers_warm_up_checkpoints_run_the_checkpoint_path_and_leave_nothing_behind(platform, spark_connect):
+    """`lockstep_dev.warm_checkpoints`, which a platform asked to (`Platform(warm_checkpoints=True)`, the
+    keyed-state benchmark's restore) runs on a Connect server it starts: real checkpoints of each kind,
+    the dedup's second reading its first's state back, then its topics and stores gone."""
+    from confluent_kafka.admin import AdminClient
+
+    from lockstep.spark.conf import job_environment
+    from lockstep_dev import s3, warm_checkpoints
+
+    done = warm_checkpoints.run(spark_connect, platform.state.bucket,
+                                job_environment({**os.environ, **platform.client_env()}))
+    half = warm_checkpoints.RECORDS // 2
+    assert {kind: run["records"] for kind, run in done.items()} == {
+        "stateless": warm_checkpoints.RECORDS, "dedup-1": half, "dedup-2": half, "windows": warm_checkpoints.RECORDS}
+    # The second dedup checkpoint's repeats (half of its records) touched keys the first one's state holds.
+    assert done["dedup-1"]["rows_loaded"] == 0 and done["dedup-2"]["rows_loaded"] == half // 2, done
+    topics = AdminClient({"bootstrap.servers": platform.kafka.bootstrap}).list_topics(timeout=30).topics
+    assert not [t for t in topics if t.startswith("lockstep-warm-up-")]
+    listed = s3.client(platform.s3).list_objects_v2(Bucket=platform.state.bucket, Prefix="lockstep-warm-up-")
+    assert not listed.get("Contents"), listed.get("Contents")

@@ -268,10 +268,16 @@ def test_state_docs_link_to_the_state_report() -> None:
     assert "BENCHMARKS.md#keyed-state" not in (ROOT / "docs" / "state.md").read_text()
 
 
-def _cold_warm(server_start: float | None = 20.0) -> dict:
+def _cold_warm(server_start: float | None = 20.0, warmed: bool = False) -> dict:
+    """A restore's runs: cold and warm (results before the warmed-up server), with ``warmed`` the
+    warmed-up server's cold checkpoint between them."""
     cold, warm = _round(100_000, 1_500_000, 3.0, 14.0, 4.0), _round(100_000, 1_500_000, 0.5, 11.0, 4.0)
     restart = {"server_start_s": server_start, "server_restarted": True} if server_start is not None else {}
-    return {"cold": {**cold[STATEFUL], **restart}, "warm": {**warm[STATEFUL], "server_restarted": False}}
+    runs = {"cold": {**cold[STATEFUL], **restart}}
+    if warmed:
+        run = _round(100_000, 1_500_000, 1.5, 10.0, 4.0)[STATEFUL]
+        runs["warmed"] = {**run, "server_start_s": 35.0, "server_restarted": True}
+    return {**runs, "warm": {**warm[STATEFUL], "server_restarted": False}}
 
 
 def _flink(exact: bool = True) -> dict:
@@ -322,9 +328,12 @@ def test_report_compares_locksteps_cold_and_warm_checkpoints_with_flinks_restore
     flink = section.split("### Against Flink's RocksDB restore of the same state", 1)[1]
     rows = [line for line in flink.splitlines() if line.startswith(("| Lockstep", "| Flink"))]
     # Lockstep: plan + run + commit, then the process plus (cold) the server's restart: 16 + 20 s.
-    assert rows == ["| Lockstep, cold | 10,000 | 14.00 | 36.00 | 1.4 MiB | 28.0 |",
-                    "| Lockstep, warm | 10,000 | 11.00 | 13.00 | 1.4 MiB | 22.0 |",
-                    "| Flink, restore | 10,000 | 12.50 | 25.00 | 2.1 MiB | 30.0 |"], rows
+    # Each beside its ratio to Flink's.
+    assert rows == ["| Lockstep, cold | 10,000 | 14.00 | 1.12× | 36.00 | 1.44× | 1.4 MiB | 28.0 |",
+                    "| Lockstep, warm | 10,000 | 11.00 | 0.88× | 13.00 | 0.52× | 1.4 MiB | 22.0 |",
+                    "| Flink, restore | 10,000 | 12.50 | 1.00× | 25.00 | 1.00× | 2.1 MiB | 30.0 |"], rows
+    # The target's verdict counts restores only: the warm checkpoint's 0.88x is no restore.
+    assert "Lockstep, cold, 1.12× to the first completed checkpoint: **not met**" in flink
     assert "claim mode CLAIM" in flink and "every 1 s" in flink and "parallelism 2" in flink
     assert "130,000 records to a completed checkpoint in 100.0 s from the process start (90.0 s" in flink
     assert "emitted 100,300 orders, one per distinct order id: as many as Lockstep's state holds keys (100,300)" in flink
@@ -333,6 +342,21 @@ def test_report_compares_locksteps_cold_and_warm_checkpoints_with_flinks_restore
         "committed offsets reached the end offsets 33.00 s after the process start" in flink
     assert "100 orders for 100 new keys, exactly the new keys" in flink
     assert keyed_state_report.restore_rows(results["sizes"][1])[2]["with_start_s"] == 25.0
+
+
+def test_report_shows_the_warmed_up_servers_restore_beside_the_cold_one_and_judges_the_best() -> None:
+    results = _results()
+    results["sizes"][1]["cold_warm"] = _cold_warm(warmed=True)
+    results["sizes"][1]["flink"] = _flink()
+    section = _section(results)
+    assert [line.split(" |")[0] for line in section.splitlines() if line.startswith(("| cold", "| warm"))] == \
+        ["| cold", "| cold, server warmed up", "| warm"]
+    assert "| cold, server warmed up | 35.00 | 32 | 100 | 1.50 |" in section
+    assert "ran the platform's warm-up checkpoints" in section
+    flink = section.split("### Against Flink", 1)[1]
+    # 10 s against Flink's 12.5 s; with the server's start (35 s, its warm-up included) and the process: 47 s.
+    assert "| Lockstep, cold, server warmed up | 10,000 | 10.00 | 0.80× | 47.00 | 1.88× |" in flink
+    assert "Lockstep, cold, server warmed up, 0.80× to the first completed checkpoint: **met**" in flink
 
 
 def test_report_says_when_flinks_restore_emitted_held_keys_again() -> None:
@@ -361,7 +385,14 @@ def test_the_cold_checkpoint_runs_on_a_restarted_server_with_an_empty_cache(tmp_
     (cache / "g").mkdir(parents=True)
     monkeypatch.setenv("LOCKSTEP_STATE_CACHE", str(cache))
     seen: list[tuple[str, int, bool]] = []
-    bench = _bench(tmp_path, monkeypatch, restart=lambda: 222)
+    restarts: list[bool] = []
+
+    def restart(warm_checkpoints: bool) -> int:
+        restarts.append(warm_checkpoints)
+        (cache / "from-the-warm-up").mkdir(parents=True)  # the warm-up's checkpoints fill the cache
+        return 221 + len(restarts)
+
+    bench = _bench(tmp_path, monkeypatch, restart=restart)
 
     def checkpoint(kind: str, spec: Path, records: int, label: str, repeat: int = 0) -> dict:
         seen.append((kind, bench.connect_pid, cache.exists()))
@@ -370,9 +401,13 @@ def test_the_cold_checkpoint_runs_on_a_restarted_server_with_an_empty_cache(tmp_
     monkeypatch.setattr(bench, "checkpoint", checkpoint)
     size = {"keys": 20, "topic": "t", "specs": {STATEFUL: Path("a"), STATELESS: Path("b")}}
     bench.cold_and_warm(size, 1)
-    assert seen == [(STATEFUL, 222, False), (STATELESS, 222, False), (STATEFUL, 222, False), (STATELESS, 222, False)]
-    cold, warm = size["cold_warm"]["cold"], size["cold_warm"]["warm"]
+    # A restart with the server's one query, one with its warm-up checkpoints; each emptied the cache after.
+    assert restarts == [False, True]
+    assert seen == [(STATEFUL, 222, False), (STATELESS, 222, False), (STATEFUL, 223, False), (STATELESS, 223, False),
+                    (STATEFUL, 223, False), (STATELESS, 223, False)]
+    cold, warmed, warm = (size["cold_warm"][t] for t in ("cold", "warmed", "warm"))
     assert cold["server_restarted"] and cold["server_start_s"] >= 0
+    assert warmed["server_restarted"] and warmed["server_start_s"] >= 0
     assert not warm["server_restarted"] and "server_start_s" not in warm
 
 
@@ -387,5 +422,5 @@ def test_flinks_restore_runs_after_lockstep_at_the_largest_size_unless_skipped(
     monkeypatch.setattr(bench, "flink_restore", lambda size, n: calls.append(("flink", size["keys"], n)))
     monkeypatch.setattr(workloads, "delete_topic", lambda *a: None)
     bench.measure()
-    # The topic then holds the measured checkpoint's records and the cold and warm ones: 1 + 2.
-    assert calls[-2:] == [("cold_and_warm", 20, 1), ("flink", 20, 3)] if flink else calls[-1] == ("cold_and_warm", 20, 1)
+    # The topic then holds the measured checkpoint's records and the cold, warmed-up and warm ones: 1 + 3.
+    assert calls[-2:] == [("cold_and_warm", 20, 1), ("flink", 20, 4)] if flink else calls[-1] == ("cold_and_warm", 20, 1)

@@ -403,3 +403,51 @@ def test_an_adopted_savepoint_copies_its_state_files_under_the_adopting_pipeline
     # the other pipeline deleting its own files leaves ours intact
     theirs.delete(state.all_files)
     assert all(s3.body(BUCKET, k) for k in adopted.state.all_files)
+
+
+# ---- a restore's reads: every touched group's files at once, each still checked --------------------------
+def _chained_state(files: StateFiles, cid: int, groups: int, chain: int) -> StateManifest:
+    """Checkpoint ``cid``'s state: per group a chain of ``chain`` Parquet files (a base, then deltas), each
+    holding one row that names its group and place, with the digests the manifest records."""
+    import pyarrow as pa
+
+    from lockstep.model.state import GroupState
+    from lockstep.store import state_chain
+
+    named, figures = {}, {}
+    for g in range(groups):
+        keys, digests = [], []
+        for i in range(chain):
+            body = state_chain.parquet(pa.table({"__ls_key": [f"g{g}-f{i}"], "__ls_group": [g]}))
+            key, name = files.put_table(files.key(cid, g, delta=i > 0).replace(".parquet", f"-{i}.parquet"), body)
+            keys.append(key)
+            digests.append(name)
+        named[g] = tuple(keys)
+        figures[g] = GroupState(keys=chain, rows=chain, file_bytes=(1,) * chain, digests=tuple(digests))
+    return StateManifest(operator="dedup", key_groups=groups, written_by=cid, files=named, groups=figures,
+                         columns={"__ls_key": "string", "__ls_group": "int"}, watermark_ms=0, partitions={},
+                         keys=groups * chain)
+
+
+def test_a_restores_groups_are_read_at_once_each_chain_in_its_manifests_order(s3: FakeS3, tmp_path) -> None:
+    from lockstep.store.state_cache import StateCache
+
+    files = StateFiles(s3, BUCKET, ROOT, cache=StateCache(tmp_path / "cache"))
+    manifest = _chained_state(files, 7, groups=6, chain=3)
+    read = files.chains(manifest, [5, 1, 3, 1])
+    assert list(read) == [1, 3, 5]
+    assert {g: [t["__ls_key"][0].as_py() for t in chain] for g, chain in read.items()} == \
+        {g: [f"g{g}-f{i}" for i in range(3)] for g in (1, 3, 5)}
+    # The same as the one-group read, and the whole state's read goes the same way.
+    assert [t.equals(u) for t, u in zip(read[3], files.chain(manifest, 3), strict=True)] == [True] * 3
+    whole = files.read_state(manifest)
+    assert whole is not None and sorted(whole["__ls_key"].to_pylist()) == \
+        sorted(f"g{g}-f{i}" for g in range(6) for i in range(3))
+
+
+def test_a_file_changed_outside_lockstep_fails_the_concurrent_read_too(s3: FakeS3) -> None:
+    files = StateFiles(s3, BUCKET, ROOT, cache=None)
+    manifest = _chained_state(files, 7, groups=4, chain=2)
+    files.put(manifest.files[2][1], b"tampered")
+    with pytest.raises(MetadataError, match="changed outside Lockstep"):
+        files.chains(manifest, range(4))

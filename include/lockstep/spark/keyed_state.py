@@ -319,8 +319,7 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
                    for g in pc.unique(keys[GROUP]).to_pylist()}
         groups = sorted((set(touched) | plan.whole) & set(base.files))
     loaded = Loaded(shape.limit(0))
-    for group in groups:
-        chain = files.chain(base, group)
+    for group, chain in files.chains(base, groups).items():
         loaded.chains[group] = chain
         if not plan.reads_whole(group):
             chain = [state_chain.select(t, touched[group]) for t in chain]

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 RESTORE_WAY_OUT = ("restore the pipeline from a savepoint or an earlier completed checkpoint whose state is intact "
                    "(lockstep run --restore-from <savepoint> or checkpoint:<id>)")
 REKEY_SCHEMA = "lockstep.state.rekey/1"
+#: State files read at once (`StateFiles.chains`): S3 round trips and Parquet decoding overlap.
+READ_THREADS = 8
 
 
 class StateFiles:
@@ -198,10 +200,24 @@ class StateFiles:
 
     def chain(self, manifest: StateManifest, group: int) -> list[pa.Table]:
         """Key group ``group``'s files of ``manifest``, decoded, base first."""
-        keys = manifest.files[group]
-        figures = manifest.groups.get(group)
-        digests = figures.digests if figures is not None and len(figures.digests) == len(keys) else (None,) * len(keys)
-        return [self.table(k, manifest.written_by, d) for k, d in zip(keys, digests, strict=True)]
+        return [self.table(k, manifest.written_by, d) for k, d in _files(manifest, group)]
+
+    def chains(self, manifest: StateManifest, groups: Iterable[int]) -> dict[int, list[pa.Table]]:
+        """The chains of ``groups`` (each as :meth:`chain` reads it), their files read `READ_THREADS` at a
+        time: a restore on a new host downloads and decodes every touched group's files (80 MiB at 10M
+        keys of dedup state), and one at a time that was a request's round trip and a decode each."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        wanted = sorted(set(groups))
+        files = [(group, key, expected) for group in wanted for key, expected in _files(manifest, group)]
+        if len(files) <= 1:
+            return {group: self.chain(manifest, group) for group in wanted}
+        with ThreadPoolExecutor(min(READ_THREADS, len(files)), thread_name_prefix="lockstep-state-read") as pool:
+            tables = list(pool.map(lambda f: self.table(f[1], manifest.written_by, f[2]), files))
+        out: dict[int, list[pa.Table]] = {group: [] for group in wanted}
+        for (group, _, _), table in zip(files, tables, strict=True):
+            out[group].append(table)  # in the manifest's order: base first
+        return out
 
     def read_state(self, manifest: StateManifest, groups: Iterable[int] | None = None) -> pa.Table | None:
         """The state a manifest names, each group's chain merged (every group, or only ``groups``); None
@@ -211,8 +227,9 @@ class StateFiles:
         from lockstep.store import state_chain
 
         tables = []
-        for group in sorted(manifest.files if groups is None else set(groups) & set(manifest.files)):
-            merged = state_chain.merge(self.chain(manifest, group))
+        wanted = manifest.files if groups is None else set(groups) & set(manifest.files)
+        for _, chain in sorted(self.chains(manifest, wanted).items()):
+            merged = state_chain.merge(chain)
             if merged is not None and merged.num_rows:
                 tables.append(merged)
         return pa.concat_tables(tables, promote_options="default") if tables else None
@@ -313,3 +330,12 @@ def unreferenced(keys: Iterable[str], referenced: set[str], checkpoint_of: dict[
         if cid < settled_below or cid in aborted:
             doomed.append(key)
     return sorted(doomed)
+
+
+def _files(manifest: StateManifest, group: int) -> list[tuple[str, str | None]]:
+    """Key group ``group``'s files of ``manifest``, base first, each with the digest the manifest records
+    (None in a state written before digests)."""
+    keys = manifest.files[group]
+    figures = manifest.groups.get(group)
+    digests = figures.digests if figures is not None and len(figures.digests) == len(keys) else (None,) * len(keys)
+    return list(zip(keys, digests, strict=True))

@@ -1,0 +1,166 @@
+"""A new Spark Connect server warmed up through the checkpoint path: tiny real checkpoints, before the first real one.
+
+A server's first checkpoint pays for its new JVM: classes loaded, Spark's generated code compiled, the
+interpreter's hot loops not yet compiled, the Python workers started and the transform's modules
+imported in them. Measured at 1,000,000 keys of dedup state (`make bench-state`'s pipeline, 100,000
+records): 12.7 s for the first checkpoint on a new server, 6.9 s for the next; after a server start
+that ran one small checkpoint of a stateful and of a stateless pipeline first, 8.5 s for the first.
+A query of its own (``spark_connect.warm_up``) warms none of that, so this runs the path itself on
+the platform's own Kafka and S3:
+
+- a stateless pipeline (``lockstep_examples.orders:enrich``),
+- a dedup pipeline (``lockstep_examples.orders:parse``, state keyed by ``order_id``) twice: its first
+  checkpoint writes state, its second reads it back (repeats of held keys beside new ones),
+- a windowed count per customer, as ``include/pipelines/orders_per_customer.yaml``,
+
+each a real checkpoint (plan, run in a session of the new server, commit), over a topic and a
+checkpoint store of their own, deleted afterwards. Warm-up pipelines never share a name, a topic
+or a transactional id with a user's (``lockstep-warm-up-<random>``).
+
+The platform runs it after starting a Connect server when asked (``Platform(warm_checkpoints=True)``,
+``lockstep dev up --warm-checkpoints``): the keyed-state benchmark's cold restore does, and tests do
+not (it adds about 15 s to a server's start). ``python -m lockstep_dev.warm_checkpoints`` is the
+process the platform starts, with the platform's connections in its environment.
+"""
+from __future__ import annotations
+
+__all__ = ["RECORDS", "run"]
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Orders per warm-up checkpoint: enough for the compiler to see the per-record loops, few enough
+#: that the warm-up stays seconds.
+RECORDS = 2_000
+PARTITIONS = 4
+
+
+def specs(tag: str, topic: str, remote: str, bucket: str) -> dict[str, dict[str, Any]]:
+    """The warm-up pipelines' spec documents, by kind."""
+    event_time = {"column": "created_at", "out_of_orderness": "10s"}
+    states: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "stateless": ("lockstep_examples.orders:enrich", None),
+        "dedup": ("lockstep_examples.orders:parse",
+                  {"key_groups": 8, "event_time": event_time,
+                   "dedup": {"key": "order_id", "ttl": "1d", "duplicates": "dead_letter"}}),
+        "windows": ("lockstep_examples.orders:parse",
+                    {"key_groups": 8, "event_time": event_time,
+                     "window": {"key": "customer", "size": "1m", "allowed_lateness": "0s",
+                                "aggregates": {"orders": "count(*)"}}}),
+    }
+    docs = {}
+    for kind, (transform, state) in states.items():
+        name = f"{tag}-{kind}"
+        docs[kind] = {
+            "name": name,
+            "source": {"topics": [topic], "auto_offset_reset": "earliest"},
+            "transform": transform,
+            **({"state": state} if state else {}),
+            "sink": {"topic": f"{name}-out", "dead_letter_topic": f"{name}-dlq"},
+            "checkpoints": {"store": f"s3://{bucket}/{tag}/{kind}", "max_records": RECORDS, "retain": 2},
+            "transactions": {"id_prefix": name},
+            "spark": {"mode": "connect", "remote": remote},
+        }
+    return docs
+
+
+def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300) -> dict[str, dict[str, float]]:
+    """Warm the server at ``remote`` up in a process of its own (``env``: the platform's connections and
+    the job environment; the checkpoints' stores in ``bucket``); returns each warm-up checkpoint's
+    seconds, records read and state rows loaded. Raises if the warm-up failed: a server whose
+    checkpoint path fails on tiny input would fail the first real checkpoint too."""
+    done = subprocess.run([sys.executable, "-m", "lockstep_dev.warm_checkpoints", remote, bucket], env=dict(env),
+                          capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"the warm-up checkpoints on {remote} failed (exit {done.returncode}): "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
+    import boto3
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from lockstep.connections import kafka_config, s3_client_kwargs
+    from lockstep.spec import load_spec
+    from lockstep.steps.coordinator import checkpoint_cycle
+    from lockstep_dev.datagen import order, send
+
+    tag = f"lockstep-warm-up-{uuid.uuid4().hex[:8]}"
+    topic = f"{tag}-orders"
+    docs = specs(tag, topic, remote, bucket)
+    kafka = kafka_config("kafka_default")
+    bootstrap = kafka["bootstrap.servers"]
+    admin = AdminClient({**kafka, "log_level": 3})
+    topics = [topic] + [t for d in docs.values() for t in (d["sink"]["topic"], d["sink"]["dead_letter_topic"])]
+    done: dict[str, dict[str, float]] = {}
+    folder: Path | None = None
+    try:
+        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
+            future.result(timeout=60)
+        _wait_for_leaders(admin, topics)
+        # The first half: new orders; the second: repeats of half of them and as many new ones.
+        half = RECORDS // 2
+        first = range(half)
+        second = [*range(0, half, 2), *range(half, half + half // 2)]
+        send(bootstrap, topic, ((order(i), n % PARTITIONS, None) for n, i in enumerate([*first, *second])))
+        folder = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
+        for kind, doc in docs.items():
+            path = folder / f"{doc['name']}.yaml"
+            path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            spec = load_spec(path)
+            rounds = 2 if kind == "dedup" else 1
+            for n in range(rounds):
+                began = time.monotonic()
+                cycle = checkpoint_cycle(spec, max_records=half if rounds > 1 else None)
+                prepared = cycle.view.prepared if cycle.view is not None else None
+                if prepared is None or cycle.outcome is None:
+                    raise RuntimeError(f"the warm-up's {kind} checkpoint completed no run")
+                state = prepared.state.metrics if prepared.state is not None else {}
+                done[f"{kind}-{n + 1}" if rounds > 1 else kind] = {
+                    "seconds": round(time.monotonic() - began, 3), "records": prepared.records_in,
+                    "rows_loaded": int(state.get("rows_loaded", 0))}
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        for future in admin.delete_topics(topics).values():
+            try:
+                future.result(timeout=30)
+            except Exception:  # noqa: BLE001 - best effort: a topic the failure left uncreated
+                pass
+        s3 = boto3.client("s3", **s3_client_kwargs("aws_default"))
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{tag}/"):
+            for listed in page.get("Contents", []):
+                s3.delete_object(Bucket=bucket, Key=listed["Key"])
+    return done
+
+
+def _wait_for_leaders(admin: Any, topics: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        meta = admin.list_topics(timeout=30).topics
+        if all(t in meta and meta[t].error is None and len(meta[t].partitions) == PARTITIONS
+               and all(p.leader >= 0 for p in meta[t].partitions.values()) for t in topics):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the warm-up topics have no leader for every partition after 60 s: {topics}")
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET")
+    print(json.dumps(_main(sys.argv[1], sys.argv[2])))
+    sys.stdout.flush()
+    os._exit(0)  # the Spark Connect client's threads would hold the interpreter's exit
