@@ -90,18 +90,18 @@ def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300
 
 def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
     import boto3
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from lockstep.connections import kafka_config, s3_client_kwargs
     from lockstep.spec import load_spec
     from lockstep.steps.coordinator import checkpoint_cycle
-    from lockstep_dev.datagen import order, send
+    from lockstep_dev.datagen import order
 
     tag = f"lockstep-warm-up-{uuid.uuid4().hex[:8]}"
     topic = f"{tag}-orders"
     docs = specs(tag, topic, remote, bucket)
     kafka = kafka_config("kafka_default")
-    bootstrap = kafka["bootstrap.servers"]
     admin = AdminClient({**kafka, "log_level": 3})
     topics = [topic] + [t for d in docs.values() for t in (d["sink"]["topic"], d["sink"]["dead_letter_topic"])]
     done: dict[str, dict[str, float]] = {}
@@ -114,7 +114,11 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
         half = RECORDS // 2
         first = range(half)
         second = [*range(0, half, 2), *range(half, half + half // 2)]
-        send(bootstrap, topic, ((order(i), n % PARTITIONS, None) for n, i in enumerate([*first, *second])))
+        producer = Producer({**kafka, "enable.idempotence": True, "log_level": 3})
+        for n, i in enumerate([*first, *second]):
+            producer.produce(topic, order(i), partition=n % PARTITIONS)
+        if producer.flush(60):
+            raise RuntimeError(f"the warm-up's orders were not all delivered to {topic} within 60 s")
         folder = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
         for kind, doc in docs.items():
             path = folder / f"{doc['name']}.yaml"
