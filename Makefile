@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness soak soak-submit soak-state up down status clean lock
+.PHONY: setup browser lint spark-archive test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -124,7 +124,12 @@ unit: $(STAMP)
 # (tests/conftest.py, docs/testing.md).
 XDIST := -n 2 --dist loadscope
 
-integration: setup browser
+# A class-data-sharing archive of Spark's classes for the test session's Spark JVMs (tests/support/spark_archive.py:
+# a spark-submit's JVM about 4 s of CPU less); without it the tests run as before.
+spark-archive: setup
+	$(BIN)/python -m tests.support.spark_archive
+
+integration: setup browser spark-archive
 	$(BIN)/python -m pytest tests/integration tests/airflow -q $(XDIST) --durations=20
 
 # The long soak: at least 200 faults of every kind on the cluster topology (a platform of its own on
@@ -156,7 +161,7 @@ soak-state: setup
 browser:
 	bash scripts/install-chromium.sh
 
-test: setup browser lint
+test: setup browser lint spark-archive
 	$(BIN)/python -m pytest -q $(XDIST) --durations=40
 
 # The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.

@@ -24,9 +24,15 @@ def pytest_configure(config):
     # The JVMs spark-submit starts (a checkpoint's driver, which runs a local[*] master's tasks too; the
     # Spark Connect server) with the client compiler only: a test's JVM lives seconds and C2's
     # compilations cost CPU it never earns back, on a suite that keeps both cores busy. Measured on the
-    # three writer-failpoint tests (submit mode): CPU 61 s -> 39 s, wall 90 s -> 80 s. A user's
-    # SPARK_SUBMIT_OPTS is kept as it is.
-    os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+    # three writer-failpoint tests (submit mode): CPU 61 s -> 39 s, wall 90 s -> 80 s. And with Spark's
+    # classes mapped from a class-data-sharing archive when `make test` built one
+    # (tests/support/spark_archive.py): a small job's JVM 10.2 s of CPU -> about 6 s. A user's
+    # SPARK_SUBMIT_OPTS or SPARK_CONF_DIR is kept as it is. (Set here, before xdist starts its workers,
+    # which inherit it.)
+    if "SPARK_SUBMIT_OPTS" not in os.environ and "SPARK_CONF_DIR" not in os.environ:
+        from tests.support import spark_archive
+
+        os.environ.update(spark_archive.session_env())
 
 
 #: `make test` runs on two pytest-xdist workers, each with its own session services. The cluster

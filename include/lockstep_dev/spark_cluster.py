@@ -52,7 +52,10 @@ def _daemon_env(config: SparkClusterConfig) -> dict[str, str]:
 
     from lockstep.spark.conf import spark_env
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # Lockstep's own Spark settings (its quiet log4j2) for the daemons and the executors they start, even
+    # when this process's spark-submits were given another SPARK_CONF_DIR (the test session's, see
+    # tests/support/spark_archive.py).
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_CONF_DIR")}
     env = spark_env(env)
     pyspark = find_spec("pyspark")
     if pyspark is None or pyspark.origin is None:
