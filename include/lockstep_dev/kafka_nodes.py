@@ -241,6 +241,8 @@ def start(config: KafkaConfig, node: KafkaNode, log_file: Path, cluster: str) ->
     argv = [
         java_binary(), f"-Xmx{config.heap}", f"-Xms{config.heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true", *_jvm_log_flags(node),
+        # More JVM options, as Kafka's own scripts take them (the test session's: the client compiler only).
+        *os.environ.get("KAFKA_OPTS", "").split(),
         "-cp", classpath(), MARKER, str(props),
     ]
     return procs.start_detached(f"kafka-{node.node_id}", argv, log_file, env=os.environ)

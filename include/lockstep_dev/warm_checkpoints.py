@@ -107,7 +107,8 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
     done: dict[str, dict[str, float]] = {}
     folder: Path | None = None
     try:
-        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
+        # The broker's default replication: a cluster's min.insync.replicas refuses a topic of one replica.
+        for future in admin.create_topics([NewTopic(t, PARTITIONS) for t in topics]).values():
             future.result(timeout=60)
         _wait_for_leaders(admin, topics)
         # The first half: new orders; the second: repeats of half of them and as many new ones.

@@ -29,8 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The flags every test-session Spark JVM gets: C2's compilations cost CPU a JVM of seconds never earns
-#: back (docs/testing.md).
-C1_ONLY = "-XX:TieredStopAtLevel=1"
+#: back (docs/testing.md); the executors a cluster starts for the session's apps too (a ``spark.*``
+#: system property of the driver is a default of its SparkConf).
+C1_ONLY = "-XX:TieredStopAtLevel=1 -Dspark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1"
 LOG4J2 = ROOT / "include" / "lockstep" / "spark" / "spark-conf" / "log4j2.properties"
 #: The JVM's own messages on stderr, warnings and errors only: a JVM that cannot map the archive says so
 #: there, never on the stdout a test may read.
