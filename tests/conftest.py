@@ -35,7 +35,7 @@ def pytest_configure(config):
         os.environ.update(spark_archive.session_env())
     # The session's Kafka brokers (`lockstep_dev.kafka_nodes` takes KAFKA_OPTS as Kafka's scripts do) and
     # Kafka's tools with the client compiler only too: a broker's first 30 s, a start and a load of
-    # 250k records, measured 6.2 s of CPU with C2 and 3.6 s without; a session starts about twenty.
+    # 250k records, measured 6.2 s of CPU with C2 and 3.6 s without; each platform a session starts has its own.
     os.environ.setdefault("KAFKA_OPTS", "-XX:TieredStopAtLevel=1")
 
 
