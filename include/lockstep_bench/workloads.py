@@ -33,23 +33,15 @@ class Workload:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    """``topic`` created, and used only once every partition has a leader (`kafka_nodes.wait_for_leaders`)."""
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from lockstep_dev import kafka_nodes
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     for future in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
         future.result(timeout=60)
-    # Created is not yet led: a run that starts writing before every partition has a leader in the
-    # broker's metadata gets NOT_LEADER_OR_FOLLOWER on part of its first batches (at 1,024 partitions a
-    # transactional producer's retries then went out of sequence until the batches expired).
-    deadline = time.monotonic() + 60
-    while True:
-        meta = admin.list_topics(topic, timeout=30).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions and all(
-                p.leader >= 0 and p.error is None for p in meta.partitions.values()):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic}: not every one of its {partitions} partitions has a leader after 60 s")
-        time.sleep(0.2)
+    kafka_nodes.wait_for_leaders(admin, [topic], partitions)
 
 
 def touch_partitions(bootstrap: str, topic: str, partitions: int) -> None:

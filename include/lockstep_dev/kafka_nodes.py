@@ -15,9 +15,11 @@ import base64
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lockstep.paths import kafka_jars_dir
 from lockstep_dev import procs
@@ -246,6 +248,23 @@ def start(config: KafkaConfig, node: KafkaNode, log_file: Path, cluster: str) ->
         "-cp", classpath(), MARKER, str(props),
     ]
     return procs.start_detached(f"kafka-{node.node_id}", argv, log_file, env=os.environ)
+
+
+def wait_for_leaders(admin: Any, topics: list[str], partitions: int, timeout_s: float = 60) -> None:
+    """Until every partition of ``topics`` (just created, ``partitions`` each) has a leader in the broker's
+    metadata: created is not yet led, and a producer that starts writing before gets NOT_LEADER_OR_FOLLOWER
+    on part of its first batches (at 1,024 partitions a transactional producer's retries then went out
+    of sequence until the batches expired). ``admin``: a confluent-kafka AdminClient."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topics[0] if len(topics) == 1 else None, timeout=30).topics
+        if all(t in meta and meta[t].error is None and len(meta[t].partitions) == partitions
+               and all(p.leader >= 0 and p.error is None for p in meta[t].partitions.values()) for t in topics):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not every one of the {partitions} partitions of {', '.join(topics)} has a leader "
+                               f"after {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def is_ready(bootstrap: str, brokers: int = 1) -> bool:
