@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="do not start the Spark Connect server (checkpoints in connect mode, the default, need it)")
     up.add_argument("--warm-checkpoints", action="store_true",
                     help="warm a Spark Connect server it starts up with a few tiny real checkpoints (stateless, dedup, "
-                         "windows; about 15 s), so that the first checkpoint on it does not pay for a new JVM")
+                         "windows; about 17 s), so that the first checkpoint on it does not pay for a new JVM")
     up.add_argument("--no-registry", dest="registry", action="store_false",
                     help="do not start the Schema Registry (Apicurio; needs Java 21+; pipelines with a "
                          "registry-framed format need it)")

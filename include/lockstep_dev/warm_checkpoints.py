@@ -2,9 +2,9 @@
 
 A server's first checkpoint pays for its new JVM: classes loaded, Spark's generated code compiled, the
 interpreter's hot loops not yet compiled, the Python workers started and the transform's modules
-imported in them. Measured at 1,000,000 keys of dedup state (`make bench-state`'s pipeline, 100,000
-records): 12.7 s for the first checkpoint on a new server, 6.9 s for the next; after a server start
-that ran one small checkpoint of a stateful and of a stateless pipeline first, 8.5 s for the first.
+imported in them. Measured at 1,000,000 keys of dedup state (`lockstep bench --state-only --state-keys
+1000000`, 100,000 records, an empty state cache each time): 13.1 s for the first checkpoint on a new
+server, 8.8 s on a server that ran these warm-up checkpoints, 6.7 s for the next one.
 A query of its own (``spark_connect.warm_up``) warms none of that, so this runs the path itself on
 the platform's own Kafka and S3:
 
@@ -19,7 +19,7 @@ or a transactional id with a user's (``lockstep-warm-up-<random>``).
 
 The platform runs it after starting a Connect server when asked (``Platform(warm_checkpoints=True)``,
 ``lockstep dev up --warm-checkpoints``): the keyed-state benchmark's cold restore does, and tests do
-not (it adds about 15 s to a server's start). ``python -m lockstep_dev.warm_checkpoints`` is the
+not (it adds about 17 s to a server's start). ``python -m lockstep_dev.warm_checkpoints`` is the
 process the platform starts, with the platform's connections in its environment.
 """
 from __future__ import annotations
@@ -84,7 +84,10 @@ def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300
                           capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"the warm-up checkpoints on {remote} failed (exit {done.returncode}): "
-                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}\n"
+                           f"The server runs but is not warmed up: its checkpoints would fail the same way. Fix "
+                           f"the cause above, or start the platform without --warm-checkpoints to see it in the "
+                           f"first real checkpoint")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -96,6 +99,7 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
     from lockstep.connections import kafka_config, s3_client_kwargs
     from lockstep.spec import load_spec
     from lockstep.steps.coordinator import checkpoint_cycle
+    from lockstep_dev import kafka_nodes
     from lockstep_dev.datagen import order
 
     tag = f"lockstep-warm-up-{uuid.uuid4().hex[:8]}"
@@ -110,7 +114,7 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
         # The broker's default replication: a cluster's min.insync.replicas refuses a topic of one replica.
         for future in admin.create_topics([NewTopic(t, PARTITIONS) for t in topics]).values():
             future.result(timeout=60)
-        _wait_for_leaders(admin, topics)
+        kafka_nodes.wait_for_leaders(admin, topics, PARTITIONS)
         # The first half: new orders; the second: repeats of half of them and as many new ones.
         half = RECORDS // 2
         first = range(half)
@@ -151,21 +155,19 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
     return done
 
 
-def _wait_for_leaders(admin: Any, topics: list[str]) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        meta = admin.list_topics(timeout=30).topics
-        if all(t in meta and meta[t].error is None and len(meta[t].partitions) == PARTITIONS
-               and all(p.leader >= 0 for p in meta[t].partitions.values()) for t in topics):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the warm-up topics have no leader for every partition after 60 s: {topics}")
-        time.sleep(0.2)
-
-
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET")
-    print(json.dumps(_main(sys.argv[1], sys.argv[2])))
+    try:
+        result = _main(sys.argv[1], sys.argv[2])
+    except Exception:  # noqa: BLE001 - told to the platform on stderr, without the connections' secrets
+        import traceback
+
+        from lockstep.connections import redact
+
+        print(redact(traceback.format_exc()), file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+    print(json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # the Spark Connect client's threads would hold the interpreter's exit

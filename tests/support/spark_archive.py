@@ -13,7 +13,7 @@ The Spark standalone cluster's daemons and executors keep the project's folder
 (`lockstep_dev.spark_cluster`), and a user's runs are untouched: this is the test session's only.
 
 ``make test`` and ``make integration`` build the archive first (``python -m tests.support.spark_archive``,
-about 25 s, once per JDK, pyspark and checkout); `tests/conftest.py` uses it when it is there, and runs
+about 30 s, once per JDK, pyspark and checkout); `tests/conftest.py` uses it when it is there, and runs
 without it (the client compiler only) when it is not. A JVM that cannot map it (another JDK) runs
 without it, its warning on stderr.
 """
