@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint spark-archive test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness soak soak-submit soak-state up down status clean lock
+.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -129,7 +129,13 @@ XDIST := -n 2 --dist loadscope
 spark-archive: setup
 	$(BIN)/python -m tests.support.spark_archive
 
-integration: setup browser spark-archive
+# The project's own modules compiled to bytecode now (about 0.4 s): where PYTHONDONTWRITEBYTECODE is set,
+# as on this machine, every Python process a test starts (a task, a CLI, a Spark worker) otherwise compiles
+# the modules it imports from source again: about 0.1 s of CPU each (0.24 -> 0.15 s for the run's imports).
+bytecode: setup
+	$(BIN)/python -m compileall -q include plugins jobs dags tests/support
+
+integration: setup browser spark-archive bytecode
 	$(BIN)/python -m pytest tests/integration tests/airflow -q $(XDIST) --durations=20
 
 # The long soak: at least 200 faults of every kind on the cluster topology (a platform of its own on
@@ -163,7 +169,7 @@ browser:
 
 # Lint and the class archive side by side (each about 30 s, neither needs the other).
 test: setup browser
-	$(MAKE) --no-print-directory -j2 lint spark-archive
+	$(MAKE) --no-print-directory -j2 lint spark-archive bytecode
 	$(BIN)/python -m pytest -q $(XDIST) --durations=40
 
 # The README's first command: platform + Airflow + the example pipeline, 3 checkpoints.
