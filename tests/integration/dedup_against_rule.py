@@ -1,14 +1,15 @@
-"""The Spark dedup operator (`lockstep.spark.keyed_state._dedup`) against its Python reference
-(`lockstep.rules.dedup.judge`) on random keys, in a Spark Connect session: run as a script by
-test_state.py, so the Connect client never shares the test's Python process.
+"""The Spark dedup operator of a re-keying checkpoint (`lockstep.spark.keyed_state._dedup`) against
+its Python reference (`lockstep.rules.dedup.judge`) on random keys, in a Spark Connect session: run as
+a script by test_state.py, so the Connect client never shares the test's Python process. (Every other
+checkpoint judges on the driver, `lockstep.spark.dedup_judge`: tests/unit/test_dedup_judge.py holds it
+against the same reference without Spark.)
 
     python dedup_against_rule.py sc://HOST:PORT SEED
 
 Each round makes a few hundred keys of random records (copies near each other, records more than
-the TTL apart, late ones) and random held times, runs the operator once with the driver putting
-the passed records beside the loaded rows and once as a re-keying does (every row from Spark), and
-prints one JSON document: the verdicts and state rows that differ from the reference's, and how
-often each of the reference's paths was taken (so the test knows the rare ones ran).
+the TTL apart, late ones) and random held times, runs the operator as a re-keying does (every row
+from Spark), and prints one JSON document: the verdicts and state rows that differ from the
+reference's, and how often each of the reference's paths was taken (so the test knows the rare ones ran).
 """
 from __future__ import annotations
 
@@ -85,21 +86,20 @@ def main(url: str, seed: int) -> None:
                 path = paths(fresh, mine, ttl)
                 taken[path] = taken.get(path, 0) + 1
         good, loaded = spark.createDataFrame(records, GOOD), spark.createDataFrame(live, LOADED)
-        for additions in (True, False):
-            output, new_state, frames = _dedup(state(ttl_s), EventClock(before, after, {}, ()), good, loaded, additions)
-            got = {(r["topic"], r["partition"], r["offset"]): r["error"] for r in output.collect()}
-            rows = sorted((r["__ls_key"], r["__ls_event_ms"]) for r in new_state.collect())
-            for frame in frames:
-                frame.unpersist()
-            expected = sorted((k, t) for k, ps in passed.items() for t in kept([], ps, ttl, after))
-            if not additions:  # every row: the loaded ones too, less what the new watermark lets go
-                expected = sorted([*expected, *((k, t) for k, t, _ in live if retained(t, ttl, after))])
-            report["differ"] += [f"ttl {ttl_s}s {k}: {got.get(k)} (rule: {v})"  # type: ignore[operator]
-                                 for k, v in want.items() if got.get(k, "missing") != v]
-            if rows != expected:
-                report["differ"].append(f"ttl {ttl_s}s, additions {additions}: state "  # type: ignore[attr-defined]
-                                        f"{sorted(set(rows) ^ set(expected))[:10]}")
-            report["rounds"] = int(report["rounds"]) + 1  # type: ignore[call-overload]
+        output, new_state, frames = _dedup(state(ttl_s), EventClock(before, after, {}, ()), good, loaded)
+        got = {(r["topic"], r["partition"], r["offset"]): r["error"] for r in output.collect()}
+        rows = sorted((r["__ls_key"], r["__ls_event_ms"]) for r in new_state.collect())
+        for frame in frames:
+            frame.unpersist()
+        # every row: the loaded ones too, less what the new watermark lets go
+        expected = sorted([*((k, t) for k, ps in passed.items() for t in kept([], ps, ttl, after)),
+                           *((k, t) for k, t, _ in live if retained(t, ttl, after))])
+        report["differ"] += [f"ttl {ttl_s}s {k}: {got.get(k)} (rule: {v})"  # type: ignore[operator]
+                             for k, v in want.items() if got.get(k, "missing") != v]
+        if rows != expected:
+            report["differ"].append(f"ttl {ttl_s}s: state "  # type: ignore[attr-defined]
+                                    f"{sorted(set(rows) ^ set(expected))[:10]}")
+        report["rounds"] = int(report["rounds"]) + 1  # type: ignore[call-overload]
         report.setdefault("late", 0)
         report["late"] = int(report["late"]) + sum(v == "late" for v in want.values())  # type: ignore[call-overload]
     print(json.dumps(report))

@@ -327,7 +327,7 @@ def test_the_spark_dedup_decides_as_its_python_rule_on_random_keys(spark_connect
                           timeout=600, env={**os.environ})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["differ"] == [] and report["rounds"] == 6, report
+    assert report["differ"] == [] and report["rounds"] == 3, report
     assert all(report["paths"].get(p, 0) >= 10 for p in ("new", "covered", "folded")) and report["late"] > 0, report
 
 

@@ -52,7 +52,9 @@ from lockstep.rules.state_base import base_refusal, schema_change
 from lockstep.rules.state_manifest import Figures
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance
+from lockstep.spark import dedup_judge
 from lockstep.spark.codecs import decoded_columns
+from lockstep.spark.dedup_judge import RECORD_COLUMNS
 from lockstep.spark.state_worker import state_columns
 from lockstep.spec import PipelineSpec, StateSpec, WindowSpec
 
@@ -211,7 +213,12 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     plan = read_plan(base, state, clock.after, migrating)
     if plan.full:
         log.info("checkpoint %d: reading and writing the whole state: %s", cid, plan.why)
-    loaded = _load(spark, spec, cid, base, files, shape, good, plan)
+    # A dedup's held keys never change: the passed records go beside the rows loaded, and the driver judges
+    # them (`lockstep.spark.dedup_judge`) over the records collected narrow; not when re-keying, where
+    # Spark computes every row's new key group and judges in the JVM (:func:`_dedup`).
+    additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
+    records = good.select(*RECORD_COLUMNS).toArrow() if additions else None
+    loaded = _load(spark, spec, cid, base, files, shape, good, plan, records)
     current = loaded.frame
     lifetime = state_lifetime_ms(state)
     if lifetime is not None and clock.before is not None:  # rows past their lifetime read as absent (and are dropped)
@@ -221,26 +228,33 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     metrics["groups_read"] = float(len(loaded.chains))
     bad = x.filter(F.col("error").isNotNull())
     cached: list[DataFrame] = [x]
-    # A dedup's held keys never change: Spark gives back only the keys it adds, and the driver puts them
-    # beside the rows it loaded (not when re-keying, where Spark computes every row's new key group).
-    additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
-    if state.window is not None:
-        output, new_state = _windows(state, clock, good, current, data_columns, window_encoder)
-    elif state.dedup is not None:
-        output, new_state, judged = _dedup(state, clock, good, current, additions)
-        cached += judged
+    new_state: DataFrame | None = None
+    added: pa.Table | None = None
+    if records is not None:
+        started = time.monotonic()
+        output, added = _dedup_on_driver(spark, state, clock, good, records, loaded)
+        metrics["apply_seconds"] = round(time.monotonic() - started, 3)
+        columns = dict(want)
     else:
-        output, new_state = _function(state, clock, good, current,
-                                      [c for c in transformed.columns if c not in ("error", "headers", *decoded)])
-    columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
+        if state.window is not None:
+            output, new_state = _windows(state, clock, good, current, data_columns, window_encoder)
+        elif state.dedup is not None:
+            output, new_state, judged = _dedup(state, clock, good, current)
+            cached += judged
+        else:
+            output, new_state = _function(state, clock, good, current,
+                                          [c for c in transformed.columns if c not in ("error", "headers", *decoded)])
+        columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
     everything = _records(bad).unionByName(output)
 
     def finish() -> StateManifest:
         began = time.monotonic()
-        table = new_state.toArrow()
-        if additions:
-            table = _beside_loaded(state, clock, loaded, table)
-        metrics["apply_seconds"] = round(time.monotonic() - began, 3)
+        if added is not None:
+            table = _beside_loaded(state, clock, loaded, added)
+        else:
+            assert new_state is not None
+            table = new_state.toArrow()
+        metrics["apply_seconds"] = round(metrics.get("apply_seconds", 0.0) + time.monotonic() - began, 3)
         began = time.monotonic()
         manifest = _write(spec, cid, base, plan, loaded, table, files, columns, clock, metrics)
         metrics["write_seconds"] = round(time.monotonic() - began, 3)
@@ -287,10 +301,13 @@ class Loaded:
 
 
 def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest | None, files: StateFiles,
-          shape: DataFrame, good: DataFrame, plan: ReadPlan) -> Loaded:
+          shape: DataFrame, good: DataFrame, plan: ReadPlan, records: pa.Table | None = None) -> Loaded:
     """The base state's rows this checkpoint needs, as a DataFrame with ``shape``'s columns (an empty
     one without state): in full, every row; else, of each group the records touch, the rows of the
     keys they touch, and every row of a group with a due timer (`lockstep.rules.state_reads`).
+
+    ``records``: the records, collected already (a dedup judged on the driver): the touched keys are
+    theirs, and the rows stay on the driver (``frame`` is then empty).
 
     A column the state lacks is read as null (a nullable field added to the transform); a column the
     state has and the transform no longer gives, or one whose type changed, is refused by name."""
@@ -314,7 +331,10 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     if plan.full:
         groups = sorted(base.files)
     else:
-        keys = good.select(KEY, GROUP).distinct().toArrow()
+        if records is not None:
+            keys = records.select([KEY, GROUP]).group_by([KEY, GROUP]).aggregate([])
+        else:
+            keys = good.select(KEY, GROUP).distinct().toArrow()
         touched = {int(g): keys.filter(pc.equal(keys[GROUP], g))[KEY].combine_chunks()
                    for g in pc.unique(keys[GROUP]).to_pylist()}
         groups = sorted((set(touched) | plan.whole) & set(base.files))
@@ -326,7 +346,7 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
         merged = state_chain.merge(chain)
         if merged is not None and merged.num_rows:
             loaded.selected[group] = merged
-    if not loaded.selected:
+    if not loaded.selected or records is not None:
         return loaded
     # One chunk: a Connect session's createDataFrame was seen keeping only the first chunk of a table
     # concatenated from several files (pyspark 4.0.0), dropping every other key group's rows.
@@ -449,10 +469,12 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
 
 
 def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-           additions: bool) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
+           ) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
     """(output, new state, the kept frames to unpersist), by `lockstep.rules.dedup`'s rule (whose
     ``judge`` is this function in Python): a record within the TTL of a passed record of its key is
-    a copy; a checkpoint judges a key's records in order of (event time, provenance).
+    a copy; a checkpoint judges a key's records in order of (event time, provenance). The dedup of a
+    checkpoint that re-keys its state (every row read, each given its new key group by Spark); any
+    other is judged on the driver (:func:`_dedup_on_driver`), by the same rule.
 
     Each key is first judged by an aggregate, not a window over the records: only one narrow row per
     key is shuffled (its first record, its last event time), beside the least and greatest event
@@ -464,9 +486,7 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
     folded in order (:func:`_fold`, ``aggregate`` over the array, in the JVM); one look at the kept
     keys (``isEmpty``) leaves the fold out of the plan when there is none, as in most checkpoints.
     The records that pass are marked in the records by a join that AQE broadcasts once it sees how
-    few they are: the output and the new state read that one judgement.
-    ``additions``: the new state is only the records that passed, which the driver puts beside the
-    loaded rows (:func:`_beside_loaded`); else every row, loaded and added."""
+    few they are: the output and the new state (every row, loaded and added) read that one judgement."""
     from pyspark.sql import functions as F
 
     d = state.dedup
@@ -500,23 +520,74 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
     else:
         added = firsts.unionByName(_fold(fresh, loaded, F.broadcast(mixed), ttl)).persist()
         kept_frames.append(added)
-    marks = added.select(KEY, *PROVENANCE, F.lit(True).alias("__ls_first"))
-    judged = fresh.join(marks, [KEY, *PROVENANCE], "left")
-    first_rows = judged.filter(F.col("__ls_first").isNotNull()).drop("__ls_first")
-    parts = [_records(late), _records(first_rows)]
-    if d.duplicates == "dead_letter":
-        parts.append(_records(judged.filter(F.col("__ls_first").isNull()).drop("__ls_first")
-                              .withColumn("error", F.lit(DUPLICATE))))
-    output = parts[0]
-    for part in parts[1:]:
-        output = output.unionByName(part)
-    # Each source partition's records go to one task, in offset order, when the run places the output
-    # (`lockstep.spark.output_tasks.place`): that shuffle undoes the dedup's, so none is needed here.
+    output = _marked(state, late, fresh, added.select(KEY, *PROVENANCE))
     new_rows = added.select(*INTERNAL)
-    kept = new_rows if additions else loaded.unionByName(new_rows)
+    kept = loaded.unionByName(new_rows)
     if after is not None:
         kept = kept.filter(F.col(EVENT) + F.lit(retention_ms(ttl)) > F.lit(after))
     return output, kept, kept_frames
+
+
+def _marked(state: StateSpec, late: DataFrame, fresh: DataFrame, passed: DataFrame | None) -> DataFrame:
+    """A dedup's output: the late records, the ``fresh`` records that passed (``passed``: their key and
+    provenance; None: none did) and, when dead-lettered, the copies."""
+    from pyspark.sql import functions as F
+
+    assert state.dedup is not None
+    if passed is None:
+        first_rows, copies = None, fresh
+    else:
+        judged = fresh.join(passed.withColumn("__ls_first", F.lit(True)), [KEY, *PROVENANCE], "left")
+        first_rows = judged.filter(F.col("__ls_first").isNotNull()).drop("__ls_first")
+        copies = judged.filter(F.col("__ls_first").isNull()).drop("__ls_first")
+    output = _records(late)
+    if first_rows is not None:
+        output = output.unionByName(_records(first_rows))
+    if state.dedup.duplicates == "dead_letter":
+        output = output.unionByName(_records(copies.withColumn("error", F.lit(DUPLICATE))))
+    # Each source partition's records go to one task, in offset order, when the run places the output
+    # (`lockstep.spark.output_tasks.place`): that shuffle undoes the dedup's, so none is needed here.
+    return output
+
+
+def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, good: DataFrame, records: pa.Table,
+                     loaded: Loaded) -> tuple[DataFrame, pa.Table]:
+    """(output, the records that passed as state rows): the judgement of `lockstep.spark.dedup_judge` over
+    the collected ``records`` and the rows the driver loaded, the passes marked in Spark's records by a
+    join against their key and provenance (a small local relation, broadcast by the planner in the
+    common case). The passes' rows go beside the loaded ones (:func:`_beside_loaded`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    d = state.dedup
+    assert d is not None
+    ttl, before = d.ttl_ms, clock.before
+    passed = dedup_judge.judge(records, _held(state, clock, loaded, (KEY, EVENT)), ttl, before)
+    is_late = (F.col(EVENT) + F.lit(ttl) <= F.lit(before)) if before is not None else F.lit(False)
+    marks = None
+    if passed.num_rows:
+        marks = cast("SparkSession", spark).createDataFrame(passed.select([KEY, *PROVENANCE]))
+    output = _marked(state, good.filter(is_late).withColumn("error", F.lit(LATE)), good.filter(~is_late), marks)
+    added = passed.select(list(INTERNAL))
+    if clock.after is not None:
+        added = added.filter(pc.greater(pc.add(added[EVENT], pa.scalar(retention_ms(ttl), pa.int64())), clock.after))
+    return output, added
+
+
+def _held(state: StateSpec, clock: EventClock, loaded: Loaded, columns: tuple[str, ...]) -> pa.Table:
+    """The rows loaded (``columns`` of them), less those the base's watermark had let go (read as absent)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tables = [t.select([c for c in columns if c in t.column_names]) for t in loaded.selected.values()]
+    if not tables:
+        return pa.table({c: pa.array([], pa.string() if c == KEY else pa.int64()) for c in columns})
+    held = pa.concat_tables(tables, promote_options="default")
+    lifetime = state_lifetime_ms(state)
+    if lifetime is not None and clock.before is not None:
+        held = held.filter(pc.greater(pc.add(held[EVENT], lifetime), clock.before))
+    return held
 
 
 def _fold(fresh: DataFrame, loaded: DataFrame, mixed: DataFrame, ttl: int) -> DataFrame:
@@ -550,16 +621,11 @@ def _beside_loaded(state: StateSpec, clock: EventClock, loaded: Loaded, added: p
     base's watermark had let go, which Spark read as absent) and the records that passed, as Spark
     added them. A key may hold several rows: a passed record each (`lockstep.rules.dedup`)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if not loaded.selected:
         return added
-    held = pa.concat_tables([t.select([c for c in added.column_names if c in t.column_names])
-                             for t in loaded.selected.values()], promote_options="default")
+    held = _held(state, clock, loaded, tuple(added.column_names))
     held = pa.table({c: held[c].cast(added.schema.field(c).type) for c in added.column_names})
-    lifetime = state_lifetime_ms(state)
-    if lifetime is not None and clock.before is not None:
-        held = held.filter(pc.greater(pc.add(held[EVENT], lifetime), clock.before))
     return pa.concat_tables([held, added], promote_options="default")
 
 
