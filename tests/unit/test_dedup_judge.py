@@ -57,7 +57,8 @@ def test_the_driver_passes_exactly_the_records_the_rule_passes_on_random_keys(se
             event = base + rng.choice([0, rng.randint(-ttl, ttl), rng.randint(-3 * ttl, 3 * ttl)])
             rows.append((key, k % 4, event, "in", p, offsets[p]))
             offsets[p] += 1
-    got = judge(records(rows), held(times), ttl, before)
+    judgement = judge(records(rows), held(times), ttl, before)
+    got = judgement.passed
 
     want: set[tuple[str, str, int, int]] = set()
     paths: dict[str, int] = {}
@@ -72,7 +73,10 @@ def test_the_driver_passes_exactly_the_records_the_rule_passes_on_random_keys(se
         if fresh:
             paths[path(fresh, mine, ttl)] = paths.get(path(fresh, mine, ttl), 0) + 1
     assert passed(got) == want and got.num_rows == len(want)
-    assert got.column_names == list(RECORD_COLUMNS)
+    assert got.column_names == judgement.copies.column_names == list(RECORD_COLUMNS)
+    # The copies are every other record that is not late.
+    fresh = {(k, t, p, o) for k, _, e, t, p, o in rows if before is None or e + ttl > before}
+    assert passed(judgement.copies) == fresh - want and judgement.copies.num_rows == len(fresh - want)
     assert all(paths.get(p, 0) >= 5 for p in ("new", "covered", "folded")), paths  # every path ran
 
 
@@ -80,7 +84,7 @@ def test_a_hot_key_passes_one_record_a_ttl_without_a_square_cost() -> None:
     # 200,000 records 100 ms apart, TTL 1 s: every tenth passes (20,000 passes in one checkpoint).
     n = 200_000
     rows = [("hot", 0, i * 100, "in", i % 4, i) for i in range(n)]
-    got = judge(records(rows), held([]), 1_000, None)
+    got = judge(records(rows), held([]), 1_000, None).passed
     assert got[EVENT].to_pylist() == list(range(0, n * 100, 1_000))
 
 
@@ -92,9 +96,11 @@ def test_late_records_never_pass_and_held_times_cover_both_sides() -> None:
             ("d", 0, 40_000, "in", 0, 3),   # held 30,000 and 50,000 are 10 s away: passes
             ]
     got = judge(records(rows), held([("b", 33_000), ("d", 30_000), ("d", 50_000)]), 5_000, 20_000)
-    assert passed(got) == {("c", "in", 0, 2), ("d", "in", 0, 3)}
+    assert passed(got.passed) == {("c", "in", 0, 2), ("d", "in", 0, 3)}
+    assert passed(got.copies) == {("b", "in", 0, 1), ("c", "in", 1, 0)}  # a: late, in neither
 
 
 def test_no_records_pass_nothing() -> None:
-    assert judge(records([]), held([("a", 1)]), 1_000, None).num_rows == 0
-    assert judge(records([("a", 0, 1, "in", 0, 0)]), held([]), 1_000, 10_000).num_rows == 0  # all late
+    assert judge(records([]), held([("a", 1)]), 1_000, None).passed.num_rows == 0
+    late = judge(records([("a", 0, 1, "in", 0, 0)]), held([]), 1_000, 10_000)
+    assert late.passed.num_rows == late.copies.num_rows == 0

@@ -17,9 +17,10 @@ many passes costs a sort, not the square of its passes.
 """
 from __future__ import annotations
 
-__all__ = ["RECORD_COLUMNS", "judge"]
+__all__ = ["RECORD_COLUMNS", "Judgement", "judge"]
 
 import bisect
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockstep.model.state_rows import EVENT, GROUP, KEY
@@ -30,14 +31,25 @@ if TYPE_CHECKING:
 #: The columns of the records :func:`judge` takes (and of the passed records it returns).
 PROVENANCE = ("topic", "partition", "offset")
 RECORD_COLUMNS = (KEY, GROUP, EVENT, *PROVENANCE)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A checkpoint's fresh records (not late), parted: those that pass and the copies, each sorted by
+    key, then as judged."""
+
+    passed: pa.Table
+    copies: pa.Table
+
+
 _ORDER = [(KEY, "ascending"), (EVENT, "ascending"), *((c, "ascending") for c in PROVENANCE)]
 
 
-def judge(records: pa.Table, held: pa.Table, ttl_ms: int, before: int | None) -> pa.Table:
-    """The records that pass, of ``records`` (columns :data:`RECORD_COLUMNS`, no null key or event
-    time), given the state's rows of their keys (``held``: at least ``__ls_key`` and ``__ls_event_ms``,
-    the rows the watermark ``before`` had let go already left out) and the watermark the checkpoint
-    started from: late records (``event + ttl <= before``) never pass. Sorted by key, then as judged."""
+def judge(records: pa.Table, held: pa.Table, ttl_ms: int, before: int | None) -> Judgement:
+    """Which of ``records`` (columns :data:`RECORD_COLUMNS`, no null key or event time) pass, given the
+    state's rows of their keys (``held``: at least ``__ls_key`` and ``__ls_event_ms``, the rows the
+    watermark ``before`` had let go already left out) and the watermark the checkpoint started from.
+    Late records (``event + ttl <= before``) are in neither part."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -45,7 +57,7 @@ def judge(records: pa.Table, held: pa.Table, ttl_ms: int, before: int | None) ->
     if before is not None:
         records = records.filter(pc.greater(pc.add(records[EVENT], pa.scalar(ttl_ms, pa.int64())), before))
     if not records.num_rows:
-        return records
+        return Judgement(records, records)
     r = records.take(pc.sort_indices(records, sort_keys=_ORDER)).combine_chunks()
     keys, times = r[KEY].chunk(0), r[EVENT].chunk(0)
     n = len(keys)
@@ -88,7 +100,9 @@ def judge(records: pa.Table, held: pa.Table, ttl_ms: int, before: int | None) ->
             chosen += [start + i for i in _fold(events, sorted(held_times.get(key, ())), ttl_ms)]
         passed.append(pa.array(chosen, pa.int64()))
     rows = pa.concat_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in passed])
-    return r.take(rows.take(pc.sort_indices(rows)))
+    rows = rows.take(pc.sort_indices(rows))
+    others = pc.invert(pc.is_in(pa.array(range(n), pa.int64()), value_set=rows))
+    return Judgement(r.take(rows), r.filter(others))
 
 
 def _fold(events: list[int], held: list[int], ttl_ms: int) -> list[int]:

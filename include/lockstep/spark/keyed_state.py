@@ -190,7 +190,19 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     x = x.persist()
     started = time.monotonic()
     good = x.filter(F.col("error").isNull())
-    seen = (good.groupBy("topic", "partition").agg(F.max(EVENT).alias("m")).collect())
+    # A dedup's held keys never change: the passed records go beside the rows loaded, and the driver judges
+    # them (`lockstep.spark.dedup_judge`) over the records collected narrow, which give the watermark's
+    # event times too; not when re-keying, where Spark computes every row's new key group and judges in
+    # the JVM (:func:`_dedup`).
+    additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
+    records = good.select(*RECORD_COLUMNS).toArrow() if additions else None
+    if records is not None:
+        highest = records.group_by(["topic", "partition"]).aggregate([(EVENT, "max")])
+        seen = [{"topic": t, "partition": p, "m": m} for t, p, m in zip(
+            highest["topic"].to_pylist(), highest["partition"].to_pylist(), highest[f"{EVENT}_max"].to_pylist(),
+            strict=True)]
+    else:
+        seen = [r.asDict() for r in good.groupBy("topic", "partition").agg(F.max(EVENT).alias("m")).collect()]
     clock = advance(base.partitions if base else {}, base.watermark_ms if base else None,
                     {f"{r['topic']}:{r['partition']}": int(r["m"]) for r in seen},
                     [r.tp.key for r in claim.ranges], claim.clock,
@@ -213,11 +225,6 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     plan = read_plan(base, state, clock.after, migrating)
     if plan.full:
         log.info("checkpoint %d: reading and writing the whole state: %s", cid, plan.why)
-    # A dedup's held keys never change: the passed records go beside the rows loaded, and the driver judges
-    # them (`lockstep.spark.dedup_judge`) over the records collected narrow; not when re-keying, where
-    # Spark computes every row's new key group and judges in the JVM (:func:`_dedup`).
-    additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
-    records = good.select(*RECORD_COLUMNS).toArrow() if additions else None
     loaded = _load(spark, spec, cid, base, files, shape, good, plan, records)
     current = loaded.frame
     lifetime = state_lifetime_ms(state)
@@ -520,7 +527,7 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
     else:
         added = firsts.unionByName(_fold(fresh, loaded, F.broadcast(mixed), ttl)).persist()
         kept_frames.append(added)
-    output = _marked(state, late, fresh, added.select(KEY, *PROVENANCE))
+    output = _marked(state, late, fresh, added.select(KEY, *PROVENANCE), passes=True)
     new_rows = added.select(*INTERNAL)
     kept = loaded.unionByName(new_rows)
     if after is not None:
@@ -528,34 +535,40 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFra
     return output, kept, kept_frames
 
 
-def _marked(state: StateSpec, late: DataFrame, fresh: DataFrame, passed: DataFrame | None) -> DataFrame:
-    """A dedup's output: the late records, the ``fresh`` records that passed (``passed``: their key and
-    provenance; None: none did) and, when dead-lettered, the copies."""
+def _marked(state: StateSpec, late: DataFrame, fresh: DataFrame, marks: DataFrame | None, passes: bool) -> DataFrame:
+    """A dedup's output: the late records, the ``fresh`` records that passed and, when dead-lettered, the
+    copies. ``marks``: the key and provenance of the records that passed (``passes``) or of the copies
+    (not ``passes``), whichever are fewer; None: there are none. One join, and the marks appear once in
+    the plan (a Connect plan repeats a shared subtree, local relation and all)."""
     from pyspark.sql import functions as F
 
     assert state.dedup is not None
-    if passed is None:
-        first_rows, copies = None, fresh
+    if marks is None:
+        judged, passed = fresh, F.lit(not passes)
     else:
-        judged = fresh.join(passed.withColumn("__ls_first", F.lit(True)), [KEY, *PROVENANCE], "left")
-        first_rows = judged.filter(F.col("__ls_first").isNotNull()).drop("__ls_first")
-        copies = judged.filter(F.col("__ls_first").isNull()).drop("__ls_first")
-    output = _records(late)
-    if first_rows is not None:
-        output = output.unionByName(_records(first_rows))
-    if state.dedup.duplicates == "dead_letter":
-        output = output.unionByName(_records(copies.withColumn("error", F.lit(DUPLICATE))))
+        judged = fresh.join(marks.withColumn("__ls_mark", F.lit(True)), [KEY, *PROVENANCE], "left")
+        passed = F.col("__ls_mark").isNotNull() if passes else F.col("__ls_mark").isNull()
+    if state.dedup.duplicates != "dead_letter":
+        judged = judged.filter(passed)
+    judged = judged.withColumn("error", F.when(passed, F.lit(None).cast("string")).otherwise(F.lit(DUPLICATE)))
     # Each source partition's records go to one task, in offset order, when the run places the output
     # (`lockstep.spark.output_tasks.place`): that shuffle undoes the dedup's, so none is needed here.
-    return output
+    return _records(late).unionByName(_records(judged.drop("__ls_mark")))
+
+
+#: Marks of more bytes than this are kept on the server (a local checkpoint) before the output's plan
+#: names them: Spark Connect sends a plan whole, a local relation inline in it up to 64 MiB, and gRPC
+#: refuses a message over 128 MiB.
+MARKS_INLINE_BYTES = 8 << 20
 
 
 def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, good: DataFrame, records: pa.Table,
                      loaded: Loaded) -> tuple[DataFrame, pa.Table]:
     """(output, the records that passed as state rows): the judgement of `lockstep.spark.dedup_judge` over
-    the collected ``records`` and the rows the driver loaded, the passes marked in Spark's records by a
-    join against their key and provenance (a small local relation, broadcast by the planner in the
-    common case). The passes' rows go beside the loaded ones (:func:`_beside_loaded`)."""
+    the collected ``records`` and the rows the driver loaded, marked in Spark's records by a join against
+    the key and provenance of the passes or of the copies, whichever are fewer (none in a build-up of
+    new keys; a hundred of a checkpoint of repeats with a hundred new keys): a small local relation,
+    broadcast by the planner. The passes' rows go beside the loaded ones (:func:`_beside_loaded`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
@@ -563,12 +576,17 @@ def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, goo
     d = state.dedup
     assert d is not None
     ttl, before = d.ttl_ms, clock.before
-    passed = dedup_judge.judge(records, _held(state, clock, loaded, (KEY, EVENT)), ttl, before)
+    judgement = dedup_judge.judge(records, _held(state, clock, loaded, (KEY, EVENT)), ttl, before)
+    passed = judgement.passed
     is_late = (F.col(EVENT) + F.lit(ttl) <= F.lit(before)) if before is not None else F.lit(False)
+    passes = passed.num_rows <= judgement.copies.num_rows
+    marked = (passed if passes else judgement.copies).select([KEY, *PROVENANCE])
     marks = None
-    if passed.num_rows:
-        marks = cast("SparkSession", spark).createDataFrame(passed.select([KEY, *PROVENANCE]))
-    output = _marked(state, good.filter(is_late).withColumn("error", F.lit(LATE)), good.filter(~is_late), marks)
+    if marked.num_rows:
+        marks = cast("SparkSession", spark).createDataFrame(marked)
+        if marked.nbytes > MARKS_INLINE_BYTES:
+            marks = marks.localCheckpoint(eager=True)
+    output = _marked(state, good.filter(is_late).withColumn("error", F.lit(LATE)), good.filter(~is_late), marks, passes)
     added = passed.select(list(INTERNAL))
     if clock.after is not None:
         added = added.filter(pc.greater(pc.add(added[EVENT], pa.scalar(retention_ms(ttl), pa.int64())), clock.after))
