@@ -174,12 +174,14 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         "round), producing its records and running one checkpoint of each pipeline, which alternate in going "
         "first. So the machine's noise over time falls on every size and both pipelines alike.")
     add("- **Figures:** _watermark, load, apply, write_ are the state manifest's `metrics` (docs/state.md); _rest_ "
-        "is the run's Spark seconds (`prepared.spark_seconds`) minus those four: the output's stage (with its "
-        "join against the state, for dedup) and the Kafka transactions. _checkpoint_ = plan + run + commit, "
+        "is the run's Spark seconds (`prepared.spark_seconds`) minus those four: the output's stage (for dedup, "
+        "with its join against the records the driver judged) and the Kafka transactions. _checkpoint_ = plan + "
+        "run + commit, "
         "timed in the process that runs them; _process_ adds Python start and imports. _bytes_ are the state's "
         "Parquet files on S3 (zstd); _files_ each key group's chain (a base, then deltas), _deltas_ of them. "
         "_groups read, rows loaded_: the key groups whose files the checkpoint read, and the rows of them it "
-        "handed to Spark (the touched keys' rows); _files, bytes written_: its deltas and bases on S3, "
+        "kept (the touched keys' rows; a dedup judges them on the driver, other operators hand them to Spark); "
+        "_files, bytes written_: its deltas and bases on S3, "
         "_compactions_ the chains it merged into a new base.")
     add("")
     add("## Summary (medians of the measured checkpoints)")
@@ -413,14 +415,15 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
     large = max(summaries, key=lambda m: m.get("keys") or 0)
     spark = large.get("spark_s") or 0.0
     parts = {"watermark (the first action on the checkpoint's input: it reads the records from Kafka and runs the "
-             "transform, cached for the steps after it)": large.get("watermark_s"),
-             "load (the touched groups' files read from S3 by the driver, the touched keys' rows handed to Spark)":
+             "transform, cached for the steps after it; for dedup, the records' keys, event times and provenance "
+             "collected to the driver)": large.get("watermark_s"),
+             "load (the touched groups' files read from S3 by the driver, the touched keys' rows kept)":
                  large.get("load_s"),
-             "apply (the touched keys' new state brought to the driver: for dedup, only the keys it added, put "
-             "beside the rows loaded)": large.get("apply_s"),
+             "apply (for dedup, the driver's judgement of the records against the rows loaded, the passes put "
+             "beside them)": large.get("apply_s"),
              "write (the deltas, and any compacted base, written to S3 by the driver)": large.get("write_s"),
-             "the rest of Spark (the output's stage, with the dedup's judgement: an aggregate per key and joins "
-             "against the state's keys, and the Kafka transactions)": large.get("spark_rest_s")}
+             "the rest of Spark (the output's stage, with its join against the passes or the copies the driver "
+             "marked, and the Kafka transactions)": large.get("spark_rest_s")}
     ranked = sorted(((v or 0.0, k) for k, v in parts.items()), reverse=True)
     add(f"- **Where the time goes** (at {large.get('keys', 0):,.0f} keys, medians): of the stateful checkpoint's "
         f"{_s(large.get('total_s'))} s, Spark takes {_s(spark)} s: "

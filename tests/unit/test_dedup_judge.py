@@ -104,3 +104,16 @@ def test_no_records_pass_nothing() -> None:
     assert judge(records([]), held([("a", 1)]), 1_000, None).passed.num_rows == 0
     late = judge(records([("a", 0, 1, "in", 0, 0)]), held([]), 1_000, 10_000)
     assert late.passed.num_rows == late.copies.num_rows == 0
+
+
+def test_a_large_checkpoint_is_collected_in_slices_that_cover_each_offset_once() -> None:
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.spark.keyed_state import collect_slices
+
+    ranges = [OffsetRange("in", 0, 5, 25), OffsetRange("in", 1, 0, 7), OffsetRange("other", 0, 3, 3)]
+    assert collect_slices(ranges, most=32) == []  # 27 offsets: one collect
+    slices = collect_slices(ranges, most=10)
+    assert all(0 < r.end - r.start <= 10 for r in slices)
+    covered = [(r.topic, r.partition, o) for r in slices for o in range(r.start, r.end)]
+    assert sorted(covered) == sorted((r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end))
+    assert len(covered) == len(set(covered)) and len(slices) == 3
