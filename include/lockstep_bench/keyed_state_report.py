@@ -451,8 +451,8 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
             f"{_s(large.get('base_cpu_s'), 1)} s.")
         add(f"- **Fixed and growing parts:** already at {small.get('keys_built', 0):,} keys state adds "
             f"{_signed(small.get('added_s'))} s to a checkpoint. That part hardly depends on the state's size: a "
-            "stateful run is more Spark jobs over the same records (the watermark's pass, the operator's shuffles, "
-            "the new state collected to the driver, its files written). " + _on_top(small, large)
+            "stateful run is more work over the same records (for dedup: the records collected narrow to the "
+            "driver, which judges them; the output marked by a join; the state's files written). " + _on_top(small, large)
             + f" In CPU seconds state adds {_signed(small.get('cpu_added_s'))} s at {small.get('keys_built', 0):,} keys "
             f"and {_signed(large.get('cpu_added_s'))} s at {large.get('keys_built', 0):,}.")
         add(f"- **Bytes per key:** {_s(small.get('bytes_per_key'), 1)} at {small.get('keys', 0):,.0f} keys, "
@@ -465,7 +465,7 @@ def _reading(add: Any, summaries: list[dict[str, Any]], s: dict[str, Any]) -> No
         add(f"- **Incremental:** a checkpoint wrote {_bytes(small.get('delta_bytes'))} of deltas at "
             f"{small.get('keys', 0):,.0f} keys and {_bytes(large.get('delta_bytes'))} at {large.get('keys', 0):,.0f} "
             f"(medians), for the {_s(small.get('rows_loaded'), 0)} and {_s(large.get('rows_loaded'), 0)} keys of the "
-            f"state it touched (the rows it handed Spark): in proportion to the keys it changed, not to the state "
+            f"state it touched (the rows it loaded): in proportion to the keys it changed, not to the state "
             f"({_bytes(small.get('bytes'))} and {_bytes(large.get('bytes'))}). Compactions add "
             f"{_bytes(small.get('compaction_bytes'))} and {_bytes(large.get('compaction_bytes'))} (medians): a "
             "group's base is rewritten at its turn only once its deltas reach 1/max_deltas of it, which a small "

@@ -3,8 +3,9 @@
 A server's first checkpoint pays for its new JVM: classes loaded, Spark's generated code compiled, the
 interpreter's hot loops not yet compiled, the Python workers started and the transform's modules
 imported in them. Measured at 1,000,000 keys of dedup state (`lockstep bench --state-only --state-keys
-1000000`, 100,000 records, an empty state cache each time): 13.1 s for the first checkpoint on a new
-server, 8.8 s on a server that ran these warm-up checkpoints, 6.7 s for the next one.
+1000000`, 100,000 records, an empty state cache each time): 11.0 s for the first checkpoint on a new
+server, 7.0 s on a server that ran these warm-up checkpoints, 4.6 s for the next one (2026-11-28, with
+the dedup judged on the driver).
 A query of its own (``spark_connect.warm_up``) warms none of that, so this runs the path itself on
 the platform's own Kafka and S3:
 

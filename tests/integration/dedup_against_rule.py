@@ -1,15 +1,16 @@
-"""The Spark dedup operator of a re-keying checkpoint (`lockstep.spark.keyed_state._dedup`) against
-its Python reference (`lockstep.rules.dedup.judge`) on random keys, in a Spark Connect session: run as
-a script by test_state.py, so the Connect client never shares the test's Python process. (Every other
-checkpoint judges on the driver, `lockstep.spark.dedup_judge`: tests/unit/test_dedup_judge.py holds it
-against the same reference without Spark.)
+"""Both dedup operators against their Python reference (`lockstep.rules.dedup.judge`) on random keys, in
+a Spark Connect session: the driver's (`lockstep.spark.keyed_state._dedup_on_driver`: the judgement of
+`lockstep.spark.dedup_judge`, whose unit tests hold it to the reference without Spark, and its marks
+joined into Spark's records) and a re-keying checkpoint's, in Spark (`keyed_state._dedup`). Run as a
+script by test_state.py, so the Connect client never shares the test's Python process.
 
     python dedup_against_rule.py sc://HOST:PORT SEED
 
 Each round makes a few hundred keys of random records (copies near each other, records more than
-the TTL apart, late ones) and random held times, runs the operator as a re-keying does (every row
-from Spark), and prints one JSON document: the verdicts and state rows that differ from the
-reference's, and how often each of the reference's paths was taken (so the test knows the rare ones ran).
+the TTL apart, late ones) and random held times, runs both operators, and prints one JSON document:
+the verdicts and state rows that differ from the reference's, how often each of the reference's
+paths was taken (so the test knows the rare ones ran), and which side the driver marked (passes or
+copies, inline or kept on the server).
 """
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ import json
 import random
 import sys
 
+import pyarrow as pa
+
 from lockstep.rules.dedup import PASS, Record, judge, kept, retained
 from lockstep.rules.watermarks import EventClock
-from lockstep.spark.keyed_state import _dedup
+from lockstep.spark import keyed_state
+from lockstep.spark.dedup_judge import RECORD_COLUMNS
+from lockstep.spark.keyed_state import Loaded, _dedup, _dedup_on_driver
 from lockstep.spec import parse_spec
 
 GOOD = ("value binary, key binary, topic string, partition int, offset bigint, error string, "
@@ -35,16 +40,17 @@ def state(ttl_s: int):
                       "d.yaml").state
 
 
-def inputs(rng: random.Random, ttl: int, keys: int) -> tuple[list[tuple], list[tuple]]:
+def inputs(rng: random.Random, ttl: int, keys: int, apart: bool) -> tuple[list[tuple], list[tuple]]:
+    """Records and held times of ``keys`` keys; ``apart``: a key's records two TTLs apart (most pass)."""
     records, held = [], []
     offsets = [0, 0, 0]
     for k in range(keys):
         key, base = f"k{k}", rng.randint(0, 5 * ttl)
         if rng.random() < 0.5:
             held += [(key, base + rng.randint(-2 * ttl, 3 * ttl), k % 4) for _ in range(rng.randint(1, 3))]
-        for _ in range(rng.randint(1, 5)):
+        for i in range(rng.randint(1, 5)):
             p = rng.randrange(3)
-            event = base + rng.choice([0, rng.randint(-ttl, ttl), rng.randint(-3 * ttl, 3 * ttl)])
+            event = base + (2 * ttl * i if apart else rng.choice([0, rng.randint(-ttl, ttl), rng.randint(-3 * ttl, 3 * ttl)]))
             records.append((b"v", None, "in", p, offsets[p], None, key, event, k % 4))
             offsets[p] += 1
     return records, held
@@ -65,11 +71,13 @@ def main(url: str, seed: int) -> None:
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     rng = random.Random(seed)
-    report: dict[str, object] = {"differ": [], "paths": {}, "rounds": 0}
+    report: dict[str, object] = {"differ": [], "paths": {}, "rounds": 0, "marked": []}
     taken: dict[str, int] = report["paths"]  # type: ignore[assignment]
-    for ttl_s, before in ((10, None), (60, 100_000), (1, 3_000)):
+    # The last round's keys send records two TTLs apart: more pass than are copies.
+    for n, (ttl_s, before, apart) in enumerate(((10, None, False), (60, 100_000, False), (1, 3_000, False),
+                                                (30, None, True))):
         ttl, after = ttl_s * 1000, None if before is None else before + 30_000
-        records, held = inputs(rng, ttl, 150)
+        records, held = inputs(rng, ttl, 150, apart)
         live = [h for h in held if retained(h[1], ttl, before)]  # as the run loads its base
         by_key: dict[str, list[Record]] = {}
         for row in records:
@@ -100,6 +108,27 @@ def main(url: str, seed: int) -> None:
             report["differ"].append(f"ttl {ttl_s}s: state "  # type: ignore[attr-defined]
                                     f"{sorted(set(rows) ^ set(expected))[:10]}")
         report["rounds"] = int(report["rounds"]) + 1  # type: ignore[call-overload]
+        # The driver's: the same records collected narrow, the rows loaded as the driver holds them; every
+        # other round with its marks kept on the server whatever their size.
+        keyed_state.MARKS_INLINE_BYTES = 0 if n % 2 else 8 << 20
+        narrow = pa.table({c: pa.array([r[i] for r in records], t) for c, i, t in zip(
+            RECORD_COLUMNS, (6, 8, 7, 2, 3, 4), (pa.string(), pa.int32(), pa.int64(), pa.string(), pa.int32(), pa.int64()),
+            strict=True)})
+        rows_loaded = pa.table({"__ls_key": pa.array([h[0] for h in live], pa.string()),
+                                "__ls_event_ms": pa.array([h[1] for h in live], pa.int64()),
+                                "__ls_key_group": pa.array([h[2] for h in live], pa.int32())})
+        on_driver = Loaded(loaded, selected={0: rows_loaded})
+        output, added, marked = _dedup_on_driver(spark, state(ttl_s), EventClock(before, after, {}, ()), good, narrow,
+                                                 on_driver)
+        got = {(r["topic"], r["partition"], r["offset"]): r["error"] for r in output.collect()}
+        report["differ"] += [f"driver, ttl {ttl_s}s {k}: {got.get(k)} (rule: {v})"  # type: ignore[operator]
+                             for k, v in want.items() if got.get(k, "missing") != v]
+        added_rows = sorted(zip(added["__ls_key"].to_pylist(), added["__ls_event_ms"].to_pylist(), strict=True))
+        expected = sorted((k, t) for k, ps in passed.items() for t in kept([], ps, ttl, after))
+        if added_rows != expected:
+            report["differ"].append(f"driver, ttl {ttl_s}s: state "  # type: ignore[attr-defined]
+                                    f"{sorted(set(added_rows) ^ set(expected))[:10]}")
+        report["marked"].append(marked)  # type: ignore[attr-defined]
         report.setdefault("late", 0)
         report["late"] = int(report["late"]) + sum(v == "late" for v in want.values())  # type: ignore[call-overload]
     print(json.dumps(report))

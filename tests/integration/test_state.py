@@ -327,8 +327,11 @@ def test_the_spark_dedup_decides_as_its_python_rule_on_random_keys(spark_connect
                           timeout=600, env={**os.environ})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["differ"] == [] and report["rounds"] == 3, report
+    assert report["differ"] == [] and report["rounds"] == 4, report
     assert all(report["paths"].get(p, 0) >= 10 for p in ("new", "covered", "folded")) and report["late"] > 0, report
+    # The driver marked its passes or its copies, whichever were fewer, inline and kept on the server.
+    assert any(m.startswith("passes") for m in report["marked"]) and any(m.startswith("copies") for m in report["marked"]), report
+    assert any(m.endswith("(on the server)") for m in report["marked"]), report
 
 
 SESSIONS = {"key_groups": 4, "event_time": {"column": "created_at", "out_of_orderness": "2s"},

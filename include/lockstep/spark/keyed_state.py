@@ -241,7 +241,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     added: pa.Table | None = None
     if records is not None:
         started = time.monotonic()
-        output, added = _dedup_on_driver(spark, state, clock, good, records, loaded)
+        output, added, marked = _dedup_on_driver(spark, state, clock, good, records, loaded)
+        log.info("checkpoint %d: dedup judged %d records on the driver, marked %s", cid, records.num_rows, marked)
         metrics["apply_seconds"] = round(time.monotonic() - started, 3)
         columns = dict(want)
     else:
@@ -594,8 +595,9 @@ MARKS_INLINE_BYTES = 8 << 20
 
 
 def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, good: DataFrame, records: pa.Table,
-                     loaded: Loaded) -> tuple[DataFrame, pa.Table]:
-    """(output, the records that passed as state rows): the judgement of `lockstep.spark.dedup_judge` over
+                     loaded: Loaded) -> tuple[DataFrame, pa.Table, str]:
+    """(output, the records that passed as state rows, what was marked: ``passes`` or ``copies``, ``none``
+    if nothing was, with `` (on the server)`` when the marks were kept there): the judgement of `lockstep.spark.dedup_judge` over
     the collected ``records`` and the rows the driver loaded, marked in Spark's records by a join against
     the key and provenance of the passes or of the copies, whichever are fewer (none in a build-up of
     new keys; a hundred of a checkpoint of repeats with a hundred new keys): a small local relation,
@@ -613,15 +615,19 @@ def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, goo
     passes = passed.num_rows <= judgement.copies.num_rows
     marked = (passed if passes else judgement.copies).select([KEY, *PROVENANCE])
     marks = None
+    what = "passes" if passes else "copies"
     if marked.num_rows:
         marks = cast("SparkSession", spark).createDataFrame(marked)
         if marked.nbytes > MARKS_INLINE_BYTES:
             marks = marks.localCheckpoint(eager=True)
+            what += " (on the server)"
+    else:
+        what = "none"
     output = _marked(state, good.filter(is_late).withColumn("error", F.lit(LATE)), good.filter(~is_late), marks, passes)
     added = passed.select(list(INTERNAL))
     if clock.after is not None:
         added = added.filter(pc.greater(pc.add(added[EVENT], pa.scalar(retention_ms(ttl), pa.int64())), clock.after))
-    return output, added
+    return output, added, what
 
 
 def _held(state: StateSpec, clock: EventClock, loaded: Loaded, columns: tuple[str, ...]) -> pa.Table:
