@@ -353,6 +353,21 @@ def test_a_checkpoint_that_compacts_uploads_the_compaction_first(monkeypatch: py
     assert {("compaction", True), ("delta", True)} <= seen, seen
 
 
+def test_files_uploaded_side_by_side_keep_their_names_and_one_another_attempt_took_goes_under_its_content() -> None:
+    # The first file alone, the rest side by side: each group's manifest entry names the key its own upload got.
+    world = World(CompactionPolicy(max_deltas=30, max_delta_ratio=1000))
+    keys = [f"k{i}" for i in range(40)]
+    world.checkpoint({k: 0 for k in keys}, 1)
+    taken = world.files.key(2, 3, delta=True)  # a slower attempt of checkpoint 2 wrote other bytes there
+    world.files.put_table(taken, b"another attempt's delta")
+    made = world.checkpoint({k: 2 for k in keys[:12]}, 2)
+    assert world.metrics["files_written"] == 4 and world.committed() == world.expected()
+    last = {g: files[-1] for g, files in made.files.items()}
+    assert last[3] != taken and last[3].startswith(taken.rsplit(".parquet", 1)[0])
+    assert all(last[g] == world.files.key(2, g, delta=True) for g in (0, 1, 2))
+    assert world.s3.body(BUCKET, taken) == b"another attempt's delta"
+
+
 def test_a_delta_is_the_size_of_the_keys_changed_not_of_the_state() -> None:
     written = {}
     for size in (2_000, 20_000):

@@ -75,6 +75,17 @@ def test_no_attempt_replaces_a_state_file_another_attempt_wrote(s3: FakeS3) -> N
     assert s3.keys(BUCKET, files.prefix) == sorted([key, late[0]])
 
 
+def test_files_put_side_by_side_come_back_in_order_and_a_taken_name_goes_under_its_content(s3: FakeS3) -> None:
+    files = StateFiles(s3, BUCKET, ROOT, cache=None)
+    keys = [files.key(4, g, delta=True) for g in range(12)]
+    files.put_table(keys[5], b"another attempt's delta")
+    got = files.put_tables([(k, f"delta {g}".encode()) for g, k in enumerate(keys)])
+    assert [name for _, name in got] == [digest(f"delta {g}".encode()) for g in range(12)]
+    assert [k for k, _ in got] == [content_key(k, digest(b"delta 5")) if g == 5 else k for g, k in enumerate(keys)]
+    assert s3.body(BUCKET, keys[5]) == b"another attempt's delta"
+    assert all(s3.body(BUCKET, k) == f"delta {g}".encode() for g, (k, _) in enumerate(got))
+
+
 def test_a_content_named_file_changed_outside_lockstep_is_refused_not_replaced(s3: FakeS3) -> None:
     files = StateFiles(s3, BUCKET, ROOT, cache=None)
     key = files.key(3, 1)

@@ -750,16 +750,15 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     #: bytes written as deltas, as bases of compacted chains, and as other bases (new or read-whole groups)
     by_kind = {"delta": 0, "compaction": 0, "base": 0}
 
-    def put(group: int, body: bytes, kind: str) -> tuple[str, str]:
+    #: the files to upload, in order: (group, kind, bytes, what to record of the key and digest it got)
+    uploads: list[tuple[int, str, bytes, Callable[[str, str], None]]] = []
+
+    def put(group: int, body: bytes, kind: str, then: Callable[[str, str], None]) -> None:
         nonlocal written, size
-        # Where another attempt of this checkpoint already wrote other bytes, ours go under another name.
-        key, name = files.put_table(files.key(cid, group, delta=kind != "base" and kind != "compaction"), body)
+        uploads.append((group, kind, body, then))
         written += 1
         size += len(body)
         by_kind["delta" if kind == "delta-merge" else kind] += len(body)
-        if written == 1:
-            failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {kind} {key})")
-        return key, name
 
     # First what becomes of each group (a delta needs its bytes to decide), then the uploads, a
     # compaction's first: a checkpoint that compacts is interrupted at state.mid_upload (its first
@@ -808,10 +807,16 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                     n = deltas_to_merge(old.file_bytes, len(body))
                     body = state_chain.parquet(state_chain.merge_deltas([*loaded.chains[group][-n:], change]))
                     chain, digests, file_bytes = chain[:-n], digests[:-n], file_bytes[:-n]
-                key, name = put(group, body, kind)
-                files_by_group[group] = (*chain, key)
-                groups[group] = after_delta(old, _figures(before, state, clock.before), _figures(rows, state, clock.after),
-                                            file_bytes, digests, len(body), name)
+                figures = (_figures(before, state, clock.before), _figures(rows, state, clock.after))
+
+                def delta_put(key: str, name: str, group: int = group, chain: tuple[str, ...] = chain,
+                              old: GroupState = old, figures: tuple[Figures, Figures] = figures,
+                              file_bytes: tuple[int, ...] = file_bytes, digests: tuple[str, ...] = digests,
+                              size: int = len(body)) -> None:
+                    files_by_group[group] = (*chain, key)
+                    groups[group] = after_delta(old, *figures, file_bytes, digests, size, name)
+
+                put(group, body, kind, delta_put)
                 continue
             compactions += 1
             merged = state_chain.merge([*loaded.chains[group], change])
@@ -822,9 +827,24 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         if whole is None or not whole.num_rows:
             continue
         body = state_chain.parquet(whole)
-        key, name = put(group, body, "compaction" if compacting else "base")
-        files_by_group[group] = (key,)
-        groups[group] = as_base(_figures(whole, state, clock.after), len(body), name)
+
+        def base_put(key: str, name: str, group: int = group, figures: Figures = _figures(whole, state, clock.after),
+                     size: int = len(body)) -> None:
+            files_by_group[group] = (key,)
+            groups[group] = as_base(figures, size, name)
+
+        put(group, body, "compaction" if compacting else "base", base_put)
+    # The uploads: the first alone (a checkpoint that compacts is interrupted at state.mid_upload while it
+    # rewrites a chain), then the rest side by side. Where another attempt of this checkpoint already wrote
+    # other bytes under a file's name, ours go under another (`StateFiles.create`).
+    keys = [files.key(cid, group, delta=kind != "base" and kind != "compaction") for group, kind, _, _ in uploads]
+    if uploads:
+        key, name = files.put_table(keys[0], uploads[0][2])
+        failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {uploads[0][1]} {key})")
+        uploads[0][3](key, name)
+        done = files.put_tables([(k, body) for k, (_, _, body, _) in zip(keys[1:], uploads[1:], strict=True)])
+        for (_, _, _, then), (key, name) in zip(uploads[1:], done, strict=True):
+            then(key, name)
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
                    groups_unchanged=float(unchanged),
                    compactions=float(compactions), delta_merges=float(merges), delta_bytes=float(by_kind["delta"]),

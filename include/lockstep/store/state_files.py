@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -47,6 +47,9 @@ RESTORE_WAY_OUT = ("restore the pipeline from a savepoint or an earlier complete
 REKEY_SCHEMA = "lockstep.state.rekey/1"
 #: State files read at once (`StateFiles.chains`): S3 round trips and Parquet decoding overlap.
 READ_THREADS = 8
+#: ... and written: a checkpoint's deltas, one per touched group (31 of 32 at 10M keys of dedup state),
+#: took 0.46 s one after another, most of it each request's round trip.
+WRITE_THREADS = 8
 
 
 class StateFiles:
@@ -178,6 +181,16 @@ class StateFiles:
         if self.cache is not None:
             self.cache.put(name, state_chain.read(body))
         return where, name
+
+    def put_tables(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, str]]:
+        """:meth:`put_table` of each (key, body), `WRITE_THREADS` at a time; the results in the items' order.
+        An upload that fails raises once those under way have ended."""
+        if len(items) <= 1:
+            return [self.put_table(key, body) for key, body in items]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(WRITE_THREADS, len(items)), thread_name_prefix="lockstep-state-write") as pool:
+            return list(pool.map(lambda item: self.put_table(*item), items))
 
     def table(self, key: str, checkpoint: int, expected: str | None) -> pa.Table:
         """A state file, decoded: from the local cache when its digest is there, else from S3, checked
