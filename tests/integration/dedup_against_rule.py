@@ -21,6 +21,7 @@ import sys
 import pyarrow as pa
 
 from lockstep.rules.dedup import PASS, Record, judge, kept, retained
+from lockstep.rules.dedup import path as rules_path
 from lockstep.rules.watermarks import EventClock
 from lockstep.spark import keyed_state
 from lockstep.spark.dedup_judge import RECORD_COLUMNS
@@ -56,16 +57,6 @@ def inputs(rng: random.Random, ttl: int, keys: int, apart: bool) -> tuple[list[t
     return records, held
 
 
-def paths(records: list[Record], held: list[int], ttl: int) -> str:
-    """Which of the operator's paths a key takes (as `judge` takes them)."""
-    times = sorted(r.event_ms for r in records)
-    if not held and times[-1] - times[0] < ttl:
-        return "new"
-    if held and any(abs(times[0] - h) < ttl and abs(times[-1] - h) < ttl for h in (min(held), max(held))):
-        return "covered"
-    return "folded"
-
-
 def main(url: str, seed: int) -> None:
     from pyspark.sql import SparkSession
 
@@ -91,7 +82,7 @@ def main(url: str, seed: int) -> None:
             passed[key] = [r for r, v in verdicts.items() if v == PASS]
             fresh = [r for r, v in verdicts.items() if v != "late"]
             if fresh:
-                path = paths(fresh, mine, ttl)
+                path = rules_path(fresh, mine, ttl)
                 taken[path] = taken.get(path, 0) + 1
         good, loaded = spark.createDataFrame(records, GOOD), spark.createDataFrame(live, LOADED)
         output, new_state, frames = _dedup(state(ttl_s), EventClock(before, after, {}, ()), good, loaded)

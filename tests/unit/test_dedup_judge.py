@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from lockstep.model.state_rows import EVENT, GROUP, KEY
-from lockstep.rules.dedup import PASS, Record
+from lockstep.rules.dedup import PASS, Record, path
 from lockstep.rules.dedup import judge as rule
 from lockstep.spark.dedup_judge import RECORD_COLUMNS, judge
 
@@ -29,15 +29,6 @@ def held(rows: list[tuple[str, int]]) -> pa.Table:
 def passed(table: pa.Table) -> set[tuple[str, str, int, int]]:
     return set(zip(table[KEY].to_pylist(), table["topic"].to_pylist(), table["partition"].to_pylist(),
                    table["offset"].to_pylist(), strict=True))
-
-
-def path(fresh: list[Record], times: list[int], ttl: int) -> str:
-    events = sorted(r.event_ms for r in fresh)
-    if not times and events[-1] - events[0] < ttl:
-        return "new"
-    if times and any(abs(events[0] - h) < ttl and abs(events[-1] - h) < ttl for h in (min(times), max(times))):
-        return "covered"
-    return "folded"
 
 
 @pytest.mark.parametrize("seed", range(12))

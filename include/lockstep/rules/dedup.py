@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 RETENTION_TTLS = 2
 #: What becomes of a record (the dead-letter errors of the last two are the same words).
 PASS, DUPLICATE, LATE = "pass", "duplicate", "late"
+#: The ways :func:`judge` decides a key (:func:`path`).
+NEW, COVERED, FOLDED = "new", "covered", "folded"
 
 
 class Record(NamedTuple):
@@ -99,17 +101,25 @@ def judge(records: Iterable[Record], held: Sequence[int], ttl_ms: int, before: i
     fresh = sorted(r for r in records if r not in verdicts)
     if not fresh:
         return verdicts
-    first, last = fresh[0], fresh[-1]
-    if not held and is_copy(last.event_ms, first.event_ms, ttl_ms):
-        passed = [first]
-    elif held and any(is_copy(first.event_ms, h, ttl_ms) and is_copy(last.event_ms, h, ttl_ms)
-                      for h in (min(held), max(held))):
-        passed = []
-    else:
-        passed = _fold(fresh, held, ttl_ms)
+    way = path(fresh, held, ttl_ms)
+    passed = [fresh[0]] if way == NEW else [] if way == COVERED else _fold(fresh, held, ttl_ms)
     chosen = set(passed)
     verdicts.update({r: PASS if r in chosen else DUPLICATE for r in fresh})
     return verdicts
+
+
+def path(fresh: Sequence[Record], held: Sequence[int], ttl_ms: int) -> str:
+    """Which way :func:`judge` decides a key's records that are not late (``fresh``, not empty): :data:`NEW`,
+    a key the state does not hold whose records are within ``ttl`` of its first (the first passes);
+    :data:`COVERED`, a key whose least or greatest held time is within ``ttl`` of its first and its last
+    record (none passes); else :data:`FOLDED`, each record judged in order."""
+    times = sorted(r.event_ms for r in fresh)
+    first, last = times[0], times[-1]
+    if not held and is_copy(last, first, ttl_ms):
+        return NEW
+    if held and any(is_copy(first, h, ttl_ms) and is_copy(last, h, ttl_ms) for h in (min(held), max(held))):
+        return COVERED
+    return FOLDED
 
 
 def _fold(fresh: Sequence[Record], held: Sequence[int], ttl_ms: int) -> list[Record]:
