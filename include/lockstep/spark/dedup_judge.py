@@ -3,10 +3,10 @@
 `lockstep.spark.keyed_state` collects the checkpoint's valid records narrow (the state key, its key
 group, the event time and the provenance, a few dozen bytes each) and reads the state rows of the keys
 they touch; :func:`judge` then decides, by `lockstep.rules.dedup`, which records pass. Spark only marks
-them in the output (a broadcast join against the passed records' provenance), and the driver puts them
-beside the loaded rows as the new state. So neither the loaded rows nor the judgement go through Spark
-jobs of their own: what a checkpoint of a large state costs beside a stateless one is the read of the
-touched keys' rows and the collect of the narrow records.
+them in the output (one join against the key and provenance of the passes or of the copies, whichever
+are fewer), and the driver puts the passes beside the loaded rows as the new state. So neither the
+loaded rows nor the judgement go through Spark jobs of their own: what a checkpoint of a large state
+costs beside a stateless one is the read of the touched keys' rows and the collect of the narrow records.
 
 The common cases are vectorised as the rule's :func:`lockstep.rules.dedup.judge` takes them: a key the
 state does not hold whose records lie within ``ttl`` of its first passes its first; a key whose least
@@ -50,6 +50,7 @@ def judge(records: pa.Table, held: pa.Table, ttl_ms: int, before: int | None) ->
     state's rows of their keys (``held``: at least ``__ls_key`` and ``__ls_event_ms``, the rows the
     watermark ``before`` had let go already left out) and the watermark the checkpoint started from.
     Late records (``event + ttl <= before``) are in neither part."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -101,8 +102,9 @@ def judge(records: pa.Table, held: pa.Table, ttl_ms: int, before: int | None) ->
         passed.append(pa.array(chosen, pa.int64()))
     rows = pa.concat_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in passed])
     rows = rows.take(pc.sort_indices(rows))
-    others = pc.invert(pc.is_in(pa.array(range(n), pa.int64()), value_set=rows))
-    return Judgement(r.take(rows), r.filter(others))
+    others = np.ones(n, dtype=bool)  # every record not late that did not pass is a copy
+    others[rows.to_numpy()] = False
+    return Judgement(r.take(rows), r.filter(pa.array(others)))
 
 
 def _fold(events: list[int], held: list[int], ttl_ms: int) -> list[int]:

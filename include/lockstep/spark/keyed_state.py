@@ -196,8 +196,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     # them (`lockstep.spark.dedup_judge`) over the records collected narrow, which give the watermark's
     # event times too; not when re-keying, where Spark computes every row's new key group and judges in
     # the JVM (:func:`_dedup`).
-    additions = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
-    records = _collect(good, claim.ranges) if additions else None
+    on_driver = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
+    records = _collect(good, claim.ranges) if on_driver else None
     if records is not None:
         highest = records.group_by(["topic", "partition"]).aggregate([(EVENT, "max")])
         seen = [{"topic": t, "partition": p, "m": m} for t, p, m in zip(
@@ -507,8 +507,8 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
     return _records(late).unionByName(output), rows.filter(keep)
 
 
-def _dedup(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-           ) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
+def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
+           loaded: DataFrame) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
     """(output, new state, the kept frames to unpersist), by `lockstep.rules.dedup`'s rule (whose
     ``judge`` is this function in Python): a record within the TTL of a passed record of its key is
     a copy; a checkpoint judges a key's records in order of (event time, provenance). The dedup of a
