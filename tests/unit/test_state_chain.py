@@ -461,3 +461,33 @@ def test_the_cache_keeps_under_its_size_dropping_the_least_recently_used(tmp_pat
     cache.put("b", rows(("b", 1, 1)))
     assert cache.get("a") is None and cache.get("b") is not None
     assert StateCache(tmp_path / "missing").get("x") is None
+
+
+def test_a_batch_of_entries_is_trimmed_once_keeping_every_entry_of_the_batch(tmp_path) -> None:
+    import os
+    import time
+
+    cache = StateCache(tmp_path, max_bytes=1)
+    cache.put("old", rows(("o", 1, 1)))
+    old = time.time() - 100
+    os.utime(tmp_path / "old.arrow", (old, old))
+    cache.put_all([("a", rows(("a", 1, 1))), ("b", rows(("b", 1, 1)))])
+    # Over the limit, the batch stays whole (trimmed after it, not after each entry) and the older entry goes.
+    assert cache.get("old") is None
+    assert as_set(cache.get("a")) == {("a", 1, 1)} and as_set(cache.get("b")) == {("b", 1, 1)}
+
+
+def test_files_read_while_caching_later_reach_the_cache_only_after_it_and_settle(tmp_path) -> None:
+    writer = World(CompactionPolicy(), cache=None)
+    made = writer.checkpoint({f"k{i}": i for i in range(50)}, 1)
+    files = StateFiles(writer.s3, BUCKET, ROOT, cache=StateCache(tmp_path / "cache"))
+    with files.caching_later():
+        with files.caching_later():  # nested: the outer one's end writes them
+            read = files.read_state(made)
+        assert not list((tmp_path / "cache").glob("*.arrow"))  # held back: the reads did not wait on the disk
+    files.settle_cache()
+    assert len(list((tmp_path / "cache").glob("*.arrow"))) == made.file_count
+    for key in made.all_files:  # the cache alone answers now
+        writer.s3.delete_object(Bucket=BUCKET, Key=key)
+    again = files.read_state(made)
+    assert read is not None and again is not None and as_set(again) == as_set(read)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,23 +69,34 @@ class StateCache:
     def put(self, name: str, table: pa.Table) -> None:
         """Keep a decoded file (written aside, then renamed: a reader never sees half a file). A cache
         that cannot be written is no error: the checkpoint reads from S3."""
+        self.put_all([(name, table)])
+
+    def put_all(self, items: Sequence[tuple[str, pa.Table]]) -> None:
+        """:meth:`put` of each (name, table), the cache trimmed to its size once after them: trimming lists
+        the folder, and after each of a restore's few hundred files that was most of the time."""
+        kept = [path for path in (self._write(name, table) for name, table in items) if path is not None]
+        if kept:
+            self._evict(keep=set(kept))
+
+    def _write(self, name: str, table: pa.Table) -> Path | None:
         import pyarrow as pa
 
         path = self._path(name)
         if path.exists():
-            return
+            return None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             part = self.folder / f".{name}.{uuid.uuid4().hex[:8]}.part"
             with pa.OSFile(str(part), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
             os.replace(part, path)
-            self._evict(keep=path)
         except OSError:
-            return
+            return None
+        return path
 
-    def _evict(self, keep: Path) -> None:
-        """The least recently used entries go until the cache fits, never ``keep`` (the entry just written)."""
+    def _evict(self, keep: set[Path]) -> None:
+        """The least recently used entries go until the cache fits, never those in ``keep`` (the entries just
+        written)."""
         entries = []
         for path in self.folder.glob("*.arrow"):
             try:
@@ -96,7 +108,7 @@ class StateCache:
         for _, size, path in sorted(entries):
             if total <= self.max_bytes:
                 break
-            if path == keep:
+            if path in keep:
                 continue
             try:
                 path.unlink()

@@ -25,7 +25,9 @@ __all__ = [
 ]
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -59,6 +61,10 @@ class StateFiles:
         self.root = root.strip("/")
         #: decoded files by content digest (`lockstep.store.state_cache`); True: as the environment says
         self.cache = StateCache.from_env() if cache is True else cache or None
+        #: the cache's writes held back (:meth:`caching_later`), and those under way (:meth:`settle_cache`)
+        self._later: list[tuple[str, pa.Table]] | None = None
+        self._caching = ThreadPoolExecutor(1, thread_name_prefix="lockstep-state-cache")
+        self._cached: list[Future[object]] = []
 
     @property
     def prefix(self) -> str:
@@ -179,8 +185,42 @@ class StateFiles:
         where = self.create(key, body)
         name = digest(body)
         if self.cache is not None:
-            self.cache.put(name, state_chain.read(body))
+            self._keep(name, state_chain.read(body))
         return where, name
+
+    def _keep(self, name: str, table: pa.Table) -> None:
+        """Put a decoded file in the local cache: now, or, inside :meth:`caching_later`, once it ends."""
+        assert self.cache is not None
+        if self._later is None:
+            self.cache.put(name, table)
+        else:
+            self._later.append((name, table))
+
+    @contextmanager
+    def caching_later(self) -> Iterator[None]:
+        """The decoded files read or written inside go to the local cache after it, from a thread of their
+        own, until :meth:`settle_cache`. A restore's load on a new host downloads and decodes its touched
+        groups' files (80 MiB at 10M keys of dedup state, 240 MB decoded), and needs the tables, not the
+        cache, until its next checkpoint: 465 files read in 3.6 s with the cache written as they came, in
+        2.1-2.4 s with it written after them (in 0.8-1.0 s, while Spark writes the output)."""
+        if self._later is not None:  # inside one already: that one's end writes them
+            yield
+            return
+        self._later = []
+        try:
+            yield
+        finally:
+            held, self._later = self._later, None
+            if held and self.cache is not None:
+                self._cached.append(self._caching.submit(self.cache.put_all, held))
+
+    def settle_cache(self) -> None:
+        """Wait until what :meth:`caching_later` held is in the local cache (a run waits once its state is
+        written, so that the next checkpoint on this host finds it). A cache that cannot be written is no
+        error (:meth:`StateCache.put`)."""
+        pending, self._cached = self._cached, []
+        for future in pending:
+            future.result()
 
     def put_tables(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, str]]:
         """:meth:`put_table` of each (key, body), `WRITE_THREADS` at a time; the results in the items' order.
@@ -208,7 +248,7 @@ class StateFiles:
                                                + RESTORE_WAY_OUT)
         table = state_chain.read(body)
         if expected is not None and self.cache is not None:
-            self.cache.put(expected, table)
+            self._keep(expected, table)
         return table
 
     def chain(self, manifest: StateManifest, group: int) -> list[pa.Table]:
@@ -219,8 +259,6 @@ class StateFiles:
         """The chains of ``groups`` (each as :meth:`chain` reads it), their files read `READ_THREADS` at a
         time: a restore on a new host downloads and decodes every touched group's files (80 MiB at 10M
         keys of dedup state), and one at a time that was a request's round trip and a decode each."""
-        from concurrent.futures import ThreadPoolExecutor
-
         wanted = sorted(set(groups))
         files = [(group, key, expected) for group in wanted for key, expected in _files(manifest, group)]
         if len(files) <= 1:
