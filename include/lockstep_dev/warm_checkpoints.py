@@ -20,7 +20,7 @@ or a transactional id with a user's (``lockstep-warm-up-<random>``).
 
 The platform runs it after starting a Connect server when asked (``Platform(warm_checkpoints=True)``,
 ``lockstep dev up --warm-checkpoints``): the keyed-state benchmark's cold restore does, and tests do
-not (it adds about 17 s to a server's start). ``python -m lockstep_dev.warm_checkpoints`` is the
+not (it adds about 20 s to a server's start). ``python -m lockstep_dev.warm_checkpoints`` is the
 process the platform starts, with the platform's connections in its environment.
 """
 from __future__ import annotations
@@ -41,13 +41,16 @@ from typing import Any
 
 import yaml
 
-#: Orders per warm-up checkpoint: enough for the compiler to see the per-record loops, few enough
-#: that the warm-up stays seconds.
-RECORDS = 2_000
+#: Orders per warm-up checkpoint by default: as many as a checkpoint of the keyed-state bench reads, so that
+#: the JIT compiles the read's, the transform's and the write's per-record loops before the first real
+#: checkpoint. With 2,000, the warmed-up cold restore at 10M keys spent 1.6-1.75 s in its first read and
+#: 1.6 s in its output's stage; with 100,000, 0.9-1.2 s and 1.2-1.3 s (2026-11-28). It takes the server's
+#: start from about 24 s to about 29 s.
+RECORDS = 100_000
 PARTITIONS = 4
 
 
-def specs(tag: str, topic: str, remote: str, bucket: str) -> dict[str, dict[str, Any]]:
+def specs(tag: str, topic: str, remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[str, Any]]:
     """The warm-up pipelines' spec documents, by kind."""
     event_time = {"column": "created_at", "out_of_orderness": "10s"}
     states: dict[str, tuple[str, dict[str, Any] | None]] = {
@@ -69,19 +72,20 @@ def specs(tag: str, topic: str, remote: str, bucket: str) -> dict[str, dict[str,
             "transform": transform,
             **({"state": state} if state else {}),
             "sink": {"topic": f"{name}-out", "dead_letter_topic": f"{name}-dlq"},
-            "checkpoints": {"store": f"s3://{bucket}/{tag}/{kind}", "max_records": RECORDS, "retain": 2},
+            "checkpoints": {"store": f"s3://{bucket}/{tag}/{kind}", "max_records": records, "retain": 2},
             "transactions": {"id_prefix": name},
             "spark": {"mode": "connect", "remote": remote},
         }
     return docs
 
 
-def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300) -> dict[str, dict[str, float]]:
+def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300,
+        records: int = RECORDS) -> dict[str, dict[str, float]]:
     """Warm the server at ``remote`` up in a process of its own (``env``: the platform's connections and
-    the job environment; the checkpoints' stores in ``bucket``); returns each warm-up checkpoint's
-    seconds, records read and state rows loaded. Raises if the warm-up failed: a server whose
+    the job environment; the checkpoints' stores in ``bucket``; ``records`` orders per checkpoint); returns
+    each warm-up checkpoint's seconds, records read and state rows loaded. Raises if the warm-up failed: a server whose
     checkpoint path fails on tiny input would fail the first real checkpoint too."""
-    done = subprocess.run([sys.executable, "-m", "lockstep_dev.warm_checkpoints", remote, bucket], env=dict(env),
+    done = subprocess.run([sys.executable, "-m", "lockstep_dev.warm_checkpoints", remote, bucket, str(records)], env=dict(env),
                           capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"the warm-up checkpoints on {remote} failed (exit {done.returncode}): "
@@ -92,7 +96,7 @@ def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
+def _main(remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[str, float]]:
     import boto3
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -105,7 +109,7 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
 
     tag = f"lockstep-warm-up-{uuid.uuid4().hex[:8]}"
     topic = f"{tag}-orders"
-    docs = specs(tag, topic, remote, bucket)
+    docs = specs(tag, topic, remote, bucket, records)
     kafka = kafka_config("kafka_default")
     admin = AdminClient({**kafka, "log_level": 3})
     topics = [topic] + [t for d in docs.values() for t in (d["sink"]["topic"], d["sink"]["dead_letter_topic"])]
@@ -117,7 +121,7 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
             future.result(timeout=60)
         kafka_nodes.wait_for_leaders(admin, topics, PARTITIONS)
         # The first half: new orders; the second: repeats of half of them and as many new ones.
-        half = RECORDS // 2
+        half = records // 2
         first = range(half)
         second = [*range(0, half, 2), *range(half, half + half // 2)]
         producer = Producer({**kafka, "enable.idempotence": True, "log_level": 3})
@@ -157,10 +161,10 @@ def _main(remote: str, bucket: str) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET")
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and not sys.argv[3].isdigit()):
+        sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET [RECORDS]")
     try:
-        result = _main(sys.argv[1], sys.argv[2])
+        result = _main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else RECORDS)
     except Exception:  # noqa: BLE001 - told to the platform on stderr, without the connections' secrets
         import traceback
 
