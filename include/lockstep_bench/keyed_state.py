@@ -32,11 +32,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep_bench import pipelines as pl
 from lockstep_bench import workloads
 from lockstep_bench.measure import RunFailed, execute
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STATEFUL, STATELESS = "stateful", "stateless"
 STATEFUL_TRANSFORM = "lockstep_examples.orders:parse"
@@ -102,6 +105,30 @@ def checkpoint_indices(keys: int, records: int, new_keys: int, n: int, touched: 
     return held + list(range(start, start + new_keys))
 
 
+def wanted_outputs(starts: dict[int, int], records: int, new_keys: int,
+                   partitions: int) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
+    """Per pipeline, what its sink and its dead-letter topic must hold after a checkpoint over the ``records``
+    orders `produce` appended to a topic whose partitions ended at ``starts``: for each input offset of each
+    partition, whether it has an output there (`lockstep_bench.sink_check.tally`'s ``want``). The n-th order
+    produced is at partition ``n % partitions``, offset ``starts[p] + n // partitions``; the last ``new_keys``
+    are the new keys (`checkpoint_indices`). The dedup passes the new keys to the sink and dead-letters every
+    repeat of a held key; the stateless pipeline writes every order to the sink."""
+    import numpy as np
+
+    def masks(which: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for p in range(partitions):
+            count = records // partitions + (1 if p < records % partitions else 0)
+            mask = np.zeros(starts.get(p, 0) + count, dtype=bool)
+            mask[starts.get(p, 0):] = which(np.arange(count, dtype=np.int64) * partitions + p)
+            out.append(mask)
+        return out
+
+    new = records - new_keys
+    return {STATEFUL: (masks(lambda n: n >= new), masks(lambda n: n < new)),
+            STATELESS: (masks(lambda n: np.ones(len(n), dtype=bool)), masks(lambda n: np.zeros(len(n), dtype=bool)))}
+
+
 def produce(bootstrap: str, topic: str, indices: list[int], partitions: int,
             place: Callable[[int, int], tuple[int, bytes | None]] | None = None) -> None:
     """The orders of ``indices`` (about 200 bytes each, as the main bench's), round-robin over the
@@ -134,6 +161,8 @@ class StateBench:
         self.work_dir = work_dir
         self.log = log
         self.restart_connect = restart_connect
+        #: each pipeline's spec -> its sink and dead-letter topics
+        self.outputs: dict[Path, tuple[str, str]] = {}
 
     def _specs(self, keys: int, topic: str) -> dict[str, Path]:
         tag = uuid.uuid4().hex[:6]
@@ -146,20 +175,41 @@ class StateBench:
             specs[kind] = workloads.write_spec(self.work_dir / "specs", f"bench-state-{kind}-{keys}-{tag}", topic, sink,
                                                max(keys, self.s.records), remote=self.remote, transform=transform,
                                                state=state)
+            self.outputs[specs[kind]] = (sink, f"{sink}-dlq")  # write_spec's dead-letter topic
         return specs
 
-    def checkpoint(self, kind: str, spec: Path, records: int, label: str, repeat: int = 0) -> dict[str, Any]:
+    def checkpoint(self, kind: str, spec: Path, records: int, label: str, repeat: int = 0,
+                   want: tuple[list[np.ndarray], list[np.ndarray]] | None = None) -> dict[str, Any]:
+        """One checkpoint of ``kind``'s pipeline, timed; with ``want`` (`wanted_outputs`), its sink and its
+        dead-letter topic read back (read_committed) from where they ended before it and checked against it
+        (``sink``: both together; ``outputs``: each), a checkpoint that is not exact failing the benchmark."""
+        from lockstep_bench import sink_check
+
+        topics = self.outputs[spec]
+        starts = [workloads.end_offsets(self.bootstrap, t) for t in topics] if want is not None else []
         run = execute(f"{kind} checkpoint ({label})", pl.lockstep_command(spec, self.connect_pid), records,
                       self.s.partitions, repeat=repeat)
         if run.inner.get("records_in") != records:
             raise RunFailed(f"{kind} checkpoint ({label}) read {run.inner.get('records_in')} records, expected {records}")
         if kind == STATEFUL and "state" not in run.inner:
             raise RunFailed(f"{kind} checkpoint ({label}) committed no state manifest")
+        outputs = {}
+        if want is not None:
+            checks = [sink_check.read_back(self.bootstrap, t, w, starts=st) for t, w, st in zip(topics, want, starts,
+                                                                                                  strict=True)]
+            outputs = {"sink": checks[0].to_json(), "dead_letter": checks[1].to_json()}
+            run.sink = sink_check.SinkCheck(*(sum(getattr(c, f) for c in checks) for f in (
+                "records", "expected", "missing", "duplicates", "unexpected"))).to_json()
+            if not run.sink["exact"]:
+                raise RunFailed(f"{kind} checkpoint ({label}): its output was not exact: sink "
+                                f"{checks[0].summary()}; dead letters {checks[1].summary()}")
         state = run.inner.get("state") or {}
         self.log(f"{kind:9} {label}: {run.inner['total_s']:6.2f} s (Spark {run.inner['spark_seconds']:.2f} s)"
+                 + (f"  read back: sink {outputs['sink']['records']:,}, dead letters "
+                    f"{outputs['dead_letter']['records']:,}, exact" if outputs else "")
                  + (f"  state {state['keys']:,} keys {state['bytes']:,} B in {state['files']} files  "
                     f"{state['metrics']}" if state else ""))
-        return {**run.to_json(), "pipeline": kind}
+        return {**run.to_json(), "pipeline": kind, **({"outputs": outputs} if outputs else {})}
 
     def build(self, keys: int) -> dict[str, Any]:
         """A state size's topic and pipelines, and its build-up: both pipelines read ``keys`` distinct orders."""
@@ -180,12 +230,19 @@ class StateBench:
     def round(self, size: dict[str, Any], n: int, stateful_first: bool) -> None:
         """Measured checkpoint ``n`` of one size: its records produced, then one checkpoint of each pipeline."""
         keys = size["keys"]
-        produce(self.bootstrap, size["topic"],
-                checkpoint_indices(keys, self.s.records, self.s.new_keys, n, self.s.touched), self.s.partitions)
+        want = self.produce(size, n)
         order = (STATEFUL, STATELESS) if stateful_first else (STATELESS, STATEFUL)
         size["checkpoints"].append({kind: self.checkpoint(kind, size["specs"][kind], self.s.records,
-                                                          f"{keys:,} keys, checkpoint {n + 1}", repeat=n)
+                                                          f"{keys:,} keys, checkpoint {n + 1}", repeat=n,
+                                                          want=want[kind])
                                     for kind in order})
+
+    def produce(self, size: dict[str, Any], n: int) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
+        """Measured checkpoint ``n``'s records appended to the size's topic; what each pipeline must output."""
+        starts = workloads.end_offsets(self.bootstrap, size["topic"])
+        produce(self.bootstrap, size["topic"],
+                checkpoint_indices(size["keys"], self.s.records, self.s.new_keys, n, self.s.touched), self.s.partitions)
+        return wanted_outputs(starts, self.s.records, self.s.new_keys, self.s.partitions)
 
     def cold_and_warm(self, size: dict[str, Any], n: int) -> None:
         """At the largest size, each over its own records: a restore's first checkpoint on a new host
@@ -202,8 +259,7 @@ class StateBench:
         cache = os.environ.get("LOCKSTEP_STATE_CACHE")
         runs = {}
         for i, temperature in enumerate(TEMPERATURES):
-            produce(self.bootstrap, size["topic"],
-                    checkpoint_indices(keys, self.s.records, self.s.new_keys, n + i, self.s.touched), self.s.partitions)
+            want = self.produce(size, n + i)
             restart: dict[str, float] = {}
             if temperature != "warm":
                 if self.restart_connect is not None:
@@ -215,9 +271,10 @@ class StateBench:
                 if cache:
                     shutil.rmtree(cache, ignore_errors=True)
             runs[temperature] = {**self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
-                                                   f"{keys:,} keys, {temperature}"), **restart,
+                                                   f"{keys:,} keys, {temperature}", want=want[STATEFUL]), **restart,
                                  "server_restarted": bool(restart)}
-            self.checkpoint(STATELESS, size["specs"][STATELESS], self.s.records, f"{keys:,} keys, {temperature} round")
+            self.checkpoint(STATELESS, size["specs"][STATELESS], self.s.records, f"{keys:,} keys, {temperature} round",
+                            want=want[STATELESS])
         size["cold_warm"] = runs
 
     def flink_restore(self, size: dict[str, Any], checkpoints: int) -> None:

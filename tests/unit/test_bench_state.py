@@ -376,6 +376,7 @@ def _bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flink: bool = True,
     bench = keyed_state.StateBench(settings, "h:1", "sc://h:2", 111, tmp_path, lambda _m: None,
                                    restart_connect=restart)  # type: ignore[arg-type]
     monkeypatch.setattr(keyed_state, "produce", lambda *a, **k: None)
+    monkeypatch.setattr(workloads, "end_offsets", lambda *a, **k: {})
     return bench
 
 
@@ -394,7 +395,8 @@ def test_the_cold_checkpoint_runs_on_a_restarted_server_with_an_empty_cache(tmp_
 
     bench = _bench(tmp_path, monkeypatch, restart=restart)
 
-    def checkpoint(kind: str, spec: Path, records: int, label: str, repeat: int = 0) -> dict:
+    def checkpoint(kind: str, spec: Path, records: int, label: str, repeat: int = 0, want: object = None) -> dict:
+        assert want is not None  # every checkpoint's outputs are read back
         seen.append((kind, bench.connect_pid, cache.exists()))
         return {"pipeline": kind, "inner": {}}
 
@@ -424,3 +426,22 @@ def test_flinks_restore_runs_after_lockstep_at_the_largest_size_unless_skipped(
     bench.measure()
     # The topic then holds the measured checkpoint's records and the cold, warmed-up and warm ones: 1 + 3.
     assert calls[-2:] == [("cold_and_warm", 20, 1), ("flink", 20, 4)] if flink else calls[-1] == ("cold_and_warm", 20, 1)
+
+
+def test_what_each_pipeline_must_output_names_every_input_offset_once() -> None:
+    # Orders n = 0..4 appended round-robin to 2 partitions that ended at 3 and 5: partition 0 gets n = 0, 2, 4 at
+    # offsets 3, 4, 5, partition 1 n = 1, 3 at offsets 5, 6; the last 2 orders (n = 3, 4) are the new keys.
+    want = keyed_state.wanted_outputs({0: 3, 1: 5}, records=5, new_keys=2, partitions=2)
+    as_lists = {kind: tuple([m.nonzero()[0].tolist() for m in masks] for masks in pair) for kind, pair in want.items()}
+    assert as_lists[STATEFUL] == ([[5], [6]], [[3, 4], [5]])  # the new keys to the sink, the repeats dead-lettered
+    assert as_lists[STATELESS] == ([[3, 4, 5], [5, 6]], [[], []])  # every order to the sink
+    assert [len(m) for m in want[STATEFUL][0]] == [6, 7]  # up to the partitions' new ends
+
+
+def test_the_report_counts_the_checkpoints_whose_outputs_were_read_back_and_exact() -> None:
+    exact, wrong = {"exact": True}, {"exact": False}
+    sizes = [{"keys": 10, "checkpoints": [{STATEFUL: {"sink": exact}, STATELESS: {"sink": exact}}]},
+             {"keys": 20, "checkpoints": [{STATEFUL: {"sink": wrong}, STATELESS: {"sink": None}}],
+              "cold_warm": {"cold": {"sink": exact}, "warm": {}}}]
+    assert keyed_state_report.read_back(sizes) == (6, 4, 3)
+    assert keyed_state_report.read_back([]) == (0, 0, 0)
