@@ -230,6 +230,10 @@ def test_dedup_passes_each_key_once_across_checkpoints_and_crashes(tmp_path, boo
     assert any(m.delta_count for m in states), [m.files for m in states]
     assert any(m.metrics.get("compactions") for m in states), [dict(m.metrics) for m in states]
     assert all(len(chain) <= 3 for m in states for chain in m.files.values())
+    # The driver judged: each checkpoint's output stayed in the Spark partitions its records were read in (its
+    # tasks'), with no shuffle to place it, and the sinks above hold each order once, in its transaction.
+    placed = [m.metrics["output_in_place"] for m in states if "output_in_place" in m.metrics]
+    assert placed and all(p == 1.0 for p in placed), [dict(m.metrics) for m in states]
 
     # Re-keying reads the whole state and writes it in the new groups, as bases; then deltas again.
     assert lockstep("state", "rekey", "--spec", str(pipeline.spec_path), "--key-groups", "8").returncode == 0

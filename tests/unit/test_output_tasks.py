@@ -7,7 +7,7 @@ import pytest
 from lockstep.errors import MetadataError
 from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint, Repair, Rerun
 from lockstep.model.offsets import OffsetRange
-from lockstep.rules.output_tasks import murmur3_int, slots, spark_partition_of, task_of_partition
+from lockstep.rules.output_tasks import murmur3_int, slots, spark_partition_of, task_groups, task_of_partition
 
 
 def test_the_claims_partitions_are_dealt_to_the_tasks_in_turn_whatever_their_order_or_emptiness():
@@ -17,6 +17,45 @@ def test_the_claims_partitions_are_dealt_to_the_tasks_in_turn_whatever_their_ord
     assert set(task_of_partition(ranges, 8).values()) == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="at least one task"):
         task_of_partition(ranges, 0)
+
+
+def test_each_task_reads_the_source_partitions_dealt_to_it_in_its_own_spark_partition():
+    ranges = [OffsetRange("b", 0, 0, 5), OffsetRange("a", 1, 3, 3), OffsetRange("a", 0, 0, 9), OffsetRange("a", 2, 0, 1)]
+    assert task_groups(ranges, 2) == [["a:0", "a:2"], ["a:1", "b:0"]]
+    # More tasks than partitions: the tasks past them read nothing, and are still there (one Spark partition each).
+    assert task_groups(ranges, 6) == [["a:0"], ["a:1"], ["a:2"], ["b:0"], [], []]
+    assert {n: t for t, names in enumerate(task_groups(ranges, 3)) for n in names} == task_of_partition(ranges, 3)
+
+
+def test_the_readers_settings_name_each_tasks_group_and_refuse_a_count_that_differs():
+    from lockstep.spark.kafka_reader import reader_settings
+
+    ranges = (OffsetRange("a", 0, 0, 9), OffsetRange("a", 1, 3, 3))
+    assert "groups" not in reader_settings({}, ranges, 2)  # the reader spreads the ranges by their counts
+    assert reader_settings({}, ranges, 2, [["a:0"], ["a:1"]])["groups"] == [["a:0"], ["a:1"]]
+    with pytest.raises(ValueError, match="3 tasks needs 3 groups, got 2"):
+        reader_settings({}, ranges, 3, [["a:0"], ["a:1"]])
+
+
+@pytest.mark.parametrize(("rows", "in_place"), [
+    # (topic, partition, offset, spark partition) in the order Spark held them; a:0 and a:2 are task 0's, a:1 task 1's
+    ([("a", 0, 5, 0), ("a", 2, 1, 0), ("a", 0, 7, 0), ("a", 1, 3, 1), ("a", 1, 4, 1)], True),
+    ([], False),  # nothing to tell by (every record an error): placed by the shuffle
+    ([("a", 0, 5, 0), ("a", 1, 3, 0)], False),  # a:1's record in task 0's partition: the transform moved it
+    ([("a", 0, 7, 0), ("a", 0, 5, 0)], False),  # out of offset order within its partition (a sort)
+    ([("a", 0, 5, 0), ("a", 0, 5, 0)], False),  # an offset twice (the transform doubled a record)
+    ([("z", 0, 5, 0)], False),  # a partition the claim does not name
+])
+def test_the_output_stays_where_it_was_read_only_when_each_record_is_in_its_tasks_partition_in_order(rows, in_place):
+    import pyarrow as pa
+
+    from lockstep.spark.keyed_state import SPARK_PARTITION, _read_in_place
+
+    records = pa.table({"topic": pa.array([r[0] for r in rows], pa.string()),
+                        "partition": pa.array([r[1] for r in rows], pa.int32()),
+                        "offset": pa.array([r[2] for r in rows], pa.int64()),
+                        SPARK_PARTITION: pa.array([r[3] for r in rows], pa.int32())})
+    assert _read_in_place(records, {"a:0": 0, "a:1": 1, "a:2": 0}) is in_place
 
 
 def test_murmur3_is_sparks_hash_of_an_int():

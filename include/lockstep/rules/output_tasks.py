@@ -18,7 +18,7 @@ same hash (`murmur3_int`, Spark's ``Murmur3_x86_32.hashInt``), so no two tasks s
 from __future__ import annotations
 
 __all__ = [
-    "slots", "task_of_partition",
+    "slots", "task_groups", "task_of_partition",
 ]
 
 from collections.abc import Iterable
@@ -37,6 +37,16 @@ def task_of_partition(ranges: Iterable[OffsetRange], tasks: int) -> dict[str, in
         raise ValueError(f"a checkpoint writes through at least one task, got {tasks}")
     names = sorted({r.tp for r in ranges})
     return {tp.key: i % tasks for i, tp in enumerate(names)}
+
+
+def task_groups(ranges: Iterable[OffsetRange], tasks: int) -> list[list[str]]:
+    """Each task's source partitions (``topic:partition``, sorted), task by task (:func:`task_of_partition`):
+    what the reader of a checkpoint whose output may stay where it was read gives each of its tasks, so that
+    Spark partition ``t`` holds task ``t``'s records (a task may get only empty ranges, and read nothing)."""
+    groups: list[list[str]] = [[] for _ in range(tasks)]
+    for name, task in task_of_partition(ranges, tasks).items():
+        groups[task].append(name)
+    return [sorted(g) for g in groups]
 
 
 def _rotl(x: int, r: int) -> int:

@@ -42,6 +42,7 @@ from lockstep.model.output_contract import (
     parse_task_result,
 )
 from lockstep.model.transactional_ids import write_tasks
+from lockstep.rules.output_tasks import task_groups
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
 from lockstep.spark.codecs import Formats, counted_undecodable, watch, with_error
 from lockstep.spark.jvm_writer import write_with_jvm
@@ -228,7 +229,14 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             ranges = view.claim.ranges  # read as they are, empty: the transform's columns, no rows
         if planned.sink_parallelism == "auto":  # the claim allows up to 256 ids: tell recovery how many
             tasks = store.record_write_tasks(checkpoint_id, tasks)
-        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks)
+        # A dedup judged on the driver marks the records where they are: read each task's source partitions
+        # in its own Spark partition, and its output needs no shuffle to reach its task (`place`).
+        from lockstep.spark.keyed_state import judged_on_driver
+
+        by_task = (not without_records and spec.replay_of is None and view.claim.rerun is None
+                   and judged_on_driver(spec, view.claim.state_base))
+        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks,
+                         groups=task_groups(view.claim.ranges, tasks) if by_task else None)
         transform = routed(spec, load_transform(spec))
         replay = None
         if spec.replay_of is not None:
@@ -267,14 +275,18 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         if spec.state is not None:
             from lockstep.spark import keyed_state
 
-            stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files(), formats.window_encoder())
+            stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files(), formats.window_encoder(),
+                                         read_by_task=tasks if by_task else None)
             output = formats.with_dead_letters(stateful.output, decoded, stateful.output.columns)
             if view.claim.rerun is not None:
                 output = output.unionByName(_rerun(spark, spec, store, kafka, view.claim.rerun, transform,
                                                    checkpoint_id, reruns, formats))
             # Each record in the transaction of its source partition's task (rules.output_tasks), in
-            # offset order: a lost transaction's share can then be computed again exactly.
-            out = place(output, view.claim.ranges, tasks)
+            # offset order: a lost transaction's share can then be computed again exactly. Output that is
+            # there already, as read (checked on its records), is written as it is.
+            in_place = stateful.in_place and decoded is None and view.claim.rerun is None
+            stateful.metrics["output_in_place"] = float(in_place)  # in the manifest's metrics
+            out = output if in_place else place(output, view.claim.ranges, tasks)
         columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
 
         def with_dead_letters(bad: int, partitions: int | None = None) -> DataFrame:

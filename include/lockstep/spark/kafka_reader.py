@@ -48,26 +48,34 @@ READ_CONSUMER_CONFIG: Mapping[str, object] = {"fetch.max.wait.ms": 20, "max.poll
 _SET_KEYS: dict[int, list[str]] = {}
 
 
-def reader_settings(kafka: Mapping[str, object], ranges: tuple[OffsetRange, ...], tasks: int) -> dict[str, object]:
-    """The reader's settings document (``KafkaRangesSource.ReadSettings`` parses it)."""
+def reader_settings(kafka: Mapping[str, object], ranges: tuple[OffsetRange, ...], tasks: int,
+                    groups: list[list[str]] | None = None) -> dict[str, object]:
+    """The reader's settings document (``KafkaRangesSource.ReadSettings`` parses it). ``groups``: each task's
+    source partitions (``topic:partition``), task by task, one Spark partition each; None: the reader
+    spreads the ranges over at most ``tasks`` tasks by their record counts."""
     if tasks < 1:
         raise ValueError(f"a read needs at least one task, got {tasks}")
+    if groups is not None and len(groups) != tasks:
+        raise ValueError(f"a read in {tasks} tasks needs {tasks} groups, got {len(groups)}")
     config = {**READ_CONSUMER_CONFIG, **kafka}
     return {
         "consumer_config": {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in config.items()},
         "ranges": [[r.topic, r.partition, r.start, r.end] for r in ranges if not r.is_empty],
         "tasks": tasks, "stall_timeout_ms": STALL_TIMEOUT_MS,
+        **({"groups": groups} if groups is not None else {}),
     }
 
 
 def read_ranges(spark: JobSession, kafka: Mapping[str, object], ranges: tuple[OffsetRange, ...],
-                headers: bool = False, tasks: int | None = None) -> DataFrame:
+                headers: bool = False, tasks: int | None = None, groups: list[list[str]] | None = None) -> DataFrame:
     """Exactly the planned ``[start, end)`` of each partition, committed records only, in at most
-    ``tasks`` Spark tasks (default: one per non-empty range), with the columns of Spark's Kafka source.
+    ``tasks`` Spark tasks (default: one per non-empty range), with the columns of Spark's Kafka source;
+    with ``groups`` (`lockstep.rules.output_tasks.task_groups`), in exactly those tasks, task by task.
 
     ``kafka`` is the source connection in the Java dialect (``kafka_config(conn_id, JAVA)``). The settings
     stay in the session's conf until `forget_read_settings`: Spark plans the scan when an action runs."""
-    settings = reader_settings(kafka, ranges, tasks or max(1, sum(1 for r in ranges if not r.is_empty)))
+    settings = reader_settings(kafka, ranges, len(groups) if groups is not None else
+                               tasks or max(1, sum(1 for r in ranges if not r.is_empty)), groups)
     read_id = str(uuid.uuid4())
     key = JVM_SETTINGS_CONF_PREFIX + read_id
     spark.conf.set(key, json.dumps(settings))

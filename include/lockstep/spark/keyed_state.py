@@ -33,7 +33,8 @@ read and wrote is in the manifest's ``metrics``.
 from __future__ import annotations
 
 __all__ = [
-    "DUPLICATE", "LATE", "collect_slices", "empty_frame", "event_ms", "keyed", "window_starts_column", "window_value",
+    "DUPLICATE", "LATE", "collect_slices", "empty_frame", "event_ms", "judged_on_driver", "keyed", "window_starts_column",
+    "window_value",
 ]
 
 import logging
@@ -50,6 +51,7 @@ from lockstep.model.output_contract import ACCEPTED_TYPES
 from lockstep.model.state import StateManifest, iso_ms
 from lockstep.model.state_rows import EVENT, GROUP, INTERNAL, KEY
 from lockstep.rules.dedup import retention_ms, state_lifetime_ms
+from lockstep.rules.output_tasks import task_of_partition
 from lockstep.rules.state_base import base_refusal, schema_change
 from lockstep.rules.state_manifest import Figures
 from lockstep.rules.state_reads import ReadPlan, read_plan
@@ -88,6 +90,9 @@ class StatefulRun:
     metrics: dict[str, float] = field(default_factory=dict)
     #: the frames the run keeps (persisted) until its state is written, or it is discarded
     cached: list[DataFrame] = field(default_factory=list)
+    #: ``output`` is in the partitions its records were read in, each its task's, each source partition's
+    #: records in offset order (checked on the records collected), so the writer takes it as it is
+    in_place: bool = False
 
     def finish(self) -> StateManifest:
         return self._finish()
@@ -157,12 +162,24 @@ def _check_columns(spec: PipelineSpec, df: DataFrame) -> None:
                                 "column")
 
 
+def judged_on_driver(spec: PipelineSpec, base: StateManifest | None) -> bool:
+    """Whether the checkpoint's dedup is judged on the driver (`lockstep.spark.dedup_judge`): a dedup's held
+    keys never change, so the passed records go beside the rows loaded; not when re-keying, where Spark
+    computes every row's new key group and judges in the JVM (:func:`_dedup`). Its output is then the
+    records read, marked: it can stay in the partitions they were read in (``StatefulRun.in_place``)."""
+    return (spec.state is not None and spec.state.dedup is not None
+            and (base is None or base.key_groups == spec.state.key_groups))
+
+
 def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transformed: DataFrame,
-          files: StateFiles, window_encoder: Callable[[Column], Column] | None = None) -> StatefulRun:
+          files: StateFiles, window_encoder: Callable[[Column], Column] | None = None,
+          read_by_task: int | None = None) -> StatefulRun:
     """Apply the spec's stateful operator to this checkpoint's transformed records.
 
     ``window_encoder``: how a fired window's record becomes its value in the sink's format
-    (`lockstep.spark.codecs.window_encoder`); None: JSON.
+    (`lockstep.spark.codecs.window_encoder`); None: JSON. ``read_by_task``: the records were read in this
+    many Spark partitions, partition ``t`` holding task ``t``'s source partitions
+    (`lockstep.rules.output_tasks.task_groups`).
 
     Nothing here reads the wall clock: idleness is measured against the clock the claim pinned
     (``claim.clock``), so every attempt over the claim decides the same way."""
@@ -193,12 +210,16 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     x = x.persist()
     started = time.monotonic()
     good = x.filter(F.col("error").isNull())
-    # A dedup's held keys never change: the passed records go beside the rows loaded, and the driver judges
-    # them (`lockstep.spark.dedup_judge`) over the records collected narrow, which give the watermark's
-    # event times too; not when re-keying, where Spark computes every row's new key group and judges in
-    # the JVM (:func:`_dedup`).
-    on_driver = state.dedup is not None and (base is None or base.key_groups == state.key_groups)
-    records = _collect(good, claim.ranges) if on_driver else None
+    # The records collected narrow give the watermark's event times too.
+    on_driver = judged_on_driver(spec, base)
+    records = _collect(good, claim.ranges, read_by_task is not None) if on_driver else None
+    in_place = False
+    if records is not None and read_by_task is not None:
+        in_place = _read_in_place(records, task_of_partition(claim.ranges, read_by_task))
+        records = records.drop_columns([SPARK_PARTITION])
+        if not in_place:
+            log.info("checkpoint %d: the transform moved records between Spark partitions or out of offset order: "
+                     "the output is placed by a shuffle", cid)
     if records is not None:
         highest = records.group_by(["topic", "partition"]).aggregate([(EVENT, "max")])
         seen = [{"topic": t, "partition": p, "m": m} for t, p, m in zip(
@@ -243,8 +264,10 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     added: pa.Table | None = None
     if records is not None:
         started = time.monotonic()
-        output, added, marked = _dedup_on_driver(spark, state, clock, good, records, loaded)
-        log.info("checkpoint %d: dedup judged %d records on the driver, marked %s", cid, records.num_rows, marked)
+        everything, added, marked = _dedup_on_driver(spark, state, clock, x, records, loaded)
+        in_place = in_place and not marked.endswith(ON_SERVER)  # marks kept there are joined by a shuffle
+        log.info("checkpoint %d: dedup judged %d records on the driver, marked %s%s", cid, records.num_rows, marked,
+                 "; the output stays in the partitions it was read in" if in_place else "")
         metrics["apply_seconds"] = round(time.monotonic() - started, 3)
         columns = dict(want)
     else:
@@ -257,7 +280,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
             output, new_state = _function(state, clock, good, current,
                                           [c for c in transformed.columns if c not in ("error", "headers", *decoded)])
         columns = {f.name: f.dataType.simpleString() for f in new_state.schema.fields}
-    everything = _records(bad).unionByName(output)
+        everything = _records(bad).unionByName(output)
 
     def finish() -> StateManifest:
         began = time.monotonic()
@@ -282,7 +305,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
                  metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"], manifest.timers)
         return replace(manifest, metrics=dict(metrics))
 
-    return StatefulRun(everything, clock, finish, metrics, cached)
+    return StatefulRun(everything, clock, finish, metrics, cached, in_place)
 
 
 def _arrow_memory() -> None:
@@ -317,18 +340,45 @@ def collect_slices(ranges: Sequence[OffsetRange], most: int = COLLECT_SLICE) -> 
             for r in ranges for start in range(r.start, r.end, most)]
 
 
-def _collect(good: DataFrame, ranges: Sequence[OffsetRange]) -> pa.Table:
-    """The records' :data:`~lockstep.spark.dedup_judge.RECORD_COLUMNS`, on the driver."""
+#: The Spark partition each record collected was in (:func:`_collect`), for :func:`_read_in_place`.
+SPARK_PARTITION = "__ls_spark_partition"
+
+
+def _collect(good: DataFrame, ranges: Sequence[OffsetRange], partitions: bool = False) -> pa.Table:
+    """The records' :data:`~lockstep.spark.dedup_judge.RECORD_COLUMNS`, on the driver, in the order Spark
+    holds them; with ``partitions``, each one's Spark partition too (:data:`SPARK_PARTITION`)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    narrow = good.select(*RECORD_COLUMNS)
+    narrow = good.select(*RECORD_COLUMNS, *([F.spark_partition_id().alias(SPARK_PARTITION)] if partitions else []))
     slices = collect_slices(ranges)
     if not slices:
         return narrow.toArrow()
     return pa.concat_tables([narrow.filter((F.col("topic") == r.topic) & (F.col("partition") == r.partition)
                                            & (F.col("offset") >= r.start) & (F.col("offset") < r.end)).toArrow()
                              for r in slices])
+
+
+def _read_in_place(records: pa.Table, assigned: dict[str, int]) -> bool:
+    """Whether the collected ``records`` (with :data:`SPARK_PARTITION`, in the order Spark held them) lie each
+    in the Spark partition of its source partition's task (``assigned``: ``topic:partition`` -> task,
+    `lockstep.rules.output_tasks.task_of_partition`), each source partition's in offset order: as the reader
+    gave them (`lockstep.rules.output_tasks.task_groups`), unless the transform moved them (a repartition,
+    a sort). The records that did not reach the judgement (errors) come from the same partitions."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if not records.num_rows:  # nothing to tell by: the records that did not reach the judgement are placed
+        return False
+    names = pc.binary_join_element_wise(records["topic"], pc.cast(records["partition"], "string"), ":")
+    encoded = pc.dictionary_encode(names).combine_chunks()
+    tasks = np.array([assigned.get(name, -1) for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+    index = encoded.indices.to_numpy(zero_copy_only=False)
+    if not np.array_equal(tasks[index], records[SPARK_PARTITION].to_numpy()):
+        return False
+    order = np.argsort(index, kind="stable")  # each source partition's records, in the order Spark held them
+    same = index[order][1:] == index[order][:-1]
+    return bool(np.all(np.diff(records["offset"].to_numpy()[order])[same] > 0))
 
 
 def _records(rows: DataFrame) -> DataFrame:
@@ -554,7 +604,6 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     ttl = d.ttl_ms
     before, after = clock.before, clock.after
     is_late = (F.col(EVENT) + F.lit(ttl) <= F.lit(before)) if before is not None else F.lit(False)
-    late = good.filter(is_late).withColumn("error", F.lit(LATE))
     fresh = good.filter(~is_late)
     record = F.struct(EVENT, *PROVENANCE)
     keys = (fresh.groupBy(KEY).agg(F.min(record).alias("__ls_f"), F.max(EVENT).alias("__ls_last"),
@@ -580,7 +629,7 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     else:
         added = firsts.unionByName(_fold(fresh, loaded, F.broadcast(mixed), ttl)).persist()
         kept_frames.append(added)
-    output = _marked(state, late, fresh, added.select(KEY, *PROVENANCE), passes=True)
+    output = _marked(state, good, is_late, added.select(KEY, *PROVENANCE), passes=True, broadcast=False)
     new_rows = added.select(*INTERNAL)
     kept = loaded.unionByName(new_rows)
     if after is not None:
@@ -588,25 +637,31 @@ def _dedup(state: StateSpec, clock: EventClock, good: DataFrame,
     return output, kept, kept_frames
 
 
-def _marked(state: StateSpec, late: DataFrame, fresh: DataFrame, marks: DataFrame | None, passes: bool) -> DataFrame:
-    """A dedup's output: the late records, the ``fresh`` records that passed and, when dead-lettered, the
-    copies. ``marks``: the key and provenance of the records that passed (``passes``) or of the copies
-    (not ``passes``), whichever are fewer; None: there are none. One join, and the marks appear once in
-    the plan (a Connect plan repeats a shared subtree, local relation and all)."""
+def _marked(state: StateSpec, records: DataFrame, is_late: Column, marks: DataFrame | None, passes: bool,
+            broadcast: bool = True) -> DataFrame:
+    """A dedup's output, every one of the checkpoint's ``records`` in one pass, in the partitions and the
+    order they came in: those with an error as they are, the late ones (``is_late``) with ``late``, the
+    copies with ``duplicate`` (or left out, when not dead-lettered), the records that passed without an
+    error. ``marks``: the key and provenance of the records that passed (``passes``) or of the copies (not
+    ``passes``), whichever are fewer; None: there are none. One join, against the marks ``broadcast`` (so
+    the records stay where they are; not for marks Spark computed, which AQE broadcasts when it sees how
+    few they are), and the marks appear once in the plan (a Connect plan repeats a shared subtree, local
+    relation and all)."""
     from pyspark.sql import functions as F
 
     assert state.dedup is not None
     if marks is None:
-        judged, passed = fresh, F.lit(not passes)
+        judged, passed = records, F.lit(not passes)
     else:
-        judged = fresh.join(marks.withColumn("__ls_mark", F.lit(True)), [KEY, *PROVENANCE], "left")
+        marking = marks.withColumn("__ls_mark", F.lit(True))
+        judged = records.join(F.broadcast(marking) if broadcast else marking, [KEY, *PROVENANCE], "left")
         passed = F.col("__ls_mark").isNotNull() if passes else F.col("__ls_mark").isNull()
+    error = F.coalesce(F.col("error"), F.when(is_late, F.lit(LATE)),
+                       F.when(~passed, F.lit(DUPLICATE))).cast("string")
+    judged = judged.withColumn("error", error)
     if state.dedup.duplicates != "dead_letter":
-        judged = judged.filter(passed)
-    judged = judged.withColumn("error", F.when(passed, F.lit(None).cast("string")).otherwise(F.lit(DUPLICATE)))
-    # Each source partition's records go to one task, in offset order, when the run places the output
-    # (`lockstep.spark.output_tasks.place`): that shuffle undoes the dedup's, so none is needed here.
-    return _records(late).unionByName(_records(judged.drop("__ls_mark")))
+        judged = judged.filter(F.col("error").isNull() | (F.col("error") != F.lit(DUPLICATE)))
+    return _records(judged.drop("__ls_mark"))
 
 
 #: Marks of more bytes than this are kept on the server (a local checkpoint) before the output's plan
@@ -615,7 +670,11 @@ def _marked(state: StateSpec, late: DataFrame, fresh: DataFrame, marks: DataFram
 MARKS_INLINE_BYTES = 8 << 20
 
 
-def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, good: DataFrame, records: pa.Table,
+#: How :func:`_dedup_on_driver` says its marks were kept on the server.
+ON_SERVER = " (on the server)"
+
+
+def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, x: DataFrame, records: pa.Table,
                      loaded: Loaded) -> tuple[DataFrame, pa.Table, str]:
     """(output, the records that passed as state rows, what was marked: ``passes`` or ``copies``, ``none``
     if nothing was, with `` (on the server)`` when the marks were kept there): the judgement of `lockstep.spark.dedup_judge` over
@@ -641,10 +700,10 @@ def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, goo
         marks = cast("SparkSession", spark).createDataFrame(marked)
         if marked.nbytes > MARKS_INLINE_BYTES:
             marks = marks.localCheckpoint(eager=True)
-            what += " (on the server)"
+            what += ON_SERVER
     else:
         what = "none"
-    output = _marked(state, good.filter(is_late).withColumn("error", F.lit(LATE)), good.filter(~is_late), marks, passes)
+    output = _marked(state, x, is_late, marks, passes)
     added = passed.select(list(INTERNAL))
     if clock.after is not None:
         added = added.filter(pc.greater(pc.add(added[EVENT], pa.scalar(retention_ms(ttl), pa.int64())), clock.after))

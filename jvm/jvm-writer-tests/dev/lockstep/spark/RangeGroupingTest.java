@@ -1,6 +1,7 @@
 package dev.lockstep.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.lockstep.spark.KafkaRangesSource.Range;
@@ -71,5 +72,24 @@ class RangeGroupingTest {
   @Test
   void theSamePlanGivesTheSameGroupsInTheSameOrder() {
     assertEquals(KafkaRangesSource.group(ranges(64, 9), 5), KafkaRangesSource.group(ranges(64, 9), 5));
+  }
+
+  @Test
+  void assignedGroupsAreTheTasksInTheirOrderEvenAnEmptyOne() {
+    List<Range> some = new ArrayList<>(ranges(3, 5));
+    some.add(new Range("orders", 3, 40, 40)); // empty: read by nobody
+    List<RangeGroup> groups = KafkaRangesSource.assigned(some,
+        List.of(List.of("orders:2", "orders:0"), List.of("orders:3"), List.of("orders:1")));
+    assertEquals(3, groups.size());
+    assertEquals(List.of(new Range("orders", 0, 100, 105), new Range("orders", 2, 100, 105)), groups.get(0).ranges());
+    assertEquals(List.of(), groups.get(1).ranges()); // its task reads nothing, and still is task 1
+    assertEquals(List.of(new Range("orders", 1, 100, 105)), groups.get(2).ranges());
+  }
+
+  @Test
+  void aRangeNoAssignedGroupNamesIsRefusedByName() {
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+        () -> KafkaRangesSource.assigned(ranges(2, 5), List.of(List.of("orders:0"))));
+    assertTrue(e.getMessage().contains("orders:1"), e.getMessage());
   }
 }

@@ -139,9 +139,44 @@ public final class KafkaRangesSource implements TableProvider, DataSourceRegiste
     return out;
   }
 
-  /** What a read's settings document says (built by {@code lockstep.spark.kafka_reader.reader_settings}). */
-  record ReadSettings(Map<String, String> consumerConfig, List<Range> ranges, int tasks, long stallTimeoutMs)
-      implements Serializable {
+  /**
+   * The ranges in the groups the caller chose, task {@code t} reading group {@code t}'s source partitions
+   * (empty ranges left out; a group may end up empty, and its task then reads nothing): a stateful
+   * checkpoint's tasks (`lockstep.rules.output_tasks.task_of_partition`), so that its output stays in
+   * the partitions it was read in.
+   */
+  static List<RangeGroup> assigned(List<Range> ranges, List<List<String>> groups) {
+    Map<String, Range> byName = new HashMap<>();
+    for (Range r : ranges) {
+      if (r.count() > 0) {
+        byName.put(r.topic() + ":" + r.partition(), r);
+      }
+    }
+    List<RangeGroup> out = new ArrayList<>();
+    for (List<String> names : groups) {
+      List<Range> g = new ArrayList<>();
+      for (String name : names) {
+        Range r = byName.remove(name);
+        if (r != null) {
+          g.add(r);
+        }
+      }
+      g.sort(Comparator.comparing(Range::topic).thenComparingInt(Range::partition));
+      out.add(new RangeGroup(List.copyOf(g)));
+    }
+    if (!byName.isEmpty()) {
+      throw new IllegalArgumentException("the read settings of " + SHORT_NAME + " give no task to the ranges of "
+          + new java.util.TreeSet<>(byName.keySet()));
+    }
+    return out;
+  }
+
+  /**
+   * What a read's settings document says (built by {@code lockstep.spark.kafka_reader.reader_settings}).
+   * {@code groups}: each task's source partitions ("topic:partition"), or null: {@link #group} decides.
+   */
+  record ReadSettings(Map<String, String> consumerConfig, List<Range> ranges, int tasks, long stallTimeoutMs,
+                      List<List<String>> groups) implements Serializable {
     static ReadSettings parse(String json) {
       try {
         JsonNode doc = TransactionalKafkaWriter.json().readTree(json);
@@ -150,10 +185,28 @@ public final class KafkaRangesSource implements TableProvider, DataSourceRegiste
         for (JsonNode r : doc.get("ranges")) {
           ranges.add(new Range(r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong()));
         }
-        return new ReadSettings(config, List.copyOf(ranges), doc.get("tasks").asInt(), doc.get("stall_timeout_ms").asLong());
+        List<List<String>> groups = null;
+        JsonNode g = doc.get("groups");
+        if (g != null && !g.isNull()) {
+          groups = new ArrayList<>();
+          for (JsonNode names : g) {
+            List<String> group = new ArrayList<>();
+            for (JsonNode name : names) {
+              group.add(name.asText());
+            }
+            groups.add(List.copyOf(group));
+          }
+          groups = List.copyOf(groups);
+        }
+        return new ReadSettings(config, List.copyOf(ranges), doc.get("tasks").asInt(), doc.get("stall_timeout_ms").asLong(),
+            groups);
       } catch (java.io.IOException | RuntimeException e) {
         throw new IllegalArgumentException("the read settings of " + SHORT_NAME + " are not valid: " + e, e);
       }
+    }
+
+    List<RangeGroup> plan() {
+      return groups == null ? group(ranges, tasks) : assigned(ranges, groups);
     }
   }
 
@@ -218,7 +271,7 @@ public final class KafkaRangesSource implements TableProvider, DataSourceRegiste
 
     @Override
     public InputPartition[] planInputPartitions() {
-      return group(settings.ranges(), settings.tasks()).toArray(new InputPartition[0]);
+      return settings.plan().toArray(new InputPartition[0]);
     }
 
     @Override
