@@ -703,7 +703,8 @@ def _dedup_on_driver(spark: JobSession, state: StateSpec, clock: EventClock, x: 
             what += ON_SERVER
     else:
         what = "none"
-    output = _marked(state, x, is_late, marks, passes)
+    # Marks kept on the server are too many to broadcast: the join then shuffles, and the run places the output.
+    output = _marked(state, x, is_late, marks, passes, broadcast=not what.endswith(ON_SERVER))
     added = passed.select(list(INTERNAL))
     if clock.after is not None:
         added = added.filter(pc.greater(pc.add(added[EVENT], pa.scalar(retention_ms(ttl), pa.int64())), clock.after))
