@@ -21,7 +21,9 @@ Connect server (the runner starts the platform).
 
 At the largest size, after the measured rounds, a **cold** checkpoint as after a restore on a new host:
 the Spark Connect server restarted (a new JVM, its start timed on its own) and the local cache of
-decoded state files emptied; then a **warm** one. Then, unless ``--state-no-flink``, Flink SQL's
+decoded state files emptied; the same on a server warmed up by the platform's warm-up checkpoints; a
+restore on the **same host** (the server restarted and warmed up, the cache kept: it lives on the host of
+the run step, which a server's restart does not touch); then a **warm** one. Then, unless ``--state-no-flink``, Flink SQL's
 RocksDB restore of the same state (``lockstep_bench.flink_restore``): Flink builds it up from the same
 topic, then a new Flink process restores it and runs the same kind of checkpoint.
 """
@@ -143,7 +145,7 @@ def produce(bootstrap: str, topic: str, indices: list[int], partitions: int,
 
 
 #: The restore's checkpoints at the largest size, in the order they run (`StateBench.cold_and_warm`).
-TEMPERATURES = ("cold", "warmed", "warm")
+TEMPERATURES = ("cold", "warmed", "restarted", "warm")
 
 
 class StateBench:
@@ -249,9 +251,10 @@ class StateBench:
         (``cold``: the Spark Connect server restarted, a new JVM with its one warm-up query, and the
         local cache of decoded state files emptied: every touched group's files downloaded and
         decoded); the same with a server that ran the platform's warm-up checkpoints when it started
-        (``warmed``: `lockstep_dev.warm_checkpoints`, the cache emptied after them); then the next
-        checkpoint (``warm``: the server and the cache as the warmed one left them). The server's
-        restart, warm-up included, is timed apart from the checkpoint (``server_start_s``)."""
+        (``warmed``: `lockstep_dev.warm_checkpoints`, the cache emptied after them); a restore on the same
+        host (``restarted``: the server restarted and warmed up again, the cache as the warmed one left it);
+        then the next checkpoint (``warm``: the server and the cache as the one before it left them). The
+        server's restart, warm-up included, is timed apart from the checkpoint (``server_start_s``)."""
         import os
         import shutil
 
@@ -259,16 +262,19 @@ class StateBench:
         cache = os.environ.get("LOCKSTEP_STATE_CACHE")
         runs = {}
         for i, temperature in enumerate(TEMPERATURES):
+            if temperature == "restarted" and self.restart_connect is None:
+                continue  # without a restart it would be the warm checkpoint again
             want = self.produce(size, n + i)
             restart: dict[str, float] = {}
             if temperature != "warm":
                 if self.restart_connect is not None:
                     started = time.monotonic()
-                    self.connect_pid = self.restart_connect(temperature == "warmed")
+                    warm_up = temperature != "cold"
+                    self.connect_pid = self.restart_connect(warm_up)
                     restart["server_start_s"] = round(time.monotonic() - started, 3)
                     self.log(f"Spark Connect server restarted in {restart['server_start_s']:.1f} s "
-                             f"(pid {self.connect_pid}{', warm-up checkpoints included' if temperature == 'warmed' else ''})")
-                if cache:
+                             f"(pid {self.connect_pid}{', warm-up checkpoints included' if warm_up else ''})")
+                if cache and temperature != "restarted":
                     shutil.rmtree(cache, ignore_errors=True)
             runs[temperature] = {**self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
                                                    f"{keys:,} keys, {temperature}", want=want[STATEFUL]), **restart,
