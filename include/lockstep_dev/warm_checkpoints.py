@@ -114,6 +114,7 @@ def _main(remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[st
     admin = AdminClient({**kafka, "log_level": 3})
     topics = [topic] + [t for d in docs.values() for t in (d["sink"]["topic"], d["sink"]["dead_letter_topic"])]
     done: dict[str, dict[str, float]] = {}
+    groups: list[str] = []
     folder: Path | None = None
     try:
         # The broker's default replication: a cluster's min.insync.replicas refuses a topic of one replica.
@@ -134,6 +135,7 @@ def _main(remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[st
             path = folder / f"{doc['name']}.yaml"
             path.write_text(yaml.safe_dump(doc, sort_keys=False))
             spec = load_spec(path)
+            groups.append(spec.source.consumer_group)
             rounds = 2 if kind == "dedup" else 1
             for n in range(rounds):
                 began = time.monotonic()
@@ -152,6 +154,12 @@ def _main(remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[st
             try:
                 future.result(timeout=30)
             except Exception:  # noqa: BLE001 - best effort: a topic the failure left uncreated
+                pass
+        # Each checkpoint published its offsets to its pipeline's consumer group.
+        for future in (admin.delete_consumer_groups(groups, request_timeout=30) if groups else {}).values():
+            try:
+                future.result(timeout=30)
+            except Exception:  # noqa: BLE001 - best effort: a group the failure left uncreated
                 pass
         s3 = boto3.client("s3", **s3_client_kwargs("aws_default"))
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{tag}/"):

@@ -213,7 +213,7 @@ def test_a_runs_kept_results_stay_in_its_own_session_while_another_session_is_op
 def test_a_servers_warm_up_checkpoints_run_the_checkpoint_path_and_leave_nothing_behind(platform, spark_connect):
     """`lockstep_dev.warm_checkpoints`, which a platform asked to (`Platform(warm_checkpoints=True)`, the
     keyed-state benchmark's restore) runs on a Connect server it starts: real checkpoints of each kind,
-    the dedup's second reading its first's state back, then its topics and stores gone."""
+    the dedup's second reading its first's state back, then its topics, stores and consumer groups gone."""
     from confluent_kafka.admin import AdminClient
 
     from lockstep.spark.conf import job_environment
@@ -229,5 +229,7 @@ def test_a_servers_warm_up_checkpoints_run_the_checkpoint_path_and_leave_nothing
     assert done["dedup-1"]["rows_loaded"] == 0 and done["dedup-2"]["rows_loaded"] == half // 2, done
     topics = AdminClient({"bootstrap.servers": platform.kafka.bootstrap}).list_topics(timeout=30).topics
     assert not [t for t in topics if t.startswith("lockstep-warm-up-")]
+    groups = AdminClient({"bootstrap.servers": platform.kafka.bootstrap}).list_consumer_groups().result(timeout=30)
+    assert not [g.group_id for g in groups.valid if g.group_id.startswith("lockstep-lockstep-warm-up-")]
     listed = s3.client(platform.s3).list_objects_v2(Bucket=platform.state.bucket, Prefix="lockstep-warm-up-")
     assert not listed.get("Contents"), listed.get("Contents")
