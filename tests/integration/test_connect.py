@@ -210,6 +210,22 @@ def test_a_runs_kept_results_stay_in_its_own_session_while_another_session_is_op
             other.stop()
 
 
+def test_the_servers_default_parallelism_read_from_a_plan_is_the_one_a_job_counts(spark_connect):
+    """`kafka_reader.default_parallelism` reads the range's splits from its plan (no job); a real server's plan
+    says what the job over the range counts."""
+    from lockstep.spark.connect import connect_mode, new_session
+    from lockstep.spark.kafka_reader import default_parallelism
+
+    with connect_mode():
+        spark = new_session(spark_connect)
+        try:
+            counted = spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p").selectExpr("max(p) AS last")
+            assert default_parallelism(spark) == counted.first()["last"] + 1
+            assert "splits=" in spark.range(0, 1 << 16)._explain_string(mode="simple")  # not the job's fallback
+        finally:
+            spark.stop()
+
+
 def test_a_servers_warm_up_checkpoints_run_the_checkpoint_path_and_leave_nothing_behind(platform, spark_connect):
     """`lockstep_dev.warm_checkpoints`, which a platform asked to (`Platform(warm_checkpoints=True)`, the
     keyed-state benchmark's restore) runs on a Connect server it starts: real checkpoints of each kind,

@@ -326,3 +326,33 @@ def test_a_session_open_on_its_server_gives_up_at_once_when_the_server_refuses_a
     tries, slept, failed = attempts([_rpc_error("UNAVAILABLE", "Socket closed")] * 3)
     assert (tries, len(slept), failed) == (4, 3, None)
     assert not refused(_rpc_error("INTERNAL", "Connection refused")) and not refused(ValueError("Connection refused"))
+
+
+def test_the_default_parallelism_is_read_from_the_ranges_plan_when_it_says_and_counted_when_not():
+    from lockstep.spark.kafka_reader import default_parallelism
+    from tests.support.fake_spark import FakeFrame, FakeSession
+
+    class Planned(FakeFrame):
+        def __init__(self, partitions: int, plan: str | Exception) -> None:
+            super().__init__(partitions)
+            self.plan = plan
+
+        def _explain_string(self, mode: str) -> str:
+            assert mode == "simple"
+            if isinstance(self.plan, Exception):
+                raise self.plan
+            return self.plan
+
+    class Session(FakeSession):
+        def __init__(self, plan: str | Exception) -> None:
+            super().__init__(default_parallelism=3)
+            self.plan = plan
+
+        def range(self, start: int, end: int | None = None) -> FakeFrame:
+            return Planned(self.default_parallelism, self.plan)
+
+    plan = "== Physical Plan ==\n*(1) Range (0, 65536, step=1, splits=8)\n\n"
+    assert default_parallelism(Session(plan)) == 8  # the plan's, no job
+    # A plan that does not say, or an analysis refused: the job's count.
+    assert default_parallelism(Session("== Physical Plan ==\n*(1) Scan ExistingRDD\n")) == 3
+    assert default_parallelism(Session(RuntimeError("analysis failed"))) == 3
