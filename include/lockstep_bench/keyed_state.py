@@ -222,7 +222,10 @@ class StateBench:
         started = time.monotonic()
         produce(self.bootstrap, topic, list(range(keys)), self.s.partitions)
         self.log(f"{keys:,} keys: build-up input produced in {time.monotonic() - started:.1f} s")
-        size["buildup"] = [self.checkpoint(kind, size["specs"][kind], keys, f"{keys:,} keys, build-up")
+        # Every order is a new key: the dedup passes each to its sink, the stateless pipeline too.
+        want = wanted_outputs({}, keys, keys, self.s.partitions)
+        size["buildup"] = [self.checkpoint(kind, size["specs"][kind], keys, f"{keys:,} keys, build-up",
+                                           want=want[kind])
                            for kind in (STATELESS, STATEFUL)]
         held = size["buildup"][-1]["inner"]["state"]["keys"]
         if held != keys:

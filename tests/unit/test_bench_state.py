@@ -481,8 +481,28 @@ def test_what_each_pipeline_must_output_names_every_input_offset_once() -> None:
 
 def test_the_report_counts_the_checkpoints_whose_outputs_were_read_back_and_exact() -> None:
     exact, wrong = {"exact": True}, {"exact": False}
-    sizes = [{"keys": 10, "checkpoints": [{STATEFUL: {"sink": exact}, STATELESS: {"sink": exact}}]},
+    sizes = [{"keys": 10, "checkpoints": [{STATEFUL: {"sink": exact}, STATELESS: {"sink": exact}}],
+              "buildup": [{"sink": exact}, {"sink": exact}]},
              {"keys": 20, "checkpoints": [{STATEFUL: {"sink": wrong}, STATELESS: {"sink": None}}],
-              "cold_warm": {"cold": {"sink": exact}, "warm": {}}}]
-    assert keyed_state_report.read_back(sizes) == (6, 4, 3)
+              "cold_warm": {"cold": {"sink": exact}, "warm": {}}, "buildup": [{}, {"sink": wrong}]}]
+    assert keyed_state_report.read_back(sizes) == (10, 7, 5)
     assert keyed_state_report.read_back([]) == (0, 0, 0)
+
+
+def test_a_build_ups_outputs_are_read_back_every_order_to_each_pipelines_sink(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _bench(tmp_path, monkeypatch)
+    monkeypatch.setattr(workloads, "create_topic", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "_specs", lambda keys, topic: {STATEFUL: Path("a"), STATELESS: Path("b")})
+    wanted: dict[str, tuple] = {}
+
+    def checkpoint(kind: str, spec: Path, records: int, label: str, repeat: int = 0, want: object = None) -> dict:
+        wanted[kind] = want  # type: ignore[assignment]
+        return {"inner": {"state": {"keys": records}}}
+
+    monkeypatch.setattr(bench, "checkpoint", checkpoint)
+    bench.build(10)
+    for kind in (STATEFUL, STATELESS):  # 10 new orders over 4 partitions (3, 3, 2, 2): all to the sink, none dead
+        sink, dead = wanted[kind]
+        assert [m.tolist() for m in sink] == [[True] * 3, [True] * 3, [True] * 2, [True] * 2], kind
+        assert [m.tolist() for m in dead] == [[False] * 3, [False] * 3, [False] * 2, [False] * 2], kind
