@@ -91,8 +91,10 @@ def forget_read_settings(spark: JobSession) -> None:
         spark.conf.unset(key)
 
 
-#: A ``range``'s splits in its physical plan (``Range (0, 65536, step=1, splits=2)``), Spark 3 and 4 alike.
-_RANGE_SPLITS = re.compile(r"\bRange \(0, 65536, step=1, splits=(\d+)\)")
+#: The ``range`` whose partitions say the default parallelism, and its splits in its physical plan
+#: (``Range (0, 65536, step=1, splits=2)``), Spark 3 and 4 alike.
+_PROBE_ROWS = 1 << 16
+_RANGE_SPLITS = re.compile(rf"\bRange \(0, {_PROBE_ROWS}, step=1, splits=(\d+)\)")
 
 
 def default_parallelism(spark: JobSession) -> int:
@@ -102,7 +104,7 @@ def default_parallelism(spark: JobSession) -> int:
 
     Read from the range's plan, which the server plans without running anything; counted by a job over
     the range when the plan does not say (a job took 0.1 s of every checkpoint)."""
-    frame = spark.range(0, 1 << 16)
+    frame = spark.range(0, _PROBE_ROWS)
     # A Connect DataFrame's, behind its explain() (a classic one's explain() prints only): pyspark's own, so
     # looked up, and any failure of it falls back to the job.
     explained = getattr(frame, "_explain_string", None)
@@ -111,7 +113,8 @@ def default_parallelism(spark: JobSession) -> int:
             found = _RANGE_SPLITS.search(str(explained(mode="simple")))
         except Exception:  # noqa: BLE001 - an analysis the server refused: the job below asks again
             found = None
-        if found is not None and int(found.group(1)) > 0:
-            return int(found.group(1))
+        splits = int(found.group(1)) if found is not None else 0
+        if splits > 0:
+            return splits
     row = frame.selectExpr("spark_partition_id() AS p").selectExpr("max(p) AS last").first()
     return int(row["last"]) + 1 if row is not None and row["last"] is not None else 1
