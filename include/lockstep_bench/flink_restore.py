@@ -12,7 +12,9 @@ At the largest state size, after Lockstep's cold and warm checkpoints (``lockste
    completed checkpoint holds the whole input. Then the job is cancelled, its last checkpoint retained.
 2. The cold checkpoint's kind of input for the next checkpoint (``keyed_state.checkpoint_indices``): repeats
    of held keys and a few new keys.
-3. **Restore, measured.** A new Flink process restores that checkpoint (``execution.state-recovery.path``,
+3. **Restore, measured** (as many times as Lockstep's restore runs, each over the next checkpoint's records and
+   from the checkpoint the restore before it retained). A new Flink process restores that checkpoint
+   (``execution.state-recovery.path``,
    ``CLAIM`` mode: the checkpoint becomes the job's own and its first checkpoint is incremental on it, as
    Lockstep's next checkpoint builds on the state on S3) and runs until its output of the new keys is
    committed: its first completed checkpoint covering the new records, whose Kafka transactions Flink
@@ -301,14 +303,17 @@ def run_phase(command: pl.Command, log_file: Path, bootstrap: str, group: str, t
             "peak_rss_mb": round(peak / 2**20, 1), "started": info, "result": result}
 
 
-def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: int, indices: list[int],
+def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: int, indices: list[list[int]],
             produce: Callable[[list[int]], None], partitions: int, work_dir: Path, log: Callable[[str], None],
             state_keys: int | None = None, command: Callable[..., pl.Command] | None = None) -> dict[str, Any]:
     """The module docstring's four steps over ``topic``, which holds the build-up's ``keys`` orders and
-    ``checkpoints`` checkpoints' records, each with ``new_keys`` new ones; ``indices``: the restore's
-    orders (``keyed_state.checkpoint_indices`` of the next checkpoint: the repeats, then the new keys),
-    which ``produce`` writes to the topic; ``state_keys``: what Lockstep's state holds after the same
-    records, for the check that Flink's holds as many. Returns the report's figures."""
+    ``checkpoints`` checkpoints' records, each with ``new_keys`` new ones; ``indices``: each restore's
+    orders (``keyed_state.checkpoint_indices`` of the next checkpoints: the repeats, then the new keys),
+    which ``produce`` writes to the topic before it. The first restore restores the build-up's checkpoint,
+    each later one the checkpoint the restore before it retained (CLAIM mode: it became that job's own):
+    so each restores the whole state, one key group of new keys larger each time. ``state_keys``: what
+    Lockstep's state holds after the same records, for the check that Flink's holds as many. Returns the
+    report's figures (``restores``: each restore's, in order)."""
     from lockstep.paths import cache_dir, project_root
     from lockstep_bench import peers
 
@@ -338,31 +343,36 @@ def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: i
             f"({buildup['from_job_started_s']:.1f} s from the job's submission), checkpoint {checkpoint} "
             f"{buildup['result'].get('checkpoint_bytes', 0):,} B; {buildup['output_records']:,} orders out "
             f"(expected {buildup['expected_output']:,}; counted in {time.monotonic() - started:.1f} s)")
-        if not checkpoint:
-            raise RunFailed(f"the Flink build-up retained no completed checkpoint; {buildup['result']}")
-
-        produce(indices)
-        new_ends = workloads.end_offsets(bootstrap, topic)
-        repeats = len(indices) - new_keys
-        new_ids = {order_id(i) for i in indices[repeats:]}
-        restore = run_phase(job(checkpoint), state_dir / "restore.log", bootstrap, group, topic, sink, new_ends,
-                            RESTORE_TIMEOUT_S, log, "restore",
-                            outputs=(marks, new_ids) if new_keys_last_everywhere(new_keys, partitions) else None)
-        restore["records_in"] = sum(new_ends.values()) - sum(ends.values())
-        _, emitted = scan_committed(bootstrap, sink, marks, workloads.end_offsets(bootstrap, sink),
-                                    value=lambda v: json.loads(v)["order_id"])
-        restore["check"] = verdict(emitted, map(order_id, indices[repeats:]), map(order_id, set(indices[:repeats])))
-        restore["checkpoint_bytes"] = restore["result"].get("all_checkpoints_bytes")
-        log(f"flink restore: {restore['records_in']:,} records after restoring {checkpoint} to a completed "
-            f"checkpoint ({restore['clock']}) in {restore['seconds']:.2f} s from the process start, "
-            f"{restore['from_job_started_s']:.2f} s from the job's submission (group offsets there at "
-            f"{restore['offsets_seconds']:.2f} s); checkpoints on disk {restore['checkpoint_bytes']:,} B; output "
-            f"{json.dumps(restore['check'])}")
-        if not restore["check"]["exact"]:
-            log("flink restore: its output is NOT the new keys alone (the report shows it)")
+        restores: list[dict[str, Any]] = []
+        for n, orders in enumerate(indices, 1):
+            if not checkpoint:
+                raise RunFailed(f"the Flink {'build-up' if n == 1 else f'restore {n - 1}'} retained no completed "
+                                f"checkpoint; {(restores[-1] if restores else buildup)['result']}")
+            produce(orders)
+            new_ends = workloads.end_offsets(bootstrap, topic)
+            repeats = len(orders) - new_keys
+            new_ids = {order_id(i) for i in orders[repeats:]}
+            restore = run_phase(job(checkpoint), state_dir / f"restore-{n}.log", bootstrap, group, topic, sink,
+                                new_ends, RESTORE_TIMEOUT_S, log, f"restore {n}",
+                                outputs=(marks, new_ids) if new_keys_last_everywhere(new_keys, partitions) else None)
+            restore["records_in"] = sum(new_ends.values()) - sum(ends.values())
+            sink_ends = workloads.end_offsets(bootstrap, sink)
+            _, emitted = scan_committed(bootstrap, sink, marks, sink_ends, value=lambda v: json.loads(v)["order_id"])
+            restore["check"] = verdict(emitted, map(order_id, orders[repeats:]), map(order_id, set(orders[:repeats])))
+            restore["checkpoint_bytes"] = restore["result"].get("all_checkpoints_bytes")
+            restore["restored_from"] = checkpoint
+            log(f"flink restore {n}: {restore['records_in']:,} records after restoring {checkpoint} to a completed "
+                f"checkpoint ({restore['clock']}) in {restore['seconds']:.2f} s from the process start, "
+                f"{restore['from_job_started_s']:.2f} s from the job's submission (group offsets there at "
+                f"{restore['offsets_seconds']:.2f} s); checkpoints on disk {restore['checkpoint_bytes']:,} B; output "
+                f"{json.dumps(restore['check'])}")
+            if not restore["check"]["exact"]:
+                log(f"flink restore {n}: its output is NOT the new keys alone (the report shows it)")
+            restores.append(restore)
+            checkpoint, ends, marks = restore["result"].get("checkpoint"), new_ends, sink_ends
         return {"checkpoint_s": CHECKPOINT_S, "buildup_checkpoint_s": BUILDUP_CHECKPOINT_S,
                 "managed_memory": flink_sql.MANAGED_MEMORY, "claim_mode": CLAIM_MODE, "sink": sink, "group": group,
-                "buildup": buildup, "restore": restore}
+                "buildup": buildup, "restores": restores}
     finally:
         workloads.delete_topic(bootstrap, sink)
         shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)  # hundreds of MB at 10M keys; logs stay

@@ -23,9 +23,11 @@ At the largest size, after the measured rounds, a **cold** checkpoint as after a
 the Spark Connect server restarted (a new JVM, its start timed on its own) and the local cache of
 decoded state files emptied; the same on a server warmed up by the platform's warm-up checkpoints; a
 restore on the **same host** (the server restarted and warmed up, the cache kept: it lives on the host of
-the run step, which a server's restart does not touch); then a **warm** one. Then, unless ``--state-no-flink``, Flink SQL's
-RocksDB restore of the same state (``lockstep_bench.flink_restore``): Flink builds it up from the same
-topic, then a new Flink process restores it and runs the same kind of checkpoint.
+the run step, which a server's restart does not touch); then a **warm** one; these four ``--state-restores``
+times (3 by default: a restore's time swings by a second from one to the next, and one run decided the verdict).
+Then, unless ``--state-no-flink``, Flink SQL's RocksDB restore of the same state (``lockstep_bench.flink_restore``):
+Flink builds it up from the same topic, then a new Flink process restores it and runs the same kind of
+checkpoint, as many times, each restore from the checkpoint the one before it retained.
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ class StateSettings:
     results: Path | None = None
     state_dir: Path | None = None
     flink: bool = True  # Flink's RocksDB restore at the largest size (lockstep_bench.flink_restore)
+    restores: int = 3  # rounds of the restore's checkpoints (TEMPERATURES), and Flink's restores, at the largest size
 
     def __post_init__(self) -> None:
         if not self.keys or min(self.keys) < 1:
@@ -74,6 +77,8 @@ class StateSettings:
                              f"({self.records})")
         if self.checkpoints < 1:
             raise ValueError("--state-checkpoints must be at least 1")
+        if self.restores < 1:
+            raise ValueError("--state-restores must be at least 1")
         if not 0 < self.touched <= 1:
             raise ValueError(f"--state-touched must be above 0 and at most 1, got {self.touched}")
 
@@ -249,7 +254,7 @@ class StateBench:
                 checkpoint_indices(size["keys"], self.s.records, self.s.new_keys, n, self.s.touched), self.s.partitions)
         return wanted_outputs(starts, self.s.records, self.s.new_keys, self.s.partitions)
 
-    def cold_and_warm(self, size: dict[str, Any], n: int) -> None:
+    def cold_and_warm(self, size: dict[str, Any], n: int) -> int:
         """At the largest size, each over its own records: a restore's first checkpoint on a new host
         (``cold``: the Spark Connect server restarted, a new JVM with its one warm-up query, and the
         local cache of decoded state files emptied: every touched group's files downloaded and
@@ -257,45 +262,53 @@ class StateBench:
         (``warmed``: `lockstep_dev.warm_checkpoints`, the cache emptied after them); a restore on the same
         host (``restarted``: the server restarted and warmed up again, the cache as the warmed one left it);
         then the next checkpoint (``warm``: the server and the cache as the one before it left them). The
-        server's restart, warm-up included, is timed apart from the checkpoint (``server_start_s``)."""
+        server's restart, warm-up included, is timed apart from the checkpoint (``server_start_s``).
+
+        The four ``restores`` times over (``size["cold_warm"]``: each temperature's runs, in order), the
+        records of checkpoint ``n`` onwards; returns the index of the next checkpoint's records."""
         import os
         import shutil
 
         keys = size["keys"]
         cache = os.environ.get("LOCKSTEP_STATE_CACHE")
-        runs = {}
-        for i, temperature in enumerate(TEMPERATURES):
-            if temperature == "restarted" and self.restart_connect is None:
-                continue  # without a restart it would be the warm checkpoint again
-            want = self.produce(size, n + i)
-            restart: dict[str, float] = {}
-            if temperature != "warm":
-                if self.restart_connect is not None:
-                    started = time.monotonic()
-                    warm_up = temperature != "cold"
-                    self.connect_pid = self.restart_connect(warm_up)
-                    restart["server_start_s"] = round(time.monotonic() - started, 3)
-                    self.log(f"Spark Connect server restarted in {restart['server_start_s']:.1f} s "
-                             f"(pid {self.connect_pid}{', warm-up checkpoints included' if warm_up else ''})")
-                if cache and temperature != "restarted":
-                    shutil.rmtree(cache, ignore_errors=True)
-            runs[temperature] = {**self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records,
-                                                   f"{keys:,} keys, {temperature}", want=want[STATEFUL]), **restart,
-                                 "server_restarted": bool(restart)}
-            self.checkpoint(STATELESS, size["specs"][STATELESS], self.s.records, f"{keys:,} keys, {temperature} round",
-                            want=want[STATELESS])
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for round_ in range(1, self.s.restores + 1):
+            for temperature in TEMPERATURES:
+                if temperature == "restarted" and self.restart_connect is None:
+                    continue  # without a restart it would be the warm checkpoint again
+                want = self.produce(size, n)
+                n += 1
+                restart: dict[str, float] = {}
+                if temperature != "warm":
+                    if self.restart_connect is not None:
+                        started = time.monotonic()
+                        warm_up = temperature != "cold"
+                        self.connect_pid = self.restart_connect(warm_up)
+                        restart["server_start_s"] = round(time.monotonic() - started, 3)
+                        self.log(f"Spark Connect server restarted in {restart['server_start_s']:.1f} s "
+                                 f"(pid {self.connect_pid}{', warm-up checkpoints included' if warm_up else ''})")
+                    if cache and temperature != "restarted":
+                        shutil.rmtree(cache, ignore_errors=True)
+                label = f"{keys:,} keys, {temperature}" + (f" {round_}" if self.s.restores > 1 else "")
+                runs.setdefault(temperature, []).append({
+                    **self.checkpoint(STATEFUL, size["specs"][STATEFUL], self.s.records, label, want=want[STATEFUL]),
+                    **restart, "server_restarted": bool(restart), "round": round_})
+                self.checkpoint(STATELESS, size["specs"][STATELESS], self.s.records, f"{label} round",
+                                want=want[STATELESS])
         size["cold_warm"] = runs
+        return n
 
-    def flink_restore(self, size: dict[str, Any], checkpoints: int) -> None:
-        """Flink's RocksDB restore of the state the size's topic built (``lockstep_bench.flink_restore``):
-        ``checkpoints`` checkpoints' records follow the build-up's in the topic."""
+    def flink_restore(self, size: dict[str, Any], n: int) -> None:
+        """Flink's RocksDB restores of the state the size's topic built (``lockstep_bench.flink_restore``): the
+        topic holds ``n`` checkpoints' records after the build-up's; each restore reads the next one's."""
         from lockstep_bench import flink_restore
 
         keys, topic = size["keys"], size["topic"]
-        held = size["cold_warm"]["warm"]["inner"]["state"]["keys"] if size.get("cold_warm") else None
+        held = size["cold_warm"]["warm"][-1]["inner"]["state"]["keys"] if size.get("cold_warm") else None
         size["flink"] = flink_restore.measure(
-            self.bootstrap, topic, keys, checkpoints, self.s.new_keys,
-            checkpoint_indices(keys, self.s.records, self.s.new_keys, checkpoints, self.s.touched),
+            self.bootstrap, topic, keys, n, self.s.new_keys,
+            [checkpoint_indices(keys, self.s.records, self.s.new_keys, n + j, self.s.touched)
+             for j in range(self.s.restores)],
             lambda indices: produce(self.bootstrap, topic, indices, self.s.partitions), self.s.partitions,
             self.work_dir, self.log, state_keys=held)
 
@@ -310,9 +323,9 @@ class StateBench:
             for n, index, stateful_first in schedule(len(sizes), self.s.checkpoints):
                 self.round(sizes[index], n, stateful_first)
             largest = max(sizes, key=lambda size: size["keys"])
-            self.cold_and_warm(largest, self.s.checkpoints)
+            after = self.cold_and_warm(largest, self.s.checkpoints)
             if self.s.flink:  # after every Lockstep checkpoint: the topic then holds what Lockstep's state read
-                self.flink_restore(largest, self.s.checkpoints + len(TEMPERATURES))
+                self.flink_restore(largest, after)
             return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
         finally:
             for size in sizes:

@@ -710,6 +710,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="skip \"where the time goes\" (the input read into Spark's noop sink: alone, with the "
                           "Avro decode, with decode + transform + encode, with the JSON transform)")
     state.add_argument("--state-key-groups", type=int, help="the stateful pipeline's state.key_groups (default 32)")
+    state.add_argument("--state-restores", type=int,
+                       help="at the largest size, how many times the restore's checkpoints (cold, warmed up, same "
+                            "host, warm) and Flink's restore run; the report takes each one's median (default 3)")
     state.add_argument("--state-no-flink", dest="state_flink", action="store_false", default=None,
                        help="skip Flink SQL's RocksDB restore of the largest state (and its set-up in .cache/bench/)")
 
@@ -729,7 +732,7 @@ def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSetti
     """``--state-only``'s settings; ``--partitions``, ``--report``, ``--results`` and ``--state-dir`` apply too."""
     names = {"state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
              "state_new_keys": "new_keys", "state_key_groups": "key_groups", "state_touched": "touched",
-             "state_flink": "flink", "partitions": "partitions",
+             "state_flink": "flink", "state_restores": "restores", "partitions": "partitions",
              "report": "report", "results": "results", "state_dir": "state_dir"}
     return keyed_state.StateSettings(**{field: getattr(args, arg) for arg, field in names.items()
                                         if getattr(args, arg, None) is not None})

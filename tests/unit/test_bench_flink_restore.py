@@ -158,3 +158,76 @@ def test_a_job_that_dies_before_it_starts_is_a_failure_with_its_output(tmp_path:
         assert "boom" in str(failed.value)
     finally:
         job.close()
+
+
+# ---- repeated restores -----------------------------------------------------------------------------------
+def test_each_restore_restores_the_checkpoint_the_one_before_retained_over_its_own_new_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three restores: each produces its own orders first, restores the previous job's retained checkpoint
+    (the build-up's for the first), and is checked against its own new keys only."""
+    from lockstep_bench import workloads
+
+    topic_ends = {0: 100}
+    sink: list[str] = ["o1", "o2"]  # the build-up's output
+    phases: list[tuple[str | None, str, dict]] = []
+
+    def produce(orders: list[int]) -> None:
+        topic_ends[0] += len(orders)
+        sink.extend(f"o{i}" for i in orders[-2:])  # the job's output of the new keys, once each
+
+    def run_phase(command: Command, log_file: Path, bootstrap: str, group: str, topic: str, sink_topic: str,
+                  ends: dict, timeout_s: float, log: object, label: str, outputs: object = None) -> dict:
+        restore_from = command.argv[command.argv.index("--restore-from") + 1] if "--restore-from" in command.argv \
+            else None
+        phases.append((restore_from, label, dict(ends)))
+        return {"seconds": 10.0, "from_job_started_s": 4.0, "offsets_seconds": 12.0, "clock": "outputs committed",
+                "job_started_s": 6.0, "cpu_s": 9.0, "peak_rss_mb": 1.0,
+                "result": {"checkpoint": f"/c/chk-{len(phases)}", "checkpoint_bytes": 1, "all_checkpoints_bytes": 2}}
+
+    def end_offsets(bootstrap: str, topic: str, committed: bool = True) -> dict[int, int]:
+        return dict(topic_ends) if topic == "t" else {0: len(sink)}
+
+    def scan(bootstrap: str, topic: str, starts: dict, ends: dict, value: object = None) -> tuple[int, list]:
+        part = sink[starts.get(0, 0):ends[0]]
+        return len(part), part
+
+    monkeypatch.setattr(flink_restore, "run_phase", run_phase)
+    monkeypatch.setattr(flink_restore, "scan_committed", scan)
+    monkeypatch.setattr(workloads, "end_offsets", end_offsets)
+    monkeypatch.setattr(workloads, "create_topic", lambda *a, **k: None)
+    monkeypatch.setattr(workloads, "delete_topic", lambda *a, **k: None)
+    command = lambda **kw: Command(["job", *(["--restore-from", kw["restore_from"]] if kw["restore_from"] else [])],
+                                   {})
+    batches = [[1, 2, 10, 11], [1, 2, 12, 13], [2, 1, 14, 15]]  # two repeats of held keys, then two new keys
+    out = flink_restore.measure("h:1", "t", keys=2, checkpoints=0, new_keys=2, indices=batches, produce=produce,
+                                partitions=1, work_dir=tmp_path, log=lambda _m: None, command=command)
+    assert [(source, label) for source, label, _ in phases] == [
+        (None, "build-up"), ("/c/chk-1", "restore 1"), ("/c/chk-2", "restore 2"), ("/c/chk-3", "restore 3")]
+    # Each restore waits for its own records: the topic's ends after its batch.
+    assert [ends[0] for _, _, ends in phases] == [100, 104, 108, 112]
+    restores = out["restores"]
+    assert [r["restored_from"] for r in restores] == ["/c/chk-1", "/c/chk-2", "/c/chk-3"]
+    assert [r["records_in"] for r in restores] == [4, 4, 4]
+    assert all(r["check"]["exact"] and r["check"]["emitted"] == 2 for r in restores), restores
+
+
+def test_a_restore_that_retained_no_checkpoint_stops_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockstep_bench import workloads
+    from lockstep_bench.measure import RunFailed
+
+    def run_phase(command: Command, *args: object, **kwargs: object) -> dict:
+        restoring = "--restore-from" in command.argv
+        return {"seconds": 1.0, "from_job_started_s": 1.0, "offsets_seconds": 1.0, "clock": "outputs committed",
+                "result": {"checkpoint": None if restoring else "/c/chk-1", "all_checkpoints_bytes": 1}}
+
+    monkeypatch.setattr(flink_restore, "run_phase", run_phase)
+    monkeypatch.setattr(flink_restore, "scan_committed", lambda *a, **k: (0, []))
+    monkeypatch.setattr(workloads, "end_offsets", lambda *a, **k: {0: 0})
+    monkeypatch.setattr(workloads, "create_topic", lambda *a, **k: None)
+    monkeypatch.setattr(workloads, "delete_topic", lambda *a, **k: None)
+    command = lambda **kw: Command(["job", *(["--restore-from", kw["restore_from"]] if kw["restore_from"] else [])],
+                                   {})
+    with pytest.raises(RunFailed, match="restore 1 retained no completed checkpoint"):
+        flink_restore.measure("h:1", "t", keys=2, checkpoints=0, new_keys=1, indices=[[1, 5], [1, 6]],
+                              produce=lambda orders: None, partitions=1, work_dir=tmp_path, log=lambda _m: None,
+                              command=command)
