@@ -491,3 +491,38 @@ def test_files_read_while_caching_later_reach_the_cache_only_after_it_and_settle
         writer.s3.delete_object(Bucket=BUCKET, Key=key)
     again = files.read_state(made)
     assert read is not None and again is not None and as_set(again) == as_set(read)
+
+
+def test_a_state_file_writes_keys_as_shared_prefixes_and_event_times_without_a_dictionary() -> None:
+    """Keys are unique, sorted and alike (``o1234567``): prefix-encoded they take far less than the default's
+    overflowing dictionary; event times are as many as rows. Columns with repeats keep their dictionary."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    n = 20_000
+    table = pa.table({KEY: [f"o{i}" for i in range(n)], EVENT: [1_700_000_000_000 + 7919 * i for i in range(n)],
+                      GROUP: [3] * n, "currency": [("EUR", "USD", "GBP")[i % 3] for i in range(n)]})
+    body = state_chain.parquet(table)
+    meta = pq.ParquetFile(io.BytesIO(body)).metadata
+    encodings = {meta.row_group(0).column(i).path_in_schema: set(meta.row_group(0).column(i).encodings)
+                 for i in range(meta.num_columns)}
+    assert "DELTA_BYTE_ARRAY" in encodings[KEY] and "RLE_DICTIONARY" not in encodings[KEY], encodings
+    assert "RLE_DICTIONARY" not in encodings[EVENT], encodings
+    assert "RLE_DICTIONARY" in encodings[GROUP] and "RLE_DICTIONARY" in encodings["currency"], encodings
+    # What it reads back is the table, sorted by key; and it is smaller than Parquet's defaults make it.
+    assert state_chain.read(body).equals(table.sort_by([(KEY, "ascending")]))
+    default = io.BytesIO()
+    pq.write_table(table.sort_by([(KEY, "ascending")]), default, compression="zstd")
+    assert len(body) < 0.8 * len(default.getvalue()), (len(body), len(default.getvalue()))
+
+
+def test_a_state_file_whose_key_is_not_text_keeps_the_defaults() -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    table = pa.table({KEY: [5, 3, 9], GROUP: [0, 0, 0]})
+    meta = pq.ParquetFile(io.BytesIO(state_chain.parquet(table))).metadata
+    assert "DELTA_BYTE_ARRAY" not in meta.row_group(0).column(0).encodings
+    assert state_chain.read(state_chain.parquet(table))[KEY].to_pylist() == [3, 5, 9]
