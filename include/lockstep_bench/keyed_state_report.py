@@ -410,7 +410,8 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
         + ". The build-up ends when Flink's consumer group's committed offsets (committed when a checkpoint "
         "completes) reach the topic's end offsets; the restore, when its output of the new keys is committed.")
     add("")
-    if len(restores) > 1 or any(len(runs_of(size, t)) > 1 for t in _temperatures(size)):
+    repeated = len(restores) > 1 or any(len(runs_of(size, t)) > 1 for t in _temperatures(size))
+    if repeated:
         add("Each row is its median run (by the seconds to the first completed checkpoint); _each run_ lists every "
             "run's, in the order they ran; the ratios are of the medians.")
         add("")
@@ -436,7 +437,6 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
             verdicts.append(f"{where}, {best['name']}, {_x(ratio)} to the first completed checkpoint: "
                             + ("**met**" if ratio <= 1.0 else "**not met**"))
     if verdicts:
-        repeated = len(restores) > 1 or any(len(runs_of(size, t)) > 1 for t in _temperatures(size))
         add("**The restore against Flink's** (issue 44's target: a cold restore at or below Flink's time, 1.0×"
             + (", median against median" if repeated else "") + "): "
             + "; ".join(verdicts) + ". A warm checkpoint is no restore and is not counted.")
@@ -474,8 +474,8 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
         add(f"- **Flink's {len(restores)} restores:** {', '.join(_s(_flink_seconds(r)) for r in restores)} s from the "
             "job's submission to the new keys' output committed"
             + (f", restoring checkpoints {', '.join(str(i) for i in ids)} (Flink's REST API)" if all(ids) else "")
-            + f"; each one's output exactly the new keys: {exact} of {len(restores)}. The median one:")
-    add(f"- **Flink's restore:** the job was submitted {_s(restore.get('job_started_s'), 1)} s after its process "
+            + f"; each one's output exactly the new keys: {exact} of {len(restores)}.")
+    add(f"- **Flink's {'median ' if len(restores) > 1 else ''}restore:** the job was submitted {_s(restore.get('job_started_s'), 1)} s after its process "
         f"started" + (f" and restored checkpoint {restored.get('id')} (Flink's REST API)" if restored else "")
         + (f"; its group's committed offsets reached the end offsets {_s(offsets)} s after the process start (Flink's "
            "Kafka source commits them from its fetcher thread, which waits in a 10 s poll once the partitions are "
