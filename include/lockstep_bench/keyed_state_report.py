@@ -475,8 +475,9 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
             "job's submission to the new keys' output committed"
             + (f", restoring checkpoints {', '.join(str(i) for i in ids)} (Flink's REST API)" if all(ids) else "")
             + f"; each one's output exactly the new keys: {exact} of {len(restores)}.")
-    add(f"- **Flink's {'median ' if len(restores) > 1 else ''}restore:** the job was submitted {_s(restore.get('job_started_s'), 1)} s after its process "
-        f"started" + (f" and restored checkpoint {restored.get('id')} (Flink's REST API)" if restored else "")
+    add(f"- **Flink's {'median ' if len(restores) > 1 else ''}restore:** the job was submitted "
+        f"{_s(restore.get('job_started_s'), 1)} s after its process started"
+        + (f" and restored checkpoint {restored.get('id')} (Flink's REST API)" if restored else "")
         + (f"; its group's committed offsets reached the end offsets {_s(offsets)} s after the process start (Flink's "
            "Kafka source commits them from its fetcher thread, which waits in a 10 s poll once the partitions are "
            "drained, so they trail the checkpoint; not the clock here)"

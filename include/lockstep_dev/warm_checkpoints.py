@@ -15,7 +15,8 @@ the platform's own Kafka and S3:
 - a windowed count per customer, as ``include/pipelines/orders_per_customer.yaml``,
 
 each a real checkpoint (plan, run in a session of the new server, commit), over a topic and a
-checkpoint store of their own, deleted afterwards. Warm-up pipelines never share a name, a topic
+checkpoint store of their own, deleted afterwards; all of it ``ROUNDS`` times, each round with pipelines
+and a topic of its own. Warm-up pipelines never share a name, a topic
 or a transactional id with a user's (``lockstep-warm-up-<random>``).
 
 The platform runs it after starting a Connect server when asked (``Platform(warm_checkpoints=True)``,
@@ -25,7 +26,7 @@ process the platform starts, with the platform's connections in its environment.
 """
 from __future__ import annotations
 
-__all__ = ["RECORDS", "run"]
+__all__ = ["RECORDS", "ROUNDS", "run"]
 
 import json
 import os
@@ -47,6 +48,14 @@ import yaml
 #: 1.6 s in its output's stage; with 100,000, 0.9-1.2 s and 1.2-1.3 s (2026-11-28). It takes the server's
 #: start from about 24 s to about 29 s.
 RECORDS = 100_000
+#: How many times the warm-up pipelines run, each round new ones. After one round, HotSpot's compiler threads
+#: still took 1.6-2.5 s of CPU in the first two real checkpoints (0.2-0.3 s on a server that has run a
+#: while): one round leaves hot code uncompiled. A restore's first checkpoint on the same host (1M keys of
+#: dedup state, the cache kept, 100,000 records), alternating one round and two, five times each: 3.53,
+#: 3.61, 3.65, 3.88, 3.62 s (median 3.62) against 3.42, 3.15, 3.31, 3.28, 3.36 s (median 3.31), its first
+#: read 1.04-1.26 s against 0.95-1.04 s; the second round takes the server's start from about 26 s to 37 s
+#: (2026-11-28).
+ROUNDS = 2
 PARTITIONS = 4
 
 
@@ -80,13 +89,13 @@ def specs(tag: str, topic: str, remote: str, bucket: str, records: int = RECORDS
 
 
 def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300,
-        records: int = RECORDS) -> dict[str, dict[str, float]]:
+        records: int = RECORDS, rounds: int = ROUNDS) -> dict[str, dict[str, float]]:
     """Warm the server at ``remote`` up in a process of its own (``env``: the platform's connections and
-    the job environment; the checkpoints' stores in ``bucket``; ``records`` orders per checkpoint); returns
-    each warm-up checkpoint's seconds, records read and state rows loaded. Raises if the warm-up failed: a server whose
-    checkpoint path fails on tiny input would fail the first real checkpoint too."""
-    done = subprocess.run([sys.executable, "-m", "lockstep_dev.warm_checkpoints", remote, bucket, str(records)], env=dict(env),
-                          capture_output=True, text=True, timeout=timeout_s)
+    the job environment; the checkpoints' stores in ``bucket``; ``records`` orders per checkpoint, ``rounds``
+    rounds); returns each warm-up checkpoint's seconds, records read and state rows loaded. Raises if the
+    warm-up failed: a server whose checkpoint path fails on tiny input would fail the first real checkpoint too."""
+    done = subprocess.run([sys.executable, "-m", "lockstep_dev.warm_checkpoints", remote, bucket, str(records),
+                           str(rounds)], env=dict(env), capture_output=True, text=True, timeout=timeout_s * rounds)
     if done.returncode != 0:
         raise RuntimeError(f"the warm-up checkpoints on {remote} failed (exit {done.returncode}): "
                            f"{(done.stderr or done.stdout).strip()[-2000:]}\n"
@@ -96,7 +105,16 @@ def run(remote: str, bucket: str, env: Mapping[str, str], timeout_s: float = 300
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def _main(remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[str, float]]:
+def _main(remote: str, bucket: str, records: int = RECORDS, rounds: int = ROUNDS) -> dict[str, dict[str, float]]:
+    done: dict[str, dict[str, float]] = {}
+    for n in range(1, rounds + 1):
+        done.update({(f"{name} ({n})" if rounds > 1 else name): figures
+                     for name, figures in _round(remote, bucket, records).items()})
+    return done
+
+
+def _round(remote: str, bucket: str, records: int) -> dict[str, dict[str, float]]:
+    """One round of the warm-up pipelines, new ones, over a topic of their own; everything they made deleted."""
     import boto3
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -169,10 +187,11 @@ def _main(remote: str, bucket: str, records: int = RECORDS) -> dict[str, dict[st
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and not sys.argv[3].isdigit()):
-        sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET [RECORDS]")
+    if len(sys.argv) not in (3, 4, 5) or not all(arg.isdigit() for arg in sys.argv[3:]):
+        sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET [RECORDS [ROUNDS]]")
     try:
-        result = _main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else RECORDS)
+        result = _main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else RECORDS,
+                       int(sys.argv[4]) if len(sys.argv) > 4 else ROUNDS)
     except Exception:  # noqa: BLE001 - told to the platform on stderr, without the connections' secrets
         import traceback
 

@@ -36,3 +36,19 @@ def test_a_failed_warm_up_names_its_cause_and_the_way_out() -> None:
     assert "kafka_default" in text, text
     assert text.splitlines()[-1].endswith("start the platform without --warm-checkpoints to see it in the first "
                                           "real checkpoint")
+
+
+def test_each_round_runs_the_warm_up_pipelines_anew_and_names_its_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds: list[tuple[str, str, int]] = []
+
+    def one_round(remote: str, bucket: str, records: int) -> dict[str, dict[str, float]]:
+        rounds.append((remote, bucket, records))
+        return {"stateless": {"seconds": float(len(rounds))}, "dedup-1": {"seconds": 0.5}}
+
+    monkeypatch.setattr(warm_checkpoints, "_round", one_round)
+    done = warm_checkpoints._main("sc://h:1", "lockstep", 10, rounds=2)
+    assert rounds == [("sc://h:1", "lockstep", 10)] * 2
+    assert done == {"stateless (1)": {"seconds": 1.0}, "dedup-1 (1)": {"seconds": 0.5},
+                    "stateless (2)": {"seconds": 2.0}, "dedup-1 (2)": {"seconds": 0.5}}
+    rounds.clear()
+    assert list(warm_checkpoints._main("sc://h:1", "lockstep", 10, rounds=1)) == ["stateless", "dedup-1"]
