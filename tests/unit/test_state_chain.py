@@ -526,3 +526,24 @@ def test_a_state_file_whose_key_is_not_text_keeps_the_defaults() -> None:
     meta = pq.ParquetFile(io.BytesIO(state_chain.parquet(table))).metadata
     assert "DELTA_BYTE_ARRAY" not in meta.row_group(0).column(0).encodings
     assert state_chain.read(state_chain.parquet(table))[KEY].to_pylist() == [3, 5, 9]
+
+
+def test_nested_columns_keep_the_dictionary_on_their_leaves() -> None:
+    """A state function's columns may be structs, lists or maps: the dictionary applies to Parquet's leaf
+    columns, which a top-level name does not name."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    n = 3_000
+    table = pa.table({KEY: [f"k{i}" for i in range(n)], EVENT: list(range(n)),
+                      "s": pa.array([{"currency": ("EUR", "USD")[i % 2], "n": i % 3} for i in range(n)]),
+                      "l": pa.array([["a", "b"][: 1 + i % 2] for i in range(n)]),
+                      "m": pa.array([[("x", i % 2)] for i in range(n)], pa.map_(pa.string(), pa.int64()))})
+    body = state_chain.parquet(table)
+    meta = pq.ParquetFile(io.BytesIO(body)).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: set(meta.column(i).encodings) for i in range(meta.num_columns)}
+    leaves = ["s.currency", "s.n", "l.list.element", "m.key_value.key", "m.key_value.value"]
+    assert sorted(encodings) == sorted([KEY, EVENT, *leaves]), encodings
+    assert all("RLE_DICTIONARY" in encodings[leaf] for leaf in leaves), encodings
+    assert state_chain.read(body).equals(table.sort_by([(KEY, "ascending")]))

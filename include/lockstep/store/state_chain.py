@@ -134,11 +134,28 @@ def parquet(table: pa.Table) -> bytes:
     kind = table.schema.field(KEY).type
     prefixed = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
         or pa.types.is_large_binary(kind)
-    dictionary = [name for name in table.column_names if name != EVENT and not (prefixed and name == KEY)]
+    dictionary = [path for column in table.schema if column.name != EVENT and not (prefixed and column.name == KEY)
+                  for path in _leaf_paths(column)]
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd", use_dictionary=dictionary or False,
                    column_encoding={KEY: "DELTA_BYTE_ARRAY"} if prefixed else None)
     return sink.getvalue()
+
+
+def _leaf_paths(column: pa.Field, prefix: str = "") -> list[str]:
+    """A column's Parquet leaf columns, as Parquet names them (``use_dictionary`` takes leaves: a struct's
+    own name enables nothing): a struct's fields, a list's ``list.element``, a map's ``key_value.key`` and
+    ``.value``."""
+    import pyarrow as pa
+
+    path, kind = f"{prefix}{column.name}", column.type
+    if pa.types.is_struct(kind):
+        return [leaf for i in range(kind.num_fields) for leaf in _leaf_paths(kind.field(i), f"{path}.")]
+    if pa.types.is_map(kind):
+        return [*_leaf_paths(kind.key_field, f"{path}.key_value."), *_leaf_paths(kind.item_field, f"{path}.key_value.")]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaf_paths(kind.value_field.with_name("element"), f"{path}.list.")
+    return [path]
 
 
 def read(body: bytes) -> pa.Table:
