@@ -59,7 +59,7 @@ def test_the_schedule_interleaves_the_sizes_and_alternates_who_goes_first() -> N
 
 
 @pytest.mark.parametrize("bad", [dict(keys=()), dict(keys=(0,)), dict(new_keys=11, records=10),
-                                 dict(new_keys=-1), dict(checkpoints=0)])
+                                 dict(new_keys=-1), dict(checkpoints=0), dict(restores=0)])
 def test_settings_refuse_what_cannot_be_measured(bad: dict) -> None:
     with pytest.raises(ValueError):
         keyed_state.StateSettings(**bad)
@@ -77,7 +77,7 @@ def test_state_only_defaults_are_the_issues_sizes() -> None:
     assert args.state_only
     s = runner.state_settings_from_args(args)
     assert s.keys == (100_000, 1_000_000, 10_000_000) and s.records == 100_000 and s.checkpoints == 3
-    assert s.touched == 0.01
+    assert s.touched == 0.01 and s.restores == 3
     assert s.report == Path("docs/BENCHMARKS-state.md") and s.partitions == 4 and s.key_groups == 32
 
 
@@ -85,9 +85,9 @@ def test_state_options_and_the_shared_ones_reach_the_settings(tmp_path: Path) ->
     s = runner.state_settings_from_args(_args(
         "--state-only", "--state-keys", "500,5000", "--state-records", "2000", "--state-checkpoints", "2",
         "--state-new-keys", "20", "--state-key-groups", "8", "--partitions", "2", "--report", str(tmp_path / "r.md"),
-        "--results", str(tmp_path / "r.json")))
-    assert (s.keys, s.records, s.checkpoints, s.new_keys, s.key_groups, s.partitions) == \
-        ((500, 5000), 2000, 2, 20, 8, 2)
+        "--results", str(tmp_path / "r.json"), "--state-restores", "5"))
+    assert (s.keys, s.records, s.checkpoints, s.new_keys, s.key_groups, s.partitions, s.restores) == \
+        ((500, 5000), 2000, 2, 20, 8, 2, 5)
     assert s.report == tmp_path / "r.md" and s.results == tmp_path / "r.json"
     assert s.to_json()["keys"] == [500, 5000] and s.to_json()["report"] == str(tmp_path / "r.md")
 
