@@ -311,7 +311,7 @@ def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: i
     orders (``keyed_state.checkpoint_indices`` of the next checkpoints: the repeats, then the new keys),
     which ``produce`` writes to the topic before it. The first restore restores the build-up's checkpoint,
     each later one the checkpoint the restore before it retained (CLAIM mode: it became that job's own):
-    so each restores the whole state, one key group of new keys larger each time. ``state_keys``: what
+    so each restores the whole state, larger each time by the restore before it's new keys. ``state_keys``: what
     Lockstep's state holds after the same records, for the check that Flink's holds as many. Returns the
     report's figures (``restores``: each restore's, in order)."""
     from lockstep.paths import cache_dir, project_root

@@ -187,7 +187,7 @@ def _round(remote: str, bucket: str, records: int) -> dict[str, dict[str, float]
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4, 5) or not all(arg.isdigit() for arg in sys.argv[3:]):
+    if len(sys.argv) not in (3, 4, 5) or not all(arg.isdigit() and int(arg) > 0 for arg in sys.argv[3:]):
         sys.exit("usage: python -m lockstep_dev.warm_checkpoints REMOTE BUCKET [RECORDS [ROUNDS]]")
     try:
         result = _main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else RECORDS,
