@@ -290,8 +290,8 @@ def _cold_warm(add: Any, sizes: list[dict[str, Any]]) -> None:
            "the cache emptied before the checkpoint, as on a host that never ran the pipeline (the Spark Connect "
            "server stays up); ")
         + ("_cold, server warmed up_: the same, on a server that ran the platform's warm-up checkpoints when it "
-           "started (`lockstep_dev.warm_checkpoints`: one small real checkpoint of a stateless, a dedup and a "
-           "windowed pipeline, their records, state and topics their own; _server start_ includes them), the cache "
+           "started (`lockstep_dev.warm_checkpoints`: real checkpoints of a stateless, a dedup and a windowed "
+           "pipeline, `ROUNDS` times, their records, state and topics their own; _server start_ includes them), the cache "
            "emptied after them; " if "warmed" in size["cold_warm"] else "")
         + (f"_{LABELS['restarted']}_: a restore on the same host, the server restarted and warmed up again and the "
            "cache as the checkpoint before it left it (the cache lives on the host of the run step, which a "
@@ -301,8 +301,9 @@ def _cold_warm(add: Any, sizes: list[dict[str, Any]]) -> None:
     add("")
     rounds = max(len(runs_of(size, t)) for t in _temperatures(size))
     if rounds > 1:
-        add(f"Each of the four ran {rounds} times, in rounds (cold, warmed up, same host, warm, then again): a row is "
-            "the median run by its checkpoint seconds, _each run_ every run's, in the order they ran.")
+        kinds = _temperatures(size)
+        add(f"Each of these {len(kinds)} ran {rounds} times, in rounds ({'; '.join(LABELS[t] for t in kinds)}; then "
+            "again): a row is the median run by its checkpoint seconds, _each run_ every run's, in the order they ran.")
         add("")
     add("| checkpoint | server start s | groups read | rows loaded | load s | apply s | write s | Spark s | "
         "checkpoint s | process s | CPU s | each run s |")

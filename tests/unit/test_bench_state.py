@@ -411,7 +411,8 @@ def test_repeated_restores_are_judged_median_against_median_with_every_run_shown
     results["sizes"][1]["flink"] = flink
     section = _section(results)
     # The cold-and-warm table: each temperature's median run, every run beside it in order.
-    assert "Each of the four ran 3 times" in section
+    assert "Each of these 4 ran 3 times, in rounds (cold; cold, server warmed up; same host, server restarted; " \
+        "warm; then again)" in section
     same_row = next(line for line in section.splitlines() if line.startswith("| same host, server restarted"))
     assert same_row.startswith("| same host, server restarted | 30.00 |") and same_row.endswith("| 12.00, 15.00, 11.00 |")
     against = section.split("### Against Flink", 1)[1]
