@@ -217,9 +217,10 @@ bench-formats: setup
 
 # Produce-to-visible latency at steady rates (2k, 20k, 100k records/s, 150 s each): Lockstep through the real Airflow
 # scheduler (a lag-triggered pipeline, connect mode) against Flink SQL (checkpoints every 5 s) and Quix Streams (commit
-# every 5 s), every sink read back record by record, on its own platform; rewrites docs/BENCHMARKS-freshness.md and its
-# plot (about 35 minutes; --freshness-rates, --freshness-seconds in `lockstep bench --help`). The first run sets up the
-# peers in .cache/bench/.
+# every 5 s), every sink read back record by record, on its own platform; then the windowed pipeline (a 5 s tumbling
+# count per customer over the records' timestamps) at 2k and 20k records/s, every window's count checked. Rewrites
+# docs/BENCHMARKS-freshness.md and its plot (about 50 minutes; --freshness-rates, --freshness-windowed-rates,
+# --freshness-seconds in `lockstep bench --help`). The first run sets up the peers in .cache/bench/.
 bench-freshness: setup
 	$(BIN)/lockstep bench --freshness-only --results var/bench/freshness-results.json --report docs/BENCHMARKS-freshness.md
 

@@ -121,6 +121,19 @@ def streaming_statements(bootstrap: str, source: str, sink: str, partitions: int
              sink_table(bootstrap, sink, transactional_id_prefix)], insert_sink())
 
 
+def streaming_window_statements(bootstrap: str, source: str, sink: str, partitions: int, transactional_id_prefix: str,
+                                group: str, window_s: int, out_of_orderness_s: int) -> tuple[list[str], str]:
+    """(DDL, the insert): the windowed race's count per customer over an unbounded source, with the Kafka record's
+    timestamp as the rowtime (the freshness race's windowed pipeline, ``lockstep_bench.freshness_windows``)."""
+    options = {k: v for k, v in source_options(bootstrap, source, {p: 0 for p in range(partitions)}, group).items()
+               if not k.startswith("scan.bounded.")}
+    delay = f"INTERVAL '{out_of_orderness_s}' SECOND({len(str(out_of_orderness_s))})"
+    table = ("CREATE TEMPORARY TABLE src (\n  `customer` STRING,\n"
+             "  `ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,\n"
+             f"  WATERMARK FOR `ts` AS `ts` - {delay}\n) WITH (\n  {_with(options)}\n)")
+    return [table, window_sink_table(bootstrap, sink, transactional_id_prefix)], insert_windows(window_s)
+
+
 # ---- the windowed race (lockstep_bench.windowed) ------------------------------------------------------
 def window_source_table(bootstrap: str, topic: str, ends: Mapping[int, int], group: str,
                         out_of_orderness_s: int) -> str:

@@ -23,6 +23,13 @@ topic to a fresh sink topic, exactly once.
 * **Quix Streams**: the main race's application, ``processing_guarantee="exactly-once"``,
   ``commit_interval = peer_checkpoint_s`` (``jobs/quix_job.py`` without end offsets).
 
+**The windowed pipeline** (``windowed_rates``; ``lockstep_bench.freshness_windows`` says what it computes and how
+its latency is dated): a tumbling count per customer over the Kafka records' timestamps, which the producer sets
+to the moment it sent each record. Lockstep runs ``state.window`` in the same lag-triggered DAG; Flink SQL a
+``TUMBLE`` over the same unbounded source (``jobs/flink_fresh_job.py --window-seconds``, RocksDB state); Quix
+``tumbling_window(...).count().final(closing_strategy="partition")`` (``jobs/quix_window_job.py`` without end
+offsets). The watcher dates each window's result, and the check is every window's exact count, once.
+
 The engines take turns at each rate, each round starting one place further, each on its own topics.
 """
 from __future__ import annotations
@@ -44,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import cache_dir, project_root
-from lockstep_bench import freshness_figures, freshness_load, peers, workloads
+from lockstep_bench import freshness_figures, freshness_load, freshness_windows, peers, windowed, workloads
 
 if TYPE_CHECKING:
     from lockstep.ops.airflow_client import AirflowClient
@@ -59,6 +66,8 @@ STEP_LINES = {"wait": re.compile(r"the checkpoint in flight settled after ([0-9.
 #: How many of a run's later DAG runs have their task logs read for ``STEP_LINES``.
 STEP_LOGS = 8
 ENGINES = (LOCKSTEP, FLINK, QUIX)
+#: The pipelines raced: the main race's stateless transform, and a windowed count per customer.
+STATELESS, WINDOWED = "stateless", "windowed"
 LABELS = {LOCKSTEP: "Lockstep through Airflow (lag trigger, connect mode)",
           FLINK: "Flink SQL exactly-once (checkpoints every 5 s)",
           QUIX: "Quix Streams exactly-once (commit every 5 s)"}
@@ -67,6 +76,10 @@ LABELS = {LOCKSTEP: "Lockstep through Airflow (lag trigger, connect mode)",
 @dataclass
 class FreshnessSettings:
     rates: tuple[int, ...] = (2_000, 20_000, 100_000)
+    #: the windowed pipeline's rates (none: not raced)
+    windowed_rates: tuple[int, ...] = (2_000, 20_000)
+    window_s: int = freshness_windows.WINDOW_S
+    out_of_orderness_s: int = freshness_windows.OUT_OF_ORDERNESS_S
     #: the load's length, warm-up included
     seconds: float = 150.0
     warm_up_s: float = 30.0
@@ -80,6 +93,10 @@ class FreshnessSettings:
     poll_s: int = 1
     #: Lockstep's ``checkpoints.tasks``: one task per checkpoint, the setting for freshness
     tasks: str = "one"
+    #: the Spark Connect server, which lives across every run as a user's does, warmed up when it starts as
+    #: ``lockstep dev up --warm-checkpoints`` warms a new one (on a cold server the windowed pipeline's first
+    #: checkpoints took 20-26 s, compiling its state's code on the way)
+    warm_checkpoints: bool = True
     state_dir: Path | None = None
     results: Path | None = None
     report: Path = Path("docs/BENCHMARKS-freshness.md")
@@ -129,8 +146,12 @@ class FreshnessRace:
         self.log = log
         self.kept: Any = None  # numpy uint8 array: the transform keeps pool record i
         self.client: AirflowClient | None = None
-        self.specs: dict[int, Path] = {}
-        self.topics: dict[tuple[str, int], tuple[str, str]] = {}
+        self.specs: dict[tuple[str, int], Path] = {}
+        self.topics: dict[tuple[str, str, int], tuple[str, str]] = {}
+
+    def _runs(self) -> list[tuple[str, int]]:
+        """(pipeline, rate) of every run's load, in the order they run."""
+        return [(STATELESS, rate) for rate in self.s.rates] + [(WINDOWED, rate) for rate in self.s.windowed_rates]
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -139,19 +160,25 @@ class FreshnessRace:
 
         self.kept = np.frombuffer(freshness_load.kept_mask(freshness_load._pool(0)), dtype=np.uint8)
         folder = self.work_dir / "freshness-specs"
-        for rate in self.s.rates:
+        for pipeline, rate in self._runs():
             for engine in self.s.engines:
-                name = f"fresh-{engine.split('-')[0]}-{rate}-{uuid.uuid4().hex[:6]}"
+                kind = "" if pipeline == STATELESS else "win-"
+                name = f"fresh-{kind}{engine.split('-')[0]}-{rate}-{uuid.uuid4().hex[:6]}"
                 source, sink = f"{name}-in", f"{name}-out"
                 workloads.create_topic(self.bootstrap, source, self.s.partitions)
-                workloads.create_topic(self.bootstrap, sink, self.s.partitions)
+                # A window's record is stamped with its window's time by some engines: keep it whatever its age.
+                workloads.create_topic(self.bootstrap, sink, self.s.partitions,
+                                       config=windowed.KEEP if pipeline == WINDOWED else None)
                 workloads.create_topic(self.bootstrap, f"{sink}-dlq", 1)
-                self.topics[(engine, rate)] = (source, sink)
+                self.topics[(pipeline, engine, rate)] = (source, sink)
                 if engine == LOCKSTEP:
-                    self.specs[rate] = workloads.write_spec(
+                    stateless = pipeline == STATELESS
+                    self.specs[(pipeline, rate)] = workloads.write_spec(
                         folder, name, source, sink, max_records=max(100_000, rate * 60),
                         remote=self.platform.spark_connect.url, retain=5,
-                        trigger={"lag_records": 1, "poll_interval": f"{self.s.poll_s}s"}, tasks=self.s.tasks)
+                        trigger={"lag_records": 1, "poll_interval": f"{self.s.poll_s}s"}, tasks=self.s.tasks,
+                        transform=workloads.TRANSFORM if stateless else windowed.TRANSFORM,
+                        state=None if stateless else window_state(self.s.window_s, self.s.out_of_orderness_s))
         if LOCKSTEP in self.s.engines:
             os.environ["LOCKSTEP_PIPELINES_DIR"] = str(folder)
             self.log("starting airflow standalone for Lockstep's lag-triggered pipelines")
@@ -173,11 +200,11 @@ class FreshnessRace:
 
     # ---- engines --------------------------------------------------------------------------------------
     @contextmanager
-    def _lockstep(self, rate: int) -> Iterator[tuple[int, ...]]:
+    def _lockstep(self, pipeline: str, rate: int) -> Iterator[tuple[int, ...]]:
         from lockstep.spec import load_spec
 
         assert self.client is not None
-        dag_id = load_spec(self.specs[rate]).dag_id
+        dag_id = load_spec(self.specs[(pipeline, rate)]).dag_id
         self.client.unpause(dag_id)
         deadline = time.monotonic() + 300
         while not any(r["state"] == "success" for r in self.client.dag_runs(dag_id)):
@@ -194,15 +221,17 @@ class FreshnessRace:
                 time.sleep(1)
 
     @contextmanager
-    def _peer(self, engine: str, rate: int) -> Iterator[tuple[int, ...]]:
-        source, sink = self.topics[(engine, rate)]
+    def _peer(self, pipeline: str, engine: str, rate: int) -> Iterator[tuple[int, ...]]:
+        source, sink = self.topics[(pipeline, engine, rate)]
         root = project_root()
+        window = (self.s.window_s, self.s.out_of_orderness_s) if pipeline == WINDOWED else None
         if engine == FLINK:
             cmd = peers.flink_fresh_command(cache_dir(), root, self.bootstrap, source, sink, self.s.partitions,
-                                            self.s.peer_checkpoint_s)
+                                            self.s.peer_checkpoint_s, window)
         else:
-            cmd = peers.quix_fresh_command(cache_dir(), root, self.bootstrap, source, sink, self.s.peer_checkpoint_s)
-        out_path = self.work_dir / f"{engine}-{rate}.log"
+            cmd = peers.quix_fresh_command(cache_dir(), root, self.bootstrap, source, sink, self.s.peer_checkpoint_s,
+                                           window)
+        out_path = self.work_dir / f"{engine}-{pipeline}-{rate}.log"
         with out_path.open("w") as out:
             proc = subprocess.Popen(cmd.argv, env=cmd.env, stdout=subprocess.PIPE, stderr=out, text=True,
                                     start_new_session=True)
@@ -235,40 +264,47 @@ class FreshnessRace:
                     proc.wait(10)
 
     # ---- one run --------------------------------------------------------------------------------------
-    def run(self, engine: str, rate: int) -> dict[str, Any]:
-        import numpy as np
-
-        source, sink = self.topics[(engine, rate)]
-        folder = self.work_dir / f"{engine}-{rate}"
+    def run(self, engine: str, rate: int, pipeline: str = STATELESS) -> dict[str, Any]:
+        source, sink = self.topics[(pipeline, engine, rate)]
+        folder = self.work_dir / f"{engine}-{pipeline}-{rate}"
         folder.mkdir(parents=True, exist_ok=True)
         py = sys.executable
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project_root() / "include"),
                                                                           os.environ.get("PYTHONPATH")]))}
-        engine_cm = self._lockstep(rate) if engine == LOCKSTEP else self._peer(engine, rate)
+        engine_cm = self._lockstep(pipeline, rate) if engine == LOCKSTEP else self._peer(pipeline, engine, rate)
+        windows = pipeline == WINDOWED
+        watch = ["watch-windows"] if windows else ["watch", "--partitions", str(self.s.partitions)]
         with engine_cm as roots:
-            watcher = subprocess.Popen([py, "-m", "lockstep_bench.freshness_load", "watch", "--bootstrap",
-                                        self.bootstrap, "--topic", sink, "--partitions", str(self.s.partitions),
-                                        "--folder", str(folder)], env=env)
+            watcher = subprocess.Popen([py, "-m", "lockstep_bench.freshness_load", *watch, "--bootstrap",
+                                        self.bootstrap, "--topic", sink, "--folder", str(folder)], env=env)
             cpu_before = cpu_seconds(roots)
             wall_started = time.monotonic()
             producer = subprocess.run([py, "-m", "lockstep_bench.freshness_load", "produce", "--bootstrap",
                                        self.bootstrap, "--topic", source, "--partitions", str(self.s.partitions),
                                        "--rate", str(rate), "--seconds", str(self.s.seconds), "--out",
-                                       str(folder / "ticks.json")], env=env, check=False)
+                                       str(folder / "ticks.json"), *(["--windowed"] if windows else [])],
+                                      env=env, check=False)
             if producer.returncode:
                 watcher.kill()
                 raise RuntimeError(f"the load of {engine} at {rate}/s failed (exit {producer.returncode})")
             ticks_doc = json.loads((folder / "ticks.json").read_text())
-            want = self._expected(ticks_doc["ends"])
+            ticks = freshness_figures.Ticks.from_json(ticks_doc)
+            if windows:
+                want_windows = freshness_windows.expected(ticks, freshness_load.POOL, self.s.window_s,
+                                                          self.s.out_of_orderness_s)
+
+                def arrived() -> bool:
+                    return freshness_windows.complete(_window_rows(folder), want_windows)
+            else:
+                want = self._expected(ticks_doc["ends"])
+
+                def arrived() -> bool:
+                    try:
+                        return int(json.loads((folder / "progress.json").read_text()).get("seen", 0)) >= want
+                    except (OSError, ValueError):
+                        return False
             deadline = time.monotonic() + self.s.settle_s
-            progress: dict[str, int] = {}
-            while time.monotonic() < deadline:
-                try:
-                    progress = json.loads((folder / "progress.json").read_text())
-                except (OSError, ValueError):
-                    progress = {}
-                if progress.get("seen", 0) >= want:
-                    break
+            while time.monotonic() < deadline and not arrived():
                 time.sleep(0.5)
             time.sleep(1.0)  # a duplicate written after the last expected record would arrive now
             cpu = cpu_seconds(roots) - cpu_before
@@ -276,31 +312,43 @@ class FreshnessRace:
             (folder / "stop").write_text("")
             watcher.wait(120)
         counts = json.loads((folder / "watch.json").read_text())
-        seen = []
-        for p in range(self.s.partitions):
-            a = array("d")
-            path = folder / f"seen-{p}.bin"
-            a.frombytes(path.read_bytes())
-            seen.append(np.frombuffer(a, dtype=np.float64))
-        ticks = freshness_figures.Ticks.from_json(ticks_doc)
-        assert self.kept is not None
-        figs = freshness_figures.figures(ticks, seen, self.kept, freshness_load.POOL, self.s.warm_up_s)
-        exact = figs["exact"] and not counts["duplicates"] and not counts["wrong"] and not counts["no_headers"]
-        row = {"engine": engine, "rate": rate, "records": ticks_doc["records"], "sent_s": ticks_doc["sent_s"],
-               "achieved_rate": round(ticks_doc["records"] / max(ticks_doc["sent_s"], 1e-9)),
+        if windows:
+            figs = freshness_windows.figures(ticks, _window_rows(folder), want_windows, self.s.warm_up_s,
+                                             self.s.window_s)
+            exact = figs["exact"] and not counts["not_windows"]
+        else:
+            figs, exact = self._record_figures(folder, ticks, counts)
+        row = {"engine": engine, "rate": rate, "pipeline": pipeline, "records": ticks_doc["records"],
+               "sent_s": ticks_doc["sent_s"], "achieved_rate": round(ticks_doc["records"] / max(ticks_doc["sent_s"], 1e-9)),
                "slowest_tick_s": ticks_doc["slowest_tick_s"], "watch": counts, **figs,
                "exact": exact, "sustained": figs["sustained"] and exact,
                "cpu_s": round(cpu, 1), "cpu_cores": round(cpu / wall, 2), "wall_s": round(wall, 1)}
         if engine == LOCKSTEP:
-            row["airflow"] = self._dag_runs(rate, ticks_doc["started"])
+            row["airflow"] = self._dag_runs(pipeline, rate, ticks_doc["started"])
         lat = figs["latency_s"]
-        self.log(f"{engine} at {rate:,}/s: p50 {lat['p50']} s, p99 {lat['p99']} s, max {lat['max']} s; "
-                 f"{figs['found']:,} of {figs['expected']:,} found, {counts['duplicates']} duplicated, "
+        what = "windows" if windows else "records"
+        self.log(f"{engine} {pipeline} at {rate:,}/s: p50 {lat['p50']} s, p99 {lat['p99']} s, max {lat['max']} s; "
+                 f"{figs['found']:,} of {figs['expected']:,} {what} found, "
+                 f"{figs.get('duplicated', counts.get('duplicates'))} duplicated, "
                  f"{figs['unexpected']} unexpected, {'exact' if exact else 'NOT EXACT'}; "
                  f"{'sustained' if row['sustained'] else 'not sustained'}; CPU {row['cpu_cores']} cores")
         for topic in (source, sink):
             workloads.delete_topic(self.bootstrap, topic)
         return row
+
+    def _record_figures(self, folder: Path, ticks: freshness_figures.Ticks,
+                        counts: dict[str, int]) -> tuple[dict[str, Any], bool]:
+        """The stateless pipeline's figures from the watcher's visibility times, and whether the sink is exact."""
+        import numpy as np
+
+        seen = []
+        for p in range(self.s.partitions):
+            a = array("d")
+            a.frombytes((folder / f"seen-{p}.bin").read_bytes())
+            seen.append(np.frombuffer(a, dtype=np.float64))
+        assert self.kept is not None
+        figs = freshness_figures.figures(ticks, seen, self.kept, freshness_load.POOL, self.s.warm_up_s)
+        return figs, figs["exact"] and not counts["duplicates"] and not counts["wrong"] and not counts["no_headers"]
 
     def _expected(self, ends: list[int]) -> int:
         import numpy as np
@@ -312,14 +360,14 @@ class FreshnessRace:
             total += int(self.kept[(offsets * self.s.partitions + p) % freshness_load.POOL].sum())
         return total
 
-    def _dag_runs(self, rate: int, load_started: float) -> dict[str, Any]:
+    def _dag_runs(self, pipeline: str, rate: int, load_started: float) -> dict[str, Any]:
         """The DAG runs during the load: how many, how long each took, and its tasks' own time."""
         from datetime import datetime
 
         from lockstep.spec import load_spec
 
         assert self.client is not None
-        dag_id = load_spec(self.specs[rate]).dag_id
+        dag_id = load_spec(self.specs[(pipeline, rate)]).dag_id
 
         def ts(text: str | None) -> float | None:
             return datetime.fromisoformat(text).timestamp() if text else None
@@ -361,26 +409,50 @@ class FreshnessRace:
         rows = []
         self.prepare()
         try:
-            turn = 0
-            for rate in self.s.rates:
+            for turn, (pipeline, rate) in enumerate(self._runs()):
                 order = list(self.s.engines[turn % len(self.s.engines):]) + list(self.s.engines[:turn % len(self.s.engines)])
-                turn += 1
                 for engine in order:
-                    self.log(f"freshness: {engine} at {rate:,} records/s for {self.s.seconds:.0f} s")
+                    self.log(f"freshness: {engine}, {pipeline}, at {rate:,} records/s for {self.s.seconds:.0f} s")
                     try:
-                        rows.append(self.run(engine, rate))
+                        rows.append(self.run(engine, rate, pipeline))
                     except Exception as exc:  # noqa: BLE001 - one engine's failure is a row, not the end
-                        self.log(f"freshness: {engine} at {rate:,}/s failed: {exc}")
-                        rows.append({"engine": engine, "rate": rate, "error": str(exc)[:2000]})
+                        self.log(f"freshness: {engine}, {pipeline}, at {rate:,}/s failed: {exc}")
+                        rows.append({"engine": engine, "rate": rate, "pipeline": pipeline, "error": str(exc)[:2000]})
         finally:
             self.close()
         return {"settings": self.s.to_json(), "runs": rows}
 
 
-def highest_sustained(rows: list[dict[str, Any]], engine: str) -> int | None:
-    rates = [r["rate"] for r in rows if r.get("engine") == engine and r.get("sustained")]
+def window_state(window_s: int, out_of_orderness_s: int) -> dict[str, Any]:
+    """Lockstep's ``state`` section for the windowed pipeline: the windowed race's count per customer, over the
+    Kafka record's timestamp (the transform keeps the reader's ``timestamp`` column)."""
+    state = windowed.window_state()
+    state["event_time"] = {"column": "timestamp", "out_of_orderness": f"{out_of_orderness_s}s"}
+    state["window"] = {**state["window"], "size": f"{window_s}s"}
+    return state
+
+
+def _window_rows(folder: Path) -> Any:
+    """The window watcher's rows so far (``freshness_load.watch_windows``), whole rows only."""
+    import numpy as np
+
+    try:
+        body = (folder / "windows.bin").read_bytes()
+    except OSError:
+        body = b""
+    row = 8 * freshness_windows.ROW
+    return np.frombuffer(body[:len(body) - len(body) % row], dtype=np.float64).reshape(-1, freshness_windows.ROW)
+
+
+def pipeline_of(row: dict[str, Any]) -> str:
+    """A run's pipeline; results from before the windowed pipeline have none: stateless."""
+    return str(row.get("pipeline", STATELESS))
+
+
+def highest_sustained(rows: list[dict[str, Any]], engine: str, pipeline: str = STATELESS) -> int | None:
+    rates = [r["rate"] for r in rows if r.get("engine") == engine and r.get("sustained") and pipeline_of(r) == pipeline]
     return max(rates) if rates else None
 
 
-__all__ = ["ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "FreshnessRace", "FreshnessSettings", "cpu_seconds",
-           "highest_sustained"]
+__all__ = ["ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "STATELESS", "WINDOWED", "FreshnessRace",
+           "FreshnessSettings", "cpu_seconds", "highest_sustained", "pipeline_of", "window_state"]

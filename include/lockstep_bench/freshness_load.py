@@ -21,6 +21,13 @@ offset should have been filtered out as unexpected. One record in `CHECK_EVERY` 
 benchmark transform's output for its input. It stops when the harness creates ``<folder>/stop`` and leaves the
 visibility times in ``<folder>/seen-<partition>.bin`` (native doubles, NaN for offsets not seen) and its
 counts in ``<folder>/watch.json``; ``<folder>/progress.json`` says how many it has seen, every half second.
+
+The windowed pipeline (``lockstep_bench.freshness_windows``): ``produce --windowed`` sends the pool with each
+partition's own customers (``window_pool``), the customer as the Kafka key and the tick's time as the record's
+timestamp (the event time every engine windows by); ``watch-windows`` parses each window record the engines write
+(``lockstep_bench.windowed.parse_window``) and appends (customer, start, count, visible) to
+``<folder>/windows.bin`` (native doubles) as it sees them, so the harness can tell when every window it requires
+has arrived.
 """
 from __future__ import annotations
 
@@ -54,6 +61,22 @@ def _pool(pad: int) -> list[bytes]:
     return [order(i, pad=pad or PAD) for i in range(POOL)]
 
 
+def window_pool(pad: int, partitions: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) of each pool record for the windowed pipeline: the order with customer ``i % customers``
+    (``freshness_windows.customers``), which is in partition ``i % partitions`` only, the customer as the key."""
+    from lockstep_bench.freshness_windows import customers
+
+    if POOL % partitions:
+        raise ValueError(f"the windowed load needs partitions that divide {POOL}, not {partitions}")
+    n = customers(partitions)
+    out = []
+    for i, value in enumerate(_pool(pad)):
+        doc = json.loads(value)
+        doc["customer"] = f"customer-{i % n}"
+        out.append((doc["customer"].encode(), json.dumps(doc).encode()))
+    return out
+
+
 def kept_mask(pool: list[bytes]) -> bytes:
     """``mask[i]`` is 1 when the benchmark transform keeps ``pool[i]``: the watcher's check and the harness's count
     of what must arrive, one definition."""
@@ -62,10 +85,14 @@ def kept_mask(pool: list[bytes]) -> bytes:
     return bytes(1 if transform_value(v) is not None else 0 for v in pool)
 
 
-def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out: Path, pad: int = 0) -> int:
+def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out: Path, pad: int = 0,
+            windowed: bool = False) -> int:
+    """``windowed``: keyed records of `window_pool`, each stamped with its tick's time (ms)."""
     from confluent_kafka import Producer
 
-    pool = _pool(pad)
+    keyed = window_pool(pad, partitions) if windowed else None
+    pool = [value for _, value in keyed] if keyed else _pool(pad)
+    keys = [key for key, _ in keyed] if keyed else None
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000,
                          "log_level": 3})
@@ -83,12 +110,16 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: f
         else:
             due = int(rate * (now - started))
         if due > total:
+            stamp = int(now * 1000)  # the event time of the windowed pipeline: what freshness_windows dates
             for _ in range(due - total):
                 p = next_p
-                value = pool[(sent[p] * partitions + p) % POOL]
+                index = (sent[p] * partitions + p) % POOL
                 while True:
                     try:
-                        producer.produce(topic, value, partition=p)
+                        if keys is None:
+                            producer.produce(topic, pool[index], partition=p)
+                        else:
+                            producer.produce(topic, pool[index], keys[index], partition=p, timestamp=stamp)
                         break
                     except BufferError:
                         producer.poll(0.01)
@@ -178,6 +209,57 @@ def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 
     return counts
 
 
+def watch_windows(bootstrap: str, topic: str, folder: Path) -> dict[str, int]:
+    """Note each window record of ``topic`` as it becomes visible (read_committed): (customer index, start, count,
+    visible) appended to ``<folder>/windows.bin`` every half second; a record that is no window is counted."""
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from lockstep_bench.windowed import parse_window
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
+    consumer.subscribe([topic])
+    counts = {"seen": 0, "not_windows": 0}
+    stop, progress, rows_path = folder / "stop", folder / "progress.json", folder / "windows.bin"
+    rows_path.write_bytes(b"")
+    pending = array("d")
+    last_progress = 0.0
+    try:
+        while True:
+            batch = consumer.consume(num_messages=10_000, timeout=0.05)
+            now = time.time()
+            for msg in batch:
+                if msg.error():
+                    continue
+                try:
+                    customer, start, count = parse_window(msg.key(), msg.value() or b"")
+                    prefix, _, number = customer.rpartition("-")
+                    index = int(number) if prefix == "customer" and number.isdigit() else -1
+                except (ValueError, KeyError, TypeError):
+                    counts["not_windows"] += 1
+                    continue
+                pending.extend((float(index), float(start), float(count), now))
+                counts["seen"] += 1
+            if now - last_progress >= 0.5:
+                with rows_path.open("ab") as f:
+                    pending.tofile(f)
+                del pending[:]
+                progress.write_text(json.dumps(counts))
+                last_progress = now
+                if stop.exists():
+                    break
+    finally:
+        consumer.close()
+    with rows_path.open("ab") as f:
+        pending.tofile(f)
+    (folder / "watch.json").write_text(json.dumps(counts))
+    progress.write_text(json.dumps(counts))
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -188,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--windowed", action="store_true", help="keyed, timestamped orders of the windowed pipeline")
+    ww = sub.add_parser("watch-windows")
+    ww.add_argument("--bootstrap", required=True)
+    ww.add_argument("--topic", required=True)
+    ww.add_argument("--folder", type=Path, required=True)
     w = sub.add_parser("watch")
     w.add_argument("--bootstrap", required=True)
     w.add_argument("--topic", required=True)
@@ -195,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--folder", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.what == "produce":
-        produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out)
+        produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out, windowed=args.windowed)
+    elif args.what == "watch-windows":
+        watch_windows(args.bootstrap, args.topic, args.folder)
     else:
         watch(args.bootstrap, args.topic, args.partitions, args.folder)
     return 0

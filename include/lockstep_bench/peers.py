@@ -134,19 +134,29 @@ def quix_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str
 
 
 def flink_fresh_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, partitions: int,
-                        checkpoint_s: int) -> Command:
-    """The freshness race's Flink job: unbounded, checkpoints every ``checkpoint_s`` (``lockstep_bench.freshness``)."""
+                        checkpoint_s: int, window: tuple[int, int] | None = None) -> Command:
+    """The freshness race's Flink job: unbounded, checkpoints every ``checkpoint_s`` (``lockstep_bench.freshness``);
+    ``window``: (size, out-of-orderness) seconds, the windowed pipeline."""
     argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_fresh_job.py"), "--bootstrap", bootstrap,
             "--source", source, "--sink", sink, "--partitions", str(partitions),
             "--connector-jar", str(FLINK.jar(cache)), "--parallelism", str(parallelism(partitions)),
             "--checkpoint-seconds", str(checkpoint_s), "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
+    if window:
+        argv += ["--window-seconds", str(window[0]), "--out-of-orderness-seconds", str(window[1])]
     return Command(argv, _env(root / "include"))
 
 
-def quix_fresh_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, commit_s: float) -> Command:
-    """The freshness race's Quix application: no end offsets, runs until stopped, commits every ``commit_s``."""
-    argv = [str(QUIX.venv_python(cache)), str(root / JOBS / "quix_job.py"), "--bootstrap", bootstrap,
-            "--source", source, "--sink", sink, "--commit-seconds", str(commit_s)]
+def quix_fresh_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, commit_s: float,
+                       window: tuple[int, int] | None = None) -> Command:
+    """The freshness race's Quix application: no end offsets, runs until stopped, commits every ``commit_s``;
+    ``window``: (size, out-of-orderness) seconds, the windowed race's application over the records' timestamps."""
+    if window:
+        argv = [str(QUIX.venv_python(cache)), str(root / JOBS / "quix_window_job.py"), "--bootstrap", bootstrap,
+                "--source", source, "--sink", sink, "--commit-seconds", str(commit_s), "--window-seconds",
+                str(window[0]), "--out-of-orderness-seconds", str(window[1]), "--record-timestamps"]
+    else:
+        argv = [str(QUIX.venv_python(cache)), str(root / JOBS / "quix_job.py"), "--bootstrap", bootstrap,
+                "--source", source, "--sink", sink, "--commit-seconds", str(commit_s)]
     return Command(argv, _env(root / "include"))
 
 

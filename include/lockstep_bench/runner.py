@@ -371,14 +371,16 @@ def _gib(meminfo: str) -> str:
 
 
 @contextmanager
-def isolated_platform(root: Path) -> Iterator[Any]:
+def isolated_platform(root: Path, warm_checkpoints: bool = False) -> Iterator[Any]:
     """A Kafka + S3 + Schema Registry + Spark Connect platform of the benchmark's own on free ports, its clients' environment
-    set in this process (and so in the runs it starts) while it is up; wiped afterwards."""
+    set in this process (and so in the runs it starts) while it is up; wiped afterwards. ``warm_checkpoints``: its
+    Spark Connect server is warmed up as ``lockstep dev up --warm-checkpoints`` does (`lockstep_dev.warm_checkpoints`)."""
     from lockstep_dev.platform import Platform
 
     platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
                                                             "spark-connect": 0, "registry": 0,
-                                                            "registry-management": 0})
+                                                            "registry-management": 0},
+                        warm_checkpoints=warm_checkpoints)
     log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
     platform.up(with_connect=True, out=sys.stderr)
     saved = {k: os.environ.get(k) for k in platform.client_env()}
@@ -581,7 +583,7 @@ def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
     if set(settings.engines) - {freshness.LOCKSTEP}:
         results["peers"] = peers.setup_all(log)  # before any measurement: may download
     results_path = settings.results or (root / "results.json")
-    with isolated_platform(root) as platform:
+    with isolated_platform(root, warm_checkpoints=settings.warm_checkpoints) as platform:
         results["environment"] = environment(platform.kafka.bootstrap)
         race = freshness.FreshnessRace(settings, platform, root, log)
         results["race"] = race.measure()
@@ -589,7 +591,7 @@ def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
     report_path = _kept(results, settings, results_path, started, freshness_report.write)
     for line in freshness_report.headline(results):
         log(line)
-    wrong = [f"{r['engine']} at {r['rate']}/s" for r in results["race"]["runs"]
+    wrong = [f"{r['engine']} ({freshness.pipeline_of(r)}) at {r['rate']}/s" for r in results["race"]["runs"]
              if r["engine"] == freshness.LOCKSTEP and not r.get("exact")]
     if wrong:
         raise RunFailed(f"Lockstep's output was not exact (or the run failed): {', '.join(wrong)}")
@@ -692,6 +694,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "against Flink SQL and Quix Streams, every sink read back; nothing else "
                             "(--partitions applies)")
     fresh.add_argument("--freshness-rates", type=ints, help="records/s of the loads (default 2000,20000,100000)")
+    fresh.add_argument("--freshness-windowed-rates", type=ints,
+                       help="records/s of the windowed pipeline's loads (default 2000,20000; '' for none)")
     fresh.add_argument("--freshness-seconds", type=float, help="each load's length, warm-up included (default 150)")
     fresh.add_argument("--freshness-warm-up", type=float, help="the first seconds of each load that the latency "
                                                                  "figures leave out (default 30)")
@@ -754,7 +758,8 @@ def joins_settings_from_args(args: argparse.Namespace) -> joins.JoinSettings:
 
 
 def freshness_settings_from_args(args: argparse.Namespace) -> freshness.FreshnessSettings:
-    names = {"freshness_rates": "rates", "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
+    names = {"freshness_rates": "rates", "freshness_windowed_rates": "windowed_rates",
+             "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
              "freshness_engines": "engines", "freshness_tasks": "tasks", "partitions": "partitions", "report": "report",
              "results": "results",
              "state_dir": "state_dir"}

@@ -3,10 +3,12 @@ each record dated by the tick that sent it, missing, duplicated and unexpected r
 called growing when it grows."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from lockstep_bench import freshness_report
+from lockstep_bench import freshness_report, freshness_windows
 from lockstep_bench.freshness_figures import Ticks, figures, produced_at, sustained
 
 POOL = 10
@@ -115,3 +117,139 @@ def test_make_bench_keeps_the_freshness_section_and_the_committed_page_has_it(tm
     report.write(res, out)
     assert f"{section}\n\n## Making Lockstep faster" in out.read_text()
     assert f"{section}\n\n## Making Lockstep faster" in (root / "docs" / "BENCHMARKS.md").read_text()
+
+
+# ---- the windowed pipeline (lockstep_bench.freshness_windows) ---------------------------------------------------
+#: A pool of a multiple of the partitions, as the producer's: each partition's customers are its own.
+WINDOW_POOL = 2000
+
+def _window_ticks(seconds: int, per_tick: int = 4, started: float = 1_000_000.0, step: float = 0.5) -> Ticks:
+    """Eight partitions, ``per_tick`` records to each every ``step`` s, for ``seconds``."""
+    rows = [[started + n * step, *([per_tick * (n + 1)] * 8)] for n in range(int(seconds / step))]
+    return Ticks.from_json({"started": started, "seconds": float(seconds), "partitions": 8,
+                            "ends": rows[-1][1:], "ticks": rows})
+
+
+def _window_rows(t: Ticks, want: freshness_windows.Expected, delay: float, window_s: int = 5) -> np.ndarray:
+    """Every window the input holds, with its exact count, visible ``delay`` s after its end."""
+    n = want.customers
+    starts, customers = want.keys // n, want.keys % n
+    return np.column_stack([customers, starts, want.counts, starts + window_s + delay]).astype(np.float64)
+
+
+def test_the_windowed_load_gives_each_partition_customers_of_its_own_as_keys() -> None:
+    from lockstep_bench import freshness_load
+
+    pool = freshness_load.window_pool(0, 8)
+    n = freshness_windows.customers(8)
+    assert n == 1000 and len(pool) == freshness_load.POOL
+    for i in (0, 1, 7, 999, 1000, 59_999):
+        key, value = pool[i]
+        assert json.loads(value)["customer"] == key.decode() == f"customer-{i % n}"
+        # the record at (offset o, partition p) is pool[(o * 8 + p) % POOL]: its customer's index is p modulo 8
+        assert (i % n) % 8 == i % 8
+    with pytest.raises(ValueError, match="partitions that divide"):
+        freshness_load.window_pool(0, 7)
+
+
+def test_each_window_is_counted_from_the_ticks_and_only_those_the_final_watermark_passed_are_required() -> None:
+    t = _window_ticks(seconds=20)  # event times 1,000,000.0 .. 1,000,019.5 s
+    want = freshness_windows.expected(t, WINDOW_POOL, window_s=5, out_of_orderness_s=1)
+    n = want.customers
+    assert want.final_watermark_ms == 1_000_018_500  # the last tick's time, less the out-of-orderness
+    assert int(want.counts.sum()) == sum(t.ends)
+    starts = sorted(set((want.keys // n).tolist()))
+    assert starts == [1_000_000, 1_000_005, 1_000_010, 1_000_015]
+    # Required: ends at least MARGIN_S before the final watermark (1,000,017.5 s): the first three windows.
+    assert sorted(set((want.keys[want.required] // n).tolist())) == [1_000_000, 1_000_005, 1_000_010]
+    # Partition 0's records in the first window (10 ticks of 4) are of customers 0, 8, 16, ...: its own.
+    first = want.keys // n == 1_000_000
+    per_customer = dict(zip((want.keys[first] % n).tolist(), want.counts[first].tolist(), strict=True))
+    assert sum(v for c, v in per_customer.items() if c % 8 == 0) == 40
+    assert sorted(c for c in per_customer if c % 8 == 0) == list(range(0, 320, 8))
+
+
+def test_a_windows_latency_runs_from_its_end_and_the_check_finds_every_kind_of_wrong_window() -> None:
+    t = _window_ticks(seconds=40)
+    want = freshness_windows.expected(t, WINDOW_POOL, window_s=5, out_of_orderness_s=1)
+    rows = _window_rows(t, want, delay=2.5)
+    f = freshness_windows.figures(t, rows, want, warm_up_s=10, window_s=5)
+    assert f["exact"] and f["missing"] == f["duplicated"] == f["wrong"] == f["unexpected"] == 0
+    assert f["expected"] == f["found"] == int(want.required.sum())
+    assert f["open_emitted"] == len(want.keys) - int(want.required.sum())  # later windows fired: fine when exact
+    assert f["latency_s"]["p50"] == pytest.approx(2.5) and f["latency_s"]["max"] == pytest.approx(2.5)
+    # Required: ends by 37.5 s in (the last tick at 39.5, less the out-of-orderness and the margin), so starts
+    # 10, 15, 20, 25 and 30 s in are timed (0 and 5 are the warm-up's; 35 is not required yet).
+    assert f["measured_windows"] == 5
+    assert f["sustained"]
+    assert freshness_windows.complete(rows, want)
+
+    bad = rows.copy()
+    bad[0, 2] += 1  # a wrong count
+    bad = np.vstack([bad, bad[1:2], [[5, 999_995, 1, 1_000_009]], [[-1, 1_000_000, 1, 1_000_009]]])
+    missing = int(np.flatnonzero(want.required)[-1])
+    keep = ~((bad[:, 0] == want.keys[missing] % want.customers) & (bad[:, 1] == want.keys[missing] // want.customers))
+    f = freshness_windows.figures(t, bad[keep], want, warm_up_s=10, window_s=5)
+    assert (f["wrong"], f["duplicated"], f["unexpected"], f["missing"]) == (1, 1, 2, 1) and not f["exact"]
+    assert f["found"] == f["expected"] - 2  # neither the missing window nor the wrong one
+    assert not f["sustained"]
+    assert not freshness_windows.complete(bad[keep], want)
+
+
+def test_a_windowed_lag_that_grows_is_not_sustained() -> None:
+    t = _window_ticks(seconds=60)
+    want = freshness_windows.expected(t, WINDOW_POOL, window_s=5, out_of_orderness_s=1)
+    rows = _window_rows(t, want, delay=1.5)
+    rows[:, 3] += (rows[:, 1] - t.started) / 2  # each window later than the one before
+    f = freshness_windows.figures(t, rows, want, warm_up_s=10, window_s=5)
+    assert f["exact"] and not f["sustained"] and f["last_fifth_p99_s"] > f["first_fifth_p99_s"] + 10
+
+
+def test_the_report_shows_the_windowed_pipeline_apart_and_old_results_still_render() -> None:
+    def run(engine: str, rate: int, p99: float, pipeline: str | None = None) -> dict[str, object]:
+        row: dict[str, object] = {
+            "engine": engine, "rate": rate, "exact": True, "sustained": True, "achieved_rate": rate,
+            "latency_s": {"p50": p99 / 2, "p95": p99, "p99": p99, "max": p99, "mean": p99 / 2},
+            "first_fifth_p99_s": p99, "last_fifth_p99_s": p99, "found": 10, "expected": 10, "missing": 0,
+            "unexpected": 0, "cpu_cores": 0.5, "watch": {"duplicates": 0, "wrong": 0, "not_windows": 0}}
+        if pipeline:
+            row.update(pipeline=pipeline, duplicated=0, wrong=0, open_emitted=3)
+        return row
+
+    stateless = [run("lockstep-airflow", 20_000, 5.0), run("flink-sql", 20_000, 5.0)]
+    results = {"settings": {"seconds": 150, "warm_up_s": 30, "partitions": 8, "peer_checkpoint_s": 5, "poll_s": 1,
+                            "settle_s": 120},
+               "started_at": "now", "race": {"runs": stateless}}
+    old = freshness_report.render(results)
+    assert "## The windowed pipeline" not in old and "windowed" not in freshness_report.summary(results)
+    results["race"]["runs"] = [*stateless, run("lockstep-airflow", 20_000, 6.0, "windowed"),
+                               run("flink-sql", 20_000, 4.0, "windowed")]
+    sm = freshness_report.summary(results)
+    assert sm["p99"] == 5.0 and sm["ratio"] == 1.0  # the targets stay the stateless pipeline's
+    assert sm["windowed"]["p99"] == 6.0 and sm["windowed"]["ratio"] == 1.5
+    page = freshness_report.render(results)
+    windowed = page.split("## The windowed pipeline")[1]
+    assert "Lockstep's p99 is **6.00 s** against Flink SQL's 4.00 s (1.50×)" in windowed
+    assert "| 20,000 | Lockstep through Airflow (lag trigger, connect mode) | 3.00 | 6.00 | 6.00 |" in windowed
+    assert "10 of 10 (+3 later)" in windowed
+    assert page.split("## The windowed pipeline")[0].count("| 20,000 |") == 2  # the stateless table: its own runs
+
+
+def test_every_engine_windows_the_same_counts_by_the_records_timestamps(tmp_path) -> None:
+    from lockstep.spec import load_spec
+    from lockstep_bench import flink_sql, freshness, windowed
+    from lockstep_bench import workloads as wl
+
+    path = wl.write_spec(tmp_path, "w", "in", "out", 1000, transform=windowed.TRANSFORM,
+                         state=freshness.window_state(5, 1), remote="sc://localhost:15002",
+                         trigger={"lag_records": 1, "poll_interval": "1s"}, tasks="one")
+    state = load_spec(path).state
+    assert state is not None and state.window is not None
+    assert state.event_time.column == "timestamp" and state.event_time.out_of_orderness_ms == 1000
+    assert state.window.size_ms == state.window.slide_ms == 5000 and state.window.allowed_lateness_ms == 0
+    ddl, insert = flink_sql.streaming_window_statements("b:9092", "in", "out", 8, "tx", "g", 5, 1)
+    src, sink = ddl
+    assert "`ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL" in src
+    assert "WATERMARK FOR `ts` AS `ts` - INTERVAL '1' SECOND(1)" in src and "scan.bounded" not in src
+    assert "'sink.delivery-guarantee' = 'exactly-once'" in sink
+    assert "TUMBLE(TABLE src, DESCRIPTOR(`ts`), INTERVAL '5' SECOND(1))" in insert

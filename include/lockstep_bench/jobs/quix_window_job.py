@@ -12,6 +12,11 @@ keyed by the Kafka key (the customer), with ``grace`` = the out-of-orderness, an
 end plus the grace, as a watermark would. Quix has no bounded mode: the first step counts the input
 and stops the application once every partition reached its end offset; Quix commits its last
 checkpoint on the way out. Prints one ``BENCH_RESULT {json}`` line.
+
+Without ``--ends`` (the freshness race's windowed pipeline, ``lockstep_bench.freshness_windows``) it reads as
+records arrive, prints ``BENCH_READY`` before ``run()`` and runs until stopped, committing every
+``--commit-seconds``; ``--record-timestamps`` windows by the Kafka records' timestamps (Quix's default) instead
+of ``created_at``.
 """
 from __future__ import annotations
 
@@ -30,11 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--sink", required=True)
-    parser.add_argument("--ends", required=True, help='{"partition": end offset} JSON')
+    parser.add_argument("--ends", help='{"partition": end offset} JSON; none: run until stopped')
     parser.add_argument("--window-seconds", type=int, required=True)
     parser.add_argument("--out-of-orderness-seconds", type=int, required=True)
+    parser.add_argument("--commit-seconds", type=float, default=5.0)
+    parser.add_argument("--record-timestamps", action="store_true",
+                        help="the event time is the Kafka record's timestamp, not the order's created_at")
     args = parser.parse_args(argv)
-    ends = {int(p): int(e) for p, e in json.loads(args.ends).items()}
+    until_stopped = args.ends is None
+    ends = {int(p): int(e) for p, e in json.loads(args.ends or "{}").items()}
 
     from quixstreams import Application, message_context
 
@@ -43,16 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     app = Application(
         broker_address=args.bootstrap, consumer_group=f"bench-quix-windows-{uuid.uuid4().hex[:8]}",
         state_dir=state_dir, auto_offset_reset="earliest", processing_guarantee="exactly-once",
-        loglevel="WARNING",
+        loglevel="WARNING", commit_interval=args.commit_seconds,
         producer_extra_config={"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4", "acks": "all"})
-    source = app.topic(args.source, key_deserializer="str", value_deserializer="json",
-                       timestamp_extractor=lambda value, _headers, _ts, _type: int(value["created_at"]) * 1000)
+    if args.record_timestamps:
+        source = app.topic(args.source, key_deserializer="str", value_deserializer="json")
+    else:
+        source = app.topic(args.source, key_deserializer="str", value_deserializer="json",
+                           timestamp_extractor=lambda value, _headers, _ts, _type: int(value["created_at"]) * 1000)
     sink = app.topic(args.sink, key_serializer="str", value_serializer="json")
     remaining = {p: e for p, e in ends.items() if e > 0}
     counts = {"in": 0}
 
     def count_in(_value: dict[str, Any]) -> None:
         counts["in"] += 1
+        if until_stopped:
+            return
         ctx = message_context()
         if ctx.offset + 1 >= remaining.get(ctx.partition, 0):
             remaining.pop(ctx.partition, None)
@@ -65,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
            .count().final(closing_strategy="partition"))
     sdf.to_topic(sink)
     run_started = time.monotonic()
-    if remaining:
+    if until_stopped:
+        print("BENCH_READY " + json.dumps({"session_seconds": round(run_started - started, 3)}), flush=True)
+        app.run()
+    elif remaining:
         app.run()
     job_seconds = time.monotonic() - run_started
     shutil.rmtree(state_dir, ignore_errors=True)
