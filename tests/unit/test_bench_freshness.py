@@ -265,3 +265,26 @@ def test_every_engine_windows_the_same_counts_by_the_records_timestamps(tmp_path
     assert "WATERMARK FOR `ts` AS `ts` - INTERVAL '1' SECOND(1)" in src and "scan.bounded" not in src
     assert "'sink.delivery-guarantee' = 'exactly-once'" in sink
     assert "TUMBLE(TABLE src, DESCRIPTOR(`ts`), INTERVAL '5' SECOND(1))" in insert
+
+
+def test_a_sink_that_fell_behind_is_told_apart_from_one_that_is_wrong(tmp_path) -> None:
+    def run(engine: str, missing: int = 0, duplicates: int = 0) -> dict[str, object]:
+        return {"engine": engine, "rate": 100_000, "exact": not (missing or duplicates), "sustained": False,
+                "missing": missing, "unexpected": 0, "found": 10 - missing, "expected": 10,
+                "latency_s": {"p50": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0, "mean": 1.0},
+                "first_fifth_p99_s": 1.0, "last_fifth_p99_s": 1.0, "cpu_cores": 0.5, "achieved_rate": 100_000,
+                "watch": {"duplicates": duplicates, "wrong": 0, "no_headers": 0}}
+
+    behind, wrong = run("quix-streams", missing=4), run("flink-sql", duplicates=2)
+    assert freshness_report.sink_cell(behind, 120) == "incomplete: 4 records not visible within 120 s of the load's end"
+    assert freshness_report.sink_cell(wrong, 120) == "**not exact**: 0 missing, 2 duplicated, 0 unexpected, 0 wrong"
+    results = {"settings": {"seconds": 150, "warm_up_s": 30, "partitions": 8, "peer_checkpoint_s": 5, "poll_s": 1,
+                            "settle_s": 120},
+               "started_at": "now", "race": {"runs": [run("lockstep-airflow"), behind]}}
+    page = tmp_path / "page.md"
+    page.write_text(freshness_report.render(results))
+    assert "every sink read back (exact except quix-streams@100000 (fell behind: records not visible within the " \
+        "settle time))" in freshness_report.section(page)
+    results["race"]["runs"].append(wrong)
+    page.write_text(freshness_report.render(results))
+    assert "NOT exact: flink-sql@100000" in freshness_report.section(page)
