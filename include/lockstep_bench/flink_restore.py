@@ -303,35 +303,60 @@ def run_phase(command: pl.Command, log_file: Path, bootstrap: str, group: str, t
             "peak_rss_mb": round(peak / 2**20, 1), "started": info, "result": result}
 
 
+def s3_bytes(uri: str) -> int:
+    """The bytes of every object under an ``s3://bucket/prefix`` (the platform's S3, from the clients' environment)."""
+    import os
+
+    from lockstep.store.s3 import s3_client
+
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    client = s3_client({"endpoint_url": os.environ["AWS_ENDPOINT_URL_S3"]})
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sum(int(o["Size"]) for page in pages for o in page.get("Contents", []))
+
+
 def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: int, indices: list[list[int]],
             produce: Callable[[list[int]], None], partitions: int, work_dir: Path, log: Callable[[str], None],
-            state_keys: int | None = None, command: Callable[..., pl.Command] | None = None) -> dict[str, Any]:
+            state_keys: int | None = None, command: Callable[..., pl.Command] | None = None,
+            on_s3: str | None = None, count_bytes: Callable[[str], int] = s3_bytes) -> dict[str, Any]:
     """The module docstring's four steps over ``topic``, which holds the build-up's ``keys`` orders and
     ``checkpoints`` checkpoints' records, each with ``new_keys`` new ones; ``indices``: each restore's
     orders (``keyed_state.checkpoint_indices`` of the next checkpoints: the repeats, then the new keys),
     which ``produce`` writes to the topic before it. The first restore restores the build-up's checkpoint,
     each later one the checkpoint the restore before it retained (CLAIM mode: it became that job's own):
     so each restores the whole state, larger each time by the restore before it's new keys. ``state_keys``: what
-    Lockstep's state holds after the same records, for the check that Flink's holds as many. Returns the
-    report's figures (``restores``: each restore's, in order)."""
+    Lockstep's state holds after the same records, for the check that Flink's holds as many. ``on_s3``: an
+    ``s3://bucket/prefix`` for Flink's checkpoints (production's layout: every restore downloads its state, as
+    Lockstep's on a new host does), their bytes counted there by ``count_bytes``; else a local folder. Returns the
+    report's figures (``restores``: each restore's, in order; ``storage``: ``s3`` or ``local disk``)."""
     from lockstep.paths import cache_dir, project_root
     from lockstep_bench import peers
 
     make = command or (lambda **kw: peers.flink_restore_command(cache_dir(), project_root(), **kw))
     tag = uuid.uuid4().hex[:6]
-    sink, group, prefix = f"{topic}-flink-out", f"bench-flink-restore-{tag}", f"bench-flink-restore-{tag}"
+    sink, group, prefix = f"{topic}-flink-out-{tag}", f"bench-flink-restore-{tag}", f"bench-flink-restore-{tag}"
     state_dir = work_dir / "flink" / f"{keys}-{tag}"
+    where = f"{on_s3.rstrip('/')}/{keys}-{tag}" if on_s3 else None
     workloads.create_topic(bootstrap, sink, partitions, {"retention.ms": "-1"})
 
     def job(restore_from: str | None = None) -> pl.Command:
         return make(bootstrap=bootstrap, source=topic, sink=sink, group=group, partitions=partitions,
                     state_dir=state_dir, checkpoint_s=CHECKPOINT_S if restore_from else BUILDUP_CHECKPOINT_S,
-                    transactional_id_prefix=prefix, restore_from=restore_from, claim_mode=CLAIM_MODE)
+                    transactional_id_prefix=prefix, restore_from=restore_from, claim_mode=CLAIM_MODE,
+                    **({"checkpoints": where} if where else {}))
+
+    def counted(phase: dict[str, Any]) -> dict[str, Any]:
+        """On S3, the bytes the job (which has no S3 client) could not count: its own checkpoints, and everyone's."""
+        result = phase["result"]
+        if where:
+            result["checkpoint_bytes"] = count_bytes(f"{where}/{result.get('job_id')}/")
+            result["all_checkpoints_bytes"] = count_bytes(f"{where}/")
+        return phase
 
     try:
         ends = workloads.end_offsets(bootstrap, topic)
-        buildup = run_phase(job(), state_dir / "buildup.log", bootstrap, group, topic, sink, ends, BUILDUP_TIMEOUT_S,
-                            log, "build-up")
+        buildup = counted(run_phase(job(), state_dir / "buildup.log", bootstrap, group, topic, sink, ends,
+                                    BUILDUP_TIMEOUT_S, log, "build-up"))
         buildup["records_in"] = sum(ends.values())
         marks = workloads.end_offsets(bootstrap, sink)
         started = time.monotonic()
@@ -352,9 +377,10 @@ def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: i
             new_ends = workloads.end_offsets(bootstrap, topic)
             repeats = len(orders) - new_keys
             new_ids = {order_id(i) for i in orders[repeats:]}
-            restore = run_phase(job(checkpoint), state_dir / f"restore-{n}.log", bootstrap, group, topic, sink,
-                                new_ends, RESTORE_TIMEOUT_S, log, f"restore {n}",
-                                outputs=(marks, new_ids) if new_keys_last_everywhere(new_keys, partitions) else None)
+            restore = counted(run_phase(job(checkpoint), state_dir / f"restore-{n}.log", bootstrap, group, topic,
+                                        sink, new_ends, RESTORE_TIMEOUT_S, log, f"restore {n}",
+                                        outputs=(marks, new_ids) if new_keys_last_everywhere(new_keys, partitions)
+                                        else None))
             restore["records_in"] = sum(new_ends.values()) - sum(ends.values())
             sink_ends = workloads.end_offsets(bootstrap, sink)
             _, emitted = scan_committed(bootstrap, sink, marks, sink_ends, value=lambda v: json.loads(v)["order_id"])
@@ -364,15 +390,16 @@ def measure(bootstrap: str, topic: str, keys: int, checkpoints: int, new_keys: i
             log(f"flink restore {n}: {restore['records_in']:,} records after restoring {checkpoint} to a completed "
                 f"checkpoint ({restore['clock']}) in {restore['seconds']:.2f} s from the process start, "
                 f"{restore['from_job_started_s']:.2f} s from the job's submission (group offsets there at "
-                f"{restore['offsets_seconds']:.2f} s); checkpoints on disk {restore['checkpoint_bytes']:,} B; output "
-                f"{json.dumps(restore['check'])}")
+                f"{restore['offsets_seconds']:.2f} s); checkpoints on {'S3' if where else 'disk'} "
+                f"{restore['checkpoint_bytes'] or 0:,} B; output {json.dumps(restore['check'])}")
             if not restore["check"]["exact"]:
                 log(f"flink restore {n}: its output is NOT the new keys alone (the report shows it)")
             restores.append(restore)
             checkpoint, ends, marks = restore["result"].get("checkpoint"), new_ends, sink_ends
         return {"checkpoint_s": CHECKPOINT_S, "buildup_checkpoint_s": BUILDUP_CHECKPOINT_S,
                 "managed_memory": flink_sql.MANAGED_MEMORY, "claim_mode": CLAIM_MODE, "sink": sink, "group": group,
-                "buildup": buildup, "restores": restores}
+                "storage": "s3" if where else "local disk", "checkpoints": where, "buildup": buildup,
+                "restores": restores}
     finally:
         workloads.delete_topic(bootstrap, sink)
         shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)  # hundreds of MB at 10M keys; logs stay

@@ -346,3 +346,12 @@ def restore_configuration(checkpoint_dir: str, checkpoint_s: float, parallelism:
         conf["execution.state-recovery.path"] = restore_from
         conf["execution.state-recovery.claim-mode"] = claim_mode
     return conf
+
+
+def s3_configuration(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1") -> dict[str, str]:
+    """Flink's S3 file system (the ``flink-s3-fs-hadoop`` plugin, which hands ``s3.*`` on to Hadoop's ``fs.s3a.*``)
+    against an S3 server of its own endpoint, path-style as a local server serves it: where the restore job keeps
+    its checkpoints when they go to S3, as a production Flink's do, so that a restore downloads its state as
+    Lockstep's does on a new host."""
+    return {"s3.endpoint": endpoint, "s3.endpoint.region": region, "s3.path.style.access": "true",
+            "s3.access-key": access_key, "s3.secret-key": secret_key}

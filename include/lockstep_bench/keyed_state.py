@@ -27,7 +27,10 @@ the run step, which a server's restart does not touch); then a **warm** one; the
 times (3 by default: a restore's time swings by a second from one to the next, and one run decided the verdict).
 Then, unless ``--state-no-flink``, Flink SQL's RocksDB restore of the same state (``lockstep_bench.flink_restore``):
 Flink builds it up from the same topic, then a new Flink process restores it and runs the same kind of
-checkpoint, as many times, each restore from the checkpoint the one before it retained.
+checkpoint, as many times, each restore from the checkpoint the one before it retained. Its checkpoints go to
+a local folder, and then, unless ``--state-no-flink-s3``, all of it again with its checkpoints on the
+platform's S3 (the next checkpoints' records): there each restore downloads the state, as Lockstep's restore
+on a new host does.
 """
 from __future__ import annotations
 
@@ -67,6 +70,9 @@ class StateSettings:
     results: Path | None = None
     state_dir: Path | None = None
     flink: bool = True  # Flink's RocksDB restore at the largest size (lockstep_bench.flink_restore)
+    #: ... again with Flink's checkpoints on the platform's S3, as a production Flink keeps them: each restore then
+    #: downloads the state, as Lockstep's does on a new host
+    flink_s3: bool = True
     restores: int = 3  # rounds of the restore's checkpoints (TEMPERATURES), and Flink's restores, at the largest size
 
     def __post_init__(self) -> None:
@@ -157,11 +163,14 @@ class StateBench:
     """The two pipelines of every state size, each checkpoint one process timed by ``measure.execute``."""
 
     def __init__(self, settings: StateSettings, bootstrap: str, remote: str, connect_pid: int, work_dir: Path,
-                 log: Callable[[str], None], restart_connect: Callable[[bool], int] | None = None) -> None:
+                 log: Callable[[str], None], restart_connect: Callable[[bool], int] | None = None,
+                 bucket: str | None = None) -> None:
         """``restart_connect(warm_checkpoints)``: stops and starts the platform's Spark Connect server (with
         the platform's warm-up checkpoints or without), returns its new pid (the cold checkpoints'
-        restarts); without it the cold checkpoints only empty the cache."""
+        restarts); without it the cold checkpoints only empty the cache. ``bucket``: the platform's S3 bucket,
+        where Flink's checkpoints go in its second chain of restores (none: that chain does not run)."""
         self.s = settings
+        self.bucket = bucket
         self.bootstrap = bootstrap
         self.remote = remote
         self.connect_pid = connect_pid
@@ -298,19 +307,28 @@ class StateBench:
         size["cold_warm"] = runs
         return n
 
-    def flink_restore(self, size: dict[str, Any], n: int) -> None:
+    def flink_restore(self, size: dict[str, Any], n: int, bucket: str | None = None) -> None:
         """Flink's RocksDB restores of the state the size's topic built (``lockstep_bench.flink_restore``): the
-        topic holds ``n`` checkpoints' records after the build-up's; each restore reads the next one's."""
+        topic holds ``n`` checkpoints' records after the build-up's; each restore reads the next one's. With
+        ``bucket``, all of it again with Flink's checkpoints on S3 (``size["flink_s3"]``), its build-up reading
+        the first chain's restores' records too and its restores the checkpoints' after them."""
         from lockstep_bench import flink_restore
 
         keys, topic = size["keys"], size["topic"]
         held = size["cold_warm"]["warm"][-1]["inner"]["state"]["keys"] if size.get("cold_warm") else None
-        size["flink"] = flink_restore.measure(
-            self.bootstrap, topic, keys, n, self.s.new_keys,
-            [checkpoint_indices(keys, self.s.records, self.s.new_keys, n + j, self.s.touched)
-             for j in range(self.s.restores)],
-            lambda indices: produce(self.bootstrap, topic, indices, self.s.partitions), self.s.partitions,
-            self.work_dir, self.log, state_keys=held)
+
+        def chain(after: int, on_s3: str | None, state_keys: int | None) -> dict[str, Any]:
+            return flink_restore.measure(
+                self.bootstrap, topic, keys, after, self.s.new_keys,
+                [checkpoint_indices(keys, self.s.records, self.s.new_keys, after + j, self.s.touched)
+                 for j in range(self.s.restores)],
+                lambda indices: produce(self.bootstrap, topic, indices, self.s.partitions), self.s.partitions,
+                self.work_dir, self.log, state_keys=state_keys, on_s3=on_s3)
+
+        size["flink"] = chain(n, None, held)
+        if bucket:
+            size["flink_s3"] = chain(n + self.s.restores, f"s3://{bucket}/bench-flink-checkpoints",
+                                     None if held is None else held + self.s.restores * self.s.new_keys)
 
     def measure(self) -> list[dict[str, Any]]:
         """Every size built up first (the first build-ups warm the Connect server), then the measured
@@ -325,7 +343,7 @@ class StateBench:
             largest = max(sizes, key=lambda size: size["keys"])
             after = self.cold_and_warm(largest, self.s.checkpoints)
             if self.s.flink:  # after every Lockstep checkpoint: the topic then holds what Lockstep's state read
-                self.flink_restore(largest, after)
+                self.flink_restore(largest, after, self.bucket if self.s.flink_s3 else None)
             return [{k: v for k, v in size.items() if k != "specs"} for size in sizes]
         finally:
             for size in sizes:

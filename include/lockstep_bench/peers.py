@@ -55,10 +55,17 @@ class PeerEnv:
         return self.folder(cache) / self.jars[index][0]
 
 
+#: Flink's S3 file system, a plugin: in a folder of its own under PyFlink's plugins folder, the one its gateway
+#: gives the JVM whatever ``FLINK_PLUGINS_DIR`` says (seen with apache-flink 2.3.0); where the keyed-state bench's
+#: Flink keeps its checkpoints when they go to S3 (``lockstep_bench.flink_restore``).
+FLINK_S3_PLUGIN = (f"venv/lib/python3.11/site-packages/pyflink/plugins/s3-fs-hadoop/"
+                   f"flink-s3-fs-hadoop-{FLINK_VERSION}.jar")
 FLINK = PeerEnv("flink", (f"apache-flink=={FLINK_VERSION}",),
                 ((f"flink-sql-connector-kafka-{FLINK_KAFKA_CONNECTOR}.jar",
                   f"{MAVEN}/org/apache/flink/flink-sql-connector-kafka/{FLINK_KAFKA_CONNECTOR}/"
-                  f"flink-sql-connector-kafka-{FLINK_KAFKA_CONNECTOR}.jar"),))
+                  f"flink-sql-connector-kafka-{FLINK_KAFKA_CONNECTOR}.jar"),
+                 (FLINK_S3_PLUGIN,
+                  f"{MAVEN}/org/apache/flink/flink-s3-fs-hadoop/{FLINK_VERSION}/flink-s3-fs-hadoop-{FLINK_VERSION}.jar")))
 QUIX = PeerEnv("quix", (f"quixstreams=={QUIX_VERSION}",))
 
 
@@ -92,6 +99,7 @@ def ensure(env: PeerEnv, cache: Path, log: Callable[[str], None] = lambda _m: No
     for name, url in env.jars:
         target = folder / name
         if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".part")
             with urllib.request.urlopen(url, timeout=300) as response, open(partial, "wb") as out:
                 shutil.copyfileobj(response, out)
@@ -190,13 +198,17 @@ def flink_join_command(cache: Path, root: Path, bootstrap: str, orders: str, ord
 
 def flink_restore_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, group: str, partitions: int,
                           state_dir: Path, checkpoint_s: float, transactional_id_prefix: str,
-                          restore_from: str | None = None, claim_mode: str = "CLAIM") -> Command:
+                          restore_from: str | None = None, claim_mode: str = "CLAIM",
+                          checkpoints: str | None = None) -> Command:
     """The keyed-state benchmark's Flink job (``lockstep_bench.flink_restore`` says what it runs): it runs
-    until told to stop on stdin, so ``parse`` reads its ``BENCH_RESULT`` once it has."""
+    until told to stop on stdin, so ``parse`` reads its ``BENCH_RESULT`` once it has. ``checkpoints``: an s3:// URI
+    for its checkpoints (`FLINK_S3_PLUGIN`), else under ``state_dir``."""
     argv = [str(FLINK.venv_python(cache)), str(root / JOBS / "flink_restore_job.py"), "--bootstrap", bootstrap,
             "--source", source, "--sink", sink, "--group", group, "--connector-jar", str(FLINK.jar(cache)),
             "--parallelism", str(parallelism(partitions)), "--checkpoint-seconds", str(checkpoint_s),
             "--state-dir", str(state_dir), "--transactional-id-prefix", transactional_id_prefix]
+    if checkpoints:
+        argv += ["--checkpoints", checkpoints]
     if restore_from:
         argv += ["--restore-from", restore_from, "--claim-mode", claim_mode]
     return Command(argv, _env(root / "include"), parse_result)

@@ -505,7 +505,8 @@ def run_state_bench(settings: keyed_state.StateSettings) -> Path:
         results["environment"] = environment(platform.kafka.bootstrap)
         bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,
                                        platform.state.pids["spark-connect"], root, log,
-                                       restart_connect=lambda warm: restart_connect(platform, warm))
+                                       restart_connect=lambda warm: restart_connect(platform, warm),
+                                       bucket=platform.state.bucket)
         results["sizes"] = bench.measure()
         results["load"]["end"] = os.getloadavg()
     if saved_cache is None:
@@ -719,6 +720,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "host, warm) and Flink's restore run; the report takes each one's median (default 3)")
     state.add_argument("--state-no-flink", dest="state_flink", action="store_false", default=None,
                        help="skip Flink SQL's RocksDB restore of the largest state (and its set-up in .cache/bench/)")
+    state.add_argument("--state-no-flink-s3", dest="state_flink_s3", action="store_false", default=None,
+                       help="skip Flink's second chain of restores, with its checkpoints on the platform's S3")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -736,7 +739,8 @@ def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSetti
     """``--state-only``'s settings; ``--partitions``, ``--report``, ``--results`` and ``--state-dir`` apply too."""
     names = {"state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
              "state_new_keys": "new_keys", "state_key_groups": "key_groups", "state_touched": "touched",
-             "state_flink": "flink", "state_restores": "restores", "partitions": "partitions",
+             "state_flink": "flink", "state_flink_s3": "flink_s3", "state_restores": "restores",
+             "partitions": "partitions",
              "report": "report", "results": "results", "state_dir": "state_dir"}
     return keyed_state.StateSettings(**{field: getattr(args, arg) for arg, field in names.items()
                                         if getattr(args, arg, None) is not None})

@@ -3,6 +3,7 @@ of ``flink_sql``, the command of ``peers``) and the job's stdin/stdout protocol 
 No Flink, no Kafka here."""
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -78,6 +79,54 @@ def test_the_command_runs_the_job_with_flinks_venv_and_restores_only_when_told(t
     again = peers.flink_restore_command(tmp_path, Path("/repo"), **kw, restore_from="/s/j/chk-3")
     assert again.argv[again.argv.index("--restore-from") + 1] == "/s/j/chk-3"
     assert again.argv[again.argv.index("--claim-mode") + 1] == "CLAIM"
+
+
+def test_checkpoints_on_s3_load_the_s3_plugin_and_configure_its_endpoint(tmp_path: Path) -> None:
+    kw = dict(bootstrap="h:1", source="in", sink="out", group="g", partitions=4, state_dir=tmp_path / "s",
+              checkpoint_s=1.0, transactional_id_prefix="tx")
+    local = peers.flink_restore_command(tmp_path, Path("/repo"), **kw)
+    assert "--checkpoints" not in local.argv
+    on_s3 = peers.flink_restore_command(tmp_path, Path("/repo"), **kw, checkpoints="s3://b/flink/k-1",
+                                        restore_from="s3://b/flink/k-1/j/chk-3")
+    assert on_s3.argv[on_s3.argv.index("--checkpoints") + 1] == "s3://b/flink/k-1"
+    assert on_s3.argv[on_s3.argv.index("--restore-from") + 1] == "s3://b/flink/k-1/j/chk-3"
+    # The plugin's jar is one of the peer's downloads, in a folder of its own under PyFlink's plugins folder.
+    plugin = dict(peers.FLINK.jars)[peers.FLINK_S3_PLUGIN]
+    assert plugin.endswith(f"/flink-s3-fs-hadoop/{peers.FLINK_VERSION}/flink-s3-fs-hadoop-{peers.FLINK_VERSION}.jar")
+    assert Path(peers.FLINK_S3_PLUGIN).parent.parent.as_posix().endswith("site-packages/pyflink/plugins")
+    s3 = flink_sql.s3_configuration("http://127.0.0.1:9000", "ak", "sk")
+    assert s3 == {"s3.endpoint": "http://127.0.0.1:9000", "s3.endpoint.region": "us-east-1",
+                  "s3.path.style.access": "true", "s3.access-key": "ak", "s3.secret-key": "sk"}
+
+
+def test_a_chain_on_s3_checkpoints_there_and_counts_its_bytes_there(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockstep_bench import workloads
+
+    seen: list[dict] = []
+
+    def run_phase(command: Command, *args: object, **kwargs: object) -> dict:
+        seen.append(json.loads(command.argv[1]))
+        n = len(seen)
+        return {"seconds": 1.0, "from_job_started_s": 1.0, "offsets_seconds": 1.0, "clock": "outputs committed",
+                "result": {"job_id": f"j{n}", "checkpoint": f"s3://b/x/j{n}/chk-{n}", "checkpoint_bytes": None,
+                           "all_checkpoints_bytes": None}}
+
+    monkeypatch.setattr(flink_restore, "run_phase", run_phase)
+    monkeypatch.setattr(flink_restore, "scan_committed", lambda *a, **k: (0, []))
+    monkeypatch.setattr(workloads, "end_offsets", lambda *a, **k: {0: 0})
+    monkeypatch.setattr(workloads, "create_topic", lambda *a, **k: None)
+    monkeypatch.setattr(workloads, "delete_topic", lambda *a, **k: None)
+    command = lambda **kw: Command(["job", json.dumps({k: kw.get(k) for k in ("checkpoints", "restore_from")})], {})
+    counted: list[str] = []
+    out = flink_restore.measure("h:1", "t", keys=2, checkpoints=0, new_keys=1, indices=[[1, 5]],
+                                produce=lambda orders: None, partitions=1, work_dir=tmp_path, log=lambda _m: None,
+                                command=command, on_s3="s3://b/flink/", count_bytes=lambda uri: counted.append(uri) or 7)
+    where = seen[0]["checkpoints"]
+    assert where.startswith("s3://b/flink/2-") and seen[1] == {"checkpoints": where, "restore_from": "s3://b/x/j1/chk-1"}
+    assert out["storage"] == "s3" and out["checkpoints"] == where
+    assert counted == [f"{where}/j1/", f"{where}/", f"{where}/j2/", f"{where}/"]
+    assert out["buildup"]["result"]["checkpoint_bytes"] == 7 and out["restores"][0]["checkpoint_bytes"] == 7
 
 
 # ---- the checks ------------------------------------------------------------------------------------------

@@ -337,7 +337,7 @@ def test_report_compares_locksteps_cold_and_warm_checkpoints_with_flinks_restore
                     "| Flink, restore | 10,000 | 12.50 | 1.00× | 25.00 | 1.00× | 2.1 MiB | 30.0 | 12.50 |"], rows
     assert "median" not in flink  # one run each: nothing to take the median of
     # The target's verdict counts restores only: the warm checkpoint's 0.88x is no restore.
-    assert "Lockstep, cold, 1.12× to the first completed checkpoint: **not met**" in flink
+    assert "Lockstep, cold, against Flink's restore from its local disk, 1.12× to the first completed checkpoint: **not met**" in flink
     assert "claim mode CLAIM" in flink and "every 1 s" in flink and "parallelism 2" in flink
     assert "130,000 records to a completed checkpoint in 100.0 s from the process start (90.0 s" in flink
     assert "emitted 100,300 orders, one per distinct order id: as many as Lockstep's state holds keys (100,300)" in flink
@@ -360,8 +360,8 @@ def test_report_shows_the_warmed_up_servers_restore_beside_the_cold_one_and_judg
     flink = section.split("### Against Flink", 1)[1]
     # 10 s against Flink's 12.5 s; with the server's start (35 s, its warm-up included) and the process: 47 s.
     assert "| Lockstep, cold, server warmed up | 10,000 | 13.00 | 1.04× | 50.00 | 2.00× |" in flink
-    assert "on a new host (the cache empty), Lockstep, cold, server warmed up, 1.04× to the first completed " \
-        "checkpoint: **not met**" in flink
+    assert "on a new host (the cache empty), Lockstep, cold, server warmed up, against Flink's restore from its local disk, 1.04× to the first " \
+        "completed checkpoint: **not met**" in flink
     assert "on the same host" not in flink  # not measured
 
 
@@ -377,9 +377,9 @@ def test_report_judges_the_same_hosts_restore_apart_from_the_new_hosts() -> None
     flink = section.split("### Against Flink", 1)[1]
     assert "| Lockstep, same host, server restarted | 10,000 | 12.00 | 0.96× | 48.00 | 1.92× |" in flink
     # The faster same-host restore does not stand for the new host's: each is judged on its own.
-    assert "on a new host (the cache empty), Lockstep, cold, server warmed up, 1.04× to the first completed " \
-        "checkpoint: **not met**; on the same host (the server restarted, the cache kept), Lockstep, same host, " \
-        "server restarted, 0.96× to the first completed checkpoint: **met**." in flink
+    assert "on a new host (the cache empty), Lockstep, cold, server warmed up, against Flink's restore from its local disk, 1.04× to the first " \
+        "completed checkpoint: **not met**; on the same host (the server restarted, the cache kept), Lockstep, " \
+        "same host, server restarted, against Flink's restore from its local disk, 0.96× to the first completed checkpoint: **met**." in flink
 
 
 def test_report_says_when_flinks_restore_emitted_held_keys_again() -> None:
@@ -390,6 +390,29 @@ def test_report_says_when_flinks_restore_emitted_held_keys_again() -> None:
     flink = _section(results).split("### Against Flink", 1)[1]
     assert "NOT exact" in flink and "9,900 held keys emitted again" in flink
     assert "Lockstep's state holds 100,200 keys and 100,300 distinct orders were produced" in flink
+
+
+def test_flinks_restore_from_s3_is_a_row_of_its_own_and_judges_the_new_hosts_restore_like_for_like() -> None:
+    results = _results()
+    results["sizes"][1]["cold_warm"] = _cold_warm(warmed=True, restarted=True)
+    results["sizes"][1]["flink"] = _flink()  # from its local disk: 12.5 s
+    on_s3 = _flink()
+    on_s3["restore"] = {**on_s3["restore"], "from_job_started_s": 14.0, "seconds": 27.0, "checkpoint_bytes": 3_000_000}
+    on_s3["storage"] = "s3"
+    results["sizes"][1]["flink_s3"] = on_s3
+    against = _section(results).split("### Against Flink", 1)[1]
+    rows = {line.split(" | ")[0]: line for line in against.splitlines() if line.startswith(("| Lockstep", "| Flink"))}
+    # Ratios in the table stay against the local restore; the S3 restore has its own row.
+    assert rows["| Flink, restore from S3"].startswith("| Flink, restore from S3 | 10,000 | 14.00 | 1.12× | 27.00 |")
+    assert "Then all of it again with Flink's checkpoints on the benchmark's S3 server" in against
+    # The new host (13 s, warmed up) against the restore that downloads its state too (14 s): met; against the
+    # local one (12.5 s): not met; each verdict is stated.
+    assert "on a new host (the cache empty), Lockstep, cold, server warmed up, against Flink's restore from its " \
+        "local disk, 1.04× to the first completed checkpoint: **not met**" in against
+    assert "on a new host (the cache empty), Lockstep, cold, server warmed up, against Flink's restore from S3 " \
+        "(like for like: both download the state), 0.93× to the first completed checkpoint: **met**" in against
+    del results["sizes"][1]["flink_s3"]  # results of runs before it: no such row, no such verdict
+    assert "from S3" not in _section(results).split("### Against Flink", 1)[1]
 
 
 def test_repeated_restores_are_judged_median_against_median_with_every_run_shown() -> None:
@@ -422,8 +445,9 @@ def test_repeated_restores_are_judged_median_against_median_with_every_run_shown
     assert rows["| Flink, restore"].startswith("| Flink, restore | 10,000 | 12.50 | 1.00× | 25.00 | 1.00× |")
     assert rows["| Flink, restore"].endswith("| 12.50, 9.00, 15.00 |")
     # Median against median: not the best run against Flink's slowest (9 s against 15 s would say 0.60x).
-    assert "1.0×, median against median): on a new host (the cache empty), Lockstep, cold, server warmed up, 1.04×" \
-        in against and "same host, server restarted, 0.96× to the first completed checkpoint: **met**" in against
+    assert "1.0×, median against median): on a new host (the cache empty), Lockstep, cold, server warmed up" \
+        ", against Flink's restore from its local disk, 1.04×" in against
+    assert "same host, server restarted, against Flink's restore from its local disk, 0.96× to the first completed checkpoint: **met**" in against
     assert "3 times, each restore a new process from the checkpoint the one before it retained" in against
     assert "Flink's 3 restores:** 12.50, 9.00, 15.00 s from the job's submission to the new keys' output committed, " \
         "restoring checkpoints 9, 12, 14 (Flink's REST API); each one's output exactly the new keys: 3 of 3" in against
@@ -525,11 +549,12 @@ def test_flinks_restore_runs_after_lockstep_at_the_largest_size_unless_skipped(
     monkeypatch.setattr(bench, "build", lambda keys: {"keys": keys, "topic": f"t{keys}", "specs": {}, "checkpoints": []})
     monkeypatch.setattr(bench, "round", lambda size, n, first: calls.append(("round", size["keys"], n)))
     monkeypatch.setattr(bench, "cold_and_warm", lambda size, n: calls.append(("cold_and_warm", size["keys"], n)) or n + 7)
-    monkeypatch.setattr(bench, "flink_restore", lambda size, n: calls.append(("flink", size["keys"], n)))
+    monkeypatch.setattr(bench, "flink_restore", lambda size, n, bucket: calls.append(("flink", size["keys"], n, bucket)))
     monkeypatch.setattr(workloads, "delete_topic", lambda *a: None)
     bench.measure()
     # The topic then holds the measured checkpoint's records and the restores': 1 + 7, as cold_and_warm says.
-    assert calls[-2:] == [("cold_and_warm", 20, 1), ("flink", 20, 8)] if flink else calls[-1] == ("cold_and_warm", 20, 1)
+    assert calls[-2:] == [("cold_and_warm", 20, 1), ("flink", 20, 8, None)] if flink else \
+        calls[-1] == ("cold_and_warm", 20, 1)
 
 
 def test_flinks_restores_read_the_checkpoints_after_locksteps_each_restores_next(
@@ -547,6 +572,29 @@ def test_flinks_restores_read_the_checkpoints_after_locksteps_each_restores_next
     s = bench.s
     assert indices == [keyed_state.checkpoint_indices(20, s.records, s.new_keys, n, s.touched) for n in (9, 10, 11)]
     assert got["kwargs"]["state_keys"] == 29  # what Lockstep's state held after its last checkpoint
+
+
+def test_flinks_second_chain_keeps_its_checkpoints_on_s3_and_reads_the_checkpoints_after_the_first_chains(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockstep_bench import flink_restore
+
+    bench = _bench(tmp_path, monkeypatch, restores=2)
+    calls: list[tuple] = []
+    monkeypatch.setattr(flink_restore, "measure", lambda *a, **k: calls.append((a, k)) or {"restores": [len(calls)]})
+    size = {"keys": 20, "topic": "t", "cold_warm": {"warm": [{"inner": {"state": {"keys": 29}}}]}}
+    bench.flink_restore(size, 9, bucket="lockstep")
+    (local_args, local_kw), (s3_args, s3_kw) = calls
+    assert local_kw["on_s3"] is None and s3_kw["on_s3"] == "s3://lockstep/bench-flink-checkpoints"
+    s = bench.s
+    assert local_args[3] == 9 and local_args[5] == [keyed_state.checkpoint_indices(20, s.records, s.new_keys, n,
+                                                                                   s.touched) for n in (9, 10)]
+    # The second chain's build-up reads the first chain's two restores' records too; its restores, the next two.
+    assert s3_args[3] == 11 and s3_args[5] == [keyed_state.checkpoint_indices(20, s.records, s.new_keys, n, s.touched)
+                                               for n in (11, 12)]
+    assert s3_kw["state_keys"] == 29 + 2 * s.new_keys
+    assert size["flink"] == {"restores": [1]} and size["flink_s3"] == {"restores": [2]}
+    bench.flink_restore(size, 9)  # no bucket: no second chain
+    assert len(calls) == 3
 
 
 def test_what_each_pipeline_must_output_names_every_input_offset_once() -> None:

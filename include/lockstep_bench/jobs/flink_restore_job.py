@@ -21,7 +21,10 @@ statements and settings come from ``lockstep_bench.flink_sql`` (``dedup_statemen
 3. ``--restore-from`` starts the job from such a checkpoint: the RocksDB state and the source offsets.
 
 RocksDB's working folder is a temporary folder removed on exit, as on a new host; the checkpoints live in
-``--state-dir``/checkpoints.
+``--state-dir``/checkpoints, or, with ``--checkpoints s3://bucket/prefix``, on S3 (the ``flink-s3-fs-hadoop``
+plugin, in PyFlink's plugins folder: ``lockstep_bench.peers.FLINK_S3_PLUGIN``; the endpoint and keys from
+``AWS_ENDPOINT_URL_S3``, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``, the S3 clients' own environment),
+where a restore downloads its state from, as a Flink on a new host does.
 """
 from __future__ import annotations
 
@@ -86,6 +89,17 @@ def checkpoint_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
             "restored": latest.get("restored")}
 
 
+def init_plugins(conf: Any) -> None:
+    """Load the plugins folder's file systems (the S3 plugin) with ``conf``'s ``s3.*`` settings, as a cluster's entry
+    point does at its start, before the local mini-cluster needs them for its checkpoints."""
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    j_conf = conf._j_configuration
+    plugins = jvm.org.apache.flink.core.plugin.PluginUtils.createPluginManagerFromRootFolder(j_conf)
+    jvm.org.apache.flink.core.fs.FileSystem.initialize(j_conf, plugins)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bootstrap", required=True)
@@ -97,19 +111,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallelism", type=int, required=True)
     parser.add_argument("--checkpoint-seconds", type=float, required=True)
     parser.add_argument("--state-dir", type=Path, required=True, help="checkpoints go to STATE_DIR/checkpoints")
-    parser.add_argument("--restore-from", help="a retained checkpoint's chk-N folder to restore from")
+    parser.add_argument("--checkpoints", help="where checkpoints go: an s3:// URI (default: STATE_DIR/checkpoints)")
+    parser.add_argument("--restore-from", help="a retained checkpoint's chk-N folder (or its s3:// URI) to restore from")
     parser.add_argument("--claim-mode", default="CLAIM", help="CLAIM or NO_CLAIM (lockstep_bench.flink_sql)")
     parser.add_argument("--transactional-id-prefix", default=f"bench-flink-{uuid.uuid4().hex[:8]}")
     args = parser.parse_args(argv)
 
-    from lockstep_bench.flink_sql import dedup_statements, restore_configuration
+    import os
+
+    from lockstep_bench.flink_sql import dedup_statements, restore_configuration, s3_configuration
 
     started = time.monotonic()
     from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
+    on_s3 = bool(args.checkpoints and args.checkpoints.startswith("s3://"))
     checkpoints = (args.state_dir / "checkpoints").resolve()
     checkpoints.mkdir(parents=True, exist_ok=True)
+    checkpoints_uri = args.checkpoints.rstrip("/") if on_s3 else checkpoints.as_uri()
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="flink-restore-tmp-", dir=args.state_dir) as scratch:
         conf = Configuration()
@@ -117,10 +136,18 @@ def main(argv: list[str] | None = None) -> int:
         conf.set_string("io.tmp.dirs", scratch)  # RocksDB's working folder too
         conf.set_string("web.upload.dir", scratch)
         conf.set_string("restart-strategy.type", "none")  # a failure ends the job, and the bench reports it
-        restore = Path(args.restore_from).resolve().as_uri() if args.restore_from else None
-        for key, value in restore_configuration(checkpoints.as_uri(), args.checkpoint_seconds, args.parallelism,
-                                                port, restore, args.claim_mode).items():
+        restore = args.restore_from if not args.restore_from or "://" in args.restore_from else \
+            Path(args.restore_from).resolve().as_uri()
+        settings = restore_configuration(checkpoints_uri, args.checkpoint_seconds, args.parallelism, port, restore,
+                                         args.claim_mode)
+        if on_s3:
+            settings.update(s3_configuration(os.environ["AWS_ENDPOINT_URL_S3"], os.environ["AWS_ACCESS_KEY_ID"],
+                                             os.environ["AWS_SECRET_ACCESS_KEY"],
+                                             os.environ.get("AWS_DEFAULT_REGION", "us-east-1")))
+        for key, value in settings.items():
             conf.set_string(key, value)
+        if on_s3:
+            init_plugins(conf)
         t_env = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode()
                                         .with_configuration(conf).build())
         session_seconds = time.monotonic() - started
@@ -147,13 +174,20 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
             status = job_status(client)
     folder = checkpoints / job_id
-    newest = newest_checkpoint(folder)
+    if on_s3:  # the newest completed checkpoint, as the REST API gave it before the cancel (no listing of S3 here)
+        latest = checkpoint_stats(stats).get("latest_completed") or {}
+        newest_uri = latest.get("external_path")
+    else:
+        newest = newest_checkpoint(folder)
+        newest_uri = str(newest) if newest else None
     print("BENCH_RESULT " + json.dumps({
         "session_seconds": round(session_seconds, 3), "job_id": job_id, "status": status,
         "parallelism": args.parallelism, "checkpoint_seconds": args.checkpoint_seconds,
         "restore_from": args.restore_from, "claim_mode": args.claim_mode if args.restore_from else None,
-        "checkpoint": str(newest) if newest else None,
-        "checkpoint_bytes": disk_bytes(folder), "all_checkpoints_bytes": disk_bytes(checkpoints),
+        "checkpoint": newest_uri, "checkpoints_uri": checkpoints_uri,
+        # On S3 the bench counts the bytes (lockstep_bench.flink_restore); this venv has no S3 client.
+        "checkpoint_bytes": None if on_s3 else disk_bytes(folder),
+        "all_checkpoints_bytes": None if on_s3 else disk_bytes(checkpoints),
         "checkpoints": checkpoint_stats(stats),
         "job": {k: job.get(k) for k in ("state", "start-time", "duration", "timestamps") if k in job}}),
         flush=True)
