@@ -187,9 +187,10 @@ bench: setup
 
 # What keyed state costs per checkpoint at 100,000, 1,000,000 and 10,000,000 keys (load, apply and write
 # seconds, bytes uploaded, compaction, restores on a new host and on the same host, three rounds), a stateful
-# pipeline beside a stateless one, on its own platform, then Flink SQL's RocksDB restores of the 10M-key state;
-# rewrites docs/BENCHMARKS-state.md (about 19 minutes, 14 without Flink, and 10 GB of disk; --state-keys,
-# --state-restores etc. in `lockstep bench --help`). The first run sets up the Flink SQL peer in .cache/bench/; --state-no-flink skips it.
+# pipeline beside a stateless one, on its own platform, then Flink SQL's RocksDB restores of the 10M-key state,
+# from its local disk and again from S3; rewrites docs/BENCHMARKS-state.md (about 25 minutes, 14 without Flink,
+# and 10 GB of disk; --state-keys, --state-restores etc. in `lockstep bench --help`). The first run sets up the
+# Flink SQL peer in .cache/bench/; --state-no-flink skips it, --state-no-flink-s3 its restores from S3.
 bench-state: setup
 	$(BIN)/lockstep bench --state-only --results var/bench/state-results.json --report docs/BENCHMARKS-state.md
 
