@@ -13,7 +13,7 @@ last fifth of the measured period is at most `GROWTH` times that of the first fi
 """
 from __future__ import annotations
 
-__all__ = ["GROWTH", "SLACK_S", "Ticks", "figures", "produced_at", "sustained"]
+__all__ = ["GROWTH", "SLACK_S", "Ticks", "figures", "over_the_load", "percentiles", "produced_at", "sustained"]
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,11 +59,31 @@ def sustained(first_p99: float | None, last_p99: float | None, missing: int) -> 
     return last_p99 <= GROWTH * first_p99 + SLACK_S
 
 
-def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+def percentiles(values: np.ndarray) -> dict[str, float | None]:
     if not len(values):
         return {**{f"p{q}": None for q in PERCENTILES}, "max": None, "mean": None}
     return {**{f"p{q}": round(float(np.percentile(values, q)), 3) for q in PERCENTILES},
             "max": round(float(values.max()), 3), "mean": round(float(values.mean()), 3)}
+
+
+def over_the_load(lat: np.ndarray, at: np.ndarray, measured_from: float, measured_to: float, started: float,
+                  bucket_s: float = 5.0) -> dict[str, Any]:
+    """What the latencies ``lat`` of results dated ``at`` (a record's production, a window's end) say over the
+    measured load: their percentiles, the p99 of the first and the last fifth (`sustained`), and the series of
+    p50 and p99 in ``bucket_s`` steps (seconds into the load from ``started``)."""
+    fifth = (measured_to - measured_from) / 5
+    series = []
+    if len(at):
+        edges = np.arange(measured_from, measured_to + bucket_s, bucket_s)
+        which = np.digitize(at, edges) - 1
+        for b in range(len(edges) - 1):
+            chunk = lat[which == b]
+            if len(chunk):
+                series.append([round(float(edges[b] - started), 1), round(float(np.percentile(chunk, 50)), 3),
+                               round(float(np.percentile(chunk, 99)), 3)])
+    return {"latency_s": percentiles(lat),
+            "first_fifth_p99_s": percentiles(lat[at < measured_from + fifth])["p99"],
+            "last_fifth_p99_s": percentiles(lat[at >= measured_to - fifth])["p99"], "series": series}
 
 
 def figures(ticks: Ticks, seen: Sequence[np.ndarray], kept: np.ndarray, pool: int, warm_up_s: float,
@@ -73,7 +93,6 @@ def figures(ticks: Ticks, seen: Sequence[np.ndarray], kept: np.ndarray, pool: in
     ``warm_up_s`` count for exactness but not for latency."""
     measured_from = ticks.started + warm_up_s
     measured_to = ticks.started + ticks.seconds
-    fifth = (measured_to - measured_from) / 5
     lat_all, produced_all = [], []
     expected = found = missing = unexpected = 0
     for p in range(ticks.partitions):
@@ -98,27 +117,11 @@ def figures(ticks: Ticks, seen: Sequence[np.ndarray], kept: np.ndarray, pool: in
     produced = np.concatenate(produced_all) if produced_all else np.array([])
     measured = produced >= measured_from
     lat = latency[measured]
-    prod = produced[measured]
-    first = lat[prod < measured_from + fifth]
-    last = lat[prod >= measured_to - fifth]
-    first_p99 = _percentiles(first)["p99"]
-    last_p99 = _percentiles(last)["p99"]
-    series = []
-    if len(prod):
-        edges = np.arange(measured_from, measured_to + bucket_s, bucket_s)
-        which = np.digitize(prod, edges) - 1
-        for b in range(len(edges) - 1):
-            chunk = lat[which == b]
-            if len(chunk):
-                series.append([round(float(edges[b] - ticks.started), 1), round(float(np.percentile(chunk, 50)), 3),
-                               round(float(np.percentile(chunk, 99)), 3)])
+    load = over_the_load(lat, produced[measured], measured_from, measured_to, ticks.started, bucket_s)
     return {
         "expected": expected, "found": found, "missing": missing, "unexpected": unexpected,
         "exact": missing == 0 and unexpected == 0,
-        "measured_records": int(len(lat)),
-        "latency_s": _percentiles(lat),
-        "first_fifth_p99_s": first_p99, "last_fifth_p99_s": last_p99,
-        "sustained": sustained(first_p99, last_p99, missing),
+        "measured_records": int(len(lat)), **load,
+        "sustained": sustained(load["first_fifth_p99_s"], load["last_fifth_p99_s"], missing),
         "latest_visible_after_load_s": round(float(np.nanmax(latency + produced) - measured_to), 3) if len(latency) else None,
-        "series": series,
     }

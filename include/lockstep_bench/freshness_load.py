@@ -38,6 +38,10 @@ import sys
 import time
 from array import array
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 #: Orders generated once per producer; a record's value is ``pool[pool_index(...)]``.
 POOL = 60_000
@@ -142,20 +146,27 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: f
     return total
 
 
-def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 0) -> dict[str, int]:
+def _downstream(bootstrap: str, topic: str) -> Consumer:
+    """A consumer of ``topic`` as a downstream reader has it: read_committed, from the start, a group of its own,
+    the short fetch wait (`FETCH_WAIT_MS`)."""
     import uuid
 
     from confluent_kafka import Consumer
 
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 0) -> dict[str, int]:
     from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION
     from lockstep_examples.bench import transform_value
 
     pool = _pool(pad)
     mask = kept_mask(pool)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
-    consumer.subscribe([topic])
+    consumer = _downstream(bootstrap, topic)
     seen = [array("d") for _ in range(partitions)]
     counts = {"seen": 0, "duplicates": 0, "unexpected": 0, "checked": 0, "wrong": 0, "no_headers": 0}
     stop = folder / "stop"
@@ -212,16 +223,9 @@ def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 
 def watch_windows(bootstrap: str, topic: str, folder: Path) -> dict[str, int]:
     """Note each window record of ``topic`` as it becomes visible (read_committed): (customer index, start, count,
     visible) appended to ``<folder>/windows.bin`` every half second; a record that is no window is counted."""
-    import uuid
-
-    from confluent_kafka import Consumer
-
     from lockstep_bench.windowed import parse_window
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
-    consumer.subscribe([topic])
+    consumer = _downstream(bootstrap, topic)
     counts = {"seen": 0, "not_windows": 0}
     stop, progress, rows_path = folder / "stop", folder / "progress.json", folder / "windows.bin"
     rows_path.write_bytes(b"")

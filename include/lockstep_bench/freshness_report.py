@@ -173,17 +173,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         "| rate records/s | engine | p50 s | p95 s | p99 s | max s | sustained | sink | records checked | CPU cores |",
         "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",
     ]
-    for r in runs:
-        label = freshness.LABELS.get(r["engine"], r["engine"])
-        if "error" in r:
-            lines.append(f"| {r['rate']:,} | {label} | – | – | – | – | failed | – | – | – |")
-            continue
-        lat = r["latency_s"]
-        sink = sink_cell(r, s["settle_s"])
-        lines.append(f"| {r['rate']:,} | {label} | {_s(lat['p50'])} | {_s(lat['p95'])} | {_s(lat['p99'])} | "
-                     f"{_s(lat['max'])} | {'yes' if r['sustained'] else 'no'} (p99 first fifth {_s(r['first_fifth_p99_s'])}, "
-                     f"last {_s(r['last_fifth_p99_s'])}) | {sink} | {r['found']:,} of {r['expected']:,} | "
-                     f"{r['cpu_cores']:.2f} |")
+    lines += _run_rows(runs, s["settle_s"], "records")
     achieved = ", ".join(f"{r['achieved_rate']:,}" for r in [*runs, *windowed_runs] if "achieved_rate" in r)
     lines += ["", f"_rate_ is what the producer was asked for; it sent {achieved} "
               "records/s (achieved, per run). _CPU cores_ = CPU seconds of the engine's processes ÷ the run's wall time "
@@ -227,6 +217,25 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _run_rows(runs: list[dict[str, Any]], settle_s: float, what: str) -> list[str]:
+    """A latency table's rows, one per run; ``what`` the sink's items: records, or windows (whose _checked_ cell
+    adds the later windows an engine fired too)."""
+    rows = []
+    for r in runs:
+        label = freshness.LABELS.get(r["engine"], r["engine"])
+        if "error" in r:
+            rows.append(f"| {r['rate']:,} | {label} | – | – | – | – | failed | – | – | – |")
+            continue
+        lat = r["latency_s"]
+        checked = f"{r['found']:,} of {r['expected']:,}" + (
+            f" (+{r['open_emitted']:,} later)" if what == "windows" else "")
+        rows.append(f"| {r['rate']:,} | {label} | {_s(lat['p50'])} | {_s(lat['p95'])} | {_s(lat['p99'])} | "
+                    f"{_s(lat['max'])} | {'yes' if r['sustained'] else 'no'} (p99 first fifth "
+                    f"{_s(r['first_fifth_p99_s'])}, last {_s(r['last_fifth_p99_s'])}) | "
+                    f"{sink_cell(r, settle_s, what)} | {checked} | {r['cpu_cores']:.2f} |")
+    return rows
+
+
 def _windowed(s: dict[str, Any], runs: list[dict[str, Any]], sm: dict[str, Any]) -> list[str]:
     """The windowed pipeline's section: what it computes, how a window's latency is dated, each run's figures."""
     window_s = s.get("window_s", 5)
@@ -266,17 +275,7 @@ def _windowed(s: dict[str, Any], runs: list[dict[str, Any]], sm: dict[str, Any])
         "| rate records/s | engine | p50 s | p95 s | p99 s | max s | sustained | sink | windows checked | CPU cores |",
         "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",
     ]
-    for r in runs:
-        label = freshness.LABELS.get(r["engine"], r["engine"])
-        if "error" in r:
-            lines.append(f"| {r['rate']:,} | {label} | – | – | – | – | failed | – | – | – |")
-            continue
-        lat = r["latency_s"]
-        sink = sink_cell(r, s["settle_s"], "windows")
-        lines.append(f"| {r['rate']:,} | {label} | {_s(lat['p50'])} | {_s(lat['p95'])} | {_s(lat['p99'])} | "
-                     f"{_s(lat['max'])} | {'yes' if r['sustained'] else 'no'} (p99 first fifth "
-                     f"{_s(r['first_fifth_p99_s'])}, last {_s(r['last_fifth_p99_s'])}) | {sink} | "
-                     f"{r['found']:,} of {r['expected']:,} (+{r['open_emitted']:,} later) | {r['cpu_cores']:.2f} |")
+    lines += _run_rows(runs, s["settle_s"], "windows")
     lines += ["", "_windows checked_: the windows every engine must emit, found exactly once with their exact count, "
               "and the later ones this engine fired too (each exact). The p-figures are over every customer's window "
               f"result ({customers:,} per window) in the measured {s['seconds'] - s['warm_up_s']:.0f} s.", ""]

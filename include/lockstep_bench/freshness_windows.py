@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from lockstep_bench.freshness_figures import PERCENTILES, Ticks, sustained
+from lockstep_bench.freshness_figures import Ticks, over_the_load, sustained
 
 WINDOW_S = 5
 OUT_OF_ORDERNESS_S = 1
@@ -94,13 +94,6 @@ def expected(ticks: Ticks, pool: int, window_s: int = WINDOW_S, out_of_orderness
     return Expected(keys, counts.astype(np.int64), ends_ms + MARGIN_S * 1000 <= final_ms, n, int(final_ms))
 
 
-def _percentiles(values: np.ndarray) -> dict[str, float | None]:
-    if not len(values):
-        return {**{f"p{q}": None for q in PERCENTILES}, "max": None, "mean": None}
-    return {**{f"p{q}": round(float(np.percentile(values, q)), 3) for q in PERCENTILES},
-            "max": round(float(values.max()), 3), "mean": round(float(values.mean()), 3)}
-
-
 def figures(ticks: Ticks, rows: np.ndarray, want: Expected, warm_up_s: float, window_s: int = WINDOW_S,
             bucket_s: float = 5.0) -> dict[str, Any]:
     """Exactness and latency of one windowed run. ``rows``: the watcher's (customer, start, count, visible) per
@@ -136,30 +129,15 @@ def figures(ticks: Ticks, rows: np.ndarray, want: Expected, warm_up_s: float, wi
     ends = (start + window_s).astype(np.float64)
     measured = ok & want.required[pos] & (start >= measured_from) if len(want.keys) else ok
     lat = visible[measured] - ends[measured]
-    end_of = ends[measured]
-    fifth = (measured_to - measured_from) / 5
-    first_p99 = _percentiles(lat[end_of < measured_from + fifth])["p99"]
-    last_p99 = _percentiles(lat[end_of >= measured_to - fifth])["p99"]
-    series = []
-    if len(end_of):
-        edges = np.arange(measured_from, measured_to + bucket_s, bucket_s)
-        which = np.digitize(end_of, edges) - 1
-        for b in range(len(edges) - 1):
-            chunk = lat[which == b]
-            if len(chunk):
-                series.append([round(float(edges[b] - ticks.started), 1), round(float(np.percentile(chunk, 50)), 3),
-                               round(float(np.percentile(chunk, 99)), 3)])
+    load = over_the_load(lat, ends[measured], measured_from, measured_to, ticks.started, bucket_s)
     latest = visible[ok & want.required[pos]] if len(want.keys) else np.array([])
     return {
         "expected": required, "found": found, "missing": missing, "unexpected": unknown,
         "wrong": wrong, "duplicated": duplicated, "open_emitted": open_emitted, "windows_seen": int(len(rows)),
         "exact": exact,
-        "measured_records": int(len(lat)), "measured_windows": int(len(np.unique(start[measured]))),
-        "latency_s": _percentiles(lat),
-        "first_fifth_p99_s": first_p99, "last_fifth_p99_s": last_p99,
-        "sustained": sustained(first_p99, last_p99, missing) and exact,
+        "measured_records": int(len(lat)), "measured_windows": int(len(np.unique(start[measured]))), **load,
+        "sustained": sustained(load["first_fifth_p99_s"], load["last_fifth_p99_s"], missing) and exact,
         "latest_visible_after_load_s": round(float(latest.max() - measured_to), 3) if len(latest) else None,
-        "series": series,
     }
 
 
