@@ -304,13 +304,13 @@ def run_phase(command: pl.Command, log_file: Path, bootstrap: str, group: str, t
 
 
 def s3_bytes(uri: str) -> int:
-    """The bytes of every object under an ``s3://bucket/prefix`` (the platform's S3, from the clients' environment)."""
-    import os
-
-    from lockstep.store.s3 import s3_client
+    """The bytes of every object under an ``s3://bucket/prefix`` (the platform's S3: boto3 takes the endpoint and
+    the keys from the clients' environment, ``AWS_ENDPOINT_URL_S3`` and the rest)."""
+    import boto3
+    from botocore.config import Config
 
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    client = s3_client({"endpoint_url": os.environ["AWS_ENDPOINT_URL_S3"]})
+    client = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sum(int(o["Size"]) for page in pages for o in page.get("Contents", []))
 
