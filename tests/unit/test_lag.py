@@ -120,3 +120,47 @@ def test_inside_airflow_the_gauges_follow_airflows_statsd_settings(monkeypatch):
     assert metrics.metrics_target() == metrics.StatsdTarget("statsd.internal", 9125, "prod")
     monkeypatch.setenv(metrics.ENV, "127.0.0.1:8125")  # the CLI's setting wins
     assert metrics.metrics_target() == metrics.StatsdTarget("127.0.0.1", 8125, "airflow")
+
+
+def test_a_checkpoint_completed_after_the_latest_was_read_is_the_base_not_unread_records():
+    # The store's latest was read, then a newer checkpoint completed before the views after it were read.
+    latest = _completed(4, {"orders:0": 100}, minutes_ago=3)
+    newer = _completed(5, {"orders:0": 130}, minutes_ago=0)
+    claimed = CheckpointView(_claim(6, (0, 130, 140)))
+    result = lag.pipeline_lag("orders", [P0], latest, [newer, claimed], {P0: 160}, {}, "g", NOW)
+    (row,) = result.partitions
+    assert (row.committed, row.in_flight, row.read_to, row.unread) == (130, 10, 140, 20)
+    assert result.last_completed == 5 and [f.checkpoint_id for f in result.in_flight] == [6]
+
+
+class _MovingStore:
+    """A pipeline's store whose next checkpoint is claimed and completed between the watcher's read of the
+    latest completed one and its read of the checkpoints after it, as a loaded machine lets happen."""
+
+    def __init__(self) -> None:
+        self.first = _completed(1, {"orders-in:0": 0}, minutes_ago=1)
+        self.second = _completed(2, {"orders-in:0": 60}, minutes_ago=0)
+        self.reads = 0
+
+    def latest_completed(self) -> CheckpointView:
+        self.reads += 1
+        return self.first if self.reads == 1 else self.second
+
+    def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]:
+        return [self.second] if checkpoint_id == 1 else []
+
+
+def test_the_watcher_does_not_fire_again_for_records_a_checkpoint_completed_while_it_looked(monkeypatch):
+    from lockstep.kafka import broker_offsets, topics
+    from lockstep.rules.lag_trigger import Fired, start_reason
+    from tests.support.fake_pipeline import spec
+
+    tp = TopicPartition("orders-in", 0)
+    monkeypatch.setattr(topics, "partitions", lambda admin, names: [tp])
+    monkeypatch.setattr(broker_offsets, "last_stable_offsets", lambda admin, tps: {tp: 60})
+    pipeline = spec(checkpoints={"schedule": None, "trigger": {"lag_records": 50, "poll_interval": 1}})
+    look = lag.trigger_look(pipeline, _MovingStore(), admin=object(), now=NOW)  # type: ignore[arg-type]
+    assert (look.unread, look.newest_checkpoint, look.in_flight_age_s) == (0, 2, None)
+    # The watcher fired for checkpoint 2's records when checkpoint 1 was the newest: no second run.
+    fired = Fired(NOW.timestamp() - 20, newest_checkpoint=1)
+    assert start_reason(look, pipeline.checkpoints.trigger, fired, NOW.timestamp(), in_flight_lease_s=900) is None

@@ -160,8 +160,17 @@ def with_ages(rows: list[PartitionLag], timestamps_ms: Mapping[str, int], now: d
 def pipeline_lag(pipeline: str, tps: Iterable[TopicPartition], latest: CheckpointView | None,
                  unsettled: Iterable[CheckpointView], last_stable: Mapping[TopicPartition, int],
                  group: Mapping[TopicPartition, int], group_name: str, now: datetime) -> PipelineLag:
-    """The lag of a pipeline from the latest completed checkpoint (or, before one, the group's offsets)."""
-    unsettled = [v for v in unsettled if v.status in _UNSETTLED]
+    """The lag of a pipeline from the latest completed checkpoint (or, before one, the group's offsets).
+
+    ``latest`` and ``unsettled`` are read one after the other: a checkpoint after ``latest`` that completed
+    in between is the base instead, its records read (unread from it, not from ``latest``)."""
+    views = list(unsettled)
+    newer = [v for v in views if v.status is CheckpointStatus.COMPLETED and v.completed is not None
+             and (latest is None or v.checkpoint_id > latest.checkpoint_id)]
+    if newer:
+        latest = max(newer, key=lambda v: v.checkpoint_id)
+    unsettled = [v for v in views if v.status in _UNSETTLED
+                 and (latest is None or v.checkpoint_id > latest.checkpoint_id)]
     if latest is not None and latest.completed is not None:
         committed = dict(offsets_from_json(latest.completed.end_offsets))
         committed_from = f"checkpoint {latest.checkpoint_id}"
@@ -223,19 +232,13 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
     one (None), the committed offsets are the consumer group's. ``ages=False`` leaves out the oldest
     unread records' ages (a consumer's read: the lag watcher, which looks every few seconds, needs no ages)."""
     from lockstep.connections import kafka_config
-    from lockstep.kafka import broker_offsets, topics
     from lockstep.kafka.reader import record_timestamps
     from lockstep.steps.client_factory import kafka_admin
 
     now = now or datetime.now(UTC)
     config = kafka_config(spec.source.kafka_conn_id)
     admin = admin or kafka_admin(spec.source.kafka_conn_id)
-    tps = (list_partitions or topics.partitions)(admin, spec.source.topics)
-    latest = store.latest_completed() if store is not None else None
-    unsettled = store.views_after(latest.checkpoint_id if latest else None) if store is not None else []
-    stable = broker_offsets.last_stable_offsets(admin, tps)
-    group = broker_offsets.group_offsets(config, spec.source.consumer_group, tps) if latest is None else {}
-    result = pipeline_lag(spec.name, tps, latest, unsettled, stable, group, spec.source.consumer_group, now)
+    result, _ = _read(spec, store, admin, now, list_partitions)
     if not ages:
         return result
     try:
@@ -247,18 +250,40 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
     return replace(result, partitions=with_ages(result.partitions, stamps, now))
 
 
+def _read(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin, now: datetime,
+          list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None,
+          ) -> tuple[PipelineLag, list[CheckpointView]]:
+    """The lag without ages, and the checkpoints after the latest completed one it was computed from."""
+    from lockstep.connections import kafka_config
+    from lockstep.kafka import broker_offsets, topics
+
+    tps = (list_partitions or topics.partitions)(admin, spec.source.topics)
+    latest = store.latest_completed() if store is not None else None
+    unsettled = store.views_after(latest.checkpoint_id if latest else None) if store is not None else []
+    stable = broker_offsets.last_stable_offsets(admin, tps)
+    group = broker_offsets.group_offsets(kafka_config(spec.source.kafka_conn_id), spec.source.consumer_group,
+                                         tps) if latest is None else {}
+    return pipeline_lag(spec.name, tps, latest, unsettled, stable, group, spec.source.consumer_group, now), unsettled
+
+
 def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin | None = None,
                  now: datetime | None = None) -> SourceLook:
     """What the lag watcher decides on (``lockstep.rules.lag_trigger``): the unread records, the newest
-    checkpoint, how long the one in flight (if any) has been, and how long since one completed."""
+    checkpoint, how long the one in flight (if any) has been, and how long since one completed.
+
+    All from one read of the store: the unread records and the newest checkpoint must describe the same
+    moment. Read again, a checkpoint claimed and completed while the broker was asked for its offsets was
+    the newest while the records it read still counted as unread, and the watcher fired a second run for
+    records already committed (seen in a fresh clone's `make test` on a loaded machine)."""
     from lockstep.rules.lag_trigger import SourceLook
+    from lockstep.steps.client_factory import kafka_admin
 
     now = now or datetime.now(UTC)
-    lag = read_lag(spec, store, admin, now, ages=False)
-    unsettled = store.views_after(lag.last_completed)
-    newest = max([v.checkpoint_id for v in unsettled] + ([lag.last_completed] if lag.last_completed else []),
+    lag, views = _read(spec, store, admin or kafka_admin(spec.source.kafka_conn_id), now)
+    newest = max([v.checkpoint_id for v in views] + ([lag.last_completed] if lag.last_completed else []),
                  default=None)
-    flying = [v for v in unsettled if v.status in _UNSETTLED]
+    flying = [v for v in views if v.status in _UNSETTLED
+              and (lag.last_completed is None or v.checkpoint_id > lag.last_completed)]
     in_flight_age = (now - datetime.fromisoformat(flying[-1].claim.claimed_at)).total_seconds() if flying else None
     return SourceLook(unread=lag.totals["unread"], newest_checkpoint=newest, in_flight_age_s=in_flight_age,
                       since_completed_s=lag.last_completed_age_s,
