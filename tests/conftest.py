@@ -118,7 +118,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
 #: The session's cluster topology once a test started it, and whether it is up. It is stopped as soon as
 #: the next test of the worker does not use it (`pytest_runtest_teardown`): its tests are one unit of work,
 #: and idle it still took 0.23 of a core (3 brokers, a Spark master and 2 workers, S3 and the registry,
-#: measured over 60 s) from the rest of the session, which on two cores is about a tenth of one.
+#: measured over 60 s) from the rest of the session: a ninth of this two-core machine.
 _CLUSTER: dict[str, object] = {}
 
 
