@@ -223,7 +223,7 @@ def run_raw_client(bootstrap: str, source: str, sink: str, ends: dict[int, int])
     records_in = records_out = 0
     topic_bytes = source.encode()
     while remaining:
-        for msg in consumer.consume(10_000, timeout=1.0):
+        for msg in consumer.consume(10_000, timeout=0.1):  # a short batch waits its whole timeout
             if msg.error():
                 continue
             p, offset = msg.partition(), msg.offset()

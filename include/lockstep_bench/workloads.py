@@ -109,13 +109,14 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
                          "enable.partition.eof": True})
     count, taken = 0, []
     deadline = time.monotonic() + timeout_s
-    quiet = 0  # consecutive empty polls: the records before a partition's end may all be aborted or markers
+    # consecutive empty polls (5 s of them): the records before a partition's end may all be aborted or markers
+    quiet = 0
     try:
         consumer.assign([KTP(topic, p, starts.get(p, 0)) for p in todo])
-        while todo and quiet < 5:
+        while todo and quiet < 50:
             if time.monotonic() > deadline:
                 raise RunFailed(f"reading {topic} timed out with partitions {sorted(todo)} unfinished")
-            batch = consumer.consume(10_000, timeout=1.0)
+            batch = consumer.consume(10_000, timeout=0.1)  # a short batch waits its whole timeout
             quiet = 0 if batch else quiet + 1
             for msg in batch:
                 offset, partition = msg.offset(), msg.partition()

@@ -33,7 +33,7 @@ def committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list:
         deadline = time.monotonic() + timeout_s
         while todo:
             assert time.monotonic() < deadline, f"did not reach the high watermarks {highs} of {topic}"
-            for msg in consumer.consume(1000, timeout=1.0):
+            for msg in consumer.consume(1000, timeout=0.1):
                 if msg.error():
                     continue
                 records.append(msg)
@@ -63,7 +63,7 @@ def source(bootstrap: str) -> tuple[str, dict[int, int], dict[tuple[int, int], d
     consumer.assign([TopicPartition(w.topic, p, 0) for p in ends])
     expected, seen = {}, 0
     while seen < RECORDS:
-        for msg in consumer.consume(1000, timeout=1.0):
+        for msg in consumer.consume(1000, timeout=0.1):
             if not msg.error():
                 seen += 1
                 out = transform_value(msg.value())

@@ -37,7 +37,7 @@ def outputs(bootstrap: str, topic: str, checkpoint: int) -> Counter:
         remaining, found = set(parts), Counter()
         deadline = time.monotonic() + 30
         while remaining and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=1):
+            for msg in consumer.consume(500, timeout=0.1):  # a short batch waits its whole timeout
                 if msg.error():
                     remaining.discard(msg.partition())
                 elif dict(msg.headers() or []).get("lockstep.checkpoint") == str(checkpoint).encode():

@@ -136,3 +136,24 @@ def test_a_record_the_consumer_cannot_read_is_transient_and_says_what_was_read(m
     with pytest.raises(TransientError, match=r"^reading out to verify p: transport; try again$"):
         next(read)
     assert fake.closed
+
+
+class WaitingConsumer(FakeConsumer):
+    """librdkafka's ``consume``: a batch short of ``num_messages`` comes back only once the call's whole
+    ``timeout`` has passed. ``waited`` adds those waits up."""
+
+    waited = 0.0
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Msg]:
+        batch = super().consume(num_messages, timeout)
+        if len(batch) < num_messages:
+            self.waited += timeout
+        return batch
+
+
+def test_reading_a_small_topic_to_its_end_idles_a_fraction_of_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every verify reads its sink to the end: each call that comes back short of a full batch waits its timeout.
+    fake = WaitingConsumer({}, {"out": 2}, [[Msg("out", 0, 0, b"a"), eof("out", 0)], [], [eof("out", 1)]])
+    monkeypatch.setattr(reader, "_consumer", lambda config: fake)
+    assert [r.where for r in read_committed({}, ("out",), "g", reading)] == ["out:0@0"]
+    assert fake.waited <= 0.5, f"the read idled {fake.waited:g} s at the end of a 1-record topic"

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 #: librdkafka's _PARTITION_EOF: with ``read_committed`` isolation, the partition's last stable offset.
 PARTITION_EOF = -191
+#: The longest one ``consume`` call waits (s). librdkafka returns a batch early only when it is full: at the
+#: end of a log each call waits its whole timeout, which at 5 s made every ``lockstep verify`` idle 5 s.
+CONSUME_WAIT_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def read_committed(config: ClientConfig, topics: Iterable[str], group: str, read
         consumer.assign(assignment)
         remaining = {(tp.topic, tp.partition) for tp in assignment}
         while remaining:
-            for msg in consumer.consume(1000, timeout=5):
+            for msg in consumer.consume(1000, timeout=CONSUME_WAIT_S):
                 name, partition, error = msg.topic(), msg.partition(), msg.error()
                 if error:
                     if error.code() == PARTITION_EOF:
