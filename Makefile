@@ -180,9 +180,12 @@ demo: setup
 # rewrites docs/BENCHMARKS.md (about 30 minutes; `lockstep bench --help` for smaller runs). The first
 # run sets up the Flink SQL and Quix Streams peers in .cache/bench/ (PyPI, Maven Central); --no-peers skips them.
 # First the peers' correctness test (tests/integration/test_bench_peers.py: each peer commits exactly what the shared
-# transform makes of its input), which `make test` skips: a peer that is wrong is not raced.
+# transform makes of its input) and the quick bench end to end (tests/integration/test_bench_smoke.py: every table
+# of the report from a tiny run), which `make test` skips: a peer that is wrong is not raced, and a bench that
+# breaks does so in two minutes, not thirty.
 bench: setup
-	LOCKSTEP_BENCH_PEERS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_bench_peers.py
+	LOCKSTEP_BENCH_PEERS=1 LOCKSTEP_BENCH_SMOKE=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/integration/test_bench_peers.py tests/integration/test_bench_smoke.py
 	$(BIN)/lockstep bench --results var/bench/results.json
 
 # What keyed state costs per checkpoint at 100,000, 1,000,000 and 10,000,000 keys (load, apply and write

@@ -133,7 +133,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     Airflow DAG test on the cluster comes after the cluster group."""
     plat = _CLUSTER.get("platform")
     if plat is not None and not _CLUSTER["up"] and uses_cluster(item):
-        plat.up()  # type: ignore[attr-defined]
+        plat.up(with_registry=False)  # type: ignore[attr-defined]
         _CLUSTER["up"] = True
 
 
@@ -150,7 +150,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """The cluster topology (``lockstep dev up --cluster``): 3 Kafka brokers, a Spark standalone
-    master with 2 workers, S3. One per test session, started by the first test that asks for it and
+    master with 2 workers, S3 (no Schema Registry). One per test session, started by the first test that asks for it and
     stopped after the last of the tests in a row that use it (`pytest_runtest_teardown`).
 
     It does not touch ``os.environ`` (the single-node ``platform`` owns it); tests point clients
@@ -159,7 +159,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
     plat = Platform(state_dir=tmp_path_factory.mktemp("cluster"), cluster=True, free_ports=True)
     try:
-        plat.up()
+        # No Schema Registry: no test on the cluster reads a schema, and its JVM's start costs about 10 s of CPU.
+        plat.up(with_registry=False)
         _CLUSTER.update(platform=plat, up=True)
         yield plat
     finally:

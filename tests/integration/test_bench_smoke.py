@@ -3,15 +3,26 @@ a report with every table. No timing assertion: the machine is shared and the fi
 
 Without Airflow (`--no-airflow`): starting `airflow standalone` and three DAG runs was a third of
 this test's time; the report's Airflow table is rendered from results in tests/unit, and
-`make bench` measures it."""
+`make bench` measures it.
+
+Opt-in (``LOCKSTEP_BENCH_SMOKE=1``): `make bench` runs it first, before the half hour of measuring, and
+`make test` skips it. It took 90-150 s of the suite's 30 minutes (a platform of its own, five spark-submit
+JVMs), for code no pipeline runs; the report's rendering from results and the sink checks stay in the unit
+tier (tests/unit/test_bench_peers.py, test_bench_sink_check.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lockstep_bench.results import CONSUMER_PERF
+
+pytestmark = pytest.mark.skipif(os.environ.get("LOCKSTEP_BENCH_SMOKE") != "1",
+                                reason="set LOCKSTEP_BENCH_SMOKE=1 to run the quick bench end to end (make bench does)")
 
 LOCKSTEP = str(Path(sys.executable).parent / "lockstep")
 
