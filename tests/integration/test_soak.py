@@ -45,6 +45,8 @@ def test_short_stateful_soak_with_every_fault_kind_loses_and_duplicates_nothing(
                         timeout_ms=30_000, commit_margin_ms=8_000, faults_per_cycle=1, kinds=KINDS,
                         hold_s=(1.0, 4.0), stateful=True, window_s=WINDOW_S, max_delta_ratio=MAX_DELTA_RATIO)
     server_was_running = cluster.running("spark-connect")
+    # What the session's cluster runs before the faults (brokers, Spark, S3; no Schema Registry: tests/conftest.py).
+    services = [s for s in cluster.services() if s not in ("airflow", "spark-connect") and cluster.running(s)]
     result = Soak(cluster, config, out=sys.stderr).run()
     doc = result.to_json()
     replay = (f"replay: lockstep soak --stateful --seed {SEED} --cycles {CYCLES} --records {RECORDS} --timeout-ms 30000 "
@@ -88,6 +90,6 @@ def test_short_stateful_soak_with_every_fault_kind_loses_and_duplicates_nothing(
         assert outcome.records > 0 and outcome.to_sink == 0 and outcome.reasons, (case, doc)
         assert outcome.dead_lettered == outcome.records or (case == "late" and outcome.dead_lettered > 0), (case, doc)
     # The faults healed: every service of the shared cluster runs again for the tests after this one.
-    assert all(cluster.running(s) for s in cluster.services() if s not in ("airflow", "spark-connect"))
+    assert "kafka-1" in services and all(cluster.running(s) for s in services), services
     # A Connect server the soak started is stopped again: on the cluster it holds the workers' cores.
     assert cluster.running("spark-connect") == server_was_running
