@@ -135,6 +135,15 @@ class AirflowServer:
             client.unpause(dag_id)
         return client
 
+    def client_for_watched(self, request: pytest.FixtureRequest, dag_id: str) -> Any:
+        """``client_for`` a lag-triggered DAG, paused again when the test is done. Airflow keeps an asset's
+        watcher running while a DAG scheduled on it is unpaused (`_find_active_assets` in its dag-processor),
+        so a finished test's trigger would go on reading S3 and Kafka every poll_interval in the triggerer
+        for the rest of the session's Airflow tests."""
+        client = self.client_for(dag_id)
+        request.addfinalizer(lambda: client.pause(dag_id))
+        return client
+
     def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> None:
         """Wait until the dag-processor has parsed ``dag_id`` (refresh interval is 10 s)."""
         self.rest().wait_for_dag(dag_id, timeout)

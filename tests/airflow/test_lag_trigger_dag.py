@@ -27,12 +27,12 @@ def _settled(client, dag_id: str, count: int) -> list[dict]:
     return wait_for(done, f"{count} finished runs of {dag_id}", timeout=240, interval=1.0)
 
 
-def test_a_lag_triggered_pipeline_runs_on_a_burst_and_stays_still_when_idle(airflow, bootstrap):
+def test_a_lag_triggered_pipeline_runs_on_a_burst_and_stays_still_when_idle(airflow, bootstrap, request):
     pipeline = airflow.new_pipeline(bootstrap, "lag")
     pipeline.rewrite(checkpoints={"schedule": None, "trigger": {"lag_records": 50, "max_wait": "1h",
                                                                   "poll_interval": 1}})
     dag_id = pipeline.spec().dag_id
-    client = airflow.client_for(dag_id)
+    client = airflow.client_for_watched(request, dag_id)
 
     # No checkpoint yet, so where to start is not known: the watcher starts a first (empty) one.
     runs = _settled(client, dag_id, 1)
@@ -68,7 +68,8 @@ def test_a_lag_triggered_pipeline_runs_on_a_burst_and_stays_still_when_idle(airf
     assert open_transactions(pipeline) == []
 
 
-def test_a_lag_triggered_windowed_pipeline_fires_its_last_windows_when_the_source_goes_quiet(airflow, bootstrap):
+def test_a_lag_triggered_windowed_pipeline_fires_its_last_windows_when_the_source_goes_quiet(airflow, bootstrap,
+                                                                                              request):
     import yaml
 
     from ..integration.test_state import T0, WINDOW, expected_windows, produce, window_outputs
@@ -83,7 +84,7 @@ def test_a_lag_triggered_windowed_pipeline_fires_its_last_windows_when_the_sourc
     dag_id = pipeline.spec().dag_id
     produced = list(range(21))  # event times T0 .. T0+20: the burst's checkpoint leaves the watermark at T0+17
     produce(pipeline, produced)
-    client = airflow.client_for(dag_id)  # unpaused: the watcher's first run reads the burst from the earliest
+    client = airflow.client_for_watched(request, dag_id)  # unpaused: the watcher's first run reads the burst from the earliest
     burst = _settled(client, dag_id, 1)[0]
     assert burst["state"] == "success", explain(client, dag_id, burst["dag_run_id"])
     s = store(pipeline)

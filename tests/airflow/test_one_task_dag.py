@@ -70,7 +70,7 @@ def test_a_retry_of_the_one_task_recovers_what_its_failed_try_left(client, pipel
     assert report["ok"] and report["lost"] == report["duplicated"] == 0, report
 
 
-def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in_flight(airflow, bootstrap):
+def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in_flight(airflow, bootstrap, request):
     """A lag-triggered one-task DAG lets a second run start while one runs (its watcher fires one run ahead):
     that run's plan waits in its own process for the checkpoint in flight and then claims the next one, so the
     runs overlap and their checkpoints do not. Two manual runs, the second started while the first's task is
@@ -82,7 +82,7 @@ def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in
     p.rewrite(checkpoints={"schedule": None, "tasks": "one",
                            "trigger": {"lag_records": 1_000_000_000, "max_wait": "1h", "poll_interval": 1}})
     dag_id = p.spec().dag_id
-    client = airflow.client_for(dag_id)
+    client = airflow.client_for_watched(request, dag_id)
     _settled(client, dag_id, 1)  # the watcher's first checkpoint, which finds where to start
     produce_orders(p, 20_000)
     first = client.trigger(dag_id)
