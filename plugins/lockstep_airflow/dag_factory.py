@@ -12,9 +12,10 @@ lag-triggered one-task DAG lets its next run start while one is committing
 from __future__ import annotations
 
 import logging
+from collections.abc import MutableMapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import DAG, Asset, AssetWatcher
 
@@ -149,7 +150,8 @@ def max_active_runs(spec: PipelineSpec) -> int:
     return ONE_AHEAD_MAX_ACTIVE_RUNS if spec.checkpoints.trigger is not None and spec.checkpoints.one_task else 1
 
 
-def build_dag(spec: PipelineSpec) -> DAG:
+def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = None) -> DAG:
+    """The pipeline's DAG; ``s3_clients`` (by connection id) are shared with the other pipelines of the parse."""
     lag = spec.checkpoints.trigger
     with DAG(
         dag_id=spec.dag_id,
@@ -161,7 +163,7 @@ def build_dag(spec: PipelineSpec) -> DAG:
         doc_md=doc_md(spec),
         tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
               *([f"trigger:lag>={lag.lag_records}"] if lag is not None else []), *spec.tags],
-        params=pipeline_params(read_restore_points(spec)),
+        params=pipeline_params(read_restore_points(spec, s3_clients)),
         default_args={"owner": spec.owner},
     ) as dag:
         if spec.checkpoints.one_task:
@@ -199,7 +201,8 @@ def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
     specs, problems = load_each(pipelines_dir or default_dir())
     for problem in problems:
         log.warning("pipeline spec left out (no DAG until it is fixed): %s", problem)
-    return {spec.dag_id: build_dag(spec) for spec in specs}
+    s3_clients: dict[str, Any] = {}  # one S3 client per connection for the restore points of every pipeline
+    return {spec.dag_id: build_dag(spec, s3_clients) for spec in specs}
 
 
 class InvalidPipelineSpecs(Exception):

@@ -8,7 +8,7 @@ is read with a client that gives up in seconds, and any failure leaves the propo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -68,8 +68,9 @@ def restore_points(savepoints: Iterable[Savepoint], views: Iterable[CheckpointVi
     return points
 
 
-def read_restore_points(spec: PipelineSpec) -> list[RestorePoint]:
+def read_restore_points(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = None) -> list[RestorePoint]:
     """The restore points of ``spec``'s store, or none when the store cannot be read right now.
+    ``s3_clients``: the parse's S3 clients by connection id, shared by its pipelines (``checkpoint_store``).
 
     Only the DAG processor's parse feeds the trigger form: a worker parsing the file to run one
     task (Airflow's parsing context names the DAG) skips the S3 reads, so a task's start-up does
@@ -81,7 +82,7 @@ def read_restore_points(spec: PipelineSpec) -> list[RestorePoint]:
     if get_parsing_context().dag_id is not None:
         return []
     try:
-        store = checkpoint_store(spec, timeout_s=PARSE_TIMEOUT_S)
+        store = checkpoint_store(spec, timeout_s=PARSE_TIMEOUT_S, clients=s3_clients)
         return restore_points(store.list_savepoints(), store.recent(SCANNED_CHECKPOINTS))
     except Exception as exc:  # noqa: BLE001 - parsing a DAG file must not fail on the store
         log.warning("%s: restore points not readable while parsing (%s); restore_from proposes none",
