@@ -65,6 +65,8 @@ class AirflowServer:
     log_file: Path
     pipelines_dir: Path
     _token: str | None = field(default=None, repr=False)
+    #: The spec files the tests wrote, removed when their module is done (`_module_specs_removed`).
+    written: list[Path] = field(default_factory=list, repr=False)
 
     def rest(self) -> Any:
         """Lockstep's own REST client (``lockstep.ops.airflow_client``), logged in as the admin."""
@@ -103,6 +105,7 @@ class AirflowServer:
         """Drop a pipeline spec where Airflow (DAG files, the Checkpoints page) reads specs."""
         path = self.pipelines_dir / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        self.written.append(path)
         return path
 
     def new_pipeline(self, bootstrap: str, kind: str, partitions: int = 2, replication: int = 1,
@@ -229,6 +232,24 @@ def statsd() -> Iterator[StatsdListener]:
         listener.close()
 
 
+#: The session's Airflow while it runs (the ``airflow`` fixture), for `_module_specs_removed`.
+_SERVERS: list[AirflowServer] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_specs_removed() -> Iterator[None]:
+    """The pipeline specs a module's tests wrote are removed when the module is done (after its own
+    fixtures: autouse fixtures are set up first). Airflow's dag-processor parses the pipelines' file every
+    10 s and reads every pipeline's store for its trigger form, and the Checkpoints page reads every
+    store: kept for the session, the finished modules' 30-odd pipelines made each parse and page cost
+    more as the tests went on."""
+    yield
+    for server in _SERVERS:
+        for path in server.written:
+            path.unlink(missing_ok=True)
+        server.written.clear()
+
+
 @pytest.fixture(scope="package")
 def airflow(platform, statsd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     """Airflow over the single-node platform's connections. The cluster topology is not started for
@@ -256,8 +277,10 @@ def airflow(platform, statsd, tmp_path_factory: pytest.TempPathFactory) -> Itera
         server = AirflowServer(url=config.url, username=USERNAME, password=password, home=config.home,
                                log_file=platform.log_file("airflow"), pipelines_dir=pipelines)
         wait_for(server.token, f"a token from {config.url}/auth/token", 60)
+        _SERVERS.append(server)
         yield server
     finally:
+        _SERVERS.clear()
         # Airflow's scheduler and dag-processor would keep a core busy through the rest of
         # the session's tests; the Kafka and S3 it used stay up for them. Its home is thrown away:
         # SIGKILL, no graceful shutdown to wait for.
