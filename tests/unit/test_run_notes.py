@@ -141,10 +141,15 @@ def test_a_worker_parsing_the_file_to_run_a_task_reads_no_restore_points(monkeyp
 
     from lockstep_airflow import params as params_module
 
-    def must_not_be_called(spec, timeout_s=None):
+    def must_not_be_called(spec, timeout_s=None, clients=None):
         raise AssertionError("a worker's parse read the checkpoint store")
 
     monkeypatch.setattr("lockstep.steps.client_factory.checkpoint_store", must_not_be_called)
+    # Airflow's context manager puts back the variables it found set, and leaves those it set: set through
+    # monkeypatch first, they are removed again after this test (left, every later parse in this worker
+    # would have been a task's, reading no restore points).
+    for name in ("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "_AIRFLOW_PARSING_CONTEXT_TASK_ID"):
+        monkeypatch.setenv(name, "")
     with _airflow_parsing_context_manager(dag_id="lockstep_orders", task_id="plan"):
         assert params_module.read_restore_points(SimpleNamespace(name="orders")) == []
 
@@ -152,7 +157,7 @@ def test_a_worker_parsing_the_file_to_run_a_task_reads_no_restore_points(monkeyp
 def test_a_store_that_cannot_be_read_at_parse_time_proposes_nothing(monkeypatch):
     from lockstep_airflow import params as params_module
 
-    def down(spec, timeout_s=None):
+    def down(spec, timeout_s=None, clients=None):
         raise RuntimeError("S3 endpoint http://127.0.0.1:9 refused the connection")
 
     monkeypatch.setattr("lockstep.steps.client_factory.checkpoint_store", down)
