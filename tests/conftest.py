@@ -40,27 +40,36 @@ def pytest_configure(config):
 
 
 #: `make test` runs on two pytest-xdist workers, each with its own session services. The cluster
-#: topology and Airflow are the heaviest of them: the modules that use the cluster are one unit of
-#: work and the Airflow modules another, so each starts on one worker only (the Airflow unit's cluster
-#: DAG starts a cluster of its own there). Every other module is a unit of its own (its
+#: topology and Airflow are the heaviest of them: the modules that use either are one unit of work, on one
+#: worker: the cluster's modules first, then Airflow's DAG on the cluster while the cluster is still up
+#: (started once, not a second time beside Airflow on the other worker: 3 brokers, a Spark master and
+#: workers, S3), then the other Airflow modules. Every other module is a unit of its own (its
 #: module-scoped fixtures are set up once), handed to whichever worker is free.
-CLUSTER_GROUP, AIRFLOW_GROUP = "cluster", "airflow"
+SERVICES_GROUP = "cluster+airflow"
 
 
 def group_of(path: str) -> str:
     """The unit of work of a test module (its path from the root), from its path alone: the
     scheduler sees only node ids."""
     name = path.rsplit("/", 1)[-1]
-    if path.startswith("tests/airflow/"):
-        return AIRFLOW_GROUP
-    if name.startswith("test_cluster") or name == "test_soak.py":
-        return CLUSTER_GROUP
+    if path.startswith("tests/airflow/") or name.startswith("test_cluster") or name == "test_soak.py":
+        return SERVICES_GROUP
     return path
+
+
+def order_of(path: str) -> int:
+    """Where a module's tests run in the session: the cluster's modules, Airflow's DAG on the cluster, the
+    other Airflow modules, then the rest (the longest unit first, so it does not start last)."""
+    if group_of(path) != SERVICES_GROUP:
+        return 3
+    if not path.startswith("tests/airflow/"):
+        return 0
+    return 1 if path.rsplit("/", 1)[-1].startswith("test_cluster") else 2
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Units by module, with the cluster and Airflow groups, in collection order (they come first:
+    """Units by module, with the cluster and Airflow group, in collection order (it comes first:
     `pytest_collection_modifyitems`). xdist's own loadgroup cannot do this under pytest 9: it marks a
     group by rewriting the item's node id, which pytest 9 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
@@ -74,24 +83,21 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest units first (the cluster group, then Airflow's), so neither starts last; and a
-    test that uses the cluster or Airflow outside those groups is refused: a second worker would
-    start them again."""
+    """The cluster and Airflow group first, in `order_of`'s order; and a test that uses the cluster or
+    Airflow outside that group is refused: a second worker would start them again."""
     def path(item) -> str:
         return item.nodeid.split("::", 1)[0]
 
     def uses(item, *fixtures: str) -> bool:
         return bool(set(fixtures) & set(getattr(item, "fixturenames", ())))
 
-    stray = sorted({path(i) for i in items if uses(i, "airflow") and group_of(path(i)) != AIRFLOW_GROUP}
-                   | {path(i) for i in items if uses(i, "cluster", "on_cluster")
-                      and group_of(path(i)) not in (CLUSTER_GROUP, AIRFLOW_GROUP)})
+    stray = sorted({path(i) for i in items
+                    if uses(i, "airflow", "cluster", "on_cluster") and group_of(path(i)) != SERVICES_GROUP})
     if stray:
-        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow outside their groups: put the "
+        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow outside their group: put the "
                                 "test in tests/airflow/ or a test_cluster_*.py module, or extend group_of in "
                                 "tests/conftest.py")
-    first = {CLUSTER_GROUP: 0, AIRFLOW_GROUP: 1}
-    items.sort(key=lambda item: first.get(group_of(path(item)), 2))  # stable: the rest keep their order
+    items.sort(key=lambda item: order_of(path(item)))  # stable: each module's tests keep their order
 
 
 @pytest.fixture(scope="session")
