@@ -135,8 +135,8 @@ def uses_cluster(item: pytest.Item | None) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A cluster stopped after the tests before this one is started again: in a run without xdist the
-    Airflow DAG test on the cluster comes after the cluster group."""
+    """A cluster stopped after the tests before this one is started again (a test that asks for it after
+    its row of tests ended: the group's order keeps them in one row, a selection of tests may not)."""
     plat = _CLUSTER.get("platform")
     if plat is not None and not _CLUSTER["up"] and uses_cluster(item):
         plat.up(with_registry=False)  # type: ignore[attr-defined]

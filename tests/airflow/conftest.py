@@ -241,8 +241,8 @@ def _module_specs_removed() -> Iterator[None]:
     """The pipeline specs a module's tests wrote are removed when the module is done (after its own
     fixtures: autouse fixtures are set up first). Airflow's dag-processor parses the pipelines' file every
     10 s and reads every pipeline's store for its trigger form, and the Checkpoints page reads every
-    store: kept for the session, the finished modules' 30-odd pipelines made each parse and page cost
-    more as the tests went on."""
+    store: kept for the session, the finished modules' pipelines (14 by the last module) made each parse
+    and page cost more as the tests went on."""
     yield
     for server in _SERVERS:
         for path in server.written:
