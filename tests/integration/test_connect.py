@@ -227,18 +227,21 @@ def test_the_servers_default_parallelism_read_from_a_plan_is_the_one_a_job_count
 
 
 def _consumer_groups(bootstrap: str, attempts: int = 3) -> list[str]:
-    """The broker's consumer groups, asked again with a new client when the listing does not answer: once, on
-    three workers starting their platforms together, one request went unanswered for the 30 s it was given."""
+    """The broker's consumer groups, asked again with a new client when the listing does not answer in time
+    (the request's own timeout, or the wait for its result): once, on three workers starting their platforms
+    together, one request went unanswered for the 30 s it was given."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     for attempt in range(attempts):
         try:
             listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(request_timeout=20)
             return [g.group_id for g in listed.result(timeout=30).valid]
-        except FutureTimeout:
-            if attempt == attempts - 1:
+        except (FutureTimeout, KafkaException) as exc:
+            timed_out = isinstance(exc, FutureTimeout) or exc.args[0].code() == KafkaError._TIMED_OUT
+            if not timed_out or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
 
