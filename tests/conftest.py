@@ -43,8 +43,8 @@ def pytest_configure(config):
 #: own session services. The cluster topology and Airflow are the heaviest of them: the modules that use
 #: either are one unit of work, on one worker: the cluster's modules first, then Airflow's DAG on the
 #: cluster while the cluster is still up (started once, not a second time beside Airflow on another
-#: worker: 3 brokers, a Spark master and workers, S3), then the other Airflow modules. Every other module is a unit of its own (its
-#: module-scoped fixtures are set up once), handed to whichever worker is free.
+#: worker: 3 brokers, a Spark master and workers, S3), then the other Airflow modules. Every other module
+#: is a unit of its own (its module-scoped fixtures are set up once), handed to whichever worker is free.
 SERVICES_GROUP = "cluster+airflow"
 
 

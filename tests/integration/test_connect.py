@@ -240,7 +240,9 @@ def _consumer_groups(bootstrap: str, attempts: int = 3) -> list[str]:
             listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(request_timeout=20)
             return [g.group_id for g in listed.result(timeout=30).valid]
         except (FutureTimeout, KafkaException) as exc:
-            timed_out = isinstance(exc, FutureTimeout) or exc.args[0].code() == KafkaError._TIMED_OUT
+            error = exc.args[0] if exc.args else None
+            timed_out = isinstance(exc, FutureTimeout) or (isinstance(error, KafkaError)
+                                                           and error.code() == KafkaError._TIMED_OUT)
             if not timed_out or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
