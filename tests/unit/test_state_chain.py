@@ -300,10 +300,10 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
     keys = [f"k{i}" for i in range(60)]
     world.checkpoint({k: 0 for k in keys}, 1)  # every key: a base per group
     assert world.manifests[-1].delta_count == 0 and world.metrics["compactions"] == 0
-    compacted = merged = 0
+    compacted = merged = packed = 0
     for event in range(2, 40):
         touched = rng.sample(keys, rng.randint(1, 8))
-        before = dict(world.model)
+        before, previous = dict(world.model), world.manifests[-1]
         made = world.checkpoint({k: None if rng.random() < 0.2 else event for k in touched}, event)
         compacted += int(world.metrics["compactions"])
         merged += int(world.metrics["delta_merges"])
@@ -312,12 +312,27 @@ def test_random_checkpoints_write_deltas_compact_and_always_read_back_as_the_mod
         assert (m["compaction_bytes"] > 0) == (m["compactions"] > 0)
         assert world.committed() == world.expected(), f"checkpoint {world.cid}"
         assert made.keys == len(world.model) and made.rows == len(world.model)
-        assert made.bytes == sum(len(world.s3.body(BUCKET, k)) for k in made.all_files)
+        # Each file's bytes are its groups' shares (a pack's, split by its rows), all of them for a file this
+        # checkpoint wrote; a pack some group's merge has since replaced its rows of counts the others' shares.
+        shares: dict[str, int] = {}
+        for g, files in made.files.items():
+            for k, b in zip(files, made.groups[g].file_bytes, strict=True):
+                shares[k] = shares.get(k, 0) + b
+        assert made.bytes == sum(shares.values())
+        assert all(0 <= n <= len(world.s3.body(BUCKET, k)) for k, n in shares.items()), shares
+        assert all(shares[k] == len(world.s3.body(BUCKET, k)) for k in set(made.all_files) - set(previous.all_files))
         assert all(len(files) <= 4 for files in made.files.values()), "a chain is compacted past 3 deltas"
-        # Only the groups whose state changed got a file (deleting a key that was not there changes nothing).
+        # Only the groups whose state changed got a file (deleting a key that was not there changes nothing),
+        # and their deltas (merged or not) one file between them: the checkpoint's pack.
         changed = {hash_group(k) for k in touched if before.get(k) != world.model.get(k)}
-        assert world.metrics["files_written"] == len(changed)
-    assert compacted > 0 and merged > 0 and world.manifests[-1].delta_count > 0, (compacted, merged)
+        new = set(made.all_files) - set(previous.all_files)
+        assert world.metrics["files_written"] == len(new)
+        assert {g for g, files in made.files.items() if files[-1] in new} == changed & set(made.files)
+        new_deltas = {files[-1] for files in made.files.values() if len(files) > 1 and files[-1] in new}
+        assert len(new_deltas) <= 1 and len(new) == len(new_deltas) + m["compactions"], (new, dict(m))
+        packs = {g for g, files in made.files.items() if len(files) > 1 and files[-1] in new}
+        packed += len(packs) > 1
+    assert compacted > 0 and merged > 0 and packed > 0 and world.manifests[-1].delta_count > 0, (compacted, merged)
     # Round-trip through JSON, as the checkpoint's metadata carries it.
     again = StateManifest.from_json(world.manifests[-1].to_json(), "completed.json")
     assert again == world.manifests[-1] and again.incremental
@@ -349,23 +364,40 @@ def test_a_checkpoint_that_compacts_uploads_the_compaction_first(monkeypatch: py
             assert kind == "delta", (world.cid, first, dict(m))
         seen.add((kind, m["files_written"] > 1))
         assert len(first) == 1 and world.committed() == world.expected()
-    # A compaction came first in checkpoints that wrote other files after it (a delta in one that did not compact).
-    assert {("compaction", True), ("delta", True)} <= seen, seen
+    # A compaction came first in checkpoints that wrote other files after it (the deltas' pack); one that did not
+    # compact wrote one file, its deltas' pack.
+    assert {("compaction", True), ("delta", False)} <= seen and ("delta", True) not in seen, seen
 
 
-def test_files_uploaded_side_by_side_keep_their_names_and_one_another_attempt_took_goes_under_its_content() -> None:
-    # The first file alone, the rest side by side: each group's manifest entry names the key its own upload got.
+def test_a_checkpoints_deltas_go_in_one_pack_each_group_names_and_another_attempts_pack_is_never_replaced() -> None:
     world = World(CompactionPolicy(max_deltas=30, max_delta_ratio=1000))
     keys = [f"k{i}" for i in range(40)]
     world.checkpoint({k: 0 for k in keys}, 1)
-    taken = world.files.key(2, 3, delta=True)  # a slower attempt of checkpoint 2 wrote other bytes there
-    world.files.put_table(taken, b"another attempt's delta")
-    made = world.checkpoint({k: 2 for k in keys[:12]}, 2)
-    assert world.metrics["files_written"] == 4 and world.committed() == world.expected()
-    last = {g: files[-1] for g, files in made.files.items()}
-    assert last[3] != taken and last[3].startswith(taken.rsplit(".parquet", 1)[0])
-    assert all(last[g] == world.files.key(2, g, delta=True) for g in (0, 1, 2))
-    assert world.s3.body(BUCKET, taken) == b"another attempt's delta"
+    taken = world.files.pack_key(2)  # a slower attempt of checkpoint 2 wrote other bytes there
+    world.files.put_table(taken, b"another attempt's pack")
+    made = world.checkpoint({k: 2 for k in keys[:12]}, 2)  # keys of all 4 groups: one file for their deltas
+    assert world.metrics["files_written"] == 1 and world.committed() == world.expected()
+    last = {files[-1] for files in made.files.values()}
+    assert len(last) == 1 and len(made.files) == 4
+    pack = last.pop()
+    assert pack != taken and pack.startswith(taken.rsplit(".parquet", 1)[0])  # under its content's name
+    assert world.s3.body(BUCKET, taken) == b"another attempt's pack"
+    # The pack holds each group's delta; each group reads its own rows of it, and its share of the bytes.
+    rows = state_chain.read(world.s3.body(BUCKET, pack))
+    assert sorted(rows[KEY].to_pylist()) == sorted(keys[:12])
+    for g in made.files:
+        assert set(state_chain.of_group(rows, g)[KEY].to_pylist()) == {k for k in keys[:12] if hash_group(k) == g}
+    assert sum(made.groups[g].file_bytes[-1] for g in made.files) == len(world.s3.body(BUCKET, pack))
+    assert made.file_count == 5 and made.delta_count == 1
+    # `lockstep state show` reads each group's rows of the pack, once.
+    from lockstep.ops.state_report import read_rows
+
+    shown = read_rows(world.files, made, limit=100)
+    assert sorted(r["key"] for r in shown.rows) == sorted(keys) and not shown.more
+    # A checkpoint that changes one group writes that group's own delta file.
+    made = world.checkpoint({"k1": 3}, 3)
+    assert made.files[hash_group("k1")][-1] == world.files.key(3, hash_group("k1"), delta=True)
+    assert world.committed() == world.expected()
 
 
 def test_a_delta_is_the_size_of_the_keys_changed_not_of_the_state() -> None:

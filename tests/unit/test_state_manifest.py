@@ -3,7 +3,7 @@ a new base, and the totals a checkpoint that read only some groups still knows."
 from __future__ import annotations
 
 from lockstep.model.state import GroupState, PartitionTime
-from lockstep.rules.state_manifest import Figures, after_delta, as_base, manifest
+from lockstep.rules.state_manifest import Figures, after_delta, as_base, manifest, pack_shares
 
 
 def test_a_delta_replaces_the_touched_keys_figures_and_keeps_the_earliest_timer():
@@ -29,3 +29,10 @@ def test_the_manifest_sums_every_groups_figures_read_or_not():
                  {"in:0": PartitionTime(9_000, 1)}, 1)
     assert (m.keys, m.rows, m.bytes, m.timers, m.next_timer_ms) == (6, 7, 35, 1, 7_000)
     assert m.written_by == 12 and m.incremental and m.file_count == 3 and m.delta_count == 1
+
+
+def test_a_packs_shares_follow_its_groups_rows_and_sum_to_its_bytes():
+    assert pack_shares(1000, [1, 1, 2]) == [250, 250, 500]
+    assert pack_shares(1001, [1, 1, 1]) == [333, 333, 335]  # the rest to the last: the sum is the pack's bytes
+    assert sum(pack_shares(4_321, [7, 0, 13, 5])) == 4_321 and pack_shares(4_321, [7, 0, 13, 5])[1] == 0
+    assert pack_shares(10, [0, 0]) == [0, 10] and pack_shares(10, []) == []

@@ -387,24 +387,32 @@ def test_savepoint_pinned_refuses_only_a_stateful_savepoint_whose_checkpoint_is_
 
 
 def test_an_adopted_savepoint_copies_its_state_files_under_the_adopting_pipeline(store: CheckpointStore,
-                                                                                  s3: FakeS3) -> None:
+                                                                                  s3: FakeS3,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     other = CheckpointStore(s3, BUCKET, "tests/other", "other")
     theirs = other.state_files()
     state = write_state(theirs, 5, (0, 2))
     extra = f"{theirs.prefix}{5:012d}/kg-00002-part1.parquet"  # a group of two files
     theirs.put(extra, b"second file of group 2")
-    state = replace(state, files={**state.files, 2: (theirs.key(5, 2), extra)})
+    pack = theirs.pack_key(5)  # a pack of deltas both groups name
+    theirs.put(pack, b"deltas of groups 0 and 2")
+    state = replace(state, files={0: (*state.files[0], pack), 2: (theirs.key(5, 2), extra, pack)})
     complete(other, 5, None, state)
     savepoint = other.create_savepoint("handover", 5, AT)
 
+    copied: list[str] = []
+    copy_object = s3.copy_object
+    monkeypatch.setattr(s3, "copy_object", lambda **kw: (copied.append(kw["Key"]), copy_object(**kw))[1])
     adopted = store.adopt_savepoint(savepoint, "2026-02-01T00:00:00+00:00")
     mine = store.state_files()
     assert adopted.pipeline == PIPELINE
     assert adopted.state is not None
     # Apart from this pipeline's own checkpoint 5 (another checkpoint than theirs), which it never overwrites.
-    assert adopted.state.files == {0: (f"{mine.prefix}adopted/handover/{5:012d}/kg-00000.parquet",),
-                                   2: (f"{mine.prefix}adopted/handover/{5:012d}/kg-00002.parquet",
-                                       f"{mine.prefix}adopted/handover/{5:012d}/kg-00002-part1.parquet")}
+    folder = f"{mine.prefix}adopted/handover/{5:012d}"
+    assert adopted.state.files == {0: (f"{folder}/kg-00000.parquet", f"{folder}/deltas.parquet"),
+                                   2: (f"{folder}/kg-00002.parquet", f"{folder}/kg-00002-part1.parquet",
+                                       f"{folder}/deltas.parquet")}
+    assert sorted(copied) == sorted(adopted.state.all_files) and len(copied) == 4, "each file copied once"
     assert not set(adopted.state.all_files) & {mine.key(5, 0), mine.key(5, 2)}
     assert all(k.startswith(f"{ROOT}/state/") for k in adopted.state.all_files)
     for source, copy in zip(state.all_files, adopted.state.all_files, strict=True):

@@ -34,7 +34,8 @@ class GroupState:
 
     keys: int
     rows: int
-    #: the sizes of the group's files, in the manifest's order (base first)
+    #: the sizes of the group's files, in the manifest's order (base first); of a pack of several groups'
+    #: deltas, this group's share (its rows' part of the pack's bytes: the shares sum to the pack's size)
     file_bytes: tuple[int, ...]
     #: pending timers (windows not fired, keys not expired, a function's timers) and the earliest; the
     #: earliest may be early (a timer since removed), never late: a group whose earliest timer is due is read whole
@@ -79,7 +80,8 @@ class StateManifest:
     key_groups: int
     #: the checkpoint that wrote ``files`` (a checkpoint without records carries its base's forward)
     written_by: int
-    #: key group -> S3 keys (bucket-relative) of its Parquet files: the base, then its deltas in order
+    #: key group -> S3 keys (bucket-relative) of its Parquet files: the base, then its deltas in order (a delta
+    #: may be a checkpoint's pack, which holds the deltas of several groups: `lockstep.store.state_files`)
     files: Mapping[int, tuple[str, ...]]
     #: the state rows' columns: name -> Spark type (``simpleString``), the schema a change is checked against
     columns: Mapping[str, str]
@@ -106,15 +108,19 @@ class StateManifest:
 
     @property
     def delta_count(self) -> int:
-        return sum(max(len(f) - 1, 0) for f in self.files.values())
+        """The distinct files that are deltas (a checkpoint's pack of deltas counts once, whatever the groups
+        whose chains name it)."""
+        return len({k for f in self.files.values() for k in f[1:]})
 
     @property
     def file_count(self) -> int:
-        return sum(len(f) for f in self.files.values())
+        return len(self.all_files)
 
     @property
     def all_files(self) -> tuple[str, ...]:
-        return tuple(k for g in sorted(self.files) for k in self.files[g])
+        """Every file the groups' chains name, each once (a pack of deltas is named by every group it holds
+        rows of), in the groups' order."""
+        return tuple(dict.fromkeys(k for g in sorted(self.files) for k in self.files[g]))
 
     def carried_forward(self) -> StateManifest:
         """The same state, as the manifest of a checkpoint that read no records (nothing measured)."""

@@ -79,9 +79,12 @@ def no_state_text(pipeline: str, found: CommittedState) -> str:
 def file_sizes(files: StateFiles, manifest: StateManifest) -> dict[str, int]:
     """The sizes of the manifest's files: from the manifest itself (format 2 records each group's file
     sizes), else from one listing of each folder they are in; a file a listing lacks is left out."""
-    if manifest.incremental:
-        return {key: size for g, keys in manifest.files.items()
-                for key, size in zip(keys, manifest.groups[g].file_bytes, strict=True)}
+    if manifest.incremental:  # a pack of several groups' deltas: the sum of their shares
+        sizes: dict[str, int] = {}
+        for g, keys in manifest.files.items():
+            for key, size in zip(keys, manifest.groups[g].file_bytes, strict=True):
+                sizes[key] = sizes.get(key, 0) + size
+        return sizes
     wanted = set(manifest.all_files)
     folders = {c for c in (files.checkpoint_of(k) for k in wanted) if c is not None}
     return {key: size for c in sorted(folders) for key, size in files.sizes(c).items() if key in wanted}
@@ -96,8 +99,10 @@ def stats(checkpoint_id: int, manifest: StateManifest, sizes: Mapping[str, int],
     groups = []
     for g in sorted(manifest.files):
         keys = manifest.files[g]
-        known = [sizes[k] for k in keys if k in sizes]
         figures = manifest.groups.get(g)
+        # the group's own bytes: of a pack of several groups' deltas, its share (format 2 records them)
+        known = list(figures.file_bytes) if figures is not None and len(figures.file_bytes) == len(keys) \
+            else [sizes[k] for k in keys if k in sizes]
         groups.append({"key_group": g, "files": len(keys), "deltas": max(len(keys) - 1, 0),
                        "bytes": sum(known) if len(known) == len(keys) else None,
                        "keys": figures.keys if figures else None, "rows": figures.rows if figures else None})
@@ -200,13 +205,15 @@ class ShownRows:
     files_read: int
 
 
-def _batches(body: bytes, key: str | None) -> Iterator[pa.Table]:
+def _batches(body: bytes, key: str | None, group: int) -> Iterator[pa.Table]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from lockstep.store import state_chain
+
     for batch in pq.ParquetFile(io.BytesIO(body)).iter_batches(batch_size=1024):
-        table = pa.Table.from_batches([batch])
+        table = state_chain.of_group(pa.Table.from_batches([batch]), group)  # a pack holds other groups' too
         if key is not None:
             table = table.filter(pc.equal(table[KEY], key))
         if table.num_rows:
@@ -227,7 +234,7 @@ def read_rows(files: StateFiles, manifest: StateManifest, key: str | None = None
         chain = []
         for path in manifest.files[group]:
             read += 1
-            tables = list(_batches(files.get(path, manifest.written_by), key))
+            tables = list(_batches(files.get(path, manifest.written_by), key, group))
             chain.append(pa.concat_tables(tables) if tables else None)
         merged = state_chain.merge([t for t in chain if t is not None])
         if merged is not None and merged.num_rows:

@@ -8,10 +8,10 @@ got a delta on its chain or a new base.
 from __future__ import annotations
 
 __all__ = [
-    "Figures", "after_delta", "as_base", "manifest",
+    "Figures", "after_delta", "as_base", "manifest", "pack_shares",
 ]
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockstep.model.state import GroupState, PartitionTime, StateManifest
@@ -39,6 +39,21 @@ def after_delta(old: GroupState, replaced: Figures, written: Figures, file_bytes
                       next_timer_ms=min(nexts) if nexts else None,
                       # digests stay known only if every file's was (a chain from before digests had none)
                       digests=(*digests, delta_digest) if len(digests) == len(file_bytes) else ())
+
+
+def pack_shares(pack_bytes: int, rows: Sequence[int]) -> list[int]:
+    """Each group's share of a pack of deltas of ``pack_bytes`` (`lockstep.store.state_chain.packed`), by
+    its rows in it: what the group's chain records as the delta's size (what compaction weighs against its
+    base), the shares summing to the pack's size so that the manifest's bytes are the files' bytes."""
+    total = sum(rows)
+    if not rows:
+        return []
+    if total <= 0:
+        shares = [0] * len(rows)
+    else:
+        shares = [pack_bytes * n // total for n in rows]
+    shares[-1] += pack_bytes - sum(shares)
+    return shares
 
 
 def as_base(whole: Figures, base_bytes: int, base_digest: str) -> GroupState:

@@ -811,12 +811,14 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     whole gets a new base; another gets a delta of those keys (tombstones for keys whose state is
     gone), merged with the chain's deltas into one when they are too many, or a new base when the
     deltas are big against the base (`lockstep.rules.compaction`; a new base drops expired keys).
-    A group left with no rows leaves the manifest."""
+    The deltas of several groups go in one file, the checkpoint's pack, which each of their chains names
+    (`lockstep.store.state_chain.packed`): a restore reads a file per checkpoint, not per group and
+    checkpoint. A group left with no rows leaves the manifest."""
     import pyarrow.compute as pc
 
     from lockstep.model.state import GroupState
     from lockstep.rules.compaction import Compaction, compaction_due, deltas_to_merge
-    from lockstep.rules.state_manifest import after_delta, as_base, manifest
+    from lockstep.rules.state_manifest import after_delta, as_base, manifest, pack_shares
     from lockstep.store import state_chain
 
     state = spec.state
@@ -831,12 +833,14 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     #: bytes written as deltas, as bases of compacted chains, and as other bases (new or read-whole groups)
     by_kind = {"delta": 0, "compaction": 0, "base": 0}
 
-    #: the files to upload, in order: (group, kind, bytes, what to record of the key and digest it got)
-    uploads: list[tuple[int, str, bytes, Callable[[str, str], None]]] = []
+    #: the files to upload: (rank, key, kind, bytes, what to record of the key and digest it got), uploaded by
+    #: rank: a compaction's first, then the deltas, then other bases
+    uploads: list[tuple[int, str, str, bytes, Callable[[str, str], None]]] = []
+    rank = {"compaction": 0, "delta": 1, "delta-merge": 1, "base": 2}
 
-    def put(group: int, body: bytes, kind: str, then: Callable[[str, str], None]) -> None:
+    def put(key: str, body: bytes, kind: str, then: Callable[[str, str], None]) -> None:
         nonlocal written, size
-        uploads.append((group, kind, body, then))
+        uploads.append((rank[kind], key, kind, body, then))
         written += 1
         size += len(body)
         by_kind["delta" if kind == "delta-merge" else kind] += len(body)
@@ -869,8 +873,10 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
         step = compaction_due(old.file_bytes, len(body), state.compaction, group, cid)
         deltas[group] = (step, rows, before, change, body)
 
-    turn = {Compaction.BASE: 0, Compaction.DELTAS: 1, Compaction.NONE: 2}
-    for group in sorted([*deltas, *whole_groups], key=lambda g: (turn[deltas[g][0]] if g in deltas else 3, g)):
+    #: the groups that get a delta (or their newest deltas merged with it): (group, kind, its delta's rows, its
+    #: delta's bytes alone when known, what to record of the file's key, digest and the group's bytes of it)
+    packing: list[tuple[int, str, pa.Table, bytes | None, Callable[[str, str, int], None]]] = []
+    for group in sorted([*deltas, *whole_groups]):
         old = groups.get(group)
         whole: pa.Table | None
         if group in whole_groups:
@@ -882,22 +888,22 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                 chain, digests = files_by_group[group], old.digests
                 file_bytes = old.file_bytes
                 kind = "delta"
+                alone: bytes | None = body  # the delta's file when it is the checkpoint's only one
                 if step is Compaction.DELTAS:  # the newest deltas become one; the base stays as it is
                     merges += 1
-                    kind = "delta-merge"
+                    kind, alone = "delta-merge", None
                     n = deltas_to_merge(old.file_bytes, len(body))
-                    body = state_chain.parquet(state_chain.merge_deltas([*loaded.chains[group][-n:], change]))
+                    change = state_chain.merge_deltas([*loaded.chains[group][-n:], change])
                     chain, digests, file_bytes = chain[:-n], digests[:-n], file_bytes[:-n]
                 figures = (_figures(before, state, clock.before), _figures(rows, state, clock.after))
 
-                def delta_put(key: str, name: str, group: int = group, chain: tuple[str, ...] = chain,
+                def delta_put(key: str, name: str, share: int, group: int = group, chain: tuple[str, ...] = chain,
                               old: GroupState = old, figures: tuple[Figures, Figures] = figures,
-                              file_bytes: tuple[int, ...] = file_bytes, digests: tuple[str, ...] = digests,
-                              size: int = len(body)) -> None:
+                              file_bytes: tuple[int, ...] = file_bytes, digests: tuple[str, ...] = digests) -> None:
                     files_by_group[group] = (*chain, key)
-                    groups[group] = after_delta(old, *figures, file_bytes, digests, size, name)
+                    groups[group] = after_delta(old, *figures, file_bytes, digests, share, name)
 
-                put(group, body, kind, delta_put)
+                packing.append((group, kind, change, alone, delta_put))
                 continue
             compactions += 1
             merged = state_chain.merge([*loaded.chains[group], change])
@@ -914,17 +920,37 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
             files_by_group[group] = (key,)
             groups[group] = as_base(figures, size, name)
 
-        put(group, body, "compaction" if compacting else "base", base_put)
+        put(files.key(cid, group), body, "compaction" if compacting else "base", base_put)
+    if len(packing) == 1:  # one group's delta: a file of its own
+        group, kind, change, alone, record = packing[0]
+        body = alone if alone is not None else state_chain.parquet(change)
+
+        def one_put(key: str, name: str, record: Callable[[str, str, int], None] = record,
+                    share: int = len(body)) -> None:
+            record(key, name, share)
+
+        put(files.key(cid, group, delta=True), body, kind, one_put)
+    elif packing:  # several groups' deltas: one pack, each group's chain naming it with its share of the bytes
+        body = state_chain.parquet(state_chain.packed([change for _, _, change, _, _ in packing]))
+        shares = pack_shares(len(body), [change.num_rows for _, _, change, _, _ in packing])
+
+        def pack_put(key: str, name: str) -> None:
+            for (_, _, _, _, record), share in zip(packing, shares, strict=True):
+                record(key, name, share)
+
+        put(files.pack_key(cid), body, "delta-merge" if any(k == "delta-merge" for _, k, _, _, _ in packing)
+            else "delta", pack_put)
     # The uploads: the first alone (a checkpoint that compacts is interrupted at state.mid_upload while it
     # rewrites a chain), then the rest side by side. Where another attempt of this checkpoint already wrote
     # other bytes under a file's name, ours go under another (`StateFiles.create`).
-    keys = [files.key(cid, group, delta=kind != "base" and kind != "compaction") for group, kind, _, _ in uploads]
+    uploads.sort(key=lambda u: u[0])
     if uploads:
-        key, name = files.put_table(keys[0], uploads[0][2])
-        failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {uploads[0][1]} {key})")
-        uploads[0][3](key, name)
-        done = files.put_tables([(k, body) for k, (_, _, body, _) in zip(keys[1:], uploads[1:], strict=True)])
-        for (_, _, _, then), (key, name) in zip(uploads[1:], done, strict=True):
+        _, first, first_kind, first_body, first_then = uploads[0]
+        key, name = files.put_table(first, first_body)
+        failpoints.hit("state.mid_upload", f" (checkpoint {cid}, {first_kind} {key})")
+        first_then(key, name)
+        done = files.put_tables([(k, b) for _, k, _, b, _ in uploads[1:]])
+        for (_, _, _, _, then), (key, name) in zip(uploads[1:], done, strict=True):
             then(key, name)
     metrics.update(rows=float(table.num_rows), files_written=float(written), bytes_written=float(size),
                    groups_unchanged=float(unchanged),

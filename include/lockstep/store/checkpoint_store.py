@@ -658,16 +658,12 @@ class CheckpointStore:
         from dataclasses import replace
 
         files = self.state_files()
-        copied: dict[int, tuple[str, ...]] = {}
-        for group, keys in state.files.items():
-            mine = []
-            for key in keys:
-                target = files.adopted_key(savepoint_name, key)
-                if target != key or source_bucket != self.bucket:
-                    files.copy(key, target, source_bucket)
-                mine.append(target)
-            copied[group] = tuple(mine)
-        return replace(state, files=copied)
+        targets: dict[str, str] = {}  # each file copied once (a pack of deltas is named by several groups)
+        for key in state.all_files:
+            targets[key] = files.adopted_key(savepoint_name, key)
+            if targets[key] != key or source_bucket != self.bucket:
+                files.copy(key, targets[key], source_bucket)
+        return replace(state, files={group: tuple(targets[k] for k in keys) for group, keys in state.files.items()})
 
     def _store_savepoint(self, savepoint: Savepoint) -> Savepoint:
         key = self._savepoint_key(savepoint.name)

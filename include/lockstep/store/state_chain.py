@@ -2,7 +2,9 @@
 
 A checkpoint that touched some keys of a group writes one **delta**: every state row of each key it
 touched (a key's rows are replaced as a whole) and a **tombstone** row (``__ls_tombstone`` true) for
-each touched key whose state is gone. The group's state is its files read in order, each key taken
+each touched key whose state is gone. The deltas of all the groups one checkpoint changed go in one
+file, its **pack** (:func:`packed`), which each group's chain names and reads its rows of
+(:func:`of_group`). The group's state is its files read in order, each key taken
 from the last file that names it, tombstoned keys dropped: :func:`merge`.
 
 **Compaction** (when: `lockstep.rules.compaction`; how: :func:`merge`, :func:`merge_deltas`) merges a
@@ -60,6 +62,29 @@ def merge(tables: Sequence[pa.Table]) -> pa.Table | None:
     if TOMBSTONE in merged.column_names:
         merged = merged.filter(pc.invert(pc.fill_null(merged[TOMBSTONE], False))).drop_columns([TOMBSTONE])
     return merged
+
+
+def of_group(table: pa.Table, group: int) -> pa.Table:
+    """A group's rows of a state file: all of a base's or a group's own delta, the group's part of a
+    checkpoint's pack, which holds the deltas of every group that checkpoint changed (one file to read
+    instead of one per group: `lockstep.store.state_files`). A file without the group column is one group's."""
+    import pyarrow.compute as pc
+
+    if GROUP not in table.column_names or not table.num_rows:
+        return table
+    low, high = pc.min_max(table[GROUP]).values()
+    if low.as_py() == high.as_py() == group:
+        return table
+    return table.filter(pc.equal(table[GROUP], group))
+
+
+def packed(deltas: Sequence[pa.Table]) -> pa.Table:
+    """One file's rows for the deltas of several groups (each table one group's, its group column set):
+    what :func:`of_group` takes apart. Tables may differ in columns (a merged delta's older rows may lack
+    a nullable column added since): a missing column reads as null."""
+    import pyarrow as pa
+
+    return pa.concat_tables(list(deltas), promote_options="default")
 
 
 def select(table: pa.Table, keys: pa.Array) -> pa.Table:
