@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lockstep.model.state import PartitionTime, StateManifest
-from lockstep.rules.state_base import key_group_refusal, operator_refusal, schema_change
+from lockstep.rules.state_base import format_refusal, key_group_refusal, operator_refusal, schema_change
 from lockstep.rules.watermarks import (
     advance,
     fired,
@@ -199,6 +199,19 @@ def test_key_groups_may_change_only_to_what_a_recorded_rekey_says() -> None:
     assert key_group_refusal(manifest(key_groups=8), 16, 32) is not None, "a rekey to other groups allows nothing"
     assert key_group_refusal(manifest(key_groups=8), 8, None) is None
     assert key_group_refusal(None, 16, None) is None, "the first state may have any key groups"
+
+
+def test_state_in_a_newer_format_is_refused_and_older_formats_are_read() -> None:
+    from dataclasses import replace
+
+    from lockstep.model.state import STATE_FORMAT_VERSION
+
+    newer = replace(manifest(written_by=4), format_version=STATE_FORMAT_VERSION + 1)
+    refused = format_refusal(newer)
+    assert refused is not None and "checkpoint 4" in refused and f"format {STATE_FORMAT_VERSION + 1}" in refused
+    assert "Run the Lockstep that wrote it" in refused
+    assert all(format_refusal(replace(manifest(), format_version=v)) is None for v in range(1, STATE_FORMAT_VERSION + 1))
+    assert format_refusal(None) is None
 
 
 def test_state_of_another_operator_is_refused() -> None:

@@ -14,7 +14,7 @@ Pure data, no I/O (`lockstep.store.state_files` moves the bytes, `lockstep.spark
 from __future__ import annotations
 
 __all__ = [
-    "GroupState", "PartitionTime", "StateManifest", "iso_ms",
+    "STATE_FORMAT_VERSION", "GroupState", "PartitionTime", "StateManifest", "iso_ms",
 ]
 
 from collections.abc import Mapping
@@ -24,8 +24,9 @@ from lockstep.errors import MetadataError
 
 STATE_MANIFEST_SCHEMA = "lockstep.state.manifest/1"
 #: The layout of the state: 1, one full file per key group; 2, a chain per group (base, then deltas
-#: with tombstones) and each group's figures in the manifest.
-STATE_FORMAT_VERSION = 2
+#: with tombstones) and each group's figures in the manifest; 3, a checkpoint's deltas of several groups in
+#: one pack that each of their chains names (a reader of format 2 would take the whole pack as each group's).
+STATE_FORMAT_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
 """What state a stateful checkpoint may start from (pure): the plan checks before it claims, the run
-again before it reads. State of one operator is never read by another; the number of key groups is
-fixed unless a re-key is recorded; a state function's declared schema must fit the stored state's
-unless a migration is named.
+again before it reads. State in a format newer than this Lockstep's is refused; state of one operator
+is never read by another; the number of key groups is fixed unless a re-key is recorded; a state
+function's declared schema must fit the stored state's unless a migration is named.
 """
 from __future__ import annotations
 
 __all__ = [
-    "base_refusal", "key_group_refusal", "operator_refusal", "schema_change",
+    "base_refusal", "format_refusal", "key_group_refusal", "operator_refusal", "schema_change",
 ]
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from lockstep.model.state import StateManifest
+from lockstep.model.state import STATE_FORMAT_VERSION, StateManifest
 from lockstep.model.state_rows import function_state_columns
 
 if TYPE_CHECKING:
@@ -25,7 +25,8 @@ def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int |
     A state function declares its state's schema, so a change that old state cannot be read as is
     refused here, naming the field, unless the spec names a migration."""
     assert spec.state is not None
-    refused = operator_refusal(base, spec.state.operator) or key_group_refusal(base, spec.state.key_groups, rekey_to)
+    refused = format_refusal(base) or operator_refusal(base, spec.state.operator) \
+        or key_group_refusal(base, spec.state.key_groups, rekey_to)
     f = spec.state.function
     if refused or f is None or base is None:
         return refused
@@ -61,6 +62,15 @@ def key_group_refusal(base: StateManifest | None, key_groups: int, rekey_to: int
     return (f"state.key_groups is {key_groups}, but the pipeline's state (checkpoint {base.written_by}) has "
             f"{base.key_groups} key groups. Set state.key_groups back to {base.key_groups}, or re-key the state "
             f"explicitly with `lockstep state rekey --spec <the pipeline's spec> --key-groups {key_groups}`")
+
+
+def format_refusal(base: StateManifest | None) -> str | None:
+    """State in a format newer than this Lockstep's is never read as an older one (a pack of several groups'
+    deltas taken as one group's would be wrong state, not an error)."""
+    if base is None or base.format_version <= STATE_FORMAT_VERSION:
+        return None
+    return (f"the pipeline's state (checkpoint {base.written_by}) is in format {base.format_version}, written by a "
+            f"newer Lockstep; this one reads formats up to {STATE_FORMAT_VERSION}. Run the Lockstep that wrote it")
 
 
 def operator_refusal(base: StateManifest | None, operator: str) -> str | None:
