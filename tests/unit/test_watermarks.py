@@ -209,7 +209,7 @@ def test_state_in_a_newer_format_is_refused_and_older_formats_are_read() -> None
     newer = replace(manifest(written_by=4), format_version=STATE_FORMAT_VERSION + 1)
     refused = format_refusal(newer)
     assert refused is not None and "checkpoint 4" in refused and f"format {STATE_FORMAT_VERSION + 1}" in refused
-    assert "Run the Lockstep that wrote it" in refused
+    assert "Upgrade Lockstep to the release that wrote it" in refused
     assert all(format_refusal(replace(manifest(), format_version=v)) is None for v in range(1, STATE_FORMAT_VERSION + 1))
     assert format_refusal(None) is None
 

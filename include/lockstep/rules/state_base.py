@@ -70,7 +70,8 @@ def format_refusal(base: StateManifest | None) -> str | None:
     if base is None or base.format_version <= STATE_FORMAT_VERSION:
         return None
     return (f"the pipeline's state (checkpoint {base.written_by}) is in format {base.format_version}, written by a "
-            f"newer Lockstep; this one reads formats up to {STATE_FORMAT_VERSION}. Run the Lockstep that wrote it")
+            f"newer Lockstep; this one reads formats up to {STATE_FORMAT_VERSION}. Upgrade Lockstep to the release "
+            "that wrote it, or a newer one")
 
 
 def operator_refusal(base: StateManifest | None, operator: str) -> str | None:
