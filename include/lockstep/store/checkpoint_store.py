@@ -22,7 +22,8 @@ __all__ = [
 ]
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -45,7 +46,7 @@ from lockstep.model.state import StateManifest
 from lockstep.model.tables import TableVersion
 from lockstep.store.keys import checkpoint_folder
 from lockstep.store.s3 import ListObjectsArgs, S3Client
-from lockstep.store.state_files import StateFiles, unreferenced
+from lockstep.store.state_files import READ_THREADS, StateFiles, unreferenced
 
 # Any in this module is a document as ``json.loads`` read it from S3: whatever the object holds, until
 # its parser checks it (``lockstep.model.checkpoint``'s from_json; a sidecar's, e.g. ``spark.replay``'s).
@@ -404,6 +405,24 @@ class CheckpointStore:
             aborted=outcome if isinstance(outcome, AbortedCheckpoint) else None,
         )
 
+    def views(self, checkpoint_ids: Iterable[int]) -> list[CheckpointView | None]:
+        """:meth:`view` of each id, in their order, `READ_THREADS` at a time: a commit's garbage collection
+        reads every retained checkpoint (three objects each), and one after the other that was 0.26 s of
+        a 0.5 s commit at 13 checkpoints (2026-12-02). An error raises once the reads under way have ended."""
+        ids = list(checkpoint_ids)
+        if len(ids) <= 1:
+            return [self.view(i) for i in ids]
+        with ThreadPoolExecutor(min(READ_THREADS, len(ids)), thread_name_prefix="lockstep-views") as pool:
+            return list(pool.map(self.view, ids))
+
+    def _outcomes(self, checkpoint_ids: Iterable[int]) -> list[CompletedCheckpoint | AbortedCheckpoint | None]:
+        """:meth:`_outcome` of each id, in their order, as :meth:`views` reads."""
+        ids = list(checkpoint_ids)
+        if len(ids) <= 1:
+            return [self._outcome(i) for i in ids]
+        with ThreadPoolExecutor(min(READ_THREADS, len(ids)), thread_name_prefix="lockstep-views") as pool:
+            return list(pool.map(self._outcome, ids))
+
     # ---- listing ---------------------------------------------------------------
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]:
         """Ids in ascending order, optionally only those after ``after`` (S3 StartAfter)."""
@@ -472,14 +491,12 @@ class CheckpointStore:
         return History(pointed, tuple(reversed(newer)))
 
     def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]:
-        views = [self.view(i) for i in self.checkpoint_ids(after=checkpoint_id)]
-        return [v for v in views if v is not None]
+        return [v for v in self.views(self.checkpoint_ids(after=checkpoint_id)) if v is not None]
 
     def recent(self, limit: int = 20) -> list[CheckpointView]:
         """The newest ``limit`` checkpoints, newest first (history is bounded by retention)."""
         ids = list(self.checkpoint_ids())[-limit:]
-        views = [self.view(i) for i in reversed(ids)]
-        return [v for v in views if v is not None]
+        return [v for v in self.views(reversed(ids)) if v is not None]
 
     def _advance_pointer(self, checkpoint_id: int) -> None:
         """Move the pointer forward only; concurrent movers are resolved with If-Match."""
@@ -505,7 +522,8 @@ class CheckpointStore:
             raise TerminalError(f"checkpoints.retain must be at least 1, got {retain!r}: the newest completed "
                                 "checkpoint is where the next run starts")
         ids = list(self.checkpoint_ids())
-        completed = [i for i in ids if isinstance(self._outcome(i), CompletedCheckpoint)] if len(ids) > retain else []
+        completed = [i for i, outcome in zip(ids, self._outcomes(ids), strict=True)
+                     if isinstance(outcome, CompletedCheckpoint)] if len(ids) > retain else []
         if len(completed) <= retain:
             return []
         keep_from = completed[-retain]
@@ -538,8 +556,8 @@ class CheckpointStore:
             return []
         referenced: set[str] = set()
         aborted: set[int] = set()
-        for cid in self.checkpoint_ids():
-            view = self.view(cid)
+        ids = list(self.checkpoint_ids())
+        for cid, view in zip(ids, self.views(ids), strict=True):
             if view is None:
                 continue
             if view.aborted is not None:
