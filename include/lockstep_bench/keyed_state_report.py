@@ -188,7 +188,9 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         "is the run's Spark seconds (`prepared.spark_seconds`) minus those four: the output's stage (for dedup, "
         "with its join against the records the driver judged) and the Kafka transactions. _checkpoint_ = plan + "
         "run + commit, "
-        "timed in the process that runs them; _process_ adds Python start and imports. _bytes_ are the state's "
+        "timed in the process that runs them once it has imported the clients it uses (S3, Kafka, Parquet, Spark "
+        "Connect: `lockstep_bench.pipelines.CLIENT_MODULES`); _process_ adds Python start and imports. _bytes_ are "
+        "the state's "
         "Parquet files on S3 (zstd); _files_ each key group's chain (a base, then deltas), _deltas_ of them. "
         "_groups read, rows loaded_: the key groups whose files the checkpoint read, and the rows of them it "
         "kept (the touched keys' rows; a dedup judges them on the driver, other operators hand them to Spark); "
@@ -463,7 +465,8 @@ def _against_flink(add: Any, size: dict[str, Any]) -> None:
             + "; ".join(verdicts) + ". A warm checkpoint is no restore and is not counted.")
         add("")
     add("_to the first completed checkpoint_: Lockstep, the checkpoint's plan + run + commit (in its process, "
-        "Python start and imports excluded); Flink, from the job's submission (the JVM and the local mini-cluster "
+        "Python start and imports excluded, the S3, Kafka, Parquet and Spark Connect clients' among them: "
+        "`lockstep_bench.pipelines.import_clients`); Flink, from the job's submission (the JVM and the local mini-cluster "
         "up, the SQL planned) until all its output of the new keys is committed in Kafka, visible under "
         "read_committed: the state restored, the records read, a checkpoint covering them completed and its "
         "transactions committed (the new keys are every partition's last records; the next checkpoint trigger "

@@ -501,8 +501,9 @@ def _fixed(add: Any, res: Results) -> None:
     add("")
     add("Medians over the repeats; one pipeline per run mode, over one input that receives one new record before "
         "each round (each mode then runs a one-record and an empty checkpoint). Steps are timed inside the process "
-        "that runs them (`python -m lockstep_bench.pipelines lockstep`); _plan + run + commit_ is their sum, "
-        "_process_ adds Python start and imports, as an Airflow task would.")
+        "that runs them (`python -m lockstep_bench.pipelines lockstep`), from when it has imported the clients "
+        "it uses (S3, Kafka, Parquet, Spark Connect: `lockstep_bench.pipelines.CLIENT_MODULES`); _plan + run + "
+        "commit_ is their sum, _process_ adds Python start and imports, as an Airflow task would.")
     add("")
     add("| mode | checkpoint | runs | plan + run + commit s | process s | plan s | run s | commit s | "
         "Spark session start s | Spark stage s |")
