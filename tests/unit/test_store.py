@@ -239,6 +239,23 @@ def test_retention_deletes_only_checkpoints_before_the_retained_completed_ones(s
     assert store.get_savepoint("before").end_offsets == completed_of(1).end_offsets
 
 
+def test_views_read_in_parallel_come_back_in_the_order_asked_each_as_view_reads_it(store: CheckpointStore,
+                                                                                  s3: FakeS3):
+    for cid in range(1, 13):  # completed, two of every three; the others claimed, one of them aborted
+        if cid % 3:
+            completed(store, cid)
+        else:
+            store.claim(claim_of(cid))
+    store.mark_aborted(aborted_of(12))
+    asked = [12, 3, 99, 1, 7, 2, 11, 5, 4, 10, 8, 6, 9]
+    views = store.views(asked)
+    assert [v.checkpoint_id if v else None for v in views] == [i if i != 99 else None for i in asked]
+    assert views == [store.view(i) for i in asked]
+    s3.put_object(Bucket=BUCKET, Key=f"{ROOT}/checkpoints/{5:012d}/claim.json", Body=b"not json")
+    with pytest.raises(MetadataError, match="not JSON"):
+        store.views(asked)
+
+
 def test_savepoints_are_never_overwritten(store: CheckpointStore):
     completed(store, 1)
     completed(store, 2)
