@@ -11,6 +11,7 @@ lag-triggered one-task DAG lets its next run start while one is committing
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import MutableMapping
 from datetime import datetime, timedelta
@@ -34,6 +35,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 START_DATE = datetime(2024, 1, 1)
+#: Airflow's longest DAG tag (``airflow.sdk.definitions.dag.TAG_MAX_LEN``: a longer one fails the DAG's
+#: construction). A Kafka topic name may be 249 characters, so ``source:<topic>`` may be longer.
+TAG_MAX_LEN = 100
+#: Hex digits of the digest that ends a shortened tag: two long topics that share their first 89 characters
+#: still get two tags.
+TAG_DIGEST_LEN = 8
+
+
+def fit_tag(tag: str) -> str:
+    """``tag`` as it is when Airflow takes it, else its first characters, ``~`` (no topic name holds one) and
+    the first `TAG_DIGEST_LEN` hex digits of the whole tag's SHA-256: stable from parse to parse, and
+    distinct for two topics that differ anywhere."""
+    if len(tag) <= TAG_MAX_LEN:
+        return tag
+    digest = hashlib.sha256(tag.encode()).hexdigest()[:TAG_DIGEST_LEN]
+    return f"{tag[:TAG_MAX_LEN - TAG_DIGEST_LEN - 1]}~{digest}"
+
+
+def dag_tags(spec: PipelineSpec) -> list[str]:
+    """The DAG's tags: ``lockstep``, its first source topic, its sink topic, a lag trigger's threshold, then the
+    spec's own (`fit_tag` shortens one that names a long topic)."""
+    lag = spec.checkpoints.trigger
+    tags = ["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
+            *([f"trigger:lag>={lag.lag_records}"] if lag is not None else []), *spec.tags]
+    return list(dict.fromkeys(fit_tag(t) for t in tags))
 
 
 def doc_md(spec: PipelineSpec) -> str:
@@ -106,15 +132,23 @@ def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
 
 
 def sink_assets(pipelines_dir: Path | None = None) -> list[Asset]:
-    """The sink topics' Assets of every pipeline (an unreadable spec folder: none)."""
+    """The sink topics' Assets of every pipeline (an unreadable spec folder: none; a pipeline whose Asset
+    cannot be made: not its)."""
     from lockstep.paths import pipelines_dir as default_dir
     from lockstep.spec import load_each
 
     try:
-        return [topic_assets(spec)[0] for spec in load_each(pipelines_dir or default_dir())[0]]
+        specs = load_each(pipelines_dir or default_dir())[0]
     except OSError as exc:
         log.warning("no pipeline assets: %s", exc)
         return []
+    assets = []
+    for spec in specs:
+        try:
+            assets.append(topic_assets(spec)[0])
+        except Exception as exc:  # noqa: BLE001 - one pipeline's Asset must not take the others' with it
+            log.warning("pipeline %s: no sink Asset (%s)", spec.name, build_problem(spec, exc))
+    return assets
 
 
 def lag_asset(spec: PipelineSpec) -> Asset:
@@ -150,8 +184,10 @@ def max_active_runs(spec: PipelineSpec) -> int:
     return ONE_AHEAD_MAX_ACTIVE_RUNS if spec.checkpoints.trigger is not None and spec.checkpoints.one_task else 1
 
 
-def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = None) -> DAG:
-    """The pipeline's DAG; ``s3_clients`` (by connection id) are shared with the other pipelines of the parse."""
+def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = None, *,
+              restore_points: bool = True) -> DAG:
+    """The pipeline's DAG; ``s3_clients`` (by connection id) are shared with the other pipelines of the parse.
+    ``restore_points=False`` proposes none in the trigger form (no read of the store: `build_problems`)."""
     lag = spec.checkpoints.trigger
     with DAG(
         dag_id=spec.dag_id,
@@ -161,10 +197,12 @@ def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = 
         max_active_runs=max_active_runs(spec),
         description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
         doc_md=doc_md(spec),
-        tags=["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
-              *([f"trigger:lag>={lag.lag_records}"] if lag is not None else []), *spec.tags],
-        params=pipeline_params(read_restore_points(spec, s3_clients)),
+        tags=dag_tags(spec),
+        params=pipeline_params(read_restore_points(spec, s3_clients) if restore_points else []),
         default_args={"owner": spec.owner},
+        # Registered by the caller (`pipeline_dags` returns it), never by the ``with`` block: a DAG whose
+        # construction failed half-way must not reach the DagBag.
+        auto_register=False,
     ) as dag:
         if spec.checkpoints.one_task:
             # One process for the three steps; a retry plans again, which recovers this run's checkpoint first.
@@ -193,8 +231,9 @@ def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = 
 
 
 def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
-    """A DAG for each spec that validates: a spec that does not is left out (`spec_problems` shows why, as
-    the import error of dags/lockstep_spec_errors.py), and every other pipeline keeps its DAG and runs."""
+    """A DAG for each spec that validates and builds: a spec that does not validate, or whose DAG cannot be
+    built, is left out (`raise_spec_problems` shows why, as the import error of dags/lockstep_spec_errors.py),
+    and every other pipeline keeps its DAG and runs."""
     from lockstep.paths import pipelines_dir as default_dir
     from lockstep.spec import load_each
 
@@ -202,7 +241,32 @@ def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
     for problem in problems:
         log.warning("pipeline spec left out (no DAG until it is fixed): %s", problem)
     s3_clients: dict[str, Any] = {}  # one S3 client per connection for the restore points of every pipeline
-    return {spec.dag_id: build_dag(spec, s3_clients) for spec in specs}
+    dags: dict[str, DAG] = {}
+    for spec in specs:
+        try:
+            dags[spec.dag_id] = build_dag(spec, s3_clients)
+        except Exception as exc:  # noqa: BLE001 - one pipeline's DAG must not take the others' with it
+            log.warning("pipeline spec left out (no DAG until it is fixed): %s", build_problem(spec, exc))
+    return dags
+
+
+def build_problem(spec: PipelineSpec, exc: BaseException) -> str:
+    """What `raise_spec_problems` and the parse's log say of a spec whose DAG could not be built."""
+    return (f"{spec.path}: its DAG {spec.dag_id} cannot be built: {type(exc).__name__}: {' '.join(str(exc).split())}"
+            " (a Lockstep bug, or a value Airflow refuses: report it with the spec)")
+
+
+def build_problems(specs: list[PipelineSpec]) -> dict[str, str]:
+    """By spec path, why the DAG of each of ``specs`` that `pipeline_dags` could not build failed: each is built
+    again here, without reading its store (the dag-processor parses each DAG file in a process of its own, so
+    this file cannot see what the pipelines' file hit)."""
+    problems: dict[str, str] = {}
+    for spec in specs:
+        try:
+            build_dag(spec, restore_points=False)
+        except Exception as exc:  # noqa: BLE001 - reported, as the pipelines' file left it out
+            problems[spec.path] = build_problem(spec, exc)
+    return problems
 
 
 class InvalidPipelineSpecs(Exception):
@@ -211,17 +275,19 @@ class InvalidPipelineSpecs(Exception):
 
 def raise_spec_problems(pipelines_dir: Path | None = None) -> None:
     """Raise `InvalidPipelineSpecs` naming every problem of the specs that `pipeline_dags` leaves out (a DAG
-    file's import error is what Airflow's UI shows for a file that cannot be loaded); nothing if there is none."""
+    file's import error is what Airflow's UI shows for a file that cannot be loaded): the specs that do not
+    validate, and those whose DAG cannot be built; nothing if there is none."""
     from lockstep.paths import pipelines_dir as default_dir
     from lockstep.spec import load_each, spec_files
 
     directory = pipelines_dir or default_dir()
     specs, problems = load_each(directory)
-    if problems:
-        kept = {s.path for s in specs}
+    unbuilt = build_problems(specs)
+    if problems or unbuilt:
+        kept = {s.path for s in specs if s.path not in unbuilt}
         left_out = [f.name for f in spec_files(directory) if str(f) not in kept]
         raise InvalidPipelineSpecs("\n".join([
             f"{len(left_out)} pipeline spec{'s' if len(left_out) != 1 else ''} in {directory} "
             f"{'have' if len(left_out) != 1 else 'has'} no DAG until fixed ({', '.join(left_out)}); every other "
             "pipeline keeps its DAG. Check specs with `lockstep validate` before merging them:",
-            *(f"  {p}" for p in problems)]))
+            *(f"  {p}" for p in [*map(str, problems), *unbuilt.values()])]))

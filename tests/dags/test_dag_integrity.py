@@ -193,3 +193,102 @@ def test_a_parse_reads_every_pipelines_restore_points_on_one_s3_client_per_conne
     assert len(dags) == 4
     assert sorted(built) == [("aws_default", PARSE_TIMEOUT_S), ("aws_other", PARSE_TIMEOUT_S)]
     assert not [r for r in caplog.records if "restore points not readable" in r.getMessage()], caplog.text
+
+
+def _examples_beside(tmp_path: Path, **extra: dict) -> tuple[Path, list]:
+    """The repository's example specs copied into ``tmp_path/pipelines`` (their SQL files with them, their
+    schema files where they name them: ``../lockstep_examples``), plus ``extra`` specs (file stem -> orders.yaml's
+    document updated with it); the folder and the examples' specs."""
+    import shutil
+
+    import yaml
+
+    from lockstep.spec import load_specs
+
+    folder = tmp_path / "pipelines"
+    shutil.copytree(ROOT / "include" / "pipelines", folder)
+    (tmp_path / "lockstep_examples").symlink_to(ROOT / "include" / "lockstep_examples")
+    examples = load_specs(folder)
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    for stem, changes in extra.items():
+        (folder / f"{stem}.yaml").write_text(yaml.safe_dump({**doc, **changes}))
+    return folder, examples
+
+
+def _dagbag(folder: Path):
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from airflow.dag_processing.dagbag import DagBag
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCKSTEP_PIPELINES_DIR", str(folder))
+        return DagBag(str(ROOT / "dags"))
+
+
+def test_a_source_topic_longer_than_a_tag_keeps_every_pipeline_its_dag(tmp_path):
+    """A source topic of 180 characters (Kafka allows 249) beside the six examples: ``source:<topic>`` is longer
+    than Airflow's 100-character tags, and it used to fail the pipelines' file, 0 of 6 examples keeping a DAG.
+    Now every example keeps its DAG and the long one has its own, its tags shortened to fit with a digest."""
+    from lockstep.spec import load_spec
+
+    topic = "t" * 170 + ".orders-x"
+    folder, examples = _examples_beside(tmp_path, long_topic={
+        "name": "long-topic", "source": {"topics": [topic], "kafka_conn_id": "kafka_default"},
+        "sink": {"topic": "s" * 200, "dead_letter_topic": "long-topic-dead-letters"},
+        "transactions": {"id_prefix": "long-topic"}})
+    long_spec = load_spec(folder / "long_topic.yaml")
+    bag = _dagbag(folder)
+    assert not bag.import_errors, bag.import_errors
+    assert {s.dag_id for s in examples} | {long_spec.dag_id} <= set(bag.dags)
+    assert len(examples) == 6
+    from airflow.sdk.definitions.dag import TAG_MAX_LEN
+
+    assert all(len(tag) <= TAG_MAX_LEN for dag in bag.dags.values() for tag in dag.tags)
+    tags = bag.dags[long_spec.dag_id].tags
+    [source] = [t for t in tags if t.startswith("source:")]
+    [sink] = [t for t in tags if t.startswith("sink:")]
+    assert len(source) == len(sink) == TAG_MAX_LEN and source.startswith("source:ttt") and "~" in source, tags
+    assert "lockstep" in tags
+
+
+def test_long_tags_are_cut_to_airflows_limit_with_a_stable_digest_that_tells_two_topics_apart():
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from airflow.sdk.definitions.dag import TAG_MAX_LEN as AIRFLOWS
+
+    from lockstep_airflow.dag_factory import TAG_MAX_LEN, fit_tag
+
+    assert TAG_MAX_LEN == AIRFLOWS
+    short = "source:" + "a" * 93
+    assert fit_tag(short) == short  # exactly the limit: as it is
+    a, b = "source:" + "a" * 200 + "1", "source:" + "a" * 200 + "2"
+    assert len(fit_tag(a)) == len(fit_tag(b)) == TAG_MAX_LEN
+    assert fit_tag(a) != fit_tag(b) and fit_tag(a) == fit_tag(a)
+    assert fit_tag(a).startswith("source:aaa") and fit_tag(a)[-9] == "~"
+
+
+def test_an_error_building_one_pipelines_dag_leaves_every_other_its_dag_and_names_the_spec(tmp_path, monkeypatch):
+    """Whatever fails while one pipeline's DAG is built (here a planted error in its docs): every other
+    pipeline keeps its DAG, the failed one has none, and lockstep_spec_errors.py's import error names its spec
+    file and the cause."""
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from lockstep_airflow import dag_factory
+
+    folder, examples = _examples_beside(tmp_path)
+    broken = next(s for s in examples if s.name == "orders-avro")
+    real_doc_md = dag_factory.doc_md
+
+    def doc_md(spec):
+        if spec.name == broken.name:
+            raise RuntimeError("planted: this DAG cannot be built")
+        return real_doc_md(spec)
+
+    monkeypatch.setattr(dag_factory, "doc_md", doc_md)
+    bag = _dagbag(folder)
+    pipelines = str(ROOT / "dags" / "lockstep_pipelines.py")
+    assert pipelines not in bag.import_errors, bag.import_errors.get(pipelines)
+    assert {d for d, dag in bag.dags.items() if dag.fileloc == pipelines} == {
+        s.dag_id for s in examples if s is not broken}
+    error = bag.import_errors[str(SPEC_ERRORS)]
+    assert "1 pipeline spec" in error and f"({Path(broken.path).name})" in error, error
+    assert f"{broken.path}: its DAG {broken.dag_id} cannot be built: RuntimeError: planted: this DAG cannot be " \
+           "built" in error, error
+    assert "lockstep_downstream_example" in bag.dags
