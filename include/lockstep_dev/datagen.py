@@ -7,7 +7,9 @@ exercised. A valid order is about 100-200 bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 CURRENCIES = ("EUR", "USD", "GBP")
 
@@ -64,10 +66,64 @@ def send(bootstrap: str, topic: str, records: Iterable[tuple[bytes, int, bytes |
     return total
 
 
-def partition_count(bootstrap: str, topic: str) -> int:
+#: Seconds to wait for a topic's metadata (its partitions, each with a leader) before giving up.
+METADATA_TIMEOUT_S = 30.0
+
+
+class TopicAdmin(Protocol):
+    """What the waits below read: confluent-kafka's ``AdminClient.list_topics``."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+
+
+def _admin(bootstrap: str) -> TopicAdmin:
     from confluent_kafka.admin import AdminClient
 
-    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions)
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _ready_partitions(admin: TopicAdmin, topic: str, timeout_s: float) -> int:
+    """How many partitions the metadata lists for ``topic``, each with a leader; 0 while the broker answering
+    does not know the topic yet (an error in its metadata) or a partition has no leader yet."""
+    found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if found is None or found.error is not None:
+        return 0
+    parts = found.partitions.values()
+    if any(getattr(p, "error", None) is not None or getattr(p, "leader", 0) < 0 for p in parts):
+        return 0
+    return len(found.partitions)
+
+
+def wait_for_partitions(admin: TopicAdmin, topics: Mapping[str, int | None], timeout_s: float = METADATA_TIMEOUT_S,
+                        where: str = "Kafka", clock: Callable[[], float] = time.monotonic,
+                        sleep: Callable[[float], None] = time.sleep) -> dict[str, int]:
+    """Each topic's partition count once the metadata lists at least the expected number of partitions (None:
+    at least one), each with a leader. A topic just created is known to the controller before every broker's
+    metadata has it: a read right after its creation can list 0 partitions (the demo's first run once divided
+    by that). Polls until ``timeout_s`` and then raises, saying which topics were awaited and what was seen."""
+    deadline = clock() + timeout_s
+    seen: dict[str, int] = {}
+    while True:
+        for topic, wanted in topics.items():
+            if seen.get(topic, 0) < (wanted or 1):
+                seen[topic] = _ready_partitions(admin, topic, max(1.0, min(10.0, deadline - clock())))
+        waiting = {t: w for t, w in topics.items() if seen[t] < (w or 1)}
+        if not waiting:
+            return seen
+        if clock() >= deadline:
+            raise RuntimeError(
+                f"{where} did not list the partitions of "
+                + ", ".join(f"topic {t} ({seen[t]} with a leader, {'at least 1' if w is None else w} expected)"
+                            for t, w in waiting.items())
+                + f" within {timeout_s:g} s of asking: a topic just created that no broker's metadata has yet, or "
+                  "one that does not exist. Check the broker (`lockstep dev status`) and run again")
+        sleep(0.2)
+
+
+def partition_count(bootstrap: str, topic: str, timeout_s: float = METADATA_TIMEOUT_S) -> int:
+    """The topic's partition count, once its metadata lists its partitions (`wait_for_partitions`): never 0,
+    which a round-robin over them would divide by."""
+    return wait_for_partitions(_admin(bootstrap), {topic: None}, timeout_s, where=f"Kafka at {bootstrap}")[topic]
 
 
 def produce_orders(bootstrap: str, topic: str, count: int, start: int = 0, malformed_every: int = 0,
@@ -138,7 +194,9 @@ def produce_payments(bootstrap: str, topic: str, count: int, start: int = 0) -> 
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], config: dict[str, str] | None = None) -> None:
-    """Create missing topics with the given partition counts (replication factor 1) and ``config``."""
+    """Create missing topics with the given partition counts (replication factor 1) and ``config``, and return
+    once the metadata lists each one's partitions with their leaders (`wait_for_partitions`): what is produced
+    or read next finds them all."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -146,6 +204,9 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], config: dict[str, str]
     missing = [NewTopic(name, n, 1, config=dict(config or {})) for name, n in topics.items() if name not in existing]
     for future in (admin.create_topics(missing).values() if missing else []):
         future.result(timeout=30)
+    # An existing topic may hold more partitions than asked for; a created one holds exactly those asked for.
+    wait_for_partitions(admin, {name: (n if name not in existing else None) for name, n in topics.items()},
+                        where=f"Kafka at {bootstrap}")
 
 
 def iter_orders(count: int, start: int = 0, malformed_every: int = 0) -> Iterator[bytes]:
