@@ -10,6 +10,7 @@ from typing import Any
 from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import TopicPartition
 from lockstep.model.state import StateManifest
+from lockstep.model.tables import TableVersion
 from lockstep.model.transactional_ids import transactional_id
 from lockstep.spec import PipelineSpec, parse_spec
 from lockstep.steps.coordinator import Pipeline, Plan
@@ -63,11 +64,13 @@ class FakeWorld:
 
     def prepare(self, plan: Plan, records_per_task: int | None = None,
                 sources: dict[int, tuple[TopicPartition, ...] | None] | None = None,
-                state: StateManifest | None = None, output_tasks: int | None = None) -> PreparedCheckpoint:
+                state: StateManifest | None = None, output_tasks: int | None = None,
+                tables: dict[str, TableVersion] | None = None) -> PreparedCheckpoint:
         """What a successful Spark run leaves: one open transaction per non-empty range, flushed,
         and the prepared metadata naming them (the committables). Each carries its range's source
         partition, unless ``sources`` says otherwise for its task (a shuffle; None: not recorded). A
-        stateful run's prepared metadata carries ``state``, the manifest of the state files it wrote."""
+        stateful run's prepared metadata carries ``state``, the manifest of the state files it wrote; a run with
+        tables, ``tables``: the versions it wrote."""
         claim = plan.claim
         txns = []
         for index, r in enumerate(x for x in claim.ranges if not x.is_empty):
@@ -80,7 +83,8 @@ class FakeWorld:
         prepared = PreparedCheckpoint(claim.pipeline, claim.checkpoint_id, "2026-01-01T00:00:00+00:00", tuple(txns),
                                       records_in=sum(r.count for r in claim.ranges),
                                       records_out=sum(t.records for t in txns), records_dead_lettered=0,
-                                      spark_seconds=1.0, state=state, output_tasks=output_tasks)
+                                      spark_seconds=1.0, state=state, output_tasks=output_tasks,
+                                      tables=tables or {})
         self.store.write_prepared(prepared)
         return prepared
 

@@ -81,9 +81,35 @@ def test_a_checkpoint_without_source_records_reads_nothing_of_the_table() -> Non
     assert pin.records == 0 and pin.base == V1
 
 
-def test_retention_past_the_bases_end_starts_at_the_log_start() -> None:
-    pin = table_pin("customers", "customers", V1, {0: 7, 1: 0}, {0: 9, 1: 3}, reads=True, checkpoint_id=2)
-    assert pin.ranges[0] == OffsetRange("customers", 0, 7, 9)
+def test_retention_past_the_bases_end_is_refused_like_a_source_gap_naming_what_was_lost() -> None:
+    with pytest.raises(TerminalError) as refused:
+        table_pin("customers", "customers", V1, {0: 7, 1: 0}, {0: 9, 1: 3}, reads=True, checkpoint_id=2)
+    assert str(refused.value).startswith(
+        "checkpoint 2: table customers: retention deleted records of its topic before any checkpoint read them: "
+        "customers:0 offsets [5, 7) (2 records, the log now starts at 7); its version of checkpoint 1 ends before them")
+    assert "set checkpoints.skip_deleted_ranges: true" in str(refused.value)
+
+
+def test_with_skip_deleted_ranges_retention_past_the_bases_end_starts_at_the_log_start_and_is_recorded() -> None:
+    pin = table_pin("customers", "customers", V1, {0: 7, 1: 0}, {0: 9, 1: 3}, reads=True, checkpoint_id=2,
+                    skip_deleted=True)
+    assert pin.ranges[0] == OffsetRange("customers", 0, 7, 9) and pin.skipped == {0: 2}
+
+
+def test_a_checkpoint_without_source_records_is_not_refused_for_a_gap_it_does_not_read() -> None:
+    pin = table_pin("customers", "customers", V1, {0: 7, 1: 0}, {0: 9, 1: 3}, reads=False, checkpoint_id=2)
+    assert pin.records == 0 and pin.skipped == {}
+
+
+def test_a_reused_pin_keeps_its_version_and_adds_the_attempt_it_comes_from() -> None:
+    from lockstep.rules.tables import reused_table_pin
+
+    pin = TablePin("customers", V1, (OffsetRange("customers", 0, 5, 9),))
+    again = reused_table_pin(pin, {0: 5}, False, 5, replays=4)
+    assert again.same_version(pin) and again.earlier == (4,)
+    assert reused_table_pin(again, {0: 0}, False, 6, replays=5).earlier == (4, 5)
+    with pytest.raises(TerminalError, match=r"checkpoint 6: table customers: .*customers:0 offsets \[5, 6\)"):
+        reused_table_pin(again, {0: 6}, False, 6, replays=5)
 
 
 def test_a_base_of_another_topic_starts_the_table_over() -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 __all__ = [
     "ABORTED_SCHEMA", "AbortedCheckpoint", "CheckpointClaim", "CheckpointStatus", "CheckpointView",
     "CompletedCheckpoint", "History", "PlannedWith", "PreparedCheckpoint", "PreparedTransaction", "Repair",
-    "Rerun", "RunFailure", "Savepoint", "validate_savepoint_name",
+    "Rerun", "RunFailure", "Savepoint", "SpecFingerprint", "validate_savepoint_name",
 ]
 
+import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -240,6 +242,49 @@ class PlannedWith:
 
 
 @dataclass(frozen=True)
+class SpecFingerprint:
+    """What a claim's pins (its schema ids, its tables' versions, its clock) came from: a digest of each spec
+    field they depend on, by the spec's name for it (``sink.value.schema``, ``tables.customers.topic``...;
+    `lockstep.rules.replay.fingerprint` says which). A replay of an aborted checkpoint reuses that one's
+    pins only when its fingerprint is the spec's now (`lockstep.rules.replay`): the fields that differ
+    name what changed. Digests, not values: a schema's text does not belong in every claim."""
+
+    fields: Mapping[str, str]
+
+    @staticmethod
+    def of(values: Mapping[str, object]) -> SpecFingerprint:
+        """The fingerprint of spec values (JSON-able) by field: each one's canonical JSON, digested."""
+        return SpecFingerprint({name: _digest(value) for name, value in values.items()})
+
+    @property
+    def digest(self) -> str:
+        """One digest of every field's (what two fingerprints compare by)."""
+        return _digest(dict(self.fields))
+
+    def changed(self, now: SpecFingerprint) -> tuple[str, ...]:
+        """The fields whose digest differs from ``now``'s, or that only one of the two has, sorted."""
+        return tuple(sorted(name for name in set(self.fields) | set(now.fields)
+                            if self.fields.get(name) != now.fields.get(name)))
+
+    def to_json(self) -> dict[str, object]:
+        return {"digest": self.digest, "fields": dict(sorted(self.fields.items()))}
+
+    @classmethod
+    def from_json(cls, doc: object, key: str, path: str = "fingerprint") -> SpecFingerprint:
+        r = _Reader(doc, key, None, path)
+        fields = r.get("fields", dict)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items()):
+            raise MetadataError(key, f"field '{path}.fields' must map spec fields to digests")
+        return cls(dict(fields))
+
+
+def _digest(value: object) -> str:
+    """A stable digest of a JSON-able value (16 hex digits of its canonical JSON's SHA-256)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
 class Rerun:
     """The share of an earlier stateful checkpoint's output that a claim writes again: the output of
     tasks ``tasks`` (of ``of_tasks``) of checkpoint ``checkpoint``, whose transactions the broker
@@ -312,6 +357,12 @@ class CheckpointClaim:
     #: Each table of the spec (`lockstep.model.tables`): the version the checkpoint starts from and the
     #: offsets of its topic it reads on top, pinned when planned. Empty without tables.
     tables: Mapping[str, TablePin] = field(default_factory=dict)
+    #: What its pins (``clock_ms``, ``schema_ids``, ``tables``) came from (`SpecFingerprint`): a replay of
+    #: this checkpoint, should it abort, reuses them only while the spec's fingerprint is the same. None in
+    #: claims of earlier versions, whose replays then take fresh pins but the clock.
+    fingerprint: SpecFingerprint | None = None
+    #: The aborted checkpoint whose ranges this one replays with its pins (None: fresh pins).
+    replays: int | None = None
 
     @property
     def needs_spark(self) -> bool:
@@ -364,6 +415,10 @@ class CheckpointClaim:
             doc["schema_ids"] = dict(self.schema_ids)
         if self.tables:
             doc["tables"] = pins_to_json(self.tables)
+        if self.fingerprint is not None:
+            doc["fingerprint"] = self.fingerprint.to_json()
+        if self.replays is not None:
+            doc["replays"] = self.replays
         return doc
 
     @classmethod
@@ -383,6 +438,9 @@ class CheckpointClaim:
             fires_timers=r.get("fires_timers", bool) if "fires_timers" in r.doc else False,
             rerun=Rerun.from_json(r.doc["rerun"], key) if r.doc.get("rerun") is not None else None,
             schema_ids=r.schema_ids("schema_ids"), tables=pins_from_json(r.doc, key),
+            fingerprint=SpecFingerprint.from_json(r.doc["fingerprint"], key) if r.doc.get("fingerprint") is not None
+            else None,
+            replays=r.get("replays", int, optional=True) if "replays" in r.doc else None,
         ))
 
 

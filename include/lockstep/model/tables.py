@@ -78,19 +78,36 @@ class TableVersion:
 @dataclass(frozen=True)
 class TablePin:
     """What a claim pins of one table: the version it starts from (None: the table's first version,
-    read from the topic's start) and the offsets it reads on top, per partition ``[start, end)``."""
+    read from the topic's start) and the offsets it reads on top, per partition ``[start, end)``.
+
+    ``skipped``: per partition, the offsets retention deleted between where ``base`` ends and the log
+    start, skipped by ``checkpoints.skip_deleted_ranges`` (else the plan refuses them). ``earlier``: the
+    aborted checkpoints whose claims pinned this same version before this one (a replay reuses its aborted
+    checkpoint's pins, `lockstep.rules.replay`), oldest first: the run builds the version from the files
+    the first of them wrote, when there are some, rather than from the topic again."""
 
     name: str
     base: TableVersion | None
     ranges: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    skipped: Mapping[int, int] = field(default_factory=dict)
+    earlier: tuple[int, ...] = ()
 
     @property
     def records(self) -> int:
         return sum(r.count for r in self.ranges)
 
+    def same_version(self, other: TablePin) -> bool:
+        """Whether both pin the same version: the same base and the same offsets on top."""
+        return (self.name, self.base, self.ranges) == (other.name, other.base, other.ranges)
+
     def to_json(self) -> dict[str, object]:
-        return {"base": None if self.base is None else self.base.to_json(),
-                "ranges": [r.to_json() for r in self.ranges]}
+        doc: dict[str, object] = {"base": None if self.base is None else self.base.to_json(),
+                                  "ranges": [r.to_json() for r in self.ranges]}
+        if self.skipped:
+            doc["skipped"] = {str(p): n for p, n in sorted(self.skipped.items())}
+        if self.earlier:
+            doc["earlier"] = list(self.earlier)
+        return doc
 
     @classmethod
     def from_json(cls, name: str, doc: object, key: str, path: str) -> TablePin:
@@ -99,9 +116,12 @@ class TablePin:
         raw = doc.get("base")
         try:
             ranges = tuple(OffsetRange.from_json(r) for r in doc.get("ranges") or ())
+            skipped = {int(p): int(n) for p, n in dict(doc.get("skipped") or {}).items()}
+            earlier = tuple(int(c) for c in doc.get("earlier") or ())
         except (TypeError, ValueError, KeyError) as exc:
-            raise MetadataError(key, f"field '{path}.ranges' is invalid: {exc}") from exc
-        return cls(name, None if raw is None else TableVersion.from_json(raw, key, f"{path}.base"), ranges)
+            raise MetadataError(key, f"field '{path}' is invalid: {exc}") from exc
+        return cls(name, None if raw is None else TableVersion.from_json(raw, key, f"{path}.base"), ranges, skipped,
+                   earlier)
 
 
 def tables_to_json(tables: Mapping[str, TableVersion]) -> dict[str, object]:

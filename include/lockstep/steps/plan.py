@@ -25,11 +25,11 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
-from lockstep.model.tables import TablePin
-from lockstep.model.transactions import utc_text
+from lockstep.model.tables import TablePin, TableVersion
 from lockstep.registry.schemas import pin
 from lockstep.rules.pinned import pinned_clock, planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
+from lockstep.rules.replay import fingerprint, replay_of, replayed
 from lockstep.rules.start_offsets import (
     READ_BEFORE,
     TIME_PREFIX,
@@ -46,7 +46,7 @@ from lockstep.rules.start_offsets import (
     restore_totals,
 )
 from lockstep.rules.state_base import base_refusal
-from lockstep.rules.tables import table_pin
+from lockstep.rules.tables import reused_table_pin, table_pin
 from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
 from lockstep.steps.recover import check_in_flight, recover
@@ -139,9 +139,17 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
     clock_ms, replays = pinned_clock({r.tp.key: r.start for r in ranges.ranges},
                                      state_base.written_by if state_base is not None else None, history.after,
                                      p.wall_ms())
-    if replays is not None and p.spec.state is not None:
-        log.info("checkpoint %d: starts where aborted checkpoint %d started, and takes its clock (%s) so that "
-                 "its watermark and timers decide as that one's did", next_id, replays, utc_text(clock_ms))
+    # A replay of an aborted checkpoint reuses its pins while the spec they came from is the same (rules.replay).
+    bases = _table_bases(p, restore, latest)
+    now = fingerprint(p.spec)
+    replay = replay_of(next_id, replayed(history.after, replays), now, bases)
+    if replay is not None:
+        if replay.reuses or replay.unknown:
+            log.info(replay.notice(p.spec))
+        else:
+            log.warning(replay.notice(p.spec))
+            clock_ms = p.wall_ms()
+    reuse = replay.aborted if replay is not None and replay.reuses else None
     fires = _fires_timers(p, ranges, state_base, clock_ms)
     if fires:
         log.info("checkpoint %d: no new records, and every source partition has been idle long enough for the "
@@ -155,18 +163,17 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
             schema_ids = pin(p.spec, dry_run=dry_run)
         except TerminalError as exc:
             raise TerminalError(f"checkpoint {next_id}: not claimed: {exc}") from None
-    if replays is not None and schema_ids:
-        # The aborted attempt's schemas too, as its clock: the replay reads and writes as it would have.
-        aborted = next((v for v in history.after if v.checkpoint_id == replays), None)
-        if aborted is not None and aborted.claim.schema_ids:
-            schema_ids = {**schema_ids, **aborted.claim.schema_ids}
-    tables = _table_pins(p, restore, latest, next_id, any(not r.is_empty for r in ranges.ranges))
+    if reuse is not None and schema_ids:
+        # The aborted attempt's schemas, as its clock: the replay reads and writes as it would have (a part it
+        # left unpinned, its subject then unknown, takes the one pinned now).
+        schema_ids = {**schema_ids, **reuse.schema_ids}
+    tables = _table_pins(p, bases, next_id, any(not r.is_empty for r in ranges.ranges), reuse)
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
         state_base=state_base, clock_ms=clock_ms, fires_timers=fires, rerun=_rerun(restore, latest),
-        schema_ids=schema_ids, tables=tables,
+        schema_ids=schema_ids, tables=tables, fingerprint=now, replays=reuse.checkpoint_id if reuse else None,
     )
     result = Plan(claim, ranges, dry_run, restore_rows)
     if dry_run:
@@ -229,11 +236,10 @@ def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
     return base
 
 
-def _table_pins(p: Pipeline, restore: str | None, latest: CheckpointView | None, checkpoint_id: int,
-                reads: bool) -> dict[str, TablePin]:
-    """Each table's pin (`lockstep.rules.tables.table_pin`): its version where the start offsets come from
-    (the latest completed checkpoint, or the checkpoint or savepoint restored from; a restore by time
-    keeps the latest one's), and its topic's offsets up to the last stable ones now."""
+def _table_bases(p: Pipeline, restore: str | None, latest: CheckpointView | None) -> dict[str, TableVersion | None]:
+    """Each table's version a checkpoint starts from: the one where its start offsets come from (the latest
+    completed checkpoint, or the checkpoint or savepoint restored from; a restore by time keeps the latest
+    one's); None for a table without one yet."""
     if not p.spec.tables:
         return {}
     if restore is None or restore.startswith(TIME_PREFIX):
@@ -243,17 +249,37 @@ def _table_pins(p: Pipeline, restore: str | None, latest: CheckpointView | None,
         bases = view.completed.tables if view is not None and view.completed is not None else {}
     else:
         bases = p.store.get_savepoint(restore).tables
+    return {table.name: bases.get(table.name) for table in p.spec.tables}
+
+
+def _table_pins(p: Pipeline, bases: dict[str, TableVersion | None], checkpoint_id: int, reads: bool,
+                reuse: CheckpointClaim | None) -> dict[str, TablePin]:
+    """Each table's pin (`lockstep.rules.tables.table_pin`): its version ``bases`` names, and its topic's
+    offsets up to the last stable ones now; or, replaying aborted checkpoint ``reuse`` with its pins, that
+    claim's pin (`lockstep.rules.tables.reused_table_pin`). Either is refused when retention deleted offsets
+    it reads, unless ``checkpoints.skip_deleted_ranges``."""
     pins = {}
+    skip = p.spec.checkpoints.skip_deleted_ranges
     for table in p.spec.tables:
         tps = topics.partitions(p.source_admin, [table.topic], f"tables.{table.name}.topic")
-        log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
-        stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
-        pin = table_pin(table.name, table.topic, bases.get(table.name), {tp.partition: o for tp, o in log_start.items()},
-                        {tp.partition: o for tp, o in stable_end.items()}, reads, checkpoint_id)
+        log_start = {tp.partition: o for tp, o in broker_offsets.log_start_offsets(p.source_admin, tps).items()}
+        earlier = reuse.tables.get(table.name) if reuse is not None else None
+        if reuse is not None and earlier is not None:
+            pin = reused_table_pin(earlier, log_start, skip, checkpoint_id, reuse.checkpoint_id)
+        else:
+            stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+            pin = table_pin(table.name, table.topic, bases.get(table.name), log_start,
+                            {tp.partition: o for tp, o in stable_end.items()}, reads, checkpoint_id, skip)
+        for partition, skipped in sorted(pin.skipped.items()):
+            log.warning("checkpoint %d: table %s: skipping %d records of %s:%d deleted by retention before any "
+                        "checkpoint read them (skip_deleted_ranges)", checkpoint_id, table.name, skipped, table.topic,
+                        partition)
         if pin.records:
-            log.info("checkpoint %d: table %s: reads %d offsets of %s on top of %s", checkpoint_id, table.name,
+            log.info("checkpoint %d: table %s: reads %d offsets of %s on top of %s%s", checkpoint_id, table.name,
                      pin.records, table.topic, f"its version of checkpoint {pin.base.written_by}" if pin.base
-                     else "nothing (its first version)")
+                     else "nothing (its first version)",
+                     f", as aborted checkpoint {reuse.checkpoint_id} pinned them" if earlier is not None and reuse
+                     else "")
         pins[table.name] = pin
     return pins
 
