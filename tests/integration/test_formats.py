@@ -331,6 +331,51 @@ def test_a_checkpoint_decodes_into_the_reader_schema_its_claim_pinned(tmp_path, 
     assert channels == {"o1": None, "o2": None, "o3": None, "o4": "web", "o5": "web"}
 
 
+def test_a_new_empty_source_topic_needs_no_subject_until_a_checkpoint_reads_its_records(
+        tmp_path, bootstrap, unique, registry):
+    """An Avro topic with five records beside a new topic nobody has written to yet, so without a subject (the
+    topic name strategy's ``<topic>-value``), listed first: the checkpoint reads nothing of the new topic and
+    completes, its reader schema pinned from the other topic's subject. Once a record comes to the new topic
+    while its subject is still missing, the checkpoint that would read it is refused before its claim, naming
+    the topic, the subject and the way out; with the subject registered, the next run reads it."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import Schema
+
+    from lockstep_dev.datagen import ensure_topics
+
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": "json"},
+                    "lockstep_examples.orders:passthrough", partitions=1)
+    new = f"{pipeline.source}.new"
+    ensure_topics(bootstrap, {new: 1})
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["source"]["topics"] = [new, pipeline.source]
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+    produce(pipeline, registry, [(i, order(i)) for i in range(1, 6)])
+    first = run(pipeline)
+    assert first.returncode == 0, first.stderr[-3000:]
+    sunk = lambda: sorted(json.loads(m.value())["order_id"] for m in read_committed(bootstrap, pipeline.sink))
+    assert sunk() == [f"o{i}" for i in range(1, 6)]
+    latest = registry.get_latest_version(f"{pipeline.source}-value").schema_id
+    assert store(pipeline).view(1).claim.schema_ids == {"source.value": latest}
+
+    # A record in the new topic (an order as Confluent's serializer framed it for the other one): now read.
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(new, read_committed(bootstrap, pipeline.source)[0].value(), key=b"o1", partition=0)
+    producer.flush(30)
+    refused = run(pipeline)
+    assert refused.returncode != 0
+    last = refused.stderr.strip().splitlines()[-1]
+    assert all(w in last for w in ("checkpoint 2: not claimed", f"subject '{new}-value' of topic {new}",
+                                   "reads records of", "Register", "source.value.subject")), refused.stderr[-2000:]
+    assert list(store(pipeline).checkpoint_ids()) == [1]
+    assert errors(pipeline) == [] and len(sunk()) == 5
+
+    registry.register_schema(f"{new}-value", Schema(ORDER, "AVRO"))
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(sunk()) + len(errors(pipeline)) == 6  # its id is a version of the new subject, or a dead letter
+
+
 def test_dedup_over_avro_records_passes_each_order_once_in_the_sinks_avro(tmp_path, bootstrap, unique, registry):
     """Dedup keyed by a field of the decoded record: the copies are dropped, the records it passes are
     encoded from the transform's `data` in the sink's schema, read back by Confluent's AvroDeserializer."""

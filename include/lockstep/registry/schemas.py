@@ -16,10 +16,10 @@ form (one file's descriptor) is turned into it here, and a declared one is regis
 from __future__ import annotations
 
 __all__ = [
-    "Reading", "Writing", "pin", "readings", "writings",
+    "Reading", "Writing", "missing_subject", "pin", "readings", "writings",
 ]
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from lockstep.errors import TerminalError
@@ -73,9 +73,15 @@ class Writing:
         return self.format.schema_from or "no schema"
 
 
-def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tuple[Reading, ...]:
+def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None,
+             read: Collection[str] | None = None) -> tuple[Reading, ...]:
     """The source's decoded parts (none for a source of raw bytes). ``pinned``: the claim's schema ids
-    (`pin`); a part's reader schema is the one its claim pinned, else the declared one, else the latest."""
+    (`pin`); a part's reader schema is the one its claim pinned, else the declared one, else the latest.
+
+    ``read``: the source topics whose records are decoded (those with records in the checkpoint's ranges);
+    None: every source topic. A topic outside it needs no subject (a new topic nobody has written to yet):
+    its subject, if the registry holds none, is left out. A missing subject of a topic in it is terminal
+    (`missing_subject`)."""
     out = []
     for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
         if not fmt.decoded:
@@ -89,20 +95,26 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tup
         writers: dict[int, str] = {}
         ids: dict[str, tuple[int, ...]] = {}
         latest = None
+        absent: list[str] = []
         for topic, subject in subjects.items():
             try:
                 versions = registry.subject_schemas(subject)
             except RegistryError as exc:
                 if exc.status != 404:
                     raise
-                raise TerminalError(f"{spec.path}: source.{part}: subject {subject!r} (topic {topic}) is not in schema "
-                                    f"registry {registry.name}; its records cannot be decoded. Register the topic's "
-                                    f"schema, or set source.{part}.subject") from None
+                if read is None or topic in read:
+                    raise missing_subject(spec, part, topic, subject, registry.name) from None
+                absent.append(topic)  # nothing of it is read: its records, when they come, need the subject
+                continue
             _check_type(spec, f"source.{part}", fmt, versions[-1].schema_type, subject)
             writers.update({v.id: v.text for v in versions})
             ids[topic] = tuple(sorted(v.id for v in versions))
             latest = latest or versions[-1].text
-        # The reader schema its claim pinned, else the declared one, else the subject's latest version.
+        subjects = {topic: subject for topic, subject in subjects.items() if topic not in absent}
+        if not subjects:  # no subject at all, so no schema to decode into, even for no record
+            topic = absent[0]
+            raise missing_subject(spec, part, topic, fmt.subject_for(topic, part), registry.name)
+        # The reader schema its claim pinned, else the declared one, else the first subject's latest version.
         key = f"source.{part}"
         pinned_text = registry.schema(pinned[key]).text if fmt.schema is None and pinned and key in pinned else None
         if fmt.protobuf:
@@ -111,6 +123,15 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> tup
             continue
         out.append(Reading(part, fmt, fmt.schema or pinned_text or latest, writers, subjects, ids))
     return tuple(out)
+
+
+def missing_subject(spec: PipelineSpec, part: str, topic: str, subject: str, registry: str) -> TerminalError:
+    """A source topic whose records are read has no subject in the registry: none of them can be decoded, and
+    every attempt fails the same way until the subject is registered (or the spec names another)."""
+    return TerminalError(f"{spec.path}: source.{part}: subject {subject!r} of topic {topic} is not in schema "
+                         f"registry {registry}, and the checkpoint reads records of {topic}: they cannot be decoded. "
+                         f"Register the schema its producers write with under {subject!r} (a Confluent serializer "
+                         f"with auto.register.schemas does), or set source.{part}.subject to the subject they use")
 
 
 def _declared_message(spec: PipelineSpec, where: str, fmt: FormatSpec) -> str | None:
@@ -275,22 +296,39 @@ def _check_type(spec: PipelineSpec, where: str, fmt: FormatSpec, found: str, sub
                             f"holds a {found} schema; set the format to the subject's")
 
 
-def pin(spec: PipelineSpec, dry_run: bool = False) -> dict[str, int]:
+def pin(spec: PipelineSpec, dry_run: bool = False, read: Collection[str] | None = None) -> dict[str, int]:
     """The registry schemas a checkpoint is planned with (`CheckpointClaim.schema_ids`): each registry
-    source part's reader schema when the spec declares none (its subject's latest version now), and each
-    registry sink part's schema, checked against the subject (`writings`; registered with
-    ``auto_register``, not in a ``dry_run``). Raises `TerminalError` with why a sink schema cannot be
-    written with. A source subject the registry does not hold yet is left unpinned: its records, if any,
-    fail the run with the reason."""
+    source part's reader schema when the spec declares none (the latest version of the first source topic's
+    subject the registry holds, as `readings` takes it unpinned), and each registry sink part's schema,
+    checked against the subject (`writings`; registered with ``auto_register``, not in a ``dry_run``).
+    Raises `TerminalError` with why a sink schema cannot be written with.
+
+    ``read``: the source topics the checkpoint reads records of; a registry part's subject missing for one
+    of them is terminal (`missing_subject`), before anything is claimed. A topic it does not read (a new,
+    empty one) needs no subject; with ``read`` None, a missing subject is left for the run to judge."""
     ids: dict[str, int] = {}
     for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
-        if fmt.registry and fmt.schema is None:
-            subject = fmt.subject_for(spec.source.topics[0], part)
-            try:
-                ids[f"source.{part}"] = registry_for(spec.source.registry_conn_id).version(subject).id
-            except RegistryError as exc:
-                if exc.status != 404:
-                    raise
+        if not fmt.registry:
+            continue
+        registry = registry_for(spec.source.registry_conn_id)
+        latest: dict[str, int | None] = {}  # subject -> its latest version's id, None: not in the registry
+        for topic in spec.source.topics:
+            subject = fmt.subject_for(topic, part)
+            checked = read is not None and topic in read
+            if not checked and (fmt.schema is not None or f"source.{part}" in ids):
+                continue
+            if subject not in latest:
+                try:
+                    latest[subject] = registry.version(subject).id
+                except RegistryError as exc:
+                    if exc.status != 404:
+                        raise
+                    latest[subject] = None
+            found = latest[subject]
+            if found is None and checked:
+                raise missing_subject(spec, part, topic, subject, registry.name)
+            if found is not None and fmt.schema is None:
+                ids.setdefault(f"source.{part}", found)
     for w in writings(spec, register=not dry_run, dry_run=dry_run):
         if w.schema_id is not None:
             ids[w.pin_key] = w.schema_id

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
@@ -58,11 +58,13 @@ class Formats:
     """The spec's record formats for one run (`lockstep.spark.codecs`), resolved once on the driver: the
     source's schemas by id, the sink's schema and its id."""
 
-    def __init__(self, spec: PipelineSpec, pinned: Mapping[str, int] | None = None) -> None:
+    def __init__(self, spec: PipelineSpec, pinned: Mapping[str, int] | None = None,
+                 read: Collection[str] | None = None) -> None:
         """``pinned``: the claim's schema ids (`CheckpointClaim.schema_ids`); None (an audit): the
-        registry's latest versions and the declared schemas."""
+        registry's latest versions and the declared schemas. ``read``: the source topics whose records the
+        run decodes (`readings`: only their subjects must exist); None: every source topic."""
         self.spec = spec
-        self.readings = readings(spec, pinned)
+        self.readings = readings(spec, pinned, read)
         self.writings = writings(spec, pinned=pinned)
 
     def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame],

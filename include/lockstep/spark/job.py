@@ -178,7 +178,7 @@ def _rerun(spark: JobSession, spec: PipelineSpec, store: PipelineStore, kafka: d
     read = tuple(r for r in claim.ranges if not r.is_empty)
     df = read_ranges(spark, kafka, read or claim.ranges, headers=spec.replay_of is not None, tasks=max(1, len(read)))
     if formats.readings or formats.writings:  # decode and encode as that checkpoint did: its own pinned schemas
-        formats = Formats(spec, claim.schema_ids)
+        formats = Formats(spec, claim.schema_ids, read={r.topic for r in read})
     out, decoded = formats.transformed(df, transform)
     again = keyed_state.start(spark, spec, claim, out, store.state_files(), formats.window_encoder())
     runs.append(again)
@@ -252,7 +252,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         shipped = ship_to_executors(spark, spec, (("lockstep",) if uses_lockstep else ()) + functions)
         if shipped:
             log.info("checkpoint %d: shipped %s to the executors", checkpoint_id, ", ".join(shipped))
-        formats = Formats(spec, view.claim.schema_ids)
+        formats = Formats(spec, view.claim.schema_ids, read={r.topic for r in ranges if not r.is_empty})
         if formats.readings or formats.writings:
             log.info("checkpoint %d: formats: %s", checkpoint_id, formats.describe())
         enrich = None

@@ -160,7 +160,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         # The schemas before anything is written: a sink schema the registry would reject is refused here,
         # and the ones the checkpoint reads into and writes with are pinned in its claim.
         try:
-            schema_ids = pin(p.spec, dry_run=dry_run)
+            schema_ids = pin(p.spec, dry_run=dry_run, read={r.topic for r in ranges.ranges if not r.is_empty})
         except TerminalError as exc:
             raise TerminalError(f"checkpoint {next_id}: not claimed: {exc}") from None
     if reuse is not None and schema_ids:
