@@ -161,3 +161,59 @@ def test_with_routes_an_output_in_another_topic_than_its_route_is_misrouted():
     wrong = report(misrouted=[((SOURCE, 0, 2), SINK, "big")])
     assert not wrong.ok and wrong.to_json()["misrouted_sample"] == [f"{SOURCE}:0@2 in {SINK}, expected big"]
     assert "misrouted: 1 outputs are in another topic than sink.routes send them to" in wrong.summary()
+
+
+def test_verify_decodes_each_checkpoint_with_the_schema_ids_its_claim_pinned_not_the_registrys_latest(monkeypatch):
+    """The schemas a checkpoint's run read and wrote with are its claim's (`schema_ids`); verify recomputes each
+    checkpoint with those (a Formats per set of pins), whatever versions the registry holds since."""
+    from types import SimpleNamespace
+
+    from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint
+    from lockstep.ops import verify
+    from lockstep.spark import codecs
+    from lockstep.store.checkpoint_store import CheckpointStore
+    from tests.support.fake_s3 import FakeS3
+
+    store = CheckpointStore(FakeS3(), "lockstep", "unit/orders", "orders")
+    pinned = {1: {"source.value": 3, "sink.value": 4}, 2: {"source.value": 3, "sink.value": 4},
+              3: {"source.value": 5, "sink.value": 6}}
+    ranges = {cid: (OffsetRange(SOURCE, 0, 10 * (cid - 1), 10 * cid),) for cid in pinned}
+    for cid, ids in pinned.items():
+        at = "2026-01-01T00:00:00+00:00"
+        store.claim(CheckpointClaim("orders", cid, f"r{cid}", at, ranges[cid], "earliest", schema_ids=ids))
+        store.write_prepared(PreparedCheckpoint("orders", cid, at, (), 10, 10, 0, 1.0))
+        store.mark_completed(CompletedCheckpoint("orders", cid, at, {f"{SOURCE}:0": 10 * cid}, ()))
+    schemas: dict[int, object] = {}
+    assert verify.completed_ranges(store, None, schemas=schemas) == ranges  # type: ignore[arg-type]
+    assert schemas == pinned
+
+    built: list[dict[str, int] | None] = []
+    read: list[OffsetRange] = []
+
+    class Frame:
+        def __init__(self, rs: tuple[OffsetRange, ...] = ()) -> None:
+            self.rs, self.columns = rs, ["topic", "partition", "offset"]
+
+        def collect(self) -> list[dict[str, object]]:
+            return [{"topic": r.topic, "partition": r.partition, "offset": o} for r in self.rs
+                    for o in range(r.start, r.end)]
+
+    class Formats:
+        def __init__(self, spec: object, pinned: dict[str, int] | None = None) -> None:
+            built.append(None if pinned is None else dict(pinned))
+
+        def transformed(self, df: Frame, transform: object, enrich: object = None,
+                        enrich_errors: bool = False) -> tuple[Frame, None]:
+            return df, None
+
+        @staticmethod
+        def with_dead_letters(out: Frame, decoded: None, columns: object) -> Frame:
+            return out
+
+    monkeypatch.setattr(codecs, "Formats", Formats)
+    monkeypatch.setattr(verify, "read_ranges", lambda spark, kafka, rs: read.extend(rs) or Frame(rs))
+    monkeypatch.setattr(verify, "kafka_config", lambda *args: {})
+    monkeypatch.setattr(verify, "forget_read_settings", lambda spark: None)
+    expected = verify.expected_outputs(spec(), SimpleNamespace(), ranges, [], schemas=schemas)  # type: ignore[arg-type]
+    assert sum(expected.values()) == 30 and read == [r for rs in ranges.values() for r in rs]
+    assert built == [pinned[1], pinned[3]], "one Formats per set of pins, each the claim's"

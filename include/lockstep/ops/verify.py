@@ -248,10 +248,11 @@ class VerifyReport:
 
 
 def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[int, str] | None = None,
-                     tables: dict[int, Mapping[str, TableVersion]] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
+                     tables: dict[int, Mapping[str, TableVersion]] | None = None,
+                     schemas: dict[int, Mapping[str, int]] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
     """The input ranges each completed checkpoint from ``since`` on delivered: a repaired one's without
     the ranges it gave back to the next checkpoint (put in ``repaired``, with what was lost); each one's
-    table versions go in ``tables``."""
+    table versions go in ``tables``, the schema ids its claim pinned in ``schemas``."""
     result: dict[int, tuple[OffsetRange, ...]] = {}
     for cid in store.checkpoint_ids(after=since - 1 if since else None):
         view = store.view(cid)
@@ -261,25 +262,32 @@ def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[i
                 repaired[cid] = view.completed.repair.summary
             if tables is not None:
                 tables[cid] = view.completed.tables
+            if schemas is not None:
+                schemas[cid] = view.claim.schema_ids
     return result
 
 
 def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]],
                      unchecked: list[Unchecked] | None = None,
                      topics: dict[Offset, set[str]] | None = None, store: CheckpointStore | None = None,
-                     tables: Mapping[int, Mapping[str, TableVersion]] | None = None) -> Counter[Offset]:
+                     tables: Mapping[int, Mapping[str, TableVersion]] | None = None,
+                     schemas: Mapping[int, Mapping[str, int]] | None = None) -> Counter[Offset]:
     """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
     ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error.
     With ``sink.routes``, ``topics`` gets the topic each offset's outputs go to: its route's (or
     ``sink.topic``), the dead-letter topic for a dead letter. With tables, each checkpoint's records meet
     the table versions its completed checkpoint records (``tables``, by checkpoint), read from ``store``'s
     files (never from the tables' topics, which Kafka may have compacted since); checkpoints that carried a
-    version forward share its frames."""
+    version forward share its frames. Each checkpoint's records are decoded into, and its outputs encoded
+    with, the registry schemas its claim pinned (``schemas``, by checkpoint), as its run did: not the
+    registry's latest versions, which may have moved since (a claim without pins: the latest, as then).
+    The Formats of one set of pins is built once (its registry lookups)."""
     from lockstep.errors import root_cause
     from lockstep.spark.codecs import Formats
 
     transform = routed(spec, load_transform(spec))  # a condition Spark refuses leaves the range unchecked
-    formats = Formats(spec)  # records that do not decode are dead letters, never the transform's
+    # records that do not decode are dead letters, never the transform's; one Formats per set of pinned ids
+    formats_by_pins: dict[tuple[tuple[str, int], ...], Formats] = {}
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Lockstep's reader (Java kafka-clients)
     expected: Counter[Offset] = Counter()
     made: dict[tuple[tuple[str, tuple[str, ...]], ...], MaterializedTables] = {}
@@ -287,6 +295,10 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
         if not rs:
             continue
         try:
+            pinned = tuple(sorted((schemas or {}).get(cid, {}).items()))
+            formats = formats_by_pins.get(pinned)
+            if formats is None:
+                formats = formats_by_pins[pinned] = Formats(spec, dict(pinned))
             enrich = _tables_of(spec, spark, store, (tables or {}).get(cid, {}), cid, made) if spec.tables else None
             out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich,
                                                enrich_errors=enrich is not None)
@@ -405,12 +417,13 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
         replay_store = checkpoint_store(replay_spec(spec))
     repaired: dict[int, str] = {}
     versions: dict[int, Mapping[str, TableVersion]] = {}
-    covered = completed_ranges(store, since, repaired, versions)
+    schemas: dict[int, Mapping[str, int]] = {}
+    covered = completed_ranges(store, since, repaired, versions, schemas)
     if log_starts is None:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
     routes: dict[Offset, set[str]] = {}
-    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store, versions)
+    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store, versions, schemas)
     replays = completed_replays(replay_store)
     outputs = read_outputs(spec, since, progress)
     gone = [u.range for u in unchecked]
