@@ -118,6 +118,9 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
     if not pin.records:
         version = base if base is not None else TableVersion(table.name, table.topic, checkpoint_id, ends)
         return current, version
+    first = _first_written(table, checkpoint_id, pin, files, current, ends)
+    if first is not None:
+        return first
     if table.versions_ms is not None:
         from lockstep.store.table_chain import versioned_delta
 
@@ -142,6 +145,37 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
         rows = state_chain.merge([t for t in (current, delta) if t is not None])
     return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
                               _live_keys(rows))
+
+
+def _first_written(table: TableSpec, checkpoint_id: int, pin: TablePin, files: StateFiles, current: pa.Table | None,
+                   ends: dict[int, int]) -> tuple[pa.Table | None, TableVersion] | None:
+    """The version an earlier attempt of this same pin wrote, from its file: the first of the aborted checkpoints
+    whose pins this one replays (``pin.earlier``), else an earlier attempt of this checkpoint (a retry). Not the
+    topic again: compaction or retention may have removed records of the pinned offsets since, and the version
+    built from what is left would differ from the one the first attempt joined (docs/joins.md). None: no
+    attempt got as far as writing it."""
+    from lockstep.store import state_chain
+
+    base = pin.base
+    for cid in (*pin.earlier, checkpoint_id):
+        for delta in (True, False) if base is not None else (False,):
+            key = files.table_key(cid, table.name, delta=delta)
+            found = files.written(key)
+            if found is None:
+                continue
+            rows, digest, size = found
+            if delta:
+                assert base is not None
+                rows = state_chain.merge([t for t in (current, rows) if t is not None])
+                keys, digests, sizes = (*base.files, key), (*base.digests, digest), (*base.file_bytes, size)
+            else:
+                keys, digests, sizes = (key,), (digest,), (size,)
+            log.info("checkpoint %d: table %s: its pinned version as %s wrote it (%s), not read from %s again",
+                     checkpoint_id, table.name, f"aborted checkpoint {cid}" if cid != checkpoint_id
+                     else "an earlier attempt", files.url(key), table.topic)
+            return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
+                                      _live_keys(rows))
+    return None
 
 
 def _live_keys(rows: pa.Table | None) -> int:

@@ -120,6 +120,21 @@ class StateFiles:
         except BotoCoreError as exc:
             raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
 
+    def written(self, key: str) -> tuple[pa.Table, str, int] | None:
+        """A state file an earlier attempt may have written under ``key``: decoded, with its digest and size;
+        None when there is none. (A table's version is taken from its first attempt's file, `lockstep.spark.tables`.)"""
+        from lockstep.store import state_chain
+
+        try:
+            body = bytes(self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                return None
+            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
+        return state_chain.read(body), digest(body), len(body)
+
     def copy(self, source_key: str, key: str, source_bucket: str | None = None) -> None:
         """Copy a state file (of another pipeline, possibly in another bucket of the same S3) to ``key``."""
         try:
