@@ -24,6 +24,7 @@ from typing import Any
 
 from lockstep.errors import TerminalError
 from lockstep.kafka.client_configs import CONFLUENT, ClientConfig, client_configs
+from lockstep.logs import redact_urls
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,11 @@ def known_secrets() -> list[str]:
 
 
 def redact(text: str) -> str:
-    """``text`` with every known connection secret replaced by ``***``."""
+    """``text`` with every known connection secret replaced by ``***``, and the credentials of every URL in
+    it (`lockstep.logs.redact_urls`)."""
     for secret in known_secrets():
         text = text.replace(secret, "***")
-    return text
+    return redact_urls(text)
 
 
 def get_connection(conn_id: str) -> Connection:

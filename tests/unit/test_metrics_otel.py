@@ -87,3 +87,66 @@ def test_an_otlp_endpoint_that_is_down_never_fails_the_caller(monkeypatch, caplo
     target = metrics.OtelTarget(f"http://127.0.0.1:{closed}/v1/metrics")
     assert metrics.send_gauges("orders", {"records_unread": 7}, target) == 0
     assert "metrics of orders not sent to OpenTelemetry at" in caplog.text
+
+
+#: Credentials planted in an OTLP endpoint: none may reach a log line or the output.
+PLANTED = ("pl4nted-s3cret", "pl4nted-t0ken")
+
+
+def test_an_endpoints_credentials_are_never_logged_when_the_gauges_are_sent(collector, monkeypatch, caplog, capsys):
+    """The "sent N gauges" line of every commit named the endpoint as given, password included."""
+    import logging
+
+    monkeypatch.delenv(metrics.ENV, raising=False)
+    monkeypatch.setenv(metrics.OTLP_ENV, f"http://lockstep:{PLANTED[0]}@127.0.0.1:{collector}")
+    with caplog.at_level(logging.DEBUG):
+        target = metrics.metrics_target()
+        assert metrics.send_commit_time_left("orders", 60_000, 15_000, target) == 1
+        with_token = metrics.OtelTarget(f"{target.endpoint}?token={PLANTED[1]}")
+        assert metrics.send_gauges("orders", {"records_unread": 7}, with_token) == 1
+    # The credentials still go where they belong: to the endpoint.
+    assert [path for path, _ in _Collector.received] == ["/v1/metrics", f"/v1/metrics?token={PLANTED[1]}"]
+    assert f"sent 1 gauges of orders to OpenTelemetry at http://***@127.0.0.1:{collector}/v1/metrics" in caplog.text
+    out = capsys.readouterr()
+    assert not [p for p in PLANTED if p in caplog.text + out.out + out.err], caplog.text
+
+
+def test_an_endpoints_credentials_are_never_logged_when_it_is_down_or_refused(monkeypatch, caplog, capsys):
+    """The failure's lines (Lockstep's and the OpenTelemetry exporter's own, which log the request's error with
+    its URL's query) and a refused value's message carry no credential either."""
+    import logging
+
+    monkeypatch.setattr(metrics, "OTLP_TIMEOUT_S", 1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    target = metrics.OtelTarget(f"http://lockstep:{PLANTED[0]}@127.0.0.1:{closed}/v1/metrics?token={PLANTED[1]}")
+    with caplog.at_level(logging.DEBUG):
+        assert metrics.send_gauges("orders", {"records_unread": 7}, target) == 0
+    assert "metrics of orders not sent to OpenTelemetry at http://***@127.0.0.1:" in caplog.text
+    monkeypatch.delenv(metrics.ENV, raising=False)
+    monkeypatch.setenv(metrics.OTLP_ENV, f"ftp://lockstep:{PLANTED[0]}@collector:4318")
+    with pytest.raises(TerminalError) as refused:
+        metrics.metrics_target()
+    assert "ftp://***@collector:4318" in str(refused.value)
+    out = capsys.readouterr()
+    assert not [p for p in PLANTED if p in caplog.text + out.out + out.err + str(refused.value)], caplog.text
+
+
+@pytest.mark.parametrize("logged, shown", [
+    ("https://user:pass@otel.example.com:4318/v1/metrics", "https://***@otel.example.com:4318/v1/metrics"),
+    ("https://user:p@ss@h/x and http://a:b@c/d", "https://***@h/x and http://***@c/d"),
+    ("http://h:1/v1/metrics?token=abc&x=1&api_key=zz", "http://h:1/v1/metrics?token=***&x=1&api_key=***"),
+    ("s3://b/k?X-Amz-Signature=abc&X-Amz-Credential=AK%2F1", "s3://b/k?X-Amz-Signature=***&X-Amz-Credential=***"),
+    ("sc://host:15002/;token=abc;user_id=me", "sc://host:15002/;token=***;user_id=me"),
+    ("Max retries exceeded with url: /v1/metrics?access_token=abc (Caused by", "Max retries exceeded with url: "
+                                                                              "/v1/metrics?access_token=*** (Caused by"),
+    ("kafka://broker:9092/orders", "kafka://broker:9092/orders"),
+    ("localhost:8125, http://h/p?sig=1&signal=2", "localhost:8125, http://h/p?sig=***&signal=2"),
+])
+def test_redact_urls_keeps_where_and_hides_credentials(logged, shown):
+    from lockstep.connections import redact
+    from lockstep.logs import redact_urls
+
+    assert redact_urls(logged) == shown
+    assert redact(logged) == shown  # what task logs and alerts pass through (connection secrets, and these)

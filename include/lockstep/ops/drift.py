@@ -19,6 +19,7 @@ __all__ = [
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
+from lockstep.logs import redact_urls
 from lockstep.model.checkpoint import CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 
@@ -160,7 +161,8 @@ def read_asset_events(url: str, pipeline: str) -> list[dict[str, object]]:
                 return events
             offset += 100
     except (AirflowError, OSError) as exc:
-        raise TerminalError(f"cannot read the asset events of {pipeline} from {url}: {exc}") from exc
+        raise TerminalError(f"cannot read the asset events of {pipeline} from {redact_urls(url)}: "
+                            f"{redact_urls(str(exc))}") from exc
 
 
 def summary(findings: list[Finding]) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockstep.errors import TerminalError
+from lockstep.logs import RedactingFilter, redact_urls
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class OtelTarget:
 
     @property
     def where(self) -> str:
-        return f"OpenTelemetry at {self.endpoint}"
+        """Where the gauges go, for logs: the endpoint without the credentials it may carry (`redact_urls`)."""
+        return f"OpenTelemetry at {redact_urls(self.endpoint)}"
 
 
 Target = StatsdTarget | OtelTarget
@@ -74,7 +76,7 @@ def parse_target(value: str, prefix: str = DEFAULT_PREFIX, where: str = ENV) -> 
 def parse_otlp(value: str, prefix: str = DEFAULT_PREFIX, where: str = OTLP_ENV) -> OtelTarget:
     url = value.strip().rstrip("/")
     if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
-        raise TerminalError(f"{where}={value!r}: expected an OTLP/HTTP URL, e.g. http://localhost:4318")
+        raise TerminalError(f"{where}={redact_urls(value)!r}: expected an OTLP/HTTP URL, e.g. http://localhost:4318")
     return OtelTarget(url if url.endswith("/v1/metrics") else f"{url}/v1/metrics", prefix)
 
 
@@ -176,19 +178,33 @@ def _export(pipeline: str, gauges: Mapping[str, float], target: OtelTarget) -> i
             meter.create_gauge(name).set(value, {"pipeline": pipeline})
         data = reader.get_metrics_data()
         provider.shutdown()
+        _redact_exporter_logs()
         exporter = OTLPMetricExporter(endpoint=target.endpoint, timeout=OTLP_TIMEOUT_S)
         try:
             result = exporter.export(data, timeout_millis=OTLP_TIMEOUT_S * 1000) if data is not None else None
         finally:
             exporter.shutdown()
     except Exception as exc:  # noqa: BLE001 - metrics never fail a checkpoint
-        log.warning("metrics of %s not sent to %s: %s", pipeline, target.where, exc)
+        log.warning("metrics of %s not sent to %s: %s", pipeline, target.where, redact_urls(str(exc)))
         return 0
     if result is not MetricExportResult.SUCCESS:
         log.warning("metrics of %s not sent to %s: the export failed", pipeline, target.where)
         return 0
     log.info("sent %d gauges of %s to %s", len(gauges), pipeline, target.where)
     return len(gauges)
+
+
+#: The loggers of OpenTelemetry's OTLP/HTTP exporter, which log a failed request's error (its URL's query in it),
+#: and of the HTTP client below it, whose DEBUG lines name each request's path and query.
+EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "opentelemetry.exporter.otlp.common.http",
+                    "urllib3.connectionpool")
+
+
+def _redact_exporter_logs() -> None:
+    for name in EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+            logger.addFilter(RedactingFilter())
 
 
 def send_commit_time_left(pipeline: str, timeout_ms: int, left_ms: int | None,

@@ -25,6 +25,7 @@ from typing import Any
 
 from lockstep.connections import get_connection
 from lockstep.errors import TerminalError, TransientError
+from lockstep.logs import redact_urls
 
 #: Seconds a request may take before the registry counts as unreachable.
 TIMEOUT_S = 15.0
@@ -136,7 +137,7 @@ class SchemaRegistry:
             request.add_header("Content-Type", _CONTENT_TYPE)
         if self._auth:
             request.add_header("Authorization", self._auth)
-        where = f"schema registry {self.name} ({self.url}): {method} {path.split('?')[0]}"
+        where = f"schema registry {self.name} ({redact_urls(self.url)}): {method} {path.split('?')[0]}"
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
                 return json.loads(response.read() or b"null")

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypedDict, cast
 
+from lockstep.logs import redact_urls
 from lockstep.transform import is_connect_session
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ def server_away(exc: BaseException, url: str, source: str | None = None) -> str 
     how = ("it refused the connection: it is down or restarting, and a run's session does not outlive its "
            "server" if isinstance(cause, BaseException) and refused(cause)
            else f"through {RETRIES['max_retries']} retries, 10-15 s")
-    return f"the Spark Connect server at {url}{where} did not answer ({how}): {detail}. {way_out}"
+    return f"the Spark Connect server at {redact_urls(url)}{where} did not answer ({how}): {detail}. {way_out}"
 
 
 @contextmanager
@@ -287,8 +288,8 @@ def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[Co
     if interrupted:
         log.warning("checkpoint %d: interrupted %d operation(s) an earlier attempt left running in Spark Connect "
                     "session %s", checkpoint_id, len(interrupted), spark.session_id)
-    log.info("checkpoint %d: Spark Connect session %s on %s ready in %.1f s", checkpoint_id, spark.session_id, url,
-             time.monotonic() - started)
+    log.info("checkpoint %d: Spark Connect session %s on %s ready in %.1f s", checkpoint_id, spark.session_id,
+             redact_urls(url), time.monotonic() - started)
     run = ConnectRun(spark, url)
     try:
         with _active(spark):

@@ -132,7 +132,7 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore
     from lockstep.spark.job import job_outcome
 
     started = time.monotonic()
-    log.info("checkpoint %d: Spark Connect %s (%s)", checkpoint_id, target.address, target.source)
+    log.info("checkpoint %d: Spark Connect %s (%s)", checkpoint_id, redact(target.address), target.source)
     try:
         with checkpoint_session(target.address, spec.name, checkpoint_id, spec.spark.conf) as run:
             if on_start is not None:
