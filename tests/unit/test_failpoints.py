@@ -120,6 +120,26 @@ def test_writer_settings_carry_the_armed_writer_failpoints_only(monkeypatch):
     assert jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}
 
 
+def test_a_driver_failpoint_armed_to_pause_never_reaches_the_writers(monkeypatch):
+    """``job.before_prepared`` and ``job.after_prepared`` are hit by the Spark driver (Lockstep's process), which
+    may pause there; they used to be handed to the writers with the other ``job.*`` ones, and the JVM writer
+    refuses a settings document with an action it does not know (pause), failing every task of the run."""
+    from lockstep.model.output_contract import WRITER_FAILPOINTS
+    from lockstep.spark import writer_settings
+    from lockstep.spark.jvm_writer import jvm_settings
+
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "job.before_prepared=pause,job.after_prepared=crash,job.after_flush=raise")
+    monkeypatch.setattr(writer_settings, "kafka_config", lambda conn_id, dialect: {"bootstrap.servers": "b:9092"})
+
+    class Planned:
+        sink_kafka_conn_id, sink_writer, id_prefix, timeout_ms = "kafka_default", "jvm", "tx", 60_000
+        sink_topic, dead_letter_topic = "out", "dlq"
+
+    settings = writer_settings.writer_settings(Planned(), 3, {}, pipeline="p")
+    assert settings.failpoints == jvm_settings(settings)["failpoints"] == {"job.after_flush": "raise"}
+    assert set(WRITER_FAILPOINTS) < {n for n in failpoints.FAILPOINTS if n.startswith("job.")}
+
+
 def test_lockstep_failpoints_lists_the_points_and_the_actions(capsys):
     import json
 

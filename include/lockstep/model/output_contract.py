@@ -16,8 +16,8 @@ from __future__ import annotations
 __all__ = [
     "ACCEPTED_TYPES", "CHECKPOINT_HEADER", "DEFAULT_PRODUCER_LIMIT", "ERROR_HEADER", "LEADING_HEADERS",
     "MID_PRODUCE_AFTER_RECORDS", "OPTIONAL_COLUMNS", "ORIGINAL_SIZE_HEADER", "PIPELINE_HEADER", "REPLAY_HEADER",
-    "REQUIRED_COLUMNS", "ROUTE_COLUMN", "SOURCE_OFFSET", "SOURCE_PARTITION", "SOURCE_TOPIC", "jvm_contract",
-    "mid_produce_message", "parse_task_result", "record_size", "task_result", "too_large",
+    "REQUIRED_COLUMNS", "ROUTE_COLUMN", "SOURCE_OFFSET", "SOURCE_PARTITION", "SOURCE_TOPIC", "WRITER_FAILPOINTS",
+    "jvm_contract", "mid_produce_message", "parse_task_result", "record_size", "task_result", "too_large",
 ]
 
 import json

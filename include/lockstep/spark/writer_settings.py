@@ -17,7 +17,7 @@ from lockstep.kafka.clients import admin_client
 from lockstep.kafka.topics import ConfigAdmin, broker_config, topic_config
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import PlannedWith
-from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT
+from lockstep.model.output_contract import DEFAULT_PRODUCER_LIMIT, WRITER_FAILPOINTS
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,10 @@ class WriterSettings:
     #: ``sink.routes``' topics: (topic, its largest record, where that limit comes from), in the spec's
     #: order; a record whose `ROUTE_COLUMN` names one goes there instead of ``sink_topic``.
     routes: tuple[tuple[str, int, str], ...] = ()
-    #: The writer failpoints (``job.*``) armed where the job is driven, handed to both writers' tasks:
-    #: a Spark Connect server's workers do not share the driving process's environment.
+    #: The writer failpoints (`WRITER_FAILPOINTS`) armed where the job is driven, handed to both writers' tasks:
+    #: a Spark Connect server's workers do not share the driving process's environment. Only those: the other
+    #: ``job.*`` ones (``job.before_prepared``, ``job.after_prepared``) are the driver's, which may ``pause``
+    #: there, and a writer knows no pause (the JVM writer refuses a settings document that holds one).
     failpoints: dict[str, str] = field(default_factory=dict)
 
 
@@ -147,5 +149,6 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientCo
         id_prefix=planned.id_prefix, pipeline=pipeline, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
         sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
         sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
-        routes=routed, failpoints=failpoints.armed(prefix="job."),
+        routes=routed, failpoints={name: action for name, action in failpoints.armed(prefix="job.").items()
+                                   if name in WRITER_FAILPOINTS},
     )
