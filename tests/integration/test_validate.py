@@ -63,3 +63,28 @@ def test_connect_refuses_a_missing_topic_and_key_groups_that_differ_from_the_sto
     assert problem["field"] == "state.key_groups"
     assert all(w in problem["reason"] for w in ("state.key_groups is 8", "has 4 key groups",
                                                  "lockstep state rekey", "--key-groups 8")), problem
+
+
+def test_connect_analyzes_each_sql_spec_in_a_session_of_its_own(tmp_path, bootstrap, unique, spark_connect):
+    """Two SQL specs in one folder: ``a`` declares a table ``customers``, ``b`` declares none but its query
+    reads ``customers``. Checked in one session, ``a``'s view would let ``b`` pass; each in its own, ``b`` is
+    refused on ``transform.sql``, naming the view, and ``a`` still passes."""
+    from .test_tables import with_table
+
+    pipeline, _ = with_table(tmp_path, bootstrap, unique)
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    (folder / "a.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    other = {**doc, "name": f"{doc['name']}-b", "tables": {},
+             "transactions": {**doc["transactions"], "id_prefix": f"b{doc['transactions']['id_prefix']}"},
+             "transform": {"sql": "SELECT i.topic, i.partition, i.offset, i.key, c.data FROM input i "
+                                  "JOIN customers c ON i.data.customer = c.key"}}
+    del other["tables"]
+    (folder / "b.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    code, report = validate(folder)
+    by_file = {s["path"].rsplit("/", 1)[-1]: s for s in report["specs"]}
+    assert code == 1, report
+    assert by_file["a.yaml"]["problems"] == [], by_file["a.yaml"]
+    problems = by_file["b.yaml"]["problems"]
+    assert [p["field"] for p in problems] == ["transform.sql"] and "customers" in problems[0]["reason"], problems

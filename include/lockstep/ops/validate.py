@@ -16,7 +16,8 @@ against each other (`lockstep.spec.cross_check`: names, DAG ids, transactional i
   plan refuses a checkpoint with (`lockstep.rules.state_base.base_refusal`: the operator, the key
   groups unless re-keyed, a state function's schema); an SQL pipeline's query is analyzed by Spark over an
   empty input of the source's columns when the ``spark_connect_default`` connection names a Spark Connect
-  server (its line and position on ``transform.sql``), and said to be not analyzed when it names none.
+  server (its line and position on ``transform.sql``), each spec's in a session of its own (one spec's views
+  are never another's), and said to be not analyzed when it names none.
 
 A problem is the spec's (``file: field: reason``, as `SpecError` prints it); an error is the check's own
 (a path that does not exist, a service that does not answer). Exit codes follow ``lockstep verify``'s:
@@ -228,37 +229,49 @@ class Services:
     def __init__(self, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
         self._listings: dict[str, dict[str, ListedTopic] | Exception] = {}
-        self._spark: list[Any] = []
+        #: the session `spark` made last (stopped when the next is made, or by `close`)
+        self._session: Any = None
+        #: what making the first session raised: a server that cannot be reached is waited for once
+        self._failed: Exception | None = None
+        self._looked = False
         #: the Spark Connect endpoint `spark` found (None: none, or not looked for yet)
         self.spark_url: str | None = None
 
     def spark(self) -> Any:
-        """A Spark Connect session on the ``spark_connect_default`` connection's endpoint, made once, for the SQL
-        pipelines' queries; None when that connection is not defined. Raises what making it raised, each time."""
-        if not self._spark:
+        """A clean Spark Connect session on the ``spark_connect_default`` connection's endpoint, a new one for
+        each call (each SQL pipeline's query): the views (a table's, ``input``) and functions one spec's check
+        registers are its session's, so another spec's query never finds them; the previous session is stopped.
+        None when that connection is not defined. Raises what making the first session raised, each time."""
+        if self._failed is not None:
+            raise self._failed
+        if not self._looked:
             from lockstep.connections import get_connection
-            from lockstep.spark.connect import new_session
             from lockstep.spark.target import connect_url
 
+            self._looked = True
             try:
                 conn = get_connection(SPARK_CONNECT_CONN_ID)
             except TerminalError:
                 conn = None
             host = getattr(conn, "host", None)
             self.spark_url = connect_url(host, getattr(conn, "port", None)) if host else None
-            try:
-                self._spark.append(new_session(self.spark_url) if self.spark_url else None)
-            except Exception as exc:  # noqa: BLE001 - kept, and raised again for every spec that asks
-                self._spark.append(exc)
-        if isinstance(self._spark[0], Exception):
-            raise self._spark[0]
-        return self._spark[0]
+        if self.spark_url is None:
+            return None
+        from lockstep.spark.connect import new_session
+
+        self.close()
+        try:
+            self._session = new_session(self.spark_url)  # `create`, never `getOrCreate`: a session of its own
+        except Exception as exc:  # kept, and raised again for every spec that asks
+            self._failed = exc
+            raise
+        return self._session
 
     def close(self) -> None:
-        """Stop the Spark session, if one was made."""
-        if self._spark and self._spark[0] is not None and not isinstance(self._spark[0], Exception):
-            self._spark[0].stop()
-        self._spark.clear()
+        """Stop the last session `spark` made, if any (the server forgets its views)."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.stop()
 
     def topics(self, conn_id: str) -> dict[str, ListedTopic]:
         """Every topic of the connection's cluster (`lockstep.kafka.topics.topic_listing`: a listing, as a
