@@ -371,3 +371,101 @@ def test_a_temporal_join_meets_each_record_with_the_version_valid_at_its_event_t
     assert got_dead == sorted(dead) and dead
     assert {r["price"] for r in got} >= {10.0, 11.0, 12.0, 20.0, 30.0}, "orders met several versions"
     assert open_transactions(pipeline) == []
+
+
+# ---- what a replay of an aborted checkpoint reuses (rules.replay, docs/semantics.md) ---------------------------
+#: The replays' output: each order with its customer's tier; version 2 adds a field (a transform that now adds one).
+TIERED_V1 = {"type": "record", "name": "Tiered", "fields": [{"name": "order_id", "type": ["null", "string"]},
+                                                            {"name": "tier", "type": ["null", "string"]}]}
+TIERED_V2 = {**TIERED_V1, "fields": [*TIERED_V1["fields"], {"name": "channel", "type": ["null", "string"],
+                                                            "default": None}]}
+TIERED_QUERY = "SELECT topic, partition, offset, key, named_struct('order_id', data.order_id, 'tier', " \
+               "customers.data.tier{}) AS data FROM input"
+
+
+def tiered(tmp_path, bootstrap, unique, schema: dict, query: str):
+    """Orders (JSON) left-joined with a ``customers`` table, written in Avro under a registry subject."""
+    pipeline = make(tmp_path, bootstrap, unique, {"value": {"format": "json", "schema": ORDER_SCHEMA}},
+                    {"value": {"format": "avro-confluent", "schema": schema, "auto_register": True}}, {"sql": query})
+    table_topic = f"{pipeline.source}.customers"
+    ensure_topics(bootstrap, {table_topic: 2})
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["tables"] = {"customers": {"topic": table_topic, "value": {"format": "json", "schema": CUSTOMER_SCHEMA},
+                                   "join": {"by": "data.customer"}}}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return pipeline, table_topic
+
+
+def customers(tier: str, *which: int) -> list[tuple[str, dict | None]]:
+    return [(f"c{i}", {"name": f"customer {i}", "tier": tier}) for i in which]
+
+
+def outputs(pipeline) -> dict[str, tuple[int, dict]]:
+    """Each order's output: the schema id it was written with and its record (Avro, Confluent's framing)."""
+    import io
+    import struct
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from fastavro import schemaless_reader
+
+    from lockstep.registry.client import registry_for
+
+    registry = SchemaRegistryClient({"url": registry_for("schema_registry_default").url, "timeout": 10})
+    out = {}
+    for m in read_committed(pipeline.bootstrap, pipeline.sink):
+        magic, schema_id = struct.unpack(">bI", m.value()[:5])
+        assert magic == 0
+        record = schemaless_reader(io.BytesIO(m.value()[5:]), json.loads(registry.get_schema(schema_id).schema_str))
+        out[record["order_id"]] = (schema_id, record)
+    return out
+
+
+def test_a_replay_joins_the_table_version_its_crashed_first_attempt_pinned(tmp_path, bootstrap, unique):
+    """Checkpoint 1 is planned, its run crashes at job.before_prepared (after it built its table version); the
+    table changes; the next run aborts it and replays its ranges against the version the first attempt joined,
+    not against the topic as it stands then (issue 67: 13 of 24 orders carried a tier the first attempt never saw)."""
+    pipeline, table_topic = tiered(tmp_path, bootstrap, unique, TIERED_V1, TIERED_QUERY.format(""))
+    produce(bootstrap, table_topic, customers("old", 0, 1, 2, 3))
+    produce(bootstrap, pipeline.source, [order(i) for i in range(12)])
+    produce(bootstrap, table_topic, customers("before", 0, 1))  # updates before the first attempt's plan
+    crash_at(pipeline, "job.before_prepared")
+    first = store(pipeline).view(1).claim
+    produce(bootstrap, table_topic, customers("after", 0, 1, 2, 3, 4, 5))  # updates after its crash
+    replayed = run(pipeline)
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    tiers = {order_id: record["tier"] for order_id, (_, record) in outputs(pipeline).items()}
+    # as the first attempt joined them: c0, c1 updated before its plan, c2, c3 as they were, c4, c5 unknown then
+    assert tiers == {f"o{i}": {0: "before", 1: "before", 2: "old", 3: "old"}.get(i % 6) for i in range(12)}, tiers
+    view = store(pipeline).view(2)
+    assert view.completed is not None and view.claim.ranges == first.ranges
+    assert view.claim.tables["customers"].same_version(first.tables["customers"])
+    assert "checkpoint 2 replays aborted checkpoint 1's ranges with its pins" in replayed.stderr
+
+
+def test_a_replay_after_the_sink_schema_changed_writes_with_the_new_schema_and_says_so(tmp_path, bootstrap, unique):
+    """The transform now adds a field and the spec's sink schema with it, while a checkpoint planned with the old
+    ones is in flight: its replay is a new claim with fresh pins (the new schema, the table as it stands) and
+    one line names the change, instead of replaying the old schema at every later plan."""
+    pipeline, table_topic = tiered(tmp_path, bootstrap, unique, TIERED_V1, TIERED_QUERY.format(""))
+    produce(bootstrap, table_topic, customers("old", 0, 1, 2, 3))
+    produce(bootstrap, pipeline.source, [order(i) for i in range(12)])
+    crash_at(pipeline, "job.before_prepared")
+    v1 = store(pipeline).view(1).claim.schema_ids["sink.value"]
+    produce(bootstrap, table_topic, customers("late", 2))
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["sink"]["value"]["schema"] = TIERED_V2
+    doc["transform"] = {"sql": TIERED_QUERY.format(", 'channel', 'web'")}
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    replayed = run(pipeline)
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert ("checkpoint 2 replays aborted checkpoint 1's ranges with fresh pins: the spec changed since "
+            "(sink.value.schema (now inline))") in replayed.stderr, replayed.stderr[-3000:]
+    claim = store(pipeline).view(2).claim
+    v2 = claim.schema_ids["sink.value"]
+    assert v2 != v1 and claim.replays is None
+    written = outputs(pipeline)
+    assert {schema_id for schema_id, _ in written.values()} == {v2} and len(written) == 12
+    assert {order_id: (record["tier"], record["channel"]) for order_id, (_, record) in written.items()} == {
+        f"o{i}": ({0: "old", 1: "old", 2: "late", 3: "old"}.get(i % 6), "web") for i in range(12)}
+    report = verify(pipeline)
+    assert report["ok"] and report["covered_offsets"] == 12, report
