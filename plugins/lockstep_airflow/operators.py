@@ -44,7 +44,10 @@ def _arm_failpoints(context: Context) -> None:
     """Crash tests through Airflow: a run's conf may arm failpoints for that run only
     (``{"lockstep_failpoints": "commit.between_commits=raise"}``), and only for its tasks' first N tries
     (``"lockstep_failpoints_tries": N``: a retry that finds them disarmed shows what it recovers); without it
-    nothing changes."""
+    nothing changes. ``pause`` needs the folder of its signal file (``"lockstep_failpoint_signals": "/dir"``,
+    an existing folder): a test holds the task there until it removes the file."""
+    from lockstep.model.failpoints import PAUSE_SIGNALS
+
     conf = context["dag_run"].conf or {}
     armed = conf.get("lockstep_failpoints")
     tries = conf.get("lockstep_failpoints_tries")
@@ -56,6 +59,9 @@ def _arm_failpoints(context: Context) -> None:
     if armed:
         os.environ["LOCKSTEP_FAILPOINTS"] = str(armed)
         log.warning("failpoints armed for this run: %s", armed)
+        signals = conf.get("lockstep_failpoint_signals")
+        if signals and os.path.isdir(str(signals)):
+            os.environ[PAUSE_SIGNALS] = str(signals)
 
 
 def _loud(step: str, spec_name: str, checkpoint_id: int | None, exc: Exception, context: Context | None = None) -> Exception:

@@ -70,11 +70,13 @@ def test_a_retry_of_the_one_task_recovers_what_its_failed_try_left(client, pipel
     assert report["ok"] and report["lost"] == report["duplicated"] == 0, report
 
 
-def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in_flight(airflow, bootstrap, request):
+def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in_flight(airflow, bootstrap, request,
+                                                                                       tmp_path):
     """A lag-triggered one-task DAG lets a second run start while one runs (its watcher fires one run ahead):
     that run's plan waits in its own process for the checkpoint in flight and then claims the next one, so the
-    runs overlap and their checkpoints do not. Two manual runs, the second started while the first's task is
-    running, show it without depending on when the watcher looks."""
+    runs overlap and their checkpoints do not. Two manual runs show it without depending on when the watcher
+    looks, nor on how fast the first checkpoint is: the first is held just after its claim (the failpoint
+    ``plan.after_claim`` set to ``pause``) until the second's task logs that it waits for it, then released."""
     from .conftest import wait_for
     from .test_lag_trigger_dag import _settled
 
@@ -85,21 +87,26 @@ def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in
     client = airflow.client_for_watched(request, dag_id)
     _settled(client, dag_id, 1)  # the watcher's first checkpoint, which finds where to start
     produce_orders(p, 20_000)
-    first = client.trigger(dag_id)
-    wait_for(lambda: client.task_instances(dag_id, first).get("checkpoint", {}).get("state") == "running",
-             "the first run's task running", timeout=120, interval=0.2)
-    second = client.trigger(dag_id)
+    signal = tmp_path / "plan.after_claim"  # the paused task writes it and goes on once it is gone
+    first = client.trigger(dag_id, {"lockstep_failpoints": "plan.after_claim=pause",
+                                    "lockstep_failpoint_signals": str(tmp_path)})
+    try:
+        wait_for(signal.exists, "the first run's checkpoint claimed and held at plan.after_claim", timeout=180)
+        s = store(p)
+        [claimed] = [i for i in s.checkpoint_ids() if s.view(i).claim.run_id == first]
+        second = client.trigger(dag_id)
+        waiting = f"checkpoint {claimed} is still in flight: its run {first} is still running"
+        wait_for(lambda: waiting in client.task_log(dag_id, second, "checkpoint"),
+                 "the second run's task waiting for the first's checkpoint", timeout=180, interval=1)
+        assert signal.exists(), "the first checkpoint went on by itself (its pause expired) before it was released"
+    finally:
+        signal.unlink(missing_ok=True)
     assert client.wait_for_run(dag_id, first, timeout=300) == "success", explain(client, dag_id, first)
     assert client.wait_for_run(dag_id, second, timeout=300) == "success", explain(client, dag_id, second)
-    s = store(p)
-    # Whichever run claimed first (almost always the first: its task was running when the second was
-    # triggered), the other waited for that checkpoint and claimed the next id after it completed.
-    a, b = sorted((v for v in map(s.view, s.checkpoint_ids()) if v.claim.run_id in (first, second)),
-                  key=lambda v: v.checkpoint_id)
-    assert b.checkpoint_id == a.checkpoint_id + 1 and a.prepared.records_in + b.prepared.records_in == 20_000
-    log = client.task_log(dag_id, b.claim.run_id, "checkpoint")
-    assert f"checkpoint {a.checkpoint_id} is still in flight: its run {a.claim.run_id} is still running" in log, \
-        log[-3000:]
+    a, b = s.view(claimed), s.view(claimed + 1)
+    assert (a.claim.run_id, b.claim.run_id) == (first, second)
+    assert a.prepared.records_in + b.prepared.records_in == 20_000
+    log = client.task_log(dag_id, second, "checkpoint")
     assert "the checkpoint in flight settled after" in log, log[-3000:]
     assert b.claim.claimed_at >= a.completed.completed_at, (a.completed, b.claim)
     assert open_transactions(p) == []
