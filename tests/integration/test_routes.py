@@ -155,3 +155,62 @@ def test_each_route_topic_is_written_with_its_own_subjects_schema(tmp_path, boot
     for t in ids:  # each record framed with its own topic's subject's id
         assert {int.from_bytes(m.value()[1:5], "big") for m in read_committed(pipeline.bootstrap, t)} == {ids[t]}, t
     assert verify(pipeline)["misrouted"] == 0
+
+
+#: The issue's condition: under Spark's ANSI mode the cast raises CAST_INVALID_INPUT for an amount "abc".
+BIG = "CAST(get_json_object(CAST(value AS STRING), '$.amount') AS INT) > 100"
+
+
+def produce_amounts(pipeline, amounts: list[object]) -> dict[int, bytes]:
+    """One record per amount on partition 0, in order: offset -> value."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    values = {i: json.dumps({"order_id": f"o{i}", "amount": a}).encode() for i, a in enumerate(amounts)}
+    for i in sorted(values):
+        producer.produce(pipeline.source, values[i], key=f"k{i}".encode(), partition=0)
+    producer.flush(30)
+    return values
+
+
+def test_a_record_whose_condition_raises_is_dead_lettered_or_in_strict_mode_fails_naming_the_condition(
+        tmp_path, bootstrap, unique):
+    """Five good records and one whose amount is "abc": with ``sink.on_error: fail`` the checkpoint fails for good
+    naming the route and the way out, writing nothing; by default (dead_letter) the next run sets that record
+    aside with Spark's reason, as it came, and routes the five."""
+    from .engine_helpers import make_pipeline
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1, transform="lockstep_examples.orders:passthrough")
+    big = f"{pipeline.sink}.big"
+    ensure_topics(bootstrap, {big: 1})
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["sink"].update(routes={big: BIG}, on_error="fail")
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    values = produce_amounts(pipeline, [50, 150, "abc", 20, 300, 99])
+
+    strict = run(pipeline)
+    assert strict.returncode == 2, strict.stderr[-3000:]
+    last = strict.stderr.strip().splitlines()[-1]
+    assert f"sink.routes.{big} (the condition {BIG!r}) raised a Spark data error" in last, last
+    assert "[CAST_INVALID_INPUT]" in last and "try_cast" in last and "a retry fails the same way" in last, last
+    assert store(pipeline).view(1).prepared is None
+    assert [read_committed(pipeline.bootstrap, t) for t in (pipeline.sink, big, pipeline.dead_letters)] == [[], [], []]
+
+    doc["sink"].pop("on_error")  # the default: dead_letter
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 records raise a Spark data error" in done.stderr
+
+    def amounts(topic):
+        return sorted(json.loads(m.value())["amount"] for m in read_committed(pipeline.bootstrap, topic))
+
+    assert (amounts(pipeline.sink), amounts(big)) == ([20, 50, 99], [150, 300])
+    [dead] = read_committed(pipeline.bootstrap, pipeline.dead_letters)
+    assert (dead.key(), dead.value()) == (b"k2", values[2])
+    error = dict(dead.headers())["lockstep.error"].decode()
+    assert error.startswith(f"sink.routes.{big} (the condition {BIG!r}) raised [CAST_INVALID_INPUT] "), error
+    assert "'abc'" in error, error
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert open_transactions(pipeline) == []

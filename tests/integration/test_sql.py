@@ -152,3 +152,86 @@ def test_a_stateful_pipeline_takes_an_sql_transform(tmp_path, bootstrap, unique)
     report = verify(pipeline)
     assert report["ok"] and report["complete"] and report["state_mismatched"] == 0, report
     assert open_transactions(pipeline) == []
+
+
+#: The demo's orders_by_size.sql alike: it returns `data` and `error`, not the input's `key`, `value` or headers.
+DATA_ONLY = """
+SELECT topic, partition, offset,
+       named_struct('order_id', data.order_id, 'amount', data.amount) AS data,
+       CASE WHEN data.amount < 0 THEN 'negative amount' END AS error
+FROM input
+"""
+
+
+def test_a_query_that_keeps_only_data_dead_letters_each_record_as_its_input_came(tmp_path, bootstrap, unique):
+    """A JSON source with a schema, a query that keeps only ``data`` and rejects negative amounts: every dead
+    letter's key, value and headers are its input record's, byte for byte (written in an order and spacing
+    the sink's encoder would not give), with the reason after Lockstep's provenance headers."""
+    from confluent_kafka import Producer
+
+    from lockstep.model.output_contract import ERROR_HEADER, LEADING_HEADERS, SOURCE_OFFSET, SOURCE_PARTITION
+
+    schema = {"type": "object", "required": ["order_id", "amount"],
+              "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}}}
+    pipeline = make(tmp_path, bootstrap, unique, {"value": {"format": "json", "schema": schema}}, {"value": "json"},
+                    {"sql": DATA_ONLY})
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    sent: dict[tuple[int, int], tuple[bytes, bytes, list]] = {}
+
+    for i in range(12):
+        amount = -i - 0.5 if i % 3 == 0 else i + 0.25
+        value = f'{{ "amount" : {amount},  "order_id":"o{i}", "note": "\\u00e9 {i}" }}'.encode()
+        headers = [("trace", f"t{i}".encode()), ("raw", bytes([0, 255, i]))]
+
+        def delivered(err, msg, headers=headers):
+            assert err is None, err
+            sent[(msg.partition(), msg.offset())] = (msg.key(), msg.value(), headers)
+
+        producer.produce(pipeline.source, value, key=f"k-{i}".encode(), partition=i % 2, on_delivery=delivered,
+                         headers=headers)
+    producer.flush(30)
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    dead = read_committed(pipeline.bootstrap, pipeline.dead_letters)
+    assert len(dead) == 4
+    for m in dead:
+        headers = m.headers()
+        where = dict(headers)
+        key, value, user_headers = sent[(int(where[SOURCE_PARTITION]), int(where[SOURCE_OFFSET]))]
+        assert (m.key(), m.value()) == (key, value)
+        assert [h for h, _ in headers[:len(LEADING_HEADERS)]] == list(LEADING_HEADERS)
+        assert headers[len(LEADING_HEADERS):] == [*user_headers, (ERROR_HEADER, b"negative amount")]
+    assert sorted(json.loads(m.value())["order_id"] for m in read_committed(pipeline.bootstrap, pipeline.sink)) == \
+        sorted(f"o{i}" for i in range(12) if i % 3)
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert open_transactions(pipeline) == []
+
+
+def test_a_record_the_query_raises_for_is_dead_lettered_with_sparks_reason_and_the_others_written(
+        tmp_path, bootstrap, unique):
+    """The issue's case in a query: five good records and one whose amount is "abc", which the query's cast (ANSI
+    mode) raises CAST_INVALID_INPUT for: that one goes to the dead-letter topic as it came with Spark's reason, the
+    five are written, in one checkpoint."""
+    from confluent_kafka import Producer
+
+    query = "SELECT * FROM input WHERE CAST(get_json_object(CAST(value AS STRING), '$.amount') AS INT) > 10"
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, transform={"sql": query})
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    values = [json.dumps({"order_id": f"o{i}", "amount": a}).encode() for i, a in enumerate([50, 150, "abc", 20, 5, 99])]
+    for i, value in enumerate(values):
+        producer.produce(pipeline.source, value, partition=i % 2)
+    producer.flush(30)
+
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(m.value() for m in read_committed(pipeline.bootstrap, pipeline.sink)) == \
+        sorted(values[i] for i in (0, 1, 3, 5))
+    [dead] = read_committed(pipeline.bootstrap, pipeline.dead_letters)
+    assert dead.value() == values[2]
+    error = dict(dead.headers())["lockstep.error"].decode()
+    assert error.startswith("transform.sql (the query) raised [CAST_INVALID_INPUT] The value 'abc'"), error
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert open_transactions(pipeline) == []

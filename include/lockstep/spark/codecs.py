@@ -25,8 +25,8 @@ input once.
 from __future__ import annotations
 
 __all__ = [
-    "DATA_COLUMN", "DECODE_ERROR", "Formats", "counted_undecodable", "decodable", "decode", "sink_reading", "watch",
-    "with_error",
+    "DATA_COLUMN", "DECODE_ERROR", "RAW", "Formats", "as_read", "carries_raw", "counted_undecodable", "decodable",
+    "decode", "rejoined", "sink_reading", "watch", "with_error", "with_raw",
 ]
 
 import uuid
@@ -49,6 +49,9 @@ DATA_COLUMN = {"value": "data", "key": "key_data"}
 DECODE_ERROR = "__ls_decode_error"
 #: What the write's own pass counts on the decoded input (`watch`): the records, and those that did not decode.
 SEEN, UNDECODABLE = "records", "undecodable"
+#: The input's key, value and headers as they came, beside the read's columns through the transform: what a dead
+#: letter carries, whatever the transform did to ``key``, ``value`` and ``headers`` (`with_raw`, `as_read`).
+RAW = {"key": "__ls_raw_key", "value": "__ls_raw_value", "headers": "__ls_raw_headers"}
 _PLAN_CACHE = "spark.connect.session.planCache.enabled"
 _PERMISSIVE = {"mode": "PERMISSIVE"}
 
@@ -69,7 +72,8 @@ class Formats:
 
     def transformed(self, df: DataFrame, transform: Callable[[DataFrame], DataFrame],
                     enrich: Callable[[DataFrame], DataFrame] | None = None,
-                    enrich_errors: bool = False, observation: Any = None) -> tuple[DataFrame, DataFrame | None]:
+                    enrich_errors: bool = False, observation: Any = None,
+                    raised: Mapping[tuple[str, int, int], str] | None = None) -> tuple[DataFrame, DataFrame | None]:
         """The transform's output over the records that decode, and the decoded input (None: nothing is
         decoded), whose records that did not decode `with_dead_letters` writes.
 
@@ -80,23 +84,35 @@ class Formats:
         the same, and counting them (`undecodable_count`) does not run the joins again.
 
         ``observation`` (`watch`): the transform's input is counted on its way, every record and those that
-        must go to the dead-letter topic, by the action that writes the output."""
-        if not self.readings and enrich is None:
-            return self._encoded(transform(df)), None
+        must go to the dead-letter topic, by the action that writes the output.
+
+        ``raised`` (`lockstep.spark.raised`): records set aside as if they did not decode, with their reason: a
+        Spark data error that the transform or a route's condition raised for them."""
+        from pyspark.sql import functions as F
+
+        if not self.readings and enrich is None and not raised:
+            return self._as_read(self._encoded(transform(df))), None
         if self.readings:
             decoded = decode(df, self.readings)
         else:
-            from pyspark.sql import functions as F
-
             decoded = df.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
+        if raised:
+            at = F.concat_ws("\0", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
+            why = F.create_map(*[x for (t, p, o), text in sorted(raised.items())
+                                 for x in (F.lit(f"{t}\0{p}\0{o}"), F.lit(text))])
+            decoded = decoded.withColumn(DECODE_ERROR, F.coalesce(F.col(DECODE_ERROR), F.try_element_at(why, at)))
         # The records are counted where the dead letters are known, and before a join that may drop some.
         # The frames returned carry no observation: a write again of the output beside them names it once.
         observed = _observed(decoded, observation) if observation is not None and not enrich_errors else decoded
         enriched = enrich(observed) if enrich is not None else observed
         if observation is not None and enrich_errors:
             errors, enriched = enriched, _observed(enriched, observation)
-            return self._encoded(transform(decodable(enriched))), errors
-        return self._encoded(transform(decodable(enriched))), (enriched if enrich_errors else decoded)
+            return self._as_read(self._encoded(transform(decodable(enriched)))), errors
+        return self._as_read(self._encoded(transform(decodable(enriched)))), (enriched if enrich_errors else decoded)
+
+    def _as_read(self, out: DataFrame) -> DataFrame:
+        """A stateless output's dead letters with their input's bytes (`as_read`); a stateful one as it is."""
+        return as_read(out) if self.spec.state is None else out
 
     def _encoded(self, out: DataFrame) -> DataFrame:
         state = self.spec.state
@@ -177,6 +193,72 @@ def counted_undecodable(metrics: Mapping[str, object], records: int) -> int | No
     return bad
 
 
+# ---- dead letters as their input came ----------------------------------------------------------------------
+def with_raw(df: DataFrame) -> DataFrame:
+    """The read's records with their key, value and headers kept as they came in the `RAW` columns, for the
+    transform to carry through (a projection of them costs nothing: Spark reads the same bytes). The read's
+    ``headers`` (a read with them) become `RAW` only: the transform sees no ``headers`` of the input, as before."""
+    from pyspark.sql import functions as F
+
+    headers = F.col("headers") if "headers" in df.columns else F.lit(None)
+    return (df.withColumn(RAW["key"], F.col("key")).withColumn(RAW["value"], F.col("value"))
+            .withColumn(RAW["headers"], headers.cast(ACCEPTED_TYPES["headers"][0])).drop("headers"))
+
+
+def carries_raw(out: DataFrame) -> bool:
+    """Whether the transform kept the `RAW` columns (``SELECT *``, ``withColumn``): its dead letters then have
+    their input's bytes (`as_read`); else they are rejoined to their input after the write (`rejoined`)."""
+    return all(c in out.columns for c in RAW.values())
+
+
+def as_read(out: DataFrame) -> DataFrame:
+    """``out`` with every dead letter's (``error`` set) key, value and headers its input's as they came, whatever the
+    transform (or the sink's encoder) put there. Unchanged when the transform dropped
+    them (the caller rejoins, `rejoined`) or returns an output the writer refuses anyway (it says why)."""
+    from pyspark.sql import functions as F
+
+    if not carries_raw(out):
+        return out
+    fields = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+    if "error" not in fields or fields.get("value") not in ACCEPTED_TYPES["value"] or \
+            fields.get("key", "binary") not in ACCEPTED_TYPES["key"] or \
+            fields.get("headers", ACCEPTED_TYPES["headers"][0]) not in ACCEPTED_TYPES["headers"]:
+        return out
+    dead = F.col("error").isNotNull()
+    for part in ("value", "key", "headers"):
+        kind = ACCEPTED_TYPES[part][0]
+        kept = F.col(part).cast(kind) if part in fields else F.lit(None).cast(kind)
+        out = out.withColumn(part, F.when(dead, F.col(RAW[part])).otherwise(kept))
+    return out  # the RAW columns stay (the writer reads its own columns): they say the dead letters are as read
+
+
+def rejoined(out: DataFrame, source: DataFrame) -> DataFrame:
+    """``out`` with every dead letter's key, value and headers taken from its input record in ``source`` (the
+    read, `with_raw`), found by its provenance (``topic``, ``partition``, ``offset``): for a transform that dropped
+    the `RAW` columns (an SQL query that lists its columns). A Spark join: run only when a checkpoint has dead
+    letters (`lockstep.spark.job`). A dead letter whose provenance names no input record keeps what it had."""
+    from pyspark.sql import functions as F
+
+    out = out.drop(*[c for c in RAW.values() if c in out.columns])
+    for part in ("key", "headers"):
+        if part not in out.columns:
+            out = out.withColumn(part, F.lit(None).cast(ACCEPTED_TYPES[part][0]))
+    at = {c: f"__ls_at_{c}" for c in ("topic", "partition", "offset")}
+    raw = source.select(F.col("topic").alias(at["topic"]), F.col("partition").cast("int").alias(at["partition"]),
+                        F.col("offset").cast("bigint").alias(at["offset"]), *[F.col(c) for c in RAW.values()])
+    dead = out.filter(F.col("error").isNotNull())
+    found = dead.join(raw, (F.col("topic") == F.col(at["topic"])) & (F.col("partition").cast("int") == F.col(at["partition"]))
+                      & (F.col("offset").cast("bigint") == F.col(at["offset"])), "left")
+    matched = F.col(at["offset"]).isNotNull()
+    for part in ("value", "key", "headers"):
+        kind = ACCEPTED_TYPES[part][0]
+        found = found.withColumn(part, F.when(matched, F.col(RAW[part])).otherwise(F.col(part).cast(kind)))
+    fixed = found.select(*out.columns)
+    good = out.filter(F.col("error").isNull())
+    return good.select(*[F.col(c).cast(ACCEPTED_TYPES[c][0]) if c in ("value", "key") else F.col(c)
+                         for c in out.columns]).unionByName(fixed)
+
+
 def with_error(columns: Sequence[str]) -> tuple[str, ...]:
     """The writer's ``columns`` with ``error``, which says that a record is a dead letter."""
     return tuple(columns) if "error" in columns else (*columns, "error")
@@ -240,14 +322,15 @@ def decodable(decoded: DataFrame) -> DataFrame:
 
 
 def undecodable(decoded: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """The records that did not decode, as dead letters in the writer's ``columns``: their own key and value,
-    no headers of the transform's, the reason as their error."""
+    """The records that did not decode, as dead letters in the writer's ``columns``: their own key, value and
+    headers (the read's, `RAW`, when it read them), the reason as their error."""
     from pyspark.sql import functions as F
 
     bad = decoded.filter(F.col(DECODE_ERROR).isNotNull())
     made = {"value": F.col("value"), "key": F.col("key"), "topic": F.col("topic"),
             "partition": F.col("partition").cast("int"), "offset": F.col("offset").cast("bigint"),
-            "headers": F.lit(None).cast(ACCEPTED_TYPES["headers"][0]), "error": F.col(DECODE_ERROR),
+            "headers": (F.col(RAW["headers"]) if RAW["headers"] in decoded.columns
+                        else F.lit(None).cast(ACCEPTED_TYPES["headers"][0])), "error": F.col(DECODE_ERROR),
             ROUTE_COLUMN: F.lit(None).cast("string")}
     return bad.select(*[made[c].alias(c) for c in columns])
 

@@ -44,10 +44,11 @@ from lockstep.model.output_contract import (
 from lockstep.model.transactional_ids import write_tasks
 from lockstep.rules.output_tasks import task_groups
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
-from lockstep.spark.codecs import Formats, counted_undecodable, watch, with_error
+from lockstep.spark.codecs import Formats, carries_raw, counted_undecodable, rejoined, watch, with_error, with_raw
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
+from lockstep.spark.raised import DataError, Raised, data_error, isolate, strict_failure, where_raised
 from lockstep.spark.routes import routed
 from lockstep.spark.writer_settings import (
     check_transaction_timeout,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
+    from lockstep.model.offsets import OffsetRange
     from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
@@ -110,6 +112,30 @@ def _join_dead_letters(spec: PipelineSpec) -> bool:
     return any(t.join is not None and t.join.how == "inner" and t.join.missing == "dead_letter" for t in spec.tables)
 
 
+def _probe(spark: JobSession, kafka: dict[str, object], formats: Formats, transform: Callable[[DataFrame], DataFrame],
+           enrich: Callable[[DataFrame], DataFrame] | None, enrich_errors: bool,
+           part: tuple[OffsetRange, ...]) -> DataError | None:
+    """The Spark data error that the records of ``part`` raise in the transform and the routes (None: none), by a
+    Spark job that computes their output as the write does and writes nothing (`lockstep.spark.raised.isolate`)."""
+    df = with_raw(read_ranges(spark, kafka, part, headers=True, tasks=1))
+    out, _ = formats.transformed(df, transform, enrich, enrich_errors=enrich_errors)
+    try:
+        out.select(*[c for c in out.columns if c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)]) \
+            .write.format("noop").mode("overwrite").save()
+    except Exception as exc:
+        error = data_error(exc)
+        if error is None:
+            raise
+        return error
+    return None
+
+
+def _dead_letters(results: list[str]) -> int:
+    """How many dead letters a write's tasks wrote (their committables say)."""
+    counts = (parse_task_result(line)[2] for line in results)
+    return sum(int(str(c.get("dead_letters", 0))) for c in counts if c is not None)
+
+
 def job_outcome(exc: BaseException) -> tuple[str, bool]:
     """A failed run's one-line cause, and whether a retry fails the same way (terminal).
 
@@ -126,7 +152,8 @@ def job_outcome(exc: BaseException) -> tuple[str, bool]:
     if isinstance(exc, LockstepError):
         return str(exc).splitlines()[0], isinstance(exc, TerminalError)
     cause = root_cause(exc)
-    return cause, isinstance(exc, AnalysisException) or bool(USER_FAILURE.search(cause))
+    # A Spark data error (a cast that fails, in ANSI mode) a pipeline did not set aside fails the same way again.
+    return cause, isinstance(exc, AnalysisException) or bool(USER_FAILURE.search(cause)) or data_error(exc) is not None
 
 
 def values_for_run(spec: PipelineSpec, view: CheckpointView) -> Resolved:
@@ -235,7 +262,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
 
         by_task = (not without_records and spec.replay_of is None and view.claim.rerun is None
                    and judged_on_driver(spec, view.claim.state_base))
-        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None, tasks=tasks,
+        # A stateless run reads the input's headers too: its dead letters carry them as they came (`with_raw`).
+        df = read_ranges(spark, kafka, ranges, headers=spec.replay_of is not None or spec.state is None, tasks=tasks,
                          groups=task_groups(view.claim.ranges, tasks) if by_task else None)
         transform = routed(spec, load_transform(spec))
         replay = None
@@ -243,6 +271,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             from lockstep.spark.replay import start_replay
 
             df, transform, replay = start_replay(spec, checkpoint_id, df, transform, store)
+        if spec.state is None:
+            df = with_raw(df)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
         # So does a transform that uses `lockstep.rows` (its UDFs run `lockstep.rows.guarded` there).
         from lockstep.spark.keyed_state import function_modules
@@ -256,54 +286,16 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         if formats.readings or formats.writings:
             log.info("checkpoint %d: formats: %s", checkpoint_id, formats.describe())
         enrich = None
+        table_dead = None  # table records that do not decode (`MaterializedTables.dead_letters`)
         if spec.tables:
             from lockstep.spark.tables import join_tables, materialize
 
             tables = materialize(spark, spec, checkpoint_id, view.claim.tables, store.state_files(), kafka)
             table_versions = tables.versions
+            table_dead = tables.dead_letters(spark)
             tables.register_views()  # SQL transforms read each table by its name
             if any(t.join is not None for t in spec.tables):
                 enrich = partial(join_tables, spec, tables)
-        # A stateless checkpoint whose input may hold dead letters counts them in the write's own pass, when the
-        # session can (connect mode): most checkpoints then read and decode their input once.
-        counting = spec.state is None and replay is None and _may_dead_letter(spec, formats)
-        observation = watch(spark) if counting else None
-        out, decoded = formats.transformed(df, transform, enrich, enrich_errors=_join_dead_letters(spec),
-                                           observation=observation)
-        from lockstep.spark.output_tasks import place
-
-        if spec.state is not None:
-            from lockstep.spark import keyed_state
-
-            stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files(), formats.window_encoder(),
-                                         read_by_task=tasks if by_task else None)
-            output = formats.with_dead_letters(stateful.output, decoded, stateful.output.columns)
-            if view.claim.rerun is not None:
-                output = output.unionByName(_rerun(spark, spec, store, kafka, view.claim.rerun, transform,
-                                                   checkpoint_id, reruns, formats))
-            # Each record in the transaction of its source partition's task (rules.output_tasks), in
-            # offset order: a lost transaction's share can then be computed again exactly. Output that is
-            # there already, as read (checked on its records), is written as it is.
-            in_place = stateful.in_place and decoded is None and view.claim.rerun is None
-            stateful.metrics["output_in_place"] = float(in_place)  # in the manifest's metrics
-            out = output if in_place else place(output, view.claim.ranges, tasks)
-        columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
-
-        def with_dead_letters(bad: int, partitions: int | None = None) -> DataFrame:
-            # The records that did not decode never met the transform: beside its output, each in the
-            # transaction of its source partition's task, as a stateful checkpoint places its output.
-            # A source partition's sink records all come from one reader task, in offset order (no sort).
-            log.info("checkpoint %d: %d records do not decode%s; they go to the dead-letter topic with the reason",
-                     checkpoint_id, bad, " or have no row in an inner join's table" if spec.tables else "")
-            assert decoded is not None  # what may dead-letter decodes (or joins) its input
-            return place(formats.with_dead_letters(out, decoded, columns), view.claim.ranges, tasks, sort=False,
-                         partitions=partitions).select(*with_error(columns))
-
-        if counting and observation is None and decoded is not None and (bad := Formats.undecodable_count(decoded)):
-            # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
-            # placing every output record when, as in most checkpoints, every record decodes.
-            out = with_dead_letters(bad)
-            columns = with_error(columns)
         admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
         check_transaction_timeout(checkpoint_id, planned.timeout_ms,
                                   transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
@@ -317,25 +309,118 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
                  planned.sink_topic + (f" (routes: {', '.join(routes)})" if routes else ""),
                  planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, checkpoint_id)
         write = write_with_jvm if planned.sink_writer == "jvm" else write_with_python
-        if replay is not None:
-            # Kept as computed, so that the replay's record of which task writes which original offset
-            # is the writer's partitioning (a repair leaves out the lost transactions' records).
-            out = out.localCheckpoint(eager=True)
-            replay.record(out.select(*columns))  # before the decision: only read once it is completed
-        results = write(spark, out.select(*columns), settings)
-        if observation is not None and decoded is not None:
-            records = sum(r.count for r in ranges)
-            counted = counted_undecodable(observation.get, records)
-            if counted is None:
-                log.info("checkpoint %d: the write's pass did not count each of the %d records it read once (%s): "
-                         "counting those that do not decode apart", checkpoint_id, records, observation.get)
-                counted = Formats.undecodable_count(decoded)
-            if counted:
-                # Written again with them, through the same transactional ids: each of this write's producers
-                # fences the transaction the first write left open under its id, and the partitions past the
-                # tasks (a transform that spread its output wider) close theirs with nothing in them.
+
+        def transform_and_write(raised: Raised | None = None) -> list[str]:
+            """The transform's output written in the checkpoint's transactions (each task's result); ``raised``:
+            records set aside with their reason (`lockstep.spark.raised`), dead letters as they came."""
+            nonlocal stateful
+            # A stateless checkpoint whose input may hold dead letters counts them in the write's own pass, when the
+            # session can (connect mode): most checkpoints then read and decode their input once.
+            counting = spec.state is None and replay is None and (_may_dead_letter(spec, formats) or bool(raised))
+            observation = watch(spark) if counting and not raised else None
+            out, decoded = formats.transformed(df, transform, enrich, enrich_errors=_join_dead_letters(spec),
+                                               observation=observation, raised=raised)
+            from lockstep.spark.output_tasks import place
+
+            if table_dead is not None and replay is None:
+                # The table records that do not decode go to the dead-letter topic as they came, beside the input's own
+                # dead letters (none of their keys' rows changed): counted before the write, with them.
+                decoded = table_dead if decoded is None else decoded.unionByName(table_dead, allowMissingColumns=True)
+                counting, observation = True, None
+
+            if spec.state is not None:
+                from lockstep.spark import keyed_state
+
+                stateful = keyed_state.start(spark, spec, view.claim, out, store.state_files(), formats.window_encoder(),
+                                             read_by_task=tasks if by_task else None)
+                output = formats.with_dead_letters(stateful.output, decoded, stateful.output.columns)
+                if view.claim.rerun is not None:
+                    output = output.unionByName(_rerun(spark, spec, store, kafka, view.claim.rerun, transform,
+                                                       checkpoint_id, reruns, formats))
+                # Each record in the transaction of its source partition's task (rules.output_tasks), in
+                # offset order: a lost transaction's share can then be computed again exactly. Output that is
+                # there already, as read (checked on its records), is written as it is.
+                in_place = stateful.in_place and decoded is None and view.claim.rerun is None
+                stateful.metrics["output_in_place"] = float(in_place)  # in the manifest's metrics
+                out = output if in_place else place(output, view.claim.ranges, tasks)
+            columns = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in out.schema.fields})
+            # A stateless transform that dropped the input's bytes (`carries_raw`: an SQL query that lists its columns)
+            # returns dead letters without them: when the write says it wrote some, it is written again with their
+            # input's key, value and headers, found by provenance (`rejoined`).
+            may_rejoin = spec.state is None and replay is None and "error" in out.columns and not carries_raw(out)
+            transformed, source = out, df
+
+            def with_dead_letters(bad: int, partitions: int | None = None, rejoin: bool = False) -> DataFrame:
+                # The records that did not decode never met the transform: beside its output, each in the
+                # transaction of its source partition's task, as a stateful checkpoint places its output.
+                # A source partition's sink records all come from one reader task, in offset order (no sort);
+                # the transform's dead letters rejoined to their input come from the join's tasks (sorted).
+                frame, written = transformed, columns
+                if rejoin:
+                    frame = rejoined(transformed, source)
+                    written = check_output_schema(spec, {f.name: f.dataType.simpleString() for f in frame.schema.fields})
+                if bad:
+                    log.info("checkpoint %d: %d records do not decode%s%s; they go to the dead-letter topic with the "
+                             "reason", checkpoint_id, bad, " or have no row in an inner join's table" if spec.tables else "",
+                             " or raise a Spark data error" if raised else "")
+                    assert decoded is not None  # what may dead-letter decodes (or joins) its input
+                    frame = formats.with_dead_letters(frame, decoded, written)
+                return place(frame, view.claim.ranges, tasks, sort=rejoin, partitions=partitions).select(*with_error(written))
+
+            if counting and observation is None and decoded is not None and (bad := Formats.undecodable_count(decoded)):
+                # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
+                # placing every output record when, as in most checkpoints, every record decodes.
+                out = with_dead_letters(bad)
                 columns = with_error(columns)
-                results = write(spark, with_dead_letters(counted, len(results)), settings)
+            else:
+                bad = 0
+            if replay is not None:
+                # Kept as computed, so that the replay's record of which task writes which original offset
+                # is the writer's partitioning (a repair leaves out the lost transactions' records).
+                out = out.localCheckpoint(eager=True)
+                replay.record(out.select(*columns))  # before the decision: only read once it is completed
+            results = write(spark, out.select(*columns), settings)
+            if observation is not None and decoded is not None:
+                records = sum(r.count for r in ranges)
+                counted = counted_undecodable(observation.get, records)
+                if counted is None:
+                    log.info("checkpoint %d: the write's pass did not count each of the %d records it read once (%s): "
+                             "counting those that do not decode apart", checkpoint_id, records, observation.get)
+                    counted = Formats.undecodable_count(decoded)
+                if counted:
+                    # Written again with them, through the same transactional ids: each of this write's producers
+                    # fences the transaction the first write left open under its id, and the partitions past the
+                    # tasks (a transform that spread its output wider) close theirs with nothing in them.
+                    again = with_dead_letters(counted, len(results), rejoin=may_rejoin and _dead_letters(results) > 0)
+                    columns = tuple(again.columns)
+                    results = write(spark, again, settings)
+                    may_rejoin = False
+            if may_rejoin and (dead := _dead_letters(results)):
+                log.info("checkpoint %d: the transform's output has dead letters (%d written) but not the input's bytes "
+                         "(it dropped them): written again with their input's key, value and headers", checkpoint_id, dead)
+                again = with_dead_letters(bad, len(results), rejoin=True)
+                columns = tuple(again.columns)
+                results = write(spark, again, settings)
+            return results
+
+        try:
+            results = transform_and_write()
+        except Exception as exc:
+            error = data_error(exc) if spec.state is None and replay is None else None
+            if error is None:
+                raise
+            if spec.sink.on_error == "fail":
+                raise strict_failure(spec, error) from exc
+            log.warning("checkpoint %d: %s raised a Spark data error (%s): looking for the records that raise it, to "
+                        "send them to the dead-letter topic (sink.on_error: dead_letter)", checkpoint_id,
+                        where_raised(spec, error), error.text)
+            probe = partial(_probe, spark, kafka, formats, transform, enrich, _join_dead_letters(spec))
+            found = isolate(probe, ranges, error, checkpoint_id, spec)
+            log.warning("checkpoint %d: %d records raise a Spark data error; they go to the dead-letter topic with the "
+                        "reason, the others are written: %s", checkpoint_id, len(found),
+                        "; ".join(f"{t}:{p}@{o}" for t, p, o in list(found)[:10]) + ("; ..." if len(found) > 10 else ""))
+            # Written again through the same transactional ids: each producer fences what the failed write left open.
+            results = transform_and_write(found)
         log.info("checkpoint %d: %d Spark tasks wrote their transactions in %.1f s", checkpoint_id, len(results),
                  time.monotonic() - started)
         for line in results:

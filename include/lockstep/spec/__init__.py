@@ -171,6 +171,9 @@ class SinkSpec:
     #: record goes to the first route whose condition holds, else to ``topic``; a dead letter, whatever
     #: its route, to ``dead_letter_topic``. All of a checkpoint's topics are written in its transactions.
     routes: tuple[tuple[str, str], ...] = ()
+    #: ``sink.on_error``: a record whose transform or route condition raises a Spark data error (ANSI) is a
+    #: dead letter with Spark's reason ("dead_letter"), or fails the checkpoint terminally ("fail").
+    on_error: str = "dead_letter"
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -787,7 +790,15 @@ def _sink(c: _Checker, doc: object, source: SourceSpec, folder: Path | None = No
                     key=key, value=value,
                     registry_conn_id=c.text(d, "sink", "registry_conn_id", source.registry_conn_id
                                             or _default("source", "registry_conn_id")),
-                    routes=_routes(c, d.get("routes"), source, topic, dlq))
+                    routes=_routes(c, d.get("routes"), source, topic, dlq), on_error=_on_error(c, d))
+
+
+def _on_error(c: _Checker, d: Section) -> str:
+    """``sink.on_error``: dead_letter (the default) or fail."""
+    value = c.text(d, "sink", "on_error", _default("sink", "on_error"))
+    if value not in _enum("sink", "on_error"):
+        c.fail("sink.on_error", f"must be one of {', '.join(_enum('sink', 'on_error'))}, got {value!r}")
+    return value
 
 
 def _routes(c: _Checker, doc: object, source: SourceSpec, topic: str | None,

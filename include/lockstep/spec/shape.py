@@ -47,6 +47,8 @@ WRITERS = ("jvm", "python")
 SPARK_MODES = ("submit", "connect")
 OFFSET_RESETS = ("earliest", "latest")
 TOPIC_RECREATED_POLICIES = ("fail", "earliest", "latest")
+#: ``sink.on_error``: what a record whose transform or route condition raises a Spark data error becomes.
+ON_ERROR_POLICIES = ("dead_letter", "fail")
 #: ``checkpoints.tasks``: a DAG run's tasks, plan -> run -> commit, or one ``checkpoint`` task doing all three.
 CHECKPOINT_TASKS = ("three", "one")
 DUPLICATE_ACTIONS = ("drop", "dead_letter")
@@ -144,6 +146,10 @@ SINK = _section("The Kafka topic written, in transactions committed with the che
                                "to the first route whose condition holds, else to topic; all in the checkpoint's "
                                "transactions.", nullable=True, key_pattern=TOPIC_PATTERN,
                     items=Field("expression", "A Spark SQL condition (data.country = 'DE').")),
+    "on_error": _text("A record for which the transform's expressions or a route's condition raise a Spark data "
+                      "error (ANSI mode: a cast that fails, a division by zero, an overflow): dead_letter sends it to "
+                      "dead_letter_topic with Spark's reason and writes the others; fail fails the checkpoint for "
+                      "good, naming the expression.", "dead_letter", enum=ON_ERROR_POLICIES),
 }, required=True)
 
 TRIGGER = _section("Lag-driven checkpoints instead of a schedule: start one when lag_records are unread, or "
