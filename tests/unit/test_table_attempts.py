@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.tables import TablePin, TableVersion
 from lockstep.spec import TableSpec
@@ -44,39 +46,51 @@ def files() -> StateFiles:
     return StateFiles(FakeS3(), "lockstep", "unit/enrich", cache=None)
 
 
-def test_a_replay_builds_its_first_version_from_the_file_the_aborted_checkpoint_wrote():
+@pytest.fixture(autouse=True)
+def no_spark(monkeypatch):
+    """The run's other reads of the table's topic (its records that do not decode, as dead letters) are not what
+    these tests look at: nothing to read."""
+    from lockstep.spark import tables
+
+    monkeypatch.setattr(tables, "_undecodable", lambda *args: None, raising=False)
+
+
+def update(f: StateFiles, checkpoint_id: int, pin: TablePin) -> tuple[pa.Table | None, TableVersion]:
+    """The table at ``checkpoint_id`` and its version, as the run builds them (without Spark: a run that had to read
+    the table's topic here would fail)."""
     from lockstep.spark.tables import _update
 
+    found = _update(None, TABLE, checkpoint_id, pin, f, {})  # type: ignore[arg-type]
+    return found[0], found[1]
+
+
+def test_a_replay_builds_its_first_version_from_the_file_the_aborted_checkpoint_wrote():
     f = files()
     first = rows(("alice", "gold", 3), ("bob", "silver", 5))
     f.put_table(f.table_key(4, "customers"), state_chain.parquet(first))
     pin = TablePin("customers", None, (OffsetRange("customers", 0, 0, 6),), earlier=(4,))
-    table, version = _update(None, TABLE, 5, pin, f, {})  # type: ignore[arg-type]  # no Spark: never read the topic
+    table, version = update(f, 5, pin)
     assert values(table) == {"alice": "gold", "bob": "silver"}
     assert version.files == (f.table_key(4, "customers"),) and version.written_by == 5 and version.ends == {0: 6}
     assert version.keys == 2 and len(version.digests) == 1
 
 
 def test_a_retry_applies_its_earlier_attempts_delta_on_the_pinned_base():
-    from lockstep.spark.tables import _update
-
     f = files()
     where, digest = f.put_table(f.table_key(2, "customers"), state_chain.parquet(rows(("alice", "silver", 1))))
     base = TableVersion("customers", "customers", 2, {0: 2}, (where,), (digest,), (100,), 1)
     delta = rows(("alice", "gold", 7), ("carol", "bronze", 8), tombstones=True)
     f.put_table(f.table_key(3, "customers", delta=True), state_chain.parquet(delta))
     pin = TablePin("customers", base, (OffsetRange("customers", 0, 2, 9),))
-    table, version = _update(None, TABLE, 3, pin, f, {})  # type: ignore[arg-type]
+    table, version = update(f, 3, pin)
     assert values(table) == {"alice": "gold", "carol": "bronze"}
     assert version.files == (where, f.table_key(3, "customers", delta=True)) and version.ends == {0: 9}
 
 
 def test_the_first_of_the_attempts_that_wrote_a_file_wins():
-    from lockstep.spark.tables import _update
-
     f = files()
     f.put_table(f.table_key(4, "customers"), state_chain.parquet(rows(("alice", "gold", 3))))
     f.put_table(f.table_key(6, "customers"), state_chain.parquet(rows(("alice", "platinum", 9))))
     pin = TablePin("customers", None, (OffsetRange("customers", 0, 0, 6),), earlier=(4, 5))
-    table, version = _update(None, TABLE, 6, pin, f, {})  # type: ignore[arg-type]
+    table, version = update(f, 6, pin)
     assert values(table) == {"alice": "gold"} and version.files == (f.table_key(4, "customers"),)

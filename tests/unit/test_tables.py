@@ -105,11 +105,14 @@ def test_a_reused_pin_keeps_its_version_and_adds_the_attempt_it_comes_from() -> 
     from lockstep.rules.tables import reused_table_pin
 
     pin = TablePin("customers", V1, (OffsetRange("customers", 0, 5, 9),))
-    again = reused_table_pin(pin, {0: 5}, False, 5, replays=4)
+    again = reused_table_pin(pin, {0: 5}, {0: 12}, False, 5, replays=4)
     assert again.same_version(pin) and again.earlier == (4,)
-    assert reused_table_pin(again, {0: 0}, False, 6, replays=5).earlier == (4, 5)
+    assert reused_table_pin(again, {0: 0}, {0: 9}, False, 6, replays=5).earlier == (4, 5)
     with pytest.raises(TerminalError, match=r"checkpoint 6: table customers: .*customers:0 offsets \[5, 6\)"):
-        reused_table_pin(again, {0: 6}, False, 6, replays=5)
+        reused_table_pin(again, {0: 6}, {0: 12}, False, 6, replays=5)
+    with pytest.raises(TerminalError, match="aborted checkpoint 5 pinned customers:0 up to offset 9, but the topic "
+                                            "now ends at 2: it was deleted and created again"):
+        reused_table_pin(again, {0: 0}, {0: 2}, False, 6, replays=5)
 
 
 def test_a_base_of_another_topic_starts_the_table_over() -> None:

@@ -202,8 +202,8 @@ def test_verify_decodes_each_checkpoint_with_the_schema_ids_its_claim_pinned_not
         def __init__(self, spec: object, pinned: dict[str, int] | None = None) -> None:
             built.append(None if pinned is None else dict(pinned))
 
-        def transformed(self, df: Frame, transform: object, enrich: object = None,
-                        enrich_errors: bool = False) -> tuple[Frame, None]:
+        def transformed(self, df: Frame, transform: object, enrich: object = None, enrich_errors: bool = False,
+                        **more: object) -> tuple[Frame, None]:
             return df, None
 
         @staticmethod

@@ -57,11 +57,19 @@ def table_pin(name: str, topic: str, base: TableVersion | None, log_start: Mappi
     return _gaps(TablePin(name, base, tuple(ranges)), log_start, skip_deleted, checkpoint_id)
 
 
-def reused_table_pin(pin: TablePin, log_start: Mapping[int, int], skip_deleted: bool, checkpoint_id: int,
-                     replays: int) -> TablePin:
+def reused_table_pin(pin: TablePin, log_start: Mapping[int, int], stable_end: Mapping[int, int], skip_deleted: bool,
+                     checkpoint_id: int, replays: int) -> TablePin:
     """An aborted checkpoint's pin, which checkpoint ``checkpoint_id`` replays (`lockstep.rules.replay`):
     the same version, its records checked against the topic's log start now (`_gaps`): retention may have
-    deleted some since the aborted checkpoint was planned."""
+    deleted some since the aborted checkpoint was planned. A topic that now ends before the pinned offsets
+    was deleted and created again: refused, as `table_pin` refuses it."""
+    for r in pin.ranges:
+        if r.end > stable_end.get(r.partition, 0):
+            raise TerminalError(
+                f"checkpoint {checkpoint_id}: table {pin.name}: aborted checkpoint {replays} pinned {r.topic}:"
+                f"{r.partition} up to offset {r.end}, but the topic now ends at {stable_end.get(r.partition, 0)}: "
+                "it was deleted and created again. Rebuild the table from the new topic by renaming it in the spec "
+                "(tables.<name>)")
     earlier = pin.earlier if replays in pin.earlier else (*pin.earlier, replays)
     return _gaps(replace(pin, earlier=earlier), log_start, skip_deleted, checkpoint_id)
 

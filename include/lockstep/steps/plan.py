@@ -263,13 +263,13 @@ def _table_pins(p: Pipeline, bases: dict[str, TableVersion | None], checkpoint_i
     for table in p.spec.tables:
         tps = topics.partitions(p.source_admin, [table.topic], f"tables.{table.name}.topic")
         log_start = {tp.partition: o for tp, o in broker_offsets.log_start_offsets(p.source_admin, tps).items()}
+        stable_end = {tp.partition: o for tp, o in broker_offsets.last_stable_offsets(p.source_admin, tps).items()}
         earlier = reuse.tables.get(table.name) if reuse is not None else None
         if reuse is not None and earlier is not None:
-            pin = reused_table_pin(earlier, log_start, skip, checkpoint_id, reuse.checkpoint_id)
+            pin = reused_table_pin(earlier, log_start, stable_end, skip, checkpoint_id, reuse.checkpoint_id)
         else:
-            stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
-            pin = table_pin(table.name, table.topic, bases.get(table.name), log_start,
-                            {tp.partition: o for tp, o in stable_end.items()}, reads, checkpoint_id, skip)
+            pin = table_pin(table.name, table.topic, bases.get(table.name), log_start, stable_end, reads,
+                            checkpoint_id, skip)
         for partition, skipped in sorted(pin.skipped.items()):
             log.warning("checkpoint %d: table %s: skipping %d records of %s:%d deleted by retention before any "
                         "checkpoint read them (skip_deleted_ranges)", checkpoint_id, table.name, skipped, table.topic,
