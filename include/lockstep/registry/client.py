@@ -8,6 +8,18 @@ into a message (`lockstep.connections.redact` knows the password).
 A writer schema is fetched once per client and cached by id: ids never change what they name. A
 registry that cannot be reached is a transient error (a retry may find it); a subject or a schema it
 does not have, or a schema it finds incompatible, is terminal.
+
+Why not confluent-kafka's ``SchemaRegistryClient`` (locked, 2.16), looked at for issue 67: it would not be
+a simplification. Its ``test_compatibility(..., verbose=True)`` returns only the boolean and drops the
+registry's ``messages``, which the plan's refusal quotes field by field (a private ``_rest_client`` call
+would be needed); its ``get_latest_version`` caches a subject's latest version for the client's life
+unless ``cache.latest.ttl.sec`` is set, where the plan must read the latest version when it pins it;
+its errors are ``SchemaRegistryError`` for an answer and httpx's exceptions for no answer, which this
+module would still map to terminal and transient errors; and it brings httpx and authlib into every
+process that plans a checkpoint, for the eight REST calls below. Its serdes' framing helpers
+(``SchemaId``, the Protobuf message indexes) are per-record Python, where the run frames records with
+Spark column expressions (`lockstep.spark.codecs`), and `lockstep.model.schemas` may import no I/O
+library (tests/unit/test_layout.py); the tests use its serializers as the judge instead.
 """
 from __future__ import annotations
 

@@ -3,21 +3,26 @@ its stored files and the pinned records of its topic, written back as files, and
 transform (docs/joins.md).
 
 A table holds the latest record per key of its topic: a record sets its key's row, a record with a
-null value (a tombstone) removes it. A key's latest record is its highest offset; a key found in
-several partitions takes the latest timestamp (then the higher partition). Records without a key are
-not rows of any table and are skipped.
+null value (a tombstone) removes it. A key is its **decoded** key (by the table's ``key`` format), so two
+encodings of one key (``{"id":1}`` and ``{"id": 1}``) are one row, and a tombstone of either deletes it. A
+key's latest record is its highest offset; a key found in several partitions (two encodings may hash
+apart) takes the latest timestamp (then the higher partition). Records without a key are not rows of any
+table and are skipped. A record whose key or value does not decode is no row: its key keeps the row it
+had, and the record goes to the pipeline's dead-letter topic as it came, with the reason, in the
+checkpoint's transactions (`MaterializedTables.dead_letters`), never a silent deletion.
 
 Stored like keyed state (`lockstep.store.state_chain`, one chain per table): the checkpoint that reads
 table records writes a **delta** (the new latest row, or a tombstone, of each key those records touch)
 or, when the deltas have grown (`lockstep.rules.tables.compact_table`), a new **base** of the whole
 table, under ``state/<checkpoint>/table-<name>[.delta].parquet``, before ``prepared.json`` names them.
-The rows keep the raw key and value: decoding happens when the view is made, so a table's files never
-depend on a schema.
+The rows keep the raw key and value (of the key's latest record), keyed by the decoded key (``__ls_key``:
+the hex of the decoded key's JSON; of the raw bytes for a string or bytes key, as before keys were decoded);
+the view decodes them again, so a changed value schema reads the same files anew.
 
 The table reaches the transform two ways:
 - SQL transforms read a view of the table's name: ``key`` (decoded by ``key``: a string by default),
   ``value`` (raw), ``data`` (the value decoded, with a value format), ``partition``, ``offset``,
-  ``timestamp``. A row that does not decode is left out of the view, and logged.
+  ``timestamp``. A stored row that does not decode (its schema changed since it was read) is left out.
 - ``join:`` joins it into every input record before the transform (Python or SQL): the record gets a
   column named after the table, a struct of those fields, null without a row (``how: left``); an inner
   join drops the records without a row, or dead-letters them with the reason (``missing``).
@@ -29,7 +34,7 @@ in one task, in offset order, as the writers' repair needs.
 from __future__ import annotations
 
 __all__ = [
-    "MaterializedTables", "VIEW_COLUMNS", "join_tables", "materialize", "table_frame",
+    "DEAD_LETTER_COLUMNS", "MaterializedTables", "VIEW_COLUMNS", "join_tables", "materialize", "table_frame",
     "versions_frame",
 ]
 
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from lockstep.registry.schemas import Reading
     from lockstep.spark.target import JobSession
     from lockstep.store.state_files import StateFiles
 
@@ -59,6 +65,8 @@ log = logging.getLogger(__name__)
 #: delta, ``__ls_tombstone``.
 ROW_COLUMNS = ("key", "value", "partition", "offset", "timestamp_ms")
 ROW_DDL = "key binary, value binary, partition int, offset bigint, timestamp_ms bigint"
+#: The columns of a table's dead letters (`MaterializedTables.dead_letters`) besides their reason, `DECODE_ERROR`.
+DEAD_LETTER_COLUMNS = ("key", "value", "topic", "partition", "offset")
 #: The columns of a table's view, in order (``data`` only with a value format).
 VIEW_COLUMNS = ("key", "value", "data", "partition", "offset", "timestamp")
 
@@ -71,6 +79,19 @@ class MaterializedTables:
     versions: dict[str, TableVersion] = field(default_factory=dict)
     #: a versioned table's every version (`versions_frame`), for joins as_of an event time
     histories: dict[str, DataFrame] = field(default_factory=dict)
+    #: per table, the records this run read that do not decode (`DEAD_LETTER_COLUMNS`, `DECODE_ERROR`)
+    undecodable: dict[str, pa.Table] = field(default_factory=dict)
+
+    def dead_letters(self, spark: JobSession) -> DataFrame | None:
+        """The table records that do not decode, as dead letters in the input's columns (`DEAD_LETTER_COLUMNS`)
+        with their reason in `DECODE_ERROR`, for the run to write beside the input's
+        (`lockstep.spark.codecs.undecodable`); None when every record decoded."""
+        import pyarrow as pa
+
+        bad = [t for t in self.undecodable.values() if t.num_rows]
+        if not bad:
+            return None
+        return cast("SparkSession", spark).createDataFrame(pa.concat_tables(bad).combine_chunks())
 
     def add(self, spark: JobSession, table: TableSpec, rows: pa.Table | None) -> None:
         """Table ``table`` with ``rows`` (its files' rows): its view, and its versions when a join reads them."""
@@ -88,6 +109,8 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
                 files: StateFiles, kafka: Mapping[str, object]) -> MaterializedTables:
     """Every table of ``spec`` at checkpoint ``checkpoint_id``: its pinned base, plus its pinned records,
     written as the checkpoint's files (a retry writes the same bytes, or beside them: `StateFiles.create`)."""
+    from lockstep.spark.codecs import DECODE_ERROR
+
     out = MaterializedTables()
     for table in spec.tables:
         pin = pins.get(table.name)
@@ -96,9 +119,14 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
                                                  "added to the spec after the checkpoint was planned. Let the "
                                                  "checkpoint be aborted (or abort it) and plan the next one")
         started = time.monotonic()
-        rows, version = _update(spark, table, checkpoint_id, pin, files, kafka)
+        rows, version, bad = _update(spark, table, checkpoint_id, pin, files, kafka)
         out.versions[table.name] = version
         out.add(spark, table, rows)
+        if bad is not None and bad.num_rows:
+            out.undecodable[table.name] = bad
+            log.warning("checkpoint %d: table %s: %d records of %s do not decode (the first: %s); their keys keep "
+                        "the rows they had, and they go to the dead-letter topic with the reason", checkpoint_id,
+                        table.name, bad.num_rows, table.topic, bad.column(DECODE_ERROR)[0].as_py())
         log.info("checkpoint %d: table %s: %d keys after %d offsets of %s (%s, %d files, %d bytes) in %.1f s",
                  checkpoint_id, table.name, version.keys, pin.records, table.topic,
                  "carried forward" if version.written_by != checkpoint_id else "written", len(version.files),
@@ -107,8 +135,9 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
 
 
 def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TablePin, files: StateFiles,
-            kafka: Mapping[str, object]) -> tuple[pa.Table | None, TableVersion]:
-    """The table's rows at this checkpoint and the version that holds them (the base's when nothing was read)."""
+            kafka: Mapping[str, object]) -> tuple[pa.Table | None, TableVersion, pa.Table | None]:
+    """The table's rows at this checkpoint, the version that holds them (the base's when nothing was read),
+    and the pinned records that do not decode (None: none read)."""
     from lockstep.store import state_chain
 
     base = pin.base
@@ -117,16 +146,17 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
     ends.update({r.partition: r.end for r in pin.ranges})
     if not pin.records:
         version = base if base is not None else TableVersion(table.name, table.topic, checkpoint_id, ends)
-        return current, version
+        return current, version, None
     first = _first_written(table, checkpoint_id, pin, files, current, ends)
-    if first is not None:
-        return first
+    if first is not None:  # its dead letters are the pinned records' as they decode (an attempt's were aborted)
+        return (*first, _undecodable(spark, table, pin, kafka))
     if table.versions_ms is not None:
         from lockstep.store.table_chain import versioned_delta
 
-        delta = versioned_delta(current, _records(spark, pin, kafka), table.versions_ms)
+        records, bad = _records(spark, table, pin, kafka)
+        delta = versioned_delta(current, records, table.versions_ms) if records.num_rows else _no_change(records)
     else:
-        delta = _delta(spark, pin, kafka)
+        delta, bad = _delta(spark, table, pin, kafka)
     chain = [] if base is None else list(base.files)
     body = state_chain.parquet(delta)
     if compact_table(list(base.file_bytes) if base is not None else [], len(body), checkpoint_id):
@@ -144,7 +174,7 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
         keys, digests, sizes = (*chain, where), (*base.digests, digest), (*base.file_bytes, len(body))
         rows = state_chain.merge([t for t in (current, delta) if t is not None])
     return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
-                              _live_keys(rows))
+                              _live_keys(rows)), bad
 
 
 def _first_written(table: TableSpec, checkpoint_id: int, pin: TablePin, files: StateFiles, current: pa.Table | None,
@@ -187,52 +217,119 @@ def _live_keys(rows: pa.Table | None) -> int:
     return state_chain.key_count(latest_rows(rows))
 
 
-def _records(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.Table:
-    """Every pinned record with a key, each a version of its key (a versioned table's; collected)."""
-    import pyarrow as pa
+def _keyed(spark: JobSession, table: TableSpec, pin: TablePin, kafka: Mapping[str, object]) -> DataFrame:
+    """The pinned records with a key, decoded by the table's formats: each with its decoded key's identity
+    (`KEY`: the hex of the decoded key's JSON, so every encoding of one key has one; the raw bytes' for a string
+    or bytes key) and why it does not decode (`DECODE_ERROR`, null when it does)."""
     from pyspark.sql import functions as F
 
-    from lockstep.spark.kafka_reader import read_ranges
-
-    ranges = tuple(r for r in pin.ranges if not r.is_empty)
-    collected = (read_ranges(spark, kafka, ranges).filter(F.col("key").isNotNull())
-                 .select(F.hex(F.col("key")).alias(KEY), "key", "value", F.col("partition").cast("int"),
-                         F.col("offset").cast("bigint"), F.unix_millis(F.col("timestamp")).alias("timestamp_ms"))
-                 .toArrow())
-    return pa.table({
-        KEY: collected[KEY].cast(pa.string()), "key": collected["key"].cast(pa.binary()),
-        "value": collected["value"].cast(pa.binary()), "partition": collected["partition"].cast(pa.int32()),
-        "offset": collected["offset"].cast(pa.int64()), "timestamp_ms": collected["timestamp_ms"].cast(pa.int64()),
-    })
-
-
-def _delta(spark: JobSession, pin: TablePin, kafka: Mapping[str, object]) -> pa.Table:
-    """The latest record of each key the pinned records touch, a tombstone for a null value (one Spark job,
-    collected: a table's changes per checkpoint are few next to the stream's records)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from pyspark.sql import functions as F
-
+    from lockstep.spark.codecs import DATA_COLUMN, DECODE_ERROR, decode
     from lockstep.spark.kafka_reader import read_ranges
 
     ranges = tuple(r for r in pin.ranges if not r.is_empty)
     records = read_ranges(spark, kafka, ranges).filter(F.col("key").isNotNull())
-    per_partition = records.groupBy("key", "partition").agg(F.max_by(
-        F.struct(F.col("value"), F.col("offset"), (F.unix_millis(F.col("timestamp"))).alias("timestamp_ms")),
-        F.col("offset")).alias("r"))
-    latest = per_partition.groupBy("key").agg(F.max_by(
-        F.struct(F.col("r.value").alias("value"), F.col("partition").cast("int").alias("partition"),
-                 F.col("r.offset").cast("bigint").alias("offset"), F.col("r.timestamp_ms").alias("timestamp_ms")),
-        F.struct(F.col("r.timestamp_ms"), F.col("partition"))).alias("r"))
-    collected = latest.select(F.hex(F.col("key")).alias(KEY), F.col("key"), "r.value", "r.partition", "r.offset",
-                              "r.timestamp_ms").toArrow()
-    tombstone = pc.is_null(collected["value"])
-    return pa.table({
+    readings = _readings(table)
+    decoded = decode(records, readings) if readings else records.withColumn(DECODE_ERROR, F.lit(None).cast("string"))
+    if table.key.decoded and table.key.format != "string":
+        identity = F.hex(F.to_json(F.struct(F.col(DATA_COLUMN["key"]).alias("k"))))
+    else:
+        identity = F.hex(F.col("key"))
+    why = F.concat(F.lit(f"table {table.name}: "), F.col(DECODE_ERROR),
+                   F.lit(f" (tables.{table.name}); not a row: its key keeps the row it had"))
+    return decoded.withColumn(KEY, identity).withColumn(DECODE_ERROR, F.when(F.col(DECODE_ERROR).isNotNull(), why))
+
+
+def _readings(table: TableSpec) -> list[Reading]:
+    """How a table's key and value decode (declared schemas only: no registry format for tables)."""
+    from lockstep.registry.schemas import Reading
+
+    return [Reading(part, fmt, fmt.schema) for part, fmt in (("value", table.value), ("key", table.key))
+            if fmt.decoded]
+
+
+def _rows_and_dead(table: TableSpec, collected: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A collected frame of `_row_columns` split into the table's rows and its dead letters (`DEAD_LETTER_COLUMNS`
+    and `DECODE_ERROR`, in offset order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from lockstep.spark.codecs import DECODE_ERROR
+
+    typed = pa.table({
         KEY: collected[KEY].cast(pa.string()), "key": collected["key"].cast(pa.binary()),
         "value": collected["value"].cast(pa.binary()), "partition": collected["partition"].cast(pa.int32()),
         "offset": collected["offset"].cast(pa.int64()), "timestamp_ms": collected["timestamp_ms"].cast(pa.int64()),
-        TOMBSTONE: tombstone,
+        DECODE_ERROR: collected[DECODE_ERROR].cast(pa.string()),
     })
+    bad = pc.is_valid(typed[DECODE_ERROR])
+    rows = typed.filter(pc.invert(bad)).drop_columns([DECODE_ERROR])
+    dead = typed.filter(bad).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    return rows, pa.table({
+        "key": dead["key"], "value": dead["value"], "topic": pa.array([table.topic] * dead.num_rows, pa.string()),
+        "partition": dead["partition"], "offset": dead["offset"], DECODE_ERROR: dead[DECODE_ERROR]})
+
+
+def _row_columns(frame: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.codecs import DECODE_ERROR
+
+    return frame.select(F.col(KEY), F.col("key"), F.col("value"), F.col("partition").cast("int").alias("partition"),
+                        F.col("offset").cast("bigint").alias("offset"),
+                        F.unix_millis(F.col("timestamp")).alias("timestamp_ms"), F.col(DECODE_ERROR))
+
+
+def _undecodable(spark: JobSession, table: TableSpec, pin: TablePin, kafka: Mapping[str, object]) -> pa.Table:
+    """The pinned records that do not decode, as dead letters (one Spark job, collected)."""
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.codecs import DECODE_ERROR
+
+    return _rows_and_dead(table, _row_columns(_keyed(spark, table, pin, kafka)
+                                              .filter(F.col(DECODE_ERROR).isNotNull())).toArrow())[1]
+
+
+def _records(spark: JobSession, table: TableSpec, pin: TablePin,
+             kafka: Mapping[str, object]) -> tuple[pa.Table, pa.Table]:
+    """Every pinned record with a key that decodes, each a version of its key (a versioned table's), and those
+    that do not decode, as dead letters (one Spark job, collected)."""
+    return _rows_and_dead(table, _row_columns(_keyed(spark, table, pin, kafka)).toArrow())
+
+
+def _no_change(records: pa.Table) -> pa.Table:
+    """An empty delta (every record read did not decode): the checkpoint's version is its base's rows."""
+    import pyarrow as pa
+
+    empty = records.slice(0, 0)
+    return empty.append_column(TOMBSTONE, pa.array([], pa.bool_()))
+
+
+def _delta(spark: JobSession, table: TableSpec, pin: TablePin,
+           kafka: Mapping[str, object]) -> tuple[pa.Table, pa.Table]:
+    """The latest record of each decoded key the pinned records touch, a tombstone for a null value, and the
+    records that do not decode, as dead letters (one Spark job, collected: a table's changes per checkpoint are
+    few next to the stream's records). A record that does not decode is no candidate: its key's latest record
+    is the latest that decodes, else the row it had."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    from lockstep.spark.codecs import DECODE_ERROR
+
+    records = _keyed(spark, table, pin, kafka)
+    good = records.filter(F.col(DECODE_ERROR).isNull())
+    per_partition = good.groupBy(KEY, "partition").agg(F.max_by(
+        F.struct(F.col("key"), F.col("value"), F.col("offset"), F.col("timestamp")), F.col("offset")).alias("r"))
+    latest = per_partition.groupBy(KEY).agg(F.max_by(
+        F.struct(F.col("r.key").alias("key"), F.col("r.value").alias("value"), F.col("partition"),
+                 F.col("r.offset").alias("offset"), F.col("r.timestamp").alias("timestamp")),
+        F.struct(F.col("r.timestamp"), F.col("partition"))).alias("r"))
+    rows = latest.select(F.col(KEY), "r.key", "r.value", "r.partition", "r.offset", "r.timestamp",
+                         F.lit(None).cast("string").alias(DECODE_ERROR))
+    dead = records.filter(F.col(DECODE_ERROR).isNotNull()).select(KEY, "key", "value", "partition", "offset",
+                                                                   "timestamp", DECODE_ERROR)
+    delta, bad = _rows_and_dead(table, _row_columns(rows.unionByName(dead)).toArrow())
+    return delta.append_column(TOMBSTONE, pc.is_null(delta["value"]).cast(pa.bool_())), bad
 
 
 def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
@@ -257,7 +354,6 @@ def versions_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -
 def _decoded(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from lockstep.registry.schemas import Reading
     from lockstep.spark.codecs import DATA_COLUMN, DECODE_ERROR, decode
 
     session = cast("SparkSession", spark)
@@ -265,8 +361,7 @@ def _decoded(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> Data
         frame = session.createDataFrame([], ROW_DDL)
     else:
         frame = session.createDataFrame(rows.select(list(ROW_COLUMNS)).combine_chunks())
-    readings = [Reading(part, fmt, fmt.schema) for part, fmt in (("value", table.value), ("key", table.key))
-                if fmt.decoded]
+    readings = _readings(table)
     if readings:
         frame = decode(frame, readings).filter(F.col(DECODE_ERROR).isNull())
     columns = [F.col(DATA_COLUMN["key"]).alias("key") if table.key.decoded else F.col("key"), F.col("value")]
