@@ -49,12 +49,15 @@ from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.transform import load_transform
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, Row
 
     from lockstep.model.tables import TableVersion
     from lockstep.ops.verify_state import StateVerifyReport
+    from lockstep.spark.codecs import Formats
+    from lockstep.spark.raised import Raised
     from lockstep.spark.tables import MaterializedTables
     from lockstep.spark.target import JobSession
+    from lockstep.transform import Transform
 
 Offset = tuple[str, int, int]
 Key = TypeVar("Key", bound=tuple[object, ...])
@@ -300,11 +303,7 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
             if formats is None:
                 formats = formats_by_pins[pinned] = Formats(spec, dict(pinned))
             enrich = _tables_of(spec, spark, store, (tables or {}).get(cid, {}), cid, made) if spec.tables else None
-            out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich,
-                                               enrich_errors=enrich is not None)
-            columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
-                                                         if spec.sink.routes and c in out.columns))
-            rows = formats.with_dead_letters(out, decoded, columns).collect()
+            rows = _recomputed(spec, spark, kafka, rs, cid, formats, transform, enrich)
         except Exception as exc:
             if unchecked is None:
                 raise
@@ -319,6 +318,30 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
                 to = spec.sink.dead_letter_topic if r.get("error") is not None else r[ROUTE_COLUMN] or spec.sink.topic
                 topics.setdefault((r["topic"], r["partition"], r["offset"]), set()).add(to)
     return expected
+
+
+def _recomputed(spec: PipelineSpec, spark: JobSession, kafka: dict[str, object], rs: tuple[OffsetRange, ...],
+                checkpoint_id: int, formats: Formats, transform: Transform,
+                enrich: Callable[[DataFrame], DataFrame] | None, raised: Raised | None = None) -> list[Row]:
+    """One checkpoint's outputs' provenance (and error, route), recomputed; records for which the transform or a
+    route raises a Spark data error are set aside as the run set them aside (`lockstep.spark.raised`)."""
+    from functools import partial
+
+    from lockstep.spark.raised import data_error, isolate, probe
+
+    out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich,
+                                       enrich_errors=enrich is not None, raised=raised)
+    columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
+                                                 if spec.sink.routes and c in out.columns))
+    try:
+        return formats.with_dead_letters(out, decoded, columns).collect()
+    except Exception as exc:
+        error = data_error(exc) if raised is None and spec.state is None and spec.sink.on_error == "dead_letter" else None
+        if error is None:
+            raise
+        found = isolate(partial(probe, spark, kafka, formats, transform, enrich, enrich is not None), rs, error,
+                        checkpoint_id, spec)
+        return _recomputed(spec, spark, kafka, rs, checkpoint_id, formats, transform, enrich, found)
 
 
 def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | None,

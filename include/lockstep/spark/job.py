@@ -48,7 +48,7 @@ from lockstep.spark.codecs import Formats, carries_raw, counted_undecodable, rej
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
-from lockstep.spark.raised import DataError, Raised, data_error, isolate, strict_failure, where_raised
+from lockstep.spark.raised import Raised, data_error, isolate, probe, strict_failure, where_raised
 from lockstep.spark.routes import routed
 from lockstep.spark.writer_settings import (
     check_transaction_timeout,
@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from lockstep.model.offsets import OffsetRange
     from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
@@ -110,24 +109,6 @@ def _may_dead_letter(spec: PipelineSpec, formats: Formats) -> bool:
 def _join_dead_letters(spec: PipelineSpec) -> bool:
     """Whether a declared join dead-letters the records its table has no row for."""
     return any(t.join is not None and t.join.how == "inner" and t.join.missing == "dead_letter" for t in spec.tables)
-
-
-def _probe(spark: JobSession, kafka: dict[str, object], formats: Formats, transform: Callable[[DataFrame], DataFrame],
-           enrich: Callable[[DataFrame], DataFrame] | None, enrich_errors: bool,
-           part: tuple[OffsetRange, ...]) -> DataError | None:
-    """The Spark data error that the records of ``part`` raise in the transform and the routes (None: none), by a
-    Spark job that computes their output as the write does and writes nothing (`lockstep.spark.raised.isolate`)."""
-    df = with_raw(read_ranges(spark, kafka, part, headers=True, tasks=1))
-    out, _ = formats.transformed(df, transform, enrich, enrich_errors=enrich_errors)
-    try:
-        out.select(*[c for c in out.columns if c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)]) \
-            .write.format("noop").mode("overwrite").save()
-    except Exception as exc:
-        error = data_error(exc)
-        if error is None:
-            raise
-        return error
-    return None
 
 
 def _dead_letters(results: list[str]) -> int:
@@ -414,8 +395,8 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             log.warning("checkpoint %d: %s raised a Spark data error (%s): looking for the records that raise it, to "
                         "send them to the dead-letter topic (sink.on_error: dead_letter)", checkpoint_id,
                         where_raised(spec, error), error.text)
-            probe = partial(_probe, spark, kafka, formats, transform, enrich, _join_dead_letters(spec))
-            found = isolate(probe, ranges, error, checkpoint_id, spec)
+            found = isolate(partial(probe, spark, kafka, formats, transform, enrich, _join_dead_letters(spec)), ranges,
+                            error, checkpoint_id, spec)
             log.warning("checkpoint %d: %d records raise a Spark data error; they go to the dead-letter topic with the "
                         "reason, the others are written: %s", checkpoint_id, len(found),
                         "; ".join(f"{t}:{p}@{o}" for t, p, o in list(found)[:10]) + ("; ..." if len(found) > 10 else ""))

@@ -18,17 +18,24 @@ expression wants ``try_cast``); ``sink.on_error: fail`` fails it at the first on
 from __future__ import annotations
 
 __all__ = [
-    "MAX_PROBES", "MAX_RECORDS", "DataError", "Raised", "Unisolated", "data_error", "halves", "isolate", "reason",
-    "strict_failure", "where_raised",
+    "MAX_PROBES", "MAX_RECORDS", "DataError", "Raised", "Unisolated", "data_error", "halves", "isolate", "probe",
+    "reason", "strict_failure", "where_raised",
 ]
 
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError
 from lockstep.model.offsets import OffsetRange
 from lockstep.spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lockstep.spark.codecs import Formats
+    from lockstep.spark.target import JobSession
 
 #: At most this many records of one checkpoint are set aside; more fail it (the expression wants try_cast).
 MAX_RECORDS = 64
@@ -168,3 +175,26 @@ def _too_many(spec: PipelineSpec, first: DataError, checkpoint_id: int, found: i
             f"{checkpoint_id} than are set aside one by one ({found} found in {probes} Spark jobs; at most "
             f"{MAX_RECORDS}): {first.text}. Make the expression total (try_cast, try_divide, try_add, ...), which "
             "gives null instead; a retry fails the same way")
+
+
+def probe(spark: JobSession, kafka: Mapping[str, object], formats: Formats, transform: Callable[[DataFrame], DataFrame],
+          enrich: Callable[[DataFrame], DataFrame] | None, enrich_errors: bool,
+          part: tuple[OffsetRange, ...]) -> DataError | None:
+    """The Spark data error that the records of ``part`` raise in ``transform`` (with its routes) and the sink's
+    encoding (None: none), by a Spark job that computes their output as the write does and writes nothing: what
+    `isolate` asks of a part of the input (the run's, `lockstep.spark.job`; an audit's, `lockstep.ops.verify`)."""
+    from lockstep.model.output_contract import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+    from lockstep.spark.codecs import with_raw
+    from lockstep.spark.kafka_reader import read_ranges
+
+    df = with_raw(read_ranges(spark, kafka, part, headers=True, tasks=1))
+    out, _ = formats.transformed(df, transform, enrich, enrich_errors=enrich_errors)
+    try:
+        out.select(*[c for c in out.columns if c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)]) \
+            .write.format("noop").mode("overwrite").save()
+    except Exception as exc:
+        error = data_error(exc)
+        if error is None:
+            raise
+        return error
+    return None
