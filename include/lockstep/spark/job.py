@@ -252,7 +252,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
             from lockstep.spark.replay import start_replay
 
             df, transform, replay = start_replay(spec, checkpoint_id, df, transform, store)
-        if spec.state is None:
+        if spec.state is None and replay is None:  # a replay's dead letters keep the transform's headers (its mark)
             df = with_raw(df)
         # The Python writer runs Lockstep's own code in the executors' Python workers: ship it too.
         # So does a transform that uses `lockstep.rows` (its UDFs run `lockstep.rows.guarded` there).
