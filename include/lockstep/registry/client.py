@@ -29,9 +29,12 @@ __all__ = [
 
 import base64
 import json
+import logging
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +42,14 @@ from lockstep.connections import get_connection
 from lockstep.errors import TerminalError, TransientError
 from lockstep.logs import redact_urls
 
+log = logging.getLogger(__name__)
+
 #: Seconds a request may take before the registry counts as unreachable.
 TIMEOUT_S = 15.0
+#: Seconds waited before each further try of a request that got no answer or a server error: every call here
+#: is idempotent (a read, registering a schema the subject may already hold, setting a subject's level), so a
+#: registry that stalls for a moment (a JVM's pause on a loaded machine) costs a wait, not the checkpoint.
+RETRY_WAITS_S = (1.0, 3.0)
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
@@ -66,6 +75,10 @@ class RegistryError(TerminalError):
 
 class SchemaRegistry:
     """The few calls Lockstep makes of a registry's Confluent-compatible API."""
+
+    #: waits before the further tries of a request (`RETRY_WAITS_S`); the time function they sleep with
+    retry_waits_s: tuple[float, ...] = RETRY_WAITS_S
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
 
     def __init__(self, url: str, login: str | None = None, password: str | None = None, name: str = "registry") -> None:
         self.url = url.rstrip("/")
@@ -142,6 +155,17 @@ class SchemaRegistry:
 
     # ---- the wire ----------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: object = None) -> Any:  # the API's JSON, as documented
+        """One request, tried again after each of `retry_waits_s` while the registry gives no answer or a
+        server error (transient); an answer that a retry would get again (`RegistryError`) ends it at once."""
+        for wait in self.retry_waits_s:
+            try:
+                return self._once(method, path, body)
+            except TransientError as exc:
+                log.warning("%s; trying again in %.0f s", exc, wait)
+                self.sleep(wait)
+        return self._once(method, path, body)
+
+    def _once(self, method: str, path: str, body: object) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Accept", _CONTENT_TYPE + ", application/json")
