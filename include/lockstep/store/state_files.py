@@ -125,15 +125,21 @@ class StateFiles:
         None when there is none. (A table's version is taken from its first attempt's file, `lockstep.spark.tables`.)"""
         from lockstep.store import state_chain
 
+        body = self._optional(key, "state file ")
+        if body is None:
+            return None
+        return state_chain.read(body), digest(body), len(body)
+
+    def _optional(self, key: str, what: str = "") -> bytes | None:
+        """The object ``key``'s bytes, or None when there is none (a read that fails otherwise is transient)."""
         try:
-            body = bytes(self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+            return bytes(self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
                 return None
-            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
+            raise TransientError(f"could not read {what}{self.url(key)}: {exc}") from exc
         except BotoCoreError as exc:
-            raise TransientError(f"could not read state file {self.url(key)}: {exc}") from exc
-        return state_chain.read(body), digest(body), len(body)
+            raise TransientError(f"could not read {what}{self.url(key)}: {exc}") from exc
 
     def copy(self, source_key: str, key: str, source_bucket: str | None = None) -> None:
         """Copy a state file (of another pipeline, possibly in another bucket of the same S3) to ``key``."""
@@ -359,14 +365,9 @@ class StateFiles:
 
     def rekey_to(self) -> int | None:
         """The key groups a user accepted with ``lockstep state rekey``, or None."""
-        try:
-            raw = self._s3.get_object(Bucket=self.bucket, Key=self.rekey_key)["Body"].read()
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                return None
-            raise TransientError(f"could not read {self.url(self.rekey_key)}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise TransientError(f"could not read {self.url(self.rekey_key)}: {exc}") from exc
+        raw = self._optional(self.rekey_key)
+        if raw is None:
+            return None
         try:
             doc = json.loads(raw)
             assert doc["schema"] == REKEY_SCHEMA
