@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -40,36 +41,75 @@ def pytest_configure(config):
 
 
 #: `make test` runs on three pytest-xdist workers (on two cores: much of a test is waiting), each with its
-#: own session services. The cluster topology and Airflow are the heaviest of them: the modules that use
-#: either are one unit of work, on one worker: the cluster's modules first, then Airflow's DAG on the
-#: cluster while the cluster is still up (started once, not a second time beside Airflow on another
-#: worker: 3 brokers, a Spark master and workers, S3), then the other Airflow modules. Every other module
-#: is a unit of its own (its module-scoped fixtures are set up once), handed to whichever worker is free.
-SERVICES_GROUP = "cluster+airflow"
+#: own session services. The cluster topology and Airflow are the heaviest of them, and each of their
+#: groups of modules is one unit of work, on one worker, so that it is started once: the cluster's modules
+#: (the short soak among them), then Airflow's DAG on the cluster while the cluster is still up (that
+#: worker starts an Airflow for it, stopped after it); and the other Airflow modules, on another worker.
+#: Together they were one unit until 2026-12-03, by then about 32 minutes of one worker while the other two
+#: finished the rest and waited; apart, a second Airflow starts (about a minute) and the two halves run side
+#: by side. Every other module is a unit of its own (its module-scoped fixtures are set up once), handed to
+#: whichever worker is free, the longest first (`LONGEST`).
+CLUSTER_GROUP = "cluster"
+AIRFLOW_GROUP = "airflow"
+SERVICES_GROUPS = (CLUSTER_GROUP, AIRFLOW_GROUP)
+
+#: The other modules whose tests take the longest (several minutes each, in the durations of the suite's
+#: runs), handed out first, so that none of them starts last and holds the session's end.
+LONGEST = (
+    "tests/integration/test_state.py",
+    "tests/integration/test_engine.py",
+    "tests/integration/test_tables.py",
+    "tests/integration/test_interval_join.py",
+    "tests/integration/test_formats.py",
+    "tests/integration/test_state_repair.py",
+    "tests/integration/test_dev_lifecycle.py",
+)
 
 
 def group_of(path: str) -> str:
     """The unit of work of a test module (its path from the root), from its path alone: the
     scheduler sees only node ids."""
     name = path.rsplit("/", 1)[-1]
-    if path.startswith("tests/airflow/") or name.startswith("test_cluster") or name == "test_soak.py":
-        return SERVICES_GROUP
+    if name.startswith("test_cluster") or name == "test_soak.py":
+        return CLUSTER_GROUP
+    if path.startswith("tests/airflow/"):
+        return AIRFLOW_GROUP
     return path
 
 
 def order_of(path: str) -> int:
     """Where a module's tests run in the session: the cluster's modules, Airflow's DAG on the cluster, the
-    other Airflow modules, then the rest (the longest unit first, so it does not start last)."""
-    if group_of(path) != SERVICES_GROUP:
-        return 3
-    if not path.startswith("tests/airflow/"):
-        return 0
-    return 1 if path.rsplit("/", 1)[-1].startswith("test_cluster") else 2
+    other Airflow modules, then the rest, the longest first (so that none of them starts last)."""
+    group = group_of(path)
+    if group == CLUSTER_GROUP:
+        return 1 if path.startswith("tests/airflow/") else 0
+    if group == AIRFLOW_GROUP:
+        return 2
+    return 3 + LONGEST.index(path) if path in LONGEST else 3 + len(LONGEST)
+
+
+#: Set to a file's path, each test's worker, start and end (seconds since the epoch) are appended to it, one
+#: JSON line a test: what a session's units of work did side by side (`make test` prints only durations).
+TIMELINE_ENV = "LOCKSTEP_TEST_TIMELINE"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    path = os.environ.get(TIMELINE_ENV)
+    started = time.time()
+    yield
+    if path:
+        import json
+
+        line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+                           "start": round(started, 2), "end": round(time.time(), 2)})
+        with open(path, "a") as out:  # one short append a line: the workers' lines do not interleave
+            out.write(line + "\n")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Units by module, with the cluster and Airflow group, in collection order (it comes first:
+    """Units by module, with the cluster's and Airflow's groups, in collection order (they come first:
     `pytest_collection_modifyitems`). xdist's own loadgroup cannot do this under pytest 9: it marks a
     group by rewriting the item's node id, which pytest 9 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
@@ -83,8 +123,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The cluster and Airflow group first, in `order_of`'s order; and a test that uses the cluster or
-    Airflow outside that group is refused: a second worker would start them again."""
+    """The cluster's and Airflow's groups first, then the rest in `order_of`'s order; and a test that uses the
+    cluster outside its group, or Airflow outside the two, is refused: another worker would start it again."""
     def path(item) -> str:
         return item.nodeid.split("::", 1)[0]
 
@@ -92,10 +132,11 @@ def pytest_collection_modifyitems(config, items):
         return bool(set(fixtures) & set(getattr(item, "fixturenames", ())))
 
     stray = sorted({path(i) for i in items
-                    if uses(i, "airflow", "cluster", "on_cluster") and group_of(path(i)) != SERVICES_GROUP})
+                    if (uses(i, "cluster", "on_cluster") and group_of(path(i)) != CLUSTER_GROUP)
+                    or (uses(i, "airflow") and group_of(path(i)) not in SERVICES_GROUPS)})
     if stray:
-        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow outside their group: put the "
-                                "test in tests/airflow/ or a test_cluster_*.py module, or extend group_of in "
+        raise pytest.UsageError(f"{', '.join(stray)} use the cluster or Airflow outside their groups: put "
+                                "the test in a test_cluster_*.py module (the cluster) or tests/airflow/ (Airflow), or extend group_of in "
                                 "tests/conftest.py")
     items.sort(key=lambda item: order_of(path(item)))  # stable: each module's tests keep their order
 
