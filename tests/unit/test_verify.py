@@ -189,6 +189,7 @@ def test_verify_decodes_each_checkpoint_with_the_schema_ids_its_claim_pinned_not
 
     built: list[dict[str, int] | None] = []
     read: list[OffsetRange] = []
+    topics: list[object] = []  # the topics each Formats is told the checkpoints read (their subjects must exist)
 
     class Frame:
         def __init__(self, rs: tuple[OffsetRange, ...] = ()) -> None:
@@ -199,8 +200,9 @@ def test_verify_decodes_each_checkpoint_with_the_schema_ids_its_claim_pinned_not
                     for o in range(r.start, r.end)]
 
     class Formats:
-        def __init__(self, spec: object, pinned: dict[str, int] | None = None) -> None:
+        def __init__(self, spec: object, pinned: dict[str, int] | None = None, read: object = None) -> None:
             built.append(None if pinned is None else dict(pinned))
+            topics.append(read)
 
         def transformed(self, df: Frame, transform: object, enrich: object = None, enrich_errors: bool = False,
                         **more: object) -> tuple[Frame, None]:
@@ -217,3 +219,26 @@ def test_verify_decodes_each_checkpoint_with_the_schema_ids_its_claim_pinned_not
     expected = verify.expected_outputs(spec(), SimpleNamespace(), ranges, [], schemas=schemas)  # type: ignore[arg-type]
     assert sum(expected.values()) == 30 and read == [r for rs in ranges.values() for r in rs]
     assert built == [pinned[1], pinned[3]], "one Formats per set of pins, each the claim's"
+    assert topics == [{r.topic for rs in ranges.values() for r in rs if not r.is_empty}] * 2
+
+
+def test_stateful_verify_reads_each_set_of_pinned_schema_ids_apart_and_refuses_pins_that_came_back() -> None:
+    """A stateful pipeline's input is recomputed with the schema ids each checkpoint's claim pinned: the
+    checkpoints that share a set of pins are read as one range per partition, and a set of pins whose
+    checkpoints are not contiguous (the schemas changed and changed back) leaves the state unchecked."""
+    from types import SimpleNamespace
+
+    from lockstep.ops.verify_state import _by_pins
+
+    def view(pins: dict[str, int], *ranges: OffsetRange) -> SimpleNamespace:
+        return SimpleNamespace(claim=SimpleNamespace(schema_ids=pins), delivered_ranges=ranges)
+
+    v1, v2 = {"source.value": 1}, {"source.value": 2}
+    views = [view(v1, OffsetRange("in", 0, 0, 5)), view(v1, OffsetRange("in", 0, 5, 9), OffsetRange("in", 1, 0, 4)),
+             view(v2, OffsetRange("in", 0, 9, 12), OffsetRange("in", 1, 4, 4))]
+    assert _by_pins(views) == {  # type: ignore[arg-type]
+        (("source.value", 1),): (OffsetRange("in", 0, 0, 9), OffsetRange("in", 1, 0, 4)),
+        (("source.value", 2),): (OffsetRange("in", 0, 9, 12),),
+    }
+    back = _by_pins([*views, view(v1, OffsetRange("in", 0, 12, 15))])  # type: ignore[list-item]
+    assert isinstance(back, str) and "not contiguous" in back and "{'source.value': 1}" in back

@@ -291,6 +291,8 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
     transform = routed(spec, load_transform(spec))  # a condition Spark refuses leaves the range unchecked
     # records that do not decode are dead letters, never the transform's; one Formats per set of pinned ids
     formats_by_pins: dict[tuple[tuple[str, int], ...], Formats] = {}
+    # the topics whose records some checkpoint read: only their subjects must exist, as for the runs
+    read = {r.topic for rs in ranges.values() for r in rs if not r.is_empty}
     kafka = kafka_config(spec.source.kafka_conn_id, JAVA)  # Lockstep's reader (Java kafka-clients)
     expected: Counter[Offset] = Counter()
     made: dict[tuple[tuple[str, tuple[str, ...]], ...], MaterializedTables] = {}
@@ -301,7 +303,7 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
             pinned = tuple(sorted((schemas or {}).get(cid, {}).items()))
             formats = formats_by_pins.get(pinned)
             if formats is None:
-                formats = formats_by_pins[pinned] = Formats(spec, dict(pinned))
+                formats = formats_by_pins[pinned] = Formats(spec, dict(pinned), read=read)
             enrich = _tables_of(spec, spark, store, (tables or {}).get(cid, {}), cid, made) if spec.tables else None
             rows = _recomputed(spec, spark, kafka, rs, cid, formats, transform, enrich)
         except Exception as exc:

@@ -38,6 +38,7 @@ from lockstep.store.checkpoint_store import CheckpointStore
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lockstep.model.checkpoint import CheckpointView
     from lockstep.spark.target import JobSession
 
 
@@ -171,10 +172,20 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     from lockstep.spark.codecs import Formats
 
-    # The transform's input and output in the spec's formats, as the run made them (the records that do
-    # not decode are dead letters, never the state's).
-    transformed, _ = Formats(spec).transformed(read_ranges(spark, kafka_config(spec.source.kafka_conn_id, JAVA), ranges),
-                                               load_transform(spec))
+    # The transform's input and output in the spec's formats, as the runs made them: each checkpoint's records
+    # decoded with the schema ids its claim pinned (not the registry's latest, which may have moved since);
+    # the records that do not decode are dead letters, never the state's.
+    pinned = _by_pins(views)
+    if isinstance(pinned, str):
+        report.unchecked.append(pinned)
+        return report
+    kafka, transform = kafka_config(spec.source.kafka_conn_id, JAVA), load_transform(spec)
+    frames = [Formats(spec, dict(pins), read={r.topic for r in rs}).transformed(read_ranges(spark, kafka, rs),
+                                                                                 transform)[0]
+              for pins, rs in pinned.items()]
+    transformed = frames[0]
+    for frame in frames[1:]:
+        transformed = transformed.unionByName(frame, allowMissingColumns=True)
     x = keyed(spec, transformed)
     sink = read_sink(spec, progress)
     late = [r.provenance for r in sink if r.error == LATE and r.provenance is not None]
@@ -201,6 +212,23 @@ def cast_rows(spark: JobSession, offsets: list[tuple[str, int, int]]) -> DataFra
     from pyspark.sql import SparkSession
 
     return cast(SparkSession, spark).createDataFrame(offsets, "topic string, partition int, offset bigint")
+
+
+def _by_pins(views: list[CheckpointView]) -> dict[tuple[tuple[str, int], ...], tuple[OffsetRange, ...]] | str:
+    """The completed checkpoints' input by the schema ids their claims pinned, one range per partition each
+    (most pipelines: one set of pins), or why it cannot be read so (a set of pins whose checkpoints are not
+    contiguous: the spec's schemas changed and changed back)."""
+    by_pins: dict[tuple[tuple[str, int], ...], list[OffsetRange]] = {}
+    for v in views:
+        by_pins.setdefault(tuple(sorted(v.claim.schema_ids.items())), []).extend(v.delivered_ranges)
+    merged: dict[tuple[tuple[str, int], ...], tuple[OffsetRange, ...]] = {}
+    for pins, ranges in by_pins.items():
+        one = _merged(ranges)
+        if isinstance(one, str):
+            return f"{one} (among the checkpoints that pinned the schema ids {dict(pins)})"
+        if one:
+            merged[pins] = one
+    return merged
 
 
 def _merged(ranges: list[OffsetRange]) -> tuple[OffsetRange, ...] | str:
