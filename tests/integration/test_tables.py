@@ -342,6 +342,18 @@ def test_a_table_record_that_does_not_decode_is_dead_lettered_and_its_keys_previ
     assert error.startswith("table customers: value does not match its schema") and "keeps the row it had" in error, error
     view = store(pipeline).view(2)
     assert view.completed.tables["customers"].keys == 2 and view.prepared.records_dead_lettered == 1
+    # It is a table's row, not the transform's input: `deadletters` lists it as one and a replay leaves it out
+    # (fed to the transform as an order, it would be rejected again, or worse, written as one).
+    listed = lockstep("deadletters", "list", "--spec", str(pipeline.spec_path), "--json")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert [(r["original"].split(":")[0], r["table"]) for r in json.loads(listed.stdout)] == [(table_topic, True)]
+    replayed = lockstep("deadletters", "replay", "--spec", str(pipeline.spec_path), "--json")
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    ((row,),) = [json.loads(replayed.stdout)]
+    assert (row["skipped_tables"], row["replayed"], row["dead_letters_read"]) == (1, 0, 1), row
+    assert any("table's topic" in w for w in row["warnings"]), row
+    assert names(pipeline) == {"o1": "one", "o2": "two", "o3": "uno"} and len(dead_letters(pipeline)) == 1
+    assert len(list(read_committed(pipeline.bootstrap, pipeline.sink))) == 3
 
 
 # ---- an event-time (temporal) join ------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ def test_only_completed_replays_count_for_dedup():
 
 def test_replayed_round_trips():
     r = Replayed(fed=(A, B), to_sink=(A,), skipped_duplicates=2, skipped_too_large=1, not_selected=3,
-                 warnings=("w",), read=9)
+                 warnings=("w",), read=9, skipped_tables=4)
     assert Replayed.from_json(r.to_json()) == r
     by_task = dataclasses.replace(r, tasks={0: (A,), 3: (B,)})
     assert Replayed.from_json(json.loads(json.dumps(by_task.to_json()))) == by_task

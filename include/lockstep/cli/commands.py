@@ -304,6 +304,7 @@ class _DeadLetterRow(TypedDict):
     error: str
     replayed: bool
     too_large: bool
+    table: bool  #: a record of one of the pipeline's table topics: not the transform's input, never replayed
 
 
 def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
@@ -519,6 +520,7 @@ def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.N
     from lockstep.steps.client_factory import checkpoint_store
 
     in_sink = already_in_sink(completed_replays(checkpoint_store(replay_spec(spec))))
+    tables = {t.topic for t in spec.tables}  # a table record's dead letter: fixed in its topic, never replayed
     rows: list[_DeadLetterRow] = []
     for where, letter in read_dead_letters(spec):
         if not selection.takes(letter):
@@ -526,7 +528,8 @@ def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.N
         t, p, o = letter.original
         rows.append(_DeadLetterRow(original=f"{t}:{p}@{o}", dead_letter=where, checkpoint=letter.checkpoint,
                                    replay_checkpoint=letter.replayed_by, error=letter.error,
-                                   replayed=letter.original in in_sink, too_large=letter.too_large))
+                                   replayed=letter.original in in_sink, too_large=letter.too_large,
+                                   table=letter.original[0] in tables))
     lines, current = [], None
     for row in sorted(rows, key=lambda r: (r["replay_checkpoint"] is not None, r["replay_checkpoint"] or 0,
                                            r["checkpoint"] or 0)):
@@ -535,9 +538,10 @@ def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.N
         if label != current:
             current = label
             lines.append(f"{label}:")
-        state = "replayed" if row["replayed"] else "too large, cannot be replayed" if row["too_large"] else "due"
+        state = ("replayed" if row["replayed"] else "too large, cannot be replayed" if row["too_large"]
+                 else "a table's record: write the fixed row to its topic" if row["table"] else "due")
         lines.append(f"  {row['original']:32} {state:9} {row['error'][:100]}")
-    due = sum(1 for r in rows if not r["replayed"] and not r["too_large"])
+    due = sum(1 for r in rows if not r["replayed"] and not r["too_large"] and not r["table"])
     lines.append(f"{len(rows)} dead letters ({selection.describe()}): {len(rows) - due} replayed or not replayable, "
                  f"{due} due" + (f"; replay them with lockstep deadletters replay --spec {spec.path}" if due else ""))
     _emit(args, rows, "\n".join(lines))
@@ -579,7 +583,7 @@ def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse
                "replayed": len(done.fed), "to_sink": len(done.to_sink),
                "dead_lettered_again": len(done.fed) - len(done.to_sink),
                "skipped_duplicates": done.skipped_duplicates, "skipped_too_large": done.skipped_too_large,
-               "not_selected": done.not_selected, "warnings": list(done.warnings),
+               "skipped_tables": done.skipped_tables, "not_selected": done.not_selected, "warnings": list(done.warnings),
                "seconds": round(cycle.seconds, 1)}
         results.append(row)
         if not args.json:
@@ -587,7 +591,9 @@ def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse
                   f"{row['dead_letters_read']} dead letters read, {row['replayed']} replayed: {row['to_sink']} "
                   f"written to the sink, {row['dead_lettered_again']} dead-lettered again; skipped "
                   f"{row['skipped_duplicates']} already replayed, {row['skipped_too_large']} too large, "
-                  f"{row['not_selected']} not selected; {row['seconds']} s", flush=True)
+                  + (f"{row['skipped_tables']} table records (fix those in their table's topic), "
+                     if row["skipped_tables"] else "")
+                  + f"{row['not_selected']} not selected; {row['seconds']} s", flush=True)
         if target is None:
             # Bounded by what was there when the command started: dead letters the replay itself
             # writes (rejected again) wait for the next invocation instead of looping forever.

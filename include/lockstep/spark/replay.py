@@ -33,7 +33,7 @@ __all__ = [
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -220,13 +220,14 @@ class Replayed:
     #: per writing Spark task (its transaction's ``task_index``), the original offsets whose output it
     #: wrote (to the sink or dead-lettered again); None in documents of earlier versions
     tasks: Mapping[int, tuple[Original, ...]] | None = None
+    skipped_tables: int = 0  #: dead letters of a table's records: rows of a table, not the transform's input
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
             "schema": "lockstep.replayed/1", "fed": [list(o) for o in self.fed],
             "to_sink": [list(o) for o in self.to_sink], "skipped_duplicates": self.skipped_duplicates,
             "skipped_too_large": self.skipped_too_large, "not_selected": self.not_selected,
-            "warnings": list(self.warnings), "read": self.read}
+            "warnings": list(self.warnings), "read": self.read, "skipped_tables": self.skipped_tables}
         if self.tasks is not None:
             doc["tasks"] = {str(task): [list(o) for o in originals] for task, originals in sorted(self.tasks.items())}
         return doc
@@ -238,7 +239,8 @@ class Replayed:
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),
                    int(doc.get("not_selected", 0)), tuple(doc.get("warnings", ())), int(doc.get("read", 0)),
-                   None if tasks is None else {int(task): as_tuples(xs) for task, xs in tasks.items()})
+                   None if tasks is None else {int(task): as_tuples(xs) for task, xs in tasks.items()},
+                   int(doc.get("skipped_tables", 0)))
 
     def without_tasks(self, lost: set[int]) -> Replayed:
         """What the checkpoint delivered once the transactions of tasks ``lost`` were aborted after
@@ -315,9 +317,12 @@ def fed_counter(replays: Mapping[int, Replayed]) -> Counter[Original]:
 
 
 # ---- in the Spark job ------------------------------------------------------------------------------
-def replay_input(df: DataFrame, selection: Selection, in_sink: set[Original]) -> tuple[DataFrame, dict[str, int]]:
+def replay_input(df: DataFrame, selection: Selection, in_sink: set[Original],
+                 tables: Collection[str] = ()) -> tuple[DataFrame, dict[str, int]]:
     """The dead letters of ``df`` (Spark's Kafka source with ``includeHeaders``) as the input rows
-    they were made from, selected and deduplicated; and the counts of what was left out.
+    they were made from, selected and deduplicated; and the counts of what was left out. The dead letters
+    of a table's records (their provenance names one of ``tables``, the pipeline's table topics) are left
+    out: they are rows of a table, not input of the transform (the table takes its key's next good record).
 
     The rebuilt row has the columns of the pipeline's own input (key, value, topic, partition,
     offset, timestamp, timestampType): provenance from the headers, key and value as dead-lettered
@@ -351,15 +356,20 @@ def replay_input(df: DataFrame, selection: Selection, in_sink: set[Original]) ->
     else:
         chosen = rows
     counts["selected"] = chosen.count()
+    counts["tables"] = 0
+    if tables:
+        of_tables = F.col("topic").isin(*sorted(tables))
+        counts["tables"] = chosen.filter(of_tables).count()
+        chosen = chosen.filter(~of_tables)
     replayable = chosen.filter(~F.col("_dl_too_large"))
-    counts["too_large"] = counts["selected"] - replayable.count()
+    counts["too_large"] = counts["selected"] - counts["tables"] - replayable.count()
     unique = replayable.dropDuplicates(["topic", "partition", "offset"])
     if in_sink:
         done = df.sparkSession.createDataFrame(sorted(in_sink), "topic string, partition int, offset long")
         unique = unique.join(F.broadcast(done), ["topic", "partition", "offset"], "left_anti")
     out = unique.select("key", "value", "topic", "partition", "offset", "timestamp", "timestampType").cache()
     counts["fed"] = out.count()
-    counts["duplicates"] = counts["selected"] - counts["too_large"] - counts["fed"]
+    counts["duplicates"] = counts["selected"] - counts["tables"] - counts["too_large"] - counts["fed"]
     return out, counts
 
 
@@ -408,18 +418,24 @@ class ReplayRun:
         for r in rows:
             by_task.setdefault(int(r["_task"]), []).append(as_original(r))
         tasks = {task: tuple(sorted(originals)) for task, originals in by_task.items()}
-        warnings: tuple[str, ...] = ()
+        warnings: list[str] = []
         if self.counts["too_large"]:
-            warnings = (f"{self.counts['too_large']} dead letters were too large to keep their key and value "
-                        "(lockstep.original.size): nothing to replay, skipped",)
-            log.warning("checkpoint %d: %s", self.checkpoint_id, warnings[0])
+            warnings.append(f"{self.counts['too_large']} dead letters were too large to keep their key and value "
+                            "(lockstep.original.size): nothing to replay, skipped")
+        if self.counts.get("tables"):
+            warnings.append(f"{self.counts['tables']} dead letters are records of a table's topic that did not decode: "
+                            "not the transform's input, skipped; the table takes its key's next good record, so "
+                            "write the fixed row to the table's topic")
+        for warning in warnings:
+            log.warning("checkpoint %d: %s", self.checkpoint_id, warning)
         replayed = Replayed(self.fed, to_sink, self.counts["duplicates"], self.counts["too_large"],
-                            self.counts["read"] - self.counts["selected"], warnings, self.counts["read"], tasks)
+                            self.counts["read"] - self.counts["selected"], tuple(warnings), self.counts["read"], tasks,
+                            self.counts.get("tables", 0))
         self.store.write_sidecar(self.checkpoint_id, REPLAYED_PART, replayed.to_json(), once=False)
         log.info("checkpoint %d: replaying %d dead letters (%d to the sink, %d rejected again); skipped %d "
-                 "duplicates, %d too large, %d not selected", self.checkpoint_id, len(self.fed), len(to_sink),
-                 len(self.fed) - len(to_sink), replayed.skipped_duplicates, replayed.skipped_too_large,
-                 replayed.not_selected)
+                 "duplicates, %d too large, %d table records, %d not selected", self.checkpoint_id, len(self.fed),
+                 len(to_sink), len(self.fed) - len(to_sink), replayed.skipped_duplicates, replayed.skipped_too_large,
+                 replayed.skipped_tables, replayed.not_selected)
         return replayed
 
 
@@ -433,6 +449,6 @@ def start_replay(spec: PipelineSpec, checkpoint_id: int, df: DataFrame, transfor
                                              "and plans a new one")
     selection = Selection.from_json(doc)
     in_sink = already_in_sink(completed_replays(store))
-    rows, counts = replay_input(df, selection, in_sink)
+    rows, counts = replay_input(df, selection, in_sink, {t.topic for t in spec.tables})
     fed = tuple(sorted(as_original(r) for r in rows.select("topic", "partition", "offset").collect()))
     return rows, marked(transform, checkpoint_id), ReplayRun(store, checkpoint_id, fed, counts)
