@@ -323,10 +323,15 @@ def test_two_encodings_of_one_key_are_one_row_and_a_tombstone_of_either_deletes_
 
 def test_a_table_record_that_does_not_decode_is_dead_lettered_and_its_keys_previous_row_still_joins(
         tmp_path, bootstrap, unique):
-    """A customer's new value that is not JSON: it goes to the dead-letter topic as it came, with the reason (its
-    provenance the table topic's), and the customer's row stays the one before it, which the checkpoint's orders
-    join; a later good value replaces it."""
+    """A customer's new value that is not JSON: under ``on_error: fail`` the checkpoint stops for good, naming the
+    record and the way out, and writes nothing; with the policy set back to ``dead_letter`` (the default), the
+    next run goes on: the record goes to the dead-letter topic as it came, with the reason (its provenance the
+    table topic's), and the customer's row stays the one before it, which the checkpoint's orders join; a later
+    good value replaces it."""
     pipeline, table_topic = keyed_table(tmp_path, bootstrap, unique)
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["tables"]["customers"]["on_error"] = "fail"
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     t0 = int(time.time() * 1000) - 60_000  # explicit, and recent: older records are deleted by retention
     produce_raw(bootstrap, table_topic, [(b"c1", b'{"name":"one"}', 0, t0), (b"c2", b'{"name":"two"}', 0, t0)])
     produce(bootstrap, pipeline.source, [("o1", {"order_id": "o1", "customer": "c1"})])
@@ -334,13 +339,20 @@ def test_a_table_record_that_does_not_decode_is_dead_lettered_and_its_keys_previ
     produce_raw(bootstrap, table_topic, [(b"c2", b"not json", 0, t0 + 1000), (b"c1", b'{"name":"uno"}', 1, t0 + 1000)])
     produce(bootstrap, pipeline.source, [("o2", {"order_id": "o2", "customer": "c2"}),
                                          ("o3", {"order_id": "o3", "customer": "c1"})])
+    strict = run(pipeline)
+    last = strict.stderr.strip().splitlines()[-1]
+    assert strict.returncode != 0 and f"record {table_topic}:0@2 does not decode" in last, strict.stderr[-3000:]
+    assert "tables.customers.on_error is fail" in last and "on_error: dead_letter" in last, last
+    assert names(pipeline) == {"o1": "one"} and dead_letters(pipeline) == [], "nothing written"
+    doc["tables"]["customers"]["on_error"] = "dead_letter"
+    pipeline.spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     second = run(pipeline)
     assert second.returncode == 0, second.stderr[-3000:]
     assert names(pipeline) == {"o1": "one", "o2": "two", "o3": "uno"}
     ((topic, value, error),) = dead_letters(pipeline)
     assert (topic, value) == (table_topic, b"not json")
     assert error.startswith("table customers: value does not match its schema") and "keeps the row it had" in error, error
-    view = store(pipeline).view(2)
+    view = store(pipeline).latest_completed()
     assert view.completed.tables["customers"].keys == 2 and view.prepared.records_dead_lettered == 1
     # It is a table's row, not the transform's input: `deadletters` lists it as one and a replay leaves it out
     # (fed to the transform as an order, it would be rejected again, or worse, written as one).

@@ -151,6 +151,9 @@ def test_a_table_section_is_read_with_its_defaults(tmp_path: Path) -> None:
                                                                                 "json")
     assert table.join is not None and (table.join.by, table.join.how, table.join.missing) == ("data.customer", "left",
                                                                                                "drop")
+    assert table.on_error == "dead_letter", "a record that does not decode is a dead letter unless the spec says fail"
+    strict = load_spec(spec_with(tmp_path, {"customers": {"topic": "customers", "on_error": "fail"}}))
+    assert strict.tables[0].on_error == "fail"
 
 
 @pytest.mark.parametrize(("tables", "more", "field", "reason"), [
@@ -164,6 +167,7 @@ def test_a_table_section_is_read_with_its_defaults(tmp_path: Path) -> None:
     ({"c": {"topic": "x", "join": {"by": "k", "how": "outer"}}}, {}, "tables.c.join.how", "must be left or inner"),
     ({"c": {"topic": "x"}, "d": {"topic": "x"}}, {}, "tables", "topic 'x' is read by more than one table"),
     ({"c": {"topic": "x", "sink": 1}}, {}, "tables.c.sink", "unknown key"),
+    ({"c": {"topic": "x", "on_error": "drop"}}, {}, "tables.c.on_error", "dead_letter or fail"),
     ({"c": {"topic": "x"}}, {"state": {"event_time": {"column": "t"}, "dedup": {"key": "k", "ttl": "1h"}}}, "tables",
      "not supported with state yet"),
 ])

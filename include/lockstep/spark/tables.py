@@ -122,6 +122,8 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
         rows, version, bad = _update(spark, table, checkpoint_id, pin, files, kafka)
         out.versions[table.name] = version
         out.add(spark, table, rows)
+        if bad is not None and bad.num_rows and table.on_error == "fail":
+            raise CheckpointError(checkpoint_id, _undecodable_refusal(table, bad))
         if bad is not None and bad.num_rows:
             out.undecodable[table.name] = bad
             log.warning("checkpoint %d: table %s: %d records of %s do not decode (the first: %s); their keys keep "
@@ -132,6 +134,21 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
                  "carried forward" if version.written_by != checkpoint_id else "written", len(version.files),
                  version.bytes, time.monotonic() - started)
     return out
+
+
+def _undecodable_refusal(table: TableSpec, bad: pa.Table) -> str:
+    """Why a checkpoint stops at table records that do not decode (``tables.<name>.on_error: fail``), naming the
+    first of them, and the ways out."""
+    from lockstep.spark.codecs import DECODE_ERROR
+
+    first = bad.slice(0, 1).to_pylist()[0]
+    where = f"{first.get('topic')}:{first.get('partition')}@{first.get('offset')}"
+    more = f" and {bad.num_rows - 1} more" if bad.num_rows > 1 else ""
+    return (f"table {table.name}: record {where}{more} does not decode ({first.get(DECODE_ERROR)}), and "
+            f"tables.{table.name}.on_error is fail: nothing was written. The record is inside the offsets this "
+            f"checkpoint pinned, so every attempt meets it: set tables.{table.name}.on_error: dead_letter to send "
+            "it to the dead-letter topic (its key keeps the row it had), then write the fixed row to "
+            f"{table.topic}")
 
 
 def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TablePin, files: StateFiles,

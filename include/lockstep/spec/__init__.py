@@ -404,6 +404,9 @@ class TableSpec:
     #: ``versions``: how long (ms) each key's earlier values are kept behind the table's newest record, for
     #: joins ``as_of`` an event time; None: the latest value only.
     versions_ms: int | None = None
+    #: ``on_error``: a table record that does not decode is a dead letter ("dead_letter") or fails the checkpoint
+    #: for good ("fail").
+    on_error: str = "dead_letter"
 
     @property
     def versioned(self) -> bool:
@@ -873,8 +876,9 @@ def _tables(c: _Checker, doc: object, source: SourceSpec, folder: Path | None) -
             if isinstance(on, str) and on.strip() and how and missing:
                 join = TableJoin(on.strip(), how, missing, as_of.strip() if isinstance(as_of, str) else None)
         versions = _duration(c, d, path, "versions", None, positive=True) if d.get("versions") is not None else None
+        on_error = _choice(c, d, path, "on_error", shape)
         if topic is not None:
-            tables.append(TableSpec(name, topic, key, value, join, versions))
+            tables.append(TableSpec(name, topic, key, value, join, versions, on_error or "dead_letter"))
     topics = [t.topic for t in tables]
     for t in sorted({t for t in topics if topics.count(t) > 1}):
         c.fail("tables", f"topic {t!r} is read by more than one table")

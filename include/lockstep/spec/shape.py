@@ -328,6 +328,10 @@ TABLE = Field("section", "A table: the latest value per key of a (compacted) top
                               "records' timestamps), for joins as_of an event time.", positive=True, nullable=True,
                               default_doc="none: the latest value only"),
         "join": JOIN,
+        "on_error": _text("A record of the table's topic whose key or value does not decode: dead_letter sends it "
+                          "to the pipeline's dead-letter topic as it came, with the reason, and its key keeps the row "
+                          "it had; fail fails the checkpoint for good, naming the record.", "dead_letter",
+                          enum=ON_ERROR_POLICIES),
     }))
 
 #: ``transform``'s SQL form: one query over the view ``input`` (docs/formats.md, "SQL transforms"); the checker
