@@ -126,7 +126,7 @@ def avro_payload_writer() -> Callable[[dict[str, Any]], bytes]:
 def produce_avro(bootstrap: str, topic: str, records: int, partitions: int, schema_id: int) -> tuple[float, int]:
     """The Avro input: ``records`` orders framed with ``schema_id``, record i into partition ``i % partitions``.
     Returns (seconds, bytes of the framed values)."""
-    from lockstep.model.schemas import header
+    from lockstep.formats.wire import header
     from lockstep_dev.datagen import send
 
     write = avro_payload_writer()
@@ -218,7 +218,7 @@ def decode_sink_avro(values: list[bytes], registry: Any, subject: str) -> tuple[
     ``subject``; the problems found on the way."""
     import fastavro
 
-    from lockstep.model.schemas import unframe
+    from lockstep.formats.wire import unframe
 
     ids = {s.id: s for s in registry.subject_schemas(subject)}
     out, problems = [], []
@@ -270,7 +270,7 @@ class FormatsRace:
 
     @property
     def registry(self) -> Any:
-        from lockstep.registry.client import registry_for
+        from lockstep.formats.registry import registry_for
 
         return registry_for("schema_registry_default")
 
@@ -440,9 +440,9 @@ def measure_part(spec_path: str, topic: str, part: str) -> dict[str, Any]:
     """One of ``PARTS`` over the whole of ``topic`` in a Connect session, into Spark's noop sink, in as many
     tasks as Lockstep's checkpoint reads with."""
     from lockstep.connections import kafka_config
+    from lockstep.formats.codecs import Formats, decodable, decode
     from lockstep.kafka.client_configs import JAVA
     from lockstep.model.offsets import OffsetRange
-    from lockstep.spark.codecs import Formats, decodable, decode
     from lockstep.spark.connect import connect_mode, new_session
     from lockstep.spark.kafka_reader import default_parallelism, read_ranges
     from lockstep.spec import load_spec

@@ -190,7 +190,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   "no commit. Each part's Connect server CPU seconds, and per record; \"beyond the read\" is the "
                   "part's CPU minus the read's alone. A checkpoint does more than the parts: it produces, with "
                   "Lockstep's headers on every record, and commits. With a decoded source, the write's own pass "
-                  "also counts the records that do not decode (`lockstep.spark.codecs.watch`, connect mode); only "
+                  "also counts the records that do not decode (`lockstep.formats.codecs.watch`, connect mode); only "
                   "when there are some does it write the output again with them beside it, each in its source "
                   "partition's task (`lockstep.spark.output_tasks.place`: a shuffle).", "",
                   "| part | noop s | records/s | server CPU s | CPU µs per record | beyond the read, µs per record |",

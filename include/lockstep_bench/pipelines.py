@@ -75,7 +75,7 @@ class _SessionReady(logging.Handler):
 
 
 class _TableLines(logging.Handler):
-    """Picks each table's materialization out of the run's log (``lockstep.spark.tables``): "checkpoint N:
+    """Picks each table's materialization out of the run's log (``lockstep.tables.materialize``): "checkpoint N:
     table NAME: K keys after R offsets of TOPIC (...) in X s"."""
 
     pattern = re.compile(r"table (\S+): (\d+) keys after (\d+) offsets of \S+ \((?:[^)]*)\) in ([0-9.]+) s")
@@ -92,7 +92,7 @@ class _TableLines(logging.Handler):
 
 
 class _RunPhases(logging.Handler):
-    """When the run's milestones were logged (``lockstep.spark.job``, ``lockstep.spark.tables``), for the
+    """When the run's milestones were logged (``lockstep.spark.job``, ``lockstep.tables.materialize``), for the
     phases between them: the formats line (the input's plan is made), the tables' lines (each table
     materialized), "reading N ranges" (the writers start: everything before it is the query's analysis and,
     for a source that may dead-letter, a first pass over the input that counts the records that do not
@@ -159,7 +159,7 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
         spark_log.setLevel(logging.INFO)
         spark_log.propagate = False
     tables, phases = _TableLines(), _RunPhases()
-    for name, handlers in (("lockstep.spark.tables", (tables, phases)), ("lockstep.spark.job", (phases,))):
+    for name, handlers in (("lockstep.tables.materialize", (tables, phases)), ("lockstep.spark.job", (phases,))):
         job_log = logging.getLogger(name)
         for handler in handlers:
             job_log.addHandler(handler)

@@ -71,7 +71,7 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     customers = joined.tables[0].topic
     ensure_topics(bootstrap, {customers: 2}, {"cleanup.policy": "compact"})  # a table's topic keeps each key's last
     produce_customers(bootstrap, customers, missing_every=NO_CUSTOMER_EVERY)
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
 
     registry_url = registry_for(avro.source.registry_conn_id).url
 

@@ -25,8 +25,8 @@ def _per_partition(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
-    from lockstep.model.schemas import MAGIC_BYTE
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
+    from lockstep.formats.wire import MAGIC_BYTE
     from lockstep_examples.bench import ORDER_SCHEMA
 
     names = {kind: f"datagen-{kind}-{unique}" for kind in ("json", "avro", "framed", "state", "customers", "payments")}

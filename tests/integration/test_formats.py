@@ -27,7 +27,7 @@ ORDER_V1 = json.dumps({**json.loads(ORDER), "fields": [f for f in json.loads(ORD
 def registry(platform):
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
 
     # A timeout: without one, a request whose answer never arrives waits forever (seen once against Apicurio).
     return SchemaRegistryClient({"url": registry_for("schema_registry_default").url, "timeout": 10})
@@ -147,7 +147,7 @@ def test_two_schema_versions_decode_and_bad_records_are_dead_lettered_with_their
     bytes that do not decode are dead-lettered as they came, each with its reason, and nothing stops."""
     from confluent_kafka.schema_registry import Schema
 
-    from lockstep.model.schemas import frame
+    from lockstep.formats.wire import frame
 
     pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"}, {"value": "json"},
                     "lockstep_examples.orders:passthrough", partitions=1)
@@ -417,8 +417,8 @@ def _formats_without_a_registry(spark) -> None:
     import fastavro
     from pyspark.sql import functions as F
 
-    from lockstep.registry.schemas import Reading, Writing
-    from lockstep.spark import codecs
+    from lockstep.formats import codecs
+    from lockstep.formats.resolution import Reading, Writing
     from lockstep.spec import FormatSpec
 
     avro = json.dumps({"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"},
@@ -465,8 +465,8 @@ def test_the_writes_own_count_of_dead_letters_is_trusted_only_when_it_saw_each_r
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from lockstep.formats import codecs
     from lockstep.model.offsets import OffsetRange
-    from lockstep.spark import codecs
     from lockstep.spark.connect import connect_mode
     from lockstep.spark.output_tasks import place
 

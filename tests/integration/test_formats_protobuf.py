@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.model.schemas import frame
+from lockstep.formats.wire import frame
 
 from ..support.data import read_committed
 from .engine_helpers import crash_at, open_transactions, run, verify
@@ -26,7 +26,7 @@ def registry(platform):
     timeout waits for ever; a timed-out request is retried by the client."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
 
     return SchemaRegistryClient({"url": registry_for("schema_registry_default").url, "timeout": 10})
 
@@ -37,7 +37,7 @@ def classes() -> dict[str, type]:
     ``OrderV2``: the next version of ``Order``, with a field added."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    from lockstep.model.protobuf import descriptor_set
+    from lockstep.formats.protobuf import descriptor_set
 
     pool, pool_v2 = descriptor_pool.DescriptorPool(), descriptor_pool.DescriptorPool()
     for file in descriptor_set((SCHEMAS / "orders.desc").read_bytes(), "orders.desc").file:
@@ -76,7 +76,7 @@ def test_protobuf_in_and_out_exactly_once_and_bad_records_dead_lettered(tmp_path
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
 
     shutil.copy(SCHEMAS / "orders.desc", tmp_path / "orders.desc")
     pipeline = make(tmp_path, bootstrap, unique, {"value": "protobuf-confluent"},
@@ -165,7 +165,7 @@ def test_an_incompatible_protobuf_sink_schema_is_refused_naming_the_field(tmp_pa
     transaction, naming the field, though Apicurio answers only "incompatible"; nothing is registered."""
     from confluent_kafka.schema_registry import Schema
 
-    from lockstep.model import protobuf
+    from lockstep.formats import protobuf
 
     fds = protobuf.descriptor_set((SCHEMAS / "orders.desc").read_bytes(), "orders.desc")
     original = protobuf.registry_text(fds, f"{PACKAGE}.EnrichedOrder")

@@ -83,8 +83,8 @@ def test_in_a_connect_session_each_application_keeps_its_own_input_and_validate_
     import dataclasses
 
     from lockstep.spark.connect import connect_mode, new_session
-    from lockstep.spark.sql import analyze
     from lockstep.spec import parse_spec
+    from lockstep.sql.analyzer import analyze
     from lockstep.transform import load_transform
 
     spec = parse_spec({"name": "s", "source": {"topics": ["a"]}, "sink": {"topic": "b", "dead_letter_topic": "c"},

@@ -529,7 +529,7 @@ def outputs(pipeline) -> dict[str, tuple[int, dict]]:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from fastavro import schemaless_reader
 
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
 
     registry = SchemaRegistryClient({"url": registry_for("schema_registry_default").url, "timeout": 10})
     out = {}

@@ -10,11 +10,11 @@ from typing import Any
 from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import TopicPartition
 from lockstep.model.state import StateManifest
-from lockstep.model.tables import TableVersion
 from lockstep.model.transactional_ids import transactional_id
 from lockstep.spec import PipelineSpec, parse_spec
 from lockstep.steps.coordinator import Pipeline, Plan
 from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.tables.pins import TableVersion
 from tests.support.fake_kafka import FakeCommitter, FakeSource
 from tests.support.fake_s3 import FakeS3
 

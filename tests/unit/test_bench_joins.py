@@ -194,7 +194,7 @@ def test_the_tables_materialization_is_picked_out_of_the_runs_log() -> None:
     log.addHandler(handler)
     log.propagate = False
     log.setLevel(logging.INFO)
-    # lockstep.spark.tables.materialize's line
+    # lockstep.tables.materialize.materialize's line
     log.info("checkpoint %d: table %s: %d keys after %d offsets of %s (%s, %d files, %d bytes) in %.1f s",
              1, "customers", 100000, 100000, "bench-joins-customers-1", "written", 1, 2_345_678, 3.4)
     log.info("checkpoint 1: something else in 9.0 s")

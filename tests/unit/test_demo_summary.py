@@ -28,7 +28,7 @@ def test_a_second_demo_counts_its_own_checkpoints_and_says_how_many_came_before(
 
 def test_a_joined_pipelines_summary_names_its_tables_last_version_and_how_many_versions_it_met():
     from lockstep.model.checkpoint import CompletedCheckpoint
-    from lockstep.model.tables import TableVersion
+    from lockstep.tables.pins import TableVersion
     from lockstep_dev.demo import table_lines
 
     def done(cid: int, written_by: int) -> CheckpointView:

@@ -1,5 +1,5 @@
 """The spec's record formats (``source.value``, ``sink.key``, ...) and what the formats agree on
-(`lockstep.model.schemas`): pure, no services."""
+(`lockstep.formats.wire`): pure, no services."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lockstep.errors import SpecError
-from lockstep.model import schemas as wire
+from lockstep.formats import wire
 from lockstep.spec import BYTES, parse_spec
 
 ORDER = {"type": "record", "name": "Order", "fields": [
@@ -111,7 +111,7 @@ def test_avro_read_problems_name_the_field(reader, writer, expected):
 def test_a_declared_json_or_avro_schema_is_never_read_as_a_protobuf_descriptor_set(fmt, schema):
     """Only a Protobuf part has a message: a JSON Schema or an Avro schema is not base64 (whose decoding
     failed on some of them, by their length, and let others through by chance)."""
-    from lockstep.registry.schemas import readings, writings
+    from lockstep.formats.resolution import readings, writings
 
     part = {"format": fmt, "schema": json.dumps(schema)}
     s = spec({"value": part}, {"value": part})
@@ -129,13 +129,13 @@ def test_a_declared_json_or_avro_schema_is_never_read_as_a_protobuf_descriptor_s
     ({"records": 10}, 10, None),
 ])
 def test_the_writes_own_count_of_dead_letters_is_taken_only_when_it_saw_each_record_once(metrics, records, counted):
-    from lockstep.spark.codecs import counted_undecodable
+    from lockstep.formats.codecs import counted_undecodable
 
     assert counted_undecodable(metrics, records) == counted
 
 
 def test_the_writers_columns_gain_an_error_column_for_dead_letters():
-    from lockstep.spark.codecs import with_error
+    from lockstep.formats.codecs import with_error
 
     assert with_error(("value", "topic")) == ("value", "topic", "error")
     assert with_error(["value", "error"]) == ("value", "error")

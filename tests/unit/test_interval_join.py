@@ -1,4 +1,4 @@
-"""Stream-stream interval joins (`lockstep.interval_join`) without Spark: the pairs one call per key writes, what
+"""Stream-stream interval joins (`lockstep.tables.interval_join`) without Spark: the pairs one call per key writes, what
 waits in the key's state, what the watermark lets go (an outer join's unmatched records written then, once), the
 timers it asks for; and that cutting the input into checkpoints differently writes the same pairs. The spec's
 ``state.interval_join`` section too."""
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from lockstep.errors import SpecError
-from lockstep.interval_join import PROCESS, STATE_FIELDS, process
 from lockstep.spec import load_spec
 from lockstep.state_function import Context
+from lockstep.tables.interval_join import PROCESS, STATE_FIELDS, process
 
 OPTIONS = {"left": "orders", "right": "payments", "after_ms": 900_000, "before_ms": 0, "how": "left"}
 MIN = 60_000

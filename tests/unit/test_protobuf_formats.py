@@ -1,4 +1,4 @@
-"""The Protobuf formats' pure parts (`lockstep.model.protobuf`, the spec's ``protobuf`` sections): a descriptor's
+"""The Protobuf formats' pure parts (`lockstep.formats.protobuf`, the spec's ``protobuf`` sections): a descriptor's
 Spark type, the registry's message indexes, the registry's form of a schema."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from lockstep.errors import SpecError
-from lockstep.model import protobuf
+from lockstep.formats import protobuf
 from lockstep.spec import load_spec
 
 FDP = descriptor_pb2.FieldDescriptorProto
@@ -173,7 +173,7 @@ def spec_in(tmp_path: Path, **sections: Any) -> Path:
 
 
 def test_a_protobuf_format_names_a_descriptor_set_beside_the_spec_and_a_message(tmp_path: Path) -> None:
-    from lockstep.registry.schemas import readings
+    from lockstep.formats.resolution import readings
 
     spec = load_spec(spec_in(tmp_path))
     assert (spec.source.value.message, spec.sink.value.message) == ("Order", "EnrichedOrder")

@@ -11,7 +11,7 @@ import pytest
 
 from lockstep.connections import redact
 from lockstep.errors import TerminalError, TransientError
-from lockstep.registry.client import RegistryError, SchemaRegistry, registry_for
+from lockstep.formats.registry import RegistryError, SchemaRegistry, registry_for
 
 SECRET = "s3cr3t-registry-password"
 

@@ -1,4 +1,4 @@
-"""Which source subjects a checkpoint needs (`lockstep.registry.schemas`): a topic it reads no record of needs
+"""Which source subjects a checkpoint needs (`lockstep.formats.resolution`): a topic it reads no record of needs
 none, a topic it reads records of does, and the reader schema is pinned from the first subject the registry
 holds. On an in-memory registry: no service."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lockstep.errors import TerminalError
-from lockstep.registry import schemas
-from lockstep.registry.client import RegisteredSchema, RegistryError
+from lockstep.formats import resolution
+from lockstep.formats.registry import RegisteredSchema, RegistryError
 from lockstep.spec import parse_spec
 
 ORDER = '{"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"}]}'
@@ -38,7 +38,7 @@ class Registry:
 @pytest.fixture
 def registry(monkeypatch):
     held = Registry({"orders-value": [RegisteredSchema(7, "AVRO", ORDER, 1)]})
-    monkeypatch.setattr(schemas, "registry_for", lambda conn_id: held)
+    monkeypatch.setattr(resolution, "registry_for", lambda conn_id: held)
     return held
 
 
@@ -49,17 +49,17 @@ def spec(topics: list[str]):
 
 
 def test_a_topic_the_checkpoint_reads_nothing_of_needs_no_subject(registry):
-    (reading,) = schemas.readings(spec(["new", "orders"]), read={"orders"})
+    (reading,) = resolution.readings(spec(["new", "orders"]), read={"orders"})
     assert dict(reading.subjects) == {"orders": "orders-value"} and dict(reading.ids) == {"orders": (7,)}
     assert reading.reader == ORDER
-    assert schemas.pin(spec(["new", "orders"]), read={"orders"}) == {"source.value": 7}  # the first subject held
-    assert schemas.pin(spec(["new", "orders"]), read=set()) == {"source.value": 7}
+    assert resolution.pin(spec(["new", "orders"]), read={"orders"}) == {"source.value": 7}  # the first subject held
+    assert resolution.pin(spec(["new", "orders"]), read=set()) == {"source.value": 7}
 
 
 def test_a_missing_subject_of_a_topic_the_checkpoint_reads_is_terminal_naming_topic_subject_and_the_way_out(registry):
-    for call in (lambda: schemas.readings(spec(["new", "orders"]), read={"new", "orders"}),
-                 lambda: schemas.readings(spec(["new", "orders"])),  # None: every topic is read (an audit)
-                 lambda: schemas.pin(spec(["new", "orders"]), read={"new"})):
+    for call in (lambda: resolution.readings(spec(["new", "orders"]), read={"new", "orders"}),
+                 lambda: resolution.readings(spec(["new", "orders"])),  # None: every topic is read (an audit)
+                 lambda: resolution.pin(spec(["new", "orders"]), read={"new"})):
         with pytest.raises(TerminalError) as err:
             call()
         assert all(w in str(err.value) for w in ("p.yaml: source.value", "subject 'new-value' of topic new",
@@ -69,5 +69,5 @@ def test_a_missing_subject_of_a_topic_the_checkpoint_reads_is_terminal_naming_to
 
 def test_without_any_subject_there_is_no_schema_to_decode_into(registry):
     with pytest.raises(TerminalError, match="subject 'new-value' of topic new"):
-        schemas.readings(spec(["new"]), read=set())
-    assert schemas.pin(spec(["new"]), read=set()) == {}  # nothing read: the plan pins nothing, and claims
+        resolution.readings(spec(["new"]), read=set())
+    assert resolution.pin(spec(["new"]), read=set()) == {}  # nothing read: the plan pins nothing, and claims

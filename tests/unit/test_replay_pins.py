@@ -14,11 +14,11 @@ import pytest
 from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import CheckpointClaim, SpecFingerprint
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.tables import TableVersion
 from lockstep.rules.replay import fingerprint
 from lockstep.spec import FormatSpec, PipelineSpec
 from lockstep.steps import coordinator
 from lockstep.steps import plan as plan_step
+from lockstep.tables.pins import TableVersion
 from tests.support.fake_pipeline import SOURCE, FakeWorld, fake_world, spec
 
 TABLE = "customers"

@@ -16,14 +16,8 @@ from lockstep.kafka.topics import ListedTopic
 from lockstep.ops import validate as v
 from lockstep.spec import load_spec, parse_spec
 from lockstep.spec.shape import spec_json_schema
-from lockstep.transform import (
-    first_line,
-    kept_columns,
-    missing_columns,
-    position,
-    refusal,
-    ship_to_executors,
-)
+from lockstep.sql.runtime import first_line, kept_columns, missing_columns, position, refusal
+from lockstep.transform import ship_to_executors
 
 BASE: dict[str, Any] = {
     "name": "orders-sql",
@@ -203,7 +197,7 @@ def test_validate_connect_without_an_endpoint_says_the_sql_was_not_analyzed(tmp_
 
 def test_validate_connect_reports_spark_s_refusal_on_transform_sql(tmp_path: Path, connected: None,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import lockstep.spark.sql as sql
+    import lockstep.sql.analyzer as sql
 
     path = write(tmp_path, doc())
     seen: list[object] = []

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.tables import TablePin, TableVersion
 from lockstep.spec import TableSpec
 from lockstep.store import state_chain
 from lockstep.store.state_files import StateFiles
+from lockstep.tables.pins import TablePin, TableVersion
 from tests.support.fake_s3 import FakeS3
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def files() -> StateFiles:
 def no_spark(monkeypatch):
     """The run's other reads of the table's topic (its records that do not decode, as dead letters) are not what
     these tests look at: nothing to read."""
-    from lockstep.spark import tables
+    from lockstep.tables import materialize as tables
 
     monkeypatch.setattr(tables, "_undecodable", lambda *args: None, raising=False)
 
@@ -58,7 +58,7 @@ def no_spark(monkeypatch):
 def update(f: StateFiles, checkpoint_id: int, pin: TablePin) -> tuple[pa.Table | None, TableVersion]:
     """The table at ``checkpoint_id`` and its version, as the run builds them (without Spark: a run that had to read
     the table's topic here would fail)."""
-    from lockstep.spark.tables import _update
+    from lockstep.tables.materialize import _update
 
     found = _update(None, TABLE, checkpoint_id, pin, f, {})  # type: ignore[arg-type]
     return found[0], found[1]

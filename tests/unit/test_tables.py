@@ -1,5 +1,5 @@
 """Tables (docs/joins.md) without services: the versions checkpoints record and their documents, what a claim
-pins of a table's topic (`lockstep.rules.tables`), the spec's ``tables`` section, and garbage collection of
+pins of a table's topic (`lockstep.tables.pinning`), the spec's ``tables`` section, and garbage collection of
 table files over tests/support/fake_s3.FakeS3 with real checkpoint documents."""
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from lockstep.model.checkpoint import (
     Savepoint,
 )
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.tables import TablePin, TableVersion
-from lockstep.rules.tables import compact_table, table_pin
 from lockstep.spec import load_spec
 from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.tables.pinning import compact_table, table_pin
+from lockstep.tables.pins import TablePin, TableVersion
 from tests.support.fake_s3 import FakeS3
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def test_a_checkpoint_without_source_records_is_not_refused_for_a_gap_it_does_no
 
 
 def test_a_reused_pin_keeps_its_version_and_adds_the_attempt_it_comes_from() -> None:
-    from lockstep.rules.tables import reused_table_pin
+    from lockstep.tables.pinning import reused_table_pin
 
     pin = TablePin("customers", V1, (OffsetRange("customers", 0, 5, 9),))
     again = reused_table_pin(pin, {0: 5}, {0: 12}, False, 5, replays=4)
@@ -240,7 +240,7 @@ def listed(table: pa.Table | None) -> list[tuple]:
 
 
 def test_a_versioned_delta_keeps_each_touched_keys_versions_within_retention_and_the_value_at_the_cutoff() -> None:
-    from lockstep.store.table_chain import versioned_delta
+    from lockstep.tables.chain import versioned_delta
 
     base = rows(("a", 100, "a1", 0), ("a", 200, "a2", 1), ("b", 100, "b1", 2), ("c", 50, "c1", 3))
     new = rows(("a", 1000, "a3", 4), ("c", 990, None, 5))
@@ -254,7 +254,7 @@ def test_a_versioned_delta_keeps_each_touched_keys_versions_within_retention_and
 
 
 def test_a_key_whose_last_version_before_the_cutoff_is_a_deletion_and_nothing_after_is_tombstoned() -> None:
-    from lockstep.store.table_chain import versioned_delta
+    from lockstep.tables.chain import versioned_delta
 
     base = rows(("a", 100, "a1", 0))
     delta = versioned_delta(base, rows(("a", 200, None, 1), ("z", 5000, "z1", 2)), retention_ms=1000)
@@ -262,7 +262,7 @@ def test_a_key_whose_last_version_before_the_cutoff_is_a_deletion_and_nothing_af
 
 
 def test_the_latest_rows_are_each_keys_last_version_by_time_then_offset_and_leave_out_deletions() -> None:
-    from lockstep.store.table_chain import latest_rows
+    from lockstep.tables.chain import latest_rows
 
     table = rows(("a", 100, "a1", 0), ("a", 300, "a3", 1), ("a", 200, "a2", 2),  # a2 came later, older in time
                  ("b", 100, "b1", 3), ("b", 100, None, 4),                       # same time: the later offset wins

@@ -377,7 +377,7 @@ class FakeRegistry:
         self.subjects = subjects
 
     def _held(self, subject: str) -> str:
-        from lockstep.registry.client import RegistryError
+        from lockstep.formats.registry import RegistryError
 
         if subject not in self.subjects:
             raise RegistryError(f"Subject '{subject}' not found.", 404, 40401)
@@ -388,12 +388,12 @@ class FakeRegistry:
         return [1]
 
     def version(self, subject: str, version: Any = "latest") -> Any:
-        from lockstep.registry.client import RegisteredSchema
+        from lockstep.formats.registry import RegisteredSchema
 
         return RegisteredSchema(1, "AVRO", self._held(subject), 1)
 
     def lookup(self, subject: str, text: str, schema_type: str) -> Any:
-        from lockstep.registry.client import RegisteredSchema
+        from lockstep.formats.registry import RegisteredSchema
 
         return RegisteredSchema(1, "AVRO", text, 1) if self.subjects.get(subject) == text else None
 
@@ -413,8 +413,8 @@ def test_connect_checks_registry_subjects_and_the_sinks_schema_as_the_plan_would
         problems: list[tuple[str, str]]) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT", json.dumps({"conn_type": "http", "host": "nowhere"}))
     registry = FakeRegistry(held)
-    monkeypatch.setattr("lockstep.registry.client.registry_for", lambda conn_id: registry)
-    monkeypatch.setattr("lockstep.registry.schemas.registry_for", lambda conn_id: registry)
+    monkeypatch.setattr("lockstep.formats.registry.registry_for", lambda conn_id: registry)
+    monkeypatch.setattr("lockstep.formats.resolution.registry_for", lambda conn_id: registry)
     stored(monkeypatch, FakeStore(None))
     path = write(tmp_path, "p.yaml", source={"value": "avro-confluent"},
                  sink={"value": {"format": "avro-confluent", "schema": {"type": "string"}}})
@@ -427,11 +427,11 @@ def test_connect_checks_registry_subjects_and_the_sinks_schema_as_the_plan_would
 
 
 def test_a_refused_route_condition_is_a_problem_on_its_route_and_a_refused_query_on_the_query(monkeypatch):
-    """Under --connect an SQL pipeline's query, then its routes' conditions, are analyzed (`spark.sql.analyze`,
+    """Under --connect an SQL pipeline's query, then its routes' conditions, are analyzed (`sql.analyzer.analyze`,
     on real Spark in tests/integration/test_sql.py); here, which field each refusal lands on."""
     from lockstep.ops import validate
-    from lockstep.spark import sql
     from lockstep.spec import parse_spec
+    from lockstep.sql import analyzer
 
     spec = parse_spec({"name": "s", "source": {"topics": ["a"]}, "transform": {"sql": "SELECT * FROM input"},
                        "sink": {"topic": "b", "dead_letter_topic": "c", "routes": {"b.odd": "offest = 1"}},
@@ -439,7 +439,7 @@ def test_a_refused_route_condition_is_a_problem_on_its_route_and_a_refused_query
     services = SimpleNamespace(spark=lambda: object(), spark_url="sc://x")
 
     def problems(refused: str) -> list[tuple[str, str]]:
-        monkeypatch.setattr(sql, "analyze", lambda spark, analyzed: refused)
+        monkeypatch.setattr(analyzer, "analyze", lambda spark, analyzed: refused)
         report = validate.SpecReport("s.yaml")
         assert validate._sql(spec, report, services) == []
         return [(p.field, p.reason) for p in report.problems]

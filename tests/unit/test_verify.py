@@ -168,9 +168,9 @@ def test_verify_decodes_each_checkpoint_with_the_schema_ids_its_claim_pinned_not
     checkpoint with those (a Formats per set of pins), whatever versions the registry holds since."""
     from types import SimpleNamespace
 
+    from lockstep.formats import codecs
     from lockstep.model.checkpoint import CheckpointClaim, CompletedCheckpoint, PreparedCheckpoint
     from lockstep.ops import verify
-    from lockstep.spark import codecs
     from lockstep.store.checkpoint_store import CheckpointStore
     from tests.support.fake_s3 import FakeS3
 

@@ -6,6 +6,5 @@ Everything above it reads and writes these values (rules, store, kafka, spark, s
 plugin, the JVM writer's Python side, the tools). Each module's ``__all__`` names what others may import."""
 
 __all__ = [
-    "checkpoint", "failpoints", "offsets", "output_contract", "protobuf", "schemas", "state", "state_rows",
-    "tables", "transactional_ids", "transactions",
+    "checkpoint", "failpoints", "offsets", "output_contract", "state", "state_rows", "transactional_ids", "transactions",
 ]

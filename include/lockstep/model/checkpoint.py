@@ -26,7 +26,8 @@ from lockstep.errors import CheckpointError, LockstepError, MetadataError, Termi
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
 from lockstep.model.state import StateManifest, optional_manifest
-from lockstep.model.tables import (
+from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
+from lockstep.tables.pins import (
     TablePin,
     TableVersion,
     pins_from_json,
@@ -34,7 +35,6 @@ from lockstep.model.tables import (
     tables_from_json,
     tables_to_json,
 )
-from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -354,7 +354,7 @@ class CheckpointClaim:
     #: replay decode into and encode with these, whatever versions are registered since. Empty for a
     #: pipeline without registry formats and in claims of earlier versions.
     schema_ids: Mapping[str, int] = field(default_factory=dict)
-    #: Each table of the spec (`lockstep.model.tables`): the version the checkpoint starts from and the
+    #: Each table of the spec (`lockstep.tables.pins`): the version the checkpoint starts from and the
     #: offsets of its topic it reads on top, pinned when planned. Empty without tables.
     tables: Mapping[str, TablePin] = field(default_factory=dict)
     #: What its pins (``clock_ms``, ``schema_ids``, ``tables``) came from (`SpecFingerprint`): a replay of
@@ -642,7 +642,7 @@ class CompletedCheckpoint:
     #: The committed keyed state of a stateful pipeline: its prepared manifest (or, when a user
     #: accepted duplicates for a stuck checkpoint, the state it started from)
     state: StateManifest | None = None
-    #: The committed tables: the prepared ones (`lockstep.model.tables`)
+    #: The committed tables: the prepared ones (`lockstep.tables.pins`)
     tables: Mapping[str, TableVersion] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:

@@ -22,7 +22,7 @@ from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.state import StateManifest, iso_ms
 from lockstep.model.state_rows import EVENT, GROUP, KEY
-from lockstep.model.tables import TableVersion
+from lockstep.tables.pins import TableVersion
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -266,7 +266,7 @@ def describe_rows(pipeline: str, checkpoint_id: int, manifest: StateManifest, sh
 
 # ---- tables --------------------------------------------------------------------------------------
 def committed_tables(store: PipelineStore, checkpoint: int | None = None) -> tuple[int | None, dict[str, TableVersion]]:
-    """The tables (`lockstep.model.tables`) of completed checkpoint ``checkpoint``, or of the latest completed one."""
+    """The tables (`lockstep.tables.pins`) of completed checkpoint ``checkpoint``, or of the latest completed one."""
     if checkpoint is None:
         latest = store.latest_completed()
         if latest is None or latest.completed is None:
@@ -303,7 +303,7 @@ def table_rows(files: StateFiles, version: TableVersion, key: str | None = None,
     """Up to ``limit`` of a table's rows (its latest value per key; only key ``key``'s, its text, when given)."""
     import pyarrow.compute as pc
 
-    from lockstep.store.table_chain import latest_rows
+    from lockstep.tables.chain import latest_rows
 
     rows = latest_rows(files.read_table(version))
     if rows is not None and key is not None:

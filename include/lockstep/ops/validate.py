@@ -325,7 +325,7 @@ def _sql(spec: PipelineSpec, report: SpecReport, services: Services) -> list[str
     and position. Needs a Spark Connect endpoint (`Services.spark`); without one the query is not analyzed,
     which is said, and is no error. The problem is on ``transform.sql`` or ``transform.sql_file``, as the spec
     gives the query."""
-    from lockstep.spark.sql import analyze
+    from lockstep.sql.analyzer import analyze
 
     try:
         spark = services.spark()
@@ -398,7 +398,7 @@ def _topics(spec: PipelineSpec, report: SpecReport, services: Services, side: st
 def _subjects(spec: PipelineSpec, report: SpecReport) -> list[str]:
     """Each registry-framed source part's subjects hold a schema: without one, no record of the topic decodes."""
     from lockstep.errors import TransientError
-    from lockstep.registry.client import RegistryError, registry_for
+    from lockstep.formats.registry import RegistryError, registry_for
 
     for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
         if not fmt.registry:
@@ -424,9 +424,9 @@ def _subjects(spec: PipelineSpec, report: SpecReport) -> list[str]:
 
 def _sink_schemas(spec: PipelineSpec, report: SpecReport) -> list[str]:
     """A registry sink part's schema is one the plan would write with: the plan's own check
-    (`lockstep.registry.schemas.writings`) as a dry run, which registers nothing."""
+    (`lockstep.formats.resolution.writings`) as a dry run, which registers nothing."""
     from lockstep.errors import TransientError
-    from lockstep.registry.schemas import writings
+    from lockstep.formats.resolution import writings
 
     if not (spec.sink.key.registry or spec.sink.value.registry):
         return []

@@ -51,12 +51,12 @@ from lockstep.transform import load_transform
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
 
-    from lockstep.model.tables import TableVersion
+    from lockstep.formats.codecs import Formats
     from lockstep.ops.verify_state import StateVerifyReport
-    from lockstep.spark.codecs import Formats
     from lockstep.spark.raised import Raised
-    from lockstep.spark.tables import MaterializedTables
     from lockstep.spark.target import JobSession
+    from lockstep.tables.materialize import MaterializedTables
+    from lockstep.tables.pins import TableVersion
     from lockstep.transform import Transform
 
 Offset = tuple[str, int, int]
@@ -286,7 +286,7 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
     registry's latest versions, which may have moved since (a claim without pins: the latest, as then).
     The Formats of one set of pins is built once (its registry lookups)."""
     from lockstep.errors import root_cause
-    from lockstep.spark.codecs import Formats
+    from lockstep.formats.codecs import Formats
 
     transform = routed(spec, load_transform(spec))  # a condition Spark refuses leaves the range unchecked
     # records that do not decode are dead letters, never the transform's; one Formats per set of pinned ids
@@ -355,7 +355,7 @@ def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | N
     later checkpoint carried forward is not read and shipped to Spark again."""
     from functools import partial
 
-    from lockstep.spark.tables import MaterializedTables, join_tables
+    from lockstep.tables.materialize import MaterializedTables, join_tables
 
     assert store is not None, "verifying a pipeline with tables needs its store"
     missing = [t.name for t in spec.tables if t.name not in versions]

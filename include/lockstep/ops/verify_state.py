@@ -170,7 +170,7 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
 
     report.watermark = iso_ms(final.watermark_ms)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    from lockstep.spark.codecs import Formats
+    from lockstep.formats.codecs import Formats
 
     # The transform's input and output in the spec's formats, as the runs made them: each checkpoint's records
     # decoded with the schema ids its claim pinned (not the registry's latest, which may have moved since);
@@ -267,7 +267,7 @@ def _value_docs(spark: JobSession, spec: PipelineSpec, outputs: list[SinkRecord]
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DATA_COLUMN, decode, sink_reading
+    from lockstep.formats.codecs import DATA_COLUMN, decode, sink_reading
 
     reading = sink_reading(spec)
     if reading is None:

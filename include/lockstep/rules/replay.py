@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockstep.model.checkpoint import CheckpointClaim, CheckpointView, SpecFingerprint
-from lockstep.model.tables import TableVersion
 from lockstep.model.transactions import utc_text
 from lockstep.spec import FormatSpec, PipelineSpec
+from lockstep.tables.pins import TableVersion
 
 
 def fingerprint(spec: PipelineSpec) -> SpecFingerprint:

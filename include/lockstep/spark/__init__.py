@@ -1,14 +1,15 @@
 """The Spark side of a checkpoint: where the run goes (``target``: submit or connect, ``connect``'s
 sessions), the settings every run needs (``conf``), the job that reads the claimed ranges and pre-commits
 (``job``, ``kafka_reader``), the two writers and what they write with (``python_writer``, ``jvm_writer``,
-``writer_settings``), the record formats (``codecs``), routes (``routes``), the records a Spark data error
-is raised for, set aside as dead letters (``raised``), an SQL transform's analysis
-(``sql``), keyed state (``keyed_state``, ``state_worker``) and dead-letter replay as a mode of the job.
+``writer_settings``), routes (``routes``), the records a Spark data error is raised for, set aside as dead
+letters (``raised``), keyed state (``keyed_state``, ``state_worker``) and dead-letter replay as a mode of the
+job. The record formats' Spark side is `lockstep.formats.codecs`, the tables' `lockstep.tables.materialize`,
+an SQL query's `lockstep.sql`: each in its feature's room.
 
 Called by the run step, the spark-submit driver (``jobs/``), ``ops`` (verify recomputes with the same
 code) and the tools. ``output_tasks`` is the job's own."""
 
 __all__ = [
-    "codecs", "conf", "connect", "job", "jvm_writer", "kafka_reader", "keyed_state", "python_writer", "raised", "replay",
-    "routes", "sql", "state_worker", "tables", "target", "writer_settings",
+    "conf", "connect", "job", "jvm_writer", "kafka_reader", "keyed_state", "python_writer", "raised", "replay",
+    "routes", "state_worker", "target", "writer_settings",
 ]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
 from lockstep.errors import CheckpointError, TerminalError
+from lockstep.formats.codecs import Formats, carries_raw, counted_undecodable, rejoined, watch, with_error, with_raw
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
@@ -44,7 +45,6 @@ from lockstep.model.output_contract import (
 from lockstep.model.transactional_ids import write_tasks
 from lockstep.rules.output_tasks import task_groups
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
-from lockstep.spark.codecs import Formats, carries_raw, counted_undecodable, rejoined, watch, with_error, with_raw
 from lockstep.spark.jvm_writer import write_with_jvm
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings, read_ranges
 from lockstep.spark.python_writer import write_with_python
@@ -269,7 +269,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         enrich = None
         table_dead = None  # table records that do not decode (`MaterializedTables.dead_letters`)
         if spec.tables:
-            from lockstep.spark.tables import join_tables, materialize
+            from lockstep.tables.materialize import join_tables, materialize
 
             tables = materialize(spark, spec, checkpoint_id, view.claim.tables, store.state_files(), kafka)
             table_versions = tables.versions

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
 from lockstep.errors import CheckpointError, TerminalError
+from lockstep.formats.codecs import decoded_columns
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.offsets import OffsetRange
@@ -59,7 +60,6 @@ from lockstep.rules.state_manifest import Figures
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance
 from lockstep.spark import dedup_judge
-from lockstep.spark.codecs import decoded_columns
 from lockstep.spark.dedup_judge import RECORD_COLUMNS
 from lockstep.spark.state_worker import state_columns
 from lockstep.spec import PipelineSpec, StateSpec, WindowSpec
@@ -137,7 +137,7 @@ def _event_ms(spec: PipelineSpec, df: DataFrame) -> Column:
 def event_ms(spec: PipelineSpec, field: str, expr: str, df: DataFrame, over: str) -> Column:
     """An event time in epoch ms, from a Spark SQL expression over ``df`` (``over`` says what that is) giving a
     TIMESTAMP or a number of epoch seconds; refused naming the spec's ``field`` otherwise. The state's event time
-    and a temporal join's ``as_of`` (`lockstep.spark.tables`) read it alike."""
+    and a temporal join's ``as_of`` (`lockstep.tables.materialize`) read it alike."""
     from pyspark.sql import functions as F
 
     try:
@@ -182,7 +182,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     """Apply the spec's stateful operator to this checkpoint's transformed records.
 
     ``window_encoder``: how a fired window's record becomes its value in the sink's format
-    (`lockstep.spark.codecs.window_encoder`); None: JSON. ``read_by_task``: the records were read in this
+    (`lockstep.formats.codecs.window_encoder`); None: JSON. ``read_by_task``: the records were read in this
     many Spark partitions, partition ``t`` holding task ``t``'s source partitions
     (`lockstep.rules.output_tasks.task_groups`).
 

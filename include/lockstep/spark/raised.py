@@ -34,7 +34,7 @@ from lockstep.spec import PipelineSpec
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from lockstep.spark.codecs import Formats
+    from lockstep.formats.codecs import Formats
     from lockstep.spark.target import JobSession
 
 #: At most this many records of one checkpoint are set aside; more fail it (the expression wants try_cast).
@@ -183,8 +183,8 @@ def probe(spark: JobSession, kafka: Mapping[str, object], formats: Formats, tran
     """The Spark data error that the records of ``part`` raise in ``transform`` (with its routes) and the sink's
     encoding (None: none), by a Spark job that computes their output as the write does and writes nothing: what
     `isolate` asks of a part of the input (the run's, `lockstep.spark.job`; an audit's, `lockstep.ops.verify`)."""
+    from lockstep.formats.codecs import with_raw
     from lockstep.model.output_contract import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-    from lockstep.spark.codecs import with_raw
     from lockstep.spark.kafka_reader import read_ranges
 
     df = with_raw(read_ranges(spark, kafka, part, headers=True, tasks=1))

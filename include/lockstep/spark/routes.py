@@ -9,7 +9,7 @@ topics or in none. The conditions read the transform's output as it is before Lo
 from __future__ import annotations
 
 __all__ = [
-    "routed",
+    "route", "routed",
 ]
 
 from typing import TYPE_CHECKING
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from lockstep.errors import TerminalError
 from lockstep.model.output_contract import ROUTE_COLUMN
 from lockstep.spec import PipelineSpec
-from lockstep.transform import Transform, first_line
+from lockstep.sql.runtime import first_line
+from lockstep.transform import Transform
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

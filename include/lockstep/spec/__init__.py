@@ -79,7 +79,7 @@ class StoreLocation(NamedTuple):
 #: ``protobuf-confluent`` (whose payload starts with the message indexes). ``FORMATS`` lists them.
 #: Formats a schema registry frames, and the registry's name of their schema type.
 REGISTRY_FORMATS = {"avro-confluent": "AVRO", "json-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}
-#: Formats whose schema is a Protobuf descriptor set (`lockstep.model.protobuf`) and a message.
+#: Formats whose schema is a Protobuf descriptor set (`lockstep.formats.protobuf`) and a message.
 PROTOBUF_FORMATS = ("protobuf", "protobuf-confluent")
 #: Formats named elsewhere that Lockstep refuses, with the reason (none today).
 UNSUPPORTED_FORMATS: dict[str, str] = {}
@@ -91,11 +91,11 @@ class FormatSpec:
 
     On the source, the decoded record is handed to the transform as a column (``data`` for the value,
     ``key_data`` for the key) beside the raw bytes; on the sink, the writer encodes the transform's
-    ``data`` / ``key_data`` into ``value`` / ``key`` (`lockstep.spark.codecs`)."""
+    ``data`` / ``key_data`` into ``value`` / ``key`` (`lockstep.formats.codecs`)."""
 
     format: str = "bytes"
     #: The declared schema's text (Avro or JSON Schema, as JSON; Protobuf: the base64 of its descriptor set,
-    #: `lockstep.model.protobuf`), read from ``schema`` when the spec is loaded; on a source with a registry
+    #: `lockstep.formats.protobuf`), read from ``schema`` when the spec is loaded; on a source with a registry
     #: it is the reader schema, on a sink the schema written with.
     schema: str | None = None
     #: Where the schema came from (a file, or "inline"), for messages.
@@ -306,7 +306,7 @@ class FunctionSpec:
 @dataclass(frozen=True)
 class IntervalJoinSpec:
     """``state.interval_join``: records of ``left`` and ``right`` with the same key, the right one's event time
-    within ``[left's - before, left's + after]`` (docs/joins.md, `lockstep.interval_join`)."""
+    within ``[left's - before, left's + after]`` (docs/joins.md, `lockstep.tables.interval_join`)."""
 
     key: str
     left: str
@@ -317,7 +317,7 @@ class IntervalJoinSpec:
 
     def function(self) -> FunctionSpec:
         """The state function that runs it."""
-        from lockstep.interval_join import PROCESS, STATE_FIELDS
+        from lockstep.tables.interval_join import PROCESS, STATE_FIELDS
 
         return FunctionSpec(key=self.key, process=PROCESS, fields=STATE_FIELDS, version=1, options={
             "left": self.left, "right": self.right, "after_ms": self.after_ms, "before_ms": self.before_ms,
@@ -343,7 +343,7 @@ class StateSpec:
     window: WindowSpec | None = None
     dedup: DedupSpec | None = None
     function: FunctionSpec | None = None
-    #: ``interval_join``: run as Lockstep's own state function (`lockstep.interval_join`), which ``function``
+    #: ``interval_join``: run as Lockstep's own state function (`lockstep.tables.interval_join`), which ``function``
     #: then names; this keeps what the spec said, and the operator's name
     interval_join: IntervalJoinSpec | None = None
     #: when a key group's chain of delta files is merged into a new base (`lockstep.store.state_chain`)
@@ -394,7 +394,7 @@ class TableJoin:
 @dataclass(frozen=True)
 class TableSpec:
     """``tables.<name>``: the latest value per key of ``topic`` as of each checkpoint's pinned offsets,
-    kept by Lockstep (`lockstep.spark.tables`); a view named ``name`` in SQL transforms."""
+    kept by Lockstep (`lockstep.tables.materialize`); a view named ``name`` in SQL transforms."""
 
     name: str
     topic: str
@@ -674,8 +674,8 @@ def _format(c: _Checker, doc: object, path: str, folder: Path | None, sink: bool
 def _protobuf_schema(c: _Checker, value: object, message: str | None, path: str,
                      folder: Path | None) -> tuple[str | None, str | None, str | None]:
     """A Protobuf format's declared schema: a descriptor set file beside the spec, as its text form (the base64
-    of the file, `lockstep.model.protobuf`), its origin, and the message as given, checked to be one of the set's
-    (`lockstep.model.protobuf.resolve_message` gives its full name, and `message_ddl` its Spark type, when the
+    of the file, `lockstep.formats.protobuf`), its origin, and the message as given, checked to be one of the set's
+    (`lockstep.formats.protobuf.resolve_message` gives its full name, and `message_ddl` its Spark type, when the
     run resolves its schemas)."""
     import base64
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lockstep.errors import TerminalError, TopicRecreatedError, TransientError
+from lockstep.formats.resolution import pin
 from lockstep.kafka import broker_offsets, topics
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
@@ -25,8 +26,6 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
-from lockstep.model.tables import TablePin, TableVersion
-from lockstep.registry.schemas import pin
 from lockstep.rules.pinned import pinned_clock, planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.replay import fingerprint, replay_of, replayed
@@ -46,10 +45,11 @@ from lockstep.rules.start_offsets import (
     restore_totals,
 )
 from lockstep.rules.state_base import base_refusal
-from lockstep.rules.tables import reused_table_pin, table_pin
 from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
 from lockstep.steps.recover import check_in_flight, recover
+from lockstep.tables.pinning import reused_table_pin, table_pin
+from lockstep.tables.pins import TablePin, TableVersion
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +254,9 @@ def _table_bases(p: Pipeline, restore: str | None, latest: CheckpointView | None
 
 def _table_pins(p: Pipeline, bases: dict[str, TableVersion | None], checkpoint_id: int, reads: bool,
                 reuse: CheckpointClaim | None) -> dict[str, TablePin]:
-    """Each table's pin (`lockstep.rules.tables.table_pin`): its version ``bases`` names, and its topic's
+    """Each table's pin (`lockstep.tables.pinning.table_pin`): its version ``bases`` names, and its topic's
     offsets up to the last stable ones now; or, replaying aborted checkpoint ``reuse`` with its pins, that
-    claim's pin (`lockstep.rules.tables.reused_table_pin`). Either is refused when retention deleted offsets
+    claim's pin (`lockstep.tables.pinning.reused_table_pin`). Either is refused when retention deleted offsets
     it reads, unless ``checkpoints.skip_deleted_ranges``."""
     pins = {}
     skip = p.spec.checkpoints.skip_deleted_ranges

@@ -4,5 +4,5 @@ maker). Called by the steps, the Spark run (state files), ``ops`` and the Airflo
 read the store); ``state_cache`` is the state files' own."""
 
 __all__ = [
-    "checkpoint_store", "s3", "state_chain", "state_files", "table_chain",
+    "checkpoint_store", "s3", "state_chain", "state_files",
 ]

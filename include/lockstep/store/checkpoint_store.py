@@ -43,10 +43,10 @@ from lockstep.model.checkpoint import (
     validate_savepoint_name,
 )
 from lockstep.model.state import StateManifest
-from lockstep.model.tables import TableVersion
 from lockstep.store.keys import checkpoint_folder
 from lockstep.store.s3 import ListObjectsArgs, S3Client
 from lockstep.store.state_files import READ_THREADS, StateFiles, unreferenced
+from lockstep.tables.pins import TableVersion
 
 # Any in this module is a document as ``json.loads`` read it from S3: whatever the object holds, until
 # its parser checks it (``lockstep.model.checkpoint``'s from_json; a sidecar's, e.g. ``spark.replay``'s).

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lockstep.model.state import StateManifest
-    from lockstep.model.tables import TableVersion
     from lockstep.store.s3 import S3Client
+    from lockstep.tables.pins import TableVersion
 
 #: The way out of state files changed or deleted outside Lockstep (the last words of those errors).
 RESTORE_WAY_OUT = ("restore the pipeline from a savepoint or an earlier completed checkpoint whose state is intact "
@@ -87,7 +87,7 @@ class StateFiles:
 
     def table_key(self, checkpoint_id: int, name: str, delta: bool = False) -> str:
         """A table's base (``table-customers.parquet``) or delta (``table-customers.delta.parquet``) written by
-        checkpoint ``checkpoint_id`` (`lockstep.spark.tables`)."""
+        checkpoint ``checkpoint_id`` (`lockstep.tables.materialize`)."""
         return f"{checkpoint_folder(self.prefix, checkpoint_id)}table-{name}{'.delta' if delta else ''}.parquet"
 
     def adopted_key(self, savepoint: str, source_key: str) -> str:
@@ -122,7 +122,7 @@ class StateFiles:
 
     def written(self, key: str) -> tuple[pa.Table, str, int] | None:
         """A state file an earlier attempt may have written under ``key``: decoded, with its digest and size;
-        None when there is none. (A table's version is taken from its first attempt's file, `lockstep.spark.tables`.)"""
+        None when there is none. (A table's version is taken from its first attempt's file, `lockstep.tables.materialize`.)"""
         from lockstep.store import state_chain
 
         body = self._optional(key, "state file ")
@@ -327,8 +327,8 @@ class StateFiles:
         return pa.concat_tables(tables, promote_options="default") if tables else None
 
     def read_table(self, version: TableVersion | None) -> pa.Table | None:
-        """A table version's rows (`lockstep.model.tables`), its chain merged; None without rows. A versioned
-        table's rows hold each key's kept versions (`lockstep.store.table_chain.latest_rows` takes the latest)."""
+        """A table version's rows (`lockstep.tables.pins`), its chain merged; None without rows. A versioned
+        table's rows hold each key's kept versions (`lockstep.tables.chain.latest_rows` takes the latest)."""
         from lockstep.store import state_chain
 
         if version is None or not version.files:

@@ -29,12 +29,12 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * One Protobuf message type of a spec's format, decoded into and encoded from Spark rows
- * (lockstep.spark.codecs, docs/formats-protobuf.md).
+ * (lockstep.formats.codecs, docs/formats-protobuf.md).
  *
  * <p>The descriptor is built once per JVM and key ({@link #of}): the Python side passes a short key (a
  * hash of the descriptor set and the message name) beside the serialized descriptor set, so a record
  * costs a map lookup, never a parse of the descriptor. The Spark type each message becomes is derived
- * from the same descriptor by {@code lockstep.model.protobuf.message_ddl}, field by field in declaration
+ * from the same descriptor by {@code lockstep.formats.protobuf.message_ddl}, field by field in declaration
  * order, with the same rules as here: nested message -> struct, repeated -> array, map -> map, enum ->
  * its value's name, int32/sint32/sfixed32 -> int, uint32/fixed32 and the 64-bit ints -> bigint,
  * uint64/fixed64 -> decimal(20,0), float, double, bool, string, bytes -> binary. A field without

@@ -7,7 +7,7 @@ import org.apache.spark.sql.api.java.UDF5;
 /**
  * The Protobuf decoder of the spec's {@code protobuf} and {@code protobuf-confluent} formats, a Java UDF
  * that Python registers with {@code spark.udf.registerJavaFunction} (in a classic session and over Spark
- * Connect alike) under a name per message type and Spark type (lockstep.spark.codecs).
+ * Connect alike) under a name per message type and Spark type (lockstep.formats.codecs).
  *
  * <p>{@code (payload, key, descriptorSet, message, indexes) -> struct<data, error>}: with {@code indexes}
  * null the payload is the message; otherwise it is what follows the registry's 5-byte header, and starts

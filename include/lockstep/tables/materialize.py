@@ -13,7 +13,7 @@ checkpoint's transactions (`MaterializedTables.dead_letters`), never a silent de
 
 Stored like keyed state (`lockstep.store.state_chain`, one chain per table): the checkpoint that reads
 table records writes a **delta** (the new latest row, or a tombstone, of each key those records touch)
-or, when the deltas have grown (`lockstep.rules.tables.compact_table`), a new **base** of the whole
+or, when the deltas have grown (`lockstep.tables.pinning.compact_table`), a new **base** of the whole
 table, under ``state/<checkpoint>/table-<name>[.delta].parquet``, before ``prepared.json`` names them.
 The rows keep the raw key and value (of the key's latest record), keyed by the decoded key (``__ls_key``:
 the hex of the decoded key's JSON; of the raw bytes for a string or bytes key, as before keys were decoded);
@@ -47,15 +47,15 @@ from typing import TYPE_CHECKING, cast
 
 from lockstep.errors import CheckpointError
 from lockstep.model.state_rows import KEY, TOMBSTONE
-from lockstep.model.tables import TablePin, TableVersion
-from lockstep.rules.tables import compact_table
 from lockstep.spec import PipelineSpec, TableSpec
+from lockstep.tables.pinning import compact_table
+from lockstep.tables.pins import TablePin, TableVersion
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from lockstep.registry.schemas import Reading
+    from lockstep.formats.resolution import Reading
     from lockstep.spark.target import JobSession
     from lockstep.store.state_files import StateFiles
 
@@ -85,7 +85,7 @@ class MaterializedTables:
     def dead_letters(self, spark: JobSession) -> DataFrame | None:
         """The table records that do not decode, as dead letters in the input's columns (`DEAD_LETTER_COLUMNS`)
         with their reason in `DECODE_ERROR`, for the run to write beside the input's
-        (`lockstep.spark.codecs.undecodable`); None when every record decoded."""
+        (`lockstep.formats.codecs.undecodable`); None when every record decoded."""
         import pyarrow as pa
 
         bad = [t for t in self.undecodable.values() if t.num_rows]
@@ -109,7 +109,7 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
                 files: StateFiles, kafka: Mapping[str, object]) -> MaterializedTables:
     """Every table of ``spec`` at checkpoint ``checkpoint_id``: its pinned base, plus its pinned records,
     written as the checkpoint's files (a retry writes the same bytes, or beside them: `StateFiles.create`)."""
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
 
     out = MaterializedTables()
     for table in spec.tables:
@@ -139,7 +139,7 @@ def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins:
 def _undecodable_refusal(table: TableSpec, bad: pa.Table) -> str:
     """Why a checkpoint stops at table records that do not decode (``tables.<name>.on_error: fail``), naming the
     first of them, and the ways out."""
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
 
     first = bad.slice(0, 1).to_pylist()[0]
     where = f"{first.get('topic')}:{first.get('partition')}@{first.get('offset')}"
@@ -168,7 +168,7 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
     if first is not None:  # its dead letters are the pinned records' as they decode (an attempt's were aborted)
         return (*first, _undecodable(spark, table, pin, kafka))
     if table.versions_ms is not None:
-        from lockstep.store.table_chain import versioned_delta
+        from lockstep.tables.chain import versioned_delta
 
         records, bad = _records(spark, table, pin, kafka)
         delta = versioned_delta(current, records, table.versions_ms) if records.num_rows else _no_change(records)
@@ -229,7 +229,7 @@ def _live_keys(rows: pa.Table | None) -> int:
     """How many keys have a row now (a versioned table's rows hold earlier values and deletions too, and so may a
     table whose spec dropped ``versions`` since, until its keys are touched)."""
     from lockstep.store import state_chain
-    from lockstep.store.table_chain import latest_rows
+    from lockstep.tables.chain import latest_rows
 
     return state_chain.key_count(latest_rows(rows))
 
@@ -240,7 +240,7 @@ def _keyed(spark: JobSession, table: TableSpec, pin: TablePin, kafka: Mapping[st
     or bytes key) and why it does not decode (`DECODE_ERROR`, null when it does)."""
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DATA_COLUMN, DECODE_ERROR, decode
+    from lockstep.formats.codecs import DATA_COLUMN, DECODE_ERROR, decode
     from lockstep.spark.kafka_reader import read_ranges
 
     ranges = tuple(r for r in pin.ranges if not r.is_empty)
@@ -258,7 +258,7 @@ def _keyed(spark: JobSession, table: TableSpec, pin: TablePin, kafka: Mapping[st
 
 def _readings(table: TableSpec) -> list[Reading]:
     """How a table's key and value decode (declared schemas only: no registry format for tables)."""
-    from lockstep.registry.schemas import Reading
+    from lockstep.formats.resolution import Reading
 
     return [Reading(part, fmt, fmt.schema) for part, fmt in (("value", table.value), ("key", table.key))
             if fmt.decoded]
@@ -270,7 +270,7 @@ def _rows_and_dead(table: TableSpec, collected: pa.Table) -> tuple[pa.Table, pa.
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
 
     typed = pa.table({
         KEY: collected[KEY].cast(pa.string()), "key": collected["key"].cast(pa.binary()),
@@ -289,7 +289,7 @@ def _rows_and_dead(table: TableSpec, collected: pa.Table) -> tuple[pa.Table, pa.
 def _row_columns(frame: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
 
     return frame.select(F.col(KEY), F.col("key"), F.col("value"), F.col("partition").cast("int").alias("partition"),
                         F.col("offset").cast("bigint").alias("offset"),
@@ -300,7 +300,7 @@ def _undecodable(spark: JobSession, table: TableSpec, pin: TablePin, kafka: Mapp
     """The pinned records that do not decode, as dead letters (one Spark job, collected)."""
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
 
     return _rows_and_dead(table, _row_columns(_keyed(spark, table, pin, kafka)
                                               .filter(F.col(DECODE_ERROR).isNotNull())).toArrow())[1]
@@ -331,7 +331,7 @@ def _delta(spark: JobSession, table: TableSpec, pin: TablePin,
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
 
     records = _keyed(spark, table, pin, kafka)
     good = records.filter(F.col(DECODE_ERROR).isNull())
@@ -355,7 +355,7 @@ def table_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> D
     partitioning."""
     from pyspark.sql import functions as F
 
-    from lockstep.store.table_chain import latest_rows
+    from lockstep.tables.chain import latest_rows
 
     frame = _decoded(spark, table, latest_rows(rows))  # one row per key, even of rows kept with versions before
     return F.broadcast(frame.select(*VIEW_COLUMNS[:2], *(["data"] if table.value.decoded else []),
@@ -371,7 +371,7 @@ def versions_frame(spark: JobSession, table: TableSpec, rows: pa.Table | None) -
 def _decoded(spark: JobSession, table: TableSpec, rows: pa.Table | None) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DATA_COLUMN, DECODE_ERROR, decode
+    from lockstep.formats.codecs import DATA_COLUMN, DECODE_ERROR, decode
 
     session = cast("SparkSession", spark)
     if rows is None or not rows.num_rows:  # no rows to infer a schema from (a Connect session refuses to)
@@ -396,10 +396,10 @@ def join_tables(spec: PipelineSpec, tables: MaterializedTables, decoded: DataFra
     record's event time: the last of its versions (by timestamp, partition, offset) at or before it, none
     when that is a deletion or there is none. An inner join drops the records without a row, or sets their
     `DECODE_ERROR` to why (`NO_ROW`) so that they go to the dead-letter topic as they came
-    (`lockstep.spark.codecs.undecodable`)."""
+    (`lockstep.formats.codecs.undecodable`)."""
     from pyspark.sql import functions as F
 
-    from lockstep.spark.codecs import DECODE_ERROR
+    from lockstep.formats.codecs import DECODE_ERROR
     from lockstep.spark.keyed_state import event_ms
 
     for table in spec.tables:

@@ -2,7 +2,7 @@
 against (pure data, no I/O).
 
 A table is the latest value per key of a (compacted) Kafka topic, materialized by Lockstep
-(`lockstep.spark.tables`, docs/joins.md). Each checkpoint's claim pins, per table, the version it
+(`lockstep.tables.materialize`, docs/joins.md). Each checkpoint's claim pins, per table, the version it
 starts from (``base``: the completed checkpoint's, or the savepoint's, its source offsets come from)
 and the offsets of the table's topic it reads on top (``ranges``, up to the topic's last stable
 offsets when planned). The run writes the new version's files (Parquet, in the state folder:

@@ -3,14 +3,14 @@
 - **Reading** (a source's key or value): for a registry format, every version of the topic's subject
   (the writer schemas its records may carry, by id) and the reader schema every record is decoded
   into: the spec's declared schema, else the subject's latest version. A record whose id is no version
-  of the subject is dead-lettered (`lockstep.model.schemas.UNKNOWN_ID`).
+  of the subject is dead-lettered (`lockstep.formats.wire.UNKNOWN_ID`).
 - **Writing** (the sink's key or value): the schema written with and, for a registry format, its id
   under the sink's subject. A declared schema the subject does not hold is registered only with
   ``auto_register``, and only after the registry's own compatibility check passes; otherwise the
   plan refuses it (`sink_refusal`), naming the subject and the registry's reasons, before any
   transaction opens.
 
-Protobuf schemas (`lockstep.model.protobuf`) are carried as the base64 of a descriptor set: the registry's
+Protobuf schemas (`lockstep.formats.protobuf`) are carried as the base64 of a descriptor set: the registry's
 form (one file's descriptor) is turned into it here, and a declared one is registered in the registry's form.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from lockstep.errors import TerminalError
-from lockstep.registry.client import RegistryError, SchemaRegistry, registry_for
+from lockstep.formats.registry import RegistryError, SchemaRegistry, registry_for
 from lockstep.spec import REGISTRY_FORMATS, FormatSpec, PipelineSpec
 
 
@@ -137,7 +137,7 @@ def missing_subject(spec: PipelineSpec, part: str, topic: str, subject: str, reg
 def _declared_message(spec: PipelineSpec, where: str, fmt: FormatSpec) -> str | None:
     """The full name of a declared Protobuf schema's message, checked to have a Spark type; a message the
     schema cannot give one is terminal, naming the field."""
-    from lockstep.model import protobuf
+    from lockstep.formats import protobuf
 
     if fmt.schema is None:
         return fmt.message
@@ -154,8 +154,8 @@ def _declared_message(spec: PipelineSpec, where: str, fmt: FormatSpec) -> str | 
 def _protobuf_reader(spec: PipelineSpec, where: str, fmt: FormatSpec, latest: str | None,
                      subject: str) -> tuple[str | None, str | None]:
     """(the descriptor set every record is decoded with, its message): the declared one, else the subject's
-    latest version, in `lockstep.model.protobuf`'s text form; a schema Lockstep cannot read is terminal."""
-    from lockstep.model import protobuf
+    latest version, in `lockstep.formats.protobuf`'s text form; a schema Lockstep cannot read is terminal."""
+    from lockstep.formats import protobuf
 
     if fmt.schema is not None:
         return fmt.schema, _declared_message(spec, where, fmt)
@@ -225,7 +225,7 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
     registered = fmt.schema  # what the registry holds: Protobuf in its own form (one file's descriptor)
     message = None
     if fmt.protobuf:
-        from lockstep.model import protobuf
+        from lockstep.formats import protobuf
 
         message = _declared_message(spec, f"sink.{part}", fmt)
         try:
@@ -262,8 +262,8 @@ def _registered(spec: PipelineSpec, registry: SchemaRegistry, part: str, fmt: Fo
 
 def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[str]:
     """Why the registry refused ``schema`` under ``subject``'s compatibility level, field by field
-    (`lockstep.model.schemas.avro_read_problems`), for a registry that only answers yes or no."""
-    from lockstep.model.schemas import avro_read_problems
+    (`lockstep.formats.wire.avro_read_problems`), for a registry that only answers yes or no."""
+    from lockstep.formats.wire import avro_read_problems
 
     latest = registry.version(subject).text
     level = registry.compatibility(subject)
@@ -277,8 +277,8 @@ def _avro_reasons(registry: SchemaRegistry, subject: str, schema: str) -> list[s
 
 def _protobuf_reasons(registry: SchemaRegistry, subject: str, registered: str, message: str) -> list[str]:
     """How the message differs from the subject's latest version, field by field, for a registry that only
-    answers yes or no (`lockstep.model.protobuf.changes`)."""
-    from lockstep.model import protobuf
+    answers yes or no (`lockstep.formats.protobuf.changes`)."""
+    from lockstep.formats import protobuf
 
     try:
         latest, _ = protobuf.from_registry(registry.version(subject).text)

@@ -1,7 +1,7 @@
 """What the record formats agree on, defined once: the Schema Registry's wire framing, the reasons a
 record that does not decode is dead-lettered with, and what a schema says a record must carry.
 
-Pure: no Spark, no registry. `lockstep.spark.codecs` builds its Spark expressions from these, and
+Pure: no Spark, no registry. `lockstep.formats.codecs` builds its Spark expressions from these, and
 tests and tools frame and check records with the same definitions.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ from lockstep.state_function import Context
 
 #: The state function Lockstep runs for ``state.interval_join`` (`lockstep.spec` names it), and its state: each
 #: side's waiting records, a JSON list each.
-PROCESS = "lockstep.interval_join:process"
+PROCESS = "lockstep.tables.interval_join:process"
 STATE_FIELDS = (("left", "string"), ("right", "string"))
 OUTER = {"left": ("left", "full"), "right": ("right", "full")}
 

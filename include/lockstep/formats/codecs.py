@@ -12,7 +12,7 @@ into one shape.
 
 A record that does not decode (a bad magic byte, an id that is no version of the subject, bytes its
 writer schema cannot read) never reaches the transform: it goes to the dead-letter topic as it came,
-with the reason (`lockstep.model.schemas`), in the checkpoint's transactions. Because the transform
+with the reason (`lockstep.formats.wire`), in the checkpoint's transactions. Because the transform
 may drop rows, those dead letters are kept apart from its input and put back beside its output
 (`with_dead_letters`), in the transaction of their source partition's task (`lockstep.spark.output_tasks`).
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "DATA_COLUMN", "DECODE_ERROR", "RAW", "Formats", "as_read", "carries_raw", "counted_undecodable", "decodable",
-    "decode", "rejoined", "sink_reading", "watch", "with_error", "with_raw",
+    "decoded_columns", "decode", "rejoined", "sink_reading", "watch", "with_error", "with_raw",
 ]
 
 import uuid
@@ -34,9 +34,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
-from lockstep.model import schemas as wire
+from lockstep.formats import wire
+from lockstep.formats.resolution import Reading, Writing, readings, writings
 from lockstep.model.output_contract import ACCEPTED_TYPES, ROUTE_COLUMN
-from lockstep.registry.schemas import Reading, Writing, readings, writings
 from lockstep.spec import PipelineSpec
 from lockstep.transform import is_connect_session
 
@@ -58,7 +58,7 @@ _PERMISSIVE = {"mode": "PERMISSIVE"}
 
 # ---- one run's formats ------------------------------------------------------------------------------------
 class Formats:
-    """The spec's record formats for one run (`lockstep.spark.codecs`), resolved once on the driver: the
+    """The spec's record formats for one run (`lockstep.formats.codecs`), resolved once on the driver: the
     source's schemas by id, the sink's schema and its id."""
 
     def __init__(self, spec: PipelineSpec, pinned: Mapping[str, int] | None = None,
@@ -77,7 +77,7 @@ class Formats:
         """The transform's output over the records that decode, and the decoded input (None: nothing is
         decoded), whose records that did not decode `with_dead_letters` writes.
 
-        ``enrich`` (the tables' joins, `lockstep.spark.tables.join_tables`) runs between the decode and the
+        ``enrich`` (the tables' joins, `lockstep.tables.materialize.join_tables`) runs between the decode and the
         transform, over every record with its `DECODE_ERROR`: it may add columns, drop records without an
         error, or (``enrich_errors``) set the error of a record that must go to the dead-letter topic as it
         came. Without ``enrich_errors`` the returned input is the one before ``enrich``: its dead letters are
@@ -273,7 +273,7 @@ def decoded_columns(spec: PipelineSpec) -> tuple[str, ...]:
 def sink_reading(spec: PipelineSpec) -> Reading | None:
     """How to read back the sink's values in its format (an audit's), every version of the sink's subject
     by id; None when they are JSON (or bytes, or strings) already."""
-    from lockstep.registry.client import registry_for
+    from lockstep.formats.registry import registry_for
 
     fmt = spec.sink.value
     if fmt.format == "avro":
@@ -476,7 +476,7 @@ _ENCODE_CLASS = "dev.lockstep.spark.ProtobufEncode"
 def _protobuf_name(verb: str, schema: str | None, message: str | None) -> str:
     """The session's name of the UDF that decodes (or encodes) ``message``: one per schema and message, as
     its Spark type is theirs."""
-    from lockstep.model import protobuf
+    from lockstep.formats import protobuf
 
     return f"lockstep_protobuf_{verb}_{protobuf.codec_key(schema or '', message or ''):016x}"
 
@@ -484,8 +484,8 @@ def _protobuf_name(verb: str, schema: str | None, message: str | None) -> str:
 def register_protobuf(session: object, readings: Sequence[Reading], writings: Sequence[Writing]) -> None:
     """Register the Protobuf formats' Java UDFs in ``session`` (classic or Spark Connect: both serve
     ``registerJavaFunction``) with their Spark types, derived from the descriptor by
-    `lockstep.model.protobuf.message_ddl` as the JVM's codec builds them."""
-    from lockstep.model import protobuf
+    `lockstep.formats.protobuf.message_ddl` as the JVM's codec builds them."""
+    from lockstep.formats import protobuf
 
     for verb, part, fmt, schema, message in (
             [("decode", r.part, r.format, r.reader, r.message) for r in readings]
@@ -510,7 +510,7 @@ def _protobuf_decode(r: Reading, payload: Column, indexes: Column) -> Column:
 
     from pyspark.sql import functions as F
 
-    from lockstep.model import protobuf
+    from lockstep.formats import protobuf
 
     schema = r.reader or ""
     return F.call_function(_protobuf_name("decode", schema, r.message), payload,
@@ -521,7 +521,7 @@ def _protobuf_decode(r: Reading, payload: Column, indexes: Column) -> Column:
 def _writer_indexes(writer: str, message: str) -> str:
     """The message's indexes in a writer schema (as the registry holds it), dot-separated, as the JVM's decoder
     expects them after a record's header; ``!`` and the reason when that schema cannot name the message."""
-    from lockstep.model import protobuf
+    from lockstep.formats import protobuf
 
     try:
         fds, _ = protobuf.from_registry(writer)
@@ -547,7 +547,7 @@ def encode(out: DataFrame, writings: Sequence[Writing], transform: str, keep: bo
     and dropped unless ``keep``.
 
     A dead letter (``error`` set) keeps the value it has (the input's); an output the sink's schema cannot
-    hold (a required field null) becomes one, with the reason (`lockstep.model.schemas.DOES_NOT_FIT`)."""
+    hold (a required field null) becomes one, with the reason (`lockstep.formats.wire.DOES_NOT_FIT`)."""
     from pyspark.sql import functions as F
 
     register_protobuf(out.sparkSession, (), writings)
@@ -598,7 +598,7 @@ def encoder(w: Writing, column: str = "data") -> Callable[[Column], tuple[Column
 
         from pyspark.sql.avro.functions import to_avro
 
-        from lockstep.model import protobuf
+        from lockstep.formats import protobuf
 
         if kind == "string":
             return data.cast("string").cast("binary"), F.lit(None).cast("string")

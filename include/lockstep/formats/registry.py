@@ -18,7 +18,7 @@ its errors are ``SchemaRegistryError`` for an answer and httpx's exceptions for 
 module would still map to terminal and transient errors; and it brings httpx and authlib into every
 process that plans a checkpoint, for the eight REST calls below. Its serdes' framing helpers
 (``SchemaId``, the Protobuf message indexes) are per-record Python, where the run frames records with
-Spark column expressions (`lockstep.spark.codecs`), and `lockstep.model.schemas` may import no I/O
+Spark column expressions (`lockstep.formats.codecs`), and `lockstep.formats.wire` may import no I/O
 library (tests/unit/test_layout.py); the tests use its serializers as the judge instead.
 """
 from __future__ import annotations

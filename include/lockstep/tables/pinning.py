@@ -1,5 +1,5 @@
 """Which records of a table's topic a checkpoint reads, and when a table's chain of files is compacted
-(pure): the plan pins them (`lockstep.steps.plan`), the run carries them out (`lockstep.spark.tables`).
+(pure): the plan pins them (`lockstep.steps.plan`), the run carries them out (`lockstep.tables.materialize`).
 
 A table's version moves only with the checkpoints that read source records: a checkpoint without
 records joins nothing, so it reads none of the table's topic and carries its base forward. A
@@ -21,9 +21,9 @@ from dataclasses import replace
 
 from lockstep.errors import TerminalError
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.tables import TablePin, TableVersion
 from lockstep.rules.compaction import Compaction, compaction_due
 from lockstep.spec import CompactionPolicy
+from lockstep.tables.pins import TablePin, TableVersion
 
 #: When a table's deltas are merged into a new base: the keyed state's defaults.
 TABLE_COMPACTION = CompactionPolicy()

@@ -1,4 +1,4 @@
-"""A versioned table's rows (`lockstep.spark.tables`, ``versions:``), pure pyarrow: which versions of each key a
+"""A versioned table's rows (`lockstep.tables.materialize`, ``versions:``), pure pyarrow: which versions of each key a
 delta keeps, and each key's latest value.
 
 A table with ``versions`` keeps, per key, its values over time: every record of its topic is a version, timed

@@ -1,7 +1,7 @@
 """An SQL pipeline's query analyzed without reading anything: ``lockstep validate --connect`` runs it over an
 empty input with the reader's columns, decoded as the run decodes them, so Spark's refusal (a syntax error,
 an unknown column) is reported before the spec is merged. The run applies the query with
-`lockstep.transform.sql_transform`, which this uses too.
+`lockstep.sql.runtime`, which this uses too.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = [
 from typing import TYPE_CHECKING
 
 from lockstep.errors import TerminalError
-from lockstep.transform import run_query
+from lockstep.sql.runtime import run_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,10 +31,10 @@ def analyze(spark: SparkSession, spec: PipelineSpec) -> str | None:
     is read."""
     from pyspark.sql import functions as F
 
-    from lockstep.registry.schemas import readings
-    from lockstep.spark.codecs import DECODE_ERROR, decodable, decode
+    from lockstep.formats.codecs import DECODE_ERROR, decodable, decode
+    from lockstep.formats.resolution import readings
     from lockstep.spark.routes import route
-    from lockstep.spark.tables import MaterializedTables, join_tables
+    from lockstep.tables.materialize import MaterializedTables, join_tables
 
     empty = spark.createDataFrame([], READER_SCHEMA)
     parts = readings(spec)  # the source's schemas as the run reads them (a registry's latest): no sink lookups
