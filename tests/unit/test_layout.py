@@ -268,6 +268,10 @@ def test_every_module_of_the_core_is_in_a_layer_and_an_unlisted_one_fails():
         layer_of("lockstep.planted")
     with pytest.raises(AssertionError, match="lockstep.planted.module is in no layer"):
         layer_of("lockstep.planted.module")
+    # A feature room's module has the floor of its role, named for it: its room is no floor to fall back on.
+    assert layer_of("lockstep.formats.codecs") == layer_of("lockstep.spark.job") > layer_of("lockstep.formats.wire")
+    with pytest.raises(AssertionError, match="lockstep.tables.planted is in no layer"):
+        layer_of("lockstep.tables.planted")
     without = tuple(members - {"lockstep.state_function"} for members in LAYERS)
     with pytest.raises(AssertionError, match="lockstep.state_function is in no layer"):
         layer_of("lockstep.state_function", without)
@@ -311,6 +315,49 @@ def test_the_pure_packages_import_no_io_library(package):
     bad = sorted(f"{m} imports {lib}" for m, path in engine_modules().items() if m.startswith(package + ".")
                  for lib in _third_party_imports(path) & IO_LIBRARIES)
     assert not bad, "\n".join(bad)
+
+
+def test_the_pure_modules_of_the_feature_rooms_import_no_io_library():
+    """A feature room's module on a pure floor (model's or rules') is as pure as those packages."""
+    pure_floors = {layer_of(f"{package}.x") for package in PURE}
+    bad = sorted(f"{m} imports {lib}" for m, path in engine_modules().items()
+                 if ".".join(m.split(".")[:2]) in FEATURES and layer_of(m) in pure_floors
+                 for lib in _third_party_imports(path) & IO_LIBRARIES)
+    assert not bad, "\n".join(bad)
+
+
+#: The one module of each feature room that does the feature's work in Spark.
+SPARK_SIDE = {"lockstep.formats.codecs", "lockstep.tables.materialize", "lockstep.sql.runtime", "lockstep.sql.analyzer"}
+
+
+def spark_outside_its_side(planted: dict[str, str] | None = None) -> list[str]:
+    """The modules of the feature rooms, other than each room's Spark side, that import pyspark (at any depth:
+    a lazy import counts). ``planted``: module name -> source, added or replacing."""
+    texts = {m: p.read_text() for m, p in engine_modules().items()} | (planted or {})
+    return sorted(f"{m} imports pyspark outside its room's Spark side ({', '.join(sorted(SPARK_SIDE))})"
+                  for m, text in texts.items() if ".".join(m.split(".")[:2]) in FEATURES and m not in SPARK_SIDE
+                  and "pyspark" in _imported_libraries(text))
+
+
+def _imported_libraries(text: str) -> set[str]:
+    found = set()
+    for node in ast.walk(_parsed(text)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_in_a_feature_room_only_its_spark_side_imports_spark():
+    assert spark_outside_its_side() == []
+
+
+def test_a_format_module_importing_spark_outside_its_codecs_fails():
+    planted = {"lockstep.formats.wire": "def f():\n    from pyspark.sql import functions\n"}
+    assert spark_outside_its_side(planted) == [
+        "lockstep.formats.wire imports pyspark outside its room's Spark side (lockstep.formats.codecs, "
+        "lockstep.sql.analyzer, lockstep.sql.runtime, lockstep.tables.materialize)"]
 
 
 _HTML_TAG = re.compile(r"</?(html|head|body|div|span|table|thead|tbody|tr|td|th|a|p|ul|ol|li|h[1-6]|style|script|link|form|"
