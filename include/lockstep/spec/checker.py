@@ -123,10 +123,12 @@ class Checker:
 
 
 def join_key(path: str, key: str) -> str:
+    """A field's path as messages name it (``sink.topic``; a top-level key alone)."""
     return f"{path}.{key}" if path else key
 
 
 def describe(value: object) -> str:
+    """What a refused value was, for its message: its type and its value, or nothing."""
     return "nothing" if value is None else f"{type(value).__name__} {value!r}"
 
 
@@ -138,6 +140,7 @@ def allowed_keys(path: str) -> set[str]:
 
 
 def declared_field(path: str, key: str) -> Field:
+    """The declaration of a field in `lockstep.spec.shape`: the one place its default, bounds and words live."""
     return SPEC.at(join_key(path, key))
 
 
@@ -158,6 +161,7 @@ def declared_integer(c: Checker, d: Section, path: str, key: str) -> Any:
 
 
 def declared_words(path: str, key: str) -> tuple[str, ...]:
+    """The words a field takes, as declared, so a message lists exactly what the schema allows."""
     return declared_field(path, key).enum
 
 
@@ -176,6 +180,7 @@ TOPIC_RULE = "Kafka topic names are 1-249 characters of [A-Za-z0-9._-] and not '
 
 
 def read_topic(c: Checker, doc: Section, path: str, key: str) -> Any:  # a reader's result, as Checker's
+    """A Kafka topic name: the pattern leaves ``.`` and ``..`` through, which Kafka refuses, so they are refused here."""
     value = c.text(doc, path, key, pattern=TOPIC_RE, rule=TOPIC_RULE)
     if value in (".", ".."):
         c.fail(join_key(path, key), f"{value!r} is invalid: {TOPIC_RULE}")
@@ -239,6 +244,7 @@ def read_expression(c: Checker, d: Section, path: str, key: str) -> Any:
 
 
 def normalise_transform(value: str) -> str:
+    """``module.path:function`` whichever of the two accepted syntaxes was given, so the rest reads one form."""
     if ":" in value:
         return value
     module, _, function = value.rpartition(".")

@@ -72,6 +72,8 @@ class TriggerSpec:
 
 @dataclass(frozen=True)
 class CheckpointSpec:
+    """``checkpoints``: where a pipeline's checkpoint documents live and when a checkpoint starts."""
+
     store: str
     bucket: str
     prefix: str
@@ -92,6 +94,8 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class TransactionSpec:
+    """``transactions``: the id prefix Lockstep may fence under, and the timeout a commit must beat."""
+
     id_prefix: str
     timeout_ms: int
     commit_margin_ms: int
@@ -102,6 +106,8 @@ class TransactionSpec:
 
 @dataclass(frozen=True)
 class SparkSpec:
+    """``spark``: where and how a checkpoint's Spark run happens."""
+
     master: str | None
     conf: Mapping[str, str] = field(default_factory=dict)
     #: "submit" (a spark-submit per checkpoint), "connect" (a session on a long-lived Spark
@@ -137,6 +143,7 @@ def parse_store_url(url: str) -> StoreLocation | None:
 
 
 def _schedule(c: Checker, d: Section) -> Any:  # a reader's result, as Checker's
+    """A cron string or an Airflow preset, checked as Airflow would, so a spec that passes gets its DAG."""
     value = d.get("schedule")
     if value is None:
         return None
@@ -169,6 +176,7 @@ def cron_problem(value: str) -> str | None:
 
 
 def _trigger(c: Checker, d: Section) -> Any:  # a reader's result, as Checker's
+    """``checkpoints.trigger``: lag-driven checkpoints, which exclude a schedule."""
     if d.get("trigger") is None:
         return None
     t = c.section(d["trigger"], "checkpoints.trigger", allowed_keys("checkpoints.trigger"))
@@ -186,6 +194,7 @@ def _trigger(c: Checker, d: Section) -> Any:  # a reader's result, as Checker's
 
 
 def read_checkpoints(c: Checker, doc: object) -> CheckpointSpec:
+    """``checkpoints``: the store must be an S3 URL with a valid bucket, since every checkpoint lives there."""
     d = c.section(doc, "checkpoints", allowed_keys("checkpoints"), optional=False)
     store = c.text(d, "checkpoints", "store")
     location = parse_store_url(store) if store else None
@@ -207,6 +216,7 @@ def read_checkpoints(c: Checker, doc: object) -> CheckpointSpec:
 
 
 def read_transactions(c: Checker, doc: object, name: str) -> TransactionSpec:
+    """``transactions``: the commit margin must leave time before the transactions' timeout."""
     d = c.section(doc, "transactions", allowed_keys("transactions"))
     prefix = c.text(d, "transactions", "id_prefix", name or "x", ID_PREFIX_RE, "allowed are 1-200 of [A-Za-z0-9._-]")
     timeout = declared_integer(c, d, "transactions", "timeout_ms")
@@ -218,6 +228,7 @@ def read_transactions(c: Checker, doc: object, name: str) -> TransactionSpec:
 
 
 def read_spark(c: Checker, doc: object) -> SparkSpec:
+    """``spark``: refuses what would break exactly-once (speculation) or leak a secret (a remote's parameters)."""
     d = c.section(doc, "spark", allowed_keys("spark"))
     master = c.text(d, "spark", "master", None)
     mode = c.text(d, "spark", "mode", None)
@@ -247,6 +258,7 @@ def read_spark(c: Checker, doc: object) -> SparkSpec:
 
 
 def read_producer(c: Checker, doc: object) -> dict[str, object]:
+    """``producer``: keys Lockstep sets itself (transactional ids, timeouts) are refused, not overridden."""
     d = c.mapping(doc, "producer")
     for key in sorted(set(declared_field("", "producer").refused_keys).intersection(d)):
         c.fail(f"producer[{key}]", "is set by Lockstep (it owns transactional ids and timeouts); "
@@ -256,6 +268,7 @@ def read_producer(c: Checker, doc: object) -> dict[str, object]:
 
 
 def read_alerts(c: Checker, doc: object) -> AlertsSpec | None:
+    """``alerts``: a section that names no one is refused, as it would silently notify nobody."""
     if doc is None:
         return None
     d = c.section(doc, "alerts", allowed_keys("alerts"))

@@ -67,21 +67,21 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         transform_sql_from=sql_from,
         tables=read_tables(c, d.get("tables"), source, folder),
     )
+    _check_across_sections(c, spec)
+    if c.problems:
+        raise SpecError(c.problems)
+    return spec
+
+
+def _check_across_sections(c: Checker, spec: PipelineSpec) -> None:
+    """The checks no section can make alone (each section's reader has seen only its own): a table must not read
+    what the pipeline writes, an interval join's sides are the source's topics, and state takes neither tables
+    nor routes yet."""
     for table in spec.tables:
         if table.topic in (spec.sink.topic, spec.sink.dead_letter_topic, *(t for t, _ in spec.sink.routes)):
             c.fail(f"tables.{table.name}.topic", f"{table.topic!r} is written by this pipeline; a pipeline must "
                                                  "not feed itself")
-    j = spec.state.interval_join if spec.state is not None else None
-    if j is not None and j.left and j.right:
-        if j.left == j.right:
-            c.fail("state.interval_join.right", "must be another topic than left")
-        for side, topic in (("left", j.left), ("right", j.right)):
-            if topic not in spec.source.topics:
-                c.fail(f"state.interval_join.{side}", f"{topic!r} is not one of source.topics")
-        others = [t for t in spec.source.topics if t not in (j.left, j.right)]
-        if others:
-            c.fail("source.topics", f"{', '.join(others)}: neither side of state.interval_join; its records would meet "
-                                    "nothing")
+    _check_interval_join(c, spec)
     if spec.tables and spec.state is not None:
         c.fail("tables", "are not supported with state yet; join in a stateless pipeline whose sink topic the "
                          "stateful one reads")
@@ -89,12 +89,26 @@ def parse_spec(doc: object, file: str) -> PipelineSpec:
         c.fail("sink.routes", "are not supported with state yet (a window's and a state function's records are "
                               "made after the transform); route in a second, stateless pipeline that reads this one's "
                               "sink topic")
-    if c.problems:
-        raise SpecError(c.problems)
-    return spec
+
+
+def _check_interval_join(c: Checker, spec: PipelineSpec) -> None:
+    """An interval join's two sides are two of ``source.topics``, and every source topic is one of them."""
+    j = spec.state.interval_join if spec.state is not None else None
+    if j is None or not j.left or not j.right:
+        return
+    if j.left == j.right:
+        c.fail("state.interval_join.right", "must be another topic than left")
+    for side, topic in (("left", j.left), ("right", j.right)):
+        if topic not in spec.source.topics:
+            c.fail(f"state.interval_join.{side}", f"{topic!r} is not one of source.topics")
+    others = [t for t in spec.source.topics if t not in (j.left, j.right)]
+    if others:
+        c.fail("source.topics", f"{', '.join(others)}: neither side of state.interval_join; its records would meet "
+                                "nothing")
 
 
 def _tags(c: Checker, value: object) -> tuple[str, ...]:
+    """``tags``: distinct tags, in the spec's order, added to the DAG's own."""
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(t, str) and TAG_RE.fullmatch(t) for t in value):

@@ -18,6 +18,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PipelineSpec:
+    """A validated pipeline spec: every section's value, as `lockstep.spec.parse_spec` built it."""
+
     name: str
     description: str
     source: SourceSpec

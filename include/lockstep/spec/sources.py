@@ -38,6 +38,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SourceSpec:
+    """``source``: the topics a checkpoint reads and how their records are decoded."""
+
     topics: tuple[str, ...]
     kafka_conn_id: str
     auto_offset_reset: str
@@ -55,6 +57,8 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class SinkSpec:
+    """``sink``: the topics a checkpoint's transactions write, and how records are encoded."""
+
     topic: str
     dead_letter_topic: str
     kafka_conn_id: str
@@ -85,6 +89,7 @@ class SinkSpec:
 
 
 def _topics(c: Checker, value: object) -> tuple[str, ...]:
+    """``source.topics``: a non-empty list of distinct topic names."""
     if not isinstance(value, list) or not value:
         c.fail("source.topics", f"must be a non-empty list of topic names, got {describe(value)}")
         return ()
@@ -95,6 +100,7 @@ def _topics(c: Checker, value: object) -> tuple[str, ...]:
 
 
 def read_source(c: Checker, doc: object, name: str, folder: Path | None = None) -> SourceSpec:
+    """``source``: its consumer group defaults to one per pipeline, so two pipelines never share offsets."""
     d = c.section(doc, "source", allowed_keys("source"), optional=False)
     checked = _topics(c, d.get("topics"))
     reset = read_word(c, d, "source", "auto_offset_reset")
@@ -111,6 +117,7 @@ def read_source(c: Checker, doc: object, name: str, folder: Path | None = None) 
 
 
 def read_sink(c: Checker, doc: object, source: SourceSpec, folder: Path | None = None) -> SinkSpec:
+    """``sink``: its topics must differ from the source's and from each other, or a pipeline would feed itself."""
     d = c.section(doc, "sink", allowed_keys("sink"), optional=False)
     topic, dlq = read_topic(c, d, "sink", "topic"), read_topic(c, d, "sink", "dead_letter_topic")
     if topic and topic in source.topics:

@@ -173,26 +173,14 @@ class StateSpec:
 
 
 def read_state(c: Checker, doc: object) -> StateSpec | None:
+    """``state``: its key groups, compaction and event time, then its one operator (each read by its own
+    reader, in that order, so the problems come in the spec's order)."""
     if doc is None or doc is MISSING:
         return None
     d = c.section(doc, "state", allowed_keys("state"))
     groups = declared_integer(c, d, "state", "key_groups")
-    k = c.section(d.get("compaction"), "state.compaction", allowed_keys("state.compaction"))
-    r = declared_field("state.compaction", "max_delta_ratio")
-    ratio = k.get("max_delta_ratio", r.default)
-    assert r.low is not None and r.high is not None and r.low_exclusive
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not r.low < ratio <= r.high:
-        c.fail("state.compaction.max_delta_ratio",
-               f"must be a number above {r.low:g} (at most {r.high:g}), got {describe(ratio)}")
-        ratio = r.default
-    compaction = CompactionPolicy(max_deltas=declared_integer(c, k, "state.compaction", "max_deltas"),
-                                  max_delta_ratio=float(ratio))
-    e = c.section(d.get("event_time", MISSING), "state.event_time", allowed_keys("state.event_time"), optional=False)
-    event_time = EventTime(column=read_expression(c, e, "state.event_time", "column"),
-                           out_of_orderness_ms=declared_duration(c, e, "state.event_time", "out_of_orderness"),
-                           idle_timeout_ms=declared_duration(c, e, "state.event_time", "idle_timeout"),
-                           idle_advance=c.boolean(e, "state.event_time", "idle_advance",
-                                                  declared_default("state.event_time", "idle_advance")))
+    compaction = _compaction(c, d.get("compaction"))
+    event_time = _event_time(c, d.get("event_time", MISSING))
     kinds = [k for k in ("window", "dedup", "function", "interval_join") if d.get(k) is not None]
     if len(kinds) != 1:
         c.fail("state", "needs exactly one operator: window, dedup, function or interval_join" if not kinds
@@ -201,55 +189,97 @@ def read_state(c: Checker, doc: object) -> StateSpec | None:
     window = dedup = function = None
     interval: IntervalJoinSpec | None = None
     if kinds == ["window"]:
-        w = c.section(d["window"], "state.window", allowed_keys("state.window"))
-        key = read_expression(c, w, "state.window", "key")
-        size = declared_duration(c, w, "state.window", "size")
-        slide = declared_duration(c, w, "state.window", "slide", w.get("size", "0s"))
-        if size and slide and (slide > size or size % slide):
-            c.fail("state.window.slide", f"must divide state.window.size ({size} ms) and not exceed it, got {slide} ms")
-        name = c.text(w, "state.window", "key_name", key if key and IDENTIFIER_RE.fullmatch(key) else DEFAULT_KEY_NAME,
-                      IDENTIFIER_RE, "a field name: letters, digits and _")
-        aggs = c.mapping(w.get("aggregates", MISSING), "state.window.aggregates", optional=False)
-        if not aggs and not any(p.field == "state.window.aggregates" for p in c.problems):
-            c.fail("state.window.aggregates", "must name at least one output field and its aggregate")
-        checked: list[tuple[str, str]] = []
-        for field_name, expr in aggs.items():
-            where = f"state.window.aggregates.{field_name}"
-            if not isinstance(field_name, str) or not IDENTIFIER_RE.fullmatch(field_name):
-                c.fail(where, "output field names are letters, digits and _")
-            elif field_name in (name, "window_start", "window_end"):
-                c.fail(where, f"{field_name!r} is already a field of the output (key_name, window_start, window_end)")
-            elif not isinstance(expr, str) or not expr.strip():
-                c.fail(where, f"must be a Spark SQL aggregate such as count(*) or sum(amount), got {describe(expr)}")
-            else:
-                checked.append((field_name, expr.strip()))
-        window = WindowSpec(key=key, key_name=name, size_ms=size, slide_ms=slide,
-                            allowed_lateness_ms=declared_duration(c, w, "state.window", "allowed_lateness"),
-                            aggregates=tuple(checked))
+        window = _window(c, d["window"])
     elif kinds == ["function"]:
         function = _function(c, d["function"])
     elif kinds == ["interval_join"]:
-        path = "state.interval_join"
-        j = c.section(d["interval_join"], path, allowed_keys(path))
-        how = read_word(c, j, path, "how")
-        interval = IntervalJoinSpec(key=read_expression(c, j, path, "key"), left=read_topic(c, j, path, "left"),
-                                    right=read_topic(c, j, path, "right"),
-                                    after_ms=declared_duration(c, j, path, "after"),
-                                    before_ms=declared_duration(c, j, path, "before"), how=how or "inner")
+        interval = _interval_join(c, d["interval_join"])
         function = interval.function()
     else:
-        x = c.section(d["dedup"], "state.dedup", allowed_keys("state.dedup"))
-        action = c.text(x, "state.dedup", "duplicates", declared_default("state.dedup", "duplicates"))
-        if action is not None and action not in declared_words("state.dedup", "duplicates"):
-            c.fail("state.dedup.duplicates", f"must be one of {', '.join(declared_words('state.dedup', 'duplicates'))}, "
-                                             f"got {action!r}")
-        dedup = DedupSpec(key=read_expression(c, x, "state.dedup", "key"),
-                          ttl_ms=declared_duration(c, x, "state.dedup", "ttl"), duplicates=action)
+        dedup = _dedup(c, d["dedup"])
     return StateSpec(key_groups=groups, event_time=event_time, window=window, dedup=dedup, function=function,
                      interval_join=interval, compaction=compaction)
 
 
+def _compaction(c: Checker, doc: object) -> CompactionPolicy:
+    """``state.compaction``: the ratio is a number in declared bounds (low exclusive), not an integer field."""
+    k = c.section(doc, "state.compaction", allowed_keys("state.compaction"))
+    r = declared_field("state.compaction", "max_delta_ratio")
+    ratio = k.get("max_delta_ratio", r.default)
+    assert r.low is not None and r.high is not None and r.low_exclusive
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not r.low < ratio <= r.high:
+        c.fail("state.compaction.max_delta_ratio",
+               f"must be a number above {r.low:g} (at most {r.high:g}), got {describe(ratio)}")
+        ratio = r.default
+    return CompactionPolicy(max_deltas=declared_integer(c, k, "state.compaction", "max_deltas"),
+                            max_delta_ratio=float(ratio))
+
+
+def _event_time(c: Checker, doc: object) -> EventTime:
+    """``state.event_time``: required, whatever the operator, since every operator's watermark reads it."""
+    e = c.section(doc, "state.event_time", allowed_keys("state.event_time"), optional=False)
+    return EventTime(column=read_expression(c, e, "state.event_time", "column"),
+                     out_of_orderness_ms=declared_duration(c, e, "state.event_time", "out_of_orderness"),
+                     idle_timeout_ms=declared_duration(c, e, "state.event_time", "idle_timeout"),
+                     idle_advance=c.boolean(e, "state.event_time", "idle_advance",
+                                            declared_default("state.event_time", "idle_advance")))
+
+
+def _window(c: Checker, doc: object) -> WindowSpec:
+    """``state.window``: a slide that divides the size, and aggregates whose names do not clash with the output's
+    own fields (the key's name, window_start, window_end)."""
+    w = c.section(doc, "state.window", allowed_keys("state.window"))
+    key = read_expression(c, w, "state.window", "key")
+    size = declared_duration(c, w, "state.window", "size")
+    slide = declared_duration(c, w, "state.window", "slide", w.get("size", "0s"))
+    if size and slide and (slide > size or size % slide):
+        c.fail("state.window.slide", f"must divide state.window.size ({size} ms) and not exceed it, got {slide} ms")
+    name = c.text(w, "state.window", "key_name", key if key and IDENTIFIER_RE.fullmatch(key) else DEFAULT_KEY_NAME,
+                  IDENTIFIER_RE, "a field name: letters, digits and _")
+    aggs = c.mapping(w.get("aggregates", MISSING), "state.window.aggregates", optional=False)
+    if not aggs and not any(p.field == "state.window.aggregates" for p in c.problems):
+        c.fail("state.window.aggregates", "must name at least one output field and its aggregate")
+    checked: list[tuple[str, str]] = []
+    for field_name, expr in aggs.items():
+        where = f"state.window.aggregates.{field_name}"
+        if not isinstance(field_name, str) or not IDENTIFIER_RE.fullmatch(field_name):
+            c.fail(where, "output field names are letters, digits and _")
+        elif field_name in (name, "window_start", "window_end"):
+            c.fail(where, f"{field_name!r} is already a field of the output (key_name, window_start, window_end)")
+        elif not isinstance(expr, str) or not expr.strip():
+            c.fail(where, f"must be a Spark SQL aggregate such as count(*) or sum(amount), got {describe(expr)}")
+        else:
+            checked.append((field_name, expr.strip()))
+    return WindowSpec(key=key, key_name=name, size_ms=size, slide_ms=slide,
+                      allowed_lateness_ms=declared_duration(c, w, "state.window", "allowed_lateness"),
+                      aggregates=tuple(checked))
+
+
+def _interval_join(c: Checker, doc: object) -> IntervalJoinSpec:
+    """``state.interval_join``: its sides are checked against ``source.topics`` once the source is read
+    (`lockstep.spec.loading`)."""
+    path = "state.interval_join"
+    j = c.section(doc, path, allowed_keys(path))
+    how = read_word(c, j, path, "how")
+    return IntervalJoinSpec(key=read_expression(c, j, path, "key"), left=read_topic(c, j, path, "left"),
+                            right=read_topic(c, j, path, "right"),
+                            after_ms=declared_duration(c, j, path, "after"),
+                            before_ms=declared_duration(c, j, path, "before"), how=how or "inner")
+
+
+def _dedup(c: Checker, doc: object) -> DedupSpec:
+    """``state.dedup``: what becomes of a duplicate is one of the declared words."""
+    x = c.section(doc, "state.dedup", allowed_keys("state.dedup"))
+    action = c.text(x, "state.dedup", "duplicates", declared_default("state.dedup", "duplicates"))
+    if action is not None and action not in declared_words("state.dedup", "duplicates"):
+        c.fail("state.dedup.duplicates", f"must be one of {', '.join(declared_words('state.dedup', 'duplicates'))}, "
+                                         f"got {action!r}")
+    return DedupSpec(key=read_expression(c, x, "state.dedup", "key"),
+                     ttl_ms=declared_duration(c, x, "state.dedup", "ttl"), duplicates=action)
+
+
 def _function(c: Checker, doc: object) -> FunctionSpec:
+    """``state.function``: the user's functions and the declared state fields, typed so the state files can be read back."""
     path = "state.function"
     f = c.section(doc, path, allowed_keys(path))
     rule = 'expected "module.path:function"'

@@ -120,6 +120,7 @@ def read_tables(c: Checker, doc: object, source: SourceSpec, folder: Path | None
 
 
 def _choice(c: Checker, d: Section, path: str, key: str, shape: SectionShape) -> Any:
+    """One of a table section's declared words (a table's shape sits under a name of the user's, not at a fixed path)."""
     words = shape.fields[key].enum
     return c.text(d, path, key, shape.fields[key].default, re.compile("|".join(map(re.escape, words))),
                   one_of(words))
