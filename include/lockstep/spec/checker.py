@@ -16,35 +16,15 @@ from lockstep.spec.fields import UNSET, Field
 from lockstep.spec.shape import IDENTIFIER_PATTERN, SPEC, TOPIC_PATTERN, TRANSFORM_PATTERN
 
 __all__ = [
-    "allowed_keys",
-    "Checker",
-    "declared_default",
-    "declared_duration",
-    "declared_field",
-    "declared_integer",
-    "declared_words",
-    "describe",
-    "duration_ms",
-    "DURATION_RE",
-    "DURATION_RULE",
-    "IDENTIFIER_RE",
-    "join_key",
-    "MISSING",
-    "normalise_transform",
-    "one_of",
-    "read_duration",
-    "read_expression",
-    "read_topic",
-    "read_word",
-    "Section",
-    "TOPIC_RE",
-    "TOPIC_RULE",
-    "TRANSFORM_RE",
+    "allowed_keys", "Checker", "declared_default", "declared_duration", "declared_field", "declared_integer",
+    "declared_words", "describe", "duration_ms", "DURATION_RE", "DURATION_RULE", "IDENTIFIER_RE", "join_key",
+    "MISSING", "normalise_transform", "one_of", "read_duration", "read_expression", "read_topic", "read_word",
+    "Section", "TOPIC_RE", "TOPIC_RULE", "TRANSFORM_RE",
 ]
-
 
 TOPIC_RE = re.compile(TOPIC_PATTERN)
 TRANSFORM_RE = re.compile(TRANSFORM_PATTERN)
+#: A key the document does not have (None is a value: YAML's null), so a reader tells absent from null.
 MISSING = object()
 DURATION_RE = re.compile(r"(\d+)\s*(ms|s|m|h|d)?")
 #: What every duration field of a spec takes (`duration_ms`), as its messages say it.

@@ -28,22 +28,9 @@ from lockstep.spec.checker import (
 from lockstep.spec.shape import BUCKET_PATTERN, EMAIL_PATTERN, ID_PREFIX_PATTERN, SCHEDULE_PRESETS
 
 __all__ = [
-    "AlertsSpec",
-    "BUCKET_RE",
-    "CheckpointSpec",
-    "cron_problem",
-    "EMAIL_RE",
-    "ID_PREFIX_RE",
-    "parse_store_url",
-    "read_alerts",
-    "read_checkpoints",
-    "read_producer",
-    "read_spark",
-    "read_transactions",
-    "SparkSpec",
-    "StoreLocation",
-    "TransactionSpec",
-    "TriggerSpec",
+    "AlertsSpec", "BUCKET_RE", "CheckpointSpec", "cron_problem", "EMAIL_RE", "ID_PREFIX_RE", "parse_store_url",
+    "read_alerts", "read_checkpoints", "read_producer", "read_spark", "read_transactions", "SparkSpec",
+    "StoreLocation", "TransactionSpec", "TriggerSpec",
 ]
 
 

@@ -21,16 +21,7 @@ from lockstep.spec.sources import read_sink, read_source, read_transform
 from lockstep.spec.state import read_state
 from lockstep.spec.tables import read_tables
 
-__all__ = [
-    "cross_check",
-    "load_each",
-    "load_spec",
-    "load_specs",
-    "NAME_RE",
-    "parse_spec",
-    "spec_files",
-    "TAG_RE",
-]
+__all__ = ["cross_check", "load_each", "load_spec", "load_specs", "NAME_RE", "parse_spec", "spec_files", "TAG_RE"]
 
 
 NAME_RE = re.compile(NAME_PATTERN)

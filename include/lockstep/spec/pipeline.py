@@ -11,9 +11,7 @@ from lockstep.spec.sources import SinkSpec, SourceSpec
 from lockstep.spec.state import StateSpec
 from lockstep.spec.tables import TableSpec
 
-__all__ = [
-    "PipelineSpec",
-]
+__all__ = ["PipelineSpec"]
 
 
 @dataclass(frozen=True)

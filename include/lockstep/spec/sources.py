@@ -27,13 +27,7 @@ from lockstep.spec.checker import (
 from lockstep.spec.formats import BYTES, FormatSpec, read_format
 from lockstep.spec.shape import DEFAULT_REGISTRY_CONN_ID, TRANSFORM_SQL
 
-__all__ = [
-    "read_sink",
-    "read_source",
-    "read_transform",
-    "SinkSpec",
-    "SourceSpec",
-]
+__all__ = ["read_sink", "read_source", "read_transform", "SinkSpec", "SourceSpec"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +138,7 @@ def read_sink(c: Checker, doc: object, source: SourceSpec, folder: Path | None =
 
 def _on_error(c: Checker, d: Section) -> str:
     """``sink.on_error``: dead_letter (the default) or fail."""
-    value = c.text(d, "sink", "on_error", declared_default("sink", "on_error"))
+    value: str = c.text(d, "sink", "on_error", declared_default("sink", "on_error"))
     if value not in declared_words("sink", "on_error"):
         c.fail("sink.on_error", f"must be one of {', '.join(declared_words('sink', 'on_error'))}, got {value!r}")
     return value

@@ -30,15 +30,8 @@ from lockstep.spec.checker import (
 from lockstep.spec.shape import DEFAULT_KEY_NAME
 
 __all__ = [
-    "CompactionPolicy",
-    "DedupSpec",
-    "EventTime",
-    "FUNCTION_RE",
-    "FunctionSpec",
-    "IntervalJoinSpec",
-    "read_state",
-    "StateSpec",
-    "WindowSpec",
+    "CompactionPolicy", "DedupSpec", "EventTime", "FUNCTION_RE", "FunctionSpec", "IntervalJoinSpec", "read_state",
+    "StateSpec", "WindowSpec",
 ]
 
 

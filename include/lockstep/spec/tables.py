@@ -17,11 +17,7 @@ from lockstep.spec.formats import FormatSpec, read_format
 from lockstep.spec.shape import IDENTIFIER_PATTERN, RESERVED_TABLE_NAMES, TABLE
 from lockstep.spec.sources import SourceSpec
 
-__all__ = [
-    "read_tables",
-    "TableJoin",
-    "TableSpec",
-]
+__all__ = ["read_tables", "TableJoin", "TableSpec"]
 
 
 @dataclass(frozen=True)
