@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lockstep.spec.checker import MISSING, Checker, declared_default, declared_words, describe
 from lockstep.spec.fields import Section as SectionShape
@@ -134,8 +133,7 @@ def _protobuf_schema(c: Checker, value: object, message: str | None, path: str,
     run resolves its schemas)."""
     import base64
 
-    from google.protobuf import descriptor_pb2
-    from google.protobuf.message import DecodeError
+    from lockstep.formats.protobuf import UnsupportedProtobuf, descriptor_set, messages
 
     if value is None:
         return None, None, message
@@ -149,35 +147,20 @@ def _protobuf_schema(c: Checker, value: object, message: str | None, path: str,
     except OSError as exc:
         c.fail(f"{path}.schema", f"cannot read descriptor set file {str(file)!r}: {exc.strerror or exc}")
         return None, None, message
-    fds = descriptor_pb2.FileDescriptorSet()
-    try:
-        fds.ParseFromString(data)
-    except DecodeError:
-        pass
-    if not fds.file or not all(f.name for f in fds.file):
+    try:  # the formats' one reader of descriptor sets, which the run reads this file's text with
+        fds = descriptor_set(data, str(file))
+    except UnsupportedProtobuf:
+        fds = None
+    if fds is None or not all(f.name for f in fds.file):
         c.fail(f"{path}.schema", f"{file} is not a Protobuf descriptor set (made by protoc --include_imports "
                                  "--descriptor_set_out)")
         return None, None, message
-    names = _protobuf_messages(fds)
+    names = set(messages(fds))
     if message is not None and message.lstrip(".") not in names and message not in {n.rsplit(".", 1)[-1] for n in names}:
         c.fail(f"{path}.message", f"the schema has no message {message!r} (it has {', '.join(sorted(names)) or 'none'}; "
                                   f"{file})")
         return None, None, message
     return base64.b64encode(data).decode("ascii"), str(file), message
-
-
-def _protobuf_messages(fds: Any) -> set[str]:
-    """The full names of a descriptor set's messages (nested ones too)."""
-    names: set[str] = set()
-
-    def walk(prefix: str, types: Any) -> None:
-        for m in types:
-            names.add(prefix + m.name)
-            walk(f"{prefix}{m.name}.", m.nested_type)
-
-    for f in fds.file:
-        walk(f"{f.package}." if f.package else "", f.message_type)
-    return names
 
 
 def _schema(c: Checker, value: object, where: str, folder: Path | None) -> tuple[str | None, str | None]:
