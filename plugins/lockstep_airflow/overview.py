@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lockstep.errors import TerminalError, TransientError
-from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
+from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition
+from lockstep.model.savepoint import Savepoint
 from lockstep.model.state import iso_ms
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag

@@ -15,9 +15,9 @@ from lockstep.model.checkpoint import (
     CheckpointClaim,
     CompletedCheckpoint,
     PreparedCheckpoint,
-    Savepoint,
 )
 from lockstep.model.offsets import OffsetRange
+from lockstep.model.savepoint import Savepoint
 from lockstep.model.tables import TablePin, TableVersion
 from lockstep.rules.tables import compact_table, table_pin
 from lockstep.spec import load_spec

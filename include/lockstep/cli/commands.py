@@ -336,7 +336,7 @@ class _DeadLetterRow(TypedDict):
 
 def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
-    from lockstep.model.checkpoint import validate_savepoint_name
+    from lockstep.model.savepoint import validate_savepoint_name
     from lockstep.steps.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
