@@ -411,7 +411,7 @@ class LockstepSavepointOperator(BaseOperator):
         self.pipelines_dir = pipelines_dir
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from lockstep.model.checkpoint import validate_savepoint_name
+        from lockstep.model.savepoint import validate_savepoint_name
         from lockstep.spec import load_each
         from lockstep.steps.client_factory import checkpoint_store
 

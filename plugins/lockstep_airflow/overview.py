@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lockstep.errors import TerminalError, TransientError
-from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView, Savepoint
+from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition
+from lockstep.model.savepoint import Savepoint
 from lockstep.model.state import iso_ms
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag
@@ -552,19 +553,13 @@ def read_open_transactions(spec: PipelineSpec, store: Any, now: datetime) -> lis
 def page_store(spec: PipelineSpec) -> Any:
     """The pipeline's checkpoint store, on an S3 client that gives up in seconds rather than minutes.
 
-    ``client_factory.checkpoint_store`` retries patiently, as a DAG task should; a page view should not.
+    ``client_factory.checkpoint_store`` retries patiently by default, as a DAG task should; a page view
+    should not. Its client is shared by the page's threads that read the views (``VIEW_WORKERS``), hence
+    its pool. Built by the store's one maker of S3 clients, like every other store of the plugin.
     """
-    import boto3
-    from botocore.config import Config
+    from lockstep.steps.client_factory import checkpoint_store
 
-    from lockstep.connections import s3_client_kwargs
-    from lockstep.store.checkpoint_store import CheckpointStore
-
-    config = Config(s3={"addressing_style": "path"}, connect_timeout=S3_TIMEOUT_S, read_timeout=S3_TIMEOUT_S,
-                    retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=VIEW_WORKERS * 2)
-    client = boto3.client("s3", config=config, **s3_client_kwargs(spec.checkpoints.aws_conn_id))
-    bucket, root = spec.checkpoint_location
-    return CheckpointStore(client, bucket, root, spec.name)
+    return checkpoint_store(spec, timeout_s=S3_TIMEOUT_S, max_pool_connections=VIEW_WORKERS * 2)
 
 
 def read_savepoints(spec: PipelineSpec) -> list[SavepointRow]:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Param
 
 if TYPE_CHECKING:
-    from lockstep.model.checkpoint import CheckpointView, Savepoint
+    from lockstep.model.checkpoint import CheckpointView
+    from lockstep.model.savepoint import Savepoint
     from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

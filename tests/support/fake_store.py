@@ -18,8 +18,8 @@ from lockstep.model.checkpoint import (
     History,
     PreparedCheckpoint,
     RunFailure,
-    Savepoint,
 )
+from lockstep.model.savepoint import Savepoint
 from lockstep.store.checkpoint_store import CheckpointAlreadyClaimed
 from lockstep.store.state_files import StateFiles
 

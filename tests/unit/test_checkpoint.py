@@ -18,11 +18,10 @@ from lockstep.model.checkpoint import (
     PreparedCheckpoint,
     PreparedTransaction,
     Repair,
-    Savepoint,
     can_transition,
-    validate_savepoint_name,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
+from lockstep.model.savepoint import Savepoint, validate_savepoint_name
 from lockstep.model.state import PartitionTime, StateManifest
 
 S = CheckpointStatus

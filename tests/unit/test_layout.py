@@ -301,8 +301,13 @@ def test_a_layer_check_catches_a_rule_that_imports_io():
 
 
 def _third_party_imports(path: Path) -> set[str]:
+    return _imported_libraries(path.read_text(), str(path))
+
+
+def _imported_libraries(text: str, name: str = "<module>") -> set[str]:
+    """The top-level names a module's source imports (absolute imports, at any depth)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(text, name)):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -336,17 +341,7 @@ def spark_outside_its_side(planted: dict[str, str] | None = None) -> list[str]:
     texts = {m: p.read_text() for m, p in engine_modules().items()} | (planted or {})
     return sorted(f"{m} imports pyspark outside its room's Spark side ({', '.join(sorted(SPARK_SIDE))})"
                   for m, text in texts.items() if ".".join(m.split(".")[:2]) in FEATURES and m not in SPARK_SIDE
-                  and "pyspark" in _imported_libraries(text))
-
-
-def _imported_libraries(text: str) -> set[str]:
-    found = set()
-    for node in ast.walk(_parsed(text)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            found.add(node.module.split(".")[0])
-    return found
+                  and "pyspark" in _imported_libraries(text, m))
 
 
 def test_in_a_feature_room_only_its_spark_side_imports_spark():
@@ -358,6 +353,35 @@ def test_a_format_module_importing_spark_outside_its_codecs_fails():
     assert spark_outside_its_side(planted) == [
         "lockstep.formats.wire imports pyspark outside its room's Spark side (lockstep.formats.codecs, "
         "lockstep.sql.analyzer, lockstep.sql.runtime, lockstep.tables.materialize)"]
+
+
+#: The AWS SDK: made into a client in one place, ``lockstep.store.s3`` (docs/DESIGN.md, "The map").
+AWS_SDK = {"boto3", "botocore"}
+#: Who reads S3 through ``lockstep.store`` rather than the SDK: the core outside ``store`` and the Airflow
+#: plugin (its pages build their stores with ``lockstep.steps.client_factory``). The tools may use the SDK.
+THROUGH_THE_STORE = (ENGINE, "lockstep_airflow", "lockstep_plugin")
+
+
+def aws_sdk_imports(planted: dict[str, str] | None = None) -> list[str]:
+    """Modules of the core outside ``lockstep.store``, and of the Airflow plugin, that import boto3 or
+    botocore (at any depth: a lazy import inside a function counts). ``planted``: module name -> source,
+    added or replacing."""
+    texts = {**{m: p.read_text() for m, p in module_files().items()}, **(planted or {})}
+    return sorted(f"{module} imports {lib}" for module, text in texts.items()
+                  if package_of(module) in THROUGH_THE_STORE and _role(module) != "lockstep.store"
+                  for lib in _imported_libraries(text, module) & AWS_SDK)
+
+
+def test_only_the_store_imports_the_aws_sdk_in_the_core_and_the_airflow_plugin():
+    assert aws_sdk_imports() == []
+
+
+def test_the_aws_sdk_check_fails_on_a_planted_import_and_spares_the_store_and_the_tools():
+    planted = {"lockstep_airflow.planted": "def page():\n    import boto3\n",
+               "lockstep.ops.planted": "from botocore.config import Config\n",
+               "lockstep.store.planted": "import boto3\n", "lockstep_dev.planted": "import boto3\n"}
+    assert aws_sdk_imports(planted) == ["lockstep.ops.planted imports botocore",
+                                        "lockstep_airflow.planted imports boto3"]
 
 
 _HTML_TAG = re.compile(r"</?(html|head|body|div|span|table|thead|tbody|tr|td|th|a|p|ul|ol|li|h[1-6]|style|script|link|form|"

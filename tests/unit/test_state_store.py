@@ -17,9 +17,9 @@ from lockstep.model.checkpoint import (
     CheckpointClaim,
     CompletedCheckpoint,
     PreparedCheckpoint,
-    Savepoint,
 )
 from lockstep.model.offsets import OffsetRange
+from lockstep.model.savepoint import Savepoint
 from lockstep.model.state import PartitionTime, StateManifest
 from lockstep.store.checkpoint_store import CheckpointStore, savepoint_pinned
 from lockstep.store.state_cache import digest

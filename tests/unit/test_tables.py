@@ -15,9 +15,9 @@ from lockstep.model.checkpoint import (
     CheckpointClaim,
     CompletedCheckpoint,
     PreparedCheckpoint,
-    Savepoint,
 )
 from lockstep.model.offsets import OffsetRange
+from lockstep.model.savepoint import Savepoint
 from lockstep.spec import load_spec
 from lockstep.store.checkpoint_store import CheckpointStore
 from lockstep.tables.pinning import compact_table, table_pin

@@ -21,6 +21,18 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The engine's subcommands, a helper per group of them so that a new subcommand joins its kin; the
+    order of the calls is the order ``lockstep --help`` lists them in."""
+    _add_run_parsers(sub)
+    _add_watch_parsers(sub)
+    _add_savepoint_parsers(sub)
+    _add_state_parsers(sub)
+    _add_audit_parsers(sub)
+    _add_spec_parsers(sub)
+
+
+def _add_run_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Running checkpoints and planning a restore: what a DAG run does, from a terminal."""
     run = sub.add_parser("run", help="run checkpoints: plan -> Spark -> commit, like one DAG run each")
     _spec(run)
     run.add_argument("--checkpoints", type=int, default=1, help="how many checkpoints to run (default 1)")
@@ -35,6 +47,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     rp.add_argument("--from", dest="restore_from", required=True, metavar="SAVEPOINT|checkpoint:ID|time:ISO",
                     help="the restore_from value to plan")
 
+
+def _add_watch_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Looking at a pipeline's checkpoints and transactions: what stands where, and settling what is stuck."""
     txns = sub.add_parser("transactions", help="open transactions of a pipeline mapped to its checkpoints, and foreign "
                                                "ones holding back its partitions; `resolve` settles them as recovery does")
     txns.add_argument("action", nargs="?", choices=["list", "resolve"], default="list",
@@ -56,6 +71,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _spec(ckpts)
     ckpts.add_argument("--limit", type=int, default=20)
 
+
+def _add_savepoint_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Savepoints: named, retained copies of completed checkpoints, to restore from."""
     sp = sub.add_parser("savepoint", help="named, retained copies of completed checkpoints")
     sp_sub = sp.add_subparsers(dest="savepoint_command", required=True)
     create = sp_sub.add_parser("create", help="savepoint of the latest (or a given) completed checkpoint")
@@ -72,6 +90,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         if verb != "list":
             p.add_argument("name")
 
+
+def _add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """A stateful pipeline's keyed state: its figures, its rows, re-keying."""
     st = sub.add_parser("state", help="a stateful pipeline's keyed state: its figures, its rows, re-keying")
     st_sub = st.add_subparsers(dest="state_command", required=True)
     stats = st_sub.add_parser("stats", help="keys, rows, bytes, files per key group, watermark, partitions' event "
@@ -89,6 +110,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _spec(rekey)
     rekey.add_argument("--key-groups", type=int, required=True, metavar="N", help="the new number of key groups")
 
+
+def _add_audit_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Auditing the output and handling the records set aside: verify, dead letters."""
     verify = sub.add_parser("verify", help="audit the output: lost and duplicated input offsets (exit 1 if any)")
     _spec(verify)
     verify.add_argument("--since-checkpoint", type=int, help="only checkpoints from this id on (e.g. after a replay)")
@@ -111,6 +135,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             p.add_argument("--max-records", type=int, help="dead letters read per replay checkpoint (default: the "
                                                            "spec's checkpoints.max_records)")
 
+
+def _add_spec_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """What needs no pipeline: the failpoints, checking spec files, the spec's own schema."""
     fp = sub.add_parser("failpoints", help="list the named failpoints and their actions (LOCKSTEP_FAILPOINTS=name=action)")
     fp.add_argument("--json", action="store_true")
 
@@ -309,7 +336,7 @@ class _DeadLetterRow(TypedDict):
 
 def _savepoint(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
-    from lockstep.model.checkpoint import validate_savepoint_name
+    from lockstep.model.savepoint import validate_savepoint_name
     from lockstep.steps.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)

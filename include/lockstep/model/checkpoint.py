@@ -3,7 +3,8 @@
 Each step writes its own object (claim, prepared, completed or aborted), never rewriting an earlier
 one, so status can only move forward. Every document carries a schema id; reading a document with
 another schema, or one missing a field, fails with `MetadataError` naming the object, because
-these documents decide what gets committed and must never be half-understood.
+these documents decide what gets committed and must never be half-understood (`lockstep.model.documents`
+reads them). A savepoint, a named copy of a completed checkpoint's restore point, is `lockstep.model.savepoint`.
 """
 
 from __future__ import annotations
@@ -11,20 +12,21 @@ from __future__ import annotations
 __all__ = [
     "ABORTED_SCHEMA", "AbortedCheckpoint", "CheckpointClaim", "CheckpointStatus", "CheckpointView",
     "CompletedCheckpoint", "History", "PlannedWith", "PreparedCheckpoint", "PreparedTransaction", "Repair",
-    "Rerun", "RunFailure", "Savepoint", "SpecFingerprint", "validate_savepoint_name",
+    "Rerun", "RunFailure", "SpecFingerprint",
 ]
 
 import hashlib
 import json
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import ClassVar, Literal, TypeVar, overload
+from typing import ClassVar
 
-from lockstep.errors import CheckpointError, LockstepError, MetadataError, TerminalError
+from lockstep.errors import CheckpointError, MetadataError
+from lockstep.model.documents import Reader, build
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
+from lockstep.model.savepoint import RestorePoint
 from lockstep.model.state import StateManifest, optional_manifest
 from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
 from lockstep.tables.pins import (
@@ -36,18 +38,12 @@ from lockstep.tables.pins import (
     tables_to_json,
 )
 
-T = TypeVar("T")
-U = TypeVar("U")
-
 CLAIM_SCHEMA = "lockstep.checkpoint.claim/1"
 PREPARED_SCHEMA = "lockstep.checkpoint.prepared/1"
 COMPLETED_SCHEMA = "lockstep.checkpoint.completed/1"
 ABORTED_SCHEMA = "lockstep.checkpoint.aborted/1"
 RUN_FAILURE_SCHEMA = "lockstep.checkpoint.run-failure/1"
 TRANSACTION_SCHEMA = COMMITTABLE_SCHEMA  # the writers' output contract defines it
-SAVEPOINT_SCHEMA = "lockstep.savepoint/1"
-
-SAVEPOINT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class CheckpointStatus(str, Enum):
@@ -68,102 +64,6 @@ _FORWARD: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
 def can_transition(old: CheckpointStatus, new: CheckpointStatus) -> bool:
     """Status moves forward only; completed and aborted are final (the atomic-claim invariant)."""
     return new in _FORWARD[old]
-
-
-def validate_savepoint_name(name: str) -> str:
-    """Savepoint names become S3 key segments, so they must not escape their folder."""
-    if not isinstance(name, str) or not SAVEPOINT_NAME_RE.fullmatch(name) or ".." in name:
-        raise TerminalError(
-            f"invalid savepoint name {name!r}: use 1-100 characters of letters, digits, '.', '_' "
-            "and '-', starting with a letter or digit, without '/' or '..'"
-        )
-    return name
-
-
-class _Reader:
-    """Typed field access on a JSON document (as ``json.loads`` returns it), failing with the object
-    key in the message."""
-
-    def __init__(self, doc: object, key: str, schema: str | None, path: str = "") -> None:
-        self.key = key
-        self.path = path
-        if not isinstance(doc, Mapping):
-            what = f"field {path!r} must be" if path else "expected"
-            raise MetadataError(key, f"{what} a JSON object, got {type(doc).__name__}")
-        found = doc.get("schema")
-        if schema is not None and found != schema:
-            raise MetadataError(key, f"schema is {found!r}, expected {schema!r}")
-        self.doc = doc
-
-    def nested(self, name: str) -> _Reader:
-        """A JSON object inside this one (no schema of its own); errors name its full path."""
-        return _Reader(self.get(name, dict), self.key, None, self._name(name))
-
-    def _name(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    @overload
-    def get(self, name: str, kind: type[T], optional: Literal[False] = False) -> T: ...
-
-    @overload
-    def get(self, name: str, kind: type[T], optional: Literal[True]) -> T | None: ...
-
-    @overload
-    def get(self, name: str, kind: tuple[type[T], type[U]], optional: Literal[False] = False) -> T | U: ...
-
-    def get(self, name: str, kind: type | tuple[type, ...], optional: bool = False) -> object:
-        if name not in self.doc:
-            raise MetadataError(self.key, f"missing field {self._name(name)!r}")
-        value = self.doc[name]
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            raise MetadataError(self.key, f"field {self._name(name)!r} has the wrong type: {value!r}")
-        return value
-
-    def convert(self, name: str, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except LockstepError:
-            raise
-        except (ValueError, TypeError, KeyError) as exc:
-            raise MetadataError(self.key, f"field {name!r} is invalid: {exc}") from exc
-
-    def offsets(self, name: str) -> dict[str, int]:
-        raw = self.get(name, dict)
-        self.convert(name, lambda: [TopicPartition.from_key(k) for k in raw])
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in raw.values()):
-            raise MetadataError(self.key, f"field {name!r} must map partitions to non-negative integers")
-        return dict(raw)
-
-    def topic_ids(self, name: str) -> dict[str, str]:
-        """An optional map of topic name -> topic id (absent in documents of earlier versions)."""
-        raw = self.doc.get(name) or {}
-        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-            raise MetadataError(self.key, f"field {name!r} must map topic names to topic ids")
-        return dict(raw)
-
-    def schema_ids(self, name: str) -> dict[str, int]:
-        """An optional map of a spec part (``source.value``, ``sink.key``, ...) -> a registry schema id."""
-        raw = self.doc.get(name) or {}
-        if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                                                for k, v in raw.items()):
-            raise MetadataError(self.key, f"field {name!r} must map spec parts to schema ids")
-        return dict(raw)
-
-    def ranges(self, name: str) -> tuple[OffsetRange, ...]:
-        raw = self.get(name, list)
-        return self.convert(name, lambda: tuple(OffsetRange.from_json(r) for r in raw))
-
-
-def _build(key: str, fn: Callable[[], T]) -> T:
-    """Construct a value, turning its own validation errors into a MetadataError for `key`."""
-    try:
-        return fn()
-    except MetadataError:
-        raise
-    except (ValueError, TerminalError) as exc:
-        raise MetadataError(key, str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -226,12 +126,12 @@ class PlannedWith:
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<planned_with>", path: str = "planned_with") -> PlannedWith:
-        r = _Reader(doc, key, None, path)
+        r = Reader(doc, key, None, path)
         source, sink, txn = r.nested("source"), r.nested("sink"), r.nested("transactions")
         topics = source.get("topics", list)
         if not all(isinstance(t, str) for t in topics):
             raise MetadataError(key, f"field '{path}.source.topics' must list topic names, got {topics!r}")
-        return _build(key, lambda: cls(
+        return build(key, lambda: cls(
             source_topics=tuple(topics), source_kafka_conn_id=source.get("kafka_conn_id", str),
             sink_topic=sink.get("topic", str), dead_letter_topic=sink.get("dead_letter_topic", str),
             sink_writer=sink.get("writer", str), sink_kafka_conn_id=sink.get("kafka_conn_id", str),
@@ -271,7 +171,7 @@ class SpecFingerprint:
 
     @classmethod
     def from_json(cls, doc: object, key: str, path: str = "fingerprint") -> SpecFingerprint:
-        r = _Reader(doc, key, None, path)
+        r = Reader(doc, key, None, path)
         fields = r.get("fields", dict)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items()):
             raise MetadataError(key, f"field '{path}.fields' must map spec fields to digests")
@@ -305,11 +205,11 @@ class Rerun:
 
     @classmethod
     def from_json(cls, doc: object, key: str, path: str = "rerun") -> Rerun:
-        r = _Reader(doc, key, None, path)
+        r = Reader(doc, key, None, path)
         tasks = r.get("tasks", list)
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tasks):
             raise MetadataError(key, f"field '{path}.tasks' must list task indexes")
-        return _build(key, lambda: cls(r.get("checkpoint", int), tuple(tasks), r.get("of_tasks", int)))
+        return build(key, lambda: cls(r.get("checkpoint", int), tuple(tasks), r.get("of_tasks", int)))
 
 
 @dataclass(frozen=True)
@@ -423,12 +323,12 @@ class CheckpointClaim:
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<claim>") -> CheckpointClaim:
-        r = _Reader(doc, key, CLAIM_SCHEMA)
+        r = Reader(doc, key, CLAIM_SCHEMA)
         # An added field, not a new schema: earlier versions ignore it and keep their old behaviour,
         # and their claims (without it) stay readable here.
         raw = r.doc.get("planned_with")
         planned_with = None if raw is None else PlannedWith.from_json(raw, key)
-        return _build(key, lambda: cls(
+        return build(key, lambda: cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int), run_id=r.get("run_id", str),
             claimed_at=r.get("claimed_at", str), ranges=r.ranges("ranges"), start_source=r.get("start_source", str),
             restored_from=r.get("restored_from", str, optional=True), skipped=r.offsets("skipped"),
@@ -475,12 +375,12 @@ class PreparedTransaction:
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<committable>") -> PreparedTransaction:
-        r = _Reader(doc, key, TRANSACTION_SCHEMA)
+        r = Reader(doc, key, TRANSACTION_SCHEMA)
         partitions = r.get("partitions", list)
         # An added field (writers must send it, output_contract checks): stored committables of
         # earlier versions lack it, and stay readable with their sources unknown.
         sources = r.get("sources", list, optional=True) if "sources" in r.doc else None
-        return _build(key, lambda: cls(
+        return build(key, lambda: cls(
             transactional_id=r.get("transactional_id", str), producer_id=r.get("producer_id", int),
             epoch=r.get("epoch", int), records=r.get("records", int), dead_letters=r.get("dead_letters", int),
             partitions=r.convert("partitions", lambda: tuple(TopicPartition.from_key(p) for p in partitions)),
@@ -544,10 +444,10 @@ class PreparedCheckpoint:
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<prepared>") -> PreparedCheckpoint:
-        r = _Reader(doc, key, PREPARED_SCHEMA)
+        r = Reader(doc, key, PREPARED_SCHEMA)
         txns = tuple(PreparedTransaction.from_json(t, f"{key} transactions[{i}]")
                      for i, t in enumerate(r.get("transactions", list)))
-        return _build(key, lambda: cls(
+        return build(key, lambda: cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             prepared_at=r.get("prepared_at", str), transactions=txns, records_in=r.get("records_in", int),
             records_out=r.get("records_out", int), records_dead_lettered=r.get("records_dead_lettered", int),
@@ -609,7 +509,7 @@ class Repair:
 
     @classmethod
     def from_json(cls, doc: object, key: str, path: str = "repair") -> Repair:
-        r = _Reader(doc, key, None, path)
+        r = Reader(doc, key, None, path)
         lost = r.get("lost", dict)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in lost.items()):
             raise MetadataError(key, f"field '{path}.lost' must map transactional ids to reasons")
@@ -619,13 +519,13 @@ class Repair:
         tasks = r.get("rerun_tasks", list) if "rerun_tasks" in r.doc else []
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tasks):
             raise MetadataError(key, f"field '{path}.rerun_tasks' must list task indexes")
-        return _build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed"), accepted=accepted,
+        return build(key, lambda: cls(lost=dict(lost), replayed=r.ranges("replayed"), accepted=accepted,
                                        rerun_tasks=tuple(tasks),
                                        of_tasks=r.get("of_tasks", int) if "of_tasks" in r.doc else 0))
 
 
 @dataclass(frozen=True)
-class CompletedCheckpoint:
+class CompletedCheckpoint(RestorePoint):
     """Every transaction is committed; `end_offsets` are where the next checkpoint starts.
 
     After a repair (``repair``) the partitions of the lost transactions end where the checkpoint
@@ -646,32 +546,21 @@ class CompletedCheckpoint:
     tables: Mapping[str, TableVersion] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {
+        return self.restore_point_json({
             "schema": COMPLETED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "completed_at": self.completed_at, "end_offsets": dict(self.end_offsets), "committed": list(self.committed),
-        }
-        if self.topic_ids:
-            doc["topic_ids"] = dict(self.topic_ids)
-        if self.repair is not None:
-            doc["repair"] = self.repair.to_json()
-        if self.state is not None:
-            doc["state"] = self.state.to_json()
-        if self.tables:
-            doc["tables"] = tables_to_json(self.tables)
-        return doc
+        }, {"repair": self.repair.to_json()} if self.repair is not None else None)
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<completed>") -> CompletedCheckpoint:
-        r = _Reader(doc, key, COMPLETED_SCHEMA)
+        r = Reader(doc, key, COMPLETED_SCHEMA)
         committed = r.get("committed", list)
         if not all(isinstance(t, str) for t in committed):
             raise MetadataError(key, "field 'committed' must list transactional ids")
         return cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
-            completed_at=r.get("completed_at", str), end_offsets=r.offsets("end_offsets"), committed=tuple(committed),
-            topic_ids=r.topic_ids("topic_ids"),
+            completed_at=r.get("completed_at", str), committed=tuple(committed), **cls.restore_point_fields(r),
             repair=Repair.from_json(r.doc["repair"], key) if r.doc.get("repair") is not None else None,
-            state=optional_manifest(r.doc, key), tables=tables_from_json(r.doc, key),
         )
 
 
@@ -693,7 +582,7 @@ class AbortedCheckpoint:
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<aborted>") -> AbortedCheckpoint:
-        r = _Reader(doc, key, ABORTED_SCHEMA)
+        r = Reader(doc, key, ABORTED_SCHEMA)
         return cls(
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             aborted_at=r.get("aborted_at", str), reason=r.get("reason", str), replay_hint=r.get("replay_hint", str),
@@ -716,55 +605,9 @@ class RunFailure:
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<run-failure>") -> RunFailure:
-        r = _Reader(doc, key, RUN_FAILURE_SCHEMA)
+        r = Reader(doc, key, RUN_FAILURE_SCHEMA)
         return cls(pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
                    failed_at=r.get("failed_at", str), cause=r.get("cause", str))
-
-
-@dataclass(frozen=True)
-class Savepoint:
-    """A named, retained copy of a completed checkpoint's offsets, to restore (replay/backfill) from."""
-
-    name: str
-    pipeline: str
-    checkpoint_id: int
-    created_at: str
-    end_offsets: Mapping[str, int]
-    ranges: tuple[OffsetRange, ...]
-    #: The source topics' ids its offsets belong to (from its checkpoint's claim; empty in savepoints of
-    #: earlier versions, which are then not judged).
-    topic_ids: Mapping[str, str] = field(default_factory=dict)
-    #: The keyed state of its checkpoint (stateful pipelines): a restore starts from it
-    state: StateManifest | None = None
-    #: The tables of its checkpoint: a restore starts from them
-    tables: Mapping[str, TableVersion] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        validate_savepoint_name(self.name)
-
-    def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {
-            "schema": SAVEPOINT_SCHEMA, "name": self.name, "pipeline": self.pipeline,
-            "checkpoint_id": self.checkpoint_id, "created_at": self.created_at,
-            "end_offsets": dict(self.end_offsets), "ranges": [r.to_json() for r in self.ranges],
-        }
-        if self.topic_ids:
-            doc["topic_ids"] = dict(self.topic_ids)
-        if self.state is not None:
-            doc["state"] = self.state.to_json()
-        if self.tables:
-            doc["tables"] = tables_to_json(self.tables)
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: object, key: str = "<savepoint>") -> Savepoint:
-        r = _Reader(doc, key, SAVEPOINT_SCHEMA)
-        return _build(key, lambda: cls(
-            name=r.get("name", str), pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
-            created_at=r.get("created_at", str), end_offsets=r.offsets("end_offsets"), ranges=r.ranges("ranges"),
-            topic_ids=r.topic_ids("topic_ids"), state=optional_manifest(r.doc, key),
-            tables=tables_from_json(r.doc, key),
-        ))
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ group or a time, and what a restore would skip or read again (pure).
 from __future__ import annotations
 
 __all__ = [
-    "OffsetSource", "READ_BEFORE", "RestoreRow", "TIME_PREFIX", "after_recreation", "choose_start_offsets",
-    "describe_dropped", "describe_restore", "offsets_at_time", "parse_restore_time", "recreated_topics",
-    "restore_diff", "restore_totals",
+    "OffsetSource", "READ_BEFORE", "RestoreRow", "StartOffsets", "TIME_PREFIX", "after_recreation",
+    "choose_start_offsets", "describe_dropped", "describe_restore", "offsets_at_time", "parse_restore_time",
+    "recreated_topics", "restore_diff", "restore_totals",
 ]
 
 from collections.abc import Iterable, Mapping

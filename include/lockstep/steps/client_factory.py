@@ -25,24 +25,25 @@ if TYPE_CHECKING:
     from lockstep.store.s3 import S3Client
 
 
-def s3_client(conn_id: str, timeout_s: float | None = None) -> S3Client:
+def s3_client(conn_id: str, timeout_s: float | None = None, max_pool_connections: int | None = None) -> S3Client:
     """An S3 client of the AWS connection ``conn_id`` (`lockstep.store.s3.s3_client`): patient by default
     (DAG tasks), or one that gives up after about ``timeout_s`` seconds per call (a page view, a DAG file
-    being parsed)."""
-    return s3.s3_client(s3_client_kwargs(conn_id), timeout_s)
+    being parsed); ``max_pool_connections`` for a client many threads share."""
+    return s3.s3_client(s3_client_kwargs(conn_id), timeout_s, max_pool_connections)
 
 
 def checkpoint_store(spec: PipelineSpec, timeout_s: float | None = None,
-                     clients: MutableMapping[str, S3Client] | None = None) -> CheckpointStore:
+                     clients: MutableMapping[str, S3Client] | None = None,
+                     max_pool_connections: int | None = None) -> CheckpointStore:
     """The pipeline's checkpoint store; with ``timeout_s`` on a client that fails fast (see ``s3_client``).
     ``clients``: S3 clients by AWS connection id, all built with this ``timeout_s``, to reuse and to add to
     (a DAG file's parse reads every pipeline's store: one client per connection, not one per pipeline; a
-    boto3 client costs about 17 ms of CPU to build)."""
+    boto3 client costs about 17 ms of CPU to build). ``max_pool_connections``: see ``s3_client``."""
     bucket, root = spec.checkpoint_location
     conn_id = spec.checkpoints.aws_conn_id
     client = clients.get(conn_id) if clients is not None else None
     if client is None:
-        client = s3_client(conn_id, timeout_s)
+        client = s3_client(conn_id, timeout_s, max_pool_connections)
         if clients is not None:
             clients[conn_id] = client
     return CheckpointStore(client, bucket, root, spec.name)

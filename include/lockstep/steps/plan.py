@@ -22,7 +22,9 @@ from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
     CheckpointClaim,
     CheckpointView,
+    History,
     Rerun,
+    SpecFingerprint,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state import StateManifest
@@ -34,6 +36,7 @@ from lockstep.rules.start_offsets import (
     TIME_PREFIX,
     OffsetSource,
     RestoreRow,
+    StartOffsets,
     after_recreation,
     choose_start_offsets,
     describe_dropped,
@@ -74,26 +77,89 @@ class Plan:
                 f"{self.claim.start_source}: {ranges}")
 
 
+@dataclass(frozen=True)
+class _Source:
+    """The source topics as the brokers have them when the plan starts, read once: every decision of the
+    plan (where to start, where to stop, whether a topic was recreated) is made against the same figures."""
+
+    partitions: list[TopicPartition]
+    topic_ids: dict[str, str]
+    log_start: dict[TopicPartition, int]
+    stable_end: dict[TopicPartition, int]
+
+
+@dataclass(frozen=True)
+class _Pins:
+    """What a claim pins beside its ranges, so that every attempt over it (a retry, a repair's recomputation,
+    a replay) decides as the first did: the state it starts from, its clock, its schemas, its tables' versions,
+    and the spec fingerprint they came from."""
+
+    state_base: StateManifest | None
+    clock_ms: int
+    fires_timers: bool
+    schema_ids: dict[str, int]
+    tables: dict[str, TablePin]
+    fingerprint: SpecFingerprint
+    replays: int | None
+
+
 def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int | None = None,
          dry_run: bool = False, run_alive: Callable[[str], bool | None] | None = None) -> Plan:
-    """Recover, then fix the ranges of the next checkpoint and claim it (unless ``dry_run``)."""
+    """Recover, then fix the ranges of the next checkpoint and claim it (unless ``dry_run``). Each step is a
+    helper below, in the order they run: recover, read the source, choose the starts, fix the ranges, pin
+    what the run will read and write with, then claim."""
     if max_records is not None and max_records < 1:
         raise TerminalError(f"a record budget of {max_records} takes nothing: give 1 or more, or none for the "
                             f"spec's {p.spec.checkpoints.max_records}")
     started = time.monotonic()
-    history = p.store.history()  # the one read of the store, unless recovery changes it
+    history = _recovered_history(p, run_id, dry_run, run_alive)
+    latest, next_id = history.latest, history.next_id
+    if latest is not None and not dry_run:
+        _republish(p, latest)
+    source = _read_source(p)
+    starts = _start_offsets(p, restore, latest, next_id, source)
+    restore_rows = _restore_rows(p, restore, latest, next_id, starts, source)
+    ranges = _ranges(p, restore, max_records, next_id, starts, source)
+    pins = _pins(p, restore, history, ranges, dry_run)
+    claim = CheckpointClaim(
+        pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
+        start_source=starts.source, restored_from=restore,
+        skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
+        topic_ids=source.topic_ids, state_base=pins.state_base, clock_ms=pins.clock_ms,
+        fires_timers=pins.fires_timers, rerun=_rerun(restore, latest), schema_ids=pins.schema_ids,
+        tables=pins.tables, fingerprint=pins.fingerprint, replays=pins.replays,
+    )
+    return _claim(p, Plan(claim, ranges, dry_run, restore_rows), started)
+
+
+def _recovered_history(p: Pipeline, run_id: str, dry_run: bool,
+                       run_alive: Callable[[str], bool | None] | None) -> History:
+    """The store's history once recovery settled what earlier runs left (a dry run recovers nothing): the
+    one read of the store, read again only when recovery changed it."""
+    history = p.store.history()
     if not dry_run:
         check_in_flight(p, run_id, run_alive, history)
         if recover(p, history):
             history = p.store.history()
         failpoints.hit("plan.after_recovery")
-    latest, next_id = history.latest, history.next_id
-    if latest is not None and not dry_run:
-        _republish(p, latest)
+    return history
+
+
+def _read_source(p: Pipeline) -> _Source:
+    """The source topics' partitions, ids, log starts and last stable offsets, as the brokers have them now."""
     tps = topics.partitions(p.source_admin, p.spec.source.topics)
     ids = topics.topic_ids(p.source_admin, p.spec.source.topics)
     log_start = broker_offsets.log_start_offsets(p.source_admin, tps)
     stable_end = broker_offsets.last_stable_offsets(p.source_admin, tps)
+    return _Source(tps, ids, log_start, stable_end)
+
+
+def _start_offsets(p: Pipeline, restore: str | None, latest: CheckpointView | None, next_id: int,
+                   source: _Source) -> StartOffsets:
+    """Where each partition starts (`lockstep.rules.start_offsets`): the restore asked for, else the latest
+    completed checkpoint, else the consumer group, else the spec's reset; a recreated topic is refused on a
+    restore and handled by ``source.on_topic_recreated`` otherwise."""
+    tps, ids, log_start, stable_end = source.partitions, source.topic_ids, source.log_start, source.stable_end
     latest_ends = _end_offsets(latest) if latest else None
     restored = _restore_source(p, restore, tps, stable_end, next_id)
     if restored is not None and (recreated := recreated_topics(restored.topic_ids, ids)):
@@ -117,44 +183,88 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
                         "%s, now %s); reading it from its %s (source.on_topic_recreated)", next_id, topic,
                         latest.checkpoint_id, old, new, "start" if p.spec.source.on_topic_recreated == "earliest"
                         else "end")
+    _warn_of_starts(p, latest, next_id, starts)
+    return starts
+
+
+def _warn_of_starts(p: Pipeline, latest: CheckpointView | None, next_id: int, starts: StartOffsets) -> None:
+    """Say where the starts lose records (dropped by retention) or read some a second time (a topic removed
+    from ``source.topics`` and added back): both are worth a warning in the plan's log."""
     if (dropped := describe_dropped(starts)) is not None:
         log.warning("checkpoint %d: %s", next_id, dropped)
     if (again := sorted(tp.key for tp, origin in starts.origins.items() if origin == READ_BEFORE)):
         log.warning("checkpoint %d: %s not in checkpoint %s: read before, removed from source.topics and added back; "
                     "going on from consumer group %s's offsets, where Lockstep last published them", next_id,
                     ", ".join(again), latest.checkpoint_id if latest else "-", p.spec.source.consumer_group)
-    restore_rows: tuple[RestoreRow, ...] = ()
-    if restore is not None:
-        restore_rows = tuple(restore_diff(starts, _current_position(p, latest, tps), stable_end))
-        log.info("checkpoint %d: restore from %s, against %s:\n%s", next_id, restore,
-                 f"checkpoint {latest.checkpoint_id}" if latest else "the consumer group",
-                 "\n".join(describe_restore(restore_rows)))
+
+
+def _restore_rows(p: Pipeline, restore: str | None, latest: CheckpointView | None, next_id: int,
+                  starts: StartOffsets, source: _Source) -> tuple[RestoreRow, ...]:
+    """With ``restore``: per partition, what the restore writes again (as ``lockstep restore-plan``), logged."""
+    if restore is None:
+        return ()
+    restore_rows = tuple(restore_diff(starts, _current_position(p, latest, source.partitions), source.stable_end))
+    log.info("checkpoint %d: restore from %s, against %s:\n%s", next_id, restore,
+             f"checkpoint {latest.checkpoint_id}" if latest else "the consumer group",
+             "\n".join(describe_restore(restore_rows)))
+    return restore_rows
+
+
+def _ranges(p: Pipeline, restore: str | None, max_records: int | None, next_id: int, starts: StartOffsets,
+            source: _Source) -> RangePlan:
+    """Where each partition stops (`lockstep.rules.ranges`): at its last stable offset, within the record
+    budget; records retention deleted are skipped only with ``skip_deleted_ranges``, and said so."""
     budget = p.spec.checkpoints.max_records if max_records is None else max_records
-    ranges = plan_ranges(starts.offsets, log_start, stable_end, budget, p.spec.checkpoints.skip_deleted_ranges,
-                         next_id, starts.source, restoring=restore is not None)
+    ranges = plan_ranges(starts.offsets, source.log_start, source.stable_end, budget,
+                         p.spec.checkpoints.skip_deleted_ranges, next_id, starts.source, restoring=restore is not None)
     for tp, skipped in ranges.skipped.items():
         log.warning("checkpoint %d: skipping %d records of %s deleted by retention (skip_deleted_ranges)",
                     next_id, skipped, tp.key)
+    return ranges
+
+
+def _pins(p: Pipeline, restore: str | None, history: History, ranges: RangePlan, dry_run: bool) -> _Pins:
+    """What the claim pins beside its ranges (`_Pins`), in the order they depend on each other: the base
+    state, the clock (a replay's, when it reuses an aborted checkpoint's pins), the timers it fires, the
+    schemas, the tables."""
+    latest, next_id = history.latest, history.next_id
     state_base = _state_base(p, restore, latest, next_id)
     clock_ms, replays = pinned_clock({r.tp.key: r.start for r in ranges.ranges},
                                      state_base.written_by if state_base is not None else None, history.after,
                                      p.wall_ms())
-    # A replay of an aborted checkpoint reuses its pins while the spec they came from is the same (rules.replay).
     bases = _table_bases(p, restore, latest)
     now = fingerprint(p.spec)
-    replay = replay_of(next_id, replayed(history.after, replays), now, bases)
+    clock_ms, reuse = _replay(p, next_id, replayed(history.after, replays), now, bases, clock_ms)
+    fires = _fires_timers(p, ranges, state_base, clock_ms)
+    if fires:
+        log.info("checkpoint %d: no new records, and every source partition has been idle long enough for the "
+                 "watermark to pass a pending timer (state.event_time.idle_advance): the checkpoint fires what is "
+                 "due", next_id)
+    schema_ids = _schema_ids(p, ranges, next_id, dry_run, reuse)
+    tables = _table_pins(p, bases, next_id, any(not r.is_empty for r in ranges.ranges), reuse)
+    return _Pins(state_base, clock_ms, fires, schema_ids, tables, now,
+                 reuse.checkpoint_id if reuse else None)
+
+
+def _replay(p: Pipeline, next_id: int, aborted: CheckpointView | None, now: SpecFingerprint,
+            bases: dict[str, TableVersion | None], clock_ms: int) -> tuple[int, CheckpointClaim | None]:
+    """The clock, and the aborted claim whose pins the checkpoint reuses (None: fresh pins): a replay of an
+    aborted checkpoint reuses its pins while the spec they came from is the same (`lockstep.rules.replay`);
+    one that cannot takes the wall clock now."""
+    replay = replay_of(next_id, aborted, now, bases)
     if replay is not None:
         if replay.reuses or replay.unknown:
             log.info(replay.notice(p.spec))
         else:
             log.warning(replay.notice(p.spec))
             clock_ms = p.wall_ms()
-    reuse = replay.aborted if replay is not None and replay.reuses else None
-    fires = _fires_timers(p, ranges, state_base, clock_ms)
-    if fires:
-        log.info("checkpoint %d: no new records, and every source partition has been idle long enough for the "
-                 "watermark to pass a pending timer (state.event_time.idle_advance): the checkpoint fires what is "
-                 "due", next_id)
+    return clock_ms, replay.aborted if replay is not None and replay.reuses else None
+
+
+def _schema_ids(p: Pipeline, ranges: RangePlan, next_id: int, dry_run: bool,
+                reuse: CheckpointClaim | None) -> dict[str, int]:
+    """The registry schemas the checkpoint reads into and writes with (`lockstep.formats.resolution.pin`),
+    empty without registry formats; a replay that reuses its pins takes the aborted attempt's."""
     schema_ids: dict[str, int] = {}
     if any(f.registry for f in (p.spec.source.key, p.spec.source.value, p.spec.sink.key, p.spec.sink.value)):
         # The schemas before anything is written: a sink schema the registry would reject is refused here,
@@ -167,22 +277,19 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         # The aborted attempt's schemas, as its clock: the replay reads and writes as it would have (a part it
         # left unpinned, its subject then unknown, takes the one pinned now).
         schema_ids = {**schema_ids, **reuse.schema_ids}
-    tables = _table_pins(p, bases, next_id, any(not r.is_empty for r in ranges.ranges), reuse)
-    claim = CheckpointClaim(
-        pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
-        start_source=starts.source, restored_from=restore,
-        skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec), topic_ids=ids,
-        state_base=state_base, clock_ms=clock_ms, fires_timers=fires, rerun=_rerun(restore, latest),
-        schema_ids=schema_ids, tables=tables, fingerprint=now, replays=reuse.checkpoint_id if reuse else None,
-    )
-    result = Plan(claim, ranges, dry_run, restore_rows)
-    if dry_run:
+    return schema_ids
+
+
+def _claim(p: Pipeline, result: Plan, started: float) -> Plan:
+    """Claim the planned checkpoint (the conditional create that makes its id ours), or, for a dry run,
+    record what would have been claimed and claim nothing."""
+    if result.dry_run:
         log.info("dry run, nothing claimed: %s", result.describe())
-        p.store.record_dry_run(claim)
+        p.store.record_dry_run(result.claim)
         return result
-    p.store.claim(claim)
+    p.store.claim(result.claim)
     log.info("%s (claimed in %.1f s; %d records left for later checkpoints)", result.describe(),
-             time.monotonic() - started, ranges.backlog_remaining)
+             time.monotonic() - started, result.range_plan.backlog_remaining)
     failpoints.hit("plan.after_claim")
     return result
 

@@ -39,9 +39,8 @@ from lockstep.model.checkpoint import (
     History,
     PreparedCheckpoint,
     RunFailure,
-    Savepoint,
-    validate_savepoint_name,
 )
+from lockstep.model.savepoint import Savepoint, validate_savepoint_name
 from lockstep.model.state import StateManifest
 from lockstep.store.keys import checkpoint_folder
 from lockstep.store.s3 import ListObjectsArgs, S3Client

@@ -75,18 +75,22 @@ class S3Client(Protocol):
     def get_paginator(self, operation_name: str, /) -> S3Paginator: ...
 
 
-def s3_client(client_kwargs: Mapping[str, Any], timeout_s: float | None = None) -> S3Client:
+def s3_client(client_kwargs: Mapping[str, Any], timeout_s: float | None = None,
+              max_pool_connections: int | None = None) -> S3Client:
     """A boto3 S3 client (``client_kwargs``: endpoint, credentials, region): patient by default (DAG
     tasks), or one that gives up after about ``timeout_s`` seconds per call (a page view, a DAG file
-    being parsed)."""
+    being parsed). ``max_pool_connections``: the connections it keeps to S3, for a caller whose threads
+    share it (the Checkpoints page reads a pipeline's checkpoints in parallel); botocore's default
+    otherwise."""
     import boto3
     from botocore.config import Config
 
+    pool = {} if max_pool_connections is None else {"max_pool_connections": max_pool_connections}
     # Path-style addressing works against MinIO, moto and AWS alike.
     if timeout_s is None:
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"})
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}, **pool)
     else:
         config = Config(s3={"addressing_style": "path"}, connect_timeout=timeout_s, read_timeout=timeout_s,
-                        retries={"max_attempts": 2, "mode": "standard"})
+                        retries={"max_attempts": 2, "mode": "standard"}, **pool)
     client: S3Client = boto3.client("s3", config=config, **client_kwargs)
     return client
