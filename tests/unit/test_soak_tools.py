@@ -165,7 +165,14 @@ def test_a_fault_at_the_state_upload_says_which_kind_of_state_file_the_step_had_
     # The line the step's failpoint prints, as keyed_state's first upload of a checkpoint passes it.
     log = soak.logs / "cycle-0003-run.log"
     with open(log, "w") as stderr:
-        done = threading.Thread(target=lambda: (time.sleep(0.3), (signals / "state.mid_upload").unlink()))
+        def resume() -> None:  # as the soak resumes a paused step: once the step says it is paused
+            signal, deadline = signals / "state.mid_upload", time.monotonic() + 60
+            while not signal.exists():
+                assert time.monotonic() < deadline, f"the step never paused at {signal}"
+                time.sleep(0.02)
+            signal.unlink()
+
+        done = threading.Thread(target=resume)
         done.start()
         env = {"LOCKSTEP_FAILPOINTS": "state.mid_upload=pause", failpoints.PAUSE_SIGNALS: str(signals)}
         code = ("import sys; from lockstep.model import failpoints; "
