@@ -1,5 +1,8 @@
-"""A versioned table's rows (`lockstep.tables.materialize`, ``versions:``), pure pyarrow: which versions of each key a
-delta keeps, and each key's latest value.
+"""A table's chain of files (docs/joins.md): its rows read and merged, the checkpoint's version written on the
+chain (a delta, or the chain compacted into a new base), the version an earlier attempt wrote found again, and
+a versioned table's rows (``versions:``): which versions of each key a delta keeps, and each key's latest value.
+Over pyarrow; a table's files are stored as the keyed state's are (`lockstep.store.state_files`, merged by
+`lockstep.store.state_chain`), and `lockstep.tables.materialize` computes in Spark what goes in them.
 
 A table with ``versions`` keeps, per key, its values over time: every record of its topic is a version, timed
 by the record's timestamp, and a null value is a version too (the key had no row from then on). Versions are
@@ -12,15 +15,24 @@ touches them.
 from __future__ import annotations
 
 __all__ = [
-    "latest_rows", "versioned_delta",
+    "first_written", "latest_rows", "live_keys", "read", "versioned_delta", "write",
 ]
 
+import logging
 from typing import TYPE_CHECKING
 
 from lockstep.model.state_rows import KEY, TOMBSTONE
+from lockstep.store import state_chain
+from lockstep.tables.pinning import compact_table
+from lockstep.tables.pins import TablePin, TableVersion
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from lockstep.spec import TableSpec
+    from lockstep.store.state_files import StateFiles
+
+log = logging.getLogger(__name__)
 
 #: The order of a key's versions.
 VERSION_ORDER = ("timestamp_ms", "partition", "offset")
@@ -98,3 +110,69 @@ def versioned_delta(current: pa.Table | None, new: pa.Table, retention_ms: int) 
     empty[KEY] = gone.cast(kept.schema.field(KEY).type)
     empty[TOMBSTONE] = pa.array([True] * len(gone), pa.bool_())
     return pa.concat_tables([kept, pa.table(empty, schema=kept.schema)])
+
+
+# ---- a table's files: its chain read, and the checkpoint's version written --------------------------------
+def read(files: StateFiles, version: TableVersion | None) -> pa.Table | None:
+    """The rows of a table's version (its chain merged), None when it has none."""
+    return files.read_table(version)
+
+
+def write(files: StateFiles, table: TableSpec, checkpoint_id: int, pin: TablePin, current: pa.Table | None,
+          delta: pa.Table, ends: dict[int, int]) -> tuple[pa.Table | None, TableVersion]:
+    """The checkpoint's version of the table: its delta written on the base's chain, or the chain compacted into
+    a new base when it is due (`lockstep.tables.pinning.compact_table`); its rows and the version that names
+    its files (a retry writes the same bytes, or beside them: `StateFiles.create`)."""
+    base = pin.base
+    chain = [] if base is None else list(base.files)
+    body = state_chain.parquet(delta)
+    if compact_table(list(base.file_bytes) if base is not None else [], len(body), checkpoint_id):
+        merged = state_chain.merge([t for t in (current, delta) if t is not None])
+        assert merged is not None
+        body = state_chain.parquet(merged)
+        where, digest = files.put_table(files.table_key(checkpoint_id, table.name), body)
+        keys: tuple[str, ...] = (where,)
+        digests: tuple[str, ...] = (digest,)
+        sizes: tuple[int, ...] = (len(body),)
+        rows: pa.Table | None = merged
+    else:
+        assert base is not None
+        where, digest = files.put_table(files.table_key(checkpoint_id, table.name, delta=True), body)
+        keys, digests, sizes = (*chain, where), (*base.digests, digest), (*base.file_bytes, len(body))
+        rows = state_chain.merge([t for t in (current, delta) if t is not None])
+    return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes, live_keys(rows))
+
+
+def first_written(files: StateFiles, table: TableSpec, checkpoint_id: int, pin: TablePin, current: pa.Table | None,
+                  ends: dict[int, int]) -> tuple[pa.Table | None, TableVersion] | None:
+    """The version an earlier attempt of this same pin wrote, from its file: the first of the aborted checkpoints
+    whose pins this one replays (``pin.earlier``), else an earlier attempt of this checkpoint (a retry). Not the
+    topic again: compaction or retention may have removed records of the pinned offsets since, and the version
+    built from what is left would differ from the one the first attempt joined (docs/joins.md). None: no
+    attempt got as far as writing it."""
+    base = pin.base
+    for cid in (*pin.earlier, checkpoint_id):
+        for delta in (True, False) if base is not None else (False,):
+            key = files.table_key(cid, table.name, delta=delta)
+            found = files.written(key)
+            if found is None:
+                continue
+            rows, digest, size = found
+            if delta:
+                assert base is not None
+                rows = state_chain.merge([t for t in (current, rows) if t is not None])
+                keys, digests, sizes = (*base.files, key), (*base.digests, digest), (*base.file_bytes, size)
+            else:
+                keys, digests, sizes = (key,), (digest,), (size,)
+            log.info("checkpoint %d: table %s: its pinned version as %s wrote it (%s), not read from %s again",
+                     checkpoint_id, table.name, f"aborted checkpoint {cid}" if cid != checkpoint_id
+                     else "an earlier attempt", files.url(key), table.topic)
+            return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
+                                      live_keys(rows))
+    return None
+
+
+def live_keys(rows: pa.Table | None) -> int:
+    """How many keys have a row now (a versioned table's rows hold earlier values and deletions too, and so may a
+    table whose spec dropped ``versions`` since, until its keys are touched)."""
+    return state_chain.key_count(latest_rows(rows))

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, cast
 from lockstep.errors import CheckpointError
 from lockstep.model.state_rows import KEY, TOMBSTONE
 from lockstep.spec import PipelineSpec, TableSpec
-from lockstep.tables.pinning import compact_table
+from lockstep.tables import chain
 from lockstep.tables.pins import TablePin, TableVersion
 
 if TYPE_CHECKING:
@@ -155,83 +155,23 @@ def _update(spark: JobSession, table: TableSpec, checkpoint_id: int, pin: TableP
             kafka: Mapping[str, object]) -> tuple[pa.Table | None, TableVersion, pa.Table | None]:
     """The table's rows at this checkpoint, the version that holds them (the base's when nothing was read),
     and the pinned records that do not decode (None: none read)."""
-    from lockstep.store import state_chain
-
     base = pin.base
-    current = files.read_table(base)
+    current = chain.read(files, base)
     ends = dict(base.ends) if base is not None else {}
     ends.update({r.partition: r.end for r in pin.ranges})
     if not pin.records:
         version = base if base is not None else TableVersion(table.name, table.topic, checkpoint_id, ends)
         return current, version, None
-    first = _first_written(table, checkpoint_id, pin, files, current, ends)
+    first = chain.first_written(files, table, checkpoint_id, pin, current, ends)
     if first is not None:  # its dead letters are the pinned records' as they decode (an attempt's were aborted)
         return (*first, _undecodable(spark, table, pin, kafka))
     if table.versions_ms is not None:
-        from lockstep.tables.chain import versioned_delta
-
         records, bad = _records(spark, table, pin, kafka)
-        delta = versioned_delta(current, records, table.versions_ms) if records.num_rows else _no_change(records)
+        delta = chain.versioned_delta(current, records, table.versions_ms) if records.num_rows else _no_change(records)
     else:
         delta, bad = _delta(spark, table, pin, kafka)
-    chain = [] if base is None else list(base.files)
-    body = state_chain.parquet(delta)
-    if compact_table(list(base.file_bytes) if base is not None else [], len(body), checkpoint_id):
-        merged = state_chain.merge([t for t in (current, delta) if t is not None])
-        assert merged is not None
-        body = state_chain.parquet(merged)
-        where, digest = files.put_table(files.table_key(checkpoint_id, table.name), body)
-        keys: tuple[str, ...] = (where,)
-        digests: tuple[str, ...] = (digest,)
-        sizes: tuple[int, ...] = (len(body),)
-        rows: pa.Table | None = merged
-    else:
-        assert base is not None
-        where, digest = files.put_table(files.table_key(checkpoint_id, table.name, delta=True), body)
-        keys, digests, sizes = (*chain, where), (*base.digests, digest), (*base.file_bytes, len(body))
-        rows = state_chain.merge([t for t in (current, delta) if t is not None])
-    return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
-                              _live_keys(rows)), bad
-
-
-def _first_written(table: TableSpec, checkpoint_id: int, pin: TablePin, files: StateFiles, current: pa.Table | None,
-                   ends: dict[int, int]) -> tuple[pa.Table | None, TableVersion] | None:
-    """The version an earlier attempt of this same pin wrote, from its file: the first of the aborted checkpoints
-    whose pins this one replays (``pin.earlier``), else an earlier attempt of this checkpoint (a retry). Not the
-    topic again: compaction or retention may have removed records of the pinned offsets since, and the version
-    built from what is left would differ from the one the first attempt joined (docs/joins.md). None: no
-    attempt got as far as writing it."""
-    from lockstep.store import state_chain
-
-    base = pin.base
-    for cid in (*pin.earlier, checkpoint_id):
-        for delta in (True, False) if base is not None else (False,):
-            key = files.table_key(cid, table.name, delta=delta)
-            found = files.written(key)
-            if found is None:
-                continue
-            rows, digest, size = found
-            if delta:
-                assert base is not None
-                rows = state_chain.merge([t for t in (current, rows) if t is not None])
-                keys, digests, sizes = (*base.files, key), (*base.digests, digest), (*base.file_bytes, size)
-            else:
-                keys, digests, sizes = (key,), (digest,), (size,)
-            log.info("checkpoint %d: table %s: its pinned version as %s wrote it (%s), not read from %s again",
-                     checkpoint_id, table.name, f"aborted checkpoint {cid}" if cid != checkpoint_id
-                     else "an earlier attempt", files.url(key), table.topic)
-            return rows, TableVersion(table.name, table.topic, checkpoint_id, ends, keys, digests, sizes,
-                                      _live_keys(rows))
-    return None
-
-
-def _live_keys(rows: pa.Table | None) -> int:
-    """How many keys have a row now (a versioned table's rows hold earlier values and deletions too, and so may a
-    table whose spec dropped ``versions`` since, until its keys are touched)."""
-    from lockstep.store import state_chain
-    from lockstep.tables.chain import latest_rows
-
-    return state_chain.key_count(latest_rows(rows))
+    rows, version = chain.write(files, table, checkpoint_id, pin, current, delta, ends)
+    return rows, version, bad
 
 
 def _keyed(spark: JobSession, table: TableSpec, pin: TablePin, kafka: Mapping[str, object]) -> DataFrame:
