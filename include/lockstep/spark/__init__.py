@@ -3,10 +3,13 @@ sessions), the settings every run needs (``conf``), the job that reads the claim
 (``job``, ``kafka_reader``), the two writers and what they write with (``python_writer``, ``jvm_writer``,
 ``writer_settings``), the record formats (``codecs``), routes (``routes``), the records a Spark data error
 is raised for, set aside as dead letters (``raised``), an SQL transform's analysis
-(``sql``), keyed state (``keyed_state``, ``state_worker``) and dead-letter replay as a mode of the job.
+(``sql``), keyed state (``keyed_state`` runs a stateful checkpoint's steps: ``keyed_rows``, ``state_read``,
+``windows``, ``dedup``, ``state_function_run``, ``state_write``; ``state_worker``) and dead-letter replay as a
+mode of the job.
 
 Called by the run step, the spark-submit driver (``jobs/``), ``ops`` (verify recomputes with the same
-code) and the tools. ``output_tasks`` is the job's own."""
+code) and the tools. ``output_tasks`` is the job's own; the keyed state's steps are ``keyed_state``'s (its
+``__all__`` names what others import of them)."""
 
 __all__ = [
     "codecs", "conf", "connect", "job", "jvm_writer", "kafka_reader", "keyed_state", "python_writer", "raised", "replay",
