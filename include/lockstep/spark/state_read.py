@@ -57,12 +57,6 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
 
     A column the state lacks is read as null (a nullable field added to the transform); a column the
     state has and the transform no longer gives, or one whose type changed, is refused by name."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from pyspark.sql import functions as F
-
-    from lockstep.store import state_chain
-
     assert spec.state is not None
     want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
     if base is None or not base.all_files:
@@ -77,34 +71,63 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     if plan.full:
         groups = sorted(base.files)
     else:
-        if records is not None:
-            keys = records.select([KEY, GROUP]).group_by([KEY, GROUP]).aggregate([])
-        else:
-            keys = good.select(KEY, GROUP).distinct().toArrow()
-        touched = {int(g): keys.filter(pc.equal(keys[GROUP], g))[KEY].combine_chunks()
-                   for g in pc.unique(keys[GROUP]).to_pylist()}
+        touched = _touched_keys(good, records)
         groups = sorted((set(touched) | plan.whole) & set(base.files))
     loaded = Loaded(shape.limit(0))
     loaded.chains = files.chains(base, groups)
+    loaded.selected = _selected(loaded.chains, plan, touched)
+    if not loaded.selected or records is not None:
+        return loaded
+    loaded.frame = _frame(spark, spec, base, loaded.selected, want, problems)
+    return loaded
+
+
+def _touched_keys(good: DataFrame, records: pa.Table | None) -> dict[int, pa.Array]:
+    """The keys the records touch, per key group: of the records collected when there are, else computed
+    by Spark."""
+    import pyarrow.compute as pc
+
+    if records is not None:
+        keys = records.select([KEY, GROUP]).group_by([KEY, GROUP]).aggregate([])
+    else:
+        keys = good.select(KEY, GROUP).distinct().toArrow()
+    return {int(g): keys.filter(pc.equal(keys[GROUP], g))[KEY].combine_chunks()
+            for g in pc.unique(keys[GROUP]).to_pylist()}
+
+
+def _selected(chains: dict[int, list[pa.Table]], plan: ReadPlan, touched: dict[int, pa.Array]) -> dict[int, pa.Table]:
+    """Of each group's decoded chain, the rows of its ``touched`` keys (every row of a group read whole),
+    merged; a group left with none is left out."""
+    from lockstep.store import state_chain
 
     def selected(group: int) -> pa.Table | None:
-        chain = loaded.chains[group]
+        chain = chains[group]
         if not plan.reads_whole(group):
             chain = [state_chain.select(t, touched[group]) for t in chain]
         return state_chain.merge(chain)
 
+    found: dict[int, pa.Table] = {}
     # A group at a time on each core: pyarrow's compute releases the interpreter lock, and a restore's
     # selection probes every row it read (10M keys at 10M keys of dedup state).
-    with ThreadPoolExecutor(min(SELECT_THREADS, len(loaded.chains)) or 1, thread_name_prefix="lockstep-state-select") \
+    with ThreadPoolExecutor(min(SELECT_THREADS, len(chains)) or 1, thread_name_prefix="lockstep-state-select") \
             as pool:
-        for group, merged in zip(loaded.chains, pool.map(selected, loaded.chains), strict=True):
+        for group, merged in zip(chains, pool.map(selected, chains), strict=True):
             if merged is not None and merged.num_rows:
-                loaded.selected[group] = merged
-    if not loaded.selected or records is not None:
-        return loaded
+                found[group] = merged
+    return found
+
+
+def _frame(spark: JobSession, spec: PipelineSpec, base: StateManifest, selected: dict[int, pa.Table],
+           want: dict[str, str], problems: list[str]) -> DataFrame:
+    """The rows selected as one DataFrame of the columns the state wants now: migrated when its schema
+    changed, a missing column as null, and each key's group anew when the state re-keys."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    assert spec.state is not None
     # One chunk: a Connect session's createDataFrame was seen keeping only the first chunk of a table
     # concatenated from several files (pyspark 4.0.0), dropping every other key group's rows.
-    table = pa.concat_tables(list(loaded.selected.values()), promote_options="default").combine_chunks()
+    table = pa.concat_tables(list(selected.values()), promote_options="default").combine_chunks()
     frame = cast("SparkSession", spark).createDataFrame(table)  # pyspark types both sessions alike
     if problems:
         frame = _migrated(spec, base, frame)
@@ -113,8 +136,7 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
                                for c, t in want.items()])
     if base.key_groups != spec.state.key_groups:  # re-keying (in full): every key's group anew
         frame = frame.withColumn(GROUP, F.pmod(F.xxhash64(F.col(KEY)), F.lit(spec.state.key_groups)).cast("int"))
-    loaded.frame = frame
-    return loaded
+    return frame
 
 
 def _migrated(spec: PipelineSpec, base: StateManifest, frame: DataFrame) -> DataFrame:
