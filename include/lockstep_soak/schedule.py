@@ -174,7 +174,7 @@ def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_ever
 STATE_ANCHORS = STATE_FAILPOINTS
 UPLOAD_ANCHOR, GC_ANCHOR = STATE_FAILPOINTS
 #: The kinds of state file a checkpoint uploads, as `state.mid_upload`'s detail names the first
-#: (``lockstep.spark.keyed_state``): what a fault there interrupted.
+#: (``lockstep.spark.state_write``): what a fault there interrupted.
 STATE_FILE_KINDS = ("delta", "delta-merge", "base", "compaction")
 #: The faults that mean something at such a moment: a kill -9 of the step, and every S3 fault.
 ANCHORABLE = (FaultKind.KILL_RUN, FaultKind.S3_RESTART, FaultKind.S3_SLOW, FaultKind.S3_ERRORS)

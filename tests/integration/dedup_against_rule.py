@@ -1,7 +1,7 @@
 """Both dedup operators against their Python reference (`lockstep.rules.dedup.judge`) on random keys, in
-a Spark Connect session: the driver's (`lockstep.spark.keyed_state._dedup_on_driver`: the judgement of
+a Spark Connect session: the driver's (`lockstep.spark.dedup_run._dedup_on_driver`: the judgement of
 `lockstep.spark.dedup_judge`, whose unit tests hold it to the reference without Spark, and its marks
-joined into Spark's records) and a re-keying checkpoint's, in Spark (`keyed_state._dedup`). Run as a
+joined into Spark's records) and a re-keying checkpoint's, in Spark (`dedup._dedup`). Run as a
 script by test_state.py, so the Connect client never shares the test's Python process.
 
     python dedup_against_rule.py sc://HOST:PORT SEED
@@ -23,9 +23,10 @@ import pyarrow as pa
 from lockstep.rules.dedup import PASS, Record, judge, kept, retained
 from lockstep.rules.dedup import path as rules_path
 from lockstep.rules.watermarks import EventClock
-from lockstep.spark import keyed_state
+from lockstep.spark import dedup_run as dedup
 from lockstep.spark.dedup_judge import RECORD_COLUMNS
-from lockstep.spark.keyed_state import Loaded, _dedup, _dedup_on_driver
+from lockstep.spark.dedup_run import _dedup, _dedup_on_driver
+from lockstep.spark.state_read import Loaded
 from lockstep.spec import parse_spec
 
 GOOD = ("value binary, key binary, topic string, partition int, offset bigint, error string, "
@@ -101,7 +102,7 @@ def main(url: str, seed: int) -> None:
         report["rounds"] = int(report["rounds"]) + 1  # type: ignore[call-overload]
         # The driver's: the same records collected narrow, the rows loaded as the driver holds them; every
         # other round with its marks kept on the server whatever their size.
-        keyed_state.MARKS_INLINE_BYTES = 0 if n % 2 else 8 << 20
+        dedup.MARKS_INLINE_BYTES = 0 if n % 2 else 8 << 20
         narrow = pa.table({c: pa.array([r[i] for r in records], t) for c, i, t in zip(
             RECORD_COLUMNS, (6, 8, 7, 2, 3, 4), (pa.string(), pa.int32(), pa.int64(), pa.string(), pa.int32(), pa.int64()),
             strict=True)})

@@ -99,7 +99,7 @@ def test_no_records_pass_nothing() -> None:
 
 def test_a_large_checkpoint_is_collected_in_slices_that_cover_each_offset_once() -> None:
     from lockstep.model.offsets import OffsetRange
-    from lockstep.spark.keyed_state import collect_slices
+    from lockstep.spark.dedup_run import collect_slices
 
     ranges = [OffsetRange("in", 0, 5, 25), OffsetRange("in", 1, 0, 7), OffsetRange("other", 0, 3, 3)]
     assert collect_slices(ranges, most=32) == []  # 27 offsets: one collect

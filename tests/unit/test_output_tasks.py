@@ -49,7 +49,7 @@ def test_the_readers_settings_name_each_tasks_group_and_refuse_a_count_that_diff
 def test_the_output_stays_where_it_was_read_only_when_each_record_is_in_its_tasks_partition_in_order(rows, in_place):
     import pyarrow as pa
 
-    from lockstep.spark.keyed_state import SPARK_PARTITION, _read_in_place
+    from lockstep.spark.dedup_run import SPARK_PARTITION, _read_in_place
 
     records = pa.table({"topic": pa.array([r[0] for r in rows], pa.string()),
                         "partition": pa.array([r[1] for r in rows], pa.int32()),

@@ -1,6 +1,6 @@
 """Incremental keyed state (issue 27), without services: a key group's chain of a base and deltas
 (`lockstep.store.state_chain`), what a checkpoint reads (`lockstep.rules.state_reads`), and the
-files and manifest a checkpoint writes (`lockstep.spark.keyed_state._write`, over tests/support/fake_s3)
+files and manifest a checkpoint writes (`lockstep.spark.state_write._write`, over tests/support/fake_s3)
 checked against a plain dict over many random checkpoints, with compaction and garbage collection."""
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from lockstep.model.state_rows import EVENT, GROUP, KEY, TOMBSTONE
 from lockstep.rules.compaction import Compaction, compaction_due, deltas_to_merge
 from lockstep.rules.state_reads import read_plan
 from lockstep.rules.watermarks import EventClock
-from lockstep.spark.keyed_state import Loaded, _beside_loaded, _write
+from lockstep.spark.dedup_run import _beside_loaded
+from lockstep.spark.state_read import Loaded
+from lockstep.spark.state_write import _write
 from lockstep.spec import CompactionPolicy, parse_spec
 from lockstep.store import state_chain
 from lockstep.store.state_cache import StateCache

@@ -1,6 +1,6 @@
 """A dedup checkpoint's judgement on the driver, in Arrow (pure: no Spark, no I/O).
 
-`lockstep.spark.keyed_state` collects the checkpoint's valid records narrow (the state key, its key
+`lockstep.spark.dedup_run` collects the checkpoint's valid records narrow (the state key, its key
 group, the event time and the provenance, a few dozen bytes each) and reads the state rows of the keys
 they touch; :func:`judge` then decides, by `lockstep.rules.dedup`, which records pass. Spark only marks
 them in the output (one join against the key and provenance of the passes or of the copies, whichever

@@ -2,7 +2,7 @@
 (``cogroup(...).applyInPandas``), and calls the user's function (`lockstep.state_function`).
 
 Each call returns pandas rows of one schema: ``__ls_kind`` says whether a row is an output record
-("out") or the key's new state ("state"); `lockstep.spark.keyed_state` splits them. The settings travel
+("out") or the key's new state ("state"); `lockstep.spark.state_function_run` splits them. The settings travel
 as plain values in the closure, never the spec's connections.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ KIND, OUT_KEY, OUT_HEADERS = "__ls_kind", "__ls_out_key", "__ls_out_headers"
 USER_FAILURE = re.compile(r"\bstate function [\w.]+:\w+(,|:| failed)")
 #: An output row's headers travel as JSON text (``[{"key": name, "value": base64 or null}]``, see
 #: `encode_headers`): like the timers, an array column did not survive pandas -> Arrow in cogroup
-#: (pyspark 4.0.0). `lockstep.spark.keyed_state` turns it back into Spark's Kafka header type.
+#: (pyspark 4.0.0). `lockstep.spark.state_function_run` turns it back into Spark's Kafka header type.
 OUT_COLUMNS = ((KIND, "string"), ("value", "binary"), (OUT_KEY, "binary"), ("topic", "string"),
                ("partition", "int"), ("offset", "bigint"), (OUT_HEADERS, "string"))
 #: The JSON schema of `OUT_HEADERS`, for Spark's ``from_json``.
