@@ -229,7 +229,7 @@ def test_a_platform_error_of_a_tool_is_reported_like_an_engine_error(monkeypatch
 #: the floor of its role: it is listed by its full name, and a full name wins over its package.
 LAYERS = (
     {"lockstep", "lockstep.errors", "lockstep.spec", "lockstep.paths", "lockstep.logs", "lockstep.rows",
-     "lockstep.transform", "lockstep.state_function", "lockstep.formats", "lockstep.formats.protobuf",
+     "lockstep.transform", "lockstep.state_function", "lockstep.formats", "lockstep.formats.names", "lockstep.formats.protobuf",
      "lockstep.tables", "lockstep.tables.interval_join", "lockstep.sql", "lockstep.sql.runtime"},
     {"lockstep.model", "lockstep.formats.wire", "lockstep.tables.pins"},
     {"lockstep.rules", "lockstep.tables.pinning"},

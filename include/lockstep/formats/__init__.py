@@ -17,5 +17,5 @@ adds its name to the spec's words (``lockstep.spec``), its framing to ``wire``, 
 ``resolution`` and its Spark expressions to ``codecs``: this package and its tests."""
 
 __all__ = [
-    "codecs", "protobuf", "registry", "resolution", "wire",
+    "codecs", "names", "protobuf", "registry", "resolution", "wire",
 ]

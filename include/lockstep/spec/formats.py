@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockstep.formats.names import PROTOBUF_FORMATS, REGISTRY_FORMATS, UNSUPPORTED_FORMATS
 from lockstep.spec.checker import MISSING, Checker, declared_default, declared_words, describe
 from lockstep.spec.fields import Section as SectionShape
 from lockstep.spec.shape import SPEC
@@ -17,17 +18,6 @@ from lockstep.spec.shape import SPEC
 __all__ = ["BYTES", "FormatSpec", "PROTOBUF_FORMATS", "read_format", "REGISTRY_FORMATS", "UNSUPPORTED_FORMATS"]
 
 
-#: Record formats of a key or a value (docs/formats.md): raw ``bytes`` (the default), ``string``,
-#: ``json`` (with a declared JSON Schema or without: then a VARIANT), ``avro`` (with a declared schema),
-#: ``protobuf`` (a descriptor set and a message), and the Confluent Schema Registry's framing (a magic
-#: byte, a 4-byte schema id, then the payload): ``avro-confluent``, ``json-confluent`` and
-#: ``protobuf-confluent`` (whose payload starts with the message indexes). ``FORMATS`` lists them.
-#: Formats a schema registry frames, and the registry's name of their schema type.
-REGISTRY_FORMATS = {"avro-confluent": "AVRO", "json-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}
-#: Formats whose schema is a Protobuf descriptor set (`lockstep.formats.protobuf`) and a message.
-PROTOBUF_FORMATS = ("protobuf", "protobuf-confluent")
-#: Formats named elsewhere that Lockstep refuses, with the reason (none today).
-UNSUPPORTED_FORMATS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

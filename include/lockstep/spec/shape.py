@@ -17,6 +17,7 @@ __all__ = [
 import json
 from typing import Any
 
+from lockstep.formats.names import FORMATS, TABLE_FORMATS
 from lockstep.spec.fields import UNSET, Field, Section, json_schema
 
 #: Patterns a whole value must match (Python's and ECMA's regular expressions alike).
@@ -38,8 +39,6 @@ SCHEDULE_PRESETS = frozenset(
 )
 #: Producer settings Lockstep sets itself; overriding them would break fencing or the commit margin.
 RESERVED_PRODUCER_KEYS = frozenset({"transactional.id", "enable.idempotence", "transaction.timeout.ms"})
-#: Record formats of a key or a value (docs/formats.md).
-FORMATS = ("bytes", "string", "json", "avro", "protobuf", "avro-confluent", "json-confluent", "protobuf-confluent")
 COMPATIBILITY_LEVELS = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
                         "FULL_TRANSITIVE", "NONE")
 DEFAULT_REGISTRY_CONN_ID = "schema_registry_default"
@@ -56,8 +55,6 @@ DUPLICATE_ACTIONS = ("drop", "dead_letter")
 JOIN_KINDS = ("left", "inner")
 INTERVAL_JOIN_KINDS = ("inner", "left", "right", "full")
 MISSING_ACTIONS = ("drop", "dead_letter")
-#: The formats a table's key or value may have (the registry's and Protobuf are not supported for tables yet).
-TABLE_FORMATS = ("bytes", "string", "json", "avro")
 #: The table names that would shadow the query's own view.
 RESERVED_TABLE_NAMES = ("input",)
 #: Spark types a state function's declared fields may have (``simpleString`` spelling).
