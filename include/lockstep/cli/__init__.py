@@ -41,7 +41,8 @@ def _run_tool(name: str, argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"lockstep {name}", description=text)
     tool = importlib.import_module(module_name)
     tool.add_arguments(parser)
-    return tool.main(parser.parse_args(argv))
+    status: int = tool.main(parser.parse_args(argv))  # a module found by name: its attributes are untyped
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
