@@ -2,6 +2,10 @@
 the Airflow tasks, so what works here works in a DAG."""
 from __future__ import annotations
 
+__all__ = [
+    "TOOLS", "build_parser", "main",
+]
+
 import argparse
 import importlib
 import sys

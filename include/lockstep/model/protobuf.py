@@ -12,6 +12,12 @@ well-known ``google/protobuf/*.proto`` imports are resolved here; any other refe
 """
 from __future__ import annotations
 
+__all__ = [
+    "FDP", "Messages", "UnsupportedProtobuf", "changes", "codec_key", "decode_indexes", "descriptor_set",
+    "encode_indexes", "from_registry", "index_path", "load", "message_ddl", "messages", "registry_text",
+    "resolve_message", "schema_text",
+]
+
 import base64
 import binascii
 import hashlib
