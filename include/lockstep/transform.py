@@ -47,7 +47,7 @@ def load_transform(spec: PipelineSpec) -> Transform:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise TerminalError(f"{spec.path}: transform: cannot import module {module_name!r}: {exc}") from exc
-    function = getattr(module, function_name, None)
+    function: object = getattr(module, function_name, None)
     if not callable(function):
         raise TerminalError(f"{spec.path}: transform: {module_name} has no callable {function_name!r}")
     return function

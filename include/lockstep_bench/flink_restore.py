@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lockstep_bench import flink_sql, workloads
 from lockstep_bench import pipelines as pl
@@ -167,7 +167,7 @@ class FlinkJob:
                 raise RunFailed(f"the Flink job ended (exit code {self.proc.wait()}) before {prefix.strip()}; "
                                 f"{self.tail()}")
             if line.startswith(prefix):
-                return json.loads(line[len(prefix):])
+                return cast("dict[str, Any]", json.loads(line[len(prefix):]))
 
     def tail(self) -> str:
         try:

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lockstep_bench import pipelines as pl
 from lockstep_bench import workloads
@@ -79,7 +79,7 @@ class FormatSettings:
 # ---- the input and what the filter keeps ---------------------------------------------------------
 def order_record(i: int) -> dict[str, Any]:
     """Order ``i`` as a record of ``ORDER_SCHEMA``: ``datagen.order(i, pad=PAD)``'s fields and values."""
-    return json.loads(_order_json(i))
+    return cast("dict[str, Any]", json.loads(_order_json(i)))
 
 
 def _order_json(i: int) -> bytes:

@@ -87,7 +87,7 @@ def growth(small: dict[str, Any], large: dict[str, Any], key: str) -> float | No
     a, b = small.get(key), large.get(key)
     if a is None or b is None or not a:
         return None
-    return b / a
+    return float(b / a)
 
 
 # ---- Markdown --------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
@@ -44,7 +44,7 @@ class Command:
 def parse_result(stdout: str) -> dict[str, Any]:
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT):
-            return json.loads(line[len(RESULT):])
+            return cast("dict[str, Any]", json.loads(line[len(RESULT):]))
     raise RuntimeError("the benchmark helper printed no BENCH_RESULT line; last output:\n" + stdout[-3000:])
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -291,14 +292,18 @@ def _breakdown(add: Any, res: Results) -> None:
     sp = [r for r in res.main if r["pipeline"] == SPARK]
     if not modes or not sp:
         return
-    med = lambda runs, f: median([f(r) for r in runs])
-    session = lambda r: r["inner"].get("session_seconds") or 0.0
+    def med(runs: list[dict[str, Any]], f: Callable[[dict[str, Any]], float]) -> float:
+        return median([f(r) for r in runs])
+
+    def session(r: dict[str, Any]) -> float:
+        return float(r["inner"].get("session_seconds") or 0.0)
+
     add("### Where the time goes (main input, medians)")
     add("")
     add("| step | " + " | ".join(f"{LABELS[mode]} s" for mode, _ in modes) + " | Spark at-least-once s |")
     add("| --- | " + " | ".join("---:" for _ in modes) + " | ---: |")
 
-    def row(label: str, lockstep: Any, spark: str) -> None:
+    def row(label: str, lockstep: Callable[[dict[str, Any]], float], spark: str) -> None:
         add(f"| {label} | " + " | ".join(f"{med(runs, lockstep):.1f}" for _, runs in modes) + f" | {spark} |")
 
     row("plan (recover, list offsets, claim in S3)", lambda r: r["inner"]["plan_s"], "–")
@@ -341,7 +346,10 @@ def _airflow(add: Any, res: Results) -> None:
     add("")
     add("| runs | run wall s | tasks running s | overhead s | plan s | run s | commit s |")
     add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    task = lambda name: median([r["per_task_s"].get(name, 0.0) for r in rows])
+
+    def task(name: str) -> float:
+        return median([r["per_task_s"].get(name, 0.0) for r in rows])
+
     add(f"| {len(rows)} | {median([r['wall_s'] for r in rows]):.1f} | {median([r['tasks_s'] for r in rows]):.1f} | "
         f"{median([r['overhead_s'] for r in rows]):.1f} | {task('plan'):.1f} | {task('run'):.1f} | "
         f"{task('commit'):.1f} |")
@@ -514,7 +522,9 @@ def _fixed(add: Any, res: Results) -> None:
             rows = [r for r in res.fixed if r["kind"] == kind and r.get("mode", "submit") == mode]
             if not rows:
                 continue
-            inner = lambda key, rows=rows: median([r["inner"].get(key) for r in rows])
+            def inner(key: str, rows: list[dict[str, Any]] = rows) -> float:
+                return median([r["inner"].get(key) for r in rows])
+
             session = inner("session_seconds")
             totals[mode, kind] = inner("total_s")
             add(f"| {mode_label} | {label} | {len(rows)} | {inner('total_s'):.2f} | "

@@ -6,17 +6,18 @@ a shared machine hits all of them alike; the report quotes medians and ratios me
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from lockstep.paths import cache_dir, project_root
 from lockstep_bench import (
@@ -53,6 +54,8 @@ from lockstep_bench.results import (
 
 if TYPE_CHECKING:
     from lockstep_dev.platform import Platform
+
+S = TypeVar("S")
 
 
 @dataclass
@@ -466,13 +469,30 @@ def restart_connect(platform: Platform, warm_checkpoints: bool = False) -> int:
     return int(platform.state.pids["spark-connect"])
 
 
-def _opening(settings: Any) -> dict[str, Any]:
+class FocusedSettings(Protocol):
+    """What the runner reads of every focused bench's settings (`keyed_state.StateSettings`,
+    `windowed.WindowSettings`, ...): where its report, results and platform go, and the settings as its
+    results record them."""
+
+    @property
+    def report(self) -> Path: ...
+
+    @property
+    def results(self) -> Path | None: ...
+
+    @property
+    def state_dir(self) -> Path | None: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def _opening(settings: FocusedSettings) -> dict[str, Any]:
     """The first fields of a focused bench's results: its settings, when, at which commit, the load."""
     return {"settings": settings.to_json(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "commit": commit_of(project_root()), "load": {"start": os.getloadavg()}}
 
 
-def _kept(results: dict[str, Any], settings: Any, results_path: Path, started: float,
+def _kept(results: dict[str, Any], settings: FocusedSettings, results_path: Path, started: float,
           write: Callable[[dict[str, Any], Path], object]) -> Path:
     """A focused bench's end: its duration, the raw results and the report (``write``) on disk."""
     results["seconds"] = round(time.monotonic() - started, 1)
@@ -485,55 +505,76 @@ def _kept(results: dict[str, Any], settings: Any, results_path: Path, started: f
     return report_path
 
 
+def _focused_run(settings: FocusedSettings, name: str, write: Callable[[dict[str, Any], Path], object],
+                 measure: Callable[[Platform, Path, dict[str, Any]], None],
+                 before: Callable[[Path, dict[str, Any]], None] | None = None,
+                 warm_checkpoints: bool = False) -> tuple[dict[str, Any], Path]:
+    """What every focused bench does around its measurement: its work folder (``--state-dir``, else a new
+    one), its results' opening (`_opening`), then ``before`` (what must precede any measurement: setting up
+    peers may download), ``measure`` on an isolated platform, and the results and report kept (`_kept`).
+    Returns the results and the report's path."""
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix=f"lockstep-bench-{name}-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results = _opening(settings)
+    if before is not None:
+        before(root, results)
+    results_path = settings.results or (root / "results.json")
+    with isolated_platform(root, warm_checkpoints=warm_checkpoints) as platform:
+        results["environment"] = environment(platform.kafka.bootstrap)
+        measure(platform, root, results)
+        results["load"]["end"] = os.getloadavg()
+    return results, _kept(results, settings, results_path, started, write)
+
+
+def _flink_peer(results: dict[str, Any]) -> None:
+    """Flink SQL set up (it may download) and its versions in the results."""
+    peers.ensure(peers.FLINK, cache_dir(), log)
+    results["peers"] = {k: v for k, v in peers.versions().items() if k.startswith(("pyflink", "flink"))}
+
+
 def run_state_bench(settings: keyed_state.StateSettings) -> Path:
     """``--state-only``: what keyed state costs per checkpoint by state size (lockstep_bench.keyed_state)."""
     from lockstep_bench import keyed_state_report
 
-    started = time.monotonic()
-    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-state-"))
-    root.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {**_opening(settings), "notes": []}
-    if settings.flink:  # before any measurement: may download
-        peers.ensure(peers.FLINK, cache_dir(), log)
-        results["peers"] = {k: v for k, v in peers.versions().items() if k.startswith(("pyflink", "flink"))}
-    results_path = settings.results or (root / "results.json")
     saved_cache = os.environ.get("LOCKSTEP_STATE_CACHE")
-    os.environ["LOCKSTEP_STATE_CACHE"] = str(root / "state-cache")  # the checkpoints' local cache, emptied for cold runs
-    # 10M keys built up in one checkpoint ran the 1g server out of heap; each size's figures are its own run's.
-    os.environ.setdefault("LOCKSTEP_CONNECT_DRIVER_MEMORY", "6g" if max(settings.keys) > 2_000_000 else "1g")
-    with isolated_platform(root) as platform:
-        results["environment"] = environment(platform.kafka.bootstrap)
+
+    def before(root: Path, results: dict[str, Any]) -> None:
+        results["notes"] = []
+        if settings.flink:  # before any measurement: may download
+            _flink_peer(results)
+        os.environ["LOCKSTEP_STATE_CACHE"] = str(root / "state-cache")  # the checkpoints' local cache, emptied for cold runs
+        # 10M keys built up in one checkpoint ran the 1g server out of heap; each size's figures are its own run's.
+        os.environ.setdefault("LOCKSTEP_CONNECT_DRIVER_MEMORY", "6g" if max(settings.keys) > 2_000_000 else "1g")
+
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
         bench = keyed_state.StateBench(settings, platform.kafka.bootstrap, platform.spark_connect.url,
                                        platform.state.pids["spark-connect"], root, log,
                                        restart_connect=lambda warm: restart_connect(platform, warm),
                                        bucket=platform.state.bucket)
         results["sizes"] = bench.measure()
-        results["load"]["end"] = os.getloadavg()
+
+    report_path = _focused_run(settings, "state", keyed_state_report.write, measure, before)[1]
     if saved_cache is None:
         os.environ.pop("LOCKSTEP_STATE_CACHE", None)
     else:
         os.environ["LOCKSTEP_STATE_CACHE"] = saved_cache
-    return _kept(results, settings, results_path, started, keyed_state_report.write)
+    return report_path
 
 
 def run_windows_bench(settings: windowed.WindowSettings) -> Path:
     """``--windows-only``: the windowed count per key raced against Flink SQL and Quix (lockstep_bench.windowed)."""
     from lockstep_bench import windowed_report
 
-    started = time.monotonic()
-    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-windows-"))
-    root.mkdir(parents=True, exist_ok=True)
-    results = _opening(settings)
-    if set(settings.engines) - {windowed.LOCKSTEP}:
-        results["peers"] = peers.setup_all(log)  # before any measurement: may download
-    results_path = settings.results or (root / "results.json")
-    with isolated_platform(root) as platform:
-        results["environment"] = environment(platform.kafka.bootstrap)
-        race = windowed.WindowRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
-                                   platform.state.pids["spark-connect"], root, log)
-        results["race"] = race.measure()
-        results["load"]["end"] = os.getloadavg()
-    report_path = _kept(results, settings, results_path, started, windowed_report.write)
+    def before(root: Path, results: dict[str, Any]) -> None:
+        if set(settings.engines) - {windowed.LOCKSTEP}:
+            results["peers"] = peers.setup_all(log)  # before any measurement: may download
+
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
+        results["race"] = windowed.WindowRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
+                                              platform.state.pids["spark-connect"], root, log).measure()
+
+    results, report_path = _focused_run(settings, "windows", windowed_report.write, measure, before)
     wrong = [r["check"]["summary"] for r in results["race"]["runs"] + results["race"]["warm_up"]
              if r["pipeline"] == windowed.LOCKSTEP and not r["check"]["exact"]]
     if wrong:
@@ -546,21 +587,15 @@ def run_joins_bench(settings: joins.JoinSettings) -> Path:
     join (lockstep_bench.joins)."""
     from lockstep_bench import joins_report
 
-    started = time.monotonic()
-    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-joins-"))
-    root.mkdir(parents=True, exist_ok=True)
-    results = _opening(settings)
-    if joins.FLINK in settings.engines:  # before any measurement: may download
-        peers.ensure(peers.FLINK, cache_dir(), log)
-        results["peers"] = {k: v for k, v in peers.versions().items() if k.startswith(("pyflink", "flink"))}
-    results_path = settings.results or (root / "results.json")
-    with isolated_platform(root) as platform:
-        results["environment"] = environment(platform.kafka.bootstrap)
-        race = joins.JoinRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
-                              platform.state.pids["spark-connect"], root, log)
-        results["race"] = race.measure()
-        results["load"]["end"] = os.getloadavg()
-    report_path = _kept(results, settings, results_path, started, joins_report.write)
+    def before(root: Path, results: dict[str, Any]) -> None:
+        if joins.FLINK in settings.engines:  # before any measurement: may download
+            _flink_peer(results)
+
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
+        results["race"] = joins.JoinRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
+                                         platform.state.pids["spark-connect"], root, log).measure()
+
+    results, report_path = _focused_run(settings, "joins", joins_report.write, measure, before)
     sm = joins_report.summary(results)
     log(f"Lockstep ÷ Flink SQL ({sm['flink_join']} join): " + ("not measured (Flink did not run)" if sm["ratio"] is None
         else f"{sm['ratio']}× (target {sm['target']}×: {'met' if sm['met'] else 'not met'})") +
@@ -577,19 +612,15 @@ def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
     and Quix (lockstep_bench.freshness)."""
     from lockstep_bench import freshness_report
 
-    started = time.monotonic()
-    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-freshness-"))
-    root.mkdir(parents=True, exist_ok=True)
-    results = _opening(settings)
-    if set(settings.engines) - {freshness.LOCKSTEP}:
-        results["peers"] = peers.setup_all(log)  # before any measurement: may download
-    results_path = settings.results or (root / "results.json")
-    with isolated_platform(root, warm_checkpoints=settings.warm_checkpoints) as platform:
-        results["environment"] = environment(platform.kafka.bootstrap)
-        race = freshness.FreshnessRace(settings, platform, root, log)
-        results["race"] = race.measure()
-        results["load"]["end"] = os.getloadavg()
-    report_path = _kept(results, settings, results_path, started, freshness_report.write)
+    def before(root: Path, results: dict[str, Any]) -> None:
+        if set(settings.engines) - {freshness.LOCKSTEP}:
+            results["peers"] = peers.setup_all(log)  # before any measurement: may download
+
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
+        results["race"] = freshness.FreshnessRace(settings, platform, root, log).measure()
+
+    results, report_path = _focused_run(settings, "freshness", freshness_report.write, measure, before,
+                                        warm_checkpoints=settings.warm_checkpoints)
     for line in freshness_report.headline(results):
         log(line)
     wrong = [f"{r['engine']} ({freshness.pipeline_of(r)}) at {r['rate']}/s" for r in results["race"]["runs"]
@@ -603,17 +634,10 @@ def run_formats_bench(settings: formats.FormatSettings) -> Path:
     """``--formats-only``: Avro through the Schema Registry against the perf tool (lockstep_bench.formats)."""
     from lockstep_bench import formats_report
 
-    started = time.monotonic()
-    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-formats-"))
-    root.mkdir(parents=True, exist_ok=True)
-    results = _opening(settings)
-    results_path = settings.results or (root / "results.json")
-    with isolated_platform(root) as platform:
-        results["environment"] = environment(platform.kafka.bootstrap)
-        race = formats.FormatsRace(settings, platform, root, log)
-        results["race"] = race.measure()
-        results["load"]["end"] = os.getloadavg()
-    report_path = _kept(results, settings, results_path, started, formats_report.write)
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
+        results["race"] = formats.FormatsRace(settings, platform, root, log).measure()
+
+    results, report_path = _focused_run(settings, "formats", formats_report.write, measure)
     for line in formats_report.headline(results):
         log(line)
     return report_path
@@ -735,47 +759,46 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return settings
 
 
+#: The options every focused bench takes (argument -> its settings' field).
+_FOCUSED_OPTIONS = {"partitions": "partitions", "report": "report", "results": "results", "state_dir": "state_dir"}
+
+
+def _focused_settings(kind: Callable[..., S], args: argparse.Namespace, options: Mapping[str, str]) -> S:
+    """A focused bench's settings: ``kind``'s defaults, overridden by each of its ``options`` (argument ->
+    field) and `_FOCUSED_OPTIONS` that the command line gives."""
+    names = {**options, **_FOCUSED_OPTIONS}
+    return kind(**{field: getattr(args, arg) for arg, field in names.items() if getattr(args, arg, None) is not None})
+
+
 def state_settings_from_args(args: argparse.Namespace) -> keyed_state.StateSettings:
     """``--state-only``'s settings; ``--partitions``, ``--report``, ``--results`` and ``--state-dir`` apply too."""
-    names = {"state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
-             "state_new_keys": "new_keys", "state_key_groups": "key_groups", "state_touched": "touched",
-             "state_flink": "flink", "state_flink_s3": "flink_s3", "state_restores": "restores",
-             "partitions": "partitions",
-             "report": "report", "results": "results", "state_dir": "state_dir"}
-    return keyed_state.StateSettings(**{field: getattr(args, arg) for arg, field in names.items()
-                                        if getattr(args, arg, None) is not None})
+    return _focused_settings(keyed_state.StateSettings, args, {
+        "state_keys": "keys", "state_records": "records", "state_checkpoints": "checkpoints",
+        "state_new_keys": "new_keys", "state_key_groups": "key_groups", "state_touched": "touched",
+        "state_flink": "flink", "state_flink_s3": "flink_s3", "state_restores": "restores"})
 
 
 def windows_settings_from_args(args: argparse.Namespace) -> windowed.WindowSettings:
-    names = {"windows_records": "records", "windows_engines": "engines", "partitions": "partitions",
-             "repeats": "repeats", "report": "report", "results": "results", "state_dir": "state_dir"}
-    return windowed.WindowSettings(**{field: getattr(args, arg) for arg, field in names.items()
-                                      if getattr(args, arg, None) is not None})
+    return _focused_settings(windowed.WindowSettings, args, {
+        "windows_records": "records", "windows_engines": "engines", "repeats": "repeats"})
 
 
 def joins_settings_from_args(args: argparse.Namespace) -> joins.JoinSettings:
-    names = {"joins_records": "records", "joins_keys": "keys", "joins_engines": "engines",
-             "joins_flink_join": "flink_join", "partitions": "partitions", "repeats": "repeats", "report": "report",
-             "results": "results", "state_dir": "state_dir"}
-    return joins.JoinSettings(**{field: getattr(args, arg) for arg, field in names.items()
-                                 if getattr(args, arg, None) is not None})
+    return _focused_settings(joins.JoinSettings, args, {
+        "joins_records": "records", "joins_keys": "keys", "joins_engines": "engines",
+        "joins_flink_join": "flink_join", "repeats": "repeats"})
 
 
 def freshness_settings_from_args(args: argparse.Namespace) -> freshness.FreshnessSettings:
-    names = {"freshness_rates": "rates", "freshness_windowed_rates": "windowed_rates",
-             "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
-             "freshness_engines": "engines", "freshness_tasks": "tasks", "partitions": "partitions", "report": "report",
-             "results": "results",
-             "state_dir": "state_dir"}
-    return freshness.FreshnessSettings(**{field: getattr(args, arg) for arg, field in names.items()
-                                          if getattr(args, arg, None) is not None})
+    return _focused_settings(freshness.FreshnessSettings, args, {
+        "freshness_rates": "rates", "freshness_windowed_rates": "windowed_rates",
+        "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
+        "freshness_engines": "engines", "freshness_tasks": "tasks"})
 
 
 def formats_settings_from_args(args: argparse.Namespace) -> formats.FormatSettings:
-    names = {"formats_records": "records", "formats_parts": "parts", "partitions": "partitions", "repeats": "repeats",
-             "report": "report", "results": "results", "state_dir": "state_dir"}
-    return formats.FormatSettings(**{field: getattr(args, arg) for arg, field in names.items()
-                                     if getattr(args, arg, None) is not None})
+    return _focused_settings(formats.FormatSettings, args, {
+        "formats_records": "records", "formats_parts": "parts", "repeats": "repeats"})
 
 
 def rewrite_report(results: Path, report_path: Path, baseline: Path | None = None) -> Path:
@@ -793,55 +816,57 @@ def rewrite_report(results: Path, report_path: Path, baseline: Path | None = Non
     return path
 
 
-def _rerender(write: Any, default: Path, report: Path | None, results: Path) -> None:
-    """Write a section's report again from its saved results (``--from-results``), with its ``write``."""
-    path = report or default
-    path = path if path.is_absolute() else project_root() / path
-    write(json.loads(results.read_text()), path, rerendered=True)
-    log(f"report rewritten to {path} from {results}")
+class ReportWriter(Protocol):
+    """A focused bench's report module's ``write``: the report at ``path`` from a run's results."""
+
+    def __call__(self, results: dict[str, Any], path: Path, rerendered: bool = False) -> None: ...
+
+
+@dataclass(frozen=True)
+class Focused:
+    """A focused bench of the command line: its ``--X-only`` flag measures only it, into its own report,
+    or with ``--from-results`` only writes that report again from a saved run's results."""
+
+    #: the attribute of ``args`` that its ``--X-only`` flag sets
+    only: str
+    #: its report's module in lockstep_bench, imported only when it is written (as its run imports it)
+    report: str
+    #: its settings: their default ``report`` is where a report written again goes without ``--report``
+    settings: Callable[[], FocusedSettings]
+    #: its measurement, with the settings the command line gives
+    run: Callable[[argparse.Namespace], Path]
+
+    def main(self, args: argparse.Namespace) -> None:
+        if not args.from_results:
+            self.run(args)
+            return
+        write = cast(ReportWriter, importlib.import_module(f"lockstep_bench.{self.report}").write)
+        path = args.report or self.settings().report
+        path = path if path.is_absolute() else project_root() / path
+        write(json.loads(args.from_results.read_text()), path, rerendered=True)
+        log(f"report rewritten to {path} from {args.from_results}")
+
+
+#: The focused benches, in the order their flags are looked at: the first one given runs, alone.
+FOCUSED = (
+    Focused("freshness_only", "freshness_report", freshness.FreshnessSettings,
+            lambda args: run_freshness_bench(freshness_settings_from_args(args))),
+    Focused("formats_only", "formats_report", formats.FormatSettings,
+            lambda args: run_formats_bench(formats_settings_from_args(args))),
+    Focused("joins_only", "joins_report", joins.JoinSettings,
+            lambda args: run_joins_bench(joins_settings_from_args(args))),
+    Focused("windows_only", "windowed_report", windowed.WindowSettings,
+            lambda args: run_windows_bench(windows_settings_from_args(args))),
+    Focused("state_only", "keyed_state_report", keyed_state.StateSettings,
+            lambda args: run_state_bench(state_settings_from_args(args))),
+)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.freshness_only:
-        if args.from_results:
-            from lockstep_bench import freshness_report
-
-            _rerender(freshness_report.write, freshness.FreshnessSettings().report, args.report, args.from_results)
-        else:
-            run_freshness_bench(freshness_settings_from_args(args))
-        return 0
-    if args.formats_only:
-        if args.from_results:
-            from lockstep_bench import formats_report
-
-            _rerender(formats_report.write, formats.FormatSettings().report, args.report, args.from_results)
-        else:
-            run_formats_bench(formats_settings_from_args(args))
-        return 0
-    if args.joins_only:
-        if args.from_results:
-            from lockstep_bench import joins_report
-
-            _rerender(joins_report.write, joins.JoinSettings().report, args.report, args.from_results)
-        else:
-            run_joins_bench(joins_settings_from_args(args))
-        return 0
-    if args.windows_only:
-        if args.from_results:
-            from lockstep_bench import windowed_report
-
-            _rerender(windowed_report.write, windowed.WindowSettings().report, args.report, args.from_results)
-        else:
-            run_windows_bench(windows_settings_from_args(args))
-        return 0
-    if args.state_only:
-        if args.from_results:
-            from lockstep_bench import keyed_state_report
-
-            _rerender(keyed_state_report.write, keyed_state.StateSettings().report, args.report, args.from_results)
-        else:
-            run_state_bench(state_settings_from_args(args))
-        return 0
+    for focused in FOCUSED:
+        if getattr(args, focused.only):
+            focused.main(args)
+            return 0
     if args.from_results:
         rewrite_report(args.from_results, args.report or Path("docs/BENCHMARKS.md"), args.baseline)
         return 0

@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from lockstep.paths import project_root
 from lockstep_dev import procs
@@ -61,7 +62,7 @@ class AirflowConfig:
         path = self.home / PASSWORDS_FILE
         if not path.exists():
             return None
-        return json.loads(path.read_text()).get("admin")
+        return cast("dict[str, str]", json.loads(path.read_text())).get("admin")
 
 
 def start(config: AirflowConfig, log_file: Path, env: Mapping[str, str], airflow_bin: str) -> int:
@@ -72,4 +73,4 @@ def start(config: AirflowConfig, log_file: Path, env: Mapping[str, str], airflow
 def is_ready(config: AirflowConfig) -> bool:
     with urllib.request.urlopen(f"{config.url}/api/v2/monitor/health", timeout=3) as resp:
         body = json.loads(resp.read())
-    return resp.status == 200 and body.get("scheduler", {}).get("status") == "healthy"
+    return cast(int, resp.status) == 200 and body.get("scheduler", {}).get("status") == "healthy"

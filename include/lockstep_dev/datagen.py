@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 CURRENCIES = ("EUR", "USD", "GBP")
 
@@ -154,7 +154,7 @@ def produce_avro_orders(bootstrap: str, topic: str, registry_url: str, count: in
     def value(i: int) -> bytes:
         if malformed_every and i % malformed_every == 0:
             return f"not avro {i}".encode()
-        return serialize(json.loads(order(i)), context)
+        return cast(bytes, serialize(json.loads(order(i)), context))
 
     send(bootstrap, topic, ((value(i), i % parts, f"o{i}".encode()) for i in range(start, start + count)))
 

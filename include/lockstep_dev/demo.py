@@ -47,7 +47,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
-    say = lambda text: print(text, file=out, flush=True)
+    def say(text: str) -> None:
+        print(text, file=out, flush=True)
+
     platform = Platform()
     say("1/5 starting the local platform (Kafka, S3, Schema Registry, Spark Connect, Airflow) ...")
     platform.up(with_airflow=True, with_connect=True, out=out)

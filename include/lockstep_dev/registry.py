@@ -19,6 +19,7 @@ import os
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from lockstep.paths import registry_app_dir, registry_java
 from lockstep_dev import procs
@@ -78,4 +79,4 @@ def is_ready(config: RegistryConfig) -> bool:
     """The Confluent API lists subjects: the HTTP server is up and the storage is open."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     with opener.open(f"{config.url}/subjects", timeout=2) as response:
-        return response.status == 200
+        return cast(int, response.status) == 200

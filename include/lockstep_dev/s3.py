@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from lockstep.paths import minio_binary
 from lockstep_dev import procs
@@ -97,11 +97,11 @@ def client(config: S3Config, max_attempts: int | None = None) -> DevS3Client:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    return cast("DevS3Client", boto3.client(
         "s3", endpoint_url=config.endpoint, aws_access_key_id=ACCESS_KEY,
         aws_secret_access_key=SECRET_KEY, region_name=REGION,
         config=Config(retries={"max_attempts": max_attempts}) if max_attempts else None,
-    )
+    ))
 
 
 def is_ready(config: S3Config) -> bool:

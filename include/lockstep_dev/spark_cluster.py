@@ -13,7 +13,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lockstep_dev import procs
 
@@ -87,7 +87,7 @@ def start_worker(config: SparkClusterConfig, index: int, log_file: Path) -> int:
 def master_state(config: SparkClusterConfig) -> dict[str, Any]:
     """The master's own view (its web UI's JSON): alive workers, running applications."""
     with urllib.request.urlopen(f"{config.ui_url}/json/", timeout=3) as resp:
-        return json.loads(resp.read())
+        return cast("dict[str, Any]", json.loads(resp.read()))
 
 
 def alive_workers(config: SparkClusterConfig) -> int:

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lockstep.kafka.topics import record_headers
 from lockstep.model.output_contract import (
@@ -288,7 +288,7 @@ def _order_id(value: bytes | None) -> str | None:
     if value is None:  # a tombstone is not an order
         return None
     try:
-        return json.loads(value)["order_id"]
+        return cast(str, json.loads(value)["order_id"])
     except Exception:  # noqa: BLE001 - anything that is not an order is a mismatch
         return None
 

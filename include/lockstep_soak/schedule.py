@@ -135,7 +135,7 @@ def family(kind: FaultKind) -> str:
         return "kafka"
     if kind in (FaultKind.S3_RESTART, FaultKind.S3_SLOW, FaultKind.S3_ERRORS):
         return "s3"
-    return kind.value
+    return str(kind.value)
 
 
 def plan_faults(seed: int, cycles: int, kinds: tuple[FaultKind, ...], clean_every: int = 4,

@@ -90,7 +90,7 @@ def nice_step(span: float, count: int = 4, integer: bool = False) -> float:
     raw = span / max(count, 1)
     if integer and raw <= 1:
         return 1.0
-    power = 10 ** math.floor(math.log10(raw))
+    power: float = 10 ** math.floor(math.log10(raw))  # an int ** int: typed Any, as a negative power is a float
     for factor in (1, 2, 2.5, 5, 10):
         step = factor * power
         if step >= raw * (1 - 1e-9) and not (integer and step % 1):

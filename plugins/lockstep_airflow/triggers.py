@@ -29,7 +29,7 @@ class LockstepLagTrigger(BaseEventTrigger):
     (Airflow shares rows between watchers with equal arguments)."""
 
     def __init__(self, spec_path: str, pipeline: str, poll_s: float = 5.0) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseEventTrigger.__init__ is unannotated
         self.spec_path = spec_path
         self.pipeline = pipeline
         self.poll_s = poll_s

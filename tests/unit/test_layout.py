@@ -522,8 +522,26 @@ def test_the_surface_check_fails_on_a_planted_private_import_and_a_private_modul
     assert surface_violations({"lockstep.steps.planted": "from lockstep.steps.plan import plan\n"}) == []
 
 
-def test_every_role_package_and_top_level_module_of_the_core_declares_its_surface():
-    missing = sorted(m for m, p in module_files().items() if package_of(m) == ENGINE and m != ENGINE
-                     and (m.count(".") == 1) and declared_all(p.read_text()) is None
-                     and m not in ("lockstep.cli", "lockstep.__main__"))
-    assert missing == []
+#: The core's modules that may lack ``__all__``, each with why: nothing else is excused.
+WITHOUT_SURFACE = {
+    "lockstep.__main__": "run by `python -m lockstep`, never imported",
+    "lockstep.cli.commands": "rewritten by another change of issue 68 (add_parsers split): its __all__ is added "
+                             "once that change is merged, and this entry goes",
+}
+
+
+def modules_without_surface(texts: dict[str, str]) -> list[str]:
+    """The core's modules (the package, its role packages and every module in them) whose source
+    declares no ``__all__``, apart from `WITHOUT_SURFACE`."""
+    return sorted(m for m, text in texts.items() if package_of(m) == ENGINE and m not in WITHOUT_SURFACE
+                  and declared_all(text) is None)
+
+
+def test_every_module_of_the_core_declares_its_surface():
+    assert modules_without_surface(_sources()) == []
+
+
+def test_the_surface_declaration_check_fails_on_a_planted_module_without_one():
+    planted = {"lockstep.rules.planted": "def decide() -> None: ...\n",
+               "lockstep.planted": "__all__ = ['decide']\ndef decide() -> None: ...\n"}
+    assert modules_without_surface({**_sources(), **planted}) == ["lockstep.rules.planted"]

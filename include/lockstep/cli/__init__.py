@@ -2,6 +2,10 @@
 the Airflow tasks, so what works here works in a DAG."""
 from __future__ import annotations
 
+__all__ = [
+    "TOOLS", "build_parser", "main",
+]
+
 import argparse
 import importlib
 import sys
@@ -41,7 +45,8 @@ def _run_tool(name: str, argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"lockstep {name}", description=text)
     tool = importlib.import_module(module_name)
     tool.add_arguments(parser)
-    return tool.main(parser.parse_args(argv))
+    status: int = tool.main(parser.parse_args(argv))  # a module found by name: its attributes are untyped
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,8 +19,9 @@ __all__ = [
     "Reading", "Writing", "missing_subject", "pin", "readings", "writings",
 ]
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from lockstep.errors import TerminalError
 from lockstep.formats.registry import RegistryError, SchemaRegistry, registry_for
@@ -83,14 +84,10 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None,
     its subject, if the registry holds none, is left out. A missing subject of a topic in it is terminal
     (`missing_subject`)."""
     out = []
-    for part, fmt in (("value", spec.source.value), ("key", spec.source.key)):
-        if not fmt.decoded:
-            continue
-        if not fmt.registry:
-            message = _declared_message(spec, f"source.{part}", fmt) if fmt.protobuf else None
+    for part, fmt, registry, message in _decoded_parts(spec, "source"):
+        if registry is None:
             out.append(Reading(part, fmt, fmt.schema, message=message))
             continue
-        registry = registry_for(spec.source.registry_conn_id)
         subjects = {topic: fmt.subject_for(topic, part) for topic in spec.source.topics}
         writers: dict[int, str] = {}
         ids: dict[str, tuple[int, ...]] = {}
@@ -123,6 +120,23 @@ def readings(spec: PipelineSpec, pinned: Mapping[str, int] | None = None,
             continue
         out.append(Reading(part, fmt, fmt.schema or pinned_text or latest, writers, subjects, ids))
     return tuple(out)
+
+
+def _decoded_parts(spec: PipelineSpec, side: Literal["source", "sink"]
+                   ) -> Iterator[tuple[str, FormatSpec, SchemaRegistry | None, str | None]]:
+    """The parts of the source's or the sink's records that a format decodes or encodes (value, then key),
+    each as (part, format, registry, message). A format without a registry has no registry, and a Protobuf
+    one its message (`_declared_message`); a registry part has the registry its schemas come from and no
+    message yet (that comes with the subject's schema). What `readings` and `writings` both walk before
+    reading and writing part ways."""
+    section = spec.source if side == "source" else spec.sink
+    for part, fmt in (("value", section.value), ("key", section.key)):
+        if not fmt.decoded:
+            continue
+        if not fmt.registry:
+            yield part, fmt, None, _declared_message(spec, f"{side}.{part}", fmt) if fmt.protobuf else None
+        else:
+            yield part, fmt, registry_for(section.registry_conn_id), None
 
 
 def missing_subject(spec: PipelineSpec, part: str, topic: str, subject: str, registry: str) -> TerminalError:
@@ -177,14 +191,10 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
     (``auto_register``); the run writes with the schema its claim pinned (``pinned``), or looks it up.
     ``dry_run``: a schema that ``auto_register`` would register is accepted, without its id."""
     out = []
-    for part, fmt in (("value", spec.sink.value), ("key", spec.sink.key)):
-        if not fmt.decoded:
-            continue
-        if not fmt.registry:
-            message = _declared_message(spec, f"sink.{part}", fmt) if fmt.protobuf else None
+    for part, fmt, registry, message in _decoded_parts(spec, "sink"):
+        if registry is None:
             out.append(Writing(part, fmt, fmt.schema, message=message))
             continue
-        registry = registry_for(spec.sink.registry_conn_id)
         # Each route's topic has a subject of its own under the topic name strategy; a declared one is shared.
         routed = (None, *(t for t, _ in spec.sink.routes)) if fmt.subject is None else (None,)
         for topic in routed:

@@ -35,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from lockstep.kafka.client_configs import ClientConfig
 from lockstep.model.offsets import TopicPartition
@@ -205,7 +205,7 @@ class KafkaTransactionAdmin:
     # ---- kafka-python's connection manager -------------------------------------------------------
     def _run(self, attempt: Callable[[], Awaitable[T]]) -> T:
         with _translated_errors():
-            return self._admin._manager.run(attempt)
+            return cast(T, self._admin._manager.run(attempt))  # kafka-python is untyped
 
     async def _find_coordinator(self, transactional_id: str) -> Coordinator:
         """Ask for the id's coordinator on every call: after NOT_COORDINATOR a cached answer would be stale."""
@@ -252,4 +252,4 @@ def _translated_errors() -> Iterator[None]:
 def _error_name(code: int) -> str:
     import kafka.errors as kafka_errors
 
-    return kafka_errors.for_code(code).__name__
+    return cast(str, kafka_errors.for_code(code).__name__)

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 TERMINAL = {"success", "failed"}
 
@@ -34,7 +34,7 @@ class AirflowClient:
 
     def _login(self, username: str, password: str) -> str:
         body = self._call("POST", "/auth/token", {"username": username, "password": password}, auth=False)
-        return body["access_token"]
+        return cast(str, body["access_token"])
 
     @property
     def token(self) -> str:
@@ -95,7 +95,7 @@ class AirflowClient:
         return str(run["dag_run_id"])
 
     def run_state(self, dag_id: str, run_id: str) -> str:
-        return self.dag_run(dag_id, run_id)["state"]
+        return cast(str, self.dag_run(dag_id, run_id)["state"])
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
         deadline = time.monotonic() + timeout
@@ -108,14 +108,15 @@ class AirflowClient:
             time.sleep(2)
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}")
+        return cast("dict[str, Any]", self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}"))
 
     def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
-        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=100")["dag_runs"]
+        body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=100")
+        return cast("list[dict[str, Any]]", body["dag_runs"])
 
     def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
         body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances/{task_id}/links")
-        return body["extra_links"]
+        return cast("dict[str, str | None]", body["extra_links"])
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
         body = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances/{task_id}/xcomEntries/"

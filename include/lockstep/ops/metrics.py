@@ -17,6 +17,12 @@ checkpoint: StatsD is fire-and-forget UDP, and an OTLP export that fails is logg
 """
 from __future__ import annotations
 
+__all__ = [
+    "DEFAULT_PREFIX", "ENV", "EXPORTER_LOGGERS", "MAX_DATAGRAM", "OTLP_ENV", "OTLP_TIMEOUT_S", "OtelTarget",
+    "StatsdTarget", "Target", "datagrams", "lines", "metrics_target", "names", "parse_otlp", "parse_target",
+    "send_commit_time_left", "send_gauges",
+]
+
 import logging
 import os
 import re

@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -192,7 +192,9 @@ class VerifyReport:
                     or r.sink_twice or self.misrouted)
 
     def to_json(self) -> dict[str, object]:
-        sample = lambda xs: [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
+        def sample(xs: Sequence[Offset]) -> list[str]:
+            return [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
+
         return {"ok": self.ok, "checkpoints": self.checkpoints, "covered_offsets": self.covered_offsets,
                 "expected_outputs": self.expected_outputs, "actual_outputs": self.actual_outputs,
                 "lost": len(self.lost), "duplicated": len(self.duplicated), "unexpected": len(self.unexpected),

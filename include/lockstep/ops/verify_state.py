@@ -22,6 +22,10 @@ retained checkpoint started from state), or restores (the same input read twice 
 """
 from __future__ import annotations
 
+__all__ = [
+    "SinkRecord", "StateVerifyReport", "cast_rows", "read_sink", "verify_stateful",
+]
+
 import json
 from collections import Counter
 from collections.abc import Callable

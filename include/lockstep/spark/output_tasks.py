@@ -3,6 +3,10 @@
 lost transactions held (what a stateful partial commit's repair writes again)."""
 from __future__ import annotations
 
+__all__ = [
+    "place", "share", "task_column",
+]
+
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING

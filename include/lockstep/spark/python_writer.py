@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from lockstep.errors import TerminalError, TransientError
 from lockstep.kafka.clients import producer as confluent_producer
@@ -527,7 +527,7 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = batch.num_rows
+    n = cast(int, batch.num_rows)
     if n == 0:
         return 0
     names = batch.schema.names
@@ -536,7 +536,7 @@ def produce_batch(writer: TransactionalWriter, settings: WriterSettings, batch: 
         return batch.column(names.index(name)) if name in names else None
 
     def as_bytes(col: pa.Array) -> list[bytes]:
-        return pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist()
+        return cast("list[bytes]", pc.cast(pc.cast(col, pa.string()), pa.binary()).to_pylist())
 
     values = column("value").to_pylist()
     value_sizes = pc.binary_length(column("value")).fill_null(0).to_pylist()

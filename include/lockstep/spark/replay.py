@@ -33,7 +33,7 @@ __all__ = [
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -234,7 +234,9 @@ class Replayed:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Replayed:  # a sidecar as json.loads read it
-        as_tuples = lambda xs: tuple((str(t), int(p), int(o)) for t, p, o in xs)
+        def as_tuples(xs: Iterable[Sequence[Any]]) -> tuple[Original, ...]:
+            return tuple((str(t), int(p), int(o)) for t, p, o in xs)
+
         tasks = doc.get("tasks")
         return cls(as_tuples(doc.get("fed", ())), as_tuples(doc.get("to_sink", ())),
                    int(doc.get("skipped_duplicates", 0)), int(doc.get("skipped_too_large", 0)),

@@ -71,7 +71,7 @@ def result_columns(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str]
 
 def _target(name: str) -> Callable[..., Any]:
     module, _, function = name.partition(":")
-    found = getattr(importlib.import_module(module), function, None)
+    found: object = getattr(importlib.import_module(module), function, None)
     if not callable(found):
         raise TypeError(f"state function {name}: {module} has no callable {function!r}")
     return found

@@ -12,6 +12,11 @@ with rules across sections; a declaration the checker reads keeps both.
 
 from __future__ import annotations
 
+__all__ = [
+    "JSON_SCHEMA_DIALECT", "KINDS", "UNSET", "Field", "Section", "duration_pattern", "json_schema", "render",
+    "render_section",
+]
+
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -13,6 +13,10 @@ Where: ``$LOCKSTEP_STATE_CACHE`` (a folder; ``off`` disables it), else
 """
 from __future__ import annotations
 
+__all__ = [
+    "DEFAULT_BYTES", "StateCache", "digest",
+]
+
 import hashlib
 import os
 import uuid

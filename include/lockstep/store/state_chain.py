@@ -14,6 +14,11 @@ run (`lockstep.spark.keyed_state`) and the tools (`lockstep.ops.state_report`) b
 """
 from __future__ import annotations
 
+__all__ = [
+    "delta", "key_count", "merge", "merge_deltas", "of_group", "packed", "parquet", "read", "select",
+    "timers", "unchanged_keys", "unexpired",
+]
+
 import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING

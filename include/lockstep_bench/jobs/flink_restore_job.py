@@ -37,7 +37,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 TERMINAL = {"CANCELED", "FAILED", "FINISHED", "ENDED"}
 
@@ -52,7 +52,7 @@ def rest(port: int, path: str) -> dict[str, Any] | None:
     """GET of the mini-cluster's REST API; None when it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return json.loads(response.read())
+            return cast("dict[str, Any]", json.loads(response.read()))
     except (OSError, ValueError):
         return None
 
