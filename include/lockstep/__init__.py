@@ -4,7 +4,7 @@ Its public surface is its top-level modules, what users import by name (README, 
 packages below them (``model``, ``rules``, ``store``, ...) each declare their own in ``__all__``."""
 
 __all__ = [
-    "__version__", "connections", "errors", "interval_join", "logs", "paths", "rows", "spec", "state_function",
+    "__version__", "connections", "errors", "logs", "paths", "rows", "spec", "state_function",
     "transform",
 ]
 

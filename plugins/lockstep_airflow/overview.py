@@ -181,9 +181,10 @@ class PipelineOverview:
     @property
     def total_lag(self) -> int | None:
         """Records past the committed offsets: in flight plus unread."""
-        if self.lag.error is not None or any(r.not_committed is None for r in self.lag.rows):
+        counts = [r.not_committed for r in self.lag.rows]
+        if self.lag.error is not None or any(n is None for n in counts):
             return None
-        return sum(r.not_committed for r in self.lag.rows)
+        return sum(int(n) for n in counts)
 
     @property
     def in_flight(self) -> int:

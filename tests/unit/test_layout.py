@@ -525,8 +525,6 @@ def test_the_surface_check_fails_on_a_planted_private_import_and_a_private_modul
 #: The core's modules that may lack ``__all__``, each with why: nothing else is excused.
 WITHOUT_SURFACE = {
     "lockstep.__main__": "run by `python -m lockstep`, never imported",
-    "lockstep.cli.commands": "rewritten by another change of issue 68 (add_parsers split): its __all__ is added "
-                             "once that change is merged, and this entry goes",
 }
 
 

@@ -3,6 +3,10 @@ savepoint, state, verify, deadletters, failpoints, validate, spec schema. They c
 call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
 from __future__ import annotations
 
+__all__ = [
+    "add_parsers", "run_command",
+]
+
 import argparse
 import json
 import logging

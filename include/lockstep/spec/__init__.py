@@ -15,10 +15,11 @@ readers and how problems are collected), ``formats``, ``sources`` (source, sink,
 from __future__ import annotations
 
 from lockstep.errors import SpecError
+from lockstep.formats.names import FORMATS, REGISTRY_FORMATS
 from lockstep.spec import shape
 from lockstep.spec.checker import DURATION_RULE
 from lockstep.spec.checkpoints import AlertsSpec, SparkSpec, TransactionSpec, TriggerSpec
-from lockstep.spec.formats import BYTES, REGISTRY_FORMATS, FormatSpec
+from lockstep.spec.formats import BYTES, FormatSpec
 from lockstep.spec.loading import cross_check, load_each, load_spec, load_specs, parse_spec, spec_files
 from lockstep.spec.pipeline import PipelineSpec
 from lockstep.spec.shape import (
@@ -28,7 +29,6 @@ from lockstep.spec.shape import (
     DEFAULT_OWNER,
     DEFAULT_REGISTRY_CONN_ID,
     DUPLICATE_ACTIONS,
-    FORMATS,
     RESERVED_PRODUCER_KEYS,
     SCHEDULE_PRESETS,
     SPARK_MODES,

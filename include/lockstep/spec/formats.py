@@ -15,7 +15,7 @@ from lockstep.spec.checker import MISSING, Checker, declared_default, declared_w
 from lockstep.spec.fields import Section as SectionShape
 from lockstep.spec.shape import SPEC
 
-__all__ = ["BYTES", "FormatSpec", "PROTOBUF_FORMATS", "read_format", "REGISTRY_FORMATS", "UNSUPPORTED_FORMATS"]
+__all__ = ["BYTES", "FormatSpec", "read_format"]
 
 
 
