@@ -1,5 +1,11 @@
 """The bounded Spark run of one checkpoint: read the claimed ranges, transform, pre-commit.
 
+The run is a list of named stages (`_with_spark`), as Spark's ``QueryExecution`` is a list of named phases:
+open here, then read, load, replay, ship, decode, tables and sink (`lockstep.spark.input_stages`), transform,
+state, place, count, write and rewrite (`lockstep.spark.output_stages`), results, save and record here. A
+feature that adds a stage adds one line. Each is timed (`lockstep.spark.stage_tracker`): one log line per
+checkpoint gives the seconds of each, and prepared.json keeps them (``stage_seconds``).
+
 Runs in the spark-submit driver (entry point ``jobs/lockstep_checkpoint.py``) or, in connect
 mode, in the run step's own process with a session on a Spark Connect server
 (`lockstep.steps.run.run_connect_job`): the same code either way. Each
