@@ -336,3 +336,30 @@ def test_a_malformed_manifest_is_a_metadata_error_naming_the_field(value: Any, b
         type(value).from_json(doc, KEY)
     assert info.value.key == KEY
     assert f"field '{name}'" in info.value.reason and says in info.value.reason
+
+
+# --- the run's stage seconds (optional: documents of earlier versions have none) ---
+
+
+def test_a_prepared_checkpoints_stage_seconds_round_trip_in_their_order() -> None:
+    timed = replace(prepared(), stage_seconds={"open": 0.012, "read": 0.41, "decode": 0.05, "write": 3.0})
+    doc = json.loads(json.dumps(timed.to_json()))
+    assert doc["stage_seconds"] == {"open": 0.012, "read": 0.41, "decode": 0.05, "write": 3.0}
+    read = PreparedCheckpoint.from_json(doc, KEY)
+    assert read == timed and list(read.stage_seconds) == ["open", "read", "decode", "write"]
+
+
+def test_a_prepared_checkpoint_without_stage_seconds_reads_as_none_and_writes_none() -> None:
+    doc = prepared().to_json()
+    assert "stage_seconds" not in doc, "documents without them stay as earlier versions wrote them"
+    assert PreparedCheckpoint.from_json(doc, KEY).stage_seconds == {}
+    doc["stage_seconds"] = {"read": 1}  # whole seconds are seconds too
+    assert PreparedCheckpoint.from_json(doc, KEY).stage_seconds == {"read": 1.0}
+
+
+@pytest.mark.parametrize("broken", [["read", 0.4], {"read": "0.4"}, {"read": True}])
+def test_malformed_stage_seconds_are_a_metadata_error_naming_the_field(broken: object) -> None:
+    doc = {**prepared().to_json(), "stage_seconds": broken}
+    with pytest.raises(MetadataError) as info:
+        PreparedCheckpoint.from_json(doc, KEY)
+    assert info.value.key == KEY and "stage_seconds" in info.value.reason

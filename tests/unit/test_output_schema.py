@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lockstep.errors import TerminalError
-from lockstep.spark.job import check_output_schema
+from lockstep.spark.output_stages import check_output_schema
 from lockstep.spec import parse_spec
 
 SPEC = parse_spec({

@@ -249,7 +249,7 @@ def _undefined(conn_id: str) -> Any:
 
 def test_a_query_s_wrong_types_are_told_as_sql() -> None:
     from lockstep.errors import TerminalError
-    from lockstep.spark.job import check_output_schema
+    from lockstep.spark.output_stages import check_output_schema
 
     fields = {"value": "binary", "topic": "string", "partition": "int", "offset": "bigint", "error": "int"}
     with pytest.raises(TerminalError) as info:

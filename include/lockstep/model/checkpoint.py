@@ -410,6 +410,9 @@ class PreparedCheckpoint:
     output_tasks: int | None = None
     #: The tables after this checkpoint (files written before this document); empty without tables
     tables: Mapping[str, TableVersion] = field(default_factory=dict)
+    #: The seconds of each stage of the run that prepared it (`lockstep.spark.stage_tracker`), in their order;
+    #: empty in documents of earlier versions
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         ids = [t.transactional_id for t in self.transactions]
@@ -440,6 +443,7 @@ class PreparedCheckpoint:
             **({"state": self.state.to_json()} if self.state is not None else {}),
             **({"output_tasks": self.output_tasks} if self.output_tasks is not None else {}),
             **({"tables": tables_to_json(self.tables)} if self.tables else {}),
+            **({"stage_seconds": dict(self.stage_seconds)} if self.stage_seconds else {}),
         }
 
     @classmethod
@@ -453,8 +457,16 @@ class PreparedCheckpoint:
             records_out=r.get("records_out", int), records_dead_lettered=r.get("records_dead_lettered", int),
             spark_seconds=float(r.get("spark_seconds", (int, float))), state=optional_manifest(r.doc, key),
             output_tasks=r.get("output_tasks", int) if "output_tasks" in r.doc else None,
-            tables=tables_from_json(r.doc, key),
+            tables=tables_from_json(r.doc, key), stage_seconds=_stage_seconds(r),
         ))
+
+
+def _stage_seconds(r: Reader) -> dict[str, float]:
+    """A prepared checkpoint's ``stage_seconds`` (none in documents of earlier versions)."""
+    raw = r.get("stage_seconds", dict) if "stage_seconds" in r.doc else {}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw.values()):
+        raise MetadataError(r.key, f"field 'stage_seconds' must map stage names to seconds: {raw!r}")
+    return {str(name): float(seconds) for name, seconds in raw.items()}
 
 
 @dataclass(frozen=True)
