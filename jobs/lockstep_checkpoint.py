@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = load_spec(args.spec)
     if args.replay:
-        from lockstep.spark.replay import replay_spec
+        from lockstep.spark.dead_letter_replay import replay_spec
 
         spec = replay_spec(spec)
     with ThreadPoolExecutor(1) as pool:

@@ -192,7 +192,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   "Lockstep's headers on every record, and commits. With a decoded source, the write's own pass "
                   "also counts the records that do not decode (`lockstep.formats.codecs.watch`, connect mode); only "
                   "when there are some does it write the output again with them beside it, each in its source "
-                  "partition's task (`lockstep.spark.output_tasks.place`: a shuffle).", "",
+                  "partition's task (`lockstep.spark.placement.place`: a shuffle).", "",
                   "| part | noop s | records/s | server CPU s | CPU µs per record | beyond the read, µs per record |",
                   "|---|---:|---:|---:|---:|---:|"]
         for p in parts:

@@ -7,7 +7,7 @@ and sets the note ``run_notes.run_note`` composes, on the run object the schedul
 commit. Runs of other DAGs, and notes a user wrote, are left alone. A failure here is logged and
 never affects the run (Airflow catches listener errors too).
 
-A failed run notifies its spec's ``alerts`` once per failure streak (`lockstep.rules.alerts`): the run
+A failed run notifies its spec's ``alerts`` once per failure streak (`lockstep.rules.alert_policy`): the run
 that finished before it tells whether the pipeline was already failing. The alert is sent from a thread, so
 a slow webhook never holds the scheduler.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.listeners import hookimpl
 
-from lockstep.rules.alerts import Failure, should_notify
+from lockstep.rules.alert_policy import Failure, should_notify
 from lockstep_airflow.run_notes import FAILURE_KEY, may_replace, run_note
 
 if TYPE_CHECKING:

@@ -62,7 +62,7 @@ def test_replay_writes_each_fixed_dead_letter_once(tmp_path, bootstrap, unique):
         ("completed", 6, 4, 2), r1
     # Which task (transaction) wrote which original offset, for a repair to leave out a lost one's:
     # the record's partitions are the writer's, so every task named opened a transaction.
-    from lockstep.spark.replay import REPLAYED_PART, Replayed, replay_spec
+    from lockstep.spark.dead_letter_replay import REPLAYED_PART, Replayed, replay_spec
     from lockstep.spec import load_spec
     from lockstep.steps.client_factory import checkpoint_store
 

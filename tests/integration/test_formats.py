@@ -468,7 +468,7 @@ def test_the_writes_own_count_of_dead_letters_is_trusted_only_when_it_saw_each_r
     from lockstep.formats import codecs
     from lockstep.model.offsets import OffsetRange
     from lockstep.spark.connect import connect_mode
-    from lockstep.spark.output_tasks import place
+    from lockstep.spark.placement import place
 
     with connect_mode():
         spark = SparkSession.builder.remote(spark_connect).create()

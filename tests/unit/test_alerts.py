@@ -11,7 +11,7 @@ import pytest
 
 from lockstep.errors import SpecError
 from lockstep.ops import alerts
-from lockstep.rules.alerts import Failure, alert_text, should_notify
+from lockstep.rules.alert_policy import Failure, alert_text, should_notify
 from lockstep.spec import AlertsSpec, parse_spec
 
 

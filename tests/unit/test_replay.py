@@ -27,7 +27,7 @@ from lockstep.model.transactions import TransactionObservation, TransactionState
 from lockstep.ops.verify import account
 from lockstep.rules.commit_decision import DecisionKind, decide_commit
 from lockstep.spark.conf import submit_command
-from lockstep.spark.replay import (
+from lockstep.spark.dead_letter_replay import (
     FROM_START,
     REPLAYED_PART,
     SELECTION_PART,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from lockstep.ops.drift import Finding
-    from lockstep.spark.replay import Selection
+    from lockstep.spark.dead_letter_replay import Selection
     from lockstep.spec import PipelineSpec
     from lockstep.store.checkpoint_store import PipelineStore
 
@@ -537,7 +537,7 @@ def _failpoints(args: argparse.Namespace) -> int:
 
 
 def _deadletters(spec: PipelineSpec, args: argparse.Namespace) -> int:
-    from lockstep.spark.replay import Selection
+    from lockstep.spark.dead_letter_replay import Selection
 
     selection = Selection(checkpoint=args.checkpoint, since=args.since)
     if args.deadletters_command == "list":
@@ -547,7 +547,7 @@ def _deadletters(spec: PipelineSpec, args: argparse.Namespace) -> int:
 
 def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.ops.deadletters import read_dead_letters
-    from lockstep.spark.replay import already_in_sink, completed_replays, replay_spec
+    from lockstep.spark.dead_letter_replay import already_in_sink, completed_replays, replay_spec
     from lockstep.steps.client_factory import checkpoint_store
 
     in_sink = already_in_sink(completed_replays(checkpoint_store(replay_spec(spec))))
@@ -581,7 +581,7 @@ def _deadletters_list(spec: PipelineSpec, selection: Selection, args: argparse.N
 
 def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse.Namespace) -> int:
     from lockstep.errors import TerminalError
-    from lockstep.spark.replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
+    from lockstep.spark.dead_letter_replay import REPLAYED_PART, SELECTION_PART, Replayed, last_unselective, replay_spec
     from lockstep.steps.coordinator import checkpoint_cycle
 
     if spec.state is not None:

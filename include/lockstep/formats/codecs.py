@@ -14,7 +14,7 @@ A record that does not decode (a bad magic byte, an id that is no version of the
 writer schema cannot read) never reaches the transform: it goes to the dead-letter topic as it came,
 with the reason (`lockstep.formats.wire`), in the checkpoint's transactions. Because the transform
 may drop rows, those dead letters are kept apart from its input and put back beside its output
-(`with_dead_letters`), in the transaction of their source partition's task (`lockstep.spark.output_tasks`).
+(`with_dead_letters`), in the transaction of their source partition's task (`lockstep.spark.placement`).
 
 Whether there are any is known before the write (a look at the input: a read and a decode), or, in
 connect mode, from the write itself: the write's own pass counts the records it read and those that did

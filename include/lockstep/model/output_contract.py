@@ -37,7 +37,7 @@ PIPELINE_HEADER = "lockstep.pipeline"
 ERROR_HEADER = "lockstep.error"
 #: On a dead letter whose key, value and user headers were dropped to fit: the estimated size of the record.
 ORIGINAL_SIZE_HEADER = "lockstep.original.size"
-#: On an output of a dead-letter replay (`lockstep.spark.replay`): the replay checkpoint that wrote it. Its
+#: On an output of a dead-letter replay (`lockstep.spark.dead_letter_replay`): the replay checkpoint that wrote it. Its
 #: provenance headers name the ORIGINAL input record, its `lockstep.checkpoint` the replay checkpoint.
 #: Written by the replay's transform as a user header, not by the writers.
 REPLAY_HEADER = "lockstep.replay"

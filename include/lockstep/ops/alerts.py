@@ -1,4 +1,4 @@
-"""Sending a failed checkpoint's alert (`lockstep.rules.alerts`) to the spec's ``alerts``: a webhook and
+"""Sending a failed checkpoint's alert (`lockstep.rules.alert_policy`) to the spec's ``alerts``: a webhook and
 e-mail, each through an Airflow connection whose secrets never reach a log line.
 
 The webhook is a JSON POST: ``text`` (what a Slack or Teams incoming webhook shows) and the failure's
@@ -21,7 +21,7 @@ import urllib.request
 from email.message import EmailMessage
 
 from lockstep.connections import Connection, get_connection, redact
-from lockstep.rules.alerts import Failure, alert_text
+from lockstep.rules.alert_policy import Failure, alert_text
 from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ __all__ = [
 from collections.abc import Iterable
 
 from lockstep.errors import TerminalError
-from lockstep.spark.replay import DeadLetter, parse_dead_letter
+from lockstep.spark.dead_letter_replay import DeadLetter, parse_dead_letter
 from lockstep.spec import PipelineSpec
 
 

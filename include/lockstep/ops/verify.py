@@ -41,8 +41,8 @@ from lockstep.model.output_contract import (
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
+from lockstep.spark.dead_letter_replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spark.kafka_reader import forget_read_settings, read_ranges
-from lockstep.spark.replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spark.routes import routed
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
@@ -438,7 +438,7 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
     """``replay_store``: the store of the spec's replay pipeline (opened from the spec when None);
     ``log_starts``: the source partitions' log start offsets (read from the source when None)."""
     if replay_store is None:
-        from lockstep.spark.replay import replay_spec
+        from lockstep.spark.dead_letter_replay import replay_spec
         from lockstep.steps.client_factory import checkpoint_store
 
         replay_store = checkpoint_store(replay_spec(spec))

@@ -211,7 +211,7 @@ def repair_ranges(prepared: PreparedCheckpoint, lost: Sequence[str], ranges: Seq
     other transaction of the checkpoint carries records of those partitions: re-reading a whole
     range then re-creates exactly the lost output (a deterministic transform), nothing of the kept.
 
-    A ``deduplicated`` pipeline (a dead-letter replay, `lockstep.spark.replay`) gets every range of
+    A ``deduplicated`` pipeline (a dead-letter replay, `lockstep.spark.dead_letter_replay`) gets every range of
     the claim back: its transactions' records name the original input, not the ranges it read, but
     the next checkpoint skips every original offset the kept transactions wrote to the sink (the
     replay's accounting leaves out the lost transactions' records), so re-reading all of it writes

@@ -95,7 +95,7 @@ def job_environment(base: Mapping[str, str]) -> dict[str, str]:
 
 def submit_command(spec_path: str, checkpoint_id: int, master: str, conf: Mapping[str, object] | None,
                    replay: bool = False) -> list[str]:
-    """``replay``: the checkpoint is one of the spec's dead-letter replay pipeline (`lockstep.spark.replay`)."""
+    """``replay``: the checkpoint is one of the spec's dead-letter replay pipeline (`lockstep.spark.dead_letter_replay`)."""
     import shutil
     import sys
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from lockstep.model.checkpoint import CheckpointClaim, PlannedWith
     from lockstep.model.offsets import OffsetRange
-    from lockstep.spark.replay import ReplayRun
+    from lockstep.spark.dead_letter_replay import ReplayRun
     from lockstep.spark.target import JobSession
     from lockstep.spec import PipelineSpec
     from lockstep.store.checkpoint_store import PipelineStore
@@ -117,8 +117,8 @@ def load(run: Run) -> Transform:
 
 def replay(run: Run, read: Input) -> Input:
     """A dead-letter replay's checkpoint: the dead letters its pinned selection takes, and the transform that
-    marks them (`lockstep.spark.replay`)."""
-    from lockstep.spark.replay import start_replay
+    marks them (`lockstep.spark.dead_letter_replay`)."""
+    from lockstep.spark.dead_letter_replay import start_replay
 
     df, transform, replaying = start_replay(run.spec, run.checkpoint_id, read.df, read.transform, run.store)
     return Input(df, transform, replaying)

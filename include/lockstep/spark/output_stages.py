@@ -30,7 +30,7 @@ from lockstep.model.output_contract import (
 )
 from lockstep.spark.input_stages import Input, Run, Sink, Tables
 from lockstep.spark.kafka_reader import read_ranges
-from lockstep.spark.output_tasks import place, share
+from lockstep.spark.placement import place, share
 from lockstep.spark.raised import DataError, Raised, data_error, isolate, probe, strict_failure, where_raised
 
 if TYPE_CHECKING:

@@ -109,7 +109,7 @@ EMAIL_RE = re.compile(EMAIL_PATTERN)
 
 @dataclass(frozen=True)
 class AlertsSpec:
-    """Whom a failed checkpoint notifies, once per failure streak (`lockstep.rules.alerts`): a webhook
+    """Whom a failed checkpoint notifies, once per failure streak (`lockstep.rules.alert_policy`): a webhook
     (an Airflow connection of type http: a JSON POST whose ``text`` a chat's incoming webhook shows) and
     e-mail addresses (sent through an SMTP connection)."""
 

@@ -31,7 +31,7 @@ class PipelineSpec:
     path: str
     #: The keyed state of a stateful pipeline (windows or dedup); None for a stateless one.
     state: StateSpec | None = None
-    #: Set on the derived pipeline that replays dead letters (``lockstep.spark.replay.replay_spec``): the
+    #: Set on the derived pipeline that replays dead letters (``lockstep.spark.dead_letter_replay.replay_spec``): the
     #: name of the pipeline whose dead letters it replays. Never read from YAML.
     replay_of: str | None = None
     #: Who runs the pipeline: its DAG's owner in Airflow (the DAG list filters by it).
