@@ -25,7 +25,7 @@ from lockstep.errors import TerminalError, TransientError
 from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, CheckpointView
 from lockstep.model.offsets import TopicPartition
 from lockstep.model.savepoint import Savepoint
-from lockstep.model.state import iso_ms
+from lockstep.model.state_manifest import iso_ms
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag
 from lockstep.spec import PipelineSpec, load_each

@@ -736,7 +736,7 @@ def state_table(customer: str, orders: int) -> bytes:
 
 def test_a_taken_state_file_name_keeps_its_bytes_and_a_manifest_of_the_retry_still_reads(
         store: CheckpointStore, s3_client) -> None:
-    from lockstep.model.state import GroupState, PartitionTime, StateManifest
+    from lockstep.model.state_manifest import GroupState, PartitionTime, StateManifest
     from lockstep.store.state_cache import digest
     from lockstep.store.state_files import StateFiles, content_key
 
@@ -788,7 +788,7 @@ class RacingS3(CountingS3):
 
 def test_a_savepoint_whose_checkpoint_a_commit_collects_meanwhile_is_refused_on_the_real_server(
         platform, s3_client, root: str) -> None:
-    from lockstep.model.state import StateManifest
+    from lockstep.model.state_manifest import StateManifest
 
     racing = RacingS3(s3_client)
     store = CheckpointStore(racing, platform.s3.bucket, root, PIPELINE)

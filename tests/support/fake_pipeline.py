@@ -9,7 +9,7 @@ from typing import Any
 
 from lockstep.model.checkpoint import PreparedCheckpoint, PreparedTransaction
 from lockstep.model.offsets import TopicPartition
-from lockstep.model.state import StateManifest
+from lockstep.model.state_manifest import StateManifest
 from lockstep.model.transactional_ids import transactional_id
 from lockstep.spec import PipelineSpec, parse_spec
 from lockstep.steps.coordinator import Pipeline, Plan

@@ -22,7 +22,7 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.savepoint import Savepoint, validate_savepoint_name
-from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_manifest import PartitionTime, StateManifest
 
 S = CheckpointStatus
 KEY = "checkpoints/orders-enrich/42/claim.json"

@@ -559,7 +559,7 @@ def _figures(row: CheckpointRow, **changes) -> CheckpointRow:
 
 def test_rows_carry_their_claims_end_offsets_and_the_watermarks_delay_behind_its_clock():
     from lockstep.model.checkpoint import CheckpointView
-    from lockstep.model.state import StateManifest
+    from lockstep.model.state_manifest import StateManifest
     from lockstep_airflow.overview import checkpoint_row
 
     claim = CheckpointClaim("orders", 9, "r", _at(9), (OffsetRange("orders", 0, 5, 25), OffsetRange("orders", 1, 7, 7)),

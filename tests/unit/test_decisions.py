@@ -16,7 +16,7 @@ from lockstep.model.checkpoint import (
     PreparedTransaction,
 )
 from lockstep.model.offsets import OffsetRange, TopicPartition
-from lockstep.model.state import StateManifest
+from lockstep.model.state_manifest import StateManifest
 from lockstep.model.transactional_ids import parse_transactional_id, transactional_id
 from lockstep.model.transactions import TransactionObservation, TransactionState
 from lockstep.rules.commit_decision import DecisionKind, decide_commit, end_offsets_after_repair

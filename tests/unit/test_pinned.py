@@ -402,7 +402,7 @@ def test_a_commit_refuses_to_commit_on_the_sink_cluster_the_pipeline_left(no_gro
 
 # ---- the clock a claim pins (rules.pinned.pinned_clock) ---------------------------------------------------
 def _attempt(cid: int, starts: dict[int, int], clock_ms: int | None, base: int | None = None) -> CheckpointView:
-    from lockstep.model.state import StateManifest
+    from lockstep.model.state_manifest import StateManifest
 
     state = None if base is None else StateManifest(operator="window", key_groups=8, written_by=base, files={},
                                                     columns={}, watermark_ms=None, partitions={})

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lockstep.model.state import GroupState, PartitionTime, StateManifest
+from lockstep.model.state_manifest import GroupState, PartitionTime, StateManifest
 from lockstep.model.state_rows import EVENT, GROUP, KEY, TOMBSTONE
 from lockstep.rules.compaction import Compaction, compaction_due, deltas_to_merge
 from lockstep.rules.state_reads import read_plan

@@ -1,9 +1,9 @@
-"""The state manifest's bookkeeping (lockstep.rules.state_manifest): a group's figures after a delta or
+"""The state manifest's bookkeeping (lockstep.rules.manifest_figures): a group's figures after a delta or
 a new base, and the totals a checkpoint that read only some groups still knows."""
 from __future__ import annotations
 
-from lockstep.model.state import GroupState, PartitionTime
-from lockstep.rules.state_manifest import Figures, after_delta, as_base, manifest, pack_shares
+from lockstep.model.state_manifest import GroupState, PartitionTime
+from lockstep.rules.manifest_figures import Figures, after_delta, as_base, manifest, pack_shares
 
 
 def test_a_delta_replaces_the_touched_keys_figures_and_keeps_the_earliest_timer():

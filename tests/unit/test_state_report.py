@@ -13,7 +13,7 @@ import pytest
 from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim, CheckpointView, CompletedCheckpoint
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_manifest import PartitionTime, StateManifest
 from lockstep.model.state_rows import EVENT, GROUP, KEY
 from lockstep.ops import state_report as sr
 from lockstep.rules.state_base import key_group_refusal

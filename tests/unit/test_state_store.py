@@ -20,7 +20,7 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.offsets import OffsetRange
 from lockstep.model.savepoint import Savepoint
-from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_manifest import PartitionTime, StateManifest
 from lockstep.store.checkpoint_store import CheckpointStore, savepoint_pinned
 from lockstep.store.state_cache import digest
 from lockstep.store.state_files import StateFiles, content_key, placement, unreferenced
@@ -430,7 +430,7 @@ def _chained_state(files: StateFiles, cid: int, groups: int, chain: int) -> Stat
     holding one row that names its group and place, with the digests the manifest records."""
     import pyarrow as pa
 
-    from lockstep.model.state import GroupState
+    from lockstep.model.state_manifest import GroupState
     from lockstep.store import state_chain
 
     named, figures = {}, {}

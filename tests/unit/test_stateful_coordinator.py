@@ -8,7 +8,7 @@ import pytest
 
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.model.checkpoint import CheckpointStatus
-from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_manifest import PartitionTime, StateManifest
 from lockstep.steps import coordinator
 from lockstep.store.state_files import StateFiles
 from tests.support.fake_pipeline import SOURCE, FakeWorld, fake_world, spec

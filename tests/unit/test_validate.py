@@ -16,7 +16,7 @@ import yaml
 from lockstep.cli import main
 from lockstep.kafka.topics import ListedTopic
 from lockstep.ops import validate as v
-from lockstep.rules.state_manifest import manifest
+from lockstep.rules.manifest_figures import manifest
 from lockstep.spec import DURATION_RULE
 
 ROOT = Path(__file__).resolve().parents[2]

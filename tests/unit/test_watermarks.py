@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_manifest import PartitionTime, StateManifest
 from lockstep.rules.state_base import format_refusal, key_group_refusal, operator_refusal, schema_change
 from lockstep.rules.watermarks import (
     advance,
@@ -204,7 +204,7 @@ def test_key_groups_may_change_only_to_what_a_recorded_rekey_says() -> None:
 def test_state_in_a_newer_format_is_refused_and_older_formats_are_read() -> None:
     from dataclasses import replace
 
-    from lockstep.model.state import STATE_FORMAT_VERSION
+    from lockstep.model.state_manifest import STATE_FORMAT_VERSION
 
     newer = replace(manifest(written_by=4), format_version=STATE_FORMAT_VERSION + 1)
     refused = format_refusal(newer)

@@ -7,6 +7,6 @@ Everything above it reads and writes these values (rules, store, kafka, spark, s
 plugin, the JVM writer's Python side, the tools). Each module's ``__all__`` names what others may import."""
 
 __all__ = [
-    "checkpoint", "failpoints", "offsets", "output_contract", "savepoint", "state", "state_rows", "transactional_ids",
+    "checkpoint", "failpoints", "offsets", "output_contract", "savepoint", "state_manifest", "state_rows", "transactional_ids",
     "transactions",
 ]

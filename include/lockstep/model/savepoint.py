@@ -22,7 +22,7 @@ from typing import TypedDict
 from lockstep.errors import TerminalError
 from lockstep.model.documents import Reader, build
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.state import StateManifest, optional_manifest
+from lockstep.model.state_manifest import StateManifest, optional_manifest
 from lockstep.tables.pins import TableVersion, tables_from_json, tables_to_json
 
 SAVEPOINT_SCHEMA = "lockstep.savepoint/1"

@@ -1,7 +1,7 @@
 """``lockstep state``: what a stateful pipeline's keyed state holds (stats, rows) and its re-keying; and what a
 pipeline's tables hold (docs/joins.md).
 
-The committed state is the manifest of a completed checkpoint (`lockstep.model.state.StateManifest`);
+The committed state is the manifest of a completed checkpoint (`lockstep.model.state_manifest.StateManifest`);
 the figures of ``stats`` come from it, with the files' sizes from one listing of the folder that
 holds them. ``show`` reads the Parquet files one at a time and stops once it has the rows it prints,
 so its memory is bounded by one key group's file. The derivations (report, user rows, refusals) are
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import CheckpointStatus
-from lockstep.model.state import StateManifest, iso_ms
+from lockstep.model.state_manifest import StateManifest, iso_ms
 from lockstep.model.state_rows import EVENT, GROUP, KEY
 from lockstep.tables.pins import TableVersion
 

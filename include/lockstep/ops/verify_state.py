@@ -170,7 +170,7 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     if final is None or not ranges:
         report.unchecked.append("no state and no input recorded yet")
         return report
-    from lockstep.model.state import iso_ms
+    from lockstep.model.state_manifest import iso_ms
 
     report.watermark = iso_ms(final.watermark_ms)
     spark.conf.set("spark.sql.session.timeZone", "UTC")

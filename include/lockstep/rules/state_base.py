@@ -12,7 +12,7 @@ __all__ = [
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from lockstep.model.state import STATE_FORMAT_VERSION, StateManifest
+from lockstep.model.state_manifest import STATE_FORMAT_VERSION, StateManifest
 from lockstep.model.state_rows import function_state_columns
 
 if TYPE_CHECKING:

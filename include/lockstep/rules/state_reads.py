@@ -18,7 +18,7 @@ __all__ = [
 
 from dataclasses import dataclass
 
-from lockstep.model.state import StateManifest
+from lockstep.model.state_manifest import StateManifest
 from lockstep.spec import StateSpec
 
 

@@ -17,7 +17,7 @@ __all__ = [
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lockstep.model.state import PartitionTime, StateManifest
+from lockstep.model.state_manifest import PartitionTime, StateManifest
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ with (``python_writer``, ``jvm_writer``, ``writer_settings``), routes (``routes`
 data error is raised for, set aside as dead letters (``raised``), keyed state (``keyed_state`` runs a
 stateful checkpoint's steps: ``keyed_rows``, ``state_read``, ``windows``, ``dedup_run``,
 ``state_function_run``, ``state_write``; ``state_worker``) and dead-letter replay as a mode of the job
-(``dead_letter_replay``). The record formats' Spark side is `lockstep.formats.codecs`, the tables' `lockstep.tables.materialize`, an
-SQL query's `lockstep.sql`: each in its feature's room.
+(``dead_letter_replay``). The record formats' Spark side is `lockstep.formats.codecs`, the tables'
+`lockstep.tables.materialize`, an SQL query's `lockstep.sql`: each in its feature's room.
 
 Called by the run step, the spark-submit driver (``jobs/``), ``ops`` (verify recomputes with the same
 code) and the tools. ``placement``, the job's stages and their tracker are the job's own; the keyed

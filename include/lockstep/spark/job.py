@@ -44,7 +44,7 @@ from lockstep.spec import PipelineSpec
 
 if TYPE_CHECKING:
     from lockstep.model.checkpoint import CheckpointClaim
-    from lockstep.model.state import StateManifest
+    from lockstep.model.state_manifest import StateManifest
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
     from lockstep.tables.pins import TableVersion

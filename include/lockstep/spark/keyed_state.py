@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 from lockstep.errors import CheckpointError
 from lockstep.formats.codecs import decoded_columns
 from lockstep.model.checkpoint import CheckpointClaim
-from lockstep.model.state import StateManifest, iso_ms
+from lockstep.model.state_manifest import StateManifest, iso_ms
 from lockstep.model.state_rows import EVENT, INTERNAL
 from lockstep.rules.dedup import state_lifetime_ms
 from lockstep.rules.output_tasks import task_of_partition

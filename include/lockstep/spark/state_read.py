@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from lockstep.errors import CheckpointError
-from lockstep.model.state import StateManifest
+from lockstep.model.state_manifest import StateManifest
 from lockstep.model.state_rows import EVENT, GROUP, KEY
 from lockstep.rules.dedup import state_lifetime_ms
 from lockstep.rules.state_base import schema_change

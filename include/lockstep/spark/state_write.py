@@ -1,6 +1,6 @@
 """Writing a checkpoint's new keyed state: the files of the groups it changed, then the manifest that
 names them with the groups nobody touched (`lockstep.store.state_chain`, `lockstep.rules.compaction`,
-`lockstep.rules.state_manifest`).
+`lockstep.rules.manifest_figures`).
 
 A group read whole gets a new base; another gets a delta of the keys it touched (tombstones for keys
 whose state is gone), merged with the chain's newest deltas into one when they are too many, or a new
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lockstep.model import failpoints
-from lockstep.model.state import GroupState, StateManifest
+from lockstep.model.state_manifest import GroupState, StateManifest
 from lockstep.model.state_rows import GROUP, KEY
 from lockstep.rules.compaction import Compaction
-from lockstep.rules.state_manifest import Figures
+from lockstep.rules.manifest_figures import Figures
 from lockstep.rules.state_reads import ReadPlan
 from lockstep.rules.watermarks import EventClock
 from lockstep.spark.state_read import Loaded
@@ -59,7 +59,7 @@ class _Chains:
     groups: dict[int, GroupState]
 
     def record_base(self, group: int, figures: Figures, size: int, key: str, name: str) -> None:
-        from lockstep.rules.state_manifest import as_base
+        from lockstep.rules.manifest_figures import as_base
 
         self.files[group] = (key,)
         self.groups[group] = as_base(figures, size, name)
@@ -111,7 +111,7 @@ class _DeltaFile:
     figures: tuple[Figures, Figures]
 
     def record(self, chains: _Chains, key: str, name: str, share: int) -> None:
-        from lockstep.rules.state_manifest import after_delta
+        from lockstep.rules.manifest_figures import after_delta
 
         chains.files[self.group] = (*self.chain, key)
         chains.groups[self.group] = after_delta(self.old, *self.figures, self.file_bytes, self.digests, share, name)
@@ -126,7 +126,7 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
     docstring says what each group gets)."""
     import pyarrow.compute as pc
 
-    from lockstep.rules.state_manifest import manifest
+    from lockstep.rules.manifest_figures import manifest
     from lockstep.store import state_chain
 
     state = spec.state
@@ -259,7 +259,7 @@ def _delta_file(state: StateSpec, clock: EventClock, loaded: Loaded, chains: _Ch
 def _pack_deltas(files: StateFiles, cid: int, packing: list[_DeltaFile], chains: _Chains, uploads: _Uploads) -> None:
     """One group's delta in a file of its own; several groups' deltas in one pack, each group's chain naming
     it with its share of the bytes."""
-    from lockstep.rules.state_manifest import pack_shares
+    from lockstep.rules.manifest_figures import pack_shares
     from lockstep.store import state_chain
 
     if len(packing) == 1:

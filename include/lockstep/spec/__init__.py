@@ -21,7 +21,7 @@ from lockstep.spec.checker import DURATION_RULE
 from lockstep.spec.checkpoints import AlertsSpec, SparkSpec, TransactionSpec, TriggerSpec
 from lockstep.spec.formats import BYTES, FormatSpec
 from lockstep.spec.loading import cross_check, load_each, load_spec, load_specs, parse_spec, spec_files
-from lockstep.spec.pipeline import PipelineSpec
+from lockstep.spec.pipeline_spec import PipelineSpec
 from lockstep.spec.shape import (
     COMPATIBILITY_LEVELS,
     DEFAULT_KEY_GROUPS,

@@ -15,7 +15,7 @@ import yaml
 from lockstep.errors import SpecError, SpecProblem
 from lockstep.spec.checker import MISSING, Checker, allowed_keys, declared_default, describe
 from lockstep.spec.checkpoints import read_alerts, read_checkpoints, read_producer, read_spark, read_transactions
-from lockstep.spec.pipeline import PipelineSpec
+from lockstep.spec.pipeline_spec import PipelineSpec
 from lockstep.spec.shape import DEFAULT_OWNER, NAME_PATTERN, TAG_PATTERN
 from lockstep.spec.sources import read_sink, read_source, read_transform
 from lockstep.spec.state import read_state

@@ -27,7 +27,7 @@ from lockstep.model.checkpoint import (
     SpecFingerprint,
 )
 from lockstep.model.offsets import TopicPartition, offsets_from_json
-from lockstep.model.state import StateManifest
+from lockstep.model.state_manifest import StateManifest
 from lockstep.rules.pinned import pinned_clock, planned_with
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.replay import fingerprint, replay_of, replayed

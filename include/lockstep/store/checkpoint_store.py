@@ -41,7 +41,7 @@ from lockstep.model.checkpoint import (
     RunFailure,
 )
 from lockstep.model.savepoint import Savepoint, validate_savepoint_name
-from lockstep.model.state import StateManifest
+from lockstep.model.state_manifest import StateManifest
 from lockstep.store.keys import checkpoint_folder
 from lockstep.store.s3 import ListObjectsArgs, S3Client
 from lockstep.store.state_files import READ_THREADS, StateFiles, unreferenced

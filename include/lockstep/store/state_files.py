@@ -14,7 +14,7 @@ few rows; each file read costs a request and a decode).
 
 A checkpoint's run writes its files before ``prepared.json``; nothing ever rewrites one. Which files
 are the pipeline's state is decided by the completed checkpoint's manifest
-(`lockstep.model.state.StateManifest`), never by listing: files of a checkpoint that did not complete
+(`lockstep.model.state_manifest.StateManifest`), never by listing: files of a checkpoint that did not complete
 are not read, and :func:`unreferenced` picks them for deletion.
 
 Two attempts of one checkpoint's run (the run task's retry, and a slow first attempt still going) may
@@ -46,7 +46,7 @@ from lockstep.store.state_cache import StateCache, digest
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lockstep.model.state import StateManifest
+    from lockstep.model.state_manifest import StateManifest
     from lockstep.store.s3 import S3Client
     from lockstep.tables.pins import TableVersion
 

@@ -14,7 +14,7 @@ __all__ = [
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lockstep.model.state import GroupState, PartitionTime, StateManifest
+from lockstep.model.state_manifest import GroupState, PartitionTime, StateManifest
 
 
 @dataclass(frozen=True)
