@@ -12,9 +12,12 @@ Its modules, from the ground up (each on the floor of docs/DESIGN.md's map its r
 - ``codecs``: the formats as Spark expressions (decode before the transform, encode after it); the only
   module of the room that imports Spark.
 
-The JVM side mirrors ``protobuf`` and ``codecs`` (``jvm/jvm-writer/.../ProtobufCodec.java``). A new format
-adds its name to the spec's words (``lockstep.spec``), its framing to ``wire``, its resolution to
-``resolution`` and its Spark expressions to ``codecs``: this package and its tests."""
+- ``names``: the formats by the names a spec gives them, and which kind each is (the spec's words).
+
+The JVM side mirrors ``protobuf`` and ``codecs`` in the Java package ``dev.lockstep.formats``
+(``jvm/jvm-writer/dev/lockstep/formats/``). A new format adds its name to ``names``, its framing to ``wire``
+(if it has its own), its resolution to ``resolution`` and its Spark expressions to ``codecs`` (and a JVM codec
+beside ``ProtobufCodec`` if Spark has none): this package, its JVM mirror and their tests."""
 
 __all__ = [
     "codecs", "names", "protobuf", "registry", "resolution", "wire",

@@ -469,8 +469,8 @@ def _json_ddl(r: Reading) -> str:
 
 
 # ---- Protobuf ---------------------------------------------------------------------------------------------
-_DECODE_CLASS = "dev.lockstep.spark.ProtobufDecode"
-_ENCODE_CLASS = "dev.lockstep.spark.ProtobufEncode"
+_DECODE_CLASS = "dev.lockstep.formats.ProtobufDecode"
+_ENCODE_CLASS = "dev.lockstep.formats.ProtobufEncode"
 
 
 def _protobuf_name(verb: str, schema: str | None, message: str | None) -> str:

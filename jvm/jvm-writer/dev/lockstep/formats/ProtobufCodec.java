@@ -1,4 +1,4 @@
-package dev.lockstep.spark;
+package dev.lockstep.formats;
 
 import com.google.protobuf.ByteString;
 import com.google.protobuf.CodedInputStream;

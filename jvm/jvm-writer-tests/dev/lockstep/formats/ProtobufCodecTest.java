@@ -1,4 +1,4 @@
-package dev.lockstep.spark;
+package dev.lockstep.formats;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;

@@ -1,4 +1,4 @@
-package dev.lockstep.spark;
+package dev.lockstep.formats;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
