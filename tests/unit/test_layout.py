@@ -543,3 +543,35 @@ def test_the_surface_declaration_check_fails_on_a_planted_module_without_one():
     planted = {"lockstep.rules.planted": "def decide() -> None: ...\n",
                "lockstep.planted": "__all__ = ['decide']\ndef decide() -> None: ...\n"}
     assert modules_without_surface({**_sources(), **planted}) == ["lockstep.rules.planted"]
+
+
+# ---- sizes (issue 68) -------------------------------------------------------------------------------
+#: The most lines a function of the core or the Airflow plugin may have, and a file of the core: past them a
+#: function is several steps and a file several concepts (docs/DESIGN.md, "The map").
+MAX_FUNCTION_LINES = 100
+MAX_CORE_FILE_LINES = 800
+
+
+def oversized(texts: dict[str, str]) -> list[str]:
+    """The functions over `MAX_FUNCTION_LINES` (decorators aside) and the core files over `MAX_CORE_FILE_LINES`
+    among ``texts`` (module name -> source)."""
+    found = []
+    for module, text in sorted(texts.items()):
+        if package_of(module) == ENGINE and text.count("\n") > MAX_CORE_FILE_LINES:
+            found.append(f"{module}: {text.count(chr(10))} lines")
+        for node in ast.walk(_parsed(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None \
+                    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                found.append(f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    return found
+
+
+def test_no_function_of_the_core_or_the_plugin_and_no_core_file_is_oversized():
+    texts = {m: t for m, t in _sources().items() if package_of(m) in (ENGINE, "lockstep_airflow", "lockstep_plugin")}
+    assert oversized(texts) == []
+
+
+def test_the_size_check_finds_a_long_function_and_a_long_core_file():
+    body = "def long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    assert oversized({"lockstep_airflow.planted": body}) == ["lockstep_airflow.planted.long: 101 lines"]
+    assert oversized({"lockstep.planted": "x = 1\n" * (MAX_CORE_FILE_LINES + 1)}) == ["lockstep.planted: 801 lines"]
