@@ -178,7 +178,7 @@ def test_a_parse_reads_every_pipelines_restore_points_on_one_s3_client_per_conne
 
     built: list[tuple[str, float | None]] = []
 
-    def s3_client(conn_id: str, timeout_s: float | None = None) -> FakeS3:
+    def s3_client(conn_id: str, timeout_s: float | None = None, max_pool_connections: int | None = None) -> FakeS3:
         built.append((conn_id, timeout_s))
         return FakeS3()
 
