@@ -123,8 +123,10 @@ unit: $(STAMP)
 # Three workers (pytest-xdist) on the two cores, each with its own platform: the cluster's and Airflow's
 # modules as one unit of work, every other module as its own, each on whichever worker is free
 # (tests/conftest.py, docs/testing.md). Much of a test is waiting (a JVM's start, a transaction
-# timeout, the scheduler's next loop): a third worker fills it, pytest 23.2 min against 26.8-30.8 on two.
-XDIST := -n 3 --dist loadscope
+# timeout, the scheduler's next loop): a third worker filled it (pytest 23.2 min against 26.8-30.8 on two),
+# and a fourth fills more: two fresh clones of the same code an hour apart, 1,878 s on three workers and
+# 1,595 s on four (2026-12-04, docs/testing.md), memory at most 12 of 23 GiB.
+XDIST := -n 4 --dist loadscope
 
 # A class-data-sharing archive of Spark's classes for the test session's Spark JVMs (tests/support/spark_archive.py:
 # a spark-submit's JVM about 4 s of CPU less); without it the tests run as before.
