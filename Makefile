@@ -120,8 +120,8 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dags -q
 
-# Four workers (pytest-xdist) on the two cores, each with its own platform: the cluster's and Airflow's
-# modules as one unit of work, every other module as its own, each on whichever worker is free
+# Four workers (pytest-xdist) on the two cores, each with its own platform: the cluster's modules one
+# unit of work, Airflow's another, every other module its own, each on whichever worker is free
 # (tests/conftest.py, docs/testing.md). Much of a test is waiting (a JVM's start, a transaction
 # timeout, the scheduler's next loop): a third worker filled it (pytest 23.2 min against 26.8-30.8 on two),
 # and a fourth fills more: two fresh clones of the same code an hour apart, 1,878 s on three workers and
