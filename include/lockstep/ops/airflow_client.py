@@ -6,9 +6,10 @@ come, and its callers read the fields they know."""
 from __future__ import annotations
 
 __all__ = [
-    "AirflowClient", "AirflowError", "TERMINAL",
+    "AirflowClient", "AirflowError", "IDEMPOTENT", "TERMINAL",
 ]
 
+import http.client
 import json
 import time
 import urllib.error
@@ -20,16 +21,24 @@ from typing import Any, cast
 TERMINAL = {"success", "failed"}
 
 
+#: Requests that change nothing, or set a value, when asked twice: one that got no answer may be asked again.
+#: (A POST that timed out may have made its DAG run: it is not asked again.)
+IDEMPOTENT = frozenset({"GET", "PATCH"})
+
+
 class AirflowError(RuntimeError):
     def __init__(self, message: str, busy: bool = False) -> None:
         super().__init__(message)
-        #: Airflow's database refused the request ("Database error"): the same request may pass again
+        #: The same request may pass again: Airflow's database refused it ("Database error"), or an idempotent
+        #: request got no answer in time (the api-server starved of CPU)
         self.busy = busy
 
 
 class AirflowClient:
-    def __init__(self, base_url: str, username: str, password: str) -> None:
+    def __init__(self, base_url: str, username: str, password: str, timeout_s: float = 30) -> None:
         self.base_url = base_url.rstrip("/")
+        #: How long one request waits for its answer
+        self.timeout_s = timeout_s
         self._token = self._login(username, password)
 
     def _login(self, username: str, password: str) -> str:
@@ -44,7 +53,8 @@ class AirflowClient:
               accept: str = "application/json", attempts: int = 4) -> Any:
         """One request. Airflow's "Database error" (HTTP 500: its SQLite database busy under load, a write refused
         while the scheduler holds it) is tried again, up to ``attempts`` times: the API rolled the request back,
-        so nothing of it was done (no run made, no DAG unpaused)."""
+        so nothing of it was done (no run made, no DAG unpaused). So is a GET or PATCH that got no answer within
+        the request's timeout or whose connection dropped (asking again reads or sets the same thing)."""
         for attempt in range(1, attempts + 1):
             try:
                 return self._request(method, path, payload, auth, accept)
@@ -62,12 +72,17 @@ class AirflowClient:
         if auth:
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             body = exc.read().decode(errors="replace")[:2000]
             raise AirflowError(f"{method} {path}: HTTP {exc.code}: {body}",
                                busy=exc.code == 500 and "Database error" in body) from exc
+        except (TimeoutError, ConnectionError, http.client.RemoteDisconnected, urllib.error.URLError) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            # Refused: nothing listens (Airflow down or not yet up), which asking again at once does not change.
+            raise AirflowError(f"{method} {path}: no answer from {self.base_url} ({reason})",
+                               busy=method in IDEMPOTENT and not isinstance(reason, ConnectionRefusedError)) from exc
         return json.loads(raw) if raw else None
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
