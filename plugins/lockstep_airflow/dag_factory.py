@@ -233,11 +233,19 @@ def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = 
 def pipeline_dags(pipelines_dir: Path | None = None) -> dict[str, DAG]:
     """A DAG for each spec that validates and builds: a spec that does not validate, or whose DAG cannot be
     built, is left out (`raise_spec_problems` shows why, as the import error of dags/lockstep_spec_errors.py),
-    and every other pipeline keeps its DAG and runs."""
-    from lockstep.paths import pipelines_dir as default_dir
-    from lockstep.spec import load_each
+    and every other pipeline keeps its DAG and runs.
 
-    specs, problems = load_each(pipelines_dir or default_dir())
+    A task's process parses the file for its own DAG only (Airflow's parsing context names it): it reads in full
+    and builds only that pipeline's spec and DAG, and the specs that could collide with it (`load_for_dag`), not
+    every pipeline's, whose cost grows with the pipelines in the folder."""
+    from airflow.sdk import get_parsing_context
+
+    from lockstep.paths import pipelines_dir as default_dir
+    from lockstep.spec import load_each, load_for_dag
+
+    directory = pipelines_dir or default_dir()
+    wanted = get_parsing_context().dag_id
+    specs, problems = load_for_dag(directory, wanted) if wanted else load_each(directory)
     for problem in problems:
         log.warning("pipeline spec left out (no DAG until it is fixed): %s", problem)
     s3_clients: dict[str, Any] = {}  # one S3 client per connection for the restore points of every pipeline

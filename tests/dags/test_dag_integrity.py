@@ -292,3 +292,45 @@ def test_an_error_building_one_pipelines_dag_leaves_every_other_its_dag_and_name
     assert f"{broken.path}: its DAG {broken.dag_id} cannot be built: RuntimeError: planted: this DAG cannot be " \
            "built" in error, error
     assert "lockstep_downstream_example" in bag.dags
+
+
+def test_a_tasks_parse_builds_only_its_own_dag_and_still_sees_a_collision(tmp_path, monkeypatch):
+    """A task's process parses the pipelines' file for its one DAG (Airflow's parsing context names it): it
+    builds that DAG, with its tasks, and no other pipeline's; a spec added since, whose prefix collides with
+    the pipeline's, leaves the task no DAG, as the dag-processor's parse leaves the pipeline none."""
+    import shutil
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from airflow.dag_processing.dagbag import DagBag
+
+    for spec in ("orders.yaml", "orders_per_customer.yaml"):
+        shutil.copy(ROOT / "include" / "pipelines" / spec, tmp_path / spec)
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    for i in range(20):  # other pipelines, never built by this task
+        (tmp_path / f"other_{i:02d}.yaml").write_text(yaml.safe_dump({**doc, "name": f"other-{i:02d}",
+                                                                      "transactions": {"id_prefix": f"other-{i:02d}"}}))
+    from lockstep_airflow import dag_factory
+
+    built: list[str] = []
+    real_build = dag_factory.build_dag
+    monkeypatch.setattr(dag_factory, "build_dag", lambda spec, *a, **k: built.append(spec.name) or real_build(spec, *a, **k))
+    monkeypatch.setenv("LOCKSTEP_PIPELINES_DIR", str(tmp_path))
+    pipelines = str(ROOT / "dags" / "lockstep_pipelines.py")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "lockstep_orders_enrich")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "plan")
+    bag = DagBag(pipelines)
+    assert pipelines not in bag.import_errors, bag.import_errors.get(pipelines)
+    assert sorted(bag.dags) == ["lockstep_orders_enrich"] and built == ["orders-enrich"]
+    assert {"plan", "run", "commit"} <= set(bag.dags["lockstep_orders_enrich"].task_dict)
+    prefix = yaml.safe_load((tmp_path / "orders.yaml").read_text())["transactions"]["id_prefix"]
+    (tmp_path / "zz_newcomer.yaml").write_text(yaml.safe_dump({**doc, "name": "newcomer",
+                                                               "transactions": {"id_prefix": f"{prefix}-new"}}))
+    built.clear()
+    assert DagBag(pipelines).dags == {} and built == []
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID")
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID")
+    monkeypatch.setattr("lockstep_airflow.params.read_restore_points", lambda spec, clients=None: [])
+    everything = DagBag(pipelines)
+    assert "lockstep_orders_enrich" not in everything.dags and "lockstep_other_00" in everything.dags

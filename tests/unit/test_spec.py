@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lockstep.errors import SpecError, TerminalError
-from lockstep.spec import DURATION_RULE, PipelineSpec, load_each, load_spec, load_specs, parse_spec
+from lockstep.spec import DURATION_RULE, PipelineSpec, load_each, load_for_dag, load_spec, load_specs, parse_spec
 
 FULL_YAML = textwrap.dedent(
     """
@@ -378,6 +378,57 @@ def test_load_each_keeps_the_specs_that_validate_and_collide_with_none(tmp_path:
     specs, problems = load_each(tmp_path)
     assert [s.name for s in specs] == ["alpha", "zeta"]
     assert [(Path(p.file).name, p.field) for p in problems] == [("b.yaml", "name"), ("d.yaml", "transactions.id_prefix")]
+
+
+def tricky_folder(directory: Path) -> None:
+    """Specs that keep their DAG, and every way `load_each` leaves one out or reports a file."""
+    write(directory, "a.yaml", spec_doc("alpha"))                     # alone
+    write(directory, "b.yaml", minimal(name="Bad"))                   # invalid name
+    write(directory, "c.yaml", spec_doc("orders"))                    # prefix "orders" ...
+    write(directory, "d.yaml", spec_doc("orders-enrich"))             # ... prefixes "orders-enrich": both out
+    write(directory, "e.yml", spec_doc("zeta"))
+    write(directory, "f.yaml", spec_doc("pay-x", "p1"))               # DAG id lockstep_pay_x ...
+    write(directory, "g.yaml", spec_doc("pay_x", "p2"))               # ... twice: both out
+    write(directory, "h.yaml", spec_doc("same"))                      # the same name ...
+    write(directory, "i.yaml", spec_doc("same", "other"))             # ... twice: both out
+    write(directory, "j.yaml", {**spec_doc("gamma"), "sink": 5})      # invalid, named like a valid one ...
+    write(directory, "k.yaml", spec_doc("gamma", "gamma-2"))          # ... which keeps its DAG
+    write(directory, "l.yaml", "name: [unclosed")                     # not YAML
+    write(directory, "m.yaml", "- a list")                            # not a mapping
+    write(directory, "n.yaml", {**spec_doc("nu"), "name": 7})         # a name that is no text
+    write(directory, "o.yaml", {**spec_doc("omicron"), "transactions": "x"})  # a section that is none
+    write(directory, "p.yaml", spec_doc("pi", "alpha-2"))             # its prefix under alpha's: both out
+    write(directory, "q.yaml", {**spec_doc("kappa"), "transactions": None})   # empty section: the name's prefix
+
+
+def test_a_tasks_parse_keeps_what_load_each_keeps_of_its_dag(tmp_path: Path) -> None:
+    """`load_for_dag` (a task's process parsing the file for its one DAG) keeps exactly the spec `load_each`
+    keeps for that DAG id, for every DAG id of the folder and one of none, collisions included."""
+    tricky_folder(tmp_path)
+    kept = {s.dag_id: s for s in load_each(tmp_path)[0]}
+    assert sorted(kept) == ["lockstep_gamma", "lockstep_kappa", "lockstep_zeta"]
+    names = ["alpha", "Bad", "orders", "orders-enrich", "zeta", "pay-x", "pay_x", "same", "gamma", "nu", "omicron",
+             "pi", "kappa", "missing"]
+    for dag_id in {"lockstep_" + n.replace("-", "_") for n in names}:
+        specs, _ = load_for_dag(tmp_path, dag_id)
+        assert specs == ([kept[dag_id]] if dag_id in kept else []), dag_id
+
+
+def test_a_tasks_parse_reads_in_full_only_its_spec_those_that_may_collide_and_the_unreadable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockstep.spec import loading
+
+    tricky_folder(tmp_path)
+    read: list[str] = []
+    full = loading.load_spec
+    monkeypatch.setattr(loading, "load_spec", lambda path: read.append(Path(path).name) or full(path))
+    specs, problems = load_for_dag(tmp_path, "lockstep_alpha")
+    assert specs == []  # pi's prefix alpha-2 lies under alpha's
+    assert read == ["a.yaml", "l.yaml", "m.yaml", "n.yaml", "o.yaml", "p.yaml"]
+    assert {(Path(p.file).name, p.field) for p in problems} >= {("l.yaml", "<document>"), ("p.yaml", "transactions.id_prefix")}
+    read.clear()
+    assert [s.name for s in load_for_dag(tmp_path, "lockstep_gamma")[0]] == ["gamma"]
+    assert read == ["j.yaml", "k.yaml", "l.yaml", "m.yaml", "n.yaml", "o.yaml"]
 
 
 def test_duplicate_names_and_prefixes_across_specs(tmp_path: Path) -> None:

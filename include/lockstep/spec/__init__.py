@@ -20,7 +20,7 @@ from lockstep.spec import shape
 from lockstep.spec.checker import DURATION_RULE
 from lockstep.spec.checkpoints import AlertsSpec, SparkSpec, TransactionSpec, TriggerSpec
 from lockstep.spec.formats import BYTES, FormatSpec
-from lockstep.spec.loading import cross_check, load_each, load_spec, load_specs, parse_spec, spec_files
+from lockstep.spec.loading import cross_check, load_each, load_for_dag, load_spec, load_specs, parse_spec, spec_files
 from lockstep.spec.pipeline_spec import PipelineSpec
 from lockstep.spec.shape import (
     COMPATIBILITY_LEVELS,
@@ -47,5 +47,6 @@ __all__ = [
     "RESERVED_PRODUCER_KEYS", "SCHEDULE_PRESETS", "SPARK_MODES", "STATE_FIELD_TYPES", "WRITERS",
     "AlertsSpec", "CompactionPolicy", "DedupSpec", "EventTime", "FormatSpec", "PipelineSpec", "SinkSpec",
     "SourceSpec", "SparkSpec", "SpecError", "StateSpec", "TableJoin", "TableSpec", "TransactionSpec", "TriggerSpec",
-    "WindowSpec", "cross_check", "load_each", "load_spec", "load_specs", "parse_spec", "shape", "spec_files",
+    "WindowSpec", "cross_check", "load_each", "load_for_dag", "load_spec", "load_specs", "parse_spec", "shape",
+    "spec_files",
 ]

@@ -11,7 +11,7 @@ from lockstep.spec.sources import SinkSpec, SourceSpec
 from lockstep.spec.state import StateSpec
 from lockstep.spec.tables import TableSpec
 
-__all__ = ["PipelineSpec"]
+__all__ = ["PipelineSpec", "dag_id_of"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class PipelineSpec:
     @property
     def dag_id(self) -> str:
         """Airflow DAG ids in this project all start with `lockstep_`; '-' is avoided for readability."""
-        return "lockstep_" + self.name.replace("-", "_")
+        return dag_id_of(self.name)
 
     @property
     def checkpoint_location(self) -> StoreLocation:
@@ -71,3 +71,8 @@ class PipelineSpec:
         pipeline (`transform_sql`) has none: check `is_sql` first."""
         module, _, function = self.transform.partition(":")
         return module, function
+
+
+def dag_id_of(name: str) -> str:
+    """The Airflow DAG id of the pipeline named ``name`` (`PipelineSpec.dag_id`)."""
+    return "lockstep_" + name.replace("-", "_")
