@@ -4,8 +4,9 @@ Four figures, taken around the scheduling-overhead measurement so that ``airflow
 
 - **DAG parse time**: ``dags/lockstep_pipelines.py`` parsed by Airflow's ``DagBag`` with the pipelines folder
   holding 1 spec, then all of them; each parse in a fresh Python process (as the dag-processor parses a file in
-  a new process, Lockstep's modules imported again), Airflow itself imported before the clock starts. Before
-  Airflow starts, so that nothing else competes for the cores.
+  a new process, Lockstep's modules imported again), Airflow itself imported before the clock starts; and the
+  same parse as a task's process makes it, for one DAG (Airflow's parsing context set). Before Airflow starts,
+  so that nothing else competes for the cores.
 - **Scheduler loop time**: the scheduler's own ``Ran scheduling loop in %.2f ms`` (DEBUG, so the bench's
   Airflow gets ``[logging] namespace_levels`` for the scheduler's logger only), read from the platform's
   Airflow log: with 1 pipeline during the overhead runs, then with every generated pipeline unpaused on a
@@ -52,6 +53,9 @@ LOOP_LINE = re.compile(r"Ran scheduling loop in ([0-9]+(?:\.[0-9]+)?) ms")
 API_ERROR = re.compile(r"^api-server\s*\|.*\[error\s*\] Error with id", re.MULTILINE)
 #: DEBUG for the scheduler's logger alone (the rest of Airflow stays at INFO).
 SCHEDULER_DEBUG = {"AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.jobs.scheduler_job_runner=DEBUG"}
+#: The environment variables by which Airflow's task runner names the DAG and task a parse is for
+#: (``get_parsing_context``).
+PARSING_DAG_ID, PARSING_TASK_ID = "_AIRFLOW_PARSING_CONTEXT_DAG_ID", "_AIRFLOW_PARSING_CONTEXT_TASK_ID"
 #: The dag-processor's default ``[core] dagbag_import_timeout``: a file that takes longer fails to import.
 DAGBAG_IMPORT_TIMEOUT_S = 30.0
 #: A page for 20 checkpoints (the page's default limit): the contrast of the same number of rows.
@@ -159,25 +163,39 @@ class Fleet:
         one.mkdir(parents=True, exist_ok=True)
         (one / self.specs[0].name).write_text(self.specs[0].read_text())
         points = []
+        from lockstep.spec import load_spec
+
+        task_dag = load_spec(self.specs[0]).dag_id
         for folder, count in ((one, 1), (self.specs[0].parent, len(self.specs))):
             runs = [self._parse_once(folder) for _ in range(self.settings.parse_repeats)]
             errors: dict[str, Any] = next((r["errors"] for r in runs if r["errors"]), {})
             seconds = [r["seconds"] for r in runs]
+            # A task's process parses the same file for its one DAG (Airflow's parsing context names it).
+            tasks = [self._parse_once(folder, task_dag) for _ in range(self.settings.parse_repeats)]
+            task_seconds = [r["seconds"] for r in tasks]
             point = {"specs": count, "dags": runs[-1]["dags"], "seconds": [round(x, 3) for x in seconds],
                      "median_s": _median(seconds), "per_dag_s": _median(seconds) / max(1, runs[-1]["dags"]),
-                     "errors": errors}
+                     "errors": errors, "task_dags": tasks[-1]["dags"],
+                     "task_seconds": [round(x, 3) for x in task_seconds], "task_median_s": _median(task_seconds)}
             points.append(point)
             self.log(f"fleet: DagBag over {count} spec(s): {point['dags']} DAGs in {point['median_s']:.2f} s "
-                     f"(median of {len(seconds)}), {point['per_dag_s'] * 1000:.0f} ms per DAG"
+                     f"(median of {len(seconds)}), {point['per_dag_s'] * 1000:.0f} ms per DAG; a task's parse "
+                     f"{point['task_dags']} DAG in {point['task_median_s']:.2f} s"
                      + (f"; import errors {errors}" if errors else ""))
         return {"timeout_s": DAGBAG_IMPORT_TIMEOUT_S, "points": points}
 
-    def _parse_once(self, specs: Path) -> dict[str, Any]:
+    def _parse_once(self, specs: Path, task_dag: str | None = None) -> dict[str, Any]:
+        """One parse of the pipelines' file in a fresh process: the dag-processor's, or with ``task_dag`` the
+        parse of a task's process of that DAG (Airflow's parsing context set, as the task runner sets it)."""
         home = self.work_dir / "parse-airflow-home"  # not the platform's: its standalone owns that one
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.platform.airflow.environment(self.platform.connection_env()),
                "AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-               "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"), "LOCKSTEP_PIPELINES_DIR": str(specs)}
+               "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"), "LOCKSTEP_PIPELINES_DIR": str(specs),
+               **({PARSING_DAG_ID: task_dag, PARSING_TASK_ID: "plan"} if task_dag else {})}
+        if not task_dag:
+            for name in (PARSING_DAG_ID, PARSING_TASK_ID):
+                env.pop(name, None)
         dag_file = project_root() / "dags" / "lockstep_pipelines.py"
         done = subprocess.run([sys.executable, "-c", _PARSE, str(dag_file)], env=env, capture_output=True,
                               text=True, timeout=300)

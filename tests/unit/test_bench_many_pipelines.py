@@ -79,7 +79,7 @@ def _doc(page_ms: float = 120.0, big_bytes: int = 21_000) -> dict[str, Any]:
         "parse": {"timeout_s": 30.0, "points": [
             {"specs": 1, "dags": 1, "seconds": [1.1, 1.2, 1.3], "median_s": 1.2, "per_dag_s": 1.2, "errors": {}},
             {"specs": 50, "dags": 50, "seconds": [6.0, 6.5, 7.0], "median_s": 6.5, "per_dag_s": 0.13,
-             "errors": {}}]},
+             "errors": {}, "task_dags": 1, "task_seconds": [1.3, 1.4, 1.5], "task_median_s": 1.4}]},
         "loops_one": {"loops": 180, "median_ms": 10.5, "p95_ms": 30.25, "max_ms": 90.0,
                       "during": "the scheduling-overhead runs of 1 pipeline"},
         "loops_many": {"loops": 95, "median_ms": 42.0, "p95_ms": 310.5, "max_ms": 900.0, "window_s": 100.2,
@@ -114,8 +114,8 @@ def _section(tmp_path: Path, doc: dict[str, Any]) -> str:
 
 def test_report_shows_parse_loop_plan_and_page_figures(tmp_path: Path) -> None:
     text = _section(tmp_path, _doc())
-    assert "| 1 | 1 | 1.20 | 1200 | 1.10, 1.20, 1.30 | 4% |" in text
-    assert "| 50 | 50 | 6.50 | 130 | 6.00, 6.50, 7.00 | 22% |" in text
+    assert "| 1 | 1 | 1.20 | 1200 | 1.10, 1.20, 1.30 | 4% | – | – |" in text  # results from before the task's parse
+    assert "| 50 | 50 | 6.50 | 130 | 6.00, 6.50, 7.00 | 22% | 1 | 1.40 |" in text
     assert "met: 6.50 s within it at 50 pipelines" in text
     assert "Each DAG beyond the first adds 108 ms" in text and "about 267 pipelines" in text
     assert "| 1 | 180 | 10.5 | 30.2 | 90.0 | the scheduling-overhead runs of 1 pipeline |" in text
