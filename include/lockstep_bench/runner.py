@@ -381,7 +381,7 @@ def isolated_platform(root: Path, warm_checkpoints: bool = False) -> Iterator[An
     from lockstep_dev.platform import Platform
 
     platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
-                                                            "spark-connect": 0, "registry": 0,
+                                                            "spark-connect": 0, "registry": 0, "postgres": 0,
                                                             "registry-management": 0},
                         warm_checkpoints=warm_checkpoints)
     log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")

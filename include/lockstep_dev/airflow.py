@@ -24,6 +24,8 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 class AirflowConfig:
     port: int
     home: Path
+    #: SQLAlchemy's URL of Airflow's metadata database; None: SQLite in ``home`` (Airflow's own default)
+    database_url: str | None = None
 
     @property
     def url(self) -> str:
@@ -52,7 +54,7 @@ class AirflowConfig:
             # assumes port 8080, which is wrong whenever another port is chosen.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url or f"sqlite:///{self.home / 'airflow.db'}",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
         }
         env.update(connections)

@@ -7,7 +7,7 @@ import json
 import shlex
 
 #: The services' ports that `up` takes as --<name>-port.
-PORT_NAMES = ("kafka", "controller", "s3", "airflow", "spark-connect", "registry", "registry-management")
+PORT_NAMES = ("kafka", "controller", "s3", "airflow", "spark-connect", "registry", "registry-management", "postgres")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "(and Airflow with --with airflow); idempotent")
     up.add_argument("--with", dest="with_", action="append", default=[], choices=["airflow"],
                     help="also start this optional service")
+    up.add_argument("--airflow-db", choices=["sqlite", "postgres"], default=None,
+                    help="Airflow's metadata database: sqlite (Airflow's default; one writer at a time) or postgres "
+                         "(a PostgreSQL server of the platform's, for many pipelines; docs/platform.md); default: "
+                         "the one the platform was last started with, sqlite for a new one")
     up.add_argument("--no-spark-connect", dest="spark_connect", action="store_false",
                     help="do not start the Spark Connect server (checkpoints in connect mode, the default, need it)")
     up.add_argument("--warm-checkpoints", action="store_true",
@@ -48,7 +52,8 @@ def main(args: argparse.Namespace) -> int:
     if args.dev_command == "up":
         ports = {n: getattr(args, f"{n.replace('-', '_')}_port") for n in PORT_NAMES}
         platform = Platform(ports={k: v for k, v in ports.items() if v is not None}, cluster=args.cluster,
-                            free_ports=args.free_ports, warm_checkpoints=args.warm_checkpoints)
+                            free_ports=args.free_ports, warm_checkpoints=args.warm_checkpoints,
+                            airflow_db=args.airflow_db)
         platform.up(with_airflow="airflow" in args.with_, with_connect=args.spark_connect,
                     with_registry=args.registry)
         print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')

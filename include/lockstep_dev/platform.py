@@ -19,6 +19,7 @@ from typing import TextIO, TypedDict
 from lockstep.paths import dev_state_dir
 from lockstep_dev import airflow as airflow_svc
 from lockstep_dev import kafka_nodes as kafka_svc
+from lockstep_dev import postgres as postgres_svc
 from lockstep_dev import procs
 from lockstep_dev import registry as registry_svc
 from lockstep_dev import s3 as s3_svc
@@ -27,12 +28,16 @@ from lockstep_dev import spark_cluster as spark_svc
 from lockstep_dev import spark_connect as connect_svc
 
 SINGLE, CLUSTER = "single", "cluster"
+#: Airflow's metadata database: SQLite in Airflow's home (Airflow's default), or the platform's PostgreSQL.
+SQLITE, POSTGRES = "sqlite", "postgres"
+AIRFLOW_DATABASES = (SQLITE, POSTGRES)
 CLUSTER_BROKERS = 3
 CLUSTER_WORKERS = 2
 DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080, "spark-connect": 15002,
-                 "registry": 18090, "registry-management": 18091}
+                 "registry": 18090, "registry-management": 18091, "postgres": 15432}
 CLUSTER_PORTS = {
     "s3": 19000, "airflow": 8080, "spark-connect": 15002, "registry": 18090, "registry-management": 18091,
+    "postgres": 15432,
     "kafka-1": 19092, "controller-1": 19093, "kafka-2": 19094, "controller-2": 19095,
     "kafka-3": 19096, "controller-3": 19097,
     "kafka-secure-1": 19192, "kafka-secure-2": 19194, "kafka-secure-3": 19196,
@@ -52,7 +57,7 @@ def marker(service: str) -> str:
     if service.startswith("spark-worker"):
         return spark_svc.WORKER_MARKER
     return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER,
-            "spark-connect": connect_svc.MARKER, "registry": registry_svc.MARKER}[service]
+            "spark-connect": connect_svc.MARKER, "registry": registry_svc.MARKER, "postgres": postgres_svc.MARKER}[service]
 
 
 class ServiceStatus(TypedDict):
@@ -70,6 +75,7 @@ class PlatformState:
     bucket: str = "lockstep"
     pids: dict[str, int] = field(default_factory=dict)
     topology: str = SINGLE
+    airflow_db: str = SQLITE
 
 
 class Platform:
@@ -78,20 +84,30 @@ class Platform:
     the cluster's master, else ``local[*]``) and Airflow."""
 
     def __init__(self, state_dir: Path | None = None, ports: dict[str, int] | None = None, bucket: str = "lockstep",
-                 cluster: bool | None = None, free_ports: bool = False, warm_checkpoints: bool = False):
+                 cluster: bool | None = None, free_ports: bool = False, warm_checkpoints: bool = False,
+                 airflow_db: str | None = None):
         """``warm_checkpoints``: a Spark Connect server this platform starts is warmed up with tiny real
-        checkpoints (`lockstep_dev.warm_checkpoints`) before it is reported running."""
+        checkpoints (`lockstep_dev.warm_checkpoints`) before it is reported running. ``airflow_db``: Airflow's
+        metadata database (`AIRFLOW_DATABASES`); None keeps the one the platform was last started with."""
         self.warm_checkpoints = warm_checkpoints
         self.state_dir = (state_dir or dev_state_dir()).resolve()
         self._state_file = self.state_dir / "platform.json"
         self.state = self._load(ports or {}, bucket, cluster, free_ports)
+        if airflow_db is not None and airflow_db != self.state.airflow_db:
+            if airflow_db not in AIRFLOW_DATABASES:
+                raise ValueError(f"airflow_db {airflow_db!r}: one of {', '.join(AIRFLOW_DATABASES)}")
+            if self.running("airflow"):
+                raise procs.PlatformError(
+                    f"Airflow in {self.state_dir} runs on {self.state.airflow_db}; stop it first (`lockstep dev down`) "
+                    f"to start it on {airflow_db}. Each database keeps its own DAG runs and history.")
+            self.state.airflow_db = airflow_db
 
     # ---- state -------------------------------------------------------------
     def _load(self, overrides: dict[str, int], bucket: str, cluster: bool | None, free_ports: bool) -> PlatformState:
         if self._state_file.exists():
             saved = json.loads(self._state_file.read_text())
             state = PlatformState(ports=saved["ports"], bucket=saved.get("bucket", bucket), pids=saved.get("pids", {}),
-                                  topology=saved.get("topology", SINGLE))
+                                  topology=saved.get("topology", SINGLE), airflow_db=saved.get("airflow_db", SQLITE))
         else:
             state = PlatformState(ports=dict(CLUSTER_PORTS if cluster else DEFAULT_PORTS), bucket=bucket,
                                   topology=CLUSTER if cluster else SINGLE)
@@ -106,7 +122,7 @@ class Platform:
             state.topology = wanted
             defaults = CLUSTER_PORTS if wanted == CLUSTER else DEFAULT_PORTS
             state.ports = {**defaults, **{k: v for k, v in state.ports.items()
-                                          if k in ("s3", "airflow", "registry", "registry-management")}}
+                                          if k in ("s3", "airflow", "registry", "registry-management", "postgres")}}
         for name, port in (CLUSTER_PORTS if state.topology == CLUSTER else DEFAULT_PORTS).items():
             state.ports.setdefault(name, port)  # a port added since this platform.json was written
         if free_ports:
@@ -133,11 +149,14 @@ class Platform:
         return self.state.topology == CLUSTER
 
     def services(self) -> tuple[str, ...]:
-        """Every service of this topology, in start order (Airflow last)."""
+        """Every service of this topology, in start order (Airflow last, its PostgreSQL just before it)."""
+        # PostgreSQL while Airflow uses it, or while one started for it still runs (stopped by `down` all the same).
+        with_postgres = self.state.airflow_db == POSTGRES or "postgres" in self.state.pids
+        airflow = ("postgres", "airflow") if with_postgres else ("airflow",)
         if not self.is_cluster:
-            return ("s3", "registry", "kafka", "spark-connect", "airflow")
+            return ("s3", "registry", "kafka", "spark-connect", *airflow)
         return ("s3", "registry", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
-                *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "spark-connect", "airflow")
+                *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "spark-connect", *airflow)
 
     # ---- configs -----------------------------------------------------------
     @property
@@ -201,7 +220,12 @@ class Platform:
 
     @property
     def airflow(self) -> airflow_svc.AirflowConfig:
-        return airflow_svc.AirflowConfig(self.state.ports["airflow"], self.state_dir / "airflow")
+        url = self.postgres.url if self.state.airflow_db == POSTGRES else None
+        return airflow_svc.AirflowConfig(self.state.ports["airflow"], self.state_dir / "airflow", database_url=url)
+
+    @property
+    def postgres(self) -> postgres_svc.PostgresConfig:
+        return postgres_svc.PostgresConfig(self.state.ports["postgres"], self.state_dir / "postgres")
 
     def log_file(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.log"
@@ -365,7 +389,19 @@ class Platform:
         print(f"spark-connect running  {config.url} (master {config.master}; checkpoints in connect mode, the "
               f"default, use it through the spark_connect_default connection)", file=out)
 
+    def _up_postgres(self, out: TextIO) -> None:
+        config = self.postgres
+        if not self.running("postgres"):
+            self._claim_ports("postgres", config.port)
+            self._start("postgres", postgres_svc.start(config, self.log_file("postgres")))
+            procs.wait_until(lambda: postgres_svc.is_ready(config), f"PostgreSQL on 127.0.0.1:{config.port}", 60,
+                             alive=lambda: self.running("postgres"), log_file=self.log_file("postgres"))
+        postgres_svc.ensure_database(config)
+        print(f"postgres running  127.0.0.1:{config.port} (Airflow's database, data in {config.data_dir})", file=out)
+
     def _up_airflow(self, out: TextIO) -> None:
+        if self.state.airflow_db == POSTGRES:
+            self._up_postgres(out)
         config = self.airflow
         if not self.running("airflow"):
             self._claim_ports("airflow", config.port)
@@ -375,7 +411,8 @@ class Platform:
             self._start("airflow", airflow_svc.start(config, self.log_file("airflow"), env, airflow_bin))
             procs.wait_until(lambda: airflow_svc.is_ready(config), f"Airflow on {config.url}", 300,
                              alive=lambda: self.running("airflow"), log_file=self.log_file("airflow"))
-        print(f"airflow  running  {config.url} (login admin / {config.admin_password() or '?'})", file=out)
+        on = "" if self.state.airflow_db == SQLITE else f", its database on {self.state.airflow_db}"
+        print(f"airflow  running  {config.url} (login admin / {config.admin_password() or '?'}{on})", file=out)
 
     def stop(self, name: str, out: TextIO = sys.stdout, kill: bool = False) -> None:
         """Stop one service (and its whole process group) if ``up`` started it; ``kill``: SIGKILL at once."""
@@ -404,6 +441,8 @@ class Platform:
             return self.spark_connect.url
         if service.startswith("spark-worker"):
             return f"http://127.0.0.1:{self.state.ports[service + '-ui']}"
+        if service == "postgres":
+            return f"127.0.0.1:{self.postgres.port}"
         return {"s3": self.s3.endpoint, "airflow": self.airflow.url, "registry": self.registry.url}[service]
 
     def status(self) -> dict[str, ServiceStatus]:

@@ -31,21 +31,31 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def test_up_status_env_down_leaves_no_process(tmp_path):
+    """The whole platform as a user starts it, Airflow's database on the platform's PostgreSQL (every other
+    Airflow of the suite runs on SQLite, Airflow's default): up, up again, status, env, down."""
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
-    up = _run(["dev", "up", "--with", "airflow", "--kafka-port", "0", "--controller-port", "0",
-               "--s3-port", "0", "--airflow-port", "0", "--spark-connect-port", "0", "--registry-port", "0",
-               "--registry-management-port", "0"], env)
+    up = _run(["dev", "up", "--with", "airflow", "--airflow-db", "postgres", "--kafka-port", "0",
+               "--controller-port", "0", "--s3-port", "0", "--airflow-port", "0", "--spark-connect-port", "0",
+               "--registry-port", "0", "--registry-management-port", "0", "--postgres-port", "0"], env)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "login admin / " in up.stdout
+        assert "login admin / " in up.stdout and "its database on postgres" in up.stdout
 
         again = _run(["dev", "up", "--with", "airflow"], env)  # idempotent: nothing new started
         assert again.returncode == 0, again.stderr
 
         status = json.loads(_run(["dev", "status", "--json"], env).stdout)
         assert {name for name, s in status.items() if s["running"]} == {"kafka", "s3", "registry", "spark-connect",
-                                                                         "airflow"}
+                                                                         "postgres", "airflow"}
         pids = {name: s["pid"] for name, s in status.items()}
+        # Airflow migrated its schema into the platform's PostgreSQL, and its scheduler writes there.
+        import psycopg2
+
+        host, port = status["postgres"]["address"].split(":")
+        with psycopg2.connect(host=host, port=int(port), user="airflow", dbname="airflow") as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT count(*) FROM job WHERE job_type = 'SchedulerJob'")
+            assert cur.fetchone()[0] >= 1
 
         exports = _run(["dev", "env"], env).stdout
         assert f"bootstrap.servers\": \"{status['kafka']['address']}" in exports

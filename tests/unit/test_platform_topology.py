@@ -71,3 +71,29 @@ def test_the_schema_registry_connection_names_its_confluent_api_on_loopback(tmp_
                     "extra": {"url": "http://127.0.0.1:18123/apis/ccompat/v7"}}
     assert plat.address("registry") == conn["extra"]["url"]
     assert Platform(state_dir=tmp_path / "c", cluster=True).registry.port == 18090  # both topologies run it
+
+
+def test_airflow_runs_on_sqlite_unless_asked_for_the_platforms_postgres_which_is_kept(tmp_path):
+    plat = Platform(state_dir=tmp_path, free_ports=True)
+    sqlite = plat.airflow.environment({})["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert sqlite == f"sqlite:///{tmp_path / 'airflow' / 'airflow.db'}" and "postgres" not in plat.services()
+    pg = Platform(state_dir=tmp_path, airflow_db="postgres")
+    assert pg.services()[-2:] == ("postgres", "airflow"), "PostgreSQL starts just before Airflow, stops after it"
+    port = pg.state.ports["postgres"]
+    assert pg.airflow.environment({})["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == \
+        f"postgresql+psycopg2://airflow@127.0.0.1:{port}/airflow"
+    assert pg.address("postgres") == f"127.0.0.1:{port}"
+    pg._save()
+    assert Platform(state_dir=tmp_path).state.airflow_db == "postgres", "a later `up` without the flag keeps it"
+    with pytest.raises(ValueError, match="one of sqlite, postgres"):
+        Platform(state_dir=tmp_path, airflow_db="mysql")
+
+
+def test_switching_airflows_database_while_airflow_runs_is_refused(tmp_path, monkeypatch):
+    Platform(state_dir=tmp_path)._save()
+    monkeypatch.setattr("lockstep_dev.procs.is_running", lambda pid, marker: pid == 4242)
+    saved = json.loads((tmp_path / "platform.json").read_text())
+    saved["pids"] = {"airflow": 4242}
+    (tmp_path / "platform.json").write_text(json.dumps(saved))
+    with pytest.raises(PlatformError, match="runs on sqlite; stop it first"):
+        Platform(state_dir=tmp_path, airflow_db="postgres")
