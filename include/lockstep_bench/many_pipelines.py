@@ -83,12 +83,15 @@ class FleetSettings:
     page_repeats: int = 5
     #: How long the paused pipelines' last runs get to finish before the page is timed.
     drain_s: float = 60.0
+    #: Each generated pipeline's ``checkpoints.tasks``.
+    tasks: str = "one"
 
     @classmethod
-    def for_bench(cls, pipelines: int, quick: bool) -> FleetSettings:
+    def for_bench(cls, pipelines: int, quick: bool, tasks: str = "one") -> FleetSettings:
         if quick:
-            return cls(pipelines=pipelines, sample_s=20.0, page_checkpoints=100, page_repeats=2, drain_s=20.0)
-        return cls(pipelines=pipelines)
+            return cls(pipelines=pipelines, sample_s=20.0, page_checkpoints=100, page_repeats=2, drain_s=20.0,
+                       tasks=tasks)
+        return cls(pipelines=pipelines, tasks=tasks)
 
 
 def loop_stats(text: str) -> dict[str, Any]:
@@ -135,7 +138,7 @@ class Fleet:
             name = f"bench-fleet-{tag}-{i:03d}"
             topics += [f"{name}-in", f"{name}-out"]
             self.specs.append(workloads.write_spec(folder, name, f"{name}-in", f"{name}-out", 1000,
-                                                   schedule=SCHEDULE))
+                                                   schedule=SCHEDULE, tasks=s.tasks))
         page_topic = f"bench-page-{tag}-in"
         topics += [page_topic, f"{page_topic}-out"]
         _create_topics(self.bootstrap, topics)
@@ -145,7 +148,8 @@ class Fleet:
                                         f"{page_topic}-out", 1000)
             self.page_specs[count] = spec
             self._fill(spec, count, page_topic)
-        self.results = {"pipelines": s.pipelines, "schedule": SCHEDULE, "sample_s": s.sample_s,
+        self.results = {"pipelines": s.pipelines, "schedule": SCHEDULE, "sample_s": s.sample_s, "tasks": s.tasks,
+                        "airflow_db": self.platform.state.airflow_db,
                         "page_fill_s": round(time.monotonic() - started, 1)}
         self.log(f"fleet: {s.pipelines} pipelines written; {s.page_checkpoints:,} + {SMALL_HISTORY} checkpoints "
                  f"filled for the page in {self.results['page_fill_s']:.0f} s")

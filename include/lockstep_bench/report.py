@@ -373,9 +373,14 @@ def _many_pipelines(add: Any, res: Results) -> None:
     n = doc["pipelines"]
     add(f"## {n} pipelines in one Airflow")
     add("")
+    tasks = {"one": "one task per checkpoint (`checkpoints.tasks: one`)",
+             "three": "three tasks per checkpoint (plan, run, commit)"}.get(doc.get("tasks", "three"), "")
+    db = {"postgres": "PostgreSQL (`lockstep dev up --airflow-db postgres`)",
+          "sqlite": "SQLite"}.get(doc.get("airflow_db", "sqlite"), "")
     add(f"{n} generated pipelines (`lockstep_bench.many_pipelines`), each over an empty input topic of its own "
         f"with the cron `{doc['schedule']}`, so every DAG run is an empty checkpoint (plan, run, commit; no Spark) "
-        "and the load is Airflow's own; measured in the Airflow of the overhead runs above, after them.")
+        f"and the load is Airflow's own; {tasks}; Airflow's database on {db}; measured in the Airflow of the "
+        "overhead runs above, after them.")
     add("")
     parse = doc.get("parse")
     if parse:

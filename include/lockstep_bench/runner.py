@@ -78,6 +78,10 @@ class Settings:
     airflow: bool = True
     #: Generated pipelines scheduled together in the Airflow of the overhead measurement (0: skipped).
     pipelines: int = 50
+    #: The generated pipelines' tasks per checkpoint (``checkpoints.tasks``), and the database of the Airflow
+    #: they run in: the set-up docs/operations.md recommends for many pipelines.
+    pipelines_tasks: str = "one"
+    airflow_db: str = "postgres"
     peers: bool = True  # Flink SQL and Quix Streams, exactly-once (set up on first use)
     report: Path = Path("docs/BENCHMARKS.md")
     results: Path | None = None
@@ -374,16 +378,17 @@ def _gib(meminfo: str) -> str:
 
 
 @contextmanager
-def isolated_platform(root: Path, warm_checkpoints: bool = False) -> Iterator[Any]:
+def isolated_platform(root: Path, warm_checkpoints: bool = False, airflow_db: str | None = None) -> Iterator[Any]:
     """A Kafka + S3 + Schema Registry + Spark Connect platform of the benchmark's own on free ports, its clients' environment
     set in this process (and so in the runs it starts) while it is up; wiped afterwards. ``warm_checkpoints``: its
-    Spark Connect server is warmed up as ``lockstep dev up --warm-checkpoints`` does (`lockstep_dev.warm_checkpoints`)."""
+    Spark Connect server is warmed up as ``lockstep dev up --warm-checkpoints`` does (`lockstep_dev.warm_checkpoints`);
+    ``airflow_db``: the database of an Airflow it starts (`lockstep_dev.platform.AIRFLOW_DATABASES`)."""
     from lockstep_dev.platform import Platform
 
     platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
                                                             "spark-connect": 0, "registry": 0, "postgres": 0,
                                                             "registry-management": 0},
-                        warm_checkpoints=warm_checkpoints)
+                        warm_checkpoints=warm_checkpoints, airflow_db=airflow_db)
     log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
     platform.up(with_connect=True, out=sys.stderr)
     saved = {k: os.environ.get(k) for k in platform.client_env()}
@@ -411,7 +416,7 @@ def run_bench(settings: Settings) -> Path:
                   started_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     res.load["start"] = os.getloadavg()
     results_path = settings.results or (root / "results.json")
-    with isolated_platform(root) as platform:
+    with isolated_platform(root, airflow_db=settings.airflow_db) as platform:
         res.environment = {**environment(platform.kafka.bootstrap), **peer_versions}
         bench = Bench(settings, platform, root)
         main = bench.main_comparison(res)
@@ -427,7 +432,7 @@ def run_bench(settings: Settings) -> Path:
             fleet = None
             if settings.pipelines:
                 fleet = many_pipelines.Fleet(platform, root, many_pipelines.FleetSettings.for_bench(
-                    settings.pipelines, settings.quick), log)
+                    settings.pipelines, settings.quick, settings.pipelines_tasks), log)
                 fleet.prepare()
             res.airflow = airflow_overhead.measure(platform, root, settings.fixed_repeats, log, fleet=fleet)
             res.many_pipelines = fleet.results if fleet is not None else {}
@@ -670,6 +675,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                       "of the overhead measurement: parse time, scheduler loop, "
                                                       "S3 calls per plan, the Checkpoints page at 10,000 "
                                                       "checkpoints (default 50; 0 skips it)")
+    parser.add_argument("--pipelines-tasks", choices=["one", "three"],
+                        help="the generated pipelines' tasks per checkpoint (checkpoints.tasks; default one)")
+    parser.add_argument("--airflow-db", choices=["sqlite", "postgres"],
+                        help="the database of the measurement's Airflow (lockstep dev up --airflow-db; default "
+                             "postgres)")
     parser.add_argument("--no-peers", dest="peers", action="store_false", default=None,
                         help="skip the exactly-once peers, Flink SQL and Quix Streams (and their set-up)")
     parser.add_argument("--peers", dest="peers", action="store_true",
@@ -752,7 +762,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k) for k in ("records", "partitions", "repeats", "sizes", "partition_counts",
                                                  "partition_records", "partition_pair", "partition_rounds",
                                                  "large_records", "history", "perf_tools",
-                                                 "python_writer", "airflow", "pipelines", "peers", "report", "results",
+                                                 "python_writer", "airflow", "pipelines", "pipelines_tasks",
+                                                 "airflow_db", "peers", "report", "results",
                                                  "baseline", "state_dir")}
     settings = Settings.quick_settings(**overrides) if args.quick else \
         Settings(**{k: v for k, v in overrides.items() if v is not None})
