@@ -163,12 +163,12 @@ class Fleet:
         history.fill(*history.s3_store(p), 1, count, topic, _end_offsets(self.bootstrap, topic))
 
     def parse_times(self) -> dict[str, Any]:
+        from lockstep.spec import load_spec
+
         one = self.work_dir / "parse-one"
         one.mkdir(parents=True, exist_ok=True)
         (one / self.specs[0].name).write_text(self.specs[0].read_text())
         points = []
-        from lockstep.spec import load_spec
-
         task_dag = load_spec(self.specs[0]).dag_id
         for folder, count in ((one, 1), (self.specs[0].parent, len(self.specs))):
             runs = [self._parse_once(folder) for _ in range(self.settings.parse_repeats)]
