@@ -49,8 +49,8 @@ WINDOW = {"key_groups": 8, "event_time": {"column": "created_at", "out_of_ordern
                      "aggregates": {"orders": "count(*)", "amount_cents": "sum(CAST(round(amount * 100) AS BIGINT))"}}}
 
 
-def sliding(slide_s: int) -> dict:
-    return {**WINDOW, "window": {**WINDOW["window"], "slide": f"{slide_s}s"}}
+def sliding(slide_s: int, keep_rows: bool = False) -> dict:
+    return {**WINDOW, "window": {**WINDOW["window"], "slide": f"{slide_s}s", **({"keep_rows": True} if keep_rows else {})}}
 
 
 def starts(t: int, slide_s: int) -> list[int]:
@@ -113,15 +113,16 @@ def dead_letter_errors(pipeline) -> Counter:
 # writer failpoint set to crash halts the JVM its task runs in, so it runs in submit mode (in connect
 # mode it would halt the shared server): one of them here, mid-transaction, with the Python writer.
 # The writers write a stateful checkpoint's output as any other (test_failpoints.py crashes each).
-# Sliding windows (10 s every 5 s) in connect mode, tumbling ones in submit mode.
-@pytest.mark.parametrize("mode,writer,points,slide_s", [
-    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS], 5),
-    ("submit", "python", ["job.mid_produce"], SIZE_S),
-], ids=["connect-jvm-sliding", "submit-python-tumbling"])
-def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, writer, points, slide_s, tmp_path, bootstrap,
-                                                                     unique, spark_connect):
+# Sliding windows (10 s every 5 s) in connect mode, their state as partial aggregates (a count and a sum merge),
+# tumbling ones in submit mode with the windows' rows kept (keep_rows).
+@pytest.mark.parametrize("mode,writer,points,slide_s,keep_rows", [
+    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS], 5, False),
+    ("submit", "python", ["job.mid_produce"], SIZE_S, True),
+], ids=["connect-jvm-sliding-partials", "submit-python-tumbling-rows"])
+def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, writer, points, slide_s, keep_rows, tmp_path,
+                                                                     bootstrap, unique, spark_connect):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=100, writer=writer, mode=mode)
-    stateful(pipeline, sliding(slide_s))
+    stateful(pipeline, sliding(slide_s, keep_rows))
     produced: list[int] = []
     for n, point in enumerate(points):
         batch = range(40 * n, 40 * (n + 1))
@@ -175,16 +176,51 @@ def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, write
                    if dict(m.headers() or []).get(ERROR_HEADER) == b"late"]
     assert sorted(doc["order_id"] for doc in late_values) == ["o1", "o2", "o3"]
     assert {doc["created_at"] for doc in late_values} == {T0 + 1}
-    # The windows still open are the state: their rows, nothing else.
-    open_rows = [i for i in produced if i % 10 != 7 and (starts(T0 + i, slide_s)[-1] + SIZE_S) * 1000
-                 > manifest.watermark_ms]
-    assert manifest.rows == len(open_rows)
+    # The windows still open are the state: a row per customer and open window (their partial aggregates, which
+    # verify compared above with its recompute), nothing else.
+    open_windows = {(i % CUSTOMERS, start) for i in produced if i % 10 != 7 for start in starts(T0 + i, slide_s)
+                    if (start + SIZE_S) * 1000 > manifest.watermark_ms}
+    assert manifest.rows == len(open_windows) > 0
+    assert "__ls_start" in manifest.columns and any(c.startswith("__ls_agg_orders_") for c in manifest.columns)
     # State files: the latest state's, and none of a checkpoint that never completed.
     files = s.state_files()
     assert set(manifest.all_files) <= set(files.listing())
     aborted = {i for i, st in statuses.items() if st is CheckpointStatus.ABORTED}
     assert not [k for k in files.listing() if files.checkpoint_of(k) in aborted]
     assert open_transactions(pipeline) == []
+
+
+def test_a_state_of_rows_becomes_partials_and_partials_do_not_become_rows_again(tmp_path, bootstrap, unique,
+                                                                                 spark_connect):
+    """A window's state written as rows (keep_rows, or an earlier version) turns into partial aggregates at the
+    first checkpoint that may keep them, with every window exact across the change; going back is refused,
+    naming the way out, before anything is written."""
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=1000, mode="connect")
+    stateful(pipeline, {**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}})
+    produce(pipeline, range(0, 60))
+    assert run(pipeline, "--checkpoints", "1").returncode == 0
+    rows_state = store(pipeline).latest_completed().completed.state
+    assert rows_state is not None and "__ls_start" not in rows_state.columns and rows_state.rows > 0
+    stateful(pipeline, WINDOW)  # every aggregate merges: partials from here on
+    produce(pipeline, range(60, 130))
+    assert run(pipeline, "--checkpoints", "1").returncode == 0
+    s = store(pipeline)
+    manifest = s.latest_completed().completed.state
+    assert manifest is not None and "__ls_start" in manifest.columns
+    produced = list(range(130))
+    found = window_outputs(pipeline, produced)
+    assert Counter(key for key, _ in found).most_common(1)[0][1] == 1  # no window twice
+    assert dict(found) == expected_windows(produced, manifest.watermark_ms)
+    report = verify(pipeline)
+    assert report["ok"] and report["state_mismatched"] == 0 and report["state_rows"] == manifest.rows > 0, report
+    completed = s.latest_completed().checkpoint_id
+    stateful(pipeline, {**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}})
+    produce(pipeline, range(130, 150))
+    refused = run(pipeline, "--checkpoints", "1")
+    assert refused.returncode != 0
+    assert "keeps the open windows' partial aggregates" in refused.stderr, refused.stderr[-2000:]
+    assert "Keep the aggregates as they were" in refused.stderr
+    assert store(pipeline).latest_completed().checkpoint_id == completed
 
 
 DEDUP = {"key_groups": 4, "event_time": {"column": "created_at", "out_of_orderness": "2s"},

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lockstep.model.state_manifest import GroupState, PartitionTime, StateManifest
-from lockstep.model.state_rows import EVENT, GROUP, KEY, TOMBSTONE
+from lockstep.model.state_rows import EVENT, GROUP, KEY, TOMBSTONE, WINDOW_START
 from lockstep.rules.compaction import Compaction, compaction_due, deltas_to_merge
 from lockstep.rules.state_reads import read_plan
 from lockstep.rules.watermarks import EventClock
@@ -204,6 +204,16 @@ def test_window_timers_count_each_pending_key_and_window_once() -> None:
     state = spec(**WINDOW).state
     table = rows(("a", 12_000, 0), ("a", 13_000, 0), ("b", 4_000, 0))
     # a's rows are in windows [5, 15) and [10, 20); b's in [-5, 5) and [0, 10). Ends plus lateness 1 s.
+    assert state_chain.timers(table, state, None) == (4, 6_000)
+    assert state_chain.timers(table, state, 6_000) == (3, 11_000)
+    assert state_chain.timers(table, state, 21_000) == (0, None)
+
+
+def test_partial_window_timers_are_a_row_each_ending_at_its_start_plus_size_and_lateness() -> None:
+    state = spec(**WINDOW).state
+    # The same windows as above, kept as partial aggregates: a row per key and open window.
+    table = pa.table({KEY: ["a", "a", "b", "b"], WINDOW_START: [5_000, 10_000, -5_000, 0],
+                      EVENT: [13_000, 13_000, 4_000, 4_000], GROUP: [0, 0, 0, 0], "orders": [2, 2, 1, 1]})
     assert state_chain.timers(table, state, None) == (4, 6_000)
     assert state_chain.timers(table, state, 6_000) == (3, 11_000)
     assert state_chain.timers(table, state, 21_000) == (0, None)

@@ -10,7 +10,8 @@ in one batch, without its state files or checkpoint boundaries, and compare with
   as ``duplicate`` or ``late``, or dropped as a duplicate).
 - **The committed state** (windows, dedup): the latest completed checkpoint's state files, each key
   group's chain of base and deltas merged, must hold exactly what the recompute leaves pending: the
-  rows of every window the final watermark has not closed; a dedup's passed records' event times
+  rows of every window the final watermark has not closed (or, a state of partial aggregates, each such
+  window's aggregates and latest record, recomputed from the rows with the spec's aggregates); a dedup's passed records' event times
   until the watermark passes them plus twice the TTL (rows past that a chain still holds are not
   counted: they are dropped when read).
 - **A state function**: run once over the whole input (one call per key, the final watermark); its
@@ -316,18 +317,55 @@ def _differ(report: StateVerifyReport, expected: Counter[Any], actual: Counter[A
 
 def _check_window_state(spec: PipelineSpec, good: DataFrame, watermark: int | None, committed: Any,
                         report: StateVerifyReport) -> None:
-    """The state holds each valid record of every window the watermark has not closed, once."""
+    """The state holds each valid record of every window the watermark has not closed, once; or, a state of
+    partial aggregates, each such window's aggregates over them and its latest record."""
     from pyspark.sql import functions as F
 
-    from lockstep.model.state_rows import EVENT, KEY
+    from lockstep.model.state_rows import EVENT, KEY, is_partial_window
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
+    if committed is not None and is_partial_window(committed.column_names):
+        _check_window_partials(spec, good, watermark, committed, report)
+        return
     last_end = F.col(EVENT) - F.pmod(F.col(EVENT), F.lit(w.slide_ms)) + F.lit(w.size_ms + w.allowed_lateness_ms)
     pending = good if watermark is None else good.filter(last_end > F.lit(watermark))
     columns = (KEY, "topic", "partition", "offset")
     expected = Counter(tuple(r) for r in pending.select(*columns).collect())
     actual = Counter(tuple(r[c] for c in columns) for r in committed.to_pylist()) if committed is not None else Counter()
+    _differ(report, expected, actual)
+
+
+def _check_window_partials(spec: PipelineSpec, good: DataFrame, watermark: int | None, committed: Any,
+                           report: StateVerifyReport) -> None:
+    """Each window the watermark has not closed, recomputed from every valid record with the spec's own
+    aggregates (not from partials): its aggregates and the event time and provenance of its latest record,
+    against the state's row of it. Floating values are compared to 9 significant digits (a sum of partial
+    sums adds in another order)."""
+    from pyspark.sql import functions as F
+
+    from lockstep.model.state_rows import EVENT, FROM_OFFSET, FROM_PARTITION, FROM_TOPIC, KEY, WINDOW_START
+    from lockstep.spark.keyed_state import window_starts_column
+
+    assert spec.state is not None and spec.state.window is not None
+    w = spec.state.window
+    windows = good.withColumn(WINDOW_START, F.explode(window_starts_column(w)))
+    if watermark is not None:
+        windows = windows.filter(F.col(WINDOW_START) + F.lit(w.size_ms + w.allowed_lateness_ms) > F.lit(watermark))
+    names = [n for n, _ in w.aggregates]
+    partials = w.partials
+    assert partials is not None  # a state of partials goes on only under aggregates that merge
+    recomputed = (windows.groupBy(KEY, WINDOW_START)
+                  .agg(F.max(F.struct(EVENT, "topic", "partition", "offset")).alias("latest"),
+                       *[F.expr(e).alias(n) for n, e in w.aggregates])
+                  .select(KEY, WINDOW_START, "latest.*", *names).collect())
+
+    def same(value: Any) -> Any:
+        return float(f"{value:.9g}") if isinstance(value, float) else value
+
+    expected = Counter(tuple(same(v) for v in r) for r in recomputed)
+    columns = (KEY, WINDOW_START, EVENT, FROM_TOPIC, FROM_PARTITION, FROM_OFFSET, *[p.column for p in partials])
+    actual = Counter(tuple(same(r.get(c)) for c in columns) for r in committed.to_pylist())
     _differ(report, expected, actual)
 
 

@@ -8,4 +8,5 @@ trigger, run ownership, alerts). Each module's ``__all__`` names what others may
 __all__ = [
     "alert_policy", "commit_decision", "compaction", "dedup", "lag_trigger", "output_tasks", "pinned", "ranges", "replay",
     "recovery", "run_ownership", "start_offsets", "state_base", "manifest_figures", "state_reads", "watermarks",
+    "window_partials",
 ]

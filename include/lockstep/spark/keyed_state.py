@@ -8,8 +8,9 @@ alike. The checkpoint is one batch (`lockstep.rules.watermarks`): records are ju
 the watermark the base state left, and windows fire when this checkpoint's records move the
 watermark past their end plus the allowed lateness. The records come keyed (`lockstep.spark.keyed_rows`).
 
-- **Windows** (`lockstep.spark.windows`) keep the rows of windows that have not fired (all the columns
-  the transform gives but ``value``, ``key``, ``headers`` and ``error``), so any Spark SQL aggregate is
+- **Windows** (`lockstep.spark.windows`) keep, of each window that has not fired, its partial aggregates
+  when every aggregate merges (`lockstep.rules.window_partials`), else its rows (all the columns the
+  transform gives but ``value``, ``key``, ``headers`` and ``error``), so any Spark SQL aggregate is
   computed exactly when its window fires, over the rows of every checkpoint that fed it. A fired
   window's output names, as its provenance, the latest record (by event time) that it counted.
 - **Dedup** (`lockstep.spark.dedup_run`) follows `lockstep.rules.dedup`: a record within the TTL of a
@@ -52,7 +53,7 @@ from lockstep.errors import CheckpointError
 from lockstep.formats.codecs import decoded_columns
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.state_manifest import StateManifest, iso_ms
-from lockstep.model.state_rows import EVENT, INTERNAL
+from lockstep.model.state_rows import EVENT, INTERNAL, is_partial_window
 from lockstep.rules.dedup import state_lifetime_ms
 from lockstep.rules.output_tasks import task_of_partition
 from lockstep.rules.state_base import base_refusal, schema_change
@@ -73,7 +74,14 @@ from lockstep.spark.state_function_run import _function, function_modules
 from lockstep.spark.state_read import Loaded, _load
 from lockstep.spark.state_worker import state_columns
 from lockstep.spark.state_write import _write
-from lockstep.spark.windows import _late_for_windows, _windows, window_starts_column, window_value
+from lockstep.spark.windows import (
+    _late_for_windows,
+    _windows,
+    partial_shape,
+    window_starts_column,
+    window_state_refusal,
+    window_value,
+)
 from lockstep.spec import PipelineSpec, StateSpec
 
 if TYPE_CHECKING:
@@ -138,6 +146,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     base = claim.state_base
     _arrow_memory()
     refused = base_refusal(spec, base, files.rekey_to())
+    if refused is None and state.window is not None and base is not None and base.all_files:
+        refused = window_state_refusal(state.window, list(base.columns), base.written_by)
     if refused:
         raise CheckpointError(cid, refused)
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
@@ -155,7 +165,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
              f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")
     data_columns = [c for c in transformed.columns if c not in NOT_STATE and c not in INTERNAL and c not in decoded]
     started = time.monotonic()
-    shape = _shape(spark, state, x, data_columns)
+    shape = _shape(spark, state, x, data_columns, base)
     want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
     plan, loaded, current = _read_base(spark, spec, claim, files, shape, want, good, clock, records)
     metrics["load_seconds"] = round(time.monotonic() - started, 3)
@@ -225,13 +235,19 @@ def _clock(state: StateSpec, claim: CheckpointClaim, good: DataFrame, records: p
                    state.event_time.idle_advance)
 
 
-def _shape(spark: JobSession, state: StateSpec, x: DataFrame, data_columns: list[str]) -> DataFrame:
-    """An empty frame of the state's columns: a function's fields, a window's data columns, or a dedup's
-    internal columns alone."""
+def _shape(spark: JobSession, state: StateSpec, x: DataFrame, data_columns: list[str],
+           base: StateManifest | None) -> DataFrame:
+    """An empty frame of the state's columns as this checkpoint reads them: a function's fields, a window's
+    partial aggregates (`lockstep.spark.windows`) or its data columns (the windows' rows; also a state of rows
+    that becomes partials now), or a dedup's internal columns alone."""
     if state.function is not None:
         return empty_frame(spark, state_columns(state.function.fields))
     if state.window is not None:
-        return x.select(*INTERNAL, *data_columns)
+        rows = x.select(*INTERNAL, *data_columns)
+        if state.window.partials is not None and (base is None or not base.all_files
+                                                  or is_partial_window(base.columns)):
+            return partial_shape(state.window, rows)
+        return rows
     return x.select(*INTERNAL)
 
 

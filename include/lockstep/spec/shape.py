@@ -224,6 +224,9 @@ WINDOW = _section("Event-time windows per key: tumbling, or sliding when slide i
                         required=True, min_items=1, key_pattern=IDENTIFIER_PATTERN,
                         refused_keys=("window_start", "window_end"),
                         items=Field("expression", "A Spark SQL aggregate.")),
+    "keep_rows": Field("boolean", "Keep the open windows' rows even when every aggregate is a count, sum, min or "
+                                  "max (which the state otherwise keeps as one partial per key and window), so the "
+                                  "aggregates may change while windows are open.", default=False),
 })
 
 DEDUP = _section("Drop (or dead-letter) a record within ttl of event time of a passed record of its key.", {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lockstep.rules.window_partials import Partial, partials
 from lockstep.spec.checker import (
     IDENTIFIER_RE,
     MISSING,
@@ -63,6 +64,15 @@ class WindowSpec:
     allowed_lateness_ms: int
     #: output field -> Spark SQL aggregate expression over the transform's columns, in YAML order
     aggregates: tuple[tuple[str, str], ...]
+    #: keep the open windows' rows even when every aggregate merges (`lockstep.rules.window_partials`): the
+    #: aggregates can then change while windows are open
+    keep_rows: bool = False
+
+    @property
+    def partials(self) -> tuple[Partial, ...] | None:
+        """The aggregates as the partials the state keeps per key and open window, or None: the state keeps
+        the windows' rows (an aggregate that does not merge, or ``keep_rows``)."""
+        return None if self.keep_rows else partials(self.aggregates)
 
 
 @dataclass(frozen=True)
@@ -245,7 +255,7 @@ def _window(c: Checker, doc: object) -> WindowSpec:
             checked.append((field_name, expr.strip()))
     return WindowSpec(key=key, key_name=name, size_ms=size, slide_ms=slide,
                       allowed_lateness_ms=declared_duration(c, w, "state.window", "allowed_lateness"),
-                      aggregates=tuple(checked))
+                      aggregates=tuple(checked), keep_rows=bool(c.boolean(w, "state.window", "keep_rows", False)))
 
 
 def _interval_join(c: Checker, doc: object) -> IntervalJoinSpec:

@@ -23,7 +23,7 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lockstep.model.state_rows import EVENT, GROUP, KEY, TIMERS, TOMBSTONE
+from lockstep.model.state_rows import EVENT, GROUP, KEY, TIMERS, TOMBSTONE, WINDOW_START, is_partial_window
 from lockstep.rules.dedup import retention_ms, state_lifetime_ms
 
 if TYPE_CHECKING:
@@ -208,7 +208,8 @@ def key_count(table: pa.Table | None) -> int:
 
 def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> tuple[int, int | None]:
     """The pending timers of state rows and the earliest (epoch ms), at ``watermark``:
-    - windows: each (key, window) whose end plus the allowed lateness the watermark has not reached;
+    - windows: each (key, window) whose end plus the allowed lateness the watermark has not reached (of a state
+      of partial aggregates, a row each);
     - dedup: each passed record's release (its event time plus twice the TTL, `lockstep.rules.dedup`);
     - a state function: the timers it set (a TTL expires keys lazily: they are dropped when read)."""
     import json
@@ -219,6 +220,11 @@ def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> t
 
     if table is None or not table.num_rows:
         return 0, None
+    if state.window is not None and is_partial_window(table.column_names):  # a row per key and open window
+        w = state.window
+        ends = table[WINDOW_START].to_numpy() + w.size_ms + w.allowed_lateness_ms
+        pending = np.ones(len(ends), dtype=bool) if watermark is None else ends > watermark
+        return int(pending.sum()), (int(ends[pending].min()) if pending.any() else None)
     if state.window is not None:
         w = state.window
         events = table[EVENT].to_numpy()

@@ -1,0 +1,75 @@
+"""Which window aggregates the state keeps as partials (`lockstep.rules.window_partials`), and the spec's
+``keep_rows``: read from the SQL text, conservatively."""
+from __future__ import annotations
+
+import pytest
+
+from lockstep.rules.window_partials import Partial, partial, partials
+from lockstep.spec import parse_spec
+
+
+@pytest.mark.parametrize("expr,expected", [
+    ("count(*)", ("count", "*")),
+    ("COUNT( * )", ("count", "*")),
+    ("count(amount)", ("count", "amount")),
+    ("sum(CAST(round(amount * 100) AS BIGINT))", ("sum", "CAST(round(amount * 100) AS BIGINT)")),
+    ("  Sum (amount)  ", ("sum", "amount")),
+    ("min(created_at)", ("min", "created_at")),
+    ("max(coalesce(a, b))", ("max", "coalesce(a, b)")),
+])
+def test_a_count_sum_min_or_max_of_one_argument_merges(expr: str, expected: tuple[str, str]) -> None:
+    found = partial("n", expr)
+    assert found is not None and (found.function, found.argument) == expected
+    assert found.merged_by == ("sum" if found.function in ("count", "sum") else found.function)
+
+
+@pytest.mark.parametrize("expr", [
+    "avg(amount)",                      # not one of the four
+    "sum(a) + sum(b)",                  # the call's parenthesis closes before the end
+    "sum(a) / count(*)",
+    "count(DISTINCT customer)",         # a distinct count does not merge
+    "sum(ALL amount)",
+    "count(a, b)",                      # a second argument
+    "sum(amount) FILTER (WHERE amount > 0)",
+    "sum(CASE WHEN note = ')' THEN 1 END)",  # quoted text: not read
+    "min(*)",
+    "sum()",
+    "max_by(a, b)",
+    "percentile(amount, 0.5)",
+])
+def test_anything_else_keeps_the_rows(expr: str) -> None:
+    assert partial("n", expr) is None
+
+
+def test_the_state_keeps_partials_only_when_every_aggregate_merges() -> None:
+    assert partials([("n", "count(*)"), ("total", "sum(x)")]) == (Partial("n", "count", "*"),
+                                                                  Partial("total", "sum", "x"))
+    assert partials([("n", "count(*)"), ("mean", "avg(x)")]) is None
+    assert partials([]) is None
+
+
+def _window(**extra: object) -> dict:
+    return {"name": "p", "source": {"topics": ["in"]}, "transform": "lockstep_examples.orders:parse",
+            "sink": {"topic": "out", "dead_letter_topic": "dlq"}, "checkpoints": {"store": "s3://lockstep/checkpoints"},
+            "state": {"key_groups": 4, "event_time": {"column": "t"},
+                      "window": {"key": "k", "size": "1m", "aggregates": {"n": "count(*)"}, **extra}}}
+
+
+def test_keep_rows_makes_the_state_keep_the_windows_rows() -> None:
+    assert parse_spec(_window(), "p.yaml").state.window.partials == (Partial("n", "count", "*"),)
+    kept = parse_spec(_window(keep_rows=True), "p.yaml").state.window
+    assert kept.keep_rows and kept.partials is None
+
+
+def test_keep_rows_must_be_a_boolean() -> None:
+    from lockstep.errors import SpecError
+
+    with pytest.raises(SpecError, match="state.window.keep_rows"):
+        parse_spec(_window(keep_rows="yes"), "p.yaml")
+
+
+def test_a_partials_column_changes_with_its_aggregate_not_with_its_spelling() -> None:
+    one, other, spelled = partial("n", "count(*)"), partial("n", "count(x)"), partial("n", "COUNT(*)")
+    assert one is not None and other is not None and spelled is not None
+    assert one.column.startswith("__ls_agg_n_") and one.column != other.column
+    assert one.column == spelled.column
