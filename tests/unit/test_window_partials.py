@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.rules.window_partials import Partial, partial, partials
+from lockstep.rules.window_partials import Partial, kept_partials, partial, partials
 from lockstep.spec import parse_spec
 
 
@@ -56,9 +56,9 @@ def _window(**extra: object) -> dict:
 
 
 def test_keep_rows_makes_the_state_keep_the_windows_rows() -> None:
-    assert parse_spec(_window(), "p.yaml").state.window.partials == (Partial("n", "count", "*"),)
+    assert kept_partials(parse_spec(_window(), "p.yaml").state.window) == (Partial("n", "count", "*"),)
     kept = parse_spec(_window(keep_rows=True), "p.yaml").state.window
-    assert kept.keep_rows and kept.partials is None
+    assert kept.keep_rows and kept_partials(kept) is None
 
 
 def test_keep_rows_must_be_a_boolean() -> None:

@@ -345,6 +345,7 @@ def _check_window_partials(spec: PipelineSpec, good: DataFrame, watermark: int |
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import EVENT, FROM_OFFSET, FROM_PARTITION, FROM_TOPIC, KEY, WINDOW_START
+    from lockstep.rules.window_partials import kept_partials
     from lockstep.spark.keyed_state import window_starts_column
 
     assert spec.state is not None and spec.state.window is not None
@@ -353,7 +354,7 @@ def _check_window_partials(spec: PipelineSpec, good: DataFrame, watermark: int |
     if watermark is not None:
         windows = windows.filter(F.col(WINDOW_START) + F.lit(w.size_ms + w.allowed_lateness_ms) > F.lit(watermark))
     names = [n for n, _ in w.aggregates]
-    partials = w.partials
+    partials = kept_partials(w)
     assert partials is not None  # a state of partials goes on only under aggregates that merge
     recomputed = (windows.groupBy(KEY, WINDOW_START)
                   .agg(F.max(F.struct(EVENT, "topic", "partition", "offset")).alias("latest"),

@@ -14,12 +14,16 @@ parentheses enclose the whole expression, no ``DISTINCT`` (a distinct count does
 """
 from __future__ import annotations
 
-__all__ = ["MERGED_BY", "PREFIX", "Partial", "partial", "partials"]
+__all__ = ["MERGED_BY", "PREFIX", "Partial", "kept_partials", "partial", "partials"]
 
 import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lockstep.spec import WindowSpec
 
 #: The aggregate functions that merge, and the function that merges their partial values.
 MERGED_BY = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
@@ -90,3 +94,9 @@ def partials(aggregates: Sequence[tuple[str, str]]) -> tuple[Partial, ...] | Non
     if not found or any(p is None for p in found):
         return None
     return tuple(p for p in found if p is not None)
+
+
+def kept_partials(w: WindowSpec) -> tuple[Partial, ...] | None:
+    """The partials a window's state keeps per key and open window, or None: it keeps the windows' rows (an
+    aggregate that does not merge, or ``keep_rows``)."""
+    return None if w.keep_rows else partials(w.aggregates)

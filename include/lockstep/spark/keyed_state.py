@@ -59,6 +59,7 @@ from lockstep.rules.output_tasks import task_of_partition
 from lockstep.rules.state_base import base_refusal, schema_change
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance
+from lockstep.rules.window_partials import kept_partials
 from lockstep.spark.dedup_run import (
     ON_SERVER,
     SPARK_PARTITION,
@@ -244,7 +245,7 @@ def _shape(spark: JobSession, state: StateSpec, x: DataFrame, data_columns: list
         return empty_frame(spark, state_columns(state.function.fields))
     if state.window is not None:
         rows = x.select(*INTERNAL, *data_columns)
-        if state.window.partials is not None and (base is None or not base.all_files
+        if kept_partials(state.window) is not None and (base is None or not base.all_files
                                                   or is_partial_window(base.columns)):
             return partial_shape(state.window, rows)
         return rows

@@ -30,7 +30,7 @@ from lockstep.model.state_rows import (
     is_partial_window,
 )
 from lockstep.rules.watermarks import EventClock
-from lockstep.rules.window_partials import PREFIX, Partial
+from lockstep.rules.window_partials import PREFIX, Partial, kept_partials
 from lockstep.spark.keyed_rows import LATE, PROVENANCE, _records, no_headers
 from lockstep.spec import StateSpec, WindowSpec
 
@@ -83,7 +83,7 @@ def window_state_refusal(w: WindowSpec, base_columns: Sequence[str], written_by:
     if not is_partial_window(base_columns):
         return None
     held = sorted(c[len(PREFIX):].rsplit("_", 1)[0] for c in base_columns if c.startswith(PREFIX))
-    partials = w.partials
+    partials = kept_partials(w)
     if partials is not None and {p.column for p in partials} == {c for c in base_columns if c.startswith(PREFIX)}:
         return None
     why = ("state.window.keep_rows is set, or an aggregate is not a count, sum, min or max of one argument, so the "
@@ -98,7 +98,7 @@ def partial_shape(w: WindowSpec, rows: DataFrame) -> DataFrame:
     (the transform's columns)."""
     from pyspark.sql import functions as F
 
-    partials = w.partials
+    partials = kept_partials(w)
     assert partials is not None
     return _as_partials(rows.withColumn(WINDOW_START, F.lit(0).cast("bigint")), partials,
                         _partial_types(rows, partials)).limit(0)
@@ -133,7 +133,7 @@ def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataF
              data_columns: list[str], encode: Callable[[Column], Column] | None = None) -> tuple[DataFrame, DataFrame]:
     """(the output: the late records and the windows that fire, the new state)."""
     assert state.window is not None
-    if state.window.partials is not None:
+    if kept_partials(state.window) is not None:
         return _partial_windows(state.window, clock, good, loaded, data_columns, encode)
     return _row_windows(state, clock, good, loaded, data_columns, encode)
 
@@ -144,7 +144,7 @@ def _partial_windows(w: WindowSpec, clock: EventClock, good: DataFrame, loaded: 
     state's partials by key and window in one aggregation; the windows that fire are written, the others kept."""
     from pyspark.sql import functions as F
 
-    partials = w.partials
+    partials = kept_partials(w)
     assert partials is not None
     size, lateness = F.lit(w.size_ms), F.lit(w.allowed_lateness_ms)
     before, after = clock.before, clock.after

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lockstep.rules.window_partials import Partial, partials
 from lockstep.spec.checker import (
     IDENTIFIER_RE,
     MISSING,
@@ -67,12 +66,6 @@ class WindowSpec:
     #: keep the open windows' rows even when every aggregate merges (`lockstep.rules.window_partials`): the
     #: aggregates can then change while windows are open
     keep_rows: bool = False
-
-    @property
-    def partials(self) -> tuple[Partial, ...] | None:
-        """The aggregates as the partials the state keeps per key and open window, or None: the state keeps
-        the windows' rows (an aggregate that does not merge, or ``keep_rows``)."""
-        return None if self.keep_rows else partials(self.aggregates)
 
 
 @dataclass(frozen=True)
