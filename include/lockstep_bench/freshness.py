@@ -63,6 +63,13 @@ STEP_LINES = {"wait": re.compile(r"the checkpoint in flight settled after ([0-9.
               "plan": re.compile(r"checkpoint \d+: planned \d+ records from .* in ([0-9.]+) s"),
               "run": re.compile(r"checkpoint \d+: run step finished in ([0-9.]+) s"),
               "commit": re.compile(r"checkpoint \d+: completed in ([0-9.]+) s")}
+#: The run's one line of its stages' seconds (`lockstep.spark.stage_tracker`): ``checkpoint 12 stages: read 0.41 s, ...``.
+STAGES_LINE = re.compile(r"checkpoint \d+ stages: (.*)")
+STAGE = re.compile(r"([a-z_]+) ([0-9.]+) s")
+#: A stateful run's line of its state (`lockstep.spark.keyed_state`): rows kept, rows read, and the seconds of its
+#: load, apply and write, which the ``state``, ``write`` and ``save`` stages hold.
+STATE_LINE = re.compile(r"checkpoint \d+: state \w+: \d+ keys, (\d+) rows, .* it read \d+ groups \((\d+) rows\) .*"
+                        r"\(load ([0-9.]+) s, apply ([0-9.]+) s, write ([0-9.]+) s\)")
 #: How many of a run's later DAG runs have their task logs read for ``STEP_LINES``.
 STEP_LOGS = 8
 ENGINES = (LOCKSTEP, FLINK, QUIX)
@@ -103,6 +110,18 @@ class FreshnessSettings:
 
     def to_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+def stage_figures(log_text: str) -> dict[str, float]:
+    """A run step's stages' seconds from its task log (`STAGES_LINE`) and, for a stateful run, its state's figures
+    (`STATE_LINE`: ``state rows``, ``state rows read``, ``state load``, ``state apply``, ``state write``)."""
+    found: dict[str, float] = {}
+    if (m := STAGES_LINE.search(log_text)) is not None:
+        found.update({name: float(seconds) for name, seconds in STAGE.findall(m.group(1))})
+    if (m := STATE_LINE.search(log_text)) is not None:
+        found.update(zip(("state rows", "state rows read", "state load", "state apply", "state write"),
+                         map(float, m.groups()), strict=True))
+    return found
 
 
 def cpu_seconds(roots: tuple[int, ...]) -> float:
@@ -388,12 +407,15 @@ class FreshnessRace:
         # before this one ends, so what is left is Airflow starting it.
         gaps = [b["start"] - a["end"] for a, b in zip(runs, runs[1:], strict=False)]
         steps: dict[str, list[float]] = {}
+        stages: dict[str, list[float]] = {}
         for r in runs[len(runs) // 2:][:STEP_LOGS]:  # the later runs: past the warm-up
             for task in r["tasks_s"]:
                 text = self.client.task_log(dag_id, r["run_id"], task)
                 for step, pattern in STEP_LINES.items():
                     if (m := pattern.search(text)) is not None:
                         steps.setdefault(step, []).append(float(m.group(1)))
+                for name, value in stage_figures(text).items():
+                    stages.setdefault(name, []).append(value)
 
         def med(values: list[float]) -> float | None:
             return round(sorted(values)[len(values) // 2], 2) if values else None
@@ -403,7 +425,8 @@ class FreshnessRace:
                 "median_gap_s": med(gaps),
                 "median_task_s": {t: med([r["tasks_s"].get(t, 0.0) for r in runs]) for t in
                                   (runs[0]["tasks_s"] if runs else {})},
-                "median_step_s": {k: med(v) for k, v in steps.items()}}
+                "median_step_s": {k: med(v) for k, v in steps.items()},
+                "median_stage_s": {k: med(v) for k, v in stages.items()}}
 
     def measure(self) -> dict[str, Any]:
         rows = []
@@ -455,4 +478,4 @@ def highest_sustained(rows: list[dict[str, Any]], engine: str, pipeline: str = S
 
 
 __all__ = ["ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "STATELESS", "WINDOWED", "FreshnessRace",
-           "FreshnessSettings", "cpu_seconds", "highest_sustained", "pipeline_of", "window_state"]
+           "FreshnessSettings", "cpu_seconds", "highest_sustained", "pipeline_of", "stage_figures", "window_state"]

@@ -204,6 +204,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                          f"{_s(a['median_gap_s'])} | {tasks} "
                          f"| {steps} |")
         lines.append("")
+        lines += _stages(mine)
     lines += ["## Latency against rate", "", f"![p99 latency against rate]({PLOT})", "",
               "Raw results: every run's latency percentiles, its latency over the load in 5 s steps "
               "(`series`: seconds into the load, p50, p99), its checks and Lockstep's DAG runs are in the results "
@@ -234,6 +235,27 @@ def _run_rows(runs: list[dict[str, Any]], settle_s: float, what: str) -> list[st
                     f"{_s(r['first_fifth_p99_s'])}, last {_s(r['last_fifth_p99_s'])}) | "
                     f"{sink_cell(r, settle_s, what)} | {checked} | {r['cpu_cores']:.2f} |")
     return rows
+
+
+def _stages(mine: list[dict[str, Any]]) -> list[str]:
+    """The run step's stages (its job's one log line, `lockstep.spark.stage_tracker`) and, for a stateful
+    pipeline, its state's figures: where the run's seconds go, part by part (none in results of earlier runs)."""
+    staged = [r for r in mine if r["airflow"].get("median_stage_s")]
+    if not staged:
+        return []
+    lines = ["The run step's own stages, medians of the same DAG runs (`stage_seconds` in prepared.json): what the "
+             "Spark run spends where. For the windowed pipeline, _state rows_ is what its state holds after a "
+             "checkpoint, _state rows read_ what a checkpoint read of it, and _state load, apply, write_ the seconds "
+             "of reading it (inside _state_), collecting the new state (inside _save_) and writing it (inside "
+             "_save_).", "",
+             "| pipeline | rate records/s | stages s | state |", "| --- | ---: | --- | --- |"]
+    for r in staged:
+        st = r["airflow"]["median_stage_s"]
+        spent = ", ".join(f"{k} {v}" for k, v in st.items() if not k.startswith("state ") and v >= 0.05)
+        state = ", ".join(f"{k[6:]} {int(v):,}" if k.startswith("state rows") else f"{k[6:]} {v}"
+                          for k, v in st.items() if k.startswith("state "))
+        lines.append(f"| {freshness.pipeline_of(r)} | {r['rate']:,} | {spent} | {state or '-'} |")
+    return [*lines, ""]
 
 
 def _windowed(s: dict[str, Any], runs: list[dict[str, Any]], sm: dict[str, Any]) -> list[str]:

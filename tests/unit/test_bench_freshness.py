@@ -288,3 +288,21 @@ def test_a_sink_that_fell_behind_is_told_apart_from_one_that_is_wrong(tmp_path) 
     results["race"]["runs"].append(wrong)
     page.write_text(freshness_report.render(results))
     assert "NOT exact: flink-sql@100000" in freshness_report.section(page)
+
+
+def test_a_runs_stages_and_state_figures_are_read_from_its_task_log() -> None:
+    """The run's stages line is the job's own (`StageTracker.line`); the state line as keyed_state logs it."""
+    from lockstep.spark.stage_tracker import StageTracker
+    from lockstep_bench.freshness import stage_figures
+
+    ticks = iter([0.0, 0.5, 0.5, 2.75])
+    tracker = StageTracker(12, clock=lambda: next(ticks))
+    tracker.run("read", lambda: None)
+    tracker.run("state", lambda: None)
+    log = (f"[2026-12-04 13:00:00] INFO - {tracker.line()}\n"
+           "[2026-12-04 13:00:01] INFO - checkpoint 12: state window: 1000 keys, 2000 rows, 81920 bytes in 3 files "
+           "(2 deltas); it read 32 groups (1990 rows) and wrote 2 files (40960 bytes, 0 compactions, 0 delta "
+           "merges) (load 0.05 s, apply 0.04 s, write 0.11 s); 2000 timers pending\n")
+    assert stage_figures(log) == {"read": 0.5, "state": 2.25, "state rows": 2000.0, "state rows read": 1990.0,
+                                  "state load": 0.05, "state apply": 0.04, "state write": 0.11}
+    assert stage_figures("checkpoint 3: no new records; prepared without starting Spark") == {}

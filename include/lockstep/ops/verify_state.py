@@ -11,9 +11,9 @@ in one batch, without its state files or checkpoint boundaries, and compare with
 - **The committed state** (windows, dedup): the latest completed checkpoint's state files, each key
   group's chain of base and deltas merged, must hold exactly what the recompute leaves pending: the
   rows of every window the final watermark has not closed (or, a state of partial aggregates, each such
-  window's aggregates and latest record, recomputed from the rows with the spec's aggregates); a dedup's passed records' event times
-  until the watermark passes them plus twice the TTL (rows past that a chain still holds are not
-  counted: they are dropped when read).
+  window's aggregates and latest record, recomputed from the rows with the spec's aggregates); a
+  dedup's passed records' event times until the watermark passes them plus twice the TTL (rows past
+  that a chain still holds are not counted: they are dropped when read).
 - **A state function**: run once over the whole input (one call per key, the final watermark); its
   outputs, as a multiset of values, must equal the sink's. A function whose output depends on how
   the input was cut into checkpoints differs by design: the report says so, it does not hide it.
