@@ -53,7 +53,7 @@ from lockstep.errors import CheckpointError
 from lockstep.formats.codecs import decoded_columns
 from lockstep.model.checkpoint import CheckpointClaim
 from lockstep.model.state_manifest import StateManifest, iso_ms
-from lockstep.model.state_rows import EVENT, INTERNAL, is_partial_window
+from lockstep.model.state_rows import EVENT, GROUP, INTERNAL, KEY, is_partial_window
 from lockstep.rules.dedup import state_lifetime_ms
 from lockstep.rules.output_tasks import task_of_partition
 from lockstep.rules.state_base import base_refusal, schema_change
@@ -160,7 +160,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     good = x.filter(F.col("error").isNull())
     # The records collected narrow give the watermark's event times too.
     records, in_place = _collected(spec, claim, good, read_by_task)
-    clock = _clock(state, claim, good, records)
+    seen = _seen(good) if records is None and base is not None and base.all_files else None
+    clock = _clock(state, claim, good, records if records is not None else seen)
     metrics = {"watermark_seconds": round(time.monotonic() - started, 3)}
     log.info("checkpoint %d: watermark %s -> %s%s", cid, iso_ms(clock.before), iso_ms(clock.after),
              f" (idle partitions: {', '.join(clock.idle)})" if clock.idle else "")
@@ -168,7 +169,7 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
     started = time.monotonic()
     shape = _shape(spark, state, x, data_columns, base)
     want = {f.name: f.dataType.simpleString() for f in shape.schema.fields}
-    plan, loaded, current = _read_base(spark, spec, claim, files, shape, want, good, clock, records)
+    plan, loaded, current = _read_base(spark, spec, claim, files, shape, want, good, clock, records, seen)
     metrics["load_seconds"] = round(time.monotonic() - started, 3)
     metrics["rows_loaded"] = float(sum(t.num_rows for t in loaded.selected.values()))
     metrics["groups_read"] = float(len(loaded.chains))
@@ -216,9 +217,18 @@ def _collected(spec: PipelineSpec, claim: CheckpointClaim, good: DataFrame,
     return records, in_place
 
 
+def _seen(good: DataFrame) -> pa.Table:
+    """Each (source partition, key) of the records with their latest event time, in one Spark job: the
+    watermark's event times and the keys whose state the checkpoint reads (`lockstep.spark.state_read`), which
+    were two jobs over the records."""
+    from pyspark.sql import functions as F
+
+    return good.groupBy("topic", "partition", KEY, GROUP).agg(F.max(EVENT).alias(EVENT)).toArrow()
+
+
 def _clock(state: StateSpec, claim: CheckpointClaim, good: DataFrame, records: pa.Table | None) -> EventClock:
     """The watermark this checkpoint moves to (`lockstep.rules.watermarks.advance`), from each source
-    partition's latest event time: of the records collected when there are, else computed by Spark."""
+    partition's latest event time: of the records collected (or `_seen`) when there are, else computed by Spark."""
     from pyspark.sql import functions as F
 
     base = claim.state_base
@@ -254,7 +264,7 @@ def _shape(spark: JobSession, state: StateSpec, x: DataFrame, data_columns: list
 
 def _read_base(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, files: StateFiles, shape: DataFrame,
                want: dict[str, str], good: DataFrame, clock: EventClock,
-               records: pa.Table | None) -> tuple[ReadPlan, Loaded, DataFrame]:
+               records: pa.Table | None, seen: pa.Table | None = None) -> tuple[ReadPlan, Loaded, DataFrame]:
     """(what the checkpoint reads, what it read, the rows loaded less those past their lifetime): the
     base state's rows this checkpoint needs (`lockstep.spark.state_read`)."""
     from pyspark.sql import functions as F
@@ -268,7 +278,7 @@ def _read_base(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, fi
     if plan.full:
         log.info("checkpoint %d: reading and writing the whole state: %s", cid, plan.why)
     with files.caching_later():  # the decoded files go to the local cache while Spark writes the output
-        loaded = _load(spark, spec, cid, base, files, shape, good, plan, records)
+        loaded = _load(spark, spec, cid, base, files, shape, good, plan, records, seen)
     current = loaded.frame
     lifetime = state_lifetime_ms(state)
     if lifetime is not None and clock.before is not None:  # rows past their lifetime read as absent (and are dropped)
@@ -312,7 +322,8 @@ def _apply_in_spark(state: StateSpec, clock: EventClock, x: DataFrame, good: Dat
     bad = x.filter(F.col("error").isNotNull())
     cached: list[DataFrame] = [x]
     if state.window is not None:
-        output, new_state = _windows(state, clock, good, current, data_columns, window_encoder)
+        output, new_state, kept = _windows(state, clock, good, current, data_columns, window_encoder)
+        cached += kept
     elif state.dedup is not None:
         output, new_state, judged = _dedup(state, clock, good, current)
         cached += judged

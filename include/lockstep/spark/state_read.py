@@ -47,7 +47,8 @@ class Loaded:
 
 
 def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest | None, files: StateFiles,
-          shape: DataFrame, good: DataFrame, plan: ReadPlan, records: pa.Table | None = None) -> Loaded:
+          shape: DataFrame, good: DataFrame, plan: ReadPlan, records: pa.Table | None = None,
+          seen: pa.Table | None = None) -> Loaded:
     """The base state's rows this checkpoint needs, as a DataFrame with ``shape``'s columns (an empty
     one without state): in full, every row; else, of each group the records touch, the rows of the
     keys they touch, and every row of a group with a due timer (`lockstep.rules.state_reads`).
@@ -71,7 +72,7 @@ def _load(spark: JobSession, spec: PipelineSpec, cid: int, base: StateManifest |
     if plan.full:
         groups = sorted(base.files)
     else:
-        touched = _touched_keys(good, records)
+        touched = _touched_keys(good, records if records is not None else seen)
         groups = sorted((set(touched) | plan.whole) & set(base.files))
     loaded = Loaded(shape.limit(0))
     loaded.chains = files.chains(base, groups)

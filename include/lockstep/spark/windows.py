@@ -129,19 +129,22 @@ def _as_partials(rows: DataFrame, partials: tuple[Partial, ...], types: dict[str
                        *[value(p).alias(p.column) for p in partials])
 
 
-def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
-             data_columns: list[str], encode: Callable[[Column], Column] | None = None) -> tuple[DataFrame, DataFrame]:
-    """(the output: the late records and the windows that fire, the new state)."""
+def _windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame, data_columns: list[str],
+             encode: Callable[[Column], Column] | None = None) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
+    """(the output: the late records and the windows that fire, the new state, the frames persisted for both
+    to read, which the run lets go once the state is written)."""
     assert state.window is not None
     if kept_partials(state.window) is not None:
         return _partial_windows(state.window, clock, good, loaded, data_columns, encode)
-    return _row_windows(state, clock, good, loaded, data_columns, encode)
+    return (*_row_windows(state, clock, good, loaded, data_columns, encode), [])
 
 
 def _partial_windows(w: WindowSpec, clock: EventClock, good: DataFrame, loaded: DataFrame, data_columns: list[str],
-                     encode: Callable[[Column], Column] | None) -> tuple[DataFrame, DataFrame]:
+                     encode: Callable[[Column], Column] | None) -> tuple[DataFrame, DataFrame, list[DataFrame]]:
     """The checkpoint's records (and a state of rows, the first time) as partials of one record, merged with the
-    state's partials by key and window in one aggregation; the windows that fire are written, the others kept."""
+    state's partials by key and window in one aggregation; the windows that fire are written, the others kept.
+    The merged windows (a row per key and window) are persisted: the write computes them, the new state reads
+    them back instead of aggregating the records again."""
     from pyspark.sql import functions as F
 
     partials = kept_partials(w)
@@ -166,7 +169,8 @@ def _partial_windows(w: WindowSpec, clock: EventClock, good: DataFrame, loaded: 
                    latest)
               .select(KEY, F.col(f"__ls_latest.{EVENT}").alias(EVENT), GROUP, WINDOW_START,
                       *[F.col(f"__ls_latest.{c}").alias(c) for c in (FROM_TOPIC, FROM_PARTITION, FROM_OFFSET)],
-                      *[p.column for p in partials]))
+                      *[p.column for p in partials])
+              .persist())
     fires = (end <= F.lit(after)) if after is not None else F.lit(False)
     fired = merged.filter(fires).select(KEY, WINDOW_START, FROM_TOPIC, FROM_PARTITION, FROM_OFFSET,
                                         *[F.col(p.column).alias(p.name) for p in partials])
@@ -175,7 +179,7 @@ def _partial_windows(w: WindowSpec, clock: EventClock, good: DataFrame, loaded: 
         F.col(FROM_TOPIC).alias("topic"), F.col(FROM_PARTITION).alias("partition"),
         F.col(FROM_OFFSET).alias("offset"), F.lit(None).cast("string").alias("error"),
         no_headers().alias("headers"))  # many records' aggregate: provenance headers only
-    return _records(late).unionByName(output), merged.filter(~fires)
+    return _records(late).unionByName(output), merged.filter(~fires), [merged]
 
 
 def _row_windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: DataFrame,
