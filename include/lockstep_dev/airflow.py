@@ -18,6 +18,8 @@ from lockstep_dev import procs
 
 MARKER = "airflow standalone"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+#: ``[scheduler] mp_forkserver_preload``: Airflow, its executor and task runner, then Lockstep's task modules.
+PRELOAD = "airflow,airflow.executors.local_executor,lockstep_airflow.task_preload"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class AirflowConfig:
             # such looks (the run created, started, its task queued, its end seen): at 0.25 s a lag-triggered
             # checkpoint cycle is about 1.5 s shorter (docs/BENCHMARKS-freshness.md).
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
+            # Task workers forked from a forkserver that imported what a Lockstep task imports
+            # (lockstep_airflow.task_preload): each task inherits those modules instead of importing them again.
+            "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+            "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": PRELOAD,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             # Task processes report to the api-server's Execution API; its default URL

@@ -30,6 +30,8 @@ def test_dag_runs_its_checkpoint_in_a_connect_session(airflow, connect_pipeline,
     run_log = client.task_log(dag_id, run_id, "run")
     assert f"Spark Connect {spark_connect} (spark.remote)" in run_log and "Spark Connect session" in run_log
     assert "spark-submit" not in run_log
+    # The platform's workers come from a forkserver that imported Lockstep's task modules: the task inherited them.
+    assert "Lockstep's task modules were preloaded by the worker" in run_log, run_log[-3000:]
     latest = store(connect_pipeline).latest_completed()
     assert latest is not None and latest.status is CheckpointStatus.COMPLETED
     report = verify(connect_pipeline)

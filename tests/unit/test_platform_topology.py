@@ -97,3 +97,9 @@ def test_switching_airflows_database_while_airflow_runs_is_refused(tmp_path, mon
     (tmp_path / "platform.json").write_text(json.dumps(saved))
     with pytest.raises(PlatformError, match="runs on sqlite; stop it first"):
         Platform(state_dir=tmp_path, airflow_db="postgres")
+
+
+def test_airflows_task_workers_are_forked_from_a_forkserver_that_preloaded_lockstep(tmp_path):
+    env = Platform(state_dir=tmp_path, free_ports=True).airflow.environment({})
+    assert env["AIRFLOW__SCHEDULER__MP_START_METHOD"] == "forkserver"
+    assert env["AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "lockstep_airflow.task_preload"
