@@ -461,6 +461,9 @@ def test_savepoints_carry_the_state_to_a_restore_and_to_another_pipeline(tmp_pat
     assert shown.returncode == 0, shown.stderr[-2000:]
     rows = json.loads(shown.stdout)["rows"]
     assert rows and all(r["key"] == "c1" for r in rows)
+    # A window's partial aggregates read under their output names, each open window once, by its start.
+    assert all({"window_start", "orders", "amount_cents", "latest_offset"} <= set(r) for r in rows), rows[:2]
+    assert len({r["window_start"] for r in rows}) == len(rows) and rows[0]["window_start"].endswith("Z")
 
     restored = run(pipeline, "--restore-from", "sp")
     assert restored.returncode == 0, restored.stderr[-3000:]

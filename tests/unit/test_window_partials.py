@@ -73,3 +73,19 @@ def test_a_partials_column_changes_with_its_aggregate_not_with_its_spelling() ->
     assert one is not None and other is not None and spelled is not None
     assert one.column.startswith("__ls_agg_n_") and one.column != other.column
     assert one.column == spelled.column
+
+
+def test_a_partials_column_names_its_aggregate_and_the_state_shows_it_so() -> None:
+    import pyarrow as pa
+
+    from lockstep.model.state_rows import EVENT, FROM_OFFSET, GROUP, KEY, WINDOW_START
+    from lockstep.ops.state_report import user_rows
+    from lockstep.rules.window_partials import aggregate_of
+
+    column = Partial("amount_cents", "sum", "amount").column
+    assert aggregate_of(column) == "amount_cents" and aggregate_of("customer") is None
+    table = pa.table({KEY: ["c1"], EVENT: [61_000], GROUP: [3], WINDOW_START: [60_000], FROM_OFFSET: [41],
+                      column: [1250]})
+    assert user_rows(table) == [{"key": "c1", "event_time": "1970-01-01T00:01:01.000Z", "key_group": 3,
+                                 "window_start": "1970-01-01T00:01:00.000Z", "latest_offset": 41,
+                                 "amount_cents": 1250}]

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.state_manifest import StateManifest, iso_ms
-from lockstep.model.state_rows import EVENT, GROUP, KEY
+from lockstep.model.state_rows import EVENT, FROM_OFFSET, FROM_PARTITION, FROM_TOPIC, GROUP, KEY, WINDOW_START
+from lockstep.rules.window_partials import aggregate_of
 from lockstep.tables.pins import TableVersion
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
     from lockstep.store.state_files import StateFiles
 
 #: The internal columns of the state rows (`lockstep.spark.keyed_state`) and the names users read them by.
-USER_NAMES = {KEY: "key", EVENT: "event_time", GROUP: "key_group"}
+USER_NAMES = {KEY: "key", EVENT: "event_time", GROUP: "key_group", WINDOW_START: "window_start",
+              FROM_TOPIC: "latest_topic", FROM_PARTITION: "latest_partition", FROM_OFFSET: "latest_offset"}
 #: Metrics of the manifest shown as seconds, in this order.
 SECONDS = ("load_seconds", "apply_seconds", "write_seconds", "watermark_seconds")
 
@@ -186,13 +188,15 @@ def describe_stats(pipeline: str, doc: Mapping[str, Any], max_groups: int = 16) 
 
 # ---- show ----------------------------------------------------------------------------------------
 def user_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """State rows as users read them: key, event_time (ISO), key_group, then the operator's columns."""
+    """State rows as users read them: key, event_time (ISO), key_group, then the operator's columns; a window's
+    partial aggregates under their output names, with the window's start (ISO) and its latest record."""
     internal = [c for c in USER_NAMES if c in table.column_names]
     data = [c for c in table.column_names if c not in USER_NAMES]
     rows = []
     for raw in table.to_pylist():
-        row: dict[str, Any] = {USER_NAMES[c]: iso_ms(raw[c]) if c == EVENT else raw[c] for c in internal}
-        row.update((c, raw[c]) for c in data)
+        row: dict[str, Any] = {USER_NAMES[c]: iso_ms(raw[c]) if c in (EVENT, WINDOW_START) else raw[c]
+                               for c in internal}
+        row.update((aggregate_of(c) or c, raw[c]) for c in data)
         rows.append(row)
     return rows
 

@@ -14,7 +14,7 @@ parentheses enclose the whole expression, no ``DISTINCT`` (a distinct count does
 """
 from __future__ import annotations
 
-__all__ = ["MERGED_BY", "PREFIX", "Partial", "kept_partials", "partial", "partials"]
+__all__ = ["MERGED_BY", "PREFIX", "Partial", "aggregate_of", "kept_partials", "partial", "partials"]
 
 import hashlib
 import re
@@ -100,3 +100,10 @@ def kept_partials(w: WindowSpec) -> tuple[Partial, ...] | None:
     """The partials a window's state keeps per key and open window, or None: it keeps the windows' rows (an
     aggregate that does not merge, or ``keep_rows``)."""
     return None if w.keep_rows else partials(w.aggregates)
+
+
+def aggregate_of(column: str) -> str | None:
+    """The output field whose partial a state column holds (`Partial.column`), or None for another column."""
+    if not column.startswith(PREFIX):
+        return None
+    return column[len(PREFIX):].rsplit("_", 1)[0]

@@ -30,7 +30,7 @@ from lockstep.model.state_rows import (
     is_partial_window,
 )
 from lockstep.rules.watermarks import EventClock
-from lockstep.rules.window_partials import PREFIX, Partial, kept_partials
+from lockstep.rules.window_partials import PREFIX, Partial, aggregate_of, kept_partials
 from lockstep.spark.keyed_rows import LATE, PROVENANCE, _records, no_headers
 from lockstep.spec import StateSpec, WindowSpec
 
@@ -82,7 +82,7 @@ def window_state_refusal(w: WindowSpec, base_columns: Sequence[str], written_by:
     cannot become rows, nor serve other aggregates than those they hold."""
     if not is_partial_window(base_columns):
         return None
-    held = sorted(c[len(PREFIX):].rsplit("_", 1)[0] for c in base_columns if c.startswith(PREFIX))
+    held = sorted(name for name in map(aggregate_of, base_columns) if name is not None)
     partials = kept_partials(w)
     if partials is not None and {p.column for p in partials} == {c for c in base_columns if c.startswith(PREFIX)}:
         return None
