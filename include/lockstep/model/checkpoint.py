@@ -263,6 +263,11 @@ class CheckpointClaim:
     fingerprint: SpecFingerprint | None = None
     #: The aborted checkpoint whose ranges this one replays with its pins (None: fresh pins).
     replays: int | None = None
+    #: A pipelined checkpoint (`lockstep.rules.pipelining`): the checkpoint still in flight it was planned on
+    #: top of. Its ranges start where that one's end and its state is that one's prepared state, so it
+    #: commits only after that one completed as prepared, and is aborted when it did not. None: planned on
+    #: a settled history, as every claim of earlier versions.
+    after: int | None = None
 
     @property
     def needs_spark(self) -> bool:
@@ -319,6 +324,8 @@ class CheckpointClaim:
             doc["fingerprint"] = self.fingerprint.to_json()
         if self.replays is not None:
             doc["replays"] = self.replays
+        if self.after is not None:
+            doc["after"] = self.after
         return doc
 
     @classmethod
@@ -341,6 +348,7 @@ class CheckpointClaim:
             fingerprint=SpecFingerprint.from_json(r.doc["fingerprint"], key) if r.doc.get("fingerprint") is not None
             else None,
             replays=r.get("replays", int, optional=True) if "replays" in r.doc else None,
+            after=r.get("after", int, optional=True) if "after" in r.doc else None,
         ))
 
 

@@ -33,6 +33,10 @@ class RecoveryPlan:
     #: the same for checkpoints planned with another sink.kafka_conn_id, per that connection id:
     #: their transactions live on that cluster.
     fence_elsewhere: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
+    #: prepared pipelined checkpoints to abort with the checkpoint they were planned on top of (by id: that
+    #: one's id), which is aborted or marked so here (`lockstep.rules.pipelining`); each is also in
+    #: ``mark_aborted``, and its prepared transactions in ``fence``.
+    cascade: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def is_clean(self) -> bool:
@@ -87,6 +91,7 @@ def recovery_plan(
     *,
     sink_conn_id: str | None = None,
     open_elsewhere: Mapping[str, Iterable[str]] | None = None,
+    leave: Iterable[int] = (),
 ) -> RecoveryPlan:
     """Commit what was decided, abort everything else under our prefix.
 
@@ -100,6 +105,11 @@ def recovery_plan(
     the unsettled checkpoints planned there, so a prefix given up and reused by another pipeline is not
     swept. Fencing is idempotent, so aborted checkpoints are fenced again rather than trusting that the
     earlier fencing happened.
+
+    ``leave``: checkpoints in flight that other live runs still carry. They are not recovered, nor is a
+    pipelined checkpoint planned on top of one of them (its commit waits for it), and their ids are not
+    fenced. A prepared pipelined checkpoint whose predecessor is aborted, or is marked aborted here, is
+    aborted with it (``cascade``): its output depends on that predecessor's ranges being committed first.
     """
     current: Scope = (None, id_prefix)
     fence: dict[str | None, dict[int, set[str]]] = {}
@@ -107,13 +117,25 @@ def recovery_plan(
     roll_forward: list[int] = []
     mark_aborted: list[int] = []
     keep: set[tuple[str | None, str]] = set()
+    held = set(leave)
+    cascade: dict[int, int] = {}
+    aborted = {v.checkpoint_id for v in views if v.status is CheckpointStatus.ABORTED}
     for view in sorted(views, key=lambda v: v.checkpoint_id):
         cid = view.checkpoint_id
         if view.status not in _TO_RECOVER:
             continue
+        after = view.claim.after
+        if cid in held or (after in held and view.status is not CheckpointStatus.ABORTED):
+            held.add(cid)
+            continue
         cluster, prefix = scope = checkpoint_scope(view, id_prefix, sink_conn_id)
         planned_in.setdefault(scope, set()).add(cid)
-        if view.status is CheckpointStatus.PREPARED:
+        if view.status is CheckpointStatus.PREPARED and after is not None and (after in aborted or after in mark_aborted):
+            assert view.prepared is not None  # status PREPARED: its prepared document was read
+            cascade[cid] = after
+            mark_aborted.append(cid)
+            fence.setdefault(cluster, {}).setdefault(cid, set()).update(t.transactional_id for t in view.prepared.transactions)
+        elif view.status is CheckpointStatus.PREPARED:
             roll_forward.append(cid)
             assert view.prepared is not None  # status PREPARED: its prepared document was read
             keep.update((cluster, t.transactional_id) for t in view.prepared.transactions)
@@ -129,6 +151,8 @@ def recovery_plan(
             continue
         for (where, prefix), cids in planned_in.items():
             parsed = parse_transactional_id(prefix, tid) if where == cluster else None
+            if parsed is not None and parsed.checkpoint_id in held:
+                break  # a live run's: it is still writing or committing it
             if parsed is not None and ((where, prefix) == current or parsed.checkpoint_id in cids):
                 fence.setdefault(cluster, {}).setdefault(parsed.checkpoint_id, set()).add(tid)
                 break
@@ -141,6 +165,7 @@ def recovery_plan(
         mark_aborted=tuple(mark_aborted),
         fence=by_cluster.pop(None, {}),
         fence_elsewhere={conn: ids for conn, ids in sorted(by_cluster.items()) if conn is not None and ids},
+        cascade=cascade,
     )
 
 

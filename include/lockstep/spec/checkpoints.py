@@ -73,6 +73,8 @@ class CheckpointSpec:
     trigger: TriggerSpec | None = None
     #: A DAG run's tasks: ``three`` (plan, run, commit) or ``one`` (a ``checkpoint`` task doing all three).
     tasks: str = "three"
+    #: Plan on top of a checkpoint in flight rather than wait for it (`lockstep.rules.pipelining`).
+    pipelined: bool = True
 
     @property
     def one_task(self) -> bool:
@@ -199,6 +201,7 @@ def read_checkpoints(c: Checker, doc: object) -> CheckpointSpec:
                                       declared_default("checkpoints", "skip_deleted_ranges")),
         trigger=_trigger(c, d),
         tasks=read_word(c, d, "checkpoints", "tasks"),
+        pipelined=c.boolean(d, "checkpoints", "pipelined", declared_default("checkpoints", "pipelined")),
     )
 
 

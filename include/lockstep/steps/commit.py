@@ -33,6 +33,7 @@ from lockstep.rules.commit_decision import (
     time_left_ms,
 )
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
+from lockstep.rules.pipelining import ABORT, WAIT, Verdict, verdict
 from lockstep.steps.pipeline import Pipeline, each_together, mark_aborted, now_iso, publish_end_offsets, unusable_sink
 
 if TYPE_CHECKING:
@@ -85,7 +86,14 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
                                p.spec.transactions.warn_time_left_percent)
     if late:
         log.warning(late)
+    budget_ms = left_ms if left_ms is not None else resolved.values.timeout_ms
+    after = _await_predecessor(p, view, max(0, budget_ms - p.spec.transactions.commit_margin_ms) / 1000)
     with _claim_committer(p, resolved) as committer:
+        if after.kind == ABORT:
+            _abort_transactions(committer, prepared, tuple(t.transactional_id for t in prepared.transactions))
+            aborted = mark_aborted(p, view, after.reason)
+            raise CheckpointError(checkpoint_id, f"aborted: {after.reason}; {aborted.replay_hint}, as it does for "
+                                                 f"checkpoint {view.claim.after}")
         observed = committer.describe(t.transactional_id for t in prepared.transactions)
         decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms,
                                  view.claim.ranges, accept, deduplicated=p.spec.replay_of is not None)
@@ -138,6 +146,34 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     tidy(p.store, checkpoint_id, p.spec.checkpoints.retain,
          completed.state is not None or p.spec.state is not None or bool(completed.tables) or bool(p.spec.tables))
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms, repair)
+
+
+#: How often a pipelined checkpoint's commit looks at the checkpoint it was planned on top of.
+PREDECESSOR_LOOK_S = 0.1
+
+
+def _await_predecessor(p: Pipeline, view: CheckpointView, wait_s: float) -> Verdict:
+    """A pipelined checkpoint (``claim.after``) commits after the checkpoint it was planned on top of: wait
+    (at most ``wait_s``, the time its transactions have left) until that one settled, then commit or abort as
+    `lockstep.rules.pipelining.verdict` says. Not pipelined: commit."""
+    started = time.monotonic()
+    told = False
+    while True:
+        found = verdict(view.claim, p.store.view(view.claim.after) if view.claim.after is not None else None)
+        if found.kind != WAIT:
+            if told:
+                log.info("checkpoint %d: checkpoint %s settled after %.1f s", view.checkpoint_id, view.claim.after,
+                         time.monotonic() - started)
+            return found
+        if time.monotonic() - started > wait_s:
+            raise TransientError(f"checkpoint {view.checkpoint_id}: {found.reason}; a pipelined checkpoint commits "
+                                 f"after the one it was planned on top of, which has not settled in {wait_s:.0f} s; "
+                                 "the commit retries (its next plan recovers both, in order)")
+        if not told:
+            log.info("checkpoint %d: commits after checkpoint %s, which it was planned on top of: waiting (%s)",
+                     view.checkpoint_id, view.claim.after, found.reason)
+            told = True
+        time.sleep(PREDECESSOR_LOOK_S)
 
 
 def tidy(store: PipelineStore, checkpoint_id: int, retain: int, has_files: bool) -> bool:

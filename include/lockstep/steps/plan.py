@@ -29,6 +29,7 @@ from lockstep.model.checkpoint import (
 from lockstep.model.offsets import TopicPartition, offsets_from_json
 from lockstep.model.state_manifest import StateManifest
 from lockstep.rules.pinned import pinned_clock, planned_with
+from lockstep.rules.pipelining import plan_on_top
 from lockstep.rules.ranges import RangePlan, plan_ranges
 from lockstep.rules.replay import fingerprint, replay_of, replayed
 from lockstep.rules.start_offsets import (
@@ -50,7 +51,7 @@ from lockstep.rules.start_offsets import (
 from lockstep.rules.state_base import base_refusal
 from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
-from lockstep.steps.recover import check_in_flight, recover
+from lockstep.steps.recover import CheckpointInFlight, live_in_flight, recover
 from lockstep.tables.pinning import reused_table_pin, table_pin
 from lockstep.tables.pins import TablePin, TableVersion
 
@@ -112,37 +113,65 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         raise TerminalError(f"a record budget of {max_records} takes nothing: give 1 or more, or none for the "
                             f"spec's {p.spec.checkpoints.max_records}")
     started = time.monotonic()
-    history = _recovered_history(p, run_id, dry_run, run_alive)
+    history, on_top = _recovered_history(p, run_id, restore, dry_run, run_alive)
     latest, next_id = history.latest, history.next_id
     if latest is not None and not dry_run:
         _republish(p, latest)
     source = _read_source(p)
-    starts = _start_offsets(p, restore, latest, next_id, source)
+    starts = _start_offsets(p, restore, on_top or latest, next_id, source)
     restore_rows = _restore_rows(p, restore, latest, next_id, starts, source)
     ranges = _ranges(p, restore, max_records, next_id, starts, source)
-    pins = _pins(p, restore, history, ranges, dry_run)
+    pins = _pins(p, restore, history, ranges, dry_run, on_top)
     claim = CheckpointClaim(
         pipeline=p.spec.name, checkpoint_id=next_id, run_id=run_id, claimed_at=now_iso(), ranges=ranges.ranges,
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
         topic_ids=source.topic_ids, state_base=pins.state_base, clock_ms=pins.clock_ms,
-        fires_timers=pins.fires_timers, rerun=_rerun(restore, latest), schema_ids=pins.schema_ids,
+        fires_timers=pins.fires_timers, rerun=None if on_top else _rerun(restore, latest), schema_ids=pins.schema_ids,
         tables=pins.tables, fingerprint=pins.fingerprint, replays=pins.replays,
+        after=on_top.checkpoint_id if on_top else None,
     )
     return _claim(p, Plan(claim, ranges, dry_run, restore_rows), started)
 
 
-def _recovered_history(p: Pipeline, run_id: str, dry_run: bool,
-                       run_alive: Callable[[str], bool | None] | None) -> History:
+def _recovered_history(p: Pipeline, run_id: str, restore: str | None, dry_run: bool,
+                       run_alive: Callable[[str], bool | None] | None) -> tuple[History, CheckpointView | None]:
     """The store's history once recovery settled what earlier runs left (a dry run recovers nothing): the
-    one read of the store, read again only when recovery changed it."""
+    one read of the store, read again only when recovery changed it; and the checkpoint another live run
+    still carries that this one is planned on top of (`lockstep.rules.pipelining`), if any.
+
+    Checkpoints other live runs carry are left to them. When the next checkpoint cannot be planned on top
+    of one of them, the plan waits (`CheckpointInFlight`): before recovering anything, when pipelining is
+    off or this is a restore; otherwise after recovering what no live run carries."""
     history = p.store.history()
-    if not dry_run:
-        check_in_flight(p, run_id, run_alive, history)
-        if recover(p, history):
-            history = p.store.history()
-        failpoints.hit("plan.after_recovery")
-    return history
+    if dry_run:
+        return history, None
+    live = live_in_flight(p, run_id, run_alive, history)
+    if live and (not p.spec.checkpoints.pipelined or restore is not None):
+        raise _in_flight(live, None)
+    if recover(p, history, tuple(live)):
+        history = p.store.history()
+    failpoints.hit("plan.after_recovery")
+    stateful = p.spec.state is not None or bool(p.spec.tables)
+    on_top = plan_on_top(history.after, stateful, restore, p.spec.checkpoints.pipelined)
+    if isinstance(on_top, str):
+        raise _in_flight(live, on_top)
+    if on_top is not None:
+        log.info("checkpoint %d: planned on top of checkpoint %d, %s by run %s (checkpoints.pipelined): it starts "
+                 "where that one ends and commits after it", history.next_id, on_top.checkpoint_id,
+                 on_top.status.value, on_top.claim.run_id)
+    return history, on_top
+
+
+def _in_flight(live: dict[int, str], why_not_on_top: str | None) -> CheckpointInFlight:
+    cid, why = next(iter(live.items())) if live else (None, "")
+    if why_not_on_top is None:
+        return CheckpointInFlight(
+            f"checkpoint {cid} is still in flight: {why}. Runs of a pipeline must not overlap: wait for it "
+            "(Airflow's plan task waits by itself) or, if that run is gone, try again later")
+    return CheckpointInFlight(
+        f"{why_not_on_top}{f' ({why})' if why else ''}: the next checkpoint waits for it to settle (Airflow's plan "
+        "task waits by itself); if that run is gone, try again later")
 
 
 def _read_source(p: Pipeline) -> _Source:
@@ -223,16 +252,19 @@ def _ranges(p: Pipeline, restore: str | None, max_records: int | None, next_id: 
     return ranges
 
 
-def _pins(p: Pipeline, restore: str | None, history: History, ranges: RangePlan, dry_run: bool) -> _Pins:
+def _pins(p: Pipeline, restore: str | None, history: History, ranges: RangePlan, dry_run: bool,
+          on_top: CheckpointView | None) -> _Pins:
     """What the claim pins beside its ranges (`_Pins`), in the order they depend on each other: the base
     state, the clock (a replay's, when it reuses an aborted checkpoint's pins), the timers it fires, the
-    schemas, the tables."""
+    schemas, the tables. ``on_top``: the checkpoint in flight it is planned on top of, whose prepared state
+    and tables are its bases."""
     latest, next_id = history.latest, history.next_id
-    state_base = _state_base(p, restore, latest, next_id)
+    state_base = _state_base(p, restore, latest, next_id, on_top)
+    earlier = [v for v in history.after if on_top is None or v.checkpoint_id != on_top.checkpoint_id]
     clock_ms, replays = pinned_clock({r.tp.key: r.start for r in ranges.ranges},
-                                     state_base.written_by if state_base is not None else None, history.after,
+                                     state_base.written_by if state_base is not None else None, earlier,
                                      p.wall_ms())
-    bases = _table_bases(p, restore, latest)
+    bases = _table_bases(p, restore, latest, on_top)
     now = fingerprint(p.spec)
     clock_ms, reuse = _replay(p, next_id, replayed(history.after, replays), now, bases, clock_ms)
     fires = _fires_timers(p, ranges, state_base, clock_ms)
@@ -320,12 +352,16 @@ def _fires_timers(p: Pipeline, ranges: RangePlan, base: StateManifest | None, cl
 
 
 def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
-                checkpoint_id: int) -> StateManifest | None:
+                checkpoint_id: int, on_top: CheckpointView | None = None) -> StateManifest | None:
     """The keyed state a stateful pipeline's checkpoint starts from: the state of the checkpoint or
-    savepoint its start offsets come from, so that offsets and state always belong together."""
+    savepoint its start offsets come from (a checkpoint in flight's prepared one, planned on top of it), so
+    that offsets and state always belong together."""
     if p.spec.state is None:
         return None
-    if restore is None:
+    if on_top is not None:
+        assert on_top.prepared is not None  # plan_on_top: a stateful pipeline plans only on a prepared one
+        base = on_top.prepared.state
+    elif restore is None:
         base = latest.completed.state if latest is not None and latest.completed is not None else None
     elif restore.startswith(TIME_PREFIX):
         raise TerminalError(f"checkpoint {checkpoint_id}: a stateful pipeline cannot restore from {restore}: no state "
@@ -343,13 +379,17 @@ def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
     return base
 
 
-def _table_bases(p: Pipeline, restore: str | None, latest: CheckpointView | None) -> dict[str, TableVersion | None]:
+def _table_bases(p: Pipeline, restore: str | None, latest: CheckpointView | None,
+                 on_top: CheckpointView | None = None) -> dict[str, TableVersion | None]:
     """Each table's version a checkpoint starts from: the one where its start offsets come from (the latest
-    completed checkpoint, or the checkpoint or savepoint restored from; a restore by time keeps the latest
-    one's); None for a table without one yet."""
+    completed checkpoint, the checkpoint in flight it is planned on top of, or the checkpoint or savepoint
+    restored from; a restore by time keeps the latest one's); None for a table without one yet."""
     if not p.spec.tables:
         return {}
-    if restore is None or restore.startswith(TIME_PREFIX):
+    if on_top is not None:
+        assert on_top.prepared is not None  # plan_on_top: tables are planned only on a prepared one
+        bases = on_top.prepared.tables
+    elif restore is None or restore.startswith(TIME_PREFIX):
         bases = latest.completed.tables if latest is not None and latest.completed is not None else {}
     elif restore.startswith("checkpoint:"):
         view = p.store.view(int(restore.split(":", 1)[1]))
@@ -441,10 +481,12 @@ def _current_position(p: Pipeline, latest: CheckpointView | None,
     return broker_offsets.group_offsets(p.source_kafka, p.spec.source.consumer_group, tps)
 
 
-def _end_offsets(completed: CheckpointView) -> dict[TopicPartition, int]:
-    """Where the next checkpoint after ``completed`` (the history's latest) starts."""
-    assert completed.completed is not None  # History.latest is a completed checkpoint
-    return offsets_from_json(completed.completed.end_offsets)
+def _end_offsets(view: CheckpointView) -> dict[TopicPartition, int]:
+    """Where the next checkpoint after ``view`` starts: the history's latest completed checkpoint's end
+    offsets, or those of the checkpoint in flight it is planned on top of, as claimed."""
+    if view.completed is None:
+        return offsets_from_json(view.claim.end_offsets)
+    return offsets_from_json(view.completed.end_offsets)
 
 
 def _restore_source(p: Pipeline, restore: str | None, tps: list[TopicPartition] | None = None,

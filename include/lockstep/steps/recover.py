@@ -8,7 +8,7 @@ carries the plan out.
 from __future__ import annotations
 
 __all__ = [
-    "CheckpointInFlight", "RecoveryFacts", "carry_out", "check_in_flight", "recovery_facts",
+    "CheckpointInFlight", "RecoveryFacts", "carry_out", "check_in_flight", "live_in_flight", "recovery_facts",
 ]
 
 import logging
@@ -40,12 +40,25 @@ class CheckpointInFlight(TransientError):
 
 def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None,
                     history: History | None = None) -> None:
-    """Refuse to plan while another live run owns a claimed or prepared checkpoint.
+    """Refuse to plan while another live run owns a claimed or prepared checkpoint (`live_in_flight`).
+
+    ``history`` is the plan's own read of the store, if it has one.
+    """
+    for cid, why in live_in_flight(p, run_id, run_alive, history).items():
+        raise CheckpointInFlight(
+            f"checkpoint {cid} is still in flight: {why}. Runs of a pipeline must not overlap: "
+            "wait for it (Airflow's plan task waits by itself) or, if that run is gone, try again later")
+
+
+def live_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None,
+                   history: History | None = None) -> dict[int, str]:
+    """The claimed or prepared checkpoints another live run still carries, oldest first, each with why it
+    counts as live.
 
     ``run_alive`` lets a scheduler that knows its runs answer (Airflow: the DAG run's
     state); None from it, or no callback, falls back to ``run_ownership.claim_in_flight``.
-    ``history`` is the plan's own read of the store, if it has one.
     """
+    live: dict[int, str] = {}
     for view in (history or p.store.history()).after:
         if view.status not in (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED) or view.claim.run_id == run_id:
             continue
@@ -58,9 +71,8 @@ def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | 
             lease_ms = resolve_pinned(view.claim, p.spec).values.timeout_ms  # its transactions' timeout, as planned
             why = claim_in_flight(owner, claimed_ms, p.wall_ms(), lease_ms, socket.gethostname(), _pid_alive)
         if why:
-            raise CheckpointInFlight(
-                f"checkpoint {view.checkpoint_id} is still in flight: {why}. Runs of a pipeline must not overlap: "
-                "wait for it (Airflow's plan task waits by itself) or, if that run is gone, try again later")
+            live[view.checkpoint_id] = why
+    return live
 
 
 def _pid_alive(pid: int) -> bool:
@@ -83,27 +95,31 @@ class RecoveryFacts:
     open_here: list[str]
     open_elsewhere: dict[str, list[str]]
     scopes: dict[str | None, tuple[str, ...]]
+    #: checkpoints in flight that other live runs carry: recovery leaves them (and what waits on them) alone
+    leave: tuple[int, ...] = ()
 
     def plan(self, spec: PipelineSpec) -> RecoveryPlan:
         return recovery_plan(self.views, spec.transactions.id_prefix, self.open_here, self.latest_id,
-                             sink_conn_id=spec.sink.kafka_conn_id, open_elsewhere=self.open_elsewhere)
+                             sink_conn_id=spec.sink.kafka_conn_id, open_elsewhere=self.open_elsewhere,
+                             leave=self.leave)
 
 
-def recover(p: Pipeline, history: History | None = None) -> bool:
+def recover(p: Pipeline, history: History | None = None, leave: tuple[int, ...] = ()) -> bool:
     """Commit what was decided, abort everything else under our prefix (the restore rule).
 
     Each checkpoint is recovered under the prefix and on the sink cluster its claim was planned
     with; lingering transactions are also fenced under the spec's current prefix. Gather the
     facts, decide (``recovery.recovery_plan``, pure), carry it out: ``lockstep transactions
     resolve`` runs the same three steps. True if it changed anything (the history is then stale).
+    ``leave``: checkpoints in flight that other live runs carry (`live_in_flight`), left to them.
     """
-    plan = recovery_facts(p, history).plan(p.spec)
+    plan = recovery_facts(p, history, leave).plan(p.spec)
     if not plan.is_clean:
         carry_out(p, plan)
     return not plan.is_clean
 
 
-def recovery_facts(p: Pipeline, history: History | None = None) -> RecoveryFacts:
+def recovery_facts(p: Pipeline, history: History | None = None, leave: tuple[int, ...] = ()) -> RecoveryFacts:
     """Read the store (unless ``history`` is a fresh read of it) and list open transactions; changes nothing."""
     history = history or p.store.history()
     latest_id, views = history.latest_id, [_with_write_tasks(p, v) for v in history.after]
@@ -130,7 +146,7 @@ def recovery_facts(p: Pipeline, history: History | None = None) -> RecoveryFacts
             open_here = found
         else:
             open_elsewhere[cluster] = found
-    return RecoveryFacts(latest_id, views, open_here, open_elsewhere, scopes)
+    return RecoveryFacts(latest_id, views, open_here, open_elsewhere, scopes, leave)
 
 
 def _with_write_tasks(p: Pipeline, view: CheckpointView) -> CheckpointView:
@@ -171,6 +187,10 @@ def carry_out(p: Pipeline, plan: RecoveryPlan, accept: str | None = None) -> Non
     for cid in plan.mark_aborted:
         view = p.store.view(cid)  # re-read: a late driver may have prepared it after all
         assert view is not None  # recovery planned from its claim, and claims are never deleted before it settles
+        if cid in plan.cascade:
+            mark_aborted(p, view, f"it was planned on top of checkpoint {plan.cascade[cid]} while that one was in "
+                                  "flight, and that one was aborted; its transactions were fenced")
+            continue
         if view.status is CheckpointStatus.PREPARED:
             log.warning("checkpoint %d was prepared while we recovered; rolling it forward instead", cid)
             commit(p, cid)
