@@ -62,7 +62,9 @@ LOCKSTEP, FLINK, QUIX = "lockstep-airflow", "flink-sql", "quix-streams"
 STEP_LINES = {"wait": re.compile(r"the checkpoint in flight settled after ([0-9.]+) s"),
               "plan": re.compile(r"checkpoint \d+: planned \d+ records from .* in ([0-9.]+) s"),
               "run": re.compile(r"checkpoint \d+: run step finished in ([0-9.]+) s"),
-              "commit": re.compile(r"checkpoint \d+: completed in ([0-9.]+) s")}
+              "commit": re.compile(r"checkpoint \d+: completed in ([0-9.]+) s"),
+              # inside commit: a pipelined checkpoint's wait for the one it was planned on top of
+              "below": re.compile(r"checkpoint \d+: checkpoint \d+ settled after ([0-9.]+) s")}
 #: The run's one line of its stages' seconds (`lockstep.spark.stage_tracker`): ``checkpoint 12 stages: read 0.41 s, ...``.
 STAGES_LINE = re.compile(r"checkpoint \d+ stages: (.*)")
 STAGE = re.compile(r"([a-z_]+) ([0-9.]+) s")

@@ -192,7 +192,9 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                   "them (0.1 s resolution): _wait_ for the checkpoint in flight"
                   + ("" if any("wait" in r["airflow"].get("median_step_s", {}) for r in mine) else
                      " (this run's logs had no separate wait line: its _plan_ includes the wait)")
-                  + ", plan, run, commit. A task's time beyond its steps is the task process starting: Airflow's "
+                  + ", plan, run, commit, and inside commit _below_, a pipelined checkpoint's wait for the one it "
+                  "was planned on top of to complete (`checkpoints.pipelined`). A task's time beyond its steps is the "
+                  "task process starting: Airflow's "
                   "supervisor and task runner, the DAG file parsed again, Lockstep's imports.", "",
                   "| pipeline | rate records/s | DAG runs | run s | gap s | tasks s | steps s |",
                   "| --- | ---: | ---: | ---: | ---: | --- | --- |"]

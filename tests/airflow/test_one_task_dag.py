@@ -70,13 +70,14 @@ def test_a_retry_of_the_one_task_recovers_what_its_failed_try_left(client, pipel
     assert report["ok"] and report["lost"] == report["duplicated"] == 0, report
 
 
-def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in_flight(airflow, bootstrap, request,
-                                                                                       tmp_path):
+def test_a_lag_triggered_one_task_run_plans_on_top_of_the_checkpoint_in_flight_and_commits_after_it(
+        airflow, bootstrap, request, tmp_path):
     """A lag-triggered one-task DAG lets a second run start while one runs (its watcher fires one run ahead):
-    that run's plan waits in its own process for the checkpoint in flight and then claims the next one, so the
-    runs overlap and their checkpoints do not. Two manual runs show it without depending on when the watcher
-    looks, nor on how fast the first checkpoint is: the first is held just after its claim (the failpoint
-    ``plan.after_claim`` set to ``pause``) until the second's task logs that it waits for it, then released."""
+    that run plans its checkpoint on top of the one in flight (``checkpoints.pipelined``: from its ends), runs
+    it, and its commit waits for the first checkpoint's, so the runs overlap and their checkpoints complete in
+    order. Two manual runs show it without depending on when the watcher looks, nor on how fast the first
+    checkpoint is: the first is held just after its claim (the failpoint ``plan.after_claim`` set to
+    ``pause``) until the second's task logs that its commit waits for it, then released."""
     from .conftest import wait_for
     from .test_lag_trigger_dag import _settled
 
@@ -86,7 +87,7 @@ def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in
     dag_id = p.spec().dag_id
     client = airflow.client_for_watched(request, dag_id)
     _settled(client, dag_id, 1)  # the watcher's first checkpoint, which finds where to start
-    produce_orders(p, 20_000)
+    produce_orders(p, 10_000)
     signal = tmp_path / "plan.after_claim"  # the paused task writes it and goes on once it is gone
     first = client.trigger(dag_id, {"lockstep_failpoints": "plan.after_claim=pause",
                                     "lockstep_failpoint_signals": str(tmp_path)})
@@ -94,21 +95,25 @@ def test_a_lag_triggered_one_task_run_waits_in_its_process_for_the_checkpoint_in
         wait_for(signal.exists, "the first run's checkpoint claimed and held at plan.after_claim", timeout=180)
         s = store(p)
         [claimed] = [i for i in s.checkpoint_ids() if s.view(i).claim.run_id == first]
+        produce_orders(p, 10_000, start=10_000)
         second = client.trigger(dag_id)
-        waiting = f"checkpoint {claimed} is still in flight: its run {first} is still running"
+        waiting = (f"checkpoint {claimed + 1}: commits after checkpoint {claimed}, which it was planned on top of: "
+                   "waiting")
         wait_for(lambda: waiting in client.task_log(dag_id, second, "checkpoint"),
-                 "the second run's task waiting for the first's checkpoint", timeout=180, interval=1)
+                 "the second run's checkpoint run, its commit waiting for the first's", timeout=180, interval=1)
         assert signal.exists(), "the first checkpoint went on by itself (its pause expired) before it was released"
+        assert s.view(claimed).status is CheckpointStatus.CLAIMED
     finally:
         signal.unlink(missing_ok=True)
     assert client.wait_for_run(dag_id, first, timeout=300) == "success", explain(client, dag_id, first)
     assert client.wait_for_run(dag_id, second, timeout=300) == "success", explain(client, dag_id, second)
     a, b = s.view(claimed), s.view(claimed + 1)
     assert (a.claim.run_id, b.claim.run_id) == (first, second)
+    assert b.claim.after == claimed and {r.tp.key: r.start for r in b.claim.ranges} == a.claim.end_offsets
     assert a.prepared.records_in + b.prepared.records_in == 20_000
     log = client.task_log(dag_id, second, "checkpoint")
-    assert "the checkpoint in flight settled after" in log, log[-3000:]
-    assert b.claim.claimed_at >= a.completed.completed_at, (a.completed, b.claim)
+    assert f"planned on top of checkpoint {claimed}, claimed by run {first}" in log, log[-3000:]
+    assert b.completed.completed_at >= a.completed.completed_at, (a.completed, b.completed)
     assert open_transactions(p) == []
     report = verify(p)
     assert report["ok"] and (report["lost"], report["duplicated"]) == (0, 0), report

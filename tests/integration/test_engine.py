@@ -286,15 +286,22 @@ def test_replay_from_a_savepoint_into_another_topic(tmp_path, bootstrap, unique)
 
 
 def test_a_run_refuses_to_recover_a_checkpoint_whose_run_is_still_alive(tmp_path, bootstrap, unique):
-    """Runs must not overlap: recovering a live run's checkpoint would fence it mid-flight."""
+    """Runs must not overlap: recovering a live run's checkpoint would fence it mid-flight. With
+    ``checkpoints.pipelined`` off the run waits for it (here: reports it and exits); on, it plans on top of it
+    and leaves it alone as well (tests/unit/test_pipelining.py, tests/integration/test_pipelined.py)."""
     import os
     import socket
     from datetime import datetime
+
+    import yaml
 
     from lockstep.model.checkpoint import AbortedCheckpoint, CheckpointClaim
     from lockstep.rules.run_ownership import cli_run_id
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1)
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["checkpoints"]["pipelined"] = False
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
     s = store(pipeline)
     now = datetime.now(UTC).isoformat()
     live = cli_run_id(socket.gethostname(), os.getpid(), "live")  # this test process: alive
