@@ -102,6 +102,8 @@ class FreshnessSettings:
     poll_s: int = 1
     #: Lockstep's ``checkpoints.tasks``: one task per checkpoint, the setting for freshness
     tasks: str = "one"
+    #: Lockstep's ``checkpoints.pipelined``: plan on top of the checkpoint in flight (the default)
+    pipelined: bool = True
     #: the Spark Connect server, which lives across every run as a user's does, warmed up when it starts as
     #: ``lockstep dev up --warm-checkpoints`` warms a new one (on a cold server the windowed pipeline's first
     #: checkpoints took 20-26 s, compiling its state's code on the way)
@@ -198,6 +200,7 @@ class FreshnessRace:
                         folder, name, source, sink, max_records=max(100_000, rate * 60),
                         remote=self.platform.spark_connect.url, retain=5,
                         trigger={"lag_records": 1, "poll_interval": f"{self.s.poll_s}s"}, tasks=self.s.tasks,
+                        pipelined=self.s.pipelined,
                         transform=workloads.TRANSFORM if stateless else windowed.TRANSFORM,
                         state=None if stateless else window_state(self.s.window_s, self.s.out_of_orderness_s))
         if LOCKSTEP in self.s.engines:

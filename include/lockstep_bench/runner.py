@@ -736,6 +736,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                  "figures leave out (default 30)")
     fresh.add_argument("--freshness-tasks", choices=("one", "three"),
                        help="Lockstep's checkpoints.tasks: one task per checkpoint (default) or plan, run, commit")
+    fresh.add_argument("--freshness-pipelined", type=lambda text: {"on": True, "off": False}[text],
+                       metavar="{on,off}",
+                       help="Lockstep's checkpoints.pipelined: plan on top of the checkpoint in flight (default on)")
     fresh.add_argument("--freshness-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                        help="which engines race (default lockstep-airflow,flink-sql,quix-streams)")
     fmt = parser.add_argument_group("formats (--formats-only: only this, report docs/BENCHMARKS-formats.md)")
@@ -804,7 +807,7 @@ def freshness_settings_from_args(args: argparse.Namespace) -> freshness.Freshnes
     return _focused_settings(freshness.FreshnessSettings, args, {
         "freshness_rates": "rates", "freshness_windowed_rates": "windowed_rates",
         "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
-        "freshness_engines": "engines", "freshness_tasks": "tasks"})
+        "freshness_engines": "engines", "freshness_tasks": "tasks", "freshness_pipelined": "pipelined"})
 
 
 def formats_settings_from_args(args: argparse.Namespace) -> formats.FormatSettings:

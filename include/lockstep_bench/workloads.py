@@ -144,14 +144,15 @@ def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int
                writer: str = "jvm", remote: str | None = None, transform: str | dict[str, str] = TRANSFORM,
                state: dict[str, Any] | None = None, schedule: str | None = None, source_value: Any = None,
                sink_value: Any = None, tables: dict[str, Any] | None = None,
-               trigger: dict[str, Any] | None = None, tasks: str | None = None) -> Path:
+               trigger: dict[str, Any] | None = None, tasks: str | None = None,
+               pipelined: bool | None = None) -> Path:
     """A Lockstep pipeline over ``source`` with the benchmark transform and a fresh checkpoint root;
     ``remote``: its checkpoints run in sessions of that Spark Connect server (``spark.mode: connect``);
     ``state``: the spec's ``state`` section (a stateful pipeline, with a transform that keeps its columns);
     ``schedule``: its DAG's cron (none: triggered only); ``source_value``/``sink_value``: the record formats of
     the source's and the sink's values (the spec's ``source.value``/``sink.value``; none: bytes); ``tables``: the
     spec's ``tables`` section (docs/joins.md); ``trigger``: its ``checkpoints.trigger`` (lag-triggered);
-    ``tasks``: its ``checkpoints.tasks``."""
+    ``tasks``: its ``checkpoints.tasks``; ``pipelined``: its ``checkpoints.pipelined`` (None: the default)."""
     spec = {
         "name": name,
         "source": {"topics": [source], "auto_offset_reset": "earliest",
@@ -164,7 +165,8 @@ def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int
         "checkpoints": {"store": f"s3://lockstep/bench/{name}", "max_records": max(1, max_records), "retain": retain,
                         **({"schedule": schedule} if schedule else {}),
                         **({"schedule": None, "trigger": trigger} if trigger else {}),
-                        **({"tasks": tasks} if tasks else {})},
+                        **({"tasks": tasks} if tasks else {}),
+                        **({"pipelined": pipelined} if pipelined is not None else {})},
         "transactions": {"id_prefix": name, "timeout_ms": 900_000},
         "spark": {**({"mode": "connect", "remote": remote} if remote else {"master": master}),
                   **({"conf": spark_conf} if spark_conf else {})},
