@@ -88,6 +88,22 @@ def test_a_stateful_checkpoint_is_planned_on_top_only_once_the_state_it_starts_f
     assert starts(second) == ends(first)
 
 
+def test_a_stateful_pipelined_checkpoint_commits_the_state_it_prepared_on_top_of_the_one_below(monkeypatch):
+    w = fake_world(monkeypatch, spec(state=STATE), partitions=2)
+    w.source.produce(SOURCE, 0, 30)
+    first = coordinator.plan(w.pipeline, "run-1")
+    w.prepare(first, state=written(w.store.state_files(), 1))
+    w.source.produce(SOURCE, 1, 5)
+    second = coordinator.plan(w.pipeline, "run-2", run_alive=only_run_1_alive)
+    state = written(w.store.state_files(), 2)
+    w.prepare(second, state=state)
+    coordinator.commit(w.pipeline, 1)
+    assert coordinator.commit(w.pipeline, 2).status is CheckpointStatus.COMPLETED
+    assert w.store.view(2).completed.state == state
+    third = coordinator.plan(w.pipeline, "run-3", run_alive=dead)
+    assert third.claim.state_base == state and third.claim.after is None
+
+
 def test_at_most_one_checkpoint_is_in_flight_below_the_next(world: FakeWorld):
     two_in_flight(world, prepare_first=True)
     with pytest.raises(coordinator.CheckpointInFlight, match="checkpoints 1, 2 are in flight"):
