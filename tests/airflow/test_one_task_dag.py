@@ -74,10 +74,11 @@ def test_a_lag_triggered_one_task_run_plans_on_top_of_the_checkpoint_in_flight_a
         airflow, bootstrap, request, tmp_path):
     """A lag-triggered one-task DAG lets a second run start while one runs (its watcher fires one run ahead):
     that run plans its checkpoint on top of the one in flight (``checkpoints.pipelined``: from its ends), runs
-    it, and its commit waits for the first checkpoint's, so the runs overlap and their checkpoints complete in
-    order. Two manual runs show it without depending on when the watcher looks, nor on how fast the first
-    checkpoint is: the first is held just after its claim (the failpoint ``plan.after_claim`` set to
-    ``pause``) until the second's task logs that its commit waits for it, then released."""
+    it, and its commit waits for the first checkpoint's, so a run overlaps the commit before it and the
+    checkpoints complete in order. Two manual runs show it without depending on when the watcher looks, nor on
+    how fast the first checkpoint is: the first is held in its commit, prepared (the failpoint
+    ``commit.after_verify`` set to ``pause``), until the second's task logs that its commit waits for it, then
+    released."""
     from .conftest import wait_for
     from .test_lag_trigger_dag import _settled
 
@@ -88,11 +89,11 @@ def test_a_lag_triggered_one_task_run_plans_on_top_of_the_checkpoint_in_flight_a
     client = airflow.client_for_watched(request, dag_id)
     _settled(client, dag_id, 1)  # the watcher's first checkpoint, which finds where to start
     produce_orders(p, 10_000)
-    signal = tmp_path / "plan.after_claim"  # the paused task writes it and goes on once it is gone
-    first = client.trigger(dag_id, {"lockstep_failpoints": "plan.after_claim=pause",
+    signal = tmp_path / "commit.after_verify"  # the paused task writes it and goes on once it is gone
+    first = client.trigger(dag_id, {"lockstep_failpoints": "commit.after_verify=pause",
                                     "lockstep_failpoint_signals": str(tmp_path)})
     try:
-        wait_for(signal.exists, "the first run's checkpoint claimed and held at plan.after_claim", timeout=180)
+        wait_for(signal.exists, "the first run's checkpoint prepared and held at commit.after_verify", timeout=180)
         s = store(p)
         [claimed] = [i for i in s.checkpoint_ids() if s.view(i).claim.run_id == first]
         produce_orders(p, 10_000, start=10_000)
@@ -102,7 +103,7 @@ def test_a_lag_triggered_one_task_run_plans_on_top_of_the_checkpoint_in_flight_a
         wait_for(lambda: waiting in client.task_log(dag_id, second, "checkpoint"),
                  "the second run's checkpoint run, its commit waiting for the first's", timeout=180, interval=1)
         assert signal.exists(), "the first checkpoint went on by itself (its pause expired) before it was released"
-        assert s.view(claimed).status is CheckpointStatus.CLAIMED
+        assert s.view(claimed).status is CheckpointStatus.PREPARED
     finally:
         signal.unlink(missing_ok=True)
     assert client.wait_for_run(dag_id, first, timeout=300) == "success", explain(client, dag_id, first)
@@ -112,7 +113,7 @@ def test_a_lag_triggered_one_task_run_plans_on_top_of_the_checkpoint_in_flight_a
     assert b.claim.after == claimed and {r.tp.key: r.start for r in b.claim.ranges} == a.claim.end_offsets
     assert a.prepared.records_in + b.prepared.records_in == 20_000
     log = client.task_log(dag_id, second, "checkpoint")
-    assert f"planned on top of checkpoint {claimed}, claimed by run {first}" in log, log[-3000:]
+    assert f"planned on top of checkpoint {claimed}, prepared by run {first}" in log, log[-3000:]
     assert b.completed.completed_at >= a.completed.completed_at, (a.completed, b.completed)
     assert open_transactions(p) == []
     report = verify(p)

@@ -46,13 +46,10 @@ def world(monkeypatch) -> FakeWorld:
     return w
 
 
-def two_in_flight(w: FakeWorld, prepare_first: bool) -> tuple[coordinator.Plan, coordinator.Plan]:
-    """Checkpoint 1 of live run-1 (prepared or still running), then checkpoint 2 planned on top of it by run-2."""
+def two_in_flight(w: FakeWorld) -> tuple[coordinator.Plan, coordinator.Plan]:
+    """Checkpoint 1 of live run-1, prepared, then checkpoint 2 planned on top of it by run-2."""
     first = coordinator.plan(w.pipeline, "run-1")
-    if prepare_first:
-        w.prepare(first)
-    else:
-        w.start(first)
+    w.prepare(first)
     w.source.produce(SOURCE, 0, 7)
     w.source.produce(SOURCE, 1, 3)
     second = coordinator.plan(w.pipeline, "run-2", run_alive=only_run_1_alive)
@@ -60,31 +57,34 @@ def two_in_flight(w: FakeWorld, prepare_first: bool) -> tuple[coordinator.Plan, 
 
 
 # ---- plan -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("prepare_first", [False, True], ids=["first still running", "first prepared"])
-def test_the_next_checkpoint_is_planned_on_top_of_a_live_runs_checkpoint_and_leaves_it_alone(
-        world: FakeWorld, prepare_first: bool):
-    first, second = two_in_flight(world, prepare_first)
+def test_the_next_checkpoint_is_planned_on_top_of_a_live_runs_prepared_checkpoint_and_leaves_it_alone(
+        world: FakeWorld):
+    first, second = two_in_flight(world)
     assert second.claim.after == 1
     assert starts(second) == ends(first)
     assert second.range_plan.total_records == 10
-    assert status(world, 1) is (CheckpointStatus.PREPARED if prepare_first else CheckpointStatus.CLAIMED)
+    assert status(world, 1) is CheckpointStatus.PREPARED
     assert world.committer.fenced == [] and world.committer.committed == []  # nothing of run-1's was touched
     assert [world.committer.state(f"{world.pipeline.spec.transactions.id_prefix}-1-{i}")
             for i in range(first.claim.task_count)] == [ONGOING] * first.claim.task_count
 
 
-def test_a_stateful_checkpoint_is_planned_on_top_only_once_the_state_it_starts_from_is_prepared(monkeypatch):
-    w = fake_world(monkeypatch, spec(state=STATE), partitions=2)
+@pytest.mark.parametrize("state", [None, STATE], ids=["stateless", "stateful"])
+def test_a_checkpoint_is_planned_on_top_only_once_the_one_below_is_prepared(monkeypatch, state):
+    """Not while it runs: the runs of a pipeline never overlap (lockstep.rules.pipelining says what that did to
+    latency), only a run and the commit before it."""
+    w = fake_world(monkeypatch, spec(**({"state": state} if state else {})), partitions=2)
     w.source.produce(SOURCE, 0, 30)
     first = coordinator.plan(w.pipeline, "run-1")
-    with pytest.raises(coordinator.CheckpointInFlight, match="checkpoint 1 is still running: the state"):
+    w.start(first)
+    with pytest.raises(coordinator.CheckpointInFlight, match="checkpoint 1 is still running: the next checkpoint"):
         coordinator.plan(w.pipeline, "run-2", run_alive=only_run_1_alive)
-    assert list(w.store.checkpoint_ids()) == [1]
-    state = written(w.store.state_files(), 1)
-    w.prepare(first, state=state)
+    assert list(w.store.checkpoint_ids()) == [1] and w.committer.fenced == []
+    prepared = written(w.store.state_files(), 1) if state else None
+    w.prepare(first, state=prepared)
     second = coordinator.plan(w.pipeline, "run-2", run_alive=only_run_1_alive)
     assert second.claim.after == 1
-    assert second.claim.state_base == state
+    assert second.claim.state_base == prepared
     assert starts(second) == ends(first)
 
 
@@ -105,7 +105,7 @@ def test_a_stateful_pipelined_checkpoint_commits_the_state_it_prepared_on_top_of
 
 
 def test_at_most_one_checkpoint_is_in_flight_below_the_next(world: FakeWorld):
-    two_in_flight(world, prepare_first=True)
+    two_in_flight(world)
     with pytest.raises(coordinator.CheckpointInFlight, match="checkpoints 1, 2 are in flight"):
         coordinator.plan(world.pipeline, "run-3", run_alive=lambda r: r in ("run-1", "run-2"))
     assert list(world.store.checkpoint_ids()) == [1, 2]
@@ -120,7 +120,7 @@ def test_a_restore_waits_for_the_checkpoint_in_flight(world: FakeWorld):
 
 # ---- commit ---------------------------------------------------------------------------------------------
 def test_a_pipelined_checkpoint_commits_after_the_one_below_it(world: FakeWorld):
-    _, second = two_in_flight(world, prepare_first=True)
+    _, second = two_in_flight(world)
     world.prepare(second)
     coordinator.commit(world.pipeline, 1)
     outcome = coordinator.commit(world.pipeline, 2)
@@ -134,7 +134,7 @@ def test_a_pipelined_checkpoint_waits_for_the_one_below_and_then_retries(monkeyp
     w = fake_world(monkeypatch, spec(transactions={"timeout_ms": 61_000, "commit_margin_ms": 60_000}), partitions=2)
     w.source.produce(SOURCE, 0, 30)
     monkeypatch.setattr(commit_step, "PREDECESSOR_LOOK_S", 0.05)
-    _, second = two_in_flight(w, prepare_first=True)
+    _, second = two_in_flight(w)
     prepared = w.prepare(second)
     with pytest.raises(TransientError, match="checkpoint 2: checkpoint 1, which it was planned on top of while in "
                                              "flight, is prepared; .* the commit retries"):
@@ -144,7 +144,7 @@ def test_a_pipelined_checkpoint_waits_for_the_one_below_and_then_retries(monkeyp
 
 
 def test_a_pipelined_checkpoint_is_aborted_when_the_one_below_is_and_its_ranges_are_replayed(world: FakeWorld):
-    first, second = two_in_flight(world, prepare_first=True)
+    first, second = two_in_flight(world)
     prepared = world.prepare(second)
     world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)  # checkpoint 1's transactions time out
     with pytest.raises(CheckpointError, match="checkpoint 1: aborted"):
@@ -164,7 +164,7 @@ def test_a_pipelined_checkpoint_is_aborted_when_the_one_below_is_and_its_ranges_
 
 @pytest.mark.parametrize("change", ["ends", "state"])
 def test_the_verdict_aborts_when_the_one_below_completed_otherwise_than_prepared(world: FakeWorld, change: str):
-    first, second = two_in_flight(world, prepare_first=True)
+    first, second = two_in_flight(world)
     coordinator.commit(world.pipeline, 1)
     below = world.store.view(1)
     assert pipelining.verdict(second.claim, below) == pipelining.Verdict(pipelining.COMMIT)
@@ -180,10 +180,13 @@ def test_the_verdict_aborts_when_the_one_below_completed_otherwise_than_prepared
 
 
 # ---- recovery -------------------------------------------------------------------------------------------
-def test_recovery_aborts_a_prepared_checkpoint_planned_on_top_of_a_dead_claim(world: FakeWorld):
-    first, second = two_in_flight(world, prepare_first=False)
+def test_recovery_aborts_a_prepared_checkpoint_planned_on_top_of_one_that_aborted(world: FakeWorld):
+    first, second = two_in_flight(world)
     prepared = world.prepare(second)
-    replay = coordinator.plan(world.pipeline, "run-3", run_alive=dead)  # run-1 died before preparing
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)  # checkpoint 1's transactions time out
+    with pytest.raises(CheckpointError, match="checkpoint 1: aborted"):
+        coordinator.commit(world.pipeline, 1)
+    replay = coordinator.plan(world.pipeline, "run-3", run_alive=dead)  # run-2 died before its commit
     assert status(world, 1) is CheckpointStatus.ABORTED
     assert status(world, 2) is CheckpointStatus.ABORTED
     assert "planned on top of checkpoint 1" in world.store.view(2).aborted.reason
@@ -193,7 +196,7 @@ def test_recovery_aborts_a_prepared_checkpoint_planned_on_top_of_a_dead_claim(wo
 
 
 def test_recovery_rolls_two_prepared_pipelined_checkpoints_forward_in_order(world: FakeWorld):
-    _, second = two_in_flight(world, prepare_first=True)
+    _, second = two_in_flight(world)
     prepared = world.prepare(second)
     third = coordinator.plan(world.pipeline, "run-3", run_alive=dead)
     assert status(world, 1) is CheckpointStatus.COMPLETED and status(world, 2) is CheckpointStatus.COMPLETED
@@ -201,20 +204,19 @@ def test_recovery_rolls_two_prepared_pipelined_checkpoints_forward_in_order(worl
     assert starts(third) == ends(second) and third.claim.after is None
 
 
-def test_a_retry_under_the_first_run_aborts_its_own_attempt_and_waits_for_the_live_one_on_top(world: FakeWorld):
-    """Run-1's task failed and retries while run-2's checkpoint, planned on top of run-1's, is live: the retry
-    recovers its own checkpoint (so run-2's commit is not left waiting for it) and waits for run-2's."""
-    _, second = two_in_flight(world, prepare_first=False)
+def test_a_retry_under_the_first_run_settles_its_own_checkpoint_and_plans_on_top_of_the_live_one(world: FakeWorld):
+    """Run-1's task failed before its commit and retries while run-2's checkpoint, planned on top of run-1's, is
+    live: the retry rolls its own checkpoint forward (so run-2's commit is not left waiting for it), leaves
+    run-2's alone, and plans the next on top of it."""
+    _, second = two_in_flight(world)
     prepared = world.prepare(second)
-    with pytest.raises(coordinator.CheckpointInFlight, match="checkpoint 2"):
-        coordinator.plan(world.pipeline, "run-1", run_alive=lambda r: r == "run-2")
-    assert status(world, 1) is CheckpointStatus.ABORTED
+    world.source.produce(SOURCE, 1, 4)
+    third = coordinator.plan(world.pipeline, "run-1", run_alive=lambda r: r == "run-2")
+    assert status(world, 1) is CheckpointStatus.COMPLETED
     assert status(world, 2) is CheckpointStatus.PREPARED  # left to run-2, its transactions open
     assert [world.committer.state(t.transactional_id) for t in prepared.transactions] == [ONGOING] * 2
-    with pytest.raises(CheckpointError, match="checkpoint 2: aborted"):
-        coordinator.commit(world.pipeline, 2)
-    replay = coordinator.plan(world.pipeline, "run-1", run_alive=dead)
-    assert replay.claim.checkpoint_id == 3 and replay.claim.after is None
+    assert third.claim.checkpoint_id == 3 and third.claim.after == 2 and starts(third) == ends(second)
+    assert coordinator.commit(world.pipeline, 2).status is CheckpointStatus.COMPLETED
 
 
 def test_pipelining_off_waits_as_before(monkeypatch):

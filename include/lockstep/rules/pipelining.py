@@ -3,10 +3,15 @@ what a pipelined checkpoint's commit does once that one has settled.
 
 Flink starts checkpoint N+1 before N is confirmed, and a higher checkpoint subsumes a lower one: its state
 covers everything before it. A Lockstep checkpoint's output covers only its own ranges, so N+1 cannot
-subsume N. Instead it is planned *on top of* N while another run still carries N: its ranges start where
-N's end, its keyed state and tables are N's prepared ones (a stateful N must be prepared first; a stateless
-one may still be running), and its claim names N (``after``). It runs and prepares while N finishes and
-commits, so the commit of one checkpoint is no longer a wait for the next. It commits only once N has
+subsume N. Instead it is planned *on top of* N once N is prepared, while another run still carries N: its
+ranges start where N's end, its keyed state and tables are N's prepared ones, and its claim names N
+(``after``). It runs and prepares while N commits, so the commit of one checkpoint (and the next task's
+start, and its plan) is no longer a wait for the next.
+
+Not while N still runs: measured through the scheduler at 100,000 records/s (a lag trigger of 1 record), a
+stateless N+1 planned on top of a running N took the few records that had arrived since N's plan and ran
+beside it on the same cores, and the next big checkpoint waited for both: p50 24.7 s against 12.2 s waiting
+for the commit. The runs of a pipeline do not overlap; only a run and the commit before it do. It commits only once N has
 completed exactly as prepared (`verdict`); if N was aborted, or completed after a repair that gave ranges
 back, N+1 is aborted too, and the next run replays both from the latest completed checkpoint, with N's pins
 as any replay of an aborted checkpoint. Completed checkpoints keep tiling every partition, in order.
@@ -25,14 +30,12 @@ from lockstep.model.checkpoint import CheckpointClaim, CheckpointStatus, Checkpo
 _UNSETTLED = (CheckpointStatus.CLAIMED, CheckpointStatus.PREPARED)
 
 
-def plan_on_top(after: Sequence[CheckpointView], stateful: bool, restore: str | None,
-                enabled: bool) -> CheckpointView | str | None:
+def plan_on_top(after: Sequence[CheckpointView], restore: str | None, enabled: bool) -> CheckpointView | str | None:
     """What the next plan does about the checkpoints still in flight once recovery settled the rest.
 
     ``after``: the checkpoints after the latest completed one, as recovery left them (those still in
-    flight belong to other live runs, or wait for one). ``stateful``: the pipeline keeps state or tables,
-    which a checkpoint can only start from once they are prepared. Returns None when none is in flight
-    (plan as usual), the checkpoint to plan on top of, or why the plan must wait for the one in flight."""
+    flight belong to other live runs, or wait for one). Returns None when none is in flight (plan as
+    usual), the prepared checkpoint to plan on top of, or why the plan must wait for the one in flight."""
     unsettled = [v for v in after if v.status in _UNSETTLED]
     if not unsettled:
         return None
@@ -45,9 +48,9 @@ def plan_on_top(after: Sequence[CheckpointView], stateful: bool, restore: str | 
     if len(unsettled) > 1:
         return f"checkpoints {ids} are in flight: a checkpoint is planned on top of one at most"
     pred = unsettled[0]
-    if pred.status is CheckpointStatus.CLAIMED and stateful:
-        return (f"checkpoint {pred.checkpoint_id} is still running: the state the next checkpoint starts from is "
-                "the one it prepares")
+    if pred.status is CheckpointStatus.CLAIMED:
+        return (f"checkpoint {pred.checkpoint_id} is still running: the next checkpoint is planned on top of it once "
+                "it is prepared")
     before = next((v for v in after if v.checkpoint_id == pred.claim.after), None)
     if before is not None and before.status is CheckpointStatus.ABORTED:
         return (f"checkpoint {pred.checkpoint_id} will be aborted: checkpoint {before.checkpoint_id}, which it was "

@@ -152,8 +152,7 @@ def _recovered_history(p: Pipeline, run_id: str, restore: str | None, dry_run: b
     if recover(p, history, tuple(live)):
         history = p.store.history()
     failpoints.hit("plan.after_recovery")
-    stateful = p.spec.state is not None or bool(p.spec.tables)
-    on_top = plan_on_top(history.after, stateful, restore, p.spec.checkpoints.pipelined)
+    on_top = plan_on_top(history.after, restore, p.spec.checkpoints.pipelined)
     if isinstance(on_top, str):
         raise _in_flight(live, on_top)
     if on_top is not None:
@@ -359,7 +358,7 @@ def _state_base(p: Pipeline, restore: str | None, latest: CheckpointView | None,
     if p.spec.state is None:
         return None
     if on_top is not None:
-        assert on_top.prepared is not None  # plan_on_top: a stateful pipeline plans only on a prepared one
+        assert on_top.prepared is not None  # plan_on_top: only on a prepared one
         base = on_top.prepared.state
     elif restore is None:
         base = latest.completed.state if latest is not None and latest.completed is not None else None
@@ -387,7 +386,7 @@ def _table_bases(p: Pipeline, restore: str | None, latest: CheckpointView | None
     if not p.spec.tables:
         return {}
     if on_top is not None:
-        assert on_top.prepared is not None  # plan_on_top: tables are planned only on a prepared one
+        assert on_top.prepared is not None  # plan_on_top: only on a prepared one
         bases = on_top.prepared.tables
     elif restore is None or restore.startswith(TIME_PREFIX):
         bases = latest.completed.tables if latest is not None and latest.completed is not None else {}
