@@ -105,6 +105,34 @@ def loop_stats(text: str) -> dict[str, Any]:
             "max_ms": round(ordered[-1], 2), "mean_ms": round(statistics.fmean(ms), 2)}
 
 
+def within_minute(runs: list[dict[str, Any]], since: datetime, until: datetime,
+                  minute_s: float = 60.0) -> dict[str, Any]:
+    """Of the DAG runs due (``run_after``) from ``since`` until a minute before ``until`` (so each had its whole
+    minute inside the sample), how many succeeded within ``minute_s`` of being due; and the seconds from due to
+    end of those that ended (median, p95 nearest rank, max)."""
+    due, took, within = 0, [], 0
+    for r in runs:
+        after = _when(r.get("run_after"))
+        if after is None or after < since or (until - after).total_seconds() < minute_s:
+            continue
+        due += 1
+        end = _when(r.get("end_date"))
+        if end is None:
+            continue
+        seconds = (end - after).total_seconds()
+        took.append(seconds)
+        within += r.get("state") == "success" and seconds <= minute_s
+    ordered = sorted(took)
+    return {"due": due, "within": within, "ended": len(took),
+            "median_s": round(statistics.median(ordered), 1) if ordered else None,
+            "p95_s": round(ordered[max(0, -(-95 * len(ordered) // 100) - 1)], 1) if ordered else None,
+            "max_s": round(ordered[-1], 1) if ordered else None}
+
+
+def _when(text: object) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if isinstance(text, str) and text else None
+
+
 def _median(values: list[float]) -> float:
     return round(statistics.median(values), 4) if values else float("nan")
 
@@ -256,6 +284,9 @@ class Fleet:
                                       "api_server_errors": len(API_ERROR.findall(text)),
                                       "load_average": [round(x, 1) for x in load]}
         self.log(f"fleet: scheduler loops with {len(dag_ids)} pipelines: {self.results['loops_many']}")
+        self.results["minute"] = within_minute([r for dag_id in dag_ids for r in client.dag_runs(dag_id)],
+                                               datetime.fromisoformat(since), datetime.now(UTC))
+        self.log(f"fleet: runs due in the sample: {self.results['minute']}")
 
     def _drain(self, client: AirflowClient) -> None:
         """Up to ``drain_s`` for the paused pipelines' last runs to end; what is still open is recorded."""

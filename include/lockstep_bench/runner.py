@@ -447,6 +447,36 @@ def run_bench(settings: Settings) -> Path:
         return report_path
 
 
+def run_pipelines_bench(settings: Settings) -> Path:
+    """``--pipelines-only``: the generated pipelines in one Airflow (`lockstep_bench.many_pipelines`: parse, the
+    scheduler's loop with every pipeline due every minute, S3 calls per plan, the Checkpoints page) on an isolated
+    platform of their own, with the one pipeline's overhead runs before them; only that section of the report is
+    replaced, saying it comes from its own run."""
+    from lockstep_bench import airflow_overhead, many_pipelines, report
+
+    started = time.monotonic()
+    root = settings.state_dir or Path(tempfile.mkdtemp(prefix="lockstep-bench-pipelines-"))
+    root.mkdir(parents=True, exist_ok=True)
+    res = Results(settings={k: (str(v) if isinstance(v, Path) else v) for k, v in settings.__dict__.items()},
+                  started_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    with isolated_platform(root, airflow_db=settings.airflow_db) as platform:
+        res.environment = {**environment(platform.kafka.bootstrap), "commit": commit_of(project_root())}
+        fleet = many_pipelines.Fleet(platform, root, many_pipelines.FleetSettings.for_bench(
+            settings.pipelines, settings.quick, settings.pipelines_tasks), log)
+        fleet.prepare()
+        res.airflow = airflow_overhead.measure(platform, root, 1, log, fleet=fleet)
+        res.many_pipelines = fleet.results
+    res.seconds = round(time.monotonic() - started, 1)
+    results_path = settings.results or (root / "results.json")
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(res.__dict__, indent=1, default=str))
+    log(f"raw results in {results_path}")
+    path = settings.report if settings.report.is_absolute() else project_root() / settings.report
+    report.replace_many_pipelines(res, path)
+    log(f"its section of {path} replaced")
+    return path
+
+
 def commit_of(root: Path) -> str:
     """The checked-out commit, marked when the work tree differs from it (the report names what it measured)."""
     import subprocess
@@ -654,6 +684,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, help="input records of the main comparison (default 1,000,000)")
     parser.add_argument("--partitions", type=int, help="input partitions of the main comparison (default 8)")
     parser.add_argument("--repeats", type=int, help="alternated repeats per competitor (default 3)")
+    parser.add_argument("--pipelines-only", action="store_true",
+                        help="only the generated pipelines in one Airflow (--pipelines of them, due every minute; "
+                             "--pipelines-tasks, --airflow-db apply), on a platform of their own: replaces that "
+                             "section of docs/BENCHMARKS.md")
     parser.add_argument("--sizes", type=ints, help="input sizes for the scaling table "
                                                    "(default 10000,100000,1000000,5000000)")
     parser.add_argument("--partition-counts", type=ints, help="partition counts for scaling (default 1,8,64,256,1024)")
@@ -883,6 +917,9 @@ def main(args: argparse.Namespace) -> int:
             return 0
     if args.from_results:
         rewrite_report(args.from_results, args.report or Path("docs/BENCHMARKS.md"), args.baseline)
+        return 0
+    if args.pipelines_only:
+        run_pipelines_bench(settings_from_args(args))
         return 0
     run_bench(settings_from_args(args))
     return 0

@@ -162,3 +162,50 @@ def test_report_without_the_measurement_has_no_section(tmp_path: Path) -> None:
     path = tmp_path / "BENCH.md"
     report.write(res, path)
     assert "pipelines in one Airflow" not in path.read_text()
+
+
+# ---- runs within their minute, and --pipelines-only's section ----------------------------------------
+def _run(after: str, end: str | None, state: str = "success") -> dict[str, Any]:
+    return {"run_after": after, "end_date": end, "state": state}
+
+
+def test_within_minute_counts_the_runs_whose_whole_minute_was_sampled() -> None:
+    from datetime import UTC, datetime
+
+    since, until = datetime(2026, 12, 4, 16, 0, 0, tzinfo=UTC), datetime(2026, 12, 4, 16, 3, 0, tzinfo=UTC)
+    runs = [_run("2026-12-04T15:59:00Z", "2026-12-04T16:00:05Z"),  # due before the sample: left out
+            _run("2026-12-04T16:00:00Z", "2026-12-04T16:00:20Z"),  # 20 s: within
+            _run("2026-12-04T16:01:00Z", "2026-12-04T16:02:30Z"),  # 90 s: late
+            _run("2026-12-04T16:01:00Z", "2026-12-04T16:01:10Z", "failed"),  # ended in time, but failed
+            _run("2026-12-04T16:02:00Z", None, "running"),  # due, never ended
+            _run("2026-12-04T16:02:30Z", None, "running")]  # its minute not over when the sample ended: left out
+    found = many_pipelines.within_minute(runs, since, until)
+    assert (found["due"], found["within"], found["ended"]) == (4, 1, 3)
+    assert (found["median_s"], found["p95_s"], found["max_s"]) == (20.0, 90.0, 90.0)
+
+
+def test_the_minute_target_is_met_only_when_every_due_run_made_it_and_the_loop_is_fast(tmp_path: Path) -> None:
+    minute = {"due": 100, "within": 100, "ended": 100, "median_s": 12.0, "p95_s": 30.0, "max_s": 41.0}
+    met = _section(tmp_path, {**_doc(), "minute": minute})
+    assert "every run completes within its minute and the scheduler loop's p95 stays ≤ 1,000 ms — met: of the " \
+           "100 runs due in the sample with their whole minute inside it, 100 succeeded within it" in met
+    late = _section(tmp_path, {**_doc(), "minute": {**minute, "within": 99}})
+    assert "— NOT met: of the 100 runs" in late
+    slow = _section(tmp_path, {**_doc(), "minute": minute,
+                               "loops_many": {**_doc()["loops_many"], "p95_ms": 1500.0}})
+    assert "— NOT met:" in slow
+
+
+def test_pipelines_only_replaces_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
+    page = tmp_path / "BENCH.md"
+    page.write_text("# Benchmarks\n\nintro\n\n## 50 pipelines in one Airflow\n\nold figures\n\n## Scaling\n\nkept\n")
+    res = Results(settings={}, environment={"commit": "abc1234"}, many_pipelines={**_doc(), "pipelines": 200},
+                  started_at="2026-12-04 16:00:00 UTC", seconds=600.0)
+    report.replace_many_pipelines(res, page)
+    text = page.read_text()
+    assert "old figures" not in text and text.startswith("# Benchmarks\n\nintro\n\n## 200 pipelines in one Airflow")
+    assert "_Measured in a run of its own_ (`lockstep bench --pipelines-only`, commit abc1234" in text
+    assert text.endswith("## Scaling\n\nkept\n") and text.count("## Scaling") == 1
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    assert parser.parse_args(["--pipelines-only"]).pipelines_only and not parser.parse_args([]).pipelines_only
