@@ -102,8 +102,8 @@ class FreshnessSettings:
     poll_s: int = 1
     #: Lockstep's ``checkpoints.tasks``: one task per checkpoint, the setting for freshness
     tasks: str = "one"
-    #: Lockstep's ``checkpoints.pipelined``: plan on top of the checkpoint in flight (the default)
-    pipelined: bool = True
+    #: Lockstep's ``checkpoints.pipelined`` (None: the spec's default, off)
+    pipelined: bool | None = None
     #: the Spark Connect server, which lives across every run as a user's does, warmed up when it starts as
     #: ``lockstep dev up --warm-checkpoints`` warms a new one (on a cold server the windowed pipeline's first
     #: checkpoints took 20-26 s, compiling its state's code on the way)

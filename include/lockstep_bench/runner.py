@@ -772,7 +772,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="Lockstep's checkpoints.tasks: one task per checkpoint (default) or plan, run, commit")
     fresh.add_argument("--freshness-pipelined", type=lambda text: {"on": True, "off": False}[text],
                        metavar="{on,off}",
-                       help="Lockstep's checkpoints.pipelined: plan on top of the checkpoint in flight (default on)")
+                       help="Lockstep's checkpoints.pipelined: plan on top of the checkpoint in flight (default: the "
+                            "spec's default, off)")
     fresh.add_argument("--freshness-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                        help="which engines race (default lockstep-airflow,flink-sql,quix-streams)")
     fmt = parser.add_argument_group("formats (--formats-only: only this, report docs/BENCHMARKS-formats.md)")

@@ -83,7 +83,7 @@ def test_a_lag_triggered_one_task_run_plans_on_top_of_the_checkpoint_in_flight_a
     from .test_lag_trigger_dag import _settled
 
     p = airflow.new_pipeline(bootstrap, "ahead")
-    p.rewrite(checkpoints={"schedule": None, "tasks": "one",
+    p.rewrite(checkpoints={"schedule": None, "tasks": "one", "pipelined": True,
                            "trigger": {"lag_records": 1_000_000_000, "max_wait": "1h", "poll_interval": 1}})
     dag_id = p.spec().dag_id
     client = airflow.client_for_watched(request, dag_id)

@@ -287,8 +287,9 @@ def test_replay_from_a_savepoint_into_another_topic(tmp_path, bootstrap, unique)
 
 def test_a_run_refuses_to_recover_a_checkpoint_whose_run_is_still_alive(tmp_path, bootstrap, unique):
     """Runs must not overlap: recovering a live run's checkpoint would fence it mid-flight. With
-    ``checkpoints.pipelined`` off the run waits for it (here: reports it and exits); on, it plans on top of it
-    and leaves it alone as well (tests/unit/test_pipelining.py, tests/integration/test_pipelined.py)."""
+    ``checkpoints.pipelined`` off (the default, set here all the same) the run waits for it (here: reports it and
+    exits); on, it plans on top of a prepared one and leaves it alone as well (tests/unit/test_pipelining.py,
+    tests/integration/test_pipelined.py)."""
     import os
     import socket
     from datetime import datetime

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import yaml
 from confluent_kafka import Producer
 
 from lockstep.errors import CheckpointError
@@ -22,6 +23,9 @@ def test_a_pipelined_checkpoint_whose_predecessor_aborts_is_replayed_with_the_sa
         tmp_path, bootstrap, unique, spark_connect):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, mode="connect")
     stateful(pipeline, WINDOW)
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["checkpoints"]["pipelined"] = True
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
     s = store(pipeline)
     produce(pipeline, range(0, 60))
     run_1 = Pipeline.open(pipeline.spec())

@@ -124,10 +124,8 @@ def test_without_a_recorded_task_count_recovery_fences_every_id_the_claim_allows
     assert sorted(w.committer.fenced) == sorted(transactional_id(PREFIX, 1, i) for i in range(8))
 
 
-def test_planning_is_refused_while_the_run_owning_a_checkpoint_is_alive(monkeypatch):
-    """With ``checkpoints.pipelined`` off; on, the next checkpoint is planned on top (tests/unit/test_pipelining)."""
-    world = fake_world(monkeypatch, spec(checkpoints={"pipelined": False}), partitions=2)
-    world.source.produce(SOURCE, 0, 30)
+def test_planning_is_refused_while_the_run_owning_a_checkpoint_is_alive(world: FakeWorld):
+    """``checkpoints.pipelined`` off, the default; on, see tests/unit/test_pipelining.py."""
     first = coordinator.plan(world.pipeline, "run-1")
     tids = world.start(first)
     with pytest.raises(coordinator.CheckpointInFlight, match="its run run-1 is still running"):

@@ -38,9 +38,12 @@ def status(w: FakeWorld, checkpoint_id: int) -> CheckpointStatus:
     return w.store.view(checkpoint_id).status
 
 
+ON = {"pipelined": True}  # off by default
+
+
 @pytest.fixture
 def world(monkeypatch) -> FakeWorld:
-    w = fake_world(monkeypatch, partitions=2)
+    w = fake_world(monkeypatch, spec(checkpoints=ON), partitions=2)
     w.source.produce(SOURCE, 0, 30)
     w.source.produce(SOURCE, 1, 20)
     return w
@@ -73,7 +76,7 @@ def test_the_next_checkpoint_is_planned_on_top_of_a_live_runs_prepared_checkpoin
 def test_a_checkpoint_is_planned_on_top_only_once_the_one_below_is_prepared(monkeypatch, state):
     """Not while it runs: the runs of a pipeline never overlap (lockstep.rules.pipelining says what that did to
     latency), only a run and the commit before it."""
-    w = fake_world(monkeypatch, spec(**({"state": state} if state else {})), partitions=2)
+    w = fake_world(monkeypatch, spec(checkpoints=ON, **({"state": state} if state else {})), partitions=2)
     w.source.produce(SOURCE, 0, 30)
     first = coordinator.plan(w.pipeline, "run-1")
     w.start(first)
@@ -89,7 +92,7 @@ def test_a_checkpoint_is_planned_on_top_only_once_the_one_below_is_prepared(monk
 
 
 def test_a_stateful_pipelined_checkpoint_commits_the_state_it_prepared_on_top_of_the_one_below(monkeypatch):
-    w = fake_world(monkeypatch, spec(state=STATE), partitions=2)
+    w = fake_world(monkeypatch, spec(checkpoints=ON, state=STATE), partitions=2)
     w.source.produce(SOURCE, 0, 30)
     first = coordinator.plan(w.pipeline, "run-1")
     w.prepare(first, state=written(w.store.state_files(), 1))
@@ -131,7 +134,8 @@ def test_a_pipelined_checkpoint_commits_after_the_one_below_it(world: FakeWorld)
 def test_a_pipelined_checkpoint_waits_for_the_one_below_and_then_retries(monkeypatch):
     """Its commit waits while the checkpoint below is in flight, at most the time its transactions have left
     (less the commit margin): here 1 s, then a transient error, and nothing is committed or aborted."""
-    w = fake_world(monkeypatch, spec(transactions={"timeout_ms": 61_000, "commit_margin_ms": 60_000}), partitions=2)
+    w = fake_world(monkeypatch, spec(checkpoints=ON, transactions={"timeout_ms": 61_000, "commit_margin_ms": 60_000}),
+                   partitions=2)
     w.source.produce(SOURCE, 0, 30)
     monkeypatch.setattr(commit_step, "PREDECESSOR_LOOK_S", 0.05)
     _, second = two_in_flight(w)
@@ -219,8 +223,8 @@ def test_a_retry_under_the_first_run_settles_its_own_checkpoint_and_plans_on_top
     assert coordinator.commit(world.pipeline, 2).status is CheckpointStatus.COMPLETED
 
 
-def test_pipelining_off_waits_as_before(monkeypatch):
-    w = fake_world(monkeypatch, spec(checkpoints={"pipelined": False}), partitions=2)
+def test_pipelining_off_the_default_waits_as_before(monkeypatch):
+    w = fake_world(monkeypatch, partitions=2)
     w.source.produce(SOURCE, 0, 30)
     w.prepare(coordinator.plan(w.pipeline, "run-1"))
     with pytest.raises(coordinator.CheckpointInFlight, match="checkpoint 1 is still in flight: its run run-1"):

@@ -74,7 +74,7 @@ class CheckpointSpec:
     #: A DAG run's tasks: ``three`` (plan, run, commit) or ``one`` (a ``checkpoint`` task doing all three).
     tasks: str = "three"
     #: Plan on top of a checkpoint in flight rather than wait for it (`lockstep.rules.pipelining`).
-    pipelined: bool = True
+    pipelined: bool = False
 
     @property
     def one_task(self) -> bool:

@@ -177,9 +177,9 @@ CHECKPOINTS = _section("Where checkpoints are stored, when they run, and how big
                              "between a record and its commit, for checkpoints.trigger pipelines that want freshness).",
                    default="three", enum=CHECKPOINT_TASKS),
     "pipelined": Field("boolean", "A run that starts while another run's checkpoint is in flight plans the next "
-                                  "checkpoint on top of it (from its ends, and its prepared state) instead of waiting "
-                                  "for its commit; that checkpoint commits after it, or is aborted with it. False: "
-                                  "wait for the checkpoint in flight to settle.", default=True),
+                                  "checkpoint on top of it once it is prepared (from its ends, and its prepared state) "
+                                  "instead of waiting for its commit; that checkpoint commits after it, or is aborted "
+                                  "with it. False: wait for the checkpoint in flight to settle.", default=False),
 }, required=True)
 
 TRANSACTIONS = _section("The Kafka transactions of the writers.", {
