@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness soak soak-submit soak-state up down status clean lock
+.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness bench-pipelines soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -194,6 +194,13 @@ bench: setup
 	LOCKSTEP_BENCH_PEERS=1 LOCKSTEP_BENCH_SMOKE=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/integration/test_bench_peers.py tests/integration/test_bench_smoke.py
 	$(BIN)/lockstep bench --results var/bench/results.json
+
+# Only the generated pipelines in one Airflow (50 due every minute, one task each, Airflow's database on
+# PostgreSQL; --pipelines, --pipelines-tasks, --airflow-db in `lockstep bench --help`): DAG parse time, the
+# scheduler's loop, the runs that complete within their minute, S3 calls per plan, the Checkpoints page at
+# 10,000 checkpoints, on a platform of their own; replaces that section of docs/BENCHMARKS.md (about 6 minutes).
+bench-pipelines: setup
+	$(BIN)/lockstep bench --pipelines-only --results var/bench/pipelines-results.json
 
 # What keyed state costs per checkpoint at 100,000, 1,000,000 and 10,000,000 keys (load, apply and write
 # seconds, bytes uploaded, compaction, restores on a new host and on the same host, three rounds), a stateful

@@ -136,7 +136,7 @@ def test_report_shows_parse_loop_plan_and_page_figures(tmp_path: Path) -> None:
     assert "Each DAG beyond the first adds 108 ms" in text and "about 267 pipelines" in text
     assert "| 1 | 180 | 10.5 | 30.2 | 90.0 | the scheduling-overhead runs of 1 pipeline |" in text
     assert "| 50 | 95 | 42.0 | 310.5 | 900.0 | 100 s from unpausing: 61 DAG runs succeeded, 0 failed; " \
-           "190 task instances succeeded, 1 failed; load average 3.2; at the end 4 runs running, 3 queued; " \
+           "load average 3.2; at the end 4 runs running, 3 queued; " \
            "2 requests failed inside the api-server (SQLite) |" in text
     assert "the median loop takes 4.0× the 1-pipeline loop" in text
     assert "60 s later 2 of their runs were still running and 0 queued." in text
@@ -205,6 +205,8 @@ def test_pipelines_only_replaces_its_section_and_keeps_the_rest(tmp_path: Path) 
     text = page.read_text()
     assert "old figures" not in text and text.startswith("# Benchmarks\n\nintro\n\n## 200 pipelines in one Airflow")
     assert "_Measured in a run of its own_ (`lockstep bench --pipelines-only`, commit abc1234" in text
+    assert "measured in an Airflow of its own, after one pipeline's two runs" in text
+    assert report.OVERHEAD_RUNS not in text
     assert text.endswith("## Scaling\n\nkept\n") and text.count("## Scaling") == 1
     parser = argparse.ArgumentParser()
     runner.add_arguments(parser)
