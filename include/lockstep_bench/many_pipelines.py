@@ -107,16 +107,16 @@ def loop_stats(text: str) -> dict[str, Any]:
 
 def within_minute(runs: list[dict[str, Any]], since: datetime, until: datetime,
                   minute_s: float = 60.0) -> dict[str, Any]:
-    """Of the DAG runs due (``run_after``) from ``since`` until a minute before ``until`` (so each had its whole
-    minute inside the sample), how many succeeded within ``minute_s`` of being due; and the seconds from due to
-    end of those that ended (median, p95 nearest rank, max)."""
+    """Of the DAG runs due (``run_after``) from ``since`` on whose outcome is known by ``until`` (they ended, or
+    their minute is over), how many succeeded within ``minute_s`` of being due; and the seconds from due to end
+    of those that ended (median, p95 nearest rank, max). A run still going inside its minute is left out."""
     due, took, within = 0, [], 0
     for r in runs:
         after = _when(r.get("run_after"))
-        if after is None or after < since or (until - after).total_seconds() < minute_s:
+        end = _when(r.get("end_date"))
+        if after is None or after < since or (end is None and (until - after).total_seconds() < minute_s):
             continue
         due += 1
-        end = _when(r.get("end_date"))
         if end is None:
             continue
         seconds = (end - after).total_seconds()

@@ -169,7 +169,7 @@ def _run(after: str, end: str | None, state: str = "success") -> dict[str, Any]:
     return {"run_after": after, "end_date": end, "state": state}
 
 
-def test_within_minute_counts_the_runs_whose_whole_minute_was_sampled() -> None:
+def test_within_minute_counts_the_runs_due_in_the_sample_whose_outcome_is_known() -> None:
     from datetime import UTC, datetime
 
     since, until = datetime(2026, 12, 4, 16, 0, 0, tzinfo=UTC), datetime(2026, 12, 4, 16, 3, 0, tzinfo=UTC)
@@ -177,18 +177,19 @@ def test_within_minute_counts_the_runs_whose_whole_minute_was_sampled() -> None:
             _run("2026-12-04T16:00:00Z", "2026-12-04T16:00:20Z"),  # 20 s: within
             _run("2026-12-04T16:01:00Z", "2026-12-04T16:02:30Z"),  # 90 s: late
             _run("2026-12-04T16:01:00Z", "2026-12-04T16:01:10Z", "failed"),  # ended in time, but failed
-            _run("2026-12-04T16:02:00Z", None, "running"),  # due, never ended
-            _run("2026-12-04T16:02:30Z", None, "running")]  # its minute not over when the sample ended: left out
+            _run("2026-12-04T16:02:00Z", None, "running"),  # due, its minute over, not ended: late
+            _run("2026-12-04T16:02:30Z", None, "running"),  # still inside its minute at the end: left out
+            _run("2026-12-04T16:02:40Z", "2026-12-04T16:02:50Z")]  # inside its minute, ended: 10 s, within
     found = many_pipelines.within_minute(runs, since, until)
-    assert (found["due"], found["within"], found["ended"]) == (4, 1, 3)
-    assert (found["median_s"], found["p95_s"], found["max_s"]) == (20.0, 90.0, 90.0)
+    assert (found["due"], found["within"], found["ended"]) == (5, 2, 4)
+    assert (found["median_s"], found["p95_s"], found["max_s"]) == (15.0, 90.0, 90.0)
 
 
 def test_the_minute_target_is_met_only_when_every_due_run_made_it_and_the_loop_is_fast(tmp_path: Path) -> None:
     minute = {"due": 100, "within": 100, "ended": 100, "median_s": 12.0, "p95_s": 30.0, "max_s": 41.0}
     met = _section(tmp_path, {**_doc(), "minute": minute})
     assert "every run completes within its minute and the scheduler loop's p95 stays ≤ 1,000 ms — met: of the " \
-           "100 runs due in the sample with their whole minute inside it, 100 succeeded within it" in met
+           "100 runs due in the sample whose outcome was known at its end, 100 succeeded within it" in met
     late = _section(tmp_path, {**_doc(), "minute": {**minute, "within": 99}})
     assert "— NOT met: of the 100 runs" in late
     slow = _section(tmp_path, {**_doc(), "minute": minute,

@@ -169,8 +169,8 @@ def _in_flight(live: dict[int, str], why_not_on_top: str | None) -> CheckpointIn
             f"checkpoint {cid} is still in flight: {why}. Runs of a pipeline must not overlap: wait for it "
             "(Airflow's plan task waits by itself) or, if that run is gone, try again later")
     return CheckpointInFlight(
-        f"{why_not_on_top}{f' ({why})' if why else ''}: the next checkpoint waits for it to settle (Airflow's plan "
-        "task waits by itself); if that run is gone, try again later")
+        f"{why_not_on_top}{f' ({why})' if why else ''}: the next checkpoint waits for it (Airflow's plan task waits "
+        "by itself); if that run is gone, try again later")
 
 
 def _read_source(p: Pipeline) -> _Source:
