@@ -50,11 +50,6 @@ class AirflowConfig:
             # such looks (the run created, started, its task queued, its end seen): at 0.25 s a lag-triggered
             # checkpoint cycle is about 1.5 s shorter (docs/BENCHMARKS-freshness.md).
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
-            # At most 5 DAG runs created, and 5 scheduled, per scheduler loop (Airflow's defaults: 10 and 20): with
-            # 50 pipelines due every minute the loop's p95 went from 1,258 to 504 ms, every run still done within
-            # its minute (docs/operations.md, Many pipelines in one Airflow).
-            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP": "5",
-            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_PER_LOOP_TO_SCHEDULE": "5",
             # Task workers forked from a forkserver that imported what a Lockstep task imports
             # (lockstep_airflow.task_preload): each task inherits those modules instead of importing them again.
             "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
