@@ -15,27 +15,12 @@ from lockstep.steps import commit as commit_step
 from lockstep.steps import coordinator
 from tests.support.fake_kafka import COMPLETE_COMMIT, ONGOING
 from tests.support.fake_pipeline import SOURCE, FakeWorld, fake_world, spec
+from tests.unit.test_coordinator import dead, ends, starts, status
 from tests.unit.test_stateful_coordinator import STATE, written
-
-
-def dead(run_id: str) -> bool:
-    return False
 
 
 def only_run_1_alive(run_id: str) -> bool:
     return run_id == "run-1"
-
-
-def starts(plan: coordinator.Plan) -> dict[str, int]:
-    return {r.tp.key: r.start for r in plan.claim.ranges}
-
-
-def ends(plan: coordinator.Plan) -> dict[str, int]:
-    return {r.tp.key: r.end for r in plan.claim.ranges}
-
-
-def status(w: FakeWorld, checkpoint_id: int) -> CheckpointStatus:
-    return w.store.view(checkpoint_id).status
 
 
 ON = {"pipelined": True}  # off by default

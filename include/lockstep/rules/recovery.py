@@ -33,9 +33,9 @@ class RecoveryPlan:
     #: the same for checkpoints planned with another sink.kafka_conn_id, per that connection id:
     #: their transactions live on that cluster.
     fence_elsewhere: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
-    #: prepared pipelined checkpoints to abort with the checkpoint they were planned on top of (by id: that
-    #: one's id), which is aborted or marked so here (`lockstep.rules.pipelining`); each is also in
-    #: ``mark_aborted``, and its prepared transactions in ``fence``.
+    #: prepared pipelined checkpoints to abort with the aborted checkpoint they were planned on top of (by id:
+    #: that one's id, `lockstep.rules.pipelining`); each is also in ``mark_aborted``, and its prepared
+    #: transactions in ``fence``.
     cascade: Mapping[int, int] = field(default_factory=dict)
 
     @property
@@ -108,8 +108,10 @@ def recovery_plan(
 
     ``leave``: checkpoints in flight that other live runs still carry. They are not recovered, nor is a
     pipelined checkpoint planned on top of one of them (its commit waits for it), and their ids are not
-    fenced. A prepared pipelined checkpoint whose predecessor is aborted, or is marked aborted here, is
-    aborted with it (``cascade``): its output depends on that predecessor's ranges being committed first.
+    fenced. A prepared pipelined checkpoint whose predecessor is aborted is aborted with it (``cascade``): its
+    output depends on that predecessor's ranges being committed first. (It was planned on top of a prepared
+    one, which never goes back to claimed; a prepared predecessor rolled forward here and aborted by its
+    commit aborts it at its own commit, `lockstep.rules.pipelining.verdict`.)
     """
     current: Scope = (None, id_prefix)
     fence: dict[str | None, dict[int, set[str]]] = {}
@@ -130,7 +132,7 @@ def recovery_plan(
             continue
         cluster, prefix = scope = checkpoint_scope(view, id_prefix, sink_conn_id)
         planned_in.setdefault(scope, set()).add(cid)
-        if view.status is CheckpointStatus.PREPARED and after is not None and (after in aborted or after in mark_aborted):
+        if view.status is CheckpointStatus.PREPARED and after is not None and after in aborted:
             assert view.prepared is not None  # status PREPARED: its prepared document was read
             cascade[cid] = after
             mark_aborted.append(cid)

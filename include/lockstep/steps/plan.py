@@ -51,7 +51,7 @@ from lockstep.rules.start_offsets import (
 from lockstep.rules.state_base import base_refusal
 from lockstep.rules.watermarks import fires_without_records
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
-from lockstep.steps.recover import CheckpointInFlight, live_in_flight, recover
+from lockstep.steps.recover import in_flight, live_in_flight, recover
 from lockstep.tables.pinning import reused_table_pin, table_pin
 from lockstep.tables.pins import TablePin, TableVersion
 
@@ -148,29 +148,18 @@ def _recovered_history(p: Pipeline, run_id: str, restore: str | None, dry_run: b
         return history, None
     live = live_in_flight(p, run_id, run_alive, history)
     if live and (not p.spec.checkpoints.pipelined or restore is not None):
-        raise _in_flight(live, None)
+        raise in_flight(live)
     if recover(p, history, tuple(live)):
         history = p.store.history()
     failpoints.hit("plan.after_recovery")
     on_top = plan_on_top(history.after, restore, p.spec.checkpoints.pipelined)
     if isinstance(on_top, str):
-        raise _in_flight(live, on_top)
+        raise in_flight(live, on_top)
     if on_top is not None:
         log.info("checkpoint %d: planned on top of checkpoint %d, %s by run %s (checkpoints.pipelined): it starts "
                  "where that one ends and commits after it", history.next_id, on_top.checkpoint_id,
                  on_top.status.value, on_top.claim.run_id)
     return history, on_top
-
-
-def _in_flight(live: dict[int, str], why_not_on_top: str | None) -> CheckpointInFlight:
-    cid, why = next(iter(live.items())) if live else (None, "")
-    if why_not_on_top is None:
-        return CheckpointInFlight(
-            f"checkpoint {cid} is still in flight: {why}. Runs of a pipeline must not overlap: wait for it "
-            "(Airflow's plan task waits by itself) or, if that run is gone, try again later")
-    return CheckpointInFlight(
-        f"{why_not_on_top}{f' ({why})' if why else ''}: the next checkpoint waits for it (Airflow's plan task waits "
-        "by itself); if that run is gone, try again later")
 
 
 def _read_source(p: Pipeline) -> _Source:

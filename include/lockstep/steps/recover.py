@@ -8,7 +8,8 @@ carries the plan out.
 from __future__ import annotations
 
 __all__ = [
-    "CheckpointInFlight", "RecoveryFacts", "carry_out", "check_in_flight", "live_in_flight", "recovery_facts",
+    "CheckpointInFlight", "RecoveryFacts", "carry_out", "check_in_flight", "in_flight", "live_in_flight",
+    "recovery_facts",
 ]
 
 import logging
@@ -44,10 +45,22 @@ def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | 
 
     ``history`` is the plan's own read of the store, if it has one.
     """
-    for cid, why in live_in_flight(p, run_id, run_alive, history).items():
-        raise CheckpointInFlight(
+    live = live_in_flight(p, run_id, run_alive, history)
+    if live:
+        raise in_flight(live)
+
+
+def in_flight(live: dict[int, str], why_not_on_top: str | None = None) -> CheckpointInFlight:
+    """The refusal to plan while the first of ``live`` (`live_in_flight`) is in flight; ``why_not_on_top``: why
+    the next checkpoint cannot be planned on top of it (`lockstep.rules.pipelining.plan_on_top`)."""
+    cid, why = next(iter(live.items())) if live else (None, "")
+    if why_not_on_top is None:
+        return CheckpointInFlight(
             f"checkpoint {cid} is still in flight: {why}. Runs of a pipeline must not overlap: "
             "wait for it (Airflow's plan task waits by itself) or, if that run is gone, try again later")
+    return CheckpointInFlight(
+        f"{why_not_on_top}{f' ({why})' if why else ''}: the next checkpoint waits for it (Airflow's plan task waits "
+        "by itself); if that run is gone, try again later")
 
 
 def live_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None,
