@@ -1,9 +1,20 @@
 """When a lag-triggered pipeline starts a checkpoint (`lockstep.rules.lag_trigger.start_reason`)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from lockstep.rules.lag_trigger import REFIRE_AFTER_S, Fired, SourceLook, start_reason
+from lockstep.model.offsets import TopicPartition
+from lockstep.rules.lag_trigger import (
+    FULL_LOOK_EVERY_S,
+    REFIRE_AFTER_S,
+    Fired,
+    SourceLook,
+    quiet,
+    start_reason,
+    still_quiet,
+)
 from lockstep.spec import TriggerSpec
 
 TRIGGER = TriggerSpec(lag_records=1000, max_wait_s=300)
@@ -92,3 +103,40 @@ def test_an_idle_source_starts_a_run_once_a_window_is_due_by_idle_advance():
     from lockstep.rules.lag_trigger import Fired
 
     assert start_reason(due, trigger, Fired(999.0, 4), 1_000.0, 900.0) is None, "edge-triggered, as for the lag"
+
+
+# ---- a quiet source: looks that stop at the broker's offsets --------------------------------------------
+def _offsets(*ends: int) -> dict[TopicPartition, int]:
+    return {TopicPartition("orders-in", p): end for p, end in enumerate(ends)}
+
+
+def test_a_quiet_look_lets_the_next_ones_stop_at_the_offsets_while_they_do_not_move() -> None:
+    last = quiet(look(unread=0), _offsets(5, 7), NOW)
+    assert last is not None
+    assert still_quiet(last, _offsets(5, 7), NOW + 5)
+    assert not still_quiet(last, _offsets(5, 8), NOW + 5)  # a record arrived
+    assert not still_quiet(last, _offsets(5, 7, 0), NOW + 5)  # a partition was added
+    assert not still_quiet(last, _offsets(5, 7), NOW + FULL_LOOK_EVERY_S)  # the store is read again now and then
+    assert not still_quiet(None, _offsets(5, 7), NOW)
+
+
+@pytest.mark.parametrize("seen", [look(unread=3), look(unread=None), look(unread=0, in_flight_age=4.0)],
+                         ids=["records unread", "no checkpoint completed", "a checkpoint in flight"])
+def test_a_look_that_could_start_a_run_without_the_offsets_moving_leaves_nothing_quiet(seen) -> None:
+    assert quiet(seen, _offsets(5), NOW) is None
+
+
+def test_a_pending_timer_ends_the_quiet_when_it_falls_due() -> None:
+    last = quiet(dataclasses.replace(look(unread=0), timers_due_in_s=20.0), _offsets(5), NOW)
+    assert last is not None and still_quiet(last, _offsets(5), NOW + 19)
+    assert not still_quiet(last, _offsets(5), NOW + 20)
+
+
+@pytest.mark.parametrize("since", [10.0, 3600.0])
+def test_while_quiet_holds_the_full_look_would_start_nothing_either(since) -> None:
+    # The looks skipped are ones start_reason answers None for: the same look, later, with no fire in between.
+    seen = look(unread=0, since_completed=since)
+    last = quiet(seen, _offsets(5), NOW)
+    assert last is not None and still_quiet(last, _offsets(5), NOW + FULL_LOOK_EVERY_S - 1)
+    assert start_reason(dataclasses.replace(seen, since_completed_s=since + FULL_LOOK_EVERY_S), TRIGGER, None,
+                        NOW + FULL_LOOK_EVERY_S - 1, LEASE) is None

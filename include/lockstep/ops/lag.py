@@ -252,34 +252,41 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
 
 def _read(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin, now: datetime,
           list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None,
+          read_first: tuple[list[TopicPartition], Mapping[TopicPartition, int]] | None = None,
           ) -> tuple[PipelineLag, list[CheckpointView]]:
-    """The lag without ages, and the checkpoints after the latest completed one it was computed from."""
+    """The lag without ages, and the checkpoints after the latest completed one it was computed from.
+    ``read_first``: the partitions and their last stable offsets, read before the store (a record counted
+    unread then existed before any checkpoint the store shows could have claimed it)."""
     from lockstep.connections import kafka_config
     from lockstep.kafka import broker_offsets, topics
 
-    tps = (list_partitions or topics.partitions)(admin, spec.source.topics)
+    tps = read_first[0] if read_first is not None else (list_partitions or topics.partitions)(admin, spec.source.topics)
     latest = store.latest_completed() if store is not None else None
     unsettled = store.views_after(latest.checkpoint_id if latest else None) if store is not None else []
-    stable = broker_offsets.last_stable_offsets(admin, tps)
+    stable = read_first[1] if read_first is not None else broker_offsets.last_stable_offsets(admin, tps)
     group = broker_offsets.group_offsets(kafka_config(spec.source.kafka_conn_id), spec.source.consumer_group,
                                          tps) if latest is None else {}
     return pipeline_lag(spec.name, tps, latest, unsettled, stable, group, spec.source.consumer_group, now), unsettled
 
 
 def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin | None = None,
-                 now: datetime | None = None) -> SourceLook:
+                 now: datetime | None = None,
+                 read_first: tuple[list[TopicPartition], Mapping[TopicPartition, int]] | None = None) -> SourceLook:
     """What the lag watcher decides on (``lockstep.rules.lag_trigger``): the unread records, the newest
     checkpoint, how long the one in flight (if any) has been, and how long since one completed.
 
     All from one read of the store: the unread records and the newest checkpoint must describe the same
     moment. Read again, a checkpoint claimed and completed while the broker was asked for its offsets was
     the newest while the records it read still counted as unread, and the watcher fired a second run for
-    records already committed (seen in a fresh clone's `make test` on a loaded machine)."""
+    records already committed (seen in a fresh clone's `make test` on a loaded machine).
+
+    ``read_first``: the source's partitions and last stable offsets the watcher read before the store
+    (`lockstep.rules.lag_trigger.still_quiet` decides on them); otherwise they are read here."""
     from lockstep.rules.lag_trigger import SourceLook
     from lockstep.steps.client_factory import kafka_admin
 
     now = now or datetime.now(UTC)
-    lag, views = _read(spec, store, admin or kafka_admin(spec.source.kafka_conn_id), now)
+    lag, views = _read(spec, store, admin or kafka_admin(spec.source.kafka_conn_id), now, read_first=read_first)
     newest = max([v.checkpoint_id for v in views] + ([lag.last_completed] if lag.last_completed else []),
                  default=None)
     flying = [v for v in views if v.status in _UNSETTLED

@@ -1,0 +1,127 @@
+"""The lag watcher's looks (`lockstep_airflow.triggers.LockstepLagTrigger`), on the fake Kafka and S3: what a
+look reads, so that hundreds of idle pipelines' watchers cost the triggerer little."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lockstep.rules.lag_trigger import FULL_LOOK_EVERY_S
+from lockstep.spec import load_spec
+from lockstep_airflow import triggers
+from tests.support.fake_pipeline import DEAD_LETTERS, PREFIX, SINK, SOURCE, FakeWorld, fake_world
+from tests.unit.test_coordinator import complete
+
+SPEC = {
+    "name": "orders",
+    "source": {"topics": [SOURCE]},
+    "transform": "lockstep_examples.orders:enrich",
+    "sink": {"topic": SINK, "dead_letter_topic": DEAD_LETTERS},
+    "checkpoints": {"store": "s3://lockstep/tests", "max_records": 1000, "retain": 100, "schedule": None,
+                    "trigger": {"lag_records": 1, "poll_interval": 1}},
+    "transactions": {"id_prefix": PREFIX, "timeout_ms": 900_000, "commit_margin_ms": 60_000},
+}
+
+
+class _Clients:
+    """The triggerer's shared clients, over the fakes; counts the looks that read the store."""
+
+    def __init__(self, world: FakeWorld) -> None:
+        self.world = world
+        self.store_reads = 0
+        self.forgotten = 0
+        self.broken: Exception | None = None
+
+    def admin(self, conn_id: str) -> Any:
+        if self.broken is not None:
+            raise self.broken
+        return self.world.source.admin
+
+    def store(self, spec: Any) -> Any:
+        self.store_reads += 1
+        return self.world.store
+
+    def forget(self) -> None:
+        self.forgotten += 1
+
+
+@pytest.fixture
+def watched(monkeypatch, tmp_path: Path) -> tuple[FakeWorld, _Clients, triggers.LockstepLagTrigger]:
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    world = fake_world(monkeypatch, load_spec(path))
+    clients = _Clients(world)
+    monkeypatch.setattr(triggers, "_CLIENTS", clients)
+    complete(world, "first")  # the pipeline's first checkpoint: where to start is known
+    return world, clients, triggers.LockstepLagTrigger(str(path), "orders", poll_s=1)
+
+
+def test_a_quiet_source_is_looked_at_by_its_offsets_alone_until_a_record_arrives(watched):
+    world, clients, watcher = watched
+    assert watcher.look() is None and clients.store_reads == 1
+    for _ in range(5):
+        assert watcher.look() is None
+    assert clients.store_reads == 1 and (watcher.looks, watcher.full_looks) == (6, 1)
+    world.source.produce(SOURCE, 1, 1)
+    fired = watcher.look()
+    assert fired is not None and fired["unread"] == 1 and clients.store_reads == 2
+
+
+def test_a_quiet_source_s_store_is_read_again_after_a_while(watched):
+    # What changes only in the store (a checkpoint a hand-started run claimed, then lost) is seen within a minute.
+    _, clients, watcher = watched
+    watcher.look()
+    assert watcher._quiet is not None
+    watcher._quiet = dataclasses.replace(watcher._quiet, at_s=watcher._quiet.at_s - FULL_LOOK_EVERY_S)
+    assert watcher.look() is None and clients.store_reads == 2
+
+
+def test_records_unread_below_the_threshold_keep_every_look_at_the_store(watched, tmp_path):
+    world, clients, watcher = watched
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(
+        {**SPEC, "checkpoints": {**SPEC["checkpoints"], "trigger": {"lag_records": 10, "poll_interval": 1,
+                                                                    "max_wait": "1h"}}}))
+    world.source.produce(SOURCE, 0, 3)
+    for _ in range(3):
+        assert watcher.look() is None  # 3 unread, below 10: waiting for max_wait, which the store dates
+    assert clients.store_reads == 3
+
+
+def test_an_edited_spec_is_parsed_again_and_its_source_looked_at_in_full(watched, tmp_path):
+    _, clients, watcher = watched
+    watcher.look()
+    watcher.look()
+    assert clients.store_reads == 1
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(
+        {**SPEC, "checkpoints": {**SPEC["checkpoints"], "trigger": {"lag_records": 5, "poll_interval": 1}}}))
+    assert watcher.look() is None and clients.store_reads == 2
+    spec = watcher._load_spec()
+    assert spec.checkpoints.trigger is not None and spec.checkpoints.trigger.lag_records == 5
+
+
+def test_a_failed_look_drops_the_shared_clients_and_the_next_look_is_a_full_one(watched, caplog):
+    _, clients, watcher = watched
+    watcher.look()
+    clients.broken = RuntimeError("broker away")
+    assert watcher.look() is None
+    assert clients.forgotten == 1 and "broker away" in caplog.text
+    clients.broken = None
+    assert watcher.look() is None and clients.store_reads == 2
+
+
+def test_the_triggerer_builds_one_admin_client_per_connection_and_builds_it_again_later(monkeypatch):
+    from lockstep.steps import client_factory
+
+    built: list[str] = []
+    monkeypatch.setattr(client_factory, "kafka_admin", lambda conn_id: built.append(conn_id) or object())
+    shared = triggers._SharedClients()
+    first = shared.admin("kafka_default")
+    assert shared.admin("kafka_default") is first and shared.admin("other") is not first
+    assert built == ["kafka_default", "other"]
+    monkeypatch.setattr(shared, "TTL_S", -1.0)
+    assert shared.admin("kafka_default") is not first
+    shared.forget()
+    assert built == ["kafka_default", "other", "kafka_default"]
