@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness bench-pipelines soak soak-submit soak-state up down status clean lock
+.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness bench-pipelines bench-lag-fleet soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -201,6 +201,14 @@ bench: setup
 # 10,000 checkpoints, on a platform of their own; replaces that section of docs/BENCHMARKS.md (about 6 minutes).
 bench-pipelines: setup
 	$(BIN)/lockstep bench --pipelines-only --results var/bench/pipelines-results.json
+
+# 200 lag-triggered pipelines in one Airflow (PostgreSQL), 20 of them fed at 1,000 records/s each, the rest idle:
+# every fed pipeline's produce-to-visible latency (every sink read back record by record), the runs the idle ones
+# start (none, the target), the CPU of Airflow's scheduler, triggerer and tasks and of Spark Connect; on its own
+# platform; rewrites docs/BENCHMARKS-lag-fleet.md (about 15 minutes; --lag-fleet-pipelines, --lag-fleet-fed,
+# --lag-fleet-rate, --lag-fleet-seconds in `lockstep bench --help`).
+bench-lag-fleet: setup
+	$(BIN)/lockstep bench --lag-fleet-only --results var/bench/lag-fleet-results.json --report docs/BENCHMARKS-lag-fleet.md
 
 # What keyed state costs per checkpoint at 100,000, 1,000,000 and 10,000,000 keys (load, apply and write
 # seconds, bytes uploaded, compaction, restores on a new host and on the same host, three rounds), a stateful

@@ -375,14 +375,8 @@ class FreshnessRace:
         return figs, figs["exact"] and not counts["duplicates"] and not counts["wrong"] and not counts["no_headers"]
 
     def _expected(self, ends: list[int]) -> int:
-        import numpy as np
-
         assert self.kept is not None
-        total = 0
-        for p, end in enumerate(ends):
-            offsets = np.arange(end, dtype=np.int64)
-            total += int(self.kept[(offsets * self.s.partitions + p) % freshness_load.POOL].sum())
-        return total
+        return freshness_figures.expected_records(self.kept, ends, self.s.partitions, freshness_load.POOL)
 
     def _dag_runs(self, pipeline: str, rate: int, load_started: float) -> dict[str, Any]:
         """The DAG runs during the load: how many, how long each took, and its tasks' own time."""

@@ -13,7 +13,8 @@ last fifth of the measured period is at most `GROWTH` times that of the first fi
 """
 from __future__ import annotations
 
-__all__ = ["GROWTH", "SLACK_S", "Ticks", "figures", "over_the_load", "percentiles", "produced_at", "sustained"]
+__all__ = ["GROWTH", "SLACK_S", "Ticks", "expected_records", "figures", "over_the_load", "percentiles", "produced_at",
+           "sustained"]
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +58,16 @@ def sustained(first_p99: float | None, last_p99: float | None, missing: int) -> 
     if missing or first_p99 is None or last_p99 is None:
         return False
     return last_p99 <= GROWTH * first_p99 + SLACK_S
+
+
+def expected_records(kept: np.ndarray, ends: Sequence[int], partitions: int, pool: int) -> int:
+    """How many output records the producer's ``ends`` (records sent to each partition) must give: those of its
+    pool the transform keeps (``kept[i]``)."""
+    total = 0
+    for p, end in enumerate(ends):
+        offsets = np.arange(end, dtype=np.int64)
+        total += int(kept[(offsets * partitions + p) % pool].sum())
+    return total
 
 
 def percentiles(values: np.ndarray) -> dict[str, float | None]:

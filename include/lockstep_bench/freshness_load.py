@@ -22,6 +22,10 @@ benchmark transform's output for its input. It stops when the harness creates ``
 visibility times in ``<folder>/seen-<partition>.bin`` (native doubles, NaN for offsets not seen) and its
 counts in ``<folder>/watch.json``; ``<folder>/progress.json`` says how many it has seen, every half second.
 
+Both take ``--topic`` more than once (`lockstep_bench.lag_fleet`: many small pipelines): the producer sends
+``rate`` records/s to each topic, the watcher reads them all with one consumer, and each topic's files go to a
+folder of its own named after it.
+
 The windowed pipeline (``lockstep_bench.freshness_windows``): ``produce --windowed`` sends the pool with each
 partition's own customers (``window_pool``), the customer as the Kafka key and the tick's time as the record's
 timestamp (the event time every engine windows by); ``watch-windows`` parses each window record the engines write
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, Message, Producer
 
 #: Orders generated once per producer; a record's value is ``pool[pool_index(...)]``.
 POOL = 60_000
@@ -89,48 +93,39 @@ def kept_mask(pool: list[bytes]) -> bytes:
     return bytes(1 if transform_value(v) is not None else 0 for v in pool)
 
 
-def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out: Path, pad: int = 0,
+def produce(bootstrap: str, topics: list[str], partitions: int, rate: float, seconds: float, out: Path, pad: int = 0,
             windowed: bool = False) -> int:
-    """``windowed``: keyed records of `window_pool`, each stamped with its tick's time (ms)."""
-    from confluent_kafka import Producer
-
+    """Send ``rate`` records/s to each of ``topics`` for ``seconds``. One topic: its tick table in ``out``; several:
+    each topic's in ``<out's folder>/<topic>/<out's name>``. ``windowed``: keyed records of `window_pool`, each
+    stamped with its tick's time (ms); one topic only."""
+    if windowed and len(topics) != 1:
+        raise ValueError("the windowed load goes to one topic")
     keyed = window_pool(pad, partitions) if windowed else None
     pool = [value for _, value in keyed] if keyed else _pool(pad)
     keys = [key for key, _ in keyed] if keyed else None
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000,
-                         "log_level": 3})
-    sent = [0] * partitions
+    producer = _load_producer(bootstrap)
+    sent = {topic: [0] * partitions for topic in topics}
+    next_p = dict.fromkeys(topics, 0)
+    ticks: dict[str, list[list[float | int]]] = {topic: [] for topic in topics}
     total = 0
-    ticks: list[list[float | int]] = []
     started = time.time()
     end = started + seconds
-    next_p = 0
     behind_s = 0.0
     while True:
         now = time.time()
-        if now >= end:
-            due = int(rate * seconds)
-        else:
-            due = int(rate * (now - started))
+        due = int(rate * seconds) if now >= end else int(rate * (now - started))
         if due > total:
             stamp = int(now * 1000)  # the event time of the windowed pipeline: what freshness_windows dates
-            for _ in range(due - total):
-                p = next_p
-                index = (sent[p] * partitions + p) % POOL
-                while True:
-                    try:
-                        if keys is None:
-                            producer.produce(topic, pool[index], partition=p)
-                        else:
-                            producer.produce(topic, pool[index], keys[index], partition=p, timestamp=stamp)
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
-                sent[p] += 1
-                next_p = (p + 1) % partitions
+            for topic in topics:
+                counts = sent[topic]
+                for _ in range(due - total):
+                    p = next_p[topic]
+                    index = (counts[p] * partitions + p) % POOL
+                    _send(producer, topic, pool[index], p, keys[index] if keys is not None else None, stamp)
+                    counts[p] += 1
+                    next_p[topic] = (p + 1) % partitions
+                ticks[topic].append([now, *counts])
             total = due
-            ticks.append([now, *sent])
             behind_s = max(behind_s, time.time() - now)
         producer.poll(0)
         if now >= end:
@@ -139,14 +134,38 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: f
     sent_s = time.time() - started
     remaining = producer.flush(120)
     if remaining:
-        raise RuntimeError(f"{remaining} records were not delivered to {topic}")
-    out.write_text(json.dumps({"started": started, "rate": rate, "seconds": seconds, "partitions": partitions,
-                               "records": total, "sent_s": round(sent_s, 3), "slowest_tick_s": round(behind_s, 4),
-                               "ends": sent, "ticks": ticks}))
-    return total
+        raise RuntimeError(f"{remaining} records were not delivered to {', '.join(topics)}")
+    for topic in topics:
+        path = out if len(topics) == 1 else out.parent / topic / out.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"started": started, "rate": rate, "seconds": seconds, "partitions": partitions,
+                                    "records": total, "sent_s": round(sent_s, 3), "slowest_tick_s": round(behind_s, 4),
+                                    "ends": sent[topic], "ticks": ticks[topic]}))
+    return total * len(topics)
 
 
-def _downstream(bootstrap: str, topic: str) -> Consumer:
+def _load_producer(bootstrap: str) -> Producer:
+    """The load's producer: idempotent (the topic's only writer, so a partition's offsets follow the sends)."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                     "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000, "log_level": 3})
+
+
+def _send(producer: Producer, topic: str, value: bytes, partition: int, key: bytes | None, stamp_ms: int) -> None:
+    """Send one record (a keyed one stamped ``stamp_ms``), waiting for room in the producer's queue."""
+    while True:
+        try:
+            if key is None:
+                producer.produce(topic, value, partition=partition)
+            else:
+                producer.produce(topic, value, key, partition=partition, timestamp=stamp_ms)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
+def _downstream(bootstrap: str, topics: list[str]) -> Consumer:
     """A consumer of ``topic`` as a downstream reader has it: read_committed, from the start, a group of its own,
     the short fetch wait (`FETCH_WAIT_MS`)."""
     import uuid
@@ -156,68 +175,91 @@ def _downstream(bootstrap: str, topic: str) -> Consumer:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"freshness-watch-{uuid.uuid4().hex[:8]}",
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3})
-    consumer.subscribe([topic])
+    consumer.subscribe(topics)
     return consumer
 
 
-def watch(bootstrap: str, topic: str, partitions: int, folder: Path, pad: int = 0) -> dict[str, int]:
-    from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION
-    from lockstep_examples.bench import transform_value
+class _Seen:
+    """When each output record of one sink topic became visible, by its source partition and offset, and the
+    checks on it (`watch`)."""
 
+    def __init__(self, partitions: int, pool: list[bytes], mask: bytes) -> None:
+        self.partitions, self.pool, self.mask = partitions, pool, mask
+        self.rows = [array("d") for _ in range(partitions)]
+        self.counts = {"seen": 0, "duplicates": 0, "unexpected": 0, "checked": 0, "wrong": 0, "no_headers": 0}
+
+    def note(self, msg: Message, now: float) -> None:
+        from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION
+        from lockstep_examples.bench import transform_value
+
+        counts = self.counts
+        p = o = None
+        for key, value in msg.headers() or []:  # type: ignore[str-unpack] # (name, bytes) pairs
+            if key == SOURCE_PARTITION and value is not None:
+                p = int(value)
+            elif key == SOURCE_OFFSET and value is not None:
+                o = int(value)
+        if p is None or o is None or not 0 <= p < self.partitions:
+            counts["no_headers"] += 1
+            return
+        row = self.rows[p]
+        if o >= len(row):
+            row.extend([math.nan] * (o + 1 - len(row) + 4096))
+        if row[o] == row[o]:  # not NaN: seen before
+            counts["duplicates"] += 1
+            return
+        row[o] = now
+        counts["seen"] += 1
+        index = (o * self.partitions + p) % POOL
+        if not self.mask[index]:
+            counts["unexpected"] += 1
+        elif o % CHECK_EVERY == 0:
+            counts["checked"] += 1
+            want = transform_value(self.pool[index])
+            if msg.value() != want and json.loads(msg.value() or b"null") != json.loads(want or b"null"):
+                counts["wrong"] += 1
+
+    def write(self, folder: Path) -> None:
+        """``seen-<partition>.bin`` and ``watch.json`` in ``folder``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for p, row in enumerate(self.rows):
+            with (folder / f"seen-{p}.bin").open("wb") as f:
+                row.tofile(f)
+        (folder / "watch.json").write_text(json.dumps(self.counts))
+
+
+def watch(bootstrap: str, topics: list[str], partitions: int, folder: Path, pad: int = 0) -> dict[str, int]:
+    """Watch ``topics`` with one consumer. One topic: its figures in ``folder``; several: each in
+    ``folder/<topic>`` (``progress.json`` in ``folder`` counts them all)."""
     pool = _pool(pad)
     mask = kept_mask(pool)
-    consumer = _downstream(bootstrap, topic)
-    seen = [array("d") for _ in range(partitions)]
-    counts = {"seen": 0, "duplicates": 0, "unexpected": 0, "checked": 0, "wrong": 0, "no_headers": 0}
+    consumer = _downstream(bootstrap, topics)
+    seen = {topic: _Seen(partitions, pool, mask) for topic in topics}
     stop = folder / "stop"
     progress = folder / "progress.json"
     last_progress = 0.0
-    nan = math.nan
+
+    def total() -> dict[str, int]:
+        return {k: sum(s.counts[k] for s in seen.values()) for k in next(iter(seen.values())).counts}
+
     try:
         while True:
             batch = consumer.consume(num_messages=10_000, timeout=0.05)
             now = time.time()
             for msg in batch:
-                if msg.error():
-                    continue
-                p = o = None
-                for key, value in msg.headers() or []:  # type: ignore[str-unpack] # (name, bytes) pairs
-                    if key == SOURCE_PARTITION and value is not None:
-                        p = int(value)
-                    elif key == SOURCE_OFFSET and value is not None:
-                        o = int(value)
-                if p is None or o is None or not 0 <= p < partitions:
-                    counts["no_headers"] += 1
-                    continue
-                row = seen[p]
-                if o >= len(row):
-                    row.extend([nan] * (o + 1 - len(row) + 4096))
-                if row[o] == row[o]:  # not NaN: seen before
-                    counts["duplicates"] += 1
-                    continue
-                row[o] = now
-                counts["seen"] += 1
-                index = (o * partitions + p) % POOL
-                if not mask[index]:
-                    counts["unexpected"] += 1
-                elif o % CHECK_EVERY == 0:
-                    counts["checked"] += 1
-                    if msg.value() != transform_value(pool[index]) and \
-                            json.loads(msg.value() or b"null") != json.loads(transform_value(pool[index]) or b"null"):
-                        counts["wrong"] += 1
+                if not msg.error():
+                    seen[msg.topic() or ""].note(msg, now)
             if now - last_progress >= 0.5:
-                progress.write_text(json.dumps(counts))
+                progress.write_text(json.dumps(total()))
                 last_progress = now
                 if stop.exists():
                     break
     finally:
         consumer.close()
-    for p, row in enumerate(seen):
-        with (folder / f"seen-{p}.bin").open("wb") as f:
-            row.tofile(f)
-    (folder / "watch.json").write_text(json.dumps(counts))
-    progress.write_text(json.dumps(counts))
-    return counts
+    for topic, one in seen.items():
+        one.write(folder if len(topics) == 1 else folder / topic)
+    progress.write_text(json.dumps(total()))
+    return total()
 
 
 def watch_windows(bootstrap: str, topic: str, folder: Path) -> dict[str, int]:
@@ -225,7 +267,7 @@ def watch_windows(bootstrap: str, topic: str, folder: Path) -> dict[str, int]:
     visible) appended to ``<folder>/windows.bin`` every half second; a record that is no window is counted."""
     from lockstep_bench.windowed import parse_window
 
-    consumer = _downstream(bootstrap, topic)
+    consumer = _downstream(bootstrap, [topic])
     counts = {"seen": 0, "not_windows": 0}
     stop, progress, rows_path = folder / "stop", folder / "progress.json", folder / "windows.bin"
     rows_path.write_bytes(b"")
@@ -269,9 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("produce")
     p.add_argument("--bootstrap", required=True)
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, action="append", help="a topic to load (repeat for several)")
     p.add_argument("--partitions", type=int, required=True)
-    p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--rate", type=float, required=True, help="records/s to each topic")
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--windowed", action="store_true", help="keyed, timestamped orders of the windowed pipeline")
@@ -281,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     ww.add_argument("--folder", type=Path, required=True)
     w = sub.add_parser("watch")
     w.add_argument("--bootstrap", required=True)
-    w.add_argument("--topic", required=True)
+    w.add_argument("--topic", required=True, action="append", help="a sink topic to watch (repeat for several)")
     w.add_argument("--partitions", type=int, required=True)
     w.add_argument("--folder", type=Path, required=True)
     args = parser.parse_args(argv)

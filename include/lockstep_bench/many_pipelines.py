@@ -169,7 +169,7 @@ class Fleet:
                                                    schedule=SCHEDULE, tasks=s.tasks))
         page_topic = f"bench-page-{tag}-in"
         topics += [page_topic, f"{page_topic}-out"]
-        _create_topics(self.bootstrap, topics)
+        workloads.create_topics(self.bootstrap, topics)
         started = time.monotonic()
         for count in (SMALL_HISTORY, s.page_checkpoints):
             spec = workloads.write_spec(self.work_dir / "page-specs", f"bench-page-{tag}-{count}", page_topic,
@@ -258,7 +258,7 @@ class Fleet:
         try:
             self._sample(client, dag_ids)
         finally:
-            _set_paused(client, dag_ids, True)
+            set_paused(client, dag_ids, True)
         self._drain(client)
         self.results["page"] = self.page_times(client)
         self.results["plans"] = self.plan_requests()
@@ -267,7 +267,7 @@ class Fleet:
         since = datetime.now(UTC).isoformat()
         offset = self._log_size()
         started = time.monotonic()
-        _set_paused(client, dag_ids, False)
+        set_paused(client, dag_ids, False)
         self.log(f"fleet: {len(dag_ids)} pipelines unpaused; sampling the scheduler for {self.settings.sample_s:.0f} s")
         time.sleep(max(0.0, self.settings.sample_s - (time.monotonic() - started)))
         text = self._log_since(offset)
@@ -275,10 +275,10 @@ class Fleet:
         window = round(time.monotonic() - started, 1)
         load = os.getloadavg()
         # By state: Airflow's end_date filter also matches rows without an end date (nullable range).
-        finished = {state: _count(client, f"/api/v2/dags/~/dagRuns?end_date_gte={_q(since)}&state={state}")
+        finished = {state: count_runs(client, f"/api/v2/dags/~/dagRuns?end_date_gte={quoted(since)}&state={state}")
                     for state in ("success", "failed")}
         self.results["loops_many"] = {**stats, "window_s": window, "dag_runs_finished": finished,
-                                      "runs_open_at_end": _open_runs(client),
+                                      "runs_open_at_end": open_runs(client),
                                       "api_server_errors": len(API_ERROR.findall(text)),
                                       "load_average": [round(x, 1) for x in load]}
         self.log(f"fleet: scheduler loops with {len(dag_ids)} pipelines: {self.results['loops_many']}")
@@ -290,7 +290,7 @@ class Fleet:
         """Up to ``drain_s`` for the paused pipelines' last runs to end; what is still open is recorded."""
         started = time.monotonic()
         while True:
-            still = _open_runs(client)
+            still = open_runs(client)
             if not sum(still.values()) or time.monotonic() - started > self.settings.drain_s:
                 break
             time.sleep(3)
@@ -351,13 +351,22 @@ class Fleet:
 
     # ---- the platform's Airflow log ------------------------------------------------------------------
     def _log_size(self) -> int:
-        path = self.platform.log_file("airflow")
-        return path.stat().st_size if path.exists() else 0
+        return log_size(self.platform)
 
     def _log_since(self, offset: int) -> str:
-        with open(self.platform.log_file("airflow"), "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
+        return log_since(self.platform, offset)
+
+
+def log_size(platform: Platform) -> int:
+    """The size of the platform's Airflow log so far: where `log_since` reads from."""
+    path = platform.log_file("airflow")
+    return path.stat().st_size if path.exists() else 0
+
+
+def log_since(platform: Platform, offset: int) -> str:
+    with open(platform.log_file("airflow"), "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
 
 
 def _get(url: str, token: str) -> bytes:
@@ -366,7 +375,7 @@ def _get(url: str, token: str) -> bytes:
         return bytes(resp.read())
 
 
-def _set_paused(client: AirflowClient, dag_ids: list[str], paused: bool, attempts: int = 6) -> None:
+def set_paused(client: AirflowClient, dag_ids: list[str], paused: bool, attempts: int = 6) -> None:
     """Each of ``dag_ids`` paused or unpaused, retried: under 50 active DAGs, standalone's SQLite answers a
     write with "database is locked" now and then (HTTP 500)."""
     from lockstep.ops.airflow_client import AirflowError
@@ -382,17 +391,17 @@ def _set_paused(client: AirflowClient, dag_ids: list[str], paused: bool, attempt
                 time.sleep(2 * (attempt + 1))
 
 
-def _q(text: str) -> str:
+def quoted(text: str) -> str:
     import urllib.parse
 
     return urllib.parse.quote(text, safe="")
 
 
-def _open_runs(client: AirflowClient) -> dict[str, int]:
-    return {state: _count(client, f"/api/v2/dags/~/dagRuns?state={state}") for state in ("queued", "running")}
+def open_runs(client: AirflowClient) -> dict[str, int]:
+    return {state: count_runs(client, f"/api/v2/dags/~/dagRuns?state={state}") for state in ("queued", "running")}
 
 
-def _count(client: AirflowClient, path: str) -> int:
+def count_runs(client: AirflowClient, path: str) -> int:
     return int(client._call("GET", path + ("&" if "?" in path else "?") + "limit=1")["total_entries"])
 
 
@@ -409,12 +418,3 @@ def _end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int,
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-
-
-def _create_topics(bootstrap: str, topics: list[str]) -> None:
-    """One-partition topics, in one admin request (100 of them would take a while one by one)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
-        future.result(timeout=120)

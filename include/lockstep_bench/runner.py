@@ -26,6 +26,7 @@ from lockstep_bench import (
     history,
     joins,
     keyed_state,
+    lag_fleet,
     peers,
     sink_check,
     windowed,
@@ -543,11 +544,11 @@ def _kept(results: dict[str, Any], settings: FocusedSettings, results_path: Path
 def _focused_run(settings: FocusedSettings, name: str, write: Callable[[dict[str, Any], Path], object],
                  measure: Callable[[Platform, Path, dict[str, Any]], None],
                  before: Callable[[Path, dict[str, Any]], None] | None = None,
-                 warm_checkpoints: bool = False) -> tuple[dict[str, Any], Path]:
+                 warm_checkpoints: bool = False, airflow_db: str | None = None) -> tuple[dict[str, Any], Path]:
     """What every focused bench does around its measurement: its work folder (``--state-dir``, else a new
     one), its results' opening (`_opening`), then ``before`` (what must precede any measurement: setting up
-    peers may download), ``measure`` on an isolated platform, and the results and report kept (`_kept`).
-    Returns the results and the report's path."""
+    peers may download), ``measure`` on an isolated platform (``airflow_db``: the database of an Airflow it starts),
+    and the results and report kept (`_kept`). Returns the results and the report's path."""
     started = time.monotonic()
     root = settings.state_dir or Path(tempfile.mkdtemp(prefix=f"lockstep-bench-{name}-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -555,7 +556,7 @@ def _focused_run(settings: FocusedSettings, name: str, write: Callable[[dict[str
     if before is not None:
         before(root, results)
     results_path = settings.results or (root / "results.json")
-    with isolated_platform(root, warm_checkpoints=warm_checkpoints) as platform:
+    with isolated_platform(root, warm_checkpoints=warm_checkpoints, airflow_db=airflow_db) as platform:
         results["environment"] = environment(platform.kafka.bootstrap)
         measure(platform, root, results)
         results["load"]["end"] = os.getloadavg()
@@ -662,6 +663,31 @@ def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
              if r["engine"] == freshness.LOCKSTEP and not r.get("exact")]
     if wrong:
         raise RunFailed(f"Lockstep's output was not exact (or the run failed): {', '.join(wrong)}")
+    return report_path
+
+
+def run_lag_fleet_bench(settings: lag_fleet.LagFleetSettings) -> Path:
+    """``--lag-fleet-only``: many lag-triggered pipelines in one Airflow, a few of them fed, the rest idle
+    (lockstep_bench.lag_fleet)."""
+    from lockstep_bench import lag_fleet_report
+
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
+        results["race"] = {}
+        try:
+            results["race"] = lag_fleet.LagFleet(settings, platform, root, log).measure()
+        except Exception as exc:  # noqa: BLE001 - the report says how far it got
+            results["race"]["error"] = str(exc)[:2000]
+            log(f"lag fleet failed: {exc}")
+
+    results, report_path = _focused_run(settings, "lag-fleet", lag_fleet_report.write, measure,
+                                        warm_checkpoints=settings.warm_checkpoints, airflow_db="postgres")
+    for line in lag_fleet_report.headline(results):
+        log(line)
+    load = results["race"].get("load")
+    if load is None:
+        raise RunFailed(f"the lag fleet did not reach its load: {results['race'].get('error', '?')}")
+    if load["verdict"]["exact"] < load["verdict"]["fed"]:
+        raise RunFailed("a fed pipeline's sink was not exact (see the report)")
     return report_path
 
 
@@ -776,6 +802,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "spec's default, off)")
     fresh.add_argument("--freshness-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                        help="which engines race (default lockstep-airflow,flink-sql,quix-streams)")
+    fleet = parser.add_argument_group("lag fleet (--lag-fleet-only: only this, report docs/BENCHMARKS-lag-fleet.md)")
+    fleet.add_argument("--lag-fleet-only", action="store_true",
+                       help="many lag-triggered pipelines in one Airflow (PostgreSQL), a few fed at a steady rate, the "
+                            "rest idle: the fed ones' produce-to-visible latency, every sink read back, the idle ones' "
+                            "runs, the CPU of Airflow's processes; nothing else (--partitions applies, default 2)")
+    fleet.add_argument("--lag-fleet-pipelines", type=int, help="pipelines in all (default 200)")
+    fleet.add_argument("--lag-fleet-fed", type=int, help="of them, those fed (default 20)")
+    fleet.add_argument("--lag-fleet-rate", type=int, help="records/s to each fed pipeline (default 1,000)")
+    fleet.add_argument("--lag-fleet-seconds", type=float, help="the load's length, warm-up included (default 120)")
     fmt = parser.add_argument_group("formats (--formats-only: only this, report docs/BENCHMARKS-formats.md)")
     fmt.add_argument("--formats-only", action="store_true",
                      help="Avro framed for the Schema Registry through Lockstep (parse, filter, encode), the JSON "
@@ -845,6 +880,12 @@ def freshness_settings_from_args(args: argparse.Namespace) -> freshness.Freshnes
         "freshness_engines": "engines", "freshness_tasks": "tasks", "freshness_pipelined": "pipelined"})
 
 
+def lag_fleet_settings_from_args(args: argparse.Namespace) -> lag_fleet.LagFleetSettings:
+    return _focused_settings(lag_fleet.LagFleetSettings, args, {
+        "lag_fleet_pipelines": "pipelines", "lag_fleet_fed": "fed", "lag_fleet_rate": "rate",
+        "lag_fleet_seconds": "seconds"})
+
+
 def formats_settings_from_args(args: argparse.Namespace) -> formats.FormatSettings:
     return _focused_settings(formats.FormatSettings, args, {
         "formats_records": "records", "formats_parts": "parts", "repeats": "repeats"})
@@ -900,6 +941,8 @@ class Focused:
 FOCUSED = (
     Focused("freshness_only", "freshness_report", freshness.FreshnessSettings,
             lambda args: run_freshness_bench(freshness_settings_from_args(args))),
+    Focused("lag_fleet_only", "lag_fleet_report", lag_fleet.LagFleetSettings,
+            lambda args: run_lag_fleet_bench(lag_fleet_settings_from_args(args))),
     Focused("formats_only", "formats_report", formats.FormatSettings,
             lambda args: run_formats_bench(formats_settings_from_args(args))),
     Focused("joins_only", "joins_report", joins.JoinSettings,

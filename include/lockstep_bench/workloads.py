@@ -44,6 +44,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, 
     kafka_nodes.wait_for_leaders(admin, [topic], partitions)
 
 
+def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+    """``topics`` of ``partitions`` each, in one admin request (hundreds of them would take a while one by one),
+    used once every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from lockstep_dev import kafka_nodes
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    for future in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
+        future.result(timeout=120)
+    kafka_nodes.wait_for_leaders(admin, topics, partitions)
+
+
 def touch_partitions(bootstrap: str, topic: str, partitions: int) -> None:
     """One small record into each partition of ``topic``: a sink a pipeline has been writing to has had
     its first write in every partition, and the broker's cost of a partition's first write (its log's
