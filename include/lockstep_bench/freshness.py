@@ -379,53 +379,10 @@ class FreshnessRace:
         return freshness_figures.expected_records(self.kept, ends, self.s.partitions, freshness_load.POOL)
 
     def _dag_runs(self, pipeline: str, rate: int, load_started: float) -> dict[str, Any]:
-        """The DAG runs during the load: how many, how long each took, and its tasks' own time."""
-        from datetime import datetime
-
         from lockstep.spec import load_spec
 
         assert self.client is not None
-        dag_id = load_spec(self.specs[(pipeline, rate)]).dag_id
-
-        def ts(text: str | None) -> float | None:
-            return datetime.fromisoformat(text).timestamp() if text else None
-
-        runs: list[dict[str, Any]] = []
-        for r in self.client.dag_runs(dag_id):
-            start, end = ts(r.get("start_date")), ts(r.get("end_date"))
-            if start is None or end is None or start < load_started or r.get("state") != "success":
-                continue
-            tasks = self.client.task_instances(dag_id, r["dag_run_id"])
-            per_task = {t: round((ts(ti.get("end_date")) or 0) - (ts(ti.get("start_date")) or 0), 2)
-                        for t, ti in tasks.items()}
-            queued = ts(r.get("queued_at")) or start
-            runs.append({"run_id": r["dag_run_id"], "queued_at": queued, "start": start, "end": end,
-                         "wall_s": round(end - queued, 2), "tasks_s": per_task})
-        runs.sort(key=lambda r: r["start"])
-        # From one run's end to the next run's start: with the watcher one run ahead the next run is queued
-        # before this one ends, so what is left is Airflow starting it.
-        gaps = [b["start"] - a["end"] for a, b in zip(runs, runs[1:], strict=False)]
-        steps: dict[str, list[float]] = {}
-        stages: dict[str, list[float]] = {}
-        for r in runs[len(runs) // 2:][:STEP_LOGS]:  # the later runs: past the warm-up
-            for task in r["tasks_s"]:
-                text = self.client.task_log(dag_id, r["run_id"], task)
-                for step, pattern in STEP_LINES.items():
-                    if (m := pattern.search(text)) is not None:
-                        steps.setdefault(step, []).append(float(m.group(1)))
-                for name, value in stage_figures(text).items():
-                    stages.setdefault(name, []).append(value)
-
-        def med(values: list[float]) -> float | None:
-            return round(sorted(values)[len(values) // 2], 2) if values else None
-
-        return {"runs": len(runs), "median_run_s": med([r["end"] - r["start"] for r in runs]),
-                "median_queued_s": med([r["wall_s"] for r in runs]),
-                "median_gap_s": med(gaps),
-                "median_task_s": {t: med([r["tasks_s"].get(t, 0.0) for r in runs]) for t in
-                                  (runs[0]["tasks_s"] if runs else {})},
-                "median_step_s": {k: med(v) for k, v in steps.items()},
-                "median_stage_s": {k: med(v) for k, v in stages.items()}}
+        return dag_run_figures(self.client, load_spec(self.specs[(pipeline, rate)]).dag_id, load_started)
 
     def measure(self) -> dict[str, Any]:
         rows = []
@@ -443,6 +400,53 @@ class FreshnessRace:
         finally:
             self.close()
         return {"settings": self.s.to_json(), "runs": rows}
+
+
+def dag_run_figures(client: AirflowClient, dag_id: str, load_started: float) -> dict[str, Any]:
+    """The DAG runs of ``dag_id`` that started after ``load_started`` and succeeded: how many, how long each took,
+    the gap between one's end and the next one's start, and, from the later runs' task logs, their steps' and
+    stages' seconds (`STEP_LINES`, `stage_figures`)."""
+    from datetime import datetime
+
+    def ts(text: str | None) -> float | None:
+        return datetime.fromisoformat(text).timestamp() if text else None
+
+    runs: list[dict[str, Any]] = []
+    for r in client.dag_runs(dag_id):
+        start, end = ts(r.get("start_date")), ts(r.get("end_date"))
+        if start is None or end is None or start < load_started or r.get("state") != "success":
+            continue
+        tasks = client.task_instances(dag_id, r["dag_run_id"])
+        per_task = {t: round((ts(ti.get("end_date")) or 0) - (ts(ti.get("start_date")) or 0), 2)
+                    for t, ti in tasks.items()}
+        queued = ts(r.get("queued_at")) or start
+        runs.append({"run_id": r["dag_run_id"], "queued_at": queued, "start": start, "end": end,
+                     "wall_s": round(end - queued, 2), "tasks_s": per_task})
+    runs.sort(key=lambda r: r["start"])
+    # From one run's end to the next run's start: with the watcher one run ahead the next run is queued
+    # before this one ends, so what is left is Airflow starting it.
+    gaps = [b["start"] - a["end"] for a, b in zip(runs, runs[1:], strict=False)]
+    steps: dict[str, list[float]] = {}
+    stages: dict[str, list[float]] = {}
+    for r in runs[len(runs) // 2:][:STEP_LOGS]:  # the later runs: past the warm-up
+        for task in r["tasks_s"]:
+            text = client.task_log(dag_id, r["run_id"], task)
+            for step, pattern in STEP_LINES.items():
+                if (m := pattern.search(text)) is not None:
+                    steps.setdefault(step, []).append(float(m.group(1)))
+            for name, value in stage_figures(text).items():
+                stages.setdefault(name, []).append(value)
+
+    def med(values: list[float]) -> float | None:
+        return round(sorted(values)[len(values) // 2], 2) if values else None
+
+    return {"runs": len(runs), "median_run_s": med([r["end"] - r["start"] for r in runs]),
+            "median_queued_s": med([r["wall_s"] for r in runs]),
+            "median_gap_s": med(gaps),
+            "median_task_s": {t: med([r["tasks_s"].get(t, 0.0) for r in runs]) for t in
+                              (runs[0]["tasks_s"] if runs else {})},
+            "median_step_s": {k: med(v) for k, v in steps.items()},
+            "median_stage_s": {k: med(v) for k, v in stages.items()}}
 
 
 def window_state(window_s: int, out_of_orderness_s: int) -> dict[str, Any]:

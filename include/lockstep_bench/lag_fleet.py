@@ -17,7 +17,8 @@ transform; Airflow on PostgreSQL. ``fed`` of them get ``rate`` records/s each, t
 3. **Idle.** The idle pipelines' DAG runs are counted before and after the load: a watcher that started a run
    for a topic nothing was written to is a failure of the target.
 4. **Cost.** CPU seconds over the load of Airflow's processes (its scheduler and triggerer apart), of the Spark
-   Connect server, and the scheduler's loop times (its DEBUG line, as ``many_pipelines`` reads it).
+   Connect server, and the scheduler's loop times (its DEBUG line, as ``many_pipelines`` reads it); for a few fed
+   pipelines, their DAG runs' lengths and steps (`lockstep_bench.freshness.dag_run_figures`).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import project_root
 from lockstep_bench import freshness_figures, freshness_load, many_pipelines, workloads
-from lockstep_bench.freshness import cpu_seconds
+from lockstep_bench.freshness import cpu_seconds, dag_run_figures
 
 if TYPE_CHECKING:
     from lockstep.ops.airflow_client import AirflowClient
@@ -48,6 +49,8 @@ TARGET_P99_S = 15.0
 #: Airflow's long-lived processes, by a word of their command line; the rest (task processes, the executor's
 #: workers, standalone itself) count as "tasks and the rest".
 COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
+#: How many fed pipelines have their DAG runs' steps read from their task logs (each reads a few logs).
+RUNS_LOOKED_AT = 3
 
 
 @dataclass
@@ -267,10 +270,12 @@ class LagFleet:
         rows = [self._pipeline_figures(folder, n, ticks[n], kept, fed_after.get(n, 0) - fed_before.get(n, 0))
                 for n in self.fed]
         started_idle = idle_runs_started(idle_before, idle_after)
+        assert self.client is not None
+        runs = {n: dag_run_figures(self.client, self.dag_ids[n], since.timestamp()) for n in self.fed[:RUNS_LOOKED_AT]}
         cpu = {k: round(cpu_after.get(k, 0.0) - cpu_before.get(k, 0.0), 1) for k in cpu_after}
         doc = {"rows": rows, "idle_runs_started": started_idle, "wall_s": round(wall, 1), "cpu_s": cpu,
                "cpu_cores": {k: round(v / wall, 2) for k, v in cpu.items()}, "loops": loops,
-               "load_average": [round(x, 2) for x in load_average], "since": since.isoformat(),
+               "load_average": [round(x, 2) for x in load_average], "since": since.isoformat(), "runs": runs,
                "verdict": verdict(rows, started_idle)}
         self.log(f"lag fleet: {doc['verdict']}; CPU cores {doc['cpu_cores']}; scheduler loops {loops}")
         return doc

@@ -1,10 +1,21 @@
-"""docs/BENCHMARKS-lag-fleet.md from a ``--lag-fleet-only`` run's results (`lockstep_bench.lag_fleet`)."""
+"""docs/BENCHMARKS-lag-fleet.md from a ``--lag-fleet-only`` run's results (`lockstep_bench.lag_fleet`).
+
+The page carries its headline figures in a comment (`SUMMARY_MARK`): docs/BENCHMARKS.md's section on it
+(`section`) is written from them, by ``make bench`` and again after each ``--lag-fleet-only`` run (`replace_section`).
+"""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 from lockstep_bench.lag_fleet import COMPONENTS, TARGET_P99_S
+from lockstep_bench.measure import page_summary
+
+PAGE = Path("docs") / "BENCHMARKS-lag-fleet.md"
+SUMMARY_MARK = "<!-- lag-fleet-summary "
+HEADING = "## Many lag-triggered pipelines"
 
 
 def _s(value: float | None) -> str:
@@ -60,6 +71,18 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                                            f"duplicated, {r['unexpected']} unexpected, {r['wrong']} wrong")
         lines.append(f"| {r['pipeline']} | {r['records']:,} | {_s(lat['p50'])} | {_s(lat['p95'])} | {_s(lat['p99'])} | "
                      f"{_s(lat['max'])} | {r['dag_runs']} | {sink} |")
+    runs = load.get("runs", {})
+    if runs:
+        lines += ["", f"Where a checkpoint's time went, for the first {len(runs)} fed pipelines (medians over their DAG "
+                      "runs in the load; steps and stages from the later runs' task logs):", "",
+                  "| pipeline | DAG runs | queued → end s | run s | gap s | steps s | stages s |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+        for name, f in runs.items():
+            steps = ", ".join(f"{k} {v:.2f}" for k, v in f.get("median_step_s", {}).items() if v is not None) or "–"
+            stages = ", ".join(f"{k} {v:.2f}" for k, v in f.get("median_stage_s", {}).items()
+                               if v is not None and not k.startswith("state")) or "–"
+            lines.append(f"| {name} | {f['runs']} | {_s(f.get('median_queued_s'))} | {_s(f.get('median_run_s'))} | "
+                         f"{_s(f.get('median_gap_s'))} | {steps} | {stages} |")
     cpu, cores = load["cpu_s"], load["cpu_cores"]
     parts = [c for c in COMPONENTS if c in cpu]
     rest = round(cpu.get("airflow", 0.0) - sum(cpu[c] for c in parts), 1)
@@ -81,7 +104,52 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
               "next ones read only the broker's last stable offsets (`lockstep.rules.lag_trigger.still_quiet`), and "
               "the triggerer shares one Kafka admin and one S3 client per connection "
               "(docs/operations.md, *Many lag-triggered pipelines*).", ""]
+    lines += [SUMMARY_MARK + json.dumps(summary(results), sort_keys=True) + " -->", ""]
     return "\n".join(lines)
+
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The figures docs/BENCHMARKS.md quotes (`section`)."""
+    s, load = results["settings"], results["race"]["load"]
+    return {"started_at": results["started_at"], "commit": results["commit"], "pipelines": s["pipelines"],
+            "fed": s["fed"], "rate": s["rate"], "verdict": load["verdict"], "cpu_cores": load["cpu_cores"],
+            "loops": {k: load.get("loops", {}).get(k) for k in ("median_ms", "p95_ms")}}
+
+
+def section(page: Path) -> str:
+    """docs/BENCHMARKS.md's section on the lag fleet: the committed page's figures, date and commit (measured
+    apart, by ``make bench-lag-fleet``), or where to get them."""
+    head = HEADING + "\n\n"
+    sm = page_summary(page, SUMMARY_MARK)
+    if sm is None:
+        return (head + "Many lag-triggered pipelines in one Airflow, a few fed and the rest idle, are measured apart by "
+                "`make bench-lag-fleet`, which writes [BENCHMARKS-lag-fleet.md](BENCHMARKS-lag-fleet.md); it has not "
+                "been run for this page.")
+    v, cores, loops = sm["verdict"], sm["cpu_cores"], sm["loops"]
+    return (head + f"Measured apart by `make bench-lag-fleet` on {sm['started_at']}, commit {sm['commit']}, not in this "
+            f"run: see [BENCHMARKS-lag-fleet.md](BENCHMARKS-lag-fleet.md). {sm['pipelines']} lag-triggered pipelines in "
+            f"one Airflow (PostgreSQL), {sm['fed']} of them fed {sm['rate']:,} records/s each, the rest idle: "
+            f"{v['within']} of {v['fed']} fed pipelines with a p99 produce-to-visible of at most {TARGET_P99_S:g} s "
+            f"(median p99 {_s(v['median_p99_s'])} s, worst {_s(v['worst_p99_s'])} s), {v['exact']} of {v['fed']} "
+            f"sinks exact, {v['idle_runs']} runs started by the idle ones (target: every fed p99 ≤ {TARGET_P99_S:g} s "
+            f"and no idle run: {'met' if v['met'] else 'NOT met'}). CPU over the load: Airflow {cores.get('airflow', 0):.2f} "
+            f"cores (its triggerer {cores.get('triggerer', 0):.2f}), Spark Connect {cores.get('spark-connect', 0):.2f}; "
+            f"scheduler loop median {loops.get('median_ms') or 0:.0f} ms, p95 {loops.get('p95_ms') or 0:.0f} ms.")
+
+
+def replace_section(report: Path, page: Path) -> None:
+    """``report``'s (docs/BENCHMARKS.md's) lag-fleet section written again from ``page``, the rest as it was; put
+    before *Making Lockstep faster* when it has none."""
+    text = report.read_text() if report.exists() else ""
+    block = section(page) + "\n\n"
+    found = re.search("^" + re.escape(HEADING) + "$", text, re.MULTILINE)
+    if found is not None:
+        after = text.find("\n## ", found.end())
+        report.write_text(text[:found.start()] + block + (text[after + 1:] if after >= 0 else ""))
+        return
+    anchor = text.find("\n## Making Lockstep faster")
+    at = anchor + 1 if anchor >= 0 else len(text)
+    report.write_text(text[:at] + block + text[at:])
 
 
 def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None:

@@ -22,12 +22,26 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 PRELOAD = "airflow,airflow.executors.local_executor,lockstep_airflow.task_preload"
 
 
+#: ``[core] parallelism`` on SQLite: a few task instances at once, which its one writer at a time can take.
+SQLITE_PARALLELISM = 4
+#: ``[core] parallelism`` on PostgreSQL: Airflow's default. With many lag-triggered pipelines a one-task checkpoint
+#: holds its slot while it waits for the one in flight, so 20 fed pipelines need up to 40 (200 lag-triggered
+#: pipelines, 20 fed, at 4: DAG runs a minute or more apart, p99 95 s; docs/operations.md).
+POSTGRES_PARALLELISM = 32
+
+
 @dataclass(frozen=True)
 class AirflowConfig:
     port: int
     home: Path
     #: SQLAlchemy's URL of Airflow's metadata database; None: SQLite in ``home`` (Airflow's own default)
     database_url: str | None = None
+
+    @property
+    def parallelism(self) -> int:
+        """``[core] parallelism``, the task instances LocalExecutor runs at once: `SQLITE_PARALLELISM` on SQLite,
+        which takes one writer at a time, and Airflow's own default on PostgreSQL."""
+        return SQLITE_PARALLELISM if self.database_url is None else POSTGRES_PARALLELISM
 
     @property
     def url(self) -> str:
@@ -40,7 +54,7 @@ class AirflowConfig:
             "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",

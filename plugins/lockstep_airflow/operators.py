@@ -35,8 +35,9 @@ quiet_clients()  # task logs start with Lockstep's lines, not the clients' conne
 RETURN_KEY = "return_value"
 #: How often a plan that waits for another run's in-flight checkpoint looks again.
 IN_FLIGHT_POKE = timedelta(seconds=30)
-#: How long a lag-triggered checkpoint task waits in its own process for the checkpoint before it, and how often
-#: it looks (`LockstepCheckpointOperator`): the run one ahead starts while the one before is committing.
+#: How long a lag-triggered checkpoint task waits in its own process for the checkpoint before it
+#: (`LockstepCheckpointOperator`): the run one ahead starts while the one before is committing. How often it looks:
+#: `lockstep.rules.lag_trigger.look_again_in`; `IN_FLIGHT_LOOK_S` when it does not know which checkpoint it waits for.
 IN_FLIGHT_WAIT = timedelta(seconds=60)
 IN_FLIGHT_LOOK_S = 0.2
 
@@ -173,8 +174,8 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
                wait_in_flight: timedelta | None = None) -> dict[str, Any]:
     """Recover, then fix and claim the next checkpoint's ranges: the plan task's work (its XCom).
 
-    ``wait_in_flight``: while another live run's checkpoint is in flight, look again every `IN_FLIGHT_LOOK_S`
-    in this process for this long (the run one ahead of a lag-triggered checkpoint task: it starts while the
+    ``wait_in_flight``: while another live run's checkpoint is in flight, wait for it in this process for this
+    long (`_until_it_moves`, then plan again) (the run one ahead of a lag-triggered checkpoint task: it starts while the
     one before commits), and only then give the slot back to Airflow until `IN_FLIGHT_POKE` has passed. Two
     such runs may also plan at the same moment, before either has claimed: the one that loses the claim (the
     conditional create in S3) waits the same way and plans again after the winner's checkpoint settled."""
@@ -199,9 +200,10 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
         except (CheckpointInFlight, CheckpointAlreadyClaimed) as exc:
             if wait_in_flight is not None and time.monotonic() - first_look < wait_in_flight.total_seconds():
                 if type(exc) not in told:
-                    log.info("%s; looking again every %g s for up to %s", exc, IN_FLIGHT_LOOK_S, wait_in_flight)
+                    log.info("%s; waiting for it in this process for up to %s", exc, wait_in_flight)
                     told.add(type(exc))
-                time.sleep(IN_FLIGHT_LOOK_S)
+                _until_it_moves(p, getattr(exc, "checkpoint_id", None),
+                                first_look + wait_in_flight.total_seconds())
                 continue
             if isinstance(exc, CheckpointAlreadyClaimed):
                 raise _loud("plan", spec.name, exc.checkpoint_id, exc, context) from exc
@@ -229,6 +231,26 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
             "records": result.range_plan.total_records, "ranges": [str(r) for r in ranges],
             "start_source": claim.start_source, "restored_from": claim.restored_from, "dry_run": dry_run,
             "restore": result.restore_summary}
+
+
+def _until_it_moves(p: Pipeline, checkpoint_id: int | None, deadline: float) -> None:
+    """Wait, looking at the store, until the checkpoint in flight ``checkpoint_id`` moves on (prepared, settled,
+    gone), `PLAN_AGAIN_EVERY_S` has passed, or ``deadline`` (monotonic) comes: one listing of its folder a look, as
+    often as `lockstep.rules.lag_trigger.look_again_in` says (a plan a look cost the store, and Airflow, far more)."""
+    from lockstep.rules.lag_trigger import PLAN_AGAIN_EVERY_S, look_again_in
+
+    if checkpoint_id is None:
+        time.sleep(IN_FLIGHT_LOOK_S)
+        return
+    until = min(deadline, time.monotonic() + PLAN_AGAIN_EVERY_S)
+    first = p.store.stage(checkpoint_id)
+    stage = first
+    while stage == first and time.monotonic() < until:
+        wait = look_again_in(stage)
+        if wait is None:
+            return
+        time.sleep(min(wait, max(0.0, until - time.monotonic())))
+        stage = p.store.stage(checkpoint_id)
 
 
 def _run_alive(context: Context) -> Callable[[str], bool | None]:

@@ -17,7 +17,9 @@ idle most of the time, so a look must cost little when nothing happens:
   librdkafka threads);
 - the spec is parsed again only when its file changed;
 - once a look found the source quiet, the next looks read only the broker's last stable offsets and stop
-  there while they do not move (`lockstep.rules.lag_trigger.still_quiet`).
+  there while they do not move (`lockstep.rules.lag_trigger.still_quiet`);
+- once it fired, the next looks list only the checkpoints newer than the one it saw, until the run it started
+  has claimed one (`lockstep.rules.lag_trigger.waiting_for_claim`).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 if TYPE_CHECKING:
     from lockstep.kafka.topics import TopicAdmin
     from lockstep.model.offsets import TopicPartition
-    from lockstep.rules.lag_trigger import Quiet
+    from lockstep.rules.lag_trigger import Fired, Quiet
     from lockstep.spec import PipelineSpec
     from lockstep.store.checkpoint_store import CheckpointStore
     from lockstep.store.s3 import S3Client
@@ -102,6 +104,8 @@ class LockstepLagTrigger(BaseEventTrigger):
         #: what the last look that read the store left, while the source is quiet, and the partitions it saw
         self._quiet: Quiet | None = None
         self._partitions: list[TopicPartition] = []
+        #: the fire whose run has yet to claim its checkpoint, while it has (`waiting_for_claim`)
+        self._pending: Fired | None = None
         #: looks made, and of them those that read the store (the log line of a fire says both)
         self.looks = self.full_looks = 0
 
@@ -126,14 +130,14 @@ class LockstepLagTrigger(BaseEventTrigger):
             return self._look()
         except Exception as exc:  # noqa: BLE001 - logged and looked at again; see the module docstring
             _CLIENTS.forget()
-            self._spec, self._quiet = None, None
+            self._spec, self._quiet, self._pending = None, None, None
             self._problem(redact(f"{type(exc).__name__}: {exc}").splitlines()[0])
             return None
 
     def _look(self) -> dict[str, Any] | None:
         from lockstep.kafka import broker_offsets, topics
         from lockstep.ops.lag import trigger_look
-        from lockstep.rules.lag_trigger import Fired, quiet, start_reason, still_quiet
+        from lockstep.rules.lag_trigger import Fired, quiet, start_reason, still_quiet, waiting_for_claim
 
         spec = self._load_spec()
         if spec.checkpoints.trigger is None:
@@ -141,6 +145,11 @@ class LockstepLagTrigger(BaseEventTrigger):
                           "DAG to be parsed again")
             return None
         self.looks += 1
+        if self._pending is not None and waiting_for_claim(self._pending, self._pending.newest_checkpoint, time.time()):
+            newer = next(iter(_CLIENTS.store(spec).checkpoint_ids(after=self._pending.newest_checkpoint)), None)
+            if newer is None:
+                return None
+        self._pending = None
         admin = _CLIENTS.admin(spec.source.kafka_conn_id)
         stable = None
         if self._quiet is not None:
@@ -162,6 +171,7 @@ class LockstepLagTrigger(BaseEventTrigger):
         self._problem(None)
         if reason is None:
             self._quiet, self._partitions = quiet(seen, stable, now), partitions
+            self._pending = fired if waiting_for_claim(fired, seen.newest_checkpoint, now) else None
             return None
         self._quiet = None
         if not store.record_trigger_fired(Fired(now, seen.newest_checkpoint).to_json(),

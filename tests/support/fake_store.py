@@ -12,6 +12,7 @@ from lockstep.errors import TerminalError
 from lockstep.model.checkpoint import (
     AbortedCheckpoint,
     CheckpointClaim,
+    CheckpointStage,
     CheckpointStatus,
     CheckpointView,
     CompletedCheckpoint,
@@ -51,6 +52,13 @@ class FakeStore:
 
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]:
         return iter([k for k in sorted(self.views) if after is None or k > after])
+
+    def stage(self, checkpoint_id: int) -> CheckpointStage | None:
+        view = self.views.get(checkpoint_id)
+        if view is None:
+            return None
+        return {CheckpointStatus.CLAIMED: CheckpointStage.CLAIMED, CheckpointStatus.PREPARED: CheckpointStage.PREPARED
+                }.get(view.status, CheckpointStage.SETTLED)
 
     def newest_checkpoint_id(self) -> int | None:
         return max(self.views, default=None)

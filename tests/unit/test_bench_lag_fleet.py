@@ -65,3 +65,21 @@ def test_a_run_that_did_not_reach_its_load_says_why() -> None:
     results["race"] = {"error": "3 of 200 pipelines had no successful first checkpoint"}
     text = lag_fleet_report.render(results)
     assert "did not reach the load: 3 of 200 pipelines" in text
+
+
+def test_the_main_page_s_section_is_written_again_from_the_lag_fleet_page_and_nothing_else_moves(tmp_path) -> None:
+    page = tmp_path / "BENCHMARKS-lag-fleet.md"
+    main = tmp_path / "BENCHMARKS.md"
+    assert "has not been run for this page" in lag_fleet_report.section(page)
+    main.write_text("# Benchmarks\n\n## Freshness under sustained load\n\nfresh\n\n## Making Lockstep faster\n\nprose\n")
+    lag_fleet_report.write(_results([_row("f0", 4.0), _row("f1", 6.0)], {}), page)
+    lag_fleet_report.replace_section(main, page)
+    text = main.read_text()
+    assert text.index("## Freshness") < text.index(lag_fleet_report.HEADING) < text.index("## Making Lockstep faster")
+    assert "2 of 2 fed pipelines with a p99 produce-to-visible of at most 15 s (median p99 5.00 s, worst 6.00 s)" in text
+    assert "commit abc1234" in text and "met)" in text
+    lag_fleet_report.write(_results([_row("f0", 40.0)], {"idle-1": 2}), page)
+    lag_fleet_report.replace_section(main, page)
+    again = main.read_text()
+    assert again.count(lag_fleet_report.HEADING) == 1 and "2 runs started by the idle ones" in again
+    assert again.endswith("## Making Lockstep faster\n\nprose\n") and "fresh\n" in again

@@ -14,6 +14,7 @@ from lockstep.rules.lag_trigger import (
     quiet,
     start_reason,
     still_quiet,
+    waiting_for_claim,
 )
 from lockstep.spec import TriggerSpec
 
@@ -140,3 +141,23 @@ def test_while_quiet_holds_the_full_look_would_start_nothing_either(since) -> No
     assert last is not None and still_quiet(last, _offsets(5), NOW + FULL_LOOK_EVERY_S - 1)
     assert start_reason(dataclasses.replace(seen, since_completed_s=since + FULL_LOOK_EVERY_S), TRIGGER, None,
                         NOW + FULL_LOOK_EVERY_S - 1, LEASE) is None
+
+
+# ---- after a fire: waiting for its run to claim -----------------------------------------------------------
+def test_a_fire_is_waited_on_until_a_newer_checkpoint_is_claimed_or_the_fire_is_stale() -> None:
+    fired = Fired(NOW - 5, newest_checkpoint=7)
+    assert waiting_for_claim(fired, 7, NOW)
+    assert not waiting_for_claim(fired, 8, NOW)  # its run claimed
+    assert not waiting_for_claim(Fired(NOW - REFIRE_AFTER_S, 7), 7, NOW)  # its run never claimed: fire again
+    assert not waiting_for_claim(None, 7, NOW)
+    # start_reason's first rule is the same: nothing starts while the fire is waited on, whatever the lag
+    assert reason(look(unread=10_000, newest=7), fired) is None
+
+
+def test_the_run_one_ahead_looks_often_at_a_prepared_checkpoint_seldom_at_a_running_one_and_plans_once_settled():
+    from lockstep.model.checkpoint import CheckpointStage
+    from lockstep.rules.lag_trigger import CLAIMED_LOOK_S, PREPARED_LOOK_S, look_again_in
+
+    assert look_again_in(CheckpointStage.PREPARED) == PREPARED_LOOK_S < look_again_in(CheckpointStage.CLAIMED) \
+        == CLAIMED_LOOK_S
+    assert look_again_in(CheckpointStage.SETTLED) is None and look_again_in(None) is None

@@ -125,3 +125,32 @@ def test_the_triggerer_builds_one_admin_client_per_connection_and_builds_it_agai
     assert shared.admin("kafka_default") is not first
     shared.forget()
     assert built == ["kafka_default", "other", "kafka_default"]
+
+
+def _count_s3(world: FakeWorld, monkeypatch) -> list[str]:
+    calls: list[str] = []
+    listing, getting = world.s3.list_objects_v2, world.s3.get_object
+    monkeypatch.setattr(world.s3, "list_objects_v2", lambda **kw: calls.append("list") or listing(**kw))
+    monkeypatch.setattr(world.s3, "get_object", lambda **kw: calls.append("get") or getting(**kw))
+    return calls
+
+
+def test_after_a_fire_the_looks_list_only_newer_checkpoints_until_its_run_claims_one(watched, monkeypatch):
+    from lockstep.steps import coordinator
+    from tests.unit.test_coordinator import dead
+
+    world, clients, watcher = watched
+    world.source.produce(SOURCE, 0, 5)
+    assert watcher.look() is not None  # fired; Airflow starts a run and a new watcher from its arguments
+    again = triggers.LockstepLagTrigger(watcher.spec_path, "orders", poll_s=1)
+    world.source.produce(SOURCE, 0, 5)
+    assert again.look() is None  # the marker: its run has not claimed yet, whatever the lag
+    calls = _count_s3(world, monkeypatch)
+    for _ in range(3):
+        assert again.look() is None
+    assert calls == ["list"] * 3  # one listing a look, no lag read
+    plan = coordinator.plan(world.pipeline, "the-run", run_alive=dead)  # its run claims checkpoint 2 (10 records)
+    world.source.produce(SOURCE, 1, 5)
+    calls.clear()
+    fired = again.look()  # a full look again: 5 records beyond checkpoint 2, in flight: one run ahead
+    assert fired is not None and fired["newest_checkpoint"] == plan.claim.checkpoint_id and len(calls) > 1

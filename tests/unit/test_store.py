@@ -293,3 +293,29 @@ def test_of_two_watchers_that_read_the_same_trigger_marker_only_the_first_to_wri
     assert store.record_trigger_fired({"at_s": 9.0, "newest_checkpoint": 1}, replacing=version)
     assert not store.record_trigger_fired({"at_s": 9.1, "newest_checkpoint": 1}, replacing=version)
     assert store.trigger_fired()[0] == {"at_s": 9.0, "newest_checkpoint": 1}
+
+
+def test_a_checkpoint_s_stage_comes_from_one_listing_of_its_folder(store: CheckpointStore, s3: FakeS3, monkeypatch):
+    from lockstep.model.checkpoint import CheckpointStage
+
+    calls: list[str] = []
+    listing, getting = s3.list_objects_v2, s3.get_object
+    monkeypatch.setattr(s3, "list_objects_v2", lambda **kw: calls.append("list") or listing(**kw))
+    monkeypatch.setattr(s3, "get_object", lambda **kw: calls.append("get") or getting(**kw))
+
+    def stage(checkpoint_id: int) -> CheckpointStage | None:
+        calls.clear()
+        found = store.stage(checkpoint_id)
+        assert calls == ["list"]  # one request, nothing read
+        return found
+
+    assert stage(1) is None
+    store.claim(claim_of(1))
+    assert stage(1) is CheckpointStage.CLAIMED
+    store.write_prepared(prepared_of(1))
+    assert stage(1) is CheckpointStage.PREPARED
+    store.mark_completed(completed_of(1))
+    assert stage(1) is CheckpointStage.SETTLED
+    store.claim(claim_of(2))
+    store.mark_aborted(aborted_of(2))
+    assert stage(2) is CheckpointStage.SETTLED and stage(12) is None

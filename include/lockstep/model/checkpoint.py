@@ -10,7 +10,7 @@ reads them). A savepoint, a named copy of a completed checkpoint's restore point
 from __future__ import annotations
 
 __all__ = [
-    "ABORTED_SCHEMA", "AbortedCheckpoint", "CheckpointClaim", "CheckpointStatus", "CheckpointView",
+    "ABORTED_SCHEMA", "AbortedCheckpoint", "CheckpointClaim", "CheckpointStage", "CheckpointStatus", "CheckpointView",
     "CompletedCheckpoint", "History", "PlannedWith", "PreparedCheckpoint", "PreparedTransaction", "Repair",
     "Rerun", "RunFailure", "SpecFingerprint",
 ]
@@ -51,6 +51,15 @@ class CheckpointStatus(str, Enum):
     PREPARED = "prepared"
     COMPLETED = "completed"
     ABORTED = "aborted"
+
+
+class CheckpointStage(str, Enum):
+    """How far a checkpoint has got, as the names in its folder tell without reading them: claimed, prepared, or
+    settled (completed or aborted, which only its outcome's content tells apart)."""
+
+    CLAIMED = "claimed"
+    PREPARED = "prepared"
+    SETTLED = "settled"
 
 
 _FORWARD: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {

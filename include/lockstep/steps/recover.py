@@ -36,7 +36,12 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointInFlight(TransientError):
-    """Another run still owns an unsettled checkpoint; planning now would recover it under that run."""
+    """Another run still owns an unsettled checkpoint (``checkpoint_id``); planning now would recover it under that
+    run."""
+
+    def __init__(self, message: str, checkpoint_id: int | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
 
 
 def check_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None,
@@ -57,10 +62,10 @@ def in_flight(live: dict[int, str], why_not_on_top: str | None = None) -> Checkp
     if why_not_on_top is None:
         return CheckpointInFlight(
             f"checkpoint {cid} is still in flight: {why}. Runs of a pipeline must not overlap: "
-            "wait for it (Airflow's plan task waits by itself) or, if that run is gone, try again later")
+            "wait for it (Airflow's plan task waits by itself) or, if that run is gone, try again later", cid)
     return CheckpointInFlight(
         f"{why_not_on_top}{f' ({why})' if why else ''}: the next checkpoint waits for it (Airflow's plan task waits "
-        "by itself); if that run is gone, try again later")
+        "by itself); if that run is gone, try again later", cid)
 
 
 def live_in_flight(p: Pipeline, run_id: str, run_alive: Callable[[str], bool | None] | None = None,

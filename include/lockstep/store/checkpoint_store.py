@@ -18,7 +18,7 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 __all__ = [
-    "CheckpointAlreadyClaimed", "CheckpointStore", "PipelineStore", "S3Client",
+    "CheckpointAlreadyClaimed", "CheckpointStore", "PipelineStore", "S3Client", "stage_of",
 ]
 
 import json
@@ -34,6 +34,7 @@ from lockstep.model.checkpoint import (
     ABORTED_SCHEMA,
     AbortedCheckpoint,
     CheckpointClaim,
+    CheckpointStage,
     CheckpointView,
     CompletedCheckpoint,
     History,
@@ -57,6 +58,16 @@ WRITE_TASKS_PART = "write-tasks"
 #: completed.json / aborted.json would let a racing commit and abort both succeed;
 #: one outcome object per checkpoint makes the conditional create decide.
 OUTCOME = "outcome"
+
+
+def stage_of(parts: Iterable[str]) -> CheckpointStage | None:
+    """A checkpoint's stage from the names in its folder (`CheckpointStore.stage`); None without a claim."""
+    names = set(parts)
+    if f"{OUTCOME}.json" in names:
+        return CheckpointStage.SETTLED
+    if "prepared.json" in names:
+        return CheckpointStage.PREPARED
+    return CheckpointStage.CLAIMED if "claim.json" in names else None
 
 
 class CheckpointAlreadyClaimed(CheckpointError):
@@ -84,6 +95,8 @@ class PipelineStore(Protocol):
     def view(self, checkpoint_id: int) -> CheckpointView | None: ...
 
     def checkpoint_ids(self, after: int | None = None) -> Iterator[int]: ...
+
+    def stage(self, checkpoint_id: int) -> CheckpointStage | None: ...
 
     def newest_checkpoint_id(self) -> int | None: ...
 
@@ -428,6 +441,18 @@ class CheckpointStore:
 
         except BotoCoreError as exc:
             raise _unreachable(exc, self._ckpt_prefix()) from exc
+
+    def stage(self, checkpoint_id: int) -> CheckpointStage | None:
+        """How far ``checkpoint_id`` has got, from one listing of its folder, nothing read: for a waiter that
+        needs no more (the plan of the run one ahead, waiting for the checkpoint in flight). None: no claim."""
+        prefix = checkpoint_folder(self._ckpt_prefix(), checkpoint_id)
+        try:
+            page = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+        except ClientError as exc:
+            raise _classify(exc, prefix) from exc
+        except BotoCoreError as exc:
+            raise _unreachable(exc, prefix) from exc
+        return stage_of(obj["Key"][len(prefix):] for obj in page.get("Contents", []))
 
     def _pointer_checkpoint_id(self) -> int | None:
         """The checkpoint the latest-completed pointer names (None: no pointer yet)."""
