@@ -49,6 +49,9 @@ TARGET_P99_S = 15.0
 #: Airflow's long-lived processes, by a word of their command line; the rest (task processes, the executor's
 #: workers, standalone itself) count as "tasks and the rest".
 COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
+#: The platform's services beside Lockstep's processes, whose CPU the report shows apart: the broker and the S3
+#: server answer every watcher's and every checkpoint's requests.
+PLATFORM_SERVICES = ("kafka", "s3", "postgres")
 #: How many fed pipelines have their DAG runs' steps read from their task logs (each reads a few logs).
 RUNS_LOOKED_AT = 3
 
@@ -234,8 +237,14 @@ class LagFleet:
         fed_before = {n: c for n, c in self.runs_by_dag().items() if n in set(self.fed)}
         log_offset = many_pipelines.log_size(self.platform)
         roots = (self.platform.state.pids["airflow"], self.platform.state.pids["spark-connect"])
-        cpu_before = {"airflow": cpu_seconds(roots[:1]), "spark-connect": cpu_seconds(roots[1:]),
-                      **cpu_by_component(roots[0])}
+        pids = self.platform.state.pids
+
+        def cpu_now() -> dict[str, float]:
+            return {"airflow": cpu_seconds(roots[:1]), "spark-connect": cpu_seconds(roots[1:]),
+                    **cpu_by_component(roots[0]),
+                    **{name: cpu_seconds((pids[name],)) for name in PLATFORM_SERVICES if name in pids}}
+
+        cpu_before = cpu_now()
         since = datetime.now(UTC)
         wall_started = time.monotonic()
         sinks = [arg for n in self.fed for arg in ("--topic", f"{n}-out")]
@@ -259,8 +268,7 @@ class LagFleet:
             time.sleep(0.5)
         time.sleep(1.0)  # a duplicate written after the last expected record would arrive now
         wall = time.monotonic() - wall_started
-        cpu_after = {"airflow": cpu_seconds(roots[:1]), "spark-connect": cpu_seconds(roots[1:]),
-                     **cpu_by_component(roots[0])}
+        cpu_after = cpu_now()
         (folder / "stop").write_text("")
         watcher.wait(120)
         load_average = os.getloadavg()

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lockstep_bench.lag_fleet import COMPONENTS, TARGET_P99_S
+from lockstep_bench.lag_fleet import COMPONENTS, PLATFORM_SERVICES, TARGET_P99_S
 from lockstep_bench.measure import page_summary
 
 PAGE = Path("docs") / "BENCHMARKS-lag-fleet.md"
@@ -89,12 +89,14 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
     wall = load["wall_s"]
     lines += ["", "## What it cost", "",
               f"CPU seconds over the load and its settling ({wall:.0f} s), of every process Lockstep needs here "
-              "(the Kafka broker and the S3 server left out, as in the freshness race):", "",
+              "and, in italics, of the platform's services it talks to:", "",
               "| process | CPU s | cores |", "| --- | ---: | ---: |",
               f"| Airflow, all its processes | {cpu.get('airflow', 0):.1f} | {cores.get('airflow', 0):.2f} |"]
     lines += [f"| — its {c} | {cpu[c]:.1f} | {cores[c]:.2f} |" for c in parts]
     lines += [f"| — its task processes and the rest | {rest:.1f} | {rest / wall:.2f} |",
               f"| Spark Connect server | {cpu.get('spark-connect', 0):.1f} | {cores.get('spark-connect', 0):.2f} |"]
+    names = {"kafka": "the Kafka broker", "s3": "the S3 server", "postgres": "Airflow's PostgreSQL"}
+    lines += [f"| _platform: {names[k]}_ | {cpu[k]:.1f} | {cores[k]:.2f} |" for k in PLATFORM_SERVICES if k in cpu]
     loops = load.get("loops", {})
     lines += ["", f"Load average at the end: {', '.join(f'{x:.1f}' for x in load['load_average'])}. "
                   + (f"The scheduler's loop over the load: median {loops['median_ms']:.0f} ms, p95 "
