@@ -5,7 +5,8 @@
 ``pipelines`` pipelines, each over a small topic of its own (``partitions`` partitions), lag-triggered as a user
 who wants fresh results sets one (``checkpoints.trigger``: ``lag_records`` 1, ``poll_interval`` ``poll_s``), one
 task per checkpoint, in connect mode on the platform's Spark Connect server, with the freshness race's stateless
-transform; Airflow on PostgreSQL. ``fed`` of them get ``rate`` records/s each, the rest nothing.
+transform; Airflow on PostgreSQL, the Spark Connect server with ``connect_task_slots`` task slots. ``fed`` of
+them get ``rate`` records/s each, the rest nothing.
 
 1. **Start.** Every DAG parsed, then every pipeline unpaused: each watcher fires its pipeline's first checkpoint,
    which finds where to start (`lockstep.rules.lag_trigger`). Waited for until every pipeline has a DAG run
@@ -72,6 +73,9 @@ class LagFleetSettings:
     #: how long every pipeline gets to complete its first checkpoint
     start_timeout_s: float = 1_200.0
     warm_checkpoints: bool = True
+    #: task slots of the platform's Spark Connect server (``local[N]``; a checkpoint's own tasks stay as many as
+    #: the cores): twenty small checkpoints at once, whose tasks mostly wait on Kafka, queued for 2 slots
+    connect_task_slots: int = 8
     state_dir: Path | None = None
     results: Path | None = None
     report: Path = Path("docs/BENCHMARKS-lag-fleet.md")
@@ -82,7 +86,7 @@ class LagFleetSettings:
 
 def component_of(cmdline: list[str]) -> str:
     """Which of `COMPONENTS` a process of Airflow's is, by its command line; "tasks and the rest" otherwise."""
-    words = " ".join(cmdline[:4])
+    words = " ".join(cmdline[:4]).replace("_", "-")  # standalone's api-server calls itself "airflow api_server"
     return next((c for c in COMPONENTS if f"airflow {c}" in words or words.endswith(f" {c}")), "tasks and the rest")
 
 
@@ -174,7 +178,8 @@ class LagFleet:
             self.client.wait_for_dag(dag_id, timeout=600)
         parsed_s = round(time.monotonic() - started, 1)
         self.log(f"lag fleet: {len(self.dag_ids)} DAGs parsed {parsed_s:.0f} s after Airflow was started")
-        return {"topics_s": topics_s, "airflow_and_parse_s": parsed_s, "airflow_db": self.platform.state.airflow_db}
+        return {"topics_s": topics_s, "airflow_and_parse_s": parsed_s, "airflow_db": self.platform.state.airflow_db,
+                "parallelism": self.platform.airflow.parallelism}
 
     def close(self) -> None:
         if self.client is not None:

@@ -32,7 +32,9 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                  + (" (rendered again from its results)" if rerendered else "")
                  + ". One run on this machine (2 cores, shared and noisy), on an isolated platform of its own: a Kafka "
                    "broker, the S3 server, a Spark Connect server warmed up as `lockstep dev up --warm-checkpoints` "
-                   f"does, and `airflow standalone` with its database on {setup.get('airflow_db', '?')}.")
+                   f"does, with {s.get('connect_task_slots', 2)} task slots (`LOCKSTEP_CONNECT_TASK_SLOTS`), and "
+                   f"`airflow standalone` with its database on {setup.get('airflow_db', '?')} "
+                   f"({setup.get('parallelism', '?')} task instances at once).")
     lines += ["", "## What ran", ""]
     idle = s["pipelines"] - s["fed"]
     lines.append(f"{s['pipelines']} pipelines (`lockstep_bench.lag_fleet`), each over a topic of its own with "

@@ -679,8 +679,18 @@ def run_lag_fleet_bench(settings: lag_fleet.LagFleetSettings) -> Path:
             results["race"]["error"] = str(exc)[:2000]
             log(f"lag fleet failed: {exc}")
 
-    results, report_path = _focused_run(settings, "lag-fleet", lag_fleet_report.write, measure,
-                                        warm_checkpoints=settings.warm_checkpoints, airflow_db="postgres")
+    from lockstep_dev.spark_connect import TASK_SLOTS_ENV
+
+    saved = os.environ.get(TASK_SLOTS_ENV)
+    os.environ[TASK_SLOTS_ENV] = str(settings.connect_task_slots)
+    try:
+        results, report_path = _focused_run(settings, "lag-fleet", lag_fleet_report.write, measure,
+                                            warm_checkpoints=settings.warm_checkpoints, airflow_db="postgres")
+    finally:
+        if saved is None:
+            os.environ.pop(TASK_SLOTS_ENV, None)
+        else:
+            os.environ[TASK_SLOTS_ENV] = saved
     for line in lag_fleet_report.headline(results):
         log(line)
     load = results["race"].get("load")

@@ -22,12 +22,10 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 PRELOAD = "airflow,airflow.executors.local_executor,lockstep_airflow.task_preload"
 
 
-#: ``[core] parallelism`` on SQLite: a few task instances at once, which its one writer at a time can take.
-SQLITE_PARALLELISM = 4
-#: ``[core] parallelism`` on PostgreSQL: Airflow's default. With many lag-triggered pipelines a one-task checkpoint
-#: holds its slot while it waits for the one in flight, so 20 fed pipelines need up to 40 (200 lag-triggered
-#: pipelines, 20 fed, at 4: DAG runs a minute or more apart, p99 95 s; docs/operations.md).
-POSTGRES_PARALLELISM = 32
+#: ``[core] parallelism``: the task instances LocalExecutor runs at once. Tried and not kept: Airflow's default, 32,
+#: on PostgreSQL. With 200 lag-triggered pipelines, 20 of them fed, every checkpoint then ran at once on the 2 cores
+#: (load average 17-27) and the fed pipelines' p99 was 81-107 s, against 64 s at 4 (docs/operations.md).
+PARALLELISM = 4
 
 
 @dataclass(frozen=True)
@@ -39,9 +37,8 @@ class AirflowConfig:
 
     @property
     def parallelism(self) -> int:
-        """``[core] parallelism``, the task instances LocalExecutor runs at once: `SQLITE_PARALLELISM` on SQLite,
-        which takes one writer at a time, and Airflow's own default on PostgreSQL."""
-        return SQLITE_PARALLELISM if self.database_url is None else POSTGRES_PARALLELISM
+        """``[core] parallelism`` (`PARALLELISM`)."""
+        return PARALLELISM
 
     @property
     def url(self) -> str:

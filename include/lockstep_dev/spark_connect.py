@@ -16,7 +16,7 @@ import shutil
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lockstep_dev import procs
@@ -27,6 +27,8 @@ MARKER = SERVER_CLASS
 #: interrupts it after this long instead of the default 5 minutes. The next attempt of the
 #: checkpoint interrupts it at once anyway (`lockstep.spark.connect`).
 DETACHED_TIMEOUT = "30s"
+#: The environment variable that gives a local server more task slots than cores (`start`).
+TASK_SLOTS_ENV = "LOCKSTEP_CONNECT_TASK_SLOTS"
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,14 @@ def start(config: ConnectConfig, log_file: Path, base_env: Mapping[str, str]) ->
     # The server's heap (driver and executors in one JVM locally): 1g unless LOCKSTEP_CONNECT_DRIVER_MEMORY
     # says otherwise (the keyed-state benchmark's 10M keys need more).
     memory = base_env.get("LOCKSTEP_CONNECT_DRIVER_MEMORY") or os.environ.get("LOCKSTEP_CONNECT_DRIVER_MEMORY")
-    command = server_command(config, {"spark.driver.memory": memory} if memory else None)
+    conf: dict[str, object] = {"spark.driver.memory": memory} if memory else {}
+    # Task slots of a local server: more than the cores, for many small checkpoints at once whose tasks mostly
+    # wait on Kafka (a checkpoint's own tasks stay as many as the cores: spark.default.parallelism).
+    slots = base_env.get(TASK_SLOTS_ENV) or os.environ.get(TASK_SLOTS_ENV)
+    if slots and config.master.startswith("local"):
+        config = replace(config, master=f"local[{int(slots)}]")
+        conf["spark.default.parallelism"] = str(os.cpu_count() or 1)
+    command = server_command(config, conf or None)
     return procs.start_detached("spark-connect", command, log_file, env=job_environment(base_env),
                                 cwd=config.data_dir)
 

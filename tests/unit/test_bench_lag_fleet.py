@@ -15,6 +15,7 @@ def test_airflow_s_processes_are_told_apart_by_their_command_line() -> None:
     assert lag_fleet.component_of(["airflow", "scheduler"]) == "scheduler"
     assert lag_fleet.component_of(["/venv/bin/python3", "/venv/bin/airflow", "dag-processor"]) == "dag-processor"
     assert lag_fleet.component_of(["airflow", "api-server", "--port", "8080"]) == "api-server"
+    assert lag_fleet.component_of(["airflow api_server -- host:127.0.0.1 port:27190"]) == "api-server"
     assert lag_fleet.component_of(["airflow worker -- LocalExecutor"]) == "tasks and the rest"
     assert lag_fleet.component_of(["/venv/bin/airflow", "standalone"]) == "tasks and the rest"
 
