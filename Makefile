@@ -205,7 +205,7 @@ bench-pipelines: setup
 # 200 lag-triggered pipelines in one Airflow (PostgreSQL), 20 of them fed at 1,000 records/s each, the rest idle:
 # every fed pipeline's produce-to-visible latency (every sink read back record by record), the runs the idle ones
 # start (none, the target), the CPU of Airflow's scheduler, triggerer and tasks and of Spark Connect; on its own
-# platform; rewrites docs/BENCHMARKS-lag-fleet.md (about 15 minutes; --lag-fleet-pipelines, --lag-fleet-fed,
+# platform; rewrites docs/BENCHMARKS-lag-fleet.md and its section of docs/BENCHMARKS.md (about 8 minutes; --lag-fleet-pipelines, --lag-fleet-fed,
 # --lag-fleet-rate, --lag-fleet-seconds in `lockstep bench --help`).
 bench-lag-fleet: setup
 	$(BIN)/lockstep bench --lag-fleet-only --results var/bench/lag-fleet-results.json --report docs/BENCHMARKS-lag-fleet.md

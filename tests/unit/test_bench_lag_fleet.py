@@ -84,3 +84,16 @@ def test_the_main_page_s_section_is_written_again_from_the_lag_fleet_page_and_no
     again = main.read_text()
     assert again.count(lag_fleet_report.HEADING) == 1 and "2 runs started by the idle ones" in again
     assert again.endswith("## Making Lockstep faster\n\nprose\n") and "fresh\n" in again
+
+
+def test_the_committed_pages_agree_make_bench_writes_the_same_lag_fleet_section_again() -> None:
+    from pathlib import Path
+
+    from lockstep_bench.measure import page_summary
+
+    root = Path(__file__).resolve().parents[2]
+    page = root / lag_fleet_report.PAGE
+    assert page_summary(page, lag_fleet_report.SUMMARY_MARK) is not None
+    section = lag_fleet_report.section(page)
+    assert "Measured apart by `make bench-lag-fleet`" in section
+    assert f"{section}\n\n## Making Lockstep faster" in (root / "docs" / "BENCHMARKS.md").read_text()
