@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 LOCKSTEP, FLINK, QUIX = "lockstep-airflow", "flink-sql", "quix-streams"
 #: The step lines of a Lockstep task log (``lockstep_airflow.operators``) and the seconds each reports.
-STEP_LINES = {"wait": re.compile(r"the checkpoint in flight settled after ([0-9.]+) s"),
+STEP_LINES = {"wait": re.compile(r"(?:the checkpoint in flight settled|checkpoint \d+ was prepared) after ([0-9.]+) s"),
               "plan": re.compile(r"checkpoint \d+: planned \d+ records from .* in ([0-9.]+) s"),
               "run": re.compile(r"checkpoint \d+: run step finished in ([0-9.]+) s"),
               "commit": re.compile(r"checkpoint \d+: completed in ([0-9.]+) s"),

@@ -212,10 +212,13 @@ def _plan_step(op: _LockstepOperator, context: Context, spec: PipelineSpec, p: P
             raise AirflowRescheduleException(datetime.now(UTC) + IN_FLIGHT_POKE) from exc
         except (LockstepError, FailpointError) as exc:
             raise _loud("plan", spec.name, getattr(exc, "checkpoint_id", None), exc, context) from exc
-    if told:
+    claim = result.claim
+    if told and claim.after is not None:  # pipelined: planned on top of the one in flight, once it was prepared
+        log.info("%s: checkpoint %d was prepared after %.1f s; planned on top of it", spec.name, claim.after,
+                 started - first_look)
+    elif told:
         log.info("%s: the checkpoint in flight settled after %.1f s; planned after it", spec.name,
                  started - first_look)
-    claim = result.claim
     if not dry_run:
         op._link(spec.name, claim.checkpoint_id)
         _send_lag(p)  # the claimed records are in flight now

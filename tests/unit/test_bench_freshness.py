@@ -309,3 +309,11 @@ def test_a_runs_stages_and_state_figures_are_read_from_its_task_log() -> None:
     assert stage_figures(log) == {"read": 0.5, "state": 2.25, "state rows": 2000.0, "state rows read": 1990.0,
                                   "state load": 0.05, "state apply": 0.04, "state write": 0.11}
     assert stage_figures("checkpoint 3: no new records; prepared without starting Spark") == {}
+
+
+def test_the_wait_of_the_run_one_ahead_is_read_from_either_of_its_log_lines() -> None:
+    from lockstep_bench.freshness import STEP_LINES
+
+    settled = "orders: the checkpoint in flight settled after 1.4 s; planned after it"
+    on_top = "orders: checkpoint 41 was prepared after 0.6 s; planned on top of it"
+    assert [STEP_LINES["wait"].search(line).group(1) for line in (settled, on_top)] == ["1.4", "0.6"]
