@@ -73,6 +73,8 @@ class CheckpointRow:
     #: The end offset the claim pinned per partition (``topic:partition``): where the next checkpoint starts,
     #: and what the lag chart counts from (`records_behind`). Read from the claim the row is built from.
     end_offsets: dict[str, int] = field(default_factory=dict)
+    #: A pipelined checkpoint's (``checkpoints.pipelined``): the prepared checkpoint it was planned on top of.
+    after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
         state_keys=state.keys if state else None, state_bytes=state.bytes if state else None,
         watermark=iso_ms(state.watermark_ms) if state and state.watermark_ms is not None else None,
         watermark_delay_s=watermark_delay(view.claim, state.watermark_ms if state else None),
-        end_offsets=dict(view.claim.end_offsets),
+        end_offsets=dict(view.claim.end_offsets), after=view.claim.after,
     )
 
 

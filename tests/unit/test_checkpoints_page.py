@@ -529,6 +529,24 @@ def test_a_checkpoint_completed_after_repair_says_so_with_what_was_lost_and_give
     assert "after repair" not in render_page(overview, Ctx(tz=AMSTERDAM))
 
 
+def test_a_pipelined_checkpoint_s_row_names_the_checkpoint_it_was_planned_on_top_of(specs_dir):
+    from dataclasses import replace
+
+    from lockstep.model.checkpoint import CheckpointView
+    from lockstep_airflow.overview import checkpoint_row
+
+    claim = CheckpointClaim("orders", 5, "scheduled__5", _at(5), (OffsetRange("orders", 0, 9, 12),), "checkpoint:4",
+                            after=4)
+    row = checkpoint_row(CheckpointView(claim))
+    assert row.after == 4
+    overview = _gather(specs_dir, FakeS3(), PageQuery())
+    overview.pipelines[0].checkpoints.rows.insert(0, row)
+    cell = render_page(overview, Ctx(tz=AMSTERDAM)).split('<tr id="checkpoint-5">', 1)[1].split("</tr>", 1)[0]
+    assert "planned on top of checkpoint 4" in cell
+    overview.pipelines[0].checkpoints.rows[0] = replace(row, after=None)
+    assert "planned on top of" not in render_page(overview, Ctx(tz=AMSTERDAM))
+
+
 def test_a_checkpoint_that_read_no_records_but_wrote_is_not_collapsed_as_empty():
     from lockstep.model.checkpoint import (
         CheckpointClaim,

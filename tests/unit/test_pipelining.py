@@ -215,3 +215,27 @@ def test_pipelining_off_the_default_waits_as_before(monkeypatch):
     with pytest.raises(coordinator.CheckpointInFlight, match="checkpoint 1 is still in flight: its run run-1"):
         coordinator.plan(w.pipeline, "run-2", run_alive=only_run_1_alive)
     assert status(w, 1) is CheckpointStatus.PREPARED and w.committer.committed == []
+
+
+def test_lockstep_checkpoints_says_which_checkpoint_a_pipelined_one_was_planned_on_top_of(monkeypatch, capsys):
+    import argparse
+    import dataclasses
+    import json
+
+    from lockstep.cli import commands
+    from lockstep.steps import client_factory
+    from lockstep.store.checkpoint_store import CheckpointStore
+    from tests.support.fake_s3 import FakeS3
+    from tests.unit.test_store import BUCKET, PIPELINE, ROOT, claim_of, prepared_of
+
+    store = CheckpointStore(FakeS3(), BUCKET, ROOT, PIPELINE)
+    store.claim(claim_of(1))
+    store.write_prepared(prepared_of(1))
+    store.claim(dataclasses.replace(claim_of(2, run_id="run-b"), after=1))
+    monkeypatch.setattr(client_factory, "checkpoint_store", lambda spec: store)
+    for as_json in (False, True):
+        commands._checkpoints(None, argparse.Namespace(limit=20, json=as_json))  # type: ignore[arg-type]
+    text, doc = capsys.readouterr().out.split("\n[", 1)
+    assert "planned on top of checkpoint 1" in text.split("\n     1 ")[0]  # under checkpoint 2's line, not 1's
+    rows = {r["checkpoint"]: r for r in json.loads("[" + doc)}
+    assert (rows[2]["after"], rows[1]["after"]) == (1, None)

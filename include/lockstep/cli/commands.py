@@ -298,6 +298,8 @@ class _CheckpointRow(TypedDict):
     reason: str | None
     #: For a checkpoint completed after a repair: the transactions lost and the ranges given back.
     repair: dict[str, object] | None
+    #: For a pipelined checkpoint (``checkpoints.pipelined``): the prepared one it was planned on top of.
+    after: int | None
 
 
 def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
@@ -314,10 +316,12 @@ def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
             transactions=len(v.prepared.transactions) if v.prepared else None,
             reason=v.aborted.reason if v.aborted else None,
             repair=v.completed.repair.to_json() if v.completed and v.completed.repair else None,
+            after=v.claim.after,
         ))
     repairs = {v.checkpoint_id: v.completed.repair.summary for v in views if v.completed and v.completed.repair}
     text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
                      f"dlq={r['dead_lettered']} txns={r['transactions']}  {', '.join(r['ranges']) or '(empty)'}"
+                     + (f"\n       planned on top of checkpoint {r['after']}" if r["after"] is not None else "")
                      + (f"\n       reason: {r['reason']}" if r["reason"] else "")
                      + (f"\n       repair: {repairs[r['checkpoint']]}" if r["checkpoint"] in repairs else "")
                      for r in rows)
