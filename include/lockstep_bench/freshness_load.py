@@ -58,6 +58,12 @@ CHECK_EVERY = 97
 FETCH_WAIT_MS = 5
 
 
+def topic_folder(folder: Path, topic: str, topics: int) -> Path:
+    """Where the files of ``topic`` go when ``topics`` topics are loaded or watched together: ``folder`` itself for
+    one, a folder named after the topic for several."""
+    return folder if topics == 1 else folder / topic
+
+
 def pool_index(partition: int, offset: int, partitions: int) -> int:
     return (offset * partitions + partition) % POOL
 
@@ -136,7 +142,7 @@ def produce(bootstrap: str, topics: list[str], partitions: int, rate: float, sec
     if remaining:
         raise RuntimeError(f"{remaining} records were not delivered to {', '.join(topics)}")
     for topic in topics:
-        path = out if len(topics) == 1 else out.parent / topic / out.name
+        path = topic_folder(out.parent, topic, len(topics)) / out.name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"started": started, "rate": rate, "seconds": seconds, "partitions": partitions,
                                     "records": total, "sent_s": round(sent_s, 3), "slowest_tick_s": round(behind_s, 4),
@@ -257,7 +263,7 @@ def watch(bootstrap: str, topics: list[str], partitions: int, folder: Path, pad:
     finally:
         consumer.close()
     for topic, one in seen.items():
-        one.write(folder if len(topics) == 1 else folder / topic)
+        one.write(topic_folder(folder, topic, len(topics)))
     progress.write_text(json.dumps(total()))
     return total()
 

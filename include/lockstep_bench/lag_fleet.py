@@ -264,8 +264,9 @@ class LagFleet:
         if producer.returncode:
             watcher.kill()
             raise RuntimeError(f"the load failed (exit {producer.returncode})")
-        ticks = {n: freshness_figures.Ticks.from_json(json.loads((folder / f"{n}-in" / "ticks.json").read_text()))
-                 for n in self.fed}
+        ticks = {n: freshness_figures.Ticks.from_json(json.loads(
+            (freshness_load.topic_folder(folder, f"{n}-in", len(self.fed)) / "ticks.json").read_text()))
+            for n in self.fed}
         want = sum(freshness_figures.expected_records(kept, t.ends, t.partitions, freshness_load.POOL)
                    for t in ticks.values())
         deadline = time.monotonic() + s.settle_s
@@ -299,7 +300,7 @@ class LagFleet:
 
         import numpy as np
 
-        sink = folder / f"{name}-out"
+        sink = freshness_load.topic_folder(folder, f"{name}-out", self.s.fed)
         seen = []
         for p in range(ticks.partitions):
             a = array("d")
