@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import types
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
 import pytest
 
+from lockstep.ops import airflow_client
 from lockstep.ops.airflow_client import AirflowClient, AirflowError
+
+
+def _sleep_in_client(monkeypatch: pytest.MonkeyPatch, sleep: Callable[[float], object]) -> None:
+    """The client's ``time.sleep`` replaced, and no one else's: patched in the time module itself, every thread
+    of the test process (xdist's own) would spin through its waits, and a sleep that records each call grew a
+    worker to 20 GB before the kernel killed it."""
+    monkeypatch.setattr(airflow_client, "time", types.SimpleNamespace(sleep=sleep, monotonic=time.monotonic))
 
 
 def serve(answers: list[int]) -> tuple[HTTPServer, list[str]]:
@@ -39,7 +50,7 @@ def serve(answers: list[int]) -> tuple[HTTPServer, list[str]]:
 
 
 def test_a_trigger_refused_by_a_busy_database_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    _sleep_in_client(monkeypatch, lambda s: None)
     server, posts = serve([500, 200])
     try:
         client = AirflowClient(f"http://127.0.0.1:{server.server_port}", "admin", "pw")
@@ -50,7 +61,7 @@ def test_a_trigger_refused_by_a_busy_database_is_tried_again(monkeypatch: pytest
 
 
 def test_a_trigger_refused_for_another_reason_or_too_often_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    _sleep_in_client(monkeypatch, lambda s: None)
     server, posts = serve([404, 500, 500, 500, 500])
     try:
         client = AirflowClient(f"http://127.0.0.1:{server.server_port}", "admin", "pw")
@@ -110,7 +121,7 @@ def serve_slowly(delays: list[float]) -> tuple[HTTPServer, list[str]]:
 def test_a_poll_that_gets_no_answer_in_time_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     # The api-server starved of CPU answered one GET of the cluster DAG's test after its 30 s (CI, 2026-12-04);
     # a poll reads and changes nothing, so the wait goes on.
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    _sleep_in_client(monkeypatch, lambda s: None)
     server, seen = serve_slowly([1.0, 0.0])
     try:
         client = AirflowClient(f"http://127.0.0.1:{server.server_port}", "admin", "pw", timeout_s=0.3)
@@ -122,7 +133,7 @@ def test_a_poll_that_gets_no_answer_in_time_is_asked_again(monkeypatch: pytest.M
 
 def test_a_trigger_that_gets_no_answer_in_time_is_not_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     # It may have made its DAG run: a second POST would make another.
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    _sleep_in_client(monkeypatch, lambda s: None)
     server, seen = serve_slowly([1.0, 0.0])
     try:
         client = AirflowClient(f"http://127.0.0.1:{server.server_port}", "admin", "pw", timeout_s=0.3)
@@ -136,7 +147,7 @@ def test_a_trigger_that_gets_no_answer_in_time_is_not_sent_twice(monkeypatch: py
 def test_a_server_that_refuses_connections_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing listens: asking again a moment later changes nothing, so the first refusal is the answer.
     waits: list[float] = []
-    monkeypatch.setattr("time.sleep", waits.append)
+    _sleep_in_client(monkeypatch, waits.append)
     server = HTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = server.server_port
     server.server_close()
