@@ -240,20 +240,24 @@ def _until_it_moves(p: Pipeline, checkpoint_id: int | None, deadline: float) -> 
     """Wait, looking at the store, until the checkpoint in flight ``checkpoint_id`` moves on (prepared, settled,
     gone), `PLAN_AGAIN_EVERY_S` has passed, or ``deadline`` (monotonic) comes: one listing of its folder a look, as
     often as `lockstep.rules.lag_trigger.look_again_in` says (a plan a look cost the store, and Airflow, far more)."""
+    from lockstep.errors import LockstepError
     from lockstep.rules.lag_trigger import PLAN_AGAIN_EVERY_S, look_again_in
 
     if checkpoint_id is None:
         time.sleep(IN_FLIGHT_LOOK_S)
         return
     until = min(deadline, time.monotonic() + PLAN_AGAIN_EVERY_S)
-    first = p.store.stage(checkpoint_id)
-    stage = first
-    while stage == first and time.monotonic() < until:
-        wait = look_again_in(stage)
-        if wait is None:
-            return
-        time.sleep(min(wait, max(0.0, until - time.monotonic())))
-        stage = p.store.stage(checkpoint_id)
+    try:
+        first = p.store.stage(checkpoint_id)
+        stage = first
+        while stage == first and time.monotonic() < until:
+            wait = look_again_in(stage)
+            if wait is None:
+                return
+            time.sleep(min(wait, max(0.0, until - time.monotonic())))
+            stage = p.store.stage(checkpoint_id)
+    except LockstepError:
+        return  # the store did not answer: the plan, tried again now, fails or retries as a plan does
 
 
 def _run_alive(context: Context) -> Callable[[str], bool | None]:

@@ -77,3 +77,14 @@ def test_the_plan_is_tried_again_every_few_seconds_whatever_it_sees_and_never_pa
     started = clock.now
     _wait([CLAIMED] * 100, clock, deadline_s=2.5)
     assert clock.now - started == pytest.approx(2.5)
+
+
+def test_a_store_that_does_not_answer_ends_the_wait_so_the_plan_reports_it(clock):
+    from lockstep.errors import TransientError
+
+    class _Away:
+        def stage(self, checkpoint_id: int) -> CheckpointStage | None:
+            raise TransientError("S3 is unreachable for checkpoints/41/: timed out")
+
+    operators._until_it_moves(types.SimpleNamespace(store=_Away()), 41, clock.now + 60)  # type: ignore[arg-type]
+    assert clock.slept == []
