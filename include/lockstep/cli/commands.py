@@ -1,6 +1,6 @@
 """Engine subcommands of the ``lockstep`` CLI: run, restore-plan, transactions, status, checkpoints,
-savepoint, state, verify, deadletters, failpoints, validate, spec schema. They call the coordinator functions the Airflow tasks
-call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
+savepoint, state, verify, replay, deadletters, failpoints, validate, spec schema. They call the coordinator
+functions the Airflow tasks call. The tools' subcommands (dev, demo, bench, soak) are dispatched by ``cli.TOOLS``."""
 from __future__ import annotations
 
 __all__ = [
@@ -123,6 +123,18 @@ def _add_audit_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     verify.add_argument("--airflow-url", help="also check the sink Asset's events in this Airflow against the "
                         "checkpoints (user from $LOCKSTEP_AIRFLOW_USERNAME / $LOCKSTEP_AIRFLOW_PASSWORD)")
 
+    rp = sub.add_parser("replay", help="compute completed checkpoints again through a new spec, from each one's own "
+                                       "input, state and pins, and compare with what they wrote (writes nothing "
+                                       "to the sinks; exit 0 the same, 1 the output changes, 2 some not compared)")
+    _spec(rp)
+    rp.add_argument("--compare", required=True, metavar="NEW_SPEC", help="the new version of the spec (its "
+                    "transform, routes, formats, state); the running pipeline's store and sinks are --spec's")
+    rp.add_argument("--from-checkpoint", type=int, metavar="ID", help="the first completed checkpoint to compare")
+    rp.add_argument("--to-checkpoint", type=int, metavar="ID", help="the last completed checkpoint to compare")
+    rp.add_argument("--last", type=int, metavar="N", help="only the newest N completed checkpoints of that range "
+                                                          "(default: every retained one)")
+    rp.add_argument("--examples", type=int, default=5, help="changed, added or removed records shown (default 5)")
+
     dl = sub.add_parser("deadletters", help="dead letters of a pipeline; replay them through the current transform, "
                                            "exactly once")
     dl_sub = dl.add_subparsers(dest="deadletters_command", required=True)
@@ -181,7 +193,7 @@ def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify,
                "restore-plan": _restore_plan, "status": _status, "transactions": _transactions,
-               "deadletters": _deadletters, "state": _state}[args.command]
+               "deadletters": _deadletters, "state": _state, "replay": _replay}[args.command]
     return handler(spec, args)
 
 
@@ -491,6 +503,16 @@ def _verify(spec: PipelineSpec, args: argparse.Namespace) -> int:
     doc = {**report.to_json(), "drift": [f.to_json() for f in findings], "drift_ok": not flagged}
     _emit(args, doc, report.summary() + "\n" + drift.summary(findings))
     return exit_code(report, drift_ok=not flagged)
+
+
+def _replay(spec: PipelineSpec, args: argparse.Namespace) -> int:
+    from lockstep.ops.compare import compare_pipeline, exit_code
+    from lockstep.spec import load_spec
+
+    report = compare_pipeline(spec, load_spec(args.compare), args.from_checkpoint, args.to_checkpoint, args.last,
+                              args.examples)
+    _emit(args, report.to_json(), "\n".join(report.lines()))
+    return exit_code(report)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -20,16 +20,16 @@ unexpected outputs found) and 2 (no problem found, but not everything could be c
 from __future__ import annotations
 
 __all__ = [
-    "exit_code", "verify_pipeline",
+    "audit_session", "exit_code", "verify_pipeline",
 ]
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from lockstep.connections import kafka_config
-from lockstep.errors import MetadataError
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import (
@@ -357,18 +357,13 @@ def _tables_of(spec: PipelineSpec, spark: JobSession, store: CheckpointStore | N
     later checkpoint carried forward is not read and shipped to Spark again."""
     from functools import partial
 
-    from lockstep.tables.materialize import MaterializedTables, join_tables
+    from lockstep.tables.materialize import committed, join_tables
 
     assert store is not None, "verifying a pipeline with tables needs its store"
-    missing = [t.name for t in spec.tables if t.name not in versions]
-    if missing:
-        raise MetadataError(f"checkpoint {checkpoint_id}", f"records no version of table {', '.join(missing)}")
-    key = tuple((t.name, versions[t.name].files) for t in spec.tables)
+    key = tuple((t.name, versions[t.name].files) for t in spec.tables if t.name in versions)
     tables = made.get(key)
     if tables is None:
-        tables = made[key] = MaterializedTables()
-        for table in spec.tables:
-            tables.add(spark, table, store.state_files().read_table(versions[table.name]))
+        tables = made[key] = committed(spark, spec, store.state_files(), versions, f"checkpoint {checkpoint_id}")
     tables.register_views()  # the views this checkpoint's query reads, whatever an earlier one registered
     return partial(join_tables, spec, tables) if any(t.join is not None for t in spec.tables) else None
 
@@ -503,33 +498,40 @@ def verify_pipeline(spec: PipelineSpec, since: int | None = None,
     for the expected outputs the Spark its checkpoints run on: a session of the pipeline's Spark
     Connect server in connect mode (no JVM to start here), else a local Spark session of its own.
     Either is stopped afterwards."""
-    from lockstep.spark.target import CONNECT, spark_target
     from lockstep.steps.client_factory import checkpoint_store
 
     store = checkpoint_store(spec)
-    target = spark_target(spec)
-
-    def check(spark: JobSession) -> VerifyReport | StateVerifyReport:
+    with audit_session(spec, "verify") as spark:
         if spec.state is not None:  # recomputed from the whole input: ``since`` does not apply
             from lockstep.ops.verify_state import verify_stateful
 
             return verify_stateful(spec, store, spark, progress)
         return verify(spec, store, spark, since, progress)
 
+
+@contextmanager
+def audit_session(spec: PipelineSpec, purpose: str) -> Iterator[JobSession]:
+    """A Spark session where the pipeline's checkpoints run, for a tool that computes their output again
+    (``verify``, ``replay --compare``): a session of its Spark Connect server in connect mode (no JVM to start
+    here), else a local session of its own; stopped afterwards."""
+    from lockstep.spark.target import CONNECT, spark_target
+
+    target = spark_target(spec)
     if target.mode == CONNECT:
         from lockstep.spark.connect import connect_mode, new_session
 
         with connect_mode():
             spark = new_session(target.address)
             try:
-                return check(spark)
+                yield spark
             finally:
                 spark.stop()
+        return
     from lockstep.spark.conf import local_session
 
-    session = local_session(f"lockstep-verify-{spec.name}")
+    session = local_session(f"lockstep-{purpose}-{spec.name}")
     session.sparkContext.setLogLevel("ERROR")
     try:
-        return check(session)
+        yield session
     finally:
         session.stop()

@@ -6,7 +6,8 @@ Called by the steps, the Spark run, the store, ``ops``, the CLI and the Airflow 
 trigger, run ownership, alerts). Each module's ``__all__`` names what others may import."""
 
 __all__ = [
-    "alert_policy", "commit_decision", "compaction", "dedup", "lag_trigger", "output_tasks", "pinned", "pipelining",
+    "alert_policy", "commit_decision", "compaction", "dedup", "lag_trigger", "output_diff", "output_tasks", "pinned",
+    "pipelining",
     "ranges", "replay", "recovery", "run_ownership", "start_offsets", "state_base", "manifest_figures", "state_reads",
     "watermarks", "window_partials",
 ]

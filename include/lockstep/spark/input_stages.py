@@ -10,7 +10,7 @@ are the job's (logger ``lockstep.spark.job``): the benchmarks and the tests read
 from __future__ import annotations
 
 __all__ = [
-    "Input", "Run", "Sink", "Tables", "decode", "load", "read", "replay", "ship", "sink", "tables",
+    "Input", "Run", "Sink", "Tables", "committed_tables", "decode", "load", "read", "replay", "ship", "sink", "tables",
 ]
 
 import logging
@@ -159,6 +159,19 @@ def tables(run: Run) -> Tables:
     materialized.register_views()
     enrich = partial(join_tables, spec, materialized) if any(t.join is not None for t in spec.tables) else None
     return Tables(materialized.versions, dead, enrich)
+
+
+def committed_tables(run: Run, versions: Mapping[str, TableVersion]) -> Tables:
+    """The tables at the versions a completed checkpoint committed, read from their files (nothing materialized
+    or written), their views registered, and the declared joins: what its records met. The table records it
+    dead-lettered are not computed again."""
+    from lockstep.tables.materialize import committed, join_tables
+
+    spec = run.spec
+    made = committed(run.spark, spec, run.store.state_files(), versions, f"checkpoint {run.checkpoint_id}")
+    made.register_views()
+    enrich = partial(join_tables, spec, made) if any(t.join is not None for t in spec.tables) else None
+    return Tables(made.versions, None, enrich)
 
 
 def sink(run: Run) -> Sink:

@@ -19,12 +19,13 @@ No Airflow import here: the job runs wherever spark-submit or the run step runs 
 from __future__ import annotations
 
 __all__ = [
-    "job_outcome", "run_checkpoint_job", "values_for_run",
+    "Replayed", "job_outcome", "replay_output", "run_checkpoint_job", "values_for_run",
 ]
 
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -38,13 +39,16 @@ from lockstep.model.transactional_ids import write_tasks
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
 from lockstep.spark import input_stages as stage
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings
-from lockstep.spark.output_stages import Pass, Written, write_output
+from lockstep.spark.output_stages import Pass, Written, computed_output, write_output
 from lockstep.spark.stage_tracker import StageTracker
 from lockstep.spec import PipelineSpec
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from lockstep.model.checkpoint import CheckpointClaim
     from lockstep.model.state_manifest import StateManifest
+    from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import PipelineStore
     from lockstep.tables.pins import TableVersion
@@ -154,8 +158,38 @@ def _claimed(checkpoint_id: int, store: PipelineStore, view: CheckpointView | No
     return view
 
 
+class Replayed(NamedTuple):
+    """A checkpoint's output computed again (`replay_output`), in the writers' columns, and the state that run
+    would have saved (None: stateless); the seconds of each stage."""
+
+    out: DataFrame
+    stateful: StatefulRun | None
+    stage_seconds: Mapping[str, float]
+
+
+def replay_output(spec: PipelineSpec, view: CheckpointView, spark: JobSession, store: PipelineStore,
+                  schema_ids: Mapping[str, int] | None = None) -> Replayed:
+    """A completed checkpoint's output computed again through ``spec`` (another version of its code) from the
+    checkpoint's own claim: its ranges, its base state and pinned clock, the table versions it committed, and
+    ``schema_ids`` (the claim's pinned schemas when None). The same stages as its run, nothing written: no
+    transaction, no state or table files, nothing in the store. The caller lets ``stateful`` go."""
+    cid = view.checkpoint_id
+    if view.completed is None:
+        raise CheckpointError(cid, f"is {view.status.value}; only a completed checkpoint's output can be compared")
+    tracker = StageTracker(cid)
+    claim = view.claim if schema_ids is None else replace(view.claim, schema_ids=dict(schema_ids))
+    run = tracker.run("open", _open, spec, cid, spark, store, replace(view, claim=claim), False)
+    read = stage.Input(tracker.run("read", stage.read, run), tracker.run("load", stage.load, run))
+    tracker.run("ship", stage.ship, run)
+    formats = tracker.run("decode", stage.decode, run)
+    tables = tracker.run("tables", stage.committed_tables, run, view.completed.tables) if spec.tables else \
+        stage.Tables(view.completed.tables)
+    computed = computed_output(run, tracker, Pass(read, formats, tables, None))
+    return Replayed(computed.out, computed.stateful.run if computed.stateful is not None else None, tracker.seconds)
+
+
 def _open(spec: PipelineSpec, checkpoint_id: int, spark: JobSession, store: PipelineStore,
-          view: CheckpointView) -> stage.Run:
+          view: CheckpointView, writes: bool = True) -> stage.Run:
     """The stage that fixes what every other stage uses: the values the claim was planned with (a spec edit it
     cannot honour refused), the source's connection, the tasks (recorded for recovery under ``auto``), the
     ranges read, and whether each task's source partitions are read in a Spark partition of their own."""
@@ -174,7 +208,7 @@ def _open(spec: PipelineSpec, checkpoint_id: int, spark: JobSession, store: Pipe
     tasks = write_tasks(planned.sink_parallelism, len(ranges), lambda: default_parallelism(spark))
     if without_records:
         ranges = claim.ranges  # read as they are, empty: the transform's columns, no rows
-    if planned.sink_parallelism == "auto":  # the claim allows up to 256 ids: tell recovery how many
+    if planned.sink_parallelism == "auto" and writes:  # the claim allows up to 256 ids: tell recovery how many
         tasks = store.record_write_tasks(checkpoint_id, tasks)
     # A dedup judged on the driver marks the records where they are: read each task's source partitions
     # in its own Spark partition, and its output needs no shuffle to reach its task (`place`).

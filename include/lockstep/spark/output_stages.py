@@ -12,7 +12,7 @@ letters. Every stage is timed by its name (`lockstep.spark.stage_tracker`); its 
 from __future__ import annotations
 
 __all__ = [
-    "Written", "check_output_schema", "write_output",
+    "Computed", "Written", "check_output_schema", "computed_output", "write_output",
 ]
 
 import logging
@@ -51,7 +51,8 @@ class Pass(NamedTuple):
     input: Input
     formats: Formats
     tables: Tables
-    sink: Sink
+    #: None: the output is computed, not written (`computed_output`)
+    sink: Sink | None
 
 
 class Transformed(NamedTuple):
@@ -87,6 +88,14 @@ class Placed(NamedTuple):
     checked: tuple[str, ...]
     may_rejoin: bool
     bad: int = 0
+
+
+class Computed(NamedTuple):
+    """The output a write would write, computed and kept (in the writers' columns), and the stateful run whose
+    state a write would save (the caller lets it go)."""
+
+    out: DataFrame
+    stateful: Stateful | None
 
 
 class Written(NamedTuple):
@@ -154,9 +163,44 @@ def write_output(run: Run, tracker: StageTracker, p: Pass) -> Written:
         return _stages(run, tracker, p, found)
 
 
+def computed_output(run: Run, tracker: StageTracker, p: Pass) -> Computed:
+    """The output the checkpoint's write would write, computed through the same stages and kept, nothing written
+    (``lockstep replay --compare``): the input's dead letters counted before (never in a write's pass), a
+    dropped input's bytes rejoined to the transform's dead letters, records that raise a Spark data error set
+    aside as a write sets them aside."""
+    try:
+        return _computed(run, tracker, p)
+    except Exception as exc:
+        error = data_error(exc) if run.spec.state is None and p.input.replay is None else None
+        if error is None:
+            raise
+        found = tracker.run("isolate", _isolate, run, p, error, exc)
+        return _computed(run, tracker, p, found)
+
+
+def _computed(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = None) -> Computed:
+    """transform -> state -> place -> count -> keep (-> keep again, with the input's bytes rejoined)."""
+    t = tracker.run("transform", _transform, run, p, raised, False)
+    stateful = tracker.run("state", _state, run, p, t) if run.spec.state is not None else None
+    placed = tracker.run("place", _place, run, p, t, stateful)
+    if t.counting and t.decoded is not None:
+        placed = tracker.run("count", _count_before, run, p, t, placed, raised)
+    out = tracker.run("keep", _kept, placed.out.select(*placed.columns))
+    if placed.may_rejoin and out.where("error IS NOT NULL").limit(1).count():
+        out = tracker.run("keep", _kept, _with_dead_letters(run, p, t, placed, raised, placed.bad, rejoin=True))
+    return Computed(out, stateful)
+
+
+def _kept(frame: DataFrame) -> DataFrame:
+    """Computed once (a Spark data error raises here, as in a write) and kept for the reads that follow."""
+    return frame.localCheckpoint(eager=True)
+
+
 def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = None) -> Written:
     """transform -> state -> place -> count -> write -> count -> rewrite; ``raised``: records set aside with their
     reason (`lockstep.spark.raised`), dead letters as they came."""
+    assert p.sink is not None  # a pass that writes
+    sink = p.sink
     t = tracker.run("transform", _transform, run, p, raised)
     stateful = tracker.run("state", _state, run, p, t) if run.spec.state is not None else None
     placed = tracker.run("place", _place, run, p, t, stateful)
@@ -169,7 +213,7 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         # is the writer's partitioning (a repair leaves out the lost transactions' records).
         placed = placed._replace(out=placed.out.localCheckpoint(eager=True))
         tracker.run("replay", p.input.replay.record, placed.out.select(*placed.columns))  # read once it is completed
-    results = tracker.run("write", p.sink.write, run.spark, placed.out.select(*placed.columns), p.sink.settings)
+    results = tracker.run("write", sink.write, run.spark, placed.out.select(*placed.columns), sink.settings)
     may_rejoin = placed.may_rejoin
     if t.observation is not None and t.decoded is not None:
         counted = tracker.run("count", _count_in_write, run, t)
@@ -187,14 +231,14 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
     return Written(results, stateful)
 
 
-def _transform(run: Run, p: Pass, raised: Raised | None) -> Transformed:
+def _transform(run: Run, p: Pass, raised: Raised | None, in_write: bool = True) -> Transformed:
     """Decode, join the tables, transform and route (lazily: Spark analyzes, and a route's condition is checked).
     A stateless checkpoint whose input may hold dead letters counts them in the write's own pass, when the
-    session can (connect mode): most checkpoints then read and decode their input once."""
+    session can (connect mode): most checkpoints then read and decode their input once (``in_write``)."""
     spec, formats, replaying = run.spec, p.formats, p.input.replay
     may_dead_letter = bool(formats.readings) or _join_dead_letters(spec)  # before the transform
     counting = spec.state is None and replaying is None and (may_dead_letter or bool(raised))
-    observation = watch(run.spark) if counting and not raised else None
+    observation = watch(run.spark) if counting and not raised and in_write else None
     out, decoded = formats.transformed(p.input.df, p.input.transform, p.tables.enrich,
                                        enrich_errors=_join_dead_letters(spec), observation=observation, raised=raised)
     if p.tables.dead is not None and replaying is None:
@@ -265,6 +309,7 @@ def _write_again(run: Run, p: Pass, t: Transformed, placed: Placed, raised: Rais
                  partitions: int, rejoin: bool) -> list[str]:
     """The output written again with its dead letters, in as many partitions as the first write had tasks."""
     again = _with_dead_letters(run, p, t, placed, raised, bad, partitions, rejoin)
+    assert p.sink is not None  # a pass that writes
     return p.sink.write(run.spark, again, p.sink.settings)
 
 

@@ -157,6 +157,9 @@ class CheckpointStore:
     def _trigger_key(self) -> str:
         return f"{self.root}/trigger-fired.json"
 
+    def _comparison_key(self) -> str:
+        return f"{self.root}/last-comparison.json"
+
     def _savepoint_key(self, name: str) -> str:
         return f"{self.root}/savepoints/{validate_savepoint_name(name)}.json"
 
@@ -307,6 +310,15 @@ class CheckpointStore:
 
     def last_dry_run(self) -> CheckpointClaim | None:
         return self._read(self._dry_run_key(), CheckpointClaim.from_json)
+
+    def record_comparison(self, doc: Mapping[str, object]) -> None:
+        """Keep the latest ``lockstep replay --compare`` report, for the Checkpoints page (informational,
+        overwritten by the next one; it is not under checkpoints/)."""
+        self._overwrite(self._comparison_key(), doc)
+
+    def last_comparison(self) -> dict[str, Any] | None:
+        got = self._get(self._comparison_key())
+        return got[0] if got is not None and isinstance(got[0], dict) else None
 
     def record_trigger_fired(self, doc: Mapping[str, object], replacing: str | None) -> bool:
         """Write the lag watcher's marker of its event (``lockstep.rules.lag_trigger.Fired``), kept here since

@@ -34,8 +34,8 @@ in one task, in offset order, as the writers' repair needs.
 from __future__ import annotations
 
 __all__ = [
-    "DEAD_LETTER_COLUMNS", "MaterializedTables", "VIEW_COLUMNS", "join_tables", "materialize", "table_frame",
-    "versions_frame",
+    "DEAD_LETTER_COLUMNS", "MaterializedTables", "VIEW_COLUMNS", "committed", "join_tables", "materialize",
+    "table_frame", "versions_frame",
 ]
 
 import logging
@@ -103,6 +103,24 @@ class MaterializedTables:
         """Each table as a temporary view of its name, in the frames' own session (SQL transforms read them)."""
         for name, frame in self.frames.items():
             frame.createOrReplaceTempView(name)
+
+
+def committed(spark: JobSession, spec: PipelineSpec, files: StateFiles, versions: Mapping[str, TableVersion],
+              where: str) -> MaterializedTables:
+    """Every table of ``spec`` at the versions a checkpoint committed (``versions``), read from their files
+    (never from the tables' topics, which Kafka may have compacted since): what ``lockstep verify`` and
+    ``lockstep replay --compare`` join a completed checkpoint's records with. ``where`` names the checkpoint
+    in the error for a table it records no version of."""
+    from lockstep.errors import MetadataError
+
+    missing = [t.name for t in spec.tables if t.name not in versions]
+    if missing:
+        raise MetadataError(where, f"records no version of table {', '.join(missing)}")
+    tables = MaterializedTables()
+    for table in spec.tables:
+        tables.add(spark, table, files.read_table(versions[table.name]))
+        tables.versions[table.name] = versions[table.name]
+    return tables
 
 
 def materialize(spark: JobSession, spec: PipelineSpec, checkpoint_id: int, pins: Mapping[str, TablePin],

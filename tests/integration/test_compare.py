@@ -1,0 +1,80 @@
+"""`lockstep replay --compare` on real Kafka, S3 and Spark Connect: completed checkpoints computed again through
+a spec, from each checkpoint's own claim, and compared record by record with what they committed. With the
+running spec the output is the same (the runs are deterministic, windows and state included); with a changed
+transform exactly the records the change affects are reported, as this test computes them itself; nothing is
+written to the sinks or the store's checkpoints either way."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from ..support.data import MALFORMED_EVERY, order, produce_orders, read_committed
+from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store
+from .test_state import WINDOW, produce, stateful
+
+FIXED = "lockstep_examples.orders:enrich_accepting_text"
+
+
+def compare(pipeline, new_spec, *extra: str) -> tuple[int, dict]:
+    result = lockstep("replay", "--spec", str(pipeline.spec_path), "--compare", str(new_spec), "--json", *extra)
+    assert result.returncode in (0, 1, 2), result.stderr[-3000:]
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_the_running_spec_computes_the_same_output_and_a_changed_transform_exactly_what_it_changes(
+        tmp_path, bootstrap, unique, spark_connect):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    for start in (0, 30):  # two checkpoints of 30 orders, every 10th not JSON (a dead letter)
+        produce_orders(pipeline, 30, start=start)
+        done = run(pipeline)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    code, same = compare(pipeline, pipeline.spec_path)
+    assert code == 0 and same["same"], same
+    assert same["compared"] == [1, 2] and same["not_compared"] == {}
+    assert same["total"]["before"] == same["total"]["after"] == same["total"]["same"] == 60
+
+    fixed = tmp_path / "fixed.yaml"  # the same pipeline, its transform changed to accept what is not JSON
+    fixed.write_text(yaml.safe_dump({**yaml.safe_load(pipeline.spec_path.read_text()), "transform": FIXED}))
+    code, changed = compare(pipeline, fixed, "--examples", "100")
+    assert code == 1 and not changed["same"]
+    # What the change affects, computed here: order i is offset i // 2 of partition i % 2; the malformed ones
+    # were dead letters and are now sink records of {"raw": <the text>}.
+    expected = {f"{pipeline.source}:{i % 2}@{i // 2}": f"not json {i}" for i in range(60) if i % MALFORMED_EVERY == 0}
+    assert all(order(int(text.split()[-1])) == text.encode() for text in expected.values())
+    examples = changed["total"]["examples"]
+    assert {e["source"] for e in examples} == set(expected)
+    for e in examples:
+        assert e["kind"] == "changed" and e["fields"] == ["role", "value", "error"], e
+        assert e["before"].startswith(f"[dead letters] value={expected[e['source']]} error=")
+        assert e["after"] == f"[sink] value={json.dumps({'raw': expected[e['source']]}, separators=(',', ':'))}"
+    total = changed["total"]
+    assert (total["changed"], total["added"], total["removed"], total["same"]) == (len(expected), 0, 0, 60 - len(expected))
+    assert total["dead_letters_lost"] == len(expected) and total["dead_letters_gained"] == 0
+    assert [c["changed"] for c in changed["checkpoints"]] == [3, 3]
+
+    # Nothing was written: the sinks hold what the two checkpoints wrote, no transaction is open, no checkpoint
+    # was added; the store keeps the last comparison for the Checkpoints page.
+    assert len(read_committed(bootstrap, pipeline.sink)) == 60 - len(expected)
+    assert len(read_committed(bootstrap, pipeline.dead_letters)) == len(expected)
+    assert open_transactions(pipeline) == []
+    s = store(pipeline)
+    assert list(s.checkpoint_ids()) == [1, 2]
+    assert s.last_comparison() == changed
+
+
+def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_state_and_clock(
+        tmp_path, bootstrap, unique, spark_connect):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=1000)
+    stateful(pipeline, WINDOW)
+    for n in range(3):  # each checkpoint closes the windows of the one before: its output comes from the state
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        done = run(pipeline)
+        assert done.returncode == 0, done.stderr[-3000:]
+    code, report = compare(pipeline, pipeline.spec_path)
+    assert code == 0 and report["same"] and report["compared"] == [1, 2, 3], report
+    windows = len(read_committed(bootstrap, pipeline.sink))
+    assert windows > 0 and report["total"]["before"] == report["total"]["after"] == report["total"]["same"]
+    assert report["total"]["before"] == windows + len(read_committed(bootstrap, pipeline.dead_letters))
+    assert sum(1 for c in report["checkpoints"] if c["before"]) >= 2  # windows fired in more than one
