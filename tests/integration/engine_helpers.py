@@ -84,6 +84,16 @@ def verify(pipeline: PipelineUnderTest, *extra: str) -> dict:
     return report
 
 
+def same_output(pipeline: PipelineUnderTest) -> dict:
+    """`lockstep replay --compare` with the pipeline's own spec: every retained completed checkpoint, computed
+    again from its claim, writes exactly what it committed (the runs are deterministic). Returns the report."""
+    result = lockstep("replay", "--spec", str(pipeline.spec_path), "--compare", str(pipeline.spec_path), "--json")
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    report = json.loads(result.stdout)
+    assert report["same"] and report["compared"] and not report["not_compared"], report
+    return report
+
+
 def open_transactions(pipeline: PipelineUnderTest) -> list[str]:
     from lockstep.kafka.committer import TransactionCommitter
 

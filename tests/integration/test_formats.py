@@ -14,7 +14,7 @@ import yaml
 from tests.support.pipelines import PipelineUnderTest
 
 from ..support.data import read_committed, topic_partitions
-from .engine_helpers import open_transactions, run, store, verify
+from .engine_helpers import open_transactions, run, same_output, store, verify
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "include" / "lockstep_examples" / "schemas"
 ORDER = (SCHEMAS / "order.avsc").read_text()
@@ -118,6 +118,8 @@ def crash_at_every_failpoint(pipeline: PipelineUnderTest, produce_batch, already
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["covered_offsets"] == already + len(produced)
     assert open_transactions(pipeline) == []
+    # every completed checkpoint, replays of crashed attempts included, computed again writes what it committed
+    same_output(pipeline)
     return produced
 
 

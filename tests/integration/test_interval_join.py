@@ -18,7 +18,7 @@ from lockstep.model.output_contract import WRITER_FAILPOINTS
 from lockstep_dev.datagen import ensure_topics
 
 from ..support.data import read_committed
-from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, same_output, store, verify
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +91,7 @@ def test_an_interval_join_pairs_each_payment_with_its_order_once_and_writes_lone
     assert manifest.operator == "interval_join" and manifest.keys == 3  # far0, far1 and nobody still wait
     report = verify(pipeline)
     assert report["ok"] and report["complete"] and report["expected_outputs"] == len(out), report
+    same_output(pipeline)  # each checkpoint computed again from its buffered state and its clock: the same
 
     # A savepoint, then orders and payments after it, one checkpoint; a restore from the savepoint reads them
     # again from the savepoint's state and writes the same pairs and lone orders a second time.

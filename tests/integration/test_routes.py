@@ -14,7 +14,7 @@ import yaml
 from lockstep_dev.datagen import ensure_topics
 from tests.support.data import read_committed, topic_partitions
 
-from .engine_helpers import open_transactions, run, store, verify
+from .engine_helpers import open_transactions, run, same_output, store, verify
 from .test_formats import (  # noqa: F401 - registry is a fixture
     ENRICHED,
     crash_at_every_failpoint,
@@ -99,6 +99,7 @@ def test_an_sql_pipeline_routes_alike_with_the_python_writer_and_verify_finds_a_
     written = {p.topic for t in prepared.transactions for p in t.partitions}
     assert written == {pipeline.sink, *topics.values(), pipeline.dead_letters}, "all in the checkpoint's transactions"
     assert verify(pipeline)["misrouted"] == 0
+    assert same_output(pipeline)["total"]["before"] == len(orders)  # the SQL query and its routes are deterministic
 
     # The routes swapped in the spec: what the sink holds is no longer where they send it, and verify says so.
     doc = yaml.safe_load(pipeline.spec_path.read_text())

@@ -21,7 +21,7 @@ import yaml
 from lockstep_dev.datagen import ensure_topics
 from tests.support.data import read_committed
 
-from .engine_helpers import crash_at, lockstep, open_transactions, run, store, verify
+from .engine_helpers import crash_at, lockstep, open_transactions, run, same_output, store, verify
 from .test_formats import make
 
 pytestmark = pytest.mark.integration
@@ -171,6 +171,7 @@ def test_a_stream_table_join_is_exactly_once_against_each_checkpoints_pinned_tab
     report = verify(pipeline)
     assert report["ok"] and (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["covered_offsets"] == 12 * (len(points) + 1)
+    same_output(pipeline)  # each checkpoint computed again against the table version it committed: the same
 
     # A savepoint, then orders and a customer change; a restore from the savepoint starts from its table
     # version and reads the table's updates since (the deleted records are not read again).
@@ -448,6 +449,7 @@ def test_a_temporal_join_meets_each_record_with_the_version_valid_at_its_event_t
 
     report = verify(pipeline)
     assert report["ok"] and report["covered_offsets"] == 12 * (len(points) + 1), report
+    same_output(pipeline)  # each checkpoint computed again meets the versions valid at its records' times: the same
     # A savepoint, more orders and a late correction, then a restore from the savepoint: the restored checkpoint
     # reads the orders after it again, against the savepoint's versions and the versions read since.
     assert lockstep("savepoint", "create", "sp", "--spec", str(pipeline.spec_path)).returncode == 0
