@@ -125,6 +125,36 @@ def dry_run_row(plan: CheckpointClaim | None) -> list[DryRunRow]:
                       [str(r) for r in plan.ranges if not r.is_empty], sum(r.count for r in plan.ranges))]
 
 
+@dataclass(frozen=True)
+class ComparisonRow:
+    """The latest ``lockstep replay --compare``: which completed checkpoints were computed again through which
+    spec, and what changed (`lockstep.ops.compare.Comparison`)."""
+
+    compared_at: str
+    spec: str
+    checkpoints: list[int]
+    same: bool
+    changed: int
+    added: int
+    removed: int
+    not_compared: int
+    fields: list[str]
+
+
+def comparison_row(doc: dict[str, Any] | None) -> list[ComparisonRow]:
+    """The latest comparison's report, as the store keeps it, as a row; a report that does not read as one is
+    left out (it is informational)."""
+    if not doc:
+        return []
+    try:
+        total = doc["total"]
+        return [ComparisonRow(str(doc["compared_at"]), str(doc["spec"]), [int(c) for c in doc["compared"]],
+                              bool(doc["same"]), int(total["changed"]), int(total["added"]), int(total["removed"]),
+                              len(doc.get("not_compared") or {}), sorted(total.get("fields") or {}))]
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
 @dataclass
 class Section:
     """One part of a pipeline's overview: its rows, or why they could not be read."""
@@ -175,6 +205,8 @@ class PipelineOverview:
     lag: Section
     last_completed: Section = field(default_factory=Section)
     last_dry_run: Section = field(default_factory=Section)
+    #: the latest ``lockstep replay --compare`` (`ComparisonRow`)
+    last_comparison: Section = field(default_factory=Section)
     #: open transactions of the pipeline, and foreign ones holding back its partitions (``OpenTransaction``).
     transactions: Section = field(default_factory=Section)
     #: the spec's ``checkpoints.tasks``: which task logs a checkpoint row links to
@@ -584,14 +616,14 @@ def _utcnow() -> datetime:
 
 def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savepoints: Section, lag: Section,
                       last_completed: Section, last_dry_run: Section | None = None,
-                      transactions: Section | None = None) -> PipelineOverview:
+                      transactions: Section | None = None, last_comparison: Section | None = None) -> PipelineOverview:
     return PipelineOverview(
         name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
         sink_topic=", ".join(spec.sink.topics), dead_letter_topic=spec.sink.dead_letter_topic,
         consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
         last_dry_run=last_dry_run or Section(), transactions=transactions or Section(),
-        tasks=spec.checkpoints.tasks,
+        last_comparison=last_comparison or Section(), tasks=spec.checkpoints.tasks,
     )
 
 
@@ -635,11 +667,12 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                     section(spec, of(spec, lag_for), needs_store=False),
                     section(spec, lambda st: last_completed_row(st.latest_completed(), moment)),
                     section(spec, lambda st: dry_run_row(st.last_dry_run())),
-                    section(spec, of(spec, transactions_for)))
+                    section(spec, of(spec, transactions_for)),
+                    section(spec, lambda st: comparison_row(st.last_comparison())))
                    for spec in specs]
         pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result(), dry.result(),
-                                       txns.result())
-                     for spec, c, s, lag, last, dry, txns in futures]
+                                       txns.result(), compared.result())
+                     for spec, c, s, lag, last, dry, txns, compared in futures]
     stamp = moment.isoformat(timespec="seconds")
     return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or UTC), query=query)
 

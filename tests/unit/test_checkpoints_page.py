@@ -211,8 +211,9 @@ def test_a_page_of_500_checkpoints_reads_only_what_it_shows(specs_dir):
     # ids: the newest (pointer GET + LIST after it), the page's (1 LIST from 479), the oldest (1 LIST);
     # page: 20 views x 3 GETs; savepoints: 1 LIST; latest_completed, once for the lag and the "last
     # completed" line: pointer GET + LIST + 1 view; the lag's checkpoints after it: 1 LIST; the last dry
-    # run: 1 GET. The count of calls, not a time, shows the page does not grow with history.
-    assert s3.calls["get_object"] <= 20 * 3 + 2 + 3 + 1, s3.calls
+    # run: 1 GET; the last comparison: 1 GET. The count of calls, not a time, shows the page does not grow
+    # with history.
+    assert s3.calls["get_object"] <= 20 * 3 + 2 + 3 + 1 + 1, s3.calls
     assert s3.calls["list_objects_v2"] <= 7, s3.calls
     assert "checkpoints 481–500 of 1–500 stored" in html
     assert "checkpoints 481–489: 9 empty, completed" in html
@@ -643,7 +644,7 @@ def test_charts_add_no_store_call_to_the_page(specs_dir):
     s3.calls.clear()
     overview = _gather(specs_dir, s3, PageQuery(limit=20), lag_for=_lag_store_reads)
     gathered = dict(s3.calls)
-    assert gathered["get_object"] <= 20 * 3 + 2 + 3 + 1, gathered
+    assert gathered["get_object"] <= 20 * 3 + 2 + 3 + 1 + 1, gathered
     html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
     overview.to_json()
     assert s3.calls == gathered, "rendering the charts (or the JSON series) read the store"
@@ -689,3 +690,34 @@ def test_a_stateful_pipeline_also_charts_its_watermarks_delay(specs_dir):
     assert "Watermark behind the checkpoint&#39;s clock, checkpoints 1–3; latest: 2 min 3 s behind (checkpoint 3)" \
         in watermark
     assert overview.to_json()["pipelines"][0]["series"]["watermark_delay_s"] == [121.0, 122.0, 123.0]
+
+
+def test_the_latest_comparison_is_shown_under_the_checkpoints(specs_dir):
+    """`lockstep replay --compare` keeps its report in the store; the page says what it compared and found."""
+    from dataclasses import replace
+
+    from lockstep.ops.compare import Comparison
+    from lockstep.rules.output_diff import OutputRecord, diff_checkpoint
+
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 3)
+    html = render_page(_gather(specs_dir, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
+    assert 'class="meta comparison"' not in html  # none yet
+
+    report = Comparison("orders", "/specs/orders-v2.yaml", "2025-01-01T00:30:00+00:00")
+    for cid in (2, 3):
+        record = OutputRecord(("orders", 0, cid), "sink", None, b'{"a": 1}')
+        diff = diff_checkpoint(cid, [record], [replace(record, value=b'{"a": 2}')] if cid == 3 else [record])
+        report.checkpoints.append(diff)
+        report.total.add(diff, 5)
+    report.not_compared[1] = "its input was deleted by retention"
+    store.record_comparison(report.to_json())
+    assert list(store.checkpoint_ids()) == [1, 2, 3]  # kept beside the checkpoints, not as one
+
+    overview = _gather(specs_dir, s3, PageQuery(limit=20))
+    html = render_page(overview, Ctx(tz=AMSTERDAM, params=PageParams()))
+    line = " ".join(re.search(r'<div class="meta comparison">(.*?)</div>', html, re.S).group(1).split())
+    assert "2 completed checkpoints (2-3) computed again through <code>/specs/orders-v2.yaml</code>: the output " \
+           "changes: 1 changed, 0 added, 0 removed (fields: value.a); 1 not compared." in line
+    assert overview.to_json()["pipelines"][0]["last_comparison"]["rows"][0]["same"] is False

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 __all__ = [
-    "read_committed", "record_timestamps",
+    "CommittedRecord", "read_committed", "record_timestamps",
 ]
 
 import time

@@ -157,9 +157,6 @@ class CheckpointStore:
     def _trigger_key(self) -> str:
         return f"{self.root}/trigger-fired.json"
 
-    def _comparison_key(self) -> str:
-        return f"{self.root}/last-comparison.json"
-
     def _savepoint_key(self, name: str) -> str:
         return f"{self.root}/savepoints/{validate_savepoint_name(name)}.json"
 
@@ -314,10 +311,10 @@ class CheckpointStore:
     def record_comparison(self, doc: Mapping[str, object]) -> None:
         """Keep the latest ``lockstep replay --compare`` report, for the Checkpoints page (informational,
         overwritten by the next one; it is not under checkpoints/)."""
-        self._overwrite(self._comparison_key(), doc)
+        self._overwrite(f"{self.root}/last-comparison.json", doc)
 
     def last_comparison(self) -> dict[str, Any] | None:
-        got = self._get(self._comparison_key())
+        got = self._get(f"{self.root}/last-comparison.json")
         return got[0] if got is not None and isinstance(got[0], dict) else None
 
     def record_trigger_fired(self, doc: Mapping[str, object], replacing: str | None) -> bool:
