@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from lockstep.ops.drift import Finding
+    from lockstep.rules.change_plan import Change
     from lockstep.spark.dead_letter_replay import Selection
     from lockstep.spec import PipelineSpec
     from lockstep.store.checkpoint_store import PipelineStore
@@ -164,6 +165,9 @@ def _add_spec_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     val.add_argument("--connect", action="store_true", help="also reach the services through each spec's connections: "
                      "topics and partitions, registry subjects, the checkpoint store and the stored state's key groups")
     val.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    val.add_argument("--against", metavar="RUNNING_SPEC", help="with one spec: the change plan from the running "
+                     "version of it (e.g. `git show main:<path>`): per change, whether it applies at the next "
+                     "checkpoint, needs a step first, or is refused and the way out; exit 1 if one is refused")
 
     sc = sub.add_parser("spec", help="the pipeline spec's own description")
     sc_sub = sc.add_subparsers(dest="action", required=True)
@@ -523,15 +527,49 @@ def _validate(args: argparse.Namespace) -> int:
     from lockstep.paths import pipelines_dir
 
     quiet_clients()
+    if args.against is not None and len(args.paths) != 1:
+        print("lockstep validate: --against compares one spec with its running version: give exactly one spec file",
+              file=sys.stderr)
+        return 2
+    changes = _change_plan(args.paths[0], args.against) if args.against is not None else None
+    if args.against is not None and changes is None:
+        return 2
     report = validate(args.paths or [pipelines_dir()], connect=args.connect)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2, default=str))
+        doc = report.to_json()
+        if changes is not None:
+            doc["changes"] = [c.to_json() for c in changes]
+        print(json.dumps(doc, indent=2, default=str))
     else:
         print("\n".join(report.lines()))
+        if changes is not None:
+            print(f"change plan from {args.against}:" if changes else f"change plan from {args.against}: no change")
+            print("\n".join(f"  {c.line()}" for c in changes))
         for error in report.errors:
             print(f"lockstep validate: {error}", file=sys.stderr)
-    return report.exit_code()
+    from lockstep.rules.change_plan import Applies
 
+    refused = changes is not None and any(c.applies is Applies.REFUSED for c in changes)
+    return max(report.exit_code(), 1 if refused else 0)
+
+
+def _change_plan(new_path: str, running_path: str) -> list[Change] | None:
+    """The change plan from the running spec to the new one; None when the running spec does not load (said on
+    stderr). A new spec that does not load has no plan: the validation's report names its problems."""
+    from lockstep.errors import SpecError
+    from lockstep.rules.change_plan import change_plan
+    from lockstep.spec import load_spec
+
+    try:
+        running = load_spec(running_path)
+    except (SpecError, OSError) as exc:
+        print(f"lockstep validate: --against {running_path}: the running spec does not load: {exc}", file=sys.stderr)
+        return None
+    try:
+        new = load_spec(new_path)
+    except (SpecError, OSError):
+        return []
+    return change_plan(running, new)
 
 def _spec_schema(args: argparse.Namespace) -> int:
     """The JSON Schema rendered from the spec's one declaration (`lockstep.spec.shape`), the shape the checker

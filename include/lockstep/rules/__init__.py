@@ -6,8 +6,7 @@ Called by the steps, the Spark run, the store, ``ops``, the CLI and the Airflow 
 trigger, run ownership, alerts). Each module's ``__all__`` names what others may import."""
 
 __all__ = [
-    "alert_policy", "commit_decision", "compaction", "dedup", "lag_trigger", "output_diff", "output_tasks", "pinned",
-    "pipelining",
-    "ranges", "replay", "recovery", "run_ownership", "start_offsets", "state_base", "manifest_figures", "state_reads",
-    "watermarks", "window_partials",
+    "alert_policy", "change_plan", "commit_decision", "compaction", "dedup", "lag_trigger", "manifest_figures",
+    "output_diff", "output_tasks", "pinned", "pipelining", "ranges", "recovery", "replay", "run_ownership",
+    "start_offsets", "state_base", "state_reads", "watermarks", "window_partials",
 ]

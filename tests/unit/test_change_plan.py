@@ -1,0 +1,172 @@
+"""The change plan (`lockstep validate NEW --against RUNNING`) without services: each kind of change between a
+running spec and its new version, classified as applying at the next checkpoint, needing a step first, or
+refused with the way out; and the CLI's exit codes."""
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lockstep.cli import main
+from lockstep.rules.change_plan import Applies, change_plan, worst
+from lockstep.spec import parse_spec
+
+BASE: dict[str, Any] = {
+    "name": "orders", "transform": "lockstep_examples.orders:enrich",
+    "source": {"topics": ["orders"], "kafka_conn_id": "kafka_default", "consumer_group": "orders"},
+    "sink": {"topic": "out", "dead_letter_topic": "dlq", "kafka_conn_id": "kafka_default",
+             "routes": {"big": "data.amount >= 100"}},
+    "checkpoints": {"store": "s3://lockstep/checkpoints", "max_records": 1000},
+    "transactions": {"id_prefix": "orders"},
+    "tables": {"customers": {"topic": "customers", "value": "json"}},
+}
+WINDOW = {"key_groups": 32, "event_time": {"column": "created_at", "out_of_orderness": "10s"},
+          "window": {"key": "customer", "size": "1m",
+                     "aggregates": {"orders": "count(*)", "cents": "sum(CAST(amount * 100 AS BIGINT))"}}}
+FUNCTION = {"key_groups": 32, "event_time": {"column": "created_at"},
+            "function": {"key": "customer", "process": "m:process", "state": {"orders": "bigint"}}}
+DEDUP = {"key_groups": 32, "event_time": {"column": "created_at"}, "dedup": {"key": "order_id", "ttl": "1h"}}
+
+
+def with_state(state: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(BASE)
+    doc["transform"] = "lockstep_examples.orders:parse"
+    doc["state"] = copy.deepcopy(state)
+    del doc["tables"]
+    del doc["sink"]["routes"]  # not with state (yet)
+    return doc
+
+
+def changed(base: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> list:
+    new = copy.deepcopy(base)
+    edit(new)
+    return change_plan(parse_spec(base, "running.yaml"), parse_spec(new, "new.yaml"))
+
+
+def setter(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for p in parents:
+            doc = doc[p]
+        if value is None:
+            del doc[last]
+        else:
+            doc[last] = value
+    return edit
+
+
+# (id, running spec, edit, field, when it applies, words of the reason)
+CASES = [
+    ("transform code", BASE, setter("transform", "lockstep_examples.orders:enrich_accepting_text"), "transform",
+     Applies.NEXT, "--compare <new>"),
+    ("SQL query", {**BASE, "transform": {"sql": "SELECT * FROM input"}},
+     setter("transform", {"sql": "SELECT * FROM input WHERE offset > 0"}), "transform", Applies.NEXT, "new code"),
+    ("route added", BASE, setter("sink.routes", {"big": "data.amount >= 100", "eu": "data.currency = 'EUR'"}),
+     "sink.routes", Applies.NEXT, "data.currency = 'EUR' go there"),
+    ("route condition", BASE, setter("sink.routes", {"big": "data.amount >= 500"}), "sink.routes", Applies.NEXT,
+     "data.amount >= 100 -> data.amount >= 500"),
+    ("route removed", BASE, setter("sink.routes", None), "sink.routes", Applies.NEXT, "go to sink.topic"),
+    ("sink topic", BASE, setter("sink.topic", "out2"), "sink.topic", Applies.NEXT, "stays in the old topic"),
+    ("sink schema", BASE, setter("sink.value", {"format": "avro-confluent", "schema": {"type": "string"}}),
+     "sink.value", Applies.NEXT, "incompatible one is refused before any transaction opens"),
+    ("source topic added", BASE, setter("source.topics", ["orders", "orders-eu"]), "source.topics", Applies.NEXT,
+     "log start"),
+    ("source topic removed", {**BASE, "source": {**BASE["source"], "topics": ["orders", "orders-eu"]}},
+     setter("source.topics", ["orders"]), "source.topics", Applies.NEXT, "goes on from there"),
+    ("source format", BASE, setter("source.value", "json"), "source.value", Applies.NEXT, "dead letter"),
+    ("source cluster", BASE, setter("source.kafka_conn_id", "kafka_eu"), "source.kafka_conn_id", Applies.REFUSED,
+     "restore_from: time:"),
+    ("sink cluster", BASE, setter("sink.kafka_conn_id", "kafka_eu"), "sink.kafka_conn_id", Applies.NEXT,
+     "settled on the old one"),
+    ("new table", BASE, setter("tables", {"customers": {"topic": "customers", "value": "json"},
+                                          "prices": {"topic": "prices"}}), "tables.prices", Applies.NEXT, "log start"),
+    ("table key format", BASE, setter("tables.customers.key", "json"), "tables.customers.key", Applies.REFUSED,
+     "Rename the table"),
+    ("table removed", BASE, setter("tables", None), "tables.customers", Applies.NEXT, "No longer read"),
+    ("pipeline renamed", BASE, setter("name", "orders-v2"), "name", Applies.STEP, "savepoint copy"),
+    ("store moved", BASE, setter("checkpoints.store", "s3://other/checkpoints"), "checkpoints.store", Applies.REFUSED,
+     "Keep checkpoints.store"),
+    ("key groups", with_state(WINDOW), setter("state.key_groups", 64), "state.key_groups", Applies.STEP,
+     "lockstep state rekey --spec <running> --key-groups 64"),
+    ("window size", with_state(WINDOW), setter("state.window.size", "5m"), "state.window.size", Applies.REFUSED,
+     "wrong contents"),
+    ("window aggregates", with_state(WINDOW), setter("state.window.aggregates", {"orders": "count(*)"}),
+     "state.window.aggregates", Applies.REFUSED, "restore_from: time:"),
+    ("window key", with_state(WINDOW), setter("state.window.key", "currency"), "state.window.key", Applies.REFUSED,
+     "new pipeline"),
+    ("rows to partials", with_state({**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}}),
+     setter("state.window.keep_rows", False), "state.window.keep_rows", Applies.NEXT, "partial aggregates"),
+    ("partials to rows", with_state(WINDOW), setter("state.window.keep_rows", True), "state.window.keep_rows",
+     Applies.REFUSED, "cannot become the rows"),
+    ("out of orderness", with_state(WINDOW), setter("state.event_time.out_of_orderness", "30s"),
+     "state.event_time.out_of_orderness", Applies.NEXT, "not fired again"),
+    ("operator", with_state(WINDOW), lambda d: d["state"].update(window=None, dedup={"key": "order_id", "ttl": "1h"}),
+     "state", Applies.REFUSED, "never read by another"),
+    ("state added", {k: v for k, v in BASE.items() if k != "tables"} | {"sink": {**BASE["sink"], "routes": {}}},
+     lambda d: d.update(state=copy.deepcopy(DEDUP)), "state", Applies.NEXT,
+     "starts without state"),
+    ("dedup key", with_state(DEDUP), setter("state.dedup.key", "customer"), "state.dedup.key", Applies.REFUSED,
+     "pass once more"),
+    ("dedup ttl", with_state(DEDUP), setter("state.dedup.ttl", "2h"), "state.dedup.ttl", Applies.NEXT, "next checkpoint"),
+    ("function field added", with_state(FUNCTION), setter("state.function.state", {"orders": "bigint", "last": "string"}),
+     "state.function.state", Applies.NEXT, "read as it is"),
+    ("function field removed", with_state(FUNCTION), setter("state.function.state", {"total": "bigint"}),
+     "state.function.state", Applies.REFUSED, "field 'orders' (bigint) is gone"),
+    ("function migrated", with_state(FUNCTION),
+     lambda d: d["state"]["function"].update(state={"total": "bigint"}, version=2, migrate="m:migrate"),
+     "state.function.state", Applies.NEXT, "migrated by m:migrate"),
+    ("schedule", BASE, setter("checkpoints.max_records", 5000), "checkpoints.max_records", Applies.NEXT,
+     "not what they write"),
+]
+
+
+@pytest.mark.parametrize("running,edit,field,applies,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_kind_of_change_is_classified_with_its_reason(running, edit, field, applies, words) -> None:
+    changes = changed(running, edit)
+    assert [c.field for c in changes] == [field], changes
+    [change] = changes
+    assert change.applies is applies and words in change.why, change
+
+
+def test_the_same_spec_has_no_change_and_worst_ranks_the_classes() -> None:
+    assert change_plan(parse_spec(BASE, "a.yaml"), parse_spec(copy.deepcopy(BASE), "b.yaml")) == []
+    assert worst([]) is None
+    both = changed(BASE, lambda d: d.update(transform="m:g", name="orders-2"))
+    assert {c.applies for c in both} == {Applies.NEXT, Applies.STEP} and worst(both) is Applies.STEP
+
+
+def write(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_validate_against_prints_the_plan_and_exits_1_on_a_refused_change(tmp_path: Path, capsys) -> None:
+    running = write(tmp_path / "..", "running-orders.yaml", with_state(WINDOW))
+    (tmp_path / "new").mkdir()
+    ok = copy.deepcopy(with_state(WINDOW))
+    ok["state"]["event_time"]["out_of_orderness"] = "30s"
+    new = write(tmp_path / "new", "orders.yaml", ok)
+    assert main(["validate", str(new), "--against", str(running)]) == 0
+    out = capsys.readouterr().out
+    assert f"change plan from {running}:" in out and "next checkpoint: state.event_time.out_of_orderness" in out
+
+    ok["state"]["window"]["size"] = "5m"
+    new.write_text(yaml.safe_dump(ok))
+    assert main(["validate", str(new), "--against", str(running), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [(c["field"], c["applies"]) for c in doc["changes"]] == [
+        ("state.event_time.out_of_orderness", "next checkpoint"), ("state.window.size", "refused")]
+
+
+def test_validate_against_needs_one_spec_and_a_running_spec_that_loads(tmp_path: Path, capsys) -> None:
+    new = write(tmp_path, "orders.yaml", BASE)
+    assert main(["validate", str(new), str(new), "--against", str(new)]) == 2
+    assert "give exactly one spec file" in capsys.readouterr().err
+    assert main(["validate", str(new), "--against", str(tmp_path / "missing.yaml")]) == 2
+    assert "the running spec does not load" in capsys.readouterr().err
