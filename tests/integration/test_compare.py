@@ -78,3 +78,19 @@ def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_sta
     assert windows > 0 and report["total"]["before"] == report["total"]["after"] == report["total"]["same"]
     assert report["total"]["before"] == windows + len(read_committed(bootstrap, pipeline.dead_letters))
     assert sum(1 for c in report["checkpoints"] if c["before"]) >= 2  # windows fired in more than one
+
+    # The window resized: the state's pending windows were cut at 10 s. The first checkpoint started without
+    # state, so it is computed again with 20 s windows (other windows: changes); the others cannot be, and the
+    # next plan refuses, naming the change, before it claims anything.
+    resized = tmp_path / "resized.yaml"
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["state"]["window"]["size"] = "20s"
+    resized.write_text(yaml.safe_dump(doc))
+    code, report = compare(pipeline, resized)
+    assert code == 1 and report["compared"] == [1] and sorted(report["not_compared"]) == ["2", "3"], report
+    assert all("state.window.size was 10000 ms, is now 20000 ms" in why for why in report["not_compared"].values())
+    pipeline.spec_path.write_text(resized.read_text())
+    produce(pipeline, range(120, 160))
+    refused = run(pipeline)
+    assert refused.returncode != 0 and "was kept under another window: state.window.size was 10000 ms" in refused.stderr
+    assert list(store(pipeline).checkpoint_ids()) == [1, 2, 3]

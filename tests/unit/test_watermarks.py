@@ -220,3 +220,34 @@ def test_state_of_another_operator_is_refused() -> None:
     assert "checkpoint 3" in refused
     assert operator_refusal(manifest(operator="dedup"), "dedup") is None
     assert operator_refusal(None, "function") is None
+
+
+def test_state_kept_under_another_window_shape_is_refused_naming_what_changed() -> None:
+    """A window's stored rows mean windows of one key, size, slide and aggregates: read under another they would
+    fire wrong counts without an error, so the plan refuses, naming each field; the manifest keeps the shape."""
+    from dataclasses import replace
+
+    from lockstep.rules.state_base import base_refusal, shape_refusal, state_shape
+    from lockstep.spec import parse_spec
+
+    def spec(**window: object):
+        w = {"key": "customer", "size": "1m", "aggregates": {"orders": "count(*)"}, **window}
+        return parse_spec({"name": "p", "source": {"topics": ["t"]}, "transform": "m:f",
+                           "sink": {"topic": "o", "dead_letter_topic": "d"}, "checkpoints": {"store": "s3://bucket/p"},
+                           "state": {"key_groups": 8, "event_time": {"column": "ts"}, "window": w}}, "p.yaml")
+
+    running = spec()
+    assert running.state is not None
+    base = replace(manifest(written_by=5), shape=state_shape(running.state))
+    assert StateManifest.from_json(base.to_json(), "k").shape == base.shape  # kept through JSON
+    assert base_refusal(running, base, None) is None
+    assert shape_refusal(base, spec(allowed_lateness="5s").state) is None  # not what the rows mean
+    refused = base_refusal(spec(size="5m", aggregates={"orders": "count(*)", "total": "sum(amount)"}), base, None)
+    assert refused is not None and "checkpoint 5" in refused
+    assert "state.window.size was 60000 ms, is now 300000 ms" in refused
+    assert "state.window.aggregates was orders: count(*), is now orders: count(*), total: sum(amount)" in refused
+    assert "state.window.slide was 60000 ms, is now 300000 ms" in refused  # a tumbling window slides by its size
+    assert "restore_from: time:" in refused
+    key = shape_refusal(base, spec(key="currency").state)
+    assert key is not None and "state.window.key was customer, is now currency" in key
+    assert shape_refusal(replace(base, shape={}), spec(size="5m").state) is None  # a manifest of an earlier version

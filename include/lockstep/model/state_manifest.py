@@ -101,6 +101,10 @@ class StateManifest:
     metrics: Mapping[str, float] = field(default_factory=dict)
     #: each key group's figures (format 2); empty in format 1, whose files are one full snapshot per group
     groups: Mapping[int, GroupState] = field(default_factory=dict)
+    #: what the stored rows mean, as the operator's spec said when they were written (a window's key, size,
+    #: slide and aggregates; a dedup's or a function's key): a spec that says otherwise is refused
+    #: (`lockstep.rules.state_base.shape_refusal`). Empty in manifests of earlier versions, which are not judged.
+    shape: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def incremental(self) -> bool:
@@ -138,6 +142,7 @@ class StateManifest:
             "keys": self.keys, "rows": self.rows, "bytes": self.bytes, "timers": self.timers,
             "next_timer_ms": self.next_timer_ms, "metrics": dict(self.metrics),
             **({"groups": {str(g): s.to_json() for g, s in sorted(self.groups.items())}} if self.groups else {}),
+            **({"shape": dict(self.shape)} if self.shape else {}),
         }
 
     @classmethod
@@ -164,6 +169,7 @@ class StateManifest:
                 schema_version=int(doc.get("schema_version", 1)),
                 metrics={str(k): float(v) for k, v in dict(doc.get("metrics") or {}).items()},
                 groups={int(g): GroupState.from_json(v) for g, v in dict(doc.get("groups") or {}).items()},
+                shape={str(k): v for k, v in dict(doc.get("shape") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise bad(f"is invalid: {exc!r}") from exc

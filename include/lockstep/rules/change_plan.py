@@ -235,8 +235,9 @@ def _window(a: StateSpec, b: StateSpec) -> list[Change]:
     x, y = a.window, b.window
     if x is None or y is None:
         return []
-    refused = ("The pending windows were cut, and their partial aggregates kept, under the old spec: read under the "
-               "new one they would fire with wrong contents, without an error. " + _NEW_NAME[0].upper() + _NEW_NAME[1:])
+    refused = ("The pending windows were cut, and their aggregates kept, under the old spec: read under the new one "
+               "they would fire with wrong contents, so the plan refuses (the state records its shape). "
+               + _NEW_NAME[0].upper() + _NEW_NAME[1:])
     out = []
     if x.key != y.key:
         out.append(Change("state.window.key", f"{x.key} -> {y.key}", Applies.REFUSED, refused))

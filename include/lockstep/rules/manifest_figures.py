@@ -64,7 +64,8 @@ def as_base(whole: Figures, base_bytes: int, base_digest: str) -> GroupState:
 
 def manifest(operator: str, key_groups: int, written_by: int, files: Mapping[int, tuple[str, ...]],
              groups: Mapping[int, GroupState], columns: Mapping[str, str], watermark_ms: int | None,
-             partitions: Mapping[str, PartitionTime], schema_version: int) -> StateManifest:
+             partitions: Mapping[str, PartitionTime], schema_version: int,
+             shape: Mapping[str, object] | None = None) -> StateManifest:
     """The manifest naming ``files``, its totals summed from the groups' figures."""
     nexts = [g.next_timer_ms for g in groups.values() if g.next_timer_ms is not None]
     return StateManifest(
@@ -72,4 +73,4 @@ def manifest(operator: str, key_groups: int, written_by: int, files: Mapping[int
         watermark_ms=watermark_ms, partitions=dict(partitions), keys=sum(g.keys for g in groups.values()),
         rows=sum(g.rows for g in groups.values()), bytes=sum(sum(g.file_bytes) for g in groups.values()),
         timers=sum(g.timers for g in groups.values()), next_timer_ms=min(nexts) if nexts else None,
-        schema_version=schema_version, groups=dict(groups))
+        schema_version=schema_version, groups=dict(groups), shape=dict(shape or {}))

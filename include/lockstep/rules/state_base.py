@@ -1,12 +1,15 @@
 """What state a stateful checkpoint may start from (pure): the plan checks before it claims, the run
 again before it reads. State in a format newer than this Lockstep's is refused; state of one operator
-is never read by another; the number of key groups is fixed unless a re-key is recorded; a state
-function's declared schema must fit the stored state's unless a migration is named.
+is never read by another; the number of key groups is fixed unless a re-key is recorded; what the stored
+rows mean (a window's key, size, slide and aggregates, a dedup's or a function's key: the state's
+`state_shape`) is fixed, since rows kept under one shape read under another give wrong output without an
+error; a state function's declared schema must fit the stored state's unless a migration is named.
 """
 from __future__ import annotations
 
 __all__ = [
-    "base_refusal", "format_refusal", "key_group_refusal", "operator_refusal", "schema_change",
+    "base_refusal", "format_refusal", "key_group_refusal", "operator_refusal", "schema_change", "shape_refusal",
+    "state_shape",
 ]
 
 from collections.abc import Mapping
@@ -16,7 +19,7 @@ from lockstep.model.state_manifest import STATE_FORMAT_VERSION, StateManifest
 from lockstep.model.state_rows import function_state_columns
 
 if TYPE_CHECKING:
-    from lockstep.spec import PipelineSpec
+    from lockstep.spec import PipelineSpec, StateSpec
 
 
 def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int | None) -> str | None:
@@ -26,7 +29,7 @@ def base_refusal(spec: PipelineSpec, base: StateManifest | None, rekey_to: int |
     refused here, naming the field, unless the spec names a migration."""
     assert spec.state is not None
     refused = format_refusal(base) or operator_refusal(base, spec.state.operator) \
-        or key_group_refusal(base, spec.state.key_groups, rekey_to)
+        or key_group_refusal(base, spec.state.key_groups, rekey_to) or shape_refusal(base, spec.state)
     f = spec.state.function
     if refused or f is None or base is None:
         return refused
@@ -62,6 +65,49 @@ def key_group_refusal(base: StateManifest | None, key_groups: int, rekey_to: int
     return (f"state.key_groups is {key_groups}, but the pipeline's state (checkpoint {base.written_by}) has "
             f"{base.key_groups} key groups. Set state.key_groups back to {base.key_groups}, or re-key the state "
             f"explicitly with `lockstep state rekey --spec <the pipeline's spec> --key-groups {key_groups}`")
+
+
+def state_shape(state: StateSpec) -> dict[str, object]:
+    """What the operator's stored rows mean, from its spec: what a spec that reads them must say alike."""
+    if state.window is not None:
+        w = state.window
+        return {"key": w.key, "size_ms": w.size_ms, "slide_ms": w.slide_ms,
+                "aggregates": [[name, expr] for name, expr in w.aggregates]}
+    if state.interval_join is not None:
+        j = state.interval_join
+        return {"key": j.key, "left": j.left, "right": j.right}
+    return {"key": state.key}
+
+
+#: How each part of a shape is named in the spec.
+_SHAPE_FIELDS = {"key": "key", "size_ms": "size", "slide_ms": "slide", "aggregates": "aggregates", "left": "left",
+                 "right": "right"}
+
+
+def shape_refusal(base: StateManifest | None, state: StateSpec) -> str | None:
+    """Why state written under one shape may not be read under the spec's (None: the same, or a manifest of an
+    earlier version, which recorded none)."""
+    if base is None or not base.shape:
+        return None
+    now = state_shape(state)
+    differ = [name for name in sorted(set(base.shape) | set(now)) if base.shape.get(name) != now.get(name)]
+    if not differ:
+        return None
+    section = f"state.{state.operator}"
+    what = "; ".join(f"{section}.{_SHAPE_FIELDS.get(n, n)} was {_shown(n, base.shape.get(n))}, is now "
+                     f"{_shown(n, now.get(n))}" for n in differ)
+    return (f"the pipeline's state (checkpoint {base.written_by}) was kept under another {state.operator}: {what}. "
+            "Its rows read under the new spec would give wrong output without an error. Set the spec back, or run the "
+            "new version as a new pipeline (another name and sink) started with `restore_from: time:<ISO>` where it "
+            "should take over (`lockstep validate <new spec> --against <running spec>` lists such changes)")
+
+
+def _shown(name: str, value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(f"{n}: {e}" for n, e in value) or "none"
+    if value is None:
+        return "unset"
+    return f"{value} ms" if name.endswith("_ms") else str(value)
 
 
 def format_refusal(base: StateManifest | None) -> str | None:

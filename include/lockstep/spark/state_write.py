@@ -148,8 +148,10 @@ def _write(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: ReadP
                    compactions=float(compactions), delta_merges=float(merges),
                    delta_bytes=float(uploads.by_kind["delta"]), compaction_bytes=float(uploads.by_kind["compaction"]),
                    base_bytes=float(uploads.by_kind["base"]))
+    from lockstep.rules.state_base import state_shape
+
     return manifest(state.operator, state.key_groups, cid, chains.files, chains.groups, columns, clock.after,
-                    clock.partitions, state.schema_version)
+                    clock.partitions, state.schema_version, state_shape(state))
 
 
 def _judge_groups(state: StateSpec, cid: int, plan: ReadPlan, loaded: Loaded, table: pa.Table, new_groups: set[int],
