@@ -62,6 +62,12 @@ def test_the_running_spec_computes_the_same_output_and_a_changed_transform_exact
     s = store(pipeline)
     assert list(s.checkpoint_ids()) == [1, 2]
     assert s.last_comparison() == changed
+    text = lockstep("replay", "--spec", str(pipeline.spec_path), "--compare", str(fixed), "--examples", "2")
+    print(text.stdout)  # docs/operations.md, "Changing a pipeline", quotes it (-s shows it)
+    assert text.returncode == 1 and text.stdout.splitlines()[0].endswith(f"computed again through {fixed}: the output "
+                                                                         "changes")
+    assert "total: 60 records before, 60 after: 54 the same, 6 changed, 0 added, 0 removed; dead letters 0 gained, " \
+           "6 lost; fields changed: role (6), value (6), error (6)" in text.stdout
 
 
 def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_state_and_clock(

@@ -160,8 +160,8 @@ def test_validate_against_prints_the_plan_and_exits_1_on_a_refused_change(tmp_pa
     new.write_text(yaml.safe_dump(ok))
     assert main(["validate", str(new), "--against", str(running), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert [(c["field"], c["applies"]) for c in doc["changes"]] == [
-        ("state.event_time.out_of_orderness", "next checkpoint"), ("state.window.size", "refused")]
+    assert [(c["field"], c["applies"]) for c in doc["changes"]] == [  # the most severe first
+        ("state.window.size", "refused"), ("state.event_time.out_of_orderness", "next checkpoint")]
 
 
 def test_validate_against_needs_one_spec_and_a_running_spec_that_loads(tmp_path: Path, capsys) -> None:

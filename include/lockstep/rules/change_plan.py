@@ -62,9 +62,10 @@ _COMPARE = "Compare its output first: `lockstep replay --spec <running> --compar
 def change_plan(old: PipelineSpec, new: PipelineSpec) -> list[Change]:
     """Every change from ``old`` (the running spec) to ``new``, in the spec's order, most severe first within a
     section; an empty list when nothing that matters changed."""
+    severity = [Applies.REFUSED, Applies.STEP, Applies.NEXT]
     changes: list[Change] = []
     for section in (_identity, _source, _transform, _sink, _tables, _state, _operations):
-        changes += section(old, new)
+        changes += sorted(section(old, new), key=lambda c: severity.index(c.applies))
     return changes
 
 
@@ -225,8 +226,9 @@ def _event_time(a: StateSpec, b: StateSpec) -> list[Change]:
                           "moves back, so records whose new times are behind it are late"))
     for name in ("out_of_orderness_ms", "idle_timeout_ms", "idle_advance"):
         x, y = getattr(a.event_time, name), getattr(b.event_time, name)
+        unit = " ms" if name.endswith("_ms") else ""
         if x != y:
-            out.append(Change(f"state.event_time.{name.removesuffix('_ms')}", f"{x} -> {y}", Applies.NEXT,
+            out.append(Change(f"state.event_time.{name.removesuffix('_ms')}", f"{x}{unit} -> {y}{unit}", Applies.NEXT,
                               "The watermark follows it from the next checkpoint; what has fired is not fired again"))
     return out
 
