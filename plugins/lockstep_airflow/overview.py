@@ -75,6 +75,9 @@ class CheckpointRow:
     end_offsets: dict[str, int] = field(default_factory=dict)
     #: A pipelined checkpoint's (``checkpoints.pipelined``): the prepared checkpoint it was planned on top of.
     after: int | None = None
+    #: The parts of the code (`lockstep.steps.code_version`) that differ from the next older checkpoint shown:
+    #: where a new transform, route or state operator took over. Empty: the same code (or not recorded).
+    code_changed: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,20 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
     )
 
 
+def with_code_changes(rows: list[CheckpointRow], views: list[CheckpointView]) -> list[CheckpointRow]:
+    """``rows`` (of ``views``, newest first), each marked with the parts of the code that differ from the next
+    older one's claim."""
+    from dataclasses import replace
+
+    from lockstep.steps.code_version import code_changes
+
+    for i in range(len(views) - 1):
+        changed = code_changes(views[i + 1].claim.code, views[i].claim.code)
+        if changed:
+            rows[i] = replace(rows[i], code_changed=list(changed))
+    return rows
+
+
 def watermark_delay(claim: CheckpointClaim, watermark_ms: int | None) -> float | None:
     """Seconds from the watermark to the claim's pinned clock (``clock_ms``, else its ``claimed_at``)."""
     if watermark_ms is None:
@@ -480,7 +497,8 @@ def checkpoint_page(store: Any, query: PageQuery) -> CheckpointsSection:
         page.missing = missing
         page.oldest = next(iter(store.checkpoint_ids()), None) if ids else None
         page.newest = newest
-        page.rows = [checkpoint_row(v) for v in _views(store, shown)]
+        views = _views(store, shown)
+        page.rows = with_code_changes([checkpoint_row(v) for v in views], views)
     except Exception as exc:  # noqa: BLE001 - as _guarded
         return CheckpointsSection(error=describe_error(exc))
     return page

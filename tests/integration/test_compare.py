@@ -10,7 +10,7 @@ import json
 import yaml
 
 from ..support.data import MALFORMED_EVERY, order, produce_orders, read_committed
-from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store
+from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify
 from .test_state import WINDOW, produce, stateful
 
 FIXED = "lockstep_examples.orders:enrich_accepting_text"
@@ -68,6 +68,34 @@ def test_the_running_spec_computes_the_same_output_and_a_changed_transform_exact
                                                                          "changes")
     assert "total: 60 records before, 60 after: 54 the same, 6 changed, 0 added, 0 removed; dead letters 0 gained, " \
            "6 lost; fields changed: role (6), value (6), error (6)" in text.stdout
+
+
+def test_each_claim_says_which_code_wrote_it_and_verify_checks_only_what_todays_code_wrote(
+        tmp_path, bootstrap, unique, spark_connect):
+    """The fixed transform deployed: `lockstep checkpoints` marks the first checkpoint it wrote, and `verify`
+    leaves the checkpoints of the old code unchecked (exit 2, naming where today's code starts) instead of
+    reporting the records the fix turned from dead letters into sink records as wrong."""
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
+    produce_orders(pipeline, 20)
+    assert run(pipeline).returncode == 0
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    pipeline.spec_path.write_text(yaml.safe_dump({**doc, "transform": FIXED}))
+    produce_orders(pipeline, 20, start=20)
+    assert run(pipeline).returncode == 0
+
+    listed = lockstep("checkpoints", "--spec", str(pipeline.spec_path), "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    rows = {r["checkpoint"]: r for r in json.loads(listed.stdout)}
+    assert rows[2]["code_changed"] == ["transform"] and rows[1]["code_changed"] == []
+    assert rows[1]["code"] != rows[2]["code"]
+
+    report = verify(pipeline)
+    assert report["ok"] and not report["complete"], report
+    assert {u["range"].split("[")[0] for u in report["unchecked"]} == {f"{pipeline.source}:0", f"{pipeline.source}:1"}
+    assert all(u["reason"].startswith("checkpoint 1: written by other code (its transform is not the spec's now)")
+               and "--since-checkpoint 2" in u["reason"] for u in report["unchecked"]), report["unchecked"]
+    assert report["expected_outputs"] == report["actual_outputs"] == 20  # checkpoint 2's, every one
+    assert verify(pipeline, "--since-checkpoint", "2")["complete"]
 
 
 def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_state_and_clock(

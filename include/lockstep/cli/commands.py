@@ -316,14 +316,20 @@ class _CheckpointRow(TypedDict):
     repair: dict[str, object] | None
     #: For a pipelined checkpoint (``checkpoints.pipelined``): the prepared one it was planned on top of.
     after: int | None
+    #: Which code wrote it (its claim's code fingerprint, digested), and the parts that differ from the next
+    #: older checkpoint's (empty: the same, or not recorded).
+    code: str | None
+    code_changed: list[str]
 
 
 def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
     from lockstep.steps.client_factory import checkpoint_store
+    from lockstep.steps.code_version import code_changes
 
     views = checkpoint_store(spec).recent(args.limit)
     rows: list[_CheckpointRow] = []
-    for v in views:
+    for i, v in enumerate(views):
+        older = views[i + 1].claim.code if i + 1 < len(views) else None
         rows.append(_CheckpointRow(
             checkpoint=v.checkpoint_id, status=v.status_text, claimed_at=v.claim.claimed_at,
             start_source=v.claim.start_source, ranges=[str(r) for r in v.claim.ranges if not r.is_empty],
@@ -332,12 +338,14 @@ def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
             transactions=len(v.prepared.transactions) if v.prepared else None,
             reason=v.aborted.reason if v.aborted else None,
             repair=v.completed.repair.to_json() if v.completed and v.completed.repair else None,
-            after=v.claim.after,
+            after=v.claim.after, code=v.claim.code.digest[:12] if v.claim.code else None,
+            code_changed=list(code_changes(older, v.claim.code)),
         ))
     repairs = {v.checkpoint_id: v.completed.repair.summary for v in views if v.completed and v.completed.repair}
     text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
                      f"dlq={r['dead_lettered']} txns={r['transactions']}  {', '.join(r['ranges']) or '(empty)'}"
                      + (f"\n       planned on top of checkpoint {r['after']}" if r["after"] is not None else "")
+                     + (f"\n       code changed: {', '.join(r['code_changed'])}" if r["code_changed"] else "")
                      + (f"\n       reason: {r['reason']}" if r["reason"] else "")
                      + (f"\n       repair: {repairs[r['checkpoint']]}" if r["checkpoint"] in repairs else "")
                      for r in rows)

@@ -277,6 +277,10 @@ class CheckpointClaim:
     #: commits only after that one completed as prepared, and is aborted when it did not. None: planned on
     #: a settled history, as every claim of earlier versions.
     after: int | None = None
+    #: Which code computes its output (`lockstep.transform.code_fingerprint`: the transform's source or query,
+    #: the routes, the state operator, the joins), so tools can say where the code changed and recompute only
+    #: what the code of now wrote. None in claims of earlier versions.
+    code: SpecFingerprint | None = None
 
     @property
     def needs_spark(self) -> bool:
@@ -335,6 +339,8 @@ class CheckpointClaim:
             doc["replays"] = self.replays
         if self.after is not None:
             doc["after"] = self.after
+        if self.code is not None:
+            doc["code"] = self.code.to_json()
         return doc
 
     @classmethod
@@ -358,6 +364,7 @@ class CheckpointClaim:
             else None,
             replays=r.get("replays", int, optional=True) if "replays" in r.doc else None,
             after=r.get("after", int, optional=True) if "after" in r.doc else None,
+            code=SpecFingerprint.from_json(r.doc["code"], key, "code") if r.doc.get("code") is not None else None,
         ))
 
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
 
     from lockstep.formats.codecs import Formats
+    from lockstep.model.checkpoint import SpecFingerprint
     from lockstep.ops.verify_state import StateVerifyReport
     from lockstep.spark.raised import Raised
     from lockstep.spark.target import JobSession
@@ -254,10 +255,12 @@ class VerifyReport:
 
 def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[int, str] | None = None,
                      tables: dict[int, Mapping[str, TableVersion]] | None = None,
-                     schemas: dict[int, Mapping[str, int]] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
+                     schemas: dict[int, Mapping[str, int]] | None = None,
+                     codes: dict[int, SpecFingerprint | None] | None = None) -> dict[int, tuple[OffsetRange, ...]]:
     """The input ranges each completed checkpoint from ``since`` on delivered: a repaired one's without
     the ranges it gave back to the next checkpoint (put in ``repaired``, with what was lost); each one's
-    table versions go in ``tables``, the schema ids its claim pinned in ``schemas``."""
+    table versions go in ``tables``, the schema ids its claim pinned in ``schemas``, the code its claim
+    says computed it in ``codes``."""
     result: dict[int, tuple[OffsetRange, ...]] = {}
     for cid in store.checkpoint_ids(after=since - 1 if since else None):
         view = store.view(cid)
@@ -269,7 +272,26 @@ def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[i
                 tables[cid] = view.completed.tables
             if schemas is not None:
                 schemas[cid] = view.claim.schema_ids
+            if codes is not None:
+                codes[cid] = view.claim.code
     return result
+
+
+def other_code(spec: PipelineSpec, codes: Mapping[int, SpecFingerprint | None]) -> dict[int, str]:
+    """The checkpoints another version of the code computed (`lockstep.steps.code_version`), each with why it is
+    not checked: today's code cannot say what they should have written. Each names the parts that differ and
+    the checkpoint from which on today's code ran."""
+    from lockstep.steps.code_version import code_changes, code_fingerprint
+
+    now = code_fingerprint(spec)
+    differ = {cid: code_changes(code, now) for cid, code in codes.items()}
+    first_now = min((cid for cid, changed in differ.items() if not changed and cid > max(
+        (c for c, d in differ.items() if d), default=0)), default=None)
+    since = (f"; today's code wrote checkpoints from {first_now} on (`lockstep verify --since-checkpoint "
+             f"{first_now}`)") if first_now is not None else ""
+    return {cid: f"checkpoint {cid}: written by other code (its {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} "
+                 f"not the spec's now): verify it with the spec and code that wrote it{since}"
+            for cid, changed in sorted(differ.items()) if changed}
 
 
 def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tuple[OffsetRange, ...]],
@@ -440,10 +462,14 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
     repaired: dict[int, str] = {}
     versions: dict[int, Mapping[str, TableVersion]] = {}
     schemas: dict[int, Mapping[str, int]] = {}
-    covered = completed_ranges(store, since, repaired, versions, schemas)
+    codes: dict[int, SpecFingerprint | None] = {}
+    covered = completed_ranges(store, since, repaired, versions, schemas, codes)
     if log_starts is None:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
+    elsewhere = other_code(spec, codes)
+    unchecked += [Unchecked(r, why) for cid, why in elsewhere.items() for r in ranges.get(cid, ())]
+    ranges = {cid: rs for cid, rs in ranges.items() if cid not in elsewhere}
     routes: dict[Offset, set[str]] = {}
     expected = expected_outputs(spec, spark, ranges, unchecked, routes, store, versions, schemas)
     replays = completed_replays(replay_store)

@@ -50,6 +50,7 @@ from lockstep.rules.start_offsets import (
 )
 from lockstep.rules.state_base import base_refusal
 from lockstep.rules.watermarks import fires_without_records
+from lockstep.steps.code_version import code_fingerprint
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
 from lockstep.steps.recover import in_flight, live_in_flight, recover
 from lockstep.tables.pinning import reused_table_pin, table_pin
@@ -129,7 +130,7 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         topic_ids=source.topic_ids, state_base=pins.state_base, clock_ms=pins.clock_ms,
         fires_timers=pins.fires_timers, rerun=None if on_top else _rerun(restore, latest), schema_ids=pins.schema_ids,
         tables=pins.tables, fingerprint=pins.fingerprint, replays=pins.replays,
-        after=on_top.checkpoint_id if on_top else None,
+        after=on_top.checkpoint_id if on_top else None, code=code_fingerprint(p.spec),
     )
     return _claim(p, Plan(claim, ranges, dry_run, restore_rows), started)
 
