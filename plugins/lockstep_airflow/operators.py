@@ -473,3 +473,53 @@ class LockstepSavepointOperator(BaseOperator):
         log.info("savepoint %s of %s created from checkpoint %d: offsets %s", sp.name, sp.pipeline, sp.checkpoint_id,
                  ", ".join(f"{k}={v}" for k, v in sorted(sp.end_offsets.items())))
         return sp.to_json()
+
+
+class LockstepCompareOperator(BaseOperator):
+    """``lockstep replay --compare`` from the DAG run's params: the pipeline's retained completed checkpoints
+    computed again through another version of its spec, compared with what they committed, the report in the
+    task log (and on the Checkpoints page). Nothing is written to the sinks.
+
+    ``spec``: the new version's file on the workers, absolute or relative to the pipelines folder (keep
+    candidates outside that folder, or the DAG processor loads them as pipelines). ``last``: how many of the
+    newest completed checkpoints; ``fail_on_change``: fail the task when the output changes (a gate)."""
+
+    def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipelines_dir = pipelines_dir
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from pathlib import Path
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from lockstep.errors import LockstepError
+        from lockstep.ops.compare import compare_pipeline, exit_code
+        from lockstep.spec import load_each, load_spec
+
+        quiet_clients()
+        params = context["params"]
+        specs = {s.name: s for s in load_each(self.pipelines_dir)[0]}
+        running = specs.get(params["pipeline"])
+        if running is None:
+            raise AirflowFailException(f"pipeline {params['pipeline']!r} not found in {self.pipelines_dir}; known: "
+                                       f"{', '.join(sorted(specs))}")
+        path = Path(str(params["spec"]))
+        path = path if path.is_absolute() else Path(self.pipelines_dir) / path
+        try:
+            new = load_spec(path)
+            report = compare_pipeline(running, new, newest=params.get("last"), examples=int(params.get("examples", 5)))
+        except LockstepError as exc:
+            raise _loud("compare", running.name, None, exc, context) from exc
+        for line in report.lines():
+            log.info("%s", line)
+        summary = {k: v for k, v in report.to_json().items() if k not in ("checkpoints",)}
+        summary["total"] = {k: v for k, v in report.total.to_json().items() if k not in ("checkpoint", "examples")}
+        code = exit_code(report)
+        if code == 1 and params.get("fail_on_change"):
+            raise AirflowFailException(f"lockstep {running.name} compare: the output changes through {path}: "
+                                       f"{report.total.line()}")
+        if code == 2:
+            log.warning("lockstep %s compare: not every checkpoint could be compared (%d not compared)", running.name,
+                        len(report.not_compared))
+        return summary

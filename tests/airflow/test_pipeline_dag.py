@@ -31,6 +31,20 @@ def run_dag(client: AirflowClient, dag_id: str, conf: dict | None = None) -> tup
     return run_id, client.wait_for_run(dag_id, run_id, timeout=600)
 
 
+def run_when_listed(client: AirflowClient, dag_id: str, conf: dict) -> tuple[str, str]:
+    """``run_dag`` for a DAG whose ``pipeline`` param lists the pipelines as the dag-processor last parsed it:
+    a trigger refused because the pipeline is not listed yet is tried again until it is."""
+    def attempt() -> str | None:
+        try:
+            return client.trigger(dag_id, conf)
+        except AirflowError as exc:
+            if "is not one of" in str(exc):
+                return None
+            raise
+    run_id = wait_for(attempt, f"{dag_id} to list {conf['pipeline']}", timeout=120)
+    return run_id, client.wait_for_run(dag_id, run_id, timeout=600)
+
+
 def note(client: AirflowClient, dag_id: str, run_id: str) -> str:
     """The run's note, which the Lockstep listener writes in the scheduler as the run ends."""
     return wait_for(lambda: client.dag_run(dag_id, run_id).get("note"), f"the note of {run_id}", timeout=30)
@@ -126,8 +140,8 @@ def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
     dag_id = pipeline.spec().dag_id
     assert run_dag(client, dag_id)[1] == "success"  # settle anything pending
     sp_name = f"sp-{uuid.uuid4().hex[:6]}"
-    sp_run, state = run_dag(client, "lockstep_savepoints", {"pipeline": pipeline.name, "action": "create",
-                                                            "name": sp_name})
+    sp_run, state = run_when_listed(client, "lockstep_savepoints", {"pipeline": pipeline.name, "action": "create",
+                                                                    "name": sp_name})
     assert state == "success"
     savepoint = store(pipeline).get_savepoint(sp_name)
     assert f"savepoint {sp_name} of {pipeline.name} created" in client.task_log("lockstep_savepoints", sp_run,
@@ -154,6 +168,33 @@ def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
     assert run_dag(client, dag_id)[1] == "success"
     after = store(pipeline).latest_completed()
     assert {r.tp.key: r.start for r in after.claim.ranges} == dict(restored.completed.end_offsets)
+
+
+def test_compare_from_the_ui_reports_the_same_output_and_gates_on_a_change(client, pipeline, tmp_path):
+    """The lockstep_compare DAG: the pipeline's own spec computes the same output for its retained checkpoints;
+    a fixed transform (outside the pipelines folder) changes its dead letters, and `fail_on_change` fails."""
+    import yaml
+
+    client.wait_for_dag("lockstep_compare")
+    client.unpause("lockstep_compare")
+    run_id, state = run_when_listed(client, "lockstep_compare", {"pipeline": pipeline.name,
+                                                                  "spec": str(pipeline.spec_path), "last": None})
+    assert state == "success", explain(client, "lockstep_compare", run_id)
+    log = client.task_log("lockstep_compare", run_id, "compare")
+    assert ": the same output" in log, log[-3000:]
+    summary = client.xcom("lockstep_compare", run_id, "compare")
+    completed = [c for c in store(pipeline).checkpoint_ids() if store(pipeline).view(c).completed is not None]
+    assert summary["same"] and summary["compared"] == completed and summary["total"]["before"] > 0, summary
+    assert store(pipeline).last_comparison()["compared_at"] == summary["compared_at"]  # the Checkpoints page's
+
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(yaml.safe_dump({**yaml.safe_load(pipeline.spec_path.read_text()),
+                                     "transform": "lockstep_examples.orders:enrich_accepting_text"}))
+    run_id, state = run_when_listed(client, "lockstep_compare", {"pipeline": pipeline.name, "spec": str(fixed),
+                                                                  "last": None, "fail_on_change": True})
+    assert state == "failed"
+    log = client.task_log("lockstep_compare", run_id, "compare")
+    assert f"compare: the output changes through {fixed}" in log and "dead letters 0 gained" in log, log[-3000:]
 
 
 def test_a_failed_checkpoint_logs_one_line_and_the_next_run_recovers(client, pipeline):
