@@ -40,3 +40,19 @@ def test_a_joined_pipelines_summary_names_its_tables_last_version_and_how_many_v
     assert table_lines([view(1, 5000)]) == []  # a pipeline without tables
     assert table_lines([done(1, 1), done(2, 2), done(3, 2)]) == [
         "table customers: 972 keys as of checkpoint 2 (2 files, 1,234 bytes); 2 versions joined by these checkpoints"]
+
+
+def test_the_demos_compare_line_says_the_same_output_or_what_changed_and_what_was_not_compared():
+    from lockstep.ops.compare import Comparison
+    from lockstep.rules.output_diff import OutputRecord, diff_checkpoint
+    from lockstep_dev.demo import compare_line
+
+    record = OutputRecord(("orders", 0, 1), "sink", None, b"v")
+    same = Comparison("orders", "orders.yaml", "now")
+    for cid in (4, 5):
+        d = diff_checkpoint(cid, [record] * 3, [record] * 3)
+        same.checkpoints.append(d)
+        same.total.add(d, 5)
+    assert compare_line(same) == "2 checkpoints computed again through its own spec, 6 records: the same output"
+    same.not_compared[6] = "its input was deleted by retention"
+    assert compare_line(same).endswith("; not compared: checkpoint 6: its input was deleted by retention")
