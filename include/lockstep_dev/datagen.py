@@ -66,6 +66,36 @@ def send(bootstrap: str, topic: str, records: Iterable[tuple[bytes, int, bytes |
     return total
 
 
+def send_together(bootstrap: str, batches: Mapping[str, Iterable[tuple[bytes, int, bytes | None]]],
+                  timeout_s: float = 120) -> int:
+    """Produce each topic's records ((value, partition, key) each) in one Kafka transaction: a ``read_committed``
+    reader, and so a checkpoint's plan (it reads to the last stable offsets), sees all of them or none. What
+    must arrive together (orders and their payments, which an interval join pairs) then never lands in two
+    checkpoints because a scheduled run started between two sends. Returns the bytes of the values sent."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **BULK, "transactional.id": f"lockstep-datagen-{uuid.uuid4()}",
+                         "transaction.timeout.ms": int(timeout_s * 1000) + 60_000})
+    producer.init_transactions(timeout_s)
+    producer.begin_transaction()
+    total = 0
+    for topic, records in batches.items():
+        for n, (value, partition, key) in enumerate(records):
+            total += len(value)
+            while True:
+                try:
+                    producer.produce(topic, value, key=key, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            if n % 10_000 == 0:
+                producer.poll(0)
+    producer.commit_transaction(timeout_s)
+    return total
+
+
 #: Seconds to wait for a topic's metadata (its partitions, each with a leader) before giving up.
 METADATA_TIMEOUT_S = 30.0
 
@@ -182,6 +212,19 @@ def payment(i: int) -> tuple[int, bytes] | None:
     minutes = i % 20
     return minutes, json.dumps({"payment_id": f"pay{i}", "order_id": f"o{i}", "created_at": 1_700_000_000 + i
                                 + minutes * 60, "amount": round((i * 7919 % 30000) / 100, 2)}).encode()
+
+
+def produce_orders_and_payments(bootstrap: str, orders_topic: str, payments_topic: str, count: int, start: int = 0,
+                                malformed_every: int = 0) -> int:
+    """Orders ``start`` to ``start + count`` and their payments (`payment`), round-robin over each topic's
+    partitions, in one transaction (`send_together`); returns how many payments were sent."""
+    orders = partition_count(bootstrap, orders_topic)
+    payments_parts = partition_count(bootstrap, payments_topic)
+    made = [(p[1], i % payments_parts, f"o{i}".encode()) for i in range(start, start + count)
+            if (p := payment(i)) is not None]
+    send_together(bootstrap, {orders_topic: [(order(i, malformed_every), i % orders, None)
+                                             for i in range(start, start + count)], payments_topic: made})
+    return len(made)
 
 
 def produce_payments(bootstrap: str, topic: str, count: int, start: int = 0) -> int:

@@ -21,8 +21,7 @@ from lockstep_dev.datagen import (
     ensure_topics,
     produce_avro_orders,
     produce_customers,
-    produce_orders,
-    produce_payments,
+    produce_orders_and_payments,
 )
 from lockstep_dev.platform import Platform
 
@@ -94,8 +93,10 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
         "each ...")
     for n in range(checkpoints):
         start = _next_index(bootstrap, spec.source.topics[0])
-        produce_orders(bootstrap, spec.source.topics[0], BATCH, start=start, malformed_every=MALFORMED_EVERY)
-        produce_payments(bootstrap, paid.source.topics[1], BATCH, start=start)
+        # In one transaction: a scheduled run between the two would read orders whose payments come a checkpoint
+        # later, and the interval join would write them alone (verify then finds them paired in its one batch).
+        produce_orders_and_payments(bootstrap, spec.source.topics[0], paid.source.topics[1], BATCH, start=start,
+                                    malformed_every=MALFORMED_EVERY)
         produce_avro_orders(bootstrap, avro.source.topics[0], registry_url, BATCH,
                             start=_next_index(bootstrap, avro.source.topics[0]), malformed_every=MALFORMED_EVERY)
         if n:  # some customers change tier: each checkpoint joins against the table as its claim pins it

@@ -8,7 +8,14 @@ from confluent_kafka import Consumer
 
 from lockstep_bench.formats import high_watermarks, produce_avro
 from lockstep_bench.keyed_state import produce
-from lockstep_dev.datagen import CUSTOMERS, produce_avro_orders, produce_customers, produce_orders, produce_payments
+from lockstep_dev.datagen import (
+    CUSTOMERS,
+    produce_avro_orders,
+    produce_customers,
+    produce_orders,
+    produce_orders_and_payments,
+    produce_payments,
+)
 
 from ..support.topics import create_topics
 
@@ -58,3 +65,21 @@ def test_every_generator_delivers_each_record_round_robin(bootstrap, unique):
     consumer.close()
     framed = [m for m in seen if m.value()[:1] == bytes([MAGIC_BYTE])]
     assert len(framed) == 27 and all(m.key().startswith(b"o") for m in seen)
+
+
+def test_orders_and_their_payments_land_in_one_transaction(bootstrap, unique):
+    """The demo's interval join reads orders and payments: sent in one transaction, a checkpoint planned at any
+    moment sees both or neither (before, a scheduled run between two sends read orders without their payments,
+    and the join wrote 2,100 of them alone)."""
+    from collections import Counter
+
+    from ..support.data import read_committed
+
+    orders, payments = f"dg-orders-{unique}", f"dg-payments-{unique}"
+    create_topics(bootstrap, {orders: 2, payments: 2})
+    assert produce_orders_and_payments(bootstrap, orders, payments, 30, start=0, malformed_every=10) == 20
+    assert len(read_committed(bootstrap, orders)) == 30 and len(read_committed(bootstrap, payments)) == 20
+    # Each partition ends with the transaction's commit marker, one offset past its records.
+    assert _per_partition(bootstrap, orders) == {0: 15 + 1, 1: 15 + 1}
+    paid = Counter(i % 2 for i in range(30) if i % 3)
+    assert _per_partition(bootstrap, payments) == {p: n + 1 for p, n in paid.items()}

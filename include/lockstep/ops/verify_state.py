@@ -19,7 +19,9 @@ in one batch, without its state files or checkpoint boundaries, and compare with
   the input was cut into checkpoints differs by design: the report says so, it does not hide it.
 
 What cannot be recomputed is reported, never guessed: history removed by retention (the first
-retained checkpoint started from state), or restores (the same input read twice on purpose).
+retained checkpoint started from state), or restores (the same input read twice on purpose; a restore that goes
+on where the checkpoint before it ended, as a rescale from a savepoint of the latest checkpoint does, reads
+nothing twice and is recomputed).
 """
 from __future__ import annotations
 
@@ -140,6 +142,19 @@ def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None)
     return found
 
 
+def _continues(before: CheckpointView | None, restored: CheckpointView) -> bool:
+    """A restore that goes on exactly where the checkpoint before it ended (a savepoint of the latest checkpoint,
+    as a rescale takes one): from its state and its end offsets, nothing read twice, so one batch still
+    recomputes it."""
+    if before is None or before.completed is None or before.completed.state is None:
+        return False
+    base = restored.claim.state_base
+    ends = before.completed.end_offsets
+    return (base is not None and base.written_by == before.completed.state.written_by
+            and all(r.start == ends.get(r.tp.key) for r in restored.claim.ranges)
+            and set(ends) <= {r.tp.key for r in restored.claim.ranges})
+
+
 def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSession,
                     progress: Callable[[int], None] | None = None) -> StateVerifyReport:
     from lockstep.spark.kafka_reader import read_ranges
@@ -159,7 +174,8 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
                                 f"checkpoint {views[0].claim.state_base.written_by}: the input before it is no longer "
                                 "recorded (checkpoints.retain), so the state cannot be recomputed from the start")
         return report
-    restored = [v.checkpoint_id for v in views if v.claim.restored_from is not None]
+    restored = [v.checkpoint_id for before, v in zip([None, *views], views, strict=False)
+                if v.claim.restored_from is not None and not _continues(before, v)]
     if restored:
         report.unchecked.append(f"checkpoints {restored} restored from a savepoint or checkpoint: input read twice on "
                                 "purpose cannot be recomputed as one batch")
