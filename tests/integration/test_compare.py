@@ -128,3 +128,54 @@ def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_sta
     refused = run(pipeline)
     assert refused.returncode != 0 and "was kept under another window: state.window.size was 10000 ms" in refused.stderr
     assert list(store(pipeline).checkpoint_ids()) == [1, 2, 3]
+
+
+def test_a_windows_aggregates_changed_over_kept_rows_fire_with_the_new_ones_and_verify_checks_each_with_its_own(
+        tmp_path, bootstrap, unique, spark_connect):
+    """A window whose state keeps its rows takes new aggregates at the next checkpoint (the change plan says so):
+    the open windows fire with them, those fired before keep theirs, and `verify` recomputes each window with
+    the aggregates of the checkpoint that fired it (its state records them)."""
+    from datetime import datetime
+
+    from .test_state import SIZE_S, T0, timed_order
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=1000)
+    rows = {**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}}
+    stateful(pipeline, rows)
+    for n in range(2):
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        assert run(pipeline).returncode == 0
+    running = tmp_path / "running.yaml"
+    running.write_text(pipeline.spec_path.read_text())
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["state"]["window"]["aggregates"]["top_cents"] = "max(CAST(round(amount * 100) AS BIGINT))"
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+    plan = lockstep("validate", str(pipeline.spec_path), "--against", str(running), "--json")
+    assert plan.returncode == 0, plan.stdout[-2000:]
+    assert [(c["field"], c["applies"]) for c in json.loads(plan.stdout)["changes"]] == [
+        ("state.window.aggregates", "next checkpoint")]
+    for n in range(2, 4):
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        done = run(pipeline)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    top: dict[tuple[str, int], int] = {}
+    for i in range(160):
+        if i % 10 != 7:
+            order_doc = json.loads(timed_order(i))
+            key = (order_doc["customer"], (T0 + i) - (T0 + i) % SIZE_S)
+            top[key] = max(top.get(key, 0), round(order_doc["amount"] * 100))
+    fired: dict[int, int] = {}
+    for record in read_committed(bootstrap, pipeline.sink):
+        window = json.loads(record.value())
+        cid = int(dict(record.headers())["lockstep.checkpoint"])
+        fired[cid] = fired.get(cid, 0) + 1
+        start = int(datetime.fromisoformat(window["window_start"].replace("Z", "+00:00")).timestamp())
+        if cid <= 2:
+            assert "top_cents" not in window, window
+        else:
+            assert window["top_cents"] == top[(window["customer"], start)], window
+    assert fired.get(1) and fired.get(2) and fired.get(3) and fired.get(4), fired
+    report = verify(pipeline)
+    assert report["ok"] and report["complete"] and report["wrong"] == 0, report
+    assert report["actual_outputs"] == sum(fired.values())

@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 from lockstep.connections import kafka_config
 from lockstep.kafka.client_configs import JAVA
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.output_contract import ERROR_HEADER, PIPELINE_HEADER, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from lockstep.model.output_contract import (
+    CHECKPOINT_HEADER,
+    ERROR_HEADER,
+    PIPELINE_HEADER,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
 from lockstep.spec import PipelineSpec
 from lockstep.store.checkpoint_store import CheckpointStore
 
@@ -47,6 +54,7 @@ if TYPE_CHECKING:
 
     from lockstep.model.checkpoint import CheckpointView
     from lockstep.spark.target import JobSession
+    from lockstep.spec import WindowSpec
 
 
 @dataclass
@@ -114,6 +122,8 @@ class SinkRecord:
     value: bytes
     error: str | None
     provenance: tuple[str, int, int] | None
+    #: the checkpoint that wrote it (its ``lockstep.checkpoint`` header), None when unreadable
+    checkpoint: int | None = None
 
 
 def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None) -> list[SinkRecord]:
@@ -138,7 +148,9 @@ def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None)
         if source_topic is not None:
             prov = (source_topic.decode(), int(headers[SOURCE_PARTITION] or b"-1"), int(headers[SOURCE_OFFSET] or b"-1"))
         err = headers.get(ERROR_HEADER)
-        found.append(SinkRecord(record.topic, record.value or b"", err.decode() if err else None, prov))
+        written_by = headers.get(CHECKPOINT_HEADER)
+        found.append(SinkRecord(record.topic, record.value or b"", err.decode() if err else None, prov,
+                                int(written_by) if written_by and written_by.isdigit() else None))
     return found
 
 
@@ -218,7 +230,8 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     outputs = [r for r in sink if r.topic == spec.sink.topic]
     committed = store.state_files().read_state(final)
     if spec.state.window is not None:
-        _check_windows(spec, good, final.watermark_ms, outputs, report, _value_docs(spark, spec, outputs))
+        _check_windows(spec, good, final.watermark_ms, outputs, report, _value_docs(spark, spec, outputs),
+                       _aggregates_by_checkpoint(views))
         _check_window_state(spec, good, final.watermark_ms, committed, report)
     elif spec.state.dedup is not None:
         _check_dedup(spec, good, sink, report, final.watermark_ms, committed)
@@ -299,30 +312,63 @@ def _value_docs(spark: JobSession, spec: PipelineSpec, outputs: list[SinkRecord]
     return [json.loads(r["doc"]) if r["doc"] is not None else {} for r in rows]
 
 
+Aggregates = tuple[tuple[str, str], ...]
+
+
+def _aggregates_by_checkpoint(views: list[CheckpointView]) -> dict[int, Aggregates]:
+    """The window aggregates each completed checkpoint fired its windows with, as its state's shape records them
+    (`lockstep.rules.state_base.state_shape`); a state of an earlier version recorded none."""
+    found: dict[int, Aggregates] = {}
+    for v in views:
+        state = v.completed.state if v.completed is not None else None
+        aggregates = state.shape.get("aggregates") if state is not None else None
+        if isinstance(aggregates, list):
+            found[v.checkpoint_id] = tuple((str(name), str(expr)) for name, expr in aggregates)
+    return found
+
+
 def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, outputs: list[SinkRecord],
-                   report: StateVerifyReport, docs: list[dict[str, Any]] | None = None) -> None:
+                   report: StateVerifyReport, docs: list[dict[str, Any]] | None = None,
+                   fired_with: dict[int, Aggregates] | None = None) -> None:
+    """Every window the watermark closed, once, with its aggregates' values: each window's output is compared with
+    the window recomputed with the aggregates of the checkpoint that fired it (``fired_with``; the spec's for a
+    checkpoint that recorded none), so a change of aggregates is checked on both sides of it."""
+    from dataclasses import replace
+
+    assert spec.state is not None and spec.state.window is not None
+    w = spec.state.window
+    docs = docs if docs is not None else [json.loads(r.value) for r in outputs]
+    actual = [(f"{doc.get(w.key_name)}@{doc.get('window_start')}", _same(doc)) for doc in docs]
+    used = {r.checkpoint: (fired_with or {}).get(r.checkpoint, w.aggregates) if r.checkpoint is not None
+            else w.aggregates for r in outputs}
+    by_aggregates = {aggregates: _expected_windows(replace(w, aggregates=aggregates), good, watermark)
+                     for aggregates in {w.aggregates, *used.values()}}
+    expected = dict(by_aggregates[w.aggregates])
+    for (key, _), r in zip(actual, outputs, strict=True):  # each output against its checkpoint's aggregates
+        of_its_own = by_aggregates[used[r.checkpoint]]
+        if key in of_its_own:
+            expected[key] = of_its_own[key]
+    _compare(report, expected, actual)
+
+
+def _expected_windows(w: WindowSpec, good: DataFrame, watermark: int | None) -> dict[str, Any]:
+    """The windows the watermark closed, recomputed with ``w``'s aggregates, by ``<key>@<window start>``."""
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import KEY
     from lockstep.spark.keyed_state import window_starts_column, window_value
 
-    assert spec.state is not None and spec.state.window is not None
-    w = spec.state.window
     if watermark is None:
-        expected_rows = []
-    else:
-        windows = good.withColumn("__ls_start", F.explode(window_starts_column(w)))
-        fired = windows.filter(F.col("__ls_start") + F.lit(w.size_ms + w.allowed_lateness_ms) <= F.lit(watermark))
-        expected_rows = (fired.groupBy(KEY, "__ls_start").agg(*[F.expr(e).alias(n) for n, e in w.aggregates])
-                         .select(window_value(w).alias("v")).collect())
+        return {}
+    windows = good.withColumn("__ls_start", F.explode(window_starts_column(w)))
+    fired = windows.filter(F.col("__ls_start") + F.lit(w.size_ms + w.allowed_lateness_ms) <= F.lit(watermark))
+    rows = (fired.groupBy(KEY, "__ls_start").agg(*[F.expr(e).alias(n) for n, e in w.aggregates])
+            .select(window_value(w).alias("v")).collect())
     expected = {}
-    for row in expected_rows:
+    for row in rows:
         doc = json.loads(row["v"])
         expected[f"{doc[w.key_name]}@{doc['window_start']}"] = _same(doc)
-    actual = []
-    for doc in docs if docs is not None else [json.loads(r.value) for r in outputs]:
-        actual.append((f"{doc.get(w.key_name)}@{doc.get('window_start')}", _same(doc)))
-    _compare(report, expected, actual)
+    return expected
 
 
 def _same(value: Any) -> Any:

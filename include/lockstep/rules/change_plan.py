@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.model.state_rows import function_state_columns
 from lockstep.rules.state_base import schema_change
+from lockstep.rules.window_partials import kept_partials
 
 if TYPE_CHECKING:
     from lockstep.spec import FormatSpec, PipelineSpec, StateSpec, TableSpec
@@ -247,7 +248,20 @@ def _window(a: StateSpec, b: StateSpec) -> list[Change]:
         out.append(Change("state.window.size", f"size/slide {x.size_ms}/{x.slide_ms} ms -> {y.size_ms}/{y.slide_ms} ms",
                           Applies.REFUSED, refused))
     if x.aggregates != y.aggregates:
-        out.append(Change("state.window.aggregates", "aggregates changed", Applies.REFUSED, refused))
+        if kept_partials(x) is None and kept_partials(y) is None:
+            out.append(Change("state.window.aggregates", "aggregates changed", Applies.NEXT, "The state keeps the "
+                              "open windows' rows: from the next checkpoint they fire with the new aggregates, and "
+                              "the windows fired before keep theirs (verify recomputes each window with the "
+                              "aggregates of the checkpoint that fired it)"))
+        elif kept_partials(x) is None:
+            out.append(Change("state.window.aggregates", "aggregates changed", Applies.NEXT, "The next checkpoint "
+                              "turns the open windows' rows into partial aggregates of the new list; the windows "
+                              "fired before keep theirs"))
+        else:
+            out.append(Change("state.window.aggregates", "aggregates changed", Applies.REFUSED, "The state keeps "
+                              "partial aggregates of the old list, which cannot serve other aggregates (the plan "
+                              "refuses). Declare `keep_rows: true` from the start to change aggregates later; now, "
+                              + _NEW_NAME))
     if x.keep_rows and not y.keep_rows:
         out.append(Change("state.window.keep_rows", "rows -> partial aggregates", Applies.NEXT, "The next checkpoint "
                           "turns the kept rows into partial aggregates"))
