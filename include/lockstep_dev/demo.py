@@ -197,7 +197,9 @@ def summary_lines(views: list[CheckpointView], first_new: int, triggered: int) -
              f"{empty} without new records)"]
     if older:
         lines.append(f"checkpoints completed before this demo: {older}")
-    lines.append(f"records in: {sum(p.records_in for p in prepared)}  out: "
+    # Offsets, not records: a source written in transactions (the orders, sent with their payments) holds a
+    # commit marker at an offset after each transaction's records, in every partition it wrote.
+    lines.append(f"input offsets: {sum(p.records_in for p in prepared)}  out: "
                  f"{sum(p.records_out for p in prepared)}  dead-lettered: "
                  f"{sum(p.records_dead_lettered for p in prepared)}")
     return lines

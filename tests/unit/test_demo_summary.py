@@ -16,14 +16,14 @@ def test_checkpoints_made_by_the_schedule_are_named_not_left_to_disagree_with_ve
     lines = summary_lines(views, first_new=1, triggered=3)
     assert lines[0] == ("checkpoints completed by this demo: 1..5 (3 triggered runs; 2 more by the DAG's schedule; "
                         "2 without new records)")
-    assert lines[1] == "records in: 15000  out: 14700  dead-lettered: 300"
+    assert lines[1] == "input offsets: 15000  out: 14700  dead-lettered: 300"
 
 
 def test_a_second_demo_counts_its_own_checkpoints_and_says_how_many_came_before():
     lines = summary_lines([view(1, 5000), view(2, 5000), view(3, 5000)], first_new=3, triggered=1)
     assert lines[0].startswith("checkpoints completed by this demo: 3 (1 triggered runs; 0 more")
     assert lines[1] == "checkpoints completed before this demo: 2"
-    assert lines[2] == "records in: 5000  out: 4900  dead-lettered: 100"
+    assert lines[2] == "input offsets: 5000  out: 4900  dead-lettered: 100"
 
 
 def test_a_joined_pipelines_summary_names_its_tables_last_version_and_how_many_versions_it_met():
