@@ -80,12 +80,24 @@ def test_the_claim_keeps_its_code_and_the_page_marks_where_it_changed() -> None:
     assert [r.code_changed for r in rows] == [[], ["transform"], [], []]  # 1 recorded none: not judged
 
 
-def test_verify_leaves_what_other_code_wrote_unchecked_and_says_from_where_todays_ran() -> None:
+def test_verify_sets_aside_only_what_other_code_wrote_differently_and_says_from_where_todays_ran() -> None:
+    from lockstep.ops.verify import VerifyReport, set_aside
+
     now, old = spec(), spec(lambda d: d.update(transform="lockstep_examples.orders:enrich_accepting_text"))
     codes = {1: code_fingerprint(old), 2: code_fingerprint(old), 3: code_fingerprint(now), 4: None}
     reasons = other_code(now, codes)
     assert sorted(reasons) == [1, 2]
-    assert reasons[1] == ("checkpoint 1: written by other code (its transform is not the spec's now): verify it with "
-                          "the spec and code that wrote it; today's code wrote checkpoints from 3 on (`lockstep verify "
-                          "--since-checkpoint 3`)")
     assert other_code(now, {3: code_fingerprint(now)}) == {}
+
+    ranges = {cid: (OffsetRange("t", 0, 10 * cid, 10 * cid + 10),) for cid in (1, 2, 3)}
+    report = VerifyReport([1, 2, 3], 30, 30, 31, lost=[("t", 0, 22), ("t", 0, 35)], unexpected=[("t", 0, 23)],
+                          misrouted=[(("t", 0, 24), "a", "b")])
+    set_aside(report, reasons, ranges)
+    # checkpoint 1 (other code, written alike) stays checked; checkpoint 2's three findings are set aside;
+    # checkpoint 3's loss (today's code) stands
+    assert (report.lost, report.unexpected, report.misrouted) == ([("t", 0, 35)], [], [])
+    [u] = report.unchecked
+    assert u.range == ranges[2][0] and u.reason == (
+        "checkpoint 2: written by other code (its transform is not the spec's now), and 3 of its offsets differ "
+        "from what today's code writes: verify it with the spec and code that wrote it; today's code wrote "
+        "checkpoints from 3 on (`lockstep verify --since-checkpoint 3`)")
