@@ -172,4 +172,25 @@ def test_validate_against_needs_one_spec_and_a_running_spec_that_loads(tmp_path:
     assert main(["validate", str(new), str(new), "--against", str(new)]) == 2
     assert "give exactly one spec file" in capsys.readouterr().err
     assert main(["validate", str(new), "--against", str(tmp_path / "missing.yaml")]) == 2
-    assert "the running spec does not load" in capsys.readouterr().err
+    assert "neither a spec file nor a pipeline of" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed")
+    assert main(["validate", str(new), "--against", str(broken)]) == 2
+    assert f"--against {broken}: the running spec does not load" in capsys.readouterr().err
+
+
+def test_validate_against_a_deployed_pipeline_by_its_name(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`--against orders` takes the spec Airflow runs: the pipeline of that name in the pipelines folder."""
+    deployed = tmp_path / "pipelines"
+    deployed.mkdir()
+    write(deployed, "orders.yaml", BASE)
+    monkeypatch.setenv("LOCKSTEP_PIPELINES_DIR", str(deployed))
+    changed_doc = copy.deepcopy(BASE)
+    changed_doc["sink"]["topic"] = "out2"
+    new = write(tmp_path, "orders-next.yaml", changed_doc)
+    assert main(["validate", str(new), "--against", "orders", "--json"]) == 0
+    assert [(c["field"], c["applies"]) for c in json.loads(capsys.readouterr().out)["changes"]] == [
+        ("sink.topic", "next checkpoint")]
+    assert main(["validate", str(new), "--against", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--against nope: neither a spec file nor a pipeline of" in err and "(pipelines: orders)" in err

@@ -165,8 +165,9 @@ def _add_spec_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     val.add_argument("--connect", action="store_true", help="also reach the services through each spec's connections: "
                      "topics and partitions, registry subjects, the checkpoint store and the stored state's key groups")
     val.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    val.add_argument("--against", metavar="RUNNING_SPEC", help="with one spec: the change plan from the running "
-                     "version of it (e.g. `git show main:<path>`): per change, whether it applies at the next "
+    val.add_argument("--against", metavar="RUNNING", help="with one spec: the change plan from the running version "
+                     "of it, a spec file (e.g. from `git show main:<path>`) or the name of a pipeline deployed in the "
+                     "pipelines folder: per change, whether it applies at the next "
                      "checkpoint, needs a step first, or is refused and the way out; exit 1 if one is refused")
 
     sc = sub.add_parser("spec", help="the pipeline spec's own description")
@@ -561,23 +562,36 @@ def _validate(args: argparse.Namespace) -> int:
     return max(report.exit_code(), 1 if refused else 0)
 
 
-def _change_plan(new_path: str, running_path: str) -> list[Change] | None:
-    """The change plan from the running spec to the new one; None when the running spec does not load (said on
-    stderr). A new spec that does not load has no plan: the validation's report names its problems."""
-    from lockstep.errors import SpecError
-    from lockstep.rules.change_plan import change_plan
-    from lockstep.spec import load_spec
+def _change_plan(new_path: str, running: str) -> list[Change] | None:
+    """The change plan from the running spec to the new one; None when the running spec cannot be had (said on
+    stderr). ``running`` is a spec file, or the name of a pipeline deployed in the pipelines folder (the one
+    Airflow runs). A new spec that does not load has no plan: the validation's report names its problems."""
+    from pathlib import Path
 
+    from lockstep.errors import SpecError
+    from lockstep.paths import pipelines_dir
+    from lockstep.rules.change_plan import change_plan
+    from lockstep.spec import load_each, load_spec
+
+    deployed: PipelineSpec | None = None
+    if not Path(running).exists():
+        specs = {spec.name: spec for spec in load_each(pipelines_dir())[0]}
+        deployed = specs.get(running)
+        if deployed is None:
+            print(f"lockstep validate: --against {running}: neither a spec file nor a pipeline of {pipelines_dir()} "
+                  f"(pipelines: {', '.join(sorted(specs)) or 'none'})", file=sys.stderr)
+            return None
     try:
-        running = load_spec(running_path)
+        old = deployed if deployed is not None else load_spec(running)
     except (SpecError, OSError) as exc:
-        print(f"lockstep validate: --against {running_path}: the running spec does not load: {exc}", file=sys.stderr)
+        print(f"lockstep validate: --against {running}: the running spec does not load: {exc}", file=sys.stderr)
         return None
     try:
         new = load_spec(new_path)
     except (SpecError, OSError):
         return []
-    return change_plan(running, new)
+    return change_plan(old, new)
+
 
 def _spec_schema(args: argparse.Namespace) -> int:
     """The JSON Schema rendered from the spec's one declaration (`lockstep.spec.shape`), the shape the checker
