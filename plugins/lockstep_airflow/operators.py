@@ -510,7 +510,16 @@ class LockstepCompareOperator(BaseOperator):
             new = load_spec(path)
             report = compare_pipeline(running, new, newest=params.get("last"), examples=int(params.get("examples", 5)))
         except LockstepError as exc:
-            raise _loud("compare", running.name, None, exc, context) from exc
+            from airflow.sdk.exceptions import AirflowException
+
+            from lockstep.connections import redact
+            from lockstep.errors import TerminalError
+
+            # Not a checkpoint's failure: nothing was claimed or written, so no word of a next run's recovery.
+            line = redact(f"lockstep {running.name} compare failed: {' '.join(str(exc).split())}; nothing was "
+                          f"written: fix {path} or the pipeline named, then trigger lockstep_compare again")
+            log.error(line)
+            raise (AirflowFailException(line) if isinstance(exc, TerminalError) else AirflowException(line)) from exc
         for line in report.lines():
             log.info("%s", line)
         summary = {k: v for k, v in report.to_json().items() if k not in ("checkpoints",)}

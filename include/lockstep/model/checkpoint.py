@@ -277,9 +277,10 @@ class CheckpointClaim:
     #: commits only after that one completed as prepared, and is aborted when it did not. None: planned on
     #: a settled history, as every claim of earlier versions.
     after: int | None = None
-    #: Which code computes its output (`lockstep.transform.code_fingerprint`: the transform's source or query,
-    #: the routes, the state operator, the joins), so tools can say where the code changed and recompute only
-    #: what the code of now wrote. None in claims of earlier versions.
+    #: Which code computes its output (`lockstep.steps.code_version.code_fingerprint`: the transform's source or
+    #: query, the routes, the state operator, the joins), so tools can say where the code changed and verify
+    #: sets aside what other code wrote differently. Read by no step of the checkpoint: its output does not
+    #: depend on it. None in claims of earlier versions.
     code: SpecFingerprint | None = None
 
     @property

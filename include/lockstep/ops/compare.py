@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lockstep.connections import kafka_config
-from lockstep.errors import LockstepError, root_cause
+from lockstep.connections import kafka_config, redact
+from lockstep.errors import root_cause
 from lockstep.model.output_contract import (
     CHECKPOINT_HEADER,
     ERROR_HEADER,
@@ -124,6 +124,8 @@ def committed_records(spec: PipelineSpec, records: Iterable[CommittedRecord], ch
                       ) -> dict[int, list[OutputRecord]]:
     """The records ``spec``'s pipeline committed in ``checkpoints``, by checkpoint: those its pipeline and
     checkpoint headers name (a dead-letter replay's and other producers' records are not its own)."""
+    from lockstep.ops.verify import provenance
+
     found: dict[int, list[OutputRecord]] = {cid: [] for cid in checkpoints}
     for record in records:
         headers = record.headers
@@ -132,10 +134,11 @@ def committed_records(spec: PipelineSpec, records: Iterable[CommittedRecord], ch
             continue
         try:
             cid = int(named.get(CHECKPOINT_HEADER) or b"")
-            source = ((named.get("lockstep.source.topic") or b"").decode(),
-                      int(named.get("lockstep.source.partition") or b""), int(named.get("lockstep.source.offset") or b""))
+            source = provenance(named)
         except ValueError:
             continue  # unreadable headers: `lockstep verify` reports them
+        if source is None:
+            continue
         if cid not in found:
             continue
         if record.topic == spec.sink.dead_letter_topic:
@@ -176,9 +179,10 @@ def compare(running: PipelineSpec, new: PipelineSpec, views: Sequence[Checkpoint
             finally:
                 if replayed.stateful is not None:
                     replayed.stateful.discard()
-        except (LockstepError, Exception) as exc:  # noqa: BLE001 - reported, the other checkpoints go on
-            log.warning("checkpoint %d: not computed again: %s", cid, root_cause(exc))
-            report.not_compared[cid] = f"not computed again through {new.path}: {root_cause(exc)}"
+        except Exception as exc:  # noqa: BLE001 - reported, the other checkpoints go on
+            cause = redact(root_cause(exc))  # a client's or Spark's words may quote a connection
+            log.warning("checkpoint %d: not computed again: %s", cid, cause)
+            report.not_compared[cid] = f"not computed again through {new.path}: {cause}"
         if not same_pins and view.claim.schema_ids:
             notice = ("the new spec's formats differ from those the checkpoints pinned: their records are decoded "
                       "and encoded with the registry's latest schemas")

@@ -160,11 +160,10 @@ def _claimed(checkpoint_id: int, store: PipelineStore, view: CheckpointView | No
 
 class Replayed(NamedTuple):
     """A checkpoint's output computed again (`replay_output`), in the writers' columns, and the state that run
-    would have saved (None: stateless); the seconds of each stage."""
+    would have saved (None: stateless)."""
 
     out: DataFrame
     stateful: StatefulRun | None
-    stage_seconds: Mapping[str, float]
 
 
 def replay_output(spec: PipelineSpec, view: CheckpointView, spark: JobSession, store: PipelineStore,
@@ -185,7 +184,7 @@ def replay_output(spec: PipelineSpec, view: CheckpointView, spark: JobSession, s
     tables = tracker.run("tables", stage.committed_tables, run, view.completed.tables) if spec.tables else \
         stage.Tables(view.completed.tables)
     computed = computed_output(run, tracker, Pass(read, formats, tables, None))
-    return Replayed(computed.out, computed.stateful.run if computed.stateful is not None else None, tracker.seconds)
+    return Replayed(computed.out, computed.stateful.run if computed.stateful is not None else None)
 
 
 def _open(spec: PipelineSpec, checkpoint_id: int, spark: JobSession, store: PipelineStore,

@@ -16,8 +16,9 @@ __all__ = [
 ]
 
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.formats.codecs import Formats, carries_raw, counted_undecodable, rejoined, watch, with_error
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from lockstep.transform import Transform
 
 log = logging.getLogger("lockstep.spark.job")
+T = TypeVar("T")
 
 
 class Pass(NamedTuple):
@@ -153,14 +155,7 @@ def write_output(run: Run, tracker: StageTracker, p: Pass) -> Written:
     """The output computed and written in the checkpoint's transactions. A stateless run whose transform or
     routes raise a Spark data error sets the records that raise aside (``sink.on_error: dead_letter``) and
     writes again, through the same transactional ids: each producer fences what the failed write left open."""
-    try:
-        return _stages(run, tracker, p)
-    except Exception as exc:
-        error = data_error(exc) if run.spec.state is None and p.input.replay is None else None
-        if error is None:
-            raise
-        found = tracker.run("isolate", _isolate, run, p, error, exc)
-        return _stages(run, tracker, p, found)
+    return _isolating(_stages, run, tracker, p)
 
 
 def computed_output(run: Run, tracker: StageTracker, p: Pass) -> Computed:
@@ -168,14 +163,20 @@ def computed_output(run: Run, tracker: StageTracker, p: Pass) -> Computed:
     (``lockstep replay --compare``): the input's dead letters counted before (never in a write's pass), a
     dropped input's bytes rejoined to the transform's dead letters, records that raise a Spark data error set
     aside as a write sets them aside."""
+    return _isolating(_computed, run, tracker, p)
+
+
+def _isolating(stages: Callable[..., T], run: Run, tracker: StageTracker, p: Pass) -> T:
+    """``stages`` run, and when a stateless transform or route raised a Spark data error, run again with the
+    records that raise set aside (`_isolate`)."""
     try:
-        return _computed(run, tracker, p)
+        return stages(run, tracker, p)
     except Exception as exc:
         error = data_error(exc) if run.spec.state is None and p.input.replay is None else None
         if error is None:
             raise
         found = tracker.run("isolate", _isolate, run, p, error, exc)
-        return _computed(run, tracker, p, found)
+        return stages(run, tracker, p, found)
 
 
 def _computed(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = None) -> Computed:
