@@ -12,7 +12,7 @@ from lockstep.model.output_contract import ERROR_HEADER, PIPELINE_HEADER
 
 from ..support.data import MALFORMED_EVERY, produce_orders, read_committed
 from ..support.topics import create_topics
-from .engine_helpers import group_offsets, make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import group_offsets, make_pipeline, open_transactions, run, same_output, store, verify
 
 
 def completed_views(pipeline):
@@ -657,6 +657,8 @@ def test_a_partial_commit_whose_rest_timed_out_is_repaired_by_the_next_run(tmp_p
     assert report["ok"] and report["actual_outputs"] == 150, report
     assert report["lost"] == report["duplicated"] == 0 and str(cid) in report["repaired"], report
     assert open_transactions(pipeline) == []
+    # Computed again, the repaired checkpoint writes only what it delivered; the next one, the given-back share.
+    assert same_output(pipeline)["compared"] == [cid, cid + 1]
 
 
 @pytest.mark.parametrize("writer", ["jvm", "python"])

@@ -14,7 +14,7 @@ from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.offsets import TopicPartition
 
 from ..support.data import read_committed
-from .engine_helpers import make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import make_pipeline, open_transactions, run, same_output, store, verify
 from .test_state import DEDUP, SESSIONS, WINDOW, expected_windows, produce, stateful, window_outputs
 
 OPERATORS = {"window": (WINDOW, "jvm"), "dedup": ({**DEDUP, "dedup": {**DEDUP["dedup"], "duplicates": "drop"}}, "python"),
@@ -97,6 +97,9 @@ def test_a_stateful_partial_commit_is_repaired_for_every_operator_with_both_writ
         assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), (name, report)
         assert report["state_mismatched"] == 0, (name, report)
         assert open_transactions(pipeline) == [], name
+        # Computed again, each checkpoint writes what its own transactions hold: the repaired one without
+        # the lost share, the next one with it.
+        assert same_output(pipeline)["compared"] == list(range(1, last + 2)), name
 
     state = store(windows).latest_completed().completed.state
     found = window_outputs(windows, produced_by["window"])

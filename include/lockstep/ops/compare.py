@@ -158,6 +158,7 @@ def compare(running: PipelineSpec, new: PipelineSpec, views: Sequence[Checkpoint
     """``views`` (completed checkpoints of ``running``'s pipeline) computed again through ``new`` and compared
     with what they committed (``committed`` reads it, by checkpoint); input below ``log_starts`` is gone."""
     from lockstep.spark.job import replay_output
+    from lockstep.spark.placement import delivered_share
 
     report = Comparison(running.name, new.path, datetime.now(UTC).isoformat(timespec="seconds"))
     computed: dict[int, list[OutputRecord]] = {}
@@ -171,11 +172,17 @@ def compare(running: PipelineSpec, new: PipelineSpec, views: Sequence[Checkpoint
         if not view.claim.needs_spark:  # no records, no timer due: nothing written, then or now
             computed[cid] = []
             continue
+        repair = view.completed.repair if view.completed is not None else None
+        if repair is not None and repair.accepted:
+            report.not_compared[cid] = (f"completed after a repair that accepted {repair.accepted}: it did not "
+                                        "commit what its claim computes")
+            continue
         same_pins = view.claim.fingerprint is not None and view.claim.fingerprint == fingerprint(new)
         try:
             replayed = replay_output(new, view, spark, store, None if same_pins else {})
             try:
-                computed[cid] = output_records(row.asDict(recursive=True) for row in replayed.out.collect())
+                out = delivered_share(replayed.out, view)
+                computed[cid] = output_records(row.asDict(recursive=True) for row in out.collect())
             finally:
                 if replayed.stateful is not None:
                     replayed.stateful.discard()

@@ -4,7 +4,7 @@ lost transactions held (what a stateful partial commit's repair writes again).""
 from __future__ import annotations
 
 __all__ = [
-    "place", "share", "task_column",
+    "delivered_share", "place", "share", "task_column",
 ]
 
 from collections.abc import Iterable, Sequence
@@ -16,6 +16,8 @@ from lockstep.rules.output_tasks import slots, task_of_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+    from lockstep.model.checkpoint import CheckpointView
 
 TASK, SLOT = "__ls_task", "__ls_slot"
 
@@ -59,3 +61,21 @@ def share(output: DataFrame, ranges: Iterable[OffsetRange], of_tasks: int, tasks
     checkpoint computed again from its claim wrote."""
 
     return output.filter(task_column(ranges, of_tasks).isin(list(tasks)))
+
+
+def delivered_share(output: DataFrame, view: CheckpointView) -> DataFrame:
+    """The rows of a completed checkpoint's ``output`` (computed again from its whole claim) that its own
+    transactions hold: all of them, unless a repair completed it. Then the next checkpoint wrote the lost share
+    again, under its own id: a stateless checkpoint's given-back source partitions (read again by the next one),
+    or a stateful checkpoint's lost tasks (computed again by the next one, `lockstep.model.checkpoint.Rerun`)."""
+    from pyspark.sql import functions as F
+
+    repair = view.completed.repair if view.completed is not None else None
+    if repair is None:
+        return output
+    if repair.rerun_tasks:
+        return output.filter(~task_column(view.claim.ranges, repair.of_tasks).isin(list(repair.rerun_tasks)))
+    given_back = sorted({r.tp.key for r in repair.replayed})
+    if not given_back:
+        return output
+    return output.filter(~F.concat_ws(":", F.col("topic"), F.col("partition").cast("string")).isin(given_back))
