@@ -152,6 +152,8 @@ def compare_line(report: Comparison) -> str:
     n = len(report.checkpoints)
     line = (f"{n} checkpoint{'s' if n != 1 else ''} computed again through its own spec, "
             + (f"{report.total.before:,} records: the same output" if report.same else report.total.line()))
+    if report.same and report.total.state is not None:
+        line += f"; {report.total.state.text()}"
     if report.not_compared:
         line += "; not compared: " + "; ".join(f"checkpoint {c}: {why}" for c, why in sorted(report.not_compared.items()))
     return line

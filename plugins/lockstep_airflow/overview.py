@@ -142,6 +142,13 @@ class ComparisonRow:
     removed: int
     not_compared: int
     fields: list[str]
+    #: a stateful pipeline's state: the keys compared (summed over the checkpoints), and those that differ
+    state_keys: int | None = None
+    state_differ: int = 0
+
+    @property
+    def output_same(self) -> bool:
+        return not (self.changed or self.added or self.removed)
 
 
 def comparison_row(doc: dict[str, Any] | None) -> list[ComparisonRow]:
@@ -151,9 +158,12 @@ def comparison_row(doc: dict[str, Any] | None) -> list[ComparisonRow]:
         return []
     try:
         total = doc["total"]
+        state = total.get("state")
         return [ComparisonRow(str(doc["compared_at"]), str(doc["spec"]), [int(c) for c in doc["compared"]],
                               bool(doc["same"]), int(total["changed"]), int(total["added"]), int(total["removed"]),
-                              len(doc.get("not_compared") or {}), sorted(total.get("fields") or {}))]
+                              len(doc.get("not_compared") or {}), sorted(total.get("fields") or {}),
+                              None if state is None else int(state["keys"]),
+                              0 if state is None else int(state["changed"]) + int(state["added"]) + int(state["removed"]))]
     except (KeyError, TypeError, ValueError):
         return []
 

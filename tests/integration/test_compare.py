@@ -11,7 +11,7 @@ import yaml
 
 from ..support.data import MALFORMED_EVERY, order, produce_orders, read_committed
 from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify
-from .test_state import WINDOW, produce, stateful
+from .test_state import SESSIONS, WINDOW, produce, stateful
 
 FIXED = "lockstep_examples.orders:enrich_accepting_text"
 
@@ -109,6 +109,7 @@ def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_sta
         assert done.returncode == 0, done.stderr[-3000:]
     code, report = compare(pipeline, pipeline.spec_path)
     assert code == 0 and report["same"] and report["compared"] == [1, 2, 3], report
+    assert all(c["state"]["keys"] for c in report["checkpoints"]), report  # the open windows' state, compared
     windows = len(read_committed(bootstrap, pipeline.sink))
     assert windows > 0 and report["total"]["before"] == report["total"]["after"] == report["total"]["same"]
     assert report["total"]["before"] == windows + len(read_committed(bootstrap, pipeline.dead_letters))
@@ -180,3 +181,43 @@ def test_a_windows_aggregates_changed_over_kept_rows_fire_with_the_new_ones_and_
     report = verify(pipeline)
     assert report["ok"] and report["complete"] and report["wrong"] == 0, report
     assert report["actual_outputs"] == sum(fired.values())
+
+
+def test_a_state_functions_new_version_writes_the_same_output_and_the_state_it_migrated(
+        tmp_path, bootstrap, unique, spark_connect):
+    """Version 2 of the sessions function renames a state field (``total_cents`` -> ``cents``) and migrates the
+    old state (``state.function.migrate``). Computed again, each checkpoint writes the same output and leaves,
+    for every key, the same state under the new name: the comparison says exactly that, key by key."""
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=40)
+    stateful(pipeline, SESSIONS)
+    for n in range(2):  # each customer orders every 5 s: their sessions stay open, each key keeps a state row
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        done = run(pipeline)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    code, same = compare(pipeline, pipeline.spec_path)
+    assert code == 0 and same["same"] and same["compared"] == [1, 2], same
+    assert [c["state"]["keys"] for c in same["checkpoints"]] == [5, 5], same  # c0 .. c4
+
+    v2 = tmp_path / "v2.yaml"
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["state"]["function"] = {**doc["state"]["function"], "process": "lockstep_examples.sessions:process_v2",
+                                "version": 2, "migrate": "lockstep_examples.sessions:migrate",
+                                "state": {"orders": "bigint", "cents": "bigint", "last_at_ms": "bigint"}}
+    v2.write_text(yaml.safe_dump(doc))
+    code, changed = compare(pipeline, v2, "--examples", "10")
+    assert code == 1 and changed["compared"] == [1, 2] and changed["not_compared"] == {}, changed
+    for c in changed["checkpoints"]:
+        assert (c["changed"], c["added"], c["removed"], c["same"]) == (0, 0, 0, c["before"]) and c["before"], c
+        state = c["state"]
+        assert (state["keys"], state["changed"], state["same"], state["added"], state["removed"]) == (5, 5, 0, 0, 0)
+        assert state["rows_added"] == state["rows_removed"] == 5
+    examples = changed["total"]["state"]["examples"]
+    assert len(examples) == 10 and {e["kind"] for e in examples} == {"changed"}
+    for e in examples:  # one row per key: the same state under the new field name
+        before, after = json.loads(e["before"]), json.loads(e["after"])
+        assert after == {**{k: v for k, v in before.items() if k != "total_cents"}, "cents": before["total_cents"]}, e
+    text = lockstep("replay", "--spec", str(pipeline.spec_path), "--compare", str(v2), "--examples", "1")
+    assert text.returncode == 1 and text.stdout.splitlines()[0].endswith("the state changes"), text.stdout
+    assert "state: 10 keys compared: 0 the same, 10 changed, 0 added, 0 removed (10 rows added, 10 removed)" \
+        in text.stdout

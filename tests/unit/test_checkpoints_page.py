@@ -721,3 +721,31 @@ def test_the_latest_comparison_is_shown_under_the_checkpoints(specs_dir):
     assert "2 completed checkpoints (2-3) computed again through <code>/specs/orders-v2.yaml</code>: the output " \
            "changes: 1 changed, 0 added, 0 removed (fields: value.a); 1 not compared." in line
     assert overview.to_json()["pipelines"][0]["last_comparison"]["rows"][0]["same"] is False
+
+
+def test_the_latest_comparison_of_a_stateful_pipeline_says_whether_its_state_differs(specs_dir):
+    """A comparison whose output is the same but whose state is not (a state function's field renamed) says so."""
+    from lockstep.ops.compare import Comparison
+    from lockstep.rules.output_diff import OutputRecord, diff_checkpoint
+    from lockstep.rules.state_diff import diff_state
+
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 2)
+    record = OutputRecord(("orders", 0, 1), "sink", None, b'{"a": 1}')
+
+    def shown(renamed: bool) -> str:
+        report = Comparison("orders", "/specs/orders-v2.yaml", "2025-01-01T00:30:00+00:00")
+        for cid in (1, 2):
+            diff = diff_checkpoint(cid, [record], [record])
+            after = [{"__ls_key": f"c{cid}", ("cents" if renamed else "total_cents"): 5}]
+            diff.state = diff_state([{"__ls_key": f"c{cid}", "total_cents": 5}, {"__ls_key": "x", "n": 1}],
+                                    [*after, {"__ls_key": "x", "n": 1}])
+            report.checkpoints.append(diff)
+            report.total.add(diff, 5)
+        store.record_comparison(report.to_json())
+        html = render_page(_gather(specs_dir, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
+        return " ".join(re.search(r'<div class="meta comparison">(.*?)</div>', html, re.S).group(1).split())
+
+    assert shown(renamed=False).endswith(": the same output and state (4 keys).")
+    assert shown(renamed=True).endswith(": the same output; the state of 2 of 4 keys differs.")

@@ -45,6 +45,7 @@ def test_a_joined_pipelines_summary_names_its_tables_last_version_and_how_many_v
 def test_the_demos_compare_line_says_the_same_output_or_what_changed_and_what_was_not_compared():
     from lockstep.ops.compare import Comparison
     from lockstep.rules.output_diff import OutputRecord, diff_checkpoint
+    from lockstep.rules.state_diff import diff_state
     from lockstep_dev.demo import compare_line
 
     record = OutputRecord(("orders", 0, 1), "sink", None, b"v")
@@ -54,5 +55,12 @@ def test_the_demos_compare_line_says_the_same_output_or_what_changed_and_what_wa
         same.checkpoints.append(d)
         same.total.add(d, 5)
     assert compare_line(same) == "2 checkpoints computed again through its own spec, 6 records: the same output"
+    stateful = Comparison("windows", "windows.yaml", "now")
+    d = diff_checkpoint(4, [record], [record])
+    d.state = diff_state([{"__ls_key": "c1", "n": 1}], [{"__ls_key": "c1", "n": 1}])
+    stateful.checkpoints.append(d)
+    stateful.total.add(d, 5)
+    assert compare_line(stateful) == ("1 checkpoint computed again through its own spec, 1 records: the same output; "
+                                      "state: 1 keys compared, the same")
     same.not_compared[6] = "its input was deleted by retention"
     assert compare_line(same).endswith("; not compared: checkpoint 6: its input was deleted by retention")

@@ -43,12 +43,14 @@ from lockstep.model.output_contract import (
 )
 from lockstep.rules.output_diff import DEAD_LETTERS, SINK, CheckpointDiff, OutputRecord, diff_checkpoint
 from lockstep.rules.replay import fingerprint
-from lockstep.spec import PipelineSpec
+from lockstep.rules.state_diff import StateDiff, diff_state
+from lockstep.spec import PipelineSpec, StateSpec
 
 if TYPE_CHECKING:
     from lockstep.kafka.reader import CommittedRecord
     from lockstep.model.checkpoint import CheckpointView
     from lockstep.model.offsets import TopicPartition
+    from lockstep.spark.keyed_state import StateAfter
     from lockstep.spark.target import JobSession
     from lockstep.store.checkpoint_store import CheckpointStore
 
@@ -86,16 +88,28 @@ class Comparison:
         ids = [d.checkpoint_id for d in self.checkpoints]
         head = (f"{self.pipeline}: {len(ids)} completed checkpoint{'s' if len(ids) != 1 else ''} "
                 + (f"({ids[0]}-{ids[-1]}) " if ids else "") + f"computed again through {self.spec}: "
-                + ("the same output" if self.same else "the output changes"))
+                + self._verdict())
         lines = [head, *self.notices]
         lines += [d.line() for d in self.checkpoints if not d.empty]
         if self.checkpoints:
             lines.append(self.total.line())
-        if self.total.examples:
+        shown = [e.line() for e in self.total.examples]
+        shown += [e.line() for e in self.total.state.examples] if self.total.state is not None else []
+        if shown:
             lines.append("examples:")
-            lines += [f"  {e.line()}" for e in self.total.examples]
+            lines += [f"  {line}" for line in shown]
         lines += [f"not compared: checkpoint {cid}: {why}" for cid, why in sorted(self.not_compared.items())]
         return lines
+
+
+    def _verdict(self) -> str:
+        stateful = any(d.state is not None for d in self.checkpoints)
+        if self.same:
+            return "the same output and state" if stateful else "the same output"
+        output = not all(d.same_output for d in self.checkpoints)
+        state = any(d.state is not None and not d.state.empty for d in self.checkpoints)
+        return "the output and the state change" if output and state else \
+            "the output changes" if output else "the state changes"
 
 
 def exit_code(report: Comparison) -> int:
@@ -158,10 +172,10 @@ def compare(running: PipelineSpec, new: PipelineSpec, views: Sequence[Checkpoint
     """``views`` (completed checkpoints of ``running``'s pipeline) computed again through ``new`` and compared
     with what they committed (``committed`` reads it, by checkpoint); input below ``log_starts`` is gone."""
     from lockstep.spark.job import replay_output
-    from lockstep.spark.placement import delivered_share
 
     report = Comparison(running.name, new.path, datetime.now(UTC).isoformat(timespec="seconds"))
     computed: dict[int, list[OutputRecord]] = {}
+    states: dict[int, StateDiff] = {}
     for view in views:
         cid = view.checkpoint_id
         gone = [r for r in view.claim.ranges if not r.is_empty and r.start < log_starts.get(r.tp, 0)]
@@ -181,8 +195,11 @@ def compare(running: PipelineSpec, new: PipelineSpec, views: Sequence[Checkpoint
         try:
             replayed = replay_output(new, view, spark, store, None if same_pins else {})
             try:
-                out = delivered_share(replayed.out, view)
-                computed[cid] = output_records(row.asDict(recursive=True) for row in out.collect())
+                computed[cid] = output_records(row.asDict(recursive=True) for row in replayed.out.collect())
+                if replayed.stateful is not None:
+                    assert running.state is not None and new.state is not None  # what a stateful run means
+                    states[cid] = state_compared(view, replayed.stateful.after(), store, running.state, new.state,
+                                                 examples)
             finally:
                 if replayed.stateful is not None:
                     replayed.stateful.discard()
@@ -204,9 +221,42 @@ def compare(running: PipelineSpec, new: PipelineSpec, views: Sequence[Checkpoint
             sources = set(running.source.topics)
             old = [r for r in old if r.source[0] in sources]
         diff = diff_checkpoint(cid, old, computed[cid], examples)
+        diff.state = states.get(cid)
         report.checkpoints.append(diff)
         report.total.add(diff, examples)
     return report
+
+
+def state_compared(view: CheckpointView, after: StateAfter, store: CheckpointStore, running: StateSpec,
+                   new: StateSpec, examples: int = 5) -> StateDiff:
+    """The state ``view``'s checkpoint committed (``running``'s) against the state its run again through ``new``
+    leaves (``after``), over every key of the key groups either touched: the groups the run read or wrote, and
+    those whose files the checkpoint changed. Elsewhere both are the base's rows (the claim's base state). Rows past
+    their lifetime are left out on each side, by its own spec and watermark."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from lockstep.model.state_rows import KEY
+    from lockstep.store.state_chain import unexpired
+
+    committed = view.completed.state if view.completed is not None else None
+    base = view.claim.state_base
+    groups = set(after.groups)
+    if committed is not None:
+        old_files = base.files if base is not None else {}
+        groups |= {g for g in set(committed.files) | set(old_files) if committed.files.get(g) != old_files.get(g)}
+    files = store.state_files()
+    before = files.read_state(committed, groups) if committed is not None else None
+    if before is not None and committed is not None:
+        before = unexpired(before, running, committed.watermark_ms)
+    kept = files.read_state(base, groups) if base is not None else None
+    parts = [after.rows]
+    if kept is not None and kept.num_rows:
+        kept = kept.filter(pc.invert(pc.is_in(kept[KEY], value_set=pa.array(sorted(after.touched), pa.string()))))
+        kept = unexpired(kept, new, after.watermark_ms)
+        parts.insert(0, kept)
+    rows = [r for part in parts for r in part.to_pylist()]
+    return diff_state(before.to_pylist() if before is not None else [], rows, examples)
 
 
 def chosen(store: CheckpointStore, first: int | None, last: int | None, newest: int | None

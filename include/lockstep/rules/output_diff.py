@@ -11,7 +11,7 @@ Records are matched by provenance: an input offset's outputs before and after. T
 are the same; of the rest, records of the same provenance are paired as changed (by role and key, in
 order), and what stays unpaired was added or removed. A changed record names the fields that differ:
 ``role`` (another topic, or now a dead letter), ``key``, ``value`` (``value.<field>`` for each top-level
-field of two JSON objects), ``headers``, ``error``.
+field of two JSON objects), ``headers``, ``error``. A stateful checkpoint's state is compared too (`lockstep.rules.state_diff`).
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from lockstep.rules.state_diff import StateDiff
 
 #: The role of a record in ``sink.topic``; a route's records have their topic's name as their role.
 SINK = "sink"
@@ -94,10 +96,16 @@ class CheckpointDiff:
     #: how many changed records differ in each field
     fields: Counter[str] = field(default_factory=Counter)
     examples: list[Example] = field(default_factory=list)
+    #: a stateful checkpoint's state, as committed and as the new code leaves it (None: stateless)
+    state: StateDiff | None = None
 
     @property
     def empty(self) -> bool:
-        """The new code writes exactly what the checkpoint wrote."""
+        """The new code writes exactly what the checkpoint wrote, and leaves the state it left."""
+        return self.same_output and (self.state is None or self.state.empty)
+
+    @property
+    def same_output(self) -> bool:
         return not (self.added or self.removed or self.changed)
 
     def add(self, other: CheckpointDiff, examples: int) -> None:
@@ -107,24 +115,30 @@ class CheckpointDiff:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.fields.update(other.fields)
         self.examples.extend(other.examples[:max(0, examples - len(self.examples))])
+        if other.state is not None:
+            if self.state is None:
+                self.state = StateDiff()
+            self.state.add(other.state, examples)
 
     def to_json(self) -> dict[str, object]:
         return {"checkpoint": self.checkpoint_id, "before": self.before, "after": self.after, "same": self.same,
                 "added": self.added, "removed": self.removed, "changed": self.changed,
                 "dead_letters_gained": self.dead_letters_gained, "dead_letters_lost": self.dead_letters_lost,
-                "fields": dict(sorted(self.fields.items())), "examples": [e.to_json() for e in self.examples]}
+                "fields": dict(sorted(self.fields.items())), "examples": [e.to_json() for e in self.examples],
+                "state": None if self.state is None else self.state.to_json()}
 
     def line(self) -> str:
         head = f"checkpoint {self.checkpoint_id}" if self.checkpoint_id >= 0 else "total"
-        if self.empty:
-            return f"{head}: {self.before} records, the same"
+        state = "" if self.state is None else f"; {self.state.text()}"
+        if self.same_output:
+            return f"{head}: {self.before} records, the same{state}"
         text = (f"{head}: {self.before} records before, {self.after} after: {self.same} the same, "
                 f"{self.changed} changed, {self.added} added, {self.removed} removed")
         if self.dead_letters_gained or self.dead_letters_lost:
             text += f"; dead letters {self.dead_letters_gained} gained, {self.dead_letters_lost} lost"
         if self.fields:
             text += "; fields changed: " + ", ".join(f"{name} ({n})" for name, n in self.fields.most_common())
-        return text
+        return text + state
 
 
 def diff_checkpoint(checkpoint_id: int, before: Iterable[OutputRecord], after: Iterable[OutputRecord],

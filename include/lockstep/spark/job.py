@@ -40,6 +40,7 @@ from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned
 from lockstep.spark import input_stages as stage
 from lockstep.spark.kafka_reader import default_parallelism, forget_read_settings
 from lockstep.spark.output_stages import Pass, Written, computed_output, write_output
+from lockstep.spark.placement import delivered_share
 from lockstep.spark.stage_tracker import StageTracker
 from lockstep.spec import PipelineSpec
 
@@ -159,8 +160,9 @@ def _claimed(checkpoint_id: int, store: PipelineStore, view: CheckpointView | No
 
 
 class Replayed(NamedTuple):
-    """A checkpoint's output computed again (`replay_output`), in the writers' columns, and the state that run
-    would have saved (None: stateless)."""
+    """A checkpoint's output computed again (`replay_output`), in the writers' columns: the share its own
+    transactions hold (`lockstep.spark.placement.delivered_share`); and the state that run would have saved
+    (None: stateless)."""
 
     out: DataFrame
     stateful: StatefulRun | None
@@ -184,7 +186,7 @@ def replay_output(spec: PipelineSpec, view: CheckpointView, spark: JobSession, s
     tables = tracker.run("tables", stage.committed_tables, run, view.completed.tables) if spec.tables else \
         stage.Tables(view.completed.tables)
     computed = computed_output(run, tracker, Pass(read, formats, tables, None))
-    return Replayed(computed.out, computed.stateful.run if computed.stateful is not None else None)
+    return Replayed(delivered_share(computed.out, view), computed.stateful.run if computed.stateful is not None else None)
 
 
 def _open(spec: PipelineSpec, checkpoint_id: int, spark: JobSession, store: PipelineStore,

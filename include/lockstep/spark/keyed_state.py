@@ -38,8 +38,8 @@ from __future__ import annotations
 
 #: Besides the run's own names, those of its steps' modules that other modules import from here.
 __all__ = [
-    "DUPLICATE", "LATE", "collect_slices", "empty_frame", "event_ms", "function_modules", "judged_on_driver", "keyed",
-    "window_starts_column", "window_value",
+    "DUPLICATE", "LATE", "StateAfter", "collect_slices", "empty_frame", "event_ms", "function_modules",
+    "judged_on_driver", "keyed", "window_starts_column", "window_value",
 ]
 
 import functools
@@ -95,6 +95,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class StateAfter:
+    """The state a checkpoint's run leaves where the run changed it, without writing it: the new rows of every
+    key it read or gave records to (``rows``, none past their lifetime), those keys (``touched``: a key read and
+    let go has no rows), and the watermark. Every other key's rows are the base's."""
+
+    rows: pa.Table
+    touched: frozenset[str]
+    #: the key groups of the keys touched
+    groups: frozenset[int]
+    watermark_ms: int | None
+
+
 @dataclass
 class StatefulRun:
     """One checkpoint's stateful step: ``output`` for the writer, then :meth:`finish` writes the state."""
@@ -109,8 +122,16 @@ class StatefulRun:
     #: records in offset order (checked on the records collected), so the writer takes it as it is
     in_place: bool = False
 
+    #: the state the run leaves, not written (`StateAfter`): what ``lockstep replay --compare`` compares
+    _after: Callable[[], StateAfter] | None = None
+
     def finish(self) -> StateManifest:
         return self._finish()
+
+    def after(self) -> StateAfter:
+        """The state this run leaves where it changed it, without writing it."""
+        assert self._after is not None  # every run `start` makes has one
+        return self._after()
 
     def discard(self) -> None:
         """Let go of what the run kept without writing its state (a repair's recomputation)."""
@@ -179,7 +200,8 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         record_columns = [c for c in transformed.columns if c not in ("error", "headers", *decoded)]
         applied = _apply_in_spark(state, clock, x, good, current, data_columns, record_columns, window_encoder)
     finish = functools.partial(_finish, spec, cid, base, plan, loaded, files, clock, metrics, applied)
-    return StatefulRun(applied.output, clock, finish, metrics, applied.cached, applied.in_place)
+    return StatefulRun(applied.output, clock, finish, metrics, applied.cached, applied.in_place,
+                       functools.partial(_after, state, clock, loaded, applied))
 
 
 def _input(spec: PipelineSpec, transformed: DataFrame, decoded: Sequence[str], base: StateManifest | None) -> DataFrame:
@@ -340,11 +362,7 @@ def _finish(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: Read
     state = spec.state
     assert state is not None
     began = time.monotonic()
-    if applied.added is not None:
-        table = _beside_loaded(state, clock, loaded, applied.added)
-    else:
-        assert applied.new_state is not None
-        table = applied.new_state.toArrow()
+    table = _new_rows(state, clock, loaded, applied)
     metrics["apply_seconds"] = round(metrics.get("apply_seconds", 0.0) + time.monotonic() - began, 3)
     began = time.monotonic()
     with files.caching_later():  # one trim of the cache for all the files written
@@ -360,6 +378,26 @@ def _finish(spec: PipelineSpec, cid: int, base: StateManifest | None, plan: Read
              metrics["files_written"], metrics["bytes_written"], metrics["compactions"], metrics["delta_merges"],
              metrics["load_seconds"], metrics["apply_seconds"], metrics["write_seconds"], manifest.timers)
     return replace(manifest, metrics=dict(metrics))
+
+
+def _new_rows(state: StateSpec, clock: EventClock, loaded: Loaded, applied: _Applied) -> pa.Table:
+    """The new rows of every key the checkpoint read or gave records to, on the driver."""
+    if applied.added is not None:
+        return _beside_loaded(state, clock, loaded, applied.added)
+    assert applied.new_state is not None
+    return applied.new_state.toArrow()
+
+
+def _after(state: StateSpec, clock: EventClock, loaded: Loaded, applied: _Applied) -> StateAfter:
+    from lockstep.store import state_chain
+
+    new = _new_rows(state, clock, loaded, applied)
+    touched, groups = set(new[KEY].to_pylist()), set(new[GROUP].to_pylist())
+    for group, selected in loaded.selected.items():
+        touched.update(selected[KEY].to_pylist())
+        groups.add(group)
+    return StateAfter(state_chain.unexpired(new, state, clock.after), frozenset(touched), frozenset(groups),
+                      clock.after)
 
 
 def _arrow_memory() -> None:
