@@ -232,3 +232,34 @@ def test_a_stateful_partial_commit_completes_with_its_state_and_the_next_checkpo
     coordinator.commit(world.pipeline, 4)
     world.source.produce(SOURCE, 0, 1)
     assert coordinator.plan(world.pipeline, "run-5", run_alive=dead).claim.rerun is None, "written once"
+
+
+def test_the_lost_share_of_a_repaired_checkpoint_is_written_again_only_by_the_code_that_wrote_it(
+        world: FakeWorld):
+    """A new transform deployed between a stateful partial commit and the next plan: the lost share is that
+    checkpoint's output, computed again from its claim, so the plan refuses (nothing claimed), naming the
+    checkpoint, what changed and the way out; with the old code back it writes the share."""
+    from lockstep.model.checkpoint import Rerun
+
+    complete(world, "run-1")
+    world.source.produce(SOURCE, 0, 5)
+    world.source.produce(SOURCE, 1, 5)
+    plan = coordinator.plan(world.pipeline, "run-2", run_alive=dead)
+    prepared = world.prepare(plan, state=written(world.store.state_files(), 2), output_tasks=2)
+    kept, lost = prepared.transactions
+    world.committer.commit(kept.transactional_id, kept.producer_id, kept.epoch)
+    world.clock.advance(world.pipeline.spec.transactions.timeout_ms + 1)
+    coordinator.commit(world.pipeline, 2)
+
+    running = world.pipeline.spec
+    world.pipeline.spec = replace(running, transform="lockstep_examples.orders:passthrough")
+    with pytest.raises(TerminalError) as refused:
+        coordinator.plan(world.pipeline, "run-3", run_alive=dead)
+    assert str(refused.value).startswith(f"checkpoint 2 was completed after a repair: the output of its lost task "
+                                         f"{lost.task_index} must be computed again, with the code that wrote it, "
+                                         "and its transform is not the spec's now")
+    assert str(refused.value).endswith("Deploy that code again for one run, which writes the lost share; then deploy "
+                                       "the new code")
+    assert list(world.store.checkpoint_ids()) == [1, 2], "nothing claimed"
+    world.pipeline.spec = running
+    assert coordinator.plan(world.pipeline, "run-3", run_alive=dead).claim.rerun == Rerun(2, (lost.task_index,), 2)

@@ -237,7 +237,47 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
         _check_dedup(spec, good, sink, report, final.watermark_ms, committed)
     else:
         _check_function(spec, good, final.watermark_ms, outputs, report)
+    _set_aside_other_code(spec, views, report)
     return report
+
+
+def _set_aside_other_code(spec: PipelineSpec, views: list[CheckpointView], report: StateVerifyReport) -> None:
+    """When today's code finds differences and some checkpoints were written by other code
+    (`lockstep.steps.code_version`), the differences are reported as not checked, naming those checkpoints and
+    what differs: the state's history is recomputed in one batch from its start, with today's code, which cannot
+    say what other code should have written (a new filter is no loss). A change whose history recomputes alike
+    (new window aggregates over kept rows, checked window by window) stays checked."""
+    from lockstep.steps.code_version import code_changes, code_fingerprint
+
+    if report.ok:
+        return
+    now = code_fingerprint(spec)
+    other = {v.checkpoint_id: code_changes(v.claim.code, now) for v in views}
+    other = {cid: parts for cid, parts in other.items() if parts}
+    if not other:
+        return
+    found = [*report.lost, *report.duplicated, *report.unexpected, *report.wrong, *report.state_mismatched]
+    parts = sorted({p for ps in other.values() for p in ps})
+    ids = sorted(other)
+    report.unchecked.append(
+        f"checkpoint{'s' if len(ids) > 1 else ''} {_spans(ids)} written by other code "
+        f"({'their' if len(ids) > 1 else 'its'} {', '.join(parts)} "
+        f"{'is' if len(parts) == 1 else 'are'} not the spec's now), and recomputing the state's history with today's "
+        f"code finds {len(found)} differences ({', '.join(found[:3])}{' ...' if len(found) > 3 else ''}): verify "
+        "with the spec and code that wrote them; `lockstep replay --compare` shows, checkpoint by checkpoint, what "
+        "today's code would write instead")
+    report.lost, report.duplicated, report.unexpected, report.wrong, report.state_mismatched = [], [], [], [], []
+
+
+def _spans(ids: list[int]) -> str:
+    """``1-3, 7``: sorted ids as runs."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def cast_rows(spark: JobSession, offsets: list[tuple[str, int, int]]) -> DataFrame:

@@ -50,7 +50,8 @@ from lockstep.rules.start_offsets import (
 )
 from lockstep.rules.state_base import base_refusal
 from lockstep.rules.watermarks import fires_without_records
-from lockstep.steps.code_version import code_fingerprint
+from lockstep.spec import PipelineSpec
+from lockstep.steps.code_version import code_changes, code_fingerprint
 from lockstep.steps.pipeline import Pipeline, now_iso, publish_end_offsets
 from lockstep.steps.recover import in_flight, live_in_flight, recover
 from lockstep.tables.pinning import reused_table_pin, table_pin
@@ -128,7 +129,8 @@ def plan(p: Pipeline, run_id: str, restore: str | None = None, max_records: int 
         start_source=starts.source, restored_from=restore,
         skipped={tp.key: n for tp, n in ranges.skipped.items()}, planned_with=planned_with(p.spec),
         topic_ids=source.topic_ids, state_base=pins.state_base, clock_ms=pins.clock_ms,
-        fires_timers=pins.fires_timers, rerun=None if on_top else _rerun(restore, latest), schema_ids=pins.schema_ids,
+        fires_timers=pins.fires_timers, rerun=None if on_top else _rerun(p.spec, restore, latest),
+        schema_ids=pins.schema_ids,
         tables=pins.tables, fingerprint=pins.fingerprint, replays=pins.replays,
         after=on_top.checkpoint_id if on_top else None, code=code_fingerprint(p.spec),
     )
@@ -315,13 +317,22 @@ def _claim(p: Pipeline, result: Plan, started: float) -> Plan:
     return result
 
 
-def _rerun(restore: str | None, latest: CheckpointView | None) -> Rerun | None:
+def _rerun(spec: PipelineSpec, restore: str | None, latest: CheckpointView | None) -> Rerun | None:
     """The lost share of the latest completed checkpoint's output that the next one writes again (a
     stateful partial commit's repair): while no later checkpoint has completed, each one planned from it
-    carries it; a restore starts elsewhere and carries none."""
+    carries it; a restore starts elsewhere and carries none. Refused while the code is not the code that
+    wrote that checkpoint: the share is that code's output."""
     if restore is not None or latest is None or latest.completed is None or latest.completed.repair is None:
         return None
     rerun = latest.completed.repair.rerun(latest.checkpoint_id)
+    changed = code_changes(latest.claim.code, code_fingerprint(spec)) if rerun is not None else ()
+    if rerun is not None and changed:
+        raise TerminalError(
+            f"checkpoint {latest.checkpoint_id} was completed after a repair: the output of its lost "
+            f"task{'s' if len(rerun.tasks) > 1 else ''} {', '.join(map(str, rerun.tasks))} must be computed again, "
+            f"with the code that wrote it, and its {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} not "
+            f"the spec's now (the code recorded in its claim: `lockstep checkpoints --json`, field code). Deploy that "
+            "code again for one run, which writes the lost share; then deploy the new code")
     if rerun is not None:
         log.warning("checkpoint %d was completed after a repair: this checkpoint writes again the output of its lost "
                     "task%s %s", latest.checkpoint_id, "s" if len(rerun.tasks) > 1 else "",
