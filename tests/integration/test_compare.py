@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from ..support.data import MALFORMED_EVERY, order, produce_orders, read_committed
@@ -142,21 +143,89 @@ def test_a_windowed_pipeline_computes_the_same_windows_from_each_checkpoints_sta
     assert report["total"]["before"] == windows + len(read_committed(bootstrap, pipeline.dead_letters))
     assert sum(1 for c in report["checkpoints"] if c["before"]) >= 2  # windows fired in more than one
 
-    # The window resized: the state's pending windows were cut at 10 s. The first checkpoint started without
-    # state, so it is computed again with 20 s windows (other windows: changes); the others cannot be, and the
-    # next plan refuses, naming the change, before it claims anything.
+    # Sliding windows instead: the state's pending windows were cut as tumbling 10 s windows, and sliding windows
+    # overlap any time a new size could take over. The first checkpoint started without state, so it is computed
+    # again with them (other windows: changes); the others cannot be, and the next plan refuses, naming the change,
+    # before it claims anything.
     resized = tmp_path / "resized.yaml"
     doc = yaml.safe_load(pipeline.spec_path.read_text())
-    doc["state"]["window"]["size"] = "20s"
+    doc["state"]["window"]["slide"] = "5s"
     resized.write_text(yaml.safe_dump(doc))
     code, report = compare(pipeline, resized)
     assert code == 1 and report["compared"] == [1] and sorted(report["not_compared"]) == ["2", "3"], report
-    assert all("state.window.size was 10000 ms, is now 20000 ms" in why for why in report["not_compared"].values())
+    assert all("only tumbling windows change size" in why for why in report["not_compared"].values())
     pipeline.spec_path.write_text(resized.read_text())
     produce(pipeline, range(120, 160))
     refused = run(pipeline)
-    assert refused.returncode != 0 and "was kept under another window: state.window.size was 10000 ms" in refused.stderr
+    assert refused.returncode != 0 and "are tumbling 10000 ms and the spec's 10000 ms sliding every 5000 ms" \
+        in refused.stderr
     assert list(store(pipeline).checkpoint_ids()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("keep_rows", [False, True], ids=["partials", "rows"])
+def test_a_tumbling_windows_new_size_drains_the_open_windows_at_the_old_size(tmp_path, bootstrap, unique,
+                                                                             spark_connect, keep_rows):
+    """10 s windows become 20 s windows while the pipeline runs: the change plan says it applies at the next
+    checkpoint; the windows of records before the switch (the first multiple of 20 s after the latest event time
+    the state had seen) fire at 10 s, later ones at 20 s, each exactly once with every record it holds, as this
+    test computes them itself; `verify` recomputes each at its size, and each checkpoint computed again through the
+    new spec gives the same output and state."""
+    from datetime import datetime
+
+    from .test_state import SIZE_S, timed_order
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=1000)
+    stateful(pipeline, {**WINDOW, "window": {**WINDOW["window"], "keep_rows": keep_rows}})
+    for n in range(2):
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        assert run(pipeline).returncode == 0
+    running = tmp_path / "running.yaml"
+    running.write_text(pipeline.spec_path.read_text())
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["state"]["window"]["size"] = "20s"
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+    plan = lockstep("validate", str(pipeline.spec_path), "--against", str(running), "--json")
+    assert plan.returncode == 0, plan.stdout[-2000:]
+    assert [(c["field"], c["applies"]) for c in json.loads(plan.stdout)["changes"]] == [
+        ("state.window.size", "next checkpoint")]
+    logs = []
+    for n in range(2, 4):
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        done = run(pipeline)
+        assert done.returncode == 0, done.stderr[-3000:]
+        logs.append(done.stderr)
+    assert "checkpoint 3: the windows' size changed from 10000 ms to 20000 ms" in logs[0], logs[0][-3000:]
+    assert "size changed" not in logs[1]
+
+    # What fires, computed here: order i has event time T0 + i; the state had seen up to T0 + 79 when the size
+    # changed, so 20 s windows take over at the next multiple of 20 s; the watermark ends at T0 + 159 - 2.
+    switch = ((T0 + 79) // 20 + 1) * 20
+    watermark = T0 + 159 - 2
+    expected: dict[tuple[str, int, int], tuple[int, int]] = {}
+    for i in range(160):
+        if i % 10 == 7:
+            continue
+        order_doc = json.loads(timed_order(i))
+        t = T0 + i
+        size = SIZE_S if t < switch else 20
+        start = t - t % size
+        if start + size <= watermark:
+            orders, cents = expected.get((order_doc["customer"], start, size), (0, 0))
+            expected[(order_doc["customer"], start, size)] = (orders + 1, cents + round(order_doc["amount"] * 100))
+    assert {size for _, _, size in expected} == {10, 20}
+    found = []
+    for record in read_committed(bootstrap, pipeline.sink):
+        window = json.loads(record.value())
+        start, end = (int(datetime.fromisoformat(window[k].replace("Z", "+00:00")).timestamp())
+                      for k in ("window_start", "window_end"))
+        found.append(((window["customer"], start, end - start), (window["orders"], window["amount_cents"])))
+    assert sorted(found) == sorted(expected.items()), "each window once, at its own size"
+
+    report = verify(pipeline)
+    assert report["ok"] and report["complete"] and report["wrong"] == 0, report
+    assert report["actual_outputs"] == len(expected) and report["state_mismatched"] == 0
+    code, same = compare(pipeline, pipeline.spec_path, "--from-checkpoint", "3")
+    assert code == 0 and same["same"] and same["compared"] == [3, 4], same
 
 
 def test_a_windows_aggregates_changed_over_kept_rows_fire_with_the_new_ones_and_verify_checks_each_with_its_own(

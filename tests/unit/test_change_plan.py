@@ -93,8 +93,10 @@ CASES = [
      "Keep checkpoints.store"),
     ("key groups", with_state(WINDOW), setter("state.key_groups", 64), "state.key_groups", Applies.STEP,
      "lockstep state rekey --spec <running> --key-groups 64"),
-    ("window size", with_state(WINDOW), setter("state.window.size", "5m"), "state.window.size", Applies.REFUSED,
-     "wrong contents"),
+    ("tumbling window size", with_state(WINDOW), setter("state.window.size", "5m"), "state.window.size", Applies.NEXT,
+     "fire at the old size, later ones at the new"),
+    ("sliding window size", with_state({**WINDOW, "window": {**WINDOW["window"], "slide": "30s"}}),
+     setter("state.window.size", "5m"), "state.window.size", Applies.REFUSED, "Sliding windows overlap any switch"),
     ("window aggregates of partials", with_state(WINDOW), setter("state.window.aggregates", {"orders": "count(*)"}),
      "state.window.aggregates", Applies.REFUSED, "keep_rows: true"),
     ("window aggregates of rows", with_state({**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}}),
@@ -159,7 +161,7 @@ def test_validate_against_prints_the_plan_and_exits_1_on_a_refused_change(tmp_pa
     out = capsys.readouterr().out
     assert f"change plan from {running}:" in out and "next checkpoint: state.event_time.out_of_orderness" in out
 
-    ok["state"]["window"]["size"] = "5m"
+    ok["state"]["window"]["slide"] = "30s"
     new.write_text(yaml.safe_dump(ok))
     assert main(["validate", str(new), "--against", str(running), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)

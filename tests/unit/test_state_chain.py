@@ -219,6 +219,22 @@ def test_partial_window_timers_are_a_row_each_ending_at_its_start_plus_size_and_
     assert state_chain.timers(table, state, 21_000) == (0, None)
 
 
+def test_window_timers_of_a_drained_size_end_each_window_at_its_own_size() -> None:
+    """Tumbling windows whose size went from 10 s to 20 s at 60 s (rules.window_drain): a record before 60 s is in
+    a 10 s window, a later one in a 20 s window; kept as rows or as partials alike."""
+    state = spec(window={"key": "customer", "size": "20s", "allowed_lateness": "1s",
+                         "aggregates": {"orders": "count(*)"}}).state
+    assert state is not None and state.window is not None
+    state = replace(state, window=replace(state.window, earlier=((10_000, 60_000),)))
+    table = rows(("a", 55_000, 0), ("b", 61_000, 0))  # windows [50, 60) and [60, 80)
+    assert state_chain.timers(table, state, None) == (2, 61_000)
+    assert state_chain.timers(table, state, 61_000) == (1, 81_000)
+    partials = pa.table({KEY: ["a", "b"], WINDOW_START: [50_000, 60_000], EVENT: [55_000, 61_000], GROUP: [0, 0],
+                         "orders": [1, 1]})
+    assert state_chain.timers(partials, state, None) == (2, 61_000)
+    assert state_chain.timers(partials, state, 61_000) == (1, 81_000)
+
+
 def test_dedup_timers_are_releases_at_twice_the_ttl_and_released_rows_are_dropped() -> None:
     state = spec(**DEDUP).state
     table = rows(("a", 1_000, 0), ("b", 50_000, 0), ("b", 115_000, 0))

@@ -242,14 +242,63 @@ def test_state_kept_under_another_window_shape_is_refused_naming_what_changed() 
     assert StateManifest.from_json(base.to_json(), "k").shape == base.shape  # kept through JSON
     assert base_refusal(running, base, None) is None
     assert shape_refusal(base, spec(allowed_lateness="5s").state) is None  # not what the rows mean
-    refused = base_refusal(spec(size="5m", aggregates={"orders": "count(*)", "total": "sum(amount)"}), base, None)
+    # A tumbling window's new size drains the open windows (rules.window_drain); a sliding one is refused.
+    assert base_refusal(spec(size="5m"), base, None) is None
+    refused = base_refusal(spec(size="5m", slide="1m", aggregates={"orders": "count(*)", "total": "sum(amount)"}),
+                           base, None)
     assert refused is not None and "checkpoint 5" in refused
-    assert "state.window.size was 60000 ms, is now 300000 ms" in refused
+    assert "are tumbling 60000 ms and the spec's 300000 ms sliding every 60000 ms" in refused
     # other aggregates alone are the state's own business: rows fire with them, partials refuse them (windows.py)
     assert "aggregates" not in refused and base.shape["aggregates"] == [["orders", "count(*)"]]
     assert shape_refusal(base, spec(aggregates={"orders": "count(*)", "total": "sum(amount)"}).state) is None
-    assert "state.window.slide was 60000 ms, is now 300000 ms" in refused  # a tumbling window slides by its size
     assert "restore_from: time:" in refused
     key = shape_refusal(base, spec(key="currency").state)
     assert key is not None and "state.window.key was customer, is now currency" in key
-    assert shape_refusal(replace(base, shape={}), spec(size="5m").state) is None  # a manifest of an earlier version
+    assert shape_refusal(replace(base, shape={}), spec(size="5m", slide="1m").state) is None  # an earlier version's
+
+
+def test_a_tumbling_windows_new_size_takes_over_at_the_first_multiple_of_both_after_the_latest_event() -> None:
+    """The open windows drain at their size: records before the switch go to windows of the old size (which end by
+    it), later ones to the new; the switch is kept in the state's shape, carried on, and a later change switches
+    after it."""
+    from dataclasses import replace
+
+    from lockstep.model.state_manifest import PartitionTime
+    from lockstep.rules.state_base import state_shape
+    from lockstep.rules.window_drain import drained, size_at, switch_ms
+    from lockstep.spec import parse_spec
+
+    def state(size: str, slide: str | None = None):
+        w = {"key": "customer", "size": size, "aggregates": {"orders": "count(*)"}, **({"slide": slide} if slide else {})}
+        return parse_spec({"name": "p", "source": {"topics": ["t"]}, "transform": "m:f",
+                           "sink": {"topic": "o", "dead_letter_topic": "d"}, "checkpoints": {"store": "s3://bucket/p"},
+                           "state": {"key_groups": 8, "event_time": {"column": "ts"}, "window": w}}, "p.yaml").state
+
+    assert switch_ms(10_000, 15_000, 61_000) == 90_000 and switch_ms(10_000, 20_000, 59_999) == 60_000
+    assert switch_ms(10_000, 20_000, 60_000) == 80_000  # strictly after the latest event
+    seen = {"t:0": PartitionTime(61_000, 1), "t:1": PartitionTime(45_000, 1), "t:2": PartitionTime(None, 1)}
+    base = replace(manifest(written_by=3), shape=state_shape(state("10s")), partitions=seen)
+    assert drained(state("10s"), base) == state("10s")  # the same size: nothing to drain
+    grown = drained(state("15s"), base)
+    assert not isinstance(grown, str) and grown.window is not None and grown.window.earlier == ((10_000, 90_000),)
+    w = grown.window
+    assert [size_at(w, t) for t in (0, 89_999, 90_000, 10**9)] == [10_000, 10_000, 15_000, 15_000]
+    assert state_shape(grown)["earlier"] == [[10_000, 90_000]] and state_shape(state("15s")).get("earlier") is None
+
+    # carried while the spec keeps the new size; a second change switches after the first
+    later = replace(base, shape=state_shape(grown), partitions={"t:0": PartitionTime(100_000, 2)})
+    carried = drained(state("15s"), later)
+    assert not isinstance(carried, str) and carried.window.earlier == ((10_000, 90_000),)
+    early = drained(state("5s"), replace(later, partitions={"t:0": PartitionTime(70_000, 2)}))
+    assert not isinstance(early, str) and early.window.earlier == ((10_000, 90_000), (15_000, 90_000))  # none of 15 s
+    again = drained(state("5s"), later)
+    assert not isinstance(again, str) and again.window.earlier == ((10_000, 90_000), (15_000, 105_000))
+    assert [size_at(again.window, t) for t in (89_999, 90_000, 104_999, 105_000)] == [10_000, 15_000, 15_000, 5_000]
+
+    # no record yet: the new size from the start; sliding before or after: refused, naming the way out
+    empty = replace(base, partitions={"t:0": PartitionTime(None, 1)})
+    assert drained(state("15s"), empty) == state("15s")
+    for refused in (drained(state("20s", "10s"), base),
+                    drained(state("20s"), replace(base, shape=state_shape(state("10s", "5s"))))):
+        assert isinstance(refused, str) and "only tumbling windows change size" in refused
+        assert "checkpoint 3" in refused and "restore_from: time:<ISO>" in refused

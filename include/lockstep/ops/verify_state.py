@@ -32,7 +32,7 @@ __all__ = [
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from lockstep.connections import kafka_config
@@ -230,9 +230,13 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     outputs = [r for r in sink if r.topic == spec.sink.topic]
     committed = store.state_files().read_state(final)
     if spec.state.window is not None:
-        _check_windows(spec, good, final.watermark_ms, outputs, report, _value_docs(spark, spec, outputs),
+        from lockstep.rules.window_drain import drained
+
+        continued = drained(spec.state, final)  # the sizes its windows had before (`lockstep.rules.window_drain`)
+        windowed = spec if isinstance(continued, str) else replace(spec, state=continued)
+        _check_windows(windowed, good, final.watermark_ms, outputs, report, _value_docs(spark, spec, outputs),
                        _aggregates_by_checkpoint(views))
-        _check_window_state(spec, good, final.watermark_ms, committed, report)
+        _check_window_state(windowed, good, final.watermark_ms, committed, report)
     elif spec.state.dedup is not None:
         _check_dedup(spec, good, sink, report, final.watermark_ms, committed)
     else:
@@ -373,7 +377,6 @@ def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, o
     """Every window the watermark closed, once, with its aggregates' values: each window's output is compared with
     the window recomputed with the aggregates of the checkpoint that fired it (``fired_with``; the spec's for a
     checkpoint that recorded none), so a change of aggregates is checked on both sides of it."""
-    from dataclasses import replace
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
@@ -396,12 +399,13 @@ def _expected_windows(w: WindowSpec, good: DataFrame, watermark: int | None) -> 
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import KEY
-    from lockstep.spark.keyed_state import window_starts_column, window_value
+    from lockstep.spark.keyed_state import size_of, window_starts_column, window_value
 
     if watermark is None:
         return {}
     windows = good.withColumn("__ls_start", F.explode(window_starts_column(w)))
-    fired = windows.filter(F.col("__ls_start") + F.lit(w.size_ms + w.allowed_lateness_ms) <= F.lit(watermark))
+    end = F.col("__ls_start") + size_of(w, F.col("__ls_start")) + F.lit(w.allowed_lateness_ms)
+    fired = windows.filter(end <= F.lit(watermark))
     rows = (fired.groupBy(KEY, "__ls_start").agg(*[F.expr(e).alias(n) for n, e in w.aggregates])
             .select(window_value(w).alias("v")).collect())
     expected = {}
@@ -435,13 +439,14 @@ def _check_window_state(spec: PipelineSpec, good: DataFrame, watermark: int | No
     from pyspark.sql import functions as F
 
     from lockstep.model.state_rows import EVENT, KEY, is_partial_window
+    from lockstep.spark.keyed_state import last_window_end
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
     if committed is not None and is_partial_window(committed.column_names):
         _check_window_partials(spec, good, watermark, committed, report)
         return
-    last_end = F.col(EVENT) - F.pmod(F.col(EVENT), F.lit(w.slide_ms)) + F.lit(w.size_ms + w.allowed_lateness_ms)
+    last_end = last_window_end(w, F.col(EVENT)) + F.lit(w.allowed_lateness_ms)
     pending = good if watermark is None else good.filter(last_end > F.lit(watermark))
     columns = (KEY, "topic", "partition", "offset")
     expected = Counter(tuple(r) for r in pending.select(*columns).collect())
@@ -458,13 +463,14 @@ def _check_window_partials(spec: PipelineSpec, good: DataFrame, watermark: int |
 
     from lockstep.model.state_rows import EVENT, FROM_OFFSET, FROM_PARTITION, FROM_TOPIC, KEY, WINDOW_START
     from lockstep.rules.window_partials import kept_partials
-    from lockstep.spark.keyed_state import window_starts_column
+    from lockstep.spark.keyed_state import size_of, window_starts_column
 
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
     windows = good.withColumn(WINDOW_START, F.explode(window_starts_column(w)))
     if watermark is not None:
-        windows = windows.filter(F.col(WINDOW_START) + F.lit(w.size_ms + w.allowed_lateness_ms) > F.lit(watermark))
+        end = F.col(WINDOW_START) + size_of(w, F.col(WINDOW_START)) + F.lit(w.allowed_lateness_ms)
+        windows = windows.filter(end > F.lit(watermark))
     names = [n for n, _ in w.aggregates]
     partials = kept_partials(w)
     assert partials is not None  # a state of partials goes on only under aggregates that merge

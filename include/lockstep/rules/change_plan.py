@@ -245,8 +245,16 @@ def _window(a: StateSpec, b: StateSpec) -> list[Change]:
     if x.key != y.key:
         out.append(Change("state.window.key", f"{x.key} -> {y.key}", Applies.REFUSED, refused))
     if (x.size_ms, x.slide_ms) != (y.size_ms, y.slide_ms):
-        out.append(Change("state.window.size", f"size/slide {x.size_ms}/{x.slide_ms} ms -> {y.size_ms}/{y.slide_ms} ms",
-                          Applies.REFUSED, refused))
+        what = f"size/slide {x.size_ms}/{x.slide_ms} ms -> {y.size_ms}/{y.slide_ms} ms"
+        if x.size_ms == x.slide_ms and y.size_ms == y.slide_ms:
+            out.append(Change("state.window.size", what, Applies.NEXT, "The open windows drain: the windows of records "
+                              "before a switch time (the first multiple of both sizes after the latest event time the "
+                              "state has seen) fire at the old size, later ones at the new; no window is cut, and "
+                              "verify recomputes each at its size"))
+        else:
+            out.append(Change("state.window.size", what, Applies.REFUSED, "Sliding windows overlap any switch time, "
+                              "so their size does not change while the pipeline runs. " + _NEW_NAME[0].upper()
+                              + _NEW_NAME[1:]))
     if x.aggregates != y.aggregates:
         if kept_partials(x) is None and kept_partials(y) is None:
             out.append(Change("state.window.aggregates", "aggregates changed", Applies.NEXT, "The state keeps the "

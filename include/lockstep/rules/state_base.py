@@ -71,8 +71,11 @@ def state_shape(state: StateSpec) -> dict[str, object]:
     """What the operator's stored rows mean, from its spec: what a spec that reads them must say alike."""
     if state.window is not None:
         w = state.window
-        return {"key": w.key, "size_ms": w.size_ms, "slide_ms": w.slide_ms,
-                "aggregates": [[name, expr] for name, expr in w.aggregates]}
+        shape: dict[str, object] = {"key": w.key, "size_ms": w.size_ms, "slide_ms": w.slide_ms,
+                                    "aggregates": [[name, expr] for name, expr in w.aggregates]}
+        if w.earlier:  # the sizes its windows had, and until when (`lockstep.rules.window_drain`)
+            shape["earlier"] = [list(e) for e in w.earlier]
+        return shape
     if state.interval_join is not None:
         j = state.interval_join
         return {"key": j.key, "left": j.left, "right": j.right}
@@ -84,17 +87,26 @@ _SHAPE_FIELDS = {"key": "key", "size_ms": "size", "slide_ms": "slide", "aggregat
                  "right": "right"}
 
 
+_JUDGED_ELSEWHERE = frozenset(("aggregates", "size_ms", "slide_ms", "earlier"))
+
+
 def shape_refusal(base: StateManifest | None, state: StateSpec) -> str | None:
     """Why state written under one shape may not be read under the spec's (None: the same, or a manifest of an
     earlier version, which recorded none)."""
+    from lockstep.rules.window_drain import drained
+
     if base is None or not base.shape:
         return None
-    now = state_shape(state)
+    continued = drained(state, base)
+    if isinstance(continued, str):
+        return continued
+    now = state_shape(continued)
     # A window's aggregates are recorded, not judged here: a state of the windows' rows fires them with the new
     # aggregates (the windows fired before keep theirs, and verify recomputes each with its checkpoint's), and a
     # state of partial aggregates refuses other aggregates itself (`lockstep.spark.windows.window_state_refusal`).
+    # Its size was judged above: its open windows drain at their size (`lockstep.rules.window_drain`).
     differ = [name for name in sorted(set(base.shape) | set(now))
-              if name != "aggregates" and base.shape.get(name) != now.get(name)]
+              if name not in _JUDGED_ELSEWHERE and base.shape.get(name) != now.get(name)]
     if not differ:
         return None
     section = f"state.{state.operator}"

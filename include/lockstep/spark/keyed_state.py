@@ -39,7 +39,7 @@ from __future__ import annotations
 #: Besides the run's own names, those of its steps' modules that other modules import from here.
 __all__ = [
     "DUPLICATE", "LATE", "StateAfter", "collect_slices", "empty_frame", "event_ms", "function_modules",
-    "judged_on_driver", "keyed", "window_starts_column", "window_value",
+    "judged_on_driver", "keyed", "last_window_end", "size_of", "window_starts_column", "window_value",
 ]
 
 import functools
@@ -59,6 +59,7 @@ from lockstep.rules.output_tasks import task_of_partition
 from lockstep.rules.state_base import base_refusal, schema_change
 from lockstep.rules.state_reads import ReadPlan, read_plan
 from lockstep.rules.watermarks import EventClock, advance
+from lockstep.rules.window_drain import drained
 from lockstep.rules.window_partials import kept_partials
 from lockstep.spark.dedup_run import (
     ON_SERVER,
@@ -78,7 +79,9 @@ from lockstep.spark.state_write import _write
 from lockstep.spark.windows import (
     _late_for_windows,
     _windows,
+    last_window_end,
     partial_shape,
+    size_of,
     window_starts_column,
     window_state_refusal,
     window_value,
@@ -172,6 +175,14 @@ def start(spark: JobSession, spec: PipelineSpec, claim: CheckpointClaim, transfo
         refused = window_state_refusal(state.window, list(base.columns), base.written_by)
     if refused:
         raise CheckpointError(cid, refused)
+    continued = drained(state, base)  # a window's earlier sizes (not refused: base_refusal would have said)
+    if not isinstance(continued, str) and continued is not state and continued.window is not None:
+        state, spec, w = continued, replace(spec, state=continued), continued.window
+        if base is not None and base.shape.get("size_ms") != w.size_ms:
+            size, until = w.earlier[-1]
+            log.warning("checkpoint %d: the windows' size changed from %d ms to %d ms: the windows of records before "
+                        "%s fire at %d ms, those from then on at %d ms", cid, size, w.size_ms, iso_ms(until), size,
+                        w.size_ms)
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # window bounds are written in UTC
     # The decoded input (`data`, `key_data`: docs/formats.md) served the key and the event time; the state
     # keeps the transform's own columns.

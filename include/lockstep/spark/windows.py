@@ -13,7 +13,9 @@ A state of rows left by an earlier version (or before ``keep_rows`` was dropped)
 first checkpoint that reads it; partials cannot become rows again (`window_state_refusal`)."""
 from __future__ import annotations
 
-__all__ = ["partial_shape", "window_starts_column", "window_state_refusal", "window_value"]
+__all__ = [
+    "last_window_end", "partial_shape", "size_of", "window_starts_column", "window_state_refusal", "window_value",
+]
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -44,27 +46,45 @@ def window_value(w: WindowSpec, encode: Callable[[Column], Column] | None = None
     as ``encode`` makes the record (the sink's format)."""
     from pyspark.sql import functions as F
 
-    fmt = "yyyy-MM-dd'T'HH:mm:ss" + (".SSS" if w.slide_ms % 1000 or w.size_ms % 1000 else "") + "'Z'"
+    sizes = (w.slide_ms, w.size_ms, *(size for size, _ in w.earlier))
+    fmt = "yyyy-MM-dd'T'HH:mm:ss" + (".SSS" if any(ms % 1000 for ms in sizes) else "") + "'Z'"
     return (encode or F.to_json)(F.struct(
         F.col(KEY).alias(w.key_name),
         F.date_format(F.timestamp_millis(F.col(WINDOW_START)), fmt).alias("window_start"),
-        F.date_format(F.timestamp_millis(F.col(WINDOW_START) + F.lit(w.size_ms)), fmt).alias("window_end"),
+        F.date_format(F.timestamp_millis(F.col(WINDOW_START) + size_of(w, F.col(WINDOW_START))), fmt).alias("window_end"),
         *[F.col(name) for name, _ in w.aggregates]))
+
+
+def size_of(w: WindowSpec, t: Column) -> Column:
+    """The size of the window an event time, or a window's start, belongs to: an earlier size before the time its
+    windows end by, else the spec's (`lockstep.rules.window_drain`)."""
+    from pyspark.sql import functions as F
+
+    size = F.lit(w.size_ms)
+    for earlier, until in reversed(w.earlier):  # the oldest is tested first
+        size = F.when(t < F.lit(until), F.lit(earlier)).otherwise(size)
+    return size
 
 
 def window_starts_column(w: WindowSpec) -> Column:
     """The starts of the windows of a row's event time (``__ls_event_ms``), as an array."""
     from pyspark.sql import functions as F
 
+    t = F.col(EVENT)
+    if w.earlier:  # tumbling windows whose size changed: one window, of the size its time has
+        return F.array(t - F.pmod(t, size_of(w, t)))
     slide, size = F.lit(w.slide_ms), F.lit(w.size_ms)
-    last = F.col(EVENT) - F.pmod(F.col(EVENT), slide)
+    last = t - F.pmod(t, slide)
     return F.sequence(last - size + slide, last, slide)
 
 
-def _last_end(w: WindowSpec, t: Column) -> Column:
+def last_window_end(w: WindowSpec, t: Column) -> Column:
     """The end of the last window an event time belongs to."""
     from pyspark.sql import functions as F
 
+    if w.earlier:
+        size = size_of(w, t)
+        return t - F.pmod(t, size) + size
     return t - F.pmod(t, F.lit(w.slide_ms)) + F.lit(w.size_ms)
 
 
@@ -74,7 +94,7 @@ def _late_for_windows(w: WindowSpec, before: int | None) -> Column:
 
     if before is None:
         return F.lit(False)
-    return _last_end(w, F.col(EVENT)) + F.lit(w.allowed_lateness_ms) <= F.lit(before)
+    return last_window_end(w, F.col(EVENT)) + F.lit(w.allowed_lateness_ms) <= F.lit(before)
 
 
 def window_state_refusal(w: WindowSpec, base_columns: Sequence[str], written_by: int) -> str | None:
@@ -149,7 +169,7 @@ def _partial_windows(w: WindowSpec, clock: EventClock, good: DataFrame, loaded: 
 
     partials = kept_partials(w)
     assert partials is not None
-    size, lateness = F.lit(w.size_ms), F.lit(w.allowed_lateness_ms)
+    size, lateness = size_of(w, F.col(WINDOW_START)), F.lit(w.allowed_lateness_ms)
     before, after = clock.before, clock.after
     is_late = _late_for_windows(w, before)
     late = good.filter(is_late).withColumn("error", F.lit(LATE))
@@ -189,7 +209,7 @@ def _row_windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: D
 
     w = state.window
     assert w is not None
-    size, lateness = F.lit(w.size_ms), F.lit(w.allowed_lateness_ms)
+    size, lateness = size_of(w, F.col(WINDOW_START)), F.lit(w.allowed_lateness_ms)
 
     before, after = clock.before, clock.after
     is_late = _late_for_windows(w, before)
@@ -208,5 +228,5 @@ def _row_windows(state: StateSpec, clock: EventClock, good: DataFrame, loaded: D
                           F.col("__ls_from.offset").cast("bigint").alias("offset"),
                           F.lit(None).cast("string").alias("error"),
                           no_headers().alias("headers"))  # many records' aggregate: provenance headers only
-    keep = (_last_end(w, F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
+    keep = (last_window_end(w, F.col(EVENT)) + lateness > F.lit(after)) if after is not None else F.lit(True)
     return _records(late).unionByName(output), rows.filter(keep)

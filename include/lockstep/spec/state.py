@@ -66,6 +66,9 @@ class WindowSpec:
     #: keep the open windows' rows even when every aggregate merges (`lockstep.rules.window_partials`): the
     #: aggregates can then change while windows are open
     keep_rows: bool = False
+    #: not in a spec file: the sizes the pipeline's tumbling windows had before, each with the event time its
+    #: windows end by, oldest first, as its state records them (`lockstep.rules.window_drain`)
+    earlier: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ from lockstep.model.state_rows import EVENT, GROUP, KEY, TIMERS, TOMBSTONE, WIND
 from lockstep.rules.dedup import retention_ms, state_lifetime_ms
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
-    from lockstep.spec import StateSpec
+    from lockstep.spec import StateSpec, WindowSpec
 
 
 def _latest(tables: Sequence[pa.Table]) -> pa.Table:
@@ -222,16 +223,22 @@ def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> t
         return 0, None
     if state.window is not None and is_partial_window(table.column_names):  # a row per key and open window
         w = state.window
-        ends = table[WINDOW_START].to_numpy() + w.size_ms + w.allowed_lateness_ms
+        starts = table[WINDOW_START].to_numpy()
+        ends = starts + _sizes(w, starts) + w.allowed_lateness_ms
         pending = np.ones(len(ends), dtype=bool) if watermark is None else ends > watermark
         return int(pending.sum()), (int(ends[pending].min()) if pending.any() else None)
     if state.window is not None:
         w = state.window
         events = table[EVENT].to_numpy()
-        last = events - np.mod(events, w.slide_ms)
-        count = w.size_ms // w.slide_ms
-        starts = np.concatenate([last - j * w.slide_ms for j in range(count)])
-        ends = starts + w.size_ms + w.allowed_lateness_ms
+        if w.earlier:  # tumbling windows whose size changed (`lockstep.rules.window_drain`): one each
+            sizes = _sizes(w, events)
+            count, starts = 1, events - np.mod(events, sizes)
+            ends = starts + sizes + w.allowed_lateness_ms
+        else:
+            last = events - np.mod(events, w.slide_ms)
+            count = w.size_ms // w.slide_ms
+            starts = np.concatenate([last - j * w.slide_ms for j in range(count)])
+            ends = starts + w.size_ms + w.allowed_lateness_ms
         ids = np.tile(pc.dictionary_encode(table[KEY]).combine_chunks().indices.to_numpy(zero_copy_only=False), count)
         pending = np.ones(len(ends), dtype=bool) if watermark is None else ends > watermark
         if not pending.any():
@@ -242,6 +249,16 @@ def timers(table: pa.Table | None, state: StateSpec, watermark: int | None) -> t
         return table.num_rows, int(pc.min(table[EVENT]).as_py()) + retention_ms(state.dedup.ttl_ms)
     times = [int(t) for raw in table[TIMERS].to_pylist() for t in json.loads(raw or "[]")]
     return len(times), min(times) if times else None
+
+
+def _sizes(w: WindowSpec, times: np.ndarray) -> np.ndarray:
+    """Each event time's (or window start's) window size: an earlier size before its end, else the spec's."""
+    import numpy as np
+
+    sizes = np.full(len(times), w.size_ms, dtype=np.int64)
+    for size, until in reversed(w.earlier):  # the oldest is applied last, so it wins where it holds
+        sizes = np.where(times < until, size, sizes)
+    return sizes
 
 
 def unexpired(table: pa.Table, state: StateSpec, watermark: int | None) -> pa.Table:
