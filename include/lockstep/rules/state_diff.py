@@ -6,7 +6,8 @@ committed, key by key (the state key, ``__ls_key``). A key's state is its rows, 
 buffered rows or partial aggregates, a dedup's passed records' event times, a state function's one row. The
 rows are compared by every column but the key group (a function of the key): a key whose rows differ changed,
 and the rows on one side only were added or removed. A key with rows on one side only was added or removed
-whole. A column one side has and the other lacks reads as null.
+whole. A column one side has and the other lacks reads as null. An example of a key with one row on each side
+shows only the columns that differ.
 """
 from __future__ import annotations
 
@@ -97,9 +98,19 @@ def diff_state(before: Iterable[Row], after: Iterable[Row], examples: int = 5) -
         kind = "added" if not left else "removed" if not right else "changed"
         setattr(diff, kind, getattr(diff, kind) + 1)
         if len(diff.examples) < examples:
-            diff.examples.append(StateExample(kind, key, _text(left) if left else None,
-                                              _text(right) if right else None))
+            shown_before, shown_after = _shown_pair(left, right)
+            diff.examples.append(StateExample(kind, key, shown_before, shown_after))
     return diff
+
+
+def _shown_pair(left: Counter[str], right: Counter[str]) -> tuple[str | None, str | None]:
+    """A key's rows on each side as an example shows them: of one row each, only the columns that differ."""
+    if sum(left.values()) == sum(right.values()) == 1:
+        old, new = json.loads(next(iter(left))), json.loads(next(iter(right)))
+        names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+        return (json.dumps({n: old[n] for n in names if n in old}, sort_keys=True),
+                json.dumps({n: new[n] for n in names if n in new}, sort_keys=True))
+    return (_text(left) if left else None, _text(right) if right else None)
 
 
 def _by_key(rows: Iterable[Row]) -> dict[str, Counter[str]]:
