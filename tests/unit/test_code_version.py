@@ -54,6 +54,30 @@ def test_the_fingerprint_follows_what_computes_the_output_and_nothing_else(tmp_p
     assert missing.fields["transform"] != before.fields["transform"]
 
 
+def test_the_modules_of_its_own_package_a_transform_imports_are_its_code_too(tmp_path, monkeypatch) -> None:
+    """A helper module beside the transform, imported absolutely or relatively (and what it imports in turn), is
+    the transform's code; a module of the package it does not import, and a library, are not."""
+    package = tmp_path / "codev_helpers"
+    (package / "sub").mkdir(parents=True)
+    for init in (package / "__init__.py", package / "sub" / "__init__.py"):
+        init.write_text("")
+    (package / "t.py").write_text("import json\nfrom codev_helpers import rates\nfrom .sub.deep import g\n"
+                                  "def f(df):\n    return df\n")
+    (package / "rates.py").write_text("RATE = 1\n")
+    (package / "sub" / "deep.py").write_text("from ..leaf import LEAF\ndef g():\n    return LEAF\n")
+    (package / "leaf.py").write_text("LEAF = 1\n")
+    (package / "unrelated.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = spec(lambda d: d.update(transform="codev_helpers.t:f"))
+    before = code_fingerprint(mine)
+    (package / "unrelated.py").write_text("X = 2\n")
+    assert code_changes(before, code_fingerprint(mine)) == ()
+    for module in ("rates.py", "sub/deep.py", "leaf.py"):
+        changed = code_fingerprint(mine)
+        (package / module).write_text((package / module).read_text() + "# edited\n")
+        assert code_changes(changed, code_fingerprint(mine)) == ("transform",), module
+
+
 def test_how_state_is_stored_is_not_code_but_what_it_computes_is() -> None:
     stateful = {**BASE, "transform": "lockstep_examples.orders:parse", "sink": {"topic": "o", "dead_letter_topic": "d"},
                 "state": {"key_groups": 8, "event_time": {"column": "ts"},

@@ -3,7 +3,8 @@ code wrote which checkpoint and where it changed (`lockstep checkpoints`, the Ch
 only what today's code wrote (`lockstep verify`).
 
 The user's code is read here, at the plan, from where the plan imports it: the source file of the module that
-defines the transform (and a state function's process and migrate), not the modules it imports.
+defines the transform (and a state function's process and migrate), and of the modules of its own package that
+it imports, transitively; not libraries.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def code_fingerprint(spec: PipelineSpec) -> SpecFingerprint:
       state is stored (key groups, rows or partial aggregates, compaction);
     - ``tables.<name>.join``: each declared join.
 
-    Only the module that defines a function is read, not the modules it imports. A module that cannot be
-    found here is digested by its name alone (its claim then says so: ``<module> not found``)."""
+    The module that defines a function is read with the modules of its own top-level package that it imports,
+    transitively; not other packages. A module that cannot be found here is digested by its name alone (its
+    claim then says so: ``<module> not found``)."""
     values: dict[str, object] = {
         "transform": {"sql": spec.transform_sql} if spec.is_sql else {"function": spec.transform,
                                                                    "source": _module_source(spec.transform)},
@@ -56,22 +58,73 @@ def code_fingerprint(spec: PipelineSpec) -> SpecFingerprint:
 
 
 def _module_source(target: str) -> str:
-    """The source text of the module ``module:function`` names, without importing it (its parent packages are
-    imported to be found); ``<module> not found`` when it cannot be found here."""
+    """The source text of the module ``module:function`` names and of the modules of its own package that it
+    imports, transitively (a helper module beside it is the transform's code too; a library is not), each under
+    its name, without importing them (their parent packages are imported to be found); ``<module> not found``
+    when the module cannot be found here."""
+    name = target.partition(":")[0]
+    first = _source(name)
+    if first is None:
+        return f"{name} not found"
+    package = name.split(".")[0]
+    sources, todo = {name: first}, [name]
+    while todo:
+        current = todo.pop()
+        for imported in _own_imports(current, sources[current], package):
+            if imported not in sources and len(sources) < _MOST_MODULES:
+                found = _source(imported)
+                if found is not None:
+                    sources[imported] = found
+                    todo.append(imported)
+    if len(sources) == 1:
+        return first
+    return "\n".join(f"# module {n}\n{text}" for n, text in sorted(sources.items()))
+
+
+#: How many modules of one package a fingerprint reads at most.
+_MOST_MODULES = 50
+
+
+def _source(module_name: str) -> str | None:
     import importlib.util
 
-    module_name = target.partition(":")[0]
     try:
         found = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        found = None
+        return None
     origin = getattr(found, "origin", None)
     if not origin or not origin.endswith(".py"):
-        return f"{module_name} not found"
+        return None
     try:
         return Path(origin).read_text(errors="replace")
     except OSError:
-        return f"{module_name} not found"
+        return None
+
+
+def _own_imports(module_name: str, source: str, package: str) -> list[str]:
+    """The modules of ``package`` that a module's source imports (``import``, ``from ... import``, relative ones
+    resolved; a name imported from a package may be a module of it), sorted."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    parent = module_name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = parent.split(".") if parent else []
+                anchor = anchor[:len(anchor) - (node.level - 1)] if node.level > 1 else anchor
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base:
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+    return sorted(n for n in found if n.split(".")[0] == package and n != module_name)
 
 
 def code_changes(before: SpecFingerprint | None, after: SpecFingerprint | None) -> tuple[str, ...]:
