@@ -4,6 +4,7 @@ source or query, the routes and the state operator, and nothing that only says h
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ def test_the_modules_of_its_own_package_a_transform_imports_are_its_code_too(tmp
     for init in (package / "__init__.py", package / "sub" / "__init__.py"):
         init.write_text("")
     (package / "t.py").write_text("import json\nfrom codev_helpers import rates\nfrom .sub.deep import g\n"
-                                  "def f(df):\n    return df\n")
+                                  "from codev_helpers.boom import X\ndef f(df):\n    return df\n")
+    (package / "boom.py").write_text("raise RuntimeError('imported')\nX = 1\n")  # read, never imported
     (package / "rates.py").write_text("RATE = 1\n")
     (package / "sub" / "deep.py").write_text("from ..leaf import LEAF\ndef g():\n    return LEAF\n")
     (package / "leaf.py").write_text("LEAF = 1\n")
@@ -72,7 +74,8 @@ def test_the_modules_of_its_own_package_a_transform_imports_are_its_code_too(tmp
     before = code_fingerprint(mine)
     (package / "unrelated.py").write_text("X = 2\n")
     assert code_changes(before, code_fingerprint(mine)) == ()
-    for module in ("rates.py", "sub/deep.py", "leaf.py"):
+    assert not any(name.startswith("codev_helpers.") for name in sys.modules), "the helpers were imported"
+    for module in ("rates.py", "sub/deep.py", "leaf.py", "boom.py"):
         changed = code_fingerprint(mine)
         (package / module).write_text((package / module).read_text() + "# edited\n")
         assert code_changes(changed, code_fingerprint(mine)) == ("transform",), module

@@ -67,12 +67,13 @@ def _module_source(target: str) -> str:
     if first is None:
         return f"{name} not found"
     package = name.split(".")[0]
+    roots = _package_roots(package)
     sources, todo = {name: first}, [name]
     while todo:
         current = todo.pop()
         for imported in _own_imports(current, sources[current], package):
             if imported not in sources and len(sources) < _MOST_MODULES:
-                found = _source(imported)
+                found = _file_source(roots, imported)
                 if found is not None:
                     sources[imported] = found
                     todo.append(imported)
@@ -99,6 +100,31 @@ def _source(module_name: str) -> str | None:
         return Path(origin).read_text(errors="replace")
     except OSError:
         return None
+
+
+def _package_roots(package: str) -> list[Path]:
+    """The folders a top-level package's modules are found in (none for a single-file module)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    return [Path(p) for p in (getattr(found, "submodule_search_locations", None) or [])]
+
+
+def _file_source(roots: list[Path], module_name: str) -> str | None:
+    """The source of a module of the package by its file, found without importing anything (a name imported
+    from a module is not a module, and has no file)."""
+    parts = module_name.split(".")[1:]
+    for root in roots:
+        for candidate in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")):
+            if parts and candidate.is_file():
+                try:
+                    return candidate.read_text(errors="replace")
+                except OSError:
+                    return None
+    return None
 
 
 def _own_imports(module_name: str, source: str, package: str) -> list[str]:
