@@ -5,7 +5,7 @@ candidates outside it), how many of the newest completed checkpoints to compute 
 through the new spec from its own claim (ranges, state, clock, schema and table pins) and compared record by
 record with what it committed; nothing is written to the sinks. The task log shows the report
 (`lockstep replay --compare`), the Checkpoints page its summary. With `fail_on_change` the task fails when the
-output changes.
+output or the state changes.
 """
 from datetime import datetime
 
@@ -32,7 +32,7 @@ with DAG(
         "last": Param(10, type=["null", "integer"], minimum=1, title="Checkpoints",
                       description="How many of the newest completed checkpoints to compare; empty = every retained one."),
         "examples": Param(5, type="integer", minimum=0, maximum=100, title="Examples shown"),
-        "fail_on_change": Param(False, type="boolean", title="Fail when the output changes"),
+        "fail_on_change": Param(False, type="boolean", title="Fail when the output or the state changes"),
     },
 ):
     LockstepCompareOperator(task_id="compare", pipelines_dir=str(pipelines_dir()))

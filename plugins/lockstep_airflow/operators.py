@@ -482,7 +482,7 @@ class LockstepCompareOperator(BaseOperator):
 
     ``spec``: the new version's file on the workers, absolute or relative to the pipelines folder (keep
     candidates outside that folder, or the DAG processor loads them as pipelines). ``last``: how many of the
-    newest completed checkpoints; ``fail_on_change``: fail the task when the output changes (a gate)."""
+    newest completed checkpoints; ``fail_on_change``: fail the task when the output or the state changes (a gate)."""
 
     def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -522,13 +522,11 @@ class LockstepCompareOperator(BaseOperator):
             raise (AirflowFailException(line) if isinstance(exc, TerminalError) else AirflowException(line)) from exc
         for line in report.lines():
             log.info("%s", line)
-        summary = {k: v for k, v in report.to_json().items() if k not in ("checkpoints",)}
-        summary["total"] = {k: v for k, v in report.total.to_json().items() if k not in ("checkpoint", "examples")}
         code = exit_code(report)
         if code == 1 and params.get("fail_on_change"):
-            raise AirflowFailException(f"lockstep {running.name} compare: the output changes through {path}: "
+            raise AirflowFailException(f"lockstep {running.name} compare: {report.verdict()} through {path}: "
                                        f"{report.total.line()}")
         if code == 2:
             log.warning("lockstep %s compare: not every checkpoint could be compared (%d not compared)", running.name,
                         len(report.not_compared))
-        return summary
+        return report.summary()

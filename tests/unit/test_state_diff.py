@@ -74,3 +74,17 @@ def test_a_state_difference_alone_makes_the_checkpoint_not_the_same_and_sums_int
     assert lines[0].endswith("the state changes")
     assert any(line.startswith("  state of key a changed: ") for line in lines)
     assert diff_checkpoint(3, [], []).to_json()["state"] is None  # a stateless checkpoint has none
+
+
+def test_the_summary_for_xcom_keeps_the_figures_and_no_record_or_state_value():
+    from lockstep.rules.output_diff import OutputRecord
+
+    record = OutputRecord(("orders", 0, 1), "sink", b"secret-key", b'{"card": "secret-value"}')
+    d = diff_checkpoint(1, [record], [OutputRecord(("orders", 0, 1), "sink", b"secret-key", b'{"card": "x"}')])
+    d.state = diff_state([row("secret-key", card="secret-state")], [row("secret-key", card="other")])
+    report = Comparison("p", "new.yaml", "now", [d])
+    report.total.add(d, examples=5)
+    summary = report.summary()
+    assert "secret" not in json.dumps(summary) and "secret" in json.dumps(report.to_json())
+    assert summary["total"]["changed"] == 1 and summary["total"]["state"]["changed"] == 1
+    assert report.verdict() == "the output and the state change"

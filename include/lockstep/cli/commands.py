@@ -126,7 +126,7 @@ def _add_audit_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     rp = sub.add_parser("replay", help="compute completed checkpoints again through a new spec, from each one's own "
                                        "input, state and pins, and compare with what they wrote (writes nothing "
-                                       "to the sinks; exit 0 the same, 1 the output changes, 2 some not compared)")
+                                       "to the sinks; exit 0 the same, 1 the output or state changes, 2 some not compared)")
     _spec(rp)
     rp.add_argument("--compare", required=True, metavar="NEW_SPEC", help="the new version of the spec (its "
                     "transform, routes, formats, state); the running pipeline's store and sinks are --spec's")

@@ -84,11 +84,21 @@ class Comparison:
                 "checkpoints": [d.to_json() for d in self.checkpoints],
                 "not_compared": {str(k): v for k, v in sorted(self.not_compared.items())}, "notices": self.notices}
 
+    def summary(self) -> dict[str, object]:
+        """The report without any record's or state row's value (for XCom): which checkpoints, the totals' figures,
+        what was not compared and why."""
+        doc = {k: v for k, v in self.to_json().items() if k != "checkpoints"}
+        total = {k: v for k, v in self.total.to_json().items() if k not in ("checkpoint", "examples", "state")}
+        if self.total.state is not None:  # a stateful pipeline's: its figures, not its rows
+            total["state"] = {k: v for k, v in self.total.state.to_json().items() if k != "examples"}
+        doc["total"] = total
+        return doc
+
     def lines(self) -> list[str]:
         ids = [d.checkpoint_id for d in self.checkpoints]
         head = (f"{self.pipeline}: {len(ids)} completed checkpoint{'s' if len(ids) != 1 else ''} "
                 + (f"({ids[0]}-{ids[-1]}) " if ids else "") + f"computed again through {self.spec}: "
-                + self._verdict())
+                + self.verdict())
         lines = [head, *self.notices]
         lines += [d.line() for d in self.checkpoints if not d.empty]
         if self.checkpoints:
@@ -101,8 +111,8 @@ class Comparison:
         lines += [f"not compared: checkpoint {cid}: {why}" for cid, why in sorted(self.not_compared.items())]
         return lines
 
-
-    def _verdict(self) -> str:
+    def verdict(self) -> str:
+        """'the same output' (and state), or what changes: the output, the state, or both."""
         stateful = any(d.state is not None for d in self.checkpoints)
         if self.same:
             return "the same output and state" if stateful else "the same output"
@@ -113,8 +123,8 @@ class Comparison:
 
 
 def exit_code(report: Comparison) -> int:
-    """0: every compared checkpoint the same and every one compared; 1: some output changes; 2: nothing changes,
-    but some checkpoint could not be compared."""
+    """0: every compared checkpoint the same and every one compared; 1: some output or state changes; 2: nothing
+    changes, but some checkpoint could not be compared."""
     if not report.same:
         return 1
     return 2 if report.not_compared or not report.checkpoints else 0
