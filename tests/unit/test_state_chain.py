@@ -234,6 +234,15 @@ def test_window_timers_of_a_drained_size_end_each_window_at_its_own_size() -> No
     assert state_chain.timers(partials, state, None) == (2, 61_000)
     assert state_chain.timers(partials, state, 61_000) == (1, 81_000)
 
+    # the vectorised sizes are the rule's (`window_drain.size_at`), two switches included
+    import numpy as np
+
+    from lockstep.rules.window_drain import size_at
+
+    twice = replace(state.window, earlier=((10_000, 60_000), (20_000, 120_000)))
+    times = np.array(list(range(0, 200_000, 5_000)) + [59_999, 60_000, 119_999, 120_000], dtype=np.int64)
+    assert state_chain._sizes(twice, times).tolist() == [size_at(twice, int(t)) for t in times]
+
 
 def test_dedup_timers_are_releases_at_twice_the_ttl_and_released_rows_are_dropped() -> None:
     state = spec(**DEDUP).state

@@ -302,3 +302,6 @@ def test_a_tumbling_windows_new_size_takes_over_at_the_first_multiple_of_both_af
                     drained(state("20s"), replace(base, shape=state_shape(state("10s", "5s"))))):
         assert isinstance(refused, str) and "only tumbling windows change size" in refused
         assert "checkpoint 3" in refused and "restore_from: time:<ISO>" in refused
+    damaged = drained(state("15s"), replace(base, shape={**base.shape, "earlier": [[10_000]]}))
+    assert isinstance(damaged, str) and damaged.startswith("the state's manifest of checkpoint 3 records its windows "
+                                                           "unreadably") and "restore from an earlier" in damaged

@@ -46,9 +46,13 @@ def drained(state: StateSpec, base: StateManifest | None) -> StateSpec | str:
     if w is None or base is None or not base.shape or "size_ms" not in base.shape:
         return state
     shape = base.shape
-    earlier = tuple((int(size), int(until)) for size, until in _pairs(shape.get("earlier")))
-    old_size = _int(shape["size_ms"])
-    old_slide = _int(shape.get("slide_ms", old_size))
+    try:
+        earlier = tuple(_pairs(shape.get("earlier")))
+        old_size = _int(shape["size_ms"])
+        old_slide = _int(shape.get("slide_ms", old_size))
+    except ValueError as exc:
+        return (f"the state's manifest of checkpoint {base.written_by} records its windows unreadably ({exc}): restore "
+                "from an earlier checkpoint or a savepoint (`restore_from`)")
     if (old_size, old_slide) != (w.size_ms, w.slide_ms):
         if old_slide != old_size or w.slide_ms != w.size_ms:
             return (f"the windows of the pipeline's state (checkpoint {base.written_by}) are {_windows(old_size, old_slide)}"
