@@ -175,6 +175,10 @@ def test_compare_from_the_ui_reports_the_same_output_and_gates_on_a_change(clien
     a fixed transform (outside the pipelines folder) changes its dead letters, and `fail_on_change` fails."""
     import yaml
 
+    dag_id = pipeline.spec().dag_id
+    produce_orders(pipeline, 20, start=7000)  # a checkpoint of its own: the test does not lean on the module's others
+    run_id, state = run_dag(client, dag_id)
+    assert state == "success", explain(client, dag_id, run_id)
     client.wait_for_dag("lockstep_compare")
     client.unpause("lockstep_compare")
     run_id, state = run_when_listed(client, "lockstep_compare", {"pipeline": pipeline.name,

@@ -23,6 +23,22 @@ def compare(pipeline, new_spec, *extra: str) -> tuple[int, dict]:
     return result.returncode, json.loads(result.stdout)
 
 
+def windows_changed_after_two_checkpoints(pipeline, tmp_path, **window) -> list[tuple[str, str]]:
+    """Two checkpoints of 40 orders, then the spec's window changed (``window``'s fields): the change plan from
+    the running spec, as (field, applies) pairs."""
+    for n in range(2):
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        assert run(pipeline).returncode == 0
+    running = tmp_path / "running.yaml"
+    running.write_text(pipeline.spec_path.read_text())
+    doc = yaml.safe_load(pipeline.spec_path.read_text())
+    doc["state"]["window"].update(window)
+    pipeline.spec_path.write_text(yaml.safe_dump(doc))
+    plan = lockstep("validate", str(pipeline.spec_path), "--against", str(running), "--json")
+    assert plan.returncode == 0, plan.stdout[-2000:]
+    return [(c["field"], c["applies"]) for c in json.loads(plan.stdout)["changes"]]
+
+
 def test_the_running_spec_computes_the_same_output_and_a_changed_transform_exactly_what_it_changes(
         tmp_path, bootstrap, unique, spark_connect):
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2)
@@ -176,17 +192,7 @@ def test_a_tumbling_windows_new_size_drains_the_open_windows_at_the_old_size(tmp
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=1000)
     stateful(pipeline, {**WINDOW, "window": {**WINDOW["window"], "keep_rows": keep_rows}})
-    for n in range(2):
-        produce(pipeline, range(40 * n, 40 * (n + 1)))
-        assert run(pipeline).returncode == 0
-    running = tmp_path / "running.yaml"
-    running.write_text(pipeline.spec_path.read_text())
-    doc = yaml.safe_load(pipeline.spec_path.read_text())
-    doc["state"]["window"]["size"] = "20s"
-    pipeline.spec_path.write_text(yaml.safe_dump(doc))
-    plan = lockstep("validate", str(pipeline.spec_path), "--against", str(running), "--json")
-    assert plan.returncode == 0, plan.stdout[-2000:]
-    assert [(c["field"], c["applies"]) for c in json.loads(plan.stdout)["changes"]] == [
+    assert windows_changed_after_two_checkpoints(pipeline, tmp_path, size="20s") == [
         ("state.window.size", "next checkpoint")]
     logs = []
     for n in range(2, 4):
@@ -235,22 +241,12 @@ def test_a_windows_aggregates_changed_over_kept_rows_fire_with_the_new_ones_and_
     the aggregates of the checkpoint that fired it (its state records them)."""
     from datetime import datetime
 
-    from .test_state import SIZE_S, T0, timed_order
+    from .test_state import SIZE_S, timed_order
 
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=1000)
-    rows = {**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}}
-    stateful(pipeline, rows)
-    for n in range(2):
-        produce(pipeline, range(40 * n, 40 * (n + 1)))
-        assert run(pipeline).returncode == 0
-    running = tmp_path / "running.yaml"
-    running.write_text(pipeline.spec_path.read_text())
-    doc = yaml.safe_load(pipeline.spec_path.read_text())
-    doc["state"]["window"]["aggregates"]["top_cents"] = "max(CAST(round(amount * 100) AS BIGINT))"
-    pipeline.spec_path.write_text(yaml.safe_dump(doc))
-    plan = lockstep("validate", str(pipeline.spec_path), "--against", str(running), "--json")
-    assert plan.returncode == 0, plan.stdout[-2000:]
-    assert [(c["field"], c["applies"]) for c in json.loads(plan.stdout)["changes"]] == [
+    stateful(pipeline, {**WINDOW, "window": {**WINDOW["window"], "keep_rows": True}})
+    aggregates = {**WINDOW["window"]["aggregates"], "top_cents": "max(CAST(round(amount * 100) AS BIGINT))"}
+    assert windows_changed_after_two_checkpoints(pipeline, tmp_path, aggregates=aggregates) == [
         ("state.window.aggregates", "next checkpoint")]
     for n in range(2, 4):
         produce(pipeline, range(40 * n, 40 * (n + 1)))

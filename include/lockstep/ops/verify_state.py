@@ -377,7 +377,6 @@ def _check_windows(spec: PipelineSpec, good: DataFrame, watermark: int | None, o
     """Every window the watermark closed, once, with its aggregates' values: each window's output is compared with
     the window recomputed with the aggregates of the checkpoint that fired it (``fired_with``; the spec's for a
     checkpoint that recorded none), so a change of aggregates is checked on both sides of it."""
-
     assert spec.state is not None and spec.state.window is not None
     w = spec.state.window
     docs = docs if docs is not None else [json.loads(r.value) for r in outputs]
