@@ -28,7 +28,7 @@ REGISTRY_STAMP := $(REGISTRY_DIR)/.unpacked
 # `mvn -s $(MAVEN_SETTINGS)` here uses (those settings name no other); override both with MAVEN_REPO=...
 MAVEN_REPO ?= $(HOME)/.m2/repository
 
-setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR) $(MINIO_BIN) $(REGISTRY_STAMP)
+setup: $(STAMP) .cache/jars/.resolved $(WRITER_JAR) $(MINIO_BIN) $(REGISTRY_STAMP) .cache/jars/.iceberg-resolved
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -66,6 +66,15 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	rm -rf .cache/jars/junit
 	mvn -q -B -s $(MAVEN_SETTINGS) -f jvm/maven/junit-pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/.cache/jars/junit -DincludeScope=runtime
+	touch $@
+
+# The local Iceberg REST catalog (lockstep_dev.iceberg_catalog): Iceberg's own server and S3FileIO.
+# After the other resolves (order only): Maven's ~/.m2 has no lock.
+.cache/jars/.iceberg-resolved: jvm/maven/iceberg-rest-pom.xml | .cache/jars/.junit-resolved
+	@command -v mvn >/dev/null || { echo "Maven is required (mvn not found on PATH)"; exit 1; }
+	rm -rf .cache/jars/iceberg-rest
+	mvn -q -B -s $(MAVEN_SETTINGS) -f jvm/maven/iceberg-rest-pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/.cache/jars/iceberg-rest -DincludeScope=runtime
 	touch $@
 
 # Lockstep's JVM writer, compiled against pyspark's own jars and the connector's kafka-clients, after

@@ -147,7 +147,8 @@ def platform(tmp_path_factory: pytest.TempPathFactory):
 
     state_dir = tmp_path_factory.mktemp("platform")
     plat = Platform(state_dir=state_dir, ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
-                                                "spark-connect": 0, "registry": 0, "registry-management": 0})
+                                                "spark-connect": 0, "registry": 0, "registry-management": 0,
+                                                "iceberg": 0})
     plat.up(with_connect=True)  # connect is the default run mode: most pipelines run there
     saved = {k: os.environ.get(k) for k in plat.client_env()}
     os.environ.update(plat.client_env())  # the library resolves connections like Airflow does
@@ -180,7 +181,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     its row of tests ended: the group's order keeps them in one row, a selection of tests may not)."""
     plat = _CLUSTER.get("platform")
     if plat is not None and not _CLUSTER["up"] and uses_cluster(item):
-        plat.up(with_registry=False)  # type: ignore[attr-defined]
+        plat.up(with_registry=False, with_iceberg=False)  # type: ignore[attr-defined]
         _CLUSTER["up"] = True
 
 
@@ -207,7 +208,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     plat = Platform(state_dir=tmp_path_factory.mktemp("cluster"), cluster=True, free_ports=True)
     try:
         # No Schema Registry: no test on the cluster reads a schema, and its JVM's start costs about 10 s of CPU.
-        plat.up(with_registry=False)
+        plat.up(with_registry=False, with_iceberg=False)
         _CLUSTER.update(platform=plat, up=True)
         yield plat
     finally:

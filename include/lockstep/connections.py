@@ -13,7 +13,7 @@ puts the two together for a connection id.
 from __future__ import annotations
 
 __all__ = [
-    "Connection", "connection_env", "get_connection", "kafka_config", "redact", "s3_client_kwargs",
+    "Connection", "connection_env", "get_connection", "iceberg_catalog", "kafka_config", "redact", "s3_client_kwargs",
 ]
 
 import json
@@ -40,7 +40,9 @@ class Connection:
 
 
 #: Extra fields that hold secrets (Kafka's SASL password, a TLS key's password, an AWS secret).
-SECRET_EXTRAS = ("sasl.password", "ssl.key.password", "aws_secret_access_key", "aws_session_token")
+SECRET_EXTRAS = ("sasl.password", "ssl.key.password", "aws_secret_access_key", "aws_session_token",
+                 # an Iceberg catalog's (its client's properties): the S3 secret, an OAuth2 credential or token
+                 "s3.secret-access-key", "s3.session-token", "credential", "token")
 #: Shorter values are not redacted: replacing every "x" in a message would hide the message.
 MIN_REDACTED = 4
 _seen_secrets: set[str] = set()
@@ -132,6 +134,25 @@ def kafka_config(conn_id: str, dialect: str = CONFLUENT) -> ClientConfig:
     so a setting one client cannot express fails the first step that resolves the connection."""
     conn = get_connection(conn_id)
     return client_configs(conn_id, conn.extra).for_dialect(dialect)
+
+
+def iceberg_catalog(conn_id: str) -> dict[str, str]:
+    """The Iceberg REST catalog client's properties (pyiceberg's ``load_catalog``) from an Airflow connection:
+    its extra as they are (``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``, ``warehouse``,
+    ``credential``...), ``uri`` from the host when the extra has none, and the password as the catalog's
+    ``token`` when the extra has no ``token`` or ``credential``."""
+    conn = get_connection(conn_id)
+    props = {str(k): str(v) for k, v in conn.extra.items() if v is not None}
+    if "uri" not in props:
+        if not conn.host:
+            raise TerminalError(f"connection {conn_id!r}: an Iceberg catalog connection needs its REST catalog's URI, "
+                                "as its host (http://host:port) or as extra.uri")
+        host = conn.host if "://" in conn.host else f"http://{conn.host}"
+        props["uri"] = f"{host}:{conn.port}" if conn.port else host
+    if conn.password and "token" not in props and "credential" not in props:
+        props["token"] = conn.password
+        _seen_secrets.add(conn.password)
+    return props
 
 
 def s3_client_kwargs(conn_id: str) -> dict[str, object]:

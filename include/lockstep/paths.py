@@ -6,7 +6,7 @@ found from this file; ``LOCKSTEP_HOME`` overrides it (e.g. an installed copy).
 from __future__ import annotations
 
 __all__ = [
-    "cache_dir", "dev_state_dir", "jvm_writer_jar", "kafka_jars_dir", "minio_binary", "pipelines_dir",
+    "cache_dir", "dev_state_dir", "iceberg_rest_jars", "jvm_writer_jar", "kafka_jars_dir", "minio_binary", "pipelines_dir",
     "project_root", "registry_app_dir", "registry_java", "spark_kafka_jars",
 ]
 
@@ -37,6 +37,15 @@ def pipelines_dir() -> Path:
 def cache_dir() -> Path:
     """Git-ignored downloads and builds (Kafka and Spark-Kafka jars, the JVM writer, MinIO)."""
     return project_root() / ".cache"
+
+
+def iceberg_rest_jars() -> Path:
+    """The local Iceberg REST catalog server's jars (`lockstep_dev.iceberg_catalog`), resolved by ``make setup``."""
+    folder = cache_dir() / "jars" / "iceberg-rest"
+    if not any(folder.glob("iceberg-open-api-*-test-fixtures.jar")):
+        raise FileNotFoundError(f"the local Iceberg REST catalog is missing ({folder}); run `make setup` to resolve "
+                                "it from Maven Central")
+    return folder
 
 
 def kafka_jars_dir() -> Path:

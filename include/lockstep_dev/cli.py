@@ -7,7 +7,8 @@ import json
 import shlex
 
 #: The services' ports that `up` takes as --<name>-port.
-PORT_NAMES = ("kafka", "controller", "s3", "airflow", "spark-connect", "registry", "registry-management", "postgres")
+PORT_NAMES = ("kafka", "controller", "s3", "airflow", "spark-connect", "registry", "registry-management", "postgres",
+              "iceberg")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--no-registry", dest="registry", action="store_false",
                     help="do not start the Schema Registry (Apicurio; needs Java 21+; pipelines with a "
                          "registry-framed format need it)")
+    up.add_argument("--no-iceberg", dest="iceberg", action="store_false",
+                    help="do not start the Iceberg REST catalog (pipelines with sink.iceberg need it)")
     up.add_argument("--cluster", action="store_true",
                     help="3 Kafka brokers (replication factor 3, min ISR 2) and a Spark standalone master with "
                          "2 workers instead of one broker and Spark in local mode")
@@ -55,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
                             free_ports=args.free_ports, warm_checkpoints=args.warm_checkpoints,
                             airflow_db=args.airflow_db)
         platform.up(with_airflow="airflow" in args.with_, with_connect=args.spark_connect,
-                    with_registry=args.registry)
+                    with_registry=args.registry, with_iceberg=args.iceberg)
         print('\nClients: eval "$(lockstep dev env)"   Stop: lockstep dev down')
         return 0
     platform = Platform()

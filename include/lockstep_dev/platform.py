@@ -18,6 +18,7 @@ from typing import TextIO, TypedDict
 
 from lockstep.paths import dev_state_dir
 from lockstep_dev import airflow as airflow_svc
+from lockstep_dev import iceberg_catalog as iceberg_svc
 from lockstep_dev import kafka_nodes as kafka_svc
 from lockstep_dev import postgres as postgres_svc
 from lockstep_dev import procs
@@ -34,10 +35,10 @@ AIRFLOW_DATABASES = (SQLITE, POSTGRES)
 CLUSTER_BROKERS = 3
 CLUSTER_WORKERS = 2
 DEFAULT_PORTS = {"kafka": 19092, "controller": 19093, "s3": 19000, "airflow": 8080, "spark-connect": 15002,
-                 "registry": 18090, "registry-management": 18091, "postgres": 15432}
+                 "registry": 18090, "registry-management": 18091, "postgres": 15432, "iceberg": 18181}
 CLUSTER_PORTS = {
     "s3": 19000, "airflow": 8080, "spark-connect": 15002, "registry": 18090, "registry-management": 18091,
-    "postgres": 15432,
+    "postgres": 15432, "iceberg": 18181,
     "kafka-1": 19092, "controller-1": 19093, "kafka-2": 19094, "controller-2": 19095,
     "kafka-3": 19096, "controller-3": 19097,
     "kafka-secure-1": 19192, "kafka-secure-2": 19194, "kafka-secure-3": 19196,
@@ -57,7 +58,8 @@ def marker(service: str) -> str:
     if service.startswith("spark-worker"):
         return spark_svc.WORKER_MARKER
     return {"s3": s3_svc.MARKER, "airflow": airflow_svc.MARKER, "spark-master": spark_svc.MASTER_MARKER,
-            "spark-connect": connect_svc.MARKER, "registry": registry_svc.MARKER, "postgres": postgres_svc.MARKER}[service]
+            "spark-connect": connect_svc.MARKER, "registry": registry_svc.MARKER, "postgres": postgres_svc.MARKER,
+            "iceberg": iceberg_svc.MARKER}[service]
 
 
 class ServiceStatus(TypedDict):
@@ -122,7 +124,8 @@ class Platform:
             state.topology = wanted
             defaults = CLUSTER_PORTS if wanted == CLUSTER else DEFAULT_PORTS
             state.ports = {**defaults, **{k: v for k, v in state.ports.items()
-                                          if k in ("s3", "airflow", "registry", "registry-management", "postgres")}}
+                                          if k in ("s3", "airflow", "registry", "registry-management", "postgres",
+                                                   "iceberg")}}
         for name, port in (CLUSTER_PORTS if state.topology == CLUSTER else DEFAULT_PORTS).items():
             state.ports.setdefault(name, port)  # a port added since this platform.json was written
         if free_ports:
@@ -154,8 +157,8 @@ class Platform:
         with_postgres = self.state.airflow_db == POSTGRES or "postgres" in self.state.pids
         airflow = ("postgres", "airflow") if with_postgres else ("airflow",)
         if not self.is_cluster:
-            return ("s3", "registry", "kafka", "spark-connect", *airflow)
-        return ("s3", "registry", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
+            return ("s3", "registry", "iceberg", "kafka", "spark-connect", *airflow)
+        return ("s3", "registry", "iceberg", *(f"kafka-{n.node_id}" for n in self.kafka.nodes), "spark-master",
                 *(f"spark-worker-{i}" for i in range(1, CLUSTER_WORKERS + 1)), "spark-connect", *airflow)
 
     # ---- configs -----------------------------------------------------------
@@ -219,6 +222,10 @@ class Platform:
                                            self.state_dir / "registry")
 
     @property
+    def iceberg(self) -> iceberg_svc.CatalogConfig:
+        return iceberg_svc.CatalogConfig(self.state.ports["iceberg"], self.state_dir / "iceberg", self.s3)
+
+    @property
     def airflow(self) -> airflow_svc.AirflowConfig:
         url = self.postgres.url if self.state.airflow_db == POSTGRES else None
         return airflow_svc.AirflowConfig(self.state.ports["airflow"], self.state_dir / "airflow", database_url=url)
@@ -232,14 +239,18 @@ class Platform:
 
     # ---- up / down ---------------------------------------------------------
     def up(self, with_airflow: bool = False, with_connect: bool = False, with_registry: bool = True,
-           out: TextIO = sys.stdout) -> None:
+           out: TextIO = sys.stdout, with_iceberg: bool = True) -> None:
         self._up_s3(out)
-        # The registry's JVM is waited for after Kafka's: its start-up overlaps theirs.
+        # The registry's and the catalog's JVMs are waited for after Kafka's: their start-ups overlap theirs.
         if with_registry:
             self._launch_registry()
+        if with_iceberg:
+            self._launch_iceberg()
         self._up_kafka(out)
         if with_registry:
             self._up_registry(out, launch=False)
+        if with_iceberg:
+            self._up_iceberg(out, launch=False)
         if self.is_cluster:
             self._up_spark(out)
         if with_connect:
@@ -283,6 +294,21 @@ class Platform:
                          alive=lambda: self.running("registry"), log_file=self.log_file("registry"))
         print(f"registry running  {config.url} (Apicurio, Confluent API; health on 127.0.0.1:"
               f"{config.management_port}, data in {config.data_dir})", file=out)
+
+    def _launch_iceberg(self) -> None:
+        config = self.iceberg
+        if not self.running("iceberg"):
+            self._claim_ports("iceberg", config.port)
+            self._start("iceberg", iceberg_svc.start(config, self.log_file("iceberg")))
+
+    def _up_iceberg(self, out: TextIO, launch: bool = True) -> None:
+        if launch:
+            self._launch_iceberg()
+        config = self.iceberg
+        procs.wait_until(lambda: iceberg_svc.is_ready(config), f"Iceberg REST catalog on {config.url}", 60,
+                         alive=lambda: self.running("iceberg"), log_file=self.log_file("iceberg"))
+        print(f"iceberg  running  {config.url} (Iceberg REST catalog, warehouse {config.warehouse}, catalog in "
+              f"{config.data_dir}; connection iceberg_default)", file=out)
 
     def _up_kafka(self, out: TextIO) -> None:
         config = self.kafka
@@ -335,6 +361,9 @@ class Platform:
             return
         if name == "spark-connect":
             self._up_connect(out)
+            return
+        if name == "iceberg":
+            self._up_iceberg(out)
             return
         if not name.startswith("kafka"):
             raise ValueError(f"start({name!r}): only s3, registry, spark-connect and the Kafka nodes are restarted "
@@ -443,7 +472,8 @@ class Platform:
             return f"http://127.0.0.1:{self.state.ports[service + '-ui']}"
         if service == "postgres":
             return f"127.0.0.1:{self.postgres.port}"
-        return {"s3": self.s3.endpoint, "airflow": self.airflow.url, "registry": self.registry.url}[service]
+        return {"s3": self.s3.endpoint, "airflow": self.airflow.url, "registry": self.registry.url,
+                "iceberg": self.iceberg.url}[service]
 
     def status(self) -> dict[str, ServiceStatus]:
         return {
@@ -483,6 +513,9 @@ class Platform:
         registry = {"conn_type": "http", "host": "127.0.0.1", "port": self.registry.port, "login": None,
                     "password": None, "extra": {"url": self.registry.url}}
         env["AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"] = json.dumps(registry)
+        # The Iceberg REST catalog: its extra is the catalog client's properties (lockstep.connections.iceberg_catalog).
+        iceberg = {"conn_type": "iceberg", "host": self.iceberg.url, "extra": self.iceberg.client_properties()}
+        env["AIRFLOW_CONN_ICEBERG_DEFAULT"] = json.dumps(iceberg)
         return env
 
     def client_env(self) -> dict[str, str]:

@@ -112,3 +112,14 @@ def parse_with_headers(df: DataFrame) -> DataFrame:
     headers, so each carries the offset of the record it came from; a fired window carries none."""
     header = F.struct(F.lit(PARSED_OFFSET_HEADER).alias("key"), F.col("offset").cast("string").cast("binary").alias("value"))
     return parse(df).withColumn("headers", F.array(header))
+
+
+def enrich_for_table(df: DataFrame) -> DataFrame:
+    """``enrich``, plus the order's fields as columns of their own: what an Iceberg table beside the topic
+    (``sink.iceberg``) gets as its columns, beside ``key`` and ``value`` (docs/iceberg.md). The writers read only
+    their own columns; a dead letter's fields are null."""
+    out = enrich(df)
+    order = F.from_json(F.col("value").cast("string"), ORDER, {"mode": "PERMISSIVE"})
+    fields = [order.getField(name).alias(name) for name in ("order_id", "customer", "amount", "currency")]
+    return out.select("*", *[F.when(F.col("error").isNull(), f).alias(n) for f, n in
+                             zip(fields, ("order_id", "customer", "amount", "currency"), strict=True)])

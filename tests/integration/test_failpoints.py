@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 
 from lockstep.model.checkpoint import CheckpointStatus
-from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS, STATE_FAILPOINTS
+from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAILPOINTS
 from lockstep.model.output_contract import WRITER_FAILPOINTS
 
 from ..support.data import produce_orders
 from .engine_helpers import make_pipeline, open_transactions, run, store, verify
 
 
-# A stateless pipeline never reaches the state's failpoints: test_state.py crashes a stateful one at them.
-@pytest.mark.parametrize("name", [f for f in FAILPOINTS if f not in STATE_FAILPOINTS])
+# A stateless pipeline never reaches the state's failpoints: test_state.py crashes a stateful one at them, and
+# test_iceberg.py one with an Iceberg table at the table's.
+@pytest.mark.parametrize("name", [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in ICEBERG_FAILPOINTS])
 def test_crash_at_failpoint_then_recover_exactly_once(name, tmp_path, bootstrap, unique):
     # A writer's crash halts the JVM its task runs in, as a killed executor does: in submit mode
     # that is the checkpoint's own; in connect mode it would be the shared server. The others crash

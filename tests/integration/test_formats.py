@@ -101,10 +101,10 @@ def crash_at_every_failpoint(pipeline: PipelineUnderTest, produce_batch, already
     failpoints are format-blind, and test_failpoints.py crashes them); then a run that recovers and completes,
     and `lockstep verify`: every order's output exactly once (``already``: the records the pipeline read
     before). Returns the orders produced."""
-    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
+    from lockstep.model.failpoints import FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAILPOINTS
     from lockstep.model.output_contract import WRITER_FAILPOINTS
 
-    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
+    points = [f for f in FAILPOINTS if f not in (*STATE_FAILPOINTS, *ICEBERG_FAILPOINTS, *WRITER_FAILPOINTS)]
     produced: list[dict] = []
     for n, point in enumerate(points):
         batch = [(i, order(i)) for i in range(n * 12, n * 12 + 12)]

@@ -11,7 +11,7 @@ import yaml
 from confluent_kafka import Producer
 
 from lockstep.model.checkpoint import CheckpointStatus
-from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS
+from lockstep.model.failpoints import CRASH_EXIT_CODE, FAILPOINTS, ICEBERG_FAILPOINTS
 from lockstep.model.output_contract import ERROR_HEADER, SOURCE_OFFSET, WRITER_FAILPOINTS
 from lockstep_examples.orders import PARSED_OFFSET_HEADER
 
@@ -116,7 +116,7 @@ def dead_letter_errors(pipeline) -> Counter:
 # Sliding windows (10 s every 5 s) in connect mode, their state as partial aggregates (a count and a sum merge),
 # tumbling ones in submit mode with the windows' rows kept (keep_rows).
 @pytest.mark.parametrize("mode,writer,points,slide_s,keep_rows", [
-    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS], 5, False),
+    ("connect", "jvm", [f for f in FAILPOINTS if f not in WRITER_FAILPOINTS and f not in ICEBERG_FAILPOINTS], 5, False),
     ("submit", "python", ["job.mid_produce"], SIZE_S, True),
 ], ids=["connect-jvm-sliding-partials", "submit-python-tumbling-rows"])
 def test_windows_are_exactly_once_through_a_crash_at_every_failpoint(mode, writer, points, slide_s, keep_rows, tmp_path,

@@ -119,7 +119,7 @@ def test_a_stream_table_join_is_exactly_once_against_each_checkpoints_pinned_tab
     from confluent_kafka import TopicPartition as KafkaPartition
     from confluent_kafka.admin import AdminClient
 
-    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
+    from lockstep.model.failpoints import FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAILPOINTS
     from lockstep.model.output_contract import WRITER_FAILPOINTS
 
     pipeline, table_topic = with_table(tmp_path, bootstrap, unique)
@@ -128,7 +128,7 @@ def test_a_stream_table_join_is_exactly_once_against_each_checkpoints_pinned_tab
                                      for i in range(4)])
     produce(bootstrap, pipeline.source, [order(i) for i in range(-12, 0)])
     assert run(pipeline).returncode == 0  # a first checkpoint against the first version of the table
-    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
+    points = [f for f in FAILPOINTS if f not in (*STATE_FAILPOINTS, *ICEBERG_FAILPOINTS, *WRITER_FAILPOINTS)]
     for n, point in enumerate(points):
         produce(bootstrap, pipeline.source, [order(i) for i in range(n * 12, n * 12 + 12)])
         # a customer changes before every run; c1 is deleted (a tombstone) at the 3rd, c4 added at the 5th
@@ -424,7 +424,7 @@ def test_a_temporal_join_meets_each_record_with_the_version_valid_at_its_event_t
     checkpoints, each run crashed at the next failpoint: every order meets the price its product had at the
     order's event time among the versions its checkpoint pinned, recomputed here; an order before its product's
     first price, after a deletion, or of a product without prices is dead-lettered once with the reason."""
-    from lockstep.model.failpoints import FAILPOINTS, STATE_FAILPOINTS
+    from lockstep.model.failpoints import FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAILPOINTS
     from lockstep.model.output_contract import WRITER_FAILPOINTS
 
     pipeline, table_topic = temporal(tmp_path, bootstrap, unique)
@@ -437,7 +437,7 @@ def test_a_temporal_join_meets_each_record_with_the_version_valid_at_its_event_t
 
     produce(bootstrap, pipeline.source, orders(0))
     assert run(pipeline).returncode == 0
-    points = [f for f in FAILPOINTS if f not in STATE_FAILPOINTS and f not in WRITER_FAILPOINTS]
+    points = [f for f in FAILPOINTS if f not in (*STATE_FAILPOINTS, *ICEBERG_FAILPOINTS, *WRITER_FAILPOINTS)]
     late = [("p1", 10, 19.0), ("p1", 250, 21.0), ("p0", 150, 11.5), ("p1", 120, None), ("p0", 350, 12.5)]
     for n, point in enumerate(points, start=1):
         produce(bootstrap, pipeline.source, orders(n))

@@ -27,6 +27,7 @@ from lockstep.model.documents import Reader, build
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
 from lockstep.model.savepoint import RestorePoint
+from lockstep.model.staged_table import StagedTable
 from lockstep.model.state_manifest import StateManifest, optional_manifest
 from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
 from lockstep.tables.pins import (
@@ -438,6 +439,8 @@ class PreparedCheckpoint:
     #: The seconds of each stage of the run that prepared it (`lockstep.spark.stage_tracker`), in their order;
     #: empty in documents of earlier versions
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: The Iceberg sink's snapshot, staged on its branch before this document (None without ``sink.iceberg``)
+    iceberg: StagedTable | None = None
 
     def __post_init__(self) -> None:
         ids = [t.transactional_id for t in self.transactions]
@@ -469,6 +472,7 @@ class PreparedCheckpoint:
             **({"output_tasks": self.output_tasks} if self.output_tasks is not None else {}),
             **({"tables": tables_to_json(self.tables)} if self.tables else {}),
             **({"stage_seconds": dict(self.stage_seconds)} if self.stage_seconds else {}),
+            **({"iceberg": self.iceberg.to_json()} if self.iceberg is not None else {}),
         }
 
     @classmethod
@@ -483,6 +487,7 @@ class PreparedCheckpoint:
             spark_seconds=float(r.get("spark_seconds", (int, float))), state=optional_manifest(r.doc, key),
             output_tasks=r.get("output_tasks", int) if "output_tasks" in r.doc else None,
             tables=tables_from_json(r.doc, key), stage_seconds=_stage_seconds(r),
+            iceberg=StagedTable.from_json(r.doc["iceberg"], key) if "iceberg" in r.doc else None,
         ))
 
 
@@ -581,12 +586,18 @@ class CompletedCheckpoint(RestorePoint):
     state: StateManifest | None = None
     #: The committed tables: the prepared ones (`lockstep.tables.pins`)
     tables: Mapping[str, TableVersion] = field(default_factory=dict)
+    #: The Iceberg sink's snapshot on the table's main branch that published this checkpoint's rows (None:
+    #: no ``sink.iceberg``, or no rows for the table)
+    iceberg_snapshot: int | None = None
 
     def to_json(self) -> dict[str, object]:
+        between: dict[str, object] = {"repair": self.repair.to_json()} if self.repair is not None else {}
+        if self.iceberg_snapshot is not None:
+            between["iceberg_snapshot"] = self.iceberg_snapshot
         return self.restore_point_json({
             "schema": COMPLETED_SCHEMA, "pipeline": self.pipeline, "checkpoint_id": self.checkpoint_id,
             "completed_at": self.completed_at, "end_offsets": dict(self.end_offsets), "committed": list(self.committed),
-        }, {"repair": self.repair.to_json()} if self.repair is not None else None)
+        }, between)
 
     @classmethod
     def from_json(cls, doc: object, key: str = "<completed>") -> CompletedCheckpoint:
@@ -598,6 +609,7 @@ class CompletedCheckpoint(RestorePoint):
             pipeline=r.get("pipeline", str), checkpoint_id=r.get("checkpoint_id", int),
             completed_at=r.get("completed_at", str), committed=tuple(committed), **cls.restore_point_fields(r),
             repair=Repair.from_json(r.doc["repair"], key) if r.doc.get("repair") is not None else None,
+            iceberg_snapshot=r.get("iceberg_snapshot", int) if "iceberg_snapshot" in r.doc else None,
         )
 
 

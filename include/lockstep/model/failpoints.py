@@ -7,7 +7,7 @@ is a dictionary lookup and nothing else.
 from __future__ import annotations
 
 __all__ = [
-    "ACTIONS", "FAILPOINTS", "FailpointError", "PAUSE_SIGNALS", "STATE_FAILPOINTS",
+    "ACTIONS", "FAILPOINTS", "FailpointError", "ICEBERG_FAILPOINTS", "PAUSE_SIGNALS", "STATE_FAILPOINTS",
 ]
 
 import os
@@ -26,11 +26,17 @@ FAILPOINTS: dict[str, str] = {
     **WRITER_FAILPOINTS,
     "state.mid_upload": "Spark driver: the checkpoint's first state file uploaded (a compaction's new base or "
                         "merged delta when it compacts a key group, else a delta or a base), the others not yet",
+    "iceberg.after_files": "Spark driver (sink.iceberg): the checkpoint's data files written under the table's "
+                           "location, no snapshot staged",
+    "iceberg.after_staged": "Spark driver (sink.iceberg): the snapshot staged on the checkpoint's branch, prepared "
+                            "metadata not written",
     "job.before_prepared": "Spark driver: all committables collected, prepared metadata not written",
     "job.after_prepared": "Spark driver: prepared metadata written (decision: commit), job not finished",
     "commit.after_verify": "commit: every transaction verified open, nothing committed yet",
     "commit.between_commits": "commit: first transaction committed, the others not yet",
     "commit.after_kafka_commit": "commit: all transactions committed, checkpoint not marked completed",
+    "commit.after_iceberg_publish": "commit (sink.iceberg): the table's snapshot published on main, checkpoint not "
+                                    "marked completed",
     "commit.after_completed": "commit: checkpoint marked completed, offsets not published",
     "commit.after_offsets": "commit: offsets published to the consumer group, retention not applied",
     "commit.mid_state_gc": "commit: the state files no checkpoint or savepoint names listed, the first deleted (none "
@@ -39,6 +45,8 @@ FAILPOINTS: dict[str, str] = {
 
 #: Failpoints only a stateful pipeline reaches (the second only when there is state to collect).
 STATE_FAILPOINTS = ("state.mid_upload", "commit.mid_state_gc")
+#: Failpoints only a pipeline with ``sink.iceberg`` reaches.
+ICEBERG_FAILPOINTS = ("iceberg.after_files", "iceberg.after_staged", "commit.after_iceberg_publish")
 
 _ENV = "LOCKSTEP_FAILPOINTS"
 

@@ -94,10 +94,12 @@ class Tables(NamedTuple):
 
 
 class Sink(NamedTuple):
-    """What each task writes with, and which writer writes."""
+    """What each task writes with, and which writer writes; ``table``: the records written to the topic go to an
+    Iceberg table too (``sink.iceberg``)."""
 
     settings: WriterSettings
     write: Callable[[JobSession, DataFrame, WriterSettings], list[str]]
+    table: bool = False
 
 
 def read(run: Run) -> DataFrame:
@@ -189,4 +191,5 @@ def sink(run: Run) -> Sink:
              run.records, run.tasks, planned.sink_parallelism,
              planned.sink_topic + (f" (routes: {', '.join(routes)})" if routes else ""),
              planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, cid)
-    return Sink(settings, write_with_jvm if planned.sink_writer == "jvm" else write_with_python)
+    return Sink(settings, write_with_jvm if planned.sink_writer == "jvm" else write_with_python,
+                run.spec.sink.iceberg is not None)

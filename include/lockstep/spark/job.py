@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lockstep.model.checkpoint import CheckpointClaim
+    from lockstep.model.staged_table import StagedTable
     from lockstep.model.state_manifest import StateManifest
     from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.target import JobSession
@@ -112,6 +113,7 @@ class Gathered(NamedTuple):
     state: StateManifest | None
     output_tasks: int | None
     tables: Mapping[str, TableVersion]
+    iceberg: StagedTable | None = None
 
 
 def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSession | None, store: PipelineStore,
@@ -138,6 +140,7 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
         records_dead_lettered=sum(t.dead_letters for t in gathered.committables),
         spark_seconds=round(time.monotonic() - started, 3), state=gathered.state,
         output_tasks=gathered.output_tasks, tables=gathered.tables, stage_seconds=tracker.seconds,
+        iceberg=gathered.iceberg,
     )
     tracker.run("record", _record, spec, store, prepared)
     log.info(tracker.line())
@@ -232,7 +235,8 @@ def _with_spark(run: stage.Run, tracker: StageTracker, started: float) -> Gather
     written = write_output(run, tracker, Pass(read, formats, tables, sink))
     committables = tracker.run("results", _results, run, written, started)
     state = tracker.run("save", _save, written) if written.stateful is not None else None
-    return Gathered(committables, state, run.tasks if written.stateful is not None else None, tables.versions)
+    return Gathered(committables, state, run.tasks if written.stateful is not None else None, tables.versions,
+                    written.iceberg)
 
 
 def _without_spark(spec: PipelineSpec, view: CheckpointView) -> Gathered:

@@ -29,6 +29,7 @@ from lockstep.model.output_contract import (
     ROUTE_COLUMN,
     parse_task_result,
 )
+from lockstep.spark.iceberg_stage import stage_rows
 from lockstep.spark.input_stages import Input, Run, Sink, Tables
 from lockstep.spark.kafka_reader import read_ranges
 from lockstep.spark.placement import place, share
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lockstep.model.checkpoint import Rerun
+    from lockstep.model.staged_table import StagedTable
     from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.stage_tracker import StageTracker
     from lockstep.spec import PipelineSpec
@@ -101,11 +103,12 @@ class Computed(NamedTuple):
 
 
 class Written(NamedTuple):
-    """Each task's result (`lockstep.model.output_contract.parse_task_result`), and the stateful run whose
-    state is written next."""
+    """Each task's result (`lockstep.model.output_contract.parse_task_result`), the stateful run whose
+    state is written next, and the Iceberg sink's staged snapshot (``sink.iceberg``)."""
 
     results: list[str]
     stateful: Stateful | None
+    iceberg: StagedTable | None = None
 
 
 def check_output_schema(spec: PipelineSpec, fields: dict[str, str]) -> tuple[str, ...]:
@@ -205,6 +208,10 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
     t = tracker.run("transform", _transform, run, p, raised)
     stateful = tracker.run("state", _state, run, p, t) if run.spec.state is not None else None
     placed = tracker.run("place", _place, run, p, t, stateful)
+    if sink.table:
+        # Computed once and kept: the Kafka write and the table's rows (the iceberg stage) read the same records.
+        kept = tracker.run("keep", _kept, placed.out)
+        placed = placed._replace(out=kept, transformed=kept)
     if t.counting and t.observation is None and t.decoded is not None:
         # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
         # placing every output record when, as in most checkpoints, every record decodes.
@@ -229,7 +236,8 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         log.info("checkpoint %d: the transform's output has dead letters (%d written) but not the input's bytes "
                  "(it dropped them): written again with their input's key, value and headers", run.checkpoint_id, dead)
         results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, placed.bad, len(results), True)
-    return Written(results, stateful)
+    staged = tracker.run("iceberg", stage_rows, run, placed.transformed) if sink.table else None
+    return Written(results, stateful, staged)
 
 
 def _transform(run: Run, p: Pass, raised: Raised | None, in_write: bool = True) -> Transformed:

@@ -28,6 +28,9 @@ TRANSFORM_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*|[A-Za-z_]\w*(\.
 BUCKET_PATTERN = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
 STORE_PATTERN = rf"s3://{BUCKET_PATTERN}(/.*)?"
 IDENTIFIER_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+#: An Iceberg table's name in its catalog: ``namespace.table`` (namespaces may nest).
+ICEBERG_TABLE_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+"
+DEFAULT_ICEBERG_CONN_ID = "iceberg_default"
 STATE_FIELD_PATTERN = r"(?!__)[A-Za-z_][A-Za-z0-9_]*"
 EMAIL_PATTERN = r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+"
 TAG_PATTERN = r"[^\s,][^,]{0,99}"
@@ -125,6 +128,16 @@ SOURCE = _section("The Kafka topics read, and how.", {
     "registry_conn_id": _text("The Schema Registry connection of the registry formats.", DEFAULT_REGISTRY_CONN_ID),
 }, required=True)
 
+ICEBERG = _section("An Iceberg table the records written to topic also go to, exactly once: each checkpoint stages a "
+                   "snapshot on a branch of the table, and its commit publishes it on main with the Kafka "
+                   "transactions (docs/iceberg.md).", {
+    "table": _text("The table, namespace.name; created (namespace too) with the transform's output columns when "
+                   "missing.", required=True, pattern=ICEBERG_TABLE_PATTERN),
+    "catalog_conn_id": _text("The Airflow connection of the Iceberg REST catalog: its host the catalog's URI, its "
+                             "extra the catalog client's properties (s3.endpoint, credentials).",
+                             DEFAULT_ICEBERG_CONN_ID),
+})
+
 SINK = _section("The Kafka topic written, in transactions committed with the checkpoint.", {
     "topic": _text("The output topic; not a source topic.", required=True, **_TOPIC),
     "dead_letter_topic": _text("Where records the transform rejects go, with the error and their origin; not the "
@@ -147,6 +160,7 @@ SINK = _section("The Kafka topic written, in transactions committed with the che
                       "error (ANSI mode: a cast that fails, a division by zero, an overflow): dead_letter sends it to "
                       "dead_letter_topic with Spark's reason and writes the others; fail fails the checkpoint for "
                       "good, naming the expression.", "dead_letter", enum=ON_ERROR_POLICIES),
+    "iceberg": ICEBERG,
 }, required=True)
 
 TRIGGER = _section("Lag-driven checkpoints instead of a schedule: start one when lag_records are unread, or "

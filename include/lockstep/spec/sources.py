@@ -6,6 +6,7 @@ feeding itself (a sink or route topic that is also a source topic) live with the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,20 @@ from lockstep.spec.checker import (
     read_word,
 )
 from lockstep.spec.formats import BYTES, FormatSpec, read_format
-from lockstep.spec.shape import DEFAULT_REGISTRY_CONN_ID, TRANSFORM_SQL
+from lockstep.spec.shape import DEFAULT_REGISTRY_CONN_ID, ICEBERG_TABLE_PATTERN, TRANSFORM_SQL
 
-__all__ = ["read_sink", "read_source", "read_transform", "SinkSpec", "SourceSpec"]
+__all__ = ["IcebergSinkSpec", "read_sink", "read_source", "read_transform", "SinkSpec", "SourceSpec"]
+
+_ICEBERG_TABLE_RE = re.compile(ICEBERG_TABLE_PATTERN)
+
+
+@dataclass(frozen=True)
+class IcebergSinkSpec:
+    """``sink.iceberg``: the Iceberg table that the records written to ``sink.topic`` also go to, published with
+    the checkpoint's transactions (docs/iceberg.md)."""
+
+    table: str
+    catalog_conn_id: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,8 @@ class SinkSpec:
     #: ``sink.on_error``: a record whose transform or route condition raises a Spark data error (ANSI) is a
     #: dead letter with Spark's reason ("dead_letter"), or fails the checkpoint terminally ("fail").
     on_error: str = "dead_letter"
+    #: ``sink.iceberg``: an Iceberg table beside the topic, or None.
+    iceberg: IcebergSinkSpec | None = None
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -133,7 +147,19 @@ def read_sink(c: Checker, doc: object, source: SourceSpec, folder: Path | None =
                     key=key, value=value,
                     registry_conn_id=c.text(d, "sink", "registry_conn_id", source.registry_conn_id
                                             or declared_default("source", "registry_conn_id")),
-                    routes=_routes(c, d.get("routes"), source, topic, dlq), on_error=_on_error(c, d))
+                    routes=_routes(c, d.get("routes"), source, topic, dlq), on_error=_on_error(c, d),
+                    iceberg=_iceberg(c, d))
+
+
+def _iceberg(c: Checker, d: Section) -> IcebergSinkSpec | None:
+    """``sink.iceberg``: the table and its catalog's connection."""
+    if d.get("iceberg") is None:
+        return None
+    t = c.section(d["iceberg"], "sink.iceberg", allowed_keys("sink.iceberg"))
+    table = c.text(t, "sink.iceberg", "table", pattern=_ICEBERG_TABLE_RE,
+                   rule="expected namespace.table, such as lake.orders")
+    conn = c.text(t, "sink.iceberg", "catalog_conn_id", declared_default("sink.iceberg", "catalog_conn_id"))
+    return IcebergSinkSpec(table, conn) if table and conn else None
 
 
 def _on_error(c: Checker, d: Section) -> str:

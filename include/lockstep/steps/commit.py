@@ -12,7 +12,7 @@ __all__ = [
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
@@ -26,6 +26,7 @@ from lockstep.model.checkpoint import (
 )
 from lockstep.model.transactions import TransactionState
 from lockstep.rules.commit_decision import (
+    CommitDecision,
     DecisionKind,
     decide_commit,
     end_offsets_after_repair,
@@ -34,7 +35,16 @@ from lockstep.rules.commit_decision import (
 )
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
 from lockstep.rules.pipelining import ABORT, WAIT, Verdict, verdict
-from lockstep.steps.pipeline import Pipeline, each_together, mark_aborted, now_iso, publish_end_offsets, unusable_sink
+from lockstep.rules.table_commit import TableStep, TableStepKind, decide_table, lost_sources
+from lockstep.steps.pipeline import (
+    Pipeline,
+    drop_staged,
+    each_together,
+    mark_aborted,
+    now_iso,
+    publish_end_offsets,
+    unusable_sink,
+)
 
 if TYPE_CHECKING:
     from lockstep.kafka.committer import Committer
@@ -97,6 +107,14 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
         observed = committer.describe(t.transactional_id for t in prepared.transactions)
         decision = decide_commit(prepared, observed, p.wall_ms(), p.spec.transactions.commit_margin_ms,
                                  view.claim.ranges, accept, deduplicated=p.spec.replay_of is not None)
+        table = _table_step(p, view, decision)
+        if table.kind is TableStepKind.ABORT_ALL:
+            log.warning("checkpoint %d: %s", checkpoint_id, table.message)
+            decision = replace(decision, kind=DecisionKind.ABORT, abort=tuple(t.transactional_id
+                                                                             for t in prepared.transactions),
+                               message=table.message)
+        elif table.kind is TableStepKind.LOST:
+            raise CheckpointError(checkpoint_id, table.message)
         (log.warning if decision.kind is DecisionKind.REPAIR else log.info)(
             "checkpoint %d: decision %s: %s", checkpoint_id, decision.kind.value, decision.message)
         committing = DecisionKind.COMMIT if decision.kind is DecisionKind.REPAIR and decision.commit else decision.kind
@@ -124,6 +142,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
         _commit_transactions(committer, prepared, decision.commit)
         _await_markers(committer, checkpoint_id, decision.commit)
     failpoints.hit("commit.after_kafka_commit")
+    published = _apply_table(p, view, table)
     lost = repair.lost if repair else {}
     committed = tuple(t.transactional_id for t in prepared.transactions if t.transactional_id not in lost)
     end_offsets = end_offsets_after_repair(view.claim.ranges, repair.replayed) if repair else view.claim.end_offsets
@@ -133,7 +152,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     completed = CompletedCheckpoint(p.spec.name, checkpoint_id, now_iso(), end_offsets, committed,
                                     view.claim.topic_ids, repair,
                                     state=view.claim.state_base if reverted else prepared.state,
-                                    tables=prepared.tables)
+                                    tables=prepared.tables, iceberg_snapshot=published)
     p.store.mark_completed(completed)
     if repair:
         log.warning("checkpoint %d: completed after repair: %s", checkpoint_id, repair.told)
@@ -145,7 +164,45 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
     failpoints.hit("commit.after_offsets")
     tidy(p.store, checkpoint_id, p.spec.checkpoints.retain,
          completed.state is not None or p.spec.state is not None or bool(completed.tables) or bool(p.spec.tables))
+    drop_staged(p, checkpoint_id + 1, before=True)  # its own branch and any an aborted checkpoint left
     return CommitOutcome(checkpoint_id, CheckpointStatus.COMPLETED, committed, decision.message, left_ms, repair)
+
+
+def _table_step(p: Pipeline, view: CheckpointView, decision: CommitDecision) -> TableStep:
+    """What the Iceberg sink's table does after the Kafka ``decision`` (`lockstep.rules.table_commit`), from what
+    the table says of the checkpoint."""
+    prepared = view.prepared
+    assert prepared is not None  # the caller's
+    staged = prepared.iceberg
+    if staged is None or staged.snapshot_id is None:
+        return decide_table(decision, None, None, False)
+    from lockstep.iceberg.table_sink import IcebergTable
+
+    observed = IcebergTable(staged.catalog_conn_id, staged.table).observe(p.spec.name, view.checkpoint_id, staged)
+    given_back = lost_sources(decision, view.claim.ranges) if decision.kind is DecisionKind.REPAIR else frozenset()
+    return decide_table(decision, staged, observed.published, observed.staged, given_back)
+
+
+def _apply_table(p: Pipeline, view: CheckpointView, step: TableStep) -> int | None:
+    """The table's step carried out after the Kafka transactions: the snapshot on main that holds the checkpoint's
+    rows (None: it had none)."""
+    prepared = view.prepared
+    assert prepared is not None  # the caller's
+    staged = prepared.iceberg
+    if step.kind is TableStepKind.PUBLISHED:
+        log.info("checkpoint %d: %s", view.checkpoint_id, step.message)
+        return step.snapshot_id
+    if step.kind is not TableStepKind.PUBLISH or staged is None:
+        return None
+    from lockstep.iceberg.table_sink import IcebergTable
+
+    started = time.monotonic()
+    snapshot = IcebergTable(staged.catalog_conn_id, staged.table).publish(p.spec.name, view.checkpoint_id, staged,
+                                                                          step.files)
+    log.info("checkpoint %d: %s: snapshot %d (%d rows) in %.2f s", view.checkpoint_id, step.message, snapshot,
+             sum(f.records for f in step.files), time.monotonic() - started)
+    failpoints.hit("commit.after_iceberg_publish")
+    return snapshot
 
 
 #: How often a pipelined checkpoint's commit looks at the checkpoint it was planned on top of.

@@ -91,7 +91,36 @@ def mark_aborted(p: Pipeline, view: CheckpointView, reason: str) -> AbortedCheck
     aborted = AbortedCheckpoint(p.spec.name, view.checkpoint_id, now_iso(), reason, hint)
     p.store.mark_aborted(aborted)
     log.error("checkpoint %d aborted: %s; %s", view.checkpoint_id, reason, hint)
+    drop_staged(p, view.checkpoint_id, before=False)
     return aborted
+
+
+def drop_staged(p: Pipeline, checkpoint_id: int, before: bool) -> None:
+    """The Iceberg sink's staged branch of an aborted checkpoint dropped (``before``: of every checkpoint before
+    ``checkpoint_id``, which are all settled). Housekeeping: a staged branch is never on main, so a failure here
+    is a warning, and the next completed checkpoint's commit drops what is left."""
+    iceberg = p.spec.sink.iceberg
+    if iceberg is None:
+        return
+    from lockstep.errors import LockstepError
+    from lockstep.iceberg.table_sink import IcebergTable
+    from lockstep.model.staged_table import branch_name
+
+    table = IcebergTable(iceberg.catalog_conn_id, iceberg.table)
+    try:
+        if not table.exists():
+            return
+        if before:
+            dropped = [b for cid, b in sorted(table.branches(p.spec.name).items()) if cid < checkpoint_id
+                       and table.drop(b)]
+            if dropped:
+                log.info("checkpoint %d: dropped the staged branches of earlier checkpoints of %s: %s", checkpoint_id,
+                         iceberg.table, ", ".join(dropped))
+        elif table.drop(branch_name(p.spec.name, checkpoint_id)):
+            log.info("checkpoint %d: dropped its snapshot staged on %s", checkpoint_id, iceberg.table)
+    except LockstepError as exc:
+        log.warning("checkpoint %d: could not drop staged branches of Iceberg table %s (%s); nothing of them is on "
+                    "its main branch, and the next completed checkpoint drops them", checkpoint_id, iceberg.table, exc)
 
 
 #: The most EndTxn requests a commit has in flight at once (one thread each; kafka-python's client sends

@@ -1,0 +1,316 @@
+"""The Iceberg sink's one adapter to pyiceberg: the table made or evolved, a checkpoint's files written and staged
+on its branch (the run, Flink's writer and committable), the table asked whether a checkpoint's snapshot is
+published, staged or neither, the staged snapshot published on main or dropped (the commit, Flink's committer).
+
+Publishing adds the staged snapshot's files (all, or all but a repair's lost share) in one new snapshot on main
+whose summary names the pipeline and the checkpoint: main then holds every checkpoint's rows once, whatever
+order pipelined checkpoints are staged in, and a publish again finds its own snapshot in main's history
+(`published`) instead of adding the rows twice. Iceberg's commits are optimistic: a publish that meets another
+writer's commit is tried again on the new main, as Iceberg's own writers do.
+
+Every failure is a Lockstep error that says whether a retry may pass: the catalog unreachable or a commit that
+kept conflicting is transient; a table or a column the checkpoint cannot write is terminal.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "IcebergTable", "Observed", "RowsOfSource",
+]
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from lockstep.connections import iceberg_catalog, redact
+from lockstep.errors import TerminalError, TransientError
+from lockstep.model.staged_table import (
+    BRANCH_PREFIX,
+    SUMMARY_CHECKPOINT,
+    SUMMARY_PIPELINE,
+    StagedTable,
+    TableFile,
+    branch_name,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+T = TypeVar("T")
+#: How many times a publish is tried when other writers' commits keep changing main under it.
+PUBLISH_ATTEMPTS = 5
+#: The summary property of the empty snapshot a table created by Lockstep starts with (branches need one).
+SUMMARY_CREATED = "lockstep.created-by"
+
+
+@dataclass(frozen=True)
+class RowsOfSource:
+    """The rows of one source partition (``topic:partition``) for the table."""
+
+    source: str
+    rows: pa.Table
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the table says of a checkpoint: the snapshot on main that published it (None: not published), and
+    whether its staged snapshot is still on its branch."""
+
+    published: int | None
+    staged: bool
+
+
+class IcebergTable:
+    """One table of one catalog connection."""
+
+    def __init__(self, catalog_conn_id: str, name: str) -> None:
+        self.conn_id = catalog_conn_id
+        self.name = name
+        self._catalog: Catalog | None = None
+
+    # ---- the catalog ----------------------------------------------------------------------------------
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            from pyiceberg.catalog import load_catalog
+
+            props = iceberg_catalog(self.conn_id)
+            self._catalog = self._calling("reach the catalog", lambda: load_catalog(self.conn_id, **props))
+        return self._catalog
+
+    def load(self) -> Table:
+        return self._calling("load the table", lambda: self.catalog.load_table(self.name))
+
+    def exists(self) -> bool:
+        return bool(self._calling("look up the table", lambda: self.catalog.table_exists(self.name)))
+
+    # ---- the run ---------------------------------------------------------------------------------------
+    def ready_for(self, schema: pa.Schema) -> Table:
+        """The table, created with ``schema`` (and its namespace) when missing, or with the columns ``schema``
+        adds and the types it widens applied; a change Iceberg does not allow is refused, naming the column."""
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+        if not self.exists():
+            namespace = self.name.rsplit(".", 1)[0]
+            try:
+                self._calling("create the namespace", lambda: self.catalog.create_namespace(namespace))
+            except NamespaceAlreadyExistsError:
+                pass
+            try:
+                table = self._calling("create the table", lambda: self.catalog.create_table(self.name, schema=schema))
+                # A branch is made from a snapshot: the new table's main starts with an empty one.
+                with self._transaction(table) as tx:
+                    with tx.update_snapshot(snapshot_properties={SUMMARY_CREATED: "lockstep"}).fast_append():
+                        pass
+            except TableAlreadyExistsError:
+                pass  # another run made it first
+        table = self.load()
+        if table.current_snapshot() is None:
+            with self._transaction(table) as tx:
+                with tx.update_snapshot(snapshot_properties={SUMMARY_CREATED: "lockstep"}).fast_append():
+                    pass
+            table = self.load()
+        return self._evolved(table, schema)
+
+    def _evolved(self, table: Table, schema: pa.Schema) -> Table:
+        if _fits(table, schema):
+            return table
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(schema)
+        except (TransientError, TerminalError):
+            raise
+        except Exception as exc:
+            if _transient(exc):
+                raise TransientError(f"Iceberg table {self.name}: could not evolve its schema: {_cause(exc)}") from exc
+            raise TerminalError(
+                f"Iceberg table {self.name}: the transform's output does not fit the table's schema: {_cause(exc)}. "
+                "Iceberg allows adding a column and widening a type (int to long, float to double, a decimal's "
+                "precision); change the transform's output back, or migrate the table (docs/iceberg.md)") from exc
+        return self.load()
+
+    def stage(self, pipeline: str, checkpoint_id: int, rows: Sequence[RowsOfSource], schema: pa.Schema,
+              written: Callable[[], None] = lambda: None) -> StagedTable:
+        """Write each source partition's rows as a data file under the table's location and stage one snapshot
+        adding them on the checkpoint's branch (made again when an earlier attempt of the run left one).
+        ``written``: called once the files are written, before the snapshot is staged (a failpoint)."""
+        import pyarrow.parquet as pq
+
+        branch = branch_name(pipeline, checkpoint_id)
+        if not rows:
+            return StagedTable(self.conn_id, self.name, branch, None)
+        table = self.ready_for(schema)
+        if branch in table.metadata.refs:  # an earlier attempt's: its files are left as orphans
+            self._calling("drop an earlier attempt's branch",
+                          lambda: table.manage_snapshots().remove_branch(branch).commit())
+            table = self.load()
+        folder = f"{table.location().rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}/{uuid.uuid4().hex[:12]}"
+        files = []
+        for i, part in enumerate(rows):
+            path = f"{folder}/{i:05d}-{part.source.replace(':', '-')}.parquet"
+            out = table.io.new_output(path)
+
+            def write(out: Any = out, data: pa.Table = part.rows) -> None:
+                with out.create(overwrite=True) as stream:
+                    pq.write_table(data.cast(schema), stream)
+
+            self._calling("write a data file", write)
+            files.append(TableFile(0, path, part.rows.num_rows, (part.source,)))
+        written()
+        props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
+        self._calling("stage the snapshot", lambda: table.add_files(
+            [f.path for f in files], snapshot_properties=props, check_duplicate_files=False, branch=branch))
+        staged = self.load().snapshot_by_name(branch)
+        if staged is None:
+            raise TransientError(f"Iceberg table {self.name}: the snapshot staged on branch {branch} is not there")
+        return StagedTable(self.conn_id, self.name, branch, staged.snapshot_id, tuple(files))
+
+    # ---- the commit ------------------------------------------------------------------------------------
+    def observe(self, pipeline: str, checkpoint_id: int, staged: StagedTable) -> Observed:
+        """Whether main holds the checkpoint's snapshot (found in main's history by its summary, newest first, up
+        to an earlier checkpoint of the pipeline), and whether its staged snapshot is still on its branch."""
+        table = self.load()
+        ref = table.metadata.refs.get(staged.branch)
+        return Observed(published(table, pipeline, checkpoint_id),
+                        ref is not None and ref.snapshot_id == staged.snapshot_id)
+
+    def publish(self, pipeline: str, checkpoint_id: int, staged: StagedTable, files: Sequence[TableFile]) -> int:
+        """One snapshot on main adding ``files`` of the staged snapshot, named after the checkpoint; its id.
+        Published already: that snapshot's id, nothing added."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        wanted = {f.path for f in files}
+        for attempt in range(PUBLISH_ATTEMPTS):
+            table = self.load()
+            done = published(table, pipeline, checkpoint_id)
+            if done is not None:
+                return done
+            snapshot = table.snapshot_by_id(staged.snapshot_id) if staged.snapshot_id is not None else None
+            if snapshot is None:
+                raise TerminalError(f"Iceberg table {self.name}: the snapshot checkpoint {checkpoint_id} staged "
+                                    f"({staged.snapshot_id}, branch {staged.branch}) is gone and was never published")
+            data_files = [entry.data_file for manifest in snapshot.manifests(table.io)
+                          if manifest.added_snapshot_id == snapshot.snapshot_id
+                          for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+                          if entry.data_file.file_path in wanted]
+            missing = wanted - {d.file_path for d in data_files}
+            if missing:
+                raise TerminalError(f"Iceberg table {self.name}: the staged snapshot of checkpoint {checkpoint_id} "
+                                    f"lacks {len(missing)} of its files ({sorted(missing)[0]} ...)")
+            props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
+            try:
+                with table.transaction() as tx:
+                    with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+                        for data_file in data_files:
+                            append.append_data_file(data_file)
+            except CommitFailedException:
+                if attempt == PUBLISH_ATTEMPTS - 1:
+                    raise TransientError(f"Iceberg table {self.name}: publishing checkpoint {checkpoint_id} met other "
+                                         f"writers' commits {PUBLISH_ATTEMPTS} times; the commit retries") from None
+                continue
+            except Exception as exc:
+                raise self._failure("publish the snapshot", exc) from exc
+        done = published(self.load(), pipeline, checkpoint_id)
+        if done is None:
+            raise TransientError(f"Iceberg table {self.name}: checkpoint {checkpoint_id}'s snapshot is not on main "
+                                 "after its publish; the commit retries")
+        return done
+
+    def drop(self, branch: str) -> bool:
+        """The branch removed (its snapshot's files become orphans); False when it was not there."""
+        table = self.load()
+        if branch not in table.metadata.refs:
+            return False
+        self._calling("drop the branch", lambda: table.manage_snapshots().remove_branch(branch).commit())
+        return True
+
+    def branches(self, pipeline: str) -> dict[int, str]:
+        """The pipeline's staged branches by checkpoint id."""
+        prefix = f"{BRANCH_PREFIX}{pipeline}-"
+        found = {}
+        for name in self.load().metadata.refs:
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                found[int(name[len(prefix):])] = name
+        return found
+
+    # ---- errors ----------------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self, table: Table) -> Iterator[Any]:
+        try:
+            with table.transaction() as tx:
+                yield tx
+        except (TransientError, TerminalError):
+            raise
+        except Exception as exc:
+            raise self._failure("commit to the table", exc) from exc
+
+    def _calling(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except (TransientError, TerminalError):
+            raise
+        except Exception as exc:
+            from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+            if isinstance(exc, (NamespaceAlreadyExistsError, TableAlreadyExistsError)):
+                raise
+            raise self._failure(what, exc) from exc
+
+    def _failure(self, what: str, exc: BaseException) -> Exception:
+        cause = _cause(exc)
+        where = f"Iceberg table {self.name} (catalog connection {self.conn_id})"
+        if _transient(exc):
+            return TransientError(f"{where}: could not {what}: {cause}; a retry may pass")
+        return TerminalError(f"{where}: could not {what}: {cause}")
+
+
+def published(table: Table, pipeline: str, checkpoint_id: int) -> int | None:
+    """The snapshot on main that published the pipeline's checkpoint, or None: main's history walked newest first,
+    stopping at an earlier checkpoint of the pipeline (checkpoints are published in order)."""
+    current = table.current_snapshot()
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    while current is not None:
+        props = _properties(current)
+        if props.get(SUMMARY_PIPELINE) == pipeline and current.snapshot_id in by_id:
+            found = int(props.get(SUMMARY_CHECKPOINT, "-1"))
+            if found == checkpoint_id:
+                return current.snapshot_id
+            if found < checkpoint_id:
+                return None
+        parent = current.parent_snapshot_id
+        current = by_id.get(parent) if parent is not None else None
+    return None
+
+
+def _properties(snapshot: Any) -> Mapping[str, str]:
+    summary = snapshot.summary
+    return dict(summary.additional_properties) if summary is not None else {}
+
+
+def _fits(table: Table, schema: pa.Schema) -> bool:
+    """Whether every column of ``schema`` is a column of the table of the same type (as Arrow reads it back)."""
+    import pyarrow as pa
+
+    current = table.schema().as_arrow()
+    names = set(current.names)
+
+    def plain(t: pa.DataType) -> pa.DataType:
+        return pa.string() if t == pa.large_string() else pa.binary() if t == pa.large_binary() else t
+
+    return all(f.name in names and plain(current.field(f.name).type) == plain(f.type) for f in schema)
+
+
+def _transient(exc: BaseException) -> bool:
+    import requests
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ServiceUnavailableError
+
+    transient = (requests.ConnectionError, requests.Timeout, ServiceUnavailableError, CommitFailedException,
+                 CommitStateUnknownException, ConnectionError, TimeoutError)
+    return isinstance(exc, transient) or "Connection" in type(exc).__name__ or "Timeout" in type(exc).__name__
+
+
+def _cause(exc: BaseException) -> str:
+    return redact(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])

@@ -1,0 +1,139 @@
+"""The Iceberg sink (issue 71): the records a checkpoint writes to its Kafka topic land in an Iceberg table in the
+same checkpoint, exactly once, through a real Iceberg REST catalog (Iceberg's own server, its warehouse on the
+S3 server) and read back with pyiceberg. The table is compared with the sink topic record by record, by
+provenance."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lockstep.model.checkpoint import CheckpointStatus
+from lockstep.model.failpoints import FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAILPOINTS
+from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, WRITER_FAILPOINTS
+
+from ..support.data import produce_orders, read_committed
+from .engine_helpers import crash_at, make_pipeline, open_transactions, run, store, verify
+
+
+@pytest.fixture(scope="module")
+def catalog(platform):
+    """The session platform's Iceberg REST catalog, as a pyiceberg client of the ``iceberg_default`` connection."""
+    from pyiceberg.catalog import load_catalog
+
+    from lockstep.connections import iceberg_catalog
+
+    platform.start("iceberg")
+    return load_catalog("iceberg_default", **iceberg_catalog("iceberg_default"))
+
+
+def with_table(tmp_path, bootstrap, unique):
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3,
+                             transform="lockstep_examples.orders:enrich_for_table")
+    table = f"lake_{unique}.orders"
+    pipeline.rewrite(sink={"iceberg": {"table": table}})
+    return pipeline, table
+
+
+def table_rows(catalog, table: str) -> list[dict]:
+    """Every row on the table's main branch."""
+    return catalog.load_table(table).scan().to_arrow().to_pylist()
+
+
+def sink_rows(bootstrap: str, topic: str) -> list[tuple]:
+    """The sink topic's records as (source topic, partition, offset, value)."""
+    out = []
+    for m in read_committed(bootstrap, topic):
+        headers = {k: v.decode() for k, v in m.headers() or []}
+        out.append((headers[SOURCE_TOPIC], int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]),
+                    m.value().decode()))
+    return sorted(out)
+
+
+def as_sink(rows: list[dict]) -> list[tuple]:
+    """The table's rows as `sink_rows` (``value`` is the bytes the writers wrote to the topic)."""
+    return sorted((r["lockstep_source_topic"], r["lockstep_source_partition"], r["lockstep_source_offset"],
+                   r["value"].decode()) for r in rows)
+
+
+def published_checkpoints(catalog, table: str, pipeline: str) -> list[int]:
+    """The checkpoints named by the snapshots of main's history, oldest first."""
+    t = catalog.load_table(table)
+    by_id = {s.snapshot_id: s for s in t.snapshots()}
+    found, snapshot = [], t.current_snapshot()
+    while snapshot is not None:
+        props = snapshot.summary.additional_properties
+        if props.get("lockstep.pipeline") == pipeline:
+            found.append(int(props["lockstep.checkpoint"]))
+        snapshot = by_id.get(snapshot.parent_snapshot_id)
+    return found[::-1]
+
+
+def lockstep_branches(catalog, table: str) -> list[str]:
+    return sorted(name for name in catalog.load_table(table).metadata.refs if name.startswith("lockstep-"))
+
+
+def test_a_checkpoint_is_staged_invisibly_then_published_once_beside_its_kafka_transactions(
+        tmp_path, bootstrap, unique, catalog):
+    pipeline, table = with_table(tmp_path, bootstrap, unique)
+    produce_orders(pipeline, 60)
+
+    # Prepared (its snapshot staged on its branch), not committed: nothing is on the table's main branch.
+    crash_at(pipeline, "job.after_prepared")
+    prepared = store(pipeline).view(1).prepared
+    assert prepared is not None and prepared.iceberg is not None
+    assert prepared.iceberg.records == 54  # 60 orders, every 10th malformed: a dead letter, not a row
+    assert table_rows(catalog, table) == []
+    assert lockstep_branches(catalog, table) == [f"lockstep-{pipeline.name}-1"]
+    staged = catalog.load_table(table).scan(snapshot_id=prepared.iceberg.snapshot_id).to_arrow()
+    assert staged.num_rows == 54 and set(staged["lockstep_checkpoint"].to_pylist()) == {1}
+
+    produce_orders(pipeline, 30, start=60)
+    finished = run(pipeline)  # commits checkpoint 1 (roll-forward), then runs checkpoint 2
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    rows = table_rows(catalog, table)
+    assert as_sink(rows) == sink_rows(bootstrap, pipeline.sink)
+    assert len(rows) == 81 and {r["lockstep_checkpoint"] for r in rows} == {1, 2}
+    assert set(rows[0]) == {"key", "value", "order_id", "customer", "amount", "currency", "lockstep_source_topic",
+                            "lockstep_source_partition", "lockstep_source_offset", "lockstep_checkpoint"}
+    for row in rows:  # the transform's own columns beside the bytes the topic got
+        assert json.loads(row["value"])["order_id"] == row["order_id"] == row["key"].decode()
+    # One snapshot on main per checkpoint, named after it; every staged branch gone.
+    assert published_checkpoints(catalog, table, pipeline.name) == [1, 2]
+    assert lockstep_branches(catalog, table) == []
+    s = store(pipeline)
+    ids = [s.view(i).completed.iceberg_snapshot for i in s.checkpoint_ids()]
+    assert all(ids) and len(set(ids)) == len(ids)
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+
+
+def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(tmp_path, bootstrap, unique, catalog):
+    """A crash at each failpoint a connect-mode run passes (the table's own among them), one after another on one
+    pipeline: each run first recovers what the crash before left (rolls it forward or aborts it), then crashes at
+    the next. The Spark tasks' failpoints are left out: a writer's crash ends the run before the table's stage,
+    as plan.after_claim does."""
+    pipeline, table = with_table(tmp_path, bootstrap, unique)
+    points = [f for f in FAILPOINTS if f not in (*STATE_FAILPOINTS, *WRITER_FAILPOINTS)]
+    assert set(ICEBERG_FAILPOINTS) <= set(points)
+    for n, point in enumerate(points):
+        produce_orders(pipeline, 20, start=n * 20)
+        crash_at(pipeline, point)
+    produce_orders(pipeline, 20, start=len(points) * 20)
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    rows = table_rows(catalog, table)
+    expected = sink_rows(bootstrap, pipeline.sink)
+    assert as_sink(rows) == expected, "the table holds exactly the sink topic's records"
+    assert len({(r[0], r[1], r[2]) for r in expected}) == len(expected) == 18 * (len(points) + 1)
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert open_transactions(pipeline) == []
+    s = store(pipeline)
+    statuses = {i: s.view(i).status for i in s.checkpoint_ids()}
+    assert CheckpointStatus.ABORTED in statuses.values(), "some crashes aborted their checkpoint"
+    completed = sorted(i for i, status in statuses.items() if status is CheckpointStatus.COMPLETED)
+    assert published_checkpoints(catalog, table, pipeline.name) == completed, "one snapshot per completed checkpoint"
+    assert lockstep_branches(catalog, table) == [], "no staged branch outlives its checkpoint"
