@@ -40,7 +40,7 @@ def cache_dir() -> Path:
 
 
 def iceberg_rest_jars() -> Path:
-    """The local Iceberg REST catalog server's jars (`lockstep_dev.iceberg_catalog`), resolved by ``make setup``."""
+    """The jars of the local platform's Iceberg REST catalog server, resolved by ``make setup``."""
     folder = cache_dir() / "jars" / "iceberg-rest"
     if not any(folder.glob("iceberg-open-api-*-test-fixtures.jar")):
         raise FileNotFoundError(f"the local Iceberg REST catalog is missing ({folder}); run `make setup` to resolve "

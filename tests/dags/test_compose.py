@@ -324,7 +324,8 @@ def test_named_volumes_are_declared(compose, services):
 def test_connections_match_lockstep_dev_env(services, platform):
     expected = platform.connection_env()
     assert set(expected) == {"AIRFLOW_CONN_KAFKA_DEFAULT", "AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT",
-                             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT"}
+                             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT",
+                             "AIRFLOW_CONN_ICEBERG_DEFAULT"}
     for name, svc in _airflow_services(services).items():
         env = _env(svc)
         for var, raw in expected.items():

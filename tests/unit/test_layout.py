@@ -230,18 +230,19 @@ def test_a_platform_error_of_a_tool_is_reported_like_an_engine_error(monkeypatch
 LAYERS = (
     {"lockstep", "lockstep.errors", "lockstep.spec", "lockstep.paths", "lockstep.logs", "lockstep.rows",
      "lockstep.transform", "lockstep.state_function", "lockstep.formats", "lockstep.formats.names", "lockstep.formats.protobuf",
-     "lockstep.tables", "lockstep.tables.interval_join", "lockstep.sql", "lockstep.sql.runtime"},
-    {"lockstep.model", "lockstep.formats.wire", "lockstep.tables.pins"},
-    {"lockstep.rules", "lockstep.tables.pinning"},
+     "lockstep.tables", "lockstep.tables.interval_join", "lockstep.sql", "lockstep.sql.runtime", "lockstep.iceberg"},
+    {"lockstep.model", "lockstep.formats.wire", "lockstep.tables.pins", "lockstep.iceberg.staged_table"},
+    {"lockstep.rules", "lockstep.tables.pinning", "lockstep.iceberg.table_commit"},
     {"lockstep.store", "lockstep.kafka", "lockstep.connections", "lockstep.formats.registry",
-     "lockstep.formats.resolution", "lockstep.tables.chain"},
-    {"lockstep.spark", "lockstep.formats.codecs", "lockstep.tables.materialize", "lockstep.sql.analyzer"},
+     "lockstep.formats.resolution", "lockstep.tables.chain", "lockstep.iceberg.table_sink"},
+    {"lockstep.spark", "lockstep.formats.codecs", "lockstep.tables.materialize", "lockstep.sql.analyzer",
+     "lockstep.iceberg.stage"},
     {"lockstep.steps"},
     {"lockstep.ops"},
     {"lockstep.cli"},
 )
 #: The feature rooms: one package per feature, its modules on several floors (above).
-FEATURES = ("lockstep.formats", "lockstep.tables", "lockstep.sql")
+FEATURES = ("lockstep.formats", "lockstep.tables", "lockstep.sql", "lockstep.iceberg")
 #: What a pure module may import from outside the project: the standard library, nothing that does I/O.
 PURE = ("lockstep.model", "lockstep.rules")
 IO_LIBRARIES = {"boto3", "botocore", "confluent_kafka", "kafka", "pyspark", "requests", "urllib3", "httpx", "socket",
@@ -332,7 +333,8 @@ def test_the_pure_modules_of_the_feature_rooms_import_no_io_library():
 
 
 #: The one module of each feature room that does the feature's work in Spark.
-SPARK_SIDE = {"lockstep.formats.codecs", "lockstep.tables.materialize", "lockstep.sql.runtime", "lockstep.sql.analyzer"}
+SPARK_SIDE = {"lockstep.formats.codecs", "lockstep.tables.materialize", "lockstep.sql.runtime", "lockstep.sql.analyzer",
+              "lockstep.iceberg.stage"}
 
 
 def spark_outside_its_side(planted: dict[str, str] | None = None) -> list[str]:
@@ -352,6 +354,7 @@ def test_a_format_module_importing_spark_outside_its_codecs_fails():
     planted = {"lockstep.formats.wire": "def f():\n    from pyspark.sql import functions\n"}
     assert spark_outside_its_side(planted) == [
         "lockstep.formats.wire imports pyspark outside its room's Spark side (lockstep.formats.codecs, "
+        "lockstep.iceberg.stage, "
         "lockstep.sql.analyzer, lockstep.sql.runtime, lockstep.tables.materialize)"]
 
 

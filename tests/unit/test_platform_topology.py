@@ -15,7 +15,7 @@ def props(text: str) -> dict[str, str]:
 
 def test_single_node_replicates_nothing_and_runs_spark_locally(tmp_path):
     plat = Platform(state_dir=tmp_path)
-    assert plat.services() == ("s3", "registry", "kafka", "spark-connect", "airflow")
+    assert plat.services() == ("s3", "registry", "iceberg", "kafka", "spark-connect", "airflow")
     node = plat.kafka.nodes[0]
     p = props(plat.kafka.server_properties(node))
     assert p["transaction.state.log.replication.factor"] == p["default.replication.factor"] == "1"
@@ -25,7 +25,7 @@ def test_single_node_replicates_nothing_and_runs_spark_locally(tmp_path):
 
 def test_cluster_is_three_voting_brokers_with_rf3_isr2_and_a_spark_master_with_two_workers(tmp_path):
     plat = Platform(state_dir=tmp_path, cluster=True)
-    assert plat.services() == ("s3", "registry", "kafka-1", "kafka-2", "kafka-3", "spark-master", "spark-worker-1",
+    assert plat.services() == ("s3", "registry", "iceberg", "kafka-1", "kafka-2", "kafka-3", "spark-master", "spark-worker-1",
                                "spark-worker-2", "spark-connect", "airflow")
     nodes = plat.kafka.nodes
     assert len({n.data_dir for n in nodes}) == len({n.port for n in nodes}) == 3
@@ -48,7 +48,7 @@ def test_the_saved_topology_is_kept_until_asked_to_switch(tmp_path):
     assert again.is_cluster
     s3_port = again.state.ports["s3"]
     single = Platform(state_dir=tmp_path, cluster=False)  # nothing runs: switching is allowed
-    assert not single.is_cluster and single.services() == ("s3", "registry", "kafka", "spark-connect", "airflow")
+    assert not single.is_cluster and single.services() == ("s3", "registry", "iceberg", "kafka", "spark-connect", "airflow")
     assert single.state.ports["s3"] == s3_port and single.state.ports["kafka"] == 19092
     assert single.state.ports["registry"] == again.state.ports["registry"], "the registry's ports stay too"
 

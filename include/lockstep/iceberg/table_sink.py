@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockstep.connections import iceberg_catalog, redact
 from lockstep.errors import TerminalError, TransientError
-from lockstep.model.staged_table import (
+from lockstep.iceberg.staged_table import (
     BRANCH_PREFIX,
     SUMMARY_CHECKPOINT,
     SUMMARY_PIPELINE,
@@ -158,7 +158,7 @@ class IcebergTable:
                     pq.write_table(data.cast(schema), stream)
 
             self._calling("write a data file", write)
-            files.append(TableFile(0, path, part.rows.num_rows, (part.source,)))
+            files.append(TableFile(path, part.rows.num_rows, (part.source,)))
         written()
         props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
         self._calling("stage the snapshot", lambda: table.add_files(

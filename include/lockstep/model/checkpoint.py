@@ -23,11 +23,11 @@ from enum import Enum
 from typing import ClassVar
 
 from lockstep.errors import CheckpointError, MetadataError
+from lockstep.iceberg.staged_table import StagedTable
 from lockstep.model.documents import Reader, build
 from lockstep.model.offsets import OffsetRange, TopicPartition
 from lockstep.model.output_contract import COMMITTABLE_SCHEMA, committable_doc
 from lockstep.model.savepoint import RestorePoint
-from lockstep.model.staged_table import StagedTable
 from lockstep.model.state_manifest import StateManifest, optional_manifest
 from lockstep.model.transactional_ids import MAX_AUTO_PARALLELISM
 from lockstep.tables.pins import (

@@ -8,6 +8,5 @@ trigger, run ownership, alerts). Each module's ``__all__`` names what others may
 __all__ = [
     "alert_policy", "change_plan", "commit_decision", "compaction", "dedup", "lag_trigger", "manifest_figures",
     "output_diff", "output_tasks", "pinned", "pipelining", "ranges", "recovery", "replay", "run_ownership",
-    "start_offsets", "state_base", "state_diff", "state_reads", "table_commit", "watermarks", "window_drain",
-    "window_partials",
+    "start_offsets", "state_base", "state_diff", "state_reads", "watermarks", "window_drain", "window_partials",
 ]

@@ -47,8 +47,8 @@ from lockstep.spec import PipelineSpec
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lockstep.iceberg.staged_table import StagedTable
     from lockstep.model.checkpoint import CheckpointClaim
-    from lockstep.model.staged_table import StagedTable
     from lockstep.model.state_manifest import StateManifest
     from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.target import JobSession

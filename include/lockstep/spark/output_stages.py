@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from lockstep.errors import CheckpointError, TerminalError
 from lockstep.formats.codecs import Formats, carries_raw, counted_undecodable, rejoined, watch, with_error
+from lockstep.iceberg.stage import stage_rows
 from lockstep.model.output_contract import (
     ACCEPTED_TYPES,
     OPTIONAL_COLUMNS,
@@ -29,7 +30,6 @@ from lockstep.model.output_contract import (
     ROUTE_COLUMN,
     parse_task_result,
 )
-from lockstep.spark.iceberg_stage import stage_rows
 from lockstep.spark.input_stages import Input, Run, Sink, Tables
 from lockstep.spark.kafka_reader import read_ranges
 from lockstep.spark.placement import place, share
@@ -38,8 +38,8 @@ from lockstep.spark.raised import DataError, Raised, data_error, isolate, probe,
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lockstep.iceberg.staged_table import StagedTable
     from lockstep.model.checkpoint import Rerun
-    from lockstep.model.staged_table import StagedTable
     from lockstep.spark.keyed_state import StatefulRun
     from lockstep.spark.stage_tracker import StageTracker
     from lockstep.spec import PipelineSpec
@@ -236,7 +236,7 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         log.info("checkpoint %d: the transform's output has dead letters (%d written) but not the input's bytes "
                  "(it dropped them): written again with their input's key, value and headers", run.checkpoint_id, dead)
         results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, placed.bad, len(results), True)
-    staged = tracker.run("iceberg", stage_rows, run, placed.transformed) if sink.table else None
+    staged = tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed) if sink.table else None
     return Written(results, stateful, staged)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lockstep.errors import CheckpointError, TerminalError, TransientError
+from lockstep.iceberg.table_commit import TableStep, TableStepKind, decide_table, lost_sources
 from lockstep.model import failpoints
 from lockstep.model.checkpoint import (
     CheckpointStatus,
@@ -35,7 +36,6 @@ from lockstep.rules.commit_decision import (
 )
 from lockstep.rules.pinned import Resolved, Step, refusal, resolve_pinned, transactions_deadline_ms
 from lockstep.rules.pipelining import ABORT, WAIT, Verdict, verdict
-from lockstep.rules.table_commit import TableStep, TableStepKind, decide_table, lost_sources
 from lockstep.steps.pipeline import (
     Pipeline,
     drop_staged,
@@ -169,7 +169,7 @@ def commit(p: Pipeline, checkpoint_id: int, accept: str | None = None) -> Commit
 
 
 def _table_step(p: Pipeline, view: CheckpointView, decision: CommitDecision) -> TableStep:
-    """What the Iceberg sink's table does after the Kafka ``decision`` (`lockstep.rules.table_commit`), from what
+    """What the Iceberg sink's table does after the Kafka ``decision`` (`lockstep.iceberg.table_commit`), from what
     the table says of the checkpoint."""
     prepared = view.prepared
     assert prepared is not None  # the caller's

@@ -103,8 +103,8 @@ def drop_staged(p: Pipeline, checkpoint_id: int, before: bool) -> None:
     if iceberg is None:
         return
     from lockstep.errors import LockstepError
+    from lockstep.iceberg.staged_table import branch_name
     from lockstep.iceberg.table_sink import IcebergTable
-    from lockstep.model.staged_table import branch_name
 
     table = IcebergTable(iceberg.catalog_conn_id, iceberg.table)
     try:

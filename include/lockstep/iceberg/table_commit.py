@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from lockstep.iceberg.staged_table import StagedTable, TableFile
 from lockstep.model.offsets import OffsetRange
-from lockstep.model.staged_table import StagedTable, TableFile
 from lockstep.rules.commit_decision import CommitDecision, DecisionKind
 from lockstep.rules.output_tasks import task_of_partition
 

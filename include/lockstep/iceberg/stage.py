@@ -31,8 +31,8 @@ from lockstep.model.output_contract import ROUTE_COLUMN
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from lockstep.model.staged_table import StagedTable
-    from lockstep.spark.input_stages import Run
+    from lockstep.iceberg.staged_table import StagedTable
+    from lockstep.spec import PipelineSpec
 
 log = logging.getLogger("lockstep.spark.job")
 
@@ -46,16 +46,15 @@ _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error
 _INTERNAL = ("__ls_", "_lockstep")
 
 
-def stage_rows(run: Run, written: DataFrame) -> StagedTable:
-    """The rows of the output ``written`` (as the writers took it, every column the transform returned) that went
-    to ``sink.topic``, written and staged on the checkpoint's branch."""
+def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame) -> StagedTable:
+    """The rows of checkpoint ``cid``'s output ``written`` (as the writers took it, every column the transform
+    returned) that went to ``sink.topic``, written and staged on the checkpoint's branch."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     from lockstep.iceberg.table_sink import IcebergTable, RowsOfSource
 
-    spec, cid = run.spec, run.checkpoint_id
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
     rows = written

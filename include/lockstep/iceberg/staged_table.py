@@ -13,9 +13,13 @@ __all__ = [
     "BRANCH_PREFIX", "SUMMARY_CHECKPOINT", "SUMMARY_PIPELINE", "StagedTable", "TableFile", "branch_name",
 ]
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from lockstep.model.documents import Reader, build
+from lockstep.errors import MetadataError
+
+T = TypeVar("T")
 
 #: Every staged branch's name starts so: ``lockstep-<pipeline>-<checkpoint>``.
 BRANCH_PREFIX = "lockstep-"
@@ -30,23 +34,20 @@ def branch_name(pipeline: str, checkpoint_id: int) -> str:
 
 @dataclass(frozen=True)
 class TableFile:
-    """One data file the run wrote: the Spark task that wrote it, its path, its rows, and the source partitions
-    (``topic:partition``) its rows came from."""
+    """One data file the run wrote: its path, its rows, and the source partitions (``topic:partition``) its rows
+    came from."""
 
-    task: int
     path: str
     records: int
     sources: tuple[str, ...]
 
     def to_json(self) -> dict[str, object]:
-        return {"task": self.task, "path": self.path, "records": self.records, "sources": list(self.sources)}
+        return {"path": self.path, "records": self.records, "sources": list(self.sources)}
 
     @classmethod
     def from_json(cls, doc: object, key: str) -> TableFile:
-        r = Reader(doc, key, None, "iceberg.files[]")
-        sources = r.get("sources", list)
-        return build(key, lambda: cls(r.get("task", int), r.get("path", str), r.get("records", int),
-                                      tuple(str(s) for s in sources)))
+        return _read(key, "iceberg.files[]", doc, lambda d: cls(
+            str(d["path"]), int(d["records"]), tuple(str(s) for s in d["sources"])))
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,19 @@ class StagedTable:
 
     @classmethod
     def from_json(cls, doc: object, key: str) -> StagedTable:
-        r = Reader(doc, key, None, "iceberg")
-        files = tuple(TableFile.from_json(f, key) for f in r.get("files", list))
-        return build(key, lambda: cls(r.get("catalog_conn_id", str), r.get("table", str), r.get("branch", str),
-                                      r.get("snapshot_id", int, optional=True), files))
+        return _read(key, "iceberg", doc, lambda d: cls(
+            str(d["catalog_conn_id"]), str(d["table"]), str(d["branch"]),
+            None if d["snapshot_id"] is None else int(d["snapshot_id"]),
+            tuple(TableFile.from_json(f, key) for f in d["files"])))
+
+
+def _read(key: str, path: str, doc: object, make: Callable[[Any], T]) -> T:
+    """``make(doc)``, or a MetadataError naming the document and the field."""
+    if not isinstance(doc, dict):
+        raise MetadataError(key, f"field {path!r} must be a JSON object")
+    try:
+        return make(doc)
+    except MetadataError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetadataError(key, f"field {path!r} is invalid: {exc!r}") from exc
