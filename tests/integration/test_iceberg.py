@@ -137,3 +137,50 @@ def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(
     completed = sorted(i for i, status in statuses.items() if status is CheckpointStatus.COMPLETED)
     assert published_checkpoints(catalog, table, pipeline.name) == completed, "one snapshot per completed checkpoint"
     assert lockstep_branches(catalog, table) == [], "no staged branch outlives its checkpoint"
+
+
+def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp_path, bootstrap, unique, catalog,
+                                                                             monkeypatch):
+    """The commit dies after the first of three transactions; the broker times the other two out. The repair
+    publishes the table's files of the kept transaction's source partition only; the given-back partitions' rows
+    come with the next checkpoint, which reads them again: the table ends with each row once, as the topic."""
+    import time
+
+    from lockstep.kafka.committer import TransactionCommitter
+    from lockstep.model.failpoints import FailpointError
+    from lockstep.model.transactions import TransactionState
+    from lockstep.steps.coordinator import Pipeline, commit, plan
+    from lockstep.steps.run import run_checkpoint
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3, timeout_ms=15_000, margin_ms=1000,
+                             parallelism=3, transform="lockstep_examples.orders:enrich_for_table")
+    table = f"lake_{unique}.orders"
+    pipeline.rewrite(sink={"iceberg": {"table": table}})
+    produce_orders(pipeline, 150)
+    p = Pipeline.open(pipeline.spec())
+    cid = plan(p, run_id="repair-test").claim.checkpoint_id
+    run_checkpoint(p.spec, cid, p.store)
+    prepared = p.store.view(cid).prepared
+    assert len(prepared.transactions) == 3 and len(prepared.iceberg.files) == 3
+    monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "commit.between_commits=raise")
+    with pytest.raises(FailpointError):
+        commit(p, cid)
+    monkeypatch.delenv("LOCKSTEP_FAILPOINTS")
+    assert table_rows(catalog, table) == [], "the table waits for the Kafka decision"
+    first, *rest = prepared.transactions
+    deadline = time.monotonic() + 90
+    with TransactionCommitter(bootstrap) as committer:
+        while any(o.state != TransactionState.COMPLETE_ABORT
+                  for o in committer.describe(sorted(t.transactional_id for t in rest)).values()):
+            assert time.monotonic() < deadline, "the broker never timed the other transactions out"
+            time.sleep(0.5)
+
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"checkpoint {cid}: completed after repair" in result.stderr
+    kept = {tp.key for tp in first.sources}
+    rows = table_rows(catalog, table)
+    assert {f"{r['lockstep_source_topic']}:{r['lockstep_source_partition']}" for r in rows
+            if r["lockstep_checkpoint"] == cid} == kept, "the repaired checkpoint published its kept share only"
+    assert as_sink(rows) == sink_rows(bootstrap, pipeline.sink)
+    assert len(rows) == 135 and published_checkpoints(catalog, table, pipeline.name) == [cid, cid + 1]
