@@ -107,6 +107,16 @@ def test_a_checkpoint_is_staged_invisibly_then_published_once_beside_its_kafka_t
     assert all(ids) and len(set(ids)) == len(ids)
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["table"] == {**report["table"], "ok": True, "rows": 81, "sink_records": 81}, report["table"]
+
+    # verify reads the table back: a data file added to main a second time (another writer's mistake) is found.
+    t = catalog.load_table(table)
+    copy = next(iter(t.scan().plan_files())).file
+    with t.transaction() as tx:
+        with tx.update_snapshot().fast_append() as append:
+            append.append_data_file(copy)
+    report = verify(pipeline)
+    assert not report["ok"] and report["table"]["duplicated"] == copy.record_count > 0, report["table"]
 
 
 def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(tmp_path, bootstrap, unique, catalog):
@@ -130,6 +140,7 @@ def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(
     assert len({(r[0], r[1], r[2]) for r in expected}) == len(expected) == 18 * (len(points) + 1)
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["table"]["ok"] and report["table"]["rows"] == len(expected), report["table"]
     assert open_transactions(pipeline) == []
     s = store(pipeline)
     statuses = {i: s.view(i).status for i in s.checkpoint_ids()}
@@ -184,3 +195,5 @@ def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp
             if r["lockstep_checkpoint"] == cid} == kept, "the repaired checkpoint published its kept share only"
     assert as_sink(rows) == sink_rows(bootstrap, pipeline.sink)
     assert len(rows) == 135 and published_checkpoints(catalog, table, pipeline.name) == [cid, cid + 1]
+    report = verify(pipeline)
+    assert report["ok"] and report["table"]["rows"] == 135, report

@@ -149,3 +149,16 @@ def test_the_catalog_connection_gives_the_clients_properties_and_hides_its_secre
     monkeypatch.setenv("AIRFLOW_CONN_BARE", json.dumps({"conn_type": "iceberg"}))
     with pytest.raises(TerminalError, match="connection 'bare'.*URI"):
         iceberg_catalog("bare")
+
+
+def test_verify_finds_a_lost_a_duplicated_and_an_unexpected_row() -> None:
+    from collections import Counter
+
+    from lockstep.ops.verify import check_table
+
+    records = Counter({("in", 0, 1): 1, ("in", 0, 2): 1, ("in", 1, 5): 1})
+    assert check_table("db.t", Counter(records), records).ok
+    found = check_table("db.t", Counter({("in", 0, 1): 1, ("in", 0, 2): 2, ("in", 2, 9): 1}), records)
+    assert (found.lost, found.duplicated, found.unexpected) == ([("in", 1, 5)], [("in", 0, 2)], [("in", 2, 9)])
+    assert not found.ok and "1 lost, 1 duplicated, 1 unexpected" in found.summary()
+    assert found.to_json()["lost_sample"] == ["in:1@5"]

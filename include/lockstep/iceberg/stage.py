@@ -19,12 +19,13 @@ docs/iceberg.md.
 from __future__ import annotations
 
 __all__ = [
-    "PROVENANCE_COLUMNS", "stage_rows",
+    "stage_rows",
 ]
 
 import logging
 from typing import TYPE_CHECKING
 
+from lockstep.iceberg.staged_table import PROVENANCE_COLUMNS
 from lockstep.model import failpoints
 from lockstep.model.output_contract import ROUTE_COLUMN
 
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lockstep.spark.job")
 
-#: The columns a row's provenance adds, after the transform's.
-PROVENANCE_COLUMNS = ("lockstep_source_topic", "lockstep_source_partition", "lockstep_source_offset",
-                      "lockstep_checkpoint")
 #: The writers' columns, and the Kafka read's, that are not the table's (the provenance columns stand for them).
 _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error", ROUTE_COLUMN, "timestamp",
                                "timestampType"})

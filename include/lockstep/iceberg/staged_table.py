@@ -10,7 +10,7 @@ transactions' source partitions, which the next checkpoint writes again (``sourc
 from __future__ import annotations
 
 __all__ = [
-    "BRANCH_PREFIX", "SUMMARY_CHECKPOINT", "SUMMARY_PIPELINE", "StagedTable", "TableFile", "branch_name",
+    "BRANCH_PREFIX", "PROVENANCE_COLUMNS", "SUMMARY_CHECKPOINT", "SUMMARY_PIPELINE", "StagedTable", "TableFile", "branch_name",
 ]
 
 from collections.abc import Callable
@@ -21,6 +21,10 @@ from lockstep.errors import MetadataError
 
 T = TypeVar("T")
 
+#: The columns a row's provenance adds, after the transform's: where its record came from, and the checkpoint
+#: that wrote it.
+PROVENANCE_COLUMNS = ("lockstep_source_topic", "lockstep_source_partition", "lockstep_source_offset",
+                      "lockstep_checkpoint")
 #: Every staged branch's name starts so: ``lockstep-<pipeline>-<checkpoint>``.
 BRANCH_PREFIX = "lockstep-"
 #: The summary properties of a staged and of a published snapshot.

@@ -27,6 +27,7 @@ from lockstep.connections import iceberg_catalog, redact
 from lockstep.errors import TerminalError, TransientError
 from lockstep.iceberg.staged_table import (
     BRANCH_PREFIX,
+    PROVENANCE_COLUMNS,
     SUMMARY_CHECKPOINT,
     SUMMARY_PIPELINE,
     StagedTable,
@@ -35,6 +36,8 @@ from lockstep.iceberg.staged_table import (
 )
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
@@ -235,6 +238,20 @@ class IcebergTable:
             if name.startswith(prefix) and name[len(prefix):].isdigit():
                 found[int(name[len(prefix):])] = name
         return found
+
+    # ---- verify ----------------------------------------------------------------------------------------
+    def provenance(self, since: int | None = None) -> Counter[tuple[str, int, int]]:
+        """How many rows on main each input record ``(topic, partition, offset)`` has (of checkpoints from
+        ``since`` on); empty when the table does not exist yet."""
+        from collections import Counter
+
+        if not self.exists():
+            return Counter()
+        table = self.load()
+        where = f"{PROVENANCE_COLUMNS[3]} >= {int(since)}" if since else "True"
+        arrow = self._calling("read the table", lambda: table.scan(row_filter=where,
+                                                                   selected_fields=PROVENANCE_COLUMNS[:3]).to_arrow())
+        return Counter(zip(*(arrow[c].to_pylist() for c in PROVENANCE_COLUMNS[:3]), strict=True))
 
     # ---- errors ----------------------------------------------------------------------------------------
     @contextmanager

@@ -180,6 +180,9 @@ class VerifyReport:
     #: With ``sink.routes``: input offsets whose output is in another of the sink topics than the routes
     #: send it to (or in a sink topic when it is a dead letter), as ``(input, topic found, topic expected)``.
     misrouted: list[tuple[Offset, str, str]] = field(default_factory=list)
+    #: With ``sink.iceberg``: the table's rows on its main branch checked against the records of ``sink.topic``,
+    #: by provenance (None: no table).
+    table: TableCheck | None = None
 
     @property
     def complete(self) -> bool:
@@ -190,7 +193,7 @@ class VerifyReport:
     def ok(self) -> bool:
         r = self.replay
         return not (self.lost or self.duplicated or self.unexpected or r.lost or r.duplicated or r.unexpected
-                    or r.sink_twice or self.misrouted)
+                    or r.sink_twice or self.misrouted or (self.table is not None and not self.table.ok))
 
     def to_json(self) -> dict[str, object]:
         def sample(xs: Sequence[Offset]) -> list[str]:
@@ -216,12 +219,14 @@ class VerifyReport:
                 "repaired": {str(cid): text for cid, text in self.repaired.items()},
                 "misrouted": len(self.misrouted),
                 "misrouted_sample": [f"{t}:{p}@{o} in {found}, expected {want}"
-                                     for (t, p, o), found, want in self.misrouted[:20]]}
+                                     for (t, p, o), found, want in self.misrouted[:20]],
+                **({"table": self.table.to_json()} if self.table is not None else {})}
 
     def summary(self) -> str:
         return (f"verified {len(self.checkpoints)} completed checkpoints covering {self.covered_offsets} input offsets: "
                 f"{self.expected_outputs} outputs expected, {self.actual_outputs} found; {len(self.lost)} lost, "
                 f"{len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected" + self._routes_summary()
+                + (f"\n{self.table.summary()}" if self.table is not None else "")
                 + self._replay_summary() + self._gaps_summary())
 
     def _routes_summary(self) -> str:
@@ -251,6 +256,42 @@ class VerifyReport:
                 f"{r.expected} outputs expected, {r.checked} replayed records checked; {len(r.lost)} lost, "
                 f"{len(r.duplicated)} duplicated, {len(r.unexpected)} unexpected, {len(r.sink_twice)} original "
                 "offsets in the sink more than once")
+
+
+@dataclass
+class TableCheck:
+    """The Iceberg table's rows (by provenance) against the records of ``sink.topic``: each record a row, once."""
+
+    table: str
+    rows: int
+    records: int
+    lost: list[Offset] = field(default_factory=list)
+    duplicated: list[Offset] = field(default_factory=list)
+    unexpected: list[Offset] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected)
+
+    def to_json(self) -> dict[str, object]:
+        def sample(xs: Sequence[Offset]) -> list[str]:
+            return [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
+
+        return {"table": self.table, "ok": self.ok, "rows": self.rows, "sink_records": self.records,
+                "lost": len(self.lost), "duplicated": len(self.duplicated), "unexpected": len(self.unexpected),
+                "lost_sample": sample(self.lost), "duplicated_sample": sample(self.duplicated),
+                "unexpected_sample": sample(self.unexpected)}
+
+    def summary(self) -> str:
+        return (f"Iceberg table {self.table}: {self.rows} rows on its main branch for {self.records} records of the "
+                f"sink topic; {len(self.lost)} lost, {len(self.duplicated)} duplicated, {len(self.unexpected)} "
+                "unexpected")
+
+
+def check_table(table: str, rows: Counter[Offset], records: Counter[Offset]) -> TableCheck:
+    """Each record of the sink topic a row of the table, once, and no other row (pure)."""
+    lost, duplicated, unexpected = compare_counts(records, rows)
+    return TableCheck(table, sum(rows.values()), sum(records.values()), lost, duplicated, unexpected)
 
 
 def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[int, str] | None = None,
@@ -430,6 +471,8 @@ class Outputs:
     topics: dict[Offset, set[str]] = field(default_factory=dict)
     replayed: Counter[Original] = field(default_factory=Counter)  #: outputs of dead-letter replays
     in_sink: Counter[Original] = field(default_factory=Counter)  #: sink records of both
+    #: the pipeline's own outputs in ``sink.topic`` (not a route's, not a dead letter): an Iceberg table's rows
+    main: Counter[Offset] = field(default_factory=Counter)
     unreadable: list[str] = field(default_factory=list)
     other_producers: list[str] = field(default_factory=list)
 
@@ -454,6 +497,8 @@ class Outputs:
             self.replayed[original] += 1
         else:
             self.actual[original] += 1
+            if topic == spec.sink.topic:
+                self.main[original] += 1
             if spec.sink.routes and topic in spec.sink.topics:
                 self.topics.setdefault(original, set()).add(topic)
         if topic in spec.sink.topics:
@@ -512,8 +557,22 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
                           other_producers=outputs.other_producers, repaired=repaired)
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     report.misrouted = misrouted(routes, outputs.topics, gone)
+    if spec.sink.iceberg is not None:
+        report.table = _table_check(spec, since, outputs.main, gone)
     set_aside(report, other_code(spec, codes), ranges)
     return report
+
+
+def _table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange]) -> TableCheck:
+    """The table's rows from checkpoint ``since`` on against ``sink.topic``'s records, both without the offsets
+    that could not be checked."""
+    from lockstep.iceberg.table_sink import IcebergTable
+
+    iceberg = spec.sink.iceberg
+    assert iceberg is not None  # the caller's condition
+    rows = IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since)
+    return check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone)}),
+                       Counter({k: n for k, n in main.items() if not within(k, gone)}))
 
 
 def misrouted(expected: Mapping[Offset, set[str]], found: Mapping[Offset, set[str]],
