@@ -51,7 +51,7 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
         print(text, file=out, flush=True)
 
     platform = Platform()
-    say("1/5 starting the local platform (Kafka, S3, Schema Registry, Spark Connect, Airflow) ...")
+    say("1/5 starting the local platform (Kafka, S3, Schema Registry, Iceberg catalog, Spark Connect, Airflow) ...")
     platform.up(with_airflow=True, with_connect=True, out=out)
     import os
 
@@ -133,6 +133,8 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
         for line in table_lines(views):
             say(f"      {line}")
         say(f"      verify: {report.summary()}".replace("\n", "\n      "))
+        if s.sink.iceberg is not None:
+            say(f"      iceberg: {iceberg_line(s)}")
         # Each checkpoint of this demo computed again from its claim through the pipeline's own spec: the same
         # output, record by record (the runs are deterministic; docs/operations.md, "Changing a pipeline").
         compared = compare_pipeline(s, s, first=first_new[s.name])
@@ -143,8 +145,33 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
         "(unpaused, every 2 minutes)")
     say('    CLI: eval "$(.venv/bin/lockstep dev env)"; .venv/bin/lockstep checkpoints --spec include/pipelines/orders.yaml')
     say("         .venv/bin/lockstep state stats --spec include/pipelines/orders_per_customer.yaml")
+    for s in specs:
+        if s.sink.iceberg is not None:
+            say(f"    Iceberg table {s.sink.iceberg.table} (of {s.name}), read with pyiceberg:")
+            say(f"         {iceberg_query(s.sink.iceberg.table, s.sink.iceberg.catalog_conn_id)}")
     say("    Stop everything: make down   (add --wipe to `lockstep dev down` to delete the data)")
     return 0 if ok else 1
+
+
+def iceberg_line(spec: PipelineSpec) -> str:
+    """The demo's line for a pipeline's Iceberg table: its rows on main and the checkpoints that published them."""
+    from lockstep.iceberg.table_sink import IcebergTable
+
+    assert spec.sink.iceberg is not None  # the caller's condition
+    table = IcebergTable(spec.sink.iceberg.catalog_conn_id, spec.sink.iceberg.table)
+    rows = table.provenance()
+    published = table.published_checkpoints(spec.name)
+    return (f"{spec.sink.iceberg.table}: {sum(rows.values()):,} rows on its main branch, published by "
+            f"{len(published)} checkpoints ({_id_list(published)}), one snapshot each")
+
+
+def iceberg_query(table: str, conn_id: str) -> str:
+    """A shell command that reads the table as any pyiceberg user would (after `lockstep dev env`)."""
+    return ("eval \"$(.venv/bin/lockstep dev env)\"; .venv/bin/python -c 'from pyiceberg.catalog import "
+            "load_catalog; from lockstep.connections import iceberg_catalog; "
+            f"t = load_catalog(\"lake\", **iceberg_catalog(\"{conn_id}\")).load_table(\"{table}\"); "
+            "print(t.scan(row_filter=\"amount >= 100\", selected_fields=(\"order_id\", \"customer\", "
+            "\"amount\", \"lockstep_checkpoint\")).to_arrow().to_pandas())'")
 
 
 def compare_line(report: Comparison) -> str:

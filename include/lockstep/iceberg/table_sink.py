@@ -253,6 +253,21 @@ class IcebergTable:
                                                                    selected_fields=PROVENANCE_COLUMNS[:3]).to_arrow())
         return Counter(zip(*(arrow[c].to_pylist() for c in PROVENANCE_COLUMNS[:3]), strict=True))
 
+    def published_checkpoints(self, pipeline: str) -> list[int]:
+        """The pipeline's checkpoints that main's history holds a snapshot of, oldest first."""
+        if not self.exists():
+            return []
+        table = self.load()
+        by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+        found, current = [], table.current_snapshot()
+        while current is not None:
+            props = _properties(current)
+            if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_CHECKPOINT in props:
+                found.append(int(props[SUMMARY_CHECKPOINT]))
+            parent = current.parent_snapshot_id
+            current = by_id.get(parent) if parent is not None else None
+        return found[::-1]
+
     # ---- errors ----------------------------------------------------------------------------------------
     @contextmanager
     def _transaction(self, table: Table) -> Iterator[Any]:
