@@ -13,7 +13,7 @@ from lockstep.model.failpoints import FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAIL
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, WRITER_FAILPOINTS
 
 from ..support.data import produce_orders, read_committed
-from .engine_helpers import crash_at, make_pipeline, open_transactions, run, store, verify
+from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,8 @@ def test_a_checkpoint_is_staged_invisibly_then_published_once_beside_its_kafka_t
     s = store(pipeline)
     ids = [s.view(i).completed.iceberg_snapshot for i in s.checkpoint_ids()]
     assert all(ids) and len(set(ids)) == len(ids)
+    listing = lockstep("checkpoints", "--spec", str(pipeline.spec_path))
+    assert f"iceberg {table}: 54 rows in 3 files, published as snapshot {ids[0]}" in listing.stdout, listing.stdout
     report = verify(pipeline)
     assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
     assert report["table"] == {**report["table"], "ok": True, "rows": 81, "sink_records": 81}, report["table"]
@@ -148,6 +150,19 @@ def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(
     completed = sorted(i for i, status in statuses.items() if status is CheckpointStatus.COMPLETED)
     assert published_checkpoints(catalog, table, pipeline.name) == completed, "one snapshot per completed checkpoint"
     assert lockstep_branches(catalog, table) == [], "no staged branch outlives its checkpoint"
+
+    # Upkeep: the small files of every checkpoint but the newest two merged, old snapshots expired; the same rows.
+    compacted = lockstep("iceberg", "compact", "--spec", str(pipeline.spec_path), "--keep", "2", "--json")
+    assert compacted.returncode == 0, compacted.stderr[-2000:]
+    figures = json.loads(compacted.stdout)
+    assert figures["files_after"] < figures["files_before"] and figures["rows"] > 0, figures
+    expired = lockstep("iceberg", "expire", "--spec", str(pipeline.spec_path), "--older-than", "0", "--json")
+    assert expired.returncode == 0 and json.loads(expired.stdout)["snapshots_expired"] > 0, expired.stderr[-2000:]
+    produce_orders(pipeline, 20, start=(len(points) + 1) * 20)
+    assert run(pipeline).returncode == 0
+    rows = table_rows(catalog, table)
+    expected = sink_rows(bootstrap, pipeline.sink)
+    assert as_sink(rows) == expected and len(expected) == 18 * (len(points) + 2)
 
 
 def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp_path, bootstrap, unique, catalog,

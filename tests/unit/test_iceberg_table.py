@@ -95,3 +95,39 @@ def test_a_staged_snapshot_whose_files_are_not_all_there_is_not_published(table:
     with pytest.raises(TerminalError, match="lacks 1 of its files"):
         table.publish("p", 1, staged, (*staged.files, TableFile("file:///nowhere.parquet", 1, ("in:9",))))
     assert main_rows(table) == []
+
+
+def published(table: IcebergTable, *checkpoints: int) -> None:
+    for cid in checkpoints:
+        staged = table.stage("p", cid, [rows(cid, "in:0", range(cid * 10, cid * 10 + 2)),
+                                        rows(cid, "in:1", range(cid * 10, cid * 10 + 3))], SCHEMA)
+        table.publish("p", cid, staged, staged.files)
+        table.drop(staged.branch)
+
+
+def test_compaction_rewrites_older_checkpoints_into_one_file_and_keeps_every_row(table: IcebergTable) -> None:
+    published(table, 1, 2, 3, 4)
+    before = main_rows(table)
+    assert table.data_files() == 8
+    assert table.compact(4) == (6, 1, 15)
+    assert table.data_files() == 3 and main_rows(table) == before
+    assert table.compact(4) == (0, 0, 0), "one file left: nothing to merge"
+    assert table.published_checkpoints("p") == [1, 2, 3, 4], "main's history still names every checkpoint"
+    published(table, 5)
+    assert len(main_rows(table)) == 25
+
+
+def test_expiry_keeps_the_snapshots_of_checkpoints_not_completed_yet(table: IcebergTable) -> None:
+    import time
+
+    published(table, 1, 2, 3, 4)
+    staged = table.stage("p", 5, [rows(5, "in:0", range(50, 51))], SCHEMA)  # prepared, on its branch
+    expired = table.expire(int(time.time() * 1000) + 60_000, "p", completed=2)
+    assert expired >= 2  # the empty first snapshot, 1 and 2's, and the staged snapshots the branches left behind
+    t = table.load()
+    names = {int(s.summary.additional_properties["lockstep.checkpoint"]) for s in t.snapshots()
+             if "lockstep.checkpoint" in s.summary.additional_properties}
+    assert {3, 4, 5} <= names and not {1, 2} & names
+    assert table.observe("p", 4, staged).published is not None, "a commit of 4 run again still finds it"
+    assert table.observe("p", 5, staged).staged
+    assert len(main_rows(table)) == 20, "expiry removes history, never a row of main"

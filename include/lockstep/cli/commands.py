@@ -33,6 +33,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _add_savepoint_parsers(sub)
     _add_state_parsers(sub)
     _add_audit_parsers(sub)
+    _add_iceberg_parsers(sub)
     _add_spec_parsers(sub)
 
 
@@ -114,6 +115,20 @@ def _add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
                                             "whole state in that many")
     _spec(rekey)
     rekey.add_argument("--key-groups", type=int, required=True, metavar="N", help="the new number of key groups")
+
+
+def _add_iceberg_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The upkeep of a pipeline's Iceberg table (``sink.iceberg``; docs/iceberg.md)."""
+    ice = sub.add_parser("iceberg", help="look after a pipeline's Iceberg table: compact small files, expire snapshots")
+    ice_sub = ice.add_subparsers(dest="iceberg_command", required=True)
+    compact = ice_sub.add_parser("compact", help="rewrite the rows of older checkpoints into fewer files")
+    _spec(compact)
+    compact.add_argument("--keep", type=int, default=10, metavar="N",
+                         help="leave the newest N completed checkpoints' files as they are (default 10)")
+    expire = ice_sub.add_parser("expire", help="expire old snapshots, never those of checkpoints not completed yet")
+    _spec(expire)
+    expire.add_argument("--older-than", default="7d", metavar="AGE",
+                        help="seconds, or with s, m, h or d (default 7d); keep it longer than a commit's retries")
 
 
 def _add_audit_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -198,7 +213,7 @@ def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     handler = {"run": _run, "checkpoints": _checkpoints, "savepoint": _savepoint, "verify": _verify,
                "restore-plan": _restore_plan, "status": _status, "transactions": _transactions,
-               "deadletters": _deadletters, "state": _state, "replay": _replay}[args.command]
+               "deadletters": _deadletters, "state": _state, "replay": _replay, "iceberg": _iceberg}[args.command]
     return handler(spec, args)
 
 
@@ -321,6 +336,9 @@ class _CheckpointRow(TypedDict):
     #: older checkpoint's (empty: the same, or not recorded).
     code: str | None
     code_changed: list[str]
+    #: With ``sink.iceberg``: the table's rows of the checkpoint, the snapshot staged on its branch, and the one on
+    #: main that published them (None until the commit).
+    iceberg: dict[str, object] | None
 
 
 def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
@@ -341,6 +359,10 @@ def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
             repair=v.completed.repair.to_json() if v.completed and v.completed.repair else None,
             after=v.claim.after, code=v.claim.code.digest[:12] if v.claim.code else None,
             code_changed=list(code_changes(older, v.claim.code)),
+            iceberg={"table": v.prepared.iceberg.table, "rows": v.prepared.iceberg.records,
+                     "files": len(v.prepared.iceberg.files), "staged": v.prepared.iceberg.snapshot_id,
+                     "published": v.completed.iceberg_snapshot if v.completed else None}
+            if v.prepared and v.prepared.iceberg else None,
         ))
     repairs = {v.checkpoint_id: v.completed.repair.summary for v in views if v.completed and v.completed.repair}
     text = "\n".join(f"{r['checkpoint']:>6} {r['status']:9} {r['claimed_at'][:19]}  out={r['records_out']} "
@@ -349,9 +371,38 @@ def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
                      + (f"\n       code changed: {', '.join(r['code_changed'])}" if r["code_changed"] else "")
                      + (f"\n       reason: {r['reason']}" if r["reason"] else "")
                      + (f"\n       repair: {repairs[r['checkpoint']]}" if r["checkpoint"] in repairs else "")
+                     + _iceberg_line(r["iceberg"])
                      for r in rows)
     _emit(args, rows, text or "no checkpoints yet")
     return 0
+
+
+def _iceberg(spec: PipelineSpec, args: argparse.Namespace) -> int:
+    from lockstep.errors import TerminalError
+    from lockstep.ops import table_upkeep
+
+    if args.iceberg_command == "compact":
+        if args.keep < 1:
+            raise TerminalError(f"--keep {args.keep}: keep at least the newest checkpoint's files")
+        done = table_upkeep.compact(spec, args.keep)
+    else:
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        raw = str(args.older_than)
+        try:
+            age = float(raw[:-1]) * units[raw[-1]] if raw[-1] in units else float(raw)
+        except ValueError:
+            raise TerminalError(f"--older-than {raw!r}: seconds, or a number with s, m, h or d (7d)") from None
+        done = table_upkeep.expire(spec, age)
+    _emit(args, done.to_json(), done.line())
+    return 0
+
+
+def _iceberg_line(table: dict[str, object] | None) -> str:
+    if table is None:
+        return ""
+    where = (f"published as snapshot {table['published']}" if table["published"] is not None
+             else f"staged as snapshot {table['staged']}" if table["staged"] is not None else "no rows")
+    return f"\n       iceberg {table['table']}: {table['rows']} rows in {table['files']} files, {where}"
 
 
 class _DeadLetterRow(TypedDict):

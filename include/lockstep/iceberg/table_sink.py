@@ -85,7 +85,14 @@ class IcebergTable:
         return self._catalog
 
     def load(self) -> Table:
-        return self._calling("load the table", lambda: self.catalog.load_table(self.name))
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self._calling("load the table", lambda: self.catalog.load_table(self.name))
+        except NoSuchTableError:
+            raise TerminalError(f"Iceberg table {self.name} does not exist in the catalog of connection "
+                                f"{self.conn_id} (was it dropped or renamed?); its checkpoints' rows cannot be "
+                                "published or read") from None
 
     def exists(self) -> bool:
         return bool(self._calling("look up the table", lambda: self.catalog.table_exists(self.name)))
@@ -94,9 +101,13 @@ class IcebergTable:
     def ready_for(self, schema: pa.Schema) -> Table:
         """The table, created with ``schema`` (and its namespace) when missing, or with the columns ``schema``
         adds and the types it widens applied; a change Iceberg does not allow is refused, naming the column."""
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
-        if not self.exists():
+        try:
+            found: Table | None = self._calling("load the table", lambda: self.catalog.load_table(self.name))
+        except NoSuchTableError:
+            found = None
+        if found is None:
             namespace = self.name.rsplit(".", 1)[0]
             try:
                 self._calling("create the namespace", lambda: self.catalog.create_namespace(namespace))
@@ -110,7 +121,7 @@ class IcebergTable:
                         pass
             except TableAlreadyExistsError:
                 pass  # another run made it first
-        table = self.load()
+        table = found if found is not None else self.load()
         if table.current_snapshot() is None:
             with self._transaction(table) as tx:
                 with tx.update_snapshot(snapshot_properties={SUMMARY_CREATED: "lockstep"}).fast_append():
@@ -166,7 +177,8 @@ class IcebergTable:
         props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
         self._calling("stage the snapshot", lambda: table.add_files(
             [f.path for f in files], snapshot_properties=props, check_duplicate_files=False, branch=branch))
-        staged = self.load().snapshot_by_name(branch)
+        # The table's metadata is the commit's answer: no load again.
+        staged = table.snapshot_by_name(branch) or self.load().snapshot_by_name(branch)
         if staged is None:
             raise TransientError(f"Iceberg table {self.name}: the snapshot staged on branch {branch} is not there")
         return StagedTable(self.conn_id, self.name, branch, staged.snapshot_id, tuple(files))
@@ -268,6 +280,58 @@ class IcebergTable:
             current = by_id.get(parent) if parent is not None else None
         return found[::-1]
 
+    # ---- upkeep ----------------------------------------------------------------------------------------
+    def data_files(self) -> int:
+        """How many data files main's current snapshot reads."""
+        if not self.exists():
+            return 0
+        return sum(1 for _ in self.load().scan().plan_files())
+
+    def compact(self, before: int) -> tuple[int, int, int]:
+        """The rows of checkpoints before ``before`` rewritten into as few files as Iceberg's target size allows, in
+        one snapshot that replaces their files (an overwrite: the same rows, nothing else changes). Returns the files
+        replaced, the files written and the rows; (0, 0, 0) when there is nothing to merge (at most one file)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        column = PROVENANCE_COLUMNS[3]
+        where = f"{column} < {int(before)}"
+        for _ in range(PUBLISH_ATTEMPTS):
+            table = self.load()
+            old = sum(1 for _ in table.scan(row_filter=where).plan_files())
+            if old <= 1:
+                return 0, 0, 0
+            scan = table.scan(row_filter=where)
+            rows = self._calling("read the rows to compact", scan.to_arrow)
+            try:
+                with table.transaction() as tx:
+                    tx.overwrite(rows, overwrite_filter=where,
+                                 snapshot_properties={"lockstep.compacted-before": str(before)})
+            except CommitFailedException:
+                continue  # a checkpoint was published meanwhile: read again
+            except Exception as exc:
+                raise self._failure("compact the table", exc) from exc
+            table = self.load()
+            return old, sum(1 for _ in table.scan(row_filter=where).plan_files()), rows.num_rows
+        raise TransientError(f"Iceberg table {self.name}: the compaction met other commits {PUBLISH_ATTEMPTS} times; "
+                             "run it again")
+
+    def expire(self, older_than_ms: int, pipeline: str, completed: int | None) -> int:
+        """Expire the snapshots older than ``older_than_ms`` (epoch ms) that no ref points at, but never one that
+        names a checkpoint of ``pipeline`` after ``completed`` (its latest completed checkpoint): a commit that runs
+        again finds its checkpoint's snapshot in main's history, so it must stay there. Returns how many."""
+        table = self.load()
+        heads = {ref.snapshot_id for ref in table.metadata.refs.values()}
+        doomed = []
+        for snapshot in table.metadata.snapshots:
+            props = _properties(snapshot)
+            pending = (props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_CHECKPOINT in props
+                       and (completed is None or int(props[SUMMARY_CHECKPOINT]) > completed))
+            if snapshot.timestamp_ms < older_than_ms and snapshot.snapshot_id not in heads and not pending:
+                doomed.append(snapshot.snapshot_id)
+        if doomed:
+            self._calling("expire snapshots", lambda: table.maintenance.expire_snapshots().by_ids(doomed).commit())
+        return len(doomed)
+
     # ---- errors ----------------------------------------------------------------------------------------
     @contextmanager
     def _transaction(self, table: Table) -> Iterator[Any]:
@@ -285,9 +349,9 @@ class IcebergTable:
         except (TransientError, TerminalError):
             raise
         except Exception as exc:
-            from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+            from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
-            if isinstance(exc, (NamespaceAlreadyExistsError, TableAlreadyExistsError)):
+            if isinstance(exc, (NamespaceAlreadyExistsError, TableAlreadyExistsError, NoSuchTableError)):
                 raise
             raise self._failure(what, exc) from exc
 
