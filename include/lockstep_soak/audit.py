@@ -29,6 +29,8 @@ from lockstep.model.output_contract import (
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
+    from lockstep.ops.verify import TableCheck
+
 Offset = tuple[int, int]  # (source partition, offset)
 VALID = "valid"
 
@@ -66,6 +68,8 @@ class AuditResult:
     cases: dict[str, CaseOutcome] = field(default_factory=dict)
     #: the stateful soak's windows and keyed state against their recomputation (None: a stateless soak)
     state: StateFigures | None = None
+    #: ``--iceberg``: the table's rows against the sink topic's records, by provenance
+    table: TableCheck | None = None
 
     @property
     def uncovered(self) -> int:
@@ -74,7 +78,7 @@ class AuditResult:
     @property
     def ok(self) -> bool:
         return (not (self.lost or self.duplicated or self.unexpected or self.mismatched)
-                and (self.state is None or self.state.ok))
+                and (self.state is None or self.state.ok) and (self.table is None or self.table.ok))
 
     def to_json(self) -> dict[str, object]:
         return {"produced": self.produced, "covered": self.covered, "uncovered": self.uncovered,
@@ -84,7 +88,8 @@ class AuditResult:
                 "duplicated_sample": [f"{p}@{o}" for p, o in self.duplicated[:10]],
                 "unexpected_sample": self.unexpected[:10],
                 "cases": {k: v.to_json() for k, v in self.cases.items()},
-                **({"state": self.state.to_json()} if self.state is not None else {})}
+                **({"state": self.state.to_json()} if self.state is not None else {}),
+                **({"table": self.table.to_json()} if self.table is not None else {})}
 
 
 def audit(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter_topic: str, group: str,
@@ -222,6 +227,20 @@ def state_figures(verified: dict[str, Any], manifest: dict[str, Any] | None, eve
     f.state_keys = int(manifest.get("keys", 0))
     f.state_rows_expected = expected_state_rows(events, size_ms, f.watermark_ms)
     return f
+
+
+def audit_table(kafka: dict[str, Any], sink_topic: str, table: str) -> TableCheck:
+    """The Iceberg table's rows on its main branch against the sink topic's committed records, by provenance: each
+    record a row, once (`lockstep.ops.verify.check_table`)."""
+    from lockstep.iceberg.table_sink import IcebergTable
+    from lockstep.ops.verify import check_table
+    from lockstep.spec.shape import DEFAULT_ICEBERG_CONN_ID
+
+    records: Counter[tuple[str, int, int]] = Counter()
+    for _, msg in read_committed(kafka, (sink_topic,)):
+        h = _headers(msg)
+        records[(h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))] += 1
+    return check_table(table, IcebergTable(DEFAULT_ICEBERG_CONN_ID, table).provenance(), records)
 
 
 def audit_dead_letters(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter_topic: str,

@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-delta-ratio", type=float, default=1.0,
                         help="the stateful soak's state.compaction.max_delta_ratio (default 1.0; a tiny one compacts "
                              "every key group that gets a delta)")
+    parser.add_argument("--iceberg", action="store_true",
+                        help="the sink's records land in an Iceberg table too (sink.iceberg), which the audit reads back")
     parser.add_argument("--report", help="write the report (Markdown) here, e.g. docs/RELIABILITY.md")
     parser.add_argument("--keep", action="store_true", help="leave the soak's platform running afterwards")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -75,7 +77,8 @@ def main(args: argparse.Namespace) -> int:
                         bad_per_cycle=args.bad, kinds=kinds, faults_per_cycle=args.faults_per_cycle,
                         more_faults=args.more, min_faults=args.min_faults, timeout_ms=args.timeout_ms,
                         writer=args.writer, spark_master=args.spark_master, stateful=args.stateful, mode=args.mode,
-                        hold_s=(low, high), window_s=args.window_s, max_delta_ratio=args.max_delta_ratio)
+                        hold_s=(low, high), window_s=args.window_s, max_delta_ratio=args.max_delta_ratio,
+                        iceberg=args.iceberg)
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the running step's tree is killed and the
     # platform stopped, instead of leaving them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -91,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
     command = (f"lockstep soak --seed {result.seed} --cycles {args.cycles} --records {args.records} --bad {args.bad} "
                f"--min-faults {args.min_faults} --faults-per-cycle {args.faults_per_cycle} --more {args.more} "
                f"--topology {args.topology} --mode {args.mode} --writer {args.writer} --timeout-ms {args.timeout_ms}"
-               + (" --stateful" if args.stateful else "")
+               + (" --stateful" if args.stateful else "") + (" --iceberg" if args.iceberg else "")
                + (f" --window-s {args.window_s}" if args.stateful and args.window_s != WINDOW_S else "")
                + (f" --max-delta-ratio {args.max_delta_ratio}" if args.stateful and args.max_delta_ratio != 1.0 else "")
                + (f" --hold {args.hold}" if args.hold != "2,12" else "")

@@ -34,6 +34,7 @@ from lockstep_soak.audit import (
     StateFigures,
     audit,
     audit_dead_letters,
+    audit_table,
     state_figures,
 )
 from lockstep_soak.schedule import (
@@ -116,6 +117,8 @@ class SoakConfig:
     #: the bounds of a fault's hold time: how long a stopped service stays down, S3 slow or failing, a
     #: duplicated run's first attempt stopped
     hold_s: tuple[float, float] = (2.0, 12.0)
+    #: the sink's records land in an Iceberg table too (``sink.iceberg``), read back by the audit
+    iceberg: bool = False
 
     def resolved_seed(self) -> int:
         if self.seed is None:
@@ -308,7 +311,7 @@ transform: {transform}
   writer: {c.writer}
   # Two transactions per checkpoint over the three source partitions, whatever the cores: a commit
   # killed between its EndTxns (partial_commit) leaves one committed and one to repair.
-  parallelism: {SINK_PARALLELISM}
+  parallelism: {SINK_PARALLELISM}{self._iceberg_section()}
 checkpoints:
   store: s3://{self.platform.s3.bucket}/soak
   aws_conn_id: aws_soak
@@ -325,6 +328,17 @@ spark:
   conf:
     spark.sql.shuffle.partitions: 2
 """)
+
+    @property
+    def table(self) -> str:
+        """The soak's Iceberg table (``--iceberg``)."""
+        return f"soak.{self.name.replace('-', '_')}"
+
+    def _iceberg_section(self) -> str:
+        if not self.config.iceberg:
+            return ""
+        # The catalog is reached directly, not through the fault proxy: S3's faults land on the checkpoint store.
+        return f"\n  iceberg:\n    table: {self.table}"
 
     def _env(self) -> dict[str, str]:
         from lockstep_dev import s3 as s3_svc
@@ -850,6 +864,9 @@ spark:
         else:
             result_audit = audit(self.kafka, self.source, self.sink, self.dead_letters, f"lockstep-{self.name}",
                                  self.produced)
+        if c.iceberg:
+            self._say(f"auditing: reading the Iceberg table {self.table} back ...")
+            result_audit.table = audit_table(self.kafka, self.sink, self.table)
         return SoakResult(
             seed=self.seed, topology="cluster" if self.platform.is_cluster else "single",
             config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,
@@ -857,7 +874,7 @@ spark:
                     "timeout_ms": c.timeout_ms, "writer": c.writer, "faults_per_cycle": c.faults_per_cycle,
                     "more_faults": c.more_faults, "kinds": [k.value for k in kinds], "hold_s": list(c.hold_s),
                     "spark_master": c.spark_master or self.platform.spark_master, "stateful": c.stateful,
-                    "mode": c.mode,
+                    "mode": c.mode, "iceberg": c.iceberg,
                     **({"window_s": c.window_s, "customers": CUSTOMERS, "max_delta_ratio": c.max_delta_ratio}
                        if c.stateful else {})},
             cycles=cycles, injected=self.injections, audit=result_audit, lso_longest_s=watch.longest(),

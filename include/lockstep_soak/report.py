@@ -84,6 +84,10 @@ def render(doc: dict[str, Any], command: str, commit: str | None = None) -> str:
         "`read_committed` readers; normal runs pin it while they write) |",
         f"| LSO pinned after the last fault | {_s(doc['lso_after_last_fault_s'])} (limit: one transaction "
         f"timeout, {timeout_s:.0f} s); still pinned at the end: {', '.join(doc['lso_open_at_end']) or 'none'} |",
+        *([f"| Iceberg table `{audit['table']['table']}` (sink.iceberg) read back | {audit['table']['rows']} rows for "
+           f"{audit['table']['sink_records']} sink records: **{audit['table']['lost']} lost, "
+           f"{audit['table']['duplicated']} duplicated**, {audit['table']['unexpected']} unexpected |"]
+          if audit.get("table") else []),
         f"| stuck | {doc['stuck'] or 'no'} |",
         f"| duration | {doc['seconds'] / 60:.1f} min |",
         "",

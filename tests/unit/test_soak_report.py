@@ -159,3 +159,13 @@ def test_faults_at_a_chosen_moment_are_counted_by_failpoint_and_by_the_state_fil
     assert "| `commit.mid_state_gc` | the commit's garbage collection of state files half done | `s3_slow` | " \
            "missed: the cycle never got there | 1 planned |" in text
     assert "## Faults at a chosen moment" not in render(result(), "x")
+
+
+def test_a_soak_with_an_iceberg_table_reports_it_read_back():
+    doc = result()
+    doc["audit"]["table"] = {"table": "soak.s1", "ok": True, "rows": 1960, "sink_records": 1960, "lost": 0,
+                             "duplicated": 0, "unexpected": 0}
+    text = render(doc, "lockstep soak --iceberg")
+    assert ("| Iceberg table `soak.s1` (sink.iceberg) read back | 1960 rows for 1960 sink records: **0 lost, "
+            "0 duplicated**, 0 unexpected |") in text
+    assert "Iceberg table" not in render(result(), "x")

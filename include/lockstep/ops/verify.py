@@ -20,7 +20,7 @@ unexpected outputs found) and 2 (no problem found, but not everything could be c
 from __future__ import annotations
 
 __all__ = [
-    "audit_session", "exit_code", "verify_pipeline",
+    "TableCheck", "audit_session", "check_table", "exit_code", "verify_pipeline",
 ]
 
 from collections import Counter
