@@ -78,6 +78,9 @@ class CheckpointRow:
     #: The parts of the code (`lockstep.steps.code_version`) that differ from the next older checkpoint shown:
     #: where a new transform, route or state operator took over. Empty: the same code (or not recorded).
     code_changed: list[str] = field(default_factory=list)
+    #: With ``sink.iceberg``: the checkpoint's rows for the table and where they are (staged on its branch, or the
+    #: snapshot on main that published them). None: no table, or no rows.
+    iceberg: str | None = None
 
 
 @dataclass(frozen=True)
@@ -315,8 +318,22 @@ def checkpoint_row(view: CheckpointView) -> CheckpointRow:
         state_keys=state.keys if state else None, state_bytes=state.bytes if state else None,
         watermark=iso_ms(state.watermark_ms) if state and state.watermark_ms is not None else None,
         watermark_delay_s=watermark_delay(view.claim, state.watermark_ms if state else None),
-        end_offsets=dict(view.claim.end_offsets), after=view.claim.after,
+        end_offsets=dict(view.claim.end_offsets), after=view.claim.after, iceberg=iceberg_text(view),
     )
+
+
+def iceberg_text(view: CheckpointView) -> str | None:
+    """A checkpoint's rows for its Iceberg table, in words: staged, published (and which snapshot), or dropped."""
+    staged = view.prepared.iceberg if view.prepared is not None else None
+    if staged is None or staged.snapshot_id is None:
+        return None
+    rows = f"{staged.table}: {staged.records:,} rows in {len(staged.files)} files"
+    if view.completed is not None:
+        published = view.completed.iceberg_snapshot
+        return f"{rows}, published as snapshot {published}" if published is not None else f"{rows}, not published"
+    if view.aborted is not None:
+        return f"{rows}, dropped with the checkpoint"
+    return f"{rows}, staged on branch {staged.branch}"
 
 
 def with_code_changes(rows: list[CheckpointRow], views: list[CheckpointView]) -> list[CheckpointRow]:

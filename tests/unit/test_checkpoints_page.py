@@ -749,3 +749,28 @@ def test_the_latest_comparison_of_a_stateful_pipeline_says_whether_its_state_dif
 
     assert shown(renamed=False).endswith(": the same output and state (4 keys).")
     assert shown(renamed=True).endswith(": the same output; the state of 2 of 4 keys differs.")
+
+
+def test_a_checkpoint_with_an_iceberg_table_shows_its_rows_and_snapshot(specs_dir):
+    from dataclasses import replace
+
+    from lockstep.iceberg.staged_table import StagedTable, TableFile
+
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 2)
+    staged = StagedTable("iceberg_default", "lake.orders", "lockstep-orders-3", 77,
+                         (TableFile("s3://w/a.parquet", 6, ("orders:0",)), TableFile("s3://w/b.parquet", 4, ("orders:1",))))
+    rng = (OffsetRange("orders", 0, 20, 30),)
+    for cid, completed in ((3, True), (4, False)):
+        store.claim(CheckpointClaim("orders", cid, f"scheduled__{_at(cid)}", _at(cid), rng, f"checkpoint:{cid - 1}"))
+        txns = (PreparedTransaction(f"orders-{cid}-0", 1, 0, (), 10, 0, 0, 0),)
+        store.write_prepared(PreparedCheckpoint("orders", cid, _at(cid), txns, 10, 10, 0, 1.0,
+                                                iceberg=replace(staged, branch=f"lockstep-orders-{cid}")))
+        if completed:
+            store.mark_completed(CompletedCheckpoint("orders", cid, _at(cid), {"orders:0": 30}, ("orders-3-0",),
+                                                     iceberg_snapshot=99))
+    html = render_page(_gather(specs_dir, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
+    assert "iceberg lake.orders: 10 rows in 2 files, published as snapshot 99" in html
+    assert "iceberg lake.orders: 10 rows in 2 files, staged on branch lockstep-orders-4" in html
+    assert html.count("iceberg lake.orders") == 2, "checkpoints without a table show nothing"
