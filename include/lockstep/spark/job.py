@@ -2,8 +2,8 @@
 
 The run is a list of named stages (`_with_spark`), as Spark's ``QueryExecution`` is a list of named phases:
 open here, then read, load, replay, ship, decode, tables and sink (`lockstep.spark.input_stages`), transform,
-state, place, count, write and rewrite (`lockstep.spark.output_stages`), results, save and record here. A
-feature that adds a stage adds one line. Each is timed (`lockstep.spark.stage_tracker`): one log line per
+state, place, keep, count, write, rewrite and iceberg (`lockstep.spark.output_stages`), results, save and record
+here. A feature that adds a stage adds one line. Each is timed (`lockstep.spark.stage_tracker`): one log line per
 checkpoint gives the seconds of each, and prepared.json keeps them (``stage_seconds``).
 
 Runs in the spark-submit driver (entry point ``jobs/lockstep_checkpoint.py``) or, in connect

@@ -1,8 +1,9 @@
 """The stages of a checkpoint's run that compute and write its output: transform (decode, the tables'
 joins, the transform and its routes), state (a stateful operator, and a repair's share computed again),
 place (each record in its task's transaction, the columns the writers read checked), count (the input's
-dead letters, before the write or by the write's own pass), write, and rewrite (the output written again
-with dead letters the first write could not carry).
+dead letters, before the write or by the write's own pass), write, rewrite (the output written again
+with dead letters the first write could not carry), and, with ``sink.iceberg``, keep (the output computed once
+for both writes) and iceberg (the table's rows staged, `lockstep.iceberg.stage`).
 
 A Spark data error that the transform or a route raises (`lockstep.spark.raised`) sends the run to one more
 stage, isolate: the records that raise are found and set aside, and the stages run again with them as dead
@@ -201,8 +202,8 @@ def _kept(frame: DataFrame) -> DataFrame:
 
 
 def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = None) -> Written:
-    """transform -> state -> place -> count -> write -> count -> rewrite; ``raised``: records set aside with their
-    reason (`lockstep.spark.raised`), dead letters as they came."""
+    """transform -> state -> place (-> keep) -> count -> write -> count -> rewrite (-> iceberg); ``raised``: records
+    set aside with their reason (`lockstep.spark.raised`), dead letters as they came."""
     assert p.sink is not None  # a pass that writes
     sink = p.sink
     t = tracker.run("transform", _transform, run, p, raised)
