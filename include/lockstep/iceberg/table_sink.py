@@ -19,8 +19,10 @@ __all__ = [
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockstep.connections import iceberg_catalog, redact
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: How many times a publish is tried when other writers' commits keep changing main under it.
 PUBLISH_ATTEMPTS = 5
+#: How many data files a run writes at once.
+WRITE_THREADS = 8
 #: The summary property of the empty snapshot a table created by Lockstep starts with (branches need one).
 SUMMARY_CREATED = "lockstep.created-by"
 
@@ -162,17 +166,19 @@ class IcebergTable:
                           lambda: table.manage_snapshots().remove_branch(branch).commit())
             table = self.load()
         folder = f"{table.location().rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}/{uuid.uuid4().hex[:12]}"
-        files = []
-        for i, part in enumerate(rows):
-            path = f"{folder}/{i:05d}-{part.source.replace(':', '-')}.parquet"
-            out = table.io.new_output(path)
+        files = [TableFile(f"{folder}/{i:05d}-{part.source.replace(':', '-')}.parquet", part.rows.num_rows,
+                           (part.source,)) for i, part in enumerate(rows)]
 
-            def write(out: Any = out, data: pa.Table = part.rows) -> None:
-                with out.create(overwrite=True) as stream:
-                    pq.write_table(data.cast(schema), stream)
+        def write(file: TableFile, data: pa.Table) -> None:
+            with table.io.new_output(file.path).create(overwrite=True) as stream:
+                pq.write_table(data.cast(schema), stream)
 
-            self._calling("write a data file", write)
-            files.append(TableFile(path, part.rows.num_rows, (part.source,)))
+        # The files go up side by side: each is a round trip or a few to the object store.
+        with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(files))) as pool:
+            done = [pool.submit(self._calling, "write a data file", partial(write, f, part.rows))
+                    for f, part in zip(files, rows, strict=True)]
+        for future in done:
+            future.result()
         written()
         props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
         self._calling("stage the snapshot", lambda: table.add_files(
