@@ -162,3 +162,12 @@ def test_verify_finds_a_lost_a_duplicated_and_an_unexpected_row() -> None:
     assert (found.lost, found.duplicated, found.unexpected) == ([("in", 1, 5)], [("in", 0, 2)], [("in", 2, 9)])
     assert not found.ok and "1 lost, 1 duplicated, 1 unexpected" in found.summary()
     assert found.to_json()["lost_sample"] == ["in:1@5"]
+
+
+def test_a_dead_letter_replay_writes_the_topic_only(tmp_path) -> None:
+    from lockstep.spark.dead_letter_replay import replay_spec
+    from lockstep.spec import load_spec
+
+    spec = load_spec(spec_with(tmp_path, ", iceberg: {table: lake.orders}"))
+    replay = replay_spec(spec)
+    assert replay.sink.iceberg is None and replay.sink.topic == spec.sink.topic
