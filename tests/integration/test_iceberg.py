@@ -212,3 +212,28 @@ def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp
     assert len(rows) == 135 and published_checkpoints(catalog, table, pipeline.name) == [cid, cid + 1]
     report = verify(pipeline)
     assert report["ok"] and report["table"]["rows"] == 135, report
+
+
+def test_windows_land_in_the_table_exactly_once_and_the_stateful_verify_reads_it_back(tmp_path, bootstrap, unique,
+                                                                                      catalog, spark_connect):
+    """A windowed pipeline (keyed state) with a table: crashes at the table's own failpoints, then the stateful
+    verify (the windows recomputed from the whole input) and its table check agree."""
+    from .test_state import WINDOW, produce, stateful
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, max_records=100)
+    stateful(pipeline, WINDOW)
+    table = f"lake_{unique}.windows"
+    pipeline.rewrite(sink={"iceberg": {"table": table}})
+    for n, point in enumerate(ICEBERG_FAILPOINTS):
+        produce(pipeline, range(40 * n, 40 * (n + 1)))
+        crash_at(pipeline, point)
+    produce(pipeline, range(40 * len(ICEBERG_FAILPOINTS), 40 * len(ICEBERG_FAILPOINTS) + 40))
+    done = run(pipeline, "--max-records", "1000")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    rows = table_rows(catalog, table)
+    assert rows and as_sink(rows) == sink_rows(bootstrap, pipeline.sink)
+    assert {json.loads(r["value"])["window_start"] for r in rows}, "the windows' values are the table's"
+    report = verify(pipeline)
+    assert report["ok"] and report["complete"], report
+    assert report["table"]["ok"] and report["table"]["rows"] == len(rows) == report["actual_outputs"], report["table"]

@@ -20,7 +20,7 @@ unexpected outputs found) and 2 (no problem found, but not everything could be c
 from __future__ import annotations
 
 __all__ = [
-    "TableCheck", "audit_session", "check_table", "exit_code", "verify_pipeline",
+    "TableCheck", "audit_session", "check_table", "exit_code", "table_check", "verify_pipeline",
 ]
 
 from collections import Counter
@@ -558,12 +558,12 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     report.misrouted = misrouted(routes, outputs.topics, gone)
     if spec.sink.iceberg is not None:
-        report.table = _table_check(spec, since, outputs.main, gone)
+        report.table = table_check(spec, since, outputs.main, gone)
     set_aside(report, other_code(spec, codes), ranges)
     return report
 
 
-def _table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange]) -> TableCheck:
+def table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange]) -> TableCheck:
     """The table's rows from checkpoint ``since`` on against ``sink.topic``'s records, both without the offsets
     that could not be checked."""
     from lockstep.iceberg.table_sink import IcebergTable

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lockstep.model.checkpoint import CheckpointView
+    from lockstep.ops.verify import TableCheck
     from lockstep.spark.target import JobSession
     from lockstep.spec import WindowSpec
 
@@ -78,6 +79,8 @@ class StateVerifyReport:
     #: what could not be recomputed, and why
     unchecked: list[str] = field(default_factory=list)
     note: str = ""
+    #: With ``sink.iceberg``: the table's rows against the records of ``sink.topic`` (None: no table, or not read)
+    table: TableCheck | None = None
 
     @property
     def complete(self) -> bool:
@@ -85,7 +88,8 @@ class StateVerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.wrong or self.state_mismatched)
+        return (not (self.lost or self.duplicated or self.unexpected or self.wrong or self.state_mismatched)
+                and (self.table is None or self.table.ok))
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "stateful": True, "operator": self.operator, "checkpoints": self.checkpoints,
@@ -96,7 +100,8 @@ class StateVerifyReport:
                 "wrong_sample": self.wrong[:20], "state_mismatched": len(self.state_mismatched),
                 "state_mismatched_sample": self.state_mismatched[:20], "state_rows": self.state_rows,
                 "late": self.late, "watermark": self.watermark,
-                "complete": self.complete, "unchecked": self.unchecked, "note": self.note}
+                "complete": self.complete, "unchecked": self.unchecked, "note": self.note,
+                **({"table": self.table.to_json()} if self.table is not None else {})}
 
     def summary(self) -> str:
         lines = [f"verified the {self.operator} state of {len(self.checkpoints)} completed checkpoints covering "
@@ -106,6 +111,8 @@ class StateVerifyReport:
                  f"{self.late} late records dead-lettered; watermark {self.watermark or 'none'}"]
         if self.state_rows is not None:
             lines.append(f"committed state: {self.state_rows} live rows, {len(self.state_mismatched)} not as recomputed")
+        if self.table is not None:
+            lines.append(self.table.summary())
         for name, items in (("lost", self.lost), ("duplicated", self.duplicated), ("unexpected", self.unexpected),
                             ("wrong", self.wrong), ("state not as recomputed", self.state_mismatched)):
             if items:
@@ -228,6 +235,12 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
         gone = cast_rows(spark, late)
         good = good.join(gone, ["topic", "partition", "offset"], "left_anti")
     outputs = [r for r in sink if r.topic == spec.sink.topic]
+    if spec.sink.iceberg is not None:
+        from collections import Counter
+
+        from lockstep.ops.verify import table_check
+
+        report.table = table_check(spec, None, Counter(r.provenance for r in outputs if r.provenance is not None), [])
     committed = store.state_files().read_state(final)
     if spec.state.window is not None:
         from lockstep.rules.window_drain import drained
