@@ -36,7 +36,8 @@ def test_up_status_env_down_leaves_no_process(tmp_path):
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
     up = _run(["dev", "up", "--with", "airflow", "--airflow-db", "postgres", "--kafka-port", "0",
                "--controller-port", "0", "--s3-port", "0", "--airflow-port", "0", "--spark-connect-port", "0",
-               "--registry-port", "0", "--registry-management-port", "0", "--postgres-port", "0"], env)
+               "--registry-port", "0", "--registry-management-port", "0", "--postgres-port", "0",
+               "--iceberg-port", "0"], env)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "login admin / " in up.stdout and "its database on postgres" in up.stdout
@@ -45,8 +46,8 @@ def test_up_status_env_down_leaves_no_process(tmp_path):
         assert again.returncode == 0, again.stderr
 
         status = json.loads(_run(["dev", "status", "--json"], env).stdout)
-        assert {name for name, s in status.items() if s["running"]} == {"kafka", "s3", "registry", "spark-connect",
-                                                                         "postgres", "airflow"}
+        assert {name for name, s in status.items() if s["running"]} == {"kafka", "s3", "registry", "iceberg",
+                                                                         "spark-connect", "postgres", "airflow"}
         pids = {name: s["pid"] for name, s in status.items()}
         # Airflow migrated its schema into the platform's PostgreSQL, and its scheduler writes there.
         import psycopg2
@@ -65,6 +66,8 @@ def test_up_status_env_down_leaves_no_process(tmp_path):
         assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" in exports and f'"port": {connect_port}' in exports
         assert 'AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT=\'{"conn_type": "http", "host": "127.0.0.1", "port": ' in exports
         assert f'"url": "{status["registry"]["address"]}"' in exports
+        assert f'AIRFLOW_CONN_ICEBERG_DEFAULT=\'{{"conn_type": "iceberg", "host": "{status["iceberg"]["address"]}"' \
+            in exports
         # Airflow's children (scheduler, api-server, ...) share its process group.
         assert len(_group_members(pids["airflow"])) > 1
     finally:
@@ -80,7 +83,7 @@ def test_up_status_env_down_leaves_no_process(tmp_path):
 def test_port_in_use_gives_clear_error_without_hanging(tmp_path, platform):
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
     taken = platform.state.ports["s3"]
-    result = _run(["dev", "up", "--s3-port", str(taken)], env, timeout=60)
+    result = _run(["dev", "up", "--s3-port", str(taken), "--no-iceberg"], env, timeout=60)
     assert result.returncode == 2
     assert f"port {taken} is already in use" in result.stderr
     _run(["dev", "down", "--wipe"], env)
@@ -97,7 +100,7 @@ def test_checkpoints_survive_down_and_go_with_wipe(tmp_path):
 
     env = {**os.environ, "LOCKSTEP_DEV_DIR": str(tmp_path / "dev")}
     free_ports = ["--kafka-port", "0", "--controller-port", "0", "--s3-port", "0", "--no-spark-connect",
-                  "--no-registry"]
+                  "--no-registry", "--no-iceberg"]
     claim = CheckpointClaim(pipeline="orders", checkpoint_id=1, run_id="before-down", claimed_at="2025-01-01T00:00:00Z",
                             ranges=(OffsetRange("orders-in", 0, 0, 10),), start_source="auto.offset.reset")
 
