@@ -866,6 +866,8 @@ spark:
                                  self.produced)
         if c.iceberg:
             self._say(f"auditing: reading the Iceberg table {self.table} back ...")
+            # The catalog's connection as the steps had it (`_env`), in this process too.
+            os.environ.update({k: v for k, v in self.platform.connection_env().items() if "ICEBERG" in k})
             result_audit.table = audit_table(self.kafka, self.sink, self.table)
         return SoakResult(
             seed=self.seed, topology="cluster" if self.platform.is_cluster else "single",
