@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 
 from lockstep.iceberg.staged_table import PROVENANCE_COLUMNS
 from lockstep.model import failpoints
-from lockstep.model.output_contract import ROUTE_COLUMN
+from lockstep.model.output_contract import ROUTE_COLUMN, sink_record_size
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from lockstep.iceberg.staged_table import StagedTable
@@ -42,11 +43,15 @@ _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error
                                "timestampType"})
 #: Lockstep's internal columns start so.
 _INTERNAL = ("__ls_", "_lockstep")
+#: The records' own headers, kept beside the rows until their size is known.
+_HEADERS = "__ls_table_headers"
 
 
-def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame) -> StagedTable:
+def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int) -> StagedTable:
     """The rows of checkpoint ``cid``'s output ``written`` (as the writers took it, every column the transform
-    returned) that went to ``sink.topic``, written and staged on the checkpoint's branch."""
+    returned) that went to ``sink.topic``, written and staged on the checkpoint's branch. A record larger than the
+    topic takes (``sink_max_bytes``, estimated as the writers estimate it) went to the dead-letter topic instead:
+    not the table's either."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
@@ -61,11 +66,12 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame) -> StagedTable:
     if ROUTE_COLUMN in rows.columns:
         rows = rows.where(F.col(ROUTE_COLUMN).isNull())
     columns = [c for c in rows.columns if c not in _LOCKSTEP_COLUMNS and not c.startswith(_INTERNAL)]
+    headers = [F.col("headers").alias(_HEADERS)] if "headers" in rows.columns else []
     rows = rows.select(*columns, F.col("topic").alias(PROVENANCE_COLUMNS[0]),
                        F.col("partition").cast("int").alias(PROVENANCE_COLUMNS[1]),
                        F.col("offset").cast("bigint").alias(PROVENANCE_COLUMNS[2]),
-                       F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]))
-    arrow = rows.toArrow()
+                       F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]), *headers)
+    arrow = _within(rows.toArrow(), spec.name, cid, sink_max_bytes)
     schema = pa.schema([f.with_type(_plain(f.type)) for f in arrow.schema])
     arrow = arrow.cast(schema)
     parts = []
@@ -86,6 +92,29 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame) -> StagedTable:
              staged.records, iceberg.table, len(staged.files), staged.snapshot_id, staged.branch)
     failpoints.hit("iceberg.after_staged")
     return staged
+
+
+def _within(arrow: pa.Table, pipeline: str, cid: int, limit: int) -> pa.Table:
+    """The rows whose records the sink topic took: without those the writers found too large for it
+    (`lockstep.model.output_contract.sink_record_size`, their one estimate), and without the headers column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def sizes(name: str) -> list[int]:
+        return pc.binary_length(arrow[name]).fill_null(0).to_pylist() if name in arrow.column_names else [0] * n
+
+    n = arrow.num_rows
+    keys, values = sizes("key"), sizes("value")
+    users = arrow[_HEADERS].to_pylist() if _HEADERS in arrow.column_names else [None] * n
+    topics, parts, offsets = (arrow[c].to_pylist() for c in PROVENANCE_COLUMNS[:3])
+    keep = [sink_record_size(keys[i], values[i], topics[i], parts[i], offsets[i], cid, pipeline,
+                             [(h["key"], h["value"]) for h in users[i] or ()]) <= limit for i in range(n)]
+    kept = arrow if all(keep) else arrow.filter(pa.array(keep))
+    dropped = n - kept.num_rows
+    if dropped:
+        log.info("checkpoint %d: %d records too large for the sink topic went to the dead-letter topic: not the "
+                 "table's rows either", cid, dropped)
+    return kept.drop_columns([_HEADERS]) if _HEADERS in kept.column_names else kept
 
 
 def _plain(t: object) -> object:

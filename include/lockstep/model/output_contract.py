@@ -17,7 +17,8 @@ __all__ = [
     "ACCEPTED_TYPES", "CHECKPOINT_HEADER", "DEFAULT_PRODUCER_LIMIT", "ERROR_HEADER", "LEADING_HEADERS",
     "MID_PRODUCE_AFTER_RECORDS", "OPTIONAL_COLUMNS", "ORIGINAL_SIZE_HEADER", "PIPELINE_HEADER", "REPLAY_HEADER",
     "REQUIRED_COLUMNS", "ROUTE_COLUMN", "SOURCE_OFFSET", "SOURCE_PARTITION", "SOURCE_TOPIC", "WRITER_FAILPOINTS",
-    "jvm_contract", "mid_produce_message", "parse_task_result", "record_size", "task_result", "too_large",
+    "jvm_contract", "mid_produce_message", "parse_task_result", "record_size", "sink_record_size", "task_result",
+    "too_large",
 ]
 
 import json
@@ -80,6 +81,20 @@ def record_size(key_bytes: int, value_bytes: int, header_bytes: int, headers: in
     and the header values' lengths, ``headers`` how many there are."""
     body = key_bytes + value_bytes + header_bytes
     return BATCH_OVERHEAD + RECORD_OVERHEAD + HEADER_OVERHEAD * headers + body + body // 255 + COMPRESSION_SLACK
+
+
+def sink_record_size(key_bytes: int, value_bytes: int, topic: str, partition: int, offset: int, checkpoint_id: int,
+                     pipeline: str, user_headers: list[tuple[str, bytes | None]] | None = None) -> int:
+    """`record_size` of an output record as the writers write it to its sink topic: Lockstep's `LEADING_HEADERS`
+    (the source's topic, partition and offset as text, the checkpoint, the pipeline), then the transform's own.
+    What a reader of the output computes to find the records the writers dead-lettered for their size (the
+    Iceberg sink's rows are the records the sink topic got)."""
+    header_bytes = (len(SOURCE_TOPIC) + len(topic.encode()) + len(SOURCE_PARTITION) + len(str(partition))
+                    + len(SOURCE_OFFSET) + len(str(offset)) + len(CHECKPOINT_HEADER) + len(str(checkpoint_id))
+                    + len(PIPELINE_HEADER) + len(pipeline.encode()))
+    users = user_headers or []
+    header_bytes += sum(len(k.encode()) + len(v or b"") for k, v in users)
+    return record_size(key_bytes, value_bytes, header_bytes, len(LEADING_HEADERS) + len(users))
 
 
 def too_large(size: int, limit: int, where: str, source: str) -> str:

@@ -237,7 +237,8 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         log.info("checkpoint %d: the transform's output has dead letters (%d written) but not the input's bytes "
                  "(it dropped them): written again with their input's key, value and headers", run.checkpoint_id, dead)
         results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, placed.bad, len(results), True)
-    staged = tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed) if sink.table else None
+    staged = (tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed,
+                          sink.settings.sink_max_bytes) if sink.table else None)
     return Written(results, stateful, staged)
 
 
