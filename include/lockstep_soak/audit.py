@@ -29,7 +29,7 @@ from lockstep.model.output_contract import (
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from lockstep.ops.verify import TableCheck
+    from lockstep.ops.table_check import TableCheck
 
 Offset = tuple[int, int]  # (source partition, offset)
 VALID = "valid"
@@ -229,18 +229,17 @@ def state_figures(verified: dict[str, Any], manifest: dict[str, Any] | None, eve
     return f
 
 
-def audit_table(kafka: dict[str, Any], sink_topic: str, table: str) -> TableCheck:
+def audit_table(kafka: dict[str, Any], sink_topic: str, table: str, catalog_conn_id: str) -> TableCheck:
     """The Iceberg table's rows on its main branch against the sink topic's committed records, by provenance: each
     record a row, once (`lockstep.ops.verify.check_table`)."""
     from lockstep.iceberg.table_sink import IcebergTable
-    from lockstep.ops.verify import check_table
-    from lockstep.spec.shape import DEFAULT_ICEBERG_CONN_ID
+    from lockstep.ops.table_check import check_table
 
     records: Counter[tuple[str, int, int]] = Counter()
     for _, msg in read_committed(kafka, (sink_topic,)):
         h = _headers(msg)
         records[(h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET]))] += 1
-    return check_table(table, IcebergTable(DEFAULT_ICEBERG_CONN_ID, table).provenance(), records)
+    return check_table(table, IcebergTable(catalog_conn_id, table).provenance(), records)
 
 
 def audit_dead_letters(kafka: dict[str, Any], source_topic: str, sink_topic: str, dead_letter_topic: str,

@@ -868,7 +868,11 @@ spark:
             self._say(f"auditing: reading the Iceberg table {self.table} back ...")
             # The catalog's connection as the steps had it (`_env`), in this process too.
             os.environ.update({k: v for k, v in self.platform.connection_env().items() if "ICEBERG" in k})
-            result_audit.table = audit_table(self.kafka, self.sink, self.table)
+            from lockstep.spec import load_spec
+
+            iceberg = load_spec(self.spec_path).sink.iceberg
+            assert iceberg is not None  # the spec `_write_spec` wrote with --iceberg
+            result_audit.table = audit_table(self.kafka, self.sink, self.table, iceberg.catalog_conn_id)
         return SoakResult(
             seed=self.seed, topology="cluster" if self.platform.is_cluster else "single",
             config={"cycles": fault_cycles, "min_faults": c.min_faults, "records_per_cycle": c.records_per_cycle,

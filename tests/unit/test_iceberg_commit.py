@@ -154,7 +154,7 @@ def test_the_catalog_connection_gives_the_clients_properties_and_hides_its_secre
 def test_verify_finds_a_lost_a_duplicated_and_an_unexpected_row() -> None:
     from collections import Counter
 
-    from lockstep.ops.verify import check_table
+    from lockstep.ops.table_check import check_table
 
     records = Counter({("in", 0, 1): 1, ("in", 0, 2): 1, ("in", 1, 5): 1})
     assert check_table("db.t", Counter(records), records).ok

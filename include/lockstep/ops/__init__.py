@@ -7,5 +7,5 @@ else in the core imports ``ops``. ``verify_state`` is ``verify``'s stateful half
 
 __all__ = [
     "airflow_client", "alerts", "compare", "deadletters", "drift", "lag", "metrics", "open_transactions", "state_report",
-    "table_upkeep", "transaction_console", "validate", "verify",
+    "table_check", "table_upkeep", "transaction_console", "validate", "verify",
 ]

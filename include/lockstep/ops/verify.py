@@ -20,7 +20,7 @@ unexpected outputs found) and 2 (no problem found, but not everything could be c
 from __future__ import annotations
 
 __all__ = [
-    "TableCheck", "audit_session", "check_table", "exit_code", "table_check", "verify_pipeline",
+    "audit_session", "exit_code", "verify_pipeline",
 ]
 
 from collections import Counter
@@ -41,6 +41,7 @@ from lockstep.model.output_contract import (
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
+from lockstep.ops.table_check import TableCheck, table_check
 from lockstep.spark.dead_letter_replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spark.kafka_reader import forget_read_settings, read_ranges
 from lockstep.spark.routes import routed
@@ -256,42 +257,6 @@ class VerifyReport:
                 f"{r.expected} outputs expected, {r.checked} replayed records checked; {len(r.lost)} lost, "
                 f"{len(r.duplicated)} duplicated, {len(r.unexpected)} unexpected, {len(r.sink_twice)} original "
                 "offsets in the sink more than once")
-
-
-@dataclass
-class TableCheck:
-    """The Iceberg table's rows (by provenance) against the records of ``sink.topic``: each record a row, once."""
-
-    table: str
-    rows: int
-    records: int
-    lost: list[Offset] = field(default_factory=list)
-    duplicated: list[Offset] = field(default_factory=list)
-    unexpected: list[Offset] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected)
-
-    def to_json(self) -> dict[str, object]:
-        def sample(xs: Sequence[Offset]) -> list[str]:
-            return [f"{t}:{p}@{o}" for t, p, o in xs[:20]]
-
-        return {"table": self.table, "ok": self.ok, "rows": self.rows, "sink_records": self.records,
-                "lost": len(self.lost), "duplicated": len(self.duplicated), "unexpected": len(self.unexpected),
-                "lost_sample": sample(self.lost), "duplicated_sample": sample(self.duplicated),
-                "unexpected_sample": sample(self.unexpected)}
-
-    def summary(self) -> str:
-        return (f"Iceberg table {self.table}: {self.rows} rows on its main branch for {self.records} records of the "
-                f"sink topic; {len(self.lost)} lost, {len(self.duplicated)} duplicated, {len(self.unexpected)} "
-                "unexpected")
-
-
-def check_table(table: str, rows: Counter[Offset], records: Counter[Offset]) -> TableCheck:
-    """Each record of the sink topic a row of the table, once, and no other row (pure)."""
-    lost, duplicated, unexpected = compare_counts(records, rows)
-    return TableCheck(table, sum(rows.values()), sum(records.values()), lost, duplicated, unexpected)
 
 
 def completed_ranges(store: CheckpointStore, since: int | None, repaired: dict[int, str] | None = None,
@@ -561,18 +526,6 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
         report.table = table_check(spec, since, outputs.main, gone)
     set_aside(report, other_code(spec, codes), ranges)
     return report
-
-
-def table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange]) -> TableCheck:
-    """The table's rows from checkpoint ``since`` on against ``sink.topic``'s records, both without the offsets
-    that could not be checked."""
-    from lockstep.iceberg.table_sink import IcebergTable
-
-    iceberg = spec.sink.iceberg
-    assert iceberg is not None  # the caller's condition
-    rows = IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since)
-    return check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone)}),
-                       Counter({k: n for k, n in main.items() if not within(k, gone)}))
 
 
 def misrouted(expected: Mapping[Offset, set[str]], found: Mapping[Offset, set[str]],

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lockstep.model.checkpoint import CheckpointView
-    from lockstep.ops.verify import TableCheck
+    from lockstep.ops.table_check import TableCheck
     from lockstep.spark.target import JobSession
     from lockstep.spec import WindowSpec
 
@@ -238,7 +238,7 @@ def verify_stateful(spec: PipelineSpec, store: CheckpointStore, spark: JobSessio
     if spec.sink.iceberg is not None:
         from collections import Counter
 
-        from lockstep.ops.verify import table_check
+        from lockstep.ops.table_check import table_check
 
         report.table = table_check(spec, None, Counter(r.provenance for r in outputs if r.provenance is not None), [])
     committed = store.state_files().read_state(final)
