@@ -262,3 +262,18 @@ def test_records_too_large_for_the_topic_are_not_the_tables_rows(tmp_path, boots
     dead = read_committed(bootstrap, pipeline.dead_letters)
     assert expected and dead, "some records fit the topic, some are dead letters for their size"
     assert as_sink(table_rows(catalog, table)) == expected
+
+
+def test_a_spark_submit_run_stages_the_table_as_a_connect_session_does(tmp_path, bootstrap, unique, catalog):
+    """spark.mode: submit: the run's driver is the checkpoint's own spark-submit, which stages the snapshot; the
+    commit publishes it. The table is the topic."""
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=2, mode="submit",
+                             transform="lockstep_examples.orders:enrich_for_table")
+    table = f"lake_{unique}.orders"
+    pipeline.rewrite(sink={"iceberg": {"table": table}})
+    produce_orders(pipeline, 40)
+    done = run(pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = table_rows(catalog, table)
+    assert len(rows) == 36 and as_sink(rows) == sink_rows(bootstrap, pipeline.sink)
+    assert published_checkpoints(catalog, table, pipeline.name) == [1]
