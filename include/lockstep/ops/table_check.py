@@ -10,22 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lockstep.model.offsets import OffsetRange
+from lockstep.rules.output_diff import compare_counts
+from lockstep.rules.ranges import within
 from lockstep.spec import PipelineSpec
 
 #: An input record: (topic, partition, offset).
 Offset = tuple[str, int, int]
-
-
-def _within(key: Offset, ranges: list[OffsetRange]) -> bool:
-    return any(r.topic == key[0] and r.partition == key[1] and r.start <= key[2] < r.end for r in ranges)
-
-
-def _compare(expected: Counter[Offset], actual: Counter[Offset]) -> tuple[list[Offset], list[Offset], list[Offset]]:
-    """Records with fewer rows than the topic has (lost), with more (duplicated), and rows of no record."""
-    keys = sorted(set(expected) | set(actual))
-    return ([k for k in keys if expected.get(k, 0) > actual.get(k, 0)],
-            [k for k in keys if 0 < expected.get(k, 0) < actual.get(k, 0)],
-            [k for k in keys if not expected.get(k) and actual.get(k)])
 
 
 @dataclass
@@ -60,7 +50,7 @@ class TableCheck:
 
 def check_table(table: str, rows: Counter[Offset], records: Counter[Offset]) -> TableCheck:
     """Each record of the sink topic a row of the table, once, and no other row (pure)."""
-    lost, duplicated, unexpected = _compare(records, rows)
+    lost, duplicated, unexpected = compare_counts(records, rows)
     return TableCheck(table, sum(rows.values()), sum(records.values()), lost, duplicated, unexpected)
 
 
@@ -72,7 +62,7 @@ def table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], go
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
     rows = IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since)
-    return check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not _within(k, gone)}),
-                       Counter({k: n for k, n in main.items() if not _within(k, gone)}))
+    return check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone)}),
+                       Counter({k: n for k, n in main.items() if not within(k, gone)}))
 
 

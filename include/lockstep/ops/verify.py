@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from lockstep.connections import kafka_config
 from lockstep.kafka.client_configs import JAVA
@@ -42,6 +42,8 @@ from lockstep.model.output_contract import (
     SOURCE_TOPIC,
 )
 from lockstep.ops.table_check import TableCheck, table_check
+from lockstep.rules.output_diff import compare_counts
+from lockstep.rules.ranges import within
 from lockstep.spark.dead_letter_replay import SUFFIX, Original, completed_replays, fed_counter
 from lockstep.spark.kafka_reader import forget_read_settings, read_ranges
 from lockstep.spark.routes import routed
@@ -62,23 +64,6 @@ if TYPE_CHECKING:
     from lockstep.transform import Transform
 
 Offset = tuple[str, int, int]
-Key = TypeVar("Key", bound=tuple[object, ...])
-
-
-def compare_counts(expected: Counter[Key], actual: Counter[Key]) -> tuple[list[Key], list[Key], list[Key]]:
-    """Keys found fewer times than expected (lost), more (duplicated), and never expected (unexpected)."""
-    lost: list[Key] = []
-    duplicated: list[Key] = []
-    unexpected: list[Key] = []
-    for key in sorted(set(expected) | set(actual)):
-        want, got = expected.get(key, 0), actual.get(key, 0)
-        if want and got < want:
-            lost.append(key)
-        elif want and got > want:
-            duplicated.append(key)
-        elif not want and got:
-            unexpected.append(key)
-    return lost, duplicated, unexpected
 
 
 @dataclass(frozen=True)
@@ -109,11 +94,6 @@ def clip_to_log_start(ranges: dict[int, tuple[OffsetRange, ...]], log_starts: Ma
                 clipped.append(OffsetRange(r.topic, r.partition, max(r.start, log_start), r.end))
         kept[cid] = tuple(clipped)
     return kept, deleted
-
-
-def within(key: tuple[str, int, int], ranges: list[OffsetRange]) -> bool:
-    topic, partition, offset = key
-    return any(r.topic == topic and r.partition == partition and r.start <= offset < r.end for r in ranges)
 
 
 class Provenance(ValueError):

@@ -16,15 +16,18 @@ field of two JSON objects), ``headers``, ``error``. A stateful checkpoint's stat
 from __future__ import annotations
 
 __all__ = [
-    "CheckpointDiff", "Example", "OutputRecord", "diff_checkpoint", "DEAD_LETTERS", "SINK",
+    "CheckpointDiff", "Example", "OutputRecord", "compare_counts", "diff_checkpoint", "DEAD_LETTERS", "SINK",
 ]
 
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from lockstep.rules.state_diff import StateDiff
+
+Key = TypeVar("Key", bound=tuple[object, ...])
 
 #: The role of a record in ``sink.topic``; a route's records have their topic's name as their role.
 SINK = "sink"
@@ -252,3 +255,19 @@ def _shown(data: bytes | None) -> str:
     if not text.isprintable():
         return f"<{len(data)} bytes>"
     return text if len(text) <= SHOWN else text[:SHOWN] + "..."
+
+
+def compare_counts(expected: Counter[Key], actual: Counter[Key]) -> tuple[list[Key], list[Key], list[Key]]:
+    """Keys found fewer times than expected (lost), more (duplicated), and never expected (unexpected)."""
+    lost: list[Key] = []
+    duplicated: list[Key] = []
+    unexpected: list[Key] = []
+    for key in sorted(set(expected) | set(actual)):
+        want, got = expected.get(key, 0), actual.get(key, 0)
+        if want and got < want:
+            lost.append(key)
+        elif want and got > want:
+            duplicated.append(key)
+        elif not want and got:
+            unexpected.append(key)
+    return lost, duplicated, unexpected

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 __all__ = [
-    "RangePlan", "plan_ranges",
+    "RangePlan", "plan_ranges", "within",
 ]
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lockstep.errors import DeletedRangesError, OffsetAheadError
@@ -99,3 +99,9 @@ def water_fill(backlog: Mapping[TopicPartition, int], budget: int, rotation: int
         for i, tp in enumerate(ordered[first:] + ordered[:first]):
             shares[tp] = even + (1 if i < extra else 0)
     return shares
+
+
+def within(key: tuple[str, int, int], ranges: Sequence[OffsetRange]) -> bool:
+    """Whether input record ``(topic, partition, offset)`` is in one of ``ranges``."""
+    topic, partition, offset = key
+    return any(r.topic == topic and r.partition == partition and r.start <= offset < r.end for r in ranges)
