@@ -95,8 +95,10 @@ class IcebergTable:
             return self._calling("load the table", lambda: self.catalog.load_table(self.name))
         except NoSuchTableError:
             raise TerminalError(f"Iceberg table {self.name} does not exist in the catalog of connection "
-                                f"{self.conn_id} (was it dropped or renamed?); its checkpoints' rows cannot be "
-                                "published or read") from None
+                                f"{self.conn_id} (was it dropped or renamed?): its checkpoints' rows cannot be "
+                                "published or read. Register it again from its metadata file (the catalog's "
+                                "register_table), or point sink.iceberg.table at it; the next run's plan then "
+                                "completes what is prepared (docs/iceberg.md)") from None
 
     def exists(self) -> bool:
         return bool(self._calling("look up the table", lambda: self.catalog.table_exists(self.name)))
@@ -212,7 +214,10 @@ class IcebergTable:
             snapshot = table.snapshot_by_id(staged.snapshot_id) if staged.snapshot_id is not None else None
             if snapshot is None:
                 raise TerminalError(f"Iceberg table {self.name}: the snapshot checkpoint {checkpoint_id} staged "
-                                    f"({staged.snapshot_id}, branch {staged.branch}) is gone and was never published")
+                                    f"({staged.snapshot_id}, branch {staged.branch}) is gone and was never "
+                                    "published (was the branch removed?): its rows are missing from the table. Run "
+                                    "`lockstep verify` to see which, and write them again with a savepoint's "
+                                    "backfill (docs/iceberg.md)")
             data_files = [entry.data_file for manifest in snapshot.manifests(table.io)
                           if manifest.added_snapshot_id == snapshot.snapshot_id
                           for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
@@ -366,7 +371,8 @@ class IcebergTable:
         where = f"Iceberg table {self.name} (catalog connection {self.conn_id})"
         if _transient(exc):
             return TransientError(f"{where}: could not {what}: {cause}; a retry may pass")
-        return TerminalError(f"{where}: could not {what}: {cause}")
+        return TerminalError(f"{where}: could not {what}: {cause}. Fix the catalog connection's properties or the "
+                             "table's permissions, then trigger the next run, which goes on from here")
 
 
 def published(table: Table, pipeline: str, checkpoint_id: int) -> int | None:
