@@ -13,8 +13,9 @@ The rows of a source partition are in one file of their own: a repair that gives
 next checkpoint (its Kafka transaction lost) publishes the checkpoint's other files, and the next checkpoint
 writes that partition's rows again, exactly as it does to Kafka.
 
-They are collected to the driver (Arrow), which writes the files: the first version of the sink, measured in
-docs/iceberg.md.
+The Spark tasks write the files, each a file per source partition it holds rows of (`table_sink.SourceFiles`),
+streamed as its rows come; the driver stages the snapshot that adds them. Nothing crosses to the driver but
+what names each file.
 """
 from __future__ import annotations
 
@@ -23,17 +24,21 @@ __all__ = [
 ]
 
 import logging
+import uuid
+from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
-from lockstep.iceberg.staged_table import PROVENANCE_COLUMNS
+from lockstep.iceberg.staged_table import PROVENANCE_COLUMNS, TableFile
 from lockstep.model import failpoints
-from lockstep.model.output_contract import ROUTE_COLUMN, sink_record_size
+from lockstep.model.output_contract import ROUTE_COLUMN, sink_record_sizes
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from lockstep.iceberg.staged_table import StagedTable
+    from lockstep.iceberg.table_sink import FileTarget
     from lockstep.spec import PipelineSpec
 
 log = logging.getLogger("lockstep.spark.job")
@@ -45,18 +50,18 @@ _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error
 _INTERNAL = ("__ls_", "_lockstep")
 #: The records' own headers, kept beside the rows until their size is known.
 _HEADERS = "__ls_table_headers"
+#: What each task hands back: a row per file it wrote, and one without a path counting the records it left out.
+_TASK_RESULT = "path string, source string, records long, dropped long"
 
 
 def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int) -> StagedTable:
     """The rows of checkpoint ``cid``'s output ``written`` (as the writers took it, every column the transform
-    returned) that went to ``sink.topic``, written and staged on the checkpoint's branch. A record larger than the
-    topic takes (``sink_max_bytes``, estimated as the writers estimate it) went to the dead-letter topic instead:
-    not the table's either."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    returned) that went to ``sink.topic``, written by the Spark tasks and staged on the checkpoint's branch. A
+    record larger than the topic takes (``sink_max_bytes``, estimated as the writers estimate it) went to the
+    dead-letter topic instead: not the table's either."""
     from pyspark.sql import functions as F
 
-    from lockstep.iceberg.table_sink import IcebergTable, RowsOfSource
+    from lockstep.iceberg.table_sink import IcebergTable
 
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
@@ -71,50 +76,102 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
                        F.col("partition").cast("int").alias(PROVENANCE_COLUMNS[1]),
                        F.col("offset").cast("bigint").alias(PROVENANCE_COLUMNS[2]),
                        F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]), *headers)
-    arrow = _within(rows.toArrow(), spec.name, cid, sink_max_bytes)
-    schema = pa.schema([f.with_type(_plain(f.type)) for f in arrow.schema])
-    arrow = arrow.cast(schema)
-    parts = []
-    if arrow.num_rows:
-        keys = pc.binary_join_element_wise(arrow[PROVENANCE_COLUMNS[0]],
-                                           pc.cast(arrow[PROVENANCE_COLUMNS[1]], pa.string()), ":")
-        arrow = arrow.append_column("_source", keys).sort_by([("_source", "ascending"),
-                                                               (PROVENANCE_COLUMNS[2], "ascending")])
-        sources = arrow["_source"].to_pylist()
-        start = 0
-        for i in range(1, len(sources) + 1):
-            if i == len(sources) or sources[i] != sources[start]:
-                parts.append(RowsOfSource(sources[start], arrow.slice(start, i - start).drop_columns(["_source"])))
-                start = i
     table = IcebergTable(iceberg.catalog_conn_id, iceberg.table)
-    staged = table.stage(spec.name, cid, parts, schema, written=lambda: failpoints.hit("iceberg.after_files"))
+    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS) if headers else rows))
+    results = rows.mapInArrow(partial(_write_task, target, spec.name, cid, sink_max_bytes), _TASK_RESULT).collect()
+    files = [TableFile(r["path"], r["records"], (r["source"],)) for r in results if r["path"]]
+    dropped = sum(r["dropped"] for r in results)
+    if dropped:
+        log.info("checkpoint %d: %d records too large for the sink topic went to the dead-letter topic: not the "
+                 "table's rows either", cid, dropped)
+    failpoints.hit("iceberg.after_files")
+    staged = table.stage_files(spec.name, cid, files)
     log.info("checkpoint %d: %d rows for Iceberg table %s in %d files, staged as snapshot %s on branch %s", cid,
              staged.records, iceberg.table, len(staged.files), staged.snapshot_id, staged.branch)
     failpoints.hit("iceberg.after_staged")
     return staged
 
 
-def _within(arrow: pa.Table, pipeline: str, cid: int, limit: int) -> pa.Table:
+def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One Spark task's share: its rows the sink topic took, a file per source partition (`SourceFiles`)."""
+    import pyarrow as pa
+
+    from lockstep.iceberg.table_sink import SourceFiles
+
+    files = SourceFiles(target, uuid.uuid4().hex[:12])
+    dropped = 0
+    for batch in batches:
+        kept = _within(batch, pipeline, cid, limit)
+        dropped += batch.num_rows - kept.num_rows
+        for source, part in _by_source(kept):
+            files.add(source, part)
+    rows = [{"path": f.path, "source": f.sources[0], "records": f.records, "dropped": 0} for f in files.close()]
+    if dropped:
+        rows.append({"path": None, "source": None, "records": 0, "dropped": dropped})
+    schema = pa.schema([("path", pa.string()), ("source", pa.string()), ("records", pa.int64()),
+                        ("dropped", pa.int64())])
+    yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _within(batch: pa.RecordBatch, pipeline: str, cid: int, limit: int) -> pa.Table:
     """The rows whose records the sink topic took: without those the writers found too large for it
-    (`lockstep.model.output_contract.sink_record_size`, their one estimate), and without the headers column."""
+    (`lockstep.model.output_contract.sink_record_sizes`, their one estimate), and without the headers column."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def sizes(name: str) -> list[int]:
-        return pc.binary_length(arrow[name]).fill_null(0).to_pylist() if name in arrow.column_names else [0] * n
+    table = pa.Table.from_batches([batch])
+    n = table.num_rows
 
-    n = arrow.num_rows
-    keys, values = sizes("key"), sizes("value")
-    users = arrow[_HEADERS].to_pylist() if _HEADERS in arrow.column_names else [None] * n
-    topics, parts, offsets = (arrow[c].to_pylist() for c in PROVENANCE_COLUMNS[:3])
-    keep = [sink_record_size(keys[i], values[i], topics[i], parts[i], offsets[i], cid, pipeline,
-                             [(h["key"], h["value"]) for h in users[i] or ()]) <= limit for i in range(n)]
-    kept = arrow if all(keep) else arrow.filter(pa.array(keep))
-    dropped = n - kept.num_rows
-    if dropped:
-        log.info("checkpoint %d: %d records too large for the sink topic went to the dead-letter topic: not the "
-                 "table's rows either", cid, dropped)
-    return kept.drop_columns([_HEADERS]) if _HEADERS in kept.column_names else kept
+    def lengths(values: object) -> np.ndarray:
+        return np.asarray(pc.binary_length(values).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    def column(name: str) -> np.ndarray:
+        return lengths(table[name]) if name in table.column_names else np.zeros(n, dtype=np.int64)
+
+    user_bytes, users = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    if _HEADERS in table.column_names:
+        lists = table[_HEADERS].combine_chunks()
+        users = np.asarray(pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        flat = pc.list_flatten(lists)
+        if len(flat):
+            parents = np.asarray(pc.list_parent_indices(lists).to_numpy(zero_copy_only=False))
+            weights = lengths(flat.field("key")) + lengths(flat.field("value"))
+            user_bytes = np.bincount(parents, weights=weights, minlength=n).astype(np.int64)
+        table = table.drop_columns([_HEADERS])
+    topic, partition, offset = PROVENANCE_COLUMNS[:3]
+    sizes = sink_record_sizes(column("key"), column("value"), lengths(table[topic]),
+                              lengths(pc.cast(table[partition], pa.string())),
+                              lengths(pc.cast(table[offset], pa.string())), cid, pipeline, user_bytes, users)
+    keep = sizes <= limit
+    return table if keep.all() else table.filter(pa.array(keep))
+
+
+def _by_source(table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """``table``'s rows by source partition (``topic:partition``): most batches hold one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return
+    topic, partition = table[PROVENANCE_COLUMNS[0]], table[PROVENANCE_COLUMNS[1]]
+    topics, partitions = pc.unique(topic), pc.unique(partition)
+    if len(topics) == 1 and len(partitions) == 1:
+        yield f"{topics[0].as_py()}:{partitions[0].as_py()}", table
+        return
+    keys = pc.binary_join_element_wise(topic, pc.cast(partition, pa.string()), ":")
+    for key in pc.unique(keys).to_pylist():
+        yield key, table.filter(pc.equal(keys, key))
+
+
+def _arrow_schema(rows: DataFrame) -> pa.Schema:
+    """The rows' Arrow schema as the tasks write it and Iceberg reads it back (plain strings and binaries)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(rows.schema)
+    return pa.schema([f.with_type(_plain(f.type)) for f in schema])
 
 
 def _plain(t: object) -> object:

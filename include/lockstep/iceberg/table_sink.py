@@ -14,15 +14,13 @@ kept conflicting is transient; a table or a column the checkpoint cannot write i
 from __future__ import annotations
 
 __all__ = [
-    "IcebergTable", "Observed", "RowsOfSource",
+    "FileTarget", "IcebergTable", "Observed", "RowsOfSource", "SourceFiles",
 ]
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockstep.connections import iceberg_catalog, redact
@@ -47,8 +45,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: How many times a publish is tried when other writers' commits keep changing main under it.
 PUBLISH_ATTEMPTS = 5
-#: How many data files a run writes at once.
-WRITE_THREADS = 8
 #: The summary property of the empty snapshot a table created by Lockstep starts with (branches need one).
 SUMMARY_CREATED = "lockstep.created-by"
 
@@ -68,6 +64,57 @@ class Observed:
 
     published: int | None
     staged: bool
+
+
+@dataclass(frozen=True)
+class FileTarget:
+    """Where a checkpoint's data files go, handed to the Spark tasks that write them: the table's name, a folder
+    of this attempt's own under the table's location, the rows' Arrow schema and the table's file IO
+    properties (they may hold the object store's credentials: never printed)."""
+
+    table: str
+    folder: str
+    schema: pa.Schema
+    io_properties: Mapping[str, str] = field(repr=False)
+
+
+class SourceFiles:
+    """The data files one writer (a Spark task, or the driver) writes to a `FileTarget`: one Parquet file per
+    source partition (``topic:partition``) it is given rows of, streamed as the rows come, named after the
+    source and ``writer`` (unique among a checkpoint's writers, so that tasks never write the same file)."""
+
+    def __init__(self, target: FileTarget, writer: str) -> None:
+        self.target, self.writer = target, writer
+        self._open: dict[str, tuple[str, Any, Any]] = {}
+        self._records: dict[str, int] = {}
+
+    def add(self, source: str, rows: pa.Table | pa.RecordBatch) -> None:
+        """``rows``, all of ``source``, appended to its file (opened on its first rows)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not rows.num_rows:
+            return
+        if source not in self._open:
+            from pyiceberg.io import load_file_io
+
+            path = f"{self.target.folder}/{source.replace(':', '-')}-{self.writer}.parquet"
+            stream = load_file_io(dict(self.target.io_properties), path).new_output(path).create(overwrite=True)
+            self._open[source] = (path, stream, pq.ParquetWriter(stream, self.target.schema))
+            self._records[source] = 0
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        self._open[source][2].write_table(table.cast(self.target.schema))
+        self._records[source] += rows.num_rows
+
+    def close(self) -> list[TableFile]:
+        """Every file finished and closed; what each holds."""
+        files = []
+        for source, (path, stream, writer) in self._open.items():
+            writer.close()
+            stream.close()
+            files.append(TableFile(path, self._records[source], (source,)))
+        self._open.clear()
+        return files
 
 
 class IcebergTable:
@@ -152,36 +199,25 @@ class IcebergTable:
                 "precision); change the transform's output back, or migrate the table (docs/iceberg.md)") from exc
         return self.load()
 
-    def stage(self, pipeline: str, checkpoint_id: int, rows: Sequence[RowsOfSource], schema: pa.Schema,
-              written: Callable[[], None] = lambda: None) -> StagedTable:
-        """Write each source partition's rows as a data file under the table's location and stage one snapshot
-        adding them on the checkpoint's branch (made again when an earlier attempt of the run left one).
-        ``written``: called once the files are written, before the snapshot is staged (a failpoint)."""
-        import pyarrow.parquet as pq
-
-        branch = branch_name(pipeline, checkpoint_id)
-        if not rows:
-            return StagedTable(self.conn_id, self.name, branch, None)
+    def target(self, pipeline: str, checkpoint_id: int, schema: pa.Schema) -> FileTarget:
+        """Where checkpoint ``checkpoint_id``'s data files go, the table made or evolved for ``schema`` first; an
+        earlier attempt's branch is dropped (its files are left as orphans)."""
         table = self.ready_for(schema)
-        if branch in table.metadata.refs:  # an earlier attempt's: its files are left as orphans
+        branch = branch_name(pipeline, checkpoint_id)
+        if branch in table.metadata.refs:
             self._calling("drop an earlier attempt's branch",
                           lambda: table.manage_snapshots().remove_branch(branch).commit())
             table = self.load()
         folder = f"{table.location().rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}/{uuid.uuid4().hex[:12]}"
-        files = [TableFile(f"{folder}/{i:05d}-{part.source.replace(':', '-')}.parquet", part.rows.num_rows,
-                           (part.source,)) for i, part in enumerate(rows)]
+        return FileTarget(self.name, folder, schema, dict(table.io.properties))
 
-        def write(file: TableFile, data: pa.Table) -> None:
-            with table.io.new_output(file.path).create(overwrite=True) as stream:
-                pq.write_table(data.cast(schema), stream)
-
-        # The files go up side by side: each is a round trip or a few to the object store.
-        with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(files))) as pool:
-            done = [pool.submit(self._calling, "write a data file", partial(write, f, part.rows))
-                    for f, part in zip(files, rows, strict=True)]
-        for future in done:
-            future.result()
-        written()
+    def stage_files(self, pipeline: str, checkpoint_id: int, files: Sequence[TableFile]) -> StagedTable:
+        """One snapshot adding ``files`` (written under this checkpoint's `target`) staged on the checkpoint's
+        branch, its summary naming the pipeline and the checkpoint; no files, nothing staged."""
+        branch = branch_name(pipeline, checkpoint_id)
+        if not files:
+            return StagedTable(self.conn_id, self.name, branch, None)
+        table = self.load()
         props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
         self._calling("stage the snapshot", lambda: table.add_files(
             [f.path for f in files], snapshot_properties=props, check_duplicate_files=False, branch=branch))
@@ -190,6 +226,20 @@ class IcebergTable:
         if staged is None:
             raise TransientError(f"Iceberg table {self.name}: the snapshot staged on branch {branch} is not there")
         return StagedTable(self.conn_id, self.name, branch, staged.snapshot_id, tuple(files))
+
+    def stage(self, pipeline: str, checkpoint_id: int, rows: Sequence[RowsOfSource], schema: pa.Schema,
+              written: Callable[[], None] = lambda: None) -> StagedTable:
+        """`target`, each source partition's rows written there as a data file (`SourceFiles`, here), then
+        `stage_files`: the driver's way, for rows it holds. ``written``: called once the files are written, before
+        the snapshot is staged (a failpoint)."""
+        if not rows:
+            return StagedTable(self.conn_id, self.name, branch_name(pipeline, checkpoint_id), None)
+        files = SourceFiles(self.target(pipeline, checkpoint_id, schema), "driver")
+        for part in rows:
+            files.add(part.source, part.rows)
+        written_files = self._calling("write a data file", files.close)
+        written()
+        return self.stage_files(pipeline, checkpoint_id, written_files)
 
     # ---- the commit ------------------------------------------------------------------------------------
     def observe(self, pipeline: str, checkpoint_id: int, staged: StagedTable) -> Observed:

@@ -17,12 +17,14 @@ __all__ = [
     "ACCEPTED_TYPES", "CHECKPOINT_HEADER", "DEFAULT_PRODUCER_LIMIT", "ERROR_HEADER", "LEADING_HEADERS",
     "MID_PRODUCE_AFTER_RECORDS", "OPTIONAL_COLUMNS", "ORIGINAL_SIZE_HEADER", "PIPELINE_HEADER", "REPLAY_HEADER",
     "REQUIRED_COLUMNS", "ROUTE_COLUMN", "SOURCE_OFFSET", "SOURCE_PARTITION", "SOURCE_TOPIC", "WRITER_FAILPOINTS",
-    "jvm_contract", "mid_produce_message", "parse_task_result", "record_size", "sink_record_size", "task_result",
+    "jvm_contract", "mid_produce_message", "parse_task_result", "record_size", "sink_record_size", "sink_record_sizes",
+    "task_result",
     "too_large",
 ]
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from lockstep.errors import TerminalError
 
@@ -89,12 +91,21 @@ def sink_record_size(key_bytes: int, value_bytes: int, topic: str, partition: in
     (the source's topic, partition and offset as text, the checkpoint, the pipeline), then the transform's own.
     What a reader of the output computes to find the records the writers dead-lettered for their size (the
     Iceberg sink's rows are the records the sink topic got)."""
-    header_bytes = (len(SOURCE_TOPIC) + len(topic.encode()) + len(SOURCE_PARTITION) + len(str(partition))
-                    + len(SOURCE_OFFSET) + len(str(offset)) + len(CHECKPOINT_HEADER) + len(str(checkpoint_id))
-                    + len(PIPELINE_HEADER) + len(pipeline.encode()))
     users = user_headers or []
-    header_bytes += sum(len(k.encode()) + len(v or b"") for k, v in users)
-    return record_size(key_bytes, value_bytes, header_bytes, len(LEADING_HEADERS) + len(users))
+    return int(sink_record_sizes(key_bytes, value_bytes, len(topic.encode()), len(str(partition)),
+                                 len(str(offset)), checkpoint_id, pipeline,
+                                 sum(len(k.encode()) + len(v or b"") for k, v in users), len(users)))
+
+
+def sink_record_sizes(key_bytes: Any, value_bytes: Any, topic_bytes: Any, partition_digits: Any, offset_digits: Any,
+                      checkpoint_id: int, pipeline: str, user_header_bytes: Any, user_headers: Any) -> Any:
+    """`sink_record_size` from lengths: every argument but the checkpoint and the pipeline an int or, for a batch
+    of records at once, a numpy array of them (the Iceberg sink's tasks leave out what the writers dead-lettered
+    for its size). ``user_header_bytes``: the transform's headers' names' UTF-8 lengths and values' lengths."""
+    header_bytes = (len(SOURCE_TOPIC) + len(SOURCE_PARTITION) + len(SOURCE_OFFSET) + len(CHECKPOINT_HEADER)
+                    + len(str(checkpoint_id)) + len(PIPELINE_HEADER) + len(pipeline.encode())
+                    + topic_bytes + partition_digits + offset_digits + user_header_bytes)
+    return record_size(key_bytes, value_bytes, header_bytes, len(LEADING_HEADERS) + user_headers)
 
 
 def too_large(size: int, limit: int, where: str, source: str) -> str:
