@@ -355,3 +355,43 @@ def s3_configuration(endpoint: str, access_key: str, secret_key: str, region: st
     Lockstep's does on a new host."""
     return {"s3.endpoint": endpoint, "s3.endpoint.region": region, "s3.path.style.access": "true",
             "s3.access-key": access_key, "s3.secret-key": secret_key}
+
+
+# ---- the Iceberg race (lockstep_bench.iceberg_race) ---------------------------------------------------
+#: The Iceberg catalog's name in the job's statements.
+ICEBERG_CATALOG = "ice"
+
+
+def iceberg_catalog(uri: str, warehouse: str, s3_endpoint: str, access_key: str, secret_key: str,
+                    region: str) -> str:
+    """The platform's Iceberg REST catalog, its files on the S3 server through Iceberg's own S3 file IO."""
+    options = {"type": "iceberg", "catalog-type": "rest", "uri": uri, "warehouse": warehouse,
+               "io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint": s3_endpoint,
+               "s3.path-style-access": "true", "s3.access-key-id": access_key, "s3.secret-access-key": secret_key,
+               "client.region": region}
+    return f"CREATE CATALOG {ICEBERG_CATALOG} WITH (\n  {_with(options)}\n)"
+
+
+def iceberg_statements(bootstrap: str, source: str, ends: Mapping[int, int], table: str, group: str,
+                       sink: str | None = None, transactional_id_prefix: str = "") -> tuple[list[str], list[str]]:
+    """(DDL after the catalog's, the inserts run together as one job): the orders of at least ``MIN_AMOUNT`` into
+    ``table`` (``namespace.name``, made here) with the order's fields, ``amount_cents``, ``value`` (the order as
+    JSON, what the Kafka sink writes) and the source topic, partition and offset as columns; with ``sink``, the
+    same records also to that Kafka topic exactly once (``insert_sink``), from the same scan."""
+    namespace, name = table.split(".")
+    target = f"{ICEBERG_CATALOG}.`{namespace}`.`{name}`"
+    fields = ", ".join(f"`{n}`" for n, _ in FIELDS)
+    cents = "CAST(ROUND(`amount` * 100, 0) AS BIGINT)"
+    value = "JSON_OBJECT(" + ", ".join([f"KEY '{n}' VALUE `{n}`" for n, _ in FIELDS]
+                                       + [f"KEY 'amount_cents' VALUE {cents}"]) + ")"
+    columns = ", ".join(f"`{n}` {SQL_TYPES[k]}" for n, k in FIELDS)
+    ddl = [f"CREATE DATABASE IF NOT EXISTS {ICEBERG_CATALOG}.`{namespace}`",
+           f"CREATE TABLE {target} (\n  {columns}, `amount_cents` BIGINT, `value` STRING,\n"
+           "  `src_topic` STRING, `src_partition` INT, `src_offset` BIGINT\n) WITH ('format-version' = '2')",
+           source_table(bootstrap, source, ends, group)]
+    inserts = [f"INSERT INTO {target} SELECT {fields}, {cents} AS `amount_cents`, {value} AS `value`, "
+               f"`src_topic`, `src_partition`, `src_offset` FROM src WHERE `amount` >= {MIN_AMOUNT}"]
+    if sink is not None:
+        ddl.append(sink_table(bootstrap, sink, transactional_id_prefix))
+        inserts.append(insert_sink())
+    return ddl, inserts

@@ -68,6 +68,22 @@ FLINK = PeerEnv("flink", (f"apache-flink=={FLINK_VERSION}",),
                   f"{MAVEN}/org/apache/flink/flink-s3-fs-hadoop/{FLINK_VERSION}/flink-s3-fs-hadoop-{FLINK_VERSION}.jar")))
 QUIX = PeerEnv("quix", (f"quixstreams=={QUIX_VERSION}",))
 
+#: Iceberg's Flink runtime built for Flink 2.1 (the newest Flink its releases are built for; it runs on PyFlink
+#: 2.3, tried 2026-12-05), Iceberg's AWS bundle (its S3 file IO) and Hadoop's client jars, which its catalog needs.
+ICEBERG_FLINK_VERSION = "1.11.0"
+HADOOP_VERSION = "3.4.1"
+ICEBERG_FLINK_RUNTIME = f"iceberg-flink-runtime-2.1-{ICEBERG_FLINK_VERSION}.jar"
+FLINK_ICEBERG = PeerEnv("flink-iceberg", FLINK.packages, (
+    FLINK.jars[0],
+    (ICEBERG_FLINK_RUNTIME, f"{MAVEN}/org/apache/iceberg/iceberg-flink-runtime-2.1/{ICEBERG_FLINK_VERSION}/"
+                            f"{ICEBERG_FLINK_RUNTIME}"),
+    (f"iceberg-aws-bundle-{ICEBERG_FLINK_VERSION}.jar", f"{MAVEN}/org/apache/iceberg/iceberg-aws-bundle/"
+     f"{ICEBERG_FLINK_VERSION}/iceberg-aws-bundle-{ICEBERG_FLINK_VERSION}.jar"),
+    (f"hadoop/hadoop-client-api-{HADOOP_VERSION}.jar", f"{MAVEN}/org/apache/hadoop/hadoop-client-api/{HADOOP_VERSION}/"
+     f"hadoop-client-api-{HADOOP_VERSION}.jar"),
+    (f"hadoop/hadoop-client-runtime-{HADOOP_VERSION}.jar", f"{MAVEN}/org/apache/hadoop/hadoop-client-runtime/"
+     f"{HADOOP_VERSION}/hadoop-client-runtime-{HADOOP_VERSION}.jar")))
+
 
 def is_installed(env: PeerEnv, cache: Path) -> bool:
     """True when the folder was set up for exactly these versions and its files are still there."""
@@ -133,6 +149,27 @@ def flink_command(cache: Path, root: Path, bootstrap: str, source: str, sink: st
             "--connector-jar", str(FLINK.jar(cache)), "--parallelism", str(parallelism(len(ends))),
             "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
     return Command(argv, _env(root / "include"), parse_result)
+
+
+def flink_iceberg_versions() -> dict[str, str]:
+    """The Iceberg race's peer's versions, for its report."""
+    return {"pyflink": FLINK_VERSION, "flink_kafka_connector": FLINK_KAFKA_CONNECTOR,
+            "iceberg_flink_runtime": f"{ICEBERG_FLINK_VERSION} (for Flink 2.1)", "hadoop_client": HADOOP_VERSION}
+
+
+def flink_iceberg_command(cache: Path, root: Path, bootstrap: str, source: str, ends: Mapping[int, int], table: str,
+                          sink: str | None, catalog_uri: str, platform_env: Mapping[str, str]) -> Command:
+    """The Iceberg race's Flink job (``jobs/flink_iceberg_job.py``): into ``table``, and ``sink`` too when given.
+    The catalog's keys reach it in its environment (``platform_env``), not its arguments."""
+    jars = [str(FLINK_ICEBERG.jar(cache, i)) for i in range(3)]
+    argv = [str(FLINK_ICEBERG.venv_python(cache)), str(root / JOBS / "flink_iceberg_job.py"), "--bootstrap", bootstrap,
+            "--source", source, "--ends", json.dumps({str(p): e for p, e in ends.items()}), "--table", table,
+            "--catalog-uri", catalog_uri, "--jars", ",".join(jars), "--parallelism", str(parallelism(len(ends)))]
+    if sink is not None:
+        argv += ["--sink", sink, "--transactional-id-prefix", f"bench-flink-{uuid.uuid4().hex[:8]}"]
+    env = {**_env(root / "include"), **{k: v for k, v in platform_env.items() if k == "AIRFLOW_CONN_ICEBERG_DEFAULT"}}
+    env["HADOOP_CLASSPATH"] = os.pathsep.join(str(FLINK_ICEBERG.jar(cache, i)) for i in (3, 4))
+    return Command(argv, env, parse_result)
 
 
 def quix_command(cache: Path, root: Path, bootstrap: str, source: str, sink: str, ends: Mapping[int, int]) -> Command:

@@ -185,6 +185,11 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
               "records_in": prepared.records_in, "records_out": prepared.records_out,
               "records_dead_lettered": prepared.records_dead_lettered,
               "transactions": len(prepared.transactions)}
+    if prepared.stage_seconds:
+        result["stages"] = {k: round(v, 2) for k, v in prepared.stage_seconds.items()}
+    if prepared.iceberg is not None:  # sink.iceberg: the table's rows and files of the checkpoint (the Iceberg race)
+        result["iceberg"] = {"rows": prepared.iceberg.records, "files": len(prepared.iceberg.files),
+                             "completed_snapshot": view.completed.iceberg_snapshot if view.completed else None}
     if tables.tables:  # a pipeline with tables: each one's materialization (the join race)
         result["tables"] = tables.tables
     if phases.phases():

@@ -24,6 +24,7 @@ from lockstep_bench import (
     formats,
     freshness,
     history,
+    iceberg_race,
     joins,
     keyed_state,
     lag_fleet,
@@ -388,7 +389,7 @@ def isolated_platform(root: Path, warm_checkpoints: bool = False, airflow_db: st
 
     platform = Platform(state_dir=root / "platform", ports={"kafka": 0, "controller": 0, "s3": 0, "airflow": 0,
                                                             "spark-connect": 0, "registry": 0, "postgres": 0,
-                                                            "registry-management": 0},
+                                                            "registry-management": 0, "iceberg": 0},
                         warm_checkpoints=warm_checkpoints, airflow_db=airflow_db)
     log(f"starting an isolated Kafka + S3 + Spark Connect platform in {root}")
     platform.up(with_connect=True, out=sys.stderr)
@@ -643,6 +644,39 @@ def run_joins_bench(settings: joins.JoinSettings) -> Path:
     return report_path
 
 
+def run_iceberg_bench(settings: iceberg_race.IcebergSettings) -> Path:
+    """``--iceberg-only``: Kafka → Iceberg, Lockstep raced against Flink's Iceberg sink, every table read back
+    (lockstep_bench.iceberg_race)."""
+    from lockstep_bench import iceberg_report
+
+    flinks = set(settings.engines) - {iceberg_race.LOCKSTEP}
+
+    def before(root: Path, results: dict[str, Any]) -> None:
+        if flinks:  # before any measurement: may download
+            peers.ensure(peers.FLINK_ICEBERG, cache_dir(), log)
+            results["peers"] = peers.flink_iceberg_versions()
+
+    def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
+        command = (lambda engine, source, ends, table, sink: peers.flink_iceberg_command(
+            cache_dir(), project_root(), platform.kafka.bootstrap, source, ends, table, sink,
+            platform.iceberg.url, platform.client_env())) if flinks else None
+        results["race"] = iceberg_race.IcebergRace(settings, platform.kafka.bootstrap, platform.spark_connect.url,
+                                                   platform.state.pids["spark-connect"], root, log,
+                                                   flink_command=command).measure()
+
+    results, report_path = _focused_run(settings, "iceberg", iceberg_report.write, measure, before)
+    for line in iceberg_report.headline(results):
+        log(line)
+    race = results["race"]
+    wrong = [r["check"]["summary"] for r in race["runs"] + race["warm_up"]
+             if r["pipeline"] == iceberg_race.LOCKSTEP and not (r["check"]["exact"] and r["topic_check"]["exact"])]
+    if race.get("stream") and not race["stream"]["after"]["exact"]:
+        wrong.append(race["stream"]["after"]["summary"])
+    if wrong:
+        raise RunFailed(f"Lockstep's table or topic was not exact in {len(wrong)} runs: {wrong[0]}")
+    return report_path
+
+
 def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
     """``--freshness-only``: produce-to-visible latency at steady rates, Lockstep through Airflow against Flink SQL
     and Quix (lockstep_bench.freshness)."""
@@ -784,6 +818,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     windows.add_argument("--windows-records", type=int, help="input records of the race (default 1,000,000)")
     windows.add_argument("--windows-engines", type=lambda text: tuple(x for x in text.split(",") if x),
                          help="which engines race (default lockstep-connect,flink-sql,quix-streams)")
+    ice = parser.add_argument_group("Iceberg race (--iceberg-only: only this, report docs/BENCHMARKS-iceberg.md)")
+    ice.add_argument("--iceberg-only", action="store_true",
+                     help="race Lockstep into an Iceberg table (sink.iceberg, connect mode) against Flink's Iceberg "
+                          "sink, every table read back row by row, then a stream's small files and their compaction; "
+                          "nothing else (--partitions and --repeats apply)")
+    ice.add_argument("--iceberg-records", type=int, help="input records of the race (default 10,000,000)")
+    ice.add_argument("--iceberg-engines", type=lambda text: tuple(x for x in text.split(",") if x),
+                     help="which engines race (default lockstep-connect,flink-iceberg,flink-iceberg-and-kafka)")
+    ice.add_argument("--iceberg-stream-checkpoints", type=int,
+                     help="checkpoints of the small-files stream, over 1,000,000 records of its own (default 10; "
+                          "0: none)")
+    ice.add_argument("--iceberg-no-warm-up", dest="iceberg_warm_up", action="store_false", default=None,
+                     help="no uncounted run of each engine first (at 10M records, rotate the order over --repeats "
+                          "rounds instead)")
     join = parser.add_argument_group("join race (--joins-only: only this, report docs/BENCHMARKS-joins.md)")
     join.add_argument("--joins-only", action="store_true",
                       help="race Lockstep's stream-table join (tables:, connect mode) against Flink SQL's "
@@ -881,6 +929,12 @@ def windows_settings_from_args(args: argparse.Namespace) -> windowed.WindowSetti
         "windows_records": "records", "windows_engines": "engines", "repeats": "repeats"})
 
 
+def iceberg_settings_from_args(args: argparse.Namespace) -> iceberg_race.IcebergSettings:
+    return _focused_settings(iceberg_race.IcebergSettings, args, {
+        "iceberg_records": "records", "iceberg_engines": "engines", "iceberg_stream_checkpoints": "stream_checkpoints",
+        "iceberg_warm_up": "warm_up", "repeats": "repeats"})
+
+
 def joins_settings_from_args(args: argparse.Namespace) -> joins.JoinSettings:
     return _focused_settings(joins.JoinSettings, args, {
         "joins_records": "records", "joins_keys": "keys", "joins_engines": "engines",
@@ -959,6 +1013,8 @@ FOCUSED = (
             lambda args: run_lag_fleet_bench(lag_fleet_settings_from_args(args))),
     Focused("formats_only", "formats_report", formats.FormatSettings,
             lambda args: run_formats_bench(formats_settings_from_args(args))),
+    Focused("iceberg_only", "iceberg_report", iceberg_race.IcebergSettings,
+            lambda args: run_iceberg_bench(iceberg_settings_from_args(args))),
     Focused("joins_only", "joins_report", joins.JoinSettings,
             lambda args: run_joins_bench(joins_settings_from_args(args))),
     Focused("windows_only", "windowed_report", windowed.WindowSettings,

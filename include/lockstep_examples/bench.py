@@ -15,7 +15,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 MIN_AMOUNT = 30.0
 
@@ -24,18 +24,40 @@ FIELDS = (("order_id", "string"), ("customer", "string"), ("amount", "double"), 
 
 
 def transform(df: DataFrame) -> DataFrame:
+    return _orders(df).withColumn("value", _order_json()).drop("o")
+
+
+def transform_for_table(df: DataFrame) -> DataFrame:
+    """``transform``, and the order's fields and ``amount_cents`` as columns beside ``value``, from the same parse:
+    the Iceberg race's table (``lockstep bench --iceberg-only``) has them as its columns, as the peer's has."""
+    from pyspark.sql import functions as F
+
+    orders = _orders(df)
+    return orders.select(*[c for c in orders.columns if c not in ("o", "value")], _order_json().alias("value"),
+                         *[F.col(f"o.{name}").alias(name) for name, _ in FIELDS], _cents().alias("amount_cents"))
+
+
+def _orders(df: DataFrame) -> DataFrame:
+    """The input with its order parsed (``o``), the orders of at least ``MIN_AMOUNT``."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
     types = {"string": StringType(), "double": DoubleType(), "long": LongType()}
     schema = StructType([StructField(name, types[kind]) for name, kind in FIELDS])
-    order = F.from_json(F.col("value").cast("string"), schema)
-    out = F.to_json(F.struct(*[F.col(f"o.{name}").alias(name) for name, _ in FIELDS],
-                             F.round(F.col("o.amount") * 100).cast("long").alias("amount_cents")))
-    return (df.withColumn("o", order)
-            .filter(F.col("o.amount") >= MIN_AMOUNT)
-            .withColumn("value", out.cast("binary"))
-            .drop("o"))
+    return df.withColumn("o", F.from_json(F.col("value").cast("string"), schema)).filter(F.col("o.amount") >= MIN_AMOUNT)
+
+
+def _cents() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.round(F.col("o.amount") * 100).cast("long")
+
+
+def _order_json() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct(*[F.col(f"o.{name}").alias(name) for name, _ in FIELDS],
+                              _cents().alias("amount_cents"))).cast("binary")
 
 
 #: The benchmark's order as Avro (``lockstep_dev.datagen.order`` with ``note``, the padding): the formats

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: How many times a publish is tried when other writers' commits keep changing main under it.
 PUBLISH_ATTEMPTS = 5
+#: About how many bytes (as Arrow holds them) of a source's rows a data file's row group gathers.
+ROW_GROUP_BYTES = 64 * 1024 * 1024
 #: The summary property of the empty snapshot a table created by Lockstep starts with (branches need one).
 SUMMARY_CREATED = "lockstep.created-by"
 
@@ -80,20 +82,37 @@ class FileTarget:
 
 class SourceFiles:
     """The data files one writer (a Spark task, or the driver) writes to a `FileTarget`: one Parquet file per
-    source partition (``topic:partition``) it is given rows of, streamed as the rows come, named after the
-    source and ``writer`` (unique among a checkpoint's writers, so that tasks never write the same file)."""
+    source partition (``topic:partition``) it is given rows of, named after the source and ``writer`` (unique
+    among a checkpoint's writers, so that tasks never write the same file). Rows are gathered per source into row
+    groups of about `ROW_GROUP_BYTES` (Spark hands a task's rows over in batches of 10,000) and streamed out."""
 
     def __init__(self, target: FileTarget, writer: str) -> None:
         self.target, self.writer = target, writer
         self._open: dict[str, tuple[str, Any, Any]] = {}
         self._records: dict[str, int] = {}
+        self._pending: dict[str, list[pa.Table]] = {}
+        self._pending_bytes: dict[str, int] = {}
 
     def add(self, source: str, rows: pa.Table | pa.RecordBatch) -> None:
         """``rows``, all of ``source``, appended to its file (opened on its first rows)."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         if not rows.num_rows:
+            return
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        self._pending.setdefault(source, []).append(table)
+        self._pending_bytes[source] = self._pending_bytes.get(source, 0) + table.nbytes
+        self._records[source] = self._records.get(source, 0) + table.num_rows
+        if self._pending_bytes[source] >= ROW_GROUP_BYTES:
+            self._flush(source)
+
+    def _flush(self, source: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pending = self._pending.pop(source, [])
+        self._pending_bytes.pop(source, None)
+        if not pending:
             return
         if source not in self._open:
             from pyiceberg.io import load_file_io
@@ -101,13 +120,13 @@ class SourceFiles:
             path = f"{self.target.folder}/{source.replace(':', '-')}-{self.writer}.parquet"
             stream = load_file_io(dict(self.target.io_properties), path).new_output(path).create(overwrite=True)
             self._open[source] = (path, stream, pq.ParquetWriter(stream, self.target.schema))
-            self._records[source] = 0
-        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
-        self._open[source][2].write_table(table.cast(self.target.schema))
-        self._records[source] += rows.num_rows
+        data = pa.concat_tables([t.cast(self.target.schema) for t in pending])
+        self._open[source][2].write_table(data, row_group_size=data.num_rows)
 
     def close(self) -> list[TableFile]:
         """Every file finished and closed; what each holds."""
+        for source in list(self._pending):
+            self._flush(source)
         files = []
         for source, (path, stream, writer) in self._open.items():
             writer.close()

@@ -1,0 +1,134 @@
+"""Writes docs/BENCHMARKS-iceberg.md from the results of ``lockstep bench --iceberg-only``
+(``lockstep_bench.iceberg_race``): the engines' medians side by side, Lockstep's ratio to each peer (issue 71's
+target: ≥ 2×), where Lockstep's checkpoint spends its time, every run with its table's check and files, the small
+files of a stream before and after compaction, and the exact spec and SQL."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lockstep_bench import iceberg_race as race_
+from lockstep_bench.measure import load_at, median
+from lockstep_bench.windowed_report import medians, ratios
+
+FULL_COMMAND = "lockstep bench --iceberg-only --results var/bench/iceberg-results.json --report docs/BENCHMARKS-iceberg.md"
+PAGE = Path("docs") / "BENCHMARKS-iceberg.md"
+#: Issue 71's "Done when": Lockstep into Iceberg at least twice the peer's records/s at 10M records.
+TARGET = 2.0
+LABELS = {race_.LOCKSTEP: "Lockstep (connect mode): the table and a Kafka topic, one checkpoint",
+          race_.FLINK: "Flink SQL + Iceberg's Flink sink: the table only",
+          race_.FLINK_AND_KAFKA: "Flink SQL + Iceberg's Flink sink: the table and a Kafka topic (exactly-once sink)"}
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    table = medians(results["race"]["runs"])
+    return [f"Lockstep ÷ {engine}: {ratio:.2f}× (target {TARGET}×: {'met' if ratio >= TARGET else 'not met'})"
+            for engine, ratio in ratios(table, of=race_.LOCKSTEP).items()] + \
+        [f"{engine}: {row['records_per_s']:,.0f} records/s, exact {row['exact']}" for engine, row in table.items()]
+
+
+def _stages(runs: list[dict[str, Any]]) -> dict[str, float]:
+    names: dict[str, None] = {}
+    for r in runs:
+        names.update(dict.fromkeys(r.get("inner", {}).get("stages") or {}))
+    return {n: median([(r.get("inner", {}).get("stages") or {}).get(n) for r in runs]) for n in names}
+
+
+def render(results: dict[str, Any], rerendered: bool = False) -> str:
+    s, race = results["settings"], results["race"]
+    table = medians(race["runs"])
+    env = results.get("environment", {})
+    inp = race["input"]
+    lines = [
+        "# Benchmarks: Kafka → Iceberg, exactly once",
+        "",
+        f"Written by `{FULL_COMMAND}` (`make bench-iceberg`) on {results['started_at']} at commit "
+        f"`{results['commit']}`{' (rendered again from its results)' if rerendered else ''}; "
+        f"{results.get('seconds', 0):.0f} s in all, load average {load_at(results, 'start')} at the start and "
+        f"{load_at(results, 'end')} at the end. "
+        + ("One run of each engine first, not counted; then " if s.get("warm_up", True) else "No uncounted run first; ")
+        + f"{s['repeats']} round(s), the order rotated each round.",
+        "",
+        f"Machine: {env.get('cpu_model', '?')} ({env.get('cpus', '?')} cores), {env.get('memory', '?')}; "
+        f"Kafka {env.get('kafka', '?')}, Spark {env.get('spark', '?')}, Java {env.get('java', '?')}; peers: "
+        + ", ".join(f"{k} {v}" for k, v in (results.get("peers") or {}).items()) + ".",
+        "",
+        f"**Input**: {inp['records']:,} JSON orders ({inp['bytes'] / 1e6:,.0f} MB) over {inp['partitions']} partitions, "
+        "on an isolated platform (one Kafka broker, MinIO, Iceberg 1.10's REST catalog on MinIO, a Spark Connect "
+        "server). **Output**: the orders of at least 30.00 (about 90%) in a new Iceberg table per run, the order's "
+        "fields and `amount_cents` as columns plus the source partition and offset of each row. Every table is "
+        "scanned after its run and each row counted against the input offset it names: missing, twice, unexpected.",
+        "",
+        "## Records per second (medians)",
+        "",
+        "| engine | records/s | wall s | CPU s | peak RSS MB | table | data files | table MB |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for engine, row in table.items():
+        mine = [r for r in race["runs"] if r["pipeline"] == engine]
+        files = median([r["check"]["files"] for r in mine])
+        size = median([r["check"]["bytes"] / 1e6 for r in mine])
+        lines.append(f"| {LABELS.get(engine, engine)} | {row['records_per_s']:,.0f} | {row['wall_s']:.1f} | "
+                     f"{row['cpu_s']:.0f} | {row['peak_rss_mb']:,.0f} | "
+                     f"{'exact' if row['exact'] else 'NOT exact'} ({row['exact_runs']}/{row['runs']}) | "
+                     f"{files:.0f} | {size:,.0f} |")
+    lines += ["", "Lockstep ÷ each peer (records/s; target ≥ 2×):", ""]
+    lines += [f"- **{LABELS.get(e, e)}: {r:.2f}×** ({'met' if r >= TARGET else 'not met'})"
+              for e, r in ratios(table, of=race_.LOCKSTEP).items()]
+    lockstep_runs = [r for r in race["runs"] if r["pipeline"] == race_.LOCKSTEP]
+    stages = _stages(lockstep_runs)
+    if stages:
+        inner = [r.get("inner", {}) for r in lockstep_runs]
+        lines += ["", "## Where Lockstep's checkpoint spends its time (medians, seconds)", "",
+                  f"Process {median([r['wall_s'] for r in lockstep_runs]):.1f}: plan "
+                  f"{median([i.get('plan_s') for i in inner]):.1f}, run {median([i.get('run_s') for i in inner]):.1f}, "
+                  f"commit (Kafka transactions, then the table's snapshot) {median([i.get('commit_s') for i in inner]):.1f}. "
+                  "The run's stages:", "",
+                  "| " + " | ".join(stages) + " |", "| " + " | ".join("---:" for _ in stages) + " |",
+                  "| " + " | ".join(f"{v:.1f}" for v in stages.values()) + " |", "",
+                  "`keep` computes the output once for both writes; `write` is the Kafka transactions; `iceberg` writes "
+                  "the data files in the Spark tasks and stages their snapshot on the checkpoint's branch."]
+    stream = race.get("stream")
+    if stream:
+        per = [c.get("files") for c in stream["checkpoints"]]
+        lines += ["", "## Small files: a stream of checkpoints, then compaction", "",
+                  f"Lockstep over {stream['records']:,} records of their own in {len(per)} checkpoints into one "
+                  "table: each checkpoint adds a file "
+                  f"per source partition it read (files per checkpoint: {', '.join(str(f) for f in per)}). Then "
+                  "`lockstep iceberg compact --keep 1` rewrote the older checkpoints' files in one snapshot "
+                  f"({stream['compact_s']:.1f} s, the rows read and written by pyiceberg in one process).", "",
+                  "| | data files | rows on main | check |", "| --- | ---: | ---: | --- |",
+                  f"| after {len(per)} checkpoints | {stream['before']['files']} | {stream['before']['records']:,} | "
+                  f"{stream['before']['summary']} |",
+                  f"| after `compact --keep 1` | {stream['after']['files']} | {stream['after']['records']:,} | "
+                  f"{stream['after']['summary']} |"]
+    lines += ["", "## Every run", "", "| round | engine | wall s | records/s | CPU s | table | files | topic |",
+              "| ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+    for r in race["warm_up"] + race["runs"]:
+        topic = r.get("topic_check")
+        lines.append(f"| {'warm-up' if r['repeat'] < 0 else r['repeat'] + 1} | {r['pipeline']} | {r['wall_s']:.1f} | "
+                     f"{r['records_per_s']:,.0f} | {r['cpu_s']:.0f} | {r['check']['summary']} | {r['check']['files']} | "
+                     f"{'-' if topic is None else 'exact' if topic['exact'] else 'NOT exact'} |")
+    lines += ["", "## What each engine ran", ""]
+    if race.get("specs", {}).get(race_.LOCKSTEP):
+        lines += ["Lockstep's spec (names differ per run):", "", "```yaml", race["specs"][race_.LOCKSTEP].rstrip(),
+                  "```", ""]
+    for name, statements in (race.get("flink_sql") or {}).items():
+        lines += [f"{LABELS.get(name, name)}: its statements (placeholders for what differs per run):", "", "```sql",
+                  ";\n\n".join(statements) + ";", "```", ""]
+    lines += ["Raw results: `var/bench/iceberg-results.json` of the run (`lockstep bench --iceberg-only --from-results "
+              "FILE` renders this page again).", ""]
+    return "\n".join(lines)
+
+
+def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(results, rerendered))
+
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    table = medians(results["race"]["runs"])
+    return {"rates": {e: round(r["records_per_s"]) for e, r in table.items()},
+            "ratios": {e: round(r, 2) for e, r in ratios(table, of=race_.LOCKSTEP).items()},
+            "exact": {e: r["exact"] for e, r in table.items()}, "commit": results.get("commit")}
+
