@@ -12,7 +12,7 @@ STAMP := $(VENV)/.lockstep-installed
 MAVEN_SETTINGS := jvm/maven/settings.xml
 PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.lock)
 
-.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-formats bench-freshness bench-pipelines bench-lag-fleet soak soak-submit soak-state up down status clean lock
+.PHONY: setup browser lint spark-archive bytecode test unit integration demo bench bench-state bench-windows bench-joins bench-iceberg bench-formats bench-freshness bench-pipelines bench-lag-fleet soak soak-submit soak-state up down status clean lock
 
 WRITER_JAR := .cache/jars/lockstep/lockstep-jvm-writer.jar
 # MinIO, the local S3 server of `lockstep dev`: MinIO publishes no versioned Go module, so the
@@ -241,6 +241,15 @@ bench-windows: setup
 # --joins-keys in `lockstep bench --help`). The first run sets up the Flink SQL peer in .cache/bench/.
 bench-joins: setup
 	$(BIN)/lockstep bench --joins-only --results var/bench/joins-results.json --report docs/BENCHMARKS-joins.md
+
+# Kafka → Iceberg exactly once: 10,000,000 orders into a new table per run, Lockstep (connect mode, sink.iceberg beside its
+# Kafka topic) against Flink SQL with Iceberg's Flink sink (the table only, and the table plus an exactly-once Kafka
+# topic), two rounds in rotated order, every table scanned back row by row; then 1,000,000 records in 10 checkpoints
+# (files per checkpoint) and `lockstep iceberg compact --keep 1` (files after). On its own platform with the REST
+# catalog; rewrites docs/BENCHMARKS-iceberg.md (about 30 minutes). The first run sets up the Flink peer with Iceberg's
+# runtime in .cache/bench/flink-iceberg/.
+bench-iceberg: setup
+	$(BIN)/lockstep bench --iceberg-only --repeats 2 --iceberg-no-warm-up --results var/bench/iceberg-results.json --report docs/BENCHMARKS-iceberg.md
 
 # 10,000,000 orders as registry-framed Avro through Lockstep (parse, filter, encode, connect mode), the JSON
 # benchmark transform beside it, and kafka-producer-perf-test with as many producers as Lockstep's transactions,

@@ -201,6 +201,15 @@ def _kept(frame: DataFrame) -> DataFrame:
     return frame.localCheckpoint(eager=True)
 
 
+def _kept_on_disk(frame: DataFrame) -> DataFrame:
+    """`_kept` on the executors' disks only: a whole checkpoint's output for both writes (``sink.iceberg``) would
+    crowd the heap. 3M records into a table and a topic, alternated (2026-12-05): 28-30 s against 31-39 s kept in
+    memory and disk, and 34-35 s computed twice (docs/BENCHMARKS-iceberg.md)."""
+    from pyspark import StorageLevel
+
+    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+
+
 def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = None) -> Written:
     """transform -> state -> place (-> keep) -> count -> write -> count -> rewrite (-> iceberg); ``raised``: records
     set aside with their reason (`lockstep.spark.raised`), dead letters as they came."""
@@ -211,7 +220,7 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
     placed = tracker.run("place", _place, run, p, t, stateful)
     if sink.table:
         # Computed once and kept: the Kafka write and the table's rows (the iceberg stage) read the same records.
-        kept = tracker.run("keep", _kept, placed.out)
+        kept = tracker.run("keep", _kept_on_disk, placed.out)
         placed = placed._replace(out=kept, transformed=kept)
     if t.counting and t.observation is None and t.decoded is not None:
         # Only then: a look at the input first (a read and a decode, no shuffle) costs less than
