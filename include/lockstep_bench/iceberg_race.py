@@ -127,13 +127,13 @@ class IcebergRace:
         self.flink_command = flink_command
         self.specs: dict[str, str] = {}
 
-    def spec(self, name: str, source: str, sink: str, table: str, max_records: int) -> Path:
+    def spec(self, name: str, source: str, sink: str, table: str, max_records: int, kind: str = LOCKSTEP) -> Path:
         path = workloads.write_spec(self.work_dir / "specs", name, source, sink, max_records, remote=self.remote,
                                     transform=TRANSFORM)
         doc = yaml.safe_load(path.read_text())
         doc["sink"]["iceberg"] = {"table": table, "catalog_conn_id": CATALOG}
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        self.specs[LOCKSTEP] = path.read_text()
+        self.specs[kind] = path.read_text()
         return path
 
     def run(self, engine: str, w: workloads.Workload, ends: dict[int, int], want: list[np.ndarray],
@@ -175,7 +175,7 @@ class IcebergRace:
         table, sink = f"{NAMESPACE}.stream_{tag}", f"bench-iceberg-stream-{tag}"
         workloads.create_topic(self.bootstrap, sink, w.partitions)
         workloads.create_topic(self.bootstrap, f"{sink}-dlq", w.partitions)
-        spec = self.spec(f"bench-iceberg-stream-{tag}", w.topic, sink, table, -(-w.records // n))
+        spec = self.spec(f"bench-iceberg-stream-{tag}", w.topic, sink, table, -(-w.records // n), "stream")
         checkpoints = []
         try:
             for i in range(n):

@@ -131,3 +131,16 @@ def test_expiry_keeps_the_snapshots_of_checkpoints_not_completed_yet(table: Iceb
     assert table.observe("p", 4, staged).published is not None, "a commit of 4 run again still finds it"
     assert table.observe("p", 5, staged).staged
     assert len(main_rows(table)) == 20, "expiry removes history, never a row of main"
+
+
+def test_data_files_are_written_as_the_tables_write_properties_ask(table: IcebergTable) -> None:
+    import pyarrow.parquet as pq
+
+    def codec(staged) -> str:
+        path = staged.files[0].path.removeprefix("file://")
+        return pq.ParquetFile(path).metadata.row_group(0).column(0).compression
+
+    assert codec(table.stage("p", 1, [rows(1, "in:0", range(0, 3))], SCHEMA)) == "ZSTD", "Iceberg's default"
+    with table.load().transaction() as tx:
+        tx.set_properties({"write.parquet.compression-codec": "snappy"})
+    assert codec(table.stage("p", 2, [rows(2, "in:0", range(3, 6))], SCHEMA)) == "SNAPPY"

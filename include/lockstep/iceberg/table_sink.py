@@ -78,6 +78,8 @@ class FileTarget:
     folder: str
     schema: pa.Schema
     io_properties: Mapping[str, str] = field(repr=False)
+    #: The Parquet writer's options from the table's write properties (`parquet_options`).
+    parquet: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SourceFiles:
@@ -119,7 +121,8 @@ class SourceFiles:
 
             path = f"{self.target.folder}/{source.replace(':', '-')}-{self.writer}.parquet"
             stream = load_file_io(dict(self.target.io_properties), path).new_output(path).create(overwrite=True)
-            self._open[source] = (path, stream, pq.ParquetWriter(stream, self.target.schema))
+            self._open[source] = (path, stream, pq.ParquetWriter(stream, self.target.schema,
+                                                                 **dict(self.target.parquet)))
         data = pa.concat_tables([t.cast(self.target.schema) for t in pending])
         self._open[source][2].write_table(data, row_group_size=data.num_rows)
 
@@ -228,7 +231,7 @@ class IcebergTable:
                           lambda: table.manage_snapshots().remove_branch(branch).commit())
             table = self.load()
         folder = f"{table.location().rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}/{uuid.uuid4().hex[:12]}"
-        return FileTarget(self.name, folder, schema, dict(table.io.properties))
+        return FileTarget(self.name, folder, schema, dict(table.io.properties), parquet_options(table.properties))
 
     def stage_files(self, pipeline: str, checkpoint_id: int, files: Sequence[TableFile]) -> StagedTable:
         """One snapshot adding ``files`` (written under this checkpoint's `target`) staged on the checkpoint's
@@ -442,6 +445,15 @@ class IcebergTable:
             return TransientError(f"{where}: could not {what}: {cause}; a retry may pass")
         return TerminalError(f"{where}: could not {what}: {cause}. Fix the catalog connection's properties or the "
                              "table's permissions, then trigger the next run, which goes on from here")
+
+
+def parquet_options(properties: Mapping[str, str]) -> dict[str, Any]:
+    """The Parquet writer's options a table's write properties ask for (``write.parquet.compression-codec``,
+    zstd unless set, its level, page and dictionary sizes), as pyiceberg's own writes take them: Lockstep's data
+    files are written as any other writer's of the table."""
+    from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs  # pyiceberg's one reading of them
+
+    return {k: v for k, v in _get_parquet_writer_kwargs(dict(properties)).items() if v is not None}
 
 
 def published(table: Table, pipeline: str, checkpoint_id: int) -> int | None:
