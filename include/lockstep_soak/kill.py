@@ -11,8 +11,9 @@ import signal
 from pathlib import Path
 
 
-def _parents() -> dict[int, int]:
-    parents: dict[int, int] = {}
+def processes() -> dict[int, tuple[str, int, int]]:
+    """Every process in /proc: pid -> (state, parent pid, process group)."""
+    found: dict[int, tuple[str, int, int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -20,10 +21,14 @@ def _parents() -> dict[int, int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after the last ')'
         fields = stat[stat.rfind(")") + 2:].split()
-        parents[int(entry.name)] = int(fields[1])
-    return parents
+        found[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
+    return found
+
+
+def _parents() -> dict[int, int]:
+    return {pid: ppid for pid, (_state, ppid, _group) in processes().items()}
 
 
 def descendants(*roots: int) -> set[int]:

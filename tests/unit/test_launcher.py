@@ -126,21 +126,10 @@ def test_leaving_the_run_step_early_stops_spark_submit_and_its_children(spec_fil
 
 
 def _running_in_group(pgid: int) -> list[int]:
-    """The processes of process group ``pgid`` that are not dead (neither zombie nor exiting), from /proc."""
-    from pathlib import Path
+    """The processes of process group ``pgid`` that are not dead (neither zombie nor exiting)."""
+    from lockstep_soak.kill import processes
 
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, (state, _ppid, group) in processes().items() if group == pgid and state not in ("Z", "X")]
 
 
 def test_a_run_that_dies_after_prepare_says_roll_forward_not_replay(spec_file, monkeypatch):
