@@ -144,3 +144,15 @@ def test_data_files_are_written_as_the_tables_write_properties_ask(table: Iceber
     with table.load().transaction() as tx:
         tx.set_properties({"write.parquet.compression-codec": "snappy"})
     assert codec(table.stage("p", 2, [rows(2, "in:0", range(3, 6))], SCHEMA)) == "SNAPPY"
+
+
+def test_a_data_file_that_cannot_be_written_names_the_table_and_the_source(tmp_path) -> None:
+    from lockstep.errors import TransientError
+    from lockstep.iceberg.table_sink import FileTarget, SourceFiles
+
+    (tmp_path / "not-a-folder").write_text("")
+    files = SourceFiles(FileTarget("db.orders", f"file://{tmp_path}/not-a-folder/data", SCHEMA, {}), "task-1")
+    files.add("in:0", rows(1, "in:0", range(0, 3)).rows)
+    with pytest.raises(TransientError, match=r"Iceberg table db\.orders: could not write the data file of in:0 .*"
+                                             r"a retry may pass"):
+        files.close()

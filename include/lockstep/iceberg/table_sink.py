@@ -109,13 +109,19 @@ class SourceFiles:
             self._flush(source)
 
     def _flush(self, source: str) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         pending = self._pending.pop(source, [])
         self._pending_bytes.pop(source, None)
         if not pending:
             return
+        try:
+            self._write(source, pending)
+        except Exception as exc:
+            raise self._failed(source, exc) from exc
+
+    def _write(self, source: str, pending: list[pa.Table]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         if source not in self._open:
             from pyiceberg.io import load_file_io
 
@@ -132,11 +138,22 @@ class SourceFiles:
             self._flush(source)
         files = []
         for source, (path, stream, writer) in self._open.items():
-            writer.close()
-            stream.close()
+            try:
+                writer.close()
+                stream.close()
+            except Exception as exc:
+                raise self._failed(source, exc) from exc
             files.append(TableFile(path, self._records[source], (source,)))
         self._open.clear()
         return files
+
+    def _failed(self, source: str, exc: BaseException) -> Exception:
+        """What a Spark task's failure says (the run's last line quotes it): the table, the source, the cause."""
+        what = f"Iceberg table {self.target.table}: could not write the data file of {source} ({_cause(exc)})"
+        if _transient(exc) or isinstance(exc, OSError):
+            return TransientError(f"{what}; a retry may pass")
+        return TerminalError(f"{what}. Check the table's storage (its location, the catalog connection's file IO "
+                             "properties), then trigger the next run, which goes on from here")
 
 
 class IcebergTable:
