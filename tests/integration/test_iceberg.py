@@ -169,8 +169,13 @@ def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp
                                                                              monkeypatch):
     """The commit dies after the first of three transactions; the broker times the other two out. The repair
     publishes the table's files of the kept transaction's source partition only; the given-back partitions' rows
-    come with the next checkpoint, which reads them again: the table ends with each row once, as the topic."""
+    come with the next checkpoint, which reads them again: the table ends with each row once, as the topic. The
+    table is partitioned (``bucket(3, customer)``): the Spark tasks write a file per source and bucket, each in
+    the partition Iceberg computes for its rows."""
     import time
+
+    import pyarrow.parquet as pq
+    from pyiceberg.types import StringType
 
     from lockstep.kafka.committer import TransactionCommitter
     from lockstep.model.failpoints import FailpointError
@@ -181,13 +186,21 @@ def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp
     pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3, timeout_ms=15_000, margin_ms=1000,
                              parallelism=3, transform="lockstep_examples.orders:enrich_for_table")
     table = f"lake_{unique}.orders"
-    pipeline.rewrite(sink={"iceberg": {"table": table}})
+    pipeline.rewrite(sink={"iceberg": {"table": table, "partitioning": ["bucket(3, customer)"]}})
     produce_orders(pipeline, 150)
     p = Pipeline.open(pipeline.spec())
     cid = plan(p, run_id="repair-test").claim.checkpoint_id
     run_checkpoint(p.spec, cid, p.store)
     prepared = p.store.view(cid).prepared
-    assert len(prepared.transactions) == 3 and len(prepared.iceberg.files) == 3
+    assert len(prepared.transactions) == 3 and len(prepared.iceberg.files) > 3, prepared.iceberg.files
+    assert len({f.sources for f in prepared.iceberg.files}) == 3, "a file holds one source partition's rows"
+    t = catalog.load_table(table)
+    assert [str(f.transform) for f in t.spec().fields] == ["bucket[3]"]
+    bucket = t.spec().fields[0].transform.transform(StringType())
+    for task in t.scan(snapshot_id=prepared.iceberg.snapshot_id).plan_files():
+        with t.io.new_input(task.file.file_path).open() as stream:
+            held = {bucket(c) for c in pq.read_table(stream)["customer"].to_pylist()}
+        assert held == {task.file.partition[0]}, (task.file.file_path, held, task.file.partition)
     monkeypatch.setenv("LOCKSTEP_FAILPOINTS", "commit.between_commits=raise")
     with pytest.raises(FailpointError):
         commit(p, cid)

@@ -33,6 +33,15 @@ FUNCTION = {"key_groups": 32, "event_time": {"column": "created_at"},
 DEDUP = {"key_groups": 32, "event_time": {"column": "created_at"}, "dedup": {"key": "order_id", "ttl": "1h"}}
 
 
+def changed_doc(base: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    doc = copy.deepcopy(base)
+    edit(doc)
+    return doc
+
+
+ICEBERG = {**BASE, "sink": {**BASE["sink"], "iceberg": {"table": "lake.orders"}}}
+
+
 def with_state(state: dict[str, Any]) -> dict[str, Any]:
     doc = copy.deepcopy(BASE)
     doc["transform"] = "lockstep_examples.orders:parse"
@@ -127,6 +136,17 @@ CASES = [
      "state.function.state", Applies.NEXT, "migrated by m:migrate"),
     ("schedule", BASE, setter("checkpoints.max_records", 5000), "checkpoints.max_records", Applies.NEXT,
      "not what they write"),
+    ("table added", BASE, setter("sink.iceberg", {"table": "lake.orders"}), "sink.iceberg", Applies.NEXT,
+     "land in the table too"),
+    ("table removed", ICEBERG, setter("sink.iceberg", None), "sink.iceberg", Applies.NEXT,
+     "publish to the table they staged in"),
+    ("table moved", ICEBERG, setter("sink.iceberg.table", "lake.orders_v2"), "sink.iceberg.table", Applies.NEXT,
+     "lands in the new table"),
+    ("table partitioned", ICEBERG, setter("sink.iceberg.partitioning", ["day(ordered_at)", "bucket(8, customer)"]),
+     "sink.iceberg.partitioning", Applies.STEP, "evolve lake.orders's partition spec to [day(ordered_at), "
+     "bucket(8, customer)] first"),
+    ("table partitioning unset", changed_doc(ICEBERG, setter("sink.iceberg.partitioning", ["region"])),
+     setter("sink.iceberg.partitioning", None), "sink.iceberg.partitioning", Applies.NEXT, "as it is partitioned"),
 ]
 
 

@@ -4,6 +4,7 @@ connection."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -123,15 +124,39 @@ def test_the_spec_names_the_table_and_its_catalog(tmp_path) -> None:
     assert load_spec(spec_with(tmp_path, "")).sink.iceberg is None
 
 
+def test_the_spec_names_the_tables_partitioning_in_iceberg_s_transforms(tmp_path) -> None:
+    from lockstep.spec import TablePartition, load_spec
+
+    spec = load_spec(spec_with(tmp_path, ", iceberg: {table: lake.orders, partitioning: [region, 'day(ordered_at)', "
+                                         "'bucket( 16 , customer)', 'truncate(4,sku)', 'identity(shop)']}"))
+    assert spec.sink.iceberg is not None and spec.sink.iceberg.partitioning == (
+        TablePartition("region", "identity"), TablePartition("ordered_at", "day"),
+        TablePartition("customer", "bucket[16]"), TablePartition("sku", "truncate[4]"),
+        TablePartition("shop", "identity"))
+    assert [str(p) for p in spec.sink.iceberg.partitioning] == [
+        "region", "day(ordered_at)", "bucket(16, customer)", "truncate(4, sku)", "shop"]
+    assert load_spec(spec_with(tmp_path, ", iceberg: {table: lake.orders}")).sink.iceberg.partitioning is None
+    empty = load_spec(spec_with(tmp_path, ", iceberg: {table: lake.orders, partitioning: []}")).sink.iceberg
+    assert empty is not None and empty.partitioning == (), "declared unpartitioned"
+
+
 @pytest.mark.parametrize("iceberg, problem", [
     ("{table: orders}", "sink.iceberg.table: 'orders' is invalid: expected namespace.table"),
     ("{catalog_conn_id: lake}", "sink.iceberg.table: is required"),
     ("{table: lake.orders, branch: x}", "sink.iceberg.branch: unknown key"),
+    ("{table: lake.orders, partitioning: 'day(ts)'}", "sink.iceberg.partitioning: must be a list of partition fields"),
+    ("{table: lake.orders, partitioning: [ts, 'days(ts)']}",
+     "sink.iceberg.partitioning[1]: 'days(ts)' is not a partition field: expected a column, or year, month, day"),
+    ("{table: lake.orders, partitioning: ['bucket(0, k)']}", "sink.iceberg.partitioning[0]: 'bucket(0, k)' is not"),
+    ("{table: lake.orders, partitioning: ['bucket(k)']}", "sink.iceberg.partitioning[0]: 'bucket(k)' is not"),
+    ("{table: lake.orders, partitioning: [k, k]}", "sink.iceberg.partitioning[1]: 'k' is there already"),
+    ("{table: lake.orders, partitioning: ['day(ts)', 'hour(ts)']}",
+     "sink.iceberg.partitioning[1]: 'hour(ts)': ts is partitioned by time already"),
 ])
 def test_a_bad_iceberg_section_is_refused_by_field(tmp_path, iceberg: str, problem: str) -> None:
     from lockstep.spec import load_spec
 
-    with pytest.raises(SpecError, match=problem.replace(".", r"\.").replace("'", ".")):
+    with pytest.raises(SpecError, match=re.escape(problem).replace("'", ".")):
         load_spec(spec_with(tmp_path, f", iceberg: {iceberg}"))
 
 

@@ -156,3 +156,108 @@ def test_a_data_file_that_cannot_be_written_names_the_table_and_the_source(tmp_p
     with pytest.raises(TransientError, match=r"Iceberg table db\.orders: could not write the data file of in:0 .*"
                                              r"a retry may pass"):
         files.close()
+
+
+# ---- partitioned tables (sink.iceberg.partitioning) ------------------------------------------------------------------
+TIMED = SCHEMA.append(pa.field("ordered_at", pa.timestamp("us", tz="UTC")))
+
+
+def timed_rows(cid: int, source: str, offsets: range, hours: int) -> RowsOfSource:
+    """Rows whose ``ordered_at`` walks over ``hours`` hours from 2026-12-04 22:00 UTC (so over two days)."""
+    import datetime as dt
+
+    base = rows(cid, source, offsets).rows
+    start = dt.datetime(2026, 12, 4, 22, tzinfo=dt.UTC)
+    at = [start + dt.timedelta(hours=i % hours) for i in range(len(offsets))]
+    field = TIMED.field("ordered_at")
+    return RowsOfSource(source, base.append_column(field, pa.array(at, field.type)))
+
+
+def partitions_of(t: IcebergTable) -> list[tuple]:
+    return sorted(tuple(task.file.partition) for task in t.load().scan().plan_files())
+
+
+def test_a_partitioned_table_gets_one_file_per_partition_and_source_with_iceberg_s_partition_values(
+        table: IcebergTable) -> None:
+    from pyiceberg.transforms import parse_transform
+    from pyiceberg.types import StringType, TimestamptzType
+
+    from lockstep.spec import TablePartition
+
+    by = (TablePartition("ordered_at", "day"), TablePartition("order_id", "bucket[4]"))
+    staged = table.stage("p", 1, [timed_rows(1, "in:0", range(0, 40), 4), timed_rows(1, "in:1", range(0, 10), 1)],
+                         TIMED, partitioning=by)
+    assert staged.records == 50 and {f.sources[0] for f in staged.files} == {"in:0", "in:1"}
+    table.publish("p", 1, staged, staged.files)
+    t = table.load()
+    assert [str(f.transform) for f in t.spec().fields] == ["day", "bucket[4]"]
+    day, bucket = (parse_transform("day").transform(TimestamptzType()),
+                   parse_transform("bucket[4]").transform(StringType()))
+    arrow = t.scan().to_arrow()
+    expected = sorted({(day(int(r["ordered_at"].timestamp() * 1_000_000)), bucket(r["order_id"]))
+                       for r in arrow.to_pylist()})
+    assert len(expected) > 4, "the rows span both days and several buckets"
+    found = partitions_of(table)
+    assert sorted(set(found)) == expected, "each file's partition is what Iceberg computes for its rows"
+    import pyarrow.parquet as pq
+
+    for task in t.scan().plan_files():  # every row of a file in that file's partition
+        held = pq.read_table(task.file.file_path.removeprefix("file://")).to_pylist()
+        assert {(day(int(r["ordered_at"].timestamp() * 1_000_000)), bucket(r["order_id"])) for r in held} == {
+            tuple(task.file.partition)}
+    first_day = t.scan(row_filter="ordered_at < '2026-12-05T00:00:00+00:00'")
+    assert 0 < len(list(first_day.plan_files())) < len(found), "a filter on the time column prunes whole files"
+    assert main_rows(table) == sorted([("in", 0, o) for o in range(40)] + [("in", 1, o) for o in range(10)])
+    assert table.publish("p", 1, staged, staged.files) is not None and len(main_rows(table)) == 50
+
+
+def test_a_repair_of_a_partitioned_table_leaves_out_every_file_of_the_given_back_source(table: IcebergTable) -> None:
+    from lockstep.spec import TablePartition
+
+    by = (TablePartition("ordered_at", "hour"),)
+    staged = table.stage("p", 1, [timed_rows(1, "in:0", range(0, 6), 3), timed_rows(1, "in:1", range(0, 6), 3)],
+                         TIMED, partitioning=by)
+    assert len(staged.files) == 6, "three hours of each source"
+    table.publish("p", 1, staged, staged.without_sources(frozenset({"in:1"})))
+    assert main_rows(table) == [("in", 0, o) for o in range(6)]
+
+
+def test_partitioning_a_table_refuses_a_missing_column_a_wrong_type_and_a_different_existing_spec(
+        table: IcebergTable) -> None:
+    from lockstep.spec import TablePartition
+
+    with pytest.raises(TerminalError, match=r"sink.iceberg.partitioning names day\(shipped_at\), but the transform's "
+                                            r"output has no such column \(its columns: order_id, amount,"):
+        table.stage("p", 1, [timed_rows(1, "in:0", range(0, 2), 1)], TIMED,
+                    partitioning=(TablePartition("shipped_at", "day"),))
+    with pytest.raises(TerminalError, match=r"cannot partition the output so: .*Time transforms take timestamps"):
+        table.stage("p", 1, [timed_rows(1, "in:0", range(0, 2), 1)], TIMED,
+                    partitioning=(TablePartition("order_id", "day"),))
+    assert not table.exists(), "a refused partitioning creates no table"
+    by_day = (TablePartition("ordered_at", "day"),)
+    table.stage("p", 1, [timed_rows(1, "in:0", range(0, 2), 1)], TIMED, partitioning=by_day)
+    with pytest.raises(TerminalError, match=r"is partitioned by \[day\(ordered_at\)\], but sink.iceberg.partitioning "
+                                            r"says \[hour\(ordered_at\), bucket\(8, order_id\)\]: Lockstep does not "
+                                            r"change a table's partitioning"):
+        table.stage("p", 2, [timed_rows(2, "in:0", range(2, 4), 1)], TIMED,
+                    partitioning=(TablePartition("ordered_at", "hour"), TablePartition("order_id", "bucket[8]")))
+    undeclared = table.stage("p", 2, [timed_rows(2, "in:0", range(2, 6), 4)], TIMED)
+    assert len(undeclared.files) == 2, "unset: the table's own partitioning, here by day"
+
+
+def test_compaction_of_a_partitioned_table_keeps_its_rows_and_a_partition_per_file(table: IcebergTable) -> None:
+    from lockstep.spec import TablePartition
+
+    by = (TablePartition("ordered_at", "day"),)
+    for cid in (1, 2, 3):
+        staged = table.stage("p", cid, [timed_rows(cid, "in:0", range(cid * 10, cid * 10 + 4), 4),
+                                        timed_rows(cid, "in:1", range(cid * 10, cid * 10 + 4), 4)], TIMED,
+                             partitioning=by)
+        table.publish("p", cid, staged, staged.files)
+        table.drop(staged.branch)
+    before = main_rows(table)
+    assert table.data_files() == 12
+    replaced, written, count = table.compact(3)
+    assert (replaced, count) == (8, 16) and written == 2, "checkpoints 1 and 2 merged into a file per day"
+    assert main_rows(table) == before and table.data_files() == 6
+    assert sorted(set(partitions_of(table))) == [(20791,), (20792,)]

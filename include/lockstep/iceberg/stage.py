@@ -9,13 +9,13 @@ Beside them, where it came from: ``lockstep_source_topic``, ``lockstep_source_pa
 ``lockstep_source_offset``, and ``lockstep_checkpoint``, the checkpoint that wrote it. Dead letters and
 records routed to other topics are not the table's.
 
-The rows of a source partition are in one file of their own: a repair that gives a source partition back to the
+The rows of a source partition are in files of their own: a repair that gives a source partition back to the
 next checkpoint (its Kafka transaction lost) publishes the checkpoint's other files, and the next checkpoint
 writes that partition's rows again, exactly as it does to Kafka.
 
-The Spark tasks write the files, each a file per source partition it holds rows of (`table_sink.SourceFiles`),
-streamed as its rows come; the driver stages the snapshot that adds them. Nothing crosses to the driver but
-what names each file.
+The Spark tasks write the files, each a file per source partition (and table partition, ``sink.iceberg.
+partitioning``) it holds rows of (`table_sink.SourceFiles`), streamed as its rows come; the driver stages the
+snapshot that adds them. Nothing crosses to the driver but what names each file and the table's entry for it.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 import logging
+import pickle
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -50,8 +51,9 @@ _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error
 _INTERNAL = ("__ls_", "_lockstep")
 #: The records' own headers, kept beside the rows until their size is known.
 _HEADERS = "__ls_table_headers"
-#: What each task hands back: a row per file it wrote, and one without a path counting the records it left out.
-_TASK_RESULT = "path string, source string, records long, dropped long"
+#: What each task hands back: a row per file it wrote (with the table's entry for it, pickled), and one without a
+#: path counting the records it left out.
+_TASK_RESULT = "path string, source string, records long, dropped long, entry binary"
 
 
 def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int) -> StagedTable:
@@ -61,7 +63,7 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
     dead-letter topic instead: not the table's either."""
     from pyspark.sql import functions as F
 
-    from lockstep.iceberg.table_sink import IcebergTable
+    from lockstep.iceberg.table_sink import IcebergTable, WrittenFile
 
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
@@ -77,9 +79,11 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
                        F.col("offset").cast("bigint").alias(PROVENANCE_COLUMNS[2]),
                        F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]), *headers)
     table = IcebergTable(iceberg.catalog_conn_id, iceberg.table)
-    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS) if headers else rows))
+    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS) if headers else rows),
+                          iceberg.partitioning)
     results = rows.mapInArrow(partial(_write_task, target, spec.name, cid, sink_max_bytes), _TASK_RESULT).collect()
-    files = [TableFile(r["path"], r["records"], (r["source"],)) for r in results if r["path"]]
+    files = [WrittenFile(TableFile(r["path"], r["records"], (r["source"],)), pickle.loads(r["entry"]))
+             for r in results if r["path"]]
     dropped = sum(r["dropped"] for r in results)
     if dropped:
         log.info("checkpoint %d: %d records too large for the sink topic went to the dead-letter topic: not the "
@@ -106,11 +110,12 @@ def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int,
         dropped += batch.num_rows - kept.num_rows
         for source, part in _by_source(kept):
             files.add(source, part)
-    rows = [{"path": f.path, "source": f.sources[0], "records": f.records, "dropped": 0} for f in files.close()]
+    rows = [{"path": w.file.path, "source": w.file.sources[0], "records": w.file.records, "dropped": 0,
+             "entry": pickle.dumps(w.data_file)} for w in files.close()]
     if dropped:
-        rows.append({"path": None, "source": None, "records": 0, "dropped": dropped})
+        rows.append({"path": None, "source": None, "records": 0, "dropped": dropped, "entry": None})
     schema = pa.schema([("path", pa.string()), ("source", pa.string()), ("records", pa.int64()),
-                        ("dropped", pa.int64())])
+                        ("dropped", pa.int64()), ("entry", pa.binary())])
     yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
 

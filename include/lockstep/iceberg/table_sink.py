@@ -14,7 +14,7 @@ kept conflicting is transient; a table or a column the checkpoint cannot write i
 from __future__ import annotations
 
 __all__ = [
-    "FileTarget", "IcebergTable", "Observed", "RowsOfSource", "SourceFiles",
+    "FileTarget", "IcebergTable", "Observed", "RowsOfSource", "SourceFiles", "WrittenFile",
 ]
 
 import uuid
@@ -40,7 +40,10 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
+
+    from lockstep.spec import TablePartition
 
 T = TypeVar("T")
 #: How many times a publish is tried when other writers' commits keep changing main under it.
@@ -80,70 +83,97 @@ class FileTarget:
     io_properties: Mapping[str, str] = field(repr=False)
     #: The Parquet writer's options from the table's write properties (`parquet_options`).
     parquet: Mapping[str, Any] = field(default_factory=dict)
+    #: The table's schema, partition spec and properties as the files are written for them (pyiceberg's):
+    #: each file's partition and column statistics are recorded as Iceberg's own writers record them.
+    iceberg_schema: Any = field(default=None, repr=False)
+    spec: Any = field(default=None, repr=False)
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A data file a writer wrote: what the checkpoint's documents say of it, and the table's entry for it
+    (pyiceberg's ``DataFile``: its partition, size and column statistics) that its snapshot adds."""
+
+    file: TableFile
+    data_file: DataFile
+
+
+#: A data file's key among a writer's: its source partition (``topic:partition``) and its partition's values.
+_FileKey = tuple[str, tuple[Any, ...]]
 
 
 class SourceFiles:
     """The data files one writer (a Spark task, or the driver) writes to a `FileTarget`: one Parquet file per
-    source partition (``topic:partition``) it is given rows of, named after the source and ``writer`` (unique
-    among a checkpoint's writers, so that tasks never write the same file). Rows are gathered per source into row
-    groups of about `ROW_GROUP_BYTES` (Spark hands a task's rows over in batches of 10,000) and streamed out."""
+    source partition (``topic:partition``) and table partition it is given rows of, named after the source and
+    ``writer`` (unique among a checkpoint's writers, so that tasks never write the same file). Rows are gathered
+    per file into row groups of about `ROW_GROUP_BYTES` (Spark hands a task's rows over in batches of 10,000) and
+    streamed out. Each file's partition is computed by pyiceberg's own transforms (`_by_partition`)."""
 
     def __init__(self, target: FileTarget, writer: str) -> None:
         self.target, self.writer = target, writer
-        self._open: dict[str, tuple[str, Any, Any]] = {}
-        self._records: dict[str, int] = {}
-        self._pending: dict[str, list[pa.Table]] = {}
-        self._pending_bytes: dict[str, int] = {}
+        self._open: dict[_FileKey, tuple[str, Any, Any]] = {}
+        self._records: dict[_FileKey, int] = {}
+        self._pending: dict[_FileKey, list[pa.Table]] = {}
+        self._pending_bytes: dict[_FileKey, int] = {}
 
     def add(self, source: str, rows: pa.Table | pa.RecordBatch) -> None:
-        """``rows``, all of ``source``, appended to its file (opened on its first rows)."""
+        """``rows``, all of ``source``, appended to its files (each opened on its first rows)."""
         import pyarrow as pa
 
         if not rows.num_rows:
             return
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
-        self._pending.setdefault(source, []).append(table)
-        self._pending_bytes[source] = self._pending_bytes.get(source, 0) + table.nbytes
-        self._records[source] = self._records.get(source, 0) + table.num_rows
-        if self._pending_bytes[source] >= ROW_GROUP_BYTES:
-            self._flush(source)
+        try:
+            parts = list(_by_partition(table, self.target))
+        except Exception as exc:
+            raise self._failed(source, exc) from exc
+        for values, part in parts:
+            key = (source, values)
+            self._pending.setdefault(key, []).append(part)
+            self._pending_bytes[key] = self._pending_bytes.get(key, 0) + part.nbytes
+            self._records[key] = self._records.get(key, 0) + part.num_rows
+            if self._pending_bytes[key] >= ROW_GROUP_BYTES:
+                self._flush(key)
 
-    def _flush(self, source: str) -> None:
-        pending = self._pending.pop(source, [])
-        self._pending_bytes.pop(source, None)
+    def _flush(self, key: _FileKey) -> None:
+        pending = self._pending.pop(key, [])
+        self._pending_bytes.pop(key, None)
         if not pending:
             return
         try:
-            self._write(source, pending)
+            self._write(key, pending)
         except Exception as exc:
-            raise self._failed(source, exc) from exc
+            raise self._failed(key[0], exc) from exc
 
-    def _write(self, source: str, pending: list[pa.Table]) -> None:
+    def _write(self, key: _FileKey, pending: list[pa.Table]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if source not in self._open:
+        if key not in self._open:
             from pyiceberg.io import load_file_io
 
-            path = f"{self.target.folder}/{source.replace(':', '-')}-{self.writer}.parquet"
+            path = f"{self.target.folder}/{key[0].replace(':', '-')}-{self.writer}-{len(self._open)}.parquet"
             stream = load_file_io(dict(self.target.io_properties), path).new_output(path).create(overwrite=True)
-            self._open[source] = (path, stream, pq.ParquetWriter(stream, self.target.schema,
-                                                                 **dict(self.target.parquet)))
+            self._open[key] = (path, stream, pq.ParquetWriter(stream, self.target.schema,
+                                                              **dict(self.target.parquet)))
         data = pa.concat_tables([t.cast(self.target.schema) for t in pending])
-        self._open[source][2].write_table(data, row_group_size=data.num_rows)
+        self._open[key][2].write_table(data, row_group_size=data.num_rows)
 
-    def close(self) -> list[TableFile]:
-        """Every file finished and closed; what each holds."""
-        for source in list(self._pending):
-            self._flush(source)
+    def close(self) -> list[WrittenFile]:
+        """Every file finished and closed; what each holds, and its entry for the table."""
+        for key in list(self._pending):
+            self._flush(key)
         files = []
-        for source, (path, stream, writer) in self._open.items():
+        for key, (path, stream, writer) in self._open.items():
             try:
                 writer.close()
+                size = stream.tell()
                 stream.close()
+                entry = _data_file(self.target, path, writer.writer.metadata, size, key[1])
             except Exception as exc:
-                raise self._failed(source, exc) from exc
-            files.append(TableFile(path, self._records[source], (source,)))
+                raise self._failed(key[0], exc) from exc
+            files.append(WrittenFile(TableFile(path, self._records[key], (key[0],)), entry))
         self._open.clear()
         return files
 
@@ -190,9 +220,10 @@ class IcebergTable:
         return bool(self._calling("look up the table", lambda: self.catalog.table_exists(self.name)))
 
     # ---- the run ---------------------------------------------------------------------------------------
-    def ready_for(self, schema: pa.Schema) -> Table:
-        """The table, created with ``schema`` (and its namespace) when missing, or with the columns ``schema``
-        adds and the types it widens applied; a change Iceberg does not allow is refused, naming the column."""
+    def ready_for(self, schema: pa.Schema, partitioning: Sequence[TablePartition] | None = None) -> Table:
+        """The table, created with ``schema`` (and its namespace) when missing, partitioned by ``partitioning``, or
+        with the columns ``schema`` adds and the types it widens applied; a change Iceberg does not allow is refused,
+        naming the column. A table that exists must be partitioned as ``partitioning`` says (None: as it is)."""
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
         try:
@@ -206,7 +237,7 @@ class IcebergTable:
             except NamespaceAlreadyExistsError:
                 pass
             try:
-                table = self._calling("create the table", lambda: self.catalog.create_table(self.name, schema=schema))
+                table = self._created(schema, partitioning or ())
                 # A branch is made from a snapshot: the new table's main starts with an empty one.
                 with self._transaction(table) as tx:
                     with tx.update_snapshot(snapshot_properties={SUMMARY_CREATED: "lockstep"}).fast_append():
@@ -214,12 +245,71 @@ class IcebergTable:
             except TableAlreadyExistsError:
                 pass  # another run made it first
         table = found if found is not None else self.load()
+        if partitioning is not None:
+            self._check_partitioning(table, partitioning)
         if table.current_snapshot() is None:
             with self._transaction(table) as tx:
                 with tx.update_snapshot(snapshot_properties={SUMMARY_CREATED: "lockstep"}).fast_append():
                     pass
             table = self.load()
-        return self._evolved(table, schema)
+        table = self._evolved(table, schema)
+        if table.metadata.name_mapping() is None:
+            # The data files carry no field ids: readers find their columns by name (as pyiceberg's add_files sets).
+            from pyiceberg.table import TableProperties
+
+            mapping = table.schema().name_mapping.model_dump_json()
+            with self._transaction(table) as tx:
+                tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING: mapping})
+            table = self.load()
+        return table
+
+    def _created(self, schema: pa.Schema, partitioning: Sequence[TablePartition]) -> Table:
+        """The table created with ``schema``, partitioned by ``partitioning`` (a column it lacks, or a transform its
+        type does not take, refused by name), in one commit."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+        from pyiceberg.transforms import parse_transform
+
+        missing = [str(p) for p in partitioning if p.column not in schema.names]
+        if missing:
+            raise TerminalError(f"Iceberg table {self.name}: sink.iceberg.partitioning names "
+                                f"{', '.join(missing)}, but the transform's output has no such column (its columns: "
+                                f"{', '.join(schema.names)}). Partition by columns the output has")
+        tx = self._calling("create the table", lambda: self.catalog.create_table_transaction(self.name, schema=schema))
+        try:
+            if partitioning:
+                with tx.update_spec() as update:
+                    for p in partitioning:
+                        update.add_field(p.column, parse_transform(p.transform))
+        except (ValueError, TypeError) as exc:
+            raise TerminalError(f"Iceberg table {self.name}: sink.iceberg.partitioning cannot partition the output "
+                                f"so: {_cause(exc)}. Time transforms take timestamps and dates; truncate takes "
+                                "strings, binaries and integers") from exc
+        try:
+            return self._calling("create the table", tx.commit_transaction)
+        except TableAlreadyExistsError:
+            raise
+        except TerminalError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, TableAlreadyExistsError):
+                raise cause from None
+            raise
+
+    def _check_partitioning(self, table: Table, partitioning: Sequence[TablePartition]) -> None:
+        """A table that exists is partitioned as declared, or the run stops naming both: Lockstep never changes a
+        table's partitioning on its own."""
+        schema = table.schema()
+        found = tuple((schema.find_column_name(f.source_id), str(f.transform)) for f in table.spec().fields)
+        if found == tuple((p.column, p.transform) for p in partitioning):
+            return
+        from lockstep.spec import TablePartition
+
+        said = ", ".join(map(str, partitioning)) or "none"
+        has = ", ".join(str(TablePartition(str(c), t)) for c, t in found) or "none"
+        raise TerminalError(f"Iceberg table {self.name} is partitioned by [{has}], but sink.iceberg.partitioning "
+                            f"says [{said}]: Lockstep does not change a table's partitioning. Set "
+                            "sink.iceberg.partitioning to the table's, or evolve the table's partition spec first "
+                            "(Spark SQL's ALTER TABLE ... ADD/DROP PARTITION FIELD, or pyiceberg's update_spec; "
+                            "docs/iceberg.md), then trigger the next run")
 
     def _evolved(self, table: Table, schema: pa.Schema) -> Table:
         if _fits(table, schema):
@@ -238,19 +328,22 @@ class IcebergTable:
                 "precision); change the transform's output back, or migrate the table (docs/iceberg.md)") from exc
         return self.load()
 
-    def target(self, pipeline: str, checkpoint_id: int, schema: pa.Schema) -> FileTarget:
-        """Where checkpoint ``checkpoint_id``'s data files go, the table made or evolved for ``schema`` first; an
-        earlier attempt's branch is dropped (its files are left as orphans)."""
-        table = self.ready_for(schema)
+    def target(self, pipeline: str, checkpoint_id: int, schema: pa.Schema,
+               partitioning: Sequence[TablePartition] | None = None) -> FileTarget:
+        """Where checkpoint ``checkpoint_id``'s data files go, the table made or evolved for ``schema`` first (and
+        partitioned by ``partitioning``, `ready_for`); an earlier attempt's branch is dropped (its files are left as
+        orphans)."""
+        table = self.ready_for(schema, partitioning)
         branch = branch_name(pipeline, checkpoint_id)
         if branch in table.metadata.refs:
             self._calling("drop an earlier attempt's branch",
                           lambda: table.manage_snapshots().remove_branch(branch).commit())
             table = self.load()
         folder = f"{table.location().rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}/{uuid.uuid4().hex[:12]}"
-        return FileTarget(self.name, folder, schema, dict(table.io.properties), parquet_options(table.properties))
+        return FileTarget(self.name, folder, schema, dict(table.io.properties), parquet_options(table.properties),
+                          table.schema(), table.spec(), dict(table.properties))
 
-    def stage_files(self, pipeline: str, checkpoint_id: int, files: Sequence[TableFile]) -> StagedTable:
+    def stage_files(self, pipeline: str, checkpoint_id: int, files: Sequence[WrittenFile]) -> StagedTable:
         """One snapshot adding ``files`` (written under this checkpoint's `target`) staged on the checkpoint's
         branch, its summary naming the pipeline and the checkpoint; no files, nothing staged."""
         branch = branch_name(pipeline, checkpoint_id)
@@ -258,22 +351,25 @@ class IcebergTable:
             return StagedTable(self.conn_id, self.name, branch, None)
         table = self.load()
         props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHECKPOINT: str(checkpoint_id)}
-        self._calling("stage the snapshot", lambda: table.add_files(
-            [f.path for f in files], snapshot_properties=props, check_duplicate_files=False, branch=branch))
+        with self._transaction(table) as tx:
+            with tx.update_snapshot(snapshot_properties=props, branch=branch).fast_append() as append:
+                for f in files:
+                    append.append_data_file(f.data_file)
         # The table's metadata is the commit's answer: no load again.
         staged = table.snapshot_by_name(branch) or self.load().snapshot_by_name(branch)
         if staged is None:
             raise TransientError(f"Iceberg table {self.name}: the snapshot staged on branch {branch} is not there")
-        return StagedTable(self.conn_id, self.name, branch, staged.snapshot_id, tuple(files))
+        return StagedTable(self.conn_id, self.name, branch, staged.snapshot_id, tuple(f.file for f in files))
 
     def stage(self, pipeline: str, checkpoint_id: int, rows: Sequence[RowsOfSource], schema: pa.Schema,
-              written: Callable[[], None] = lambda: None) -> StagedTable:
+              written: Callable[[], None] = lambda: None,
+              partitioning: Sequence[TablePartition] | None = None) -> StagedTable:
         """`target`, each source partition's rows written there as a data file (`SourceFiles`, here), then
         `stage_files`: the driver's way, for rows it holds. ``written``: called once the files are written, before
         the snapshot is staged (a failpoint)."""
         if not rows:
             return StagedTable(self.conn_id, self.name, branch_name(pipeline, checkpoint_id), None)
-        files = SourceFiles(self.target(pipeline, checkpoint_id, schema), "driver")
+        files = SourceFiles(self.target(pipeline, checkpoint_id, schema, partitioning), "driver")
         for part in rows:
             files.add(part.source, part.rows)
         written_files = self._calling("write a data file", files.close)
@@ -491,6 +587,68 @@ def published(table: Table, pipeline: str, checkpoint_id: int) -> int | None:
     return None
 
 
+def _by_partition(rows: pa.Table, target: FileTarget) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
+    """``rows`` by the table partition each falls in: the values of the target's partition fields (as Iceberg records
+    them in a data file's entry), computed by pyiceberg's transforms; all of ``rows`` in one when the table is not
+    partitioned, or when every row falls in one partition (most batches of a time partitioning)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyiceberg.partitioning import partition_record_value
+
+    spec, schema = target.spec, target.iceberg_schema
+    if spec is None or not spec.fields:
+        yield (), rows
+        return
+    keys = {}
+    for i, f in enumerate(spec.fields):
+        source = schema.find_field(f.source_id)
+        if source.name in rows.column_names:
+            column = rows[source.name].combine_chunks()
+            wanted = _plain(schema.as_arrow().field(source.name).type)
+            keys[f"p{i}"] = f.transform.pyarrow_transform(source.field_type)(column.cast(wanted))
+        else:  # not in this output: null, as the file's column reads back
+            keys[f"p{i}"] = pa.nulls(rows.num_rows)
+
+    def values(at: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(partition_record_value(f, at[f"p{i}"], schema) for i, f in enumerate(spec.fields))
+
+    if all(k.null_count in (0, len(k)) and len(pc.unique(k)) == 1 for k in keys.values()):
+        yield values({name: k[0].as_py() for name, k in keys.items()}), rows
+        return
+    grouped = pa.table({**keys, "row": pa.array(range(rows.num_rows), pa.int64())}).group_by(
+        list(keys), use_threads=False).aggregate([("row", "list")])
+    for group in grouped.to_pylist():
+        yield values(group), rows.take(pa.array(group["row_list"], pa.int64()))
+
+
+def _data_file(target: FileTarget, path: str, metadata: Any, size: int, values: tuple[Any, ...]) -> DataFile:
+    """The table's entry for a data file just written: its partition ``values`` and the column statistics of its
+    Parquet ``metadata``, as pyiceberg's own writes record them."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    schema = target.iceberg_schema
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata, stats_columns=compute_statistics_plan(schema, dict(target.properties)),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+    return DataFile.from_args(content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+                              partition=Record(*values), file_size_in_bytes=size, sort_order_id=None,
+                              spec_id=target.spec.spec_id, equality_ids=None, key_metadata=None,
+                              **stats.to_serialized_dict())
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """Arrow's large strings and binaries as the files hold them (plain ones)."""
+    import pyarrow as pa
+
+    return pa.string() if t == pa.large_string() else pa.binary() if t == pa.large_binary() else t
+
+
 def _properties(snapshot: Any) -> Mapping[str, str]:
     summary = snapshot.summary
     return dict(summary.additional_properties) if summary is not None else {}
@@ -498,15 +656,9 @@ def _properties(snapshot: Any) -> Mapping[str, str]:
 
 def _fits(table: Table, schema: pa.Schema) -> bool:
     """Whether every column of ``schema`` is a column of the table of the same type (as Arrow reads it back)."""
-    import pyarrow as pa
-
     current = table.schema().as_arrow()
     names = set(current.names)
-
-    def plain(t: pa.DataType) -> pa.DataType:
-        return pa.string() if t == pa.large_string() else pa.binary() if t == pa.large_binary() else t
-
-    return all(f.name in names and plain(current.field(f.name).type) == plain(f.type) for f in schema)
+    return all(f.name in names and _plain(current.field(f.name).type) == _plain(f.type) for f in schema)
 
 
 def _transient(exc: BaseException) -> bool:

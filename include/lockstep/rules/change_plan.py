@@ -30,7 +30,7 @@ from lockstep.rules.state_base import schema_change
 from lockstep.rules.window_partials import kept_partials
 
 if TYPE_CHECKING:
-    from lockstep.spec import FormatSpec, PipelineSpec, StateSpec, TableSpec
+    from lockstep.spec import FormatSpec, IcebergSinkSpec, PipelineSpec, StateSpec, TableSpec
 
 
 class Applies(Enum):
@@ -148,6 +148,39 @@ def _sink(old: PipelineSpec, new: PipelineSpec) -> list[Change]:
         if getattr(o, name) != getattr(n, name):
             out.append(Change(f"sink.{name}", f"{getattr(o, name)} -> {getattr(n, name)}", Applies.NEXT,
                               "Checkpoints in flight keep what they were planned with"))
+    return out + _iceberg(o.iceberg, n.iceberg)
+
+
+_IN_FLIGHT = "checkpoints in flight publish to the table they staged in"
+
+
+def _iceberg(o: IcebergSinkSpec | None, n: IcebergSinkSpec | None) -> list[Change]:
+    """``sink.iceberg``: a table added, removed or moved applies at the next checkpoint; a new partitioning needs
+    the table partitioned so first (a run never changes a table's partitioning; it stops naming both)."""
+    if o == n:
+        return []
+    if o is None or n is None:
+        added = n is not None
+        table = n.table if n is not None else o.table if o is not None else ""
+        return [Change("sink.iceberg", f"table {table} {'added' if added else 'removed'}", Applies.NEXT,
+                       "From the next checkpoint the records written to sink.topic land in the table too (created "
+                       "at the first rows); the records written before are not copied into it" if added else
+                       f"The next checkpoint writes to Kafka only; {_IN_FLIGHT}, which keeps its rows")]
+    out = []
+    if (o.catalog_conn_id, o.table) != (n.catalog_conn_id, n.table):
+        out.append(Change("sink.iceberg.table", f"{o.catalog_conn_id}/{o.table} -> {n.catalog_conn_id}/{n.table}",
+                          Applies.NEXT, f"The next checkpoint lands in the new table; {_IN_FLIGHT}, which keeps its "
+                          "rows"))
+    if o.partitioning != n.partitioning and n.partitioning is not None:
+        said = ", ".join(map(str, n.partitioning)) or "none"
+        was = "as it is" if o.partitioning is None else f"[{', '.join(map(str, o.partitioning)) or 'none'}]"
+        out.append(Change("sink.iceberg.partitioning", f"{was} -> [{said}]", Applies.STEP,
+                          f"Lockstep never changes a table's partitioning: evolve {n.table}'s partition spec to "
+                          f"[{said}] first (Spark SQL's ALTER TABLE ... ADD/DROP PARTITION FIELD, or pyiceberg's "
+                          "update_spec), or the next run stops naming both. A new table is created so"))
+    elif o.partitioning != n.partitioning:
+        out.append(Change("sink.iceberg.partitioning", "unset", Applies.NEXT,
+                          "The table is written as it is partitioned"))
     return out
 
 

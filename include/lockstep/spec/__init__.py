@@ -35,7 +35,7 @@ from lockstep.spec.shape import (
     STATE_FIELD_TYPES,
     WRITERS,
 )
-from lockstep.spec.sources import SinkSpec, SourceSpec
+from lockstep.spec.sources import IcebergSinkSpec, SinkSpec, SourceSpec, TablePartition
 from lockstep.spec.state import CompactionPolicy, DedupSpec, EventTime, StateSpec, WindowSpec
 from lockstep.spec.tables import TableJoin, TableSpec
 
@@ -45,8 +45,9 @@ __all__ = [
     "BYTES", "COMPATIBILITY_LEVELS", "DEFAULT_KEY_GROUPS", "DEFAULT_KEY_NAME", "DEFAULT_OWNER",
     "DEFAULT_REGISTRY_CONN_ID", "DUPLICATE_ACTIONS", "DURATION_RULE", "FORMATS", "REGISTRY_FORMATS",
     "RESERVED_PRODUCER_KEYS", "SCHEDULE_PRESETS", "SPARK_MODES", "STATE_FIELD_TYPES", "WRITERS",
-    "AlertsSpec", "CompactionPolicy", "DedupSpec", "EventTime", "FormatSpec", "PipelineSpec", "SinkSpec",
-    "SourceSpec", "SparkSpec", "SpecError", "StateSpec", "TableJoin", "TableSpec", "TransactionSpec", "TriggerSpec",
+    "AlertsSpec", "CompactionPolicy", "DedupSpec", "EventTime", "FormatSpec", "IcebergSinkSpec", "PipelineSpec", "SinkSpec",
+    "SourceSpec", "SparkSpec", "SpecError", "StateSpec", "TableJoin", "TablePartition", "TableSpec", "TransactionSpec",
+    "TriggerSpec",
     "WindowSpec", "cross_check", "load_each", "load_for_dag", "load_spec", "load_specs", "parse_spec", "shape",
     "spec_files",
 ]

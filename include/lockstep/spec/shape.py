@@ -30,6 +30,9 @@ STORE_PATTERN = rf"s3://{BUCKET_PATTERN}(/.*)?"
 IDENTIFIER_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 #: An Iceberg table's name in its catalog: ``namespace.table`` (namespaces may nest).
 ICEBERG_TABLE_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+"
+#: A partition field of ``sink.iceberg.partitioning``: a column, or an Iceberg transform of one.
+PARTITION_FIELD_PATTERN = (r"\s*([A-Za-z_][A-Za-z0-9_]*|(identity|year|month|day|hour)\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)"
+                           r"|(bucket|truncate)\(\s*[1-9][0-9]*\s*,\s*[A-Za-z_][A-Za-z0-9_]*\s*\))\s*")
 DEFAULT_ICEBERG_CONN_ID = "iceberg_default"
 STATE_FIELD_PATTERN = r"(?!__)[A-Za-z_][A-Za-z0-9_]*"
 EMAIL_PATTERN = r"[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+"
@@ -136,6 +139,13 @@ ICEBERG = _section("An Iceberg table the records written to topic also go to, ex
     "catalog_conn_id": _text("The Airflow connection of the Iceberg REST catalog: its host the catalog's URI, its "
                              "extra the catalog client's properties (s3.endpoint, credentials).",
                              DEFAULT_ICEBERG_CONN_ID),
+    "partitioning": Field("list", "The table's partition fields, in order, as Iceberg's transforms of the output's "
+                          "columns: column, year(column), month(column), day(column), hour(column), bucket(N, column) "
+                          "or truncate(N, column). A table Lockstep creates is partitioned so; a table that exists must "
+                          "be partitioned so already. Unset: the table as it is (unpartitioned when Lockstep creates "
+                          "it). Each data file holds one partition's rows of one source partition.", unique=True,
+                          items=Field("string", "A partition field, such as day(ordered_at) or bucket(16, customer).",
+                                      pattern=PARTITION_FIELD_PATTERN)),
 })
 
 SINK = _section("The Kafka topic written, in transactions committed with the checkpoint.", {

@@ -26,11 +26,30 @@ from lockstep.spec.checker import (
     read_word,
 )
 from lockstep.spec.formats import BYTES, FormatSpec, read_format
-from lockstep.spec.shape import DEFAULT_REGISTRY_CONN_ID, ICEBERG_TABLE_PATTERN, TRANSFORM_SQL
+from lockstep.spec.shape import DEFAULT_REGISTRY_CONN_ID, ICEBERG_TABLE_PATTERN, PARTITION_FIELD_PATTERN, TRANSFORM_SQL
 
-__all__ = ["IcebergSinkSpec", "read_sink", "read_source", "read_transform", "SinkSpec", "SourceSpec"]
+__all__ = ["IcebergSinkSpec", "TablePartition", "read_sink", "read_source", "read_transform", "SinkSpec", "SourceSpec"]
 
 _ICEBERG_TABLE_RE = re.compile(ICEBERG_TABLE_PATTERN)
+_PARTITION_FIELD_RE = re.compile(PARTITION_FIELD_PATTERN)
+_PARTITION_RULE = ("expected a column, or year, month, day, hour, bucket or truncate of one: such as region, "
+                   "day(ordered_at), bucket(16, customer), truncate(4, sku)")
+
+
+@dataclass(frozen=True)
+class TablePartition:
+    """One partition field of ``sink.iceberg.partitioning``: a column of the output and Iceberg's transform of it,
+    in Iceberg's own words (``identity``, ``day``, ``bucket[16]``, ``truncate[4]``)."""
+
+    column: str
+    transform: str
+
+    def __str__(self) -> str:
+        """As the spec writes it: ``region``, ``day(ordered_at)``, ``bucket(16, customer)``."""
+        if self.transform == "identity":
+            return self.column
+        name, _, width = self.transform.partition("[")
+        return f"{name}({width[:-1]}, {self.column})" if width else f"{name}({self.column})"
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,8 @@ class IcebergSinkSpec:
 
     table: str
     catalog_conn_id: str
+    #: ``partitioning``: the table's partition fields, in order; None: the table's own (unpartitioned when created).
+    partitioning: tuple[TablePartition, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +180,45 @@ def _iceberg(c: Checker, d: Section) -> IcebergSinkSpec | None:
     table = c.text(t, "sink.iceberg", "table", pattern=_ICEBERG_TABLE_RE,
                    rule="expected namespace.table, such as lake.orders")
     conn = c.text(t, "sink.iceberg", "catalog_conn_id", declared_default("sink.iceberg", "catalog_conn_id"))
-    return IcebergSinkSpec(table, conn) if table and conn else None
+    partitioning = _partitioning(c, t.get("partitioning")) if t.get("partitioning") is not None else None
+    return IcebergSinkSpec(table, conn, partitioning) if table and conn else None
+
+
+def _partitioning(c: Checker, value: object) -> tuple[TablePartition, ...]:
+    """``sink.iceberg.partitioning``: partition fields, each a column or an Iceberg transform of one, none twice."""
+    if not isinstance(value, list):
+        c.fail("sink.iceberg.partitioning", f"must be a list of partition fields ({_PARTITION_RULE}), got "
+                                            f"{describe(value)}")
+        return ()
+    fields: list[TablePartition] = []
+    for i, item in enumerate(value):
+        path = f"sink.iceberg.partitioning[{i}]"
+        if not isinstance(item, str) or not _PARTITION_FIELD_RE.fullmatch(item):
+            what = repr(item.strip()) if isinstance(item, str) else describe(item)
+            c.fail(path, f"{what} is not a partition field: {_PARTITION_RULE}")
+            continue
+        field = _partition_field(item)
+        if field in fields:
+            c.fail(path, f"{item.strip()!r} is there already")
+        elif any(f.column == field.column and f.transform in _TIME and field.transform in _TIME for f in fields):
+            c.fail(path, f"{item.strip()!r}: {field.column} is partitioned by time already (Iceberg takes one of "
+                         "year, month, day and hour per column)")
+        fields.append(field)
+    return tuple(fields)
+
+
+_TIME = ("year", "month", "day", "hour")
+
+
+def _partition_field(text: str) -> TablePartition:
+    """A partition field as the spec writes it (``day(ts)``, ``bucket(16, k)``, ``region``), in Iceberg's words."""
+    name, _, rest = text.strip().partition("(")
+    if not rest:
+        return TablePartition(name.strip(), "identity")
+    args = [a.strip() for a in rest.rstrip(") ").split(",")]
+    if len(args) == 2:
+        return TablePartition(args[1], f"{name.strip()}[{int(args[0])}]")
+    return TablePartition(args[0], name.strip())
 
 
 def _on_error(c: Checker, d: Section) -> str:
