@@ -151,13 +151,20 @@ def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(
     assert published_checkpoints(catalog, table, pipeline.name) == completed, "one snapshot per completed checkpoint"
     assert lockstep_branches(catalog, table) == [], "no staged branch outlives its checkpoint"
 
-    # Upkeep: the small files of every checkpoint but the newest two merged, old snapshots expired; the same rows.
+    # Upkeep: the small files of every checkpoint but the newest two merged, old snapshots expired, orphan files
+    # removed; the same rows.
     compacted = lockstep("iceberg", "compact", "--spec", str(pipeline.spec_path), "--keep", "2", "--json")
     assert compacted.returncode == 0, compacted.stderr[-2000:]
     figures = json.loads(compacted.stdout)
     assert figures["files_after"] < figures["files_before"] and figures["rows"] > 0, figures
     expired = lockstep("iceberg", "expire", "--spec", str(pipeline.spec_path), "--older-than", "0", "--json")
     assert expired.returncode == 0 and json.loads(expired.stdout)["snapshots_expired"] > 0, expired.stderr[-2000:]
+    # The files of the attempts that crashed before staging, and of the snapshots just expired: no snapshot reads them.
+    orphans = lockstep("iceberg", "orphans", "--spec", str(pipeline.spec_path), "--older-than", "0", "--json")
+    assert orphans.returncode == 0, orphans.stderr[-2000:]
+    removed = json.loads(orphans.stdout)
+    assert removed["orphans"] > 0 and removed["orphan_bytes"] > 0, removed
+    assert as_sink(table_rows(catalog, table)) == expected, "no file main reads was removed"
     produce_orders(pipeline, 20, start=(len(points) + 1) * 20)
     assert run(pipeline).returncode == 0
     rows = table_rows(catalog, table)

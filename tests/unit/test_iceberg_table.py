@@ -261,3 +261,44 @@ def test_compaction_of_a_partitioned_table_keeps_its_rows_and_a_partition_per_fi
     assert (replaced, count) == (8, 16) and written == 2, "checkpoints 1 and 2 merged into a file per day"
     assert main_rows(table) == before and table.data_files() == 6
     assert sorted(set(partitions_of(table))) == [(20791,), (20792,)]
+
+
+# ---- orphan files (lockstep iceberg orphans) -------------------------------------------------------------------------
+def test_orphans_are_the_files_no_snapshot_reads_and_never_a_checkpoint_in_flight(table: IcebergTable) -> None:
+    import time
+
+    from lockstep.iceberg.table_sink import SourceFiles
+
+    def attempt(cid: int) -> str:
+        """A run attempt that wrote its file and died before staging it."""
+        files = SourceFiles(table.target("p", cid, SCHEMA), "task-0")
+        files.add("in:0", rows(cid, "in:0", range(cid * 10, cid * 10 + 2)).rows)
+        return files.close()[0].file.path
+
+    published(table, 1, 2, 3)
+    aborted = table.stage("p", 4, [rows(4, "in:0", range(40, 42))], SCHEMA)
+    assert table.drop(aborted.branch)
+    dead, flying = attempt(5), attempt(6)
+    prepared = table.stage("p", 7, [rows(7, "in:0", range(70, 71))], SCHEMA)  # staged on its branch
+    before = main_rows(table)
+    now = int(time.time() * 1000)
+    found = table.orphans(now + 60_000, "p", in_flight=[6])
+    assert [o.path for o in found] == [dead], "the aborted checkpoint's snapshot still reads its file until expired"
+    assert found[0].size > 0
+    assert table.orphans(now - 3_600_000, "p", in_flight=[6]) == [], "files younger than the age are left alone"
+    assert flying not in {o.path for o in table.orphans(now + 60_000, "p", in_flight=[6, 7])}
+    assert table.remove(found) == 1
+    assert main_rows(table) == before and table.observe("p", 7, prepared).staged
+    table.publish("p", 7, prepared, prepared.files)
+    assert len(main_rows(table)) == len(before) + 1, "the prepared checkpoint's files were kept for its publish"
+
+    # Compaction and expiry leave the files they replaced to the orphans: removed, main reads the same rows.
+    assert table.compact(8)[0] > 1
+    table.expire(int(time.time() * 1000) + 60_000, "p", completed=7)
+    replaced = table.orphans(int(time.time() * 1000) + 60_000, "p", in_flight=[6])
+    assert aborted.files[0].path in {o.path for o in replaced}, "expired with its snapshot"
+    assert len(replaced) >= 7, replaced
+    table.remove(replaced)
+    assert main_rows(table) == sorted([*before, ("in", 0, 70)])
+    assert [o.path for o in table.orphans(int(time.time() * 1000) + 60_000, "p")] == [flying], \
+        "once checkpoint 6 is no longer in flight, its dead attempt's file is an orphan too"

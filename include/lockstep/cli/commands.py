@@ -119,7 +119,8 @@ def _add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _add_iceberg_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The upkeep of a pipeline's Iceberg table (``sink.iceberg``; docs/iceberg.md)."""
-    ice = sub.add_parser("iceberg", help="look after a pipeline's Iceberg table: compact small files, expire snapshots")
+    ice = sub.add_parser("iceberg", help="look after a pipeline's Iceberg table: compact small files, expire "
+                                         "snapshots, remove orphan files")
     ice_sub = ice.add_subparsers(dest="iceberg_command", required=True)
     compact = ice_sub.add_parser("compact", help="rewrite the rows of older checkpoints into fewer files")
     _spec(compact)
@@ -129,6 +130,13 @@ def _add_iceberg_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     _spec(expire)
     expire.add_argument("--older-than", default="7d", metavar="AGE",
                         help="seconds, or with s, m, h or d (default 7d); keep it longer than a commit's retries")
+    orphans = ice_sub.add_parser("orphans", help="delete the data files no snapshot reads (dead run attempts, aborted "
+                                                 "checkpoints, expired snapshots), never a checkpoint in flight's")
+    _spec(orphans)
+    orphans.add_argument("--older-than", default="3d", metavar="AGE",
+                         help="only files last written before this: seconds, or with s, m, h or d (default 3d, as "
+                              "Iceberg's own remove_orphan_files); keep it longer than a run takes")
+    orphans.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
 
 
 def _add_audit_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -392,7 +400,10 @@ def _iceberg(spec: PipelineSpec, args: argparse.Namespace) -> int:
             age = float(raw[:-1]) * units[raw[-1]] if raw[-1] in units else float(raw)
         except ValueError:
             raise TerminalError(f"--older-than {raw!r}: seconds, or a number with s, m, h or d (7d)") from None
-        done = table_upkeep.expire(spec, age)
+        if args.iceberg_command == "orphans":
+            done = table_upkeep.remove_orphans(spec, age, args.dry_run)
+        else:
+            done = table_upkeep.expire(spec, age)
     _emit(args, done.to_json(), done.line())
     return 0
 

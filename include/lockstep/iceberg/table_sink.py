@@ -14,11 +14,11 @@ kept conflicting is transient; a table or a column the checkpoint cannot write i
 from __future__ import annotations
 
 __all__ = [
-    "FileTarget", "IcebergTable", "Observed", "RowsOfSource", "SourceFiles", "WrittenFile",
+    "FileTarget", "IcebergTable", "Observed", "Orphan", "RowsOfSource", "SourceFiles", "WrittenFile",
 ]
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -60,6 +60,14 @@ class RowsOfSource:
 
     source: str
     rows: pa.Table
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A file under the table's data folder that no snapshot reads."""
+
+    path: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -339,7 +347,7 @@ class IcebergTable:
             self._calling("drop an earlier attempt's branch",
                           lambda: table.manage_snapshots().remove_branch(branch).commit())
             table = self.load()
-        folder = f"{table.location().rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}/{uuid.uuid4().hex[:12]}"
+        folder = f"{checkpoint_folder(table.location(), pipeline, checkpoint_id)}/{uuid.uuid4().hex[:12]}"
         return FileTarget(self.name, folder, schema, dict(table.io.properties), parquet_options(table.properties),
                           table.schema(), table.spec(), dict(table.properties))
 
@@ -528,6 +536,44 @@ class IcebergTable:
             self._calling("expire snapshots", lambda: table.maintenance.expire_snapshots().by_ids(doomed).commit())
         return len(doomed)
 
+    def orphans(self, older_than_ms: int, pipeline: str, in_flight: Collection[int] = ()) -> list[Orphan]:
+        """The files under the table's data folder that no snapshot of the table reads (on any branch, or still in
+        any history), last written before ``older_than_ms`` (epoch ms), and not in the folder of one of
+        ``pipeline``'s checkpoints ``in_flight`` (not completed or aborted yet: a run of it may be writing there):
+        the files of run attempts that died before their snapshot was staged, of aborted checkpoints' dropped
+        branches, and of snapshots expired since. The table's metadata folder is never looked at."""
+        from pyarrow.fs import FileSelector, FileType
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        table = self.load()
+        read = set(self._calling("list the files the snapshots read", table.inspect.all_files)["file_path"]
+                   .to_pylist())
+        io = table.io if isinstance(table.io, PyArrowFileIO) else PyArrowFileIO(dict(table.io.properties))
+        scheme, netloc, root = io.parse_location(f"{table.location().rstrip('/')}/data")
+        fs = io.fs_by_scheme(scheme, netloc)
+        listed = self._calling("list the table's data folder",
+                               lambda: fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)))
+        prefix = f"{scheme}://"
+        spared = tuple(f"{checkpoint_folder(table.location(), pipeline, cid)}/" for cid in in_flight)
+        found = []
+        for info in listed:
+            if info.type != FileType.File or info.mtime is None:
+                continue
+            path = prefix + info.path
+            if path in read or path.startswith(spared) or info.mtime.timestamp() * 1000 >= older_than_ms:
+                continue
+            found.append(Orphan(path, info.size or 0))
+        return found
+
+    def remove(self, orphans: Sequence[Orphan]) -> int:
+        """The ``orphans`` deleted (one already gone counts as removed); how many."""
+        from functools import partial
+
+        io = self.load().io
+        for orphan in orphans:
+            self._calling(f"delete {orphan.path}", partial(io.delete, orphan.path))
+        return len(orphans)
+
     # ---- errors ----------------------------------------------------------------------------------------
     @contextmanager
     def _transaction(self, table: Table) -> Iterator[Any]:
@@ -558,6 +604,12 @@ class IcebergTable:
             return TransientError(f"{where}: could not {what}: {cause}; a retry may pass")
         return TerminalError(f"{where}: could not {what}: {cause}. Fix the catalog connection's properties or the "
                              "table's permissions, then trigger the next run, which goes on from here")
+
+
+def checkpoint_folder(location: str, pipeline: str, checkpoint_id: int) -> str:
+    """Where the run attempts of ``pipeline``'s checkpoint ``checkpoint_id`` write their data files, each in a
+    folder of its own beneath: ``<location>/data/lockstep/<pipeline>/<checkpoint>``."""
+    return f"{location.rstrip('/')}/data/lockstep/{pipeline}/{checkpoint_id}"
 
 
 def parquet_options(properties: Mapping[str, str]) -> dict[str, Any]:
