@@ -64,12 +64,9 @@ def run_demo(checkpoints: int = 3, out: TextIO = sys.stdout) -> int:
     paid = load_spec(pipelines_dir() / "orders_with_payments.yaml")
     specs = (spec, windows, avro, by_size, joined, paid)
     bootstrap = platform.kafka.bootstrap
-    ensure_topics(bootstrap, {spec.source.topics[0]: 4, spec.sink.topic: 4, spec.sink.dead_letter_topic: 1,
-                              windows.sink.topic: 4, windows.sink.dead_letter_topic: 1,
-                              avro.source.topics[0]: 4, avro.sink.topic: 4, avro.sink.dead_letter_topic: 1,
-                              **{topic: 4 for topic in by_size.sink.topics}, by_size.sink.dead_letter_topic: 1,
-                              joined.sink.topic: 4, joined.sink.dead_letter_topic: 1,
-                              paid.source.topics[1]: 4, paid.sink.topic: 4, paid.sink.dead_letter_topic: 1})
+    ensure_topics(bootstrap, {spec.source.topics[0]: 4, avro.source.topics[0]: 4, paid.source.topics[1]: 4,
+                              **{topic: 4 for s in specs for topic in s.sink.topics},
+                              **{s.sink.dead_letter_topic: 1 for s in specs}})
     customers = joined.tables[0].topic
     ensure_topics(bootstrap, {customers: 2}, {"cleanup.policy": "compact"})  # a table's topic keeps each key's last
     produce_customers(bootstrap, customers, missing_every=NO_CUSTOMER_EVERY)

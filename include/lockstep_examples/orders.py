@@ -123,3 +123,12 @@ def enrich_for_table(df: DataFrame) -> DataFrame:
     fields = [order.getField(name).alias(name) for name in ("order_id", "customer", "amount", "currency")]
     return out.select("*", *[F.when(F.col("error").isNull(), f).alias(n) for f, n in
                              zip(fields, ("order_id", "customer", "amount", "currency"), strict=True)])
+
+
+def order_columns(df: DataFrame) -> DataFrame:
+    """The order's fields as the only columns (beside the provenance the table keeps, and the dead letters' error):
+    a transform for a table without a topic (``sink.iceberg`` without ``sink.topic``), whose rows are these
+    columns alone. No ``value``: a malformed order's dead letter carries its input's bytes, which Lockstep finds
+    again by provenance (docs/iceberg.md)."""
+    return enrich_for_table(df).select("topic", "partition", "offset", "error", "order_id", "customer", "amount",
+                                       "currency")

@@ -53,11 +53,18 @@ def fit_tag(tag: str) -> str:
     return f"{tag[:TAG_MAX_LEN - TAG_DIGEST_LEN - 1]}~{digest}"
 
 
+def sink_name(spec: PipelineSpec) -> str:
+    """Where the pipeline's records go, in a word: its sink topic, or ``iceberg:<table>`` for a table alone."""
+    if spec.sink.topic is not None or spec.sink.iceberg is None:
+        return str(spec.sink.topic)
+    return f"iceberg:{spec.sink.iceberg.table}"
+
+
 def dag_tags(spec: PipelineSpec) -> list[str]:
-    """The DAG's tags: ``lockstep``, its first source topic, its sink topic, a lag trigger's threshold, then the
-    spec's own (`fit_tag` shortens one that names a long topic)."""
+    """The DAG's tags: ``lockstep``, its first source topic, its sink (topic, or table alone), a lag trigger's
+    threshold, then the spec's own (`fit_tag` shortens one that names a long topic)."""
     lag = spec.checkpoints.trigger
-    tags = ["lockstep", f"source:{spec.source.topics[0]}", f"sink:{spec.sink.topic}",
+    tags = ["lockstep", f"source:{spec.source.topics[0]}", f"sink:{sink_name(spec)}",
             *([f"trigger:lag>={lag.lag_records}"] if lag is not None else []), *spec.tags]
     return list(dict.fromkeys(fit_tag(t) for t in tags))
 
@@ -69,7 +76,8 @@ def doc_md(spec: PipelineSpec) -> str:
         spec.description or "",
         "",
         f"Reads **{', '.join(spec.source.topics)}** (`{spec.source.kafka_conn_id}`), applies `{spec.transform}`, "
-        f"writes **{spec.sink.topic}**"
+        + (f"writes **{spec.sink.topic}**" if spec.sink.topic is not None else
+         f"lands its records in Iceberg table **{spec.sink.iceberg.table if spec.sink.iceberg else '?'}** alone")
         + (f" and, by its routes, **{', '.join(t for t, _ in spec.sink.routes)}**" if spec.sink.routes else "")
         + f" with dead letters in **{spec.sink.dead_letter_topic}**, exactly once.",
         "",
@@ -104,7 +112,8 @@ def doc_md(spec: PipelineSpec) -> str:
 def topic_assets(spec: PipelineSpec) -> list[Asset]:
     """The sink and dead-letter topics as Kafka Assets (``kafka://<first bootstrap server>/<topic>``,
     the Kafka provider's form), so downstream DAGs can be scheduled on committed output. A connection
-    that cannot be read while the DAG file is parsed falls back to its id as the server part."""
+    that cannot be read while the DAG file is parsed falls back to its id as the server part. A table without
+    a sink topic is the sink's Asset itself: ``iceberg://<catalog connection>/<table>``."""
     try:
         from lockstep.connections import get_connection
 
@@ -114,10 +123,12 @@ def topic_assets(spec: PipelineSpec) -> list[Asset]:
         log.warning("%s: connection %s not readable at parse time (%s); assets are named after the connection id",
                     spec.name, spec.sink.kafka_conn_id, exc)
         server = spec.sink.kafka_conn_id
-    return [Asset(uri=f"kafka://{server}/{topic}", name=asset_name(spec.name, role), group="lockstep",
-                  extra={"pipeline": spec.name, "role": role})
-            for role, topic in (("sink", spec.sink.topic), ("dead letters", spec.sink.dead_letter_topic),
-                                *((f"route {t}", t) for t, _ in spec.sink.routes))]
+    iceberg = spec.sink.iceberg
+    sink = (f"kafka://{server}/{spec.sink.topic}" if spec.sink.topic is not None or iceberg is None else
+            f"iceberg://{iceberg.catalog_conn_id}/{iceberg.table}")
+    return [Asset(uri=uri, name=asset_name(spec.name, role), group="lockstep", extra={"pipeline": spec.name, "role": role})
+            for role, uri in (("sink", sink), ("dead letters", f"kafka://{server}/{spec.sink.dead_letter_topic}"),
+                              *((f"route {t}", f"kafka://{server}/{t}") for t, _ in spec.sink.routes))]
 
 
 def sink_asset(pipeline: str, pipelines_dir: Path | None = None) -> Asset:
@@ -195,7 +206,7 @@ def build_dag(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = 
         start_date=START_DATE,
         catchup=False,
         max_active_runs=max_active_runs(spec),
-        description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {spec.sink.topic}, exactly once",
+        description=spec.description or f"Lockstep: {', '.join(spec.source.topics)} -> {sink_name(spec)}, exactly once",
         doc_md=doc_md(spec),
         tags=dag_tags(spec),
         params=pipeline_params(read_restore_points(spec, s3_clients) if restore_points else []),

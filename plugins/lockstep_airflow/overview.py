@@ -664,7 +664,8 @@ def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savep
                       transactions: Section | None = None, last_comparison: Section | None = None) -> PipelineOverview:
     return PipelineOverview(
         name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
-        sink_topic=", ".join(spec.sink.topics), dead_letter_topic=spec.sink.dead_letter_topic,
+        sink_topic=", ".join(spec.sink.topics) or (f"Iceberg table {spec.sink.iceberg.table}" if spec.sink.iceberg
+                                                   else ""), dead_letter_topic=spec.sink.dead_letter_topic,
         consumer_group=spec.source.consumer_group, store=f"s3://{'/'.join(spec.checkpoint_location)}",
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
         last_dry_run=last_dry_run or Section(), transactions=transactions or Section(),

@@ -162,6 +162,32 @@ def test_one_task_per_checkpoint_and_its_run_ahead_room(tmp_path, trigger):
     assert "in one task (`checkpoints.tasks: one`)" in dag.doc_md
 
 
+def test_a_table_without_a_topic_is_the_sinks_asset_tag_and_words(tmp_path):
+    """A pipeline whose records land in an Iceberg table alone: its DAG names the table where others name their
+    sink topic (tag, description, docs), and the table is the sink's Asset, beside the dead-letter topic's."""
+    import yaml
+
+    from lockstep.spec import load_specs
+
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from lockstep_airflow.dag_factory import build_dag
+
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    doc["sink"] = {"dead_letter_topic": doc["sink"]["dead_letter_topic"],
+                   "iceberg": {"table": "lake.orders", "catalog_conn_id": "lake"}}
+    doc.pop("description", None)
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(doc))
+    [spec] = load_specs(tmp_path)
+    dag = build_dag(spec)
+    assert "sink:iceberg:lake.orders" in dag.tags
+    assert dag.description.endswith("-> iceberg:lake.orders, exactly once")
+    assert "lands its records in Iceberg table **lake.orders** alone" in dag.doc_md
+    outlets = {a.extra["role"]: a.uri for a in dag.get_task("commit").outlets}
+    assert outlets["sink"] == "iceberg://lake/lake.orders"
+    assert outlets["dead letters"].startswith("kafka://") and outlets["dead letters"].endswith(
+        "/" + doc["sink"]["dead_letter_topic"])
+
+
 def test_a_parse_reads_every_pipelines_restore_points_on_one_s3_client_per_connection(tmp_path, monkeypatch, caplog):
     """The dag-processor parses the pipelines' file every min_file_process_interval and reads each pipeline's
     store for its trigger form's restore points. The parse builds one S3 client per AWS connection and shares it

@@ -172,6 +172,49 @@ def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(
     assert as_sink(rows) == expected and len(expected) == 18 * (len(points) + 2)
 
 
+def test_a_table_without_a_topic_gets_each_row_once_through_a_crash_at_every_failpoint(tmp_path, bootstrap, unique,
+                                                                                       catalog):
+    """``sink.iceberg`` without ``sink.topic``: the records land in the table alone, as the transform's columns
+    (no ``value``: ``order_columns``), partitioned; the transactions carry the dead letters, each with its input's
+    bytes. A crash at each failpoint a connect-mode run passes, one after another: the table ends with each order
+    once, the dead-letter topic with each malformed one once, and verify checks the table as the sink."""
+    from ..support.data import MALFORMED_EVERY
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=3,
+                             transform="lockstep_examples.orders:order_columns")
+    table = f"lake_{unique}.orders"
+    pipeline.rewrite(sink={"topic": None, "iceberg": {"table": table, "partitioning": ["bucket(2, customer)"]}})
+    points = [f for f in FAILPOINTS if f not in (*STATE_FAILPOINTS, *WRITER_FAILPOINTS)]
+    per = 20
+    for n, point in enumerate(points):
+        produce_orders(pipeline, per, start=n * per)
+        crash_at(pipeline, point)
+    produce_orders(pipeline, per, start=len(points) * per)
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    total = per * (len(points) + 1)
+    rows = table_rows(catalog, table)
+    assert set(rows[0]) == {"order_id", "customer", "amount", "currency", "lockstep_source_topic",
+                            "lockstep_source_partition", "lockstep_source_offset", "lockstep_checkpoint"}, rows[0]
+    offsets = [(r["lockstep_source_partition"], r["lockstep_source_offset"]) for r in rows]
+    assert len(offsets) == len(set(offsets)) == total - total // MALFORMED_EVERY, "each order a row, once"
+    assert {r["order_id"] for r in rows} == {f"o{i}" for i in range(total) if i % MALFORMED_EVERY}
+    dead = read_committed(bootstrap, pipeline.dead_letters)
+    assert sorted(m.value().decode() for m in dead) == sorted(
+        f"not json {i}" for i in range(0, total, MALFORMED_EVERY)), "each dead letter once, as it came"
+    assert read_committed(bootstrap, pipeline.sink, timeout=5) == [], "no sink topic is written"
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["table"]["ok"] and report["table"]["rows"] == len(rows), report["table"]
+    assert open_transactions(pipeline) == []
+    s = store(pipeline)
+    completed = sorted(i for i in s.checkpoint_ids() if s.view(i).status is CheckpointStatus.COMPLETED)
+    assert published_checkpoints(catalog, table, pipeline.name) == [
+        i for i in completed if s.view(i).prepared.iceberg is not None and s.view(i).prepared.iceberg.files]
+    assert sum(s.view(i).prepared.records_out for i in completed) == len(rows), "records out are the table's rows"
+
+
 def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp_path, bootstrap, unique, catalog,
                                                                              monkeypatch):
     """The commit dies after the first of three transactions; the broker times the other two out. The repair

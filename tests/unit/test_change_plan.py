@@ -40,6 +40,7 @@ def changed_doc(base: dict[str, Any], edit: Callable[[dict[str, Any]], None]) ->
 
 
 ICEBERG = {**BASE, "sink": {**BASE["sink"], "iceberg": {"table": "lake.orders"}}}
+UNROUTED = {**BASE, "sink": {k: v for k, v in ICEBERG["sink"].items() if k != "routes"}}
 
 
 def with_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +146,10 @@ CASES = [
     ("table partitioned", ICEBERG, setter("sink.iceberg.partitioning", ["day(ordered_at)", "bucket(8, customer)"]),
      "sink.iceberg.partitioning", Applies.STEP, "evolve lake.orders's partition spec to [day(ordered_at), "
      "bucket(8, customer)] first"),
+    ("topic dropped for the table alone", UNROUTED, setter("sink.topic", None), "sink.topic", Applies.NEXT,
+     "land in Iceberg table lake.orders alone"),
+    ("topic added beside the table alone", changed_doc(UNROUTED, setter("sink.topic", None)), setter("sink.topic", "out"),
+     "sink.topic", Applies.NEXT, "go to out too, beside Iceberg table lake.orders"),
     ("table partitioning unset", changed_doc(ICEBERG, setter("sink.iceberg.partitioning", ["region"])),
      setter("sink.iceberg.partitioning", None), "sink.iceberg.partitioning", Applies.NEXT, "as it is partitioned"),
 ]

@@ -124,6 +124,42 @@ def test_the_spec_names_the_table_and_its_catalog(tmp_path) -> None:
     assert load_spec(spec_with(tmp_path, "")).sink.iceberg is None
 
 
+def spec_alone(tmp_path, sink: str, extra: str = "") -> str:
+    path = tmp_path / "alone.yaml"
+    path.write_text(f"name: p\nsource: {{topics: [a]}}\ntransform: m:f\nsink: {{{sink}}}\n"
+                    f"checkpoints: {{store: s3://bucket/x}}\n{extra}")
+    return str(path)
+
+
+def test_a_table_without_a_topic_takes_the_records_alone_and_is_pinned_so(tmp_path) -> None:
+    from lockstep.model.checkpoint import PlannedWith
+    from lockstep.rules.pinned import planned_with
+    from lockstep.spec import load_spec
+
+    spec = load_spec(spec_alone(tmp_path, "dead_letter_topic: c, iceberg: {table: lake.orders}"))
+    assert spec.sink.topic is None and spec.sink.table_only and spec.sink.topics == ()
+    with_topic = load_spec(spec_with(tmp_path, ", iceberg: {table: lake.orders}")).sink
+    assert not with_topic.table_only and with_topic.topics == ("b",)
+    pinned = planned_with(spec)
+    assert pinned.sink_topic is None and pinned.to_json()["sink"]["topic"] is None
+    assert PlannedWith.from_json(json.loads(json.dumps(pinned.to_json()))) == pinned, "claim.json keeps it"
+
+
+@pytest.mark.parametrize("sink, extra, problem", [
+    ("dead_letter_topic: c", "", "sink.topic: is required"),
+    ("dead_letter_topic: c, iceberg: {table: lake.orders}, routes: {big: 'amount > 1'}", "",
+     "sink.routes: needs sink.topic: without it the records land in the Iceberg table alone"),
+    ("dead_letter_topic: c, iceberg: {table: lake.orders}, value: json", "", "sink.value: needs sink.topic"),
+    ("dead_letter_topic: c, iceberg: {table: lake.orders}", "state: {key_groups: 8, event_time: {column: t}, "
+     "dedup: {key: k, ttl: 1h}}\n", "sink.topic: is required with state yet"),
+])
+def test_a_table_without_a_topic_refuses_what_needs_one(tmp_path, sink: str, extra: str, problem: str) -> None:
+    from lockstep.spec import load_spec
+
+    with pytest.raises(SpecError, match=re.escape(problem)):
+        load_spec(spec_alone(tmp_path, sink, extra))
+
+
 def test_the_spec_names_the_tables_partitioning_in_iceberg_s_transforms(tmp_path) -> None:
     from lockstep.spec import TablePartition, load_spec
 

@@ -737,6 +737,11 @@ def _deadletters_replay(spec: PipelineSpec, selection: Selection, args: argparse
                             "keys whose state has moved on (a window that already fired, a key already passed), so "
                             "dead-letter replay is for stateless pipelines. Fix the input upstream and restore from "
                             "a savepoint before it (`lockstep run --restore-from`) to recompute with it")
+    if spec.sink.table_only:
+        raise TerminalError(f"{spec.path}: {spec.name} lands its records in an Iceberg table alone (no sink.topic), and "
+                            "a dead-letter replay writes what it recovers to sink.topic, not to the table (not yet: "
+                            "docs/iceberg.md). Fix the input upstream and backfill from a savepoint before it "
+                            "(`lockstep run --restore-from`)")
     rspec = replay_spec(spec)
     results: list[dict[str, object]] = []
     target, covered, n = None, 0, 0

@@ -280,10 +280,12 @@ def sink_reading(spec: PipelineSpec) -> Reading | None:
         return Reading("value", fmt, fmt.schema)
     if not fmt.registry:
         return None
-    subject = fmt.subject_for(spec.sink.topic, "value")
+    topic = spec.sink.topic
+    assert topic is not None  # a sink format needs sink.topic: the spec refuses one without
+    subject = fmt.subject_for(topic, "value")
     versions = registry_for(spec.sink.registry_conn_id).subject_schemas(subject)
     return Reading("value", fmt, fmt.schema or versions[-1].text, {v.id: v.text for v in versions},
-                   {spec.sink.topic: subject}, {spec.sink.topic: tuple(sorted(v.id for v in versions))})
+                   {topic: subject}, {topic: tuple(sorted(v.id for v in versions))})
 
 
 # ---- decoding ---------------------------------------------------------------------------------------------

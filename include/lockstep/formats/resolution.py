@@ -198,7 +198,9 @@ def writings(spec: PipelineSpec, register: bool = False, dry_run: bool = False,
         # Each route's topic has a subject of its own under the topic name strategy; a declared one is shared.
         routed = (None, *(t for t, _ in spec.sink.routes)) if fmt.subject is None else (None,)
         for topic in routed:
-            subject = fmt.subject_for(topic or spec.sink.topic, part)
+            written = topic or spec.sink.topic
+            assert written is not None  # a sink format needs sink.topic: the spec refuses one without
+            subject = fmt.subject_for(written, part)
             key = Writing(part, fmt, None, topic=topic).pin_key
             if pinned and key in pinned:  # what the plan accepted, whatever the subject holds since
                 schema_id = pinned[key]

@@ -56,11 +56,13 @@ _HEADERS = "__ls_table_headers"
 _TASK_RESULT = "path string, source string, records long, dropped long, entry binary"
 
 
-def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int) -> StagedTable:
+def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int | None,
+               not_the_tables: tuple[str, ...] = ()) -> StagedTable:
     """The rows of checkpoint ``cid``'s output ``written`` (as the writers took it, every column the transform
-    returned) that went to ``sink.topic``, written by the Spark tasks and staged on the checkpoint's branch. A
-    record larger than the topic takes (``sink_max_bytes``, estimated as the writers estimate it) went to the
-    dead-letter topic instead: not the table's either."""
+    returned but ``not_the_tables``) that went to ``sink.topic`` (or, without one, that are not dead letters),
+    written by the Spark tasks and staged on the checkpoint's branch. A record larger than the topic takes
+    (``sink_max_bytes``, estimated as the writers estimate it) went to the dead-letter topic instead: not the
+    table's either. None: no topic, no limit."""
     from pyspark.sql import functions as F
 
     from lockstep.iceberg.table_sink import IcebergTable, WrittenFile
@@ -72,8 +74,9 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
         rows = rows.where(F.col("error").isNull())
     if ROUTE_COLUMN in rows.columns:
         rows = rows.where(F.col(ROUTE_COLUMN).isNull())
-    columns = [c for c in rows.columns if c not in _LOCKSTEP_COLUMNS and not c.startswith(_INTERNAL)]
-    headers = [F.col("headers").alias(_HEADERS)] if "headers" in rows.columns else []
+    columns = [c for c in rows.columns
+               if c not in _LOCKSTEP_COLUMNS and c not in not_the_tables and not c.startswith(_INTERNAL)]
+    headers = [F.col("headers").alias(_HEADERS)] if "headers" in rows.columns and sink_max_bytes is not None else []
     rows = rows.select(*columns, F.col("topic").alias(PROVENANCE_COLUMNS[0]),
                        F.col("partition").cast("int").alias(PROVENANCE_COLUMNS[1]),
                        F.col("offset").cast("bigint").alias(PROVENANCE_COLUMNS[2]),
@@ -96,7 +99,7 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
     return staged
 
 
-def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int,
+def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int | None,
                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One Spark task's share: its rows the sink topic took, a file per source partition (`SourceFiles`)."""
     import pyarrow as pa
@@ -106,7 +109,7 @@ def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int,
     files = SourceFiles(target, uuid.uuid4().hex[:12])
     dropped = 0
     for batch in batches:
-        kept = _within(batch, pipeline, cid, limit)
+        kept = _within(batch, pipeline, cid, limit) if limit is not None else pa.Table.from_batches([batch])
         dropped += batch.num_rows - kept.num_rows
         for source, part in _by_source(kept):
             files.add(source, part)

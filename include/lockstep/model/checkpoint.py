@@ -89,7 +89,8 @@ class PlannedWith:
 
     source_topics: tuple[str, ...]
     source_kafka_conn_id: str
-    sink_topic: str
+    #: None: the records land in the sink's Iceberg table alone (``sink.topic`` unset).
+    sink_topic: str | None
     dead_letter_topic: str
     sink_writer: str
     sink_kafka_conn_id: str
@@ -114,6 +115,8 @@ class PlannedWith:
             raise ValueError(f"source.topics must be a non-empty list of topic names, got {self.source_topics!r}")
         for spec_field, attr in self.FIELDS:
             value = getattr(self, attr)
+            if attr == "sink_topic" and value is None:
+                continue
             if attr not in ("source_topics", "timeout_ms", "sink_parallelism") and (not isinstance(value, str) or not value):
                 raise ValueError(f"{spec_field} must be a non-empty string, got {value!r}")
         if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
@@ -143,7 +146,7 @@ class PlannedWith:
             raise MetadataError(key, f"field '{path}.source.topics' must list topic names, got {topics!r}")
         return build(key, lambda: cls(
             source_topics=tuple(topics), source_kafka_conn_id=source.get("kafka_conn_id", str),
-            sink_topic=sink.get("topic", str), dead_letter_topic=sink.get("dead_letter_topic", str),
+            sink_topic=sink.get("topic", str, optional=True), dead_letter_topic=sink.get("dead_letter_topic", str),
             sink_writer=sink.get("writer", str), sink_kafka_conn_id=sink.get("kafka_conn_id", str),
             id_prefix=txn.get("id_prefix", str), timeout_ms=txn.get("timeout_ms", int),
             # Added later: claims of earlier versions lack it (their runs wrote a transaction per range).

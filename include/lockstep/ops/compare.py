@@ -286,10 +286,16 @@ def compare_pipeline(running: PipelineSpec, new: PipelineSpec, first: int | None
                      newest: int | None = None, examples: int = 5) -> Comparison:
     """The comparison as ``lockstep replay --compare`` runs it: the running pipeline's store and sinks, the
     Spark its checkpoints run on, and the report kept in the store for the Checkpoints page."""
+    from lockstep.errors import TerminalError
     from lockstep.kafka.reader import read_committed
     from lockstep.ops.verify import audit_session, source_log_starts
     from lockstep.steps.client_factory import checkpoint_store
 
+    if running.sink.table_only:
+        raise TerminalError(f"{running.path}: {running.name} lands its records in an Iceberg table alone (no "
+                            "sink.topic): `replay --compare` reads what each checkpoint committed from the sink topics "
+                            "and cannot compare a table's rows yet (docs/iceberg.md). Run the new version as a new "
+                            "pipeline into another table and compare the two with Spark SQL")
     store = checkpoint_store(running)
     views = chosen(store, first, last, newest)
     log_starts = source_log_starts(running, {v.checkpoint_id: v.claim.ranges for v in views})

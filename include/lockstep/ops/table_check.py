@@ -28,6 +28,8 @@ class TableCheck:
     lost: list[Offset] = field(default_factory=list)
     duplicated: list[Offset] = field(default_factory=list)
     unexpected: list[Offset] = field(default_factory=list)
+    #: What the rows are checked against: the sink topic's records, or (no ``sink.topic``) the outputs recomputed.
+    against: str = "records of the sink topic"
 
     @property
     def ok(self) -> bool:
@@ -43,9 +45,8 @@ class TableCheck:
                 "unexpected_sample": sample(self.unexpected)}
 
     def summary(self) -> str:
-        return (f"Iceberg table {self.table}: {self.rows} rows on its main branch for {self.records} records of the "
-                f"sink topic; {len(self.lost)} lost, {len(self.duplicated)} duplicated, {len(self.unexpected)} "
-                "unexpected")
+        return (f"Iceberg table {self.table}: {self.rows} rows on its main branch for {self.records} {self.against}; "
+                f"{len(self.lost)} lost, {len(self.duplicated)} duplicated, {len(self.unexpected)} unexpected")
 
 
 def check_table(table: str, rows: Counter[Offset], records: Counter[Offset]) -> TableCheck:
@@ -54,15 +55,21 @@ def check_table(table: str, rows: Counter[Offset], records: Counter[Offset]) -> 
     return TableCheck(table, sum(rows.values()), sum(records.values()), lost, duplicated, unexpected)
 
 
-def table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange]) -> TableCheck:
-    """The table's rows from checkpoint ``since`` on against ``sink.topic``'s records, both without the offsets
-    that could not be checked."""
+def table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange],
+                rows: Counter[Offset] | None = None) -> TableCheck:
+    """The table's rows from checkpoint ``since`` on (read here, or ``rows`` when read already) against ``main``:
+    ``sink.topic``'s records, or, without a sink topic, the outputs recomputed for the table; both without the
+    offsets that could not be checked."""
     from lockstep.iceberg.table_sink import IcebergTable
 
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
-    rows = IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since)
-    return check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone)}),
-                       Counter({k: n for k, n in main.items() if not within(k, gone)}))
+    if rows is None:
+        rows = IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since)
+    check = check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone)}),
+                        Counter({k: n for k, n in main.items() if not within(k, gone)}))
+    if spec.sink.table_only:
+        check.against = "outputs recomputed from the input"
+    return check
 
 

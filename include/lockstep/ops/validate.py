@@ -300,7 +300,8 @@ def check_connect(spec: PipelineSpec, report: SpecReport, services: Services) ->
         wanted += [(f"tables.{t.name}.topic", t.topic) for t in spec.tables]
         errors += _topics(spec, report, services, "source", spec.source.kafka_conn_id, wanted)
     if spec.sink.kafka_conn_id in usable:
-        wanted = [("sink.topic", spec.sink.topic), ("sink.dead_letter_topic", spec.sink.dead_letter_topic),
+        wanted = [*((("sink.topic", spec.sink.topic),) if spec.sink.topic is not None else ()),
+                  ("sink.dead_letter_topic", spec.sink.dead_letter_topic),
                   *((f"sink.routes.{t}", t) for t, _ in spec.sink.routes)]
         errors += _topics(spec, report, services, "sink", spec.sink.kafka_conn_id, wanted)
     if spec.source.registry_conn_id in usable:

@@ -315,11 +315,13 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
                      unchecked: list[Unchecked] | None = None,
                      topics: dict[Offset, set[str]] | None = None, store: CheckpointStore | None = None,
                      tables: Mapping[int, Mapping[str, TableVersion]] | None = None,
-                     schemas: Mapping[int, Mapping[str, int]] | None = None) -> Counter[Offset]:
+                     schemas: Mapping[int, Mapping[str, int]] | None = None,
+                     to_table: Counter[Offset] | None = None) -> Counter[Offset]:
     """The transform's outputs per input offset, re-computed from the ranges. A checkpoint whose
     ranges Spark cannot read (or transform) goes to ``unchecked`` with the cause, not up as an error.
     With ``sink.routes``, ``topics`` gets the topic each offset's outputs go to: its route's (or
-    ``sink.topic``), the dead-letter topic for a dead letter. With tables, each checkpoint's records meet
+    ``sink.topic``), the dead-letter topic for a dead letter; without ``sink.topic``, the table (`table_mark`) for
+    any other output, and ``to_table`` counts those outputs. With tables, each checkpoint's records meet
     the table versions its completed checkpoint records (``tables``, by checkpoint), read from ``store``'s
     files (never from the tables' topics, which Kafka may have compacted since); checkpoints that carried a
     version forward share its frames. Each checkpoint's records are decoded into, and its outputs encoded
@@ -356,10 +358,14 @@ def expected_outputs(spec: PipelineSpec, spark: JobSession, ranges: dict[int, tu
         finally:
             forget_read_settings(spark)  # each read's settings (credentials) leave the session once it is done
         expected.update((r["topic"], r["partition"], r["offset"]) for r in rows)
-        if topics is not None and spec.sink.routes:
+        if topics is not None and (spec.sink.routes or spec.sink.table_only):
             for r in (row.asDict() for row in rows):
-                to = spec.sink.dead_letter_topic if r.get("error") is not None else r[ROUTE_COLUMN] or spec.sink.topic
-                topics.setdefault((r["topic"], r["partition"], r["offset"]), set()).add(to)
+                dead = r.get("error") is not None
+                to = spec.sink.dead_letter_topic if dead else r.get(ROUTE_COLUMN) or spec.sink.topic or table_mark(spec)
+                at = (r["topic"], r["partition"], r["offset"])
+                topics.setdefault(at, set()).add(to)
+                if to_table is not None and not dead and spec.sink.table_only:
+                    to_table[at] += 1
     return expected
 
 
@@ -375,7 +381,7 @@ def _recomputed(spec: PipelineSpec, spark: JobSession, kafka: dict[str, object],
     out, decoded = formats.transformed(read_ranges(spark, kafka, rs), transform, enrich,
                                        enrich_errors=enrich is not None, raised=raised)
     columns = ("topic", "partition", "offset", *(c for c in ("error", ROUTE_COLUMN)
-                                                 if spec.sink.routes and c in out.columns))
+                                                 if (spec.sink.routes or spec.sink.table_only) and c in out.columns))
     try:
         return formats.with_dead_letters(out, decoded, columns).collect()
     except Exception as exc:
@@ -450,9 +456,15 @@ class Outputs:
             self.in_sink[original] += 1
 
 
+def table_mark(spec: PipelineSpec) -> str:
+    """How verify names the table where a table-only pipeline's outputs go, beside its topics."""
+    return f"Iceberg table {spec.sink.iceberg.table if spec.sink.iceberg is not None else '?'}"
+
+
 def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int], None] | None = None) -> Outputs:
     """Every committed record of the sink topics (``sink.topic`` and the routes') and the dead-letter topic,
-    sorted into `Outputs`."""
+    sorted into `Outputs`; without ``sink.topic``, the Iceberg table's rows (from checkpoint ``since`` on) are the
+    sink's records."""
     from lockstep.kafka.reader import read_committed
 
     outputs = Outputs()
@@ -467,6 +479,17 @@ def read_outputs(spec: PipelineSpec, since: int | None, progress: Callable[[int]
                                  after_batch=batch_read):
         outputs.add(spec, since, record.where, record.topic, dict(record.headers))
         seen += 1
+    if spec.sink.table_only and spec.sink.iceberg is not None:
+        from lockstep.iceberg.table_sink import IcebergTable
+
+        iceberg = spec.sink.iceberg
+        for original, n in IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since).items():
+            if original[0] not in spec.source.topics:
+                outputs.other_producers.append(f"{iceberg.table} rows of {original[0]}:{original[1]}@{original[2]}")
+                continue
+            outputs.actual[original] += n
+            outputs.main[original] += n
+            outputs.topics.setdefault(original, set()).add(table_mark(spec))
     return outputs
 
 
@@ -489,7 +512,8 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
         log_starts = source_log_starts(spec, covered)
     ranges, unchecked = clip_to_log_start(covered, log_starts)
     routes: dict[Offset, set[str]] = {}
-    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store, versions, schemas)
+    to_table: Counter[Offset] = Counter()
+    expected = expected_outputs(spec, spark, ranges, unchecked, routes, store, versions, schemas, to_table)
     replays = completed_replays(replay_store)
     outputs = read_outputs(spec, since, progress)
     gone = [u.range for u in unchecked]
@@ -502,7 +526,9 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
                           other_producers=outputs.other_producers, repaired=repaired)
     report.lost, report.duplicated, report.unexpected = compare_counts(expected, actual)
     report.misrouted = misrouted(routes, outputs.topics, gone)
-    if spec.sink.iceberg is not None:
+    if spec.sink.table_only:  # the table is the sink: its rows against the outputs recomputed for it
+        report.table = table_check(spec, since, to_table, gone, rows=outputs.main)
+    elif spec.sink.iceberg is not None:
         report.table = table_check(spec, since, outputs.main, gone)
     set_aside(report, other_code(spec, codes), ranges)
     return report

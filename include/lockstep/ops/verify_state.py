@@ -143,7 +143,7 @@ def read_sink(spec: PipelineSpec, progress: Callable[[int], None] | None = None)
         if progress:
             progress(len(found))
 
-    for record in read_committed(kafka_config(spec.sink.kafka_conn_id), (spec.sink.topic, spec.sink.dead_letter_topic),
+    for record in read_committed(kafka_config(spec.sink.kafka_conn_id), (*spec.sink.topics, spec.sink.dead_letter_topic),
                                  f"lockstep-verify-{spec.name}", lambda topic: f"reading {topic} to verify {spec.name}",
                                  after_batch=batch_read):
         headers = dict(record.headers)

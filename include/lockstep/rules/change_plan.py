@@ -125,9 +125,15 @@ def _sink(old: PipelineSpec, new: PipelineSpec) -> list[Change]:
                           "The next plan writes to the new cluster once the checkpoints in flight are settled on the "
                           "old one (a run refuses to carry one over: let it commit or abort first)"))
     for name in ("topic", "dead_letter_topic"):
-        if getattr(o, name) != getattr(n, name):
-            out.append(Change(f"sink.{name}", f"{getattr(o, name)} -> {getattr(n, name)}", Applies.NEXT,
-                              "The next checkpoint writes there; what was written stays in the old topic"))
+        was, now = getattr(o, name), getattr(n, name)
+        if was == now:
+            continue
+        table = n.iceberg.table if n.iceberg is not None else "?"
+        why = ("The next checkpoint writes there; what was written stays in the old topic" if was and now else
+               f"From the next checkpoint the records land in Iceberg table {table} alone; what was written stays in "
+               "the old topic" if now is None else
+               f"From the next checkpoint the records go to {now} too, beside Iceberg table {table}")
+        out.append(Change(f"sink.{name}", f"{was or 'none'} -> {now or 'none'}", Applies.NEXT, why))
     routes_old, routes_new = dict(o.routes), dict(n.routes)
     for topic, condition in routes_new.items():
         if topic not in routes_old:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
+from lockstep.errors import CheckpointError
 from lockstep.formats.codecs import Formats, with_raw
 from lockstep.rules.output_tasks import task_groups
 from lockstep.spark.jvm_writer import write_with_jvm
@@ -95,11 +96,13 @@ class Tables(NamedTuple):
 
 class Sink(NamedTuple):
     """What each task writes with, and which writer writes; ``table``: the records written to the topic go to an
-    Iceberg table too (``sink.iceberg``)."""
+    Iceberg table too (``sink.iceberg``); ``table_only``: they go to the table alone (no ``sink.topic``), and the
+    writers write the dead letters only."""
 
     settings: WriterSettings
     write: Callable[[JobSession, DataFrame, WriterSettings], list[str]]
     table: bool = False
+    table_only: bool = False
 
 
 def read(run: Run) -> DataFrame:
@@ -183,13 +186,19 @@ def sink(run: Run) -> Sink:
     admin = sink_admin(planned.sink_kafka_conn_id)  # one client for the driver's reads of the sink
     check_transaction_timeout(cid, planned.timeout_ms, transaction_timeout_cap(planned.sink_kafka_conn_id, admin))
     routes = tuple(topic for topic, _ in run.spec.sink.routes)
+    topics = (*((planned.sink_topic,) if planned.sink_topic is not None else ()), planned.dead_letter_topic, *routes)
     settings = writer_settings(planned, cid, dict(run.spec.producer), topic_limits(
-        planned.sink_kafka_conn_id, (planned.sink_topic, planned.dead_letter_topic, *routes), admin),
-        pipeline=run.spec.name, routes=routes)
+        planned.sink_kafka_conn_id, topics, admin), pipeline=run.spec.name, routes=routes)
+    iceberg = run.spec.sink.iceberg
+    if planned.sink_topic is None and iceberg is None:
+        raise CheckpointError(cid, "was planned to land its records in an Iceberg table alone (no sink.topic), but "
+                                   "the spec has no sink.iceberg now: put it back until this checkpoint is settled; "
+                                   "the checkpoints planned after it follow the spec as it is then")
+    to = (planned.sink_topic + (f" (routes: {', '.join(routes)})" if routes else "") if planned.sink_topic is not None
+          else f"Iceberg table {iceberg.table if iceberg is not None else '?'} (dead letters to Kafka)")
     log.info("checkpoint %d: reading %d ranges (%s records at most) in %d tasks (sink.parallelism %s), writing "
              "to %s / %s with the %s writer under transactional ids %s-%d-<task>", cid, len(run.ranges),
-             run.records, run.tasks, planned.sink_parallelism,
-             planned.sink_topic + (f" (routes: {', '.join(routes)})" if routes else ""),
+             run.records, run.tasks, planned.sink_parallelism, to,
              planned.dead_letter_topic, planned.sink_writer, planned.id_prefix, cid)
     return Sink(settings, write_with_jvm if planned.sink_writer == "jvm" else write_with_python,
-                run.spec.sink.iceberg is not None)
+                iceberg is not None, planned.sink_topic is None)

@@ -132,11 +132,16 @@ def _run_checkpoint_job(spec: PipelineSpec, checkpoint_id: int, spark: JobSessio
     else:
         gathered = _without_spark(spec, view)
     failpoints.hit("job.before_prepared")
+    planned = view.claim.planned_with
+    table_only = planned is not None and planned.sink_topic is None
+    # Without a sink topic the records out are the table's rows; the transactions hold the dead letters alone.
+    records_out = (gathered.iceberg.records if gathered.iceberg is not None else 0) if table_only else \
+        sum(t.records for t in gathered.committables)
     prepared = PreparedCheckpoint(
         pipeline=spec.name, checkpoint_id=checkpoint_id, prepared_at=datetime.now(UTC).isoformat(),
         transactions=tuple(sorted(gathered.committables, key=lambda t: t.task_index)),
         records_in=sum(r.count for r in view.claim.ranges if not r.is_empty),
-        records_out=sum(t.records for t in gathered.committables),
+        records_out=records_out,
         records_dead_lettered=sum(t.dead_letters for t in gathered.committables),
         spark_seconds=round(time.monotonic() - started, 3), state=gathered.state,
         output_tasks=gathered.output_tasks, tables=gathered.tables, stage_seconds=tracker.seconds,

@@ -93,6 +93,8 @@ class Placed(NamedTuple):
     checked: tuple[str, ...]
     may_rejoin: bool
     bad: int = 0
+    #: The ``value`` column Lockstep added (null) to a table-only output that has none: not the table's.
+    added_value: bool = False
 
 
 class Computed(NamedTuple):
@@ -231,7 +233,8 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         # is the writer's partitioning (a repair leaves out the lost transactions' records).
         placed = placed._replace(out=placed.out.localCheckpoint(eager=True))
         tracker.run("replay", p.input.replay.record, placed.out.select(*placed.columns))  # read once it is completed
-    results = tracker.run("write", sink.write, run.spark, placed.out.select(*placed.columns), sink.settings)
+    results = tracker.run("write", sink.write, run.spark, _for_kafka(sink, placed.out.select(*placed.columns)),
+                          sink.settings)
     may_rejoin = placed.may_rejoin
     if t.observation is not None and t.decoded is not None:
         counted = tracker.run("count", _count_in_write, run, t)
@@ -247,8 +250,20 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
                  "(it dropped them): written again with their input's key, value and headers", run.checkpoint_id, dead)
         results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, placed.bad, len(results), True)
     staged = (tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed,
-                          sink.settings.sink_max_bytes) if sink.table else None)
+                          None if sink.table_only else sink.settings.sink_max_bytes,
+                          ("value",) if placed.added_value else ()) if sink.table else None)
     return Written(results, stateful, staged)
+
+
+def _for_kafka(sink: Sink, out: DataFrame) -> DataFrame:
+    """What the writers write of ``out``: all of it, or, when the records land in the table alone (no
+    ``sink.topic``), its dead letters only (the same tasks: each source partition's still in its task's
+    transaction, which carries nothing when it has none)."""
+    if not sink.table_only:
+        return out
+    from pyspark.sql import functions as F
+
+    return out.where(F.col("error").isNotNull()) if "error" in out.columns else out.where(F.lit(False))
 
 
 def _transform(run: Run, p: Pass, raised: Raised | None, in_write: bool = True) -> Transformed:
@@ -294,12 +309,17 @@ def _place(run: Run, p: Pass, t: Transformed, stateful: Stateful | None) -> Plac
     out = t.out
     if stateful is not None:
         out = stateful.output if stateful.in_place else place(stateful.output, run.claim.ranges, run.tasks)
+    added = run.spec.sink.table_only and "value" not in out.columns
+    if added:  # the table's columns are the transform's own; the writers read a value (a dead letter's, rejoined)
+        from pyspark.sql import functions as F
+
+        out = out.withColumn("value", F.lit(None).cast("binary"))
     columns = _checked(run.spec, out)
     # A stateless transform that dropped the input's bytes (`carries_raw`: an SQL query that lists its columns)
     # returns dead letters without them: when the write says it wrote some, it is written again with their
     # input's key, value and headers, found by provenance (`rejoined`).
     may_rejoin = run.spec.state is None and p.input.replay is None and "error" in out.columns and not carries_raw(out)
-    return Placed(out, columns, out, columns, may_rejoin)
+    return Placed(out, columns, out, columns, may_rejoin, added_value=added)
 
 
 def _count_before(run: Run, p: Pass, t: Transformed, placed: Placed, raised: Raised | None) -> Placed:
@@ -330,7 +350,7 @@ def _write_again(run: Run, p: Pass, t: Transformed, placed: Placed, raised: Rais
     """The output written again with its dead letters, in as many partitions as the first write had tasks."""
     again = _with_dead_letters(run, p, t, placed, raised, bad, partitions, rejoin)
     assert p.sink is not None  # a pass that writes
-    return p.sink.write(run.spark, again, p.sink.settings)
+    return p.sink.write(run.spark, _for_kafka(p.sink, again), p.sink.settings)
 
 
 def _with_dead_letters(run: Run, p: Pass, t: Transformed, placed: Placed, raised: Raised | None, bad: int,

@@ -136,7 +136,9 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientCo
             return topic_limit, f"max.message.bytes of topic {topic}"
         return produced_limit, produced_source
 
-    sink_max, sink_source = limit(planned.sink_topic)
+    # Without a sink topic (the records land in the table alone) the writers take dead letters only: nothing is
+    # bound for the sink topic, which the settings name as "" (a record sent there would be refused by Kafka).
+    sink_max, sink_source = limit(planned.sink_topic or planned.dead_letter_topic)
     dead_max, dead_source = limit(planned.dead_letter_topic)
     routed = tuple((topic, *limit(topic)) for topic in routes)
     config = {**sink, **producer}
@@ -147,7 +149,7 @@ def writer_settings(planned: PlannedWith, checkpoint_id: int, producer: ClientCo
     return WriterSettings(
         bootstrap=config.pop("bootstrap.servers"), producer_config=config,
         id_prefix=planned.id_prefix, pipeline=pipeline, checkpoint_id=checkpoint_id, timeout_ms=planned.timeout_ms,
-        sink_topic=planned.sink_topic, dead_letter_topic=planned.dead_letter_topic,
+        sink_topic=planned.sink_topic or "", dead_letter_topic=planned.dead_letter_topic,
         sink_max_bytes=sink_max, sink_limit=sink_source, dead_letter_max_bytes=dead_max, dead_letter_limit=dead_source,
         routes=routed, failpoints={name: action for name, action in failpoints.armed(prefix="job.").items()
                                    if name in WRITER_FAILPOINTS},

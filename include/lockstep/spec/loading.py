@@ -81,6 +81,9 @@ def _check_across_sections(c: Checker, spec: PipelineSpec) -> None:
     if spec.tables and spec.state is not None:
         c.fail("tables", "are not supported with state yet; join in a stateless pipeline whose sink topic the "
                          "stateful one reads")
+    if spec.state is not None and spec.sink.table_only:
+        c.fail("sink.topic", "is required with state yet: a stateful pipeline's output is verified and repaired from its "
+                             "sink topic; keep sink.topic beside sink.iceberg (docs/iceberg.md)")
     if spec.state is not None and spec.sink.routes:
         c.fail("sink.routes", "are not supported with state yet (a window's and a state function's records are "
                               "made after the transform); route in a second, stateless pipeline that reads this one's "

@@ -131,9 +131,9 @@ SOURCE = _section("The Kafka topics read, and how.", {
     "registry_conn_id": _text("The Schema Registry connection of the registry formats.", DEFAULT_REGISTRY_CONN_ID),
 }, required=True)
 
-ICEBERG = _section("An Iceberg table the records written to topic also go to, exactly once: each checkpoint stages a "
-                   "snapshot on a branch of the table, and its commit publishes it on main with the Kafka "
-                   "transactions (docs/iceberg.md).", {
+ICEBERG = _section("An Iceberg table the records written to topic also go to (or, without topic, go to alone), "
+                   "exactly once: each checkpoint stages a snapshot on a branch of the table, and its commit "
+                   "publishes it on main with the Kafka transactions (docs/iceberg.md).", {
     "table": _text("The table, namespace.name; created (namespace too) with the transform's output columns when "
                    "missing.", required=True, pattern=ICEBERG_TABLE_PATTERN),
     "catalog_conn_id": _text("The Airflow connection of the Iceberg REST catalog: its host the catalog's URI, its "
@@ -149,7 +149,8 @@ ICEBERG = _section("An Iceberg table the records written to topic also go to, ex
 })
 
 SINK = _section("The Kafka topic written, in transactions committed with the checkpoint.", {
-    "topic": _text("The output topic; not a source topic.", required=True, **_TOPIC),
+    "topic": _text("The output topic; not a source topic. Required unless sink.iceberg is set: without it the "
+                   "records land in the table only, and the transactions carry the dead letters.", **_TOPIC),
     "dead_letter_topic": _text("Where records the transform rejects go, with the error and their origin; not the "
                                "output topic.", required=True, **_TOPIC),
     "kafka_conn_id": _text("The Airflow connection of the sink's Kafka cluster.", default_doc="source.kafka_conn_id"),

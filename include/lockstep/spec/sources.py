@@ -86,7 +86,8 @@ class SourceSpec:
 class SinkSpec:
     """``sink``: the topics a checkpoint's transactions write, and how records are encoded."""
 
-    topic: str
+    #: None: the records land in ``iceberg``'s table alone; the transactions carry the dead letters.
+    topic: str | None
     dead_letter_topic: str
     kafka_conn_id: str
     #: Which writer produces the output: "jvm" (in the Spark executor's JVM, the default) or
@@ -113,8 +114,14 @@ class SinkSpec:
 
     @property
     def topics(self) -> tuple[str, ...]:
-        """The topics outputs go to: ``topic`` (the records no route takes), then each route's."""
-        return (self.topic, *(t for t, _ in self.routes))
+        """The topics outputs go to: ``topic`` (the records no route takes), then each route's; none when the
+        records land in the table alone."""
+        return (*((self.topic,) if self.topic is not None else ()), *(t for t, _ in self.routes))
+
+    @property
+    def table_only(self) -> bool:
+        """Whether the records land in the Iceberg table alone (no ``topic``): the writers write dead letters only."""
+        return self.topic is None
 
 
 def _topics(c: Checker, value: object) -> tuple[str, ...]:
@@ -148,7 +155,9 @@ def read_source(c: Checker, doc: object, name: str, folder: Path | None = None) 
 def read_sink(c: Checker, doc: object, source: SourceSpec, folder: Path | None = None) -> SinkSpec:
     """``sink``: its topics must differ from the source's and from each other, or a pipeline would feed itself."""
     d = c.section(doc, "sink", allowed_keys("sink"), optional=False)
-    topic, dlq = read_topic(c, d, "sink", "topic"), read_topic(c, d, "sink", "dead_letter_topic")
+    alone = d.get("topic") is None and d.get("iceberg") is not None  # the table without a topic
+    topic = None if alone else read_topic(c, d, "sink", "topic")
+    dlq = read_topic(c, d, "sink", "dead_letter_topic")
     if topic and topic in source.topics:
         c.fail("sink.topic", f"{topic!r} is also a source topic; a pipeline must not feed itself")
     if dlq and dlq == topic:
@@ -164,6 +173,12 @@ def read_sink(c: Checker, doc: object, source: SourceSpec, folder: Path | None =
         parallelism = declared_integer(c, d, "sink", "parallelism")
     key = read_format(c, d.get("key"), "sink.key", folder, sink=True)
     value = read_format(c, d.get("value"), "sink.value", folder, sink=True)
+    if alone:
+        for name in ("key", "value", "routes"):
+            if d.get(name) is not None:
+                verb = "route" if name == "routes" else "encode"
+                c.fail(f"sink.{name}", "needs sink.topic: without it the records land in the Iceberg table alone, "
+                                       f"as the transform's columns (set sink.topic to {verb} records to Kafka too)")
     return SinkSpec(topic=topic, dead_letter_topic=dlq, kafka_conn_id=conn, writer=writer, parallelism=parallelism,
                     key=key, value=value,
                     registry_conn_id=c.text(d, "sink", "registry_conn_id", source.registry_conn_id
