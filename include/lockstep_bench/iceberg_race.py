@@ -8,10 +8,11 @@ The work, one definition per engine:
   ``partitions``.
 * **Result.** The orders of at least ``MIN_AMOUNT`` (about 90%), once each, in a new table of the platform's
   Iceberg REST catalog (warehouse on its S3 server): the order's fields and ``amount_cents`` as columns, and where
-  each row came from (its source partition and offset). Lockstep also writes ``value`` (the order as JSON) and its
-  provenance columns, and the same records to a Kafka topic: ``sink.topic`` is required beside a table.
+  each row came from (its source partition and offset).
 * **Lockstep** (``lockstep-connect``): one checkpoint over the whole input, connect mode, the spec of the drain
-  race with ``lockstep_examples.bench:transform_for_table`` and ``sink.iceberg``.
+  race with ``lockstep_examples.bench:transform_for_table`` and ``sink.iceberg``: the table, with ``value`` (the
+  order as JSON) beside the columns, and the same records to a Kafka topic. ``lockstep-table``: the table alone
+  (no ``sink.topic``; ``columns_for_table``, no ``value``), the dead letters (none here) to Kafka.
 * **Flink** (``flink-iceberg``): Flink SQL (PyFlink, the drain race's peer) with Iceberg's Flink runtime, batch
   mode over the bounded Kafka source, its Iceberg sink committing once the input ends, into the same catalog.
   ``flink-iceberg-and-kafka``: the same job also writing the records to a Kafka topic exactly once (the drain
@@ -46,14 +47,20 @@ from lockstep_bench import sink_check, workloads
 from lockstep_bench.measure import execute
 
 LOCKSTEP, FLINK, FLINK_AND_KAFKA = "lockstep-connect", "flink-iceberg", "flink-iceberg-and-kafka"
-ENGINES = (LOCKSTEP, FLINK, FLINK_AND_KAFKA)
+LOCKSTEP_TABLE = "lockstep-table"
+ENGINES = (LOCKSTEP, LOCKSTEP_TABLE, FLINK, FLINK_AND_KAFKA)
+LOCKSTEPS = (LOCKSTEP, LOCKSTEP_TABLE)
+#: Each Lockstep engine and the peer that does the same work: the table alone, or the table and a Kafka topic.
+PAIRS = ((LOCKSTEP_TABLE, FLINK), (LOCKSTEP, FLINK_AND_KAFKA))
 #: The catalog connection of the platform (`lockstep_dev.platform`) every engine writes through.
 CATALOG = "iceberg_default"
 NAMESPACE = "bench"
 TRANSFORM = "lockstep_examples.bench:transform_for_table"
+TRANSFORM_ALONE = "lockstep_examples.bench:columns_for_table"
 #: Lockstep's table columns for the partition and offset a row came from (`lockstep.iceberg.staged_table`); the
 #: peer's are ``src_partition`` and ``src_offset``.
 PROVENANCE = {LOCKSTEP: ("lockstep_source_partition", "lockstep_source_offset"),
+              LOCKSTEP_TABLE: ("lockstep_source_partition", "lockstep_source_offset"),
               FLINK: ("src_partition", "src_offset"), FLINK_AND_KAFKA: ("src_partition", "src_offset")}
 
 
@@ -128,10 +135,15 @@ class IcebergRace:
         self.specs: dict[str, str] = {}
 
     def spec(self, name: str, source: str, sink: str, table: str, max_records: int, kind: str = LOCKSTEP) -> Path:
+        """Lockstep's spec: the drain race's with ``sink.iceberg``; for `LOCKSTEP_TABLE` without ``sink.topic``
+        (its dead letters to ``<sink>-dlq``)."""
+        alone = kind == LOCKSTEP_TABLE
         path = workloads.write_spec(self.work_dir / "specs", name, source, sink, max_records, remote=self.remote,
-                                    transform=TRANSFORM)
+                                    transform=TRANSFORM_ALONE if alone else TRANSFORM)
         doc = yaml.safe_load(path.read_text())
         doc["sink"]["iceberg"] = {"table": table, "catalog_conn_id": CATALOG}
+        if alone:
+            del doc["sink"]["topic"]
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         self.specs[kind] = path.read_text()
         return path
@@ -143,12 +155,12 @@ class IcebergRace:
         sink = f"bench-iceberg-out-{engine}-{tag}" if engine in (LOCKSTEP, FLINK_AND_KAFKA) else None
         if sink is not None:
             workloads.create_topic(self.bootstrap, sink, w.partitions)
-        if engine == LOCKSTEP:
-            assert sink is not None
-            workloads.create_topic(self.bootstrap, f"{sink}-dlq", w.partitions)
-            command = pl.lockstep_command(self.spec(f"bench-iceberg-{tag}", w.topic, sink, table, w.records),
+        if engine in LOCKSTEPS:
+            named = sink or f"bench-iceberg-out-{engine}-{tag}"  # a table alone: only its dead-letter topic is made
+            workloads.create_topic(self.bootstrap, f"{named}-dlq", w.partitions)
+            command = pl.lockstep_command(self.spec(f"bench-iceberg-{tag}", w.topic, named, table, w.records, engine),
                                           self.connect_pid)
-            command.cleanup_topics.append(f"{sink}-dlq")
+            command.cleanup_topics.append(f"{named}-dlq")
         else:
             if self.flink_command is None:
                 raise RuntimeError(f"{engine}: no peer command")
@@ -216,7 +228,7 @@ class IcebergRace:
             return {"input": {"records": w.records, "partitions": w.partitions, "bytes": w.bytes,
                               "generate_s": round(w.generate_seconds, 1)},
                     "runs": runs, "warm_up": warm_up, "stream": stream, "specs": self.specs,
-                    "flink_sql": {e: flink_statements_for_report(e, ends) for e in names if e != LOCKSTEP}}
+                    "flink_sql": {e: flink_statements_for_report(e, ends) for e in names if e not in LOCKSTEPS}}
         finally:
             workloads.delete_topic(self.bootstrap, w.topic)
 

@@ -649,7 +649,7 @@ def run_iceberg_bench(settings: iceberg_race.IcebergSettings) -> Path:
     (lockstep_bench.iceberg_race)."""
     from lockstep_bench import iceberg_report
 
-    flinks = set(settings.engines) - {iceberg_race.LOCKSTEP}
+    flinks = set(settings.engines) - set(iceberg_race.LOCKSTEPS)
 
     def before(root: Path, results: dict[str, Any]) -> None:
         if flinks:  # before any measurement: may download
@@ -669,7 +669,8 @@ def run_iceberg_bench(settings: iceberg_race.IcebergSettings) -> Path:
         log(line)
     race = results["race"]
     wrong = [r["check"]["summary"] for r in race["runs"] + race["warm_up"]
-             if r["pipeline"] == iceberg_race.LOCKSTEP and not (r["check"]["exact"] and r["topic_check"]["exact"])]
+             if r["pipeline"] in iceberg_race.LOCKSTEPS
+             and not (r["check"]["exact"] and (r["topic_check"] is None or r["topic_check"]["exact"]))]
     if race.get("stream") and not race["stream"]["after"]["exact"]:
         wrong.append(race["stream"]["after"]["summary"])
     if wrong:
@@ -825,7 +826,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "nothing else (--partitions and --repeats apply)")
     ice.add_argument("--iceberg-records", type=int, help="input records of the race (default 10,000,000)")
     ice.add_argument("--iceberg-engines", type=lambda text: tuple(x for x in text.split(",") if x),
-                     help="which engines race (default lockstep-connect,flink-iceberg,flink-iceberg-and-kafka)")
+                     help="which engines race (default lockstep-connect,lockstep-table,flink-iceberg,"
+                          "flink-iceberg-and-kafka)")
     ice.add_argument("--iceberg-stream-checkpoints", type=int,
                      help="checkpoints of the small-files stream, over 1,000,000 records of its own (default 10; "
                           "0: none)")

@@ -214,6 +214,18 @@ def test_a_table_without_a_topic_gets_each_row_once_through_a_crash_at_every_fai
         i for i in completed if s.view(i).prepared.iceberg is not None and s.view(i).prepared.iceberg.files]
     assert sum(s.view(i).prepared.records_out for i in completed) == len(rows), "records out are the table's rows"
 
+    # A checkpoint without dead letters reads its input once and writes nothing to Kafka.
+    produce_orders(pipeline, MALFORMED_EVERY - 1, start=total + 1)
+    again = run(pipeline)
+    assert again.returncode == 0, again.stderr[-3000:]
+    latest = s.latest_completed()
+    assert latest.checkpoint_id > completed[-1] and latest.prepared.records_out == MALFORMED_EVERY - 1
+    assert latest.prepared.records_dead_lettered == 0 and not any(t.records or t.dead_letters
+                                                                  for t in latest.prepared.transactions)
+    assert len(table_rows(catalog, table)) == len(rows) + MALFORMED_EVERY - 1
+    report = verify(pipeline)
+    assert report["ok"] and report["table"]["rows"] == len(rows) + MALFORMED_EVERY - 1, report
+
 
 def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp_path, bootstrap, unique, catalog,
                                                                              monkeypatch):

@@ -76,36 +76,47 @@ def test_a_table_is_checked_row_by_row_against_the_offsets_the_transform_keeps(c
 def run(engine: str, rate: float, exact: bool = True, files: int = 8, repeat: int = 0) -> dict:
     return {"pipeline": engine, "repeat": repeat, "records_per_s": rate, "wall_s": 1e7 / rate, "cpu_s": 100.0,
             "peak_rss_mb": 2000.0, "inner": {"stages": {"keep": 30.0, "iceberg": 40.0}, "plan_s": 0.3,
-                                             "run_s": 70.0, "commit_s": 1.0} if engine == iceberg_race.LOCKSTEP else {},
+                                             "run_s": 70.0, "commit_s": 1.0} if engine in iceberg_race.LOCKSTEPS else {},
             "check": {"exact": exact, "summary": "exact" if exact else "NOT exact: 3 missing", "files": files,
                       "bytes": 5e8, "records": 9e6},
-            "topic_check": {"exact": True} if engine != iceberg_race.FLINK else None}
+            "topic_check": {"exact": True} if engine in (iceberg_race.LOCKSTEP, iceberg_race.FLINK_AND_KAFKA) else None}
 
 
-def results(lockstep: float, flink: float) -> dict:
+def results(lockstep: float, flink: float, both: float = 80_000, flink_kafka: float = 100_000) -> dict:
+    """``lockstep``: the table alone's rate, against Flink's table only (``flink``); ``both``: Lockstep's table and
+    topic, against Flink's table and Kafka sink (``flink_kafka``)."""
+    rates = {iceberg_race.LOCKSTEP_TABLE: lockstep, iceberg_race.FLINK: flink, iceberg_race.LOCKSTEP: both,
+             iceberg_race.FLINK_AND_KAFKA: flink_kafka}
     stream = {"records": 1_000_000, "checkpoints": [{"files": 8}] * 10, "compact_s": 4.0,
               "before": {"files": 80, "records": 899_998, "summary": "exact"},
               "after": {"files": 9, "records": 899_998, "summary": "exact"}}
     return {"settings": iceberg_race.IcebergSettings(warm_up=False).to_json(), "started_at": "2026-12-05",
             "commit": "abc", "seconds": 1800.0, "load": {"start": [1.0], "end": [2.0]}, "environment": {},
             "race": {"input": {"records": 10_000_000, "partitions": 8, "bytes": 2e9, "generate_s": 60.0},
-                     "warm_up": [], "stream": stream, "specs": {iceberg_race.LOCKSTEP: "name: x\n"},
+                     "warm_up": [], "stream": stream,
+                     "specs": {iceberg_race.LOCKSTEP: "name: x\n", iceberg_race.LOCKSTEP_TABLE: "name: alone\n"},
                      "flink_sql": {iceberg_race.FLINK: iceberg_race.flink_statements_for_report(
                          iceberg_race.FLINK, {0: 5})},
-                     "runs": [run(iceberg_race.LOCKSTEP, lockstep), run(iceberg_race.FLINK, flink, files=2),
-                              run(iceberg_race.LOCKSTEP, lockstep, repeat=1),
-                              run(iceberg_race.FLINK, flink, files=2, repeat=1)]}}
+                     "runs": [run(engine, rate, files=2 if engine.startswith("flink") else 8, repeat=r)
+                              for r in range(2) for engine, rate in rates.items()]}}
 
 
 def test_the_page_states_the_ratio_against_the_target_the_files_and_the_compaction() -> None:
     page = iceberg_report.render(results(lockstep=90_000, flink=60_000))
-    assert "**Flink SQL + Iceberg's Flink sink: the table only: 1.50×** (not met)" in page
+    assert ("**Lockstep (connect mode): the table alone (no sink.topic), one checkpoint ÷ Flink SQL + Iceberg's Flink "
+            "sink: the table only: 1.50×** (not met)") in page
+    assert ("**Lockstep (connect mode): the table and a Kafka topic, one checkpoint ÷ Flink SQL + Iceberg's Flink "
+            "sink: the table and a Kafka topic (exactly-once sink): 0.80×** (not met)") in page
     assert "| after 10 checkpoints | 80 | 899,998 | exact |" in page and "| after `compact --keep 1` | 9 |" in page
     assert "No uncounted run first" in page and "<secret key>" in page
+    assert page.count("spends its time") == 2 and "name: alone" in page
     met = iceberg_report.render(results(lockstep=130_000, flink=60_000))
     assert "2.17×** (met)" in met
-    assert iceberg_report.headline(results(lockstep=90_000, flink=60_000))[0].startswith(
-        "Lockstep ÷ flink-iceberg: 1.50× (target 2.0×: not met)")
+    assert iceberg_report.headline(results(lockstep=90_000, flink=60_000))[:2] == [
+        "lockstep-table ÷ flink-iceberg: 1.50× (target 2.0×: not met)",
+        "lockstep-connect ÷ flink-iceberg-and-kafka: 0.80× (target 2.0×: not met)"]
+    assert iceberg_report.summary(results(lockstep=90_000, flink=60_000))["ratios"] == {
+        "lockstep-table / flink-iceberg": 1.5, "lockstep-connect / flink-iceberg-and-kafka": 0.8}
 
 
 def test_a_table_that_was_not_exact_says_so_on_the_page() -> None:

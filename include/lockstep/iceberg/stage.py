@@ -20,7 +20,7 @@ snapshot that adds them. Nothing crosses to the driver but what names each file 
 from __future__ import annotations
 
 __all__ = [
-    "stage_rows",
+    "Staged", "stage_rows",
 ]
 
 import logging
@@ -28,7 +28,7 @@ import pickle
 import uuid
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from lockstep.iceberg.staged_table import PROVENANCE_COLUMNS, TableFile
 from lockstep.model import failpoints
@@ -51,18 +51,28 @@ _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error
 _INTERNAL = ("__ls_", "_lockstep")
 #: The records' own headers, kept beside the rows until their size is known.
 _HEADERS = "__ls_table_headers"
+#: Whether a record is a dead letter (its ``error`` set): counted and left out by the tasks, not the table's.
+_DEAD = "__ls_table_dead"
 #: What each task hands back: a row per file it wrote (with the table's entry for it, pickled), and one without a
-#: path counting the records it left out.
-_TASK_RESULT = "path string, source string, records long, dropped long, entry binary"
+#: path counting the records it left out (too large for the topic, and dead letters).
+_TASK_RESULT = "path string, source string, records long, dropped long, dead long, entry binary"
+
+
+class Staged(NamedTuple):
+    """The snapshot staged, and how many dead letters the tasks saw (and left out) in the output they read."""
+
+    table: StagedTable
+    dead_letters: int
 
 
 def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int | None,
-               not_the_tables: tuple[str, ...] = ()) -> StagedTable:
+               not_the_tables: tuple[str, ...] = ()) -> Staged:
     """The rows of checkpoint ``cid``'s output ``written`` (as the writers took it, every column the transform
     returned but ``not_the_tables``) that went to ``sink.topic`` (or, without one, that are not dead letters),
     written by the Spark tasks and staged on the checkpoint's branch. A record larger than the topic takes
     (``sink_max_bytes``, estimated as the writers estimate it) went to the dead-letter topic instead: not the
-    table's either. None: no topic, no limit."""
+    table's either. None: no topic, no limit. The tasks count the dead letters they leave out: a table alone's
+    checkpoint writes its Kafka transactions only when there are some."""
     from pyspark.sql import functions as F
 
     from lockstep.iceberg.table_sink import IcebergTable, WrittenFile
@@ -70,8 +80,7 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
     rows = written
-    if "error" in rows.columns:
-        rows = rows.where(F.col("error").isNull())
+    dead = [F.col("error").isNotNull().alias(_DEAD)] if "error" in rows.columns else []
     if ROUTE_COLUMN in rows.columns:
         rows = rows.where(F.col(ROUTE_COLUMN).isNull())
     columns = [c for c in rows.columns
@@ -80,14 +89,13 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
     rows = rows.select(*columns, F.col("topic").alias(PROVENANCE_COLUMNS[0]),
                        F.col("partition").cast("int").alias(PROVENANCE_COLUMNS[1]),
                        F.col("offset").cast("bigint").alias(PROVENANCE_COLUMNS[2]),
-                       F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]), *headers)
+                       F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]), *headers, *dead)
     table = IcebergTable(iceberg.catalog_conn_id, iceberg.table)
-    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS) if headers else rows),
-                          iceberg.partitioning)
+    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS, _DEAD)), iceberg.partitioning)
     results = rows.mapInArrow(partial(_write_task, target, spec.name, cid, sink_max_bytes), _TASK_RESULT).collect()
     files = [WrittenFile(TableFile(r["path"], r["records"], (r["source"],)), pickle.loads(r["entry"]))
              for r in results if r["path"]]
-    dropped = sum(r["dropped"] for r in results)
+    dropped, dead_letters = sum(r["dropped"] for r in results), sum(r["dead"] for r in results)
     if dropped:
         log.info("checkpoint %d: %d records too large for the sink topic went to the dead-letter topic: not the "
                  "table's rows either", cid, dropped)
@@ -96,40 +104,46 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
     log.info("checkpoint %d: %d rows for Iceberg table %s in %d files, staged as snapshot %s on branch %s", cid,
              staged.records, iceberg.table, len(staged.files), staged.snapshot_id, staged.branch)
     failpoints.hit("iceberg.after_staged")
-    return staged
+    return Staged(staged, dead_letters)
 
 
 def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int | None,
                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One Spark task's share: its rows the sink topic took, a file per source partition (`SourceFiles`)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from lockstep.iceberg.table_sink import SourceFiles
 
     files = SourceFiles(target, uuid.uuid4().hex[:12])
-    dropped = 0
+    dropped = dead = 0
     for batch in batches:
-        kept = _within(batch, pipeline, cid, limit) if limit is not None else pa.Table.from_batches([batch])
-        dropped += batch.num_rows - kept.num_rows
+        table = pa.Table.from_batches([batch])
+        if _DEAD in table.column_names:
+            flags = table[_DEAD].fill_null(False)
+            dead += int(pc.sum(flags).as_py() or 0)
+            table = table.filter(pc.invert(flags)).drop_columns([_DEAD])
+        kept = _within(table, pipeline, cid, limit) if limit is not None else table
+        dropped += table.num_rows - kept.num_rows
         for source, part in _by_source(kept):
             files.add(source, part)
-    rows = [{"path": w.file.path, "source": w.file.sources[0], "records": w.file.records, "dropped": 0,
+    rows = [{"path": w.file.path, "source": w.file.sources[0], "records": w.file.records, "dropped": 0, "dead": 0,
              "entry": pickle.dumps(w.data_file)} for w in files.close()]
-    if dropped:
-        rows.append({"path": None, "source": None, "records": 0, "dropped": dropped, "entry": None})
+    if dropped or dead:
+        rows.append({"path": None, "source": None, "records": 0, "dropped": dropped, "dead": dead, "entry": None})
     schema = pa.schema([("path", pa.string()), ("source", pa.string()), ("records", pa.int64()),
-                        ("dropped", pa.int64()), ("entry", pa.binary())])
+                        ("dropped", pa.int64()), ("dead", pa.int64()), ("entry", pa.binary())])
     yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
-def _within(batch: pa.RecordBatch, pipeline: str, cid: int, limit: int) -> pa.Table:
+def _within(batch: pa.RecordBatch | pa.Table, pipeline: str, cid: int, limit: int) -> pa.Table:
     """The rows whose records the sink topic took: without those the writers found too large for it
     (`lockstep.model.output_contract.sink_record_sizes`, their one estimate), and without the headers column."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = pa.Table.from_batches([batch])
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
     n = table.num_rows
 
     def lengths(values: object) -> np.ndarray:

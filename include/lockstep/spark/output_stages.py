@@ -220,7 +220,7 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
     t = tracker.run("transform", _transform, run, p, raised)
     stateful = tracker.run("state", _state, run, p, t) if run.spec.state is not None else None
     placed = tracker.run("place", _place, run, p, t, stateful)
-    if sink.table:
+    if sink.table and not sink.table_only:
         # Computed once and kept: the Kafka write and the table's rows (the iceberg stage) read the same records.
         kept = tracker.run("keep", _kept_on_disk, placed.out)
         placed = placed._replace(out=kept, transformed=kept)
@@ -233,6 +233,15 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         # is the writer's partitioning (a repair leaves out the lost transactions' records).
         placed = placed._replace(out=placed.out.localCheckpoint(eager=True))
         tracker.run("replay", p.input.replay.record, placed.out.select(*placed.columns))  # read once it is completed
+    staged = None
+    if sink.table_only:
+        # The table alone: one pass writes its rows and counts the transform's dead letters (and, in connect mode,
+        # the input's that do not decode: `_count_in_write`, after). The Kafka write computes the output again only
+        # when it has dead letters to carry (the transform's, or the input's counted before), else writes nothing.
+        staged = tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed, None,
+                             _not_the_tables(placed))
+        if not staged.dead_letters and not placed.bad:
+            placed = placed._replace(out=placed.out.where("false"))
     results = tracker.run("write", sink.write, run.spark, _for_kafka(sink, placed.out.select(*placed.columns)),
                           sink.settings)
     may_rejoin = placed.may_rejoin
@@ -249,10 +258,15 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         log.info("checkpoint %d: the transform's output has dead letters (%d written) but not the input's bytes "
                  "(it dropped them): written again with their input's key, value and headers", run.checkpoint_id, dead)
         results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, placed.bad, len(results), True)
-    staged = (tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed,
-                          None if sink.table_only else sink.settings.sink_max_bytes,
-                          ("value",) if placed.added_value else ()) if sink.table else None)
-    return Written(results, stateful, staged)
+    if sink.table and not sink.table_only:
+        staged = tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed,
+                             sink.settings.sink_max_bytes, _not_the_tables(placed))
+    return Written(results, stateful, staged.table if staged is not None else None)
+
+
+def _not_the_tables(placed: Placed) -> tuple[str, ...]:
+    """The output's columns the table does not take: the ``value`` Lockstep added to a table alone's output."""
+    return ("value",) if placed.added_value else ()
 
 
 def _for_kafka(sink: Sink, out: DataFrame) -> DataFrame:
