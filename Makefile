@@ -242,9 +242,9 @@ bench-windows: setup
 bench-joins: setup
 	$(BIN)/lockstep bench --joins-only --results var/bench/joins-results.json --report docs/BENCHMARKS-joins.md
 
-# Kafka → Iceberg exactly once: 10,000,000 orders into a new table per run, Lockstep (connect mode, sink.iceberg beside its
-# Kafka topic) against Flink SQL with Iceberg's Flink sink (the table only, and the table plus an exactly-once Kafka
-# topic), two rounds in rotated order, every table scanned back row by row; then 1,000,000 records in 10 checkpoints
+# Kafka → Iceberg exactly once: 10,000,000 orders into a new table per run, Lockstep (connect mode: sink.iceberg beside its
+# Kafka topic, and the table alone) against Flink SQL with Iceberg's Flink sink (the table only, and the table plus an
+# exactly-once Kafka topic), two rounds in rotated order, every table scanned back row by row; then 1,000,000 records in 10 checkpoints
 # (files per checkpoint) and `lockstep iceberg compact --keep 1` (files after). On its own platform with the REST
 # catalog; rewrites docs/BENCHMARKS-iceberg.md (about 30 minutes). The first run sets up the Flink peer with Iceberg's
 # runtime in .cache/bench/flink-iceberg/.

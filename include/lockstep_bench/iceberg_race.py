@@ -12,7 +12,8 @@ The work, one definition per engine:
 * **Lockstep** (``lockstep-connect``): one checkpoint over the whole input, connect mode, the spec of the drain
   race with ``lockstep_examples.bench:transform_for_table`` and ``sink.iceberg``: the table, with ``value`` (the
   order as JSON) beside the columns, and the same records to a Kafka topic. ``lockstep-table``: the table alone
-  (no ``sink.topic``; ``columns_for_table``, no ``value``), the dead letters (none here) to Kafka.
+  (no ``sink.topic``), the same columns (``value`` among them, as a column of the table: the peer's table has it
+  too), the dead letters (none here) to Kafka.
 * **Flink** (``flink-iceberg``): Flink SQL (PyFlink, the drain race's peer) with Iceberg's Flink runtime, batch
   mode over the bounded Kafka source, its Iceberg sink committing once the input ends, into the same catalog.
   ``flink-iceberg-and-kafka``: the same job also writing the records to a Kafka topic exactly once (the drain
@@ -56,7 +57,6 @@ PAIRS = ((LOCKSTEP_TABLE, FLINK), (LOCKSTEP, FLINK_AND_KAFKA))
 CATALOG = "iceberg_default"
 NAMESPACE = "bench"
 TRANSFORM = "lockstep_examples.bench:transform_for_table"
-TRANSFORM_ALONE = "lockstep_examples.bench:columns_for_table"
 #: Lockstep's table columns for the partition and offset a row came from (`lockstep.iceberg.staged_table`); the
 #: peer's are ``src_partition`` and ``src_offset``.
 PROVENANCE = {LOCKSTEP: ("lockstep_source_partition", "lockstep_source_offset"),
@@ -139,7 +139,7 @@ class IcebergRace:
         (its dead letters to ``<sink>-dlq``)."""
         alone = kind == LOCKSTEP_TABLE
         path = workloads.write_spec(self.work_dir / "specs", name, source, sink, max_records, remote=self.remote,
-                                    transform=TRANSFORM_ALONE if alone else TRANSFORM)
+                                    transform=TRANSFORM)
         doc = yaml.safe_load(path.read_text())
         doc["sink"]["iceberg"] = {"table": table, "catalog_conn_id": CATALOG}
         if alone:

@@ -37,12 +37,6 @@ def transform_for_table(df: DataFrame) -> DataFrame:
                          *[F.col(f"o.{name}").alias(name) for name, _ in FIELDS], _cents().alias("amount_cents"))
 
 
-def columns_for_table(df: DataFrame) -> DataFrame:
-    """`transform_for_table` without ``value``: the columns of a table the records land in alone (``sink.iceberg``
-    without ``sink.topic``), as the peer's table has them (``lockstep bench --iceberg-only``, ``lockstep-table``)."""
-    return transform_for_table(df).drop("value")
-
-
 def _orders(df: DataFrame) -> DataFrame:
     """The input with its order parsed (``o``), the orders of at least ``MIN_AMOUNT``."""
     from pyspark.sql import functions as F

@@ -132,3 +132,13 @@ def order_columns(df: DataFrame) -> DataFrame:
     again by provenance (docs/iceberg.md)."""
     return enrich_for_table(df).select("topic", "partition", "offset", "error", "order_id", "customer", "amount",
                                        "currency")
+
+
+def order_fields(df: DataFrame) -> DataFrame:
+    """The order's fields out of the decoded JSON (``source.value: json`` without a schema: the VARIANT ``data``) as
+    the only columns beside the provenance: a table alone's transform with no ``error`` column. The records that do
+    not decode never reach it: Lockstep dead-letters them, counted in the checkpoint's own pass (docs/iceberg.md)."""
+    data = F.col("data")
+    return df.select("topic", "partition", "offset", *[F.variant_get(data, f"$.{name}", kind).alias(name) for name, kind in
+                                                       (("order_id", "string"), ("customer", "string"),
+                                                        ("amount", "double"))])

@@ -227,6 +227,32 @@ def test_a_table_without_a_topic_gets_each_row_once_through_a_crash_at_every_fai
     assert report["ok"] and report["table"]["rows"] == len(rows) + MALFORMED_EVERY - 1, report
 
 
+def test_a_table_alone_dead_letters_a_record_that_does_not_decode_counted_in_its_one_pass(tmp_path, bootstrap,
+                                                                                           unique, catalog):
+    """A table without a topic, JSON in (no schema), a transform with no ``error`` column: the record that is not
+    JSON never reaches the transform; the table's pass counts it (connect mode), and the Kafka write, which had
+    nothing to carry until then, writes it to the dead-letter topic with its bytes and reason."""
+    from confluent_kafka import Producer
+
+    pipeline = make_pipeline(tmp_path, bootstrap, unique, partitions=1, transform="lockstep_examples.orders:order_fields")
+    table = f"lake_{unique}.orders"
+    pipeline.rewrite(source={"value": "json"}, sink={"topic": None, "iceberg": {"table": table}})
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    for i in range(6):
+        producer.produce(pipeline.source, b"not json" if i == 3 else json.dumps(
+            {"order_id": f"o{i}", "customer": "c", "amount": i + 0.5}).encode(), partition=0)
+    producer.flush(30)
+    result = run(pipeline)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checkpoint 1: 1 records do not decode" in result.stderr
+    assert sorted(r["order_id"] for r in table_rows(catalog, table)) == [f"o{i}" for i in (0, 1, 2, 4, 5)]
+    assert [m.value() for m in read_committed(bootstrap, pipeline.dead_letters)] == [b"not json"]
+    prepared = store(pipeline).view(1).prepared
+    assert (prepared.records_out, prepared.records_dead_lettered) == (5, 1)
+    report = verify(pipeline)
+    assert report["ok"] and report["table"]["rows"] == 5, report
+
+
 def test_a_partial_kafka_commit_is_repaired_and_the_table_gets_each_row_once(tmp_path, bootstrap, unique, catalog,
                                                                              monkeypatch):
     """The commit dies after the first of three transactions; the broker times the other two out. The repair

@@ -252,7 +252,9 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
             # fences the transaction the first write left open under its id, and the partitions past the
             # tasks (a transform that spread its output wider) close theirs with nothing in them.
             rejoin = may_rejoin and _dead_letters(results) > 0
-            results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, counted, len(results), rejoin)
+            # (A table alone's first write may have written nothing: then the run's tasks.)
+            results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, counted,
+                                  len(results) or run.tasks, rejoin)
             may_rejoin = False
     if may_rejoin and (dead := _dead_letters(results)):
         log.info("checkpoint %d: the transform's output has dead letters (%d written) but not the input's bytes "
@@ -323,7 +325,7 @@ def _place(run: Run, p: Pass, t: Transformed, stateful: Stateful | None) -> Plac
     out = t.out
     if stateful is not None:
         out = stateful.output if stateful.in_place else place(stateful.output, run.claim.ranges, run.tasks)
-    added = run.spec.sink.table_only and "value" not in out.columns
+    added = run.planned.sink_topic is None and "value" not in out.columns
     if added:  # the table's columns are the transform's own; the writers read a value (a dead letter's, rejoined)
         from pyspark.sql import functions as F
 
