@@ -192,16 +192,7 @@ def _arrow_schema(rows: DataFrame) -> pa.Schema:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from lockstep.iceberg.table_sink import plain_type
+
     schema = to_arrow_schema(rows.schema)
-    return pa.schema([f.with_type(_plain(f.type)) for f in schema])
-
-
-def _plain(t: object) -> object:
-    """Arrow's large strings and binaries as Iceberg reads them back (plain ones)."""
-    import pyarrow as pa
-
-    if t == pa.large_string():
-        return pa.string()
-    if t == pa.large_binary():
-        return pa.binary()
-    return t
+    return pa.schema([f.with_type(plain_type(f.type)) for f in schema])

@@ -14,7 +14,7 @@ kept conflicting is transient; a table or a column the checkpoint cannot write i
 from __future__ import annotations
 
 __all__ = [
-    "FileTarget", "IcebergTable", "Observed", "Orphan", "RowsOfSource", "SourceFiles", "WrittenFile",
+    "FileTarget", "IcebergTable", "Observed", "Orphan", "RowsOfSource", "SourceFiles", "WrittenFile", "plain_type",
 ]
 
 import uuid
@@ -274,7 +274,6 @@ class IcebergTable:
     def _created(self, schema: pa.Schema, partitioning: Sequence[TablePartition]) -> Table:
         """The table created with ``schema``, partitioned by ``partitioning`` (a column it lacks, or a transform its
         type does not take, refused by name), in one commit."""
-        from pyiceberg.exceptions import TableAlreadyExistsError
         from pyiceberg.transforms import parse_transform
 
         missing = [str(p) for p in partitioning if p.column not in schema.names]
@@ -292,15 +291,7 @@ class IcebergTable:
             raise TerminalError(f"Iceberg table {self.name}: sink.iceberg.partitioning cannot partition the output "
                                 f"so: {_cause(exc)}. Time transforms take timestamps and dates; truncate takes "
                                 "strings, binaries and integers") from exc
-        try:
-            return self._calling("create the table", tx.commit_transaction)
-        except TableAlreadyExistsError:
-            raise
-        except TerminalError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, TableAlreadyExistsError):
-                raise cause from None
-            raise
+        return self._calling("create the table", tx.commit_transaction)  # another run's table: raised as it is
 
     def _check_partitioning(self, table: Table, partitioning: Sequence[TablePartition]) -> None:
         """A table that exists is partitioned as declared, or the run stops naming both: Lockstep never changes a
@@ -652,11 +643,12 @@ def _by_partition(rows: pa.Table, target: FileTarget) -> Iterator[tuple[tuple[An
         yield (), rows
         return
     keys = {}
+    arrow = schema.as_arrow()
     for i, f in enumerate(spec.fields):
         source = schema.find_field(f.source_id)
         if source.name in rows.column_names:
             column = rows[source.name].combine_chunks()
-            wanted = _plain(schema.as_arrow().field(source.name).type)
+            wanted = plain_type(arrow.field(source.name).type)
             keys[f"p{i}"] = f.transform.pyarrow_transform(source.field_type)(column.cast(wanted))
         else:  # not in this output: null, as the file's column reads back
             keys[f"p{i}"] = pa.nulls(rows.num_rows)
@@ -694,8 +686,8 @@ def _data_file(target: FileTarget, path: str, metadata: Any, size: int, values: 
                               **stats.to_serialized_dict())
 
 
-def _plain(t: pa.DataType) -> pa.DataType:
-    """Arrow's large strings and binaries as the files hold them (plain ones)."""
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """Arrow's large strings and binaries as the files hold them and Iceberg reads them back (plain ones)."""
     import pyarrow as pa
 
     return pa.string() if t == pa.large_string() else pa.binary() if t == pa.large_binary() else t
@@ -710,7 +702,7 @@ def _fits(table: Table, schema: pa.Schema) -> bool:
     """Whether every column of ``schema`` is a column of the table of the same type (as Arrow reads it back)."""
     current = table.schema().as_arrow()
     names = set(current.names)
-    return all(f.name in names and _plain(current.field(f.name).type) == _plain(f.type) for f in schema)
+    return all(f.name in names and plain_type(current.field(f.name).type) == plain_type(f.type) for f in schema)
 
 
 def _transient(exc: BaseException) -> bool:
