@@ -53,6 +53,10 @@ ENGINES = (LOCKSTEP, LOCKSTEP_TABLE, FLINK, FLINK_AND_KAFKA)
 LOCKSTEPS = (LOCKSTEP, LOCKSTEP_TABLE)
 #: Each Lockstep engine and the peer that does the same work: the table alone, or the table and a Kafka topic.
 PAIRS = ((LOCKSTEP_TABLE, FLINK), (LOCKSTEP, FLINK_AND_KAFKA))
+#: Spark's floor on the same input, in the same Connect server, written nowhere: Lockstep's reader alone, then the
+#: reader and the race's transform (`lockstep_bench.pipelines.floor_command`). Not engines: no table, no check.
+FLOOR_READ, FLOOR_TRANSFORM = "spark-read", "spark-read-transform"
+FLOORS = (FLOOR_READ, FLOOR_TRANSFORM)
 #: The catalog connection of the platform (`lockstep_dev.platform`) every engine writes through.
 CATALOG = "iceberg_default"
 NAMESPACE = "bench"
@@ -74,6 +78,8 @@ class IcebergSettings:
     #: Checkpoints of the small-files stream (0: none), over an input of its own of ``stream_records``.
     stream_checkpoints: int = 10
     stream_records: int = 1_000_000
+    #: Spark's floor (`FLOORS`) measured once a round, after the engines.
+    floor: bool = True
     report: Path = Path("docs/BENCHMARKS-iceberg.md")
     results: Path | None = None
     state_dir: Path | None = None
@@ -177,6 +183,16 @@ class IcebergRace:
                  + (f"  topic exact: {topic['exact']}" if topic else "") + f"  {json.dumps(run.inner)}")
         return {**run.to_json(), "table": table, "check": checked, "topic_check": topic}
 
+    def floor(self, name: str, w: workloads.Workload, ends: dict[int, int], repeat: int) -> dict[str, Any]:
+        """What the Connect server spends reading the input (and transforming it, for `FLOOR_TRANSFORM`) with
+        nothing written: the least a Spark-based engine pays before its sink."""
+        command = pl.floor_command(self.remote, self.bootstrap, w.topic, ends, w.partitions,
+                                   TRANSFORM if name == FLOOR_TRANSFORM else None, self.connect_pid)
+        run = execute(name, command, w.records, w.partitions, repeat=repeat)
+        self.log(f"{name:24} {run.wall_s:7.1f} s  {run.records_per_s:10,.0f} rec/s  cpu {run.cpu_s:.0f} s  "
+                 f"pass {run.inner.get('pass_s')} s")
+        return run.to_json()
+
     def stream(self) -> dict[str, Any]:
         """Lockstep over an input of ``stream_records`` in ``stream_checkpoints`` checkpoints into one table: the
         files each checkpoint adds, then `lockstep iceberg compact --keep 1` and the files after."""
@@ -220,14 +236,16 @@ class IcebergRace:
             # One run of each engine first, not counted: the broker, the catalog, the page cache, the Connect
             # server and the peer's JVM classes are warm for every measured run.
             warm_up = [self.run(name, w, ends, want, -1) for name in names] if self.s.warm_up else []
-            runs = []
+            runs, floors = [], []
             for r in range(self.s.repeats):
                 for i in range(len(names)):
                     runs.append(self.run(names[(r + i) % len(names)], w, ends, want, r))
+                if self.s.floor:
+                    floors += [self.floor(name, w, ends, r) for name in FLOORS]
             stream = self.stream() if self.s.stream_checkpoints and LOCKSTEP in names else None
             return {"input": {"records": w.records, "partitions": w.partitions, "bytes": w.bytes,
                               "generate_s": round(w.generate_seconds, 1)},
-                    "runs": runs, "warm_up": warm_up, "stream": stream, "specs": self.specs,
+                    "runs": runs, "floors": floors, "warm_up": warm_up, "stream": stream, "specs": self.specs,
                     "flink_sql": {e: flink_statements_for_report(e, ends) for e in names if e not in LOCKSTEPS}}
         finally:
             workloads.delete_topic(self.bootstrap, w.topic)

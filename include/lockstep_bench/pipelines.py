@@ -6,13 +6,17 @@
 * ``spark``: Spark's own at-least-once Kafka → Kafka job (``include/lockstep_bench/jobs/spark_at_least_once_job.py``);
 * ``raw``: one Python process, confluent-kafka consumer → transform → one transaction
   (``python -m lockstep_bench.pipelines raw``): the single-process client ceiling;
-* ``kafka-producer-perf`` / ``kafka-consumer-perf``: Kafka's own perf tools from the broker jars.
+* ``kafka-producer-perf`` / ``kafka-consumer-perf``: Kafka's own perf tools from the broker jars;
+* ``floor``: what a Spark Connect server spends on the input before any sink: Lockstep's reader over the
+  same ranges into Spark's ``noop`` writer, then the same with a transform (``python -m lockstep_bench.pipelines
+  floor``), the least any Spark-based engine pays for that work on this machine (the Iceberg race).
 
 Every helper prints one ``BENCH_RESULT {json}`` line with what it measured inside.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -202,6 +206,45 @@ def run_lockstep_checkpoint(spec_path: str) -> dict[str, Any]:
     return result
 
 
+# ---- Spark's floor ---------------------------------------------------------------------------------
+def floor_command(remote: str, bootstrap: str, source: str, ends: dict[int, int], tasks: int,
+                  transform: str | None, connect_server_pid: int) -> Command:
+    """One pass over ``source`` up to ``ends`` in the Spark Connect server at ``remote``, written nowhere
+    (``noop``): Lockstep's reader in ``tasks`` tasks, with the input's headers as a stateless checkpoint reads
+    them, then ``transform`` (``module:function``) when given. The server's CPU counts as the run's."""
+    from lockstep.spark.conf import job_environment
+
+    argv = [sys.executable, "-m", "lockstep_bench.pipelines", "floor", "--remote", remote, "--bootstrap", bootstrap,
+            "--source", source, "--ends", json.dumps(ends), "--tasks", str(tasks)]
+    return Command(argv + (["--transform", transform] if transform else []), job_environment(os.environ),
+                   parse_result, shared_pids=(connect_server_pid,))
+
+
+def run_floor(remote: str, bootstrap: str, source: str, ends: dict[int, int], tasks: int,
+              transform: str | None) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    from lockstep.model.offsets import OffsetRange
+    from lockstep.spark.kafka_reader import forget_read_settings, read_ranges
+
+    spark = SparkSession.builder.remote(remote).create()
+    try:
+        ranges = tuple(OffsetRange(source, p, 0, end) for p, end in sorted(ends.items()))
+        df = read_ranges(spark, {"bootstrap.servers": bootstrap}, ranges, headers=True, tasks=tasks)
+        if transform:  # a transform of Spark's own functions (no UDF: nothing to ship to the server)
+            module, function = transform.split(":")
+            df = getattr(importlib.import_module(module), function)(df)
+        started = time.monotonic()
+        df.write.format("noop").mode("overwrite").save()
+        pass_s = time.monotonic() - started
+        forget_read_settings(spark)
+    finally:
+        spark.stop()
+    records = sum(ends.values())
+    return {"records_in": records, "records_out": 0, "pass_s": round(pass_s, 3), "tasks": tasks,
+            "transform": transform}
+
+
 # ---- Spark at-least-once ---------------------------------------------------------------------------
 def spark_command(bootstrap: str, source: str, sink: str, ends: dict[int, int], master: str = "local[*]") -> Command:
     import shutil
@@ -341,10 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     raw = sub.add_parser("raw")
     for name in ("--bootstrap", "--source", "--sink", "--ends"):
         raw.add_argument(name, required=True)
+    fl = sub.add_parser("floor")
+    for name in ("--remote", "--bootstrap", "--source", "--ends"):
+        fl.add_argument(name, required=True)
+    fl.add_argument("--tasks", type=int, required=True)
+    fl.add_argument("--transform")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.which == "lockstep":
         result = run_lockstep_checkpoint(args.spec)
+    elif args.which == "floor":
+        result = run_floor(args.remote, args.bootstrap, args.source, {int(k): v for k, v in json.loads(args.ends).items()},
+                           args.tasks, args.transform)
     else:
         result = run_raw_client(args.bootstrap, args.source, args.sink,
                                 {int(k): v for k, v in json.loads(args.ends).items()})

@@ -834,6 +834,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ice.add_argument("--iceberg-no-warm-up", dest="iceberg_warm_up", action="store_false", default=None,
                      help="no uncounted run of each engine first (at 10M records, rotate the order over --repeats "
                           "rounds instead)")
+    ice.add_argument("--iceberg-no-floor", dest="iceberg_floor", action="store_false", default=None,
+                     help="skip Spark's floor (the input read, then read and transformed, into Spark's noop writer "
+                          "once a round: the least a Spark-based sink pays)")
     join = parser.add_argument_group("join race (--joins-only: only this, report docs/BENCHMARKS-joins.md)")
     join.add_argument("--joins-only", action="store_true",
                       help="race Lockstep's stream-table join (tables:, connect mode) against Flink SQL's "
@@ -934,7 +937,7 @@ def windows_settings_from_args(args: argparse.Namespace) -> windowed.WindowSetti
 def iceberg_settings_from_args(args: argparse.Namespace) -> iceberg_race.IcebergSettings:
     return _focused_settings(iceberg_race.IcebergSettings, args, {
         "iceberg_records": "records", "iceberg_engines": "engines", "iceberg_stream_checkpoints": "stream_checkpoints",
-        "iceberg_warm_up": "warm_up", "repeats": "repeats"})
+        "iceberg_warm_up": "warm_up", "iceberg_floor": "floor", "repeats": "repeats"})
 
 
 def joins_settings_from_args(args: argparse.Namespace) -> joins.JoinSettings:

@@ -82,8 +82,9 @@ def run(engine: str, rate: float, exact: bool = True, files: int = 8, repeat: in
             "topic_check": {"exact": True} if engine in (iceberg_race.LOCKSTEP, iceberg_race.FLINK_AND_KAFKA) else None}
 
 
-def results(lockstep: float, flink: float, both: float = 80_000, flink_kafka: float = 100_000) -> dict:
-    """``lockstep``: the table alone's rate, against Flink's table only (``flink``); ``both``: Lockstep's table and
+def results(lockstep: float, flink: float, both: float = 80_000, flink_kafka: float = 100_000,
+            floor_s: float = 30.0) -> dict:
+    """``floor_s``: Spark's read and transform into noop (its read alone: half of it). ``lockstep``: the table alone's rate, against Flink's table only (``flink``); ``both``: Lockstep's table and
     topic, against Flink's table and Kafka sink (``flink_kafka``)."""
     rates = {iceberg_race.LOCKSTEP_TABLE: lockstep, iceberg_race.FLINK: flink, iceberg_race.LOCKSTEP: both,
              iceberg_race.FLINK_AND_KAFKA: flink_kafka}
@@ -98,7 +99,14 @@ def results(lockstep: float, flink: float, both: float = 80_000, flink_kafka: fl
                      "flink_sql": {iceberg_race.FLINK: iceberg_race.flink_statements_for_report(
                          iceberg_race.FLINK, {0: 5})},
                      "runs": [run(engine, rate, files=2 if engine.startswith("flink") else 8, repeat=r)
-                              for r in range(2) for engine, rate in rates.items()]}}
+                              for r in range(2) for engine, rate in rates.items()],
+                     "floors": [floor(name, pass_s, r) for r in range(2) for name, pass_s in
+                                ((iceberg_race.FLOOR_READ, floor_s / 2), (iceberg_race.FLOOR_TRANSFORM, floor_s))]}}
+
+
+def floor(name: str, pass_s: float, repeat: int) -> dict:
+    return {"pipeline": name, "repeat": repeat, "wall_s": pass_s + 3.0, "cpu_s": 2 * pass_s, "records_per_s": 1.0,
+            "inner": {"pass_s": pass_s + repeat * 0.2}}
 
 
 def test_the_page_states_the_ratio_against_the_target_the_files_and_the_compaction() -> None:
@@ -117,6 +125,22 @@ def test_the_page_states_the_ratio_against_the_target_the_files_and_the_compacti
         "lockstep-connect ÷ flink-iceberg-and-kafka: 0.80× (target 2.0×: not met)"]
     assert iceberg_report.summary(results(lockstep=90_000, flink=60_000))["ratios"] == {
         "lockstep-table / flink-iceberg": 1.5, "lockstep-connect / flink-iceberg-and-kafka": 0.8}
+
+
+def test_the_page_sets_sparks_floor_against_the_time_the_target_leaves() -> None:
+    # Flink's table only: 1e7 / 60,000 = 166.7 s, so 2x leaves 83.3 s for Lockstep's checkpoint.
+    slow = iceberg_report.render(results(lockstep=90_000, flink=60_000, floor_s=100.0))
+    assert "would finish its checkpoint in **83.3 s**, with at most 167 CPU seconds" in slow
+    assert "| the reader and the race's transform | 100.1 | 103.0 | 200 | 1.20× |" in slow  # medians of 100, 100.2
+    assert "| Lockstep's reader alone | 50.1 | 53.0 | 100 | 0.60× |" in slow
+    assert "**more than the 83.3 s the target leaves for the whole checkpoint**" in slow
+    fast = iceberg_report.render(results(lockstep=90_000, flink=60_000, floor_s=40.0))
+    assert "takes 40.1 s: 48% of the 83.3 s the target leaves" in fast
+    assert iceberg_report.summary(results(lockstep=90_000, flink=60_000, floor_s=40.0))["floor_pass_s"] == {
+        iceberg_race.FLOOR_READ: 20.1, iceberg_race.FLOOR_TRANSFORM: 40.1}
+    none = results(lockstep=90_000, flink=60_000)
+    none["race"]["floors"] = []
+    assert "Spark's floor" not in iceberg_report.render(none)
 
 
 def test_a_table_that_was_not_exact_says_so_on_the_page() -> None:
