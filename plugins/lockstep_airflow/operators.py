@@ -530,3 +530,65 @@ class LockstepCompareOperator(BaseOperator):
             log.warning("lockstep %s compare: not every checkpoint could be compared (%d not compared)", running.name,
                         len(report.not_compared))
         return report.summary()
+
+
+#: The ``pipeline`` param of ``lockstep_iceberg_upkeep`` that looks after every pipeline with ``sink.iceberg``.
+EVERY_TABLE = "(every pipeline with sink.iceberg)"
+
+
+class LockstepIcebergUpkeepOperator(BaseOperator):
+    """``lockstep iceberg upkeep`` from the DAG run's params, for one pipeline's table or every one: compaction of
+    the small files of older checkpoints (``keep`` newest left alone), expiry of old snapshots (never a checkpoint's
+    not completed yet), then the orphan files removed (``dry_run``: only counted). Each action's line is in the task
+    log, its figures on the pipeline's Checkpoints page; the return value (XCom) holds them all.
+
+    A pipeline whose upkeep fails does not stop the others'; the task then fails naming each one and its cause. It is
+    retried unless every cause is one a retry would meet again (a spec without ``sink.iceberg``, a bad age)."""
+
+    ui_color = "#e8f4f0"
+
+    def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipelines_dir = pipelines_dir
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from lockstep.connections import redact
+        from lockstep.errors import TerminalError
+        from lockstep.ops import table_upkeep
+        from lockstep.spec import load_each
+
+        quiet_clients()
+        params = context["params"]
+        specs = {s.name: s for s in load_each(self.pipelines_dir)[0] if s.sink.iceberg is not None}
+        chosen = sorted(specs) if params["pipeline"] == EVERY_TABLE else [str(params["pipeline"])]
+        unknown = [name for name in chosen if name not in specs]
+        if unknown:
+            raise AirflowFailException(f"lockstep iceberg upkeep: no pipeline {unknown[0]!r} with sink.iceberg in "
+                                       f"{self.pipelines_dir}; known: {', '.join(sorted(specs)) or 'none'}")
+        try:
+            expire_s = table_upkeep.parse_age(params["expire_older_than"], "expire_older_than")
+            orphans_s = table_upkeep.parse_age(params["orphans_older_than"], "orphans_older_than")
+        except TerminalError as exc:
+            raise AirflowFailException(f"lockstep iceberg upkeep: {exc}; nothing was done: trigger the DAG again with "
+                                       "that param fixed") from exc
+        by = f"Airflow lockstep_iceberg_upkeep run {context['run_id']}"
+        done: dict[str, Any] = {}
+        failed: dict[str, Exception] = {}
+        for name in chosen:
+            try:
+                done[name] = [u.to_json() for u in table_upkeep.upkeep(
+                    specs[name], int(params["keep"]), expire_s, orphans_s, bool(params["dry_run"]), by=by,
+                    log=lambda line: log.info("%s", line))]
+            except Exception as exc:  # noqa: BLE001 - one table's failure must not keep the others from their upkeep
+                failed[name] = exc
+                log.error("%s", redact(f"lockstep {name} iceberg upkeep failed: {' '.join(str(exc).split())}"))
+        if not failed:
+            return done
+        causes = "; ".join(f"{name}: {' '.join(str(exc).split())}" for name, exc in failed.items())
+        line = redact(f"lockstep iceberg upkeep failed for {len(failed)} of {len(chosen)} table(s): {causes}. Nothing "
+                      "a reader or a checkpoint in flight needs was removed (each action commits whole or not at "
+                      "all); the others' upkeep is done. Fix the cause, then clear this task or wait for the next run")
+        raise (AirflowFailException(line) if all(isinstance(e, TerminalError) for e in failed.values())
+               else AirflowException(line))

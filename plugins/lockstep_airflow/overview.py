@@ -29,6 +29,7 @@ from lockstep.model.state_manifest import iso_ms
 from lockstep.ops import lag
 from lockstep.ops.lag import PartitionLag
 from lockstep.spec import PipelineSpec, load_each
+from lockstep.store.checkpoint_store import COMPARISON, TABLE_UPKEEP
 
 T = TypeVar("T")
 #: Seconds to wait for Kafka metadata; a page view should fail fast, the DAG tasks may wait longer.
@@ -171,6 +172,40 @@ def comparison_row(doc: dict[str, Any] | None) -> list[ComparisonRow]:
         return []
 
 
+@dataclass(frozen=True)
+class UpkeepRow:
+    """The latest run of one upkeep action of a pipeline's Iceberg table (``lockstep.ops.table_upkeep``)."""
+
+    action: str
+    at: str
+    line: str
+    seconds: float | None
+    by: str
+    files_after: int
+    dry_run: bool = False
+
+
+#: The upkeep actions in the order they run (``lockstep iceberg upkeep``).
+UPKEEP_ACTIONS = ("compact", "expire", "orphans")
+
+
+def upkeep_rows(doc: dict[str, Any] | None) -> list[UpkeepRow]:
+    """Each upkeep action's latest figures, as the store keeps them, in the order the actions run; an entry that
+    does not read as one is left out (they are informational)."""
+    rows = []
+    for action in UPKEEP_ACTIONS:
+        entry = (doc or {}).get(action)
+        if not isinstance(entry, dict):
+            continue
+        try:
+            rows.append(UpkeepRow(action, str(entry["at"]), str(entry["line"]),
+                                  None if entry.get("seconds") is None else float(entry["seconds"]), str(entry["by"]),
+                                  int(entry["files_after"]), bool(entry.get("dry_run"))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
 @dataclass
 class Section:
     """One part of a pipeline's overview: its rows, or why they could not be read."""
@@ -225,6 +260,9 @@ class PipelineOverview:
     last_comparison: Section = field(default_factory=Section)
     #: open transactions of the pipeline, and foreign ones holding back its partitions (``OpenTransaction``).
     transactions: Section = field(default_factory=Section)
+    #: ``sink.iceberg``'s table, and its upkeep actions' latest figures (`UpkeepRow`)
+    table: str | None = None
+    table_upkeep: Section = field(default_factory=Section)
     #: the spec's ``checkpoints.tasks``: which task logs a checkpoint row links to
     tasks: str = "three"
 
@@ -661,7 +699,8 @@ def _utcnow() -> datetime:
 
 def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savepoints: Section, lag: Section,
                       last_completed: Section, last_dry_run: Section | None = None,
-                      transactions: Section | None = None, last_comparison: Section | None = None) -> PipelineOverview:
+                      transactions: Section | None = None, last_comparison: Section | None = None,
+                      table_upkeep: Section | None = None) -> PipelineOverview:
     return PipelineOverview(
         name=spec.name, dag_id=spec.dag_id, description=spec.description, topics=list(spec.source.topics),
         sink_topic=", ".join(spec.sink.topics) or (f"Iceberg table {spec.sink.iceberg.table}" if spec.sink.iceberg
@@ -670,6 +709,7 @@ def pipeline_overview(spec: PipelineSpec, checkpoints: CheckpointsSection, savep
         checkpoints=checkpoints, savepoints=savepoints, lag=lag, last_completed=last_completed,
         last_dry_run=last_dry_run or Section(), transactions=transactions or Section(),
         last_comparison=last_comparison or Section(), tasks=spec.checkpoints.tasks,
+        table=spec.sink.iceberg.table if spec.sink.iceberg else None, table_upkeep=table_upkeep or Section(),
     )
 
 
@@ -714,11 +754,12 @@ def gather(directory: Path, limit: int = 20, now: Callable[[], datetime] | None 
                     section(spec, lambda st: last_completed_row(st.latest_completed(), moment)),
                     section(spec, lambda st: dry_run_row(st.last_dry_run())),
                     section(spec, of(spec, transactions_for)),
-                    section(spec, lambda st: comparison_row(st.last_comparison())))
+                    section(spec, lambda st: comparison_row(st.note(COMPARISON))),
+                    section(spec, lambda st: upkeep_rows(st.note(TABLE_UPKEEP))) if spec.sink.iceberg else None)
                    for spec in specs]
         pipelines = [pipeline_overview(spec, c.result(), s.result(), lag.result(), last.result(), dry.result(),
-                                       txns.result(), compared.result())
-                     for spec, c, s, lag, last, dry, txns, compared in futures]
+                                       txns.result(), compared.result(), kept.result() if kept else None)
+                     for spec, c, s, lag, last, dry, txns, compared, kept in futures]
     stamp = moment.isoformat(timespec="seconds")
     return Overview(str(directory), pipelines, errors, stamp, timezone=zone_name(tz or UTC), query=query)
 

@@ -8,6 +8,7 @@ import pytest
 
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.ops.airflow_client import AirflowClient, AirflowError
+from lockstep.store.checkpoint_store import COMPARISON
 from lockstep_airflow.run_notes import origin
 
 from ..integration.engine_helpers import open_transactions, store, verify
@@ -189,7 +190,7 @@ def test_compare_from_the_ui_reports_the_same_output_and_gates_on_a_change(clien
     summary = client.xcom("lockstep_compare", run_id, "compare")
     completed = [c for c in store(pipeline).checkpoint_ids() if store(pipeline).view(c).completed is not None]
     assert summary["same"] and summary["compared"] == completed and summary["total"]["before"] > 0, summary
-    assert store(pipeline).last_comparison()["compared_at"] == summary["compared_at"]  # the Checkpoints page's
+    assert store(pipeline).note(COMPARISON)["compared_at"] == summary["compared_at"]  # the Checkpoints page's
 
     fixed = tmp_path / "fixed.yaml"
     fixed.write_text(yaml.safe_dump({**yaml.safe_load(pipeline.spec_path.read_text()),

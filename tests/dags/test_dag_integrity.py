@@ -90,6 +90,29 @@ def test_one_dag_per_pipeline_spec_with_plan_run_commit(dagbag):
         assert dag.get_task("commit").retries >= 1
 
 
+def test_the_table_upkeep_dag_offers_every_pipeline_with_a_table_daily_and_refuses_a_bad_age(dagbag):
+    from airflow.exceptions import ParamValidationError
+
+    from lockstep.spec import load_specs
+    from lockstep_airflow.operators import EVERY_TABLE
+
+    dag = dagbag.dags["lockstep_iceberg_upkeep"]
+    with_table = {s.name for s in load_specs(ROOT / "include" / "pipelines") if s.sink.iceberg is not None}
+    assert with_table, "the demo's pipeline writes a table"
+    enum = dag.params.get_param("pipeline").schema["enum"]
+    assert enum[0] == EVERY_TABLE and set(enum[1:]) == with_table
+    assert dag.max_active_runs == 1 and "iceberg" in dag.tags and dag.doc_md
+    assert dag.schedule == "@daily"
+    assert type(dag.get_task("upkeep")).__name__ == "LockstepIcebergUpkeepOperator"
+    age = dag.params.get_param("expire_older_than")
+    assert age.resolve("12h") == "12h" and age.resolve("86400") == "86400"
+    for bad in ("soon", "-1d", "7 d"):
+        with pytest.raises(ParamValidationError):
+            age.resolve(bad)
+    with pytest.raises(ParamValidationError):
+        dag.params.get_param("keep").resolve(0)
+
+
 def test_params_refuse_bad_values_with_the_rule(dagbag):
     dag = dagbag.dags["lockstep_orders_enrich"]
     restore = dag.params.get_param("restore_from")

@@ -10,6 +10,8 @@ import json
 import pytest
 import yaml
 
+from lockstep.store.checkpoint_store import COMPARISON
+
 from ..support.data import MALFORMED_EVERY, order, produce_orders, read_committed
 from .engine_helpers import lockstep, make_pipeline, open_transactions, run, store, verify
 from .test_state import DEDUP, SESSIONS, T0, WINDOW, produce, stateful
@@ -78,7 +80,7 @@ def test_the_running_spec_computes_the_same_output_and_a_changed_transform_exact
     assert open_transactions(pipeline) == []
     s = store(pipeline)
     assert list(s.checkpoint_ids()) == [1, 2]
-    assert s.last_comparison() == changed
+    assert s.note(COMPARISON) == changed
     text = lockstep("replay", "--spec", str(pipeline.spec_path), "--compare", str(fixed), "--examples", "2")
     print(text.stdout)  # docs/operations.md, "Changing a pipeline", quotes it (-s shows it)
     assert text.returncode == 1 and text.stdout.splitlines()[0].endswith(f"computed again through {fixed}: the output "

@@ -11,6 +11,7 @@ import pytest
 from lockstep.model.checkpoint import CheckpointStatus
 from lockstep.model.failpoints import FAILPOINTS, ICEBERG_FAILPOINTS, STATE_FAILPOINTS
 from lockstep.model.output_contract import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, WRITER_FAILPOINTS
+from lockstep.store.checkpoint_store import TABLE_UPKEEP
 
 from ..support.data import produce_orders, read_committed
 from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
@@ -165,6 +166,12 @@ def test_a_crash_at_every_failpoint_leaves_the_table_and_the_topic_exactly_once(
     removed = json.loads(orphans.stdout)
     assert removed["orphans"] > 0 and removed["orphan_bytes"] > 0, removed
     assert as_sink(table_rows(catalog, table)) == expected, "no file main reads was removed"
+    kept = s.note(TABLE_UPKEEP)  # each action's latest figures, for the Checkpoints page
+    assert {a: (kept[a]["by"], kept[a]["files_after"]) for a in ("compact", "expire", "orphans")} == {
+        "compact": ("lockstep iceberg compact", figures["files_after"]),
+        "expire": ("lockstep iceberg expire", figures["files_after"]),
+        "orphans": ("lockstep iceberg orphans", removed["files_after"])}, kept
+    assert kept["orphans"]["orphans"] == removed["orphans"] and kept["compact"]["rows"] == figures["rows"]
     produce_orders(pipeline, 20, start=(len(points) + 1) * 20)
     assert run(pipeline).returncode == 0
     rows = table_rows(catalog, table)

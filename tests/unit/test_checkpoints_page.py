@@ -21,7 +21,7 @@ from lockstep.model.offsets import OffsetRange
 from lockstep.model.transactions import TransactionState
 from lockstep.ops.lag import PartitionLag
 from lockstep.ops.open_transactions import OpenTransaction, PartitionHold
-from lockstep.store.checkpoint_store import CheckpointStore
+from lockstep.store.checkpoint_store import COMPARISON, TABLE_UPKEEP, CheckpointStore
 from lockstep_airflow.checkpoints_page import (
     Ctx,
     PageParams,
@@ -712,7 +712,7 @@ def test_the_latest_comparison_is_shown_under_the_checkpoints(specs_dir):
         report.checkpoints.append(diff)
         report.total.add(diff, 5)
     report.not_compared[1] = "its input was deleted by retention"
-    store.record_comparison(report.to_json())
+    store.record_note(COMPARISON, report.to_json())
     assert list(store.checkpoint_ids()) == [1, 2, 3]  # kept beside the checkpoints, not as one
 
     overview = _gather(specs_dir, s3, PageQuery(limit=20))
@@ -743,7 +743,7 @@ def test_the_latest_comparison_of_a_stateful_pipeline_says_whether_its_state_dif
                                     [*after, {"__ls_key": "x", "n": 1}])
             report.checkpoints.append(diff)
             report.total.add(diff, 5)
-        store.record_comparison(report.to_json())
+        store.record_note(COMPARISON, report.to_json())
         html = render_page(_gather(specs_dir, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
         return " ".join(re.search(r'<div class="meta comparison">(.*?)</div>', html, re.S).group(1).split())
 
@@ -774,3 +774,40 @@ def test_a_checkpoint_with_an_iceberg_table_shows_its_rows_and_snapshot(specs_di
     assert "iceberg lake.orders: 10 rows in 2 files, published as snapshot 99" in html
     assert "iceberg lake.orders: 10 rows in 2 files, staged on branch lockstep-orders-4" in html
     assert html.count("iceberg lake.orders") == 2, "checkpoints without a table show nothing"
+
+
+def test_a_pipeline_with_a_table_shows_its_upkeeps_latest_figures(tmp_path):
+    """`lockstep iceberg upkeep` (or the lockstep_iceberg_upkeep DAG) keeps each action's latest figures in the
+    store; the page shows them in the order the actions run, and that the table was never looked after until then.
+    A pipeline without a table shows no such line; an entry that does not read as one is left out."""
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump({**SPEC, "sink": {
+        **SPEC["sink"], "iceberg": {"table": "lake.orders", "catalog_conn_id": "iceberg_default"}}}))
+    s3 = FakeS3()
+    store = CheckpointStore(s3, "lockstep", "unit/orders", "orders")
+    seed(store, 2)
+
+    def line() -> str:
+        html = render_page(_gather(tmp_path, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
+        return " ".join(re.search(r'<div class="meta table-upkeep">(.*?)</div>', html, re.S).group(1).split())
+
+    assert "Table upkeep of <code>lake.orders</code>: never run: <code>lockstep iceberg upkeep</code>" in line()
+    entry = {"table": "lake.orders", "files_before": 80, "files_after": 9, "rows": 899_998, "before_checkpoint": 8,
+             "snapshots_expired": 0, "orphans": 0, "orphan_bytes": 0, "dry_run": False, "by": "lockstep iceberg upkeep",
+             "seconds": 3.6, "at": "2025-01-01T00:20:00+00:00",
+             "line": "lake.orders: compacted the 899,998 rows of the checkpoints before 8; main reads 9 data files, was 80"}
+    store.record_note(TABLE_UPKEEP, {
+        "orphans": {**entry, "dry_run": True, "orphans": 3, "seconds": 0.4, "line": "lake.orders: would remove 3 "
+                    "orphan files (1.2 MB); main reads 9 data files"},
+        "compact": entry, "expire": {"at": "never"}})  # the expiry entry does not read as one
+    shown = line()
+    assert "never run" not in shown and "expire" not in shown
+    assert shown.index("compact") < shown.index("orphans (dry run)")
+    assert ("in 3.6 s, by lockstep iceberg upkeep: lake.orders: compacted the 899,998 rows of the checkpoints before "
+            "8; main reads 9 data files, was 80") in shown
+    assert "would remove 3 orphan files (1.2 MB)" in shown
+    overview = _gather(tmp_path, s3, PageQuery(limit=20)).to_json()["pipelines"][0]
+    assert [r["action"] for r in overview["table_upkeep"]["rows"]] == ["compact", "orphans"]
+
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(SPEC))
+    html = render_page(_gather(tmp_path, s3, PageQuery(limit=20)), Ctx(tz=AMSTERDAM, params=PageParams()))
+    assert "table-upkeep" not in html, "no table, no upkeep line"

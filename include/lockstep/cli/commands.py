@@ -137,6 +137,15 @@ def _add_iceberg_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
                          help="only files last written before this: seconds, or with s, m, h or d (default 3d, as "
                               "Iceberg's own remove_orphan_files); keep it longer than a run takes")
     orphans.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
+    every = ice_sub.add_parser("upkeep", help="compact, expire, then remove orphans, as the lockstep_iceberg_upkeep "
+                                              "DAG does; each action's figures are kept for the Checkpoints page")
+    _spec(every)
+    every.add_argument("--keep", type=int, default=10, metavar="N", help="as compact --keep (default 10)")
+    every.add_argument("--expire-older-than", default="7d", metavar="AGE", help="as expire --older-than (default 7d)")
+    every.add_argument("--orphans-older-than", default="3d", metavar="AGE",
+                       help="as orphans --older-than (default 3d)")
+    every.add_argument("--dry-run", action="store_true", help="count the orphans, delete none (compaction and expiry "
+                                                              "still run)")
 
 
 def _add_audit_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -386,25 +395,23 @@ def _checkpoints(spec: PipelineSpec, args: argparse.Namespace) -> int:
 
 
 def _iceberg(spec: PipelineSpec, args: argparse.Namespace) -> int:
-    from lockstep.errors import TerminalError
     from lockstep.ops import table_upkeep
 
     if args.iceberg_command == "compact":
-        if args.keep < 1:
-            raise TerminalError(f"--keep {args.keep}: keep at least the newest checkpoint's files")
-        done = table_upkeep.compact(spec, args.keep)
+        done = [table_upkeep.compact(spec, args.keep)]
+    elif args.iceberg_command == "orphans":
+        done = [table_upkeep.remove_orphans(spec, table_upkeep.parse_age(args.older_than), args.dry_run)]
+    elif args.iceberg_command == "expire":
+        done = [table_upkeep.expire(spec, table_upkeep.parse_age(args.older_than))]
     else:
-        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-        raw = str(args.older_than)
-        try:
-            age = float(raw[:-1]) * units[raw[-1]] if raw[-1] in units else float(raw)
-        except ValueError:
-            raise TerminalError(f"--older-than {raw!r}: seconds, or a number with s, m, h or d (7d)") from None
-        if args.iceberg_command == "orphans":
-            done = table_upkeep.remove_orphans(spec, age, args.dry_run)
-        else:
-            done = table_upkeep.expire(spec, age)
-    _emit(args, done.to_json(), done.line())
+        done = table_upkeep.upkeep(spec, args.keep, table_upkeep.parse_age(args.expire_older_than,
+                                                                           "--expire-older-than"),
+                                   table_upkeep.parse_age(args.orphans_older_than, "--orphans-older-than"),
+                                   args.dry_run)
+    if len(done) == 1:
+        _emit(args, done[0].to_json(), done[0].line())
+    else:
+        _emit(args, {"actions": [d.to_json() for d in done]}, "\n".join(d.line() for d in done))
     return 0
 
 

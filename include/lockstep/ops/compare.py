@@ -290,6 +290,7 @@ def compare_pipeline(running: PipelineSpec, new: PipelineSpec, first: int | None
     from lockstep.kafka.reader import read_committed
     from lockstep.ops.verify import audit_session, source_log_starts
     from lockstep.steps.client_factory import checkpoint_store
+    from lockstep.store.checkpoint_store import COMPARISON
 
     if running.sink.table_only:
         raise TerminalError(f"{running.path}: {running.name} lands its records in an Iceberg table alone (no "
@@ -310,7 +311,7 @@ def compare_pipeline(running: PipelineSpec, new: PipelineSpec, first: int | None
 
     with audit_session(running, "compare") as spark:
         report = compare(running, new, views, store, spark, committed, log_starts, examples)
-    store.record_comparison(report.to_json())
+    store.record_note(COMPARISON, report.to_json())
     return report
 
 

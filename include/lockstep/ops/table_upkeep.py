@@ -10,15 +10,20 @@ the data files no snapshot reads (of run attempts that died before staging, of a
 snapshots), older than an age and never in the folder of a checkpoint still in flight.
 
 The figures are what the command prints (and ``--json``): files before and after, rows, snapshots expired, orphans
-removed and their bytes.
+removed and their bytes. Each action's latest figures are also kept in the pipeline's store (`record`), with when,
+how long and who ran it, for the Checkpoints page. `upkeep` runs the three in order: the ``lockstep_iceberg_upkeep``
+DAG's task, and ``lockstep iceberg upkeep``.
 """
 from __future__ import annotations
 
-__all__ = ["Upkeep", "compact", "expire", "remove_orphans"]
+__all__ = ["Upkeep", "compact", "expire", "parse_age", "remove_orphans", "upkeep"]
 
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
 from lockstep.spec import PipelineSpec
@@ -60,6 +65,58 @@ class Upkeep:
                 f"main reads {self.files_after} data files, was {self.files_before}")
 
 
+log = logging.getLogger(__name__)
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_age(raw: str | float, option: str = "--older-than") -> float:
+    """An age in seconds from ``7d``, ``12h``, ``30m``, ``90s`` or a number of seconds; refused naming ``option``."""
+    text = str(raw).strip()
+    try:
+        seconds = float(text[:-1]) * _AGE_UNITS[text[-1]] if text and text[-1] in _AGE_UNITS else float(text)
+    except ValueError:
+        raise TerminalError(f"{option} {text!r}: seconds, or a number with s, m, h or d (7d)") from None
+    if seconds < 0:
+        raise TerminalError(f"{option} {text!r}: an age cannot be negative")
+    return seconds
+
+
+def _recorded(spec: PipelineSpec, done: Upkeep, started: float, by: str) -> Upkeep:
+    """Keep ``done`` as its action's latest figures in the pipeline's store (`CheckpointStore.record_note`),
+    beside the other actions' latest: informational, for the Checkpoints page."""
+    from lockstep.steps.client_factory import checkpoint_store
+    from lockstep.store.checkpoint_store import TABLE_UPKEEP
+
+    try:
+        store = checkpoint_store(spec)
+        last: dict[str, Any] = dict(store.note(TABLE_UPKEEP) or {})
+        last[done.action] = {**done.to_json(), "line": done.line(), "by": by,
+                             "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                             "seconds": round(time.monotonic() - started, 1)}
+        store.record_note(TABLE_UPKEEP, last)
+    except Exception as exc:  # noqa: BLE001 - the table's upkeep is done; only the page's figures are missing
+        log.warning("%s: %s done, but its figures could not be kept for the Checkpoints page: %s", spec.name,
+                    done.action, exc)
+    return done
+
+
+def upkeep(spec: PipelineSpec, keep: int = 10, expire_older_than_s: float = 7 * 86400,
+           orphans_older_than_s: float = 3 * 86400, dry_run: bool = False, by: str = "lockstep iceberg upkeep",
+           log: Callable[[str], object] | None = None) -> list[Upkeep]:
+    """`compact`, `expire`, then `remove_orphans` (``dry_run``: orphans only counted), in that order: expiry
+    drops the snapshots compaction replaced, and the files only those read become orphans once old enough."""
+    steps: tuple[Callable[[], Upkeep], ...] = (
+        lambda: compact(spec, keep, by=by), lambda: expire(spec, expire_older_than_s, by=by),
+        lambda: remove_orphans(spec, orphans_older_than_s, dry_run, by=by))
+    done: list[Upkeep] = []
+    for step in steps:
+        done.append(step())
+        if log is not None:
+            log(done[-1].line())
+    return done
+
+
 def _table(spec: PipelineSpec) -> IcebergTable:
     from lockstep.iceberg.table_sink import IcebergTable
 
@@ -75,32 +132,38 @@ def _latest_completed(spec: PipelineSpec) -> int | None:
     return latest.checkpoint_id if latest is not None else None
 
 
-def compact(spec: PipelineSpec, keep: int = 10) -> Upkeep:
+def compact(spec: PipelineSpec, keep: int = 10, by: str = "lockstep iceberg compact") -> Upkeep:
     """The rows of every completed checkpoint but the newest ``keep`` rewritten into fewer files."""
+    if keep < 1:
+        raise TerminalError(f"keep {keep}: keep at least the newest checkpoint's files")
+    started = time.monotonic()
     table = _table(spec)
     latest = _latest_completed(spec)
     before = (latest + 1 - keep) if latest is not None else 0
     files = table.data_files()
     if before <= 1:
-        return Upkeep(table.name, "compact", files, files, 0, max(before, 0))
+        return _recorded(spec, Upkeep(table.name, "compact", files, files, 0, max(before, 0)), started, by)
     _, _, rows = table.compact(before)
-    return Upkeep(table.name, "compact", files, table.data_files(), rows, before)
+    return _recorded(spec, Upkeep(table.name, "compact", files, table.data_files(), rows, before), started, by)
 
 
-def expire(spec: PipelineSpec, older_than_s: float) -> Upkeep:
+def expire(spec: PipelineSpec, older_than_s: float, by: str = "lockstep iceberg expire") -> Upkeep:
     """Snapshots older than ``older_than_s`` seconds expired, but those of checkpoints not completed yet."""
+    started = time.monotonic()
     table = _table(spec)
     expired = table.expire(int((time.time() - older_than_s) * 1000), spec.name, _latest_completed(spec))
     files = table.data_files()
-    return Upkeep(table.name, "expire", files, files, snapshots_expired=expired)
+    return _recorded(spec, Upkeep(table.name, "expire", files, files, snapshots_expired=expired), started, by)
 
 
-def remove_orphans(spec: PipelineSpec, older_than_s: float, dry_run: bool = False) -> Upkeep:
+def remove_orphans(spec: PipelineSpec, older_than_s: float, dry_run: bool = False,
+                   by: str = "lockstep iceberg orphans") -> Upkeep:
     """The table's orphan files older than ``older_than_s`` seconds deleted (``dry_run``: only counted), never one
     in the folder of a checkpoint of this pipeline that is not completed or aborted yet."""
     from lockstep.model.checkpoint import CheckpointStatus
     from lockstep.steps.client_factory import checkpoint_store
 
+    started = time.monotonic()
     table = _table(spec)
     store = checkpoint_store(spec)
     settled = (CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)
@@ -109,5 +172,5 @@ def remove_orphans(spec: PipelineSpec, older_than_s: float, dry_run: bool = Fals
     if not dry_run:
         table.remove(found)
     files = table.data_files()
-    return Upkeep(table.name, "orphans", files, files, orphans=len(found), orphan_bytes=sum(o.size for o in found),
-                  dry_run=dry_run)
+    return _recorded(spec, Upkeep(table.name, "orphans", files, files, orphans=len(found),
+                                  orphan_bytes=sum(o.size for o in found), dry_run=dry_run), started, by)

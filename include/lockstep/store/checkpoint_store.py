@@ -18,7 +18,7 @@ Ids are zero-padded so S3's lexicographic listing is numeric order, which lets
 from __future__ import annotations
 
 __all__ = [
-    "CheckpointAlreadyClaimed", "CheckpointStore", "PipelineStore", "S3Client", "stage_of",
+    "COMPARISON", "TABLE_UPKEEP", "CheckpointAlreadyClaimed", "CheckpointStore", "PipelineStore", "S3Client", "stage_of",
 ]
 
 import json
@@ -132,6 +132,10 @@ class PipelineStore(Protocol):
     def collect_state_garbage(self) -> list[str]: ...
 
 
+#: The notes a store keeps for the Checkpoints page (`CheckpointStore.record_note`).
+COMPARISON, DRY_RUN, TABLE_UPKEEP = "last-comparison", "last-dry-run", "last-table-upkeep"
+
+
 class CheckpointStore:
     """A pipeline's checkpoints and savepoints under ``s3://bucket/root/`` (see the module's doc)."""
 
@@ -150,9 +154,6 @@ class CheckpointStore:
 
     def _pointer_key(self) -> str:
         return f"{self.root}/latest-completed.json"
-
-    def _dry_run_key(self) -> str:
-        return f"{self.root}/last-dry-run.json"
 
     def _trigger_key(self) -> str:
         return f"{self.root}/trigger-fired.json"
@@ -301,20 +302,21 @@ class CheckpointStore:
         return tasks if doc is not None else None
 
     def record_dry_run(self, plan: CheckpointClaim) -> None:
-        """Keep the latest dry run's plan, the claim it did not make, for the Checkpoints page
-        (informational and overwritten by the next one; it is not under checkpoints/)."""
-        self._overwrite(self._dry_run_key(), plan.to_json())
+        """Keep the latest dry run's plan, the claim it did not make, as a note (`record_note`)."""
+        self.record_note(DRY_RUN, plan.to_json())
 
     def last_dry_run(self) -> CheckpointClaim | None:
-        return self._read(self._dry_run_key(), CheckpointClaim.from_json)
+        return self._read(f"{self.root}/{DRY_RUN}.json", CheckpointClaim.from_json)
 
-    def record_comparison(self, doc: Mapping[str, object]) -> None:
-        """Keep the latest ``lockstep replay --compare`` report, for the Checkpoints page (informational,
-        overwritten by the next one; it is not under checkpoints/)."""
-        self._overwrite(f"{self.root}/last-comparison.json", doc)
+    def record_note(self, name: str, doc: Mapping[str, object]) -> None:
+        """Keep an informational document for the Checkpoints page beside the checkpoints (not under checkpoints/),
+        overwritten by the next: `COMPARISON` (the latest ``lockstep replay --compare`` report), `TABLE_UPKEEP`
+        (each Iceberg upkeep action's latest figures, ``lockstep.ops.table_upkeep``)."""
+        self._overwrite(f"{self.root}/{name}.json", doc)
 
-    def last_comparison(self) -> dict[str, Any] | None:
-        got = self._get(f"{self.root}/last-comparison.json")
+    def note(self, name: str) -> dict[str, Any] | None:
+        """`record_note`'s document; None when absent or not a JSON object."""
+        got = self._get(f"{self.root}/{name}.json")
         return got[0] if got is not None and isinstance(got[0], dict) else None
 
     def record_trigger_fired(self, doc: Mapping[str, object], replacing: str | None) -> bool:
