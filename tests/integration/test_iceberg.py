@@ -15,6 +15,7 @@ from lockstep.store.checkpoint_store import TABLE_UPKEEP
 
 from ..support.data import produce_orders, read_committed
 from .engine_helpers import crash_at, lockstep, make_pipeline, open_transactions, run, store, verify
+from .test_formats import ENRICHED, deserialized, make, order, produce, registry  # noqa: F401 - registry is a fixture
 
 
 @pytest.fixture(scope="module")
@@ -385,3 +386,34 @@ def test_a_spark_submit_run_stages_the_table_as_a_connect_session_does(tmp_path,
     rows = table_rows(catalog, table)
     assert len(rows) == 36 and as_sink(rows) == sink_rows(bootstrap, pipeline.sink)
     assert published_checkpoints(catalog, table, pipeline.name) == [1]
+
+
+def test_an_avro_sink_lands_its_records_fields_as_the_tables_columns(tmp_path, bootstrap, unique, catalog,
+                                                                     registry):  # noqa: F811
+    """``sink.value`` in Avro through the registry, beside a table: the table's columns are the record's fields, as
+    Confluent's deserializer reads them from the topic (not the framed bytes), typed by the schema; a dead letter is
+    no row; verify finds each record of the topic once in the table."""
+    from confluent_kafka.schema_registry import Schema
+
+    table = f"lake_{unique}.enriched"
+    pipeline = make(tmp_path, bootstrap, unique, {"value": "avro-confluent"},
+                    {"value": {"format": "avro-confluent", "schema": json.loads(ENRICHED)}, "iceberg": {"table": table}},
+                    "lockstep_examples.avro_orders:enrich", partitions=3)
+    registry.register_schema(f"{pipeline.sink}-value", Schema(ENRICHED, "AVRO"))
+    produce(pipeline, registry, [(i, order(i)) for i in range(1, 31)])  # every 9th a dead letter: 27 rows
+    finished = run(pipeline)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    t = catalog.load_table(table)
+    fields = [f["name"] for f in json.loads(ENRICHED)["fields"]]
+    assert [c.name for c in t.schema().columns] == ["key", *fields, "lockstep_source_topic",
+                                                    "lockstep_source_partition", "lockstep_source_offset",
+                                                    "lockstep_checkpoint"]
+    assert [str(t.schema().find_field(n).field_type) for n in ("amount", "amount_cents", "priority")] == [
+        "double", "long", "boolean"]
+    rows = sorted(table_rows(catalog, table), key=lambda r: r["order_id"])
+    read = sorted(deserialized(pipeline, registry, pipeline.sink), key=lambda r: r["order_id"])
+    assert len(read) == 27 and [{f: r[f] for f in fields} for r in rows] == read
+    report = verify(pipeline)
+    assert (report["lost"], report["duplicated"], report["unexpected"]) == (0, 0, 0), report
+    assert report["table"]["ok"] and report["table"]["rows"] == 27, report["table"]

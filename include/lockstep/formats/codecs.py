@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.errors import TerminalError
 from lockstep.formats import wire
+from lockstep.formats.names import AVRO_FORMATS
 from lockstep.formats.resolution import Reading, Writing, readings, writings
 from lockstep.model.output_contract import ACCEPTED_TYPES, ROUTE_COLUMN
 from lockstep.spec import PipelineSpec
@@ -129,6 +130,24 @@ class Formats:
 
     def window_encoder(self) -> Callable[[Column], Column] | None:
         return window_encoder(self.writings)
+
+    def table_record(self) -> Callable[[Column], Column] | None:
+        """How an Iceberg table beside ``sink.topic`` reads a written value back as the record a consumer decodes:
+        with the sink value's Avro schema (the registry subject's version the claim pins, or the declared one), the
+        bytes written decoded into a struct of the schema's fields (Spark's Avro types), which become the table's
+        columns in place of ``value``. None: the value is not Avro with a schema (the table keeps ``value``)."""
+        w = next((w for w in self.writings if w.part == "value" and w.topic is None), None)
+        if w is None or w.format.format not in AVRO_FORMATS or not w.schema:
+            return None
+        schema, framed = w.schema, w.schema_id is not None
+
+        def record(value: Column) -> Column:
+            from pyspark.sql import functions as F
+            from pyspark.sql.avro.functions import from_avro
+
+            payload = F.substring(value, wire.HEADER_BYTES + 1, 2**31 - 1) if framed else value
+            return from_avro(payload, schema)
+        return record
 
     @staticmethod
     def with_dead_letters(output: DataFrame, decoded: DataFrame | None, columns: tuple[str, ...] | list[str]) -> DataFrame:

@@ -11,13 +11,16 @@ indexes).
 from __future__ import annotations
 
 __all__ = [
-    "FORMATS", "PROTOBUF_FORMATS", "REGISTRY_FORMATS", "TABLE_FORMATS", "UNSUPPORTED_FORMATS",
+    "AVRO_FORMATS", "FORMATS", "PROTOBUF_FORMATS", "REGISTRY_FORMATS", "TABLE_FORMATS", "UNSUPPORTED_FORMATS",
 ]
 
 #: Every format a key or a value may have.
 FORMATS = ("bytes", "string", "json", "avro", "protobuf", "avro-confluent", "json-confluent", "protobuf-confluent")
 #: Formats a schema registry frames, and the registry's name of their schema type.
 REGISTRY_FORMATS = {"avro-confluent": "AVRO", "json-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}
+#: Formats whose schema is an Avro schema: an Iceberg table beside the topic reads their values back as its
+#: record's columns (`lockstep.formats.codecs.Formats.table_record`).
+AVRO_FORMATS = ("avro", "avro-confluent")
 #: Formats whose schema is a Protobuf descriptor set (`lockstep.formats.protobuf`) and a message.
 PROTOBUF_FORMATS = ("protobuf", "protobuf-confluent")
 #: The formats a table's key or value may have (the registry's and Protobuf are not supported for tables yet).

@@ -26,9 +26,9 @@ __all__ = [
 import logging
 import pickle
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockstep.iceberg.staged_table import PROVENANCE_COLUMNS, TableFile
 from lockstep.model import failpoints
@@ -36,7 +36,7 @@ from lockstep.model.output_contract import ROUTE_COLUMN, sink_record_sizes
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from lockstep.iceberg.staged_table import StagedTable
     from lockstep.iceberg.table_sink import FileTarget
@@ -51,6 +51,10 @@ _LOCKSTEP_COLUMNS = frozenset({"topic", "partition", "offset", "headers", "error
 _INTERNAL = ("__ls_", "_lockstep")
 #: The records' own headers, kept beside the rows until their size is known.
 _HEADERS = "__ls_table_headers"
+#: The bytes of the value written, kept for the size estimate when the table holds the value's record instead.
+_VALUE_BYTES = "__ls_table_value_bytes"
+#: The written value read back as its record (`lockstep.formats.codecs.Formats.table_record`).
+_RECORD = "__ls_table_record"
 #: Whether a record is a dead letter (its ``error`` set): counted and left out by the tasks, not the table's.
 _DEAD = "__ls_table_dead"
 #: What each task hands back: a row per file it wrote (with the table's entry for it, pickled), and one without a
@@ -66,13 +70,15 @@ class Staged(NamedTuple):
 
 
 def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes: int | None,
-               not_the_tables: tuple[str, ...] = ()) -> Staged:
+               not_the_tables: tuple[str, ...] = (), record: Callable[[Column], Column] | None = None) -> Staged:
     """The rows of checkpoint ``cid``'s output ``written`` (as the writers took it, every column the transform
     returned but ``not_the_tables``) that went to ``sink.topic`` (or, without one, that are not dead letters),
     written by the Spark tasks and staged on the checkpoint's branch. A record larger than the topic takes
     (``sink_max_bytes``, estimated as the writers estimate it) went to the dead-letter topic instead: not the
     table's either. None: no topic, no limit. The tasks count the dead letters they leave out: a table alone's
-    checkpoint writes its Kafka transactions only when there are some."""
+    checkpoint writes its Kafka transactions only when there are some. ``record``: how the table reads the
+    written ``value`` back as its record (the sink's Avro schema): the record's fields are the table's columns in
+    place of ``value``."""
     from pyspark.sql import functions as F
 
     from lockstep.iceberg.table_sink import IcebergTable, WrittenFile
@@ -83,15 +89,19 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
     dead = [F.col("error").isNotNull().alias(_DEAD)] if "error" in rows.columns else []
     if ROUTE_COLUMN in rows.columns:
         rows = rows.where(F.col(ROUTE_COLUMN).isNull())
-    columns = [c for c in rows.columns
-               if c not in _LOCKSTEP_COLUMNS and c not in not_the_tables and not c.startswith(_INTERNAL)]
+    columns: list[Any] = [c for c in rows.columns
+                          if c not in _LOCKSTEP_COLUMNS and c not in not_the_tables and not c.startswith(_INTERNAL)]
     headers = [F.col("headers").alias(_HEADERS)] if "headers" in rows.columns and sink_max_bytes is not None else []
+    if record is not None and "value" in columns:
+        rows, columns = _as_record(rows, columns, record, iceberg.table)
+        if sink_max_bytes is not None:
+            headers.append(F.octet_length("value").cast("long").alias(_VALUE_BYTES))
     rows = rows.select(*columns, F.col("topic").alias(PROVENANCE_COLUMNS[0]),
                        F.col("partition").cast("int").alias(PROVENANCE_COLUMNS[1]),
                        F.col("offset").cast("bigint").alias(PROVENANCE_COLUMNS[2]),
                        F.lit(cid).cast("bigint").alias(PROVENANCE_COLUMNS[3]), *headers, *dead)
     table = IcebergTable(iceberg.catalog_conn_id, iceberg.table)
-    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS, _DEAD)), iceberg.partitioning)
+    target = table.target(spec.name, cid, _arrow_schema(rows.drop(_HEADERS, _DEAD, _VALUE_BYTES)), iceberg.partitioning)
     results = rows.mapInArrow(partial(_write_task, target, spec.name, cid, sink_max_bytes), _TASK_RESULT).collect()
     files = [WrittenFile(TableFile(r["path"], r["records"], (r["source"],)), pickle.loads(r["entry"]))
              for r in results if r["path"]]
@@ -105,6 +115,27 @@ def stage_rows(spec: PipelineSpec, cid: int, written: DataFrame, sink_max_bytes:
              staged.records, iceberg.table, len(staged.files), staged.snapshot_id, staged.branch)
     failpoints.hit("iceberg.after_staged")
     return Staged(staged, dead_letters)
+
+
+def _as_record(rows: DataFrame, columns: list[Any], record: Callable[[Column], Column],
+               table: str) -> tuple[DataFrame, list[Any]]:
+    """``rows`` with the written value read back as its record (a dead letter's is null: not the table's), and
+    ``columns`` with the record's fields in place of ``value``; a field named as another of the table's columns is
+    refused, naming both."""
+    from pyspark.sql import functions as F
+
+    from lockstep.errors import TerminalError
+
+    ok = F.col("error").isNull() if "error" in rows.columns else F.lit(True)
+    rows = rows.withColumn(_RECORD, F.when(ok, record(F.col("value"))))
+    fields = list(rows.schema[_RECORD].dataType.fieldNames())  # type: ignore[attr-defined]
+    clash = sorted(set(fields) & ((set(columns) - {"value"}) | set(PROVENANCE_COLUMNS)))
+    if clash:
+        raise TerminalError(f"Iceberg table {table}: the sink value's record has the field(s) {', '.join(clash)}, "
+                            "which the table also takes from the transform's output (or as Lockstep's provenance): "
+                            "rename one of them, or drop the column from the transform's output (docs/iceberg.md)")
+    at = columns.index("value")
+    return rows, [*columns[:at], *[F.col(_RECORD).getField(f).alias(f) for f in fields], *columns[at + 1:]]
 
 
 def _write_task(target: FileTarget, pipeline: str, cid: int, limit: int | None,
@@ -162,8 +193,12 @@ def _within(batch: pa.RecordBatch | pa.Table, pipeline: str, cid: int, limit: in
             weights = lengths(flat.field("key")) + lengths(flat.field("value"))
             user_bytes = np.bincount(parents, weights=weights, minlength=n).astype(np.int64)
         table = table.drop_columns([_HEADERS])
+    value = column("value")
+    if _VALUE_BYTES in table.column_names:  # the table holds the value's record: the bytes written, measured before
+        value = np.asarray(table[_VALUE_BYTES].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        table = table.drop_columns([_VALUE_BYTES])
     topic, partition, offset = PROVENANCE_COLUMNS[:3]
-    sizes = sink_record_sizes(column("key"), column("value"), lengths(table[topic]),
+    sizes = sink_record_sizes(column("key"), value, lengths(table[topic]),
                               lengths(pc.cast(table[partition], pa.string())),
                               lengths(pc.cast(table[offset], pa.string())), cid, pipeline, user_bytes, users)
     keep = sizes <= limit

@@ -262,7 +262,7 @@ def _stages(run: Run, tracker: StageTracker, p: Pass, raised: Raised | None = No
         results = tracker.run("rewrite", _write_again, run, p, t, placed, raised, placed.bad, len(results), True)
     if sink.table and not sink.table_only:
         staged = tracker.run("iceberg", stage_rows, run.spec, run.checkpoint_id, placed.transformed,
-                             sink.settings.sink_max_bytes, _not_the_tables(placed))
+                             sink.settings.sink_max_bytes, _not_the_tables(placed), p.formats.table_record())
     return Written(results, stateful, staged.table if staged is not None else None)
 
 
