@@ -4,16 +4,21 @@ does the same work (issue 71's target: ≥ 2×), where Lockstep's checkpoint spe
 table's check and files, the small files of a stream before and after compaction, and the exact spec and SQL."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from lockstep_bench import iceberg_race as race_
-from lockstep_bench.measure import load_at, median
+from lockstep_bench import measure
+from lockstep_bench.measure import load_at, median, page_summary
 from lockstep_bench.windowed_report import medians
 
 FULL_COMMAND = ("lockstep bench --iceberg-only --repeats 2 --iceberg-no-warm-up --results var/bench/iceberg-results.json "
                 "--report docs/BENCHMARKS-iceberg.md")
 PAGE = Path("docs") / "BENCHMARKS-iceberg.md"
+#: The page's headline figures (`summary`), for docs/BENCHMARKS.md's section (`section`).
+SUMMARY_MARK = "<!-- iceberg-summary "
+HEADING = "## Kafka → Iceberg"
 #: Issue 71's "Done when": Lockstep into Iceberg at least twice the peer's records/s at 10M records.
 TARGET = 2.0
 LABELS = {race_.LOCKSTEP: "Lockstep (connect mode): the table and a Kafka topic, one checkpoint",
@@ -177,7 +182,9 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         lines += [f"{LABELS.get(name, name)}: its statements (placeholders for what differs per run):", "", "```sql",
                   ";\n\n".join(statements) + ";", "```", ""]
     lines += ["Raw results: `var/bench/iceberg-results.json` of the run (`lockstep bench --iceberg-only --from-results "
-              "FILE` renders this page again).", ""]
+              "FILE` renders this page again).", "",
+              SUMMARY_MARK + json.dumps({**summary(results), "started_at": results["started_at"]}, sort_keys=True)
+              + " -->", ""]
     return "\n".join(lines)
 
 
@@ -193,3 +200,32 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
             "exact": {e: r["exact"] for e, r in table.items()}, "commit": results.get("commit"),
             "floor_pass_s": {n: round(f["pass_s"], 1) for n, f in floor_figures(results["race"]).items()}}
 
+
+
+def section(page: Path) -> str:
+    """docs/BENCHMARKS.md's section on Kafka → Iceberg: the committed page's figures, date and commit (measured
+    apart, by ``make bench-iceberg``), or where to get them."""
+    head = HEADING + "\n\n"
+    sm = page_summary(page, SUMMARY_MARK)
+    if sm is None:
+        return (head + "Kafka → Iceberg against Flink's Iceberg sink is measured apart by `make bench-iceberg`, which "
+                "writes [BENCHMARKS-iceberg.md](BENCHMARKS-iceberg.md); it has not been run for this page.")
+    rates, ratios, floor = sm["rates"], sm["ratios"], sm.get("floor_pass_s") or {}
+    short = {race_.LOCKSTEP_TABLE: "Lockstep's table alone", race_.FLINK: "Flink's table only",
+             race_.LOCKSTEP: "Lockstep's table and topic", race_.FLINK_AND_KAFKA: "Flink's table and exactly-once topic"}
+    pairs = "; ".join(f"{short[mine]} {rates[mine]:,} against {short[peer]} {rates[peer]:,}: "
+                      f"**{ratios[f'{mine} / {peer}']:.2f}×**" for mine, peer in race_.PAIRS if f"{mine} / {peer}" in ratios)
+    text = (f"Measured apart by `make bench-iceberg` on {sm['started_at']}, commit {sm['commit']}, not in this run: see "
+            f"[BENCHMARKS-iceberg.md](BENCHMARKS-iceberg.md). 10,000,000 JSON orders into a new Iceberg table per run, "
+            f"every table scanned back row by row ({'exact' if all(sm['exact'].values()) else 'NOT exact'}), records/s, "
+            f"medians: {pairs} (target ≥ {TARGET:g}×: "
+            f"{'met' if ratios and min(ratios.values()) >= TARGET else 'not met'}).")
+    if race_.FLOOR_TRANSFORM in floor:
+        text += (f" Spark alone reads and transforms the input, writing nothing, in {floor[race_.FLOOR_TRANSFORM]} s "
+                 "(the page sets that floor against the time the target leaves).")
+    return head + text
+
+
+def replace_section(report: Path, page: Path) -> None:
+    """``report``'s (docs/BENCHMARKS.md's) Kafka → Iceberg section written again from ``page``, the rest as it was."""
+    measure.replace_section(report, HEADING, section(page))

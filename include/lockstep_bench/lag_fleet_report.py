@@ -6,10 +6,10 @@ The page carries its headline figures in a comment (`SUMMARY_MARK`): docs/BENCHM
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+from lockstep_bench import measure
 from lockstep_bench.lag_fleet import COMPONENTS, PLATFORM_SERVICES, TARGET_P99_S
 from lockstep_bench.measure import page_summary
 
@@ -142,18 +142,8 @@ def section(page: Path) -> str:
 
 
 def replace_section(report: Path, page: Path) -> None:
-    """``report``'s (docs/BENCHMARKS.md's) lag-fleet section written again from ``page``, the rest as it was; put
-    before *Making Lockstep faster* when it has none."""
-    text = report.read_text() if report.exists() else ""
-    block = section(page) + "\n\n"
-    found = re.search("^" + re.escape(HEADING) + "$", text, re.MULTILINE)
-    if found is not None:
-        after = text.find("\n## ", found.end())
-        report.write_text(text[:found.start()] + block + (text[after + 1:] if after >= 0 else ""))
-        return
-    anchor = text.find("\n## Making Lockstep faster")
-    at = anchor + 1 if anchor >= 0 else len(text)
-    report.write_text(text[:at] + block + text[at:])
+    """``report``'s (docs/BENCHMARKS.md's) lag-fleet section written again from ``page``, the rest as it was."""
+    measure.replace_section(report, HEADING, section(page))
 
 
 def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None:

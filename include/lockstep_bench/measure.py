@@ -186,6 +186,23 @@ def page_summary(page: Path, mark: str) -> dict[str, Any] | None:
         return None
 
 
+def replace_section(report: Path, heading: str, block: str) -> None:
+    """``report``'s (docs/BENCHMARKS.md's) section under ``heading`` replaced by ``block``, the rest as it was; put
+    before *Making Lockstep faster* when it has none (a focused bench's section, written again by its run)."""
+    import re
+
+    text = report.read_text() if report.exists() else ""
+    block = block.rstrip("\n") + "\n\n"
+    found = re.search("^" + re.escape(heading) + "$", text, re.MULTILINE)
+    if found is not None:
+        after = text.find("\n## ", found.end())
+        report.write_text(text[:found.start()] + block + (text[after + 1:] if after >= 0 else ""))
+        return
+    anchor = text.find("\n## Making Lockstep faster")
+    at = anchor + 1 if anchor >= 0 else len(text)
+    report.write_text(text[:at] + block + text[at:])
+
+
 def load_at(results: dict[str, Any], when: str) -> str:
     """A focused bench's 1-minute load average at ``when`` ("start" or "end"), as a report prints it."""
     load = results.get("load", {}).get(when)

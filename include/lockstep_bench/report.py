@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.paths import project_root
-from lockstep_bench import formats_report, freshness_report, joins_report, lag_fleet_report
+from lockstep_bench import formats_report, freshness_report, iceberg_report, joins_report, lag_fleet_report
 from lockstep_bench.measure import Summary, median
 from lockstep_bench.png import line_plot
 from lockstep_bench.results import (
@@ -245,6 +245,9 @@ def write(res: Results, path: Path, baseline: dict[str, Any] | None = None, rere
     add("")
     # Measured apart (make bench-lag-fleet), as Formats.
     add(lag_fleet_report.section(project_root() / lag_fleet_report.PAGE))
+    add("")
+    # Measured apart (make bench-iceberg), as Formats.
+    add(iceberg_report.section(project_root() / iceberg_report.PAGE))
     add("")
     add("## Making Lockstep faster")
     add("")

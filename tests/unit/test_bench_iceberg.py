@@ -161,3 +161,32 @@ def test_the_options_make_the_settings_and_bad_ones_are_refused() -> None:
 def test_the_make_target_runs_the_iceberg_race() -> None:
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
     assert "bench-iceberg: setup\n\t$(BIN)/" + iceberg_report.FULL_COMMAND in makefile
+
+
+def test_the_main_page_quotes_the_committed_pages_headline_and_is_rewritten_in_place(tmp_path) -> None:
+    page = tmp_path / "BENCHMARKS-iceberg.md"
+    assert "has not been run for this page" in iceberg_report.section(page)
+    page.write_text(iceberg_report.render(results(lockstep=90_000, flink=60_000, floor_s=40.0)))
+    text = iceberg_report.section(page)
+    assert text.startswith(iceberg_report.HEADING + "\n\n") and "on 2026-12-05, commit abc" in text
+    assert "Lockstep's table alone 90,000 against Flink's table only 60,000: **1.50×**" in text
+    assert "(target ≥ 2×: not met)" in text and "writing nothing, in 40.1 s" in text
+
+    main = tmp_path / "BENCHMARKS.md"
+    main.write_text("# Benchmarks\n\n## Joins\n\nj\n\n## Making Lockstep faster\n\nm\n")
+    iceberg_report.replace_section(main, page)
+    once = main.read_text()
+    assert once.index("## Joins") < once.index(iceberg_report.HEADING) < once.index("## Making Lockstep faster")
+    iceberg_report.replace_section(main, page)
+    assert main.read_text() == once, "written again in place, not twice"
+
+
+def test_the_committed_pages_agree_make_bench_writes_the_same_iceberg_section_again() -> None:
+    from lockstep_bench.measure import page_summary
+
+    root = Path(__file__).resolve().parents[2]
+    page = root / iceberg_report.PAGE
+    assert page_summary(page, iceberg_report.SUMMARY_MARK) is not None
+    section = iceberg_report.section(page)
+    assert "Measured apart by `make bench-iceberg`" in section
+    assert f"{section}\n\n## Making Lockstep faster" in (root / "docs" / "BENCHMARKS.md").read_text()

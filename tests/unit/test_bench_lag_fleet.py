@@ -96,7 +96,7 @@ def test_the_committed_pages_agree_make_bench_writes_the_same_lag_fleet_section_
     assert page_summary(page, lag_fleet_report.SUMMARY_MARK) is not None
     section = lag_fleet_report.section(page)
     assert "Measured apart by `make bench-lag-fleet`" in section
-    assert f"{section}\n\n## Making Lockstep faster" in (root / "docs" / "BENCHMARKS.md").read_text()
+    assert f"{section}\n\n## " in (root / "docs" / "BENCHMARKS.md").read_text()
 
 
 def test_one_topic_s_load_files_are_in_the_folder_itself_several_topics_each_in_its_own() -> None:
