@@ -225,10 +225,11 @@ def test_verify_finds_a_lost_a_duplicated_and_an_unexpected_row() -> None:
     assert found.to_json()["lost_sample"] == ["in:1@5"]
 
 
-def test_a_dead_letter_replay_writes_the_topic_only(tmp_path) -> None:
+def test_a_dead_letter_replay_writes_the_topic_and_the_same_table(tmp_path) -> None:
     from lockstep.spark.dead_letter_replay import replay_spec
     from lockstep.spec import load_spec
 
     spec = load_spec(spec_with(tmp_path, ", iceberg: {table: lake.orders}"))
     replay = replay_spec(spec)
-    assert replay.sink.iceberg is None and replay.sink.topic == spec.sink.topic
+    assert replay.sink.iceberg == spec.sink.iceberg and replay.sink.topic == spec.sink.topic
+    assert replay.name == spec.name + "-replay", "its snapshots and data folders are named after it"

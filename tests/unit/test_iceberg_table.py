@@ -122,7 +122,7 @@ def test_expiry_keeps_the_snapshots_of_checkpoints_not_completed_yet(table: Iceb
 
     published(table, 1, 2, 3, 4)
     staged = table.stage("p", 5, [rows(5, "in:0", range(50, 51))], SCHEMA)  # prepared, on its branch
-    expired = table.expire(int(time.time() * 1000) + 60_000, "p", completed=2)
+    expired = table.expire(int(time.time() * 1000) + 60_000, {"p": 2})
     assert expired >= 2  # the empty first snapshot, 1 and 2's, and the staged snapshots the branches left behind
     t = table.load()
     names = {int(s.summary.additional_properties["lockstep.checkpoint"]) for s in t.snapshots()
@@ -282,11 +282,11 @@ def test_orphans_are_the_files_no_snapshot_reads_and_never_a_checkpoint_in_fligh
     prepared = table.stage("p", 7, [rows(7, "in:0", range(70, 71))], SCHEMA)  # staged on its branch
     before = main_rows(table)
     now = int(time.time() * 1000)
-    found = table.orphans(now + 60_000, "p", in_flight=[6])
+    found = table.orphans(now + 60_000, {"p": [6]})
     assert [o.path for o in found] == [dead], "the aborted checkpoint's snapshot still reads its file until expired"
     assert found[0].size > 0
-    assert table.orphans(now - 3_600_000, "p", in_flight=[6]) == [], "files younger than the age are left alone"
-    assert flying not in {o.path for o in table.orphans(now + 60_000, "p", in_flight=[6, 7])}
+    assert table.orphans(now - 3_600_000, {"p": [6]}) == [], "files younger than the age are left alone"
+    assert flying not in {o.path for o in table.orphans(now + 60_000, {"p": [6, 7]})}
     assert table.remove(found) == 1
     assert main_rows(table) == before and table.observe("p", 7, prepared).staged
     table.publish("p", 7, prepared, prepared.files)
@@ -294,11 +294,37 @@ def test_orphans_are_the_files_no_snapshot_reads_and_never_a_checkpoint_in_fligh
 
     # Compaction and expiry leave the files they replaced to the orphans: removed, main reads the same rows.
     assert table.compact(8)[0] > 1
-    table.expire(int(time.time() * 1000) + 60_000, "p", completed=7)
-    replaced = table.orphans(int(time.time() * 1000) + 60_000, "p", in_flight=[6])
+    table.expire(int(time.time() * 1000) + 60_000, {"p": 7})
+    replaced = table.orphans(int(time.time() * 1000) + 60_000, {"p": [6]})
     assert aborted.files[0].path in {o.path for o in replaced}, "expired with its snapshot"
     assert len(replaced) >= 7, replaced
     table.remove(replaced)
     assert main_rows(table) == sorted([*before, ("in", 0, 70)])
-    assert [o.path for o in table.orphans(int(time.time() * 1000) + 60_000, "p")] == [flying], \
+    assert [o.path for o in table.orphans(int(time.time() * 1000) + 60_000, {"p": []})] == [flying], \
         "once checkpoint 6 is no longer in flight, its dead attempt's file is an orphan too"
+
+
+def test_a_dead_letter_replays_checkpoints_in_flight_are_spared_as_the_pipelines_own(table: IcebergTable) -> None:
+    """The replays of ``p``'s dead letters run as pipeline ``p-replay`` and write the same table: expiry keeps the
+    snapshot of a replay checkpoint published but not completed, and orphan removal the files of one still running,
+    once the upkeep names the replay pipeline beside the pipeline (`lockstep.ops.table_upkeep`)."""
+    import time
+
+    from lockstep.iceberg.table_sink import SourceFiles
+
+    published(table, 1, 2)
+    for cid in (1, 2):  # replay 1 completed; replay 2 published, its commit not finished (crashed after publishing)
+        staged = table.stage("p-replay", cid, [rows(cid, "in:0", range(900 + cid, 901 + cid))], SCHEMA)
+        table.publish("p-replay", cid, staged, staged.files)
+        table.drop(staged.branch)
+    published(table, 3)  # main moves on: the replay's snapshot is history, no longer main's head
+    later = int(time.time() * 1000) + 60_000
+    table.expire(later, {"p": 3, "p-replay": 1})
+    assert table.observe("p-replay", 2, staged).published is not None, "its commit, run again, still finds it"
+    files = SourceFiles(table.target("p-replay", 3, SCHEMA), "task-0")  # replay 3 is writing its files
+    files.add("in:0", rows(3, "in:0", range(950, 952)).rows)
+    running = files.close()[0].file.path
+    assert running not in {o.path for o in table.orphans(later, {"p": [], "p-replay": [3]})}
+    assert running in {o.path for o in table.orphans(later, {"p": []})}, "unnamed, it would be an orphan"
+    table.expire(later, {"p": 3})
+    assert table.observe("p-replay", 2, staged).published is None, "unnamed, its snapshot would be expired"

@@ -510,27 +510,30 @@ class IcebergTable:
         raise TransientError(f"Iceberg table {self.name}: the compaction met other commits {PUBLISH_ATTEMPTS} times; "
                              "run it again")
 
-    def expire(self, older_than_ms: int, pipeline: str, completed: int | None) -> int:
+    def expire(self, older_than_ms: int, completed: Mapping[str, int | None]) -> int:
         """Expire the snapshots older than ``older_than_ms`` (epoch ms) that no ref points at, but never one that
-        names a checkpoint of ``pipeline`` after ``completed`` (its latest completed checkpoint): a commit that runs
-        again finds its checkpoint's snapshot in main's history, so it must stay there. Returns how many."""
+        names a checkpoint of a pipeline of ``completed`` after its latest completed checkpoint (None: any): a commit
+        that runs again finds its checkpoint's snapshot in main's history, so it must stay there. ``completed``: every
+        pipeline writing the table (a pipeline and its dead-letter replays). Returns how many."""
         table = self.load()
         heads = {ref.snapshot_id for ref in table.metadata.refs.values()}
         doomed = []
         for snapshot in table.metadata.snapshots:
             props = _properties(snapshot)
-            pending = (props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_CHECKPOINT in props
-                       and (completed is None or int(props[SUMMARY_CHECKPOINT]) > completed))
+            pipeline = props.get(SUMMARY_PIPELINE)
+            latest = completed.get(pipeline) if pipeline is not None else None
+            pending = (pipeline in completed and SUMMARY_CHECKPOINT in props
+                       and (latest is None or int(props[SUMMARY_CHECKPOINT]) > latest))
             if snapshot.timestamp_ms < older_than_ms and snapshot.snapshot_id not in heads and not pending:
                 doomed.append(snapshot.snapshot_id)
         if doomed:
             self._calling("expire snapshots", lambda: table.maintenance.expire_snapshots().by_ids(doomed).commit())
         return len(doomed)
 
-    def orphans(self, older_than_ms: int, pipeline: str, in_flight: Collection[int] = ()) -> list[Orphan]:
+    def orphans(self, older_than_ms: int, in_flight: Mapping[str, Collection[int]] | None = None) -> list[Orphan]:
         """The files under the table's data folder that no snapshot of the table reads (on any branch, or still in
-        any history), last written before ``older_than_ms`` (epoch ms), and not in the folder of one of
-        ``pipeline``'s checkpoints ``in_flight`` (not completed or aborted yet: a run of it may be writing there):
+        any history), last written before ``older_than_ms`` (epoch ms), and not in the folder of a checkpoint
+        ``in_flight`` (by pipeline: not completed or aborted yet, so a run of it may be writing there):
         the files of run attempts that died before their snapshot was staged, of aborted checkpoints' dropped
         branches, and of snapshots expired since. The table's metadata folder is never looked at."""
         from pyarrow.fs import FileSelector, FileType
@@ -545,7 +548,8 @@ class IcebergTable:
         listed = self._calling("list the table's data folder",
                                lambda: fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)))
         prefix = f"{scheme}://"
-        spared = tuple(f"{checkpoint_folder(table.location(), pipeline, cid)}/" for cid in in_flight)
+        spared = tuple(f"{checkpoint_folder(table.location(), pipeline, cid)}/"
+                       for pipeline, ids in (in_flight or {}).items() for cid in ids)
         found = []
         for info in listed:
             if info.type != FileType.File or info.mtime is None:

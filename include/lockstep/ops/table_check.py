@@ -6,7 +6,7 @@ from __future__ import annotations
 __all__ = ["TableCheck", "check_table", "table_check"]
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from lockstep.model.offsets import OffsetRange
@@ -56,18 +56,19 @@ def check_table(table: str, rows: Counter[Offset], records: Counter[Offset]) -> 
 
 
 def table_check(spec: PipelineSpec, since: int | None, main: Counter[Offset], gone: list[OffsetRange],
-                rows: Counter[Offset] | None = None) -> TableCheck:
+                rows: Counter[Offset] | None = None, leave_out: Collection[Offset] = ()) -> TableCheck:
     """The table's rows from checkpoint ``since`` on (read here, or ``rows`` when read already) against ``main``:
     ``sink.topic``'s records, or, without a sink topic, the outputs recomputed for the table; both without the
-    offsets that could not be checked."""
+    offsets that could not be checked, and without ``leave_out``."""
     from lockstep.iceberg.table_sink import IcebergTable
 
     iceberg = spec.sink.iceberg
     assert iceberg is not None  # the caller's condition
     if rows is None:
         rows = IcebergTable(iceberg.catalog_conn_id, iceberg.table).provenance(since)
-    check = check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone)}),
-                        Counter({k: n for k, n in main.items() if not within(k, gone)}))
+    skipped = set(leave_out)
+    check = check_table(iceberg.table, Counter({k: n for k, n in rows.items() if not within(k, gone) and k not in skipped}),
+                        Counter({k: n for k, n in main.items() if not within(k, gone) and k not in skipped}))
     if spec.sink.table_only:
         check.against = "outputs recomputed from the input"
     return check

@@ -132,6 +132,14 @@ def _latest_completed(spec: PipelineSpec) -> int | None:
     return latest.checkpoint_id if latest is not None else None
 
 
+def _writers(spec: PipelineSpec) -> list[PipelineSpec]:
+    """The pipelines that write ``spec``'s table: the pipeline, and the one its dead-letter replays run as (each
+    with its own checkpoints, named so in the table's snapshots and data folders)."""
+    from lockstep.spark.dead_letter_replay import replay_spec
+
+    return [spec, replay_spec(spec)]
+
+
 def compact(spec: PipelineSpec, keep: int = 10, by: str = "lockstep iceberg compact") -> Upkeep:
     """The rows of every completed checkpoint but the newest ``keep`` rewritten into fewer files."""
     if keep < 1:
@@ -148,10 +156,12 @@ def compact(spec: PipelineSpec, keep: int = 10, by: str = "lockstep iceberg comp
 
 
 def expire(spec: PipelineSpec, older_than_s: float, by: str = "lockstep iceberg expire") -> Upkeep:
-    """Snapshots older than ``older_than_s`` seconds expired, but those of checkpoints not completed yet."""
+    """Snapshots older than ``older_than_s`` seconds expired, but those of checkpoints not completed yet (the
+    pipeline's and its dead-letter replays')."""
     started = time.monotonic()
     table = _table(spec)
-    expired = table.expire(int((time.time() - older_than_s) * 1000), spec.name, _latest_completed(spec))
+    expired = table.expire(int((time.time() - older_than_s) * 1000),
+                           {w.name: _latest_completed(w) for w in _writers(spec)})
     files = table.data_files()
     return _recorded(spec, Upkeep(table.name, "expire", files, files, snapshots_expired=expired), started, by)
 
@@ -159,16 +169,16 @@ def expire(spec: PipelineSpec, older_than_s: float, by: str = "lockstep iceberg 
 def remove_orphans(spec: PipelineSpec, older_than_s: float, dry_run: bool = False,
                    by: str = "lockstep iceberg orphans") -> Upkeep:
     """The table's orphan files older than ``older_than_s`` seconds deleted (``dry_run``: only counted), never one
-    in the folder of a checkpoint of this pipeline that is not completed or aborted yet."""
+    in the folder of a checkpoint of this pipeline (or of its dead-letter replays) not completed or aborted yet."""
     from lockstep.model.checkpoint import CheckpointStatus
     from lockstep.steps.client_factory import checkpoint_store
 
     started = time.monotonic()
     table = _table(spec)
-    store = checkpoint_store(spec)
     settled = (CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED)
-    in_flight = [v.checkpoint_id for v in store.views_after(None) if v.status not in settled]
-    found = table.orphans(int((time.time() - older_than_s) * 1000), spec.name, in_flight)
+    in_flight = {w.name: [v.checkpoint_id for v in checkpoint_store(w).views_after(None) if v.status not in settled]
+                 for w in _writers(spec)}
+    found = table.orphans(int((time.time() - older_than_s) * 1000), in_flight)
     if not dry_run:
         table.remove(found)
     files = table.data_files()

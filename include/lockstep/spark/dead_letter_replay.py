@@ -78,7 +78,7 @@ Original = tuple[str, int, int]  # (topic, partition, offset) of the original in
 # ---- the derived pipeline --------------------------------------------------------------------------
 def replay_spec(spec: PipelineSpec) -> PipelineSpec:
     """The pipeline that replays ``spec``'s dead letters: same store bucket/root, transform, sink and
-    dead-letter topics and writer (no Iceberg table); source = the dead-letter topic on the sink cluster; its own name,
+    dead-letter topics, writer and Iceberg table; source = the dead-letter topic on the sink cluster; its own name,
     consumer group and transactional prefix (``<prefix>-replay-<id>-<task>`` never parses as one of
     the pipeline's own ids, so neither pipeline's recovery fences the other's transactions)."""
     if spec.replay_of is not None:
@@ -95,9 +95,9 @@ def replay_spec(spec: PipelineSpec) -> PipelineSpec:
                           registry_conn_id=spec.source.registry_conn_id),
         transactions=dataclasses.replace(spec.transactions, id_prefix=spec.transactions.id_prefix + SUFFIX),
         checkpoints=dataclasses.replace(spec.checkpoints, retain=KEEP_ALL),
-        # The records a replay recovers go to the sink topic only, not to an Iceberg table beside it (not yet:
-        # docs/iceberg.md); verify checks the table against the pipeline's own records of the topic.
-        sink=dataclasses.replace(spec.sink, iceberg=None),
+        # The records a replay recovers go to the sink topic and, with sink.iceberg, to the same table, staged and
+        # published with the replay checkpoint's transactions as the pipeline's own (its snapshots and data folders
+        # named after the replay pipeline; the table's upkeep spares its checkpoints in flight too).
         replay_of=spec.name,
     )
 
