@@ -580,7 +580,7 @@ class LockstepIcebergUpkeepOperator(BaseOperator):
             try:
                 done[name] = [u.to_json() for u in table_upkeep.upkeep(
                     specs[name], int(params["keep"]), expire_s, orphans_s, bool(params["dry_run"]), by=by,
-                    log=lambda line: log.info("%s", line))]
+                    report=lambda line: log.info("%s", line))]
             except Exception as exc:  # noqa: BLE001 - one table's failure must not keep the others from their upkeep
                 failed[name] = exc
                 log.error("%s", redact(f"lockstep {name} iceberg upkeep failed: {' '.join(str(exc).split())}"))

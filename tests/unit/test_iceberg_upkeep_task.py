@@ -39,11 +39,11 @@ def pipelines(tmp_path: Path) -> Path:
 def execute(pipelines: Path, outcomes: dict[str, Exception | None], **params: object) -> tuple[dict, list]:
     calls: list = []
 
-    def upkeep(spec, keep, expire_s, orphans_s, dry_run, by, log):
+    def upkeep(spec, keep, expire_s, orphans_s, dry_run, by, report):
         calls.append((spec.name, keep, expire_s, orphans_s, dry_run, by))
         if outcomes.get(spec.name) is not None:
             raise outcomes[spec.name]
-        log(f"{spec.name}: done")
+        report(f"{spec.name}: done")
         return [Upkeep(f"lake.{spec.name}", action, 5, 1) for action in ("compact", "expire", "orphans")]
 
     mp = pytest.MonkeyPatch()

@@ -61,7 +61,7 @@ def test_upkeep_compacts_expires_then_removes_orphans_and_keeps_each_actions_fig
     files = table.data_files()
     lines: list[str] = []
     done = table_upkeep.upkeep(spec, keep=1, expire_older_than_s=0, orphans_older_than_s=0, by="the test",
-                               log=lines.append)
+                               report=lines.append)
     assert [d.action for d in done] == ["compact", "expire", "orphans"]
     compacted, expired, orphans = done
     assert compacted.files_before == files and compacted.files_after < files and compacted.rows == 15

@@ -10,8 +10,8 @@ the data files no snapshot reads (of run attempts that died before staging, of a
 snapshots), older than an age and never in the folder of a checkpoint still in flight.
 
 The figures are what the command prints (and ``--json``): files before and after, rows, snapshots expired, orphans
-removed and their bytes. Each action's latest figures are also kept in the pipeline's store (`record`), with when,
-how long and who ran it, for the Checkpoints page. `upkeep` runs the three in order: the ``lockstep_iceberg_upkeep``
+removed and their bytes. Each action's latest figures are also kept in the pipeline's store (a note,
+`CheckpointStore.record_note`), with when, how long and who ran it, for the Checkpoints page. `upkeep` runs the three in order: the ``lockstep_iceberg_upkeep``
 DAG's task, and ``lockstep iceberg upkeep``.
 """
 from __future__ import annotations
@@ -103,17 +103,18 @@ def _recorded(spec: PipelineSpec, done: Upkeep, started: float, by: str) -> Upke
 
 def upkeep(spec: PipelineSpec, keep: int = 10, expire_older_than_s: float = 7 * 86400,
            orphans_older_than_s: float = 3 * 86400, dry_run: bool = False, by: str = "lockstep iceberg upkeep",
-           log: Callable[[str], object] | None = None) -> list[Upkeep]:
+           report: Callable[[str], object] | None = None) -> list[Upkeep]:
     """`compact`, `expire`, then `remove_orphans` (``dry_run``: orphans only counted), in that order: expiry
-    drops the snapshots compaction replaced, and the files only those read become orphans once old enough."""
+    drops the snapshots compaction replaced, and the files only those read become orphans once old enough.
+    ``report``: called with each action's line as it is done (the task log)."""
     steps: tuple[Callable[[], Upkeep], ...] = (
         lambda: compact(spec, keep, by=by), lambda: expire(spec, expire_older_than_s, by=by),
         lambda: remove_orphans(spec, orphans_older_than_s, dry_run, by=by))
     done: list[Upkeep] = []
     for step in steps:
         done.append(step())
-        if log is not None:
-            log(done[-1].line())
+        if report is not None:
+            report(done[-1].line())
     return done
 
 
