@@ -11,8 +11,8 @@ snapshots), older than an age and never in the folder of a checkpoint still in f
 
 The figures are what the command prints (and ``--json``): files before and after, rows, snapshots expired, orphans
 removed and their bytes. Each action's latest figures are also kept in the pipeline's store (a note,
-`CheckpointStore.record_note`), with when, how long and who ran it, for the Checkpoints page. `upkeep` runs the three in order: the ``lockstep_iceberg_upkeep``
-DAG's task, and ``lockstep iceberg upkeep``.
+`CheckpointStore.record_note`), with when, how long and who ran it, for the Checkpoints page. `upkeep` runs the
+three in order: the ``lockstep_iceberg_upkeep`` DAG's task, and ``lockstep iceberg upkeep``.
 """
 from __future__ import annotations
 
