@@ -338,3 +338,39 @@ def test_the_commit_updates_the_sink_asset_only_when_a_checkpoint_completed_with
     assert state == "success", explain(client, dag_id, run_id)
     assert client.task_instances(dag_id, run_id)["commit"]["state"] == "skipped"
     assert len(asset_events(client, sink)) == count
+
+
+def test_the_iceberg_upkeep_dag_looks_after_a_pipelines_table_and_the_page_shows_it(airflow, platform, bootstrap):
+    """lockstep_iceberg_upkeep through the real scheduler, triggered with params for one pipeline with a table: its
+    task compacts, expires and removes orphans, logs each line, returns the figures, and the Checkpoints page shows
+    them with the run that did it; the table keeps every row."""
+    from lockstep.store.checkpoint_store import TABLE_UPKEEP
+
+    from ..integration.engine_helpers import run
+
+    platform.start("iceberg")  # the Iceberg REST catalog of the iceberg_default connection Airflow was given
+    p = airflow.new_pipeline(bootstrap, "ice")
+    table = f"lake_{p.name.replace('-', '_')}.orders"
+    p.rewrite(sink={"iceberg": {"table": table}})
+    for start in (0, 20):  # two checkpoints: the first one's files are compacted with --keep 1
+        produce_orders(p, 20, start=start)
+        done = run(p)
+        assert done.returncode == 0, done.stderr[-3000:]
+    client = airflow.client_for("lockstep_iceberg_upkeep")
+    run_id, state = run_when_listed(client, "lockstep_iceberg_upkeep", {
+        "pipeline": p.name, "keep": 1, "expire_older_than": "0", "orphans_older_than": "0", "dry_run": False})
+    assert state == "success", explain(client, "lockstep_iceberg_upkeep", run_id)
+    log = client.task_log("lockstep_iceberg_upkeep", run_id, "upkeep")
+    assert f"{table}: compacted the" in log and f"{table}: expired" in log and f"{table}: removed" in log, log[-3000:]
+    figures = client.xcom("lockstep_iceberg_upkeep", run_id, "upkeep")
+    assert [a["action"] for a in figures[p.name]] == ["compact", "expire", "orphans"], figures
+    assert figures[p.name][0]["rows"] > 0, figures
+    # Unpaused, the DAG also makes its daily run (every table, the default ages), before or after this one: the
+    # latest figures are one of the two runs'.
+    note = store(p).note(TABLE_UPKEEP)
+    assert all(note[a]["by"].startswith("Airflow lockstep_iceberg_upkeep run ") for a in ("compact", "expire",
+                                                                                          "orphans")), note
+    page = airflow.get("/lockstep/", params={"pipeline": p.name}).text
+    assert f"Table upkeep of <code>{table}</code>" in page and "by Airflow lockstep_iceberg_upkeep run " in page
+    report = verify(p)
+    assert report["table"]["ok"] and report["table"]["rows"] == 36, report["table"]
