@@ -447,20 +447,30 @@ class LockstepCheckpointOperator(LockstepRunOperator):
         return {**planned, **_commit_step(self, context, spec, p, checkpoint_id)}
 
 
-class LockstepSavepointOperator(BaseOperator):
-    """Create or delete a savepoint of a pipeline, from the DAG run's params."""
+class _PipelinesOperator(BaseOperator):
+    """An operator of the DAGs that act on a pipeline chosen in their params (savepoints, compare, Iceberg upkeep):
+    the pipelines' specs read from ``pipelines_dir`` when the task runs."""
 
     def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipelines_dir = pipelines_dir
 
+    def _specs(self) -> dict[str, PipelineSpec]:
+        """The pipelines whose specs validate, by name (one that does not is left out, as its DAG is)."""
+        from lockstep.spec import load_each
+
+        return {s.name: s for s in load_each(self.pipelines_dir)[0]}
+
+
+class LockstepSavepointOperator(_PipelinesOperator):
+    """Create or delete a savepoint of a pipeline, from the DAG run's params."""
+
     def execute(self, context: Context) -> dict[str, Any]:
         from lockstep.model.savepoint import validate_savepoint_name
-        from lockstep.spec import load_each
         from lockstep.steps.client_factory import checkpoint_store
 
         params = context["params"]
-        specs = {s.name: s for s in load_each(self.pipelines_dir)[0]}
+        specs = self._specs()
         if params["pipeline"] not in specs:
             raise ValueError(f"pipeline {params['pipeline']!r} not found; known: {', '.join(sorted(specs))}")
         store = checkpoint_store(specs[params["pipeline"]])
@@ -475,7 +485,7 @@ class LockstepSavepointOperator(BaseOperator):
         return sp.to_json()
 
 
-class LockstepCompareOperator(BaseOperator):
+class LockstepCompareOperator(_PipelinesOperator):
     """``lockstep replay --compare`` from the DAG run's params: the pipeline's retained completed checkpoints
     computed again through another version of its spec, compared with what they committed, the report in the
     task log (and on the Checkpoints page). Nothing is written to the sinks.
@@ -484,10 +494,6 @@ class LockstepCompareOperator(BaseOperator):
     candidates outside that folder, or the DAG processor loads them as pipelines). ``last``: how many of the
     newest completed checkpoints; ``fail_on_change``: fail the task when the output or the state changes (a gate)."""
 
-    def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipelines_dir = pipelines_dir
-
     def execute(self, context: Context) -> dict[str, Any]:
         from pathlib import Path
 
@@ -495,11 +501,11 @@ class LockstepCompareOperator(BaseOperator):
 
         from lockstep.errors import LockstepError
         from lockstep.ops.compare import compare_pipeline, exit_code
-        from lockstep.spec import load_each, load_spec
+        from lockstep.spec import load_spec
 
         quiet_clients()
         params = context["params"]
-        specs = {s.name: s for s in load_each(self.pipelines_dir)[0]}
+        specs = self._specs()
         running = specs.get(params["pipeline"])
         if running is None:
             raise AirflowFailException(f"pipeline {params['pipeline']!r} not found in {self.pipelines_dir}; known: "
@@ -536,7 +542,7 @@ class LockstepCompareOperator(BaseOperator):
 EVERY_TABLE = "(every pipeline with sink.iceberg)"
 
 
-class LockstepIcebergUpkeepOperator(BaseOperator):
+class LockstepIcebergUpkeepOperator(_PipelinesOperator):
     """``lockstep iceberg upkeep`` from the DAG run's params, for one pipeline's table or every one: compaction of
     the small files of older checkpoints (``keep`` newest left alone), expiry of old snapshots (never a checkpoint's
     not completed yet), then the orphan files removed (``dry_run``: only counted). Each action's line is in the task
@@ -547,21 +553,16 @@ class LockstepIcebergUpkeepOperator(BaseOperator):
 
     ui_color = "#e8f4f0"
 
-    def __init__(self, *, pipelines_dir: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipelines_dir = pipelines_dir
-
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from lockstep.connections import redact
         from lockstep.errors import TerminalError
         from lockstep.ops import table_upkeep
-        from lockstep.spec import load_each
 
         quiet_clients()
         params = context["params"]
-        specs = {s.name: s for s in load_each(self.pipelines_dir)[0] if s.sink.iceberg is not None}
+        specs = {name: s for name, s in self._specs().items() if s.sink.iceberg is not None}
         chosen = sorted(specs) if params["pipeline"] == EVERY_TABLE else [str(params["pipeline"])]
         unknown = [name for name in chosen if name not in specs]
         if unknown:
