@@ -70,6 +70,19 @@ def test_outputs_sort_records_into_own_replayed_unreadable_and_other_producers()
     assert out.unreadable == [f"{SINK}:0@4 (provenance header {SOURCE_OFFSET} missing or empty)"]
 
 
+def test_a_tables_rows_are_the_sink_topics_records_and_those_of_the_replays_that_wrote_the_table():
+    """A replay writes the table beside the topic; one made before replays kept ``sink.iceberg`` wrote the topic
+    alone: its records are no rows of the table, and verify must not call them lost."""
+    s = spec()
+    out = Outputs()
+    out.add(s, None, f"{SINK}:0@0", SINK, headers())
+    out.add(s, None, f"{SINK}:0@1", SINK, headers(offset=b"8", **{REPLAY_HEADER: b"2"}))  # replay 2: the topic alone
+    out.add(s, None, f"{SINK}:0@2", SINK, headers(offset=b"9", **{REPLAY_HEADER: b"3"}))  # replay 3: the table too
+    out.add(s, None, f"{DEAD_LETTERS}:0@0", DEAD_LETTERS, headers(offset=b"10", **{REPLAY_HEADER: b"3"}))
+    assert dict(out.table_records(lambda cid: cid == 3)) == {(SOURCE, 0, 7): 1, (SOURCE, 0, 9): 1}
+    assert dict(out.table_records(lambda cid: False)) == {(SOURCE, 0, 7): 1}
+
+
 def test_outputs_of_checkpoints_before_since_are_left_out():
     out = Outputs()
     out.add(spec(), 5, f"{SINK}:0@0", SINK, headers(**{CHECKPOINT_HEADER: b"4"}))

@@ -424,10 +424,17 @@ class Outputs:
     in_sink: Counter[Original] = field(default_factory=Counter)  #: sink records of both
     #: the pipeline's own outputs in ``sink.topic`` (not a route's, not a dead letter): an Iceberg table's rows
     main: Counter[Offset] = field(default_factory=Counter)
-    #: the replays' outputs in ``sink.topic``: an Iceberg table's rows too (a replay writes the table as well)
-    replayed_main: Counter[Original] = field(default_factory=Counter)
+    #: the replays' outputs in ``sink.topic`` by replay checkpoint: an Iceberg table's rows too, from the replays
+    #: that wrote the table (all since replays keep ``sink.iceberg``)
+    replayed_main: dict[int, Counter[Original]] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
     other_producers: list[str] = field(default_factory=list)
+
+    def table_records(self, wrote_table: Callable[[int], bool]) -> Counter[Offset]:
+        """The records of ``sink.topic`` an Iceberg table holds as rows: the pipeline's own, and those of the replay
+        checkpoints that ``wrote_table``."""
+        tabled = sum((n for cid, n in self.replayed_main.items() if cid and wrote_table(cid)), Counter())
+        return self.main + tabled
 
     def add(self, spec: PipelineSpec, since: int | None, where: str, topic: str,
             headers: Mapping[str, bytes | None]) -> None:
@@ -449,7 +456,9 @@ class Outputs:
         if REPLAY_HEADER in headers:
             self.replayed[original] += 1
             if topic == spec.sink.topic:
-                self.replayed_main[original] += 1
+                raw = (headers.get(REPLAY_HEADER) or b"").decode(errors="replace")
+                by = int(raw) if raw.isdigit() else 0  # 0: no replay checkpoint wrote it, so no row of the table
+                self.replayed_main.setdefault(by, Counter())[original] += 1
         else:
             self.actual[original] += 1
             if topic == spec.sink.topic:
@@ -536,10 +545,18 @@ def verify(spec: PipelineSpec, store: CheckpointStore, spark: JobSession, since:
         # The replays' records are rows too. From a checkpoint on (``since``), the rows are the checkpoints' from
         # there, which a replay's do not number alike: the replayed offsets are left out of the table's check then
         # (the replay account above checks their records in the topic).
-        report.table = (table_check(spec, since, outputs.main + outputs.replayed_main, gone) if not since else
+        tabled = outputs.table_records(lambda cid: _wrote_table(replay_store, cid))
+        report.table = (table_check(spec, since, tabled, gone) if not since else
                         table_check(spec, since, outputs.main, gone, leave_out=set(outputs.replayed)))
     set_aside(report, other_code(spec, codes), ranges)
     return report
+
+
+def _wrote_table(replay_store: CheckpointStore, checkpoint_id: int) -> bool:
+    """Whether replay checkpoint ``checkpoint_id`` staged its records in the table (a replay made before replays kept
+    ``sink.iceberg`` wrote the topic alone, so its records are no rows)."""
+    view = replay_store.view(checkpoint_id)
+    return view is not None and view.prepared is not None and view.prepared.iceberg is not None
 
 
 def misrouted(expected: Mapping[Offset, set[str]], found: Mapping[Offset, set[str]],
