@@ -148,6 +148,50 @@ def cpu_seconds(roots: tuple[int, ...]) -> float:
     return total
 
 
+#: Airflow's long-lived processes, by a word of their command line; the rest (task processes, the executor's
+#: workers, standalone itself) count as "tasks and the rest".
+COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
+TASKS = "tasks and the rest"
+
+
+def component_of(cmdline: list[str]) -> str:
+    """Which of `COMPONENTS` a process of Airflow's is, by its command line; `TASKS` otherwise."""
+    words = " ".join(cmdline[:4]).replace("_", "-")  # standalone's api-server calls itself "airflow api_server"
+    return next((c for c in COMPONENTS if f"airflow {c}" in words or words.endswith(f" {c}")), TASKS)
+
+
+def cpu_by_component(root: int) -> dict[str, float]:
+    """User + system seconds so far of each long-lived Airflow process under ``root``, by `component_of`, with the
+    children it has reaped (the dag-processor's parsing processes); the executor's workers and the task processes
+    they fork are left to `TASKS`."""
+    import psutil
+
+    found: dict[str, float] = {}
+    try:
+        procs = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return found
+    for proc in procs:
+        try:
+            name = component_of(proc.cmdline())
+            if name != TASKS:
+                t = proc.cpu_times()
+                found[name] = found.get(name, 0.0) + t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return found
+
+
+def cpu_parts(airflow: int, spark_connect: int) -> dict[str, float]:
+    """CPU seconds so far of Lockstep's processes, part by part: Airflow's `COMPONENTS`, `TASKS` (the rest of
+    Airflow's tree: the executor's workers, the task processes they fork, standalone itself) and the Spark Connect
+    server. Their sum is `cpu_seconds` of both roots."""
+    parts = cpu_by_component(airflow)
+    parts[TASKS] = max(0.0, cpu_seconds((airflow,)) - sum(parts.values()))
+    parts["spark-connect"] = cpu_seconds((spark_connect,))
+    return parts
+
+
 def _pause_quietly(client: AirflowClient, dag_id: str) -> None:
     from lockstep.ops.airflow_client import AirflowError
 
@@ -302,6 +346,7 @@ class FreshnessRace:
             watcher = subprocess.Popen([py, "-m", "lockstep_bench.freshness_load", *watch, "--bootstrap",
                                         self.bootstrap, "--topic", sink, "--folder", str(folder)], env=env)
             cpu_before = cpu_seconds(roots)
+            parts_before = cpu_parts(*roots) if engine == LOCKSTEP else {}
             wall_started = time.monotonic()
             producer = subprocess.run([py, "-m", "lockstep_bench.freshness_load", "produce", "--bootstrap",
                                        self.bootstrap, "--topic", source, "--partitions", str(self.s.partitions),
@@ -332,6 +377,8 @@ class FreshnessRace:
                 time.sleep(0.5)
             time.sleep(1.0)  # a duplicate written after the last expected record would arrive now
             cpu = cpu_seconds(roots) - cpu_before
+            parts = {k: round(v - parts_before.get(k, 0.0), 1) for k, v in cpu_parts(*roots).items()} \
+                if engine == LOCKSTEP else {}
             wall = time.monotonic() - wall_started
             (folder / "stop").write_text("")
             watcher.wait(120)
@@ -349,6 +396,7 @@ class FreshnessRace:
                "cpu_s": round(cpu, 1), "cpu_cores": round(cpu / wall, 2), "wall_s": round(wall, 1)}
         if engine == LOCKSTEP:
             row["airflow"] = self._dag_runs(pipeline, rate, ticks_doc["started"])
+            row["cpu_parts_s"] = parts
         lat = figs["latency_s"]
         what = "windows" if windows else "records"
         self.log(f"{engine} {pipeline} at {rate:,}/s: p50 {lat['p50']} s, p99 {lat['p99']} s, max {lat['max']} s; "
@@ -480,5 +528,6 @@ def highest_sustained(rows: list[dict[str, Any]], engine: str, pipeline: str = S
     return max(rates) if rates else None
 
 
-__all__ = ["ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "STATELESS", "WINDOWED", "FreshnessRace",
-           "FreshnessSettings", "cpu_seconds", "highest_sustained", "pipeline_of", "stage_figures", "window_state"]
+__all__ = ["COMPONENTS", "ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "STATELESS", "TASKS", "WINDOWED",
+           "FreshnessRace", "FreshnessSettings", "component_of", "cpu_by_component", "cpu_parts", "cpu_seconds",
+           "highest_sustained", "pipeline_of", "stage_figures", "window_state"]

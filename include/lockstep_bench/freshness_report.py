@@ -207,6 +207,7 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
                          f"| {steps} |")
         lines.append("")
         lines += _stages(mine)
+        lines += cpu_parts_table(mine)
     lines += ["## Latency against rate", "", f"![p99 latency against rate]({PLOT})", "",
               "Raw results: every run's latency percentiles, its latency over the load in 5 s steps "
               "(`series`: seconds into the load, p50, p99), its checks and Lockstep's DAG runs are in the results "
@@ -257,6 +258,28 @@ def _stages(mine: list[dict[str, Any]]) -> list[str]:
         state = ", ".join(f"{k[6:]} {int(v):,}" if k.startswith("state rows") else f"{k[6:]} {v}"
                           for k, v in st.items() if k.startswith("state "))
         lines.append(f"| {freshness.pipeline_of(r)} | {r['rate']:,} | {spent} | {state or '-'} |")
+    return [*lines, ""]
+
+
+def cpu_parts_table(mine: list[dict[str, Any]]) -> list[str]:
+    """CPU seconds a checkpoint of Lockstep's costs, part by part (`freshness.cpu_parts` over the run ÷ its DAG
+    runs); none for results of earlier runs, which kept no parts."""
+    parted = [r for r in mine if r.get("cpu_parts_s") and r["airflow"].get("runs")]
+    if not parted:
+        return []
+    parts = [*freshness.COMPONENTS, freshness.TASKS, "spark-connect"]
+    lines = ["CPU seconds a checkpoint costs, part by part: each part's CPU over the run (load and settle) ÷ the DAG "
+             "runs. Airflow's four long-lived processes cost time whether or not a checkpoint runs; _tasks and the "
+             "rest_ is the executor's workers and the task processes they fork (Airflow's supervisor and task "
+             "runner, the DAG file parsed again, the plan, the run's Spark Connect client, the commit); "
+             "_spark-connect_ is the server's whole CPU, the records' work included.", "",
+             "| pipeline | rate records/s | DAG runs | " + " | ".join(parts) + " | all |",
+             "| --- | ---: | ---: | " + " | ".join("---:" for _ in parts) + " | ---: |"]
+    for r in parted:
+        n, cpu = r["airflow"]["runs"], r["cpu_parts_s"]
+        cells = " | ".join(f"{cpu.get(p, 0.0) / n:.2f}" for p in parts)
+        lines.append(f"| {freshness.pipeline_of(r)} | {r['rate']:,} | {n} | {cells} | "
+                     f"{sum(cpu.values()) / n:.2f} |")
     return [*lines, ""]
 
 

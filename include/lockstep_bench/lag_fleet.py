@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockstep.paths import project_root
 from lockstep_bench import freshness_figures, freshness_load, many_pipelines, workloads
-from lockstep_bench.freshness import cpu_seconds, dag_run_figures
+from lockstep_bench.freshness import cpu_by_component, cpu_seconds, dag_run_figures
 
 if TYPE_CHECKING:
     from lockstep.ops.airflow_client import AirflowClient
@@ -47,9 +47,6 @@ if TYPE_CHECKING:
 
 #: Issue 69's target: every fed pipeline's p99 produce-to-visible at most this.
 TARGET_P99_S = 15.0
-#: Airflow's long-lived processes, by a word of their command line; the rest (task processes, the executor's
-#: workers, standalone itself) count as "tasks and the rest".
-COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
 #: The platform's services beside Lockstep's processes, whose CPU the report shows apart: the broker and the S3
 #: server answer every watcher's and every checkpoint's requests.
 PLATFORM_SERVICES = ("kafka", "s3", "postgres")
@@ -82,33 +79,6 @@ class LagFleetSettings:
 
     def to_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-
-
-def component_of(cmdline: list[str]) -> str:
-    """Which of `COMPONENTS` a process of Airflow's is, by its command line; "tasks and the rest" otherwise."""
-    words = " ".join(cmdline[:4]).replace("_", "-")  # standalone's api-server calls itself "airflow api_server"
-    return next((c for c in COMPONENTS if f"airflow {c}" in words or words.endswith(f" {c}")), "tasks and the rest")
-
-
-def cpu_by_component(root: int) -> dict[str, float]:
-    """User + system seconds so far of each long-lived Airflow process under ``root`` (their own, not their
-    children's), by `component_of`."""
-    import psutil
-
-    found: dict[str, float] = {}
-    try:
-        procs = psutil.Process(root).children(recursive=True)
-    except psutil.Error:
-        return found
-    for proc in procs:
-        try:
-            name = component_of(proc.cmdline())
-            if name != "tasks and the rest":
-                t = proc.cpu_times()
-                found[name] = found.get(name, 0.0) + t.user + t.system
-        except psutil.Error:
-            continue
-    return found
 
 
 def idle_runs_started(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

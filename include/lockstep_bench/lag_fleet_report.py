@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from lockstep_bench import measure
-from lockstep_bench.lag_fleet import COMPONENTS, PLATFORM_SERVICES, TARGET_P99_S
+from lockstep_bench.freshness import COMPONENTS
+from lockstep_bench.lag_fleet import PLATFORM_SERVICES, TARGET_P99_S
 from lockstep_bench.measure import page_summary
 
 PAGE = Path("docs") / "BENCHMARKS-lag-fleet.md"

@@ -1,7 +1,7 @@
 """The lag-fleet bench's decisions and report (`lockstep_bench.lag_fleet`, `lag_fleet_report`), without services."""
 from __future__ import annotations
 
-from lockstep_bench import lag_fleet, lag_fleet_report
+from lockstep_bench import freshness, lag_fleet, lag_fleet_report
 
 
 def _row(name: str, p99: float | None, exact: bool = True) -> dict:
@@ -11,13 +11,13 @@ def _row(name: str, p99: float | None, exact: bool = True) -> dict:
 
 
 def test_airflow_s_processes_are_told_apart_by_their_command_line() -> None:
-    assert lag_fleet.component_of(["/venv/bin/python", "/venv/bin/airflow", "triggerer"]) == "triggerer"
-    assert lag_fleet.component_of(["airflow", "scheduler"]) == "scheduler"
-    assert lag_fleet.component_of(["/venv/bin/python3", "/venv/bin/airflow", "dag-processor"]) == "dag-processor"
-    assert lag_fleet.component_of(["airflow", "api-server", "--port", "8080"]) == "api-server"
-    assert lag_fleet.component_of(["airflow api_server -- host:127.0.0.1 port:27190"]) == "api-server"
-    assert lag_fleet.component_of(["airflow worker -- LocalExecutor"]) == "tasks and the rest"
-    assert lag_fleet.component_of(["/venv/bin/airflow", "standalone"]) == "tasks and the rest"
+    assert freshness.component_of(["/venv/bin/python", "/venv/bin/airflow", "triggerer"]) == "triggerer"
+    assert freshness.component_of(["airflow", "scheduler"]) == "scheduler"
+    assert freshness.component_of(["/venv/bin/python3", "/venv/bin/airflow", "dag-processor"]) == "dag-processor"
+    assert freshness.component_of(["airflow", "api-server", "--port", "8080"]) == "api-server"
+    assert freshness.component_of(["airflow api_server -- host:127.0.0.1 port:27190"]) == "api-server"
+    assert freshness.component_of(["airflow worker -- LocalExecutor"]) == "tasks and the rest"
+    assert freshness.component_of(["/venv/bin/airflow", "standalone"]) == "tasks and the rest"
 
 
 def test_only_runs_started_during_the_load_count_against_the_idle_pipelines() -> None:
