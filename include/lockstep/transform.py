@@ -10,7 +10,7 @@ so the transform's top-level package (or single module) is zipped and handed to 
 from __future__ import annotations
 
 __all__ = [
-    "Transform", "is_connect_session", "load_transform", "ship_to_executors",
+    "StaleSession", "Transform", "is_connect_session", "load_transform", "ship_to_executors",
 ]
 
 import atexit
@@ -97,7 +97,7 @@ def ship_to_executors(spark: object, spec: PipelineSpec, module_names: tuple[str
 
     Returns what was shipped, for the log. Call after ``load_transform``: the modules must be imported.
     """
-    shipped: list[str] = []
+    archives: list[Path] = []
     seen: set[Path] = set()
     folder = Path(tempfile.mkdtemp(prefix=f"lockstep-{spec.name}-pyfiles-"))
     user = () if spec.is_sql else (spec.transform_target[0],)  # an SQL query has no Python of its own
@@ -106,15 +106,50 @@ def ship_to_executors(spark: object, spec: PipelineSpec, module_names: tuple[str
         if source is None or source in seen:
             continue
         seen.add(source)
-        archive = build_archive(source, folder)
-        session = cast("SparkSession", spark)  # pyspark types its classic and Connect sessions alike
-        if is_connect_session(spark):
-            session.addArtifacts(str(archive), pyfile=True)  # to this session's Python workers only
-        else:
+        archives.append(build_archive(source, folder))
+    session = cast("SparkSession", spark)  # pyspark types its classic and Connect sessions alike
+    if is_connect_session(spark):
+        try:
+            if _in_session_already(session, archives):
+                return [f"{a.name} (in the session already)" for a in archives]
+            for archive in archives:
+                session.addArtifacts(str(archive), pyfile=True)  # to this session's Python workers only
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # uploaded to the server already (or nothing built)
+    else:
+        for archive in archives:
             session.sparkContext.addPyFile(str(archive))
-        shipped.append(archive.name)
-    if not shipped or is_connect_session(spark):
-        shutil.rmtree(folder, ignore_errors=True)  # uploaded to the server already (or nothing built)
-    else:  # a classic driver serves the archives from here while its job runs
+        # a classic driver serves the archives from here while its job runs
         atexit.register(shutil.rmtree, folder, True)
-    return shipped
+    return [a.name for a in archives]
+
+
+class StaleSession(Exception):
+    """A warm Connect session (`lockstep.spark.connect`) holds code for the executors other than this run's: a
+    transform redeployed since. The run releases it and takes a new one."""
+
+
+#: The session conf key under which a Connect session records the code shipped to its executors: the digest of
+#: the archives, in order.
+SHIPPED_CONF = "spark.lockstep.shipped"
+
+
+def _in_session_already(session: SparkSession, archives: list[Path]) -> bool:
+    """Whether a (warm) Connect session holds exactly ``archives`` already, and so needs none of them again.
+    A new session is marked with them (the caller then adds them); one that holds other code (a transform
+    redeployed since) cannot take these: a Python worker keeps a module it imported, and the server refuses
+    a pyfile of the same name with other bytes. `StaleSession` then sends the run to a new session."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for archive in archives:
+        digest.update(archive.name.encode() + b"\0" + hashlib.sha256(archive.read_bytes()).digest())
+    shipped = digest.hexdigest() if archives else ""
+    held = session.conf.get(SHIPPED_CONF, "")
+    if held == shipped:
+        return True
+    if held:
+        raise StaleSession(f"the session holds other code for the executors than this run ships "
+                           f"({', '.join(a.name for a in archives) or 'none'})")
+    session.conf.set(SHIPPED_CONF, shipped)
+    return False

@@ -1,6 +1,8 @@
 """Where a checkpoint's run goes: spark-submit or a Spark Connect session (pure rules)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lockstep.errors import TerminalError
@@ -77,15 +79,138 @@ def test_the_connect_server_gets_every_setting_a_run_needs(tmp_path, built_jars)
     assert conf["spark.connect.execute.manager.detachedTimeout"] == "30s"
 
 
-def test_each_attempt_of_a_checkpoint_has_its_own_session_id_and_ids_are_stable():
+def test_the_checkpoints_of_an_epoch_share_their_session_ids_and_other_settings_get_others():
     import uuid
 
-    from lockstep.spark.connect import checkpoint_session_id
+    from lockstep.spark.connect import SESSION_EPOCH, warm_session_id
 
-    ids = [checkpoint_session_id("p", 7, attempt) for attempt in range(3)]
-    assert len(set(ids)) == 3 and ids == [checkpoint_session_id("p", 7, a) for a in range(3)]
-    assert checkpoint_session_id("q", 7, 0) != ids[0] and checkpoint_session_id("p", 8, 0) != ids[0]
+    conf = {"spark.sql.shuffle.partitions": "4"}
+    ids = [warm_session_id("p", 7, conf, k) for k in range(3)]
+    assert len(set(ids)) == 3 and ids == [warm_session_id("p", 7, dict(conf), k) for k in range(3)]
+    epoch = range(SESSION_EPOCH, 2 * SESSION_EPOCH)
+    assert {warm_session_id("p", c, conf, 0) for c in epoch} == {warm_session_id("p", SESSION_EPOCH, conf, 0)}
+    assert warm_session_id("p", SESSION_EPOCH - 1, conf, 0) != warm_session_id("p", SESSION_EPOCH, conf, 0)
+    assert warm_session_id("q", 7, conf, 0) != ids[0]
+    assert warm_session_id("p", 7, {}, 0) != ids[0]  # a setting taken out of the spec must not stay set
+    assert warm_session_id("p", 7, {"spark.sql.shuffle.partitions": "8"}, 0) != ids[0]
     assert all(uuid.UUID(i).version == 4 for i in ids)  # Connect takes UUIDs only
+
+
+def test_only_the_run_of_an_epochs_last_checkpoint_releases_its_session():
+    from lockstep.spark.connect import SESSION_EPOCH, ends_epoch
+
+    assert [c for c in range(3 * SESSION_EPOCH) if ends_epoch(c)] == [SESSION_EPOCH - 1, 2 * SESSION_EPOCH - 1,
+                                                                     3 * SESSION_EPOCH - 1]
+
+
+class _FakeServer:
+    """Spark Connect's sessions as far as a run's session protocol sees them: a released id is refused for
+    good; an open one is joined, and its operations interrupted."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, list[str]] = {}  # session id -> operations running
+        self.released: set[str] = set()
+        self.conf: dict[str, dict[str, str]] = {}
+
+
+class _FakeSession:
+    def __init__(self, server: _FakeServer, session_id: str) -> None:
+        self.server, self.session_id = server, session_id
+        self.release_session_on_close = True
+        self.conf = self
+
+    def interruptAll(self) -> list[str]:
+        if self.session_id in self.server.released:
+            raise RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle is invalid. Session was closed.")
+        running = self.server.open.setdefault(self.session_id, [])
+        self.server.open[self.session_id] = []
+        return running
+
+    def stop(self) -> None:
+        if self.release_session_on_close and self.session_id in self.server.open:
+            del self.server.open[self.session_id]
+            self.server.released.add(self.session_id)
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.server.conf.get(self.session_id, {}).get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.server.conf.setdefault(self.session_id, {})[key] = value
+
+    def isModifiable(self, key: str) -> bool:
+        return True
+
+
+def _with_fake_server(monkeypatch):
+    from lockstep.spark import connect
+
+    server = _FakeServer()
+    monkeypatch.setattr(connect, "new_session", lambda url, session_id=None: _FakeSession(server, session_id or "x"))
+    monkeypatch.setattr(connect, "hold_to_session", lambda spark: None)
+    monkeypatch.setattr(connect, "_active", lambda spark: __import__("contextlib").nullcontext())
+    return server
+
+
+def test_a_pipelines_runs_share_a_warm_session_until_the_epoch_ends(monkeypatch):
+    from lockstep.spark.connect import SESSION_EPOCH, checkpoint_session, warm_session_id
+
+    server = _with_fake_server(monkeypatch)
+    joined = []
+    for checkpoint in range(1, SESSION_EPOCH + 2):
+        with checkpoint_session("sc://h:1", "p", checkpoint) as run:
+            joined.append(run.session_id)
+    assert joined[:SESSION_EPOCH - 1] == [warm_session_id("p", 1, {}, 0)] * (SESSION_EPOCH - 1)
+    # the epoch's last released its session; the next epoch's first run opened a session of its own
+    assert warm_session_id("p", 1, {}, 0) in server.released
+    assert joined[-1] == warm_session_id("p", SESSION_EPOCH, {}, 0) and list(server.open) == [joined[-1]]
+
+
+def test_a_failed_run_releases_its_session_and_the_next_attempt_takes_the_next_id(monkeypatch):
+    from lockstep.spark.connect import checkpoint_session, warm_session_id
+
+    server = _with_fake_server(monkeypatch)
+    with pytest.raises(ValueError), checkpoint_session("sc://h:1", "p", 3):
+        raise ValueError("the run failed")
+    assert server.released == {warm_session_id("p", 3, {}, 0)} and not server.open
+    with checkpoint_session("sc://h:1", "p", 3) as run:
+        assert run.session_id == warm_session_id("p", 3, {}, 1)
+
+
+def test_a_killed_attempts_session_is_joined_and_what_it_left_running_interrupted(monkeypatch, caplog):
+    """A killed client neither releases nor closes: its session stays open with its operation running. The
+    next attempt (or the next checkpoint's run in the epoch) joins it and interrupts the operation first."""
+    from lockstep.spark.connect import checkpoint_session, warm_session_id
+
+    server = _with_fake_server(monkeypatch)
+    server.open[warm_session_id("p", 3, {}, 0)] = ["op-of-the-killed-attempt"]
+    with caplog.at_level("WARNING", logger="lockstep.spark.connect"), checkpoint_session("sc://h:1", "p", 4) as run:
+        assert run.session_id == warm_session_id("p", 3, {}, 0)
+        assert server.open[run.session_id] == []
+    assert "interrupted 1 operation(s) an earlier attempt left running" in caplog.text
+
+
+def test_code_already_in_a_warm_session_is_not_shipped_again_and_other_code_makes_it_stale(monkeypatch, tmp_path):
+    from lockstep import transform
+    from lockstep.transform import StaleSession
+
+    server = _FakeServer()
+    session = _FakeSession(server, "s")
+    added: list[str] = []
+    session.addArtifacts = lambda path, pyfile: added.append(Path(path).name)  # type: ignore[attr-defined]
+    monkeypatch.setattr(transform, "is_connect_session", lambda spark: True)
+    package = tmp_path / "my_transform"
+    package.mkdir()
+    (package / "__init__.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.setattr(transform, "package_source", lambda name: package)
+    spec = type("Spec", (), {"name": "p", "is_sql": False, "transform_target": ("my_transform", "transform")})()
+
+    assert transform.ship_to_executors(session, spec) == ["my_transform.zip"] and added == ["my_transform.zip"]
+    assert transform.ship_to_executors(session, spec) == ["my_transform.zip (in the session already)"]
+    assert added == ["my_transform.zip"]
+    (package / "__init__.py").write_text("def transform(df):\n    return df.limit(1)\n")  # redeployed
+    with pytest.raises(StaleSession, match="my_transform.zip"):
+        transform.ship_to_executors(session, spec)
+    assert added == ["my_transform.zip"]
 
 
 def test_a_server_that_stopped_answering_is_named_with_grpcs_reason():

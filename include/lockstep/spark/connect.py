@@ -2,20 +2,35 @@
 Connect server, driven from this process.
 
 The driver code of the run (`lockstep.spark.job.run_checkpoint_job`) is the same as under
-spark-submit; only the session differs. Each attempt gets a session of its own, with an id made
-from the pipeline, the checkpoint and the attempt's number: attempt k asks for ids 0, 1, ... in
-turn. An attempt that ended in its process released its session, and the server refuses a released
-id (a released session runs nothing); the first id it does not refuse is either new or the session
-of an attempt whose client was killed (an Airflow task SIGKILLed, a crashed CLI). Joining that one,
-the new attempt interrupts whatever the killed one left running on the server before it writes, so
-a stale task cannot re-initialise a transactional id after this attempt's tasks did.
+spark-submit; only the session differs.
+
+**A warm session per pipeline.** The runs of `SESSION_EPOCH` checkpoints in a row share one session,
+with an id made from the pipeline, its ``spark.conf``, the epoch (``checkpoint // SESSION_EPOCH``) and a
+number k: a run asks for ids k = 0, 1, ... in turn and joins the first the server does not refuse (it
+refuses a released id: a released session runs nothing). A run that ends well leaves the session open for
+the next one, unless its checkpoint ends the epoch; one that fails releases it. Spark Connect gives each
+session its own class loader, and Spark's cache of generated code is keyed by class loader, so with a new
+session a checkpoint the server compiled the same query's classes again every time and ran them before the
+JIT had optimised them (docs/BENCHMARKS-freshness.md measures what that cost).
+The code the executors' Python workers get is checked against what the session holds
+(`lockstep.transform.ship_to_executors`): other code, a redeployed transform, releases it
+(`lockstep.transform.StaleSession`)
+and the run takes the next id.
+
+**Attempts.** Every attempt of a checkpoint asks for the same ids, so the first it does not refuse is the
+warm session or that of an attempt whose client was killed (an Airflow task SIGKILLed, a crashed CLI).
+Joining it, the new attempt interrupts whatever is left running there before it writes, so a stale task
+cannot re-initialise a transactional id after this attempt's tasks did.
 """
 from __future__ import annotations
 
 __all__ = [
-    "checkpoint_session", "connect_mode", "fail_fast_after", "hold_to_session", "new_session", "refused", "server_away",
+    "SESSION_EPOCH", "checkpoint_session", "connect_mode", "ends_epoch", "fail_fast_after",
+    "hold_to_session", "new_session", "refused", "server_away", "warm_session_id",
 ]
 
+import hashlib
+import json
 import logging
 import time
 import uuid
@@ -38,14 +53,27 @@ _NAMESPACE = uuid.UUID("7c1f0d4e-5b1a-4c52-9a51-1f8f3c0c2a10")
 _CLOSED = ("SESSION_CLOSED", "INVALID_HANDLE.SESSION_CLOSED")
 
 
-#: Attempts of one checkpoint whose sessions are looked for; beyond, a random id (nothing to find).
+#: Session ids looked for in turn (released ones are refused); beyond, a random id (nothing to find). At most
+#: `SESSION_EPOCH` warm sessions of an epoch are released early (a failed run, a server that expired an idle
+#: one), so the ids of an epoch do not run out in use.
 MAX_ATTEMPTS = 50
+#: Checkpoints in a row whose runs share one warm session; the run of the epoch's last releases it. A pipeline
+#: therefore holds at most one open session on the server while it runs, whatever its rate.
+SESSION_EPOCH = 32
 
 
-def checkpoint_session_id(pipeline: str, checkpoint_id: int, attempt: int) -> str:
-    """The session id of an attempt of this checkpoint's run (a UUID, as Connect requires)."""
-    made = uuid.uuid5(_NAMESPACE, f"{pipeline}/{checkpoint_id}/{attempt}")
+def warm_session_id(pipeline: str, checkpoint_id: int, conf: Mapping[str, str], k: int) -> str:
+    """The k-th session id of the runs of ``checkpoint_id``'s epoch (a UUID, as Connect requires): the same for
+    every checkpoint of the epoch and every attempt, another for another ``spark.conf`` (a setting taken out
+    of the spec must not stay set)."""
+    settings = hashlib.sha256(json.dumps(sorted(conf.items())).encode()).hexdigest()[:16]
+    made = uuid.uuid5(_NAMESPACE, f"{pipeline}/{settings}/{checkpoint_id // SESSION_EPOCH}/{k}")
     return str(uuid.UUID(bytes=made.bytes, version=4))
+
+
+def ends_epoch(checkpoint_id: int) -> bool:
+    """Whether the run of ``checkpoint_id`` is its warm session's last, which releases it."""
+    return (checkpoint_id + 1) % SESSION_EPOCH == 0
 
 
 class ConnectRun:
@@ -236,10 +264,11 @@ def _closed(exc: BaseException) -> bool:
 @contextmanager
 def checkpoint_session(url: str, pipeline: str, checkpoint_id: int,
                        conf: Mapping[str, str] | None = None) -> Iterator[ConnectRun]:
-    """A Connect session for one attempt of the checkpoint's run, released on the way out;
-    ``conf`` (the spec's ``spark.conf``) is set on the session where Spark lets a session set it."""
+    """The pipeline's warm Connect session for one attempt of the checkpoint's run, left open on the way out
+    for the next checkpoint's run unless this one ends the epoch or failed; ``conf`` (the spec's
+    ``spark.conf``) is set on the session where Spark lets a session set it."""
     with connect_mode():
-        with _attempt_session(url, pipeline, checkpoint_id) as run:
+        with _attempt_session(url, pipeline, checkpoint_id, conf or {}) as run:
             set_session_conf(run.spark, conf or {}, checkpoint_id)
             yield run
 
@@ -268,13 +297,13 @@ def set_session_conf(spark: JobSession, conf: Mapping[str, str], checkpoint_id: 
 
 
 @contextmanager
-def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[ConnectRun]:
+def _attempt_session(url: str, pipeline: str, checkpoint_id: int, conf: Mapping[str, str]) -> Iterator[ConnectRun]:
     started = time.monotonic()
     spark, interrupted = None, []
-    for attempt in range(MAX_ATTEMPTS):
-        spark = new_session(url, checkpoint_session_id(pipeline, checkpoint_id, attempt))
+    for k in range(MAX_ATTEMPTS):
+        spark = new_session(url, warm_session_id(pipeline, checkpoint_id, conf, k))
         try:
-            # New, or the session of an earlier attempt that was killed: stop whatever it still runs.
+            # New, warm, or the session of an earlier attempt that was killed: stop whatever it still runs.
             interrupted = spark.interruptAll()
             break
         except Exception as exc:
@@ -291,12 +320,17 @@ def _attempt_session(url: str, pipeline: str, checkpoint_id: int) -> Iterator[Co
     log.info("checkpoint %d: Spark Connect session %s on %s ready in %.1f s", checkpoint_id, spark.session_id,
              redact_urls(url), time.monotonic() - started)
     run = ConnectRun(spark, url)
+    keep = not ends_epoch(checkpoint_id)
     try:
         with _active(spark):
             yield run
+    except BaseException:
+        keep = False  # whatever a failed run left set or running goes with its session
+        raise
     finally:
+        spark.release_session_on_close = not keep
         try:
-            spark.stop()  # releases the session on the server
+            spark.stop()  # closes this process's connection; releases the session on the server unless kept
         except Exception as exc:  # noqa: BLE001 - the run's own outcome is what matters
             log.warning("checkpoint %d: could not release Spark Connect session %s: %s", checkpoint_id,
                         spark.session_id, exc)

@@ -130,14 +130,22 @@ def run_connect_job(spec: PipelineSpec, checkpoint_id: int, store: PipelineStore
     """
     from lockstep.spark.connect import checkpoint_session, server_away
     from lockstep.spark.job import job_outcome
+    from lockstep.transform import StaleSession
 
     started = time.monotonic()
     log.info("checkpoint %d: Spark Connect %s (%s)", checkpoint_id, redact(target.address), target.source)
     try:
-        with checkpoint_session(target.address, spec.name, checkpoint_id, spec.spark.conf) as run:
-            if on_start is not None:
-                on_start(run)
-            run_checkpoint_job(spec, checkpoint_id, run.spark, store, view=view)
+        for fresh in (False, True):
+            try:
+                with checkpoint_session(target.address, spec.name, checkpoint_id, spec.spark.conf) as run:
+                    if on_start is not None:
+                        on_start(run)
+                    run_checkpoint_job(spec, checkpoint_id, run.spark, store, view=view)
+                break
+            except StaleSession as exc:  # released on the way out: the next id is a new session
+                if fresh:
+                    raise
+                log.info("checkpoint %d: %s; running in a new session", checkpoint_id, exc)
     except Exception as exc:
         import traceback
 
