@@ -7,11 +7,13 @@ imports were two thirds of a checkpoint task's CPU, about 0.6 s a task (docs/ope
 Naming this module in ``[scheduler] mp_forkserver_preload``, with ``[scheduler] mp_start_method = forkserver``,
 has Airflow's forkserver import it before it forks the workers, so each task inherits it, copy-on-write.
 
-Only imports: no client, channel, thread or connection is made here, so nothing is shared across the fork
-(gRPC supports a fork before any channel exists). Nothing else imports this module: a task's log says
-whether its worker had it (`lockstep_airflow.operators.preload_note`). ``lockstep dev up`` sets both options;
-docs/operations.md says how to set them elsewhere. A module that fails to import is skipped, and a task then
-imports it itself, as before.
+Imports, and one thing more: an S3 client is built and dropped (`lockstep.store.s3.warm_models`), which fills the caches of
+boto3's default session with the S3 models botocore reads from its JSON files; a task's own client then reuses them
+(about 0.1 s of a task's CPU, sampled). No channel, thread or connection is made here, so nothing is shared
+across the fork (gRPC supports a fork before any channel exists; a botocore client connects on its first call).
+Nothing else imports this module: a task's log says whether its worker had it (`lockstep_airflow.operators.preload_note`).
+``lockstep dev up`` sets both options; docs/operations.md says how to set them elsewhere. A module that fails to
+import is skipped, and a task then imports it itself, as before.
 """
 from __future__ import annotations
 
@@ -36,3 +38,11 @@ for _name in MODULES:
         importlib.import_module(_name)
     except Exception:  # noqa: BLE001 - a module that cannot be preloaded is imported by the task itself
         continue
+
+
+try:
+    from lockstep.store.s3 import warm_models
+
+    warm_models()
+except Exception:  # noqa: BLE001 - a task builds its own client as before
+    pass

@@ -35,3 +35,21 @@ def test_the_operators_do_not_import_the_preload_themselves() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
     assert out.stdout.strip() == "False"
+
+
+def test_the_preload_leaves_boto3_s_s3_models_loaded_and_no_connection_open() -> None:
+    """`lockstep.store.s3.warm_models`, called by the preload, fills the default session's caches, so a task's own S3 client is built from them; the
+    placeholder client it builds connects nowhere (its endpoint's port would refuse)."""
+    code = ("import time, boto3, psutil, lockstep_airflow.task_preload as p; "
+            "core = getattr(boto3.DEFAULT_SESSION, '_session', None); "
+            "cache = core.get_component('data_loader')._cache if core is not None else {}; "
+            "began = time.process_time(); "
+            "from lockstep.store.s3 import s3_client; "
+            "c = s3_client({'endpoint_url': 'http://127.0.0.1:9', 'aws_access_key_id': 'a', "
+            "'aws_secret_access_key': 'b', 'region_name': 'us-east-1'}); c.get_paginator('list_objects_v2'); "
+            "print(any('load_service_model' in str(k) for k in cache), "
+            "len(psutil.Process().net_connections()), round(time.process_time() - began, 3))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
+    cached, connections, _seconds = out.stdout.split()
+    assert (cached, connections) == ("True", "0"), out.stdout
