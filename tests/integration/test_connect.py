@@ -44,6 +44,8 @@ def test_checkpoints_run_in_connect_sessions_exactly_once(tmp_path, bootstrap, u
     assert [c for c, _ in sessions] == ["1", "2", "3"], output[-3000:]
     # one warm session for the three (`lockstep.spark.connect`): the server's generated code is compiled once
     assert len({s for _, s in sessions}) == 1, sessions
+    # the transform's package went to the session once; the next two found it there, unchanged
+    assert sum("(in the session already)" in line for line in output.splitlines()) == 2, output[-3000:]
     assert "spark-submit" not in output
     views = [store(pipeline).view(i) for i in (1, 2, 3)]
     assert [v.status for v in views] == [CheckpointStatus.COMPLETED] * 3

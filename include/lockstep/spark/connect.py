@@ -29,6 +29,7 @@ __all__ = [
     "hold_to_session", "new_session", "refused", "server_away", "warm_session_id",
 ]
 
+import gc
 import hashlib
 import json
 import logging
@@ -328,6 +329,10 @@ def _attempt_session(url: str, pipeline: str, checkpoint_id: int, conf: Mapping[
         keep = False  # whatever a failed run left set or running goes with its session
         raise
     finally:
+        if keep:
+            # A run's local checkpoints are released as their DataFrames are collected while the client is
+            # open (pyspark's CachedRemoteRelation); a kept session would hold those in a cycle until it ends.
+            gc.collect()
         spark.release_session_on_close = not keep
         try:
             spark.stop()  # closes this process's connection; releases the session on the server unless kept
