@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lockstep_bench import freshness, freshness_windows
+from lockstep_bench import freshness, freshness_windows, measure
 from lockstep_bench.measure import load_at, page_summary
 from lockstep_bench.png import line_plot
 
@@ -25,6 +25,7 @@ TARGET_VS_FLINK = 1.5
 PLOT = "benchmarks-freshness.png"
 PAGE = Path("docs") / "BENCHMARKS-freshness.md"
 SUMMARY_MARK = "<!-- freshness-summary "
+HEADING = "## Freshness under sustained load"
 
 
 def _row(runs: list[dict[str, Any]], engine: str, rate: int, pipeline: str = freshness.STATELESS) -> dict[str, Any] | None:
@@ -332,7 +333,7 @@ def _windowed(s: dict[str, Any], runs: list[dict[str, Any]], sm: dict[str, Any])
 def section(page: Path) -> str:
     """docs/BENCHMARKS.md's "Freshness" section: the committed freshness page's figures, its date and commit
     (measured apart, by ``make bench-freshness``), or where to get them."""
-    head = "## Freshness under sustained load\n\n"
+    head = HEADING + "\n\n"
     sm = page_summary(page, SUMMARY_MARK)
     if sm is None:
         return (head + "Produce-to-visible latency at steady rates, Lockstep through Airflow against Flink SQL and "
@@ -406,3 +407,8 @@ def write(results: dict[str, Any], path: Path, rerendered: bool = False) -> None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(results, rerendered) + "\n")
     (path.parent / PLOT).write_bytes(plot(results))
+
+
+def replace_section(report: Path, page: Path) -> None:
+    """``report``'s (docs/BENCHMARKS.md's) freshness section written again from ``page``, the rest as it was."""
+    measure.replace_section(report, HEADING, section(page))

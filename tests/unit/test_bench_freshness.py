@@ -317,3 +317,20 @@ def test_the_wait_of_the_run_one_ahead_is_read_from_either_of_its_log_lines() ->
     settled = "orders: the checkpoint in flight settled after 1.4 s; planned after it"
     on_top = "orders: checkpoint 41 was prepared after 0.6 s; planned on top of it"
     assert [STEP_LINES["wait"].search(line).group(1) for line in (settled, on_top)] == ["1.4", "0.6"]
+
+
+def test_a_checkpoints_cpu_is_shown_part_by_part_and_earlier_results_show_none(tmp_path) -> None:
+    from lockstep_bench import freshness
+
+    parts = {"scheduler": 6.0, "triggerer": 3.0, "dag-processor": 9.0, "api-server": 1.5,
+             freshness.TASKS: 15.0, "spark-connect": 30.0}
+    run = {"engine": freshness.LOCKSTEP, "rate": 20_000, "pipeline": freshness.STATELESS,
+           "airflow": {"runs": 30}, "cpu_parts_s": parts}
+    lines = freshness_report.cpu_parts_table([run])
+    header = next(line for line in lines if line.startswith("| pipeline"))
+    row = next(line for line in lines if line.startswith("| stateless"))
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")],
+                     strict=True))
+    assert cells["DAG runs"] == "30" and cells["scheduler"] == "0.20" and cells["dag-processor"] == "0.30"
+    assert cells["tasks and the rest"] == "0.50" and cells["spark-connect"] == "1.00" and cells["all"] == "2.15"
+    assert freshness_report.cpu_parts_table([{**run, "cpu_parts_s": {}}]) == []  # results of earlier runs
