@@ -11,11 +11,10 @@ refuses a released id: a released session runs nothing). A run that ends well le
 the next one, unless its checkpoint ends the epoch; one that fails releases it. Spark Connect gives each
 session its own class loader, and Spark's cache of generated code is keyed by class loader, so with a new
 session a checkpoint the server compiled the same query's classes again every time and ran them before the
-JIT had optimised them (docs/BENCHMARKS-freshness.md measures what that cost).
-The code the executors' Python workers get is checked against what the session holds
+JIT had optimised them (docs/benchmarks-making-faster.md, section 7, measures what that cost). The code
+the executors' Python workers get is checked against what the session holds
 (`lockstep.transform.ship_to_executors`): other code, a redeployed transform, releases it
-(`lockstep.transform.StaleSession`)
-and the run takes the next id.
+(`lockstep.transform.StaleSession`) and the run takes the next id.
 
 **Attempts.** Every attempt of a checkpoint asks for the same ids, so the first it does not refuse is the
 warm session or that of an attempt whose client was killed (an Airflow task SIGKILLed, a crashed CLI).
