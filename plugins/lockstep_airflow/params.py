@@ -1,9 +1,15 @@
 """The trigger form of a pipeline DAG: its params, and the restore points it proposes.
 
-``restore_from`` proposes the pipeline's savepoints and its latest completed checkpoints, read
-from the checkpoint store when the DAG file is parsed (free text is still accepted: a savepoint
-made since the last parse works). Reading them must never make parsing fail or hang: the store
-is read with a client that gives up in seconds, and any failure leaves the proposals empty.
+``restore_from`` proposes the pipeline's savepoints, read from the checkpoint store when the DAG file is
+parsed (free text is still accepted: a savepoint made since the last parse works, and so does
+``checkpoint:ID`` for any completed checkpoint the Checkpoints page lists). Reading them must never make
+parsing fail or hang: the store is read with a client that gives up in seconds, and any failure leaves the
+proposals empty.
+
+Completed checkpoints are not proposed: the form is part of the serialized DAG, and Airflow writes a new
+DAG version whenever that changes after a run used the last one. Proposing the newest checkpoints made a
+running pipeline a new DAG version at every parse (every 10 s on the local platform), each a row the
+dag-processor wrote and the scheduler loaded again. Savepoints change only when someone makes or deletes one.
 """
 from __future__ import annotations
 
@@ -16,17 +22,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Param
 
 if TYPE_CHECKING:
-    from lockstep.model.checkpoint import CheckpointView
     from lockstep.model.savepoint import Savepoint
     from lockstep.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 RESTORE_PATTERN = r"^(checkpoint:[0-9]+|time:[0-9][0-9T:.+Z-]{9,40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
-#: Completed checkpoints proposed as restore points, newest first.
-PROPOSED_CHECKPOINTS = 3
-#: How many recent checkpoints are read to find them (empty and aborted ones are skipped); every parse
-#: of the DAG file reads them, so few.
-SCANNED_CHECKPOINTS = 6
 #: What each param takes, in words: the refusal of a bad value quotes it (``param_errors``).
 EXPECTED = {
     "restore_from": "a savepoint name (letters, digits, '.', '_', '-', no '/', at most 100 characters), "
@@ -45,7 +45,7 @@ PARSE_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True)
 class RestorePoint:
-    value: str    # what restore_from takes: a savepoint name or checkpoint:ID
+    value: str    # what restore_from takes: a savepoint name
     label: str    # what the form shows
 
 
@@ -56,17 +56,10 @@ def _when(iso: str | None) -> str:
         return iso or ""
 
 
-def restore_points(savepoints: Iterable[Savepoint], views: Iterable[CheckpointView],
-                   limit: int = PROPOSED_CHECKPOINTS) -> list[RestorePoint]:
-    """Savepoints (by name) then the newest completed checkpoints with records, as form choices."""
-    points = [RestorePoint(s.name, f"savepoint {s.name} (checkpoint {s.checkpoint_id}, {_when(s.created_at)})")
-              for s in sorted(savepoints, key=lambda s: s.created_at, reverse=True)]
-    completed = [(v.checkpoint_id, v.completed, v.prepared) for v in views
-                 if v.completed is not None and v.prepared is not None and v.prepared.records_in]
-    for cid, done, prepared in sorted(completed, key=lambda c: c[0], reverse=True)[:limit]:
-        points.append(RestorePoint(f"checkpoint:{cid}", f"checkpoint {cid} (completed {_when(done.completed_at)}, "
-                                                        f"{prepared.records_in:,} records)"))
-    return points
+def restore_points(savepoints: Iterable[Savepoint]) -> list[RestorePoint]:
+    """The savepoints, newest first, as form choices named by their checkpoint and time."""
+    return [RestorePoint(s.name, f"savepoint {s.name} (checkpoint {s.checkpoint_id}, {_when(s.created_at)})")
+            for s in sorted(savepoints, key=lambda s: s.created_at, reverse=True)]
 
 
 def read_restore_points(spec: PipelineSpec, s3_clients: MutableMapping[str, Any] | None = None) -> list[RestorePoint]:
@@ -84,7 +77,7 @@ def read_restore_points(spec: PipelineSpec, s3_clients: MutableMapping[str, Any]
         return []
     try:
         store = checkpoint_store(spec, timeout_s=PARSE_TIMEOUT_S, clients=s3_clients)
-        return restore_points(store.list_savepoints(), store.recent(SCANNED_CHECKPOINTS))
+        return restore_points(store.list_savepoints())
     except Exception as exc:  # noqa: BLE001 - parsing a DAG file must not fail on the store
         log.warning("%s: restore points not readable while parsing (%s); restore_from proposes none",
                     spec.name, " ".join(str(exc).split())[:300])
@@ -101,10 +94,10 @@ def pipeline_params(points: list[RestorePoint] | None = None) -> dict[str, Param
         "restore_from": Param(
             None, type=["null", "string"], pattern=RESTORE_PATTERN, title="Restore from",
             description="Start this checkpoint from a savepoint (its name), a completed checkpoint "
-                        "(checkpoint:ID) or a time (time:2026-11-20T10:00:00Z: each partition's first record "
-                        "at or after it) instead of the latest completed checkpoint; records after it are "
-                        "re-emitted. Pick one of the proposals or type a name: letters, digits, '.', '_', "
-                        "'-' (no '/'), at most 100 characters.",
+                        "(checkpoint:ID, an id the Checkpoints page lists) or a time (time:2026-11-20T10:00:00Z: "
+                        "each partition's first record at or after it) instead of the latest completed "
+                        "checkpoint; records after it are re-emitted. Pick a savepoint from the proposals or "
+                        "type a name: letters, digits, '.', '_', '-' (no '/'), at most 100 characters.",
             **restore_extra,
         ),
         "max_records": Param(

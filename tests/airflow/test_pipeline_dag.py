@@ -149,6 +149,9 @@ def test_savepoint_from_the_ui_then_restore_replays_from_it(client, pipeline):
                                                                                   "savepoint")
     produce_orders(pipeline, 40, start=2000)
     assert run_dag(client, dag_id)[1] == "success"
+    # The next parse of the DAG file proposes the savepoint in the trigger form (read from the store).
+    wait_for(lambda: sp_name in client._call("GET", f"/api/v2/dags/{dag_id}/details")["params"]["restore_from"]
+             ["schema"].get("examples", []), f"{sp_name} proposed by restore_from", timeout=90)
 
     run_id, state = run_dag(client, dag_id, {"restore_from": sp_name})
     assert state == "success"

@@ -1,6 +1,7 @@
 """DAG integrity: every file in dags/ imports cleanly and declares what we promise."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -242,6 +243,49 @@ def test_a_parse_reads_every_pipelines_restore_points_on_one_s3_client_per_conne
     assert len(dags) == 4
     assert sorted(built) == [("aws_default", PARSE_TIMEOUT_S), ("aws_other", PARSE_TIMEOUT_S)]
     assert not [r for r in caplog.records if "restore points not readable" in r.getMessage()], caplog.text
+
+
+def test_a_completed_checkpoint_leaves_the_dag_as_it_was_and_a_savepoint_is_proposed(tmp_path, monkeypatch):
+    """Airflow writes a new DAG version whenever a DAG's serialized form changes after a run used the last one.
+    The trigger form is part of it: a checkpoint completing must not change it (it did while the form proposed
+    the newest checkpoints, so a running pipeline became a new DAG version at every parse); a savepoint does,
+    and the form proposes it."""
+    import yaml
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    sys.path.insert(0, str(ROOT / "plugins"))
+    from lockstep.spec import load_spec
+    from lockstep.steps import client_factory, coordinator
+    from lockstep_airflow.dag_factory import build_dag
+    from tests.support.fake_pipeline import SOURCE, fake_world
+
+    doc = yaml.safe_load((ROOT / "include" / "pipelines" / "orders.yaml").read_text())
+    doc["source"] = {**doc["source"], "topics": [SOURCE]}
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(doc))
+    spec = load_spec(tmp_path / "orders.yaml")
+    world = fake_world(monkeypatch, pipeline_spec=spec)
+    monkeypatch.setattr(client_factory, "s3_client", lambda conn_id, timeout_s=None, max_pool_connections=None: world.s3)
+
+    def parsed() -> tuple[str, dict]:
+        data = DagSerialization.to_dict(build_dag(spec))
+        return SerializedDagModel.hash(data), data["dag"]["params"]
+
+    def complete(run_id: str) -> None:
+        world.source.produce(SOURCE, 0, 10)
+        plan = coordinator.plan(world.pipeline, run_id)
+        world.prepare(plan)
+        coordinator.commit(world.pipeline, plan.claim.checkpoint_id)
+
+    complete("run-1")
+    before, _ = parsed()
+    complete("run-2")
+    assert world.store.latest_completed() is not None and world.store.latest_completed().checkpoint_id == 2
+    assert parsed()[0] == before
+    world.store.create_savepoint("before-upgrade", 2, "2026-12-05T10:00:00+00:00")
+    after, params = parsed()
+    assert after != before
+    assert "before-upgrade" in json.dumps(params)
 
 
 def _examples_beside(tmp_path: Path, **extra: dict) -> tuple[Path, list]:

@@ -104,23 +104,16 @@ def test_the_checkpoint_extra_link_is_the_one_the_task_set():
 
 
 # ---- the trigger form's restore proposals ------------------------------------------------------------
-def _view(checkpoint_id: int, completed: bool, records: int, at: str = "2026-11-23T10:00:00+00:00"):
-    return SimpleNamespace(checkpoint_id=checkpoint_id,
-                           completed=SimpleNamespace(completed_at=at) if completed else None,
-                           prepared=SimpleNamespace(records_in=records))
-
-
-def test_restore_proposals_are_savepoints_then_the_newest_completed_checkpoints_with_records():
+def test_restore_proposals_are_the_savepoints_newest_first_and_no_checkpoint():
+    """Completed checkpoints are not proposed: the form is part of the serialized DAG, and a form that changed
+    with every checkpoint made a running pipeline a new DAG version at every parse."""
     from lockstep_airflow.params import restore_points
 
     savepoints = [SimpleNamespace(name="old", checkpoint_id=3, created_at="2026-11-01T08:00:00+00:00"),
                   SimpleNamespace(name="before-upgrade", checkpoint_id=9, created_at="2026-11-20T08:00:00+00:00")]
-    views = [_view(12, True, 5000), _view(11, False, 10), _view(10, True, 0), _view(9, True, 1200),
-             _view(8, True, 7), _view(7, True, 7)]
-    points = restore_points(savepoints, views, limit=3)
-    assert [p.value for p in points] == ["before-upgrade", "old", "checkpoint:12", "checkpoint:9", "checkpoint:8"]
+    points = restore_points(savepoints)
+    assert [p.value for p in points] == ["before-upgrade", "old"]
     assert points[0].label == "savepoint before-upgrade (checkpoint 9, 2026-11-20 08:00 UTC)"
-    assert points[2].label == "checkpoint 12 (completed 2026-11-23 10:00 UTC, 5,000 records)"
 
 
 def test_the_form_proposes_restore_points_accepts_free_text_and_marks_nothing_required():
