@@ -121,7 +121,7 @@ lock: $(VENV)/bin/python
 # over the core library, the Airflow plugin, the DAG files, the Spark job and the bench, soak, dev and
 # example packages. Needs the venv only; `make test` runs it first.
 lint: $(STAMP)
-	$(BIN)/ruff check include plugins jobs dags tests scripts jvm
+	$(BIN)/ruff check include plugins jobs dags tests scripts jvm config
 	$(BIN)/mypy
 
 # Tiers (docs/testing.md): `unit` needs the venv only (no Java, Maven, Go or service) and runs

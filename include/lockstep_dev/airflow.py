@@ -7,6 +7,7 @@ stops every child. Settings are sized for a 2-core machine.
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ MARKER = "airflow standalone"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 #: ``[scheduler] mp_forkserver_preload``: Airflow, its executor and task runner, then Lockstep's task modules.
 PRELOAD = "airflow,airflow.executors.local_executor,lockstep_airflow.task_preload"
+#: The module Airflow imports from ``$AIRFLOW_HOME/config`` in each of its processes (`write_local_settings`).
+LOCAL_SETTINGS = "airflow_local_settings.py"
 
 
 #: ``[core] parallelism``: the task instances LocalExecutor runs at once. Tried and not kept: Airflow's default, 32,
@@ -84,8 +87,18 @@ class AirflowConfig:
         return cast("dict[str, str]", json.loads(path.read_text())).get("admin")
 
 
+def write_local_settings(home: Path) -> Path:
+    """The repository's ``config/airflow_local_settings.py`` copied into ``home/config``, where each Airflow process
+    imports it as it starts (it preloads the dag-processor's parses: `lockstep_airflow.parse_preload`)."""
+    target = home / "config" / LOCAL_SETTINGS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(project_root() / "config" / LOCAL_SETTINGS, target)
+    return target
+
+
 def start(config: AirflowConfig, log_file: Path, env: Mapping[str, str], airflow_bin: str) -> int:
     config.home.mkdir(parents=True, exist_ok=True)
+    write_local_settings(config.home)
     return procs.start_detached("airflow", [airflow_bin, "standalone"], log_file, env=env, cwd=config.home)
 
 

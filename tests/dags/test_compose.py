@@ -306,6 +306,8 @@ def test_repo_folders_are_mounted_where_airflow_and_lockstep_look(services):
     assert mounts[env["AIRFLOW__CORE__DAGS_FOLDER"]] == "./dags"
     assert mounts[env["AIRFLOW__CORE__PLUGINS_FOLDER"]] == "./plugins"
     assert mounts[f"{home}/include"] == "./include"
+    # Airflow imports airflow_local_settings from $AIRFLOW_HOME/config (/opt/airflow in the official image).
+    assert mounts["/opt/airflow/config"] == "./config"
     password_dir = str(Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).parent)
     assert password_dir in mounts, "the generated admin password would not survive a container restart"
 

@@ -103,3 +103,13 @@ def test_airflows_task_workers_are_forked_from_a_forkserver_that_preloaded_locks
     env = Platform(state_dir=tmp_path, free_ports=True).airflow.environment({})
     assert env["AIRFLOW__SCHEDULER__MP_START_METHOD"] == "forkserver"
     assert env["AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "lockstep_airflow.task_preload"
+
+
+def test_airflows_home_gets_the_local_settings_that_preload_the_dag_processors_parses(tmp_path):
+    from lockstep.paths import project_root
+    from lockstep_dev.airflow import write_local_settings
+
+    written = write_local_settings(tmp_path / "airflow")
+    assert written == tmp_path / "airflow" / "config" / "airflow_local_settings.py"
+    assert written.read_text() == (project_root() / "config" / "airflow_local_settings.py").read_text()
+    assert "preload_in_dag_processor()" in written.read_text()
