@@ -92,7 +92,9 @@ def doc_md(spec: PipelineSpec) -> str:
         "",
         *([f"**Lag-triggered** (`checkpoints.trigger`): a checkpoint starts when {c.trigger.lag_records:,} source "
            f"records are unread, or when some have waited {c.trigger.max_wait_s} s since the last checkpoint "
-           f"completed; the watcher looks every {c.trigger.poll_s} s and starts no run while the topic is idle.",
+           f"completed; the watcher looks every {c.trigger.poll_s} s and starts no run while the topic is idle"
+           + (f"; checkpoints start at least {c.trigger.min_interval_s} s apart." if c.trigger.min_interval_s else
+              "."),
            ""] if c.trigger is not None else []),
         f"Budget {c.max_records} records per checkpoint; transactions time out after "
         f"{spec.transactions.timeout_ms} ms; {c.retain} completed checkpoints retained. Spec: `{spec.path}`.",

@@ -108,6 +108,8 @@ class LockstepLagTrigger(BaseEventTrigger):
         self._pending: Fired | None = None
         #: looks made, and of them those that read the store (the log line of a fire says both)
         self.looks = self.full_looks = 0
+        #: seconds until the next look: ``poll_s``, or less when checkpoints.trigger.min_interval ends sooner
+        self.next_look_s = poll_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
@@ -119,7 +121,7 @@ class LockstepLagTrigger(BaseEventTrigger):
             if payload is not None:
                 yield TriggerEvent(payload)
                 return
-            await asyncio.sleep(self.poll_s)
+            await asyncio.sleep(self.next_look_s)
 
     def look(self) -> dict[str, Any] | None:
         """One look at the source: the event's payload when a checkpoint should start (the marker is
@@ -137,8 +139,16 @@ class LockstepLagTrigger(BaseEventTrigger):
     def _look(self) -> dict[str, Any] | None:
         from lockstep.kafka import broker_offsets, topics
         from lockstep.ops.lag import trigger_look
-        from lockstep.rules.lag_trigger import Fired, quiet, start_reason, still_quiet, waiting_for_claim
+        from lockstep.rules.lag_trigger import (
+            Fired,
+            interval_left_s,
+            quiet,
+            start_reason,
+            still_quiet,
+            waiting_for_claim,
+        )
 
+        self.next_look_s = self.poll_s
         spec = self._load_spec()
         if spec.checkpoints.trigger is None:
             self._problem(f"{self.spec_path} has no checkpoints.trigger any more; this watcher waits for the "
@@ -172,6 +182,8 @@ class LockstepLagTrigger(BaseEventTrigger):
         if reason is None:
             self._quiet, self._partitions = quiet(seen, stable, now), partitions
             self._pending = fired if waiting_for_claim(fired, seen.newest_checkpoint, now) else None
+            if (left := interval_left_s(seen, spec.checkpoints.trigger, fired, now)) > 0:
+                self.next_look_s = min(self.poll_s, left + 0.05)  # look again as the interval ends
             return None
         self._quiet = None
         if not store.record_trigger_fired(Fired(now, seen.newest_checkpoint).to_json(),

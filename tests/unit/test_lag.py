@@ -21,8 +21,8 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
 
-def _claim(cid: int, *ranges: tuple[int, int, int]) -> CheckpointClaim:
-    return CheckpointClaim("orders", cid, f"run-{cid}", NOW.isoformat(),
+def _claim(cid: int, *ranges: tuple[int, int, int], at: datetime = NOW) -> CheckpointClaim:
+    return CheckpointClaim("orders", cid, f"run-{cid}", at.isoformat(),
                            tuple(OffsetRange("orders", p, s, e) for p, s, e in ranges), "checkpoint")
 
 
@@ -164,3 +164,36 @@ def test_the_watcher_does_not_fire_again_for_records_a_checkpoint_completed_whil
     # The watcher fired for checkpoint 2's records when checkpoint 1 was the newest: no second run.
     fired = Fired(NOW.timestamp() - 20, newest_checkpoint=1)
     assert start_reason(look, pipeline.checkpoints.trigger, fired, NOW.timestamp(), in_flight_lease_s=900) is None
+
+
+class _Store:
+    def __init__(self, latest: CheckpointView | None, after: list[CheckpointView]) -> None:
+        self.latest, self.after = latest, after
+
+    def latest_completed(self) -> CheckpointView | None:
+        return self.latest
+
+    def views_after(self, checkpoint_id: int | None) -> list[CheckpointView]:
+        return self.after
+
+
+def test_the_look_says_how_long_ago_the_newest_checkpoint_was_claimed_for_min_interval(monkeypatch):
+    from lockstep.kafka import broker_offsets, topics
+    from tests.support.fake_pipeline import spec
+
+    tp = TopicPartition("orders-in", 0)
+    monkeypatch.setattr(topics, "partitions", lambda admin, names: [tp])
+    monkeypatch.setattr(broker_offsets, "last_stable_offsets", lambda admin, tps: {tp: 90})
+    monkeypatch.setattr(broker_offsets, "group_offsets", lambda config, group, tps: {})
+    monkeypatch.setattr("lockstep.connections.kafka_config", lambda conn_id: {})
+    pipeline = spec(checkpoints={"schedule": None, "trigger": {"lag_records": 1, "min_interval": "5s"}})
+    assert pipeline.checkpoints.trigger.min_interval_s == 5
+    completed = CheckpointView(_claim(1, (0, 0, 60), at=NOW - timedelta(seconds=7)),
+                               PreparedCheckpoint("orders", 1, NOW.isoformat(), (), 0, 0, 0, 1.0),
+                               CompletedCheckpoint("orders", 1, NOW.isoformat(), {"orders-in:0": 60}, ()))
+    look = lag.trigger_look(pipeline, _Store(completed, []), admin=object(), now=NOW)  # type: ignore[arg-type]
+    assert look.since_started_s == 7.0
+    flying = CheckpointView(_claim(2, (0, 60, 80), at=NOW - timedelta(seconds=2)))
+    look = lag.trigger_look(pipeline, _Store(completed, [flying]), admin=object(), now=NOW)  # type: ignore[arg-type]
+    assert (look.since_started_s, look.in_flight_age_s) == (2.0, 2.0)
+    assert lag.trigger_look(pipeline, _Store(None, []), admin=object(), now=NOW).since_started_s is None  # type: ignore[arg-type]

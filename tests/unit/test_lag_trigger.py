@@ -11,6 +11,7 @@ from lockstep.rules.lag_trigger import (
     REFIRE_AFTER_S,
     Fired,
     SourceLook,
+    interval_left_s,
     quiet,
     start_reason,
     still_quiet,
@@ -84,6 +85,52 @@ def test_a_checkpoint_left_in_flight_past_its_transactions_timeout_starts_a_run_
 def test_a_new_pipeline_runs_a_first_checkpoint_to_find_where_to_start() -> None:
     assert reason(look(unread=None, newest=None, since_completed=None)) == (
         "no checkpoint has completed yet: a first checkpoint finds where to start")
+
+
+# ---- checkpoints.trigger.min_interval ------------------------------------------------------------------------
+SPACED = dataclasses.replace(TRIGGER, min_interval_s=5)
+
+
+def test_min_interval_holds_a_burst_until_the_last_checkpoint_started_that_long_ago() -> None:
+    burst = dataclasses.replace(look(unread=50_000, newest=8), since_started_s=3.0)
+    assert start_reason(burst, SPACED, None, NOW, LEASE) is None
+    assert interval_left_s(burst, SPACED) == 2.0
+    later = dataclasses.replace(burst, since_started_s=5.0)
+    assert interval_left_s(later, SPACED) == 0.0
+    assert start_reason(later, SPACED, None, NOW, LEASE) == (
+        "50,000 records unread, at least checkpoints.trigger.lag_records (1,000)")
+    assert start_reason(burst, TRIGGER, None, NOW, LEASE) is not None  # no interval: at once, as before
+
+
+def test_min_interval_holds_the_run_one_ahead_too_and_spaces_starts_not_ends() -> None:
+    """A checkpoint in flight for 2 s: the next starts once 5 s have passed since this one's start, while it may
+    still be running (the next run then waits for it, as without an interval)."""
+    flying = dataclasses.replace(look(unread=50_000, newest=8, in_flight_age=2.0), since_started_s=2.0)
+    assert start_reason(flying, SPACED, None, NOW, LEASE) is None
+    flying = dataclasses.replace(flying, in_flight_age_s=5.0, since_started_s=5.0)
+    assert start_reason(flying, SPACED, None, NOW, LEASE) is not None
+
+
+def test_min_interval_counts_from_the_fire_that_started_the_newest_checkpoint_not_from_its_claim() -> None:
+    """The watcher fired for checkpoint 9 (8 the newest then) 4.5 s ago; the run claimed 9 1.5 s later. The next
+    start is due 5 s after the fire, not after the claim. A fire older than the newest checkpoint's start (a run
+    started by hand claimed 10) counts for nothing."""
+    seen = dataclasses.replace(look(unread=50_000, newest=9), since_started_s=3.0)
+    fired = Fired(at_s=NOW - 4.5, newest_checkpoint=8)
+    assert interval_left_s(seen, SPACED, fired, NOW) == 0.5
+    assert start_reason(seen, SPACED, fired, NOW, LEASE) is None
+    assert start_reason(seen, SPACED, fired, NOW + 0.5, LEASE) is not None
+    by_hand = dataclasses.replace(seen, newest_checkpoint=10)
+    assert interval_left_s(by_hand, SPACED, fired, NOW) == 2.0
+    first = Fired(at_s=NOW - 4.5, newest_checkpoint=None)  # the fire that started checkpoint 1
+    assert interval_left_s(dataclasses.replace(seen, newest_checkpoint=1), SPACED, first, NOW) == 0.5
+
+
+def test_min_interval_never_holds_back_a_recovery_or_a_first_checkpoint() -> None:
+    stuck = dataclasses.replace(look(unread=0, newest=8, in_flight_age=LEASE), since_started_s=1.0)
+    assert start_reason(stuck, dataclasses.replace(TRIGGER, min_interval_s=3600), None, NOW, LEASE) is not None
+    first = look(unread=None, newest=None, since_completed=None)
+    assert interval_left_s(first, SPACED) == 0.0 and start_reason(first, SPACED, None, NOW, LEASE) is not None
 
 
 @pytest.mark.parametrize("doc", [None, {}, {"at_s": "yesterday"}, ["at_s", 1], {"at_s": True}])

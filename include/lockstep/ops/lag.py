@@ -238,7 +238,7 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
     now = now or datetime.now(UTC)
     config = kafka_config(spec.source.kafka_conn_id)
     admin = admin or kafka_admin(spec.source.kafka_conn_id)
-    result, _ = _read(spec, store, admin, now, list_partitions)
+    result, _, _ = _read(spec, store, admin, now, list_partitions)
     if not ages:
         return result
     try:
@@ -253,8 +253,8 @@ def read_lag(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin 
 def _read(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin, now: datetime,
           list_partitions: Callable[[TopicAdmin, Iterable[str]], list[TopicPartition]] | None = None,
           read_first: tuple[list[TopicPartition], Mapping[TopicPartition, int]] | None = None,
-          ) -> tuple[PipelineLag, list[CheckpointView]]:
-    """The lag without ages, and the checkpoints after the latest completed one it was computed from.
+          ) -> tuple[PipelineLag, list[CheckpointView], CheckpointView | None]:
+    """The lag without ages, the checkpoints after the latest completed one it was computed from, and that one.
     ``read_first``: the partitions and their last stable offsets, read before the store (a record counted
     unread then existed before any checkpoint the store shows could have claimed it)."""
     from lockstep.connections import kafka_config
@@ -266,7 +266,8 @@ def _read(spec: PipelineSpec, store: PipelineStore | None, admin: TopicAdmin, no
     stable = read_first[1] if read_first is not None else broker_offsets.last_stable_offsets(admin, tps)
     group = broker_offsets.group_offsets(kafka_config(spec.source.kafka_conn_id), spec.source.consumer_group,
                                          tps) if latest is None else {}
-    return pipeline_lag(spec.name, tps, latest, unsettled, stable, group, spec.source.consumer_group, now), unsettled
+    lag = pipeline_lag(spec.name, tps, latest, unsettled, stable, group, spec.source.consumer_group, now)
+    return lag, unsettled, latest
 
 
 def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin | None = None,
@@ -286,7 +287,7 @@ def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin |
     from lockstep.steps.client_factory import kafka_admin
 
     now = now or datetime.now(UTC)
-    lag, views = _read(spec, store, admin or kafka_admin(spec.source.kafka_conn_id), now, read_first=read_first)
+    lag, views, latest = _read(spec, store, admin or kafka_admin(spec.source.kafka_conn_id), now, read_first=read_first)
     newest = max([v.checkpoint_id for v in views] + ([lag.last_completed] if lag.last_completed else []),
                  default=None)
     flying = [v for v in views if v.status in _UNSETTLED
@@ -294,7 +295,17 @@ def trigger_look(spec: PipelineSpec, store: CheckpointStore, admin: TopicAdmin |
     in_flight_age = (now - datetime.fromisoformat(flying[-1].claim.claimed_at)).total_seconds() if flying else None
     return SourceLook(unread=lag.totals["unread"], newest_checkpoint=newest, in_flight_age_s=in_flight_age,
                       since_completed_s=lag.last_completed_age_s,
-                      timers_due_in_s=_timers_due_in_s(spec, store, lag, now))
+                      timers_due_in_s=_timers_due_in_s(spec, store, lag, now),
+                      since_started_s=_since_started_s(latest, views, now))
+
+
+def _since_started_s(latest: CheckpointView | None, views: list[CheckpointView], now: datetime) -> float | None:
+    """Seconds since the newest checkpoint was claimed: the newest of those after the latest completed one (in
+    flight, aborted or empty), else the latest completed one; None before the first."""
+    newest = max(views, key=lambda v: v.checkpoint_id, default=None) or latest
+    if newest is None:
+        return None
+    return (now - datetime.fromisoformat(newest.claim.claimed_at)).total_seconds()
 
 
 def _timers_due_in_s(spec: PipelineSpec, store: CheckpointStore, lag: PipelineLag, now: datetime) -> float | None:

@@ -20,6 +20,14 @@ next checkpoint begins as soon as the last one ends, without a poll and a trigge
 keeps it at one run ahead: the next fire waits until that run has claimed its checkpoint. The trickle rule
 (``max_wait``) and the timers' rule wait for the commit as before.
 
+**Checkpoints at least ``min_interval_s`` apart** (``checkpoints.trigger.min_interval``), start to start, as
+Flink's checkpoint interval spaces its checkpoints. Each checkpoint costs the same few CPU seconds whatever its
+records (a DAG run, a task, a Spark job, a commit): with ``lag_records: 1`` a busy source runs them back to back,
+the freshest results for the most CPU. The interval holds back every start that records or timers would make
+(one run ahead included) until the newest checkpoint started that long ago (`interval_left_s`: when the watcher
+fired for it, or else when it was claimed); a checkpoint in flight past its lease and the first checkpoint are not
+held back.
+
 **The wait of the run one ahead** costs a listing of the checkpoint in flight's folder a look
 (`lockstep.store.checkpoint_store.CheckpointStore.stage`), not a plan: a plan reads the store's history and asks
 Airflow whether the run that carries the checkpoint is alive, and twenty such waits every 0.2 s kept a 2-core
@@ -42,8 +50,8 @@ request, instead of reading the lag.
 from __future__ import annotations
 
 __all__ = [
-    "FULL_LOOK_EVERY_S", "PLAN_AGAIN_EVERY_S", "Fired", "Quiet", "SourceLook", "look_again_in", "quiet",
-    "start_reason", "still_quiet", "waiting_for_claim",
+    "FULL_LOOK_EVERY_S", "PLAN_AGAIN_EVERY_S", "Fired", "Quiet", "SourceLook", "interval_left_s", "look_again_in",
+    "quiet", "start_reason", "still_quiet", "waiting_for_claim",
 ]
 
 from collections.abc import Mapping
@@ -100,6 +108,25 @@ class SourceLook:
     #: seconds until a checkpoint without records would fire a pending window or timer of the committed
     #: state (``state.event_time.idle_advance``; 0 or less: due now); None when none would
     timers_due_in_s: float | None = None
+    #: seconds since the newest checkpoint (in flight or settled) was claimed; None before the first
+    since_started_s: float | None = None
+
+
+def interval_left_s(look: SourceLook, trigger: TriggerSpec, fired: Fired | None = None,
+                    now_s: float | None = None) -> float:
+    """Seconds until ``checkpoints.trigger.min_interval`` lets a checkpoint start: the interval less the time since
+    the newest checkpoint started; 0 when it lets one start now (no interval, or no checkpoint yet).
+
+    A checkpoint the watcher started started when it fired: ``fired`` saw the checkpoint before it as the newest,
+    and its run claimed the next one a second or two later (Airflow's DAG run, its task, the plan). Counted from
+    the claim, each interval would be that much longer than the spec says."""
+    if trigger.min_interval_s <= 0 or look.since_started_s is None:
+        return 0.0
+    since = look.since_started_s
+    if fired is not None and now_s is not None and look.newest_checkpoint is not None \
+            and look.newest_checkpoint == (fired.newest_checkpoint or 0) + 1:
+        since = max(since, now_s - fired.at_s)
+    return max(0.0, trigger.min_interval_s - since)
 
 
 def waiting_for_claim(fired: Fired | None, newest_checkpoint: int | None, now_s: float) -> bool:
@@ -121,6 +148,8 @@ def start_reason(look: SourceLook, trigger: TriggerSpec, fired: Fired | None, no
         if look.in_flight_age_s >= in_flight_lease_s:
             return (f"checkpoint {look.newest_checkpoint} has been in flight for {look.in_flight_age_s:.0f} s, "
                     "longer than its transactions' timeout: a run recovers it")
+        if interval_left_s(look, trigger, fired, now_s) > 0:
+            return None  # checkpoints.trigger.min_interval: the next one starts later
         if look.unread is not None and look.unread >= trigger.lag_records:
             return (f"{look.unread:,} records unread beyond checkpoint {look.newest_checkpoint}, which is in flight, "
                     f"at least checkpoints.trigger.lag_records ({trigger.lag_records:,}): the next run waits for it "
@@ -128,6 +157,8 @@ def start_reason(look: SourceLook, trigger: TriggerSpec, fired: Fired | None, no
         return None  # a run is carrying it; the rest waits for its commit
     if look.unread is None:
         return "no checkpoint has completed yet: a first checkpoint finds where to start"
+    if interval_left_s(look, trigger, fired, now_s) > 0:
+        return None  # checkpoints.trigger.min_interval: the next one starts later
     if look.unread >= trigger.lag_records:
         return f"{look.unread:,} records unread, at least checkpoints.trigger.lag_records ({trigger.lag_records:,})"
     if look.unread > 0 and (look.since_completed_s is None or look.since_completed_s >= trigger.max_wait_s):

@@ -49,12 +49,14 @@ class StoreLocation(NamedTuple):
 class TriggerSpec:
     """``checkpoints.trigger``: start a checkpoint when the source's unread records reach
     ``lag_records``, or when some have waited ``max_wait_s`` since the last checkpoint completed;
-    never while the topic is idle (unless ``state.event_time.idle_advance`` makes a window due). The
-    source is looked at every ``poll_s``."""
+    never while the topic is idle (unless ``state.event_time.idle_advance`` makes a window due), and never
+    within ``min_interval_s`` of the last checkpoint's start. The source is looked at every ``poll_s``."""
 
     lag_records: int
     max_wait_s: int
     poll_s: int = 5
+    #: seconds a checkpoint's start waits after the last one's start (0: none)
+    min_interval_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,10 @@ def _trigger(c: Checker, d: Section) -> Any:  # a reader's result, as Checker's
     lag = declared_integer(c, t, "checkpoints.trigger", "lag_records")
     wait = declared_duration(c, t, "checkpoints.trigger", "max_wait")
     poll = declared_duration(c, t, "checkpoints.trigger", "poll_interval")
-    if None in (lag, wait, poll):
+    interval = declared_duration(c, t, "checkpoints.trigger", "min_interval")
+    if None in (lag, wait, poll, interval):
         return None
-    return TriggerSpec(lag_records=lag, max_wait_s=wait, poll_s=poll)
+    return TriggerSpec(lag_records=lag, max_wait_s=wait, poll_s=poll, min_interval_s=interval)
 
 
 def read_checkpoints(c: Checker, doc: object) -> CheckpointSpec:

@@ -181,6 +181,10 @@ TRIGGER = _section("Lag-driven checkpoints instead of a schedule: start one when
                           "completed (whole seconds).", 3600, positive=True, unit_ms=1000),
     "poll_interval": _duration("How often the source's lag is looked at (whole seconds).", 5, positive=True,
                                unit_ms=1000),
+    "min_interval": _duration("Start checkpoints at least this far apart, start to start (whole seconds; 0: as "
+                              "soon as lag_records are unread). Like Flink's checkpoint interval: fewer checkpoints "
+                              "cost less CPU, and records wait up to this long longer to be visible.", 0,
+                              unit_ms=1000),
 })
 
 CHECKPOINTS = _section("Where checkpoints are stored, when they run, and how big they are.", {
