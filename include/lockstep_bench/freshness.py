@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     from lockstep_dev.platform import Platform
 
 LOCKSTEP, FLINK, QUIX = "lockstep-airflow", "flink-sql", "quix-streams"
+#: Lockstep with its checkpoints at least ``spaced_interval_s`` apart (``checkpoints.trigger.min_interval``), the
+#: peers' checkpoint interval: the stateless pipeline only (a window's result waits for the watermark's checkpoint).
+LOCKSTEP_SPACED = "lockstep-airflow-spaced"
+LOCKSTEPS = (LOCKSTEP, LOCKSTEP_SPACED)
 #: The step lines of a Lockstep task log (``lockstep_airflow.operators``) and the seconds each reports.
 STEP_LINES = {"wait": re.compile(r"(?:the checkpoint in flight settled|checkpoint \d+ was prepared) after ([0-9.]+) s"),
               "plan": re.compile(r"checkpoint \d+: planned \d+ records from .* in ([0-9.]+) s"),
@@ -74,10 +78,11 @@ STATE_LINE = re.compile(r"checkpoint \d+: state \w+: \d+ keys, (\d+) rows, .* it
                         r"\(load ([0-9.]+) s, apply ([0-9.]+) s, write ([0-9.]+) s\)")
 #: How many of a run's later DAG runs have their task logs read for ``STEP_LINES``.
 STEP_LOGS = 8
-ENGINES = (LOCKSTEP, FLINK, QUIX)
+ENGINES = (LOCKSTEP, LOCKSTEP_SPACED, FLINK, QUIX)
 #: The pipelines raced: the main race's stateless transform, and a windowed count per customer.
 STATELESS, WINDOWED = "stateless", "windowed"
 LABELS = {LOCKSTEP: "Lockstep through Airflow (lag trigger, connect mode)",
+          LOCKSTEP_SPACED: "Lockstep, checkpoints 5 s apart (lag trigger with min_interval 5s, as Flink's interval)",
           FLINK: "Flink SQL exactly-once (checkpoints every 5 s)",
           QUIX: "Quix Streams exactly-once (commit every 5 s)"}
 
@@ -104,6 +109,10 @@ class FreshnessSettings:
     tasks: str = "one"
     #: Lockstep's ``checkpoints.pipelined`` (None: the spec's default, off)
     pipelined: bool | None = None
+    #: Lockstep's ``checkpoints.trigger.min_interval`` in seconds (0: none, checkpoints back to back)
+    min_interval_s: int = 0
+    #: ... and `LOCKSTEP_SPACED`'s: the peers' checkpoint interval
+    spaced_interval_s: int = 5
     #: the Spark Connect server, which lives across every run as a user's does, warmed up when it starts as
     #: ``lockstep dev up --warm-checkpoints`` warms a new one (on a cold server the windowed pipeline's first
     #: checkpoints took 20-26 s, compiling its state's code on the way)
@@ -213,12 +222,19 @@ class FreshnessRace:
         self.log = log
         self.kept: Any = None  # numpy uint8 array: the transform keeps pool record i
         self.client: AirflowClient | None = None
-        self.specs: dict[tuple[str, int], Path] = {}
+        self.specs: dict[tuple[str, str, int], Path] = {}
         self.topics: dict[tuple[str, str, int], tuple[str, str]] = {}
 
     def _runs(self) -> list[tuple[str, int]]:
         """(pipeline, rate) of every run's load, in the order they run."""
         return [(STATELESS, rate) for rate in self.s.rates] + [(WINDOWED, rate) for rate in self.s.windowed_rates]
+
+    def _engines(self, pipeline: str) -> tuple[str, ...]:
+        """The engines that race ``pipeline``: `LOCKSTEP_SPACED` races the stateless one only."""
+        return engines_for(self.s.engines, pipeline)
+
+    def _min_interval_s(self, engine: str) -> int:
+        return self.s.spaced_interval_s if engine == LOCKSTEP_SPACED else self.s.min_interval_s
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -228,9 +244,10 @@ class FreshnessRace:
         self.kept = np.frombuffer(freshness_load.kept_mask(freshness_load._pool(0)), dtype=np.uint8)
         folder = self.work_dir / "freshness-specs"
         for pipeline, rate in self._runs():
-            for engine in self.s.engines:
+            for engine in self._engines(pipeline):
                 kind = "" if pipeline == STATELESS else "win-"
-                name = f"fresh-{kind}{engine.split('-')[0]}-{rate}-{uuid.uuid4().hex[:6]}"
+                short = "spaced" if engine == LOCKSTEP_SPACED else engine.split("-")[0]
+                name = f"fresh-{kind}{short}-{rate}-{uuid.uuid4().hex[:6]}"
                 source, sink = f"{name}-in", f"{name}-out"
                 workloads.create_topic(self.bootstrap, source, self.s.partitions)
                 # A window's record is stamped with its window's time by some engines: keep it whatever its age.
@@ -238,16 +255,19 @@ class FreshnessRace:
                                        config=windowed.KEEP if pipeline == WINDOWED else None)
                 workloads.create_topic(self.bootstrap, f"{sink}-dlq", 1)
                 self.topics[(pipeline, engine, rate)] = (source, sink)
-                if engine == LOCKSTEP:
+                if engine in LOCKSTEPS:
                     stateless = pipeline == STATELESS
-                    self.specs[(pipeline, rate)] = workloads.write_spec(
+                    interval = self._min_interval_s(engine)
+                    self.specs[(pipeline, engine, rate)] = workloads.write_spec(
                         folder, name, source, sink, max_records=max(100_000, rate * 60),
                         remote=self.platform.spark_connect.url, retain=5,
-                        trigger={"lag_records": 1, "poll_interval": f"{self.s.poll_s}s"}, tasks=self.s.tasks,
+                        trigger={"lag_records": 1, "poll_interval": f"{self.s.poll_s}s",
+                                 **({"min_interval": f"{interval}s"} if interval else {})},
+                        tasks=self.s.tasks,
                         pipelined=self.s.pipelined,
                         transform=workloads.TRANSFORM if stateless else windowed.TRANSFORM,
                         state=None if stateless else window_state(self.s.window_s, self.s.out_of_orderness_s))
-        if LOCKSTEP in self.s.engines:
+        if any(e in LOCKSTEPS for e in self.s.engines):
             os.environ["LOCKSTEP_PIPELINES_DIR"] = str(folder)
             self.log("starting airflow standalone for Lockstep's lag-triggered pipelines")
             started = time.monotonic()
@@ -268,11 +288,11 @@ class FreshnessRace:
 
     # ---- engines --------------------------------------------------------------------------------------
     @contextmanager
-    def _lockstep(self, pipeline: str, rate: int) -> Iterator[tuple[int, ...]]:
+    def _lockstep(self, pipeline: str, engine: str, rate: int) -> Iterator[tuple[int, ...]]:
         from lockstep.spec import load_spec
 
         assert self.client is not None
-        dag_id = load_spec(self.specs[(pipeline, rate)]).dag_id
+        dag_id = load_spec(self.specs[(pipeline, engine, rate)]).dag_id
         self.client.unpause(dag_id)
         deadline = time.monotonic() + 300
         while not any(r["state"] == "success" for r in self.client.dag_runs(dag_id)):
@@ -339,14 +359,15 @@ class FreshnessRace:
         py = sys.executable
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project_root() / "include"),
                                                                           os.environ.get("PYTHONPATH")]))}
-        engine_cm = self._lockstep(pipeline, rate) if engine == LOCKSTEP else self._peer(pipeline, engine, rate)
+        lockstep = engine in LOCKSTEPS
+        engine_cm = self._lockstep(pipeline, engine, rate) if lockstep else self._peer(pipeline, engine, rate)
         windows = pipeline == WINDOWED
         watch = ["watch-windows"] if windows else ["watch", "--partitions", str(self.s.partitions)]
         with engine_cm as roots:
             watcher = subprocess.Popen([py, "-m", "lockstep_bench.freshness_load", *watch, "--bootstrap",
                                         self.bootstrap, "--topic", sink, "--folder", str(folder)], env=env)
             cpu_before = cpu_seconds(roots)
-            parts_before = cpu_parts(*roots) if engine == LOCKSTEP else {}
+            parts_before = cpu_parts(*roots) if lockstep else {}
             wall_started = time.monotonic()
             producer = subprocess.run([py, "-m", "lockstep_bench.freshness_load", "produce", "--bootstrap",
                                        self.bootstrap, "--topic", source, "--partitions", str(self.s.partitions),
@@ -378,7 +399,7 @@ class FreshnessRace:
             time.sleep(1.0)  # a duplicate written after the last expected record would arrive now
             cpu = cpu_seconds(roots) - cpu_before
             parts = {k: round(v - parts_before.get(k, 0.0), 1) for k, v in cpu_parts(*roots).items()} \
-                if engine == LOCKSTEP else {}
+                if lockstep else {}
             wall = time.monotonic() - wall_started
             (folder / "stop").write_text("")
             watcher.wait(120)
@@ -394,8 +415,8 @@ class FreshnessRace:
                "slowest_tick_s": ticks_doc["slowest_tick_s"], "watch": counts, **figs,
                "exact": exact, "sustained": figs["sustained"] and exact,
                "cpu_s": round(cpu, 1), "cpu_cores": round(cpu / wall, 2), "wall_s": round(wall, 1)}
-        if engine == LOCKSTEP:
-            row["airflow"] = self._dag_runs(pipeline, rate, ticks_doc["started"])
+        if lockstep:
+            row["airflow"] = self._dag_runs(pipeline, engine, rate, ticks_doc["started"])
             row["cpu_parts_s"] = parts
         lat = figs["latency_s"]
         what = "windows" if windows else "records"
@@ -426,18 +447,19 @@ class FreshnessRace:
         assert self.kept is not None
         return freshness_figures.expected_records(self.kept, ends, self.s.partitions, freshness_load.POOL)
 
-    def _dag_runs(self, pipeline: str, rate: int, load_started: float) -> dict[str, Any]:
+    def _dag_runs(self, pipeline: str, engine: str, rate: int, load_started: float) -> dict[str, Any]:
         from lockstep.spec import load_spec
 
         assert self.client is not None
-        return dag_run_figures(self.client, load_spec(self.specs[(pipeline, rate)]).dag_id, load_started)
+        return dag_run_figures(self.client, load_spec(self.specs[(pipeline, engine, rate)]).dag_id, load_started)
 
     def measure(self) -> dict[str, Any]:
         rows = []
         self.prepare()
         try:
             for turn, (pipeline, rate) in enumerate(self._runs()):
-                order = list(self.s.engines[turn % len(self.s.engines):]) + list(self.s.engines[:turn % len(self.s.engines)])
+                engines = self._engines(pipeline)
+                order = list(engines[turn % len(engines):]) + list(engines[:turn % len(engines)])
                 for engine in order:
                     self.log(f"freshness: {engine}, {pipeline}, at {rate:,} records/s for {self.s.seconds:.0f} s")
                     try:
@@ -448,6 +470,12 @@ class FreshnessRace:
         finally:
             self.close()
         return {"settings": self.s.to_json(), "runs": rows}
+
+
+def engines_for(engines: tuple[str, ...], pipeline: str) -> tuple[str, ...]:
+    """Of ``engines``, those that race ``pipeline``: every one for the stateless pipeline; `LOCKSTEP_SPACED` not
+    for the windowed one, whose results wait for a checkpoint past each window's end."""
+    return engines if pipeline == STATELESS else tuple(e for e in engines if e != LOCKSTEP_SPACED)
 
 
 def dag_run_figures(client: AirflowClient, dag_id: str, load_started: float) -> dict[str, Any]:
@@ -528,6 +556,6 @@ def highest_sustained(rows: list[dict[str, Any]], engine: str, pipeline: str = S
     return max(rates) if rates else None
 
 
-__all__ = ["COMPONENTS", "ENGINES", "FLINK", "LABELS", "LOCKSTEP", "QUIX", "STATELESS", "TASKS", "WINDOWED",
-           "FreshnessRace", "FreshnessSettings", "component_of", "cpu_by_component", "cpu_parts", "cpu_seconds",
-           "highest_sustained", "pipeline_of", "stage_figures", "window_state"]
+__all__ = ["COMPONENTS", "ENGINES", "FLINK", "LABELS", "LOCKSTEP", "LOCKSTEPS", "LOCKSTEP_SPACED", "QUIX",
+           "STATELESS", "TASKS", "WINDOWED", "FreshnessRace", "FreshnessSettings", "component_of", "cpu_by_component",
+           "cpu_parts", "cpu_seconds", "engines_for", "highest_sustained", "pipeline_of", "stage_figures", "window_state"]

@@ -688,7 +688,7 @@ def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
     from lockstep_bench import freshness_report
 
     def before(root: Path, results: dict[str, Any]) -> None:
-        if set(settings.engines) - {freshness.LOCKSTEP}:
+        if set(settings.engines) - set(freshness.LOCKSTEPS):
             results["peers"] = peers.setup_all(log)  # before any measurement: may download
 
     def measure(platform: Platform, root: Path, results: dict[str, Any]) -> None:
@@ -703,7 +703,7 @@ def run_freshness_bench(settings: freshness.FreshnessSettings) -> Path:
         freshness_report.replace_section(main_page, report_path)
         log(f"its section of {main_page} written again")
     wrong = [f"{r['engine']} ({freshness.pipeline_of(r)}) at {r['rate']}/s" for r in results["race"]["runs"]
-             if r["engine"] == freshness.LOCKSTEP and not r.get("exact")]
+             if r["engine"] in freshness.LOCKSTEPS and not r.get("exact")]
     if wrong:
         raise RunFailed(f"Lockstep's output was not exact (or the run failed): {', '.join(wrong)}")
     return report_path
@@ -875,8 +875,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        metavar="{on,off}",
                        help="Lockstep's checkpoints.pipelined: plan on top of the checkpoint in flight (default: the "
                             "spec's default, off)")
+    fresh.add_argument("--freshness-min-interval", type=int, metavar="SECONDS",
+                       help="Lockstep's checkpoints.trigger.min_interval: checkpoints at least this many seconds apart, "
+                            "start to start (default 0: as soon as a record is unread)")
     fresh.add_argument("--freshness-engines", type=lambda text: tuple(x for x in text.split(",") if x),
-                       help="which engines race (default lockstep-airflow,flink-sql,quix-streams)")
+                       help="which engines race (default lockstep-airflow,lockstep-airflow-spaced,flink-sql,"
+                            "quix-streams; the spaced one: checkpoints at least 5 s apart, the stateless pipeline only)")
     fleet = parser.add_argument_group("lag fleet (--lag-fleet-only: only this, report docs/BENCHMARKS-lag-fleet.md)")
     fleet.add_argument("--lag-fleet-only", action="store_true",
                        help="many lag-triggered pipelines in one Airflow (PostgreSQL), a few fed at a steady rate, the "
@@ -958,7 +962,8 @@ def freshness_settings_from_args(args: argparse.Namespace) -> freshness.Freshnes
     return _focused_settings(freshness.FreshnessSettings, args, {
         "freshness_rates": "rates", "freshness_windowed_rates": "windowed_rates",
         "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
-        "freshness_engines": "engines", "freshness_tasks": "tasks", "freshness_pipelined": "pipelined"})
+        "freshness_engines": "engines", "freshness_tasks": "tasks", "freshness_pipelined": "pipelined",
+        "freshness_min_interval": "min_interval_s"})
 
 
 def lag_fleet_settings_from_args(args: argparse.Namespace) -> lag_fleet.LagFleetSettings:
