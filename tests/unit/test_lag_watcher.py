@@ -154,3 +154,23 @@ def test_after_a_fire_the_looks_list_only_newer_checkpoints_until_its_run_claims
     calls.clear()
     fired = again.look()  # a full look again: 5 records beyond checkpoint 2, in flight: one run ahead
     assert fired is not None and fired["newest_checkpoint"] == plan.claim.checkpoint_id and len(calls) > 1
+
+
+def test_min_interval_holds_the_fire_and_the_watcher_looks_again_as_it_ends(watched, tmp_path, monkeypatch):
+    from datetime import UTC, datetime, timedelta
+
+    from lockstep.steps import plan
+
+    world, _, _ = watched  # checkpoint 1 was claimed just now
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(
+        {**SPEC, "checkpoints": {**SPEC["checkpoints"], "trigger": {"lag_records": 1, "poll_interval": 60,
+                                                                    "min_interval": "30s"}}}))
+    watcher = triggers.LockstepLagTrigger(str(tmp_path / "orders.yaml"), "orders", poll_s=60)
+    world.source.produce(SOURCE, 0, 5)
+    assert watcher.look() is None  # 5 unread, but the last checkpoint started less than 30 s ago
+    assert 25 < watcher.next_look_s <= 30.05  # not a whole poll_interval (60 s) later
+    monkeypatch.setattr(plan, "now_iso", lambda: (datetime.now(UTC) - timedelta(seconds=40)).isoformat())
+    complete(world, "second")  # checkpoint 2, claimed 40 s ago
+    world.source.produce(SOURCE, 0, 5)
+    fired = watcher.look()
+    assert fired is not None and fired["unread"] == 5 and watcher.next_look_s == 60
