@@ -399,7 +399,13 @@ def section(page: Path) -> str:
             f"{p99(freshness.FLINK)}, Quix Streams (commit every 5 s) {p99(freshness.QUIX)}; Lockstep ÷ Flink "
             f"{ratio} "
             f"(targets: ≤ {TARGET_P99_S:g} s and ≤ {TARGET_VS_FLINK}×: "
-            f"{'met' if sm['p99_met'] and sm['ratio_met'] else 'not met'}). Highest rate sustained: "
+            f"{'met' if sm['p99_met'] and sm['ratio_met'] else 'not met'})"
+            + (f"; Lockstep's CPU {sm['cpu_ratio']:.2f}× Flink's (issue 69: ≤ {TARGET_VS_FLINK}×)"
+               if sm.get("cpu_ratio") is not None else "")
+            + (f". With its checkpoints {sp['interval_s']} s apart (`checkpoints.trigger.min_interval`, the peers' "
+               f"interval): p99 **{_s(sp['p99'])} s**, {_x(sp['ratio'])} Flink's; CPU {_x(sp['cpu_ratio'])} Flink's"
+               if (sp := sm.get("spaced")) else "")
+            + ". Highest rate sustained: "
             + ", ".join(f"{freshness.LABELS.get(e, e).split(' (')[0]} {v:,}/s" if v else
                         f"{freshness.LABELS.get(e, e).split(' (')[0]} none" for e, v in sm["highest"].items()) + "."
             + (_windowed_sentence(sm["windowed"], sm.get("windowed_rates", {}), sm.get("window_s"))

@@ -336,7 +336,7 @@ def test_a_checkpoints_cpu_is_shown_part_by_part_and_earlier_results_show_none(t
     assert freshness_report.cpu_parts_table([{**run, "cpu_parts_s": {}}]) == []  # results of earlier runs
 
 
-def test_the_page_compares_locksteps_cpu_with_flinks_with_its_checkpoints_back_to_back_and_spaced() -> None:
+def test_the_page_compares_locksteps_cpu_with_flinks_with_its_checkpoints_back_to_back_and_spaced(tmp_path) -> None:
     from lockstep_bench import freshness
 
     def run(engine: str, p99: float, cores: float) -> dict[str, object]:
@@ -361,6 +361,11 @@ def test_the_page_compares_locksteps_cpu_with_flinks_with_its_checkpoints_back_t
     assert "| with checkpoints 5 s apart: CPU ÷ Flink SQL CPU (issue 69) | 1.40× | ≤ 1.5× | met |" in page
     assert "| with checkpoints 5 s apart: p99 ÷ Flink SQL p99 | 1.40× | ≤ 1.5× | met |" in page
     assert "at least 5 s apart (`min_interval: 5s`" in page
+    (tmp_path / "page.md").write_text(page)
+    section = freshness_report.section(tmp_path / "page.md")
+    assert "Lockstep's CPU 2.00× Flink's (issue 69: ≤ 1.5×)" in section
+    assert "With its checkpoints 5 s apart (`checkpoints.trigger.min_interval`, the peers' interval): p99 **7.00 s**, " \
+        "1.40× Flink's; CPU 1.40× Flink's" in section
     # The spaced configuration races the stateless pipeline only.
     assert freshness.engines_for(freshness.ENGINES, freshness.WINDOWED) == (freshness.LOCKSTEP, freshness.FLINK,
                                                                              freshness.QUIX)
