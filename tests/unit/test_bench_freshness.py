@@ -230,6 +230,9 @@ def test_the_report_shows_the_windowed_pipeline_apart_and_old_results_still_rend
     sm = freshness_report.summary(results)
     assert sm["p99"] == 5.0 and sm["ratio"] == 1.0  # the targets stay the stateless pipeline's
     assert sm["windowed"]["p99"] == 6.0 and sm["windowed"]["ratio"] == 1.5
+    results["race"]["runs"].append(run("lockstep-airflow-spaced", 20_000, 7.0))  # it races the stateless one only
+    assert set(freshness_report.summary(results)["windowed"]["highest"]) == {"lockstep-airflow", "flink-sql"}
+    results["race"]["runs"].pop()
     page = freshness_report.render(results)
     windowed = page.split("## The windowed pipeline")[1]
     assert "Lockstep's p99 is **6.00 s** against Flink SQL's 4.00 s (1.50×)" in windowed
