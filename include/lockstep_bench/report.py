@@ -664,8 +664,9 @@ def _sizes(add: Any, res: Results, plot: Path) -> None:
         add("")
 
 
-#: Issue 28's target: at 1,024 partitions at least this share of the 8-partition throughput.
-PARTITION_TARGET = 0.8
+#: Issue 69's target: at 1,024 partitions at least this share of the 8-partition throughput, over alternated
+#: rounds (issue 28 asked for 0.8).
+PARTITION_TARGET = 0.9
 
 
 def _partitions(add: Any, res: Results) -> None:
