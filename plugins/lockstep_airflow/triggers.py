@@ -18,6 +18,8 @@ idle most of the time, so a look must cost little when nothing happens:
 - the spec is parsed again only when its file changed;
 - once a look found the source quiet, the next looks read only the broker's last stable offsets and stop
   there while they do not move (`lockstep.rules.lag_trigger.still_quiet`);
+- those reads are one request a connection, not one a watcher: quiet watchers look on the ticks of the clock
+  their poll interval makes, and the looks that meet there are read together (`_StableOffsetsReads`);
 - once it fired, the next looks list only the checkpoints newer than the one it saw, until the run it started
   has claimed one (`lockstep.rules.lag_trigger.waiting_for_claim`).
 """
@@ -28,7 +30,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -88,6 +91,84 @@ class _SharedClients:
 _CLIENTS = _SharedClients()
 
 
+def _read_stable(conn_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    from lockstep.kafka import broker_offsets
+
+    return broker_offsets.last_stable_offsets(_CLIENTS.admin(conn_id), partitions)
+
+
+class _StableOffsetsReads:
+    """The last stable offsets of the quiet watchers' sources, read in one request for all of a connection's
+    watchers that look in the same moment, instead of one request a watcher a poll: 200 idle pipelines polling
+    every second were 200 ListOffsets requests a second to the broker, and as many threads in the triggerer.
+
+    A watcher asks (`read`); the first ask of a connection waits `GATHER_S` for the others of that moment (quiet
+    watchers look on their poll's ticks of the clock, `until_tick_s`), then one request reads every partition
+    asked for, and asks that came while it ran are read next. A request that fails answers None to each ask:
+    one watcher's source may be the cause, so each reads its own (`LockstepLagTrigger.look`) and meets the error
+    alone. Lives on the triggerer's event loop, one per loop (`_reads`): no lock."""
+
+    GATHER_S = 0.05
+
+    def __init__(self) -> None:
+        self._asks: dict[str, list[tuple[list[TopicPartition], asyncio.Future[Mapping[TopicPartition, int] | None]]]]
+        self._asks = {}
+        self._reading: set[asyncio.Task[None]] = set()
+        self._conns: set[str] = set()
+        #: requests made, for the tests and the bench
+        self.requests = 0
+
+    async def read(self, conn_id: str, partitions: list[TopicPartition]) -> Mapping[TopicPartition, int] | None:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Mapping[TopicPartition, int] | None] = loop.create_future()
+        self._asks.setdefault(conn_id, []).append((partitions, answer))
+        if conn_id not in self._conns:
+            self._conns.add(conn_id)
+            task = loop.create_task(self._read_for(conn_id))
+            self._reading.add(task)
+            task.add_done_callback(self._reading.discard)
+        return await answer
+
+    async def _read_for(self, conn_id: str) -> None:
+        try:
+            await asyncio.sleep(self.GATHER_S)
+            while asks := self._asks.pop(conn_id, None):
+                wanted = sorted({tp for tps, _ in asks for tp in tps})
+                self.requests += 1
+                try:
+                    offsets: dict[TopicPartition, int] | None = await asyncio.to_thread(_read_stable, conn_id, wanted)
+                except Exception as exc:  # noqa: BLE001 - each watcher reads its own and meets the error alone
+                    log.debug("the last stable offsets of %d watchers could not be read together: %s", len(asks), exc)
+                    offsets = None
+                for tps, answer in asks:
+                    if not answer.done():
+                        answer.set_result(None if offsets is None else {tp: offsets[tp] for tp in tps})
+        finally:
+            self._conns.discard(conn_id)
+            for _, answer in self._asks.pop(conn_id, []):  # asked after the last request: read alone
+                if not answer.done():
+                    answer.set_result(None)
+
+
+_READS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _StableOffsetsReads] = weakref.WeakKeyDictionary()
+
+
+def _reads() -> _StableOffsetsReads:
+    """The running event loop's `_StableOffsetsReads` (the triggerer runs its triggers on one loop)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _READS:
+        _READS[loop] = _StableOffsetsReads()
+    return _READS[loop]
+
+
+def until_tick_s(poll_s: float, now_s: float | None = None) -> float:
+    """Seconds until the next tick of the clock that ``poll_s`` makes (a multiple of it since the epoch), at least
+    a tenth of it: quiet watchers with the same poll interval look in the same moment, so their reads meet."""
+    now_s = time.time() if now_s is None else now_s
+    left = poll_s - now_s % poll_s
+    return left + poll_s if left < poll_s / 10 else left
+
+
 class LockstepLagTrigger(BaseEventTrigger):
     """Fires once when a checkpoint of ``pipeline`` should start (its spec at ``spec_path``).
 
@@ -117,26 +198,60 @@ class LockstepLagTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
-            payload = await asyncio.to_thread(self.look)
+            stable = None
+            if self._quiet_as_it_was():
+                stable = await self.read_with_others()
+                if stable is not None and self._still_quiet(stable):
+                    await asyncio.sleep(until_tick_s(self.poll_s))
+                    continue
+            payload = await asyncio.to_thread(self.look, stable)
             if payload is not None:
                 yield TriggerEvent(payload)
                 return
-            await asyncio.sleep(self.next_look_s)
+            quiet = self._quiet is not None and self.next_look_s == self.poll_s
+            await asyncio.sleep(until_tick_s(self.poll_s) if quiet else self.next_look_s)
 
-    def look(self) -> dict[str, Any] | None:
+    def _quiet_as_it_was(self) -> bool:
+        """Whether the next look may start with the last stable offsets alone, read with the other watchers':
+        the last look found the source quiet, no fire waits for its run's claim, and the spec file is the one
+        parsed (`_load_spec` parses an edited one, in a thread)."""
+        if self._quiet is None or self._pending is not None or self._spec is None:
+            return False
+        try:
+            return self._spec_key() == self._spec[0]
+        except OSError:
+            return False
+
+    async def read_with_others(self) -> Mapping[TopicPartition, int] | None:
+        """The last stable offsets of the source's partitions, read together with the other quiet watchers'
+        (`_StableOffsetsReads`); None when that read failed and this watcher reads its own."""
+        assert self._spec is not None
+        return await _reads().read(self._spec[1].source.kafka_conn_id, self._partitions)
+
+    def _still_quiet(self, stable: Mapping[TopicPartition, int]) -> bool:
+        from lockstep.rules.lag_trigger import still_quiet
+
+        if not still_quiet(self._quiet, stable, time.time()):
+            return False
+        self.looks += 1
+        self._problem(None)
+        return True
+
+    def look(self, stable: Mapping[TopicPartition, int] | None = None) -> dict[str, Any] | None:
         """One look at the source: the event's payload when a checkpoint should start (the marker is
-        written first), else None. Blocking (Kafka and S3 clients): run off the event loop."""
+        written first), else None; ``stable``: the partitions' last stable offsets when they were just read
+        (`read_with_others`). Blocking (Kafka and S3 clients): run off the event loop."""
         from lockstep.connections import redact
 
         try:
-            return self._look()
+            return self._look(stable)
         except Exception as exc:  # noqa: BLE001 - logged and looked at again; see the module docstring
             _CLIENTS.forget()
             self._spec, self._quiet, self._pending = None, None, None
             self._problem(redact(f"{type(exc).__name__}: {exc}").splitlines()[0])
             return None
 
-    def _look(self) -> dict[str, Any] | None:
+    def _look(self, stable: Mapping[TopicPartition, int] | None = None) -> dict[str, Any] | None:
         from lockstep.kafka import broker_offsets, topics
         from lockstep.ops.lag import trigger_look
         from lockstep.rules.lag_trigger import (
@@ -161,9 +276,9 @@ class LockstepLagTrigger(BaseEventTrigger):
                 return None
         self._pending = None
         admin = _CLIENTS.admin(spec.source.kafka_conn_id)
-        stable = None
         if self._quiet is not None:
-            stable = broker_offsets.last_stable_offsets(admin, self._partitions)
+            if stable is None:
+                stable = broker_offsets.last_stable_offsets(admin, self._partitions)
             if still_quiet(self._quiet, stable, time.time()):
                 self._problem(None)
                 return None
@@ -199,12 +314,15 @@ class LockstepLagTrigger(BaseEventTrigger):
         """The spec, parsed again only when its file changed (its inode, size or modification time)."""
         from lockstep.spec import load_spec
 
-        st = os.stat(self.spec_path)
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        key = self._spec_key()
         if self._spec is None or self._spec[0] != key:
             self._spec = (key, load_spec(self.spec_path))
             self._quiet = None
         return self._spec[1]
+
+    def _spec_key(self) -> tuple[int, int, int]:
+        st = os.stat(self.spec_path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _problem(self, problem: str | None) -> None:
         """Log a look's problem once, not every few seconds, and say when it has gone."""

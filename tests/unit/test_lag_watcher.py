@@ -174,3 +174,84 @@ def test_min_interval_holds_the_fire_and_the_watcher_looks_again_as_it_ends(watc
     world.source.produce(SOURCE, 0, 5)
     fired = watcher.look()
     assert fired is not None and fired["unread"] == 5 and watcher.next_look_s == 60
+
+
+def _count_list_offsets(world: FakeWorld, monkeypatch, fail: int = 0) -> list[int]:
+    """The fake admin's ListOffsets requests, each as the number of partitions it asked for; the first ``fail``
+    of them raise, as a broker away would."""
+    admin = world.source.admin
+    real = admin.list_offsets
+    asked: list[int] = []
+
+    def list_offsets(request: dict, *args: Any, **kwargs: Any) -> Any:
+        asked.append(len(request))
+        if len(asked) <= fail:
+            raise RuntimeError("broker away")
+        return real(request, *args, **kwargs)
+
+    monkeypatch.setattr(admin, "list_offsets", list_offsets)
+    return asked
+
+
+def test_quiet_watchers_looking_in_the_same_moment_read_their_offsets_in_one_request(watched, monkeypatch):
+    import asyncio
+
+    world, _, first = watched
+    watchers = [first] + [triggers.LockstepLagTrigger(first.spec_path, f"orders-{i}", poll_s=1) for i in range(4)]
+    for w in watchers:
+        assert w.look() is None and w._quiet is not None  # a full look each: the source is quiet
+    asked = _count_list_offsets(world, monkeypatch)
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(w.read_with_others() for w in watchers))
+
+    answers = asyncio.run(together())
+    assert asked == [len(first._partitions)]  # one request for the five watchers, not five
+    assert all(a == first._quiet.stable for a in answers) and all(w._still_quiet(a) for w, a in zip(watchers, answers))
+    world.source.produce(SOURCE, 1, 2)
+    answers = asyncio.run(together())
+    assert len(asked) == 2 and not first._still_quiet(answers[0])
+    fired = first.look(answers[0])  # the full look starts from what the shared read saw: no read of its own
+    assert fired is not None and fired["unread"] == 2 and len(asked) == 2
+
+
+def test_a_shared_read_that_fails_lets_each_watcher_read_its_own(watched, monkeypatch):
+    import asyncio
+
+    world, _, first = watched
+    other = triggers.LockstepLagTrigger(first.spec_path, "orders-2", poll_s=1)
+    for w in (first, other):
+        w.look()
+    asked = _count_list_offsets(world, monkeypatch, fail=1)
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(first.read_with_others(), other.read_with_others())
+
+    assert asyncio.run(together()) == [None, None] and len(asked) == 1
+    assert first.look(None) is None and other.look(None) is None and len(asked) == 3  # each read alone, quiet
+    assert first._last_problem is None
+
+
+def test_a_quiet_watchers_run_fires_when_a_record_arrives(watched, monkeypatch):
+    import asyncio
+
+    world, _, watcher = watched
+    watcher.poll_s = 0.2
+    asked = _count_list_offsets(world, monkeypatch)
+
+    async def watch() -> Any:
+        events = watcher.run()
+        first = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(1.0)  # a full look, then looks at the offsets alone
+        assert not first.done() and watcher.looks >= 3 and watcher.full_looks == 1
+        world.source.produce(SOURCE, 0, 1)
+        return await asyncio.wait_for(first, 5)
+
+    event = asyncio.run(watch())
+    assert event.payload["unread"] == 1 and watcher.full_looks == 2 and len(asked) >= 3
+
+
+def test_quiet_watchers_look_on_their_poll_intervals_ticks_of_the_clock():
+    assert triggers.until_tick_s(1.0, 100.25) == pytest.approx(0.75)
+    assert triggers.until_tick_s(5.0, 1003.0) == pytest.approx(2.0)
+    assert triggers.until_tick_s(1.0, 100.95) == pytest.approx(1.05)  # not a look right after the last
