@@ -77,6 +77,12 @@ class LagFleetSettings:
     results: Path | None = None
     report: Path = Path("docs/BENCHMARKS-lag-fleet.md")
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.fed <= self.pipelines or self.rate < 1:
+            raise ValueError(f"--lag-fleet-fed must be from 1 to --lag-fleet-pipelines ({self.pipelines}), and "
+                             f"--lag-fleet-rate at least 1: the load feeds some pipelines (got {self.fed} fed at "
+                             f"{self.rate} records/s)")
+
     def to_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 

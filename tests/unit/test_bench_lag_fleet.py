@@ -106,3 +106,13 @@ def test_one_topic_s_load_files_are_in_the_folder_itself_several_topics_each_in_
 
     assert topic_folder(Path("/w"), "a-in", 1) == Path("/w")
     assert topic_folder(Path("/w"), "a-in", 20) == Path("/w/a-in")
+
+
+def test_a_fleet_without_a_fed_pipeline_is_refused_before_anything_starts():
+    import pytest
+
+    with pytest.raises(ValueError, match="--lag-fleet-fed must be from 1 to --lag-fleet-pipelines"):
+        lag_fleet.LagFleetSettings(fed=0)
+    with pytest.raises(ValueError, match="--lag-fleet-fed"):
+        lag_fleet.LagFleetSettings(pipelines=10, fed=11)
+    assert lag_fleet.LagFleetSettings(pipelines=10, fed=10).fed == 10
