@@ -115,8 +115,6 @@ class _StableOffsetsReads:
         self._asks = {}
         self._reading: set[asyncio.Task[None]] = set()
         self._conns: set[str] = set()
-        #: requests made, for the tests and the bench
-        self.requests = 0
 
     async def read(self, conn_id: str, partitions: list[TopicPartition]) -> Mapping[TopicPartition, int] | None:
         loop = asyncio.get_running_loop()
@@ -130,22 +128,26 @@ class _StableOffsetsReads:
         return await answer
 
     async def _read_for(self, conn_id: str) -> None:
+        from lockstep.connections import redact
+
+        asks: list[tuple[list[TopicPartition], asyncio.Future[Mapping[TopicPartition, int] | None]]] = []
         try:
             await asyncio.sleep(self.GATHER_S)
-            while asks := self._asks.pop(conn_id, None):
+            while asks := self._asks.pop(conn_id, []):
                 wanted = sorted({tp for tps, _ in asks for tp in tps})
-                self.requests += 1
                 try:
                     offsets: dict[TopicPartition, int] | None = await asyncio.to_thread(_read_stable, conn_id, wanted)
                 except Exception as exc:  # noqa: BLE001 - each watcher reads its own and meets the error alone
-                    log.debug("the last stable offsets of %d watchers could not be read together: %s", len(asks), exc)
+                    log.debug("the last stable offsets of %d watchers could not be read together: %s", len(asks),
+                              redact(str(exc)))
                     offsets = None
                 for tps, answer in asks:
                     if not answer.done():
                         answer.set_result(None if offsets is None else {tp: offsets[tp] for tp in tps})
         finally:
             self._conns.discard(conn_id)
-            for _, answer in self._asks.pop(conn_id, []):  # asked after the last request: read alone
+            # cancelled (the triggerer stopping) mid-read: no ask is left waiting; each reads its own
+            for _, answer in asks + self._asks.pop(conn_id, []):
                 if not answer.done():
                     answer.set_result(None)
 

@@ -242,7 +242,10 @@ def test_a_quiet_watchers_run_fires_when_a_record_arrives(watched, monkeypatch):
     async def watch() -> Any:
         events = watcher.run()
         first = asyncio.ensure_future(anext(events))
-        await asyncio.sleep(1.0)  # a full look, then looks at the offsets alone
+        for _ in range(300):  # a full look, then looks at the offsets alone (up to 30 s on a loaded machine)
+            if watcher.looks >= 3:
+                break
+            await asyncio.sleep(0.1)
         assert not first.done() and watcher.looks >= 3 and watcher.full_looks == 1
         world.source.produce(SOURCE, 0, 1)
         return await asyncio.wait_for(first, 5)
@@ -255,3 +258,21 @@ def test_quiet_watchers_look_on_their_poll_intervals_ticks_of_the_clock():
     assert triggers.until_tick_s(1.0, 100.25) == pytest.approx(0.75)
     assert triggers.until_tick_s(5.0, 1003.0) == pytest.approx(2.0)
     assert triggers.until_tick_s(1.0, 100.95) == pytest.approx(1.05)  # not a look right after the last
+
+
+def test_a_shared_read_cancelled_mid_request_leaves_no_watcher_waiting(watched, monkeypatch):
+    import asyncio
+    import time as clock
+
+    _, _, watcher = watched
+    watcher.look()
+    monkeypatch.setattr(triggers, "_read_stable", lambda conn_id, tps: clock.sleep(0.5) or {})
+
+    async def cancelled() -> Any:
+        asking = asyncio.ensure_future(watcher.read_with_others())
+        await asyncio.sleep(0.2)  # the shared request is under way
+        for task in list(triggers._reads()._reading):
+            task.cancel()
+        return await asyncio.wait_for(asking, 5)
+
+    assert asyncio.run(cancelled()) is None  # answered "read it yourself", not left hanging
