@@ -458,6 +458,63 @@ def _formats_without_a_registry(spark) -> None:
     assert encoded[1]["value"] == b"raw" and (encoded[2]["error"], encoded[2]["value"]) == ("bad", b"raw")
 
 
+#: Records a JSON Schema's reader meets, as bytes: what Lockstep's JVM decoder answers (the first group) and what it
+#: leaves to Spark's ``from_json`` (the second): ``(payload, answered)``.
+_JSON_RECORDS = [(p, True) for p in (
+    b'{"id":"a","n":7,"x":1.5,"ok":true}', b'{"id":"a","x":3}', b'{"id":null,"n":null}', b"{}",
+    b'{"id":"a","extra":{"k":[1,2,{"z":null}]},"more":[{"id":5}],"n":1}', b' { "id" : "a" , "ok" : false }\n',
+    b'{"id":"\\u00e9\\n\\"q\\""}', b'{"x":-0.0,"n":-0}', b'{"n":9223372036854775807}', b'{"n":-9223372036854775808}',
+    b'{"x":1e400}', b'{"x":1E-3,"n":0}', b'{"x":12345678901234567890}',
+)] + [(p, False) for p in (
+    '{"id":"é"}'.encode(), b'{"id":"\xff"}', b'{"id":5}', b'{"id":{"a":1}}', b'{"id":[1]}', b'{"n":"7"}',
+    b'{"n":1.5}', b'{"n":1e3}', b'{"n":99999999999999999999}', b'{"ok":"true"}', b'{"ok":1}', b'{"x":"NaN"}',
+    b'{"x":NaN}', b'{"n":007}', b'{"id":"a","id":"b"}', b'{"e":1,"e":2}', b'{"ID":"a"}', b'{"Id":"a","id":"b"}',
+    b'{"id":"a"} x', b'{"id":"a"}{"id":"b"}', b"[1]", b'"s"', b"1", b"null", b"", b"   ", b"{",
+    b'{"id":"a",}', b"{'id':'a'}", b'{"id":"a"/*c*/}', b'{id:"a"}',
+)]
+
+
+def test_json_records_decode_to_what_spark_from_json_makes_of_them_whichever_decoder_answers(spark_connect):
+    """The ``json`` format with a flat JSON Schema: Lockstep's JVM decoder answers the plain records and Spark's
+    ``from_json`` the rest, and each record decodes to exactly what ``from_json`` alone makes of it (the
+    decoder is a faster way to the same value, never a different value), its decode error included."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from lockstep.formats import codecs, wire
+    from lockstep.formats.resolution import Reading
+    from lockstep.spark.connect import connect_mode
+    from lockstep.spec import FormatSpec
+
+    schema = json.dumps({"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"},
+                                                          "x": {"type": "number"}, "ok": {"type": "boolean"}},
+                         "required": ["id"]})
+    fields = wire.json_flat_fields(schema)
+    assert fields is not None
+    rows = [(i, payload) for i, (payload, _) in enumerate(_JSON_RECORDS)] + [(len(_JSON_RECORDS), None)]
+    with connect_mode():
+        spark = SparkSession.builder.remote(spark_connect).create()
+        try:
+            df = spark.createDataFrame(rows, "i int, value binary").withColumn("topic", F.lit("t"))
+            reading = Reading("value", FormatSpec("json", schema, "s.json"), schema)
+            decoded = codecs.decode(df, [reading])
+            spark_alone = F.from_json(F.col("value").cast("string"), wire.json_schema_ddl(schema), {"mode": "PERMISSIVE"})
+            out = decoded.select("i", F.to_json(F.struct(F.col(codecs.DATA_COLUMN["value"]).alias("d"))).alias("data"),
+                                 F.to_json(F.struct(spark_alone.alias("d"))).alias("spark"), codecs.DECODE_ERROR,
+                                 F.call_function(codecs._json_name(fields), F.col("value"), F.lit(fields)).isNotNull()
+                                 .alias("answered")).orderBy("i").collect()
+        finally:
+            spark.stop()
+    assert [r["data"] for r in out] == [r["spark"] for r in out]
+    assert [r["answered"] for r in out] == [answered for _, answered in _JSON_RECORDS] + [False]
+    errors = {r["i"]: r[codecs.DECODE_ERROR] for r in out}
+    assert errors[0] is None and errors[len(_JSON_RECORDS)] is None  # a plain record, a null value
+    assert "required field id is missing or null" in errors[2]  # answered by the decoder: id is null
+    at = {payload: i for i, (payload, _) in enumerate(_JSON_RECORDS)}
+    assert errors[at[b'{"id":5}']] is None  # from_json makes a string of a number: no error, as before
+    assert "required field id is missing or null" in errors[at[b"{"]]  # left to from_json: not JSON
+
+
 def test_the_writes_own_count_of_dead_letters_is_trusted_only_when_it_saw_each_record_once(spark_connect):
     """On a Connect session, as a run counts: an observation on the decoded input, read after an action
     over the output. Every record seen: the count of those that did not decode. A transform that stops

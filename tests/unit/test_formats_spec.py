@@ -87,6 +87,18 @@ def test_a_json_schema_becomes_a_spark_type_or_is_refused_naming_the_field():
         wire.json_schema_ddl(json.dumps({"type": "object", "properties": {"v": {"oneOf": []}}}))
 
 
+def test_a_flat_json_schema_is_given_to_the_jvm_decoder_and_any_other_to_spark_alone():
+    flat = {"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": ["integer", "null"]},
+                                             "x": {"type": "number"}, "ok": {"type": "boolean"}}}
+    assert wire.json_flat_fields(json.dumps(flat)) == "id:s,n:l,x:d,ok:b"
+    for nested in ({"at": {"type": "object", "properties": {"x": {"type": "number"}}}},
+                   {"tags": {"type": "array", "items": {"type": "string"}}},
+                   {"a,b": {"type": "string"}}, {"v": {"oneOf": []}}):
+        assert wire.json_flat_fields(json.dumps({"type": "object", "properties": {**flat["properties"], **nested}})) \
+            is None, nested
+    assert wire.json_flat_fields(json.dumps({"type": "string"})) is None
+
+
 @pytest.mark.parametrize(("reader", "writer", "expected"), [
     # a field added with a default reads old records; without one, it does not
     ({"name": "note", "type": ["null", "string"], "default": None}, None, []),

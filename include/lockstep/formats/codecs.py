@@ -320,6 +320,7 @@ def decode(df: DataFrame, readings: Sequence[Reading]) -> DataFrame:
     from pyspark.sql import functions as F
 
     register_protobuf(df.sparkSession, readings, ())
+    register_json(df.sparkSession, readings)
     errors = []
     seen = []
     for reading in readings:
@@ -376,7 +377,11 @@ def _decoder(r: Reading) -> Decoder:
         required = wire.json_required_fields(r.reader or "{}")
         text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from,
                                           why="required field {field} is missing or null, or it is not JSON")
-        return F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE), lambda d: _missing(d, required, present, text), None
+        parsed = F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE)
+        fields = wire.json_flat_fields(r.reader or "{}")
+        if fields is not None:  # Lockstep's decoder answers the plain records, Spark's the rest (register_json)
+            parsed = F.coalesce(F.call_function(_json_name(fields), raw, F.lit(fields)), parsed)
+        return parsed, lambda d: _missing(d, required, present, text), None
     if kind == "protobuf":  # the decoder's result is (data, error), decoded once; the transform sees its data
         protobuf_text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from, why="\0")
         return (_protobuf_decode(r, raw, F.lit(None).cast("string")),
@@ -487,6 +492,31 @@ def _json_ddl(r: Reading) -> str:
     except wire.UnsupportedSchema as exc:
         raise TerminalError(f"source.{r.part}: its JSON Schema ({r.format.schema_from or 'the registry'}) has no "
                             f"Spark type: {exc}") from None
+
+
+# ---- JSON's decoder in the JVM ------------------------------------------------------------------------------
+_JSON_DECODE_CLASS = "dev.lockstep.formats.JsonDecode"
+
+
+def _json_name(fields: str) -> str:
+    """The session's name of the JSON decoder of one flat schema (`lockstep.formats.wire.json_flat_fields`): one
+    per schema, as its Spark type is the schema's."""
+    import hashlib
+
+    return f"lockstep_json_decode_{hashlib.sha256(fields.encode()).hexdigest()[:16]}"
+
+
+def register_json(session: object, readings: Sequence[Reading]) -> None:
+    """Register the JVM JSON decoder (``JsonDecode`` in Lockstep's jar) for each ``json`` reading with a flat schema,
+    typed as `_json_ddl` types its records. It decodes a record's bytes with Jackson's byte parser and answers only
+    for plain records (ASCII, one object, each field of its exact kind), so what it answers is what ``from_json``
+    answers; Spark's ``from_json`` decodes every other record (docs/formats.md, *JSON*)."""
+    for r in readings:
+        if r.format.format != "json" or r.reader is None:
+            continue
+        fields = wire.json_flat_fields(r.reader)
+        if fields is not None:
+            session.udf.registerJavaFunction(_json_name(fields), _JSON_DECODE_CLASS, _json_ddl(r))  # type: ignore[attr-defined]
 
 
 # ---- Protobuf ---------------------------------------------------------------------------------------------

@@ -112,6 +112,28 @@ def _json_type(doc: object, where: str) -> str:
     raise UnsupportedSchema(f"{where}: type {kind!r} is not supported (string, integer, number, boolean, array, object)")
 
 
+#: The kinds of `json_flat_fields` (Lockstep's JVM JSON decoder, ``dev.lockstep.formats.JsonDecode``) by Spark type.
+_FLAT_JSON_KINDS = {"string": "s", "bigint": "l", "double": "d", "boolean": "b"}
+
+
+def json_flat_fields(schema_text: str) -> str | None:
+    """A JSON Schema's record as the fields of Lockstep's JVM JSON decoder (``name:kind`` joined by ``,``, kinds
+    ``s l d b``), when it is an object of strings, integers, numbers and booleans only; None otherwise (nested
+    objects, arrays, a name with a comma), and those records are decoded by Spark's ``from_json`` alone."""
+    try:
+        ddl = json_schema_ddl(schema_text)
+    except (UnsupportedSchema, ValueError):
+        return None
+    doc = json.loads(schema_text)
+    fields = []
+    for name, sub in doc.get("properties", {}).items():
+        kind = _FLAT_JSON_KINDS.get(_json_type(sub, f"$.{name}"))
+        if kind is None or "," in name:
+            return None
+        fields.append(f"{name}:{kind}")
+    return ",".join(fields) if fields and ddl else None
+
+
 def json_required_fields(schema_text: str) -> tuple[str, ...]:
     """The top-level ``required`` properties of a JSON Schema object."""
     doc = json.loads(schema_text)
