@@ -109,6 +109,9 @@ class FreshnessSettings:
     tasks: str = "one"
     #: Lockstep's ``checkpoints.pipelined`` (None: the spec's default, off)
     pipelined: bool | None = None
+    #: Where Lockstep's stateless pipeline parses the JSON order: "format" (``source.value: json`` with its JSON
+    #: Schema, as Flink's table declares ``'format' = 'json'``) or "transform" (``from_json`` in the transform)
+    decode: str = "format"
     #: Lockstep's ``checkpoints.trigger.min_interval`` in seconds (0: none, checkpoints back to back)
     min_interval_s: int = 0
     #: ... and `LOCKSTEP_SPACED`'s: the peers' checkpoint interval
@@ -265,7 +268,9 @@ class FreshnessRace:
                                  **({"min_interval": f"{interval}s"} if interval else {})},
                         tasks=self.s.tasks,
                         pipelined=self.s.pipelined,
-                        transform=workloads.TRANSFORM if stateless else windowed.TRANSFORM,
+                        transform=(windowed.TRANSFORM if not stateless else workloads.JSON_TRANSFORM
+                                   if self.s.decode == "format" else workloads.TRANSFORM),
+                        source_value=workloads.json_source() if stateless and self.s.decode == "format" else None,
                         state=None if stateless else window_state(self.s.window_s, self.s.out_of_orderness_s))
         if any(e in LOCKSTEPS for e in self.s.engines):
             os.environ["LOCKSTEP_PIPELINES_DIR"] = str(folder)

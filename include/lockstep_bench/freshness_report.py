@@ -172,7 +172,12 @@ def render(results: dict[str, Any], rerendered: bool = False) -> str:
         "- **Lockstep**: a lag-triggered pipeline (`checkpoints.trigger: {lag_records: 1, poll_interval: "
         f"{s['poll_s']}s"
         + (f", min_interval: {s['min_interval_s']}s" if s.get("min_interval_s") else "")
-        + "}`), connect mode, through `airflow standalone` (scheduler, triggerer, dag-processor, "
+        + "}`), connect mode, "
+        + ("its source's values declared as JSON with the order's JSON Schema (`source.value: {format: json, "
+           "schema: ...}`, as Flink's table declares `'format' = 'json'`), so Lockstep parses the order and the "
+           "stateless transform filters and encodes it, " if s.get("decode", "transform") == "format" else
+           "the stateless transform parsing the order itself (`from_json`), ")
+        + "through `airflow standalone` (scheduler, triggerer, dag-processor, "
         "api-server) as a user runs it: the watcher fires, Airflow starts a DAG run, the run plans, runs and "
         "commits a checkpoint. CPU: Airflow's processes (task processes included) and the Spark Connect server"
         + (", which serves every run and was warmed up when it started, as `lockstep dev up --warm-checkpoints` "

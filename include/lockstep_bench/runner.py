@@ -875,6 +875,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        metavar="{on,off}",
                        help="Lockstep's checkpoints.pipelined: plan on top of the checkpoint in flight (default: the "
                             "spec's default, off)")
+    fresh.add_argument("--freshness-decode", choices=("format", "transform"),
+                       help="where Lockstep's stateless pipeline parses the JSON order: its source.value json format "
+                            "with a JSON Schema (default, as Flink's 'format' = 'json') or from_json in the transform")
     fresh.add_argument("--freshness-min-interval", type=int, metavar="SECONDS",
                        help="Lockstep's checkpoints.trigger.min_interval: checkpoints at least this many seconds apart, "
                             "start to start (default 0: as soon as a record is unread)")
@@ -963,7 +966,7 @@ def freshness_settings_from_args(args: argparse.Namespace) -> freshness.Freshnes
         "freshness_rates": "rates", "freshness_windowed_rates": "windowed_rates",
         "freshness_seconds": "seconds", "freshness_warm_up": "warm_up_s",
         "freshness_engines": "engines", "freshness_tasks": "tasks", "freshness_pipelined": "pipelined",
-        "freshness_min_interval": "min_interval_s"})
+        "freshness_min_interval": "min_interval_s", "freshness_decode": "decode"})
 
 
 def lag_fleet_settings_from_args(args: argparse.Namespace) -> lag_fleet.LagFleetSettings:

@@ -13,6 +13,8 @@ import yaml
 #: ``datagen.order`` with this much padding is about 200 bytes (the issue's record size).
 PAD = 80
 TRANSFORM = "lockstep_examples.bench:transform"
+#: The same on the order the spec's ``json`` format decoded (`json_source`).
+JSON_TRANSFORM = "lockstep_examples.bench:json_transform"
 #: Records passed through as they are: Lockstep's own path without the transform's work (the large input).
 IDENTITY = "lockstep_examples.bench:identity"
 
@@ -150,6 +152,13 @@ def read_committed(bootstrap: str, topic: str, starts: Mapping[int, int], ends: 
     finally:
         consumer.close()
     return count, taken
+
+
+def json_source() -> dict[str, Any]:
+    """``source.value`` of `JSON_TRANSFORM`'s pipelines: the order as JSON with its JSON Schema."""
+    from lockstep_examples.bench import ORDER_JSON_SCHEMA
+
+    return {"format": "json", "schema": ORDER_JSON_SCHEMA}
 
 
 def write_spec(folder: Path, name: str, source: str, sink: str, max_records: int, master: str = "local[*]",

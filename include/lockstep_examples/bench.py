@@ -27,6 +27,18 @@ def transform(df: DataFrame) -> DataFrame:
     return _orders(df).withColumn("value", _order_json()).drop("o")
 
 
+def json_transform(df: DataFrame) -> DataFrame:
+    """``transform`` on the order Lockstep decoded (``source.value: {format: json, schema: ORDER_JSON_SCHEMA}``, as
+    Flink's table declares ``'format' = 'json'``): the same filter and output, the parse done by the format."""
+    from pyspark.sql import functions as F
+
+    order = F.col("data")
+    kept = df.filter(order["amount"] >= MIN_AMOUNT)
+    return kept.withColumn("value", F.to_json(F.struct(*[order[name].alias(name) for name, _ in FIELDS],
+                                                       F.round(order["amount"] * 100).cast("long")
+                                                       .alias("amount_cents"))).cast("binary")).drop("data")
+
+
 def transform_for_table(df: DataFrame) -> DataFrame:
     """``transform``, and the order's fields and ``amount_cents`` as columns beside ``value``, from the same parse:
     the Iceberg race's table (``lockstep bench --iceberg-only``) has them as its columns, as the peer's has."""
@@ -59,6 +71,10 @@ def _order_json() -> Column:
     return F.to_json(F.struct(*[F.col(f"o.{name}").alias(name) for name, _ in FIELDS],
                               _cents().alias("amount_cents"))).cast("binary")
 
+
+#: The benchmark's order as a JSON Schema: ``json_transform``'s source format.
+ORDER_JSON_SCHEMA = {"type": "object", "properties": {
+    name: {"type": {"string": "string", "double": "number", "long": "integer"}[kind]} for name, kind in FIELDS}}
 
 #: The benchmark's order as Avro (``lockstep_dev.datagen.order`` with ``note``, the padding): the formats
 #: benchmark's input, registered under ``<topic>-value``.

@@ -515,6 +515,44 @@ def test_json_records_decode_to_what_spark_from_json_makes_of_them_whichever_dec
     assert "required field id is missing or null" in errors[at[b"{"]]  # left to from_json: not JSON
 
 
+def test_the_benchmarks_transform_on_the_decoded_order_writes_what_it_writes_parsing_the_order_itself(spark_connect):
+    """The freshness race's stateless pipeline declares its orders as ``json`` with their JSON Schema and runs
+    ``json_transform`` on ``data`` (the decoder's fast path answers them); it must keep the same orders and write
+    the same bytes as ``transform``, which parses each order itself, and as the raw client's ``transform_value``."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from lockstep.formats import codecs, wire
+    from lockstep.formats.resolution import Reading
+    from lockstep.spark.connect import connect_mode
+    from lockstep.spec import FormatSpec
+    from lockstep_dev import datagen
+    from lockstep_examples import bench
+
+    schema = json.dumps(bench.ORDER_JSON_SCHEMA)
+    assert wire.json_flat_fields(schema) is not None
+    orders = [datagen.order(i, pad=80) for i in range(300)]
+    # an integer amount: Spark writes it back as a double in both ways (the raw client keeps it an integer)
+    orders += [b'{"order_id":"o-x","customer":"c","amount":45,"currency":"EUR","created_at":1,"note":"n"}']
+    with connect_mode():
+        spark = SparkSession.builder.remote(spark_connect).create()
+        try:
+            df = spark.createDataFrame([(i, v) for i, v in enumerate(orders)], "offset long, value binary") \
+                .withColumn("topic", F.lit("t")).withColumn("partition", F.lit(0))
+            parsed = {r["offset"]: bytes(r["value"]) for r in bench.transform(df).select("offset", "value").collect()}
+            decoded = codecs.decodable(codecs.decode(df, [Reading("value", FormatSpec("json", schema, "inline"), schema)]))
+            formatted = {r["offset"]: bytes(r["value"])
+                         for r in bench.json_transform(decoded).select("offset", "value").collect()}
+        finally:
+            spark.stop()
+    assert 0 < len(parsed) < len(orders)  # the filter kept some and dropped some
+    assert formatted == parsed
+    assert parsed[300] == b'{"order_id":"o-x","customer":"c","amount":45.0,"currency":"EUR","created_at":1,"note":"n",' \
+        b'"amount_cents":4500}'
+    assert {i: v for i, v in parsed.items() if i < 300} == \
+        {i: bench.transform_value(v) for i, v in enumerate(orders[:300]) if bench.transform_value(v) is not None}
+
+
 def test_the_writes_own_count_of_dead_letters_is_trusted_only_when_it_saw_each_record_once(spark_connect):
     """On a Connect session, as a run counts: an observation on the decoded input, read after an action
     over the output. Every record seen: the count of those that did not decode. A transform that stops

@@ -373,3 +373,23 @@ def test_the_page_compares_locksteps_cpu_with_flinks_with_its_checkpoints_back_t
     assert freshness.engines_for(freshness.ENGINES, freshness.WINDOWED) == (freshness.LOCKSTEP, freshness.FLINK,
                                                                              freshness.QUIX)
     assert freshness.LOCKSTEP_SPACED in freshness.engines_for(freshness.ENGINES, freshness.STATELESS)
+
+
+def test_the_stateless_pipeline_declares_the_order_as_json_with_a_flat_schema_the_jvm_decoder_reads(tmp_path) -> None:
+    """``--freshness-decode format`` (the default): the order is the source's ``json`` format with its JSON Schema,
+    flat, so Lockstep's JVM decoder reads it, and the transform works on ``data``."""
+    import json
+
+    from lockstep.formats import wire
+    from lockstep.spec import load_spec
+    from lockstep_bench import freshness
+    from lockstep_bench import workloads as wl
+
+    assert freshness.FreshnessSettings().decode == "format"
+    path = wl.write_spec(tmp_path, "s", "in", "out", 1000, transform=wl.JSON_TRANSFORM, source_value=wl.json_source(),
+                         remote="sc://localhost:15002", trigger={"lag_records": 1, "poll_interval": "1s"})
+    spec = load_spec(path)
+    assert spec.source.value.format == "json" and spec.transform == wl.JSON_TRANSFORM
+    assert wire.json_flat_fields(spec.source.value.schema or "") == \
+        "order_id:s,customer:s,amount:d,currency:s,created_at:l,note:s"
+    assert json.loads(spec.source.value.schema or "{}")["properties"]["amount"] == {"type": "number"}
