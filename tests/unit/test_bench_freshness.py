@@ -214,7 +214,8 @@ def test_the_report_shows_the_windowed_pipeline_apart_and_old_results_still_rend
             "engine": engine, "rate": rate, "exact": True, "sustained": True, "achieved_rate": rate,
             "latency_s": {"p50": p99 / 2, "p95": p99, "p99": p99, "max": p99, "mean": p99 / 2},
             "first_fifth_p99_s": p99, "last_fifth_p99_s": p99, "found": 10, "expected": 10, "missing": 0,
-            "unexpected": 0, "cpu_cores": 0.5, "watch": {"duplicates": 0, "wrong": 0, "not_windows": 0}}
+            "unexpected": 0, "cpu_cores": 0.5, "open_emitted": 0,
+                "watch": {"duplicates": 0, "wrong": 0, "not_windows": 0}}
         if pipeline:
             row.update(pipeline=pipeline, duplicated=0, wrong=0, open_emitted=3)
         return row
@@ -235,7 +236,7 @@ def test_the_report_shows_the_windowed_pipeline_apart_and_old_results_still_rend
     results["race"]["runs"].pop()
     page = freshness_report.render(results)
     windowed = page.split("## The windowed pipeline")[1]
-    assert "Lockstep's p99 is **6.00 s** against Flink SQL's 4.00 s (1.50×)" in windowed
+    assert "Lockstep's p99 is **6.00 s** against Flink SQL's 4.00 s (1.50×; issue 69: ≤ 1.5×, met)" in windowed
     assert "| 20,000 | Lockstep through Airflow (lag trigger, connect mode) | 3.00 | 6.00 | 6.00 |" in windowed
     assert "10 of 10 (+3 later)" in windowed
     assert page.split("## The windowed pipeline")[0].count("| 20,000 |") == 2  # the stateless table: its own runs
@@ -246,7 +247,7 @@ def test_the_report_shows_the_windowed_pipeline_apart_and_old_results_still_rend
     section = freshness_report.section(page_path)
     assert "Lockstep through the Airflow scheduler (lag trigger, `checkpoints.tasks: one`) p99 **5.00 s**" in section
     assert "The windowed pipeline (a 5 s tumbling count per customer), from a window's end to its result at 20,000 " \
-        "records/s: Lockstep p99 **6.00 s**, Flink SQL 4.00 s, Quix Streams –; Lockstep ÷ Flink 1.50× (no target)." \
+        "records/s: Lockstep p99 **6.00 s**, Flink SQL 4.00 s, Quix Streams –; Lockstep ÷ Flink 1.50× (issue 69: ≤ 1.5×)." \
         in section
     results["race"]["runs"] = stateless
     page_path.write_text(freshness_report.render(results))
@@ -373,6 +374,45 @@ def test_the_page_compares_locksteps_cpu_with_flinks_with_its_checkpoints_back_t
     assert freshness.engines_for(freshness.ENGINES, freshness.WINDOWED) == (freshness.LOCKSTEP, freshness.FLINK,
                                                                              freshness.QUIX)
     assert freshness.LOCKSTEP_SPACED in freshness.engines_for(freshness.ENGINES, freshness.STATELESS)
+
+
+def test_the_page_states_issue_69s_targets_at_100000_records_and_for_the_windowed_pipeline() -> None:
+    from lockstep_bench import freshness
+
+    def run(engine: str, rate: int, p99: float, pipeline: str = freshness.STATELESS, exact: bool = True) -> dict:
+        return {"engine": engine, "rate": rate, "exact": exact, "sustained": True, "achieved_rate": rate,
+                "pipeline": pipeline, "latency_s": {"p50": p99 / 2, "p95": p99, "p99": p99, "max": p99, "mean": p99 / 2},
+                "first_fifth_p99_s": p99, "last_fifth_p99_s": p99, "found": 10, "expected": 10, "missing": 0,
+                "unexpected": 0, "cpu_cores": 0.5, "open_emitted": 0,
+                "watch": {"duplicates": 0, "wrong": 0, "not_windows": 0}}
+
+    runs = [run(freshness.LOCKSTEP, 20_000, 4.0), run(freshness.FLINK, 20_000, 5.0),
+            run(freshness.LOCKSTEP, 100_000, 15.0), run(freshness.LOCKSTEP_SPACED, 100_000, 17.0),
+            run(freshness.FLINK, 100_000, 10.0), run(freshness.LOCKSTEP, 20_000, 6.0, freshness.WINDOWED),
+            run(freshness.FLINK, 20_000, 4.5, freshness.WINDOWED)]
+    results = {"settings": {"seconds": 150, "warm_up_s": 30, "partitions": 8, "peer_checkpoint_s": 5, "poll_s": 1,
+                            "settle_s": 120, "spaced_interval_s": 5, "engines": list(freshness.ENGINES)},
+               "started_at": "now", "race": {"runs": runs}}
+    sm = freshness_report.summary(results)
+    assert sm["high"] == {"rate": 100_000, "p99": 15.0, "flink_p99": 10.0, "ratio": 1.5, "met": True}
+    assert sm["high_spaced"]["ratio"] == 1.7 and not sm["high_spaced"]["met"]
+    assert sm["windowed"]["ratio"] == 1.33 and sm["windowed"]["met"]
+    page = freshness_report.render(results)
+    assert "| at 100,000 records/s: Lockstep p99 ÷ Flink SQL p99 (issue 69) | 1.50× (15.00 s ÷ 10.00 s) | ≤ 1.5× | met |" \
+        in page
+    assert "| at 100,000 records/s, checkpoints spaced: p99 ÷ Flink SQL p99 (issue 69) | 1.70× (17.00 s ÷ 10.00 s) " \
+        "| ≤ 1.5× | not met |" in page
+    assert "| windowed, at 20,000 records/s: p99 ÷ Flink SQL p99 (issue 69) | 1.33× (6.00 s ÷ 4.50 s) | ≤ 1.5× | met |" \
+        in page
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "page.md").write_text(page)
+        section = freshness_report.section(Path(folder) / "page.md")
+    assert "At 100,000 records/s: Lockstep p99 **15.00 s**, Flink SQL 10.00 s, 1.50× (issue 69: ≤ 1.5×: met)" in section
+    assert "Lockstep ÷ Flink 1.33× (issue 69: ≤ 1.5×)" in section
+    runs[2]["exact"] = False  # a sink that is not exact meets no target
+    assert not freshness_report.summary(results)["high"]["met"]
 
 
 def test_the_stateless_pipeline_declares_the_order_as_json_with_a_flat_schema_the_jvm_decoder_reads(tmp_path) -> None:
