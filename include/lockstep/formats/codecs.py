@@ -377,11 +377,7 @@ def _decoder(r: Reading) -> Decoder:
         required = wire.json_required_fields(r.reader or "{}")
         text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from,
                                           why="required field {field} is missing or null, or it is not JSON")
-        parsed = F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE)
-        fields = wire.json_flat_fields(r.reader or "{}")
-        if fields is not None:  # Lockstep's decoder answers the plain records, Spark's the rest (register_json)
-            parsed = F.coalesce(F.call_function(_json_name(fields), raw, F.lit(fields)), parsed)
-        return parsed, lambda d: _missing(d, required, present, text), None
+        return _json_data(r, raw), lambda d: _missing(d, required, present, text), None
     if kind == "protobuf":  # the decoder's result is (data, error), decoded once; the transform sees its data
         protobuf_text = wire.DOES_NOT_MATCH.format(part=r.part, where=r.format.schema_from, why="\0")
         return (_protobuf_decode(r, raw, F.lit(None).cast("string")),
@@ -438,7 +434,7 @@ def _registry_decoder(r: Reading, raw: Column, present: Column) -> Decoder:
         reader_required = wire.avro_required_fields(r.reader or "")
         why = "its payload does not decode (required field {field} is null)"
     else:  # json-confluent: any version's JSON reads into the reader schema by name
-        data = F.from_json(payload.cast("string"), _json_ddl(r), _PERMISSIVE)
+        data = _json_data(r, payload)
         reader_required = wire.json_required_fields(r.reader or "{}")
         why = "required field {field} is missing or null, or it is not JSON"
     if data is None:  # a subject without versions: nothing decodes
@@ -506,13 +502,25 @@ def _json_name(fields: str) -> str:
     return f"lockstep_json_decode_{hashlib.sha256(fields.encode()).hexdigest()[:16]}"
 
 
+def _json_data(r: Reading, raw: Column) -> Column:
+    """The JSON record in ``raw`` (bytes) decoded into the reader schema: by Lockstep's decoder when it answers
+    (a flat schema, a plain record), else by Spark's ``from_json``."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(raw.cast("string"), _json_ddl(r), _PERMISSIVE)
+    fields = wire.json_flat_fields(r.reader or "{}")
+    if fields is None:
+        return parsed
+    return F.coalesce(F.call_function(_json_name(fields), raw, F.lit(fields)), parsed)
+
+
 def register_json(session: object, readings: Sequence[Reading]) -> None:
     """Register the JVM JSON decoder (``JsonDecode`` in Lockstep's jar) for each ``json`` reading with a flat schema,
     typed as `_json_ddl` types its records. It decodes a record's bytes with Jackson's byte parser and answers only
     for plain records (ASCII, one object, each field of its exact kind), so what it answers is what ``from_json``
     answers; Spark's ``from_json`` decodes every other record (docs/formats.md, *JSON*)."""
     for r in readings:
-        if r.format.format != "json" or r.reader is None:
+        if r.format.format not in ("json", "json-confluent") or r.reader is None:
             continue
         fields = wire.json_flat_fields(r.reader)
         if fields is not None:
