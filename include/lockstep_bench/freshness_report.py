@@ -434,6 +434,8 @@ def section(page: Path) -> str:
                if (sp := sm.get("spaced")) else "")
             + (f". At {h['rate']:,} records/s: Lockstep p99 **{_s(h['p99'])} s**, Flink SQL {_s(h['flink_p99'])} s, "
                f"{_x(h['ratio'])} (issue 69: ≤ {TARGET_VS_FLINK}×: {'met' if h['met'] else 'not met'})"
+               + (f"; with its checkpoints spaced p99 **{_s(hs['p99'])} s**, {_x(hs['ratio'])} Flink's"
+                  if (hs := sm.get("high_spaced")) else "")
                if (h := sm.get("high")) else "")
             + ". Highest rate sustained: "
             + ", ".join(f"{freshness.LABELS.get(e, e).split(' (')[0]} {v:,}/s" if v else
