@@ -518,7 +518,7 @@ def register_json(session: object, readings: Sequence[Reading]) -> None:
     """Register the JVM JSON decoder (``JsonDecode`` in Lockstep's jar) for each ``json`` reading with a flat schema,
     typed as `_json_ddl` types its records. It decodes a record's bytes with Jackson's byte parser and answers only
     for plain records (ASCII, one object, each field of its exact kind), so what it answers is what ``from_json``
-    answers; Spark's ``from_json`` decodes every other record (docs/formats.md, *JSON*)."""
+    answers; Spark's ``from_json`` decodes every other record (docs/formats.md, *Cost*)."""
     for r in readings:
         if r.format.format not in ("json", "json-confluent") or r.reader is None:
             continue
