@@ -260,6 +260,7 @@ class FreshnessRace:
                 self.topics[(pipeline, engine, rate)] = (source, sink)
                 if engine in LOCKSTEPS:
                     stateless = pipeline == STATELESS
+                    decoded = stateless and self.s.decode == "format"  # the order parsed by the json format
                     interval = self._min_interval_s(engine)
                     self.specs[(pipeline, engine, rate)] = workloads.write_spec(
                         folder, name, source, sink, max_records=max(100_000, rate * 60),
@@ -268,9 +269,9 @@ class FreshnessRace:
                                  **({"min_interval": f"{interval}s"} if interval else {})},
                         tasks=self.s.tasks,
                         pipelined=self.s.pipelined,
-                        transform=(windowed.TRANSFORM if not stateless else workloads.JSON_TRANSFORM
-                                   if self.s.decode == "format" else workloads.TRANSFORM),
-                        source_value=workloads.json_source() if stateless and self.s.decode == "format" else None,
+                        transform=(workloads.JSON_TRANSFORM if decoded else workloads.TRANSFORM if stateless
+                                   else windowed.TRANSFORM),
+                        source_value=workloads.json_source() if decoded else None,
                         state=None if stateless else window_state(self.s.window_s, self.s.out_of_orderness_s))
         if any(e in LOCKSTEPS for e in self.s.engines):
             os.environ["LOCKSTEP_PIPELINES_DIR"] = str(folder)

@@ -32,11 +32,7 @@ def json_transform(df: DataFrame) -> DataFrame:
     Flink's table declares ``'format' = 'json'``): the same filter and output, the parse done by the format."""
     from pyspark.sql import functions as F
 
-    order = F.col("data")
-    kept = df.filter(order["amount"] >= MIN_AMOUNT)
-    return kept.withColumn("value", F.to_json(F.struct(*[order[name].alias(name) for name, _ in FIELDS],
-                                                       F.round(order["amount"] * 100).cast("long")
-                                                       .alias("amount_cents"))).cast("binary")).drop("data")
+    return df.filter(F.col("data.amount") >= MIN_AMOUNT).withColumn("value", _order_json("data")).drop("data")
 
 
 def transform_for_table(df: DataFrame) -> DataFrame:
@@ -59,17 +55,18 @@ def _orders(df: DataFrame) -> DataFrame:
     return df.withColumn("o", F.from_json(F.col("value").cast("string"), schema)).filter(F.col("o.amount") >= MIN_AMOUNT)
 
 
-def _cents() -> Column:
+def _cents(order: str = "o") -> Column:
     from pyspark.sql import functions as F
 
-    return F.round(F.col("o.amount") * 100).cast("long")
+    return F.round(F.col(f"{order}.amount") * 100).cast("long")
 
 
-def _order_json() -> Column:
+def _order_json(order: str = "o") -> Column:
+    """The output value: the order (the struct column ``order``) and its ``amount_cents``, as compact JSON."""
     from pyspark.sql import functions as F
 
-    return F.to_json(F.struct(*[F.col(f"o.{name}").alias(name) for name, _ in FIELDS],
-                              _cents().alias("amount_cents"))).cast("binary")
+    return F.to_json(F.struct(*[F.col(f"{order}.{name}").alias(name) for name, _ in FIELDS],
+                              _cents(order).alias("amount_cents"))).cast("binary")
 
 
 #: The benchmark's order as a JSON Schema: ``json_transform``'s source format.
